@@ -1,0 +1,261 @@
+//! The worker's side of the broker: request IDs, a bound on outstanding requests, reply
+//! deadlines, and fail-closed behaviour when the parent is gone.
+//!
+//! A grant that arrives after its request timed out is given back at once, so a slow
+//! parent can delay a write but never strand a lease.
+
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::proto::{BrokerReply, BrokerRequest, WorkerMessage};
+use crate::time::Instant;
+
+/// Why a broker request did not get an answer. Every case fails the write closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    #[error("too many outstanding broker requests")]
+    Saturated,
+    #[error("the parent is gone")]
+    ParentGone,
+    #[error("the broker did not answer in time")]
+    TimedOut,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    Reply { id: u64, reply: BrokerReply },
+    Failed { id: u64, error: ClientError },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grant {
+    Lease,
+    Reservation,
+    Partial,
+    Dav,
+    None,
+}
+
+impl Grant {
+    fn of(request: &BrokerRequest) -> Grant {
+        match request {
+            BrokerRequest::AcquireLease { .. } => Grant::Lease,
+            BrokerRequest::ReserveUpload { .. } => Grant::Reservation,
+            BrokerRequest::ReservePartial { .. } | BrokerRequest::AdoptPartial { .. } => {
+                Grant::Partial
+            }
+            BrokerRequest::DavLock { .. } => Grant::Dav,
+            _ => Grant::None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    grant: Grant,
+    deadline: Instant,
+    /// A compensating release: its answer matters to nobody.
+    internal: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerClient {
+    next_id: u64,
+    capacity: usize,
+    reply_timeout: Duration,
+    pending: BTreeMap<u64, Pending>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    timed_out: BTreeMap<u64, Grant>,
+    outgoing: VecDeque<WorkerMessage>,
+    closed: bool,
+}
+
+impl BrokerClient {
+    pub fn new(capacity: u32, reply_timeout: Duration) -> Self {
+        BrokerClient {
+            next_id: 1,
+            capacity: capacity.max(1) as usize,
+            reply_timeout,
+            pending: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            timed_out: BTreeMap::new(),
+            outgoing: VecDeque::new(),
+            closed: false,
+        }
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Start a request. On success the message to send is queued in
+    /// [`BrokerClient::poll_outgoing`] and the request's ID returned.
+    pub fn request(&mut self, now: Instant, request: BrokerRequest) -> Result<u64, ClientError> {
+        if self.closed {
+            return Err(ClientError::ParentGone);
+        }
+        if self.pending.len() >= self.capacity {
+            return Err(ClientError::Saturated);
+        }
+        Ok(self.send(now, request, false))
+    }
+
+    fn send(&mut self, now: Instant, request: BrokerRequest, internal: bool) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let deadline = now + self.reply_timeout;
+        self.pending.insert(
+            id,
+            Pending {
+                grant: Grant::of(&request),
+                deadline,
+                internal,
+            },
+        );
+        self.deadlines.insert((deadline, id));
+        self.outgoing
+            .push_back(WorkerMessage::Broker { id, request });
+        id
+    }
+
+    pub fn poll_outgoing(&mut self) -> Option<WorkerMessage> {
+        self.outgoing.pop_front()
+    }
+
+    /// An answer arrived. `None` when nobody waits for it any more.
+    pub fn on_reply(&mut self, now: Instant, id: u64, reply: BrokerReply) -> Option<Completion> {
+        if let Some(p) = self.pending.remove(&id) {
+            self.deadlines.remove(&(p.deadline, id));
+            return (!p.internal).then_some(Completion::Reply { id, reply });
+        }
+        let grant = self.timed_out.remove(&id)?;
+        if let BrokerReply::Granted { id: granted, .. } = reply {
+            let release = match grant {
+                Grant::Lease => Some(BrokerRequest::ReleaseLease { id: granted }),
+                Grant::Reservation => Some(BrokerRequest::ReleaseReservation { id: granted }),
+                Grant::Partial => Some(BrokerRequest::ReleasePartial { id: granted }),
+                Grant::Dav => Some(BrokerRequest::DavUnlock { token: granted }),
+                Grant::None => None,
+            };
+            if let (Some(release), false) = (release, self.closed) {
+                self.send(now, release, true);
+            }
+        }
+        None
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(t, _)| *t)
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) -> Vec<Completion> {
+        let mut failed = Vec::new();
+        while let Some(&(t, id)) = self.deadlines.first() {
+            if t > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some(p) = self.pending.remove(&id) {
+                // Remember what it could still grant, to give it back if it arrives.
+                if p.grant != Grant::None {
+                    self.timed_out.insert(id, p.grant);
+                }
+                if !p.internal {
+                    failed.push(Completion::Failed {
+                        id,
+                        error: ClientError::TimedOut,
+                    });
+                }
+            }
+        }
+        failed
+    }
+
+    /// The control channel reached EOF: everything outstanding fails closed, and so
+    /// will everything asked from now on.
+    pub fn channel_closed(&mut self) -> Vec<Completion> {
+        self.closed = true;
+        self.deadlines.clear();
+        self.timed_out.clear();
+        self.outgoing.clear();
+        core::mem::take(&mut self.pending)
+            .into_iter()
+            .filter(|(_, p)| !p.internal)
+            .map(|(id, _)| Completion::Failed {
+                id,
+                error: ClientError::ParentGone,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::LeaseId;
+    use crate::proto::TargetKey;
+
+    fn key() -> TargetKey {
+        TargetKey {
+            dir_device: 1,
+            dir_inode: 2,
+            name: "f".into(),
+        }
+    }
+
+    #[test]
+    fn a_late_grant_is_released_at_once() {
+        let mut c = BrokerClient::new(4, Duration::from_secs(1));
+        let t0 = Instant::ZERO;
+        let id = c
+            .request(t0, BrokerRequest::AcquireLease { key: key() })
+            .expect("room");
+        assert!(c.poll_outgoing().is_some());
+        let failed = c.handle_timeout(t0 + Duration::from_secs(1));
+        assert_eq!(
+            failed,
+            vec![Completion::Failed {
+                id,
+                error: ClientError::TimedOut
+            }]
+        );
+        let late = c.on_reply(
+            t0 + Duration::from_secs(2),
+            id,
+            BrokerReply::Granted {
+                id: LeaseId(7),
+                expires_in_ms: 1,
+            },
+        );
+        assert_eq!(late, None);
+        match c.poll_outgoing() {
+            Some(WorkerMessage::Broker {
+                request: BrokerRequest::ReleaseLease { id },
+                ..
+            }) => assert_eq!(id, LeaseId(7)),
+            other => panic!("expected a compensating release, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn saturation_and_parent_death_fail_closed() {
+        let mut c = BrokerClient::new(2, Duration::from_secs(1));
+        let t0 = Instant::ZERO;
+        c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 })
+            .expect("room");
+        c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 })
+            .expect("room");
+        assert_eq!(
+            c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 }),
+            Err(ClientError::Saturated)
+        );
+        let failed = c.channel_closed();
+        assert_eq!(failed.len(), 2);
+        assert_eq!(
+            c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 }),
+            Err(ClientError::ParentGone)
+        );
+        assert_eq!(c.outstanding(), 0);
+    }
+}

@@ -1,0 +1,243 @@
+//! The WebDAV lock table, keyed by canonical resource path (`/a/b`, root `/`).
+//!
+//! Locks belong to clients, not workers: they survive worker recycling and crashes and
+//! end by UNLOCK or timeout. They do not survive a restart of the parent (volatile).
+
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ids::{Generation, LeaseId};
+use crate::proto::{DavDepth, DavLockInfo, Rejection};
+use crate::time::Instant;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavLock {
+    pub resource: String,
+    pub depth: DavDepth,
+    pub owner: String,
+    pub exclusive: bool,
+    pub expires_at: Instant,
+    pub generation: Generation,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DavTable {
+    locks: BTreeMap<LeaseId, DavLock>,
+    by_resource: BTreeSet<(String, LeaseId)>,
+}
+
+/// Whether `a` is `b` or one of its ancestors.
+fn covers_path(a: &str, b: &str) -> bool {
+    a == b || a == "/" || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
+}
+
+impl DavTable {
+    pub fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    pub fn contains(&self, token: LeaseId) -> bool {
+        self.locks.contains_key(&token)
+    }
+
+    pub fn get(&self, token: LeaseId) -> Option<&DavLock> {
+        self.locks.get(&token)
+    }
+
+    /// Live locks that apply to `resource`: on it, on an ancestor with infinite depth,
+    /// or on a descendant (which a write to a collection would disturb).
+    fn relevant(&self, now: Instant, resource: &str) -> impl Iterator<Item = (LeaseId, &DavLock)> {
+        self.locks.iter().filter_map(move |(t, l)| {
+            let applies = l.resource == resource
+                || (l.depth == DavDepth::Infinity && covers_path(&l.resource, resource))
+                || covers_path(resource, &l.resource);
+            (applies && l.expires_at > now).then_some((*t, l))
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn lock(
+        &mut self,
+        now: Instant,
+        token: LeaseId,
+        resource: String,
+        depth: DavDepth,
+        owner: String,
+        exclusive: bool,
+        timeout: Duration,
+        generation: Generation,
+    ) -> Result<Instant, Rejection> {
+        let conflict = self.relevant(now, &resource).any(|(_, l)| {
+            let reaches = l.resource == resource
+                || (l.depth == DavDepth::Infinity && covers_path(&l.resource, &resource))
+                || (depth == DavDepth::Infinity && covers_path(&resource, &l.resource));
+            reaches && (l.exclusive || exclusive)
+        });
+        if conflict {
+            return Err(Rejection::Busy);
+        }
+        let expires_at = now + timeout;
+        self.by_resource.insert((resource.clone(), token));
+        self.locks.insert(
+            token,
+            DavLock {
+                resource,
+                depth,
+                owner,
+                exclusive,
+                expires_at,
+                generation,
+            },
+        );
+        Ok(expires_at)
+    }
+
+    /// Returns (old expiry, new expiry).
+    pub fn refresh(
+        &mut self,
+        now: Instant,
+        token: LeaseId,
+        timeout: Duration,
+    ) -> Option<(Instant, Instant)> {
+        let l = self.locks.get_mut(&token)?;
+        if l.expires_at <= now {
+            return None;
+        }
+        let old = l.expires_at;
+        l.expires_at = now + timeout;
+        Some((old, l.expires_at))
+    }
+
+    /// Returns the removed lock's expiry.
+    pub fn unlock(&mut self, token: LeaseId) -> Option<Instant> {
+        let l = self.locks.remove(&token)?;
+        self.by_resource.remove(&(l.resource, token));
+        Some(l.expires_at)
+    }
+
+    pub fn query(&self, now: Instant, resource: &str) -> Vec<DavLockInfo> {
+        self.relevant(now, resource)
+            .map(|(token, l)| DavLockInfo {
+                token,
+                resource: l.resource.clone(),
+                depth: l.depth,
+                owner: l.owner.clone(),
+                exclusive: l.exclusive,
+                expires_in_ms: l.expires_at.saturating_since(now).as_millis() as u64,
+                generation: l.generation,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: u128) -> LeaseId {
+        LeaseId(n)
+    }
+
+    #[test]
+    fn depth_and_scope_decide_conflicts() {
+        let mut d = DavTable::default();
+        let now = Instant::ZERO;
+        let s = Duration::from_secs(10);
+        let g = Generation(1);
+        d.lock(
+            now,
+            t(1),
+            "/a".into(),
+            DavDepth::Infinity,
+            "x".into(),
+            true,
+            s,
+            g,
+        )
+        .expect("free");
+        assert_eq!(
+            d.lock(
+                now,
+                t(2),
+                "/a/b".into(),
+                DavDepth::Zero,
+                "y".into(),
+                false,
+                s,
+                g
+            ),
+            Err(Rejection::Busy),
+            "an infinite exclusive lock covers descendants"
+        );
+        d.lock(
+            now,
+            t(3),
+            "/ab".into(),
+            DavDepth::Zero,
+            "y".into(),
+            true,
+            s,
+            g,
+        )
+        .expect("sibling with a shared prefix is free");
+        d.lock(
+            now,
+            t(4),
+            "/c".into(),
+            DavDepth::Zero,
+            "y".into(),
+            false,
+            s,
+            g,
+        )
+        .expect("free");
+        d.lock(
+            now,
+            t(5),
+            "/c".into(),
+            DavDepth::Zero,
+            "z".into(),
+            false,
+            s,
+            g,
+        )
+        .expect("shared locks coexist");
+        assert_eq!(
+            d.lock(
+                now,
+                t(6),
+                "/".into(),
+                DavDepth::Infinity,
+                "w".into(),
+                false,
+                s,
+                g
+            ),
+            Err(Rejection::Busy),
+            "an infinite lock on the root meets the exclusive lock below"
+        );
+        assert_eq!(d.query(now, "/a/b/c").len(), 1);
+        assert_eq!(
+            d.query(now + s, "/a/b/c").len(),
+            0,
+            "expired locks do not apply"
+        );
+        assert!(d.unlock(t(1)).is_some());
+        assert!(d.unlock(t(1)).is_none());
+        d.lock(
+            now,
+            t(7),
+            "/a/b".into(),
+            DavDepth::Zero,
+            "y".into(),
+            true,
+            s,
+            g,
+        )
+        .expect("free after unlock");
+    }
+}

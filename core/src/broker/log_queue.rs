@@ -1,0 +1,126 @@
+//! The parent's bounded access-log queue: one writer, many producers, an explicit policy
+//! for when producers outrun the writer.
+
+use std::collections::VecDeque;
+
+use crate::config::LogPolicy;
+use crate::ids::WorkerId;
+use crate::proto::BrokerReply;
+
+#[derive(Debug, Clone)]
+pub struct LogQueue {
+    records: VecDeque<String>,
+    capacity: usize,
+    policy: LogPolicy,
+    blocked: VecDeque<(WorkerId, u64, String)>,
+    accepted: u64,
+    dropped: u64,
+    discarded: u64,
+}
+
+impl LogQueue {
+    pub fn new(capacity: u32, policy: LogPolicy) -> Self {
+        LogQueue {
+            records: VecDeque::new(),
+            capacity: capacity as usize,
+            policy,
+            blocked: VecDeque::new(),
+            accepted: 0,
+            dropped: 0,
+            discarded: 0,
+        }
+    }
+
+    pub fn set_capacity(&mut self, capacity: u32, policy: LogPolicy) {
+        self.capacity = capacity as usize;
+        self.policy = policy;
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.blocked.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Records accepted into the queue.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+
+    /// Records refused under the drop policy.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Blocked records whose worker died before they were admitted.
+    pub fn discarded(&self) -> u64 {
+        self.discarded
+    }
+
+    /// Appends waiting for room under the block policy.
+    pub fn blocked(&self) -> usize {
+        self.blocked.len()
+    }
+
+    /// `None` means the append is parked until the writer makes room.
+    pub fn append(&mut self, worker: WorkerId, id: u64, record: String) -> Option<BrokerReply> {
+        if self.records.len() < self.capacity && self.blocked.is_empty() {
+            self.records.push_back(record);
+            self.accepted += 1;
+            return Some(BrokerReply::Logged);
+        }
+        match self.policy {
+            LogPolicy::Drop => {
+                self.dropped += 1;
+                Some(BrokerReply::LogDropped)
+            }
+            LogPolicy::Block => {
+                self.blocked.push_back((worker, id, record));
+                None
+            }
+        }
+    }
+
+    /// Up to `max` records for the writer, and the blocked appends admitted by the room
+    /// that made.
+    pub fn take(&mut self, max: usize) -> (Vec<String>, Vec<(WorkerId, u64)>) {
+        let n = max.min(self.records.len());
+        let batch: Vec<String> = self.records.drain(..n).collect();
+        let mut admitted = Vec::new();
+        while self.records.len() < self.capacity {
+            let Some((worker, id, record)) = self.blocked.pop_front() else {
+                break;
+            };
+            self.records.push_back(record);
+            self.accepted += 1;
+            admitted.push((worker, id));
+        }
+        (batch, admitted)
+    }
+
+    pub fn forget_worker(&mut self, worker: WorkerId) {
+        let before = self.blocked.len();
+        self.blocked.retain(|(w, _, _)| *w != worker);
+        self.discarded += (before - self.blocked.len()) as u64;
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.records.len() > self.capacity {
+            return Err(format!(
+                "log queue holds {} > capacity {}",
+                self.records.len(),
+                self.capacity
+            ));
+        }
+        if self.policy == LogPolicy::Drop && !self.blocked.is_empty() {
+            return Err("blocked appends under the drop policy".into());
+        }
+        Ok(())
+    }
+}

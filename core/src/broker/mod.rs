@@ -1,0 +1,617 @@
+//! The parent-owned state broker: target leases, upload reservations, partial-upload
+//! reservations, the DAV lock table and the access-log queue.
+//!
+//! Every grant carries an unguessable [`LeaseId`] bound to the worker and generation
+//! that asked for it. Release is idempotent. [`Broker::revoke_worker`] drops everything a
+//! worker held the moment its channel closes or it is reaped, and every grant also has a
+//! monotonic expiry as the backstop for a missed notification. Tables, budgets and the
+//! log queue are bounded; a full one answers [`Rejection::Saturated`], deterministically.
+
+mod client;
+mod dav;
+mod log_queue;
+
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+pub use client::{BrokerClient, ClientError, Completion};
+pub use dav::DavTable;
+pub use log_queue::LogQueue;
+
+use crate::config::BrokerLimits;
+use crate::ids::{Generation, LeaseId, WorkerId};
+use crate::proto::{BrokerReply, BrokerRequest, Rejection, TargetKey};
+use crate::rng::CoreRng;
+use crate::time::Instant;
+
+/// Who holds a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owner {
+    pub worker: WorkerId,
+    pub generation: Generation,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub key: TargetKey,
+    pub owner: Owner,
+    pub granted_at: Instant,
+    pub expires_at: Instant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub owner: Owner,
+    pub bytes: u64,
+    pub expires_at: Instant,
+}
+
+/// An outstanding resumable upload. It outlives the worker that started it (the client
+/// resumes through any worker), so revocation orphans it instead of dropping it; its
+/// TTL bounds how long an abandoned one counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    pub key: TargetKey,
+    pub owner: Option<Owner>,
+    pub bytes: u64,
+    pub expires_at: Instant,
+}
+
+/// What a revocation took back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Revoked {
+    pub leases: usize,
+    pub reservations: usize,
+    pub partials_orphaned: usize,
+}
+
+/// Counters for status and coverage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BrokerStats {
+    pub granted: u64,
+    pub busy: u64,
+    pub saturated: u64,
+    pub expired: u64,
+    pub revoked: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Lease,
+    Reservation,
+    Partial,
+    Dav,
+}
+
+#[derive(Debug, Clone)]
+pub struct Broker {
+    limits: BrokerLimits,
+    rng: CoreRng,
+    leases: BTreeMap<LeaseId, Lease>,
+    lease_by_key: BTreeMap<TargetKey, LeaseId>,
+    reservations: BTreeMap<LeaseId, Reservation>,
+    reserved_bytes: u64,
+    partials: BTreeMap<LeaseId, Partial>,
+    partial_by_key: BTreeMap<TargetKey, LeaseId>,
+    dav: DavTable,
+    log: LogQueue,
+    expiries: BTreeSet<(Instant, Kind, LeaseId)>,
+    by_owner: BTreeMap<WorkerId, BTreeSet<LeaseId>>,
+    replies: VecDeque<(WorkerId, u64, BrokerReply)>,
+    stats: BrokerStats,
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+impl Broker {
+    pub fn new(limits: BrokerLimits, rng: CoreRng) -> Self {
+        let log = LogQueue::new(limits.log_queue_capacity(), limits.log_policy());
+        Broker {
+            limits,
+            rng,
+            leases: BTreeMap::new(),
+            lease_by_key: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            reserved_bytes: 0,
+            partials: BTreeMap::new(),
+            partial_by_key: BTreeMap::new(),
+            dav: DavTable::default(),
+            log,
+            expiries: BTreeSet::new(),
+            by_owner: BTreeMap::new(),
+            replies: VecDeque::new(),
+            stats: BrokerStats::default(),
+        }
+    }
+
+    /// Limits apply to new requests; grants already made keep their terms.
+    pub fn set_limits(&mut self, limits: BrokerLimits) {
+        self.log
+            .set_capacity(limits.log_queue_capacity(), limits.log_policy());
+        self.limits = limits;
+    }
+
+    pub fn limits(&self) -> &BrokerLimits {
+        &self.limits
+    }
+
+    pub fn stats(&self) -> BrokerStats {
+        self.stats
+    }
+
+    pub fn leases(&self) -> impl Iterator<Item = (&LeaseId, &Lease)> {
+        self.leases.iter()
+    }
+
+    pub fn lease_holder(&self, key: &TargetKey) -> Option<Owner> {
+        self.lease_by_key
+            .get(key)
+            .and_then(|id| self.leases.get(id))
+            .map(|l| l.owner)
+    }
+
+    pub fn reservation_count(&self) -> usize {
+        self.reservations.len()
+    }
+
+    pub fn reserved_bytes(&self) -> u64 {
+        self.reserved_bytes
+    }
+
+    pub fn partial_count(&self) -> usize {
+        self.partials.len()
+    }
+
+    pub fn dav(&self) -> &DavTable {
+        &self.dav
+    }
+
+    pub fn log(&self) -> &LogQueue {
+        &self.log
+    }
+
+    /// Workers that hold at least one lease or reservation.
+    pub fn holders(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.by_owner
+            .iter()
+            .filter(|(_, ids)| !ids.is_empty())
+            .map(|(w, _)| *w)
+    }
+
+    pub fn poll_reply(&mut self) -> Option<(WorkerId, u64, BrokerReply)> {
+        self.replies.pop_front()
+    }
+
+    fn fresh_id(&mut self) -> LeaseId {
+        loop {
+            let id = LeaseId(self.rng.next_u128());
+            // A collision in 128 bits is not going to happen, but a duplicate grant
+            // would be a correctness bug, so it costs one lookup to rule it out.
+            if !self.leases.contains_key(&id)
+                && !self.reservations.contains_key(&id)
+                && !self.partials.contains_key(&id)
+                && !self.dav.contains(id)
+            {
+                return id;
+            }
+        }
+    }
+
+    fn reply(&mut self, owner: Owner, id: u64, reply: BrokerReply) {
+        match &reply {
+            BrokerReply::Granted { .. } => self.stats.granted += 1,
+            BrokerReply::Rejected(Rejection::Busy) => self.stats.busy += 1,
+            BrokerReply::Rejected(Rejection::Saturated) => self.stats.saturated += 1,
+            _ => {}
+        }
+        self.replies.push_back((owner.worker, id, reply));
+    }
+
+    fn owned(&mut self, owner: Owner, id: LeaseId) {
+        self.by_owner.entry(owner.worker).or_default().insert(id);
+    }
+
+    fn disown(&mut self, worker: WorkerId, id: LeaseId) {
+        if let Some(set) = self.by_owner.get_mut(&worker) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.by_owner.remove(&worker);
+            }
+        }
+    }
+
+    /// Handle one request from `owner`. The answer is queued for [`Broker::poll_reply`]
+    /// (a blocked log append is answered later, when the queue has room).
+    pub fn handle_request(&mut self, now: Instant, owner: Owner, id: u64, request: BrokerRequest) {
+        let reply = match request {
+            BrokerRequest::ReserveUpload { bytes } => self.reserve_upload(now, owner, bytes),
+            BrokerRequest::ReleaseReservation { id } => self.release_reservation(owner, id),
+            BrokerRequest::AcquireLease { key } => self.acquire_lease(now, owner, key),
+            BrokerRequest::RenewLease { id } => self.renew(now, owner, id),
+            BrokerRequest::ReleaseLease { id } => self.release_lease(owner, id),
+            BrokerRequest::ReservePartial { key, bytes } => {
+                self.reserve_partial(now, owner, key, bytes, false)
+            }
+            BrokerRequest::AdoptPartial { key } => self.reserve_partial(now, owner, key, 0, true),
+            BrokerRequest::ReleasePartial { id } => self.release_partial(id),
+            BrokerRequest::DavLock {
+                resource,
+                depth,
+                owner: who,
+                exclusive,
+                timeout_ms,
+            } => {
+                let timeout =
+                    Duration::from_millis(timeout_ms).min(self.limits.max_dav_lock_timeout());
+                let timeout = if timeout.is_zero() {
+                    self.limits.max_dav_lock_timeout()
+                } else {
+                    timeout
+                };
+                if self.dav.len() >= self.limits.max_dav_locks() as usize {
+                    BrokerReply::Rejected(Rejection::Saturated)
+                } else {
+                    let token = self.fresh_id();
+                    match self.dav.lock(
+                        now,
+                        token,
+                        resource,
+                        depth,
+                        who,
+                        exclusive,
+                        timeout,
+                        owner.generation,
+                    ) {
+                        Ok(expires_at) => {
+                            self.expiries.insert((expires_at, Kind::Dav, token));
+                            BrokerReply::Granted {
+                                id: token,
+                                expires_in_ms: ms(timeout),
+                            }
+                        }
+                        Err(rej) => BrokerReply::Rejected(rej),
+                    }
+                }
+            }
+            BrokerRequest::DavRefresh { token, timeout_ms } => {
+                let timeout =
+                    Duration::from_millis(timeout_ms).min(self.limits.max_dav_lock_timeout());
+                let timeout = if timeout.is_zero() {
+                    self.limits.max_dav_lock_timeout()
+                } else {
+                    timeout
+                };
+                match self.dav.refresh(now, token, timeout) {
+                    Some((old, new)) => {
+                        self.expiries.remove(&(old, Kind::Dav, token));
+                        self.expiries.insert((new, Kind::Dav, token));
+                        BrokerReply::Granted {
+                            id: token,
+                            expires_in_ms: ms(timeout),
+                        }
+                    }
+                    None => BrokerReply::Rejected(Rejection::NotFound),
+                }
+            }
+            BrokerRequest::DavUnlock { token } => match self.dav.unlock(token) {
+                Some(expires_at) => {
+                    self.expiries.remove(&(expires_at, Kind::Dav, token));
+                    BrokerReply::Released
+                }
+                None => BrokerReply::Rejected(Rejection::NotFound),
+            },
+            BrokerRequest::DavQuery { resource } => {
+                BrokerReply::Locks(self.dav.query(now, &resource))
+            }
+            BrokerRequest::AppendLog { record } => {
+                match self.log.append(owner.worker, id, record) {
+                    Some(reply) => reply,
+                    None => return,
+                }
+            }
+        };
+        self.reply(owner, id, reply);
+    }
+
+    fn reserve_upload(&mut self, now: Instant, owner: Owner, bytes: u64) -> BrokerReply {
+        if bytes > self.limits.max_upload_bytes() {
+            return BrokerReply::Rejected(Rejection::TooLarge);
+        }
+        if self.reservations.len() >= self.limits.max_active_uploads() as usize
+            || self.reserved_bytes.saturating_add(bytes) > self.limits.max_upload_bytes()
+        {
+            return BrokerReply::Rejected(Rejection::Saturated);
+        }
+        let id = self.fresh_id();
+        let expires_at = now + self.limits.lease_ttl();
+        self.reservations.insert(
+            id,
+            Reservation {
+                owner,
+                bytes,
+                expires_at,
+            },
+        );
+        self.reserved_bytes += bytes;
+        self.expiries.insert((expires_at, Kind::Reservation, id));
+        self.owned(owner, id);
+        BrokerReply::Granted {
+            id,
+            expires_in_ms: ms(self.limits.lease_ttl()),
+        }
+    }
+
+    fn release_reservation(&mut self, owner: Owner, id: LeaseId) -> BrokerReply {
+        match self.reservations.get(&id) {
+            None => BrokerReply::Released,
+            Some(r) if r.owner != owner => BrokerReply::Rejected(Rejection::NotOwner),
+            Some(_) => {
+                self.drop_reservation(id);
+                BrokerReply::Released
+            }
+        }
+    }
+
+    fn drop_reservation(&mut self, id: LeaseId) {
+        if let Some(r) = self.reservations.remove(&id) {
+            self.reserved_bytes -= r.bytes;
+            self.expiries.remove(&(r.expires_at, Kind::Reservation, id));
+            self.disown(r.owner.worker, id);
+        }
+    }
+
+    fn acquire_lease(&mut self, now: Instant, owner: Owner, key: TargetKey) -> BrokerReply {
+        if self.lease_by_key.contains_key(&key) {
+            return BrokerReply::Rejected(Rejection::Busy);
+        }
+        if self.leases.len() >= self.limits.max_leases() as usize {
+            return BrokerReply::Rejected(Rejection::Saturated);
+        }
+        let id = self.fresh_id();
+        let expires_at = now + self.limits.lease_ttl();
+        self.lease_by_key.insert(key.clone(), id);
+        self.leases.insert(
+            id,
+            Lease {
+                key,
+                owner,
+                granted_at: now,
+                expires_at,
+            },
+        );
+        self.expiries.insert((expires_at, Kind::Lease, id));
+        self.owned(owner, id);
+        BrokerReply::Granted {
+            id,
+            expires_in_ms: ms(self.limits.lease_ttl()),
+        }
+    }
+
+    fn renew(&mut self, now: Instant, owner: Owner, id: LeaseId) -> BrokerReply {
+        let ttl = self.limits.lease_ttl();
+        let expires_at = now + ttl;
+        let (kind, old) = if let Some(l) = self.leases.get_mut(&id) {
+            if l.owner != owner {
+                return BrokerReply::Rejected(Rejection::NotOwner);
+            }
+            (
+                Kind::Lease,
+                core::mem::replace(&mut l.expires_at, expires_at),
+            )
+        } else if let Some(r) = self.reservations.get_mut(&id) {
+            if r.owner != owner {
+                return BrokerReply::Rejected(Rejection::NotOwner);
+            }
+            (
+                Kind::Reservation,
+                core::mem::replace(&mut r.expires_at, expires_at),
+            )
+        } else {
+            return BrokerReply::Rejected(Rejection::NotFound);
+        };
+        self.expiries.remove(&(old, kind, id));
+        self.expiries.insert((expires_at, kind, id));
+        BrokerReply::Granted {
+            id,
+            expires_in_ms: ms(ttl),
+        }
+    }
+
+    fn release_lease(&mut self, owner: Owner, id: LeaseId) -> BrokerReply {
+        match self.leases.get(&id) {
+            None => BrokerReply::Released,
+            Some(l) if l.owner != owner => BrokerReply::Rejected(Rejection::NotOwner),
+            Some(_) => {
+                self.drop_lease(id);
+                BrokerReply::Released
+            }
+        }
+    }
+
+    fn drop_lease(&mut self, id: LeaseId) {
+        if let Some(l) = self.leases.remove(&id) {
+            self.lease_by_key.remove(&l.key);
+            self.expiries.remove(&(l.expires_at, Kind::Lease, id));
+            self.disown(l.owner.worker, id);
+        }
+    }
+
+    fn reserve_partial(
+        &mut self,
+        now: Instant,
+        owner: Owner,
+        key: TargetKey,
+        bytes: u64,
+        adopt: bool,
+    ) -> BrokerReply {
+        let ttl = self.limits.partial_ttl();
+        if let Some(&id) = self.partial_by_key.get(&key) {
+            let Some(p) = self.partials.get_mut(&id) else {
+                return BrokerReply::Rejected(Rejection::NotFound);
+            };
+            if p.owner.is_some_and(|o| o.worker != owner.worker) {
+                return BrokerReply::Rejected(Rejection::Busy);
+            }
+            let old = core::mem::replace(&mut p.expires_at, now + ttl);
+            let new = p.expires_at;
+            if !adopt {
+                p.bytes = p.bytes.max(bytes);
+            }
+            let newly_owned = p.owner.is_none();
+            p.owner = Some(owner);
+            self.expiries.remove(&(old, Kind::Partial, id));
+            self.expiries.insert((new, Kind::Partial, id));
+            if newly_owned {
+                self.owned(owner, id);
+            }
+            return BrokerReply::Granted {
+                id,
+                expires_in_ms: ms(ttl),
+            };
+        }
+        if adopt {
+            return BrokerReply::Rejected(Rejection::NotFound);
+        }
+        if self.partials.len() >= self.limits.max_partial_uploads() as usize {
+            return BrokerReply::Rejected(Rejection::Saturated);
+        }
+        if bytes > self.limits.max_upload_bytes() {
+            return BrokerReply::Rejected(Rejection::TooLarge);
+        }
+        let id = self.fresh_id();
+        let expires_at = now + ttl;
+        self.partial_by_key.insert(key.clone(), id);
+        self.partials.insert(
+            id,
+            Partial {
+                key,
+                owner: Some(owner),
+                bytes,
+                expires_at,
+            },
+        );
+        self.expiries.insert((expires_at, Kind::Partial, id));
+        self.owned(owner, id);
+        BrokerReply::Granted {
+            id,
+            expires_in_ms: ms(ttl),
+        }
+    }
+
+    fn release_partial(&mut self, id: LeaseId) -> BrokerReply {
+        // Any worker may finish a partial upload: the client resumes wherever it lands.
+        self.drop_partial(id);
+        BrokerReply::Released
+    }
+
+    fn drop_partial(&mut self, id: LeaseId) {
+        if let Some(p) = self.partials.remove(&id) {
+            self.partial_by_key.remove(&p.key);
+            self.expiries.remove(&(p.expires_at, Kind::Partial, id));
+            if let Some(o) = p.owner {
+                self.disown(o.worker, id);
+            }
+        }
+    }
+
+    /// Everything `worker` held is taken back: leases and reservations dropped, partial
+    /// uploads orphaned for another worker to resume, blocked log appends discarded.
+    pub fn revoke_worker(&mut self, worker: WorkerId) -> Revoked {
+        let mut revoked = Revoked::default();
+        let ids = self.by_owner.remove(&worker).unwrap_or_default();
+        for id in ids {
+            if self.leases.contains_key(&id) {
+                self.drop_lease(id);
+                revoked.leases += 1;
+            } else if self.reservations.contains_key(&id) {
+                self.drop_reservation(id);
+                revoked.reservations += 1;
+            } else if let Some(p) = self.partials.get_mut(&id) {
+                p.owner = None;
+                revoked.partials_orphaned += 1;
+            }
+        }
+        self.log.forget_worker(worker);
+        self.replies.retain(|(w, _, _)| *w != worker);
+        self.stats.revoked += (revoked.leases + revoked.reservations) as u64;
+        revoked
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.expiries.first().map(|(t, _, _)| *t)
+    }
+
+    /// Expire everything whose monotonic deadline has passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(t, kind, id)) = self.expiries.first() {
+            if t > now {
+                break;
+            }
+            self.expiries.pop_first();
+            self.stats.expired += 1;
+            match kind {
+                Kind::Lease => self.drop_lease(id),
+                Kind::Reservation => self.drop_reservation(id),
+                Kind::Partial => self.drop_partial(id),
+                Kind::Dav => {
+                    self.dav.unlock(id);
+                }
+            }
+        }
+    }
+
+    /// Take up to `max` access-log records for the sole writer. Room made here admits
+    /// blocked appends, whose answers then appear in [`Broker::poll_reply`].
+    pub fn take_log_batch(&mut self, max: usize) -> Vec<String> {
+        let (batch, admitted) = self.log.take(max);
+        for (worker, id) in admitted {
+            self.replies.push_back((worker, id, BrokerReply::Logged));
+        }
+        batch
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.lease_by_key.len() != self.leases.len() {
+            return Err("lease key index out of step".into());
+        }
+        for (id, l) in &self.leases {
+            if self.lease_by_key.get(&l.key) != Some(id) {
+                return Err(format!("lease {id:?} not indexed by key"));
+            }
+            if !self.expiries.contains(&(l.expires_at, Kind::Lease, *id)) {
+                return Err(format!("lease {id:?} has no expiry"));
+            }
+        }
+        let bytes: u64 = self.reservations.values().map(|r| r.bytes).sum();
+        if bytes != self.reserved_bytes {
+            return Err(format!(
+                "reserved bytes {} != sum {bytes}",
+                self.reserved_bytes
+            ));
+        }
+        if self.reserved_bytes > self.limits.max_upload_bytes() && !self.reservations.is_empty() {
+            // Limits may shrink on reload; only new grants must respect them.
+        }
+        let owned: usize = self.by_owner.values().map(BTreeSet::len).sum();
+        let expected = self.leases.len()
+            + self.reservations.len()
+            + self.partials.values().filter(|p| p.owner.is_some()).count();
+        if owned != expected {
+            return Err(format!("owner index has {owned} grants, tables {expected}"));
+        }
+        let expiries =
+            self.leases.len() + self.reservations.len() + self.partials.len() + self.dav.len();
+        if self.expiries.len() != expiries {
+            return Err(format!(
+                "{} expiries for {expiries} grants",
+                self.expiries.len()
+            ));
+        }
+        self.log.check_invariants()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,278 @@
+//! The broker against a plain reference model, driven by proptest-generated operation
+//! sequences (which shrink to a minimal failing sequence).
+
+use super::*;
+use crate::config::{LogPolicy, RawConfig};
+use proptest::prelude::*;
+
+const WORKERS: u64 = 3;
+const KEYS: u8 = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Reserve { worker: u64, bytes: u64 },
+    ReleaseReservation { worker: u64, pick: usize },
+    Acquire { worker: u64, key: u8 },
+    Renew { worker: u64, pick: usize },
+    ReleaseLease { worker: u64, pick: usize },
+    ForgedRelease { worker: u64 },
+    Revoke { worker: u64 },
+    Advance { ms: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..WORKERS, 0..70u64).prop_map(|(worker, bytes)| Op::Reserve { worker, bytes }),
+        (0..WORKERS, any::<usize>())
+            .prop_map(|(worker, pick)| Op::ReleaseReservation { worker, pick }),
+        (0..WORKERS, 0..KEYS).prop_map(|(worker, key)| Op::Acquire { worker, key }),
+        (0..WORKERS, any::<usize>()).prop_map(|(worker, pick)| Op::Renew { worker, pick }),
+        (0..WORKERS, any::<usize>()).prop_map(|(worker, pick)| Op::ReleaseLease { worker, pick }),
+        (0..WORKERS).prop_map(|worker| Op::ForgedRelease { worker }),
+        (0..WORKERS).prop_map(|worker| Op::Revoke { worker }),
+        (0..1500u64).prop_map(|ms| Op::Advance { ms }),
+    ]
+}
+
+/// The reference: plain vectors and linear scans.
+#[derive(Default)]
+struct Model {
+    leases: Vec<(LeaseId, u8, u64, Instant)>,
+    reservations: Vec<(LeaseId, u64, u64, Instant)>,
+}
+
+const MAX_LEASES: usize = 2;
+const MAX_UPLOADS: usize = 2;
+const MAX_BYTES: u64 = 100;
+const TTL: Duration = Duration::from_secs(1);
+
+fn broker() -> Broker {
+    let mut raw = RawConfig::default();
+    raw.broker.max_leases = MAX_LEASES as i64;
+    raw.broker.max_active_uploads = MAX_UPLOADS as i64;
+    raw.broker.max_upload_bytes = MAX_BYTES as i64;
+    raw.broker.lease_ttl = TTL.as_secs_f64();
+    raw.broker.reply_timeout = 0.5;
+    let limits = raw.validate().expect("valid").broker().clone();
+    Broker::new(limits, CoreRng::from_seed([7; 32]))
+}
+
+fn owner(worker: u64) -> Owner {
+    Owner {
+        worker: WorkerId(worker),
+        generation: Generation(1),
+    }
+}
+
+fn key(k: u8) -> TargetKey {
+    TargetKey {
+        dir_device: 1,
+        dir_inode: 42,
+        name: format!("file-{k}"),
+    }
+}
+
+fn ask(b: &mut Broker, now: Instant, worker: u64, request: BrokerRequest) -> BrokerReply {
+    b.handle_request(now, owner(worker), 0, request);
+    let (w, _, reply) = b
+        .poll_reply()
+        .expect("every non-log request is answered at once");
+    assert_eq!(w, WorkerId(worker));
+    reply
+}
+
+impl Model {
+    fn expire(&mut self, now: Instant) {
+        self.leases.retain(|l| l.3 > now);
+        self.reservations.retain(|r| r.3 > now);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn broker_matches_the_reference_model(ops in prop::collection::vec(op(), 1..60)) {
+        let mut b = broker();
+        let mut m = Model::default();
+        let mut now = Instant::ZERO;
+        let mut known: Vec<LeaseId> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Advance { ms } => {
+                    now = now + Duration::from_millis(ms);
+                    b.handle_timeout(now);
+                    m.expire(now);
+                }
+                Op::Reserve { worker, bytes } => {
+                    let reply = ask(&mut b, now, worker, BrokerRequest::ReserveUpload { bytes });
+                    let used: u64 = m.reservations.iter().map(|r| r.1).sum();
+                    if m.reservations.len() >= MAX_UPLOADS || used + bytes > MAX_BYTES {
+                        prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Saturated));
+                    } else {
+                        let BrokerReply::Granted { id, .. } = reply else {
+                            return Err(TestCaseError::fail(format!("expected a grant, got {reply:?}")));
+                        };
+                        m.reservations.push((id, bytes, worker, now + TTL));
+                        known.push(id);
+                    }
+                }
+                Op::ReleaseReservation { worker, pick } => {
+                    let Some(&id) = known.get(pick % known.len().max(1)) else { continue };
+                    let reply = ask(&mut b, now, worker, BrokerRequest::ReleaseReservation { id });
+                    match m.reservations.iter().position(|r| r.0 == id) {
+                        None => prop_assert_eq!(reply, BrokerReply::Released),
+                        Some(i) if m.reservations[i].2 != worker => {
+                            prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::NotOwner));
+                        }
+                        Some(i) => {
+                            prop_assert_eq!(reply, BrokerReply::Released);
+                            m.reservations.remove(i);
+                        }
+                    }
+                }
+                Op::Acquire { worker, key: k } => {
+                    let reply = ask(&mut b, now, worker, BrokerRequest::AcquireLease { key: key(k) });
+                    if m.leases.iter().any(|l| l.1 == k) {
+                        prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Busy));
+                    } else if m.leases.len() >= MAX_LEASES {
+                        prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Saturated));
+                    } else {
+                        let BrokerReply::Granted { id, .. } = reply else {
+                            return Err(TestCaseError::fail(format!("expected a grant, got {reply:?}")));
+                        };
+                        m.leases.push((id, k, worker, now + TTL));
+                        known.push(id);
+                    }
+                }
+                Op::Renew { worker, pick } => {
+                    let Some(&id) = known.get(pick % known.len().max(1)) else { continue };
+                    let reply = ask(&mut b, now, worker, BrokerRequest::RenewLease { id });
+                    let lease = m.leases.iter_mut().find(|l| l.0 == id).map(|l| (&mut l.2, &mut l.3));
+                    let res = m.reservations.iter_mut().find(|r| r.0 == id).map(|r| (&mut r.2, &mut r.3));
+                    match lease.or(res) {
+                        None => prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::NotFound)),
+                        Some((w, _)) if *w != worker => {
+                            prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::NotOwner));
+                        }
+                        Some((_, exp)) => {
+                            *exp = now + TTL;
+                            let granted = matches!(reply, BrokerReply::Granted { id: g, .. } if g == id);
+                            prop_assert!(granted);
+                        }
+                    }
+                }
+                Op::ReleaseLease { worker, pick } => {
+                    let Some(&id) = known.get(pick % known.len().max(1)) else { continue };
+                    let reply = ask(&mut b, now, worker, BrokerRequest::ReleaseLease { id });
+                    match m.leases.iter().position(|l| l.0 == id) {
+                        None => prop_assert_eq!(reply, BrokerReply::Released),
+                        Some(i) if m.leases[i].2 != worker => {
+                            prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::NotOwner));
+                        }
+                        Some(i) => {
+                            prop_assert_eq!(reply, BrokerReply::Released);
+                            m.leases.remove(i);
+                        }
+                    }
+                }
+                Op::ForgedRelease { worker } => {
+                    // A guessed ID releases nothing, whoever asks.
+                    let before = b.leases().count();
+                    let reply = ask(&mut b, now, worker, BrokerRequest::ReleaseLease { id: LeaseId(12345) });
+                    prop_assert_eq!(reply, BrokerReply::Released);
+                    prop_assert_eq!(b.leases().count(), before);
+                }
+                Op::Revoke { worker } => {
+                    b.revoke_worker(WorkerId(worker));
+                    m.leases.retain(|l| l.2 != worker);
+                    m.reservations.retain(|r| r.2 != worker);
+                    prop_assert!(b.holders().all(|w| w != WorkerId(worker)));
+                }
+            }
+            b.check_invariants().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(b.leases().count(), m.leases.len());
+            prop_assert_eq!(b.reservation_count(), m.reservations.len());
+            prop_assert_eq!(b.reserved_bytes(), m.reservations.iter().map(|r| r.1).sum::<u64>());
+            for k in 0..KEYS {
+                let holder = m.leases.iter().find(|l| l.1 == k).map(|l| owner(l.2));
+                prop_assert_eq!(b.lease_holder(&key(k)), holder);
+            }
+        }
+    }
+}
+
+#[test]
+fn log_queue_blocks_or_drops_by_policy() {
+    for policy in [LogPolicy::Block, LogPolicy::Drop] {
+        let mut raw = RawConfig::default();
+        raw.broker.log_queue_capacity = 2;
+        raw.broker.log_policy = policy;
+        let mut b = Broker::new(
+            raw.validate().expect("valid").broker().clone(),
+            CoreRng::from_seed([1; 32]),
+        );
+        for i in 0..4 {
+            b.handle_request(
+                Instant::ZERO,
+                owner(1),
+                i,
+                BrokerRequest::AppendLog {
+                    record: format!("r{i}"),
+                },
+            );
+        }
+        let replies: Vec<_> = std::iter::from_fn(|| b.poll_reply()).map(|r| r.2).collect();
+        match policy {
+            LogPolicy::Drop => {
+                assert_eq!(
+                    replies,
+                    [
+                        BrokerReply::Logged,
+                        BrokerReply::Logged,
+                        BrokerReply::LogDropped,
+                        BrokerReply::LogDropped
+                    ]
+                );
+                assert_eq!(b.log().dropped(), 2);
+            }
+            LogPolicy::Block => {
+                assert_eq!(replies, [BrokerReply::Logged, BrokerReply::Logged]);
+                assert_eq!(b.log().blocked(), 2);
+                assert_eq!(b.take_log_batch(10), ["r0", "r1"]);
+                let admitted: Vec<_> = std::iter::from_fn(|| b.poll_reply()).map(|r| r.1).collect();
+                assert_eq!(admitted, [2, 3], "blocked appends are admitted in order");
+                assert_eq!(b.take_log_batch(10), ["r2", "r3"]);
+            }
+        }
+        b.check_invariants().expect("invariants");
+    }
+}
+
+#[test]
+fn partials_survive_their_workers_death_and_expire() {
+    let mut b = broker();
+    let t0 = Instant::ZERO;
+    let reply = ask(
+        &mut b,
+        t0,
+        1,
+        BrokerRequest::ReservePartial {
+            key: key(0),
+            bytes: 10,
+        },
+    );
+    assert!(matches!(reply, BrokerReply::Granted { .. }));
+    assert_eq!(
+        ask(&mut b, t0, 2, BrokerRequest::AdoptPartial { key: key(0) }),
+        BrokerReply::Rejected(Rejection::Busy)
+    );
+    let revoked = b.revoke_worker(WorkerId(1));
+    assert_eq!(revoked.partials_orphaned, 1);
+    assert!(matches!(
+        ask(&mut b, t0, 2, BrokerRequest::AdoptPartial { key: key(0) }),
+        BrokerReply::Granted { .. }
+    ));
+    b.handle_timeout(t0 + Duration::from_secs(25 * 3600));
+    assert_eq!(b.partial_count(), 0);
+    b.check_invariants().expect("invariants");
+}

@@ -1,0 +1,151 @@
+//! The configuration as written, before validation. Timings are seconds as `f64` and
+//! counts are `i64` on purpose: a user can write `-1` or `NaN`, and validation must be
+//! able to see it to name it.
+
+/// What the access-log queue does when it is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogPolicy {
+    /// Workers wait for room: no record is lost, logging can slow requests down.
+    #[default]
+    Block,
+    /// The record is dropped and counted: requests never wait for the log.
+    Drop,
+}
+
+/// Recovery policy as written. Defaults are the seed document's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRecovery {
+    pub restart_backoff_initial: f64,
+    pub restart_backoff_max: f64,
+    /// A worker that stayed ready this long resets its slot's backoff and crash run.
+    pub restart_stable_period: f64,
+    pub worker_restart_limit: i64,
+    pub worker_restart_window: f64,
+    pub worker_max_age: f64,
+    pub worker_max_age_jitter: f64,
+    pub max_requests_per_worker: i64,
+    pub max_requests_jitter: f64,
+    /// Consecutive failed recycle replacements before recycling is suspended.
+    pub recycle_retry_limit: i64,
+    pub heartbeat_interval: f64,
+    pub heartbeat_timeout: f64,
+    pub worker_start_timeout: f64,
+    pub drain_timeout: f64,
+    pub force_timeout: f64,
+}
+
+impl Default for RawRecovery {
+    fn default() -> Self {
+        RawRecovery {
+            restart_backoff_initial: 0.25,
+            restart_backoff_max: 30.0,
+            restart_stable_period: 30.0,
+            worker_restart_limit: 5,
+            worker_restart_window: 60.0,
+            worker_max_age: 0.0,
+            worker_max_age_jitter: 0.1,
+            max_requests_per_worker: 0,
+            max_requests_jitter: 0.1,
+            recycle_retry_limit: 3,
+            // One beat a second costs nothing and five missed beats tell a hang from a
+            // long GC-free stall or a loaded box; detection stays under 6 s with
+            // force_timeout.
+            heartbeat_interval: 1.0,
+            heartbeat_timeout: 5.0,
+            worker_start_timeout: 30.0,
+            drain_timeout: 30.0,
+            force_timeout: 1.0,
+        }
+    }
+}
+
+/// Per-worker resource budgets as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawBudgets {
+    pub max_connections: i64,
+    pub max_blocking_threads: i64,
+    pub compression_cache_size: i64,
+}
+
+impl Default for RawBudgets {
+    fn default() -> Self {
+        RawBudgets {
+            max_connections: 1024,
+            max_blocking_threads: 64,
+            compression_cache_size: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Broker limits as written. These are service-global, never multiplied by workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawBroker {
+    /// Outstanding broker requests per worker before the worker fails closed.
+    pub queue_capacity: i64,
+    pub reply_timeout: f64,
+    pub max_leases: i64,
+    pub max_dav_locks: i64,
+    pub max_active_uploads: i64,
+    pub max_upload_bytes: i64,
+    pub max_partial_uploads: i64,
+    pub partial_ttl: f64,
+    pub lease_ttl: f64,
+    pub max_dav_lock_timeout: f64,
+    pub log_queue_capacity: i64,
+    pub log_policy: LogPolicy,
+}
+
+impl Default for RawBroker {
+    fn default() -> Self {
+        RawBroker {
+            queue_capacity: 64,
+            reply_timeout: 2.0,
+            max_leases: 4096,
+            max_dav_locks: 4096,
+            max_active_uploads: 64,
+            max_upload_bytes: 8 * 1024 * 1024 * 1024,
+            max_partial_uploads: 256,
+            partial_ttl: 24.0 * 3600.0,
+            lease_ttl: 60.0,
+            max_dav_lock_timeout: 3600.0,
+            log_queue_capacity: 8192,
+            log_policy: LogPolicy::Block,
+        }
+    }
+}
+
+/// Features whose state or lifecycle the parent owns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RawFeatures {
+    pub uploads: bool,
+    pub webdav: bool,
+    pub access_log: bool,
+    pub mdns: bool,
+    pub qr: bool,
+    pub tftp: bool,
+    pub tftp_write: bool,
+    pub acme: bool,
+    pub http3: bool,
+}
+
+/// A whole configuration as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawConfig {
+    pub workers: i64,
+    pub recovery: RawRecovery,
+    pub budgets: RawBudgets,
+    pub broker: RawBroker,
+    pub features: RawFeatures,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            workers: 1,
+            recovery: RawRecovery::default(),
+            budgets: RawBudgets::default(),
+            broker: RawBroker::default(),
+            features: RawFeatures::default(),
+        }
+    }
+}

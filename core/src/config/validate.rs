@@ -1,0 +1,425 @@
+//! One validation pass that collects every broken rule.
+
+use core::num::NonZeroU32;
+use core::time::Duration;
+
+use super::valid::{BrokerLimits, Budgets, RecoveryPolicy, ValidConfig};
+use super::{ConfigError, ConfigIssue, LogPolicy, RawConfig};
+
+/// The largest timing we accept: longer values are certainly typos and would overflow
+/// deadline arithmetic in some drivers.
+const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+/// More workers than this is a typo on any machine servery targets.
+const MAX_WORKERS: i64 = 1024;
+
+struct Checker {
+    issues: Vec<ConfigIssue>,
+}
+
+impl Checker {
+    fn fail(&mut self, field: &'static str, rule: impl Into<String>) {
+        self.issues.push(ConfigIssue {
+            field,
+            rule: rule.into(),
+        });
+    }
+
+    /// A duration that must be finite, in range, and either `> 0` or `>= 0`.
+    fn seconds(&mut self, field: &'static str, value: f64, allow_zero: bool) -> Duration {
+        if !value.is_finite() {
+            self.fail(
+                field,
+                format!("must be a finite number of seconds (got {value})"),
+            );
+            return Duration::ZERO;
+        }
+        if allow_zero && value < 0.0 {
+            self.fail(field, format!("must be >= 0 seconds (got {value})"));
+            return Duration::ZERO;
+        }
+        if !allow_zero && value <= 0.0 {
+            self.fail(
+                field,
+                format!("must be > 0 seconds: zero or negative would loop (got {value})"),
+            );
+            return Duration::ZERO;
+        }
+        if value > MAX_SECONDS {
+            self.fail(
+                field,
+                format!("must be <= {MAX_SECONDS} seconds (got {value})"),
+            );
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(value)
+    }
+
+    fn count(&mut self, field: &'static str, value: i64, min: i64, max: i64) -> u64 {
+        if value < min || value > max {
+            self.fail(field, format!("must be in [{min}, {max}] (got {value})"));
+            return 0;
+        }
+        value as u64
+    }
+
+    fn fraction(&mut self, field: &'static str, value: f64) -> f64 {
+        if !(0.0..=1.0).contains(&value) {
+            self.fail(field, format!("must be in [0, 1] (got {value})"));
+            return 0.0;
+        }
+        value
+    }
+}
+
+impl RawConfig {
+    /// Validate everything, reporting every broken rule with its field.
+    pub fn validate(&self) -> Result<ValidConfig, ConfigError> {
+        let mut c = Checker { issues: Vec::new() };
+        let r = &self.recovery;
+
+        let workers = c.count("workers", self.workers, 1, MAX_WORKERS) as u32;
+        let initial = c.seconds(
+            "recovery.restart_backoff_initial",
+            r.restart_backoff_initial,
+            false,
+        );
+        let max = c.seconds("recovery.restart_backoff_max", r.restart_backoff_max, false);
+        if !initial.is_zero() && !max.is_zero() && max < initial {
+            c.fail(
+                "recovery.restart_backoff_max",
+                format!(
+                    "must be >= recovery.restart_backoff_initial ({}): the backoff interval is inverted (got {})",
+                    r.restart_backoff_initial, r.restart_backoff_max
+                ),
+            );
+        }
+        let stable = c.seconds(
+            "recovery.restart_stable_period",
+            r.restart_stable_period,
+            false,
+        );
+        let limit = c.count(
+            "recovery.worker_restart_limit",
+            r.worker_restart_limit,
+            0,
+            1_000_000,
+        ) as u32;
+        let window = c.seconds(
+            "recovery.worker_restart_window",
+            r.worker_restart_window,
+            false,
+        );
+        let max_age = c.seconds("recovery.worker_max_age", r.worker_max_age, true);
+        let age_jitter = c.fraction("recovery.worker_max_age_jitter", r.worker_max_age_jitter);
+        let max_requests = c.count(
+            "recovery.max_requests_per_worker",
+            r.max_requests_per_worker,
+            0,
+            i64::MAX,
+        );
+        let req_jitter = c.fraction("recovery.max_requests_jitter", r.max_requests_jitter);
+        let retry_limit = c.count(
+            "recovery.recycle_retry_limit",
+            r.recycle_retry_limit,
+            1,
+            1_000,
+        ) as u32;
+        let hb_interval = c.seconds("recovery.heartbeat_interval", r.heartbeat_interval, false);
+        let hb_timeout = c.seconds("recovery.heartbeat_timeout", r.heartbeat_timeout, false);
+        if !hb_interval.is_zero() && !hb_timeout.is_zero() && hb_timeout <= hb_interval {
+            c.fail(
+                "recovery.heartbeat_timeout",
+                format!(
+                    "must be > recovery.heartbeat_interval ({}): one late beat would kill a healthy worker (got {})",
+                    r.heartbeat_interval, r.heartbeat_timeout
+                ),
+            );
+        }
+        let start_timeout = c.seconds(
+            "recovery.worker_start_timeout",
+            r.worker_start_timeout,
+            false,
+        );
+        let drain_timeout = c.seconds("recovery.drain_timeout", r.drain_timeout, true);
+        let force_timeout = c.seconds("recovery.force_timeout", r.force_timeout, true);
+        if max_requests > 0 && req_jitter > 0.0 && (max_requests as f64 * (1.0 - req_jitter)) < 1.0
+        {
+            c.fail(
+                "recovery.max_requests_jitter",
+                "with recovery.max_requests_per_worker this small, jitter could recycle after zero requests: lower the jitter or raise the limit",
+            );
+        }
+
+        let b = &self.budgets;
+        let max_connections =
+            c.count("budgets.max_connections", b.max_connections, 1, 1 << 24) as u32;
+        let max_blocking = c.count(
+            "budgets.max_blocking_threads",
+            b.max_blocking_threads,
+            1,
+            4096,
+        ) as u32;
+        let cache = c.count(
+            "budgets.compression_cache_size",
+            b.compression_cache_size,
+            0,
+            i64::MAX,
+        );
+
+        let k = &self.broker;
+        let queue_capacity = c.count("broker.queue_capacity", k.queue_capacity, 1, 1 << 20) as u32;
+        let reply_timeout = c.seconds("broker.reply_timeout", k.reply_timeout, false);
+        let max_leases = c.count("broker.max_leases", k.max_leases, 0, 1 << 24) as u32;
+        let max_dav_locks = c.count("broker.max_dav_locks", k.max_dav_locks, 0, 1 << 24) as u32;
+        let max_active_uploads = c.count(
+            "broker.max_active_uploads",
+            k.max_active_uploads,
+            0,
+            1 << 24,
+        ) as u32;
+        let max_upload_bytes = c.count("broker.max_upload_bytes", k.max_upload_bytes, 0, i64::MAX);
+        let max_partials = c.count(
+            "broker.max_partial_uploads",
+            k.max_partial_uploads,
+            0,
+            1 << 24,
+        ) as u32;
+        let partial_ttl = c.seconds("broker.partial_ttl", k.partial_ttl, false);
+        let lease_ttl = c.seconds("broker.lease_ttl", k.lease_ttl, false);
+        let max_dav_timeout =
+            c.seconds("broker.max_dav_lock_timeout", k.max_dav_lock_timeout, false);
+        let log_capacity = c.count(
+            "broker.log_queue_capacity",
+            k.log_queue_capacity,
+            1,
+            1 << 24,
+        ) as u32;
+        if !reply_timeout.is_zero() && !lease_ttl.is_zero() && lease_ttl <= reply_timeout {
+            c.fail(
+                "broker.lease_ttl",
+                format!(
+                    "must be > broker.reply_timeout ({}): a lease could expire before its grant arrives (got {})",
+                    k.reply_timeout, k.lease_ttl
+                ),
+            );
+        }
+
+        let f = &self.features;
+        if f.uploads && (max_leases == 0 || max_active_uploads == 0 || max_upload_bytes == 0) {
+            c.fail(
+                "features.uploads",
+                "needs broker.max_leases, broker.max_active_uploads and broker.max_upload_bytes > 0: with a zero budget every upload would be refused",
+            );
+        }
+        if f.webdav && max_dav_locks == 0 {
+            c.fail(
+                "features.webdav",
+                "needs broker.max_dav_locks > 0: WebDAV without a lock table cannot honour LOCK",
+            );
+        }
+        if f.tftp_write && !f.tftp {
+            c.fail("features.tftp_write", "needs features.tftp");
+        }
+        if f.tftp_write && !f.uploads {
+            c.fail(
+                "features.tftp_write",
+                "needs features.uploads: TFTP writes share the upload budgets and target leases",
+            );
+        }
+
+        let aggregate = |per: u64, n: u64, field: &'static str, c: &mut Checker| {
+            per.checked_mul(n).unwrap_or_else(|| {
+                c.fail(field, "the process-tree aggregate overflows 64 bits");
+                0
+            })
+        };
+        let n = u64::from(workers);
+        let agg_conn = aggregate(
+            u64::from(max_connections),
+            n,
+            "budgets.max_connections",
+            &mut c,
+        );
+        let agg_cache = aggregate(cache, n, "budgets.compression_cache_size", &mut c);
+        let overlap = aggregate(cache, n + 1, "budgets.compression_cache_size", &mut c);
+
+        if !c.issues.is_empty() {
+            return Err(ConfigError::Invalid(c.issues));
+        }
+        let Some(workers) = NonZeroU32::new(workers) else {
+            unreachable!("workers was checked to be >= 1 above");
+        };
+        Ok(ValidConfig {
+            workers,
+            recovery: RecoveryPolicy {
+                restart_backoff_initial: initial,
+                restart_backoff_max: max,
+                restart_stable_period: stable,
+                worker_restart_limit: limit,
+                worker_restart_window: window,
+                worker_max_age: (!max_age.is_zero()).then_some(max_age),
+                worker_max_age_jitter: age_jitter,
+                max_requests_per_worker: (max_requests > 0).then_some(max_requests),
+                max_requests_jitter: req_jitter,
+                recycle_retry_limit: retry_limit,
+                heartbeat_interval: hb_interval,
+                heartbeat_timeout: hb_timeout,
+                worker_start_timeout: start_timeout,
+                drain_timeout,
+                force_timeout,
+            },
+            budgets: Budgets {
+                max_connections,
+                max_blocking_threads: max_blocking,
+                compression_cache_size: cache,
+            },
+            broker: BrokerLimits {
+                queue_capacity,
+                reply_timeout,
+                max_leases,
+                max_dav_locks,
+                max_active_uploads,
+                max_upload_bytes,
+                max_partial_uploads: max_partials,
+                partial_ttl,
+                lease_ttl,
+                max_dav_lock_timeout: max_dav_timeout,
+                log_queue_capacity: log_capacity,
+                log_policy: match k.log_policy {
+                    LogPolicy::Block => LogPolicy::Block,
+                    LogPolicy::Drop => LogPolicy::Drop,
+                },
+            },
+            features: self.features.clone(),
+            aggregate_connection_limit: agg_conn,
+            aggregate_compression_cache_size: agg_cache,
+            recycling_overlap_compression_bound: overlap,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(raw: &RawConfig) -> Vec<&'static str> {
+        match raw.validate() {
+            Ok(_) => vec![],
+            Err(e) => e.issues().iter().map(|i| i.field).collect(),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_match_the_seed() {
+        let v = RawConfig::default().validate().expect("defaults validate");
+        let r = v.recovery();
+        assert_eq!(r.restart_backoff_initial(), Duration::from_millis(250));
+        assert_eq!(r.restart_backoff_max(), Duration::from_secs(30));
+        assert_eq!(r.worker_restart_limit(), 5);
+        assert_eq!(r.worker_restart_window(), Duration::from_secs(60));
+        assert_eq!(r.worker_max_age(), None);
+        assert_eq!(r.worker_max_age_jitter(), 0.1);
+        assert_eq!(r.max_requests_per_worker(), None);
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once_with_its_field() {
+        let mut raw = RawConfig::default();
+        raw.workers = 0;
+        raw.recovery.restart_backoff_initial = 10.0;
+        raw.recovery.restart_backoff_max = 1.0;
+        raw.recovery.worker_restart_limit = -1;
+        raw.recovery.worker_max_age_jitter = 1.5;
+        raw.recovery.heartbeat_interval = 5.0;
+        raw.recovery.heartbeat_timeout = 5.0;
+        raw.recovery.worker_restart_window = 0.0;
+        raw.recovery.drain_timeout = f64::NAN;
+        raw.features.tftp_write = true;
+        let got = fields(&raw);
+        for want in [
+            "workers",
+            "recovery.restart_backoff_max",
+            "recovery.worker_restart_limit",
+            "recovery.worker_max_age_jitter",
+            "recovery.heartbeat_timeout",
+            "recovery.worker_restart_window",
+            "recovery.drain_timeout",
+            "features.tftp_write",
+        ] {
+            assert!(got.contains(&want), "missing {want} in {got:?}");
+        }
+        let text = raw.validate().expect_err("invalid").to_string();
+        assert!(text.contains("inverted"), "{text}");
+    }
+
+    #[test]
+    fn zero_or_negative_timings_that_would_loop_are_rejected() {
+        for (set, field) in [
+            (
+                (|r: &mut RawConfig| r.recovery.restart_backoff_initial = 0.0)
+                    as fn(&mut RawConfig),
+                "recovery.restart_backoff_initial",
+            ),
+            (
+                |r: &mut RawConfig| r.recovery.heartbeat_interval = -1.0,
+                "recovery.heartbeat_interval",
+            ),
+            (
+                |r: &mut RawConfig| r.recovery.worker_start_timeout = 0.0,
+                "recovery.worker_start_timeout",
+            ),
+            (
+                |r: &mut RawConfig| r.recovery.worker_max_age = -3.0,
+                "recovery.worker_max_age",
+            ),
+            (
+                |r: &mut RawConfig| r.broker.reply_timeout = 0.0,
+                "broker.reply_timeout",
+            ),
+        ] {
+            let mut raw = RawConfig::default();
+            set(&mut raw);
+            assert_eq!(fields(&raw), vec![field]);
+        }
+    }
+
+    #[test]
+    fn zero_limits_that_are_meaningful_are_accepted() {
+        let mut raw = RawConfig::default();
+        raw.recovery.worker_restart_limit = 0;
+        raw.recovery.drain_timeout = 0.0;
+        raw.recovery.force_timeout = 0.0;
+        raw.recovery.worker_max_age = 0.0;
+        raw.recovery.worker_max_age_jitter = 1.0;
+        let v = raw.validate().expect("valid");
+        assert_eq!(v.recovery().worker_restart_limit(), 0);
+    }
+
+    #[test]
+    fn aggregates_are_exact() {
+        let mut raw = RawConfig::default();
+        raw.workers = 4;
+        raw.budgets.max_connections = 1000;
+        raw.budgets.compression_cache_size = 3;
+        let v = raw.validate().expect("valid");
+        assert_eq!(v.aggregate_connection_limit(), 4000);
+        assert_eq!(v.aggregate_compression_cache_size(), 12);
+        assert_eq!(v.recycling_overlap_compression_bound(), 15);
+        raw.budgets.compression_cache_size = i64::MAX;
+        assert_eq!(fields(&raw), vec!["budgets.compression_cache_size"; 2]);
+    }
+
+    #[test]
+    fn incompatible_modes_are_named() {
+        let mut raw = RawConfig::default();
+        raw.features.uploads = true;
+        raw.broker.max_leases = 0;
+        raw.features.webdav = true;
+        raw.broker.max_dav_locks = 0;
+        assert_eq!(fields(&raw), vec!["features.uploads", "features.webdav"]);
+        let mut raw = RawConfig::default();
+        raw.recovery.max_requests_per_worker = 1;
+        raw.recovery.max_requests_jitter = 0.5;
+        assert_eq!(fields(&raw), vec!["recovery.max_requests_jitter"]);
+    }
+}

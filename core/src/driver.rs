@@ -1,0 +1,72 @@
+//! The driver loop, written once. `io-real` and `io-sim` implement [`ParentIo`]; the loop
+//! that feeds events to the [`Parent`], carries out its actions and arms its timer is
+//! this one function, so the code the simulation proves is the code that runs.
+
+use crate::parent::{Parent, ParentAction};
+use crate::supervisor::Event;
+use crate::time::Instant;
+
+/// What woke the driver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wakeup {
+    Event(Instant, Event),
+    /// The deadline passed (or the I/O layer wants a timer check).
+    Timeout(Instant),
+    /// The log writer finished a batch and can take another.
+    LogWritten(Instant),
+    /// The host is gone (a simulated parent crash): stop without cleanup.
+    Halt,
+}
+
+/// The host side of the parent: processes, channels, listeners, files and time.
+pub trait ParentIo {
+    /// Block until something happens or `deadline` passes.
+    fn wait(&mut self, deadline: Option<Instant>) -> Wakeup;
+    /// Carry out one action. `Exit` is performed last, after which `run` returns.
+    fn perform(&mut self, now: Instant, action: ParentAction);
+    /// Whether the sole log writer can take a batch now.
+    fn log_writer_idle(&self) -> bool;
+    /// Hand a batch of access-log records to the writer.
+    fn write_log(&mut self, now: Instant, batch: Vec<String>);
+    /// Called after every step, with the machine settled: the simulator checks
+    /// invariants and traces here.
+    fn observe(&mut self, _now: Instant, _parent: &Parent) {}
+}
+
+/// Largest access-log batch handed to the writer at once.
+pub const LOG_BATCH: usize = 256;
+
+/// Run the parent until it exits (`Some(code)`) or the host halts (`None`).
+pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> Option<i32> {
+    let mut now = start;
+    parent.handle(now, Event::Start);
+    loop {
+        while let Some(action) = parent.poll_action() {
+            if let ParentAction::Exit { code } = action {
+                io.observe(now, parent);
+                io.perform(now, action);
+                return Some(code);
+            }
+            io.perform(now, action);
+        }
+        if io.log_writer_idle() {
+            let batch = parent.take_log_batch(LOG_BATCH);
+            if !batch.is_empty() {
+                io.write_log(now, batch);
+                continue;
+            }
+        }
+        io.observe(now, parent);
+        match io.wait(parent.poll_timeout()) {
+            Wakeup::Event(t, event) => {
+                now = now.max(t);
+                parent.handle(now, event);
+            }
+            Wakeup::Timeout(t) | Wakeup::LogWritten(t) => now = now.max(t),
+            Wakeup::Halt => return None,
+        }
+        if parent.poll_timeout().is_some_and(|d| d <= now) {
+            parent.handle_timeout(now);
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The pure lifecycle core of servery.
+//!
+//! Every machine here is sans-IO in the style of quinn-proto and rustls: it takes events
+//! together with the current time, hands back actions, and reports its next deadline. It
+//! never sleeps, reads a clock, spawns a process, touches a file or draws OS randomness;
+//! time and entropy come in from the driver (`io-real` for production, `io-sim` for the
+//! seeded simulation). The driver loop itself is written once, in [`driver`], over the
+//! [`driver::ParentIo`] trait that both drivers implement.
+#![forbid(unsafe_code)]
+
+pub mod broker;
+pub mod config;
+pub mod driver;
+pub mod ids;
+pub mod parent;
+pub mod proto;
+pub mod rng;
+pub mod singletons;
+pub mod supervisor;
+pub mod time;
+pub mod worker;
+
+pub use config::{ConfigError, RawConfig, ValidConfig};
+pub use ids::{Generation, LeaseId, Slot, WorkerId};
+pub use time::Instant;

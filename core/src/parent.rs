@@ -1,0 +1,232 @@
+//! The parent: the supervisor, the broker and the singletons as one machine, with the
+//! routing between them written once here rather than in each driver.
+//!
+//! - A worker's broker requests go to the broker only while its channel is trusted.
+//! - When the supervisor reports a worker gone, the broker revokes everything it held and
+//!   the driver removes its temporary files, before any replacement can be spawned (the
+//!   supervisor spawns replacements only after the reap, which comes after this).
+//! - A committed generation moves the singletons; the final exit stops them and waits
+//!   for the access-log queue to drain.
+
+use std::collections::VecDeque;
+
+use crate::broker::{Broker, Owner};
+use crate::config::ValidConfig;
+use crate::ids::{Generation, Slot, WorkerId};
+use crate::proto::{ParentMessage, WorkerMessage};
+use crate::rng::CoreRng;
+use crate::singletons::{SingletonAction, SingletonKind, Singletons};
+use crate::supervisor::{Action, Command, Event, FailureReason, Platform, Supervisor};
+use crate::time::{Instant, earliest};
+
+/// What the parent asks its driver to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParentAction {
+    Spawn {
+        worker: WorkerId,
+        slot: Slot,
+        generation: Generation,
+    },
+    Send {
+        worker: WorkerId,
+        message: ParentMessage,
+    },
+    Terminate {
+        worker: WorkerId,
+    },
+    Kill {
+        worker: WorkerId,
+    },
+    CloseListeners,
+    /// Close the worker's channel and delete its private temporary files.
+    CleanupWorker {
+        worker: WorkerId,
+    },
+    Singleton(SingletonAction),
+    GenerationCommitted {
+        generation: Generation,
+    },
+    ServiceFailed {
+        reason: FailureReason,
+        message: String,
+    },
+    ReloadRejected {
+        message: String,
+    },
+    RecyclingSuspended {
+        message: String,
+    },
+    Exit {
+        code: i32,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Parent {
+    supervisor: Supervisor,
+    broker: Broker,
+    singletons: Singletons,
+    pending_exit: Option<i32>,
+    actions: VecDeque<ParentAction>,
+}
+
+impl Parent {
+    /// `seed` comes from OS entropy in production and from the scenario in simulation.
+    pub fn new(config: ValidConfig, platform: Platform, seed: [u8; 32]) -> Self {
+        let mut rng = CoreRng::from_seed(seed);
+        let singletons = Singletons::new(&SingletonKind::enabled_by(config.features()));
+        let broker = Broker::new(config.broker().clone(), rng.fork());
+        Parent {
+            supervisor: Supervisor::new(config, platform, rng.fork()),
+            broker,
+            singletons,
+            pending_exit: None,
+            actions: VecDeque::new(),
+        }
+    }
+
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    pub fn singletons(&self) -> &Singletons {
+        &self.singletons
+    }
+
+    pub fn poll_action(&mut self) -> Option<ParentAction> {
+        self.actions.pop_front()
+    }
+
+    pub fn handle(&mut self, now: Instant, event: Event) {
+        match event {
+            Event::Message {
+                worker,
+                message: WorkerMessage::Broker { id, request },
+            } => {
+                if let (true, Some(generation)) = (
+                    self.supervisor.is_connected(worker),
+                    self.supervisor.worker_generation(worker),
+                ) {
+                    self.broker
+                        .handle_request(now, Owner { worker, generation }, id, request);
+                }
+            }
+            Event::Command(Command::Reload(raw))
+                if raw.features != *self.supervisor.config().features() =>
+            {
+                self.actions.push_back(ParentAction::ReloadRejected {
+                    message: "features cannot change on reload (their owners are started once); restart servery to change them".into(),
+                });
+            }
+            event => self.supervisor.handle(now, event),
+        }
+        self.pump();
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.broker.handle_timeout(now);
+        self.supervisor.handle_timeout(now);
+        self.pump();
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        earliest(self.supervisor.poll_timeout(), self.broker.poll_timeout())
+    }
+
+    /// Up to `max` access-log records for the sole log writer.
+    pub fn take_log_batch(&mut self, max: usize) -> Vec<String> {
+        let batch = self.broker.take_log_batch(max);
+        self.pump();
+        batch
+    }
+
+    fn pump(&mut self) {
+        while let Some(action) = self.supervisor.poll_action() {
+            let routed = match action {
+                Action::Spawn {
+                    worker,
+                    slot,
+                    generation,
+                } => ParentAction::Spawn {
+                    worker,
+                    slot,
+                    generation,
+                },
+                Action::Send { worker, message } => ParentAction::Send { worker, message },
+                Action::Terminate { worker } => ParentAction::Terminate { worker },
+                Action::Kill { worker } => ParentAction::Kill { worker },
+                Action::CloseListeners => ParentAction::CloseListeners,
+                Action::WorkerGone { worker } => {
+                    self.broker.revoke_worker(worker);
+                    ParentAction::CleanupWorker { worker }
+                }
+                Action::GenerationCommitted { generation } => {
+                    if self.pending_exit.is_none() {
+                        self.singletons.committed(generation);
+                    }
+                    ParentAction::GenerationCommitted { generation }
+                }
+                Action::ServiceFailed { reason, message } => {
+                    ParentAction::ServiceFailed { reason, message }
+                }
+                Action::ReloadRejected { message } => ParentAction::ReloadRejected { message },
+                Action::RecyclingSuspended { message } => {
+                    ParentAction::RecyclingSuspended { message }
+                }
+                Action::Exit { code } => {
+                    self.pending_exit = Some(code);
+                    self.singletons.stop();
+                    continue;
+                }
+            };
+            self.actions.push_back(routed);
+            if let Some(config) = self.reloaded_limits() {
+                self.broker.set_limits(config);
+            }
+        }
+        while let Some(action) = self.singletons.poll_action() {
+            self.actions.push_back(ParentAction::Singleton(action));
+        }
+        while let Some((worker, id, reply)) = self.broker.poll_reply() {
+            self.actions.push_back(ParentAction::Send {
+                worker,
+                message: ParentMessage::Broker { id, reply },
+            });
+        }
+        if let Some(code) = self.pending_exit {
+            if self.broker.log().is_empty() {
+                self.pending_exit = None;
+                self.actions.push_back(ParentAction::Exit { code });
+            }
+        }
+    }
+
+    fn reloaded_limits(&self) -> Option<crate::config::BrokerLimits> {
+        let limits = self.supervisor.config().broker();
+        (limits != self.broker_limits()).then(|| limits.clone())
+    }
+
+    fn broker_limits(&self) -> &crate::config::BrokerLimits {
+        self.broker.limits()
+    }
+
+    /// Every machine's invariants, plus the one that joins them: nothing is held by a
+    /// worker whose channel is closed.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.supervisor.check_invariants()?;
+        self.broker.check_invariants()?;
+        self.singletons.check_invariants()?;
+        for holder in self.broker.holders() {
+            if !self.supervisor.is_connected(holder) {
+                return Err(format!(
+                    "broker grants held by disconnected worker {holder}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

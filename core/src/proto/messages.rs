@@ -1,0 +1,150 @@
+//! What the parent and a worker say to each other.
+
+use crate::ids::{Generation, LeaseId, WorkerId};
+
+/// Parent → worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParentMessage {
+    /// First message on every channel: who the worker is and the timings it must keep.
+    Hello {
+        worker: WorkerId,
+        generation: Generation,
+        heartbeat_interval_ms: u64,
+        drain_timeout_ms: u64,
+    },
+    /// The whole quorum is prepared: start accepting.
+    Commit,
+    /// Stop admission, finish in-flight work, exit within `deadline_ms`.
+    Drain { deadline_ms: u64 },
+    /// The answer to the worker's broker request `id`.
+    Broker { id: u64, reply: BrokerReply },
+}
+
+/// Worker → parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerMessage {
+    /// Everything is built; not accepting yet.
+    Prepared,
+    /// The worker cannot start; `error` is its own explanation.
+    StartupFailed { error: String },
+    /// Accepting after COMMIT.
+    Ready,
+    /// Sent from the serving runtime, so a wedged runtime stops beating.
+    Heartbeat { requests: u64, connections: u32 },
+    /// A request to the parent-owned state broker.
+    Broker { id: u64, request: BrokerRequest },
+}
+
+/// A write target with a stable key even before it exists: the parent directory's
+/// identity plus the basename.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TargetKey {
+    pub dir_device: u64,
+    pub dir_inode: u64,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DavDepth {
+    Zero,
+    Infinity,
+}
+
+/// Requests a worker may make of the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerRequest {
+    /// Reserve one active upload of at most `bytes` against the global budgets.
+    ReserveUpload {
+        bytes: u64,
+    },
+    /// Return an upload reservation (idempotent).
+    ReleaseReservation {
+        id: LeaseId,
+    },
+    /// Exclusive right to publish `key`.
+    AcquireLease {
+        key: TargetKey,
+    },
+    /// Push the lease's expiry forward during a long write.
+    RenewLease {
+        id: LeaseId,
+    },
+    /// Give the lease back (idempotent).
+    ReleaseLease {
+        id: LeaseId,
+    },
+    /// Count one outstanding resumable upload of `bytes` for `key`.
+    ReservePartial {
+        key: TargetKey,
+        bytes: u64,
+    },
+    /// Take over an existing partial reservation (after a client reconnect or a restart).
+    AdoptPartial {
+        key: TargetKey,
+    },
+    ReleasePartial {
+        id: LeaseId,
+    },
+    DavLock {
+        resource: String,
+        depth: DavDepth,
+        owner: String,
+        exclusive: bool,
+        timeout_ms: u64,
+    },
+    DavRefresh {
+        token: LeaseId,
+        timeout_ms: u64,
+    },
+    DavUnlock {
+        token: LeaseId,
+    },
+    /// Locks on `resource` or covering it from an ancestor with infinite depth.
+    DavQuery {
+        resource: String,
+    },
+    /// One access-log record for the parent's sole log handle.
+    AppendLog {
+        record: String,
+    },
+}
+
+/// Why the broker said no. Every rejection is deterministic: the same tables and the same
+/// request give the same answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// Someone else holds the lease or lock.
+    Busy,
+    /// A table, budget or queue is full.
+    Saturated,
+    /// The request can never fit the configured budget.
+    TooLarge,
+    /// No such grant (already released, expired or revoked).
+    NotFound,
+    /// The grant exists but belongs to another worker or generation.
+    NotOwner,
+    /// The worker has been revoked (its channel closed or it was reaped).
+    Revoked,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavLockInfo {
+    pub token: LeaseId,
+    pub resource: String,
+    pub depth: DavDepth,
+    pub owner: String,
+    pub exclusive: bool,
+    pub expires_in_ms: u64,
+    pub generation: Generation,
+}
+
+/// The broker's answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerReply {
+    Granted { id: LeaseId, expires_in_ms: u64 },
+    Released,
+    Locks(Vec<DavLockInfo>),
+    Logged,
+    LogDropped,
+    Rejected(Rejection),
+}

@@ -1,0 +1,37 @@
+//! The core's only source of randomness: a ChaCha8 generator seeded by the driver.
+//!
+//! In production the driver seeds it from OS entropy, so lease IDs are unguessable; in
+//! simulation the scenario seed does, so a run replays bit-for-bit.
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+#[derive(Debug, Clone)]
+pub struct CoreRng(ChaCha8Rng);
+
+impl CoreRng {
+    pub fn from_seed(seed: [u8; 32]) -> Self {
+        CoreRng(ChaCha8Rng::from_seed(seed))
+    }
+
+    /// A seed for a sub-machine, so each machine has its own stream and adding draws in
+    /// one does not shift the others.
+    pub fn fork(&mut self) -> CoreRng {
+        let mut seed = [0u8; 32];
+        self.0.fill_bytes(&mut seed);
+        CoreRng::from_seed(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+
+    pub fn next_u128(&mut self) -> u128 {
+        (u128::from(self.0.next_u64()) << 64) | u128::from(self.0.next_u64())
+    }
+
+    /// A uniform draw in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

@@ -1,0 +1,285 @@
+//! Vocabulary of the supervisor: states, reasons, platforms and the events/actions it
+//! exchanges with its driver.
+
+use core::fmt;
+
+use crate::config::RawConfig;
+use crate::ids::{Generation, Slot, WorkerId};
+use crate::proto::{ParentMessage, ProtoError, WorkerMessage};
+
+/// How processes are ended on the host. The supervisor plans differently for each; the
+/// simulator models both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Platform {
+    /// TERM asks a process (group) to stop; KILL cannot be refused.
+    Posix,
+    /// No TERM: terminating a process is immediate (TerminateProcess), so a graceful
+    /// stop must be asked for over the control channel.
+    Windows,
+}
+
+impl Platform {
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Posix => "posix",
+            Platform::Windows => "windows",
+        }
+    }
+}
+
+/// The service as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceState {
+    /// Constructed, not started.
+    Idle,
+    /// The first generation is preparing.
+    Starting,
+    /// The committed generation is serving.
+    Ready,
+    /// Stopping on request: listeners closed, workers draining.
+    Draining,
+    /// Gave up; stopping workers, then exits with the failure's code.
+    Failed,
+    /// Every worker reaped after a requested stop.
+    Stopped,
+}
+
+impl ServiceState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceState::Idle => "idle",
+            ServiceState::Starting => "starting",
+            ServiceState::Ready => "ready",
+            ServiceState::Draining => "draining",
+            ServiceState::Failed => "failed",
+            ServiceState::Stopped => "stopped",
+        }
+    }
+}
+
+/// One worker's lifecycle state as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WorkerState {
+    Spawning,
+    Prepared,
+    Ready,
+    Draining,
+    Exited,
+}
+
+impl WorkerState {
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerState::Spawning => "spawning",
+            WorkerState::Prepared => "prepared",
+            WorkerState::Ready => "ready",
+            WorkerState::Draining => "draining",
+            WorkerState::Exited => "exited",
+        }
+    }
+}
+
+/// Why a worker ended. The names are the reason codes status reports and logs carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExitReason {
+    /// Drained and exited when asked (shutdown, reload, failed generation cleanup).
+    CleanExit,
+    /// Exited or lost its channel without being asked.
+    UnexpectedExit,
+    /// Failed, exited or timed out before READY.
+    StartupFailure,
+    /// Missed heartbeats past `heartbeat_timeout`.
+    HealthFailure,
+    /// Sent a malformed control frame.
+    ProtocolError,
+    /// Recycled after `worker_max_age`.
+    RecycleAge,
+    /// Recycled after `max_requests_per_worker`.
+    RecycleRequests,
+    /// Recycled on operator request (`ctl recycle`).
+    RecycleManual,
+    /// Did not exit by its drain deadline and was killed.
+    ForcedTermination,
+}
+
+impl ExitReason {
+    pub fn code(self) -> &'static str {
+        match self {
+            ExitReason::CleanExit => "clean_exit",
+            ExitReason::UnexpectedExit => "unexpected_exit",
+            ExitReason::StartupFailure => "startup_failure",
+            ExitReason::HealthFailure => "health_failure",
+            ExitReason::ProtocolError => "protocol_error",
+            ExitReason::RecycleAge => "recycle_age",
+            ExitReason::RecycleRequests => "recycle_requests",
+            ExitReason::RecycleManual => "recycle_manual",
+            ExitReason::ForcedTermination => "forced_termination",
+        }
+    }
+
+    /// Reasons that count against the restart limit.
+    pub fn is_fault(self) -> bool {
+        matches!(
+            self,
+            ExitReason::UnexpectedExit
+                | ExitReason::StartupFailure
+                | ExitReason::HealthFailure
+                | ExitReason::ProtocolError
+        )
+    }
+
+    pub fn is_recycle(self) -> bool {
+        matches!(
+            self,
+            ExitReason::RecycleAge | ExitReason::RecycleRequests | ExitReason::RecycleManual
+        )
+    }
+}
+
+impl fmt::Display for ExitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// Why the service failed. Each has its own process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// The first generation could not start.
+    StartupFailure,
+    /// Crash replacement exceeded `worker_restart_limit` (within the window or as a run
+    /// of consecutive unstable restarts).
+    RestartLimit,
+    /// `worker_restart_limit` is 0 and a worker crashed.
+    RestartsDisabled,
+}
+
+impl FailureReason {
+    pub fn code(self) -> &'static str {
+        match self {
+            FailureReason::StartupFailure => "startup_failure",
+            FailureReason::RestartLimit => "restart_limit_exceeded",
+            FailureReason::RestartsDisabled => "restarts_disabled",
+        }
+    }
+
+    /// The parent's process exit code. Distinct from 0 (clean stop), 1 (runtime error)
+    /// and 2 (configuration error).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            FailureReason::StartupFailure => 3,
+            FailureReason::RestartLimit | FailureReason::RestartsDisabled => 4,
+        }
+    }
+}
+
+/// How a reaped process ended, as the host reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exit code {c}"),
+            ExitStatus::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
+/// Operator commands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Graceful stop. Idempotent.
+    Stop,
+    /// Validate this configuration and roll a new generation onto it.
+    Reload(Box<RawConfig>),
+    /// Recycle every worker of the committed generation, one at a time.
+    Recycle,
+}
+
+/// What the driver tells the supervisor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Start,
+    /// The host created the process.
+    Spawned {
+        worker: WorkerId,
+        pid: u32,
+    },
+    /// The host could not create the process at all.
+    SpawnFailed {
+        worker: WorkerId,
+        error: String,
+    },
+    Message {
+        worker: WorkerId,
+        message: WorkerMessage,
+    },
+    /// The worker's channel produced a malformed frame.
+    ProtocolViolation {
+        worker: WorkerId,
+        error: ProtoError,
+    },
+    /// The worker's channel reached EOF.
+    ChannelClosed {
+        worker: WorkerId,
+    },
+    /// The host reaped the process.
+    Exited {
+        worker: WorkerId,
+        status: ExitStatus,
+    },
+    Command(Command),
+}
+
+/// What the supervisor asks the driver to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Spawn {
+        worker: WorkerId,
+        slot: Slot,
+        generation: Generation,
+    },
+    Send {
+        worker: WorkerId,
+        message: ParentMessage,
+    },
+    /// POSIX only: TERM to the worker's process group.
+    Terminate {
+        worker: WorkerId,
+    },
+    /// KILL (POSIX, to the process group) or TerminateProcess (Windows).
+    Kill {
+        worker: WorkerId,
+    },
+    CloseListeners,
+    /// The worker's channel closed or it was reaped: revoke what it held. Emitted exactly
+    /// once per worker, always before any replacement in its slot is spawned.
+    WorkerGone {
+        worker: WorkerId,
+    },
+    /// A generation is committed and serving.
+    GenerationCommitted {
+        generation: Generation,
+    },
+    /// The service entered `failed`.
+    ServiceFailed {
+        reason: FailureReason,
+        message: String,
+    },
+    /// A reload was refused or its candidate generation failed; the old one serves on.
+    ReloadRejected {
+        message: String,
+    },
+    /// Recycling is suspended after repeated replacement failures.
+    RecyclingSuspended {
+        message: String,
+    },
+    /// Every worker is reaped; the parent should exit with this code.
+    Exit {
+        code: i32,
+    },
+}

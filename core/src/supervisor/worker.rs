@@ -1,0 +1,91 @@
+//! The supervisor's record of one worker process.
+
+use crate::ids::{Generation, Slot, WorkerId};
+use crate::time::Instant;
+
+use super::types::{ExitReason, WorkerState};
+
+/// Why a worker exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Part of a generation that is being rolled out (first start or reload).
+    Candidate,
+    /// Serves its slot in the committed generation (including crash replacements).
+    Member,
+    /// Recycle replacement for its slot, waiting to be committed.
+    Replacement,
+    /// No longer serves a slot: draining or being stopped.
+    Retired,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Candidate => "candidate",
+            Role::Member => "member",
+            Role::Replacement => "replacement",
+            Role::Retired => "retired",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub id: WorkerId,
+    pub slot: Slot,
+    pub generation: Generation,
+    pub role: Role,
+    pub state: WorkerState,
+    pub pid: Option<u32>,
+    pub spawned_at: Instant,
+    pub ready_at: Option<Instant>,
+    pub last_beat: Instant,
+    pub requests: u64,
+    pub request_limit: Option<u64>,
+    pub age_deadline: Option<Instant>,
+    pub recycle_due: Option<ExitReason>,
+    /// COMMIT was sent.
+    pub committed: bool,
+    /// WorkerGone was emitted.
+    pub gone: bool,
+    /// The supervisor decided to end this worker, and why.
+    pub ending: Option<ExitReason>,
+    pub drain_deadline: Option<Instant>,
+    pub term_sent: bool,
+    pub kill_at: Option<Instant>,
+    pub kill_sent: bool,
+    /// The worker's own words about why it failed, or the supervisor's.
+    pub error: Option<String>,
+}
+
+impl Worker {
+    pub fn new(id: WorkerId, slot: Slot, generation: Generation, role: Role, now: Instant) -> Self {
+        Worker {
+            id,
+            slot,
+            generation,
+            role,
+            state: WorkerState::Spawning,
+            pid: None,
+            spawned_at: now,
+            ready_at: None,
+            last_beat: now,
+            requests: 0,
+            request_limit: None,
+            age_deadline: None,
+            recycle_due: None,
+            committed: false,
+            gone: false,
+            ending: None,
+            drain_deadline: None,
+            term_sent: false,
+            kill_at: None,
+            kill_sent: false,
+            error: None,
+        }
+    }
+
+    pub fn before_ready(&self) -> bool {
+        matches!(self.state, WorkerState::Spawning | WorkerState::Prepared)
+    }
+}

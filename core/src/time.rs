@@ -1,0 +1,66 @@
+//! Monotonic time as the core sees it: a count of nanoseconds since the driver's epoch.
+
+use core::fmt;
+use core::ops::{Add, Sub};
+use core::time::Duration;
+
+/// A point on the driver's monotonic clock. The core never reads a clock; every event
+/// carries the `Instant` at which the driver observed it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant(u64);
+
+impl Instant {
+    /// The driver's epoch.
+    pub const ZERO: Instant = Instant(0);
+
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Instant(nanos)
+    }
+
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Time elapsed since `earlier`, zero if `earlier` is in the future.
+    pub fn saturating_since(self, earlier: Instant) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, rhs: Duration) -> Instant {
+        Instant(self.0.saturating_add(nanos(rhs)))
+    }
+}
+
+impl Sub<Instant> for Instant {
+    type Output = Duration;
+    fn sub(self, rhs: Instant) -> Duration {
+        self.saturating_since(rhs)
+    }
+}
+
+impl fmt::Display for Instant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{:06}s",
+            self.0 / 1_000_000_000,
+            (self.0 % 1_000_000_000) / 1_000
+        )
+    }
+}
+
+/// The earliest of two optional deadlines.
+pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}

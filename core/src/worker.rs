@@ -1,0 +1,335 @@
+//! The worker's own lifecycle, shared by the real worker process and the simulated one:
+//! HELLO → prepare → PREPARED → COMMIT → accept + READY → heartbeats → drain → exit.
+//!
+//! A worker drains on DRAIN, on TERM, and on control-channel EOF (its parent died): it
+//! stops admission, lets in-flight work finish, and exits by its drain deadline. It never
+//! keeps serving as an orphan.
+
+use core::time::Duration;
+use std::collections::VecDeque;
+
+use crate::ids::{Generation, WorkerId};
+use crate::proto::{ParentMessage, WorkerMessage};
+use crate::time::{Instant, earliest};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for HELLO.
+    Connecting,
+    /// Building listeners, site, caches; not accepting.
+    Preparing,
+    /// PREPARED sent; waiting for COMMIT.
+    Prepared,
+    /// Accepting and serving.
+    Serving,
+    /// Not accepting; finishing in-flight work.
+    Draining,
+    /// Exit requested.
+    Done,
+}
+
+/// What the worker's driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerAction {
+    Send(WorkerMessage),
+    /// Build everything needed to serve (HELLO arrived).
+    Prepare,
+    StartAccepting,
+    /// Stop admission; tell open connections to finish (HTTP/1 `Connection: close`,
+    /// HTTP/2 GOAWAY).
+    StopAccepting,
+    Exit {
+        code: i32,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerLifecycle {
+    phase: Phase,
+    worker: Option<WorkerId>,
+    generation: Generation,
+    heartbeat_interval: Duration,
+    drain_timeout: Duration,
+    next_beat: Option<Instant>,
+    drain_deadline: Option<Instant>,
+    channel_open: bool,
+    in_flight: u32,
+    requests: u64,
+    actions: VecDeque<WorkerAction>,
+}
+
+impl Default for WorkerLifecycle {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WorkerLifecycle {
+    pub fn new() -> Self {
+        WorkerLifecycle {
+            phase: Phase::Connecting,
+            worker: None,
+            generation: Generation(0),
+            heartbeat_interval: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(30),
+            next_beat: None,
+            drain_deadline: None,
+            channel_open: true,
+            in_flight: 0,
+            requests: 0,
+            actions: VecDeque::new(),
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn worker(&self) -> Option<WorkerId> {
+        self.worker
+    }
+
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    pub fn accepting(&self) -> bool {
+        self.phase == Phase::Serving
+    }
+
+    pub fn poll_action(&mut self) -> Option<WorkerAction> {
+        self.actions.pop_front()
+    }
+
+    pub fn on_message(&mut self, now: Instant, message: &ParentMessage) {
+        match *message {
+            ParentMessage::Hello {
+                worker,
+                generation,
+                heartbeat_interval_ms,
+                drain_timeout_ms,
+            } if self.phase == Phase::Connecting => {
+                self.worker = Some(worker);
+                self.generation = generation;
+                self.heartbeat_interval = Duration::from_millis(heartbeat_interval_ms.max(1));
+                self.drain_timeout = Duration::from_millis(drain_timeout_ms);
+                self.phase = Phase::Preparing;
+                self.actions.push_back(WorkerAction::Prepare);
+            }
+            ParentMessage::Commit if self.phase == Phase::Prepared => {
+                self.phase = Phase::Serving;
+                self.actions.push_back(WorkerAction::StartAccepting);
+                self.send(WorkerMessage::Ready);
+                self.next_beat = Some(now + self.heartbeat_interval);
+            }
+            ParentMessage::Drain { deadline_ms } => {
+                self.drain(now, Duration::from_millis(deadline_ms));
+            }
+            _ => {}
+        }
+    }
+
+    /// Preparation finished.
+    pub fn prepared(&mut self, now: Instant) {
+        if self.phase == Phase::Preparing {
+            self.phase = Phase::Prepared;
+            self.send(WorkerMessage::Prepared);
+            // Beat while waiting for the quorum too, so a slow barrier is not a hang.
+            self.next_beat = Some(now + self.heartbeat_interval);
+        }
+    }
+
+    /// Preparation failed: say why, then exit.
+    pub fn startup_failed(&mut self, error: String) {
+        if matches!(
+            self.phase,
+            Phase::Connecting | Phase::Preparing | Phase::Prepared
+        ) {
+            self.send(WorkerMessage::StartupFailed { error });
+            self.exit(1);
+        }
+    }
+
+    pub fn connection_opened(&mut self) {
+        self.in_flight += 1;
+    }
+
+    pub fn connection_closed(&mut self, now: Instant) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.maybe_finish(now);
+    }
+
+    pub fn request_served(&mut self) {
+        self.requests += 1;
+    }
+
+    /// The parent is gone (EOF on the control channel): drain on our own clock.
+    pub fn channel_closed(&mut self, now: Instant) {
+        self.channel_open = false;
+        self.next_beat = None;
+        if matches!(
+            self.phase,
+            Phase::Connecting | Phase::Preparing | Phase::Prepared
+        ) {
+            return self.exit(1);
+        }
+        self.drain(now, self.drain_timeout);
+    }
+
+    /// TERM: drain, but the parent's KILL follows soon, so do not dawdle.
+    pub fn terminate(&mut self, now: Instant) {
+        if matches!(
+            self.phase,
+            Phase::Connecting | Phase::Preparing | Phase::Prepared
+        ) {
+            return self.exit(0);
+        }
+        self.drain(now, Duration::ZERO);
+    }
+
+    fn drain(&mut self, now: Instant, within: Duration) {
+        match self.phase {
+            Phase::Serving => {
+                self.phase = Phase::Draining;
+                self.actions.push_back(WorkerAction::StopAccepting);
+                self.drain_deadline = Some(now + within);
+                self.maybe_finish(now);
+            }
+            Phase::Draining => {
+                let deadline = now + within;
+                if self.drain_deadline.is_none_or(|d| deadline < d) {
+                    self.drain_deadline = Some(deadline);
+                }
+                self.maybe_finish(now);
+            }
+            Phase::Connecting | Phase::Preparing | Phase::Prepared => self.exit(0),
+            Phase::Done => {}
+        }
+    }
+
+    fn maybe_finish(&mut self, now: Instant) {
+        if self.phase == Phase::Draining
+            && (self.in_flight == 0 || self.drain_deadline.is_some_and(|d| d <= now))
+        {
+            self.exit(0);
+        }
+    }
+
+    fn exit(&mut self, code: i32) {
+        if self.phase != Phase::Done {
+            self.phase = Phase::Done;
+            self.next_beat = None;
+            self.actions.push_back(WorkerAction::Exit { code });
+        }
+    }
+
+    fn send(&mut self, message: WorkerMessage) {
+        if self.channel_open {
+            self.actions.push_back(WorkerAction::Send(message));
+        }
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        earliest(
+            self.next_beat,
+            (self.phase == Phase::Draining)
+                .then_some(self.drain_deadline)
+                .flatten(),
+        )
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant, connections: u32) {
+        if let Some(t) = self.next_beat {
+            if t <= now && self.channel_open {
+                self.send(WorkerMessage::Heartbeat {
+                    requests: self.requests,
+                    connections,
+                });
+                self.next_beat = Some(now + self.heartbeat_interval);
+            }
+        }
+        self.maybe_finish(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain_actions(w: &mut WorkerLifecycle) -> Vec<WorkerAction> {
+        std::iter::from_fn(|| w.poll_action()).collect()
+    }
+
+    fn hello() -> ParentMessage {
+        ParentMessage::Hello {
+            worker: WorkerId(3),
+            generation: Generation(1),
+            heartbeat_interval_ms: 100,
+            drain_timeout_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn barrier_then_beats_then_drain_on_parent_death() {
+        let mut w = WorkerLifecycle::new();
+        let t = Instant::ZERO;
+        w.on_message(t, &ParentMessage::Commit);
+        assert!(
+            drain_actions(&mut w).is_empty(),
+            "COMMIT before HELLO means nothing"
+        );
+        w.on_message(t, &hello());
+        assert_eq!(drain_actions(&mut w), [WorkerAction::Prepare]);
+        w.prepared(t);
+        assert_eq!(
+            drain_actions(&mut w),
+            [WorkerAction::Send(WorkerMessage::Prepared)]
+        );
+        w.on_message(t, &ParentMessage::Commit);
+        assert_eq!(
+            drain_actions(&mut w),
+            [
+                WorkerAction::StartAccepting,
+                WorkerAction::Send(WorkerMessage::Ready)
+            ]
+        );
+        w.connection_opened();
+        let t1 = t + Duration::from_millis(100);
+        assert_eq!(w.poll_timeout(), Some(t1));
+        w.handle_timeout(t1, 1);
+        assert!(matches!(
+            drain_actions(&mut w)[..],
+            [WorkerAction::Send(WorkerMessage::Heartbeat { .. })]
+        ));
+        w.channel_closed(t1);
+        assert_eq!(drain_actions(&mut w), [WorkerAction::StopAccepting]);
+        assert!(!w.accepting());
+        let deadline = t1 + Duration::from_millis(1000);
+        assert_eq!(w.poll_timeout(), Some(deadline));
+        w.handle_timeout(deadline, 1);
+        assert_eq!(drain_actions(&mut w), [WorkerAction::Exit { code: 0 }]);
+    }
+
+    #[test]
+    fn drain_finishes_when_the_last_connection_closes() {
+        let mut w = WorkerLifecycle::new();
+        let t = Instant::ZERO;
+        w.on_message(t, &hello());
+        w.prepared(t);
+        w.on_message(t, &ParentMessage::Commit);
+        w.connection_opened();
+        drain_actions(&mut w);
+        w.on_message(t, &ParentMessage::Drain { deadline_ms: 5000 });
+        assert_eq!(drain_actions(&mut w), [WorkerAction::StopAccepting]);
+        w.connection_closed(t);
+        assert_eq!(drain_actions(&mut w), [WorkerAction::Exit { code: 0 }]);
+    }
+}
