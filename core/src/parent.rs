@@ -197,11 +197,11 @@ impl Parent {
                 message: ParentMessage::Broker { id, reply },
             });
         }
-        if let Some(code) = self.pending_exit {
-            if self.broker.log().is_empty() {
-                self.pending_exit = None;
-                self.actions.push_back(ParentAction::Exit { code });
-            }
+        if let Some(code) = self.pending_exit
+            && self.broker.log().is_empty()
+        {
+            self.pending_exit = None;
+            self.actions.push_back(ParentAction::Exit { code });
         }
     }
 

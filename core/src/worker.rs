@@ -247,14 +247,15 @@ impl WorkerLifecycle {
     }
 
     pub fn handle_timeout(&mut self, now: Instant, connections: u32) {
-        if let Some(t) = self.next_beat {
-            if t <= now && self.channel_open {
-                self.send(WorkerMessage::Heartbeat {
-                    requests: self.requests,
-                    connections,
-                });
-                self.next_beat = Some(now + self.heartbeat_interval);
-            }
+        if let Some(t) = self.next_beat
+            && t <= now
+            && self.channel_open
+        {
+            self.send(WorkerMessage::Heartbeat {
+                requests: self.requests,
+                connections,
+            });
+            self.next_beat = Some(now + self.heartbeat_interval);
         }
         self.maybe_finish(now);
     }

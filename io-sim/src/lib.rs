@@ -1,1 +1,35 @@
+//! Deterministic discrete-event simulation of servery's host: worker processes with
+//! fault models, control channels, the shared listener, clients, a file system for the
+//! write flow, and the parent's log writer.
+//!
+//! [`SimWorld`] implements the core's [`servery_core::driver::ParentIo`], so a
+//! simulation runs the very driver loop production runs. Virtual time jumps to the next
+//! event; events are ordered by (time, sequence); every choice is drawn from one seeded
+//! [`rng::SimRng`], so a seed replays bit-for-bit.
 #![forbid(unsafe_code)]
+
+mod fs;
+mod outcome;
+mod plan;
+mod process;
+pub mod rng;
+mod trace;
+mod world;
+
+pub use outcome::{LogStats, Outcome, RequestStats, UploadStats};
+pub use plan::{Behavior, BehaviorFn, Fault, SimCommand, SimSpec, SpawnInfo, Workload};
+pub use world::SimWorld;
+
+use servery_core::driver;
+use servery_core::parent::Parent;
+
+/// Run one simulation to its end and return what happened.
+pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
+    let config = spec.config.validate()?;
+    let platform = spec.platform;
+    let mut world = SimWorld::new(spec);
+    let seed = world.rng_seed();
+    let mut parent = Parent::new(config, platform, seed);
+    let exit = driver::run(&mut parent, &mut world, servery_core::Instant::ZERO);
+    Ok(world.finish(exit))
+}

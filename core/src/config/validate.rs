@@ -324,8 +324,10 @@ mod tests {
 
     #[test]
     fn every_error_is_reported_at_once_with_its_field() {
-        let mut raw = RawConfig::default();
-        raw.workers = 0;
+        let mut raw = RawConfig {
+            workers: 0,
+            ..RawConfig::default()
+        };
         raw.recovery.restart_backoff_initial = 10.0;
         raw.recovery.restart_backoff_max = 1.0;
         raw.recovery.worker_restart_limit = -1;
@@ -397,8 +399,10 @@ mod tests {
 
     #[test]
     fn aggregates_are_exact() {
-        let mut raw = RawConfig::default();
-        raw.workers = 4;
+        let mut raw = RawConfig {
+            workers: 4,
+            ..RawConfig::default()
+        };
         raw.budgets.max_connections = 1000;
         raw.budgets.compression_cache_size = 3;
         let v = raw.validate().expect("valid");

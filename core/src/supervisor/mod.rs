@@ -295,14 +295,16 @@ impl Supervisor {
     }
 
     fn commit_worker(&mut self, id: WorkerId) {
-        if let Some(w) = self.workers.get_mut(&id) {
-            if w.state == WorkerState::Prepared && !w.committed && w.ending.is_none() {
-                w.committed = true;
-                self.actions.push_back(Action::Send {
-                    worker: id,
-                    message: ParentMessage::Commit,
-                });
-            }
+        if let Some(w) = self.workers.get_mut(&id)
+            && w.state == WorkerState::Prepared
+            && !w.committed
+            && w.ending.is_none()
+        {
+            w.committed = true;
+            self.actions.push_back(Action::Send {
+                worker: id,
+                message: ParentMessage::Commit,
+            });
         }
     }
 
@@ -553,11 +555,11 @@ impl Supervisor {
 
     /// Revoke what the worker holds: its channel is closed or untrusted.
     fn gone(&mut self, id: WorkerId) {
-        if let Some(w) = self.workers.get_mut(&id) {
-            if !w.gone {
-                w.gone = true;
-                self.actions.push_back(Action::WorkerGone { worker: id });
-            }
+        if let Some(w) = self.workers.get_mut(&id)
+            && !w.gone
+        {
+            w.gone = true;
+            self.actions.push_back(Action::WorkerGone { worker: id });
         }
     }
 
@@ -653,13 +655,12 @@ impl Supervisor {
         let _ = reason;
         // A recycle of this slot loses its old worker: the replacement, if any, takes
         // the slot directly.
-        if let Some(rec) = self.recycle.take_if(|r| r.old == w.id) {
-            if let Some(rep) = rec.replacement {
-                if let Some(rw) = self.workers.get_mut(&rep) {
-                    rw.role = Role::Member;
-                    self.slots[slot_index].member = Some(rep);
-                }
-            }
+        if let Some(rec) = self.recycle.take_if(|r| r.old == w.id)
+            && let Some(rep) = rec.replacement
+            && let Some(rw) = self.workers.get_mut(&rep)
+        {
+            rw.role = Role::Member;
+            self.slots[slot_index].member = Some(rep);
         }
         match decision {
             RestartDecision::GiveUp(reason) => {
@@ -897,14 +898,15 @@ impl Supervisor {
                 continue;
             };
             match w.state {
-                WorkerState::Spawning | WorkerState::Prepared => {
-                    if w.ending.is_none() && now >= w.spawned_at + policy.worker_start_timeout() {
-                        let msg = format!(
-                            "not ready within worker_start_timeout ({:?})",
-                            policy.worker_start_timeout()
-                        );
-                        self.fault(now, id, ExitReason::StartupFailure, msg);
-                    }
+                WorkerState::Spawning | WorkerState::Prepared
+                    if w.ending.is_none()
+                        && now >= w.spawned_at + policy.worker_start_timeout() =>
+                {
+                    let msg = format!(
+                        "not ready within worker_start_timeout ({:?})",
+                        policy.worker_start_timeout()
+                    );
+                    self.fault(now, id, ExitReason::StartupFailure, msg);
                 }
                 WorkerState::Ready if w.ending.is_none() => {
                     if now >= w.last_beat + policy.heartbeat_timeout() {
@@ -920,10 +922,12 @@ impl Supervisor {
                         w.recycle_due = Some(ExitReason::RecycleAge);
                     }
                 }
-                WorkerState::Draining => {
-                    if !w.term_sent && !w.kill_sent && w.drain_deadline.is_some_and(|t| t <= now) {
-                        self.escalate(now, id);
-                    }
+                WorkerState::Draining
+                    if !w.term_sent
+                        && !w.kill_sent
+                        && w.drain_deadline.is_some_and(|t| t <= now) =>
+                {
+                    self.escalate(now, id);
                 }
                 _ => {}
             }

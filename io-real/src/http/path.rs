@@ -58,7 +58,11 @@ pub struct RequestPath {
 
 /// Everything except RFC 3986 unreserved characters is encoded, so a name can never be read
 /// as a scheme (`javascript:`), a query, a fragment or a separator when used in a link.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Percent-encodes one path segment (a file name) for use in a URL.
 pub fn encode_segment(name: &str) -> String {
@@ -190,7 +194,14 @@ mod tests {
 
     #[test]
     fn climbing_above_root_is_refused() {
-        for raw in ["/..", "/../etc/passwd", "/a/../../b", "/%2e%2e/x", "/.%2E/x", "/a/%2e%2e/%2e%2e"] {
+        for raw in [
+            "/..",
+            "/../etc/passwd",
+            "/a/../../b",
+            "/%2e%2e/x",
+            "/.%2E/x",
+            "/a/%2e%2e/%2e%2e",
+        ] {
             assert_eq!(parse(raw), Err(PathError::EscapesRoot), "{raw}");
         }
     }
@@ -230,8 +241,14 @@ mod tests {
     #[test]
     fn hrefs_are_encoded_and_never_protocol_relative() {
         let p = parse("//evil.example/x y").ok();
-        assert_eq!(p.map(|p| p.dir_href()).as_deref(), Some("/evil.example/x%20y/"));
-        assert_eq!(encode_segment("javascript:alert(1)"), "javascript%3Aalert%281%29");
+        assert_eq!(
+            p.map(|p| p.dir_href()).as_deref(),
+            Some("/evil.example/x%20y/")
+        );
+        assert_eq!(
+            encode_segment("javascript:alert(1)"),
+            "javascript%3Aalert%281%29"
+        );
         assert_eq!(encode_segment("<b>&\"x\""), "%3Cb%3E%26%22x%22");
         assert_eq!(encode_segment("a-b_c.d~"), "a-b_c.d~");
     }

@@ -1,0 +1,177 @@
+//! The response body type: in-memory bytes, or a file streamed in bounded chunks.
+//!
+//! File chunks are read with plain `std::fs::File` reads on tokio's blocking pool, one chunk
+//! at a time, and the next chunk is requested as soon as the previous one is handed to hyper,
+//! so disk and socket overlap while at most two chunks per response are in memory.
+
+use std::fs::File;
+use std::future::Future;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Frame, SizeHint};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+/// Every response body this module produces.
+pub type Body = BoxBody<Bytes, io::Error>;
+
+/// Size of one streamed file chunk.
+pub const CHUNK_SIZE: usize = 128 * 1024;
+
+/// A body that is entirely in memory.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A body with no bytes (HEAD, 204, 304).
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// Streams `len` bytes of `file` starting at `start`. Needs a tokio runtime (for the
+/// blocking pool); the caller is an async request handler, which has one.
+pub fn file(file: File, start: u64, len: u64, runtime: Handle) -> Body {
+    BoxBody::new(FileBody {
+        state: State::Idle {
+            file,
+            seek_to: Some(start),
+        },
+        remaining: len,
+        runtime,
+    })
+}
+
+type Chunk = io::Result<(File, Vec<u8>)>;
+
+#[derive(Debug)]
+enum State {
+    Idle { file: File, seek_to: Option<u64> },
+    Reading(JoinHandle<Chunk>),
+    Done,
+}
+
+#[derive(Debug)]
+struct FileBody {
+    state: State,
+    /// Bytes not yet handed to hyper.
+    remaining: u64,
+    runtime: Handle,
+}
+
+impl FileBody {
+    fn start_read(&mut self, file: File, seek_to: Option<u64>) {
+        let want = usize::try_from(self.remaining.min(CHUNK_SIZE as u64)).unwrap_or(CHUNK_SIZE);
+        self.state = State::Reading(
+            self.runtime
+                .spawn_blocking(move || read_chunk(file, seek_to, want)),
+        );
+    }
+}
+
+/// Reads exactly `want` bytes; a file that shrank under us is an error, because the
+/// Content-Length we already sent would otherwise be a lie.
+fn read_chunk(mut file: File, seek_to: Option<u64>, want: usize) -> Chunk {
+    if let Some(offset) = seek_to {
+        file.seek(SeekFrom::Start(offset))?;
+    }
+    let mut buf = vec![0; want];
+    let mut filled = 0;
+    while filled < want {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while being served",
+                ));
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((file, buf))
+}
+
+impl hyper::body::Body for FileBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = &mut *self;
+        loop {
+            match std::mem::replace(&mut this.state, State::Done) {
+                State::Done => return Poll::Ready(None),
+                State::Idle { .. } if this.remaining == 0 => return Poll::Ready(None),
+                State::Idle { file, seek_to } => this.start_read(file, seek_to),
+                State::Reading(mut task) => {
+                    let chunk = match Pin::new(&mut task).poll(cx) {
+                        Poll::Pending => {
+                            this.state = State::Reading(task);
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(Err(join)) => Err(io::Error::other(join)),
+                        Poll::Ready(Ok(chunk)) => chunk,
+                    };
+                    // An error leaves the state Done: hyper aborts the response.
+                    let (file, buf) = chunk?;
+                    this.remaining -= buf.len() as u64;
+                    if this.remaining > 0 {
+                        this.start_read(file, None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn temp_file(name: &str, contents: &[u8]) -> (std::path::PathBuf, File) {
+        let path = std::env::temp_dir().join(format!("servery-body-{}-{name}", std::process::id()));
+        let mut f = File::create(&path).expect("create temp file");
+        f.write_all(contents).expect("write temp file");
+        (path.clone(), File::open(&path).expect("reopen temp file"))
+    }
+
+    #[tokio::test]
+    async fn streams_the_requested_slice_in_chunks() {
+        let data: Vec<u8> = (0..(CHUNK_SIZE * 2 + 100))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let (path, f) = temp_file("slice", &data);
+        let body = file(f, 7, (CHUNK_SIZE + 50) as u64, Handle::current());
+        let got = body.collect().await.expect("body").to_bytes();
+        assert_eq!(&got[..], &data[7..7 + CHUNK_SIZE + 50]);
+        std::fs::remove_file(path).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn a_file_shorter_than_promised_is_an_error() {
+        let (path, f) = temp_file("short", b"abc");
+        let body = file(f, 0, 10, Handle::current());
+        assert!(body.collect().await.is_err());
+        std::fs::remove_file(path).expect("cleanup");
+    }
+}

@@ -1,0 +1,448 @@
+//! Validators and conditional-request evaluation (RFC 9110 §8.8 and §13).
+//!
+//! The ETag is derived from `(inode, length, mtime in nanoseconds)` and is sent as a
+//! *strong* tag: any write that changes the bytes changes the size or the nanosecond mtime
+//! on every file system we serve from, and an atomic replace (the way servery publishes
+//! uploads) changes the inode. Hashing content would be stronger still but costs a full read
+//! per request; that belongs to `Repr-Digest`, not to the validator.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, Method, header};
+
+/// The validators of one representation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validators {
+    opaque: String,
+    modified_secs: u64,
+}
+
+impl Validators {
+    /// Builds validators from file identity; `mtime` before the epoch counts as the epoch.
+    pub fn new(inode: u64, len: u64, mtime: SystemTime) -> Self {
+        let since_epoch = mtime.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+        Self {
+            opaque: format!("{inode:x}-{len:x}-{:x}", since_epoch.as_nanos()),
+            modified_secs: since_epoch.as_secs(),
+        }
+    }
+
+    /// Builds validators from an open file's metadata.
+    pub fn from_metadata(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(meta);
+        // Elsewhere there is no cheap stable identity; length and mtime still cover writes.
+        #[cfg(not(unix))]
+        let inode = 0;
+        Self::new(inode, meta.len(), meta.modified().unwrap_or(UNIX_EPOCH))
+    }
+
+    /// The `ETag` header value, quoted.
+    pub fn etag(&self) -> String {
+        format!("\"{}\"", self.opaque)
+    }
+
+    /// The `Last-Modified` header value.
+    pub fn last_modified(&self) -> String {
+        httpdate::fmt_http_date(self.modified_time())
+    }
+
+    fn modified_time(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(self.modified_secs)
+    }
+}
+
+/// The outcome of the precondition ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    /// Serve normally; `range_applies` says whether a `Range` header may be honoured.
+    Proceed {
+        /// False when the method is not GET or `If-Range` did not match.
+        range_applies: bool,
+    },
+    /// 304 Not Modified.
+    NotModified,
+    /// 412 Precondition Failed.
+    Failed,
+}
+
+/// Evaluates the RFC 9110 §13.2.2 ladder, in its order:
+/// If-Match, else If-Unmodified-Since; then If-None-Match, else If-Modified-Since;
+/// then If-Range for a GET carrying Range.
+pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators) -> Precondition {
+    let safe = method == Method::GET || method == Method::HEAD;
+
+    if headers.contains_key(header::IF_MATCH) {
+        if !tag_list_matches(headers, header::IF_MATCH, v, Compare::Strong) {
+            return Precondition::Failed;
+        }
+    } else if single_date(headers, header::IF_UNMODIFIED_SINCE).is_some_and(|d| v.modified_secs > d)
+    {
+        return Precondition::Failed;
+    }
+
+    if headers.contains_key(header::IF_NONE_MATCH) {
+        if tag_list_matches(headers, header::IF_NONE_MATCH, v, Compare::Weak) {
+            return if safe {
+                Precondition::NotModified
+            } else {
+                Precondition::Failed
+            };
+        }
+    } else if safe
+        && single_date(headers, header::IF_MODIFIED_SINCE).is_some_and(|d| v.modified_secs <= d)
+    {
+        return Precondition::NotModified;
+    }
+
+    let range_applies = method == Method::GET
+        && (!headers.contains_key(header::RANGE) || if_range_matches(headers, v));
+    Precondition::Proceed { range_applies }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compare {
+    Strong,
+    Weak,
+}
+
+/// A parsed `entity-tag`: weakness flag and the opaque part without quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EntityTag<'a> {
+    weak: bool,
+    opaque: &'a str,
+}
+
+impl EntityTag<'_> {
+    fn matches(&self, v: &Validators, how: Compare) -> bool {
+        // Our own tag is strong, so only the peer's weakness matters for strong comparison.
+        (how == Compare::Weak || !self.weak) && self.opaque == v.opaque
+    }
+}
+
+/// Whether any field line of an `If-Match`/`If-None-Match` list matches. A line that does
+/// not parse matches nothing, which fails closed for If-Match and open for If-None-Match.
+fn tag_list_matches(
+    headers: &HeaderMap,
+    name: header::HeaderName,
+    v: &Validators,
+    how: Compare,
+) -> bool {
+    headers.get_all(name).iter().any(|value| {
+        let Ok(text) = value.to_str() else {
+            return false;
+        };
+        if text.trim() == "*" {
+            return true;
+        }
+        parse_tag_list(text).is_some_and(|tags| tags.iter().any(|t| t.matches(v, how)))
+    })
+}
+
+/// `#entity-tag`: comma-separated, optional whitespace, empty elements allowed.
+fn parse_tag_list(text: &str) -> Option<Vec<EntityTag<'_>>> {
+    let mut tags = Vec::new();
+    let mut rest = text.trim_start_matches([' ', '\t', ',']);
+    while !rest.is_empty() {
+        let (tag, after) = parse_tag(rest)?;
+        tags.push(tag);
+        let after = after.trim_start_matches([' ', '\t']);
+        if !(after.is_empty() || after.starts_with(',')) {
+            return None;
+        }
+        rest = after.trim_start_matches([' ', '\t', ',']);
+    }
+    Some(tags)
+}
+
+/// One `entity-tag` at the start of `s`; returns it and the unparsed rest.
+fn parse_tag(s: &str) -> Option<(EntityTag<'_>, &str)> {
+    let (weak, quoted) = match s.strip_prefix("W/") {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    let inner = quoted.strip_prefix('"')?;
+    let close = inner.find('"')?;
+    let opaque = &inner[..close];
+    // etagc = %x21 / %x23-7E / obs-text; to_str() already excluded obs-text.
+    if !opaque
+        .bytes()
+        .all(|b| b == 0x21 || (0x23..=0x7e).contains(&b))
+    {
+        return None;
+    }
+    Some((EntityTag { weak, opaque }, &inner[close + 1..]))
+}
+
+/// An HTTP-date from a header that must appear exactly once; anything else is ignored
+/// (RFC 9110 §13.1.3/§13.1.4), as seconds since the epoch.
+fn single_date(headers: &HeaderMap, name: header::HeaderName) -> Option<u64> {
+    let mut values = headers.get_all(name).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let date = httpdate::parse_http_date(value.to_str().ok()?.trim()).ok()?;
+    Some(date.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))
+}
+
+/// `If-Range`: a strong tag that matches exactly, or a date equal to Last-Modified.
+/// Absent means "no condition". Anything unparsable means "send the whole thing".
+fn if_range_matches(headers: &HeaderMap, v: &Validators) -> bool {
+    let mut values = headers.get_all(header::IF_RANGE).iter();
+    let value = match (values.next(), values.next()) {
+        (None, _) => return true,
+        (Some(value), None) => value,
+        (Some(_), Some(_)) => return false,
+    };
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    let text = text.trim();
+    if text.starts_with('"') || text.starts_with("W/") {
+        return match parse_tag(text) {
+            Some((tag, rest)) if rest.trim().is_empty() => tag.matches(v, Compare::Strong),
+            _ => false,
+        };
+    }
+    httpdate::parse_http_date(text).is_ok_and(|date| date == v.modified_time())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    const MTIME_SECS: u64 = 1_700_000_000;
+
+    fn validators() -> Validators {
+        Validators::new(0x2a, 100, UNIX_EPOCH + Duration::new(MTIME_SECS, 123))
+    }
+
+    fn date(secs: u64) -> String {
+        httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs))
+    }
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                name.clone(),
+                HeaderValue::from_str(value).expect("test header"),
+            );
+        }
+        map
+    }
+
+    fn get(pairs: &[(header::HeaderName, &str)]) -> Precondition {
+        evaluate(&Method::GET, &headers(pairs), &validators())
+    }
+
+    const PROCEED: Precondition = Precondition::Proceed {
+        range_applies: true,
+    };
+    const NO_RANGE: Precondition = Precondition::Proceed {
+        range_applies: false,
+    };
+
+    #[test]
+    fn etag_shape() {
+        let v = validators();
+        assert_eq!(
+            v.etag(),
+            format!(
+                "\"2a-64-{:x}\"",
+                u128::from(MTIME_SECS) * 1_000_000_000 + 123
+            )
+        );
+        assert_eq!(v.last_modified(), date(MTIME_SECS));
+        assert_ne!(
+            v.etag(),
+            Validators::new(0x2a, 100, UNIX_EPOCH + Duration::new(MTIME_SECS, 124)).etag()
+        );
+    }
+
+    #[test]
+    fn no_conditions_proceed() {
+        assert_eq!(get(&[]), PROCEED);
+    }
+
+    #[test]
+    fn if_match() {
+        let etag = validators().etag();
+        assert_eq!(get(&[(header::IF_MATCH, &etag)]), PROCEED);
+        assert_eq!(get(&[(header::IF_MATCH, "*")]), PROCEED);
+        assert_eq!(
+            get(&[(header::IF_MATCH, &format!("\"x\", {etag}"))]),
+            PROCEED
+        );
+        assert_eq!(get(&[(header::IF_MATCH, "\"x\"")]), Precondition::Failed);
+        // Strong comparison: a weak tag never satisfies If-Match.
+        assert_eq!(
+            get(&[(header::IF_MATCH, &format!("W/{etag}"))]),
+            Precondition::Failed
+        );
+        assert_eq!(get(&[(header::IF_MATCH, "garbage")]), Precondition::Failed);
+        // Second field line is part of the same list.
+        assert_eq!(
+            get(&[(header::IF_MATCH, "\"x\""), (header::IF_MATCH, &etag)]),
+            PROCEED
+        );
+    }
+
+    #[test]
+    fn if_match_takes_precedence_over_if_unmodified_since() {
+        let etag = validators().etag();
+        let old = date(MTIME_SECS - 10);
+        // IUS alone would fail; If-Match present means IUS is not evaluated.
+        assert_eq!(
+            get(&[(header::IF_UNMODIFIED_SINCE, &old)]),
+            Precondition::Failed
+        );
+        assert_eq!(
+            get(&[
+                (header::IF_MATCH, &etag),
+                (header::IF_UNMODIFIED_SINCE, &old)
+            ]),
+            PROCEED
+        );
+        assert_eq!(
+            get(&[(header::IF_UNMODIFIED_SINCE, &date(MTIME_SECS))]),
+            PROCEED
+        );
+        assert_eq!(get(&[(header::IF_UNMODIFIED_SINCE, "not a date")]), PROCEED);
+    }
+
+    #[test]
+    fn if_none_match() {
+        let etag = validators().etag();
+        assert_eq!(
+            get(&[(header::IF_NONE_MATCH, &etag)]),
+            Precondition::NotModified
+        );
+        // Weak comparison: a weak form of our tag matches.
+        assert_eq!(
+            get(&[(header::IF_NONE_MATCH, &format!("W/{etag}"))]),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            get(&[(header::IF_NONE_MATCH, "*")]),
+            Precondition::NotModified
+        );
+        assert_eq!(get(&[(header::IF_NONE_MATCH, "\"other\"")]), PROCEED);
+        assert_eq!(get(&[(header::IF_NONE_MATCH, "garbage")]), PROCEED);
+        let head = evaluate(
+            &Method::HEAD,
+            &headers(&[(header::IF_NONE_MATCH, &etag)]),
+            &validators(),
+        );
+        assert_eq!(head, Precondition::NotModified);
+        let delete = evaluate(
+            &Method::DELETE,
+            &headers(&[(header::IF_NONE_MATCH, &etag)]),
+            &validators(),
+        );
+        assert_eq!(delete, Precondition::Failed);
+    }
+
+    #[test]
+    fn if_match_failure_beats_if_none_match() {
+        let etag = validators().etag();
+        let h = [
+            (header::IF_MATCH, "\"x\""),
+            (header::IF_NONE_MATCH, etag.as_str()),
+        ];
+        assert_eq!(get(&h), Precondition::Failed);
+    }
+
+    #[test]
+    fn if_none_match_takes_precedence_over_if_modified_since() {
+        let future = date(MTIME_SECS + 10);
+        assert_eq!(
+            get(&[(header::IF_MODIFIED_SINCE, &future)]),
+            Precondition::NotModified
+        );
+        // A non-matching INM means IMS is ignored: the representation is sent.
+        assert_eq!(
+            get(&[
+                (header::IF_NONE_MATCH, "\"x\""),
+                (header::IF_MODIFIED_SINCE, &future)
+            ]),
+            PROCEED
+        );
+    }
+
+    #[test]
+    fn if_modified_since() {
+        assert_eq!(
+            get(&[(header::IF_MODIFIED_SINCE, &date(MTIME_SECS))]),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            get(&[(header::IF_MODIFIED_SINCE, &date(MTIME_SECS - 1))]),
+            PROCEED
+        );
+        assert_eq!(get(&[(header::IF_MODIFIED_SINCE, "yesterday")]), PROCEED);
+        let two = [
+            (header::IF_MODIFIED_SINCE, date(MTIME_SECS)),
+            (header::IF_MODIFIED_SINCE, date(MTIME_SECS)),
+        ];
+        let two: Vec<_> = two.iter().map(|(n, v)| (n.clone(), v.as_str())).collect();
+        assert_eq!(get(&two), PROCEED, "more than one member is ignored");
+        let post = evaluate(
+            &Method::POST,
+            &headers(&[(header::IF_MODIFIED_SINCE, &date(MTIME_SECS))]),
+            &validators(),
+        );
+        assert_eq!(post, NO_RANGE, "IMS only applies to GET/HEAD");
+    }
+
+    #[test]
+    fn if_range() {
+        let etag = validators().etag();
+        let with = |value: &str| get(&[(header::RANGE, "bytes=0-1"), (header::IF_RANGE, value)]);
+        assert_eq!(get(&[(header::RANGE, "bytes=0-1")]), PROCEED);
+        assert_eq!(with(&etag), PROCEED);
+        assert_eq!(
+            with(&format!("W/{etag}")),
+            NO_RANGE,
+            "weak tags never match If-Range"
+        );
+        assert_eq!(with("\"other\""), NO_RANGE);
+        assert_eq!(with(&date(MTIME_SECS)), PROCEED);
+        assert_eq!(
+            with(&date(MTIME_SECS + 1)),
+            NO_RANGE,
+            "dates must match exactly"
+        );
+        assert_eq!(with("garbage"), NO_RANGE);
+        let head = evaluate(
+            &Method::HEAD,
+            &headers(&[(header::RANGE, "bytes=0-1")]),
+            &validators(),
+        );
+        assert_eq!(head, NO_RANGE, "Range is defined for GET only");
+    }
+
+    #[test]
+    fn conditions_run_before_if_range() {
+        let etag = validators().etag();
+        let h = [
+            (header::RANGE, "bytes=0-1"),
+            (header::IF_RANGE, etag.as_str()),
+            (header::IF_NONE_MATCH, etag.as_str()),
+        ];
+        assert_eq!(get(&h), Precondition::NotModified);
+    }
+
+    #[test]
+    fn tag_lists() {
+        assert_eq!(parse_tag_list("").map(|t| t.len()), Some(0));
+        assert_eq!(
+            parse_tag_list(" \"a\" , W/\"b\",,\"c\"").map(|t| t.len()),
+            Some(3)
+        );
+        assert!(parse_tag_list("\"a\" \"b\"").is_none());
+        assert!(parse_tag_list("\"a").is_none());
+        assert!(parse_tag_list("\"a b\"").is_none());
+    }
+}

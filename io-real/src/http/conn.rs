@@ -1,0 +1,136 @@
+//! Serving one accepted connection: HTTP/1.1 and HTTP/2 (h2c prior knowledge), with drain.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use http::{HeaderValue, Request, Response, Version, header};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+use super::body::Body;
+use super::site::Site;
+
+/// How long a peer may take to send a complete HTTP/1 request head (slow-loris bound).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves one connection until it closes, speaking HTTP/1.1 or, when the peer opens with
+/// the HTTP/2 preface, h2c. The caller accepts the socket and should set `TCP_NODELAY` on
+/// it first: responses are written as whole heads and large chunks, so Nagle only adds
+/// latency to the last segment.
+///
+/// `requests` is incremented once per request answered on this connection (when the
+/// response head is handed to hyper, so error responses count and a body transfer later
+/// cut short by the peer still counts).
+///
+/// When `drain` becomes `true` (or its sender is dropped, which can only mean the worker is
+/// going away) the connection shuts down gracefully: an idle HTTP/1 connection closes at
+/// once; a request in flight completes and then the connection closes, and any HTTP/1
+/// response produced from then on says `Connection: close`; HTTP/2 sends GOAWAY, finishes
+/// open streams and closes. The future resolves when the connection is fully done, so a
+/// worker can await all of its connections to know that draining has finished.
+pub async fn serve_connection<IO>(
+    site: Arc<Site>,
+    io: IO,
+    mut drain: watch::Receiver<bool>,
+    requests: Arc<AtomicU64>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let draining = drain.clone();
+    let service = service_fn(move |req: Request<Incoming>| {
+        let site = Arc::clone(&site);
+        let requests = Arc::clone(&requests);
+        let draining = draining.clone();
+        async move {
+            let version = req.version();
+            let mut response = site.handle(req).await;
+            mark_if_draining(&mut response, version, is_draining(&draining));
+            requests.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, Infallible>(response)
+        }
+    });
+
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(err) = result {
+                    // Peers resetting or timing out is routine; nothing to act on.
+                    tracing::debug!(error = %err, "connection ended with an error");
+                }
+                return;
+            }
+            _ = drain.wait_for(|&d| d), if !shutting_down => {
+                tracing::debug!("draining connection");
+                conn.as_mut().graceful_shutdown();
+                shutting_down = true;
+            }
+        }
+    }
+}
+
+/// Whether the worker is draining; a dropped sender counts as draining.
+fn is_draining(drain: &watch::Receiver<bool>) -> bool {
+    *drain.borrow() || drain.has_changed().is_err()
+}
+
+/// Adds `Connection: close` to an HTTP/1 response produced while draining. hyper also adds
+/// it once graceful shutdown has disabled keep-alive, but the service can produce a response
+/// before the connection task has seen the drain signal; this closes that window. HTTP/2
+/// forbids connection-specific headers (GOAWAY does the job there).
+pub(crate) fn mark_if_draining(response: &mut Response<Body>, version: Version, draining: bool) {
+    if draining && (version == Version::HTTP_11 || version == Version::HTTP_10) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::body;
+
+    fn marked(version: Version, draining: bool) -> Option<HeaderValue> {
+        let mut response = Response::new(body::empty());
+        mark_if_draining(&mut response, version, draining);
+        response.headers().get(header::CONNECTION).cloned()
+    }
+
+    #[test]
+    fn http1_responses_close_while_draining() {
+        assert_eq!(
+            marked(Version::HTTP_11, true),
+            Some(HeaderValue::from_static("close"))
+        );
+        assert_eq!(
+            marked(Version::HTTP_10, true),
+            Some(HeaderValue::from_static("close"))
+        );
+        assert_eq!(marked(Version::HTTP_11, false), None);
+        assert_eq!(marked(Version::HTTP_2, true), None, "h2 forbids Connection");
+    }
+
+    #[test]
+    fn dropped_sender_counts_as_draining() {
+        let (tx, rx) = watch::channel(false);
+        assert!(!is_draining(&rx));
+        drop(tx);
+        assert!(is_draining(&rx));
+    }
+}

@@ -1,0 +1,229 @@
+//! Errors of the HTTP layer and their one mapping to a response.
+//!
+//! Bodies are short fixed texts: internal details (paths, OS errors) go to the log, never to
+//! the peer.
+
+use std::io;
+use std::path::PathBuf;
+
+use http::{HeaderValue, Response, StatusCode, header};
+
+use super::body::{self, Body};
+use super::mime;
+use super::path::PathError;
+use super::range;
+
+/// Everything that can stop a request from being served normally.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// The request path was refused before touching the file system.
+    #[error("bad request path: {0}")]
+    BadPath(PathError),
+    /// The request is malformed in some other way.
+    #[error("bad request: {0}")]
+    BadRequest(&'static str),
+    /// The file exists but may not be served (permissions, symlink escape, not a regular file).
+    #[error("forbidden")]
+    Forbidden,
+    /// Nothing to serve at this path (including hidden files).
+    #[error("not found")]
+    NotFound,
+    /// The method is not one this site serves.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// A precondition header evaluated to false.
+    #[error("precondition failed")]
+    PreconditionFailed,
+    /// A single `Range` starts past the end of a representation of `len` bytes.
+    #[error("range not satisfiable (length {len})")]
+    RangeNotSatisfiable {
+        /// The complete length, reported in `Content-Range: bytes */len`.
+        len: u64,
+    },
+    /// The worker cannot do the work right now (blocking pool shut down while draining).
+    #[error("service unavailable")]
+    Unavailable,
+    /// An unexpected I/O failure; logged, reported to the peer as 500 without detail.
+    #[error("internal I/O error: {0}")]
+    Internal(#[source] io::Error),
+    /// The served root could not be opened when building the site.
+    #[error("cannot open served root {}: {source}", root.display())]
+    Root {
+        /// The configured root.
+        root: PathBuf,
+        /// Why it could not be opened.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl From<PathError> for HttpError {
+    fn from(e: PathError) -> Self {
+        match e {
+            // Hidden files are indistinguishable from absent ones.
+            PathError::Hidden => Self::NotFound,
+            other => Self::BadPath(other),
+        }
+    }
+}
+
+impl HttpError {
+    /// Classifies a file-system error met while resolving a peer-chosen path: the peer
+    /// decides which paths we try, so "absent" and "refused" are its errors, not ours.
+    pub fn from_io(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::NotFound
+            | io::ErrorKind::NotADirectory
+            | io::ErrorKind::InvalidFilename => Self::NotFound,
+            // cap-std reports escapes from the root (e.g. through a symlink) as PermissionDenied.
+            io::ErrorKind::PermissionDenied => Self::Forbidden,
+            _ if is_symlink_loop(&e) => Self::NotFound,
+            _ => Self::Internal(e),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn is_symlink_loop(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+#[cfg(not(unix))]
+fn is_symlink_loop(_: &io::Error) -> bool {
+    false
+}
+
+/// The allowed methods, for 405 and OPTIONS.
+pub const ALLOW: &str = "GET, HEAD, OPTIONS";
+
+/// Maps an error to its response: status, a one-line text body and the headers the status
+/// requires (`Allow` on 405, `Content-Range` on 416, `Retry-After` on 503).
+pub fn error_response(err: &HttpError) -> Response<Body> {
+    let status = match err {
+        HttpError::BadPath(_) | HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        HttpError::Forbidden => StatusCode::FORBIDDEN,
+        HttpError::NotFound => StatusCode::NOT_FOUND,
+        HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        HttpError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+        HttpError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+        HttpError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        HttpError::Internal(_) | HttpError::Root { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    if status.is_server_error() {
+        tracing::error!(error = %err, "request failed");
+    } else {
+        tracing::debug!(error = %err, %status, "request refused");
+    }
+    let text = format!(
+        "{} {}\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("Error")
+    );
+    let mut response = Response::new(body::full(text.clone()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(mime::GENERATED_PAGE_CSP),
+    );
+    match err {
+        HttpError::MethodNotAllowed => {
+            headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
+        HttpError::RangeNotSatisfiable { len } => {
+            if let Ok(value) = HeaderValue::from_str(&range::unsatisfied_content_range(*len)) {
+                headers.insert(header::CONTENT_RANGE, value);
+            }
+            headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        }
+        HttpError::Unavailable => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        _ => {}
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_and(err: HttpError, name: header::HeaderName) -> (u16, Option<String>) {
+        let r = error_response(&err);
+        let value = r
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (r.status().as_u16(), value)
+    }
+
+    #[test]
+    fn statuses_and_required_headers() {
+        assert_eq!(
+            status_and(HttpError::BadPath(PathError::EscapesRoot), header::ALLOW).0,
+            400
+        );
+        assert_eq!(status_and(PathError::Hidden.into(), header::ALLOW).0, 404);
+        assert_eq!(status_and(HttpError::Forbidden, header::ALLOW).0, 403);
+        assert_eq!(
+            status_and(HttpError::MethodNotAllowed, header::ALLOW),
+            (405, Some(ALLOW.into()))
+        );
+        assert_eq!(
+            status_and(HttpError::PreconditionFailed, header::ALLOW).0,
+            412
+        );
+        assert_eq!(
+            status_and(
+                HttpError::RangeNotSatisfiable { len: 9 },
+                header::CONTENT_RANGE
+            ),
+            (416, Some("bytes */9".into()))
+        );
+        assert_eq!(
+            status_and(HttpError::Unavailable, header::RETRY_AFTER),
+            (503, Some("1".into()))
+        );
+        assert_eq!(
+            status_and(
+                HttpError::Internal(io::Error::other("disk on fire")),
+                header::ALLOW
+            )
+            .0,
+            500
+        );
+    }
+
+    #[test]
+    fn io_errors_are_classified() {
+        let kind = |k| HttpError::from_io(io::Error::from(k));
+        assert!(matches!(kind(io::ErrorKind::NotFound), HttpError::NotFound));
+        assert!(matches!(
+            kind(io::ErrorKind::PermissionDenied),
+            HttpError::Forbidden
+        ));
+        assert!(matches!(kind(io::ErrorKind::Other), HttpError::Internal(_)));
+    }
+
+    #[test]
+    fn bodies_do_not_leak_details() {
+        let r = error_response(&HttpError::Internal(io::Error::other("/secret/path")));
+        let len = r
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        assert_eq!(
+            len.as_deref(),
+            Some("26"),
+            "\"500 Internal Server Error\\n\""
+        );
+    }
+}

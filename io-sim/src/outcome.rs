@@ -1,0 +1,79 @@
+//! What a run produced, for the scenario's predicates.
+
+use std::collections::BTreeSet;
+
+use servery_core::supervisor::{FailureReason, Status};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestStats {
+    pub ok: u64,
+    /// In flight on a worker that misbehaved (crash, hang, malformed frame, abrupt exit).
+    pub failed_fault: u64,
+    /// In flight on a healthy worker that was killed or gave up its drain.
+    pub failed_forced: u64,
+    /// Arrived after the listeners closed.
+    pub refused: u64,
+    /// Still queued when the run ended.
+    pub stranded: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UploadStats {
+    pub ok: u64,
+    pub conflict: u64,
+    pub saturated: u64,
+    pub failed_closed: u64,
+    pub failed_fault: u64,
+    pub failed_forced: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub produced: u64,
+    pub written: u64,
+    pub dropped: u64,
+    pub lost_with_worker: u64,
+    pub max_queue: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub seed: u64,
+    pub exit_code: Option<i32>,
+    pub parent_crashed: bool,
+    pub exit_at_ms: Option<u64>,
+    /// Invariant breaches seen during the run (empty when all held).
+    pub violations: Vec<String>,
+    /// The simulation could not make progress or ran past its bound.
+    pub stalled: Option<String>,
+    pub liveness: Option<Status>,
+    pub failure: Option<FailureReason>,
+    pub requests: RequestStats,
+    pub uploads: UploadStats,
+    pub log: LogStats,
+    pub max_live_processes: usize,
+    pub processes_alive_at_end: usize,
+    pub last_process_exit_ms: u64,
+    pub temp_files_at_end: usize,
+    pub torn_files: usize,
+    pub leases_at_exit: usize,
+    pub reload_rejections: Vec<String>,
+    pub recycling_suspended: bool,
+    pub generations_committed: Vec<u64>,
+    pub singleton_starts: u32,
+    pub singleton_stops: u32,
+    pub singleton_switches: u32,
+    pub crash_faults: u64,
+    pub hangs_injected: u64,
+    pub parent_eof_exits: u64,
+    pub coverage: BTreeSet<&'static str>,
+    pub events: u64,
+    pub trace_hash: u64,
+    pub trace: Vec<String>,
+}
+
+impl Outcome {
+    pub fn failed_requests(&self) -> u64 {
+        self.requests.failed_fault + self.requests.failed_forced
+    }
+}

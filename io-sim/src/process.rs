@@ -1,0 +1,645 @@
+//! Simulated worker processes. Each runs the core's own [`WorkerLifecycle`] and
+//! [`BrokerClient`], with a behavior model deciding how it misbehaves.
+
+use core::time::Duration;
+use std::collections::{BTreeMap, VecDeque};
+
+use servery_core::broker::{BrokerClient, Completion};
+use servery_core::proto::{
+    BrokerReply, BrokerRequest, FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, Rejection,
+    TargetKey, encode_worker,
+};
+use servery_core::supervisor::ExitStatus;
+use servery_core::worker::{WorkerAction, WorkerLifecycle};
+use servery_core::{Instant, LeaseId, WorkerId};
+
+use crate::plan::{Behavior, SimSpec};
+use crate::world::{ConnKind, SimEvent, SimWorld};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Reserving,
+    Leasing,
+    Writing,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Upload {
+    target: u8,
+    writer: u64,
+    stage: Stage,
+    reservation: Option<LeaseId>,
+    lease: Option<LeaseId>,
+    temp: Option<u64>,
+    chunks_left: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Waiting {
+    Upload(u64),
+    Log,
+}
+
+#[derive(Debug)]
+pub(crate) struct Proc {
+    pub id: WorkerId,
+    pub behavior: Behavior,
+    pub life: WorkerLifecycle,
+    client: BrokerClient,
+    down: FrameDecoder,
+    pub alive: bool,
+    pub paused: bool,
+    pub wedged: bool,
+    pub faulty: bool,
+    pub accepting: bool,
+    pub parent_closed: bool,
+    pub eof_seen: bool,
+    pub serving: BTreeMap<u64, ConnKind>,
+    pub uploads: BTreeMap<u64, Upload>,
+    waiting: BTreeMap<u64, Waiting>,
+    pub log_backlog: VecDeque<String>,
+    timer_token: u64,
+    timer_at: Option<Instant>,
+    pub up_clock: Instant,
+    pub down_clock: Instant,
+    max_connections: usize,
+}
+
+impl Proc {
+    pub fn new(id: WorkerId, _pid: u32, behavior: Behavior, spec: &SimSpec) -> Self {
+        let b = &spec.config.broker;
+        Proc {
+            id,
+            behavior,
+            life: WorkerLifecycle::new(),
+            client: BrokerClient::new(
+                b.queue_capacity.clamp(1, 1 << 20) as u32,
+                Duration::from_secs_f64(b.reply_timeout.clamp(0.001, 3600.0)),
+            ),
+            down: FrameDecoder::new(MAX_FRAME_DEFAULT),
+            alive: true,
+            paused: false,
+            wedged: false,
+            faulty: false,
+            accepting: false,
+            parent_closed: false,
+            eof_seen: false,
+            serving: BTreeMap::new(),
+            uploads: BTreeMap::new(),
+            waiting: BTreeMap::new(),
+            log_backlog: VecDeque::new(),
+            timer_token: 0,
+            timer_at: None,
+            up_clock: Instant::ZERO,
+            down_clock: Instant::ZERO,
+            max_connections: spec.config.budgets.max_connections.clamp(1, 1 << 24) as usize,
+        }
+    }
+
+    fn runnable(&self) -> bool {
+        self.alive && !self.paused
+    }
+}
+
+fn key(target: u8) -> TargetKey {
+    TargetKey {
+        dir_device: 1,
+        dir_inode: 2,
+        name: format!("target-{target}"),
+    }
+}
+
+impl SimWorld {
+    /// Carry out what the worker's lifecycle and broker client want, then re-arm its timer.
+    fn pump(&mut self, worker: WorkerId) {
+        loop {
+            let Some(p) = self.procs.get_mut(&worker) else {
+                return;
+            };
+            if !p.alive {
+                return;
+            }
+            let action = p.life.poll_action();
+            let outgoing = if action.is_none() {
+                p.client.poll_outgoing()
+            } else {
+                None
+            };
+            match (action, outgoing) {
+                (Some(WorkerAction::Send(msg)), _) | (None, Some(msg)) => {
+                    if p.eof_seen {
+                        continue;
+                    }
+                    let mut bytes = Vec::with_capacity(32);
+                    encode_worker(&msg, &mut bytes);
+                    self.send_up(worker, bytes);
+                }
+                (Some(WorkerAction::Prepare), _) => {
+                    let behavior = p.behavior.clone();
+                    let boot = Duration::from_millis(self.rng.range(2, 20));
+                    match behavior {
+                        Behavior::CrashAtBoot => {
+                            self.schedule_in(boot / 2, SimEvent::Crash { worker });
+                        }
+                        Behavior::HangAtBoot => {}
+                        Behavior::SlowBoot(d) => self.schedule_in(d, SimEvent::BootDone { worker }),
+                        _ => self.schedule_in(boot, SimEvent::BootDone { worker }),
+                    }
+                }
+                (Some(WorkerAction::StartAccepting), _) => {
+                    p.accepting = true;
+                    self.dispatch();
+                }
+                (Some(WorkerAction::StopAccepting), _) => {
+                    p.accepting = false;
+                    match p.behavior {
+                        Behavior::WedgedDrain => {
+                            p.wedged = true;
+                            p.faulty = true;
+                        }
+                        Behavior::ExitDuringDrain => {
+                            p.faulty = true;
+                            self.process_died(worker, ExitStatus::Signal(6));
+                            return;
+                        }
+                        _ => {}
+                    }
+                }
+                (Some(WorkerAction::Exit { code }), _) => {
+                    if p.eof_seen {
+                        self.out.parent_eof_exits += 1;
+                    }
+                    self.process_died(worker, ExitStatus::Code(code));
+                    return;
+                }
+                (None, None) => break,
+            }
+        }
+        self.arm_timer(worker);
+    }
+
+    fn arm_timer(&mut self, worker: WorkerId) {
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        let next = servery_core::time::earliest(p.life.poll_timeout(), p.client.poll_timeout());
+        if next != p.timer_at {
+            p.timer_at = next;
+            p.timer_token += 1;
+            let token = p.timer_token;
+            if let Some(at) = next {
+                self.schedule_at(at.max(self.now), SimEvent::WorkerTimer { worker, token });
+            }
+        }
+    }
+
+    pub(crate) fn worker_timer(&mut self, worker: WorkerId, token: u64) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if p.timer_token != token || !p.runnable() || p.wedged {
+            return;
+        }
+        p.timer_at = None;
+        let conns = p.serving.len() as u32;
+        p.life.handle_timeout(now, conns);
+        let failed = p.client.handle_timeout(now);
+        for c in failed {
+            self.completion(worker, c);
+        }
+        self.pump(worker);
+    }
+
+    pub(crate) fn worker_receive(&mut self, worker: WorkerId, bytes: &[u8]) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if !p.runnable() {
+            return;
+        }
+        p.down.push(bytes);
+        let mut messages = Vec::new();
+        loop {
+            match p.down.next_parent_message() {
+                Ok(Some(m)) => messages.push(m),
+                Ok(None) => break,
+                Err(_) => {
+                    self.violation(format!("{worker} got a malformed frame from the parent"));
+                    return;
+                }
+            }
+        }
+        for m in messages {
+            let Some(p) = self.procs.get_mut(&worker) else {
+                return;
+            };
+            if p.wedged {
+                break;
+            }
+            match m {
+                ParentMessage::Broker { id, reply } => {
+                    if let Some(c) = p.client.on_reply(now, id, reply) {
+                        self.completion(worker, c);
+                    }
+                }
+                other => p.life.on_message(now, &other),
+            }
+            self.pump(worker);
+        }
+    }
+
+    pub(crate) fn worker_eof(&mut self, worker: WorkerId) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if !p.runnable() || p.eof_seen {
+            return;
+        }
+        p.eof_seen = true;
+        let failed = p.client.channel_closed();
+        p.life.channel_closed(now);
+        // Broker-dependent work fails closed: nothing is published without the parent.
+        let uploads: Vec<u64> = p.uploads.keys().copied().collect();
+        for c in failed {
+            self.completion(worker, c);
+        }
+        for conn in uploads {
+            self.abort_upload(worker, conn, UploadEnd::FailedClosed);
+        }
+        self.pump(worker);
+    }
+
+    pub(crate) fn worker_terminate(&mut self, worker: WorkerId) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        // A stopped process does not run its TERM handler; a wedged one ignores it.
+        if !p.runnable() || p.wedged || p.behavior == Behavior::WedgedDrain {
+            return;
+        }
+        p.life.terminate(now);
+        self.pump(worker);
+    }
+
+    pub(crate) fn worker_boot_done(&mut self, worker: WorkerId) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if !p.runnable() {
+            return;
+        }
+        match p.behavior.clone() {
+            Behavior::FailStartup(error) => p.life.startup_failed(error),
+            Behavior::CrashBetweenPrepareAndCommit => {
+                p.life.prepared(now);
+                let d = Duration::from_micros(self.rng.range(1, 400));
+                self.schedule_in(d, SimEvent::Crash { worker });
+            }
+            _ => p.life.prepared(now),
+        }
+        self.pump(worker);
+    }
+
+    // ----- clients --------------------------------------------------------------------
+
+    pub(crate) fn client_arrival(&mut self) {
+        let rate = self.spec.workload.request_rate;
+        let now_d = Duration::from_nanos(self.now.as_nanos());
+        if now_d < self.spec.workload.until {
+            let d = self.rng.exp(1.0 / rate);
+            self.schedule_in(Duration::from_secs_f64(d), SimEvent::ClientArrival);
+        }
+        self.arrive(ConnKind::Get);
+    }
+
+    pub(crate) fn upload_arrival(&mut self) {
+        let w = &self.spec.workload;
+        let (rate, targets, until) = (w.upload_rate, w.upload_targets.max(1), w.until);
+        if Duration::from_nanos(self.now.as_nanos()) < until {
+            let d = self.rng.exp(1.0 / rate);
+            self.schedule_in(Duration::from_secs_f64(d), SimEvent::UploadArrival);
+        }
+        let target = self.rng.range(0, u64::from(targets) - 1) as u8;
+        self.next_conn += 1;
+        let writer = self.next_conn;
+        self.arrive(ConnKind::Upload { target, writer });
+    }
+
+    fn arrive(&mut self, kind: ConnKind) {
+        if !self.listener_open || !self.parent_alive() {
+            self.out.requests.refused += 1;
+            return;
+        }
+        self.next_conn += 1;
+        let conn = self.next_conn;
+        self.backlog.push_back((conn, kind));
+        self.dispatch();
+    }
+
+    /// Hand queued connections to accepting workers, as the shared listener would.
+    pub(crate) fn dispatch(&mut self) {
+        while !self.backlog.is_empty() {
+            let candidates: Vec<WorkerId> = self
+                .procs
+                .values()
+                .filter(|p| {
+                    p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
+                })
+                .map(|p| p.id)
+                .collect();
+            if candidates.is_empty() {
+                return;
+            }
+            let pick = candidates[self.rng.range(0, candidates.len() as u64 - 1) as usize];
+            let Some((conn, kind)) = self.backlog.pop_front() else {
+                return;
+            };
+            self.accept(pick, conn, kind);
+        }
+    }
+
+    fn accept(&mut self, worker: WorkerId, conn: u64, kind: ConnKind) {
+        let (lo, hi) = self.spec.workload.service_ms;
+        let service = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        p.serving.insert(conn, kind);
+        p.life.connection_opened();
+        match kind {
+            ConnKind::Get => self.schedule_in(service, SimEvent::RequestDone { worker, conn }),
+            ConnKind::Upload { target, writer } => {
+                let bytes = self.spec.workload.upload_chunks * 4;
+                let Some(p) = self.procs.get_mut(&worker) else {
+                    return;
+                };
+                p.uploads.insert(
+                    conn,
+                    Upload {
+                        target,
+                        writer,
+                        stage: Stage::Reserving,
+                        reservation: None,
+                        lease: None,
+                        temp: None,
+                        chunks_left: 0,
+                    },
+                );
+                match p
+                    .client
+                    .request(now, BrokerRequest::ReserveUpload { bytes })
+                {
+                    Ok(id) => {
+                        p.waiting.insert(id, Waiting::Upload(conn));
+                        self.pump(worker);
+                    }
+                    Err(_) => self.abort_upload(worker, conn, UploadEnd::Saturated),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn request_done(&mut self, worker: WorkerId, conn: u64) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if !p.runnable() || p.wedged || p.serving.remove(&conn).is_none() {
+            if p.alive && (p.paused || p.wedged) {
+                // The request stalls with its worker; it fails when the worker is killed.
+            }
+            return;
+        }
+        p.life.request_served();
+        p.life.connection_closed(now);
+        self.out.requests.ok += 1;
+        let crash_after = match p.behavior {
+            Behavior::CrashAfterRequests(n) => p.life.requests() >= n,
+            _ => false,
+        };
+        if self.spec.workload.access_log {
+            self.out.log.produced += 1;
+            self.append_log(worker, "GET / 200".to_string());
+        }
+        if crash_after {
+            if let Some(p) = self.procs.get_mut(&worker) {
+                p.faulty = true;
+            }
+            self.process_died(worker, ExitStatus::Signal(11));
+            return;
+        }
+        self.pump(worker);
+        self.dispatch();
+    }
+
+    fn append_log(&mut self, worker: WorkerId, record: String) {
+        let now = self.now;
+        let policy = self.spec.config.broker.log_policy;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if !p.log_backlog.is_empty() {
+            p.log_backlog.push_back(record);
+            return;
+        }
+        match p.client.request(
+            now,
+            BrokerRequest::AppendLog {
+                record: record.clone(),
+            },
+        ) {
+            Ok(id) => {
+                p.waiting.insert(id, Waiting::Log);
+            }
+            Err(servery_core::broker::ClientError::Saturated) => match policy {
+                servery_core::config::LogPolicy::Block => p.log_backlog.push_back(record),
+                servery_core::config::LogPolicy::Drop => self.out.log.dropped += 1,
+            },
+            Err(_) => self.out.log.lost_with_worker += 1,
+        }
+    }
+
+    fn flush_log_backlog(&mut self, worker: WorkerId) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        while let Some(record) = p.log_backlog.front().cloned() {
+            match p.client.request(now, BrokerRequest::AppendLog { record }) {
+                Ok(id) => {
+                    p.log_backlog.pop_front();
+                    p.waiting.insert(id, Waiting::Log);
+                }
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn completion(&mut self, worker: WorkerId, c: Completion) {
+        let (id, reply) = match c {
+            Completion::Reply { id, reply } => (id, Some(reply)),
+            Completion::Failed { id, .. } => (id, None),
+        };
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        let Some(waiting) = p.waiting.remove(&id) else {
+            return;
+        };
+        match waiting {
+            Waiting::Log => {
+                if reply.is_none() {
+                    self.out.log.lost_with_worker += 1;
+                }
+                self.flush_log_backlog(worker);
+            }
+            Waiting::Upload(conn) => self.upload_reply(worker, conn, reply),
+        }
+    }
+
+    fn upload_reply(&mut self, worker: WorkerId, conn: u64, reply: Option<BrokerReply>) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        let Some(u) = p.uploads.get_mut(&conn) else {
+            return;
+        };
+        match (u.stage, reply) {
+            (_, None) => self.abort_upload(worker, conn, UploadEnd::FailedClosed),
+            (Stage::Reserving, Some(BrokerReply::Granted { id, .. })) => {
+                u.reservation = Some(id);
+                u.stage = Stage::Leasing;
+                let target = u.target;
+                match p
+                    .client
+                    .request(now, BrokerRequest::AcquireLease { key: key(target) })
+                {
+                    Ok(rid) => {
+                        p.waiting.insert(rid, Waiting::Upload(conn));
+                        self.pump(worker);
+                    }
+                    Err(_) => self.abort_upload(worker, conn, UploadEnd::Saturated),
+                }
+            }
+            (Stage::Leasing, Some(BrokerReply::Granted { id, .. })) => {
+                u.lease = Some(id);
+                u.stage = Stage::Writing;
+                u.chunks_left = self.spec.workload.upload_chunks;
+                let (target, writer) = (u.target, u.writer);
+                u.temp = Some(self.fs.create_temp(worker, target, writer));
+                if let Some(&(other, _)) = self.holders.get(&target)
+                    && (other != worker || self.procs.get(&other).is_some_and(|o| o.alive))
+                {
+                    self.violation(format!(
+                        "{worker} leased target {target} while {other} holds it"
+                    ));
+                }
+                self.holders.insert(target, (worker, conn));
+                self.last_holder = Some(worker);
+                let (lo, hi) = self.spec.workload.chunk_ms;
+                let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
+                self.schedule_in(d, SimEvent::UploadStep { worker, conn });
+            }
+            (_, Some(BrokerReply::Rejected(Rejection::Busy))) => {
+                self.abort_upload(worker, conn, UploadEnd::Conflict);
+            }
+            (_, Some(_)) => self.abort_upload(worker, conn, UploadEnd::Saturated),
+        }
+    }
+
+    pub(crate) fn upload_step(&mut self, worker: WorkerId, conn: u64) {
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if !p.runnable() || p.wedged {
+            return;
+        }
+        let Some(u) = p.uploads.get_mut(&conn) else {
+            return;
+        };
+        let (Some(temp), Stage::Writing) = (u.temp, u.stage) else {
+            return;
+        };
+        if u.chunks_left > 0 {
+            u.chunks_left -= 1;
+            let chunk = [(u.writer % 251) as u8; 4];
+            self.fs.append(temp, &chunk);
+            let (lo, hi) = self.spec.workload.chunk_ms;
+            let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
+            self.schedule_in(d, SimEvent::UploadStep { worker, conn });
+            return;
+        }
+        u.temp = None;
+        let target = u.target;
+        // Publish under the lease: the oracle must agree that we hold it.
+        if self.holders.get(&target).map(|h| h.0) != Some(worker) {
+            self.violation(format!(
+                "{worker} publishes target {target} without holding it"
+            ));
+        }
+        self.fs.rename(temp);
+        self.finish_upload(worker, conn, UploadEnd::Ok);
+    }
+
+    fn abort_upload(&mut self, worker: WorkerId, conn: u64, end: UploadEnd) {
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if let Some(temp) = p.uploads.get_mut(&conn).and_then(|u| u.temp.take()) {
+            self.fs.remove_temp(temp);
+        }
+        self.finish_upload(worker, conn, end);
+    }
+
+    /// Release what the upload held (in `finally`), answer the client, close the conn.
+    fn finish_upload(&mut self, worker: WorkerId, conn: u64, end: UploadEnd) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        let Some(u) = p.uploads.remove(&conn) else {
+            return;
+        };
+        if let Some(id) = u.lease {
+            if self
+                .holders
+                .get(&u.target)
+                .is_some_and(|h| h.0 == worker && h.1 == conn)
+            {
+                self.holders.remove(&u.target);
+            }
+            let _ = p.client.request(now, BrokerRequest::ReleaseLease { id });
+        }
+        if let Some(id) = u.reservation {
+            let _ = p
+                .client
+                .request(now, BrokerRequest::ReleaseReservation { id });
+        }
+        // Replies to releases need no one waiting; the client drops them.
+        p.serving.remove(&conn);
+        p.life.connection_closed(now);
+        match end {
+            UploadEnd::Ok => self.out.uploads.ok += 1,
+            UploadEnd::Conflict => self.out.uploads.conflict += 1,
+            UploadEnd::Saturated => self.out.uploads.saturated += 1,
+            UploadEnd::FailedClosed => self.out.uploads.failed_closed += 1,
+        }
+        self.pump(worker);
+        self.dispatch();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UploadEnd {
+    Ok,
+    Conflict,
+    Saturated,
+    FailedClosed,
+}

@@ -1,0 +1,40 @@
+//! The run's trace: a 64-bit FNV-1a hash over every event, and the readable lines when
+//! asked for. Two runs of one seed must produce the same hash.
+
+#[derive(Debug, Clone)]
+pub struct Trace {
+    hash: u64,
+    pub lines: Option<Vec<String>>,
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+impl Trace {
+    pub fn new(keep_lines: bool) -> Self {
+        Trace {
+            hash: FNV_OFFSET,
+            lines: keep_lines.then(Vec::new),
+        }
+    }
+
+    pub fn word(&mut self, w: u64) {
+        for b in w.to_le_bytes() {
+            self.hash ^= u64::from(b);
+            self.hash = self.hash.wrapping_mul(FNV_PRIME);
+        }
+    }
+
+    pub fn record(&mut self, words: &[u64], line: impl FnOnce() -> String) {
+        for &w in words {
+            self.word(w);
+        }
+        if let Some(lines) = &mut self.lines {
+            lines.push(line());
+        }
+    }
+
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+}
