@@ -31,7 +31,10 @@ pub struct UploadStats {
 pub struct LogStats {
     pub produced: u64,
     pub written: u64,
+    /// Refused by the parent under the drop policy.
     pub dropped: u64,
+    /// Not even sent: the worker's broker client was saturated under the drop policy.
+    pub dropped_local: u64,
     pub lost_with_worker: u64,
     pub max_queue: usize,
 }
@@ -48,10 +51,14 @@ pub struct Outcome {
     pub stalled: Option<String>,
     pub liveness: Option<Status>,
     pub failure: Option<FailureReason>,
+    pub failure_message: Option<String>,
+    /// When the parent exited or crashed (ms of virtual time).
+    pub parent_gone_ms: u64,
     pub requests: RequestStats,
     pub uploads: UploadStats,
     pub log: LogStats,
     pub max_live_processes: usize,
+    pub spawns: u64,
     pub processes_alive_at_end: usize,
     pub last_process_exit_ms: u64,
     pub temp_files_at_end: usize,

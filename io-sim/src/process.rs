@@ -244,6 +244,11 @@ impl SimWorld {
                         self.completion(worker, c);
                     }
                 }
+                ParentMessage::Commit if p.behavior == Behavior::CrashBetweenPrepareAndCommit => {
+                    p.faulty = true;
+                    self.process_died(worker, ExitStatus::Signal(11));
+                    return;
+                }
                 other => p.life.on_message(now, &other),
             }
             self.pump(worker);
@@ -268,6 +273,14 @@ impl SimWorld {
         }
         for conn in uploads {
             self.abort_upload(worker, conn, UploadEnd::FailedClosed);
+        }
+        if let Some(p) = self.procs.get_mut(&worker) {
+            let lost = p.log_backlog.len();
+            p.log_backlog.clear();
+            for _ in 0..lost {
+                p.life.connection_closed(now);
+            }
+            self.out.log.lost_with_worker += lost as u64;
         }
         self.pump(worker);
     }
@@ -438,6 +451,8 @@ impl SimWorld {
         self.dispatch();
     }
 
+    /// A log record is work the worker owes: it keeps the worker's drain open until the
+    /// parent has taken it, so a graceful stop loses no record.
     fn append_log(&mut self, worker: WorkerId, record: String) {
         let now = self.now;
         let policy = self.spec.config.broker.log_policy;
@@ -445,6 +460,7 @@ impl SimWorld {
             return;
         };
         if !p.log_backlog.is_empty() {
+            p.life.connection_opened();
             p.log_backlog.push_back(record);
             return;
         }
@@ -455,11 +471,15 @@ impl SimWorld {
             },
         ) {
             Ok(id) => {
+                p.life.connection_opened();
                 p.waiting.insert(id, Waiting::Log);
             }
             Err(servery_core::broker::ClientError::Saturated) => match policy {
-                servery_core::config::LogPolicy::Block => p.log_backlog.push_back(record),
-                servery_core::config::LogPolicy::Drop => self.out.log.dropped += 1,
+                servery_core::config::LogPolicy::Block => {
+                    p.life.connection_opened();
+                    p.log_backlog.push_back(record);
+                }
+                servery_core::config::LogPolicy::Drop => self.out.log.dropped_local += 1,
             },
             Err(_) => self.out.log.lost_with_worker += 1,
         }
@@ -497,7 +517,10 @@ impl SimWorld {
                 if reply.is_none() {
                     self.out.log.lost_with_worker += 1;
                 }
+                let now = self.now;
+                p.life.connection_closed(now);
                 self.flush_log_backlog(worker);
+                self.pump(worker);
             }
             Waiting::Upload(conn) => self.upload_reply(worker, conn, reply),
         }

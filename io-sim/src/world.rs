@@ -496,9 +496,7 @@ impl SimWorld {
     /// (parent death: EOF, drain, exit), then settle the books.
     pub fn finish(mut self, exit: Option<i32>) -> Outcome {
         self.out.exit_code = exit;
-        if exit.is_some() {
-            self.out.exit_at_ms = Some(self.now.as_nanos() / 1_000_000);
-        }
+        self.out.parent_gone_ms = self.now.as_nanos() / 1_000_000;
         self.parent_alive = false;
         let live: Vec<WorkerId> = self
             .procs
@@ -550,7 +548,11 @@ impl SimWorld {
     }
 
     fn client_after_parent(&mut self) {
-        if self.procs.values().any(|p| p.alive && p.life.accepting()) {
+        if self
+            .procs
+            .values()
+            .any(|p| p.alive && p.eof_seen && p.life.accepting())
+        {
             self.violation("an orphaned worker still accepts after its parent died".into());
         }
     }
@@ -617,6 +619,7 @@ impl ParentIo for SimWorld {
                     now: Duration::from_nanos(now.as_nanos()),
                 };
                 self.spawn_index += 1;
+                self.out.spawns = self.spawn_index;
                 let behavior = (self.spec.behavior)(&info, &mut self.rng);
                 self.next_pid += 1;
                 let pid = self.next_pid;
@@ -640,12 +643,8 @@ impl ParentIo for SimWorld {
                 self.worker_terminate(worker);
             }
             ParentAction::Kill { worker } => {
-                let wedged_or_paused = self
-                    .procs
-                    .get(&worker)
-                    .is_some_and(|p| p.paused || p.wedged);
-                if wedged_or_paused {
-                    self.out.coverage.insert("hung worker killed");
+                if self.procs.get(&worker).is_some_and(|p| p.alive && p.wedged) {
+                    self.out.coverage.insert("wedged drain killed");
                 }
                 self.process_died(worker, ExitStatus::Signal(9));
             }
@@ -678,10 +677,14 @@ impl ParentIo for SimWorld {
             ParentAction::GenerationCommitted { generation } => {
                 self.out.generations_committed.push(generation.0);
             }
-            ParentAction::ServiceFailed { reason, .. } => self.out.failure = Some(reason),
+            ParentAction::ServiceFailed { reason, message } => {
+                self.out.failure = Some(reason);
+                self.out.failure_message = Some(message);
+            }
             ParentAction::ReloadRejected { message } => self.out.reload_rejections.push(message),
             ParentAction::RecyclingSuspended { .. } => self.out.recycling_suspended = true,
             ParentAction::Exit { .. } => {
+                self.out.exit_at_ms = Some(now.as_nanos() / 1_000_000);
                 if self.live_count() > 0 {
                     self.violation(format!(
                         "parent exits with {} live workers",

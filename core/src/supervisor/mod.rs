@@ -257,6 +257,10 @@ impl Supervisor {
                 }
             }
             WorkerMessage::Ready => {
+                if w.state == WorkerState::Draining && w.committed {
+                    // Told to drain while its READY was on the way: nothing to do.
+                    return;
+                }
                 if w.state != WorkerState::Prepared || !w.committed {
                     return self.fault(
                         now,
@@ -483,7 +487,10 @@ impl Supervisor {
         };
         w.role = Role::Retired;
         match w.state {
+            // A committed worker may already accept even if its READY is still on the
+            // way: it gets a drain, never a kill, so its requests finish.
             WorkerState::Ready => self.drain(now, id, reason),
+            WorkerState::Prepared if w.committed => self.drain(now, id, reason),
             WorkerState::Spawning | WorkerState::Prepared => {
                 w.ending.get_or_insert(reason);
                 self.kill(id);
@@ -615,6 +622,9 @@ impl Supervisor {
             });
         }
         if self.stopping.is_some() {
+            if let Some(slot) = self.slots.iter_mut().find(|s| s.member == Some(id)) {
+                slot.member = None;
+            }
             return self.finish_stop_if_done();
         }
         let described = format!(

@@ -1,0 +1,810 @@
+//! The scenarios. Each builder draws its parameters from the seed, so a sweep explores
+//! worker counts, fault times, jitter and policy variants, and a seed replays exactly.
+
+use core::time::Duration;
+
+use servery_core::config::{LogPolicy, RawConfig};
+use servery_core::supervisor::FailureReason;
+use servery_sim::{Behavior, Fault, SimCommand, SimSpec, Workload};
+
+use crate::{Ctx, End, Expect, Plan, Scenario, fast_config, recovery_bound};
+
+/// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
+pub const COVERAGE_GOALS: &[&str] = &[
+    "crash loop reached failed",
+    "recycle aborted kept the old worker",
+    "lease revoked on death",
+    "hang killed",
+    "log queue dropped under the drop policy",
+    "crash between prepare and commit",
+    "reload rejected kept the old generation",
+    "malformed frame replaced worker",
+    "wedged drain killed",
+    "same-target conflict",
+    "broker saturation rejected",
+    "parent death drained workers",
+    "backoff at cap halted",
+    "recycled by age",
+    "recycled by request count",
+    "replacement failed then halted",
+];
+
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "steady",
+        about: "no faults: N workers serve a minute of load with zero failures",
+        build: steady,
+    },
+    Scenario {
+        name: "crash",
+        about: "kill -9 of workers under load: replaced after the reap and backoff",
+        build: crash,
+    },
+    Scenario {
+        name: "crash-during-startup",
+        about: "a first-generation worker dies before or between PREPARED and COMMIT: the service fails before readiness",
+        build: crash_during_startup,
+    },
+    Scenario {
+        name: "startup-failure-initial",
+        about: "a first-generation worker reports a startup error: the service fails with the worker's own text",
+        build: startup_failure_initial,
+    },
+    Scenario {
+        name: "startup-failure-replacement",
+        about: "crash replacements fail to start: recovered within the limit, failed beyond it",
+        build: startup_failure_replacement,
+    },
+    Scenario {
+        name: "hang",
+        about: "SIGSTOP of workers: heartbeat timeout, terminate, kill, reap, replace",
+        build: hang,
+    },
+    Scenario {
+        name: "crash-loop",
+        about: "every worker crashes after a few requests: the restart limit fails the service",
+        build: crash_loop,
+    },
+    Scenario {
+        name: "restart-limit-zero",
+        about: "worker_restart_limit = 0: the first crash fails the service",
+        build: restart_limit_zero,
+    },
+    Scenario {
+        name: "backoff-at-cap-still-halts",
+        about: "backoff pinned at its cap with a window too short to fill: the run of unstable restarts still halts",
+        build: backoff_at_cap,
+    },
+    Scenario {
+        name: "age-recycle",
+        about: "age recycling with jitter under load: zero failed requests, never more than N + 1 workers",
+        build: age_recycle,
+    },
+    Scenario {
+        name: "request-recycle",
+        about: "request-count recycling with jitter under load: zero failed requests",
+        build: request_recycle,
+    },
+    Scenario {
+        name: "recycle-replacement-fails",
+        about: "recycle replacements fail to start: the old worker keeps serving; recycling retries, then is suspended",
+        build: recycle_replacement_fails,
+    },
+    Scenario {
+        name: "reload",
+        about: "a valid reload under load: new generation committed, old drained, zero failed requests",
+        build: reload,
+    },
+    Scenario {
+        name: "reload-invalid",
+        about: "an invalid or failing reload: the old generation keeps serving and the reason is reported",
+        build: reload_invalid,
+    },
+    Scenario {
+        name: "shutdown-deadlines",
+        about: "a worker that ignores TERM and never finishes draining: stop still completes by drain + force",
+        build: shutdown_deadlines,
+    },
+    Scenario {
+        name: "parent-death",
+        about: "kill -9 of the parent mid-load: workers see EOF, fail writes closed, drain and exit",
+        build: parent_death,
+    },
+    Scenario {
+        name: "same-target-writes-serialize",
+        about: "concurrent uploads to the same targets through different workers serialize; no torn file",
+        build: same_target,
+    },
+    Scenario {
+        name: "lease-holder-death",
+        about: "kill -9 of a lease holder mid-upload: lease, reservation and temp file are revoked; later uploads succeed",
+        build: lease_holder_death,
+    },
+    Scenario {
+        name: "broker-saturation",
+        about: "upload budgets, lease table and client queue saturate: deterministic 503s, recovery after",
+        build: broker_saturation,
+    },
+    Scenario {
+        name: "log-queue-saturation",
+        about: "access-log bursts outrun the writer: block loses nothing, drop counts what it drops",
+        build: log_queue_saturation,
+    },
+    Scenario {
+        name: "singleton-lifecycle",
+        about: "parent-owned singletons start once, switch generation atomically on reload, stop once",
+        build: singleton_lifecycle,
+    },
+    Scenario {
+        name: "malformed-frame",
+        about: "a worker writes garbage on its control channel: treated as faulty and replaced",
+        build: malformed_frame,
+    },
+    Scenario {
+        name: "chaos",
+        about: "crashes, hangs, garbage frames, lease-holder deaths, uploads, logs, recycling and a reload at once",
+        build: chaos,
+    },
+];
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// A run of `run` seconds of fault phase, then liveness, then a stop.
+fn spec(ctx: &mut Ctx, config: RawConfig, fault_phase: f64) -> SimSpec {
+    let liveness = secs(fault_phase) + recovery_bound(&config);
+    let stop = liveness + secs(0.5);
+    let r = &config.recovery;
+    let end = stop + secs(r.drain_timeout + r.force_timeout + 30.0);
+    SimSpec {
+        seed: ctx.seed,
+        platform: ctx.platform,
+        config,
+        workload: Workload {
+            until: stop + secs(0.2),
+            ..Workload::default()
+        },
+        behavior: Box::new(|_, _| Behavior::Healthy),
+        faults: Vec::new(),
+        commands: Vec::new(),
+        liveness_at: liveness,
+        stop_at: stop,
+        end_by: end,
+        trace: false,
+    }
+}
+
+fn expect(config: &RawConfig, end: End) -> Expect {
+    let r = &config.recovery;
+    Expect {
+        end,
+        workers: config.workers as usize,
+        alt_workers: None,
+        generation: Some(1),
+        zero_failed: false,
+        allow_forced: false,
+        exit_within: secs(r.drain_timeout + r.force_timeout + 1.0),
+        extra: None,
+    }
+}
+
+fn workers(ctx: &mut Ctx, lo: u64, hi: u64) -> i64 {
+    ctx.rng.range(lo, hi) as i64
+}
+
+fn at(ctx: &mut Ctx, lo: f64, hi: f64) -> Duration {
+    secs(lo + ctx.rng.unit() * (hi - lo))
+}
+
+fn steady(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 4));
+    let spec = spec(ctx, config.clone(), 60.0);
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    Plan { spec, expect: e }
+}
+
+fn crash(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 2, 4);
+    // Half the seeds run the seed document's own policy defaults.
+    let config = if ctx.rng.chance(0.5) {
+        RawConfig {
+            workers: n,
+            ..RawConfig::default()
+        }
+    } else {
+        fast_config(n)
+    };
+    let mut spec = spec(ctx, config.clone(), 20.0);
+    for _ in 0..ctx.rng.range(1, 3) {
+        let t = at(ctx, 1.0, 20.0);
+        let pick = ctx.rng.next_u64();
+        spec.faults.push((t, Fault::CrashWorker { pick }));
+    }
+    Plan {
+        spec,
+        expect: expect(&config, End::Ready),
+    }
+}
+
+fn crash_during_startup(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 4);
+    let config = fast_config(n);
+    let mut spec = spec(ctx, config.clone(), 2.0);
+    let victim = ctx.rng.range(0, n as u64 - 1);
+    let between = ctx.rng.chance(0.6);
+    spec.behavior = Box::new(move |info, _| match (info.index == victim, between) {
+        (true, true) => Behavior::CrashBetweenPrepareAndCommit,
+        (true, false) => Behavior::CrashAtBoot,
+        _ => Behavior::Healthy,
+    });
+    let mut e = expect(&config, End::Failed(FailureReason::StartupFailure));
+    e.extra = Some(if between {
+        |o, _| {
+            o.coverage.insert("crash between prepare and commit");
+            Ok(())
+        }
+    } else {
+        |_, _| Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn startup_failure_initial(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 4);
+    let config = fast_config(n);
+    let mut spec = spec(ctx, config.clone(), 2.0);
+    let victim = ctx.rng.range(0, n as u64 - 1);
+    let hang = ctx.rng.chance(0.25);
+    spec.behavior = Box::new(move |info, _| match (info.index == victim, hang) {
+        (true, false) => {
+            Behavior::FailStartup("cannot open the served root: permission denied".into())
+        }
+        (true, true) => Behavior::HangAtBoot,
+        _ => Behavior::Healthy,
+    });
+    let mut e = expect(&config, End::Failed(FailureReason::StartupFailure));
+    e.extra = Some(if hang {
+        |o, _| match &o.failure_message {
+            Some(m) if m.contains("worker_start_timeout") => Ok(()),
+            m => Err(format!(
+                "a hung boot must fail on the start timeout, got {m:?}"
+            )),
+        }
+    } else {
+        |o, _| match &o.failure_message {
+            Some(m) if m.contains("permission denied") => Ok(()),
+            m => Err(format!("the worker's own error text is missing: {m:?}")),
+        }
+    });
+    Plan { spec, expect: e }
+}
+
+fn startup_failure_replacement(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 3);
+    let config = fast_config(n);
+    let mut spec = spec(ctx, config.clone(), 12.0);
+    let failures = ctx.rng.range(1, 6);
+    let first_replacement = n as u64;
+    spec.behavior = Box::new(move |info, _| {
+        if info.index >= first_replacement && info.index < first_replacement + failures {
+            Behavior::FailStartup("replacement cannot bind its resources".into())
+        } else {
+            Behavior::Healthy
+        }
+    });
+    spec.faults.push((
+        at(ctx, 1.0, 2.0),
+        Fault::CrashWorker {
+            pick: ctx.rng.next_u64(),
+        },
+    ));
+    // One crash plus `failures` failed boots: within a limit of 5 the slot recovers;
+    // the fifth consecutive failed replacement exceeds it.
+    let end = if failures <= 4 {
+        End::Ready
+    } else {
+        End::Failed(FailureReason::RestartLimit)
+    };
+    let mut e = expect(&config, end);
+    e.extra = Some(|o, _| {
+        if o.failure == Some(FailureReason::RestartLimit) {
+            o.coverage.insert("replacement failed then halted");
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn hang(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 2, 4));
+    let mut spec = spec(ctx, config.clone(), 15.0);
+    for _ in 0..ctx.rng.range(1, 2) {
+        let t = at(ctx, 1.0, 15.0);
+        spec.faults.push((
+            t,
+            Fault::HangWorker {
+                pick: ctx.rng.next_u64(),
+            },
+        ));
+    }
+    let mut e = expect(&config, End::Ready);
+    e.extra = Some(|o, _| {
+        if o.hangs_injected > 0 && !o.coverage.contains("hang killed") {
+            return Err("a hung worker was never killed for its missed heartbeats".into());
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn crash_loop(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 3));
+    let mut spec = spec(ctx, config.clone(), 40.0);
+    spec.workload.request_rate = 40.0;
+    spec.behavior = Box::new(|_, rng| Behavior::CrashAfterRequests(rng.range(1, 5)));
+    let mut e = expect(&config, End::Failed(FailureReason::RestartLimit));
+    e.extra = Some(|o, _| {
+        let at = o.exit_at_ms.unwrap_or(u64::MAX);
+        if at > 40_000 {
+            return Err(format!("the crash loop ran until {at} ms"));
+        }
+        o.coverage.insert("crash loop reached failed");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn restart_limit_zero(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 1, 4));
+    config.recovery.worker_restart_limit = 0;
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    spec.faults.push((
+        at(ctx, 1.0, 8.0),
+        Fault::CrashWorker {
+            pick: ctx.rng.next_u64(),
+        },
+    ));
+    Plan {
+        spec,
+        expect: expect(&config, End::Failed(FailureReason::RestartsDisabled)),
+    }
+}
+
+fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 2);
+    let mut config = fast_config(n);
+    let r = &mut config.recovery;
+    r.restart_backoff_initial = 1.5;
+    r.restart_backoff_max = 1.5;
+    r.worker_restart_window = 2.0;
+    r.worker_restart_limit = 3;
+    let mut spec = spec(ctx, config.clone(), 30.0);
+    spec.workload.request_rate = 40.0;
+    let first_replacement = n as u64;
+    spec.behavior = Box::new(move |info, _| {
+        if info.index >= first_replacement {
+            Behavior::CrashAfterRequests(1)
+        } else {
+            Behavior::Healthy
+        }
+    });
+    spec.faults.push((
+        at(ctx, 1.0, 3.0),
+        Fault::CrashWorker {
+            pick: ctx.rng.next_u64(),
+        },
+    ));
+    let mut e = expect(&config, End::Failed(FailureReason::RestartLimit));
+    e.extra = Some(|o, _| {
+        o.coverage.insert("backoff at cap halted");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn age_recycle(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 1, 4));
+    config.recovery.worker_max_age = 2.0 + ctx.rng.unit() * 4.0;
+    config.recovery.worker_max_age_jitter = ctx.rng.unit();
+    let spec = spec(ctx, config.clone(), 40.0);
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, e| {
+        if o.spawns <= e.workers as u64 {
+            return Err("no worker was recycled by age".into());
+        }
+        o.coverage.insert("recycled by age");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn request_recycle(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 1, 4));
+    config.recovery.max_requests_per_worker = ctx.rng.range(20, 80) as i64;
+    config.recovery.max_requests_jitter = 0.1 + ctx.rng.unit() * 0.4;
+    let mut spec = spec(ctx, config.clone(), 30.0);
+    spec.workload.request_rate = 40.0;
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, e| {
+        if o.spawns <= e.workers as u64 {
+            return Err("no worker was recycled by request count".into());
+        }
+        o.coverage.insert("recycled by request count");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn recycle_replacement_fails(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 3);
+    let mut config = fast_config(n);
+    config.recovery.worker_max_age = 2.0;
+    config.recovery.worker_max_age_jitter = 0.0;
+    config.recovery.recycle_retry_limit = 3;
+    let mut spec = spec(ctx, config.clone(), 20.0);
+    let failures = ctx.rng.range(1, 5);
+    let first_replacement = n as u64;
+    let crash_instead = ctx.rng.chance(0.3);
+    spec.behavior = Box::new(move |info, _| {
+        if info.index >= first_replacement && info.index < first_replacement + failures {
+            if crash_instead {
+                Behavior::CrashBetweenPrepareAndCommit
+            } else {
+                Behavior::FailStartup("replacement cannot start".into())
+            }
+        } else {
+            Behavior::Healthy
+        }
+    });
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(if failures >= 3 {
+        |o, _| {
+            if !o.recycling_suspended {
+                return Err("three failed replacements must suspend recycling".into());
+            }
+            Ok(())
+        }
+    } else {
+        |o, e| {
+            if o.recycling_suspended {
+                return Err("recycling was suspended below the retry limit".into());
+            }
+            if o.spawns <= e.workers as u64 + 3 {
+                return Err("the recycle never completed after its replacement recovered".into());
+            }
+            Ok(())
+        }
+    });
+    Plan { spec, expect: e }
+}
+
+fn reload(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 3));
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    let mut next = fast_config(workers(ctx, 1, 4));
+    next.recovery.heartbeat_interval = 0.3;
+    let n_next = next.workers as usize;
+    spec.commands
+        .push((at(ctx, 2.0, 8.0), SimCommand::Reload(Box::new(next))));
+    let mut e = expect(&config, End::Ready);
+    e.workers = n_next;
+    e.generation = Some(2);
+    e.zero_failed = true;
+    Plan { spec, expect: e }
+}
+
+fn reload_invalid(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 3);
+    let config = fast_config(n);
+    let mut spec = spec(ctx, config.clone(), 12.0);
+    let mut next = fast_config(workers(ctx, 1, 4));
+    match ctx.rng.range(0, 2) {
+        0 => {
+            next.recovery.restart_backoff_initial = 5.0;
+            next.recovery.restart_backoff_max = 1.0;
+        }
+        1 => {
+            spec.behavior = Box::new(|info, _| {
+                if info.generation.0 == 2 && info.slot.0 == 0 {
+                    Behavior::FailStartup("new configuration's root is missing".into())
+                } else {
+                    Behavior::Healthy
+                }
+            });
+        }
+        _ => {
+            spec.behavior = Box::new(|info, _| {
+                if info.generation.0 == 2 && info.slot.0 == 0 {
+                    Behavior::HangAtBoot
+                } else {
+                    Behavior::Healthy
+                }
+            });
+        }
+    }
+    spec.commands
+        .push((at(ctx, 1.0, 4.0), SimCommand::Reload(Box::new(next))));
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, _| {
+        if o.reload_rejections.is_empty() {
+            return Err("the bad reload was not reported".into());
+        }
+        o.coverage.insert("reload rejected kept the old generation");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn shutdown_deadlines(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 2, 3);
+    let config = fast_config(n);
+    let mut spec = spec(ctx, config.clone(), 5.0);
+    spec.workload.service_ms = (100, 6000);
+    let victim = ctx.rng.range(0, n as u64 - 1);
+    spec.behavior = Box::new(move |info, _| {
+        if info.index == victim {
+            Behavior::WedgedDrain
+        } else {
+            Behavior::Healthy
+        }
+    });
+    let mut e = expect(&config, End::Ready);
+    // Long requests on healthy workers may outlive the drain deadline: that is the
+    // deadline doing its job.
+    e.allow_forced = true;
+    Plan { spec, expect: e }
+}
+
+fn parent_death(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 4));
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    spec.workload.upload_rate = 10.0;
+    spec.workload.upload_targets = 3;
+    spec.faults.push((at(ctx, 2.0, 10.0), Fault::CrashParent));
+    let mut e = expect(&config, End::ParentDied);
+    e.allow_forced = true;
+    e.exit_within = secs(config.recovery.drain_timeout + 0.5);
+    e.extra = Some(|o, e| {
+        if o.parent_eof_exits as usize != e.workers {
+            return Err(format!(
+                "{} of {} workers exited on parent EOF",
+                o.parent_eof_exits, e.workers
+            ));
+        }
+        o.coverage.insert("parent death drained workers");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn uploads(spec: &mut SimSpec, rate: f64, targets: u8) {
+    spec.workload.upload_rate = rate;
+    spec.workload.upload_targets = targets;
+    spec.config.features.uploads = true;
+}
+
+fn same_target(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 2, 4));
+    let mut spec = spec(ctx, config.clone(), 20.0);
+    let targets = ctx.rng.range(1, 2) as u8;
+    uploads(&mut spec, 30.0, targets);
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, _| {
+        if o.uploads.ok == 0 {
+            return Err("no upload succeeded".into());
+        }
+        if o.uploads.conflict > 0 {
+            o.coverage.insert("same-target conflict");
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn lease_holder_death(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 2, 4));
+    let mut spec = spec(ctx, config.clone(), 12.0);
+    uploads(&mut spec, 25.0, 2);
+    spec.workload.chunk_ms = (20, 80);
+    for _ in 0..ctx.rng.range(1, 3) {
+        spec.faults
+            .push((at(ctx, 2.0, 10.0), Fault::CrashLeaseHolder));
+    }
+    let mut e = expect(&config, End::Ready);
+    e.extra = Some(|o, _| {
+        if o.uploads.ok == 0 {
+            return Err("no upload succeeded".into());
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn broker_saturation(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 2, 4));
+    config.broker.max_active_uploads = ctx.rng.range(1, 2) as i64;
+    config.broker.max_leases = ctx.rng.range(1, 2) as i64;
+    config.broker.max_upload_bytes = ctx.rng.range(16, 40) as i64;
+    config.broker.queue_capacity = ctx.rng.range(1, 3) as i64;
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    uploads(&mut spec, 60.0, 3);
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, _| {
+        if o.uploads.saturated == 0 {
+            return Err("the broker never saturated".into());
+        }
+        if o.uploads.ok == 0 {
+            return Err("no upload got through the saturated broker".into());
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn log_queue_saturation(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 1, 3));
+    config.features.access_log = true;
+    config.broker.log_queue_capacity = ctx.rng.range(4, 16) as i64;
+    config.broker.queue_capacity = ctx.rng.range(2, 8) as i64;
+    let drop = ctx.rng.chance(0.5);
+    config.broker.log_policy = if drop {
+        LogPolicy::Drop
+    } else {
+        LogPolicy::Block
+    };
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    spec.workload.access_log = true;
+    spec.workload.request_rate = 150.0;
+    spec.workload.until = secs(3.0);
+    spec.workload.log_write_rate = 100.0 + ctx.rng.unit() * 100.0;
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(if drop {
+        |o, _| {
+            let l = &o.log;
+            if l.written + l.dropped + l.dropped_local + l.lost_with_worker != l.produced {
+                return Err(format!("log records unaccounted for: {l:?}"));
+            }
+            Ok(())
+        }
+    } else {
+        |o, _| {
+            let l = &o.log;
+            if l.written != l.produced || l.dropped + l.dropped_local + l.lost_with_worker > 0 {
+                return Err(format!("the block policy lost records: {l:?}"));
+            }
+            Ok(())
+        }
+    });
+    Plan { spec, expect: e }
+}
+
+fn singleton_lifecycle(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 1, 3));
+    let f = &mut config.features;
+    f.access_log = ctx.rng.chance(0.5);
+    f.mdns = ctx.rng.chance(0.5);
+    f.qr = ctx.rng.chance(0.5);
+    f.tftp = ctx.rng.chance(0.5);
+    f.http3 = !(f.access_log || f.mdns || f.qr || f.tftp) || ctx.rng.chance(0.3);
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    let mut next = config.clone();
+    next.workers = workers(ctx, 1, 3);
+    let n_next = next.workers as usize;
+    spec.commands
+        .push((at(ctx, 2.0, 6.0), SimCommand::Reload(Box::new(next))));
+    if ctx.rng.chance(0.5) {
+        spec.faults.push((
+            at(ctx, 1.0, 9.0),
+            Fault::CrashWorker {
+                pick: ctx.rng.next_u64(),
+            },
+        ));
+    }
+    let mut e = expect(&config, End::Ready);
+    // A crash may hit a reload candidate, which rejects the reload: then the first
+    // generation serves on and the singletons never switch.
+    e.alt_workers = Some(e.workers);
+    e.workers = n_next;
+    e.generation = None;
+    e.extra = Some(|o, _| {
+        let (a, b, c) = (o.singleton_starts, o.singleton_stops, o.singleton_switches);
+        let committed = o.generations_committed.len() as u32;
+        if a == 0 || a != b || c != a * (committed - 1) {
+            return Err(format!(
+                "singletons: {a} starts, {c} switches, {b} stops over {committed} generations"
+            ));
+        }
+        let generation = o.liveness.as_ref().map_or(0, |s| s.generation.0);
+        if generation != u64::from(committed) {
+            return Err(format!(
+                "liveness generation {generation}, {committed} committed"
+            ));
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn malformed_frame(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 4));
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    for _ in 0..ctx.rng.range(1, 2) {
+        spec.faults.push((
+            at(ctx, 1.0, 10.0),
+            Fault::MalformedFrame {
+                pick: ctx.rng.next_u64(),
+            },
+        ));
+    }
+    Plan {
+        spec,
+        expect: expect(&config, End::Ready),
+    }
+}
+
+fn chaos(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 2, 4));
+    config.recovery.worker_max_age = if ctx.rng.chance(0.5) {
+        3.0 + ctx.rng.unit() * 5.0
+    } else {
+        0.0
+    };
+    config.features.access_log = true;
+    config.broker.log_policy = LogPolicy::Drop;
+    let mut spec = spec(ctx, config.clone(), 25.0);
+    uploads(&mut spec, 10.0, 2);
+    spec.workload.access_log = true;
+    for _ in 0..ctx.rng.range(2, 6) {
+        let t = at(ctx, 1.0, 25.0);
+        let pick = ctx.rng.next_u64();
+        let fault = match ctx.rng.range(0, 3) {
+            0 => Fault::CrashWorker { pick },
+            1 => Fault::HangWorker { pick },
+            2 => Fault::MalformedFrame { pick },
+            _ => Fault::CrashLeaseHolder,
+        };
+        spec.faults.push((t, fault));
+    }
+    let reload_workers = workers(ctx, 2, 4);
+    let reloaded = ctx.rng.chance(0.5);
+    if reloaded {
+        let mut next = config.clone();
+        next.workers = reload_workers;
+        spec.commands
+            .push((at(ctx, 2.0, 20.0), SimCommand::Reload(Box::new(next))));
+    }
+    let first_replacement = config.workers as u64;
+    spec.behavior = Box::new(move |info, rng| match rng.range(0, 40) {
+        _ if info.index < first_replacement => Behavior::Healthy,
+        0 => Behavior::CrashBetweenPrepareAndCommit,
+        1 => Behavior::SlowBoot(Duration::from_millis(rng.range(100, 2000))),
+        2 => Behavior::ExitDuringDrain,
+        _ => Behavior::Healthy,
+    });
+    let mut e = expect(&config, End::ReadyOrFailed(FailureReason::RestartLimit));
+    e.generation = None;
+    e.allow_forced = false;
+    if reloaded {
+        // A reload whose candidate crashed is rejected; either generation may serve.
+        e.extra = Some(|o, _| {
+            let Some(status) = &o.liveness else {
+                return Ok(());
+            };
+            if o.failure.is_none() && status.generation.0 == 1 && o.reload_rejections.is_empty() {
+                return Err("the reload neither committed nor was rejected".into());
+            }
+            Ok(())
+        });
+        e.alt_workers = Some(reload_workers as usize);
+    }
+    Plan { spec, expect: e }
+}

@@ -1,0 +1,170 @@
+//! The predicates every run must satisfy, and the per-scenario expectations.
+
+use core::time::Duration;
+
+use servery_core::supervisor::{Role, ServiceState, WorkerState};
+use servery_sim::Outcome;
+
+use crate::{End, Expect};
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)*) => {
+        if !$cond {
+            return Err(format!($($fmt)*));
+        }
+    };
+}
+
+pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<(), String> {
+    ensure!(
+        o.violations.is_empty(),
+        "invariant violations: {:?}",
+        o.violations
+    );
+    ensure!(
+        o.stalled.is_none(),
+        "stalled: {}",
+        o.stalled.clone().unwrap_or_default()
+    );
+    ensure!(
+        o.processes_alive_at_end == 0,
+        "{} worker processes outlived the run",
+        o.processes_alive_at_end
+    );
+    ensure!(
+        o.temp_files_at_end == 0,
+        "{} temporary files left behind",
+        o.temp_files_at_end
+    );
+    ensure!(
+        o.torn_files == 0,
+        "{} published files are torn or interleaved",
+        o.torn_files
+    );
+    ensure!(
+        o.requests.stranded == 0 || e.end == End::ParentDied,
+        "{} requests stranded in the listener",
+        o.requests.stranded
+    );
+    if !e.allow_forced {
+        ensure!(
+            o.requests.failed_forced == 0 && o.uploads.failed_forced == 0,
+            "{} requests and {} uploads failed on healthy workers that were cut off",
+            o.requests.failed_forced,
+            o.uploads.failed_forced
+        );
+    }
+    if e.zero_failed {
+        ensure!(
+            o.failed_requests() == 0 && o.uploads.failed_fault == 0,
+            "zero-downtime run failed {} requests",
+            o.failed_requests()
+        );
+    }
+    match e.end {
+        End::ParentDied => judge_parent_death(o, e)?,
+        End::Ready => judge_ready(o, e)?,
+        End::Failed(reason) => judge_failed(o, reason)?,
+        End::ReadyOrFailed(reason) => {
+            if o.failure.is_some() {
+                judge_failed(o, reason)?;
+            } else {
+                judge_ready(o, e)?;
+            }
+        }
+    }
+    if e.end != End::ParentDied {
+        let code = o.exit_code.ok_or("the parent never exited")?;
+        let want = o.failure.map_or(0, |r| r.exit_code());
+        ensure!(code == want, "exit code {code}, expected {want}");
+        ensure!(
+            o.leases_at_exit == 0,
+            "{} broker grants outlived the service",
+            o.leases_at_exit
+        );
+        ensure!(
+            o.singleton_starts == o.singleton_stops,
+            "singletons started {} times, stopped {}",
+            o.singleton_starts,
+            o.singleton_stops
+        );
+        if o.failure.is_none() {
+            let exit_ms = o.exit_at_ms.unwrap_or(u64::MAX);
+            let bound = stop_at + e.exit_within;
+            ensure!(
+                Duration::from_millis(exit_ms) <= bound,
+                "exit at {exit_ms} ms, after the {bound:?} bound"
+            );
+        }
+    }
+    if let Some(extra) = e.extra {
+        extra(o, e)?;
+    }
+    Ok(())
+}
+
+fn judge_ready(o: &Outcome, e: &Expect) -> Result<(), String> {
+    ensure!(
+        o.failure.is_none(),
+        "service failed: {:?} {}",
+        o.failure,
+        o.failure_message.clone().unwrap_or_default()
+    );
+    let status = o
+        .liveness
+        .as_ref()
+        .ok_or("no status at the liveness point")?;
+    ensure!(
+        status.state == ServiceState::Ready,
+        "state {} at the liveness point",
+        status.state.name()
+    );
+    let ready = status
+        .workers
+        .iter()
+        .filter(|w| {
+            w.role == Role::Member
+                && w.state == WorkerState::Ready
+                && w.generation == status.generation
+        })
+        .count();
+    ensure!(
+        ready == e.workers || Some(ready) == e.alt_workers,
+        "{ready} ready workers at the liveness point, expected {}",
+        e.workers
+    );
+    if let Some(g) = e.generation {
+        ensure!(
+            status.generation.0 == g,
+            "generation {} at the liveness point, expected {g}",
+            status.generation.0
+        );
+    }
+    Ok(())
+}
+
+fn judge_failed(
+    o: &mut Outcome,
+    reason: servery_core::supervisor::FailureReason,
+) -> Result<(), String> {
+    ensure!(
+        o.failure == Some(reason),
+        "expected failure {reason:?}, got {:?}",
+        o.failure
+    );
+    let msg = o.failure_message.clone().unwrap_or_default();
+    ensure!(!msg.is_empty(), "failure without a reason");
+    Ok(())
+}
+
+fn judge_parent_death(o: &mut Outcome, e: &Expect) -> Result<(), String> {
+    ensure!(o.parent_crashed, "the parent was supposed to die");
+    let drain = e.exit_within.as_millis() as u64;
+    ensure!(
+        o.last_process_exit_ms <= o.parent_gone_ms + drain,
+        "orphaned workers ran until {} ms, parent died at {} ms, bound {drain} ms",
+        o.last_process_exit_ms,
+        o.parent_gone_ms
+    );
+    Ok(())
+}
