@@ -357,18 +357,23 @@ impl SimWorld {
     /// Hand queued connections to accepting workers, as the shared listener would.
     pub(crate) fn dispatch(&mut self) {
         while !self.backlog.is_empty() {
-            let candidates: Vec<WorkerId> = self
-                .procs
-                .values()
-                .filter(|p| {
-                    p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
-                })
-                .map(|p| p.id)
-                .collect();
-            if candidates.is_empty() {
+            let can_take = |p: &Proc| {
+                p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
+            };
+            let count = self.procs.values().filter(|p| can_take(p)).count();
+            if count == 0 {
                 return;
             }
-            let pick = candidates[self.rng.range(0, candidates.len() as u64 - 1) as usize];
+            let k = self.rng.range(0, count as u64 - 1) as usize;
+            let Some(pick) = self
+                .procs
+                .values()
+                .filter(|p| can_take(p))
+                .nth(k)
+                .map(|p| p.id)
+            else {
+                return;
+            };
             let Some((conn, kind)) = self.backlog.pop_front() else {
                 return;
             };

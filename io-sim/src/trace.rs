@@ -1,5 +1,8 @@
-//! The run's trace: a 64-bit FNV-1a hash over every event, and the readable lines when
-//! asked for. Two runs of one seed must produce the same hash.
+//! The run's trace: a 64-bit hash over every event, and the readable lines when asked
+//! for. Two runs of one seed must produce the same hash.
+//!
+//! The hash mixes one 64-bit word at a time (multiply, then fold the high half down),
+//! FNV's offset and prime, but word-wise: byte-wise FNV cost a fifth of a sweep.
 
 #[derive(Debug, Clone)]
 pub struct Trace {
@@ -19,10 +22,8 @@ impl Trace {
     }
 
     pub fn word(&mut self, w: u64) {
-        for b in w.to_le_bytes() {
-            self.hash ^= u64::from(b);
-            self.hash = self.hash.wrapping_mul(FNV_PRIME);
-        }
+        self.hash = (self.hash ^ w).wrapping_mul(FNV_PRIME);
+        self.hash ^= self.hash >> 29;
     }
 
     pub fn record(&mut self, words: &[u64], line: impl FnOnce() -> String) {

@@ -728,8 +728,9 @@ impl ParentIo for SimWorld {
         if broker.stats().saturated > 0 {
             self.out.coverage.insert("broker saturation rejected");
         }
-        if let Some(f) = sup.status(now).last_failure
-            && f.reason == ExitReason::HealthFailure
+        if sup
+            .last_failure()
+            .is_some_and(|f| f.reason == ExitReason::HealthFailure)
         {
             self.out.coverage.insert("hang killed");
         }

@@ -205,6 +205,19 @@ fn steady(ctx: &mut Ctx) -> Plan {
     Plan { spec, expect: e }
 }
 
+/// The throughput benchmark's run: four workers, a minute of virtual time under load.
+pub const BENCH: Scenario = Scenario {
+    name: "bench-steady-4",
+    about: "four workers, 60 s of virtual time, 20 requests/s: the sweep benchmark's unit",
+    build: |ctx| {
+        let config = fast_config(4);
+        let spec = spec(ctx, config.clone(), 60.0);
+        let mut e = expect(&config, End::Ready);
+        e.zero_failed = true;
+        Plan { spec, expect: e }
+    },
+};
+
 fn crash(ctx: &mut Ctx) -> Plan {
     let n = workers(ctx, 2, 4);
     // Half the seeds run the seed document's own policy defaults.

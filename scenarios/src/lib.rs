@@ -18,8 +18,8 @@ use servery_core::supervisor::{FailureReason, Platform};
 use servery_sim::rng::SimRng;
 use servery_sim::{Outcome, SimSpec};
 
-pub use catalog::{COVERAGE_GOALS, SCENARIOS};
-pub use sweep::{SweepReport, sweep};
+pub use catalog::{BENCH, COVERAGE_GOALS, SCENARIOS};
+pub use sweep::{SweepReport, bench, sweep};
 
 /// How the run must end its liveness phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,4 +167,21 @@ pub fn recovery_bound(c: &RawConfig) -> Duration {
             + r.worker_start_timeout.min(3.0)
             + 1.0,
     )
+}
+
+/// Judge `outcome` against what `scenario` expects for `seed` (used to show that the
+/// predicates reject outcomes that break them).
+pub fn judge_as(
+    scenario: &Scenario,
+    seed: u64,
+    platform: Platform,
+    mut outcome: Outcome,
+) -> Result<(), String> {
+    let mut ctx = Ctx {
+        seed,
+        platform,
+        rng: SimRng::new(seed ^ 0x5ce9_a210_0f00_d1e5),
+    };
+    let plan = (scenario.build)(&mut ctx);
+    checks::judge(&mut outcome, &plan.expect, plan.spec.stop_at)
 }

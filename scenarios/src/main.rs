@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use servery_core::supervisor::Platform;
 use servery_scenarios::{
-    COVERAGE_GOALS, SCENARIOS, find, platform_by_name, replay_command, run, sweep,
+    BENCH, COVERAGE_GOALS, SCENARIOS, bench, find, platform_by_name, replay_command, run, sweep,
 };
 
 #[derive(Parser, Debug)]
@@ -49,6 +49,13 @@ enum Cmd {
         /// Only this scenario.
         #[arg(long)]
         only: Option<String>,
+    },
+    /// Sweep throughput: the four-worker, 60 s virtual-time scenario on fresh seeds.
+    Bench {
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = default_jobs())]
+        jobs: usize,
     },
 }
 
@@ -95,17 +102,18 @@ fn main() -> ExitCode {
             };
             run_one(scenario, seed, platform, trace)
         }
+        Cmd::Bench { seconds, jobs } => run_bench(seconds, jobs),
         Cmd::Sweep {
             seeds,
             jobs,
             json,
             only,
         } => {
-            if let Some(name) = &only {
-                if find(name).is_none() {
-                    eprintln!("unknown scenario {name:?}");
-                    return ExitCode::from(2);
-                }
+            if let Some(name) = &only
+                && find(name).is_none()
+            {
+                eprintln!("unknown scenario {name:?}");
+                return ExitCode::from(2);
             }
             let report = sweep(seeds.0..seeds.1, jobs, only.as_deref());
             if json {
@@ -119,6 +127,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+fn run_bench(seconds: f64, jobs: usize) -> ExitCode {
+    let (runs, failed, elapsed) = bench(seconds, jobs);
+    println!(
+        "{}: {runs} seeds in {elapsed:.2}s with {jobs} jobs = {:.0} seeds/s ({failed} failed)",
+        BENCH.name,
+        runs as f64 / elapsed
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

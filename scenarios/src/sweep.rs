@@ -125,3 +125,29 @@ pub fn sweep(seeds: core::ops::Range<u64>, jobs: usize, filter: Option<&str>) ->
     r.failures.truncate(20);
     r
 }
+
+/// Run the benchmark scenario on as many seeds as fit in `seconds` with `jobs` threads.
+/// Returns (runs, failed runs, elapsed seconds).
+pub fn bench(seconds: f64, jobs: usize) -> (u64, u64, f64) {
+    let next = AtomicU64::new(0);
+    let failed = AtomicU64::new(0);
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                while started.elapsed().as_secs_f64() < seconds {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    let result = run(&crate::BENCH, seed, Platform::Posix, false);
+                    if result.verdict.is_err() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    (
+        next.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+        started.elapsed().as_secs_f64(),
+    )
+}

@@ -167,6 +167,11 @@ impl Supervisor {
         self.recycling_suspended.as_deref()
     }
 
+    /// The most recent worker fault.
+    pub fn last_failure(&self) -> Option<&FailureRecord> {
+        self.last_failure.as_ref()
+    }
+
     pub fn failure(&self) -> Option<(FailureReason, &str)> {
         self.failure.as_ref().map(|(r, m)| (*r, m.as_str()))
     }
