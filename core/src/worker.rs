@@ -237,6 +237,24 @@ impl WorkerLifecycle {
         }
     }
 
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.phase == Phase::Done && self.next_beat.is_some() {
+            return Err("a finished worker still schedules heartbeats".into());
+        }
+        if !self.channel_open && self.next_beat.is_some() {
+            return Err("heartbeats scheduled on a closed channel".into());
+        }
+        if self.phase == Phase::Draining && self.drain_deadline.is_none() {
+            return Err("draining without a deadline".into());
+        }
+        if matches!(self.phase, Phase::Connecting | Phase::Preparing)
+            && self.worker.is_none() != (self.phase == Phase::Connecting)
+        {
+            return Err("identity and phase disagree".into());
+        }
+        Ok(())
+    }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
         earliest(
             self.next_beat,

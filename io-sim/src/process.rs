@@ -182,6 +182,17 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
+        if let Err(e) = p
+            .life
+            .check_invariants()
+            .and_then(|()| p.client.check_invariants())
+        {
+            self.violation(format!("{worker}: {e}"));
+            return;
+        }
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
         let next = servery_core::time::earliest(p.life.poll_timeout(), p.client.poll_timeout());
         if next != p.timer_at {
             p.timer_at = next;
@@ -643,12 +654,11 @@ impl SimWorld {
             {
                 self.holders.remove(&u.target);
             }
-            let _ = p.client.request(now, BrokerRequest::ReleaseLease { id });
+            p.client.release(now, BrokerRequest::ReleaseLease { id });
         }
         if let Some(id) = u.reservation {
-            let _ = p
-                .client
-                .request(now, BrokerRequest::ReleaseReservation { id });
+            p.client
+                .release(now, BrokerRequest::ReleaseReservation { id });
         }
         // Replies to releases need no one waiting; the client drops them.
         p.serving.remove(&conn);

@@ -101,6 +101,16 @@ impl BrokerClient {
         Ok(self.send(now, request, false))
     }
 
+    /// Give something back. Releases bypass the outstanding-request bound (refusing to
+    /// free a lease because the queue is busy would hold it until its expiry) and nobody
+    /// waits for their answer. After parent EOF there is nothing to release to: the
+    /// parent's revocation already took everything back.
+    pub fn release(&mut self, now: Instant, request: BrokerRequest) {
+        if !self.closed {
+            self.send(now, request, true);
+        }
+    }
+
     fn send(&mut self, now: Instant, request: BrokerRequest, internal: bool) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -143,6 +153,27 @@ impl BrokerClient {
             }
         }
         None
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.deadlines.len() != self.pending.len() {
+            return Err(format!(
+                "{} deadlines for {} pending requests",
+                self.deadlines.len(),
+                self.pending.len()
+            ));
+        }
+        let user = self.pending.values().filter(|p| !p.internal).count();
+        if user > self.capacity {
+            return Err(format!(
+                "{user} outstanding requests exceed capacity {}",
+                self.capacity
+            ));
+        }
+        if self.closed && !self.pending.is_empty() {
+            return Err("requests pending on a closed channel".into());
+        }
+        Ok(())
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -250,8 +281,12 @@ mod tests {
             c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 }),
             Err(ClientError::Saturated)
         );
+        // Giving back is never refused for lack of room.
+        c.release(t0, BrokerRequest::ReleaseLease { id: LeaseId(3) });
+        assert_eq!(std::iter::from_fn(|| c.poll_outgoing()).count(), 3);
+        c.check_invariants().expect("invariants");
         let failed = c.channel_closed();
-        assert_eq!(failed.len(), 2);
+        assert_eq!(failed.len(), 2, "the internal release completes nobody");
         assert_eq!(
             c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 }),
             Err(ClientError::ParentGone)
