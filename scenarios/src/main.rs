@@ -231,6 +231,7 @@ fn print_json(r: &servery_scenarios::SweepReport) {
         "runs": r.runs,
         "failed": r.failed,
         "seeds_per_second": r.seeds_per_second(),
+        "runs_per_second": r.runs as f64 / r.seconds.max(1e-9),
         "scenarios": r.per_scenario.iter().map(|((name, platform), (runs, failed))| serde_json::json!({
             "name": name, "platform": platform, "runs": runs, "failed": failed,
         })).collect::<Vec<_>>(),
