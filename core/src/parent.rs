@@ -230,3 +230,113 @@ impl Parent {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+    use crate::proto::{BrokerRequest, TargetKey};
+    use crate::supervisor::ExitStatus;
+
+    fn actions(p: &mut Parent) -> Vec<ParentAction> {
+        std::iter::from_fn(|| p.poll_action()).collect()
+    }
+
+    fn started(features: impl FnOnce(&mut RawConfig)) -> (Parent, WorkerId) {
+        let mut raw = RawConfig::default();
+        features(&mut raw);
+        let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [1; 32]);
+        let t = Instant::ZERO;
+        p.handle(t, Event::Start);
+        let w = WorkerId(1);
+        p.handle(
+            t,
+            Event::Message {
+                worker: w,
+                message: WorkerMessage::Prepared,
+            },
+        );
+        p.handle(
+            t,
+            Event::Message {
+                worker: w,
+                message: WorkerMessage::Ready,
+            },
+        );
+        actions(&mut p);
+        (p, w)
+    }
+
+    #[test]
+    fn a_reload_may_not_change_the_parent_owned_features() {
+        let (mut p, _) = started(|_| {});
+        let mut next = RawConfig::default();
+        next.features.mdns = true;
+        p.handle(
+            Instant::ZERO,
+            Event::Command(Command::Reload(Box::new(next))),
+        );
+        let acts = actions(&mut p);
+        assert!(
+            matches!(&acts[..], [ParentAction::ReloadRejected { message }] if message.contains("features"))
+        );
+        assert!(!p.supervisor().rollout_in_flight());
+    }
+
+    #[test]
+    fn singletons_start_on_commit_and_stop_before_exit() {
+        let (mut p, w) = started(|r| r.features.mdns = true);
+        assert!(
+            p.singletons()
+                .states()
+                .all(|(_, s)| s == crate::singletons::SingletonState::Running(Generation(1)))
+        );
+        p.handle(Instant::ZERO, Event::Command(Command::Stop));
+        p.handle(
+            Instant::ZERO,
+            Event::Exited {
+                worker: w,
+                status: ExitStatus::Code(0),
+            },
+        );
+        let acts = actions(&mut p);
+        let stop = acts
+            .iter()
+            .position(|a| matches!(a, ParentAction::Singleton(SingletonAction::Stop { .. })));
+        let exit = acts
+            .iter()
+            .position(|a| matches!(a, ParentAction::Exit { code: 0 }));
+        assert!(stop.expect("stopped") < exit.expect("exits"));
+    }
+
+    #[test]
+    fn a_gone_worker_loses_its_grants_and_is_not_served() {
+        let (mut p, w) = started(|_| {});
+        let key = TargetKey {
+            dir_device: 1,
+            dir_inode: 1,
+            name: "f".into(),
+        };
+        let req = |id| Event::Message {
+            worker: w,
+            message: WorkerMessage::Broker {
+                id,
+                request: BrokerRequest::AcquireLease { key: key.clone() },
+            },
+        };
+        p.handle(Instant::ZERO, req(1));
+        assert_eq!(p.broker().leases().count(), 1);
+        actions(&mut p);
+        p.handle(Instant::ZERO, Event::ChannelClosed { worker: w });
+        let acts = actions(&mut p);
+        assert!(acts.contains(&ParentAction::CleanupWorker { worker: w }));
+        assert_eq!(p.broker().leases().count(), 0, "revoked at EOF");
+        p.handle(Instant::ZERO, req(2));
+        assert_eq!(
+            p.broker().leases().count(),
+            0,
+            "a gone worker is not served"
+        );
+        p.check_invariants().expect("invariants");
+    }
+}

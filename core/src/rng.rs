@@ -35,3 +35,22 @@ impl CoreRng {
         (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_sized_draws_use_all_128_bits() {
+        let mut r = CoreRng::from_seed([3; 32]);
+        let draws: Vec<u128> = (0..64).map(|_| r.next_u128()).collect();
+        assert!(draws.iter().any(|d| d >> 64 != 0), "high half never set");
+        assert!(
+            draws.iter().any(|d| d & u128::from(u64::MAX) != 0),
+            "low half never set"
+        );
+        let units: Vec<f64> = (0..1000).map(|_| r.unit()).collect();
+        assert!(units.iter().all(|u| (0.0..1.0).contains(u)));
+        assert!(units.iter().any(|u| *u > 0.9) && units.iter().any(|u| *u < 0.1));
+    }
+}

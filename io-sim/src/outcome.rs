@@ -59,6 +59,10 @@ pub struct Outcome {
     pub log: LogStats,
     pub max_live_processes: usize,
     pub spawns: u64,
+    /// When each process was spawned (ms of virtual time), in spawn order.
+    pub spawn_times_ms: Vec<u64>,
+    /// TERMs the parent sent.
+    pub terms_sent: u64,
     pub processes_alive_at_end: usize,
     pub last_process_exit_ms: u64,
     pub temp_files_at_end: usize,

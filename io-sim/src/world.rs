@@ -620,6 +620,7 @@ impl ParentIo for SimWorld {
                 };
                 self.spawn_index += 1;
                 self.out.spawns = self.spawn_index;
+                self.out.spawn_times_ms.push(now.as_nanos() / 1_000_000);
                 let behavior = (self.spec.behavior)(&info, &mut self.rng);
                 self.next_pid += 1;
                 let pid = self.next_pid;
@@ -637,6 +638,7 @@ impl ParentIo for SimWorld {
             }
             ParentAction::Send { worker, message } => self.send_down(worker, &message),
             ParentAction::Terminate { worker } => {
+                self.out.terms_sent += 1;
                 if self.spec.platform == Platform::Windows {
                     self.violation(format!("TERM sent to {worker} under Windows semantics"));
                 }

@@ -86,6 +86,11 @@ pub const SCENARIOS: &[Scenario] = &[
         build: request_recycle,
     },
     Scenario {
+        name: "manual-recycle",
+        about: "ctl recycle under load: every worker replaced once, one at a time, zero failed requests",
+        build: manual_recycle,
+    },
+    Scenario {
         name: "recycle-replacement-fails",
         about: "recycle replacements fail to start: the old worker keeps serving; recycling retries, then is suspended",
         build: recycle_replacement_fails,
@@ -181,6 +186,7 @@ fn expect(config: &RawConfig, end: End) -> Expect {
         end,
         workers: config.workers as usize,
         alt_workers: None,
+        first_recycle_within: None,
         generation: Some(1),
         zero_failed: false,
         allow_forced: false,
@@ -379,10 +385,14 @@ fn restart_limit_zero(ctx: &mut Ctx) -> Plan {
             pick: ctx.rng.next_u64(),
         },
     ));
-    Plan {
-        spec,
-        expect: expect(&config, End::Failed(FailureReason::RestartsDisabled)),
-    }
+    let mut e = expect(&config, End::Failed(FailureReason::RestartsDisabled));
+    e.extra = Some(|o, _| match &o.failure_message {
+        Some(m) if m.contains("worker_restart_limit is 0") => Ok(()),
+        m => Err(format!(
+            "the failure does not name the disabled restarts: {m:?}"
+        )),
+    });
+    Plan { spec, expect: e }
 }
 
 fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
@@ -419,11 +429,16 @@ fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
 
 fn age_recycle(ctx: &mut Ctx) -> Plan {
     let mut config = fast_config(workers(ctx, 1, 4));
-    config.recovery.worker_max_age = 2.0 + ctx.rng.unit() * 4.0;
-    config.recovery.worker_max_age_jitter = ctx.rng.unit();
+    let age = 2.0 + ctx.rng.unit() * 4.0;
+    let jitter = ctx.rng.unit();
+    config.recovery.worker_max_age = age;
+    config.recovery.worker_max_age_jitter = jitter;
     let spec = spec(ctx, config.clone(), 40.0);
     let mut e = expect(&config, End::Ready);
     e.zero_failed = true;
+    // The first recycle starts inside the jitter band after the first READY (workers
+    // are ready within 50 ms of the start).
+    e.first_recycle_within = Some((secs(age * (1.0 - jitter)), secs(age + 0.1)));
     e.extra = Some(|o, e| {
         if o.spawns <= e.workers as u64 {
             return Err("no worker was recycled by age".into());
@@ -447,6 +462,27 @@ fn request_recycle(ctx: &mut Ctx) -> Plan {
             return Err("no worker was recycled by request count".into());
         }
         o.coverage.insert("recycled by request count");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn manual_recycle(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 4));
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    spec.commands.push((at(ctx, 1.0, 5.0), SimCommand::Recycle));
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, e| {
+        if o.spawns != 2 * e.workers as u64 {
+            return Err(format!(
+                "{} spawns for {} workers recycled once each",
+                o.spawns, e.workers
+            ));
+        }
+        if o.max_live_processes > e.workers + 1 {
+            return Err(format!("{} processes at once", o.max_live_processes));
+        }
         Ok(())
     });
     Plan { spec, expect: e }
@@ -497,7 +533,12 @@ fn recycle_replacement_fails(ctx: &mut Ctx) -> Plan {
 }
 
 fn reload(ctx: &mut Ctx) -> Plan {
-    let config = fast_config(workers(ctx, 1, 3));
+    let mut config = fast_config(workers(ctx, 1, 3));
+    if ctx.rng.chance(0.5) {
+        // Recycles in flight when the reload arrives: the reload must wait for them.
+        config.recovery.worker_max_age = 1.0 + ctx.rng.unit() * 2.0;
+        config.recovery.worker_max_age_jitter = 0.0;
+    }
     let mut spec = spec(ctx, config.clone(), 10.0);
     let mut next = fast_config(workers(ctx, 1, 4));
     next.recovery.heartbeat_interval = 0.3;
@@ -571,6 +612,20 @@ fn shutdown_deadlines(ctx: &mut Ctx) -> Plan {
     // Long requests on healthy workers may outlive the drain deadline: that is the
     // deadline doing its job.
     e.allow_forced = true;
+    e.extra = Some(match ctx.platform {
+        servery_core::supervisor::Platform::Posix => |o, _| {
+            if o.terms_sent == 0 {
+                return Err("POSIX must send TERM before KILL at the drain deadline".into());
+            }
+            Ok(())
+        },
+        servery_core::supervisor::Platform::Windows => |o, _| {
+            if o.terms_sent != 0 {
+                return Err("Windows has no TERM".into());
+            }
+            Ok(())
+        },
+    });
     Plan { spec, expect: e }
 }
 

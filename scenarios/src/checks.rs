@@ -97,6 +97,18 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
             );
         }
     }
+    if let Some((lo, hi)) = e.first_recycle_within {
+        let at = o
+            .spawn_times_ms
+            .get(e.workers)
+            .copied()
+            .ok_or("nothing was recycled")?;
+        let at = Duration::from_millis(at);
+        ensure!(
+            lo <= at + Duration::from_millis(1) && at <= hi,
+            "first recycle at {at:?}, outside [{lo:?}, {hi:?}]"
+        );
+    }
     if let Some(extra) = e.extra {
         extra(o, e)?;
     }

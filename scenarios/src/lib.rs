@@ -45,6 +45,8 @@ pub struct Expect {
     pub workers: usize,
     /// Also acceptable (a reload that may or may not have committed).
     pub alt_workers: Option<usize>,
+    /// The first spawn after the initial generation must fall in this window.
+    pub first_recycle_within: Option<(Duration, Duration)>,
     /// Committed generation expected at the liveness point.
     pub generation: Option<u64>,
     /// No request may fail at all (zero-downtime scenarios).

@@ -96,6 +96,7 @@ proptest! {
         let mut m = Model::default();
         let mut now = Instant::ZERO;
         let mut known: Vec<LeaseId> = Vec::new();
+        let mut grants = 0u64;
         for op in ops {
             match op {
                 Op::Advance { ms } => {
@@ -109,9 +110,11 @@ proptest! {
                     if m.reservations.len() >= MAX_UPLOADS || used + bytes > MAX_BYTES {
                         prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Saturated));
                     } else {
-                        let BrokerReply::Granted { id, .. } = reply else {
+                        let BrokerReply::Granted { id, expires_in_ms } = reply else {
                             return Err(TestCaseError::fail(format!("expected a grant, got {reply:?}")));
                         };
+                        prop_assert_eq!(expires_in_ms, TTL.as_millis() as u64);
+                        grants += 1;
                         m.reservations.push((id, bytes, worker, now + TTL));
                         known.push(id);
                     }
@@ -137,9 +140,11 @@ proptest! {
                     } else if m.leases.len() >= MAX_LEASES {
                         prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Saturated));
                     } else {
-                        let BrokerReply::Granted { id, .. } = reply else {
+                        let BrokerReply::Granted { id, expires_in_ms } = reply else {
                             return Err(TestCaseError::fail(format!("expected a grant, got {reply:?}")));
                         };
+                        prop_assert_eq!(expires_in_ms, TTL.as_millis() as u64);
+                        grants += 1;
                         m.leases.push((id, k, worker, now + TTL));
                         known.push(id);
                     }
@@ -158,6 +163,7 @@ proptest! {
                             *exp = now + TTL;
                             let granted = matches!(reply, BrokerReply::Granted { id: g, .. } if g == id);
                             prop_assert!(granted);
+                            grants += 1;
                         }
                     }
                 }
@@ -183,7 +189,11 @@ proptest! {
                     prop_assert_eq!(b.leases().count(), before);
                 }
                 Op::Revoke { worker } => {
-                    b.revoke_worker(WorkerId(worker));
+                    let revoked = b.revoke_worker(WorkerId(worker));
+                    let leases = m.leases.iter().filter(|l| l.2 == worker).count();
+                    let reservations = m.reservations.iter().filter(|r| r.2 == worker).count();
+                    prop_assert_eq!(revoked.leases, leases);
+                    prop_assert_eq!(revoked.reservations, reservations);
                     m.leases.retain(|l| l.2 != worker);
                     m.reservations.retain(|r| r.2 != worker);
                     prop_assert!(b.holders().all(|w| w != WorkerId(worker)));
@@ -197,6 +207,9 @@ proptest! {
                 let holder = m.leases.iter().find(|l| l.1 == k).map(|l| owner(l.2));
                 prop_assert_eq!(b.lease_holder(&key(k)), holder);
             }
+            prop_assert_eq!(b.stats().granted, grants);
+            let next_expiry = m.leases.iter().map(|l| l.3).chain(m.reservations.iter().map(|r| r.3)).min();
+            prop_assert_eq!(b.poll_timeout(), next_expiry, "the broker wakes exactly at the next expiry");
         }
     }
 }

@@ -1085,3 +1085,6 @@ impl Supervisor {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

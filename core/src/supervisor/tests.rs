@@ -1,0 +1,527 @@
+//! The supervisor driven directly, one event at a time: the details the scenarios only
+//! see from outside (which signal, which reason, which status field).
+
+use core::time::Duration;
+
+use super::*;
+use crate::config::RawConfig;
+
+struct Harness {
+    sup: Supervisor,
+    now: Instant,
+}
+
+fn harness(platform: Platform, edit: impl FnOnce(&mut RawConfig)) -> Harness {
+    let mut raw = RawConfig {
+        workers: 2,
+        ..RawConfig::default()
+    };
+    raw.recovery.drain_timeout = 3.0;
+    raw.recovery.force_timeout = 0.5;
+    edit(&mut raw);
+    let config = raw.validate().expect("valid");
+    Harness {
+        sup: Supervisor::new(config, platform, CoreRng::from_seed([9; 32])),
+        now: Instant::ZERO,
+    }
+}
+
+impl Harness {
+    fn on(&mut self, event: Event) -> Vec<Action> {
+        self.sup.handle(self.now, event);
+        self.actions()
+    }
+
+    fn actions(&mut self) -> Vec<Action> {
+        let acts: Vec<Action> = std::iter::from_fn(|| self.sup.poll_action()).collect();
+        self.sup.check_invariants().expect("invariants");
+        acts
+    }
+
+    fn advance(&mut self, d: Duration) -> Vec<Action> {
+        self.now = self.now + d;
+        self.sup.handle_timeout(self.now);
+        self.actions()
+    }
+
+    fn msg(&mut self, worker: WorkerId, message: WorkerMessage) -> Vec<Action> {
+        self.on(Event::Message { worker, message })
+    }
+
+    /// Spawned + PREPARED (+ READY once committed) for every spawn in `acts`.
+    fn boot(&mut self, acts: &[Action]) -> Vec<Action> {
+        let spawned: Vec<WorkerId> = acts
+            .iter()
+            .filter_map(|a| match a {
+                Action::Spawn { worker, .. } => Some(*worker),
+                _ => None,
+            })
+            .collect();
+        let mut out = Vec::new();
+        for &w in &spawned {
+            out.extend(self.on(Event::Spawned {
+                worker: w,
+                pid: 100 + w.0 as u32,
+            }));
+            out.extend(self.msg(w, WorkerMessage::Prepared));
+        }
+        for &w in &spawned {
+            out.extend(self.msg(w, WorkerMessage::Ready));
+        }
+        out
+    }
+
+    fn start(&mut self) -> Vec<WorkerId> {
+        let acts = self.on(Event::Start);
+        self.boot(&acts);
+        assert_eq!(self.sup.state(), ServiceState::Ready);
+        self.members()
+    }
+
+    fn members(&self) -> Vec<WorkerId> {
+        self.sup
+            .status(self.now)
+            .workers
+            .iter()
+            .filter(|w| w.role == Role::Member)
+            .map(|w| w.id)
+            .collect()
+    }
+
+    fn beat(&mut self, requests: u64) -> Vec<Action> {
+        let mut out = Vec::new();
+        for w in self.members() {
+            out.extend(self.msg(
+                w,
+                WorkerMessage::Heartbeat {
+                    requests,
+                    connections: 0,
+                },
+            ));
+        }
+        out
+    }
+}
+
+fn kills(acts: &[Action]) -> Vec<WorkerId> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::Kill { worker } => Some(*worker),
+            _ => None,
+        })
+        .collect()
+}
+
+fn terms(acts: &[Action]) -> Vec<WorkerId> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::Terminate { worker } => Some(*worker),
+            _ => None,
+        })
+        .collect()
+}
+
+fn spawns(acts: &[Action]) -> usize {
+    acts.iter()
+        .filter(|a| matches!(a, Action::Spawn { .. }))
+        .count()
+}
+
+#[test]
+fn commit_waits_for_the_whole_quorum_and_ready_needs_commit() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let acts = h.on(Event::Start);
+    assert_eq!(spawns(&acts), 2);
+    let w1 = WorkerId(1);
+    let w2 = WorkerId(2);
+    let a = h.msg(w1, WorkerMessage::Prepared);
+    assert!(!a.iter().any(|a| matches!(
+        a,
+        Action::Send {
+            message: ParentMessage::Commit,
+            ..
+        }
+    )));
+    let a = h.msg(w2, WorkerMessage::Prepared);
+    let commits = a
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::Send {
+                    message: ParentMessage::Commit,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(commits, 2);
+    h.msg(w1, WorkerMessage::Ready);
+    assert_eq!(h.sup.state(), ServiceState::Starting);
+    let a = h.msg(w2, WorkerMessage::Ready);
+    assert!(a.contains(&Action::GenerationCommitted {
+        generation: Generation(1)
+    }));
+    assert_eq!(h.sup.state(), ServiceState::Ready);
+    assert_eq!(h.sup.ready_workers(), 2);
+    assert!(
+        h.sup.last_failure().is_none(),
+        "clean start records no failure"
+    );
+}
+
+#[test]
+fn posix_hang_is_terminated_then_killed_windows_is_killed_at_once() {
+    for platform in [Platform::Posix, Platform::Windows] {
+        let mut h = harness(platform, |r| {
+            r.recovery.heartbeat_interval = 1.0;
+            r.recovery.heartbeat_timeout = 5.0;
+        });
+        let ws = h.start();
+        h.advance(Duration::from_secs(3));
+        h.msg(
+            ws[1],
+            WorkerMessage::Heartbeat {
+                requests: 1,
+                connections: 0,
+            },
+        );
+        let acts = h.advance(Duration::from_secs(2));
+        match platform {
+            Platform::Posix => {
+                assert_eq!(terms(&acts), vec![ws[0]]);
+                assert!(kills(&acts).is_empty());
+                let acts = h.advance(Duration::from_millis(499));
+                assert!(kills(&acts).is_empty(), "KILL waits for force_timeout");
+                let acts = h.advance(Duration::from_millis(1));
+                assert_eq!(kills(&acts), vec![ws[0]]);
+            }
+            Platform::Windows => {
+                assert!(terms(&acts).is_empty(), "no TERM on Windows");
+                assert_eq!(kills(&acts), vec![ws[0]]);
+            }
+        }
+        let failure = h.sup.last_failure().expect("recorded");
+        assert_eq!(failure.reason, ExitReason::HealthFailure);
+        assert_eq!(failure.worker, ws[0]);
+        let acts = h.on(Event::Exited {
+            worker: ws[0],
+            status: ExitStatus::Signal(9),
+        });
+        assert!(acts.contains(&Action::WorkerGone { worker: ws[0] }));
+        assert_eq!(spawns(&acts), 0, "replacement waits for the backoff");
+        let acts = h.advance(Duration::from_millis(250));
+        assert_eq!(spawns(&acts), 1);
+        assert_eq!(h.sup.status(h.now).restarts, 1);
+    }
+}
+
+#[test]
+fn a_clean_exit_after_a_drain_is_not_a_failure() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    let acts = h.on(Event::Command(Command::Stop));
+    assert!(acts.contains(&Action::CloseListeners));
+    for &w in &ws {
+        h.on(Event::Exited {
+            worker: w,
+            status: ExitStatus::Code(0),
+        });
+    }
+    assert!(h.sup.last_failure().is_none());
+    assert_eq!(h.sup.state(), ServiceState::Stopped);
+    assert!(
+        h.on(Event::Command(Command::Stop)).is_empty(),
+        "stop is idempotent"
+    );
+}
+
+#[test]
+fn restart_limit_zero_fails_on_the_first_crash_and_says_why() {
+    let mut h = harness(Platform::Posix, |r| r.recovery.worker_restart_limit = 0);
+    let ws = h.start();
+    let acts = h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    let failed = acts.iter().find_map(|a| match a {
+        Action::ServiceFailed { reason, message } => Some((*reason, message.clone())),
+        _ => None,
+    });
+    let (reason, message) = failed.expect("the service fails");
+    assert_eq!(reason, FailureReason::RestartsDisabled);
+    assert!(message.contains("worker_restart_limit is 0"), "{message}");
+    assert_eq!(reason.exit_code(), 4);
+    assert_eq!(h.sup.state(), ServiceState::Failed);
+}
+
+#[test]
+fn age_deadlines_respect_the_jitter_band() {
+    for seed in 0..20u8 {
+        let mut raw = RawConfig {
+            workers: 1,
+            ..RawConfig::default()
+        };
+        raw.recovery.worker_max_age = 100.0;
+        raw.recovery.worker_max_age_jitter = 0.5;
+        let mut h = Harness {
+            sup: Supervisor::new(
+                raw.validate().expect("valid"),
+                Platform::Posix,
+                CoreRng::from_seed([seed; 32]),
+            ),
+            now: Instant::ZERO,
+        };
+        h.start();
+        let mut recycled_at = None;
+        for s in 1..=101 {
+            h.beat(0);
+            let acts = h.advance(Duration::from_secs(1));
+            if spawns(&acts) > 0 {
+                recycled_at = Some(s);
+                break;
+            }
+        }
+        let at = recycled_at.expect("recycled within max age");
+        assert!(
+            (50..=101).contains(&at),
+            "recycled after {at} s, band is [50, 100]"
+        );
+    }
+}
+
+#[test]
+fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.max_requests_per_worker = 10;
+        r.recovery.max_requests_jitter = 0.0;
+    });
+    let ws = h.start();
+    let acts = h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 9,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 0);
+    let acts = h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 10,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 1);
+    assert!(h.sup.recycle_in_flight());
+    // The second worker is due too, but waits: one recycle at a time.
+    let acts = h.msg(
+        ws[1],
+        WorkerMessage::Heartbeat {
+            requests: 50,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 0);
+    assert_eq!(h.sup.live_workers(), 3);
+    let rep = WorkerId(3);
+    h.on(Event::Spawned {
+        worker: rep,
+        pid: 7,
+    });
+    let acts = h.msg(rep, WorkerMessage::Prepared);
+    assert!(acts.contains(&Action::Send {
+        worker: rep,
+        message: ParentMessage::Commit
+    }));
+    assert!(!acts.iter().any(|a| matches!(
+        a,
+        Action::Send {
+            message: ParentMessage::Drain { .. },
+            ..
+        }
+    )));
+    let acts = h.msg(rep, WorkerMessage::Ready);
+    assert!(acts.contains(&Action::Send {
+        worker: ws[0],
+        message: ParentMessage::Drain { deadline_ms: 3000 }
+    }));
+    let acts = h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Code(0),
+    });
+    assert!(
+        !h.sup.recycle_in_flight() || spawns(&acts) == 1,
+        "the next recycle starts after the reap"
+    );
+    assert_eq!(spawns(&acts), 1, "the second worker's recycle starts");
+    assert!(h.sup.last_failure().is_none(), "recycling is not a failure");
+}
+
+#[test]
+fn failed_recycle_replacements_suspend_recycling_and_keep_the_old_worker() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.workers = 1;
+        r.recovery.max_requests_per_worker = 5;
+        r.recovery.max_requests_jitter = 0.0;
+        r.recovery.recycle_retry_limit = 2;
+    });
+    let ws = h.start();
+    h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 5,
+            connections: 0,
+        },
+    );
+    let rep = WorkerId(2);
+    h.msg(rep, WorkerMessage::StartupFailed { error: "no".into() });
+    let acts = h.on(Event::Exited {
+        worker: rep,
+        status: ExitStatus::Code(1),
+    });
+    assert_eq!(spawns(&acts), 0);
+    assert!(h.sup.recycling_suspended().is_none());
+    let acts = h.advance(Duration::from_millis(250));
+    assert_eq!(spawns(&acts), 1, "retry after backoff");
+    let rep2 = WorkerId(3);
+    h.msg(
+        rep2,
+        WorkerMessage::StartupFailed {
+            error: "still no".into(),
+        },
+    );
+    let acts = h.on(Event::Exited {
+        worker: rep2,
+        status: ExitStatus::Code(1),
+    });
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::RecyclingSuspended { .. }))
+    );
+    let why = h.sup.recycling_suspended().expect("suspended");
+    assert!(why.contains("still no"), "{why}");
+    assert_eq!(h.sup.ready_workers(), 1, "the old worker keeps serving");
+    assert_eq!(
+        h.sup.status(h.now).restarts,
+        0,
+        "recycle failures are not restarts"
+    );
+    // ctl recycle clears the suspension and tries again.
+    let acts = h.on(Event::Command(Command::Recycle));
+    assert_eq!(spawns(&acts), 1);
+    assert!(h.sup.recycling_suspended().is_none());
+}
+
+#[test]
+fn manual_recycle_only_when_ready() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let acts = h.on(Event::Start);
+    assert_eq!(
+        spawns(&h.on(Event::Command(Command::Recycle))),
+        0,
+        "no recycle while starting"
+    );
+    h.boot(&acts);
+    let acts = h.on(Event::Command(Command::Recycle));
+    assert_eq!(spawns(&acts), 1);
+    h.on(Event::Command(Command::Stop));
+    assert_eq!(
+        spawns(&h.on(Event::Command(Command::Recycle))),
+        0,
+        "no recycle while stopping"
+    );
+}
+
+#[test]
+fn a_reload_during_a_recycle_waits_for_it() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    h.on(Event::Command(Command::Recycle));
+    let mut next = RawConfig {
+        workers: 3,
+        ..RawConfig::default()
+    };
+    next.recovery.drain_timeout = 3.0;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    assert_eq!(
+        spawns(&acts),
+        0,
+        "the reload waits for the recycle in flight"
+    );
+    assert!(h.sup.status(h.now).reload_in_flight);
+    let rep = WorkerId(3);
+    h.boot(&[Action::Spawn {
+        worker: rep,
+        slot: Slot(0),
+        generation: Generation(1),
+    }]);
+    let acts = h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Code(0),
+    });
+    assert_eq!(
+        spawns(&acts),
+        3,
+        "the reload's generation starts once the recycle ends"
+    );
+    let acts = h.boot(&acts);
+    assert!(acts.contains(&Action::GenerationCommitted {
+        generation: Generation(2)
+    }));
+    assert_eq!(h.sup.generation(), Generation(2));
+    assert_eq!(h.sup.config().workers(), 3);
+}
+
+#[test]
+fn an_invalid_reload_changes_nothing_and_says_why() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let mut bad = RawConfig::default();
+    bad.recovery.heartbeat_timeout = 0.5;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(bad))));
+    let message = acts.iter().find_map(|a| match a {
+        Action::ReloadRejected { message } => Some(message.clone()),
+        _ => None,
+    });
+    assert!(
+        message
+            .expect("rejected")
+            .contains("recovery.heartbeat_timeout")
+    );
+    assert_eq!(spawns(&acts), 0);
+    assert_eq!(h.sup.generation(), Generation(1));
+    assert!(h.sup.status(h.now).last_reload_error.is_some());
+}
+
+#[test]
+fn a_drain_that_overruns_is_terminated_then_killed_as_forced() {
+    let mut h = harness(Platform::Posix, |r| r.recovery.drain_timeout = 2.0);
+    let ws = h.start();
+    h.on(Event::Command(Command::Stop));
+    h.on(Event::Exited {
+        worker: ws[1],
+        status: ExitStatus::Code(0),
+    });
+    let acts = h.advance(Duration::from_secs(2));
+    assert_eq!(terms(&acts), vec![ws[0]]);
+    let acts = h.advance(Duration::from_millis(500));
+    assert_eq!(kills(&acts), vec![ws[0]]);
+    let acts = h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    assert!(acts.contains(&Action::Exit { code: 0 }));
+}
+
+#[test]
+fn force_timeout_zero_kills_without_term() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.drain_timeout = 0.0;
+        r.recovery.force_timeout = 0.0;
+    });
+    let ws = h.start();
+    let acts = h.on(Event::Command(Command::Stop));
+    assert!(terms(&acts).is_empty());
+    assert_eq!(kills(&acts), ws);
+}
