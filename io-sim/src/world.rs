@@ -150,6 +150,8 @@ pub struct SimWorld {
     halt_pending: bool,
     log_busy: bool,
     snapshot_due: bool,
+    last_wait_at: Instant,
+    spins: u32,
     pub(crate) proc_bound: usize,
     pub(crate) trace: Trace,
     pub(crate) out: Outcome,
@@ -192,6 +194,8 @@ impl SimWorld {
             halt_pending: false,
             log_busy: false,
             snapshot_due: false,
+            last_wait_at: Instant::ZERO,
+            spins: 0,
             proc_bound: workers + 1,
             trace,
             out: Outcome {
@@ -560,6 +564,18 @@ impl SimWorld {
 
 impl ParentIo for SimWorld {
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
+        // A machine whose deadline stays in the past after being handled would spin the
+        // driver forever at one instant; catch that as a stall, not a hang.
+        if self.now == self.last_wait_at {
+            self.spins += 1;
+            if self.spins > 100_000 {
+                self.out.stalled = Some(format!("the parent spins without progress at {}", self.now));
+                return Wakeup::Halt;
+            }
+        } else {
+            self.last_wait_at = self.now;
+            self.spins = 0;
+        }
         loop {
             if self.halt_pending {
                 self.halt_pending = false;
