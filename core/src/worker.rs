@@ -338,6 +338,31 @@ mod tests {
     }
 
     #[test]
+    fn term_during_a_long_drain_shortens_it() {
+        let mut w = WorkerLifecycle::new();
+        let t = Instant::ZERO;
+        w.on_message(t, &hello());
+        w.prepared(t);
+        w.on_message(t, &ParentMessage::Commit);
+        w.connection_opened();
+        w.on_message(t, &ParentMessage::Drain { deadline_ms: 5000 });
+        drain_actions(&mut w);
+        let t1 = t + Duration::from_secs(1);
+        w.handle_timeout(t1, 1);
+        assert!(
+            !drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
+            "still inside the 5 s drain"
+        );
+        w.terminate(t1);
+        assert_eq!(
+            drain_actions(&mut w),
+            [WorkerAction::Exit { code: 0 }],
+            "TERM ends the drain now"
+        );
+        w.check_invariants().expect("invariants");
+    }
+
+    #[test]
     fn drain_finishes_when_the_last_connection_closes() {
         let mut w = WorkerLifecycle::new();
         let t = Instant::ZERO;

@@ -591,9 +591,6 @@ impl Broker {
                 self.reserved_bytes
             ));
         }
-        if self.reserved_bytes > self.limits.max_upload_bytes() && !self.reservations.is_empty() {
-            // Limits may shrink on reload; only new grants must respect them.
-        }
         let owned: usize = self.by_owner.values().map(BTreeSet::len).sum();
         let expected = self.leases.len()
             + self.reservations.len()

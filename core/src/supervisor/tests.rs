@@ -210,9 +210,21 @@ fn posix_hang_is_terminated_then_killed_windows_is_killed_at_once() {
         });
         assert!(acts.contains(&Action::WorkerGone { worker: ws[0] }));
         assert_eq!(spawns(&acts), 0, "replacement waits for the backoff");
+        let failure = h.sup.last_failure().expect("recorded");
+        assert!(
+            failure.message.contains("heartbeat"),
+            "the reap keeps the hang's own reason: {}",
+            failure.message
+        );
         let acts = h.advance(Duration::from_millis(250));
         assert_eq!(spawns(&acts), 1);
         assert_eq!(h.sup.status(h.now).restarts, 1);
+        assert_eq!(
+            h.sup.ready_workers(),
+            1,
+            "a spawning replacement is not ready"
+        );
+        assert_eq!(h.sup.live_workers(), 2);
     }
 }
 
@@ -382,7 +394,9 @@ fn failed_recycle_replacements_suspend_recycling_and_keep_the_old_worker() {
     });
     assert_eq!(spawns(&acts), 0);
     assert!(h.sup.recycling_suspended().is_none());
-    let acts = h.advance(Duration::from_millis(250));
+    let acts = h.advance(Duration::from_millis(249));
+    assert_eq!(spawns(&acts), 0, "no retry before the backoff");
+    let acts = h.advance(Duration::from_millis(1));
     assert_eq!(spawns(&acts), 1, "retry after backoff");
     let rep2 = WorkerId(3);
     h.msg(
@@ -524,4 +538,68 @@ fn force_timeout_zero_kills_without_term() {
     let acts = h.on(Event::Command(Command::Stop));
     assert!(terms(&acts).is_empty());
     assert_eq!(kills(&acts), ws);
+}
+
+#[test]
+fn request_limits_respect_the_jitter_band() {
+    for seed in 0..20u8 {
+        let mut raw = RawConfig {
+            workers: 1,
+            ..RawConfig::default()
+        };
+        raw.recovery.max_requests_per_worker = 100;
+        raw.recovery.max_requests_jitter = 0.5;
+        let mut h = Harness {
+            sup: Supervisor::new(
+                raw.validate().expect("valid"),
+                Platform::Posix,
+                CoreRng::from_seed([seed; 32]),
+            ),
+            now: Instant::ZERO,
+        };
+        let ws = h.start();
+        let mut recycled_at = None;
+        for n in 1..=101 {
+            let acts = h.msg(
+                ws[0],
+                WorkerMessage::Heartbeat {
+                    requests: n,
+                    connections: 0,
+                },
+            );
+            if spawns(&acts) > 0 {
+                recycled_at = Some(n);
+                break;
+            }
+        }
+        let at = recycled_at.expect("recycled within the limit");
+        assert!(
+            (50..=100).contains(&at),
+            "recycled after {at} requests, band is [50, 100]"
+        );
+    }
+}
+
+#[test]
+fn names_are_distinct_and_lease_ids_stay_secret_in_debug_output() {
+    use crate::singletons::SingletonKind;
+    let kinds = [
+        SingletonKind::AccessLog,
+        SingletonKind::Mdns,
+        SingletonKind::Qr,
+        SingletonKind::Tftp,
+        SingletonKind::Acme,
+        SingletonKind::Http3,
+    ];
+    let names: std::collections::BTreeSet<&str> = kinds.iter().map(|k| k.name()).collect();
+    assert_eq!(names.len(), kinds.len());
+    assert!(names.iter().all(|n| !n.is_empty()));
+    let id = crate::ids::LeaseId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+    let shown = format!("{id:?}");
+    assert!(shown.starts_with("LeaseId(01234567"), "{shown}");
+    assert!(
+        !shown.contains("4455"),
+        "debug output must not reveal the whole secret: {shown}"
+    );
+    assert_eq!(id.to_string(), "0123456789abcdef0011223344556677");
 }
