@@ -539,9 +539,16 @@ fn reload(ctx: &mut Ctx) -> Plan {
         config.recovery.worker_max_age = 1.0 + ctx.rng.unit() * 2.0;
         config.recovery.worker_max_age_jitter = 0.0;
     }
-    let mut spec = spec(ctx, config.clone(), 10.0);
     let mut next = fast_config(workers(ctx, 1, 4));
-    next.recovery.heartbeat_interval = 0.3;
+    if ctx.rng.chance(0.5) {
+        // The new generation's heartbeat timeout is shorter than the old interval: its
+        // workers must beat (and be judged) by the new timings from their first HELLO.
+        config.recovery.heartbeat_interval = 1.0;
+        config.recovery.heartbeat_timeout = 4.0;
+        next.recovery.heartbeat_interval = 0.2;
+        next.recovery.heartbeat_timeout = 0.6;
+    }
+    let mut spec = spec(ctx, config.clone(), 10.0);
     let n_next = next.workers as usize;
     spec.commands
         .push((at(ctx, 2.0, 8.0), SimCommand::Reload(Box::new(next))));
@@ -549,6 +556,14 @@ fn reload(ctx: &mut Ctx) -> Plan {
     e.workers = n_next;
     e.generation = Some(2);
     e.zero_failed = true;
+    e.extra = Some(|o, _| match &o.liveness {
+        Some(s) if s.restarts == 0 && s.last_failure.is_none() => Ok(()),
+        Some(s) => Err(format!(
+            "a clean reload restarted workers: {:?}",
+            s.last_failure
+        )),
+        None => Err("no liveness snapshot".into()),
+    });
     Plan { spec, expect: e }
 }
 

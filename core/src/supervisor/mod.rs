@@ -368,11 +368,27 @@ impl Supervisor {
     // ----- generations ---------------------------------------------------------------
 
     fn spawn(&mut self, now: Instant, slot: Slot, generation: Generation, role: Role) -> WorkerId {
+        let config = self.config.clone();
+        self.spawn_with(now, slot, generation, role, &config)
+    }
+
+    /// Spawn under `config`: a reload's candidates carry the new generation's timings in
+    /// their HELLO and are judged by them, not by the generation still committed.
+    fn spawn_with(
+        &mut self,
+        now: Instant,
+        slot: Slot,
+        generation: Generation,
+        role: Role,
+        config: &ValidConfig,
+    ) -> WorkerId {
         let id = WorkerId(self.next_worker);
         self.next_worker += 1;
-        self.workers
-            .insert(id, Worker::new(id, slot, generation, role, now));
-        let policy = self.config.recovery();
+        let policy = config.recovery();
+        let mut worker = Worker::new(id, slot, generation, role, now);
+        worker.heartbeat_timeout = policy.heartbeat_timeout();
+        worker.start_timeout = policy.worker_start_timeout();
+        self.workers.insert(id, worker);
         self.actions.push_back(Action::Spawn {
             worker: id,
             slot,
@@ -393,7 +409,7 @@ impl Supervisor {
     fn start_rollout(&mut self, now: Instant, config: ValidConfig, initial: bool) {
         let generation = Generation(self.committed.0 + 1);
         let candidates = (0..config.workers())
-            .map(|i| self.spawn(now, Slot(i), generation, Role::Candidate))
+            .map(|i| self.spawn_with(now, Slot(i), generation, Role::Candidate, &config))
             .collect();
         self.rollout = Some(Rollout {
             generation,
@@ -855,7 +871,6 @@ impl Supervisor {
     // ----- time ----------------------------------------------------------------------
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let policy = self.config.recovery();
         let mut next = None;
         for w in self.workers.values() {
             if !w.kill_sent {
@@ -864,7 +879,7 @@ impl Supervisor {
             if w.ending.is_some() && w.state != WorkerState::Draining {
                 continue;
             }
-            next = earliest(next, self.worker_deadline(w, policy));
+            next = earliest(next, self.worker_deadline(w));
         }
         for s in &self.slots {
             next = earliest(next, s.respawn_at);
@@ -875,17 +890,11 @@ impl Supervisor {
         next
     }
 
-    fn worker_deadline(
-        &self,
-        w: &Worker,
-        policy: &crate::config::RecoveryPolicy,
-    ) -> Option<Instant> {
+    fn worker_deadline(&self, w: &Worker) -> Option<Instant> {
         match w.state {
-            WorkerState::Spawning | WorkerState::Prepared => {
-                Some(w.spawned_at + policy.worker_start_timeout())
-            }
+            WorkerState::Spawning | WorkerState::Prepared => Some(w.spawned_at + w.start_timeout),
             WorkerState::Ready => {
-                let beat = Some(w.last_beat + policy.heartbeat_timeout());
+                let beat = Some(w.last_beat + w.heartbeat_timeout);
                 let age = (w.role == Role::Member
                     && w.recycle_due.is_none()
                     && self.recycling_suspended.is_none())
@@ -899,7 +908,6 @@ impl Supervisor {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        let policy = self.config.recovery().clone();
         let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
         for id in ids {
             let Some(w) = self.workers.get_mut(&id) else {
@@ -914,17 +922,16 @@ impl Supervisor {
             };
             match w.state {
                 WorkerState::Spawning | WorkerState::Prepared
-                    if w.ending.is_none()
-                        && now >= w.spawned_at + policy.worker_start_timeout() =>
+                    if w.ending.is_none() && now >= w.spawned_at + w.start_timeout =>
                 {
                     let msg = format!(
                         "not ready within worker_start_timeout ({:?})",
-                        policy.worker_start_timeout()
+                        w.start_timeout
                     );
                     self.fault(now, id, ExitReason::StartupFailure, msg);
                 }
                 WorkerState::Ready if w.ending.is_none() => {
-                    if now >= w.last_beat + policy.heartbeat_timeout() {
+                    if now >= w.last_beat + w.heartbeat_timeout {
                         let msg = format!(
                             "no heartbeat for {:?} (heartbeat_timeout)",
                             now.saturating_since(w.last_beat)

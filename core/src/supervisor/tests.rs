@@ -603,3 +603,40 @@ fn names_are_distinct_and_lease_ids_stay_secret_in_debug_output() {
     );
     assert_eq!(id.to_string(), "0123456789abcdef0011223344556677");
 }
+
+#[test]
+fn reload_candidates_live_by_the_new_configuration() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.heartbeat_interval = 1.0;
+        r.recovery.heartbeat_timeout = 3.0;
+    });
+    h.start();
+    let mut next = RawConfig {
+        workers: 1,
+        ..RawConfig::default()
+    };
+    next.recovery.heartbeat_interval = 0.1;
+    next.recovery.heartbeat_timeout = 0.5;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    let hello = acts.iter().find_map(|a| match a {
+        Action::Send {
+            message:
+                ParentMessage::Hello {
+                    heartbeat_interval_ms,
+                    ..
+                },
+            ..
+        } => Some(*heartbeat_interval_ms),
+        _ => None,
+    });
+    assert_eq!(hello, Some(100), "the candidate beats at the new interval");
+    let candidate = WorkerId(3);
+    h.boot(&acts);
+    assert_eq!(h.sup.generation(), Generation(2));
+    let acts = h.advance(Duration::from_millis(500));
+    assert_eq!(
+        terms(&acts),
+        vec![candidate],
+        "and is judged by the new timeout"
+    );
+}

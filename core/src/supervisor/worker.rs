@@ -1,5 +1,7 @@
 //! The supervisor's record of one worker process.
 
+use core::time::Duration;
+
 use crate::ids::{Generation, Slot, WorkerId};
 use crate::time::Instant;
 
@@ -56,6 +58,9 @@ pub struct Worker {
     pub kill_sent: bool,
     /// The worker's own words about why it failed, or the supervisor's.
     pub error: Option<String>,
+    /// Timings of the configuration it was spawned under.
+    pub heartbeat_timeout: Duration,
+    pub start_timeout: Duration,
 }
 
 impl Worker {
@@ -82,6 +87,8 @@ impl Worker {
             kill_at: None,
             kill_sent: false,
             error: None,
+            heartbeat_timeout: Duration::from_secs(5),
+            start_timeout: Duration::from_secs(30),
         }
     }
 
