@@ -1,2 +1,36 @@
+//! servery: a file server that supervises its own worker processes.
+//!
+//! - [`parent`]: the supervisor parent, the real [`servery_core::driver::ParentIo`].
+//! - [`worker`]: a worker process, driving [`servery_core::worker::WorkerLifecycle`].
+//! - [`http`]: static file serving for one worker.
+//! - [`tls`]: TLS identities and handshakes (rustls).
+//! - [`ctl`]: the `servery ctl` client.
 #![forbid(unsafe_code)]
+
+/// `println!` that ignores a closed stdout (see [`out`]).
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::out::stdout_line(format_args!($($arg)*)) };
+}
+
+/// `eprintln!` that ignores a closed stderr (see [`out`]).
+macro_rules! tell {
+    ($($arg:tt)*) => { $crate::out::stderr_line(format_args!($($arg)*)) };
+}
+
+pub mod app;
+pub mod cli;
+pub mod clock;
+pub mod ctl;
+pub mod fdpass;
 pub mod http;
+pub mod knobs;
+pub mod logging;
+pub mod out;
+pub mod parent;
+pub mod tls;
+pub mod worker;
+
+/// Runtime error, e.g. a listener could not be bound.
+pub const EXIT_RUNTIME: i32 = 1;
+/// The configuration is invalid; nothing was started.
+pub const EXIT_CONFIG: i32 = 2;

@@ -89,6 +89,7 @@ impl Server {
             Site::open(SiteConfig {
                 root: root.to_path_buf(),
                 show_hidden,
+                ..Default::default()
             })
             .expect("open site"),
         );

@@ -1,2 +1,696 @@
-//! Black-box test helpers for the real `servery` binary.
+//! Black-box test helpers for the real `servery` binary: a temporary tree to serve, a
+//! server guard that starts the binary on an ephemeral port and kills whatever is left on
+//! drop, a plain HTTP/1.1 GET over `std::net::TcpStream`, the control socket, a load
+//! generator, and [`wait_until`], the one way these tests wait: on an observable
+//! condition, with a bound.
 #![forbid(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+use serde_json::{Value, json};
+
+pub use serde_json;
+
+/// Lifecycle timings small enough for tests, large enough for a loaded 2-core machine
+/// running debug builds: a beat every 0.2 s, a hang declared after 1.5 s.
+pub const FAST: &[&str] = &[
+    "--heartbeat-interval",
+    "0.2",
+    "--heartbeat-timeout",
+    "1.5",
+    "--restart-backoff-initial",
+    "0.1",
+    "--drain-timeout",
+    "2",
+    "--force-timeout",
+    "0.5",
+    "--worker-start-timeout",
+    "10",
+];
+
+/// The FAST values, for computing bounds.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(1500);
+pub const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+pub const FORCE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Generous time for one debug-build worker process to start and report READY.
+pub const START_MARGIN: Duration = Duration::from_millis(2500);
+
+/// The body of `hello.txt` in every [`Tree`].
+pub const HELLO: &[u8] = b"hello from servery\n";
+
+// ---------------------------------------------------------------------------------------
+// The binary
+
+/// The `servery` binary under test: `$SERVERY_BIN`, or the workspace's own. When it is
+/// missing or older than the sources it is built from (as after `cargo test -p
+/// servery-tests` alone, which does not build other packages' binaries), it is built once
+/// per test process with the cargo that runs the tests.
+pub fn servery_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("SERVERY_BIN") {
+            return PathBuf::from(bin);
+        }
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> → target/<profile>/servery
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable lives in target/<profile>/deps")
+            .to_path_buf();
+        let bin = profile_dir.join("servery");
+        let stale = match std::fs::metadata(&bin).and_then(|m| m.modified()) {
+            Ok(built) => newest_source().is_some_and(|newest| newest > built),
+            Err(_) => true,
+        };
+        if stale && let Some(cargo) = std::env::var_os("CARGO") {
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "-q", "-p", "servery", "--bin", "servery"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let out = cmd.output().expect("run cargo build");
+            assert!(
+                out.status.success(),
+                "cargo build -p servery failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(
+            bin.exists(),
+            "{} does not exist: run `cargo build -p servery` or set SERVERY_BIN",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
+}
+
+/// The newest modification time among the sources of the binary.
+fn newest_source() -> Option<std::time::SystemTime> {
+    fn walk(path: &Path, newest: &mut Option<std::time::SystemTime>) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                walk(&entry.path(), newest);
+            }
+        } else if let Ok(modified) = meta.modified() {
+            *newest = (*newest).max(Some(modified));
+        }
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
+    let mut newest = None;
+    for part in [
+        "io-real/src",
+        "io-real/Cargo.toml",
+        "core/src",
+        "core/Cargo.toml",
+        "Cargo.lock",
+    ] {
+        walk(&workspace.join(part), &mut newest);
+    }
+    newest
+}
+
+/// Run the binary to completion (for `--check-config`, `ctl`, usage errors).
+pub fn run_servery(args: &[&str], env: &[(&str, &str)], bound: Duration) -> Finished {
+    let mut cmd = Command::new(servery_bin());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn servery");
+    let stdout = drain_pipe(child.stdout.take());
+    let stderr = drain_pipe(child.stderr.take());
+    let status = wait_child(&mut child, bound).unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("servery {args:?} did not finish within {bound:?}")
+    });
+    Finished {
+        status,
+        stdout: join_text(stdout),
+        stderr: join_text(stderr),
+    }
+}
+
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+fn drain_pipe<R: Read + Send + 'static>(pipe: Option<R>) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        text
+    })
+}
+
+fn join_text(h: JoinHandle<String>) -> String {
+    h.join().unwrap_or_default()
+}
+
+fn wait_child(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if start.elapsed() > bound {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Waiting
+
+/// Poll `condition` until it yields a value, at most `bound`; returns the value and how
+/// long it took. Panics naming `what` when the bound passes.
+pub fn wait_until<T>(
+    bound: Duration,
+    what: &str,
+    mut condition: impl FnMut() -> Option<T>,
+) -> (T, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = condition() {
+            return (v, start.elapsed());
+        }
+        assert!(
+            start.elapsed() <= bound,
+            "timed out after {bound:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(15));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A tree to serve
+
+/// A temporary directory with a few files; removed on drop.
+#[derive(Debug)]
+pub struct Tree {
+    pub dir: PathBuf,
+}
+
+impl Tree {
+    pub fn new(name: &str) -> Tree {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Short: the control socket lives here and Unix socket paths are limited.
+        let dir = std::env::temp_dir().join(format!("sv-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root/sub")).expect("mkdir");
+        std::fs::write(dir.join("root/hello.txt"), HELLO).expect("write");
+        std::fs::write(dir.join("root/sub/big.bin"), big_body()).expect("write");
+        Tree { dir }
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("ctl.sock")
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The body of `sub/big.bin`: large enough to take several writes.
+pub fn big_body() -> Vec<u8> {
+    (0..256 * 1024u32).map(|i| (i % 251) as u8).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP
+
+/// One `GET` with `Connection: close`; the status and body, or why it failed.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, Vec<u8>), String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(|e| format!("read: {e}"))?;
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("no complete response head in {} bytes", raw.len()))?;
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let body = raw[end + 4..].to_vec();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad status line in {head:?}"))?;
+    let length = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())
+            .flatten()
+    });
+    if let Some(length) = length
+        && length != body.len()
+    {
+        return Err(format!("truncated body: {} of {length} bytes", body.len()));
+    }
+    Ok((status, body))
+}
+
+/// Client threads doing `GET path` in a loop and checking every answer.
+#[derive(Debug)]
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    threads: Vec<JoinHandle<Vec<String>>>,
+    started: Instant,
+}
+
+/// What a [`Load`] saw.
+#[derive(Debug)]
+pub struct LoadReport {
+    pub ok: u64,
+    pub failed: u64,
+    /// The first failures, with when they happened.
+    pub failures: Vec<String>,
+    pub elapsed: Duration,
+}
+
+/// A load stops by itself after this long even if a test forgets it.
+pub const LOAD_LIMIT: Duration = Duration::from_secs(120);
+
+impl Load {
+    pub fn start(addr: SocketAddr, path: &str, expected: &[u8], clients: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let threads = (0..clients)
+            .map(|_| {
+                let (stop, ok, failed) = (Arc::clone(&stop), Arc::clone(&ok), Arc::clone(&failed));
+                let (path, expected) = (path.to_owned(), expected.to_vec());
+                std::thread::spawn(move || {
+                    let mut failures = Vec::new();
+                    while !stop.load(Ordering::Relaxed) && started.elapsed() < LOAD_LIMIT {
+                        match http_get(addr, &path) {
+                            Ok((200, body)) if body == expected => {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                if failures.len() < 20 {
+                                    let what = match other {
+                                        Ok((status, body)) => {
+                                            format!("status {status}, {} bytes", body.len())
+                                        }
+                                        Err(e) => e,
+                                    };
+                                    failures.push(format!("{:?}: {what}", started.elapsed()));
+                                }
+                                // A refused or reset connection returns at once; do not
+                                // spin while the service has no worker.
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            ok,
+            failed,
+            threads,
+            started,
+        }
+    }
+
+    pub fn ok(&self) -> u64 {
+        self.ok.load(Ordering::Relaxed)
+    }
+
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Wait until `n` more requests succeed than now.
+    pub fn wait_for_more(&self, n: u64, bound: Duration) {
+        let target = self.ok() + n;
+        wait_until(bound, &format!("{n} more successful requests"), || {
+            (self.ok() >= target).then_some(())
+        });
+    }
+
+    pub fn stop(self) -> LoadReport {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut failures = Vec::new();
+        for t in self.threads {
+            failures.extend(t.join().unwrap_or_default());
+        }
+        LoadReport {
+            ok: self.ok.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            failures,
+            elapsed: self.started.elapsed(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The server
+
+/// Servers in one test process run one at a time: lifecycle timings are tight, and a
+/// 2-core machine running several supervisors at once would test the scheduler instead.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running `servery` parent. Dropping it kills its process group and every worker it
+/// was seen to have.
+#[derive(Debug)]
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub socket: PathBuf,
+    pub pid: u32,
+    /// When the process was spawned.
+    pub spawned: Instant,
+    stdout: Arc<Mutex<Vec<(Instant, String)>>>,
+    stderr: Arc<Mutex<String>>,
+    pids: Mutex<BTreeSet<u32>>,
+    exit: Option<ExitStatus>,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Server {
+    /// Start `servery ROOT --port 0 --workers N --control-socket … ARGS` with `env`, and
+    /// wait for its listening line.
+    pub fn start(tree: &Tree, workers: u32, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let serial = serial();
+        let socket = tree.socket();
+        let mut cmd = Command::new(servery_bin());
+        cmd.arg(tree.root())
+            .args(["--port", "0", "--workers", &workers.to_string()])
+            .arg("--control-socket")
+            .arg(&socket)
+            .args(args)
+            .env("SERVERY_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let spawned = Instant::now();
+        let mut child = cmd.spawn().expect("spawn servery");
+        let pid = child.id();
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(out) = child.stdout.take() {
+            let lines = Arc::clone(&stdout);
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    lines
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((Instant::now(), line));
+                }
+            });
+        }
+        if let Some(mut err) = child.stderr.take() {
+            let text = Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    text.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let mut server = Server {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            socket,
+            pid,
+            spawned,
+            stdout,
+            stderr,
+            pids: Mutex::new(BTreeSet::new()),
+            exit: None,
+            _serial: serial,
+        };
+        let (line, _) =
+            server.wait_stdout("servery: listening on http://", Duration::from_secs(20));
+        let addr = line
+            .trim_start_matches("servery: listening on http://")
+            .trim_end_matches('/');
+        server.addr = addr.parse().expect("listening address");
+        server
+    }
+
+    /// The first stdout line starting with `prefix`, waiting at most `bound`, and how
+    /// long after the spawn it was printed.
+    pub fn wait_stdout(&mut self, prefix: &str, bound: Duration) -> (String, Duration) {
+        let stdout = Arc::clone(&self.stdout);
+        let what = format!("stdout line `{prefix}…`");
+        let mut exited = None;
+        let found = wait_until(bound, &what, || {
+            let lines = stdout.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, l)) = lines.iter().find(|(_, l)| l.starts_with(prefix)) {
+                return Some(Some((l.clone(), *at)));
+            }
+            drop(lines);
+            exited = self.child.try_wait().ok().flatten();
+            exited.map(|_| None)
+        });
+        match found {
+            (Some((line, at)), _) => (line, at.duration_since(self.spawned)),
+            (None, _) => panic!(
+                "servery exited ({exited:?}) before printing `{prefix}`; stderr:\n{}",
+                self.stderr()
+            ),
+        }
+    }
+
+    pub fn stdout(&self) -> Vec<String> {
+        self.stdout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// One control request; the answer, or the refusal's text.
+    pub fn ctl(&self, request: &Value) -> Result<Value, String> {
+        let mut s = UnixStream::connect(&self.socket).map_err(|e| format!("connect: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(|e| e.to_string())?;
+        writeln!(s, "{request}").map_err(|e| format!("write: {e}"))?;
+        let mut line = String::new();
+        BufReader::new(s)
+            .read_line(&mut line)
+            .map_err(|e| format!("read: {e}"))?;
+        let answer: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line:?}"))?;
+        if answer["ok"] == json!(true) {
+            Ok(answer)
+        } else {
+            Err(answer["error"].as_str().unwrap_or("refused").to_owned())
+        }
+    }
+
+    /// `status` over the control socket; remembers every worker pid it shows.
+    pub fn status(&self) -> Value {
+        let status = self
+            .ctl(&json!({"cmd": "status"}))
+            .unwrap_or_else(|e| panic!("status: {e}; stderr:\n{}", self.stderr()))["status"]
+            .take();
+        let mut pids = self.pids.lock().unwrap_or_else(|p| p.into_inner());
+        pids.extend(worker_pids(&status));
+        status
+    }
+
+    /// Every worker pid ever seen in a status.
+    pub fn seen_pids(&self) -> BTreeSet<u32> {
+        self.pids.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Wait until the service is ready with exactly `n` ready workers (and no other),
+    /// all of the committed generation; returns the status.
+    pub fn wait_ready(&self, n: usize, bound: Duration) -> (Value, Duration) {
+        wait_until(bound, &format!("{n} ready workers"), || {
+            let s = self.status();
+            let workers = s["workers"].as_array()?;
+            let generation = &s["generation"];
+            let all_ready = workers.len() == n
+                && workers
+                    .iter()
+                    .all(|w| w["state"] == "ready" && &w["generation"] == generation);
+            (s["state"] == "ready" && all_ready).then_some(s)
+        })
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        if let Some(pid) = Pid::from_raw(self.pid as i32) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+
+    /// Wait for the parent to exit, at most `bound`; returns its status and how long
+    /// after the spawn it exited.
+    pub fn wait_exit(&mut self, bound: Duration) -> (ExitStatus, Duration) {
+        let status = wait_child(&mut self.child, bound).unwrap_or_else(|| {
+            panic!(
+                "servery did not exit within {bound:?}; stderr:\n{}",
+                self.stderr()
+            )
+        });
+        self.exit = Some(status);
+        (status, self.spawned.elapsed())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            if let Some(pid) = Pid::from_raw(self.pid as i32) {
+                let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+            }
+            let _ = self.child.wait();
+        }
+        for pid in self.seen_pids() {
+            if is_worker(pid)
+                && let Some(p) = Pid::from_raw(pid as i32)
+            {
+                let _ = rustix::process::kill_process_group(p, Signal::KILL);
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("--- servery stderr ---\n{}", self.stderr());
+        }
+    }
+}
+
+/// The pids of the workers in a status.
+pub fn worker_pids(status: &Value) -> Vec<u32> {
+    status["workers"]
+        .as_array()
+        .map(|ws| {
+            ws.iter()
+                .filter_map(|w| w["pid"].as_u64().map(|p| p as u32))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The ids of the workers in a status.
+pub fn worker_ids(status: &Value) -> Vec<u64> {
+    status["workers"]
+        .as_array()
+        .map(|ws| ws.iter().filter_map(|w| w["id"].as_u64()).collect())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes
+
+/// `/proc/<pid>/stat` fields after the command name: state, ppid, pgrp.
+fn proc_stat(pid: u32) -> Option<(char, u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, ppid, pgrp))
+}
+
+/// Whether `pid` is a running (not zombie) process.
+pub fn alive(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|(state, _, _)| state != 'Z' && state != 'X')
+}
+
+/// Whether `pid` is a live servery worker (so a guard never kills a recycled pid).
+fn is_worker(pid: u32) -> bool {
+    alive(pid)
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"__worker"))
+}
+
+/// Live processes whose process group is one of `groups`.
+pub fn processes_in_groups(groups: &BTreeSet<u32>) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            proc_stat(pid).is_some_and(|(state, _, pgrp)| state != 'Z' && groups.contains(&pgrp))
+        })
+        .collect()
+}
+
+/// Send `signal` to one process.
+pub fn signal_pid(pid: u32, signal: Signal) {
+    if let Some(p) = Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, signal);
+    }
+}
+
+pub use rustix::process::Signal as Sig;

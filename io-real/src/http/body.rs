@@ -17,6 +17,8 @@ use hyper::body::{Frame, SizeHint};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
+use super::compress::StreamEncoder;
+
 /// Every response body this module produces.
 pub type Body = BoxBody<Bytes, io::Error>;
 
@@ -44,6 +46,22 @@ pub fn file(file: File, start: u64, len: u64, runtime: Handle) -> Body {
             seek_to: Some(start),
         },
         remaining: len,
+        runtime,
+    })
+}
+
+/// Streams the whole `len`-byte `file` through `encoder`. The encoded length is unknown up
+/// front, so the response goes out chunked (HTTP/1.1) or as plain DATA frames (HTTP/2).
+/// Reading and encoding both happen on the blocking pool: compression is CPU work that
+/// must not run inside a poll on the async threads.
+pub fn encoded_file(file: File, len: u64, encoder: StreamEncoder, runtime: Handle) -> Body {
+    BoxBody::new(EncodedBody {
+        state: EncState::Idle(Box::new(EncodeStep {
+            file,
+            encoder,
+            remaining: len,
+            seek_to_start: true,
+        })),
         runtime,
     })
 }
@@ -143,6 +161,112 @@ impl hyper::body::Body for FileBody {
     }
 }
 
+/// The state carried from one blocking encode step to the next.
+#[derive(Debug)]
+struct EncodeStep {
+    file: File,
+    encoder: StreamEncoder,
+    /// Input bytes not yet read.
+    remaining: u64,
+    seek_to_start: bool,
+}
+
+/// What one step produced: output, and the state for the next step unless finished.
+type Encoded = io::Result<(Vec<u8>, Option<Box<EncodeStep>>)>;
+
+impl EncodeStep {
+    /// Reads and encodes until some output is ready or the input is exhausted (encoders
+    /// buffer internally, so one input chunk often yields nothing). Reading exactly the
+    /// promised length keeps the stream tied to the validators that were already sent.
+    fn run(mut self: Box<Self>) -> Encoded {
+        if self.seek_to_start {
+            self.file.seek(SeekFrom::Start(0))?;
+            self.seek_to_start = false;
+        }
+        let mut buf = vec![0; CHUNK_SIZE];
+        loop {
+            if self.remaining == 0 {
+                return Ok((self.encoder.finish()?, None));
+            }
+            let want = usize::try_from(self.remaining.min(CHUNK_SIZE as u64)).unwrap_or(CHUNK_SIZE);
+            let n = match self.file.read(&mut buf[..want]) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file shrank while being served",
+                    ));
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.remaining -= n as u64;
+            let out = self.encoder.push(&buf[..n])?;
+            if !out.is_empty() {
+                return Ok((out, Some(self)));
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum EncState {
+    Idle(Box<EncodeStep>),
+    Running(JoinHandle<Encoded>),
+    Done,
+}
+
+#[derive(Debug)]
+struct EncodedBody {
+    state: EncState,
+    runtime: Handle,
+}
+
+impl hyper::body::Body for EncodedBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = &mut *self;
+        loop {
+            match std::mem::replace(&mut this.state, EncState::Done) {
+                EncState::Done => return Poll::Ready(None),
+                EncState::Idle(step) => {
+                    this.state = EncState::Running(this.runtime.spawn_blocking(move || step.run()));
+                }
+                EncState::Running(mut task) => {
+                    let step = match Pin::new(&mut task).poll(cx) {
+                        Poll::Pending => {
+                            this.state = EncState::Running(task);
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(Err(join)) => Err(io::Error::other(join)),
+                        Poll::Ready(Ok(step)) => step,
+                    };
+                    // An error leaves the state Done: hyper aborts the response, and the
+                    // client sees a truncated body rather than a wrong one.
+                    let (out, next) = step?;
+                    if let Some(next) = next {
+                        // Start the next step now, so encoding overlaps the socket write.
+                        this.state =
+                            EncState::Running(this.runtime.spawn_blocking(move || next.run()));
+                    }
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, EncState::Done)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +288,29 @@ mod tests {
         let body = file(f, 7, (CHUNK_SIZE + 50) as u64, Handle::current());
         let got = body.collect().await.expect("body").to_bytes();
         assert_eq!(&got[..], &data[7..7 + CHUNK_SIZE + 50]);
+        std::fs::remove_file(path).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn encodes_a_file_in_streamed_steps() {
+        use crate::http::compress::{Coding, Level, encode_all};
+        let data: Vec<u8> = b"0123456789abcdef".repeat(CHUNK_SIZE / 4);
+        let (path, f) = temp_file("encoded", &data);
+        let encoder = StreamEncoder::new(Coding::Gzip, Level::Streaming).expect("encoder");
+        let body = encoded_file(f, data.len() as u64, encoder, Handle::current());
+        let got = body.collect().await.expect("body").to_bytes();
+        let whole = encode_all(Coding::Gzip, Level::Streaming, &data).expect("encode");
+        assert_eq!(&got[..], &whole[..]);
+        std::fs::remove_file(path).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn an_encoded_file_shorter_than_promised_is_an_error() {
+        use crate::http::compress::{Coding, Level};
+        let (path, f) = temp_file("encoded-short", b"abc");
+        let encoder = StreamEncoder::new(Coding::Zstd, Level::Streaming).expect("encoder");
+        let body = encoded_file(f, 10, encoder, Handle::current());
+        assert!(body.collect().await.is_err());
         std::fs::remove_file(path).expect("cleanup");
     }
 

@@ -37,6 +37,16 @@ impl Validators {
         Self::new(inode, meta.len(), meta.modified().unwrap_or(UNIX_EPOCH))
     }
 
+    /// The validators of a coded representation of the same file: the same dates, and an
+    /// ETag made distinct by the coding's suffix (`"<etag>-zst"`), so `If-None-Match`
+    /// matches only the representation the client actually holds.
+    pub fn with_coding(&self, suffix: &str) -> Self {
+        Self {
+            opaque: format!("{}-{suffix}", self.opaque),
+            modified_secs: self.modified_secs,
+        }
+    }
+
     /// The `ETag` header value, quoted.
     pub fn etag(&self) -> String {
         format!("\"{}\"", self.opaque)
@@ -258,6 +268,31 @@ mod tests {
         assert_ne!(
             v.etag(),
             Validators::new(0x2a, 100, UNIX_EPOCH + Duration::new(MTIME_SECS, 124)).etag()
+        );
+    }
+
+    #[test]
+    fn coded_representations_have_their_own_tag() {
+        let v = validators();
+        let zst = v.with_coding("zst");
+        assert_eq!(
+            zst.etag(),
+            format!("{}-zst\"", v.etag().trim_end_matches('"'))
+        );
+        assert_eq!(zst.last_modified(), v.last_modified());
+        let inm = |tag: &str, v: &Validators| {
+            evaluate(&Method::GET, &headers(&[(header::IF_NONE_MATCH, tag)]), v)
+        };
+        assert_eq!(inm(&zst.etag(), &zst), Precondition::NotModified);
+        assert_eq!(
+            inm(&v.etag(), &zst),
+            PROCEED,
+            "identity tag does not match coded"
+        );
+        assert_eq!(
+            inm(&zst.etag(), &v),
+            PROCEED,
+            "coded tag does not match identity"
         );
     }
 

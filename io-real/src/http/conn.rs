@@ -11,13 +11,26 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::body::Body;
 use super::site::Site;
 
 /// How long a peer may take to send a complete HTTP/1 request head (slow-loris bound).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest request head (request line and header fields) accepted, in bytes. A larger
+/// HTTP/1 head is answered `431 Request Header Fields Too Large` by hyper and the connection
+/// closed; HTTP/2 applies the same bound to the decoded header list. Nothing servery serves
+/// needs more than a few KiB of headers, and the bound caps what one connection can make
+/// us buffer before a request exists. (hyper's own default is about 400 KiB.)
+pub const MAX_REQUEST_HEAD: usize = 64 * 1024;
+
+/// How long a connection that was accepted but has not produced its first request yet
+/// is given when draining starts. Shutting it down at once would drop a request the
+/// client has already sent (hyper-util cancels a connection still sniffing its protocol),
+/// which is exactly the request a worker accepted just before a recycle or reload began.
+pub const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 
 /// Serves one connection until it closes, speaking HTTP/1.1 or, when the peer opens with
 /// the HTTP/2 preface, h2c. The caller accepts the socket and should set `TCP_NODELAY` on
@@ -30,23 +43,57 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// When `drain` becomes `true` (or its sender is dropped, which can only mean the worker is
 /// going away) the connection shuts down gracefully: an idle HTTP/1 connection closes at
-/// once; a request in flight completes and then the connection closes, and any HTTP/1
+/// once (one that has not sent its first request yet gets [`FIRST_REQUEST_GRACE`] to do
+/// so); a request in flight completes and then the connection closes, and any HTTP/1
 /// response produced from then on says `Connection: close`; HTTP/2 sends GOAWAY, finishes
 /// open streams and closes. The future resolves when the connection is fully done, so a
 /// worker can await all of its connections to know that draining has finished.
 pub async fn serve_connection<IO>(
     site: Arc<Site>,
     io: IO,
-    mut drain: watch::Receiver<bool>,
+    drain: watch::Receiver<bool>,
     requests: Arc<AtomicU64>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    serve_connection_over(site, io, drain, requests, Transport::Plain).await;
+}
+
+/// What carries a connection's bytes, as far as responses care. The site cannot see it
+/// from the stream type, so the connection tags every request with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Cleartext TCP (or anything not known to be secure).
+    #[default]
+    Plain,
+    /// TLS: the only transport on which `Strict-Transport-Security` may be sent
+    /// (RFC 6797 §7.2).
+    Tls,
+}
+
+/// [`serve_connection`] for a connection whose transport is known, e.g. the stream
+/// returned by [`crate::tls::accept`] with [`Transport::Tls`].
+pub async fn serve_connection_over<IO>(
+    site: Arc<Site>,
+    io: IO,
+    mut drain: watch::Receiver<bool>,
+    requests: Arc<AtomicU64>,
+    transport: Transport,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let draining = drain.clone();
-    let service = service_fn(move |req: Request<Incoming>| {
+    let first_request = Arc::new(Notify::new());
+    let mut seen_request = false;
+    let notify_first = Arc::clone(&first_request);
+    let service = service_fn(move |mut req: Request<Incoming>| {
         let site = Arc::clone(&site);
         let requests = Arc::clone(&requests);
         let draining = draining.clone();
+        // A stored permit is enough: the select below only needs to learn it once.
+        notify_first.notify_one();
+        req.extensions_mut().insert(transport);
         async move {
             let version = req.version();
             let mut response = site.handle(req).await;
@@ -60,11 +107,18 @@ pub async fn serve_connection<IO>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_HEAD);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_REQUEST_HEAD as u32);
     let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
 
+    let grace = tokio::time::sleep(HEADER_READ_TIMEOUT);
+    tokio::pin!(grace);
+    let mut drain_seen = false;
     let mut shutting_down = false;
     loop {
         tokio::select! {
@@ -75,8 +129,24 @@ pub async fn serve_connection<IO>(
                 }
                 return;
             }
-            _ = drain.wait_for(|&d| d), if !shutting_down => {
+            _ = first_request.notified(), if !seen_request => {
+                seen_request = true;
+                if drain_seen && !shutting_down {
+                    conn.as_mut().graceful_shutdown();
+                    shutting_down = true;
+                }
+            }
+            _ = drain.wait_for(|&d| d), if !drain_seen => {
                 tracing::debug!("draining connection");
+                drain_seen = true;
+                if seen_request {
+                    conn.as_mut().graceful_shutdown();
+                    shutting_down = true;
+                } else {
+                    grace.as_mut().reset(tokio::time::Instant::now() + FIRST_REQUEST_GRACE);
+                }
+            }
+            _ = grace.as_mut(), if drain_seen && !shutting_down => {
                 conn.as_mut().graceful_shutdown();
                 shutting_down = true;
             }

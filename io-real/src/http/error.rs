@@ -11,6 +11,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use super::body::{self, Body};
 use super::mime;
 use super::path::PathError;
+use super::policy;
 use super::range;
 
 /// Everything that can stop a request from being served normally.
@@ -23,6 +24,9 @@ pub enum HttpError {
     /// The request is malformed in some other way.
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    /// Authentication is required and the request's credentials are missing or wrong.
+    #[error("unauthorized")]
+    Unauthorized,
     /// The file exists but may not be served (permissions, symlink escape, not a regular file).
     #[error("forbidden")]
     Forbidden,
@@ -95,13 +99,20 @@ fn is_symlink_loop(_: &io::Error) -> bool {
 }
 
 /// The allowed methods, for 405 and OPTIONS.
+///
+/// Every other method, known (`PUT`, `DELETE`) or not (`BREW`), gets 405 with this list
+/// rather than 501 for unrecognised ones: RFC 9110 leaves the choice to the server, and one
+/// answer that says exactly what works is more useful to a client than a distinction that
+/// would need a registry of every method name.
 pub const ALLOW: &str = "GET, HEAD, OPTIONS";
 
 /// Maps an error to its response: status, a one-line text body and the headers the status
-/// requires (`Allow` on 405, `Content-Range` on 416, `Retry-After` on 503).
+/// requires (`WWW-Authenticate` on 401, `Allow` on 405, `Content-Range` on 416,
+/// `Retry-After` on 503).
 pub fn error_response(err: &HttpError) -> Response<Body> {
     let status = match err {
         HttpError::BadPath(_) | HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        HttpError::Unauthorized => StatusCode::UNAUTHORIZED,
         HttpError::Forbidden => StatusCode::FORBIDDEN,
         HttpError::NotFound => StatusCode::NOT_FOUND,
         HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -135,6 +146,12 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
     match err {
         HttpError::MethodNotAllowed => {
             headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
+        HttpError::Unauthorized => {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(policy::CHALLENGE),
+            );
         }
         HttpError::RangeNotSatisfiable { len } => {
             if let Ok(value) = HeaderValue::from_str(&range::unsatisfied_content_range(*len)) {
@@ -172,6 +189,10 @@ mod tests {
         );
         assert_eq!(status_and(PathError::Hidden.into(), header::ALLOW).0, 404);
         assert_eq!(status_and(HttpError::Forbidden, header::ALLOW).0, 403);
+        assert_eq!(
+            status_and(HttpError::Unauthorized, header::WWW_AUTHENTICATE),
+            (401, Some(policy::CHALLENGE.into()))
+        );
         assert_eq!(
             status_and(HttpError::MethodNotAllowed, header::ALLOW),
             (405, Some(ALLOW.into()))

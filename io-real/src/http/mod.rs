@@ -1,21 +1,33 @@
 //! Static file serving for one worker: hyper 1 over tokio.
 //!
 //! Every decision that depends on the request (path containment, conditional requests,
-//! byte ranges, listing format, content type) is a pure planning function in its own module
-//! and is tested without sockets. [`site`] performs the file-system work those plans ask for
-//! (off the async threads) and [`conn`] drives one accepted connection, including draining.
+//! byte ranges, listing format, content type, content coding, digest algorithm, access
+//! policy) is a pure planning function in its own module and is tested without sockets.
+//! [`site`] turns those plans into responses, the private `lookup` module does the
+//! file-system work they ask for (off the async threads), and [`conn`] drives one accepted
+//! connection, including draining.
+//!
+//! Per-worker state lives in the [`Site`]: the byte-bounded [`encoded_cache`] and the
+//! [`single_flight`] structures that coalesce same-key encodings and digests.
 
 pub mod body;
+pub mod compress;
 pub mod conditional;
 pub mod conn;
+pub mod digest;
+pub mod encoded_cache;
 pub mod error;
 pub mod listing;
+mod lookup;
 pub mod mime;
 pub mod path;
+pub mod policy;
 pub mod range;
+pub mod single_flight;
 pub mod site;
+mod sync;
 
 pub use body::Body;
-pub use conn::serve_connection;
+pub use conn::{Transport, serve_connection, serve_connection_over};
 pub use error::{HttpError, error_response};
 pub use site::{Site, SiteConfig};

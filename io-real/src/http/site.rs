@@ -1,42 +1,103 @@
 //! The served site: one root directory, resolved through a capability handle.
 //!
-//! [`Site::handle`] turns a request into a response. The planning (path, preconditions,
-//! range, listing format) is delegated to pure functions in sibling modules; this module
-//! does only the file-system work those plans need, always on tokio's blocking pool so a
-//! slow disk never stalls the async threads that serve other connections.
+//! [`Site::handle`] turns a request into a response: access policy first (CORS preflight,
+//! authentication), then the file. The planning (path, preconditions, range, listing
+//! format, coding, digest) is delegated to pure functions in sibling modules, and the
+//! file-system and CPU-heavy work (lookup, reads, encoding, hashing) always runs on tokio's
+//! blocking pool, so a slow disk or a large file never stalls the async threads that serve
+//! other connections.
 
 use std::fs::File;
-use std::io::{self, Read};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::Dir;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use tokio::runtime::Handle;
 
 use super::body::{self, Body};
-use super::conditional::{self, Precondition, Validators};
+use super::compress::{Coding, Level, StreamEncoder};
+use super::conditional::{self, Precondition};
+use super::conn::Transport;
+use super::digest::{self, DigestAlg};
+use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::{ALLOW, HttpError, error_response};
 use super::listing::{self, Entry};
+use super::lookup::{
+    CompressSettings, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
+};
 use super::mime;
-use super::path::{RequestPath, is_hidden};
+use super::path::RequestPath;
+use super::policy::{self, Credential};
 use super::range::{self, RangeDecision};
+use super::single_flight::SingleFlight;
 
 /// Files up to this size are read whole while opening them (one blocking hop, one read);
 /// larger ones are streamed in [`body::CHUNK_SIZE`] chunks.
 pub const SMALL_FILE_MAX: u64 = 64 * 1024;
 
-/// What to serve and how.
+/// Files up to this size are encoded whole in memory (and may be cached); larger ones are
+/// encoded while streaming. 1 MiB covers the assets that matter (HTML, CSS, script bundles)
+/// while bounding the memory one request can pin to about twice this.
+pub const ENCODE_IN_MEMORY_MAX: u64 = 1024 * 1024;
+
+/// What to serve and how. Construct with `..Default::default()` so new fields do not break
+/// callers.
 #[derive(Debug, Clone)]
 pub struct SiteConfig {
     /// The directory served at `/`.
     pub root: PathBuf,
     /// Serve and list dot-files (names starting with `.`).
     pub show_hidden: bool,
+    /// Negotiate content codings at all (encoding on the fly and precompressed sidecars).
+    /// When false, every response is identity and none says `Vary: Accept-Encoding`.
+    pub compress: bool,
+    /// Files larger than this are never encoded on the fly (they are served identity unless
+    /// a precompressed sidecar exists): on-the-fly cost grows with size, and large files are
+    /// mostly downloaded once.
+    pub max_compress_size: u64,
+    /// Bytes of encoded small files this site (one worker) may retain; 0 disables the cache.
+    pub compression_cache_size: u64,
+    /// Serve `file.zst`, `file.br` or `file.gz` in place of encoding `file`, when present
+    /// and not older than `file`.
+    pub precompressed: bool,
+    /// Accepted Basic credentials (`--auth`); empty means no authentication. Everything but
+    /// CORS preflights needs them when set.
+    pub auth: Vec<Credential>,
+    /// Allow cross-origin reads (`Access-Control-Allow-Origin: *`) and answer preflights.
+    pub cors: bool,
+    /// Single-page app: a GET/HEAD for a path that does not exist, from a client that
+    /// accepts `text/html`, gets `/index.html` with 200 instead of 404.
+    pub spa: bool,
+    /// `Cache-Control: public, max-age=N` on served files when set, else `no-cache`.
+    pub cache_max_age: Option<u32>,
+    /// `X-Content-Type-Options`, `X-Frame-Options` and `Referrer-Policy` on every response.
+    pub security_headers: bool,
+    /// `Strict-Transport-Security` on responses sent over TLS (never over cleartext).
+    pub hsts: bool,
+}
+
+impl Default for SiteConfig {
+    fn default() -> Self {
+        Self {
+            root: PathBuf::from("."),
+            show_hidden: false,
+            compress: true,
+            max_compress_size: 64 * 1024 * 1024,
+            compression_cache_size: 16 * 1024 * 1024,
+            precompressed: true,
+            auth: Vec::new(),
+            cors: false,
+            spa: false,
+            cache_max_age: None,
+            security_headers: true,
+            hsts: false,
+        }
+    }
 }
 
 /// A site ready to answer requests; build once per worker and share behind an `Arc`.
@@ -45,6 +106,18 @@ pub struct Site {
     /// Every path is resolved beneath this handle; see [`super::path`] for why.
     root: Arc<Dir>,
     show_hidden: bool,
+    compress: Option<CompressSettings>,
+    cache: Arc<EncodedCache>,
+    /// In-flight encodings of cache misses, coalesced per cache key.
+    encodings: SingleFlight<CacheKey, Option<Bytes>>,
+    /// In-flight `Repr-Digest` computations, coalesced per key.
+    digests: SingleFlight<DigestKey, Option<HeaderValue>>,
+    auth: Vec<Credential>,
+    cors: bool,
+    spa: bool,
+    cache_max_age: Option<u32>,
+    security_headers: bool,
+    hsts: bool,
 }
 
 impl Site {
@@ -60,7 +133,31 @@ impl Site {
         Ok(Self {
             root: Arc::new(root),
             show_hidden: config.show_hidden,
+            compress: config.compress.then_some(CompressSettings {
+                max_size: config.max_compress_size,
+                precompressed: config.precompressed,
+            }),
+            cache: Arc::new(EncodedCache::new(config.compression_cache_size)),
+            encodings: SingleFlight::new(),
+            digests: SingleFlight::new(),
+            auth: config.auth,
+            cors: config.cors,
+            spa: config.spa,
+            cache_max_age: config.cache_max_age,
+            security_headers: config.security_headers,
+            hsts: config.hsts,
         })
+    }
+
+    /// The per-worker cache of encoded files (exposed for budget reporting and tests).
+    pub fn encoded_cache(&self) -> &EncodedCache {
+        &self.cache
+    }
+
+    /// Digest and encoding computations running now; zero when idle (nothing is retained
+    /// once a computation completes).
+    pub fn flights_in_flight(&self) -> usize {
+        self.digests.in_flight() + self.encodings.in_flight()
     }
 
     /// Answers one request. Never fails: every error becomes its status response.
@@ -69,11 +166,29 @@ impl Site {
         // Content on GET/HEAD/OPTIONS has no meaning here and is never read; dropping it
         // before the first await keeps the handler future free of the body type.
         drop(body);
-        let mut response = match self.respond(&parts).await {
-            Ok(response) => response,
-            Err(err) => error_response(&err),
+        let mut response = if self.cors && policy::is_preflight(&parts.method, &parts.headers) {
+            preflight(&parts.headers)
+        } else if !policy::authorized(&self.auth, &parts.headers) {
+            error_response(&HttpError::Unauthorized)
+        } else {
+            match self.respond(&parts).await {
+                Ok(response) => response,
+                Err(err) => error_response(&err),
+            }
         };
-        mime::add_security_headers(response.headers_mut());
+        let headers = response.headers_mut();
+        if self.security_headers {
+            mime::add_security_headers(headers);
+        }
+        if self.cors {
+            policy::add_cors_headers(headers);
+        }
+        if self.hsts && parts.extensions.get::<Transport>() == Some(&Transport::Tls) {
+            headers.insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(policy::HSTS),
+            );
+        }
         if parts.method == Method::HEAD {
             // Headers (including Content-Length) stay as a GET would send them.
             *response.body_mut() = body::empty();
@@ -95,152 +210,271 @@ impl Site {
             path: path.clone(),
             show_hidden: self.show_hidden,
             read_small: want_body,
+            spa_fallback: self.spa && policy::accepts_html(&parts.headers),
+            negotiation: self.compress.map(|settings| Negotiation {
+                settings,
+                accept_encoding: joined_values(&parts.headers, header::ACCEPT_ENCODING),
+                ranged: parts.headers.contains_key(header::RANGE),
+            }),
+            cache: Arc::clone(&self.cache),
         };
-        let found = match runtime.spawn_blocking(move || lookup.run()).await {
-            Ok(found) => found?,
-            Err(e) if e.is_cancelled() => return Err(HttpError::Unavailable),
-            Err(e) => return Err(HttpError::Internal(io::Error::other(e))),
-        };
+        let found = blocking(&runtime, move || lookup.run()).await?;
         match found {
             Found::NeedsSlash => redirect_to_dir(&path, parts.uri.query()),
-            Found::File(file) => file_response(parts, file, want_body, runtime),
+            Found::File(file) => self.file_response(parts, *file, want_body, runtime).await,
             Found::Listing(entries) => listing_response(parts, &path, entries, want_body),
         }
     }
-}
 
-/// The blocking half of a request: everything that touches the file system.
-struct Lookup {
-    root: Arc<Dir>,
-    path: RequestPath,
-    show_hidden: bool,
-    read_small: bool,
-}
-
-enum Found {
-    File(OpenFile),
-    NeedsSlash,
-    Listing(Vec<Entry>),
-}
-
-struct OpenFile {
-    file: File,
-    validators: Validators,
-    len: u64,
-    /// The name that decides the content type (`index.html` for directory indexes).
-    name: String,
-    /// The whole content, for small files on GET.
-    small: Option<Bytes>,
-}
-
-impl Lookup {
-    fn run(self) -> Result<Found, HttpError> {
-        let rel = self.path.relative();
-        // Follows symlinks, but only beneath the root.
-        let meta = self.root.metadata(&rel).map_err(HttpError::from_io)?;
-        if meta.is_dir() {
-            if !self.path.trailing_slash() {
-                return Ok(Found::NeedsSlash);
-            }
-            // Only a regular file counts as an index; anything else (absent, a directory,
-            // a link out of the root) leaves the directory to be listed.
-            let index = rel.join("index.html");
-            if self.root.metadata(&index).is_ok_and(|m| m.is_file()) {
-                return open_regular(&self.root, &index, "index.html", self.read_small)
-                    .map(Found::File);
-            }
-            return list(&self.root, &rel, self.show_hidden).map(Found::Listing);
-        }
-        // `/file.txt/` names a directory that does not exist.
-        if self.path.trailing_slash() {
-            return Err(HttpError::NotFound);
-        }
-        let name = self.path.file_name().unwrap_or_default().to_owned();
-        open_regular(&self.root, &rel, &name, self.read_small).map(Found::File)
-    }
-}
-
-fn open_regular(
-    root: &Dir,
-    rel: &Path,
-    name: &str,
-    read_small: bool,
-) -> Result<OpenFile, HttpError> {
-    let mut options = OpenOptions::new();
-    options.read(true);
-    // A FIFO swapped in after the caller's stat would block open() forever; with
-    // O_NONBLOCK it opens at once and is refused below. Regular files ignore the flag.
-    #[cfg(unix)]
-    cap_std::fs::OpenOptionsExt::custom_flags(
-        &mut options,
-        rustix::fs::OFlags::NONBLOCK.bits() as i32,
-    );
-    let file = root
-        .open_with(rel, &options)
-        .map_err(HttpError::from_io)?
-        .into_std();
-    // fstat on the open file: the validators describe exactly what we serve.
-    let meta = file.metadata().map_err(HttpError::Internal)?;
-    if !meta.is_file() {
-        return Err(HttpError::Forbidden);
-    }
-    let small = if read_small && meta.len() <= SMALL_FILE_MAX {
-        let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        (&file)
-            .take(meta.len())
-            .read_to_end(&mut buf)
-            .map_err(HttpError::Internal)?;
-        if buf.len() as u64 != meta.len() {
-            // Being rewritten right now; the validators would not describe these bytes.
-            return Err(HttpError::Unavailable);
-        }
-        Some(Bytes::from(buf))
-    } else {
-        None
-    };
-    Ok(OpenFile {
-        file,
-        validators: Validators::from_metadata(&meta),
-        len: meta.len(),
-        name: name.to_owned(),
-        small,
-    })
-}
-
-/// Lists a directory. Entries whose target cannot be resolved inside the root (dangling
-/// links, links that escape) and entries that are neither files nor directories are left
-/// out, since they could not be served anyway. Non-UTF-8 names are skipped: they could not
-/// be requested.
-fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entry>, HttpError> {
-    let mut entries = Vec::new();
-    for dir_entry in root.read_dir(rel).map_err(HttpError::from_io)? {
-        let dir_entry = dir_entry.map_err(HttpError::Internal)?;
-        let Ok(name) = dir_entry.file_name().into_string() else {
-            tracing::debug!(dir = %rel.display(), "skipping non-UTF-8 name in listing");
-            continue;
+    async fn file_response(
+        &self,
+        parts: &Parts,
+        found: FoundFile,
+        want_body: bool,
+        runtime: Handle,
+    ) -> Result<Response<Body>, HttpError> {
+        let FoundFile {
+            original,
+            repr,
+            vary,
+            key_path,
+            fallback,
+        } = found;
+        let validators = match &repr {
+            Repr::Identity => original.validators.clone(),
+            Repr::Sidecar { coding, file } => file.validators.with_coding(coding.extension()),
+            Repr::Encode { coding, .. } => original.validators.with_coding(coding.extension()),
         };
-        if (!show_hidden && is_hidden(&name)) || name.contains('\\') {
-            continue;
+        let mut builder = Response::builder();
+        match (vary, fallback) {
+            (true, true) => builder = builder.header(header::VARY, "Accept-Encoding, Accept"),
+            (true, false) => builder = builder.header(header::VARY, "Accept-Encoding"),
+            (false, true) => builder = builder.header(header::VARY, "Accept"),
+            (false, false) => {}
         }
-        let Ok(meta) = root.metadata(rel.join(&name)) else {
-            continue;
+        // The app shell stands in for every unknown path; caching it under each of them
+        // would pin an old deployment, so it is always revalidated.
+        let cache_control = if fallback {
+            HeaderValue::from_static("no-cache")
+        } else {
+            policy::cache_control(self.cache_max_age, !self.auth.is_empty())
         };
-        if !(meta.is_dir() || meta.is_file()) {
-            continue;
+        builder = builder.header(header::CACHE_CONTROL, cache_control);
+        let range_applies = match conditional::evaluate(&parts.method, &parts.headers, &validators)
+        {
+            Precondition::Failed => return Err(HttpError::PreconditionFailed),
+            Precondition::NotModified => {
+                return builder
+                    .status(StatusCode::NOT_MODIFIED)
+                    .header(header::ETAG, validators.etag())
+                    .header(header::LAST_MODIFIED, validators.last_modified())
+                    .body(body::empty())
+                    .map_err(internal);
+            }
+            Precondition::Proceed { range_applies } => range_applies,
+        };
+        builder = builder
+            .header(header::CONTENT_TYPE, mime::content_type(&original.name))
+            .header(header::ETAG, validators.etag())
+            .header(header::LAST_MODIFIED, validators.last_modified())
+            .header(header::ACCEPT_RANGES, "bytes");
+        let want_digest = digest::choose(
+            joined_values(&parts.headers, digest::WANT_REPR_DIGEST.clone()).as_deref(),
+        );
+        // What a digest of the selected representation would be computed over.
+        let digest_key = |alg| DigestKey {
+            path: key_path.clone(),
+            etag: validators.etag(),
+            alg,
+        };
+        match repr {
+            Repr::Identity => {
+                if let Some(alg) = want_digest {
+                    let input = DigestInput::of(&original);
+                    if let Some(value) = self.repr_digest(digest_key(alg), input, &runtime).await {
+                        builder = builder.header(&digest::REPR_DIGEST, value);
+                    }
+                }
+                identity_response(builder, parts, original, range_applies, want_body, runtime)
+            }
+            Repr::Sidecar { coding, file } => {
+                if let Some(alg) = want_digest {
+                    let input = DigestInput::of(&file);
+                    if let Some(value) = self.repr_digest(digest_key(alg), input, &runtime).await {
+                        builder = builder.header(&digest::REPR_DIGEST, value);
+                    }
+                }
+                let len = file.len;
+                let body = match (want_body, file.small) {
+                    (false, _) => body::empty(),
+                    (true, Some(bytes)) => body::full(bytes),
+                    (true, None) => body::file(file.file, 0, len, runtime),
+                };
+                builder
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_ENCODING, coding.token())
+                    .header(header::CONTENT_LENGTH, len)
+                    .body(body)
+                    .map_err(internal)
+            }
+            Repr::Encode { coding, cached } => {
+                builder = builder
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_ENCODING, coding.token());
+                if original.len > ENCODE_IN_MEMORY_MAX {
+                    // No Repr-Digest: see the digest module for why.
+                    if !want_body {
+                        // The length is unknown without encoding the whole file.
+                        return builder.body(body::empty()).map_err(internal);
+                    }
+                    let encoder = StreamEncoder::new(coding, Level::Streaming)
+                        .map_err(HttpError::Internal)?;
+                    let body = body::encoded_file(original.file, original.len, encoder, runtime);
+                    return builder.body(body).map_err(internal);
+                }
+                let encoded = match cached {
+                    Some(bytes) => bytes,
+                    None => {
+                        self.encode(original, coding, key_path.clone(), &runtime)
+                            .await?
+                    }
+                };
+                if let Some(alg) = want_digest {
+                    let input = Some(DigestInput::Bytes(encoded.clone()));
+                    if let Some(value) = self.repr_digest(digest_key(alg), input, &runtime).await {
+                        builder = builder.header(&digest::REPR_DIGEST, value);
+                    }
+                }
+                let len = encoded.len();
+                builder
+                    .header(header::CONTENT_LENGTH, len)
+                    .body(if want_body {
+                        body::full(encoded)
+                    } else {
+                        body::empty()
+                    })
+                    .map_err(internal)
+            }
         }
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.into_std().duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs());
-        entries.push(Entry {
-            name,
-            is_dir: meta.is_dir(),
-            size: if meta.is_dir() { 0 } else { meta.len() },
-            mtime,
-        });
     }
-    Ok(entries)
+
+    /// Encodes a small file whole, through the cache. Concurrent misses for the same
+    /// (file version, coding) share one encoding: a burst of first requests for a new
+    /// asset would otherwise each burn the CPU to compress it.
+    async fn encode(
+        &self,
+        original: OpenFile,
+        coding: Coding,
+        path: String,
+        runtime: &Handle,
+    ) -> Result<Bytes, HttpError> {
+        let key = CacheKey {
+            path,
+            etag: original.validators.etag(),
+            coding,
+        };
+        let cache = Arc::clone(&self.cache);
+        let flight_key = key.clone();
+        let encoded = self
+            .encodings
+            .run(flight_key, || async move {
+                let result =
+                    blocking(runtime, move || encode_whole(original, coding, key, &cache)).await;
+                result
+                    .inspect_err(|e| tracing::warn!(error = %e, "encoding failed"))
+                    .ok()
+            })
+            .await;
+        // A follower of a failed leader has nothing to send; the client may retry.
+        encoded.ok_or(HttpError::Unavailable)
+    }
+
+    /// The `Repr-Digest` value for `input`, or `None` when it could not be computed (the
+    /// field is optional; the failure is logged). Small inputs are hashed in place; larger
+    /// ones on the blocking pool, one computation per key at a time.
+    async fn repr_digest(
+        &self,
+        key: DigestKey,
+        input: Option<DigestInput>,
+        runtime: &Handle,
+    ) -> Option<HeaderValue> {
+        let alg = key.alg;
+        match input? {
+            DigestInput::Bytes(bytes) if bytes.len() as u64 <= SMALL_FILE_MAX => {
+                Some(digest::of_bytes(alg, &bytes))
+            }
+            input => {
+                self.digests
+                    .run(key, || async move {
+                        let result = blocking(runtime, move || match input {
+                            DigestInput::Bytes(bytes) => Ok(digest::of_bytes(alg, &bytes)),
+                            DigestInput::File(file, len) => {
+                                digest::of_file(alg, &file, len).map_err(HttpError::Internal)
+                            }
+                        })
+                        .await;
+                        result
+                            .inspect_err(|e| tracing::warn!(error = %e, "Repr-Digest failed"))
+                            .ok()
+                    })
+                    .await
+            }
+        }
+    }
+}
+
+/// Identifies one digest computation: a file version's representation and an algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DigestKey {
+    path: String,
+    /// The representation's ETag (coding-specific), so versions and codings never mix.
+    etag: String,
+    alg: DigestAlg,
+}
+
+/// The bytes a digest is computed over.
+enum DigestInput {
+    Bytes(Bytes),
+    /// A second handle on the served file, and the length its validators describe.
+    File(File, u64),
+}
+
+impl DigestInput {
+    /// The whole content of an opened file: in memory if it was read, else a duplicate
+    /// handle (same open file, so the same inode the validators describe; `None` if the
+    /// descriptor cannot be duplicated, and then no digest is sent).
+    fn of(file: &OpenFile) -> Option<Self> {
+        match &file.small {
+            Some(bytes) => Some(DigestInput::Bytes(bytes.clone())),
+            None => file
+                .file
+                .try_clone()
+                .inspect_err(|e| tracing::warn!(error = %e, "cannot duplicate file handle"))
+                .ok()
+                .map(|f| DigestInput::File(f, file.len)),
+        }
+    }
+}
+
+/// Runs file-system or CPU-heavy work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    runtime: &Handle,
+    work: impl FnOnce() -> Result<T, HttpError> + Send + 'static,
+) -> Result<T, HttpError> {
+    match runtime.spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(e) if e.is_cancelled() => Err(HttpError::Unavailable),
+        Err(e) => Err(HttpError::Internal(io::Error::other(e))),
+    }
+}
+
+/// The answer to a CORS preflight (the CORS headers common to all responses are added by
+/// the caller).
+fn preflight(request: &HeaderMap) -> Response<Body> {
+    let mut response = Response::new(body::empty());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    policy::add_preflight_headers(request, response.headers_mut());
+    response
 }
 
 fn options() -> Result<Response<Body>, HttpError> {
@@ -265,36 +499,21 @@ fn redirect_to_dir(path: &RequestPath, query: Option<&str>) -> Result<Response<B
         .map_err(internal)
 }
 
-fn file_response(
+/// The identity representation, whole or one range of it.
+fn identity_response(
+    mut builder: http::response::Builder,
     parts: &Parts,
     file: OpenFile,
+    range_applies: bool,
     want_body: bool,
     runtime: Handle,
 ) -> Result<Response<Body>, HttpError> {
-    let validators = &file.validators;
     let len = file.len;
-    let range_applies = match conditional::evaluate(&parts.method, &parts.headers, validators) {
-        Precondition::Failed => return Err(HttpError::PreconditionFailed),
-        Precondition::NotModified => {
-            return Response::builder()
-                .status(StatusCode::NOT_MODIFIED)
-                .header(header::ETAG, validators.etag())
-                .header(header::LAST_MODIFIED, validators.last_modified())
-                .body(body::empty())
-                .map_err(internal);
-        }
-        Precondition::Proceed { range_applies } => range_applies,
-    };
     let range_value = if range_applies {
         single_value(&parts.headers, header::RANGE)
     } else {
         None
     };
-    let mut builder = Response::builder()
-        .header(header::CONTENT_TYPE, mime::content_type(&file.name))
-        .header(header::ETAG, validators.etag())
-        .header(header::LAST_MODIFIED, validators.last_modified())
-        .header(header::ACCEPT_RANGES, "bytes");
     let (status, start, count) = match range::decide(range_value, len) {
         RangeDecision::Full => (StatusCode::OK, 0, len),
         RangeDecision::Partial(r) => {

@@ -1,0 +1,379 @@
+//! The command line: `servery [DIR] [options]`, `servery ctl …`, and the hidden worker
+//! entry point. Every serving option is also read from a `SERVERY_*` environment variable;
+//! the defaults of the recovery policy and the budgets come from `servery-core`, so the
+//! help text and the core can never disagree.
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use servery_core::RawConfig;
+use servery_core::config::{RawBudgets, RawRecovery};
+
+const AFTER_HELP: &str = "\
+Control socket:
+  The parent listens for `servery ctl` on a Unix socket: --control-socket PATH, or by
+  default $XDG_RUNTIME_DIR/servery-<port>.sock, or /tmp/servery-<uid>-<port>.sock when
+  XDG_RUNTIME_DIR is unset. It is removed on exit.
+
+Signals:
+  SIGTERM / SIGINT stop gracefully (drain, then exit); SIGHUP reloads the configuration
+  from the original command line and environment (same as `servery ctl reload`).
+
+Exit codes:
+  0 clean stop, 1 runtime error (e.g. cannot bind), 2 configuration error,
+  3 the first generation failed to start, 4 the crash restart limit was exceeded.";
+
+/// Share a directory over HTTP from supervised worker processes.
+#[derive(Debug, Parser)]
+#[command(
+    name = "servery",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = AFTER_HELP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Sub>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+impl Cli {
+    /// Re-read the configuration a running parent was started with, from its original
+    /// arguments and the current environment (SIGHUP and `ctl reload`).
+    pub fn reparse(argv: &[OsString]) -> Result<RawConfig, String> {
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        Ok(cli.serve.raw_config())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Sub {
+    /// Talk to a running servery over its control socket.
+    Ctl(CtlArgs),
+}
+
+/// `--workers N|auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    Auto,
+    /// Kept signed so that validation, not the parser, names a bad count.
+    Count(i64),
+}
+
+impl Workers {
+    pub fn count(self) -> i64 {
+        match self {
+            Workers::Count(n) => n,
+            Workers::Auto => std::thread::available_parallelism()
+                .map(|n| n.get() as i64)
+                .unwrap_or(1),
+        }
+    }
+}
+
+fn parse_workers(s: &str) -> Result<Workers, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(Workers::Auto);
+    }
+    s.parse::<i64>()
+        .map(Workers::Count)
+        .map_err(|_| format!("expected a number of workers or `auto`, got `{s}`"))
+}
+
+/// Options of the server itself.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Directory to serve [default: the current directory].
+    #[arg(value_name = "DIR", env = "SERVERY_DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// Address to listen on; repeat (or separate with commas) for several, all on one port.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "SERVERY_BIND",
+        value_delimiter = ',',
+        default_value = "127.0.0.1"
+    )]
+    pub bind: Vec<IpAddr>,
+
+    /// Port to listen on. Without it servery tries 8000 and scans forward to 8099 while
+    /// the port is busy; 0 picks a free ephemeral port.
+    #[arg(long, env = "SERVERY_PORT")]
+    pub port: Option<u16>,
+
+    /// Worker processes: a number, or `auto` for one per available CPU.
+    #[arg(long, value_name = "N|auto", env = "SERVERY_WORKERS", default_value = "1", value_parser = parse_workers, allow_negative_numbers = true)]
+    pub workers: Workers,
+
+    /// Serve and list dot-files.
+    #[arg(long, env = "SERVERY_SHOW_HIDDEN", value_parser = clap::builder::BoolishValueParser::new())]
+    pub show_hidden: bool,
+
+    /// Unix socket for `servery ctl` (see "Control socket" below).
+    #[arg(long, value_name = "PATH", env = "SERVERY_CONTROL_SOCKET")]
+    pub control_socket: Option<PathBuf>,
+
+    /// Validate the configuration, print it with its aggregates, and exit (0 if valid, 2
+    /// if not) without binding anything.
+    #[arg(long)]
+    pub check_config: bool,
+
+    #[command(flatten)]
+    pub recovery: RecoveryArgs,
+
+    #[command(flatten)]
+    pub budgets: BudgetArgs,
+}
+
+fn rec() -> RawRecovery {
+    RawRecovery::default()
+}
+
+fn budgets() -> RawBudgets {
+    RawBudgets::default()
+}
+
+/// The recovery policy. Durations are seconds (fractions allowed).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Recovery policy (durations in seconds)")]
+pub struct RecoveryArgs {
+    /// First crash-replacement delay; doubles per consecutive crash of a slot.
+    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BACKOFF_INITIAL", default_value_t = rec().restart_backoff_initial, allow_negative_numbers = true)]
+    pub restart_backoff_initial: f64,
+    /// Cap of the crash-replacement delay.
+    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BACKOFF_MAX", default_value_t = rec().restart_backoff_max, allow_negative_numbers = true)]
+    pub restart_backoff_max: f64,
+    /// A worker ready this long resets its slot's backoff and crash run.
+    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_STABLE_PERIOD", default_value_t = rec().restart_stable_period, allow_negative_numbers = true)]
+    pub restart_stable_period: f64,
+    /// Crash replacements allowed per window (0: the first crash fails the service).
+    #[arg(long, value_name = "N", env = "SERVERY_WORKER_RESTART_LIMIT", default_value_t = rec().worker_restart_limit, allow_negative_numbers = true)]
+    pub worker_restart_limit: i64,
+    /// The sliding window of the restart limit.
+    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_RESTART_WINDOW", default_value_t = rec().worker_restart_window, allow_negative_numbers = true)]
+    pub worker_restart_window: f64,
+    /// Recycle a worker after this age (0: off).
+    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_MAX_AGE", default_value_t = rec().worker_max_age, allow_negative_numbers = true)]
+    pub worker_max_age: f64,
+    /// Fraction in [0, 1] by which the max age is shortened at random per worker.
+    #[arg(long, value_name = "FRACTION", env = "SERVERY_WORKER_MAX_AGE_JITTER", default_value_t = rec().worker_max_age_jitter, allow_negative_numbers = true)]
+    pub worker_max_age_jitter: f64,
+    /// Recycle a worker after this many requests (0: off).
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_REQUESTS_PER_WORKER", default_value_t = rec().max_requests_per_worker, allow_negative_numbers = true)]
+    pub max_requests_per_worker: i64,
+    /// Fraction in [0, 1] by which the request limit is lowered at random per worker.
+    #[arg(long, value_name = "FRACTION", env = "SERVERY_MAX_REQUESTS_JITTER", default_value_t = rec().max_requests_jitter, allow_negative_numbers = true)]
+    pub max_requests_jitter: f64,
+    /// Failed recycle replacements in a row before recycling is suspended.
+    #[arg(long, value_name = "N", env = "SERVERY_RECYCLE_RETRY_LIMIT", default_value_t = rec().recycle_retry_limit, allow_negative_numbers = true)]
+    pub recycle_retry_limit: i64,
+    /// How often workers report they are alive.
+    #[arg(long, value_name = "SECS", env = "SERVERY_HEARTBEAT_INTERVAL", default_value_t = rec().heartbeat_interval, allow_negative_numbers = true)]
+    pub heartbeat_interval: f64,
+    /// A worker silent this long is terminated and replaced.
+    #[arg(long, value_name = "SECS", env = "SERVERY_HEARTBEAT_TIMEOUT", default_value_t = rec().heartbeat_timeout, allow_negative_numbers = true)]
+    pub heartbeat_timeout: f64,
+    /// A worker not ready this long after spawning has failed to start.
+    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_START_TIMEOUT", default_value_t = rec().worker_start_timeout, allow_negative_numbers = true)]
+    pub worker_start_timeout: f64,
+    /// How long a draining worker may finish in-flight requests.
+    #[arg(long, value_name = "SECS", env = "SERVERY_DRAIN_TIMEOUT", default_value_t = rec().drain_timeout, allow_negative_numbers = true)]
+    pub drain_timeout: f64,
+    /// Between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "SECS", env = "SERVERY_FORCE_TIMEOUT", default_value_t = rec().force_timeout, allow_negative_numbers = true)]
+    pub force_timeout: f64,
+}
+
+/// Per-worker resource budgets.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Per-worker budgets")]
+pub struct BudgetArgs {
+    /// Connections one worker admits at once (more wait in the shared backlog).
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_CONNECTIONS", default_value_t = budgets().max_connections, allow_negative_numbers = true)]
+    pub max_connections: i64,
+    /// Threads one worker may use for blocking file-system work.
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_BLOCKING_THREADS", default_value_t = budgets().max_blocking_threads, allow_negative_numbers = true)]
+    pub max_blocking_threads: i64,
+    /// Encoded bytes one worker's compression cache may retain.
+    #[arg(long, value_name = "BYTES", env = "SERVERY_COMPRESSION_CACHE_SIZE", default_value_t = budgets().compression_cache_size, allow_negative_numbers = true)]
+    pub compression_cache_size: i64,
+}
+
+impl ServeArgs {
+    /// The configuration as written; [`RawConfig::validate`] decides whether it is valid.
+    pub fn raw_config(&self) -> RawConfig {
+        let r = &self.recovery;
+        let b = &self.budgets;
+        RawConfig {
+            workers: self.workers.count(),
+            recovery: RawRecovery {
+                restart_backoff_initial: r.restart_backoff_initial,
+                restart_backoff_max: r.restart_backoff_max,
+                restart_stable_period: r.restart_stable_period,
+                worker_restart_limit: r.worker_restart_limit,
+                worker_restart_window: r.worker_restart_window,
+                worker_max_age: r.worker_max_age,
+                worker_max_age_jitter: r.worker_max_age_jitter,
+                max_requests_per_worker: r.max_requests_per_worker,
+                max_requests_jitter: r.max_requests_jitter,
+                recycle_retry_limit: r.recycle_retry_limit,
+                heartbeat_interval: r.heartbeat_interval,
+                heartbeat_timeout: r.heartbeat_timeout,
+                worker_start_timeout: r.worker_start_timeout,
+                drain_timeout: r.drain_timeout,
+                force_timeout: r.force_timeout,
+            },
+            budgets: RawBudgets {
+                max_connections: b.max_connections,
+                max_blocking_threads: b.max_blocking_threads,
+                compression_cache_size: b.compression_cache_size,
+            },
+            ..RawConfig::default()
+        }
+    }
+}
+
+/// `servery ctl`.
+#[derive(Debug, Clone, Args)]
+pub struct CtlArgs {
+    /// The control socket [default: derived from --port, see `servery --help`].
+    #[arg(long, value_name = "PATH", env = "SERVERY_CONTROL_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Port of the instance, used to derive the default socket path.
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Give up waiting for an answer after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 120.0)]
+    pub timeout: f64,
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum CtlCommand {
+    /// Service state, generation, workers, restarts and the last failure.
+    Status {
+        /// Print the status as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate the configuration again and roll a new generation onto it; waits until
+    /// the new generation serves or the reload is rejected.
+    Reload {
+        /// Override one setting for this reload, e.g. `--set max_connections=64`
+        /// (names as in `--check-config` or as flags without `--`).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Recycle every worker, one at a time, without downtime.
+    Recycle,
+    /// Stop gracefully.
+    Stop,
+}
+
+/// The hidden worker entry point: `servery __worker …`. Parsed on its own so that none of
+/// the parent's environment variables can change how a worker reads its arguments.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "servery __worker", no_binary_name = true)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub root: PathBuf,
+    #[arg(long)]
+    pub show_hidden: bool,
+    /// For log lines written before HELLO names the worker.
+    #[arg(long)]
+    pub worker_id: u64,
+    #[arg(long)]
+    pub max_connections: u32,
+    #[arg(long)]
+    pub max_blocking_threads: u32,
+    #[arg(long)]
+    pub compression_cache_size: u64,
+}
+
+/// The first argument that selects the worker entry point.
+pub const WORKER_SUBCOMMAND: &str = "__worker";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("servery").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn negative_and_odd_values_reach_validation_instead_of_the_parser() {
+        let cli = parse(&[
+            "dir",
+            "--workers",
+            "-2",
+            "--restart-backoff-initial",
+            "-1",
+            "--drain-timeout",
+            "nan",
+        ])
+        .expect("parses");
+        let raw = cli.serve.raw_config();
+        assert_eq!(raw.workers, -2);
+        assert_eq!(raw.recovery.restart_backoff_initial, -1.0);
+        assert!(raw.recovery.drain_timeout.is_nan());
+        let fields: Vec<_> = raw
+            .validate()
+            .expect_err("invalid")
+            .issues()
+            .iter()
+            .map(|i| i.field)
+            .collect();
+        assert!(fields.contains(&"workers"), "{fields:?}");
+        assert!(fields.contains(&"recovery.drain_timeout"), "{fields:?}");
+    }
+
+    #[test]
+    fn defaults_are_the_cores() {
+        let cli = parse(&[]).expect("parses");
+        assert_eq!(cli.serve.raw_config(), RawConfig::default());
+        assert_eq!(cli.serve.bind, vec![IpAddr::from([127, 0, 0, 1])]);
+        assert_eq!(cli.serve.port, None);
+    }
+
+    #[test]
+    fn workers_auto_and_subcommands() {
+        let cli = parse(&["--workers", "auto"]).expect("parses");
+        assert_eq!(cli.serve.workers, Workers::Auto);
+        assert!(cli.serve.raw_config().workers >= 1);
+        assert!(parse(&["--workers", "many"]).is_err());
+
+        let cli =
+            parse(&["ctl", "--socket", "/x.sock", "reload", "--set", "workers=3"]).expect("parses");
+        match cli.command {
+            Some(Sub::Ctl(CtlArgs {
+                socket: Some(socket),
+                command: CtlCommand::Reload { set },
+                ..
+            })) => {
+                assert_eq!(socket, PathBuf::from("/x.sock"));
+                assert_eq!(set, ["workers=3"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let worker = WorkerArgs::try_parse_from([
+            "--root",
+            "/srv",
+            "--worker-id",
+            "7",
+            "--max-connections",
+            "10",
+            "--max-blocking-threads",
+            "4",
+            "--compression-cache-size",
+            "0",
+        ])
+        .expect("worker args");
+        assert_eq!(worker.worker_id, 7);
+    }
+}

@@ -1,0 +1,321 @@
+//! The blocking half of a request: resolving the path beneath the root, opening the file,
+//! choosing its representation (identity, a precompressed sidecar, or our encoding), and
+//! the reads and encodings that go with it. Everything here runs on tokio's blocking pool;
+//! [`super::site`] decides what to send from what this finds.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use cap_std::fs::{Dir, OpenOptions};
+
+use super::compress::{self, Candidates, Coding, Level};
+use super::conditional::Validators;
+use super::encoded_cache::{CacheKey, EncodedCache};
+use super::error::HttpError;
+use super::listing::Entry;
+use super::mime;
+use super::path::{RequestPath, is_hidden};
+use super::site::{ENCODE_IN_MEMORY_MAX, SMALL_FILE_MAX};
+
+/// The compression part of [`super::site::SiteConfig`], present when compression is on.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CompressSettings {
+    pub(super) max_size: u64,
+    pub(super) precompressed: bool,
+}
+
+/// Reads a whole (small) file and encodes it, keeping the result in the cache.
+pub(super) fn encode_whole(
+    original: OpenFile,
+    coding: Coding,
+    key: CacheKey,
+    cache: &EncodedCache,
+) -> Result<Bytes, HttpError> {
+    let input = match original.small {
+        Some(bytes) => bytes,
+        None => read_exact_len(&original.file, original.len)?,
+    };
+    let encoded =
+        compress::encode_all(coding, Level::Cached, &input).map_err(HttpError::Internal)?;
+    let encoded = Bytes::from(encoded);
+    cache.insert(key, encoded.clone());
+    Ok(encoded)
+}
+
+/// Reads `len` bytes from the start of `file`. The position is shared by every handle on
+/// the open file, which is why every reader here seeks first.
+fn read_exact_len(mut file: &File, len: u64) -> Result<Bytes, HttpError> {
+    file.seek(SeekFrom::Start(0)).map_err(HttpError::Internal)?;
+    let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len)
+        .read_to_end(&mut buf)
+        .map_err(HttpError::Internal)?;
+    if buf.len() as u64 != len {
+        // Being rewritten right now; the validators would not describe these bytes.
+        return Err(HttpError::Unavailable);
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// The blocking half of a request: everything that touches the file system.
+pub(super) struct Lookup {
+    pub(super) root: Arc<Dir>,
+    pub(super) path: RequestPath,
+    pub(super) show_hidden: bool,
+    pub(super) read_small: bool,
+    /// Serve the root `index.html` when the path does not exist (see [`super::site::SiteConfig::spa`]).
+    pub(super) spa_fallback: bool,
+    /// Present when compression is on.
+    pub(super) negotiation: Option<Negotiation>,
+    pub(super) cache: Arc<EncodedCache>,
+}
+
+/// The request's side of content negotiation.
+pub(super) struct Negotiation {
+    pub(super) settings: CompressSettings,
+    pub(super) accept_encoding: Option<String>,
+    pub(super) ranged: bool,
+}
+
+pub(super) enum Found {
+    File(Box<FoundFile>),
+    NeedsSlash,
+    Listing(Vec<Entry>),
+}
+
+pub(super) struct OpenFile {
+    pub(super) file: File,
+    pub(super) validators: Validators,
+    pub(super) len: u64,
+    pub(super) modified: SystemTime,
+    /// The name that decides the content type (`index.html` for directory indexes).
+    pub(super) name: String,
+    /// The whole content, for small files whose bytes will be needed.
+    pub(super) small: Option<Bytes>,
+}
+
+/// A file to serve and the representation chosen for it.
+pub(super) struct FoundFile {
+    pub(super) original: OpenFile,
+    pub(super) repr: Repr,
+    /// Whether the response says `Vary: Accept-Encoding`.
+    pub(super) vary: bool,
+    /// The file's path below the root, for the encoded cache.
+    pub(super) key_path: String,
+    /// The single-page-app shell, served for a path that does not exist.
+    pub(super) fallback: bool,
+}
+
+/// Which representation of a file is sent.
+pub(super) enum Repr {
+    Identity,
+    /// A precompressed sidecar file, sent as is.
+    Sidecar {
+        coding: Coding,
+        file: OpenFile,
+    },
+    /// Encoded by us; `cached` holds the bytes when the cache already had them.
+    Encode {
+        coding: Coding,
+        cached: Option<Bytes>,
+    },
+}
+
+impl Lookup {
+    pub(super) fn run(self) -> Result<Found, HttpError> {
+        match self.resolve() {
+            Err(HttpError::NotFound) if self.spa_fallback => {
+                let index = PathBuf::from("index.html");
+                if !self.root.metadata(&index).is_ok_and(|m| m.is_file()) {
+                    return Err(HttpError::NotFound);
+                }
+                let found = self.file(index, "index.html".to_owned())?;
+                Ok(match found {
+                    Found::File(mut file) => {
+                        file.fallback = true;
+                        Found::File(file)
+                    }
+                    other => other,
+                })
+            }
+            other => other,
+        }
+    }
+
+    fn resolve(&self) -> Result<Found, HttpError> {
+        let rel = self.path.relative();
+        // Follows symlinks, but only beneath the root.
+        let meta = self.root.metadata(&rel).map_err(HttpError::from_io)?;
+        if meta.is_dir() {
+            if !self.path.trailing_slash() {
+                return Ok(Found::NeedsSlash);
+            }
+            // Only a regular file counts as an index; anything else (absent, a directory,
+            // a link out of the root) leaves the directory to be listed.
+            let index = rel.join("index.html");
+            if self.root.metadata(&index).is_ok_and(|m| m.is_file()) {
+                return self.file(index, "index.html".to_owned());
+            }
+            return list(&self.root, &rel, self.show_hidden).map(Found::Listing);
+        }
+        // `/file.txt/` names a directory that does not exist.
+        if self.path.trailing_slash() {
+            return Err(HttpError::NotFound);
+        }
+        let name = self.path.file_name().unwrap_or_default().to_owned();
+        self.file(rel, name)
+    }
+
+    /// Opens a file and chooses its representation: a sidecar for the best acceptable
+    /// coding that has one (free to serve, so it beats encoding a better coding ourselves),
+    /// else encoding on the fly with the best coding (within `max_compress_size`), else
+    /// identity.
+    fn file(&self, rel: PathBuf, name: String) -> Result<Found, HttpError> {
+        let mut original = open_regular(&self.root, &rel, &name)?;
+        let key_path = rel.to_string_lossy().into_owned();
+        let candidates = match &self.negotiation {
+            Some(n) => compress::plan(
+                n.accept_encoding.as_deref(),
+                n.ranged,
+                mime::content_type(&name),
+                original.len,
+            ),
+            None => Candidates {
+                vary: false,
+                codings: Vec::new(),
+            },
+        };
+        let mut repr = Repr::Identity;
+        if let Some(n) = &self.negotiation {
+            if n.settings.precompressed {
+                repr = candidates
+                    .codings
+                    .iter()
+                    .find_map(|&coding| {
+                        self.sidecar(&rel, &original, coding)
+                            .map(|file| Repr::Sidecar { coding, file })
+                    })
+                    .unwrap_or(Repr::Identity);
+            }
+            if let (Repr::Identity, Some(&coding)) = (&repr, candidates.codings.first())
+                && original.len <= n.settings.max_size
+            {
+                let key = CacheKey {
+                    path: key_path.clone(),
+                    etag: original.validators.etag(),
+                    coding,
+                };
+                // Files encoded while streaming are never cached: no point looking.
+                let cached = if original.len <= ENCODE_IN_MEMORY_MAX {
+                    self.cache.get(&key)
+                } else {
+                    None
+                };
+                repr = Repr::Encode { coding, cached };
+            }
+        }
+        // Read small bodies now, while we are on the blocking pool anyway, but only the
+        // bytes that will be needed: those sent, or those about to be encoded.
+        match &mut repr {
+            Repr::Identity => read_small(&mut original, self.read_small)?,
+            Repr::Sidecar { file, .. } => read_small(file, self.read_small)?,
+            Repr::Encode { cached: None, .. } => read_small(&mut original, true)?,
+            Repr::Encode { .. } => {}
+        }
+        Ok(Found::File(Box::new(FoundFile {
+            original,
+            repr,
+            vary: candidates.vary,
+            key_path,
+            fallback: false,
+        })))
+    }
+
+    /// The precompressed sidecar of `rel` for `coding`, if it is a regular file at least as
+    /// new as the original (an older one is stale: the original was edited after it was
+    /// compressed). Any problem with the sidecar just means "no sidecar".
+    fn sidecar(&self, rel: &Path, original: &OpenFile, coding: Coding) -> Option<OpenFile> {
+        let mut name = rel.file_name()?.to_owned();
+        name.push(".");
+        name.push(coding.extension());
+        let file = open_regular(&self.root, &rel.with_file_name(name), &original.name).ok()?;
+        (file.modified >= original.modified).then_some(file)
+    }
+}
+
+/// Reads the whole file into `small` when it is small and `wanted`.
+fn read_small(file: &mut OpenFile, wanted: bool) -> Result<(), HttpError> {
+    if wanted && file.small.is_none() && file.len <= SMALL_FILE_MAX {
+        file.small = Some(read_exact_len(&file.file, file.len)?);
+    }
+    Ok(())
+}
+
+fn open_regular(root: &Dir, rel: &Path, name: &str) -> Result<OpenFile, HttpError> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    // A FIFO swapped in after the caller's stat would block open() forever; with
+    // O_NONBLOCK it opens at once and is refused below. Regular files ignore the flag.
+    #[cfg(unix)]
+    cap_std::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        rustix::fs::OFlags::NONBLOCK.bits() as i32,
+    );
+    let file = root
+        .open_with(rel, &options)
+        .map_err(HttpError::from_io)?
+        .into_std();
+    // fstat on the open file: the validators describe exactly what we serve.
+    let meta = file.metadata().map_err(HttpError::Internal)?;
+    if !meta.is_file() {
+        return Err(HttpError::Forbidden);
+    }
+    Ok(OpenFile {
+        file,
+        validators: Validators::from_metadata(&meta),
+        len: meta.len(),
+        modified: meta.modified().unwrap_or(UNIX_EPOCH),
+        name: name.to_owned(),
+        small: None,
+    })
+}
+
+/// Lists a directory. Entries whose target cannot be resolved inside the root (dangling
+/// links, links that escape) and entries that are neither files nor directories are left
+/// out, since they could not be served anyway. Non-UTF-8 names are skipped: they could not
+/// be requested.
+fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entry>, HttpError> {
+    let mut entries = Vec::new();
+    for dir_entry in root.read_dir(rel).map_err(HttpError::from_io)? {
+        let dir_entry = dir_entry.map_err(HttpError::Internal)?;
+        let Ok(name) = dir_entry.file_name().into_string() else {
+            tracing::debug!(dir = %rel.display(), "skipping non-UTF-8 name in listing");
+            continue;
+        };
+        if (!show_hidden && is_hidden(&name)) || name.contains('\\') {
+            continue;
+        }
+        let Ok(meta) = root.metadata(rel.join(&name)) else {
+            continue;
+        };
+        if !(meta.is_dir() || meta.is_file()) {
+            continue;
+        }
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.into_std().duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        entries.push(Entry {
+            name,
+            is_dir: meta.is_dir(),
+            size: if meta.is_dir() { 0 } else { meta.len() },
+            mtime,
+        });
+    }
+    Ok(entries)
+}

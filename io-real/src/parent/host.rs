@@ -1,0 +1,122 @@
+//! The host runtime: a current-thread tokio runtime on a background thread that owns the
+//! children, their channels, the signal handlers and the control socket. It never decides
+//! anything; it turns what happens into [`Inbound`] messages for the driver.
+
+use std::io;
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use servery_core::supervisor::{Command, Event};
+use tokio::runtime::Handle;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::oneshot;
+
+use super::control::Reparse;
+use super::io::Inbound;
+
+#[derive(Debug)]
+pub struct Host {
+    handle: Handle,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Host {
+    pub fn start() -> io::Result<Self> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("servery-host".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(rt.handle().clone()));
+                rt.block_on(async {
+                    let _ = stop.await;
+                });
+                rt.shutdown_timeout(Duration::from_millis(500));
+            })?;
+        let handle = ready_rx
+            .recv()
+            .map_err(|_| io::Error::other("the host runtime thread died"))??;
+        Ok(Host {
+            handle,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The signals the parent handles. Registered before any worker exists, so a SIGTERM
+/// that arrives early still stops the service gracefully instead of killing the parent
+/// and orphaning its workers.
+#[derive(Debug)]
+pub struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    /// Must be called inside the host runtime's context.
+    pub fn register() -> io::Result<Self> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// SIGTERM/SIGINT stop; SIGHUP reloads from the original command line and environment.
+    pub async fn forward(mut self, events: Sender<Inbound>, reparse: Reparse) {
+        loop {
+            let inbound = tokio::select! {
+                _ = self.term.recv() => {
+                    tracing::info!("SIGTERM: stopping");
+                    Inbound::Event(Event::Command(Command::Stop))
+                }
+                _ = self.int.recv() => {
+                    tracing::info!("SIGINT: stopping");
+                    Inbound::Event(Event::Command(Command::Stop))
+                }
+                _ = self.hup.recv() => match reparse() {
+                    Ok(raw) => {
+                        tracing::info!("SIGHUP: reloading");
+                        Inbound::Reload(Box::new(raw), None)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "SIGHUP: cannot re-read the configuration");
+                        continue;
+                    }
+                },
+            };
+            if events.send(inbound).is_err() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Binding the listeners, all of them before any worker exists.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+
+/// Where servery listens when no port is given, and how far it scans forward.
+pub const DEFAULT_PORT: u16 = 8000;
+pub const PORT_SCAN: u16 = 100;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no free port in {first}..{last} on {addrs}")]
+    NoFreePort {
+        first: u16,
+        last: u16,
+        addrs: String,
+    },
+    #[error("no address to listen on")]
+    NoAddress,
+}
+
+/// Bind every address on one port. With `port` given (0 = ephemeral, chosen on the first
+/// address and reused for the rest) a busy port is an error; without it, the default port
+/// and the ones after it are tried in turn.
+pub fn bind_all(addrs: &[IpAddr], port: Option<u16>) -> Result<Vec<TcpListener>, BindError> {
+    if addrs.is_empty() {
+        return Err(BindError::NoAddress);
+    }
+    if let Some(port) = port {
+        return bind_on(addrs, port);
+    }
+    let last = DEFAULT_PORT + PORT_SCAN - 1;
+    for port in DEFAULT_PORT..=last {
+        match bind_on(addrs, port) {
+            Ok(listeners) => return Ok(listeners),
+            Err(BindError::Bind { source, .. }) if source.kind() == io::ErrorKind::AddrInUse => {
+                tracing::debug!(port, "port busy, trying the next one");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(BindError::NoFreePort {
+        first: DEFAULT_PORT,
+        last,
+        addrs: addrs
+            .iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(addrs.len());
+    let mut port = port;
+    for &ip in addrs {
+        let addr = SocketAddr::new(ip, port);
+        let listener =
+            TcpListener::bind(addr).map_err(|source| BindError::Bind { addr, source })?;
+        if port == 0 {
+            port = listener
+                .local_addr()
+                .map_err(|source| BindError::Bind { addr, source })?
+                .port();
+        }
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// `http://ADDR/` for a listener's address, with IPv6 in brackets.
+pub fn url(addr: SocketAddr) -> String {
+    format!("http://{addr}/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ephemeral_port_is_shared_by_every_address_and_a_busy_port_is_an_error() {
+        let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+        let listeners = bind_all(&[lo], Some(0)).expect("bind");
+        let port = listeners[0].local_addr().expect("addr").port();
+        assert_ne!(port, 0);
+        let err = bind_all(&[lo], Some(port)).expect_err("busy");
+        assert!(matches!(err, BindError::Bind { .. }), "{err}");
+    }
+}

@@ -1,0 +1,217 @@
+//! The supervisor parent: validates the configuration, binds every listener, starts the
+//! host runtime and runs the core's shared driver loop over [`io::RealIo`].
+
+mod cleanup;
+mod control;
+mod host;
+mod io;
+mod listeners;
+mod spawn;
+mod status;
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use servery_core::parent::Parent;
+use servery_core::supervisor::Platform;
+use servery_core::{ConfigError, ValidConfig};
+
+pub use cleanup::{remove_worker_temp_files, temp_prefix};
+pub use control::default_path as default_control_socket;
+pub use status::{config_text, status_text};
+
+use crate::cli::{Cli, ServeArgs};
+use crate::clock::Clock;
+use crate::{EXIT_CONFIG, EXIT_RUNTIME, knobs};
+use control::{ControlContext, ControlError, Reparse, SocketFile};
+use host::{Host, Signals};
+use io::{ControlState, RealIo, RealIoParts};
+use listeners::BindError;
+use spawn::{Launcher, WorkerBudget};
+use status::ServiceInfo;
+
+/// Errors that stop the parent before or outside the driver loop (exit code 1).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParentError {
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("cannot start the host runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot read OS entropy for the core's seed: {0}")]
+    Entropy(#[source] std::io::Error),
+    #[error("cannot find our own executable to start workers: {0}")]
+    CurrentExe(#[source] std::io::Error),
+    #[error("the host runtime stopped unexpectedly")]
+    HostGone,
+}
+
+/// `servery [DIR] …`: returns the process exit code.
+pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
+    let config = match args.raw_config().validate() {
+        Ok(config) => config,
+        Err(e) => {
+            report_config_error(&e);
+            return EXIT_CONFIG;
+        }
+    };
+    let root = match resolve_root(args.dir.as_deref()) {
+        Ok(root) => root,
+        Err(message) => {
+            tell!("servery: invalid configuration (nothing was started):\n  - dir: {message}");
+            return EXIT_CONFIG;
+        }
+    };
+    if args.check_config {
+        say!("servery: configuration is valid");
+        say!("root = {}", root.display());
+        say!("show_hidden = {}", args.show_hidden);
+        let bind: Vec<String> = args.bind.iter().map(ToString::to_string).collect();
+        say!("bind = {}", bind.join(", "));
+        match args.port {
+            Some(port) => say!("port = {port}"),
+            None => say!(
+                "port = {} (scanning to {} while busy)",
+                listeners::DEFAULT_PORT,
+                listeners::DEFAULT_PORT + listeners::PORT_SCAN - 1
+            ),
+        }
+        say!("{}", config_text(&config).trim_end());
+        return 0;
+    }
+    match serve(&args, argv, config, root) {
+        Ok(code) => code,
+        Err(e) => {
+            tell!("servery: {e}");
+            EXIT_RUNTIME
+        }
+    }
+}
+
+fn report_config_error(e: &ConfigError) {
+    tell!("servery: invalid configuration (nothing was started):");
+    for issue in e.issues() {
+        match knobs::flag_for_field(issue.field) {
+            Some(flag) => tell!("  - {} ({flag}): {}", issue.field, issue.rule),
+            None => tell!("  - {}: {}", issue.field, issue.rule),
+        }
+    }
+}
+
+fn resolve_root(dir: Option<&Path>) -> Result<PathBuf, String> {
+    let dir = dir.unwrap_or(Path::new("."));
+    let root = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !root.is_dir() {
+        return Err(format!("{} is not a directory", root.display()));
+    }
+    Ok(root)
+}
+
+fn entropy() -> std::io::Result<[u8; 32]> {
+    let mut seed = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
+    Ok(seed)
+}
+
+fn serve(
+    args: &ServeArgs,
+    argv: Vec<OsString>,
+    config: ValidConfig,
+    root: PathBuf,
+) -> Result<i32, ParentError> {
+    let exe = std::env::current_exe().map_err(ParentError::CurrentExe)?;
+    let seed = entropy().map_err(ParentError::Entropy)?;
+    let listeners = listeners::bind_all(&args.bind, args.port)?;
+    let addrs: Vec<_> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    let port = addrs.first().map_or(0, |a| a.port());
+    let socket_path = args
+        .control_socket
+        .clone()
+        .unwrap_or_else(|| control::default_path(port));
+    let control_listener = control::bind(&socket_path)?;
+    let _socket_file = SocketFile(socket_path.clone());
+
+    let clock = Clock::start();
+    let host = Host::start().map_err(ParentError::Runtime)?;
+    let (events_tx, events) = std::sync::mpsc::channel();
+    let state = Arc::new(ControlState::default());
+    let reparse: Reparse = Arc::new(move || Cli::reparse(&argv));
+    {
+        let _enter = host.handle().enter();
+        let signals = Signals::register().map_err(ParentError::Runtime)?;
+        host.handle()
+            .spawn(signals.forward(events_tx.clone(), Arc::clone(&reparse)));
+    }
+    host.handle().spawn(control::serve(
+        control_listener,
+        ControlContext {
+            events: events_tx.clone(),
+            state: Arc::clone(&state),
+            reparse,
+        },
+    ));
+
+    let urls: Vec<String> = addrs.iter().map(|a| listeners::url(*a)).collect();
+    for url in &urls {
+        say!("servery: listening on {url}");
+    }
+    say!(
+        "servery: serving {} with {} worker{}; control socket {}",
+        root.display(),
+        config.workers(),
+        if config.workers() == 1 { "" } else { "s" },
+        socket_path.display()
+    );
+    say!(
+        "servery: aggregate_connection_limit={} aggregate_compression_cache_size={} recycling_overlap_compression_bound={}",
+        config.aggregate_connection_limit(),
+        config.aggregate_compression_cache_size(),
+        config.recycling_overlap_compression_bound()
+    );
+
+    let launcher = Launcher::new(
+        exe,
+        root.clone(),
+        args.show_hidden,
+        WorkerBudget::of(&config),
+    );
+    let mut parent = Parent::new(config, Platform::Posix, seed);
+    let mut real = RealIo::new(RealIoParts {
+        clock,
+        rt: host.handle().clone(),
+        events_tx,
+        events,
+        listeners,
+        launcher,
+        control: state,
+        info: ServiceInfo {
+            pid: std::process::id(),
+            urls,
+            control_socket: socket_path.display().to_string(),
+            root: root.display().to_string(),
+        },
+        root,
+    });
+    let start = clock.now();
+    let code = servery_core::driver::run(&mut parent, &mut real, start).or(real.exit_code());
+    match code {
+        Some(code) => {
+            drop(real);
+            drop(host);
+            Ok(code)
+        }
+        None => {
+            real.kill_all();
+            Err(ParentError::HostGone)
+        }
+    }
+}

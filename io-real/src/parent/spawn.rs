@@ -1,0 +1,267 @@
+//! Starting one worker: a socketpair for its control channel (the child's end becomes its
+//! stdin), the listeners passed over it with `SCM_RIGHTS` before the child even exists,
+//! a re-exec of our own binary in a process group of its own, and the three tasks that
+//! own the parent's side: frame reader, frame writer, reaper.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT};
+use servery_core::supervisor::{Event, ExitStatus};
+use servery_core::{Generation, ValidConfig, WorkerId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+use super::io::Inbound;
+use crate::cli::WORKER_SUBCOMMAND;
+use crate::fdpass::{self, FdPassError};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    #[error("the listeners are closed")]
+    ListenersClosed,
+    #[error("cannot create the control channel: {0}")]
+    Channel(#[source] io::Error),
+    #[error("cannot pass the listeners: {0}")]
+    PassListeners(#[source] FdPassError),
+    #[error("cannot start {exe}: {source}", exe = .exe.display())]
+    Exec {
+        exe: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The per-worker budgets a worker process is started with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerBudget {
+    pub max_connections: u32,
+    pub max_blocking_threads: u32,
+    pub compression_cache_size: u64,
+}
+
+impl WorkerBudget {
+    pub fn of(config: &ValidConfig) -> Self {
+        WorkerBudget {
+            max_connections: config.budgets().max_connections(),
+            max_blocking_threads: config.budgets().max_blocking_threads(),
+            compression_cache_size: config.budgets().compression_cache_size(),
+        }
+    }
+}
+
+/// The parent's side of one running worker.
+#[derive(Debug)]
+pub struct Launched {
+    pub pid: u32,
+    /// Encoded frames to the worker; dropping it closes the parent's write side (EOF).
+    pub writer: UnboundedSender<Vec<u8>>,
+    pub reader: AbortHandle,
+}
+
+/// How workers are started.
+#[derive(Debug)]
+pub struct Launcher {
+    exe: PathBuf,
+    root: PathBuf,
+    show_hidden: bool,
+    /// Budgets by the generation that introduced them. The core's Spawn action names only
+    /// the generation, so a reload records its candidate's budgets here.
+    budgets: BTreeMap<u64, WorkerBudget>,
+}
+
+impl Launcher {
+    pub fn new(exe: PathBuf, root: PathBuf, show_hidden: bool, first: WorkerBudget) -> Self {
+        Launcher {
+            exe,
+            root,
+            show_hidden,
+            budgets: BTreeMap::from([(1, first)]),
+        }
+    }
+
+    /// What to execute: on Linux the very binary this parent runs, even if an upgrade
+    /// has replaced or deleted the file since, so workers always speak the parent's
+    /// protocol version; elsewhere the path it was started from.
+    fn program(&self) -> &Path {
+        let own = Path::new("/proc/self/exe");
+        if own.exists() { own } else { &self.exe }
+    }
+
+    pub fn set_budget(&mut self, generation: Generation, budget: WorkerBudget) {
+        self.budgets.insert(generation.0, budget);
+    }
+
+    fn budget(&self, generation: Generation) -> WorkerBudget {
+        self.budgets
+            .range(..=generation.0)
+            .next_back()
+            .or_else(|| self.budgets.iter().next())
+            .map(|(_, b)| *b)
+            .unwrap_or(WorkerBudget {
+                max_connections: 1024,
+                max_blocking_threads: 64,
+                compression_cache_size: 0,
+            })
+    }
+
+    pub fn launch(
+        &self,
+        rt: &Handle,
+        events: &Sender<Inbound>,
+        worker: WorkerId,
+        generation: Generation,
+        listeners: &[TcpListener],
+    ) -> Result<Launched, SpawnError> {
+        if listeners.is_empty() {
+            return Err(SpawnError::ListenersClosed);
+        }
+        let (ours, theirs) = UnixStream::pair().map_err(SpawnError::Channel)?;
+        // The descriptors wait in the socket buffer until the child reads them, ahead of
+        // HELLO, which the writer task sends later on the same stream.
+        let fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
+        fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
+        ours.set_nonblocking(true).map_err(SpawnError::Channel)?;
+
+        let budget = self.budget(generation);
+        let mut cmd = tokio::process::Command::new(self.program());
+        cmd.arg0(&self.exe)
+            .arg(WORKER_SUBCOMMAND)
+            .arg("--root")
+            .arg(&self.root)
+            .arg("--worker-id")
+            .arg(worker.0.to_string())
+            .arg("--max-connections")
+            .arg(budget.max_connections.to_string())
+            .arg("--max-blocking-threads")
+            .arg(budget.max_blocking_threads.to_string())
+            .arg("--compression-cache-size")
+            .arg(budget.compression_cache_size.to_string());
+        if self.show_hidden {
+            cmd.arg("--show-hidden");
+        }
+        cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
+            // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C
+            // meant for the parent does not hit the workers directly.
+            .process_group(0)
+            .kill_on_drop(false);
+
+        // Registering the child and the socket needs the runtime's context.
+        let _enter = rt.enter();
+        let stream = tokio::net::UnixStream::from_std(ours).map_err(SpawnError::Channel)?;
+        let child = cmd.spawn().map_err(|source| SpawnError::Exec {
+            exe: self.exe.clone(),
+            source,
+        })?;
+        // Dropping the command closes our copy of the child's end, so the child's death is
+        // the only way our reader sees EOF.
+        drop(cmd);
+        let pid = child.id().unwrap_or(0);
+        let (rd, wr) = stream.into_split();
+        let (writer, frames) = unbounded_channel();
+        let (read_done, reader_finished) = oneshot::channel();
+        let reader = rt.spawn(read_frames(worker, rd, events.clone(), read_done));
+        rt.spawn(write_frames(wr, frames));
+        rt.spawn(reap(worker, child, events.clone(), reader_finished));
+        Ok(Launched {
+            pid,
+            writer,
+            reader: reader.abort_handle(),
+        })
+    }
+}
+
+fn deliver(events: &Sender<Inbound>, event: Event) -> bool {
+    events.send(Inbound::Event(event)).is_ok()
+}
+
+/// How long a reaped worker's death waits for its channel's EOF. Everything a worker
+/// wrote before it died is reported before its death (a READY followed at once by a crash
+/// is a crash of a ready worker, not a startup failure); the bound covers a descendant
+/// that inherited the channel and keeps it open.
+const EOF_BEFORE_REAP: Duration = Duration::from_millis(500);
+
+async fn read_frames(
+    worker: WorkerId,
+    mut rd: OwnedReadHalf,
+    events: Sender<Inbound>,
+    // Dropped when reading ends, however it ends (even by abort).
+    _done: oneshot::Sender<()>,
+) {
+    let mut decoder = FrameDecoder::new(MAX_FRAME_DEFAULT);
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        let n = match rd.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // A worker that dies with unread data in its socket resets the stream;
+                // to the supervisor that is the same as EOF.
+                tracing::debug!(%worker, error = %e, "control channel read failed");
+                break;
+            }
+        };
+        decoder.push(&buf[..n]);
+        loop {
+            match decoder.next_worker_message() {
+                Ok(Some(message)) => {
+                    if !deliver(&events, Event::Message { worker, message }) {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(%worker, %error, "malformed control frame");
+                    deliver(&events, Event::ProtocolViolation { worker, error });
+                    return;
+                }
+            }
+        }
+    }
+    deliver(&events, Event::ChannelClosed { worker });
+}
+
+async fn write_frames(mut wr: OwnedWriteHalf, mut frames: UnboundedReceiver<Vec<u8>>) {
+    while let Some(frame) = frames.recv().await {
+        if wr.write_all(&frame).await.is_err() {
+            // The worker is gone; its reaper reports that.
+            return;
+        }
+    }
+    // Dropping the write half shuts down our direction: the worker sees EOF.
+}
+
+async fn reap(
+    worker: WorkerId,
+    mut child: tokio::process::Child,
+    events: Sender<Inbound>,
+    reader_finished: oneshot::Receiver<()>,
+) {
+    let status = match child.wait().await {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => ExitStatus::Code(code),
+            (None, Some(signal)) => ExitStatus::Signal(signal),
+            (None, None) => ExitStatus::Code(-1),
+        },
+        Err(e) => {
+            tracing::error!(%worker, error = %e, "waiting for the worker failed");
+            ExitStatus::Code(-1)
+        }
+    };
+    let _ = tokio::time::timeout(EOF_BEFORE_REAP, reader_finished).await;
+    deliver(&events, Event::Exited { worker, status });
+}

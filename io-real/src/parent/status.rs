@@ -1,0 +1,227 @@
+//! The status snapshot `servery ctl status` shows, as JSON and as text. Built on the main
+//! thread from the core's own [`Status`], only when someone asked for it.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use servery_core::parent::Parent;
+use servery_core::supervisor::Status;
+use servery_core::{Instant, ValidConfig};
+
+/// What the parent knows about itself besides the core's status.
+#[derive(Debug, Clone)]
+pub struct ServiceInfo {
+    pub pid: u32,
+    pub urls: Vec<String>,
+    pub control_socket: String,
+    pub root: String,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn at_ms(t: Instant) -> u64 {
+    t.as_nanos() / 1_000_000
+}
+
+pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
+    let status = parent.supervisor().status(now);
+    let mut value = core_status_json(&status);
+    let broker = parent.broker();
+    let extra = json!({
+        "pid": info.pid,
+        "uptime_ms": at_ms(now),
+        "listen": info.urls,
+        "root": info.root,
+        "control_socket": info.control_socket,
+        "config": config_json(parent.supervisor().config()),
+        "broker": {
+            "leases": broker.leases().count(),
+            "reservations": broker.reservation_count(),
+            "reserved_bytes": broker.reserved_bytes(),
+            "partial_uploads": broker.partial_count(),
+            "dav_locks": broker.dav().len(),
+            "log_queue": broker.log().len(),
+        },
+        "singletons": parent.singletons().states().map(|(kind, state)| {
+            (kind.name().to_owned(), Value::String(format!("{state:?}")))
+        }).collect::<serde_json::Map<_, _>>(),
+    });
+    if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {
+        map.extend(more);
+    }
+    value
+}
+
+fn core_status_json(s: &Status) -> Value {
+    json!({
+        "state": s.state.name(),
+        "generation": s.generation.0,
+        "workers": s.workers.iter().map(|w| json!({
+            "id": w.id.0,
+            "slot": w.slot.0,
+            "pid": w.pid,
+            "generation": w.generation.0,
+            "state": w.state.name(),
+            "role": w.role.name(),
+            "requests": w.requests,
+            "age_ms": ms(w.age),
+        })).collect::<Vec<_>>(),
+        "restarts": s.restarts,
+        "recent_restarts": s.recent_restarts,
+        "last_failure": s.last_failure.as_ref().map(|f| json!({
+            "worker": f.worker.0,
+            "slot": f.slot.0,
+            "generation": f.generation.0,
+            "reason": f.reason.code(),
+            "message": f.message,
+            "at_ms": at_ms(f.at),
+        })),
+        "failure": s.failure.as_ref().map(|(reason, message)| json!({
+            "reason": reason.code(),
+            "message": message,
+        })),
+        "recycling_suspended": s.recycling_suspended,
+        "recycle_in_flight": s.recycle_in_flight,
+        "reload_in_flight": s.reload_in_flight,
+        "last_reload_error": s.last_reload_error,
+    })
+}
+
+/// The validated configuration and its exact aggregates.
+pub fn config_json(c: &ValidConfig) -> Value {
+    let r = c.recovery();
+    let b = c.budgets();
+    let secs = |d: Duration| d.as_secs_f64();
+    json!({
+        "workers": c.workers(),
+        "recovery": {
+            "restart_backoff_initial": secs(r.restart_backoff_initial()),
+            "restart_backoff_max": secs(r.restart_backoff_max()),
+            "restart_stable_period": secs(r.restart_stable_period()),
+            "worker_restart_limit": r.worker_restart_limit(),
+            "worker_restart_window": secs(r.worker_restart_window()),
+            "worker_max_age": r.worker_max_age().map_or(0.0, secs),
+            "worker_max_age_jitter": r.worker_max_age_jitter(),
+            "max_requests_per_worker": r.max_requests_per_worker().unwrap_or(0),
+            "max_requests_jitter": r.max_requests_jitter(),
+            "recycle_retry_limit": r.recycle_retry_limit(),
+            "heartbeat_interval": secs(r.heartbeat_interval()),
+            "heartbeat_timeout": secs(r.heartbeat_timeout()),
+            "worker_start_timeout": secs(r.worker_start_timeout()),
+            "drain_timeout": secs(r.drain_timeout()),
+            "force_timeout": secs(r.force_timeout()),
+        },
+        "budgets": {
+            "max_connections": b.max_connections(),
+            "max_blocking_threads": b.max_blocking_threads(),
+            "compression_cache_size": b.compression_cache_size(),
+        },
+        "aggregate_connection_limit": c.aggregate_connection_limit(),
+        "aggregate_compression_cache_size": c.aggregate_compression_cache_size(),
+        "recycling_overlap_compression_bound": c.recycling_overlap_compression_bound(),
+    })
+}
+
+/// The validated configuration as `key = value` lines (for `--check-config`).
+pub fn config_text(c: &ValidConfig) -> String {
+    let mut out = String::new();
+    flatten(&mut out, "", &config_json(c));
+    out
+}
+
+fn flatten(out: &mut String, prefix: &str, v: &Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(out, &key, v);
+            }
+        }
+        other => {
+            let _ = writeln!(out, "{prefix} = {other}");
+        }
+    }
+}
+
+/// A human-readable rendering of [`status_json`] for `servery ctl status`.
+pub fn status_text(v: &Value) -> String {
+    let s = |k: &str| v.get(k).map(plain).unwrap_or_default();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "state {}  generation {}  restarts {} ({} in window)  pid {}",
+        s("state"),
+        s("generation"),
+        s("restarts"),
+        s("recent_restarts"),
+        s("pid")
+    );
+    if let Some(urls) = v.get("listen").and_then(Value::as_array) {
+        for url in urls {
+            let _ = writeln!(out, "listening on {}", plain(url));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>9}",
+        "worker", "slot", "pid", "gen", "state", "role", "requests", "age"
+    );
+    for w in v
+        .get("workers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let f = |k: &str| w.get(k).map(plain).unwrap_or_default();
+        let age = w.get("age_ms").and_then(Value::as_u64).unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>8.1}s",
+            format!("w{}", f("id")),
+            f("slot"),
+            f("pid"),
+            f("generation"),
+            f("state"),
+            f("role"),
+            f("requests"),
+            age as f64 / 1000.0
+        );
+    }
+    if let Some(f) = v.get("last_failure").filter(|f| !f.is_null()) {
+        let g = |k: &str| f.get(k).map(plain).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "last failure: w{} (slot {}, generation {}) {}: {}",
+            g("worker"),
+            g("slot"),
+            g("generation"),
+            g("reason"),
+            g("message")
+        );
+    }
+    for (key, label) in [
+        ("failure", "service failure"),
+        ("recycling_suspended", "recycling suspended"),
+        ("last_reload_error", "last reload error"),
+    ] {
+        if let Some(x) = v.get(key).filter(|x| !x.is_null()) {
+            let _ = writeln!(out, "{label}: {}", plain(x));
+        }
+    }
+    out
+}
+
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,64 @@
+//! A worker process (`servery __worker`): receives its listeners over the control channel
+//! on stdin, then runs [`servery_core::worker::WorkerLifecycle`] in the same tokio runtime
+//! that serves requests, so a wedged runtime stops heartbeating and gets replaced.
+
+pub mod fault;
+mod serve;
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+
+use crate::cli::WorkerArgs;
+use fault::Fault;
+
+/// Errors that end a worker before its lifecycle runs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    #[error("no control channel on stdin: {0}")]
+    Channel(#[source] std::io::Error),
+    #[error("cannot receive the listeners: {0}")]
+    Listeners(#[from] crate::fdpass::FdPassError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("{0}")]
+    Fault(String),
+}
+
+/// Runs the worker and exits the process; never returns.
+pub fn run(args: WorkerArgs) -> ! {
+    let code = match start(args) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = %e, "worker cannot start");
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
+    let fault = Fault::from_env().map_err(WorkerError::Fault)?;
+    if fault == Some(Fault::ExitAtStart) {
+        tracing::warn!(worker = args.worker_id, "test fault: exiting at start");
+        return Ok(1);
+    }
+    let control: UnixStream = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(UnixStream::from)
+        .map_err(WorkerError::Channel)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .max_blocking_threads(args.max_blocking_threads.max(1) as usize)
+        .thread_name("servery-worker")
+        .enable_all()
+        .build()
+        .map_err(WorkerError::Runtime)?;
+    let code = rt.block_on(serve::run(args, control, fault))?;
+    // Exit without waiting for blocking file reads or connections still open past the
+    // drain deadline: the lifecycle already decided that time is up.
+    std::mem::forget(rt);
+    Ok(code)
+}

@@ -1,0 +1,336 @@
+//! The worker's one lifecycle task. Control frames, heartbeat and drain timers, SIGTERM,
+//! connection ends and `accept` are all awaited in one `select!`, so the lifecycle machine
+//! sees every admission as it happens: when it stops admission no connection can be
+//! half-accepted behind its back, and a draining worker never drops one.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+use std::time::Duration;
+
+use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, WorkerMessage, encode_worker};
+use servery_core::worker::{WorkerAction, WorkerLifecycle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::{oneshot, watch};
+
+use super::WorkerError;
+use super::fault::{FAIL_STARTUP_MESSAGE, Fault};
+use crate::cli::WorkerArgs;
+use crate::clock::Clock;
+use crate::fdpass;
+use crate::http::{Site, SiteConfig, serve_connection};
+
+/// How long the frames still queued (a startup failure's text above all) may take to
+/// reach the parent before the worker exits anyway.
+const FLUSH_BOUND: Duration = Duration::from_secs(1);
+
+pub(super) async fn run(
+    args: WorkerArgs,
+    control: UnixStream,
+    fault: Option<Fault>,
+) -> Result<i32, WorkerError> {
+    // Before anything else: TERM must reach the lifecycle, not kill us mid-request.
+    let mut sigterm = signal(SignalKind::terminate()).map_err(WorkerError::Runtime)?;
+    let listeners = fdpass::recv_fds(control.as_fd())?
+        .into_iter()
+        .map(listener)
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(WorkerError::Channel)?;
+    control
+        .set_nonblocking(true)
+        .map_err(WorkerError::Channel)?;
+    let (mut rd, wr) = tokio::net::UnixStream::from_std(control)
+        .map_err(WorkerError::Channel)?
+        .into_split();
+    let (out, frames) = unbounded_channel();
+    let writer = tokio::spawn(write_frames(wr, frames));
+    let (closed_tx, closed_rx) = unbounded_channel();
+    let mut worker = Worker {
+        id: args.worker_id,
+        clock: Clock::start(),
+        life: WorkerLifecycle::new(),
+        fault,
+        site_config: SiteConfig {
+            root: args.root,
+            show_hidden: args.show_hidden,
+            compression_cache_size: args.compression_cache_size,
+            ..Default::default()
+        },
+        site: None,
+        listeners,
+        max_connections: args.max_connections.max(1),
+        drain: watch::channel(false).0,
+        requests: Arc::new(AtomicU64::new(0)),
+        closed_tx,
+        closed_rx,
+        out,
+        control_open: true,
+        ready_flushed: false,
+        decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
+    };
+    let code = worker.run(&mut rd, &mut sigterm).await;
+    // A startup failure's text above all must reach the parent before we go.
+    worker.flush().await;
+    drop(worker);
+    let _ = tokio::time::timeout(FLUSH_BOUND, writer).await;
+    Ok(code)
+}
+
+fn listener(fd: OwnedFd) -> io::Result<TcpListener> {
+    let std = std::net::TcpListener::from(fd);
+    std.set_nonblocking(true)?;
+    TcpListener::from_std(std)
+}
+
+/// What the lifecycle task hands its writer.
+enum Outbound {
+    Frame(Vec<u8>),
+    /// Acknowledged once every frame queued before it is in the socket.
+    Flush(oneshot::Sender<()>),
+}
+
+async fn write_frames(mut wr: OwnedWriteHalf, mut frames: UnboundedReceiver<Outbound>) {
+    while let Some(out) = frames.recv().await {
+        match out {
+            Outbound::Frame(frame) => {
+                if wr.write_all(&frame).await.is_err() {
+                    return;
+                }
+            }
+            Outbound::Flush(ack) => {
+                let _ = ack.send(());
+            }
+        }
+    }
+}
+
+/// Tells the lifecycle task that a connection has ended, however its task ends.
+struct ClosedGuard(UnboundedSender<()>);
+
+impl Drop for ClosedGuard {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// The first connection ready on any listener.
+async fn accept_any(listeners: &[TcpListener]) -> io::Result<(TcpStream, SocketAddr)> {
+    poll_fn(|cx| {
+        for l in listeners {
+            if let Poll::Ready(r) = l.poll_accept(cx) {
+                return Poll::Ready(r);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+struct Worker {
+    id: u64,
+    clock: Clock,
+    life: WorkerLifecycle,
+    fault: Option<Fault>,
+    site_config: SiteConfig,
+    site: Option<Arc<Site>>,
+    listeners: Vec<TcpListener>,
+    max_connections: u32,
+    drain: watch::Sender<bool>,
+    requests: Arc<AtomicU64>,
+    closed_tx: UnboundedSender<()>,
+    closed_rx: UnboundedReceiver<()>,
+    out: UnboundedSender<Outbound>,
+    control_open: bool,
+    ready_flushed: bool,
+    decoder: FrameDecoder,
+}
+
+impl Worker {
+    async fn run(
+        &mut self,
+        rd: &mut OwnedReadHalf,
+        sigterm: &mut tokio::signal::unix::Signal,
+    ) -> i32 {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            while let Some(action) = self.life.poll_action() {
+                match action {
+                    WorkerAction::Send(message) => self.send(&message),
+                    WorkerAction::Prepare => self.prepare().await,
+                    WorkerAction::StartAccepting => {
+                        tracing::info!(worker = self.id, "accepting");
+                    }
+                    WorkerAction::StopAccepting => {
+                        tracing::info!(
+                            worker = self.id,
+                            in_flight = self.life.in_flight(),
+                            "draining"
+                        );
+                        // Our copies only: the parent and the other workers keep theirs,
+                        // so queued connections go to a worker that still accepts.
+                        self.listeners.clear();
+                        let _ = self.drain.send(true);
+                    }
+                    WorkerAction::Exit { code } => {
+                        tracing::info!(worker = self.id, code, "exiting");
+                        return code;
+                    }
+                }
+            }
+            if self.life.accepting() && !self.ready_flushed {
+                // READY (queued right after StartAccepting) reaches the parent before the
+                // first request is served, so whatever happens to us from now on happens
+                // to a worker the parent knows is ready.
+                self.flush().await;
+                self.ready_flushed = true;
+            }
+            let deadline = self
+                .life
+                .poll_timeout()
+                .map(|t| tokio::time::Instant::from_std(self.clock.to_std(t)));
+            let can_accept = self.life.accepting()
+                && !self.listeners.is_empty()
+                && self.life.in_flight() < self.max_connections;
+            tokio::select! {
+                read = rd.read(&mut buf), if self.control_open => match read {
+                    Ok(0) => self.control_closed("EOF"),
+                    Ok(n) => self.frames(n, &buf),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => self.control_closed(&e.to_string()),
+                },
+                _ = sigterm.recv() => {
+                    tracing::info!(worker = self.id, "SIGTERM");
+                    self.life.terminate(self.clock.now());
+                }
+                Some(()) = self.closed_rx.recv() => {
+                    self.life.connection_closed(self.clock.now());
+                    self.sync_requests();
+                }
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
+                    self.sync_requests();
+                    let in_flight = self.life.in_flight();
+                    self.life.handle_timeout(self.clock.now(), in_flight);
+                }
+                accepted = accept_any(&self.listeners), if can_accept => self.admit(accepted).await,
+            }
+        }
+    }
+
+    fn send(&self, message: &WorkerMessage) {
+        let mut frame = Vec::with_capacity(32);
+        encode_worker(message, &mut frame);
+        let _ = self.out.send(Outbound::Frame(frame));
+    }
+
+    /// Wait (bounded) until every frame sent so far is written to the channel.
+    async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.out.send(Outbound::Flush(ack)).is_ok() {
+            let _ = tokio::time::timeout(FLUSH_BOUND, done).await;
+        }
+    }
+
+    fn frames(&mut self, n: usize, buf: &[u8]) {
+        self.decoder.push(&buf[..n]);
+        loop {
+            match self.decoder.next_parent_message() {
+                Ok(Some(message)) => self.life.on_message(self.clock.now(), &message),
+                Ok(None) => return,
+                Err(e) => return self.control_closed(&format!("malformed frame: {e}")),
+            }
+        }
+    }
+
+    /// The parent is gone (or unintelligible): drain on our own clock and exit.
+    fn control_closed(&mut self, why: &str) {
+        tracing::info!(worker = self.id, why, "control channel closed");
+        self.control_open = false;
+        self.life.channel_closed(self.clock.now());
+    }
+
+    async fn prepare(&mut self) {
+        if self.fault == Some(Fault::FailStartup) {
+            tracing::warn!(worker = self.id, "{FAIL_STARTUP_MESSAGE}");
+            return self.life.startup_failed(FAIL_STARTUP_MESSAGE.into());
+        }
+        let config = self.site_config.clone();
+        match tokio::task::spawn_blocking(move || Site::open(config)).await {
+            Ok(Ok(site)) => {
+                self.site = Some(Arc::new(site));
+                self.life.prepared(self.clock.now());
+            }
+            Ok(Err(e)) => self
+                .life
+                .startup_failed(format!("cannot serve the directory: {e}")),
+            Err(e) => self
+                .life
+                .startup_failed(format!("preparing the site failed: {e}")),
+        }
+    }
+
+    async fn admit(&mut self, accepted: io::Result<(TcpStream, SocketAddr)>) {
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors or memory: pause instead of spinning on the error.
+                tracing::warn!(worker = self.id, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                return;
+            }
+        };
+        let Some(site) = self.site.clone() else {
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        self.life.connection_opened();
+        let drain = self.drain.subscribe();
+        let requests = Arc::clone(&self.requests);
+        let closed = ClosedGuard(self.closed_tx.clone());
+        tokio::spawn(async move {
+            let _closed = closed;
+            serve_connection(site, stream, drain, requests).await;
+        });
+    }
+
+    /// Bring the lifecycle's request count up to what the connections served, and apply
+    /// the crash fault when its count is reached.
+    fn sync_requests(&mut self) {
+        let served = self.requests.load(Ordering::Relaxed);
+        while self.life.requests() < served {
+            self.life.request_served();
+        }
+        if let Some(Fault::CrashAfterRequests(k)) = self.fault
+            && served >= k
+        {
+            tracing::error!(
+                worker = self.id,
+                served,
+                "test fault: crashing after {k} requests"
+            );
+            crash();
+        }
+    }
+}
+
+/// Die the way a crashing worker does (SIGABRT), without leaving a core file behind.
+fn crash() -> ! {
+    let no_core = rustix::process::Rlimit {
+        current: Some(0),
+        maximum: Some(0),
+    };
+    let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
+    std::process::abort()
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400)
+}

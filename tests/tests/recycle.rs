@@ -1,0 +1,187 @@
+//! Zero-downtime changes under load: recycling by request count and by age, `ctl
+//! reload` (also with overrides, and SIGHUP), `ctl recycle`, and a rejected reload that
+//! leaves the old generation serving.
+
+use std::time::Duration;
+
+use servery_tests::serde_json::json;
+use servery_tests::*;
+
+const WORKERS: usize = 2;
+const CLIENTS: usize = 2;
+
+fn max_worker_id(server: &Server) -> u64 {
+    worker_ids(&server.status()).into_iter().max().unwrap_or(0)
+}
+
+fn assert_no_failures(what: &str, report: &LoadReport) {
+    eprintln!(
+        "MEASURED {what}: {} ok, {} failed in {:?}",
+        report.ok, report.failed, report.elapsed
+    );
+    assert_eq!(report.failed, 0, "{what}: {:?}", report.failures);
+}
+
+#[test]
+fn recycling_by_request_count_under_load_loses_nothing() {
+    let tree = Tree::new("recreq");
+    let server = Server::start(
+        &tree,
+        WORKERS as u32,
+        &[FAST, &["--max-requests-per-worker", "20"]].concat(),
+        &[],
+    );
+    server.wait_ready(WORKERS, Duration::from_secs(20));
+    let load = Load::start(server.addr, "/hello.txt", HELLO, CLIENTS);
+    // Worker ids are never reused: id N + k means k replacements have been spawned.
+    let (_, took) = wait_until(Duration::from_secs(60), "6 request-count recycles", || {
+        (max_worker_id(&server) >= (WORKERS + 6) as u64).then_some(())
+    });
+    load.wait_for_more(200, Duration::from_secs(20));
+    let report = load.stop();
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    eprintln!("MEASURED 6 request-count recycles in {took:?}");
+    assert_no_failures("request-count recycling", &report);
+    assert_eq!(status["restarts"], 0, "recycles are not crashes: {status}");
+    assert!(status["last_failure"].is_null(), "{status}");
+    assert_eq!(status["generation"], 1, "{status}");
+}
+
+#[test]
+fn recycling_by_age_under_load_loses_nothing() {
+    let tree = Tree::new("recage");
+    let server = Server::start(
+        &tree,
+        WORKERS as u32,
+        &[FAST, &["--worker-max-age", "1"]].concat(),
+        &[],
+    );
+    server.wait_ready(WORKERS, Duration::from_secs(20));
+    let load = Load::start(server.addr, "/sub/big.bin", &big_body(), CLIENTS);
+    let (_, took) = wait_until(Duration::from_secs(30), "4 age recycles", || {
+        (max_worker_id(&server) >= (WORKERS + 4) as u64).then_some(())
+    });
+    load.wait_for_more(20, Duration::from_secs(20));
+    let report = load.stop();
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    eprintln!("MEASURED 4 age recycles in {took:?}");
+    assert_no_failures("age recycling", &report);
+    assert_eq!(status["restarts"], 0, "{status}");
+    assert!(status["last_failure"].is_null(), "{status}");
+}
+
+#[test]
+fn reload_and_recycle_under_load_lose_nothing() {
+    let tree = Tree::new("reload");
+    let server = Server::start(&tree, WORKERS as u32, FAST, &[]);
+    let (first, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    let load = Load::start(server.addr, "/hello.txt", HELLO, CLIENTS);
+    load.wait_for_more(200, Duration::from_secs(20));
+
+    // A plain reload: answered once generation 2 serves.
+    let answer = server.ctl(&json!({"cmd": "reload"})).expect("reload");
+    assert_eq!(answer["generation"], 2, "{answer}");
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    assert_eq!(status["generation"], 2, "{status}");
+    let old: Vec<u32> = worker_pids(&first);
+    wait_until(
+        DRAIN_TIMEOUT + FORCE_TIMEOUT + Duration::from_secs(2),
+        "generation 1 drained and reaped",
+        || old.iter().all(|&pid| !alive(pid)).then_some(()),
+    );
+    load.wait_for_more(200, Duration::from_secs(20));
+
+    // A reload that changes the worker count, through the ctl client.
+    let socket = server.socket.to_str().expect("utf-8").to_owned();
+    let run = run_servery(
+        &["ctl", "--socket", &socket, "reload", "--set", "workers=3"],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stdout.contains("generation 3"), "{}", run.stdout);
+    let (status, _) = server.wait_ready(3, Duration::from_secs(20));
+    assert_eq!(status["generation"], 3, "{status}");
+    load.wait_for_more(200, Duration::from_secs(20));
+
+    // SIGHUP reloads from the original command line: back to two workers.
+    server.signal(Sig::HUP);
+    let (status, _) = wait_until(Duration::from_secs(20), "generation 4 after SIGHUP", || {
+        let s = server.status();
+        (s["generation"] == 4).then_some(s)
+    });
+    assert_eq!(status["config"]["workers"], WORKERS, "{status}");
+    server.wait_ready(WORKERS, Duration::from_secs(20));
+    load.wait_for_more(200, Duration::from_secs(20));
+
+    // ctl recycle: every worker replaced, one at a time, same generation.
+    let before = worker_ids(&server.status());
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    wait_until(Duration::from_secs(20), "every worker recycled", || {
+        let s = server.status();
+        let ids = worker_ids(&s);
+        let ready = s["workers"]
+            .as_array()
+            .is_some_and(|ws| ws.iter().all(|w| w["state"] == "ready"));
+        (ready && ids.len() == WORKERS && ids.iter().all(|id| !before.contains(id))).then_some(())
+    });
+    load.wait_for_more(200, Duration::from_secs(20));
+    let report = load.stop();
+    let status = server.status();
+    assert_eq!(status["generation"], 4, "{status}");
+    assert_eq!(status["restarts"], 0, "{status}");
+    assert_no_failures("three reloads and a recycle", &report);
+}
+
+#[test]
+fn an_invalid_reload_is_rejected_and_the_old_generation_keeps_serving() {
+    let tree = Tree::new("badreload");
+    let server = Server::start(&tree, WORKERS as u32, FAST, &[]);
+    let (before, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    let load = Load::start(server.addr, "/hello.txt", HELLO, 1);
+    load.wait_for_more(20, Duration::from_secs(20));
+
+    let err = server
+        .ctl(&json!({"cmd": "reload", "set": {"restart_backoff_initial": -1, "heartbeat_timeout": 0.1}}))
+        .expect_err("an invalid candidate must be refused");
+    assert!(err.contains("recovery.restart_backoff_initial"), "{err}");
+    assert!(err.contains("recovery.heartbeat_timeout"), "{err}");
+
+    let err = server
+        .ctl(&json!({"cmd": "reload", "set": {"no_such_knob": 1}}))
+        .expect_err("an unknown setting must be refused");
+    assert!(err.contains("no_such_knob"), "{err}");
+
+    let socket = server.socket.to_str().expect("utf-8").to_owned();
+    let run = run_servery(
+        &[
+            "ctl",
+            "--socket",
+            &socket,
+            "reload",
+            "--set",
+            "max_connections=0",
+        ],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("budgets.max_connections"),
+        "{}",
+        run.stderr
+    );
+
+    load.wait_for_more(20, Duration::from_secs(20));
+    let report = load.stop();
+    let after = server.status();
+    assert_eq!(after["generation"], 1, "{after}");
+    assert_eq!(
+        worker_pids(&after),
+        worker_pids(&before),
+        "the same workers serve"
+    );
+    let last = after["last_reload_error"].as_str().unwrap_or("");
+    assert!(last.contains("budgets.max_connections"), "{after}");
+    assert_no_failures("rejected reloads", &report);
+}

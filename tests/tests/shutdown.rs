@@ -1,0 +1,93 @@
+//! Stopping: SIGTERM and `ctl stop` leave no child, no listener and no control socket;
+//! when the parent is killed outright, its workers notice, drain and exit by themselves.
+
+use std::collections::BTreeSet;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use servery_tests::serde_json::json;
+use servery_tests::*;
+
+fn refuses_connections(server: &Server) -> bool {
+    TcpStream::connect_timeout(&server.addr, Duration::from_millis(500)).is_err()
+}
+
+fn assert_nothing_left(server: &Server, pids: &BTreeSet<u32>) {
+    for &pid in pids {
+        assert!(!alive(pid), "worker {pid} outlived the parent");
+    }
+    let left = processes_in_groups(pids);
+    assert!(
+        left.is_empty(),
+        "processes left in the workers' groups: {left:?}"
+    );
+    assert!(
+        !server.socket.exists(),
+        "the control socket file was removed"
+    );
+    assert!(refuses_connections(server), "nothing listens any more");
+}
+
+#[test]
+fn sigterm_stops_cleanly_leaving_no_process_listener_or_socket() {
+    let tree = Tree::new("term");
+    let mut server = Server::start(&tree, 3, FAST, &[]);
+    let (status, _) = server.wait_ready(3, Duration::from_secs(20));
+    let pids: BTreeSet<u32> = worker_pids(&status).into_iter().collect();
+    let load = Load::start(server.addr, "/hello.txt", HELLO, 2);
+    load.wait_for_more(100, Duration::from_secs(20));
+    server.signal(Sig::TERM);
+    let (code, _) = server.wait_exit(DRAIN_TIMEOUT + FORCE_TIMEOUT + Duration::from_secs(3));
+    let report = load.stop();
+    eprintln!(
+        "MEASURED SIGTERM under load: exit {:?}; load {} ok / {} failed (refused after the listeners closed)",
+        code.code(),
+        report.ok,
+        report.failed
+    );
+    assert_eq!(code.code(), Some(0), "stderr:\n{}", server.stderr());
+    assert_nothing_left(&server, &pids);
+}
+
+#[test]
+fn ctl_stop_is_idempotent_and_clean() {
+    let tree = Tree::new("stop");
+    let mut server = Server::start(&tree, 2, FAST, &[]);
+    let (status, _) = server.wait_ready(2, Duration::from_secs(20));
+    let pids: BTreeSet<u32> = worker_pids(&status).into_iter().collect();
+    server.ctl(&json!({"cmd": "stop"})).expect("stop");
+    // A second stop while stopping is harmless (it may also find the socket gone).
+    let _ = server.ctl(&json!({"cmd": "stop"}));
+    let (code, _) = server.wait_exit(DRAIN_TIMEOUT + FORCE_TIMEOUT + Duration::from_secs(3));
+    assert_eq!(code.code(), Some(0), "stderr:\n{}", server.stderr());
+    assert_nothing_left(&server, &pids);
+}
+
+#[test]
+fn workers_of_a_killed_parent_drain_and_exit() {
+    let tree = Tree::new("orphans");
+    let mut server = Server::start(&tree, 2, FAST, &[]);
+    let (status, _) = server.wait_ready(2, Duration::from_secs(20));
+    let pids: BTreeSet<u32> = worker_pids(&status).into_iter().collect();
+    let load = Load::start(server.addr, "/sub/big.bin", &big_body(), 2);
+    load.wait_for_more(20, Duration::from_secs(20));
+    let killed = std::time::Instant::now();
+    server.signal(Sig::KILL);
+    server.wait_exit(Duration::from_secs(5));
+    let bound = DRAIN_TIMEOUT + Duration::from_secs(2);
+    wait_until(bound, "every orphaned worker gone", || {
+        pids.iter().all(|&pid| !alive(pid)).then_some(())
+    });
+    let took = killed.elapsed();
+    let report = load.stop();
+    eprintln!(
+        "MEASURED parent SIGKILL → workers gone in {took:?} (bound {bound:?}); load {} ok / {} failed",
+        report.ok, report.failed
+    );
+    let left = processes_in_groups(&pids);
+    assert!(
+        left.is_empty(),
+        "processes left in the workers' groups: {left:?}"
+    );
+    assert!(refuses_connections(&server), "no orphan keeps serving");
+}
