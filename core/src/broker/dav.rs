@@ -226,6 +226,46 @@ mod tests {
             0,
             "expired locks do not apply"
         );
+        assert_eq!(d.get(t(1)).map(|l| l.owner.as_str()), Some("x"));
+        assert_eq!(
+            d.lock(
+                now,
+                t(8),
+                "/c".into(),
+                DavDepth::Zero,
+                "q".into(),
+                true,
+                s,
+                g
+            ),
+            Err(Rejection::Busy),
+            "an exclusive lock conflicts with shared ones on the same resource"
+        );
+        d.lock(
+            now,
+            t(9),
+            "/e".into(),
+            DavDepth::Zero,
+            "q".into(),
+            true,
+            s,
+            g,
+        )
+        .expect("free");
+        assert_eq!(
+            d.lock(
+                now,
+                t(10),
+                "/e".into(),
+                DavDepth::Zero,
+                "r".into(),
+                true,
+                s,
+                g
+            ),
+            Err(Rejection::Busy),
+            "two exclusive zero-depth locks on one resource"
+        );
         assert!(d.unlock(t(1)).is_some());
         assert!(d.unlock(t(1)).is_none());
         d.lock(

@@ -124,3 +124,23 @@ impl LogQueue {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_is_reported_and_overfill_is_an_invariant_breach() {
+        let mut q = LogQueue::new(2, LogPolicy::Drop);
+        assert_eq!(q.capacity(), 2);
+        assert!(q.check_invariants().is_ok());
+        q.records.extend(["a".to_string(), "b".into(), "c".into()]);
+        assert!(q.check_invariants().is_err());
+        let mut q = LogQueue::new(1, LogPolicy::Drop);
+        q.blocked.push_back((WorkerId(1), 1, "x".into()));
+        assert!(
+            q.check_invariants().is_err(),
+            "nothing blocks under the drop policy"
+        );
+    }
+}

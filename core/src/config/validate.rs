@@ -414,6 +414,28 @@ mod tests {
     }
 
     #[test]
+    fn getters_carry_the_validated_values_and_leases_outlive_replies() {
+        let mut raw = RawConfig::default();
+        raw.budgets.max_connections = 77;
+        raw.budgets.max_blocking_threads = 9;
+        raw.broker.lease_ttl = 2.0;
+        raw.broker.reply_timeout = 2.0;
+        assert_eq!(fields(&raw), vec!["broker.lease_ttl"]);
+        raw.broker.lease_ttl = 2.5;
+        let v = raw.validate().expect("valid");
+        assert_eq!(v.budgets().max_connections(), 77);
+        assert_eq!(v.budgets().max_blocking_threads(), 9);
+        assert_eq!(v.broker().lease_ttl(), Duration::from_millis(2500));
+        // Zero write budgets are fine while nothing writes.
+        let mut raw = RawConfig::default();
+        raw.broker.max_leases = 0;
+        raw.broker.max_active_uploads = 0;
+        raw.broker.max_upload_bytes = 0;
+        raw.broker.max_dav_locks = 0;
+        assert!(raw.validate().is_ok());
+    }
+
+    #[test]
     fn incompatible_modes_are_named() {
         let mut raw = RawConfig::default();
         raw.features.uploads = true;

@@ -392,6 +392,13 @@ impl FrameDecoder {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
+        // Drop consumed bytes once they dominate, before locating the next frame, so a
+        // long-lived channel's buffer stays proportional to what is unread. (A fully
+        // consumed buffer is cleared by the next push.)
+        if self.start > 64 * 1024 && self.start * 2 > self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
         let avail = &self.buf[self.start..];
         if avail.len() < 4 {
             return Ok(None);
@@ -416,14 +423,6 @@ impl FrameDecoder {
         }
         let begin = self.start + 4;
         self.start = begin + len;
-        if self.start == self.buf.len() {
-            // Compact lazily: the next push clears the buffer.
-        } else if self.start > 64 * 1024 {
-            self.buf.drain(..self.start);
-            let shift = self.start;
-            self.start = 0;
-            return Ok(Some((begin - shift, begin - shift + len)));
-        }
         Ok(Some((begin, begin + len)))
     }
 
@@ -577,6 +576,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn long_streams_compact_without_losing_a_frame() {
+        let beat = |n| WorkerMessage::Heartbeat {
+            requests: n,
+            connections: 1,
+        };
+        let mut bytes = Vec::new();
+        for n in 0..6000 {
+            encode_worker(&beat(n), &mut bytes);
+        }
+        // Everything but the last 5 bytes in one push: compaction happens with a
+        // partial frame left in the buffer.
+        let cut = bytes.len() - 5;
+        let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+        dec.push(&bytes[..cut]);
+        let mut got = 0u64;
+        while let Some(m) = dec.next_worker_message().expect("valid") {
+            assert_eq!(m, beat(got));
+            got += 1;
+        }
+        assert_eq!(got, 5999);
+        dec.push(&bytes[cut..]);
+        assert_eq!(dec.next_worker_message().expect("valid"), Some(beat(5999)));
+        assert_eq!(dec.buffered(), 0);
     }
 
     #[test]

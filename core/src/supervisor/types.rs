@@ -127,13 +127,6 @@ impl ExitReason {
                 | ExitReason::ProtocolError
         )
     }
-
-    pub fn is_recycle(self) -> bool {
-        matches!(
-            self,
-            ExitReason::RecycleAge | ExitReason::RecycleRequests | ExitReason::RecycleManual
-        )
-    }
 }
 
 impl fmt::Display for ExitReason {
