@@ -569,7 +569,8 @@ impl ParentIo for SimWorld {
         if self.now == self.last_wait_at {
             self.spins += 1;
             if self.spins > 100_000 {
-                self.out.stalled = Some(format!("the parent spins without progress at {}", self.now));
+                self.out.stalled =
+                    Some(format!("the parent spins without progress at {}", self.now));
                 return Wakeup::Halt;
             }
         } else {

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""HTTP benchmark: servery against the servers people would otherwise pick, in one run.
+
+Loopback only, bounded in time. Peers that are not installed are skipped (and said so).
+Install them with: apt-get install wrk nghttp2-client nginx-light caddy, and
+cargo install static-web-server dufs miniserve (outside this repository).
+
+    scripts/bench-http.py [--seconds 8] [--out docs/benchmarks-http.md]
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, bound=15.0):
+    end = time.time() + bound
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} never opened")
+
+
+def tree_rss_kib(pid):
+    """RSS of a process and all its descendants, in KiB."""
+    pids, frontier = {pid}, [pid]
+    while frontier:
+        p = frontier.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        for k in kids:
+            if k not in pids:
+                pids.add(k)
+                frontier.append(k)
+    total, workers = 0, []
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                m = re.search(r"VmRSS:\s+(\d+)", f.read())
+                if m:
+                    total += int(m.group(1))
+                    workers.append(int(m.group(1)))
+        except OSError:
+            pass
+    return total, sorted(workers)
+
+
+def wrk(url, seconds, conns, close=False):
+    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency"]
+    if close:
+        cmd += ["-H", "Connection: close"]
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=seconds + 30).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    m = re.search(r"Transfer/sec:\s+([\d.]+)(\w+)", out)
+    scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: (.*)", out)
+    return {"rps": rps, "bps": float(m.group(1)) * scale,
+            "non2xx": int(errors.group(1)) if errors else 0,
+            "socket_errors": socket_errors.group(1) if socket_errors else ""}
+
+
+def h2load(url, seconds, conns=16, streams=8):
+    if not shutil.which("h2load"):
+        return None
+    out = subprocess.run(["h2load", "-D", str(seconds), "-c", str(conns), "-m", str(streams), url],
+                         capture_output=True, text=True, timeout=seconds + 30).stdout
+    m = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    return float(m.group(1)) if m else None
+
+
+class Server:
+    def __init__(self, name, cmd, port, cwd=None, cleanup=None):
+        self.name, self.cmd, self.port, self.cwd, self.cleanup = name, cmd, port, cwd, cleanup
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_port(self.port, self.proc)
+        time.sleep(0.3)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        except Exception:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except Exception:
+                pass
+        if self.cleanup:
+            self.cleanup()
+
+
+def nginx_server(root, port, tmp):
+    if not shutil.which("nginx"):
+        return None
+    conf = os.path.join(tmp, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 2; daemon off; pid {tmp}/nginx.pid; error_log /dev/null;
+events {{ worker_connections 4096; }}
+http {{ access_log off; sendfile on; tcp_nopush on; tcp_nodelay on; keepalive_requests 100000;
+  client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp}; uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
+  server {{ listen 127.0.0.1:{port}; http2 on; root {root}; autoindex on; }} }}
+""")
+    return Server("nginx (2 workers)", ["nginx", "-c", conf], port)
+
+
+def peers(root, tmp):
+    out = []
+    p = free_port()
+    n = nginx_server(root, p, tmp)
+    if n:
+        out.append(n)
+    if shutil.which("caddy"):
+        p = free_port()
+        out.append(Server("caddy", ["caddy", "file-server", "--root", root, "--listen", f"127.0.0.1:{p}"], p))
+    if shutil.which("static-web-server"):
+        p = free_port()
+        out.append(Server("static-web-server", ["static-web-server", "--root", root, "--host", "127.0.0.1",
+                                                "--port", str(p), "--log-level", "error"], p))
+    if shutil.which("dufs"):
+        p = free_port()
+        out.append(Server("dufs", ["dufs", root, "-b", "127.0.0.1", "-p", str(p)], p))
+    if shutil.which("miniserve"):
+        p = free_port()
+        out.append(Server("miniserve", ["miniserve", root, "-i", "127.0.0.1", "-p", str(p)], p))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--servery", default=os.path.join(ROOT, "target/release/servery"))
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is not installed (apt-get install wrk)")
+    tmp = tempfile.mkdtemp(prefix="servery-bench-")
+    root = os.path.join(tmp, "www")
+    os.makedirs(root)
+    for name, size in [("1k.bin", 1024), ("100k.bin", 100 * 1024), ("64m.bin", 64 * 1024 * 1024)]:
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(os.urandom(size))
+    servers = []
+    for workers in (1, 2):
+        p = free_port()
+        servers.append(Server(f"servery ({workers} worker{'s' if workers > 1 else ''})",
+                              [args.servery, root, "--port", str(p), "--workers", str(workers)], p))
+    servers += peers(root, tmp)
+    rows = []
+    s = args.seconds
+    for srv in servers:
+        try:
+            with srv:
+                idle, per = tree_rss_kib(srv.proc.pid)
+                base = f"http://127.0.0.1:{srv.port}"
+                r = {"name": srv.name, "idle_rss_kib": idle, "proc_rss_kib": per}
+                r["1k_keepalive"] = wrk(base + "/1k.bin", s, 64)
+                r["100k_keepalive"] = wrk(base + "/100k.bin", s, 64)
+                r["64m"] = wrk(base + "/64m.bin", s, 4)
+                r["1k_close"] = wrk(base + "/1k.bin", s, 32, close=True)
+                r["h2c_1k"] = h2load(base + "/1k.bin", s)
+                r["loaded_rss_kib"] = tree_rss_kib(srv.proc.pid)[0]
+                rows.append(r)
+                print(f"{srv.name}: {r['1k_keepalive']['rps']:.0f} req/s 1k, "
+                      f"{r['64m']['bps'] / 1e9:.2f} GB/s 64m, {r['1k_close']['rps']:.0f} req/s churn, "
+                      f"h2c {r['h2c_1k']}, idle RSS {idle} KiB {per}", flush=True)
+        except Exception as e:  # a peer that fails to start is reported, not fatal
+            print(f"{srv.name}: skipped ({e})", flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    report = render(rows, s)
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+
+
+def render(rows, seconds):
+    if not rows:
+        return "no results\n"
+    lines = [f"wrk -t1 (c64 keep-alive, c4 for 64 MiB, c32 new connection per request), "
+             f"h2load -c16 -m8 for h2c, {seconds} s each, loopback, same run.\n",
+             "| server | 1 KiB req/s | 100 KiB req/s | 64 MiB GB/s | churn req/s | h2c 1 KiB req/s | idle RSS KiB (per process) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['1k_keepalive']['rps']:.0f} | {r['100k_keepalive']['rps']:.0f} | "
+                     f"{r['64m']['bps'] / 1e9:.2f} | {r['1k_close']['rps']:.0f} | "
+                     f"{r['h2c_1k'] if r['h2c_1k'] is not None else '-'} | {r['idle_rss_kib']} {r['proc_rss_kib']} |")
+    servery = [r for r in rows if r["name"].startswith("servery (2")]
+    if servery:
+        sv = servery[0]
+        lines += ["", "Ratios servery (2 workers) / peer:", "",
+                  "| peer | 1 KiB | 100 KiB | 64 MiB | churn |", "|---|---|---|---|---|"]
+        for r in rows:
+            if r["name"].startswith("servery"):
+                continue
+            def ratio(k, f="rps"):
+                return sv[k][f] / r[k][f] if r[k][f] else float("nan")
+            lines.append(f"| {r['name']} | {ratio('1k_keepalive'):.2f}× | {ratio('100k_keepalive'):.2f}× | "
+                         f"{ratio('64m', 'bps'):.2f}× | {ratio('1k_close'):.2f}× |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
