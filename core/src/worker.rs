@@ -373,7 +373,21 @@ mod tests {
         drain_actions(&mut w);
         w.on_message(t, &ParentMessage::Drain { deadline_ms: 5000 });
         assert_eq!(drain_actions(&mut w), [WorkerAction::StopAccepting]);
+        assert_eq!(w.in_flight(), 1);
         w.connection_closed(t);
+        assert_eq!(w.in_flight(), 0);
         assert_eq!(drain_actions(&mut w), [WorkerAction::Exit { code: 0 }]);
+    }
+
+    #[test]
+    fn broken_states_are_reported() {
+        let mut w = WorkerLifecycle::new();
+        w.check_invariants().expect("a new worker is consistent");
+        w.phase = Phase::Draining;
+        assert!(w.check_invariants().is_err(), "draining without a deadline");
+        let mut w = WorkerLifecycle::new();
+        w.phase = Phase::Done;
+        w.next_beat = Some(Instant::ZERO);
+        assert!(w.check_invariants().is_err(), "beats after exit");
     }
 }

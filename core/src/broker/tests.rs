@@ -279,8 +279,12 @@ fn partials_survive_their_workers_death_and_expire() {
         ask(&mut b, t0, 2, BrokerRequest::AdoptPartial { key: key(0) }),
         BrokerReply::Rejected(Rejection::Busy)
     );
+    b.check_invariants()
+        .expect("invariants with an owned partial");
     let revoked = b.revoke_worker(WorkerId(1));
     assert_eq!(revoked.partials_orphaned, 1);
+    b.check_invariants()
+        .expect("invariants with an orphaned partial");
     assert!(matches!(
         ask(&mut b, t0, 2, BrokerRequest::AdoptPartial { key: key(0) }),
         BrokerReply::Granted { .. }
@@ -288,4 +292,68 @@ fn partials_survive_their_workers_death_and_expire() {
     b.handle_timeout(t0 + Duration::from_secs(25 * 3600));
     assert_eq!(b.partial_count(), 0);
     b.check_invariants().expect("invariants");
+}
+
+#[test]
+fn dav_locks_are_counted_granted_with_capped_timeouts_and_expire() {
+    let mut b = broker();
+    let t0 = Instant::ZERO;
+    assert!(b.dav().is_empty());
+    let lock = |resource: &str| BrokerRequest::DavLock {
+        resource: resource.into(),
+        depth: crate::proto::DavDepth::Zero,
+        owner: "me".into(),
+        exclusive: true,
+        timeout_ms: u64::MAX,
+    };
+    let reply = ask(&mut b, t0, 1, lock("/a"));
+    let BrokerReply::Granted { id, expires_in_ms } = reply else {
+        panic!("expected a grant, got {reply:?}");
+    };
+    let cap = b.limits().max_dav_lock_timeout();
+    assert_eq!(expires_in_ms, cap.as_millis() as u64, "timeouts are capped");
+    assert!(!b.dav().is_empty());
+    b.check_invariants().expect("invariants with a DAV lock");
+    assert_eq!(
+        ask(&mut b, t0, 2, lock("/a")),
+        BrokerReply::Rejected(Rejection::Busy)
+    );
+    // Locks belong to clients: a worker's death does not drop them.
+    b.revoke_worker(WorkerId(1));
+    assert_eq!(b.dav().len(), 1);
+    let q = ask(
+        &mut b,
+        t0,
+        2,
+        BrokerRequest::DavQuery {
+            resource: "/a".into(),
+        },
+    );
+    assert!(matches!(q, BrokerReply::Locks(ref l) if l.len() == 1 && l[0].token == id));
+    b.handle_timeout(t0 + cap);
+    assert!(b.dav().is_empty(), "expired");
+    b.check_invariants().expect("invariants");
+}
+
+#[test]
+fn blocked_log_appends_of_a_dead_worker_are_discarded_and_counted() {
+    let mut raw = RawConfig::default();
+    raw.broker.log_queue_capacity = 1;
+    let mut b = Broker::new(
+        raw.validate().expect("valid").broker().clone(),
+        CoreRng::from_seed([2; 32]),
+    );
+    for i in 0..3 {
+        b.handle_request(
+            Instant::ZERO,
+            owner(1),
+            i,
+            BrokerRequest::AppendLog { record: "r".into() },
+        );
+    }
+    assert_eq!(b.log().len(), 1);
+    assert_eq!(b.log().blocked(), 2);
+    b.revoke_worker(WorkerId(1));
+    assert_eq!(b.log().discarded(), 2);
+    assert_eq!(b.log().blocked(), 0);
 }

@@ -426,6 +426,13 @@ mod tests {
         assert_eq!(v.budgets().max_connections(), 77);
         assert_eq!(v.budgets().max_blocking_threads(), 9);
         assert_eq!(v.broker().lease_ttl(), Duration::from_millis(2500));
+        assert_eq!(v.budgets().compression_cache_size(), 16 * 1024 * 1024);
+        assert_eq!(v.broker().max_dav_lock_timeout(), Duration::from_secs(3600));
+        let mut raw = RawConfig::default();
+        raw.recovery.drain_timeout = MAX_SECONDS;
+        assert!(raw.validate().is_ok(), "the largest timing is allowed");
+        raw.recovery.drain_timeout = MAX_SECONDS + 1.0;
+        assert_eq!(fields(&raw), vec!["recovery.drain_timeout"]);
         // Zero write budgets are fine while nothing writes.
         let mut raw = RawConfig::default();
         raw.broker.max_leases = 0;

@@ -599,9 +599,20 @@ mod tests {
             got += 1;
         }
         assert_eq!(got, 5999);
+        assert!(
+            dec.buf.len() < 64 * 1024,
+            "consumed bytes were compacted away ({})",
+            dec.buf.len()
+        );
         dec.push(&bytes[cut..]);
         assert_eq!(dec.next_worker_message().expect("valid"), Some(beat(5999)));
         assert_eq!(dec.buffered(), 0);
+        dec.push(&bytes[..17]);
+        assert_eq!(
+            dec.buf.len(),
+            17,
+            "a fully consumed buffer is cleared by the next push"
+        );
     }
 
     #[test]

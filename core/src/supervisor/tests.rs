@@ -660,3 +660,84 @@ fn reload_candidates_live_by_the_new_configuration() {
         "and is judged by the new timeout"
     );
 }
+
+#[test]
+fn no_recycle_starts_while_a_reload_rolls_out() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.max_requests_per_worker = 10;
+        r.recovery.max_requests_jitter = 0.0;
+    });
+    let ws = h.start();
+    assert!(
+        !h.sup.status(h.now).reload_in_flight,
+        "the first start is not a reload"
+    );
+    let mut next = RawConfig {
+        workers: 2,
+        ..RawConfig::default()
+    };
+    next.recovery.max_requests_per_worker = 10;
+    next.recovery.max_requests_jitter = 0.0;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    assert_eq!(spawns(&acts), 2);
+    assert!(h.sup.status(h.now).reload_in_flight);
+    let acts = h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 50,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 0, "no recycle during a rollout");
+    assert!(!h.sup.recycle_in_flight());
+    assert_eq!(
+        h.sup.serving_workers(),
+        2,
+        "candidates do not serve slots yet"
+    );
+}
+
+#[test]
+fn reason_codes_and_what_counts_against_the_limit() {
+    use ExitReason::*;
+    for (reason, code, fault) in [
+        (CleanExit, "clean_exit", false),
+        (UnexpectedExit, "unexpected_exit", true),
+        (StartupFailure, "startup_failure", true),
+        (HealthFailure, "health_failure", true),
+        (ProtocolError, "protocol_error", true),
+        (RecycleAge, "recycle_age", false),
+        (RecycleRequests, "recycle_requests", false),
+        (RecycleManual, "recycle_manual", false),
+        (ForcedTermination, "forced_termination", false),
+    ] {
+        assert_eq!(reason.code(), code);
+        assert_eq!(reason.to_string(), code);
+        assert_eq!(reason.is_fault(), fault, "{code}");
+    }
+    assert_eq!(Platform::Posix.name(), "posix");
+    assert_eq!(Platform::Windows.name(), "windows");
+    assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");
+    assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9");
+    assert_eq!(Generation(4).to_string(), "g4");
+    assert_eq!(WorkerId(4).to_string(), "w4");
+    assert_eq!(Slot(4).to_string(), "s4");
+}
+
+#[test]
+fn serving_workers_count_the_recycle_overlap() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.max_requests_per_worker = 10;
+        r.recovery.max_requests_jitter = 0.0;
+    });
+    let ws = h.start();
+    assert_eq!(h.sup.serving_workers(), 2);
+    h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 10,
+            connections: 0,
+        },
+    );
+    assert_eq!(h.sup.serving_workers(), 3, "N + 1 during a recycle");
+}
