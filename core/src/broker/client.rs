@@ -281,6 +281,7 @@ mod tests {
             c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 }),
             Err(ClientError::Saturated)
         );
+        assert_eq!(c.outstanding(), 2);
         // Giving back is never refused for lack of room.
         c.release(t0, BrokerRequest::ReleaseLease { id: LeaseId(3) });
         assert_eq!(std::iter::from_fn(|| c.poll_outgoing()).count(), 3);

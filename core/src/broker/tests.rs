@@ -224,6 +224,7 @@ fn log_queue_blocks_or_drops_by_policy() {
             raw.validate().expect("valid").broker().clone(),
             CoreRng::from_seed([1; 32]),
         );
+        assert_eq!(b.log().len(), 0);
         for i in 0..4 {
             b.handle_request(
                 Instant::ZERO,
