@@ -326,6 +326,25 @@ mod tests {
         };
         p.handle(Instant::ZERO, req(1));
         assert_eq!(p.broker().leases().count(), 1);
+        let owner = p.broker().leases().next().map(|(_, l)| l.owner);
+        assert_eq!(
+            owner,
+            Some(crate::broker::Owner {
+                worker: w,
+                generation: Generation(1)
+            })
+        );
+        assert_eq!(p.broker().holders().collect::<Vec<_>>(), vec![w]);
+        p.check_invariants().expect("consistent");
+        let mut broken = p.clone();
+        broken
+            .supervisor
+            .handle(Instant::ZERO, Event::ChannelClosed { worker: w });
+        broken.supervisor.poll_action();
+        assert!(
+            broken.check_invariants().is_err(),
+            "a grant held by a disconnected worker"
+        );
         actions(&mut p);
         p.handle(Instant::ZERO, Event::ChannelClosed { worker: w });
         let acts = actions(&mut p);

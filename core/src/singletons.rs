@@ -181,6 +181,7 @@ mod tests {
                 to: Generation(2)
             }
         );
+        assert_eq!(s.counts().count(), 2);
         assert!(s.counts().all(|(_, a, b)| a == 1 && b == 1));
         s.check_invariants().expect("invariants");
     }

@@ -97,6 +97,7 @@ proptest! {
         let mut now = Instant::ZERO;
         let mut known: Vec<LeaseId> = Vec::new();
         let mut grants = 0u64;
+        let mut busy = 0u64;
         for op in ops {
             match op {
                 Op::Advance { ms } => {
@@ -137,6 +138,7 @@ proptest! {
                     let reply = ask(&mut b, now, worker, BrokerRequest::AcquireLease { key: key(k) });
                     if m.leases.iter().any(|l| l.1 == k) {
                         prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Busy));
+                        busy += 1;
                     } else if m.leases.len() >= MAX_LEASES {
                         prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Saturated));
                     } else {
@@ -208,6 +210,7 @@ proptest! {
                 prop_assert_eq!(b.lease_holder(&key(k)), holder);
             }
             prop_assert_eq!(b.stats().granted, grants);
+            prop_assert_eq!(b.stats().busy, busy);
             let next_expiry = m.leases.iter().map(|l| l.3).chain(m.reservations.iter().map(|r| r.3)).min();
             prop_assert_eq!(b.poll_timeout(), next_expiry, "the broker wakes exactly at the next expiry");
         }

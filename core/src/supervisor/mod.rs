@@ -14,7 +14,10 @@ mod worker;
 use std::collections::{BTreeMap, VecDeque};
 
 pub use restart::{RestartDecision, RestartWindow, SlotHistory, backoff};
-pub use status::{FailureRecord, Status, WorkerStatus};
+pub use status::{ExitRecord, FailureRecord, Status, WorkerStatus};
+
+/// How many reaped workers the status remembers.
+pub const RECENT_EXITS: usize = 16;
 pub use types::{
     Action, Command, Event, ExitReason, ExitStatus, FailureReason, Platform, ServiceState,
     WorkerState,
@@ -76,6 +79,7 @@ pub struct Supervisor {
     pending_reload: Option<ValidConfig>,
     last_reload_error: Option<String>,
     last_failure: Option<FailureRecord>,
+    recent_exits: VecDeque<ExitRecord>,
     stopping: Option<i32>,
     exit_sent: bool,
     actions: VecDeque<Action>,
@@ -100,6 +104,7 @@ impl Supervisor {
             pending_reload: None,
             last_reload_error: None,
             last_failure: None,
+            recent_exits: VecDeque::new(),
             stopping: None,
             exit_sent: false,
             actions: VecDeque::new(),
@@ -627,6 +632,17 @@ impl Supervisor {
         } else {
             ExitReason::UnexpectedExit
         });
+        if self.recent_exits.len() == RECENT_EXITS {
+            self.recent_exits.pop_front();
+        }
+        self.recent_exits.push_back(ExitRecord {
+            worker: id,
+            slot: w.slot,
+            generation: w.generation,
+            reason,
+            status,
+            at: now,
+        });
         let message = match (&w.error, status) {
             (Some(e), _) => e.clone(),
             (None, Some(s)) => format!("exited with {s}"),
@@ -1002,6 +1018,7 @@ impl Supervisor {
             restarts: self.window.total,
             recent_restarts: self.window.recent(),
             last_failure: self.last_failure.clone(),
+            recent_exits: self.recent_exits.iter().cloned().collect(),
             failure: self.failure.clone(),
             recycling_suspended: self.recycling_suspended.clone(),
             recycle_in_flight: self.recycle.is_some(),

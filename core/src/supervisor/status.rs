@@ -18,6 +18,17 @@ pub struct FailureRecord {
     pub at: Instant,
 }
 
+/// A reaped worker and the reason code it ended with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExitRecord {
+    pub worker: WorkerId,
+    pub slot: Slot,
+    pub generation: Generation,
+    pub reason: ExitReason,
+    pub status: Option<super::types::ExitStatus>,
+    pub at: Instant,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerStatus {
     pub id: WorkerId,
@@ -38,6 +49,8 @@ pub struct Status {
     pub restarts: u64,
     pub recent_restarts: usize,
     pub last_failure: Option<FailureRecord>,
+    /// The last reaped workers, oldest first, with their reason codes.
+    pub recent_exits: Vec<ExitRecord>,
     pub failure: Option<(FailureReason, String)>,
     pub recycling_suspended: Option<String>,
     pub recycle_in_flight: bool,
