@@ -11,6 +11,8 @@ use clap::{Args, Parser, Subcommand};
 use servery_core::RawConfig;
 use servery_core::config::{RawBudgets, RawRecovery};
 
+use crate::http::SiteConfig;
+
 const AFTER_HELP: &str = "\
 Control socket:
   The parent listens for `servery ctl` on a Unix socket: --control-socket PATH, or by
@@ -123,10 +125,79 @@ pub struct ServeArgs {
     pub check_config: bool,
 
     #[command(flatten)]
+    pub site: SiteArgs,
+
+    #[command(flatten)]
     pub recovery: RecoveryArgs,
 
     #[command(flatten)]
     pub budgets: BudgetArgs,
+
+    #[command(flatten)]
+    pub upload: crate::write::args::UploadArgs,
+}
+
+/// How files are served: TLS, access policy and response headers. Fixed for the life of
+/// the parent (a reload re-reads the original command line, so these cannot change).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Serving")]
+pub struct SiteArgs {
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SERVERY_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC, unencrypted).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SERVERY_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Serve HTTPS with a certificate generated at startup (ECDSA P-256, for localhost,
+    /// the loopback and bound addresses); every worker presents the same one.
+    #[arg(long, env = "SERVERY_TLS_SELF_SIGNED", value_parser = clap::builder::BoolishValueParser::new(), conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub tls_self_signed: bool,
+    /// Require HTTP Basic authentication: `user:password` or `user:sha256:<64 hex>` (the
+    /// SHA-256 of the password). Repeat for several users; SERVERY_AUTH takes one per line.
+    #[arg(
+        long,
+        value_name = "USER:PASS",
+        env = "SERVERY_AUTH",
+        value_delimiter = '\n',
+        hide_env_values = true
+    )]
+    pub auth: Vec<String>,
+    /// Allow cross-origin reads (Access-Control-Allow-Origin: *) and answer preflights.
+    #[arg(long, env = "SERVERY_CORS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub cors: bool,
+    /// Single-page app: unknown paths requested by a browser get /index.html.
+    #[arg(long, env = "SERVERY_SPA", value_parser = clap::builder::BoolishValueParser::new())]
+    pub spa: bool,
+    /// `Cache-Control: public, max-age=SECS` on files (default: `no-cache`, revalidate).
+    #[arg(long, value_name = "SECS", env = "SERVERY_CACHE")]
+    pub cache: Option<u32>,
+    /// Do not send X-Content-Type-Options, X-Frame-Options and Referrer-Policy.
+    #[arg(long, env = "SERVERY_NO_SECURITY_HEADERS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_security_headers: bool,
+    /// Send Strict-Transport-Security (one year) on HTTPS responses.
+    #[arg(long, env = "SERVERY_HSTS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub hsts: bool,
+    /// Files larger than this are not compressed on the fly (precompressed sidecars are
+    /// still served).
+    #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_COMPRESS_SIZE", default_value_t = SiteConfig::default().max_compress_size)]
+    pub max_compress_size: u64,
+}
+
+impl SiteArgs {
+    /// Whether the listeners speak TLS.
+    pub fn tls(&self) -> bool {
+        self.tls_self_signed || self.tls_cert.is_some()
+    }
 }
 
 fn rec() -> RawRecovery {
@@ -208,7 +279,7 @@ impl ServeArgs {
     pub fn raw_config(&self) -> RawConfig {
         let r = &self.recovery;
         let b = &self.budgets;
-        RawConfig {
+        let mut raw = RawConfig {
             workers: self.workers.count(),
             recovery: RawRecovery {
                 restart_backoff_initial: r.restart_backoff_initial,
@@ -233,7 +304,9 @@ impl ServeArgs {
                 compression_cache_size: b.compression_cache_size,
             },
             ..RawConfig::default()
-        }
+        };
+        self.upload.apply(&mut raw);
+        raw
     }
 }
 
@@ -293,6 +366,26 @@ pub struct WorkerArgs {
     pub max_blocking_threads: u32,
     #[arg(long)]
     pub compression_cache_size: u64,
+    /// Async runtime threads: 1 runs a single-threaded runtime; 0 picks from the CPUs.
+    #[arg(long, default_value_t = 0)]
+    pub runtime_threads: u32,
+    /// Serve TLS with the identity the parent sends in the setup preamble.
+    #[arg(long)]
+    pub tls: bool,
+    #[arg(long)]
+    pub cors: bool,
+    #[arg(long)]
+    pub spa: bool,
+    #[arg(long)]
+    pub cache: Option<u32>,
+    #[arg(long)]
+    pub no_security_headers: bool,
+    #[arg(long)]
+    pub hsts: bool,
+    #[arg(long)]
+    pub max_compress_size: Option<u64>,
+    #[command(flatten)]
+    pub upload: crate::write::args::UploadWorkerArgs,
 }
 
 /// The first argument that selects the worker entry point.

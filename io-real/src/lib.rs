@@ -5,6 +5,7 @@
 //! - [`http`]: static file serving for one worker.
 //! - [`tls`]: TLS identities and handshakes (rustls).
 //! - [`ctl`]: the `servery ctl` client.
+//! - [`write`]: the broker-backed write flow behind uploads.
 #![forbid(unsafe_code)]
 
 /// `println!` that ignores a closed stdout (see [`out`]).
@@ -29,6 +30,7 @@ pub mod out;
 pub mod parent;
 pub mod tls;
 pub mod worker;
+pub mod write;
 
 /// Runtime error, e.g. a listener could not be bound.
 pub const EXIT_RUNTIME: i32 = 1;

@@ -488,10 +488,12 @@ impl Server {
             exit: None,
             _serial: serial,
         };
-        let (line, _) =
-            server.wait_stdout("servery: listening on http://", Duration::from_secs(20));
+        let (line, _) = server.wait_stdout("servery: listening on ", Duration::from_secs(20));
+        // `http://ADDR/`, or `https://ADDR/` with TLS.
         let addr = line
-            .trim_start_matches("servery: listening on http://")
+            .trim_start_matches("servery: listening on ")
+            .split_once("://")
+            .map_or("", |(_, rest)| rest)
             .trim_end_matches('/');
         server.addr = addr.parse().expect("listening address");
         server

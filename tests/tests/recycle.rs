@@ -185,3 +185,117 @@ fn an_invalid_reload_is_rejected_and_the_old_generation_keeps_serving() {
     assert!(last.contains("budgets.max_connections"), "{after}");
     assert_no_failures("rejected reloads", &report);
 }
+
+/// Back-to-back GETs on one keep-alive connection at a time, reconnecting whenever the
+/// server says `Connection: close`; every other ending of a connection is a failure.
+/// Returns (ok, failures, reconnects asked for by the server).
+fn keep_alive_client(
+    addr: std::net::SocketAddr,
+    stop: &std::sync::atomic::AtomicBool,
+) -> (u64, Vec<String>, u64) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let (mut ok, mut failures, mut closes) = (0u64, Vec::new(), 0u64);
+    let deadline = std::time::Instant::now() + LOAD_LIMIT;
+    'connections: while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+        let mut s = match std::net::TcpStream::connect(addr) {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("connect: {e}"));
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        while !stop.load(Ordering::Relaxed) {
+            if let Err(e) = s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n") {
+                failures.push(format!("write after {ok} ok: {e}"));
+                continue 'connections;
+            }
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            let (head, start) = loop {
+                match s.read(&mut buf) {
+                    Ok(0) => {
+                        failures.push(format!("closed without a response after {ok} ok"));
+                        continue 'connections;
+                    }
+                    Ok(n) => raw.extend_from_slice(&buf[..n]),
+                    Err(e) => {
+                        failures.push(format!("read after {ok} ok: {e}"));
+                        continue 'connections;
+                    }
+                }
+                if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break (
+                        String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase(),
+                        end + 4,
+                    );
+                }
+            };
+            while raw.len() < start + HELLO.len() {
+                match s.read(&mut buf) {
+                    Ok(n) if n > 0 => raw.extend_from_slice(&buf[..n]),
+                    other => {
+                        failures.push(format!("body cut short: {other:?}"));
+                        continue 'connections;
+                    }
+                }
+            }
+            if !head.starts_with("http/1.1 200") || &raw[start..] != HELLO {
+                failures.push(format!("bad response: {head}"));
+                continue 'connections;
+            }
+            ok += 1;
+            if head.contains("connection: close") {
+                closes += 1;
+                continue 'connections;
+            }
+        }
+        break;
+    }
+    (ok, failures, closes)
+}
+
+#[test]
+fn keep_alive_clients_lose_nothing_across_recycles() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tree = Tree::new("reckeep");
+    let server = Server::start(
+        &tree,
+        WORKERS as u32,
+        &[FAST, &["--max-requests-per-worker", "300"]].concat(),
+        &[],
+    );
+    server.wait_ready(WORKERS, Duration::from_secs(20));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (stop, addr) = (Arc::clone(&stop), server.addr);
+            std::thread::spawn(move || keep_alive_client(addr, &stop))
+        })
+        .collect();
+    // A draining worker must not drop the request a keep-alive client has already sent
+    // on a connection that looked idle (the client would see a reset).
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(Duration::from_secs(60), "6 recycles", || {
+            (max_worker_id(&server) >= (WORKERS + 6) as u64).then_some(())
+        })
+    }));
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<_> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client thread"))
+        .collect();
+    waited.expect("recycles happened");
+    let ok: u64 = results.iter().map(|r| r.0).sum();
+    let closes: u64 = results.iter().map(|r| r.2).sum();
+    let failures: Vec<&String> = results.iter().flat_map(|r| &r.1).collect();
+    eprintln!(
+        "MEASURED keep-alive across 6 recycles: {ok} ok, {} failed, {closes} server-asked reconnects",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(closes >= 1, "draining workers asked clients to reconnect");
+}

@@ -255,3 +255,103 @@ fn a_busy_port_is_a_runtime_error() {
     assert_eq!(run.status.code(), Some(1), "{run:?}");
     assert!(run.stderr.contains("cannot listen"), "{}", run.stderr);
 }
+
+/// One `GET` with extra header lines and `Connection: close`: the status and the head.
+fn get_with(addr: std::net::SocketAddr, path: &str, headers: &str) -> (u16, String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response head");
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    (status, head, raw[end + 4..].to_vec())
+}
+
+fn base64(input: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn serving_options_reach_every_worker() {
+    use sha2::{Digest, Sha256};
+    let tree = Tree::new("siteopts");
+    std::fs::write(tree.root().join("index.html"), "<p>app</p>").expect("write");
+    let hashed: String = Sha256::digest(b"pw")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // Two credentials through the environment (one per line), one of them hashed.
+    let auth = format!("alice:s3cret\nbob:sha256:{hashed}");
+    let mut args = FAST.to_vec();
+    args.extend(["--cors", "--spa", "--cache", "60", "--no-security-headers"]);
+    let server = Server::start(&tree, 2, &args, &[("SERVERY_AUTH", &auth)]);
+    let (status, _) = server.wait_ready(2, Duration::from_secs(20));
+    // The password never reaches a worker's command line.
+    for pid in worker_pids(&status) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!cmdline.contains("s3cret"), "{cmdline}");
+        assert!(
+            cmdline.contains("--cors") && cmdline.contains("--spa"),
+            "{cmdline}"
+        );
+    }
+    let alice = format!("Authorization: Basic {}\r\n", base64(b"alice:s3cret"));
+    let bob = format!("Authorization: Basic {}\r\n", base64(b"bob:pw"));
+    // Enough rounds that both workers answer some (each round is a new connection).
+    for _ in 0..10 {
+        let (code, head, _) = get_with(server.addr, "/hello.txt", "");
+        assert_eq!(code, 401, "{head}");
+        assert!(head.contains("www-authenticate: basic"), "{head}");
+        let (code, _, _) = get_with(server.addr, "/hello.txt", "Authorization: Basic eDp5\r\n");
+        assert_eq!(code, 401);
+
+        let (code, head, body) = get_with(server.addr, "/hello.txt", &alice);
+        assert_eq!((code, body.as_slice()), (200, HELLO), "{head}");
+        assert!(
+            head.contains("cache-control: private, max-age=60"),
+            "{head}"
+        );
+        assert!(head.contains("access-control-allow-origin: *"), "{head}");
+        assert!(!head.contains("x-content-type-options"), "{head}");
+
+        let (code, head, body) = get_with(
+            server.addr,
+            "/no/such/page",
+            &format!("{bob}Accept: text/html\r\n"),
+        );
+        assert_eq!((code, body.as_slice()), (200, &b"<p>app</p>"[..]), "{head}");
+    }
+}

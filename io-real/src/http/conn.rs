@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::{HeaderValue, Request, Response, Version, header};
@@ -26,10 +26,13 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// us buffer before a request exists. (hyper's own default is about 400 KiB.)
 pub const MAX_REQUEST_HEAD: usize = 64 * 1024;
 
-/// How long a connection that was accepted but has not produced its first request yet
-/// is given when draining starts. Shutting it down at once would drop a request the
-/// client has already sent (hyper-util cancels a connection still sniffing its protocol),
-/// which is exactly the request a worker accepted just before a recycle or reload began.
+/// How long an HTTP/1 connection (or one that has not produced its first request yet) is
+/// given to send its next request when draining starts. Shutting it down at once would
+/// drop a request the client has already sent: hyper-util cancels a connection still
+/// sniffing its protocol, and closing a keep-alive connection with an unread request in
+/// its socket resets it. Those are exactly the requests a busy worker has when a recycle
+/// or reload begins. A request that arrives within the grace is answered with
+/// `Connection: close`.
 pub const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 
 /// Serves one connection until it closes, speaking HTTP/1.1 or, when the peer opens with
@@ -42,11 +45,10 @@ pub const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 /// cut short by the peer still counts).
 ///
 /// When `drain` becomes `true` (or its sender is dropped, which can only mean the worker is
-/// going away) the connection shuts down gracefully: an idle HTTP/1 connection closes at
-/// once (one that has not sent its first request yet gets [`FIRST_REQUEST_GRACE`] to do
-/// so); a request in flight completes and then the connection closes, and any HTTP/1
-/// response produced from then on says `Connection: close`; HTTP/2 sends GOAWAY, finishes
-/// open streams and closes. The future resolves when the connection is fully done, so a
+/// going away) the connection shuts down gracefully: an HTTP/1 connection closes after the
+/// first response produced from then on (which says `Connection: close`), or after
+/// [`FIRST_REQUEST_GRACE`] if no request comes; HTTP/2 sends GOAWAY at once, finishes open
+/// streams and closes. The future resolves when the connection is fully done, so a
 /// worker can await all of its connections to know that draining has finished.
 pub async fn serve_connection<IO>(
     site: Arc<Site>,
@@ -84,15 +86,26 @@ pub async fn serve_connection_over<IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let draining = drain.clone();
-    let first_request = Arc::new(Notify::new());
+    // Requests started on this connection, and a wake-up for the loop below when one
+    // starts. A stored permit may be stale, so the loop compares counts, not wake-ups.
+    let started = Arc::new(AtomicU64::new(0));
+    let arrived = Arc::new(Notify::new());
+    let is_h2 = Arc::new(AtomicBool::new(false));
     let mut seen_request = false;
-    let notify_first = Arc::clone(&first_request);
+    let (started_in, arrived_in, is_h2_in) = (
+        Arc::clone(&started),
+        Arc::clone(&arrived),
+        Arc::clone(&is_h2),
+    );
     let service = service_fn(move |mut req: Request<Incoming>| {
         let site = Arc::clone(&site);
         let requests = Arc::clone(&requests);
         let draining = draining.clone();
-        // A stored permit is enough: the select below only needs to learn it once.
-        notify_first.notify_one();
+        if req.version() == Version::HTTP_2 {
+            is_h2_in.store(true, Ordering::Relaxed);
+        }
+        started_in.fetch_add(1, Ordering::Release);
+        arrived_in.notify_one();
         req.extensions_mut().insert(transport);
         async move {
             let version = req.version();
@@ -119,6 +132,7 @@ pub async fn serve_connection_over<IO>(
     let grace = tokio::time::sleep(HEADER_READ_TIMEOUT);
     tokio::pin!(grace);
     let mut drain_seen = false;
+    let mut started_at_drain = 0;
     let mut shutting_down = false;
     loop {
         tokio::select! {
@@ -129,9 +143,12 @@ pub async fn serve_connection_over<IO>(
                 }
                 return;
             }
-            _ = first_request.notified(), if !seen_request => {
-                seen_request = true;
-                if drain_seen && !shutting_down {
+            _ = arrived.notified(), if !shutting_down && (!seen_request || drain_seen) => {
+                let count = started.load(Ordering::Acquire);
+                seen_request |= count > 0;
+                if drain_seen && count > started_at_drain {
+                    // A request that arrived while draining: its response says
+                    // `Connection: close`, and the connection closes after it.
                     conn.as_mut().graceful_shutdown();
                     shutting_down = true;
                 }
@@ -139,10 +156,18 @@ pub async fn serve_connection_over<IO>(
             _ = drain.wait_for(|&d| d), if !drain_seen => {
                 tracing::debug!("draining connection");
                 drain_seen = true;
-                if seen_request {
+                started_at_drain = started.load(Ordering::Acquire);
+                seen_request |= started_at_drain > 0;
+                if seen_request && is_h2.load(Ordering::Relaxed) {
+                    // GOAWAY tells an HTTP/2 client exactly which streams were taken.
                     conn.as_mut().graceful_shutdown();
                     shutting_down = true;
                 } else {
+                    // HTTP/1 has no such signal: closing a keep-alive connection that looks
+                    // idle drops a request the client may already have sent (it is in
+                    // the socket buffer, unread), which the client sees as a reset. So
+                    // the next request is awaited for a bounded grace and answered with
+                    // `Connection: close`; a request in flight ends the same way.
                     grace.as_mut().reset(tokio::time::Instant::now() + FIRST_REQUEST_GRACE);
                 }
             }

@@ -13,6 +13,7 @@ use super::mime;
 use super::path::PathError;
 use super::policy;
 use super::range;
+use crate::write::WriteError;
 
 /// Everything that can stop a request from being served normally.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,9 @@ pub enum HttpError {
     /// An unexpected I/O failure; logged, reported to the peer as 500 without detail.
     #[error("internal I/O error: {0}")]
     Internal(#[source] io::Error),
+    /// An upload did not happen (`--upload`); see [`WriteError`] for each status.
+    #[error(transparent)]
+    Write(#[from] WriteError),
     /// The served root could not be opened when building the site.
     #[error("cannot open served root {}: {source}", root.display())]
     Root {
@@ -120,6 +124,7 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         HttpError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
         HttpError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         HttpError::Internal(_) | HttpError::Root { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        HttpError::Write(e) => write_status(e),
     };
     if status.is_server_error() {
         tracing::error!(error = %err, "request failed");
@@ -162,9 +167,47 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         HttpError::Unavailable => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        HttpError::Write(e) if e.is_unavailable() => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        HttpError::Write(WriteError::RangeGap { have, .. }) if *have > 0 => {
+            // What is held, so the client can resume without asking.
+            if let Ok(value) = HeaderValue::from_str(&format!("bytes=0-{}", have - 1)) {
+                headers.insert(header::RANGE, value);
+            }
+        }
         _ => {}
     }
     response
+}
+
+/// The status of a refused upload. Saturation and a broker that does not answer are the
+/// service's momentary state (503, with `Retry-After`); a busy or existing target is a
+/// conflict with the target's state (409), unless the client asked for creation only
+/// (`If-None-Match: *`: 412).
+fn write_status(e: &WriteError) -> StatusCode {
+    match e {
+        WriteError::Saturated
+        | WriteError::Broker(_)
+        | WriteError::LeaseLost
+        | WriteError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        WriteError::Busy
+        | WriteError::Exists
+        | WriteError::NoParent
+        | WriteError::IsDirectory
+        | WriteError::NotADirectory
+        | WriteError::RangeGap { .. }
+        | WriteError::RangeMismatch { .. }
+        | WriteError::Moved => StatusCode::CONFLICT,
+        WriteError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+        WriteError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        WriteError::Forbidden => StatusCode::FORBIDDEN,
+        WriteError::Incomplete { .. } | WriteError::Body(_) | WriteError::BadRequest(_) => {
+            StatusCode::BAD_REQUEST
+        }
+        WriteError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        WriteError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
 
 #[cfg(test)]
@@ -219,6 +262,33 @@ mod tests {
             )
             .0,
             500
+        );
+    }
+
+    #[test]
+    fn upload_refusals() {
+        use servery_core::broker::ClientError;
+        let w = |e| status_and(HttpError::Write(e), header::RETRY_AFTER);
+        assert_eq!(w(WriteError::Saturated), (503, Some("1".into())));
+        assert_eq!(
+            w(WriteError::Broker(ClientError::TimedOut)),
+            (503, Some("1".into()))
+        );
+        assert_eq!(
+            w(WriteError::Broker(ClientError::ParentGone)),
+            (503, Some("1".into()))
+        );
+        assert_eq!(w(WriteError::Busy), (409, None));
+        assert_eq!(w(WriteError::Exists), (409, None));
+        assert_eq!(w(WriteError::PreconditionFailed), (412, None));
+        assert_eq!(w(WriteError::TooLarge { limit: 1 }), (413, None));
+        assert_eq!(w(WriteError::UnsupportedMediaType), (415, None));
+        assert_eq!(
+            status_and(
+                HttpError::Write(WriteError::RangeGap { start: 9, have: 5 }),
+                header::RANGE
+            ),
+            (409, Some("bytes=0-4".into()))
         );
     }
 

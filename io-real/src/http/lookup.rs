@@ -296,7 +296,10 @@ fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entry>, HttpErr
             tracing::debug!(dir = %rel.display(), "skipping non-UTF-8 name in listing");
             continue;
         };
-        if (!show_hidden && is_hidden(&name)) || name.contains('\\') {
+        if (!show_hidden && is_hidden(&name))
+            || crate::write::is_private(&name)
+            || name.contains('\\')
+        {
             continue;
         }
         let Ok(meta) = root.metadata(rel.join(&name)) else {

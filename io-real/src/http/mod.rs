@@ -26,6 +26,7 @@ pub mod range;
 pub mod single_flight;
 pub mod site;
 mod sync;
+pub mod upload;
 
 pub use body::Body;
 pub use conn::{Transport, serve_connection, serve_connection_over};

@@ -104,6 +104,11 @@ impl RequestPath {
         if !show_hidden && segments.iter().any(|s| is_hidden(s)) {
             return Err(PathError::Hidden);
         }
+        // servery's own files (upload temporaries, partial uploads) are never reachable,
+        // even with hidden files shown.
+        if segments.iter().any(|s| crate::write::is_private(s)) {
+            return Err(PathError::Hidden);
+        }
         Ok(Self {
             segments,
             trailing_slash,
@@ -228,6 +233,10 @@ mod tests {
         // Visited and left again: never reaches the file system.
         assert_eq!(segs("/.git/../a"), ["a"]);
         assert!(RequestPath::parse("/.env", true).is_ok());
+        assert_eq!(
+            RequestPath::parse("/a/.servery-partial-00", true),
+            Err(PathError::Hidden)
+        );
     }
 
     #[test]

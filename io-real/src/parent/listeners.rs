@@ -75,9 +75,9 @@ fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
     Ok(listeners)
 }
 
-/// `http://ADDR/` for a listener's address, with IPv6 in brackets.
-pub fn url(addr: SocketAddr) -> String {
-    format!("http://{addr}/")
+/// `SCHEME://ADDR/` for a listener's address, with IPv6 in brackets.
+pub fn url(scheme: &str, addr: SocketAddr) -> String {
+    format!("{scheme}://{addr}/")
 }
 
 #[cfg(test)]

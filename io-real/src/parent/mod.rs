@@ -6,6 +6,7 @@ mod control;
 mod host;
 mod io;
 mod listeners;
+mod site;
 mod spawn;
 mod status;
 
@@ -52,17 +53,23 @@ pub enum ParentError {
 
 /// `servery [DIR] …`: returns the process exit code.
 pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
-    let config = match args.raw_config().validate() {
-        Ok(config) => config,
-        Err(e) => {
-            report_config_error(&e);
-            return EXIT_CONFIG;
-        }
-    };
-    let root = match resolve_root(args.dir.as_deref()) {
-        Ok(root) => root,
-        Err(message) => {
-            tell!("servery: invalid configuration (nothing was started):\n  - dir: {message}");
+    // Every check runs before any is reported, so one run lists every problem.
+    let config = args.raw_config().validate();
+    let root = resolve_root(args.dir.as_deref());
+    let site = site::prepare(&args.site, args.show_hidden, &args.bind);
+    let (config, root, site) = match (config, root, site) {
+        (Ok(config), Ok(root), Ok(site)) => (config, root, site),
+        (config, root, site) => {
+            tell!("servery: invalid configuration (nothing was started):");
+            if let Err(e) = &config {
+                report_config_error(e);
+            }
+            if let Err(message) = &root {
+                tell!("  - dir: {message}");
+            }
+            for issue in site.err().into_iter().flatten() {
+                tell!("  - {}: {}", issue.flag, issue.message);
+            }
             return EXIT_CONFIG;
         }
     };
@@ -81,9 +88,10 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
             ),
         }
         say!("{}", config_text(&config).trim_end());
+        print_site(&args, &site);
         return 0;
     }
-    match serve(&args, argv, config, root) {
+    match serve(&args, argv, config, root, site) {
         Ok(code) => code,
         Err(e) => {
             tell!("servery: {e}");
@@ -92,8 +100,31 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
     }
 }
 
+/// The serving options as `--check-config` shows them (never a secret).
+fn print_site(args: &ServeArgs, site: &site::PreparedSite) {
+    let s = &args.site;
+    let tls = match (&s.tls_cert, s.tls_self_signed) {
+        (Some(cert), _) => format!("certificate {}", cert.display()),
+        (None, true) => format!("self-signed for {}", site.self_signed_names.join(", ")),
+        (None, false) => "off".into(),
+    };
+    say!("site.tls = {tls}");
+    if let Some(fp) = &site.fingerprint {
+        say!("site.tls_sha256 = {fp}");
+    }
+    say!("site.auth_users = {}", site.auth_users);
+    say!("site.cors = {}", s.cors);
+    say!("site.spa = {}", s.spa);
+    match s.cache {
+        Some(secs) => say!("site.cache = max-age={secs}"),
+        None => say!("site.cache = no-cache"),
+    }
+    say!("site.security_headers = {}", !s.no_security_headers);
+    say!("site.hsts = {}", s.hsts && s.tls());
+    say!("site.max_compress_size = {}", s.max_compress_size);
+}
+
 fn report_config_error(e: &ConfigError) {
-    tell!("servery: invalid configuration (nothing was started):");
     for issue in e.issues() {
         match knobs::flag_for_field(issue.field) {
             Some(flag) => tell!("  - {} ({flag}): {}", issue.field, issue.rule),
@@ -124,6 +155,7 @@ fn serve(
     argv: Vec<OsString>,
     config: ValidConfig,
     root: PathBuf,
+    site: site::PreparedSite,
 ) -> Result<i32, ParentError> {
     let exe = std::env::current_exe().map_err(ParentError::CurrentExe)?;
     let seed = entropy().map_err(ParentError::Entropy)?;
@@ -160,9 +192,18 @@ fn serve(
         },
     ));
 
-    let urls: Vec<String> = addrs.iter().map(|a| listeners::url(*a)).collect();
+    let urls: Vec<String> = addrs
+        .iter()
+        .map(|a| listeners::url(site.scheme(), *a))
+        .collect();
     for url in &urls {
         say!("servery: listening on {url}");
+    }
+    if let Some(fp) = &site.fingerprint {
+        say!("servery: TLS certificate sha256 {fp}");
+    }
+    if args.site.hsts && !args.site.tls() {
+        tracing::warn!("--hsts has no effect without TLS (it is never sent over cleartext)");
     }
     say!(
         "servery: serving {} with {} worker{}; control socket {}",
@@ -178,12 +219,8 @@ fn serve(
         config.recycling_overlap_compression_bound()
     );
 
-    let launcher = Launcher::new(
-        exe,
-        root.clone(),
-        args.show_hidden,
-        WorkerBudget::of(&config),
-    );
+    let launcher = Launcher::new(exe, root.clone(), site.worker, WorkerBudget::of(&config))
+        .with_upload_args(args.upload.worker_args(&config));
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let mut real = RealIo::new(RealIoParts {
         clock,

@@ -51,14 +51,72 @@ pub struct WorkerBudget {
     pub max_connections: u32,
     pub max_blocking_threads: u32,
     pub compression_cache_size: u64,
+    /// Async threads per worker: the CPUs shared out among the workers, at least one.
+    /// The workers are the parallelism; more async threads than a worker's share of the
+    /// CPUs only adds cross-thread wake-ups (measured in docs/benchmarks.md) and memory.
+    pub runtime_threads: u32,
 }
 
 impl WorkerBudget {
     pub fn of(config: &ValidConfig) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
         WorkerBudget {
             max_connections: config.budgets().max_connections(),
             max_blocking_threads: config.budgets().max_blocking_threads(),
             compression_cache_size: config.budgets().compression_cache_size(),
+            runtime_threads: cpus.div_ceil(config.workers().max(1)).max(1),
+        }
+    }
+}
+
+/// How every worker serves: the options passed on its command line (nothing secret), and
+/// the encoded setup preamble with the TLS identity and credentials (see
+/// [`crate::worker::setup`]). Fixed for the life of the parent.
+#[derive(Clone, Default)]
+pub struct WorkerSite {
+    pub show_hidden: bool,
+    pub tls: bool,
+    pub cors: bool,
+    pub spa: bool,
+    pub cache: Option<u32>,
+    pub no_security_headers: bool,
+    pub hsts: bool,
+    pub max_compress_size: Option<u64>,
+    /// [`crate::worker::setup::Setup::encode`], written before HELLO.
+    pub setup_frame: Vec<u8>,
+}
+
+impl std::fmt::Debug for WorkerSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerSite")
+            .field("tls", &self.tls)
+            .field(
+                "setup_frame",
+                &format_args!("<{} bytes>", self.setup_frame.len()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerSite {
+    fn args(&self, cmd: &mut tokio::process::Command) {
+        for (on, flag) in [
+            (self.show_hidden, "--show-hidden"),
+            (self.tls, "--tls"),
+            (self.cors, "--cors"),
+            (self.spa, "--spa"),
+            (self.no_security_headers, "--no-security-headers"),
+            (self.hsts, "--hsts"),
+        ] {
+            if on {
+                cmd.arg(flag);
+            }
+        }
+        if let Some(secs) = self.cache {
+            cmd.arg("--cache").arg(secs.to_string());
+        }
+        if let Some(bytes) = self.max_compress_size {
+            cmd.arg("--max-compress-size").arg(bytes.to_string());
         }
     }
 }
@@ -77,19 +135,22 @@ pub struct Launched {
 pub struct Launcher {
     exe: PathBuf,
     root: PathBuf,
-    show_hidden: bool,
+    site: WorkerSite,
     /// Budgets by the generation that introduced them. The core's Spawn action names only
     /// the generation, so a reload records its candidate's budgets here.
     budgets: BTreeMap<u64, WorkerBudget>,
+    /// How workers write (`--upload` and its settings; see `crate::write::args`).
+    upload_args: Vec<String>,
 }
 
 impl Launcher {
-    pub fn new(exe: PathBuf, root: PathBuf, show_hidden: bool, first: WorkerBudget) -> Self {
+    pub fn new(exe: PathBuf, root: PathBuf, site: WorkerSite, first: WorkerBudget) -> Self {
         Launcher {
             exe,
             root,
-            show_hidden,
+            site,
             budgets: BTreeMap::from([(1, first)]),
+            upload_args: Vec::new(),
         }
     }
 
@@ -99,6 +160,12 @@ impl Launcher {
     fn program(&self) -> &Path {
         let own = Path::new("/proc/self/exe");
         if own.exists() { own } else { &self.exe }
+    }
+
+    /// The upload arguments every worker is started with.
+    pub fn with_upload_args(mut self, args: Vec<String>) -> Self {
+        self.upload_args = args;
+        self
     }
 
     pub fn set_budget(&mut self, generation: Generation, budget: WorkerBudget) {
@@ -115,6 +182,7 @@ impl Launcher {
                 max_connections: 1024,
                 max_blocking_threads: 64,
                 compression_cache_size: 0,
+                runtime_threads: 0,
             })
     }
 
@@ -149,10 +217,11 @@ impl Launcher {
             .arg("--max-blocking-threads")
             .arg(budget.max_blocking_threads.to_string())
             .arg("--compression-cache-size")
-            .arg(budget.compression_cache_size.to_string());
-        if self.show_hidden {
-            cmd.arg("--show-hidden");
-        }
+            .arg(budget.compression_cache_size.to_string())
+            .arg("--runtime-threads")
+            .arg(budget.runtime_threads.to_string());
+        self.site.args(&mut cmd);
+        cmd.args(&self.upload_args);
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C
             // meant for the parent does not hit the workers directly.
@@ -172,6 +241,9 @@ impl Launcher {
         let pid = child.id().unwrap_or(0);
         let (rd, wr) = stream.into_split();
         let (writer, frames) = unbounded_channel();
+        // First on the stream after the listeners, ahead of HELLO (the worker reads it
+        // before decoding frames). Queued, not written here: the child may not read yet.
+        let _ = writer.send(self.site.setup_frame.clone());
         let (read_done, reader_finished) = oneshot::channel();
         let reader = rt.spawn(read_frames(worker, rd, events.clone(), read_done));
         rt.spawn(write_frames(wr, frames));

@@ -29,7 +29,6 @@ fn at_ms(t: Instant) -> u64 {
 pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
     let status = parent.supervisor().status(now);
     let mut value = core_status_json(&status);
-    let broker = parent.broker();
     let extra = json!({
         "pid": info.pid,
         "uptime_ms": at_ms(now),
@@ -37,14 +36,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         "root": info.root,
         "control_socket": info.control_socket,
         "config": config_json(parent.supervisor().config()),
-        "broker": {
-            "leases": broker.leases().count(),
-            "reservations": broker.reservation_count(),
-            "reserved_bytes": broker.reserved_bytes(),
-            "partial_uploads": broker.partial_count(),
-            "dav_locks": broker.dav().len(),
-            "log_queue": broker.log().len(),
-        },
+        "broker": broker_json(parent, now),
         "singletons": parent.singletons().states().map(|(kind, state)| {
             (kind.name().to_owned(), Value::String(format!("{state:?}")))
         }).collect::<serde_json::Map<_, _>>(),
@@ -53,6 +45,31 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         map.extend(more);
     }
     value
+}
+
+/// The broker's tables: every lease with its holder and age (what an operator looks at
+/// when a write is refused as busy), and the sizes of the rest.
+fn broker_json(parent: &Parent, now: Instant) -> Value {
+    let broker = parent.broker();
+    json!({
+        "leases": broker.leases().map(|(_, lease)| json!({
+            "key": {
+                "dir_device": lease.key.dir_device,
+                "dir_inode": lease.key.dir_inode,
+                "name": lease.key.name,
+            },
+            "worker": lease.owner.worker.0,
+            "generation": lease.owner.generation.0,
+            "age_ms": ms(now.saturating_since(lease.granted_at)),
+        })).collect::<Vec<_>>(),
+        "reservations": {
+            "count": broker.reservation_count(),
+            "bytes": broker.reserved_bytes(),
+        },
+        "partials": broker.partial_count(),
+        "dav_locks": broker.dav().len(),
+        "log_queue": broker.log().len(),
+    })
 }
 
 fn core_status_json(s: &Status) -> Value {
@@ -192,6 +209,16 @@ pub fn status_text(v: &Value) -> String {
             f("role"),
             f("requests"),
             age as f64 / 1000.0
+        );
+    }
+    if let Some(b) = v.get("broker").filter(|b| !b.is_null()) {
+        let _ = writeln!(
+            out,
+            "broker: {} leases, {} upload reservations ({} bytes), {} partial uploads",
+            b["leases"].as_array().map_or(0, Vec::len),
+            plain(&b["reservations"]["count"]),
+            plain(&b["reservations"]["bytes"]),
+            plain(&b["partials"]),
         );
     }
     if let Some(f) = v.get("last_failure").filter(|f| !f.is_null()) {

@@ -2,8 +2,10 @@
 //! on stdin, then runs [`servery_core::worker::WorkerLifecycle`] in the same tokio runtime
 //! that serves requests, so a wedged runtime stops heartbeating and gets replaced.
 
+pub mod broker;
 pub mod fault;
 mod serve;
+pub mod setup;
 
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -23,6 +25,8 @@ pub enum WorkerError {
     Runtime(#[source] std::io::Error),
     #[error("{0}")]
     Fault(String),
+    #[error(transparent)]
+    Setup(#[from] setup::SetupError),
 }
 
 /// Runs the worker and exits the process; never returns.
@@ -48,9 +52,22 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
         .try_clone_to_owned()
         .map(UnixStream::from)
         .map_err(WorkerError::Channel)?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    let threads = match args.runtime_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
+        n => n as usize,
+    };
+    // One thread: a current-thread runtime, as in nginx's process-per-core model. Every
+    // wake-up then stays on this thread instead of unparking a sibling that may steal
+    // the task (the dominant cost per small request on the multi-thread runtime), and the
+    // idle worker is one thread and one malloc arena smaller.
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let rt = builder
         .max_blocking_threads(args.max_blocking_threads.max(1) as usize)
         .thread_name("servery-worker")
         .enable_all()

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, WorkerMessage, encode_worker};
+use servery_core::proto::{
+    FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, WorkerMessage, encode_worker,
+};
 use servery_core::worker::{WorkerAction, WorkerLifecycle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -23,11 +25,16 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{oneshot, watch};
 
 use super::WorkerError;
+use super::broker::BrokerHandle;
 use super::fault::{FAIL_STARTUP_MESSAGE, Fault};
+use super::setup::Setup;
 use crate::cli::WorkerArgs;
 use crate::clock::Clock;
 use crate::fdpass;
-use crate::http::{Site, SiteConfig, serve_connection};
+use crate::http::conn::FIRST_REQUEST_GRACE;
+use crate::http::policy::Credential;
+use crate::http::{Site, SiteConfig, Transport, serve_connection, serve_connection_over};
+use crate::tls::{self, Identity, TlsAcceptor, TlsStream};
 
 /// How long the frames still queued (a startup failure's text above all) may take to
 /// reach the parent before the worker exits anyway.
@@ -45,6 +52,8 @@ pub(super) async fn run(
         .map(listener)
         .collect::<io::Result<Vec<_>>>()
         .map_err(WorkerError::Channel)?;
+    // Still a blocking socket: the preamble follows the listeners, before any frame.
+    let setup = Setup::read_from(&control)?;
     control
         .set_nonblocking(true)
         .map_err(WorkerError::Channel)?;
@@ -52,6 +61,15 @@ pub(super) async fn run(
         .map_err(WorkerError::Channel)?
         .into_split();
     let (out, frames) = unbounded_channel();
+    // The broker client shares the control channel: its requests go out through the same
+    // writer, its replies come back through `frames`.
+    let broker = {
+        let out = out.clone();
+        let (capacity, reply_timeout) = args.upload.broker_client();
+        BrokerHandle::new(capacity, reply_timeout, move |frame| {
+            let _ = out.send(Outbound::Frame(frame));
+        })
+    };
     let writer = tokio::spawn(write_frames(wr, frames));
     let (closed_tx, closed_rx) = unbounded_channel();
     let mut worker = Worker {
@@ -60,12 +78,24 @@ pub(super) async fn run(
         life: WorkerLifecycle::new(),
         fault,
         site_config: SiteConfig {
-            root: args.root,
+            root: args.root.clone(),
             show_hidden: args.show_hidden,
             compression_cache_size: args.compression_cache_size,
+            max_compress_size: args
+                .max_compress_size
+                .unwrap_or(SiteConfig::default().max_compress_size),
+            cors: args.cors,
+            spa: args.spa,
+            cache_max_age: args.cache,
+            security_headers: !args.no_security_headers,
+            hsts: args.hsts,
+            uploads: args.upload.config(args.worker_id, &broker),
             ..Default::default()
         },
+        tls_wanted: args.tls,
+        setup,
         site: None,
+        tls: None,
         listeners,
         max_connections: args.max_connections.max(1),
         drain: watch::channel(false).0,
@@ -76,6 +106,7 @@ pub(super) async fn run(
         control_open: true,
         ready_flushed: false,
         decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
+        broker,
     };
     let code = worker.run(&mut rd, &mut sigterm).await;
     // A startup failure's text above all must reach the parent before we go.
@@ -141,7 +172,11 @@ struct Worker {
     life: WorkerLifecycle,
     fault: Option<Fault>,
     site_config: SiteConfig,
+    /// Whether the parent started us to serve TLS (the identity comes in `setup`).
+    tls_wanted: bool,
+    setup: Setup,
     site: Option<Arc<Site>>,
+    tls: Option<TlsAcceptor>,
     listeners: Vec<TcpListener>,
     max_connections: u32,
     drain: watch::Sender<bool>,
@@ -152,6 +187,7 @@ struct Worker {
     control_open: bool,
     ready_flushed: bool,
     decoder: FrameDecoder,
+    broker: BrokerHandle,
 }
 
 impl Worker {
@@ -243,6 +279,7 @@ impl Worker {
         self.decoder.push(&buf[..n]);
         loop {
             match self.decoder.next_parent_message() {
+                Ok(Some(ParentMessage::Broker { id, reply })) => self.broker.on_reply(id, reply),
                 Ok(Some(message)) => self.life.on_message(self.clock.now(), &message),
                 Ok(None) => return,
                 Err(e) => return self.control_closed(&format!("malformed frame: {e}")),
@@ -254,6 +291,9 @@ impl Worker {
     fn control_closed(&mut self, why: &str) {
         tracing::info!(worker = self.id, why, "control channel closed");
         self.control_open = false;
+        // Fail closed: whatever waits for the broker gets 503, and uploads in flight stop
+        // before publishing anything.
+        self.broker.channel_closed();
         self.life.channel_closed(self.clock.now());
     }
 
@@ -262,7 +302,11 @@ impl Worker {
             tracing::warn!(worker = self.id, "{FAIL_STARTUP_MESSAGE}");
             return self.life.startup_failed(FAIL_STARTUP_MESSAGE.into());
         }
-        let config = self.site_config.clone();
+        let mut config = self.site_config.clone();
+        match prepare_policy(&mut config, self.tls_wanted, &self.setup) {
+            Ok(tls) => self.tls = tls,
+            Err(message) => return self.life.startup_failed(message),
+        }
         match tokio::task::spawn_blocking(move || Site::open(config)).await {
             Ok(Ok(site)) => {
                 self.site = Some(Arc::new(site));
@@ -295,9 +339,18 @@ impl Worker {
         let drain = self.drain.subscribe();
         let requests = Arc::clone(&self.requests);
         let closed = ClosedGuard(self.closed_tx.clone());
+        let tls = self.tls.clone();
         tokio::spawn(async move {
             let _closed = closed;
-            serve_connection(site, stream, drain, requests).await;
+            match tls {
+                None => serve_connection(site, stream, drain, requests).await,
+                Some(acceptor) => {
+                    let Some(stream) = handshake(&acceptor, stream, drain.clone()).await else {
+                        return;
+                    };
+                    serve_connection_over(site, stream, drain, requests, Transport::Tls).await;
+                }
+            }
         });
     }
 
@@ -329,6 +382,62 @@ fn crash() -> ! {
     };
     let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
     std::process::abort()
+}
+
+/// The TLS handshake of one accepted connection, bounded by [`tls::HANDSHAKE_TIMEOUT`]
+/// and, once the worker drains, by [`FIRST_REQUEST_GRACE`]: a client that has not even
+/// finished its handshake gets the same grace as one that has not sent its first request,
+/// so a slow or silent peer cannot hold up a drain.
+async fn handshake(
+    acceptor: &TlsAcceptor,
+    stream: TcpStream,
+    mut drain: watch::Receiver<bool>,
+) -> Option<TlsStream<TcpStream>> {
+    let grace = async {
+        let _ = drain.wait_for(|&d| d).await;
+        tokio::time::sleep(FIRST_REQUEST_GRACE).await;
+    };
+    tokio::select! {
+        result = tls::accept(acceptor, stream) => match result {
+            Ok(stream) => Some(stream),
+            Err(e) => {
+                // Scanners and clients that distrust the certificate: routine.
+                tracing::debug!(error = %e, "TLS handshake failed");
+                None
+            }
+        },
+        () = grace => {
+            tracing::debug!("draining: TLS handshake not finished within the grace");
+            None
+        }
+    }
+}
+
+/// The access policy and TLS acceptor from the setup preamble. The parent validated both
+/// before starting anyone, so an error here means the preamble was damaged.
+fn prepare_policy(
+    config: &mut SiteConfig,
+    tls_wanted: bool,
+    setup: &Setup,
+) -> Result<Option<TlsAcceptor>, String> {
+    config.auth = setup
+        .auth
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.parse::<Credential>()
+                .map_err(|e| format!("--auth entry {}: {e}", i + 1))
+        })
+        .collect::<Result<_, _>>()?;
+    match (&setup.tls, tls_wanted) {
+        (Some(pem), true) => {
+            let identity = Identity::from_pem(pem.cert_pem.clone(), pem.key_pem.clone());
+            let config = identity.server_config().map_err(|e| e.to_string())?;
+            Ok(Some(tls::acceptor(config)))
+        }
+        (None, true) => Err("started for TLS but the parent sent no identity".into()),
+        (_, false) => Ok(None),
+    }
 }
 
 fn far_future() -> tokio::time::Instant {

@@ -1,0 +1,443 @@
+//! Uploads over HTTP (`--upload`): `PUT /path` writes one file (whole, or resumable with
+//! `Content-Range`), and a `multipart/form-data` `POST` to a directory writes each file
+//! part into it and answers `303 See Other` back to the listing.
+//!
+//! This module only speaks HTTP: it parses the request, decides how many bytes to
+//! reserve, turns the body into a bounded [`ChunkSource`], and shapes the answer. The
+//! write itself (resolve, reserve, lease, stream, publish, release) is
+//! [`crate::write`]'s. Every answer, error or not, says which worker gave it
+//! (`X-Servery-Worker`), which is how the tests show that two writers of one target went
+//! through different processes.
+//!
+//! Nothing is read from the body before the reservation and the lease are held; a
+//! refusal (saturation, a busy target, an existing file, a parent that does not answer)
+//! is sent with the body unread, and hyper then closes the connection rather than read
+//! what the client still sends.
+
+pub mod multipart;
+
+use std::fmt::Display;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cap_std::fs::Dir;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::BodyExt;
+
+use super::body::{self, Body};
+use super::error::{HttpError, error_response};
+use super::path::RequestPath;
+use crate::worker::broker::BrokerHandle;
+use crate::write::partial::{self, ChunkOutcome, ContentRange};
+use crate::write::publish::Published;
+use crate::write::target::{self, check_name};
+use crate::write::{ChunkSource, Grant, WriteError, WriteSettings, Writer, blocking, write_file};
+use multipart::{Event, Parser};
+
+/// The response header naming the worker that handled an upload.
+pub const WORKER_HEADER: &str = "x-servery-worker";
+
+/// What a site needs to accept uploads: the settings and the worker's broker client.
+#[derive(Debug, Clone)]
+pub struct UploadConfig {
+    pub settings: WriteSettings,
+    pub broker: BrokerHandle,
+}
+
+/// The upload side of a site.
+#[derive(Debug)]
+pub struct Uploads {
+    writer: Writer,
+    show_hidden: bool,
+    worker: HeaderValue,
+}
+
+/// The request body as an upload's content: counts every byte against `limit` (the
+/// reserved bound: 413 beyond it) and reports a body shorter than its `Content-Length`.
+struct BodySource<B> {
+    body: B,
+    read: u64,
+    limit: u64,
+    expected: Option<u64>,
+}
+
+impl<B> ChunkSource for BodySource<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+    B::Error: Display,
+{
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, WriteError>> {
+        loop {
+            match self.body.frame().await {
+                None => {
+                    return match self.expected {
+                        Some(expected) if self.read < expected => {
+                            Some(Err(WriteError::Incomplete {
+                                received: self.read,
+                                expected,
+                            }))
+                        }
+                        _ => None,
+                    };
+                }
+                Some(Err(e)) => return Some(Err(WriteError::Body(e.to_string()))),
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers
+                    };
+                    self.read += data.len() as u64;
+                    if self.read > self.limit {
+                        return Some(Err(WriteError::TooLarge { limit: self.limit }));
+                    }
+                    return Some(Ok(data));
+                }
+            }
+        }
+    }
+}
+
+/// A multipart body: the parser fed from the bounded body.
+struct Form<B> {
+    parser: Parser,
+    body: BodySource<B>,
+}
+
+impl<B> Form<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+    B::Error: Display,
+{
+    async fn next_event(&mut self) -> Result<Event, WriteError> {
+        loop {
+            if let Some(event) = self.parser.poll()? {
+                return Ok(event);
+            }
+            match self.body.next_chunk().await {
+                Some(Ok(bytes)) => self.parser.push(&bytes),
+                Some(Err(e)) => return Err(e),
+                None => return Err(WriteError::BadRequest("multipart body ends early")),
+            }
+        }
+    }
+}
+
+/// The content of the current part of a [`Form`].
+struct PartSource<'a, B>(&'a mut Form<B>);
+
+impl<B> ChunkSource for PartSource<'_, B>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+    B::Error: Display,
+{
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, WriteError>> {
+        match self.0.next_event().await {
+            Ok(Event::Data(bytes)) => Some(Ok(bytes)),
+            Ok(Event::PartEnd) => None,
+            Ok(Event::Part(_) | Event::End) => {
+                Some(Err(WriteError::BadRequest("malformed multipart body")))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+impl Uploads {
+    pub fn new(root: Arc<Dir>, config: UploadConfig, show_hidden: bool) -> Uploads {
+        let worker = HeaderValue::from(config.settings.worker_id);
+        Uploads {
+            writer: Writer {
+                root,
+                broker: config.broker,
+                settings: Arc::new(config.settings),
+            },
+            show_hidden,
+            worker,
+        }
+    }
+
+    /// Whether a request with `method` is an upload.
+    pub fn handles(method: &Method) -> bool {
+        method == Method::PUT || method == Method::POST
+    }
+
+    /// Answers one upload request.
+    pub async fn handle<B>(&self, parts: &Parts, body: B) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let result = if parts.method == Method::PUT {
+            self.put(parts, body).await
+        } else {
+            self.post(parts, body).await
+        };
+        let mut response = match result {
+            Ok(response) => response,
+            Err(e) => {
+                if e.is_unavailable() {
+                    tracing::warn!(path = parts.uri.path(), error = %e, "upload refused");
+                }
+                error_response(&HttpError::Write(e))
+            }
+        };
+        response
+            .headers_mut()
+            .insert(WORKER_HEADER, self.worker.clone());
+        response
+    }
+
+    fn path(&self, parts: &Parts) -> Result<RequestPath, WriteError> {
+        RequestPath::parse(parts.uri.path(), self.show_hidden).map_err(|e| {
+            match HttpError::from(e) {
+                HttpError::NotFound => WriteError::Forbidden,
+                _ => WriteError::BadRequest("invalid request path"),
+            }
+        })
+    }
+
+    async fn put<B>(&self, parts: &Parts, body: B) -> Result<Response<Body>, WriteError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let path = self.path(parts)?;
+        let Some(name) = path.file_name().filter(|_| !path.trailing_slash()) else {
+            return Err(WriteError::IsDirectory);
+        };
+        check_name(name, self.show_hidden)?;
+        let limit = self.writer.settings.max_upload_size;
+        let length = content_length(&parts.headers)?;
+        let none_match = if_none_match_star(&parts.headers);
+        let range = match parts.headers.get(header::CONTENT_RANGE) {
+            None => None,
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(ContentRange::parse)
+                    .ok_or(WriteError::BadRequest("unusable Content-Range"))?,
+            ),
+        };
+        if let Some(range) = range
+            && range.total() > limit
+        {
+            return Err(WriteError::TooLarge { limit });
+        }
+        if let (None, Some(length)) = (range, length)
+            && length > limit
+        {
+            return Err(WriteError::TooLarge { limit });
+        }
+        // Step 1, before anything is reserved.
+        let root = Arc::clone(&self.writer.root);
+        let rel_dir = parent_of(&path);
+        let file_name = name.to_owned();
+        let target = blocking(move || target::resolve(&root, &rel_dir, &file_name)).await?;
+        let location = parts.uri.path().to_owned();
+
+        match range {
+            None => {
+                let bytes = length.unwrap_or(limit);
+                let mut reservation = Grant::reserve_upload(&self.writer.broker, bytes).await?;
+                let mut source = BodySource {
+                    body,
+                    read: 0,
+                    limit: bytes,
+                    expected: length,
+                };
+                let published = write_file(
+                    &self.writer,
+                    &target,
+                    &mut reservation,
+                    none_match,
+                    &mut source,
+                )
+                .await?;
+                Ok(written(published, &location))
+            }
+            Some(ContentRange::Query { total }) => {
+                let ttl = self.writer.settings.partial_ttl;
+                let have = blocking(move || partial::held(&target, total, ttl)).await?;
+                Ok(resume_incomplete(have))
+            }
+            Some(ContentRange::Chunk { start, end, total }) => {
+                let len = end - start + 1;
+                if length.is_some_and(|l| l != len) {
+                    return Err(WriteError::BadRequest(
+                        "Content-Length differs from the Content-Range",
+                    ));
+                }
+                let mut source = BodySource {
+                    body,
+                    read: 0,
+                    limit: len,
+                    expected: Some(len),
+                };
+                match partial::chunk(
+                    &self.writer,
+                    target,
+                    (start, end, total),
+                    none_match,
+                    &mut source,
+                )
+                .await?
+                {
+                    ChunkOutcome::Incomplete { have } => Ok(resume_incomplete(have)),
+                    ChunkOutcome::Complete(published) => Ok(written(published, &location)),
+                }
+            }
+        }
+    }
+
+    async fn post<B>(&self, parts: &Parts, body: B) -> Result<Response<Body>, WriteError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let path = self.path(parts)?;
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .ok_or(WriteError::UnsupportedMediaType)?;
+        let parser = Parser::new(&multipart::boundary(content_type)?)?;
+        let limit = self.writer.settings.max_upload_size;
+        let length = content_length(&parts.headers)?;
+        if length.is_some_and(|l| l > limit) {
+            return Err(WriteError::TooLarge { limit });
+        }
+        // Step 1 for the directory every file goes to.
+        let root = Arc::clone(&self.writer.root);
+        let rel_dir = path.relative();
+        let dir_check = rel_dir.clone();
+        blocking(move || match root.metadata(&dir_check) {
+            Ok(meta) if meta.is_dir() => Ok(()),
+            Ok(_) => Err(WriteError::NotADirectory),
+            Err(e) => Err(WriteError::from_resolve(e)),
+        })
+        .await?;
+        // One reservation for the whole form, taken before a byte of it is read: its
+        // bound is the body's, framing included.
+        let bytes = length.unwrap_or(limit);
+        let mut reservation = Grant::reserve_upload(&self.writer.broker, bytes).await?;
+        let mut form = Form {
+            parser,
+            body: BodySource {
+                body,
+                read: 0,
+                limit: bytes,
+                expected: length,
+            },
+        };
+        let mut files = 0;
+        loop {
+            match form.next_event().await? {
+                Event::End => break,
+                Event::Part(headers) => {
+                    let Some(filename) = headers.filename.filter(|f| !f.is_empty()) else {
+                        // A plain field (or an empty file input): read past it.
+                        while !matches!(form.next_event().await?, Event::PartEnd) {}
+                        continue;
+                    };
+                    let name = multipart::basename(&filename).to_owned();
+                    check_name(&name, self.show_hidden)?;
+                    let root = Arc::clone(&self.writer.root);
+                    let rel = rel_dir.clone();
+                    let target = blocking(move || target::resolve(&root, &rel, &name)).await?;
+                    // Files are published one by one, each under its own lease; a
+                    // failure leaves the earlier ones in place and answers the failure.
+                    write_file(
+                        &self.writer,
+                        &target,
+                        &mut reservation,
+                        false,
+                        &mut PartSource(&mut form),
+                    )
+                    .await?;
+                    files += 1;
+                }
+                Event::Data(_) | Event::PartEnd => {
+                    return Err(WriteError::BadRequest("malformed multipart body"));
+                }
+            }
+        }
+        if files == 0 {
+            return Err(WriteError::BadRequest("the form holds no file"));
+        }
+        Response::builder()
+            .status(StatusCode::SEE_OTHER)
+            .header(header::LOCATION, path.dir_href())
+            .header(header::CONTENT_LENGTH, 0)
+            .body(body::empty())
+            .map_err(|e| WriteError::Io(std::io::Error::other(e)))
+    }
+}
+
+/// The parent directory of a file path, relative to the root.
+fn parent_of(path: &RequestPath) -> PathBuf {
+    let segments = path.segments();
+    let dir: PathBuf = segments[..segments.len().saturating_sub(1)]
+        .iter()
+        .collect();
+    if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, WriteError> {
+    match headers.get(header::CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .map(Some)
+            .ok_or(WriteError::BadRequest("invalid Content-Length")),
+    }
+}
+
+/// `If-None-Match: *`: create only, never replace.
+fn if_none_match_star(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim() == "*")
+}
+
+fn written(published: Published, location: &str) -> Response<Body> {
+    let mut response = Response::new(body::empty());
+    match published {
+        Published::Created => {
+            *response.status_mut() = StatusCode::CREATED;
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+            if let Ok(location) = HeaderValue::from_str(location) {
+                headers.insert(header::LOCATION, location);
+            }
+        }
+        // 204 carries no Content-Length (RFC 9110 §8.6).
+        Published::Replaced => *response.status_mut() = StatusCode::NO_CONTENT,
+    }
+    response
+}
+
+/// `308` with the bytes held, the resumable-upload convention: `Range: bytes=0-N`, or no
+/// `Range` when nothing is held.
+fn resume_incomplete(have: u64) -> Response<Body> {
+    let mut response = Response::new(body::empty());
+    *response.status_mut() = StatusCode::PERMANENT_REDIRECT;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+    if have > 0
+        && let Ok(value) = HeaderValue::from_str(&format!("bytes=0-{}", have - 1))
+    {
+        headers.insert(header::RANGE, value);
+    }
+    response
+}

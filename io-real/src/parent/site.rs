@@ -1,0 +1,284 @@
+//! The serving options, checked and prepared once by the parent before anything is bound:
+//! `--auth` values are parsed, the TLS identity is loaded from `--tls-cert/--tls-key` or
+//! generated for `--tls-self-signed`, and everything is turned into what each worker is
+//! started with ([`WorkerSite`]). Doing it here, once, is what makes every worker present
+//! the same certificate, and makes a bad certificate a configuration error (exit 2) that
+//! names its flag instead of a startup failure of every worker.
+
+use std::net::IpAddr;
+
+use sha2::{Digest, Sha256};
+
+use super::spawn::WorkerSite;
+use crate::cli::SiteArgs;
+use crate::http::policy::Credential;
+use crate::tls::{Identity, TlsError};
+use crate::worker::setup::{Setup, TlsPem};
+
+/// One problem with the serving options, reported like a core validation issue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteIssue {
+    /// The flag at fault.
+    pub flag: &'static str,
+    pub message: String,
+}
+
+/// The serving options, ready to hand to workers.
+#[derive(Debug)]
+pub struct PreparedSite {
+    pub worker: WorkerSite,
+    /// `sha256` fingerprint of the leaf certificate, `AB:CD:…`, when serving TLS.
+    pub fingerprint: Option<String>,
+    /// Subject alternative names of a generated certificate.
+    pub self_signed_names: Vec<String>,
+    pub auth_users: usize,
+}
+
+impl PreparedSite {
+    pub fn scheme(&self) -> &'static str {
+        if self.worker.tls { "https" } else { "http" }
+    }
+}
+
+/// Check and prepare the serving options; every issue at once.
+pub fn prepare(
+    args: &SiteArgs,
+    show_hidden: bool,
+    bind: &[IpAddr],
+) -> Result<PreparedSite, Vec<SiteIssue>> {
+    let mut issues = Vec::new();
+    for (i, value) in args.auth.iter().enumerate() {
+        if let Err(e) = value.parse::<Credential>() {
+            // The value itself is never echoed: it may be a password.
+            issues.push(SiteIssue {
+                flag: "--auth",
+                message: format!("entry {} of {}: {e}", i + 1, args.auth.len()),
+            });
+        }
+    }
+    let mut self_signed_names = Vec::new();
+    let identity = if args.tls_self_signed {
+        self_signed_names = self_signed_names_for(bind);
+        match Identity::self_signed(&self_signed_names) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                issues.push(SiteIssue {
+                    flag: "--tls-self-signed",
+                    message: e.to_string(),
+                });
+                None
+            }
+        }
+    } else if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let loaded = Identity::from_files(cert, key).and_then(|id| {
+            // Validated here so that a bad pair stops us before binding.
+            id.server_config().map(|_| id)
+        });
+        match loaded {
+            Ok(id) => Some(id),
+            Err(e) => {
+                issues.push(SiteIssue {
+                    flag: flag_of(&e, &cert.display().to_string()),
+                    message: e.to_string(),
+                });
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if !issues.is_empty() {
+        return Err(issues);
+    }
+    let fingerprint = identity.as_ref().and_then(|id| {
+        let leaf = id.certificates().ok()?.into_iter().next()?;
+        Some(fingerprint(&leaf))
+    });
+    let setup = Setup {
+        tls: identity.map(|id| TlsPem {
+            cert_pem: id.cert_pem,
+            key_pem: id.key_pem,
+        }),
+        auth: args.auth.clone(),
+    };
+    let default_compress = crate::http::SiteConfig::default().max_compress_size;
+    Ok(PreparedSite {
+        worker: WorkerSite {
+            show_hidden,
+            tls: setup.tls.is_some(),
+            cors: args.cors,
+            spa: args.spa,
+            cache: args.cache,
+            no_security_headers: args.no_security_headers,
+            hsts: args.hsts,
+            max_compress_size: (args.max_compress_size != default_compress)
+                .then_some(args.max_compress_size),
+            setup_frame: setup.encode(),
+        },
+        fingerprint,
+        self_signed_names,
+        auth_users: args.auth.len(),
+    })
+}
+
+/// Which flag a TLS loading error is about.
+fn flag_of(e: &TlsError, cert_source: &str) -> &'static str {
+    match e {
+        TlsError::Read { what, .. } if *what == "certificate" => "--tls-cert",
+        TlsError::Read { .. } => "--tls-key",
+        TlsError::NoCertificate { .. } | TlsError::BadCertificate { .. } => "--tls-cert",
+        TlsError::Pem { source_name, .. } if source_name == cert_source => "--tls-cert",
+        TlsError::NoPrivateKey { .. }
+        | TlsError::EncryptedKey { .. }
+        | TlsError::UnsupportedKey { .. }
+        | TlsError::Pem { .. } => "--tls-key",
+        TlsError::KeyMismatch { .. } => "--tls-key",
+        _ => "--tls-cert",
+    }
+}
+
+/// `AB:CD:…` of the SHA-256 of a certificate's DER, as browsers show it.
+pub fn fingerprint(der: &[u8]) -> String {
+    Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The names a generated certificate covers: `localhost`, the loopback addresses, every
+/// specific bind address, and — when binding a wildcard address, the only case in which
+/// other machines can reach us — this machine's non-loopback addresses and host name.
+pub fn self_signed_names_for(bind: &[IpAddr]) -> Vec<String> {
+    let mut ips: Vec<IpAddr> = vec![
+        IpAddr::from([127, 0, 0, 1]),
+        IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    ];
+    let mut names = vec!["localhost".to_owned()];
+    for ip in bind {
+        if ip.is_unspecified() {
+            ips.extend(local_addresses());
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default();
+            if !host.is_empty()
+                && host != "localhost"
+                && rustls::pki_types::DnsName::try_from(host.as_str()).is_ok()
+            {
+                names.push(host);
+            }
+        } else {
+            ips.push(*ip);
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    ips.retain(|ip| seen.insert(*ip));
+    names.extend(ips.iter().map(IpAddr::to_string));
+    names.dedup();
+    names
+}
+
+/// This machine's non-loopback, non-link-local addresses, read from `/proc` (no
+/// `getifaddrs` without `unsafe`); none where `/proc` does not have them.
+fn local_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    // IPv4: in fib_trie each local address is a `|-- A.B.C.D` line followed by a
+    // `/32 host LOCAL` line.
+    if let Ok(trie) = std::fs::read_to_string("/proc/net/fib_trie") {
+        let mut last: Option<IpAddr> = None;
+        for line in trie.lines() {
+            let line = line.trim();
+            if let Some(addr) = line.strip_prefix("|-- ") {
+                last = addr.parse().ok();
+            } else if line.contains("/32 host LOCAL")
+                && let Some(ip) = last
+                && !ip.is_loopback()
+            {
+                out.push(ip);
+            }
+        }
+    }
+    // IPv6: 32 hex digits, interface index, prefix length, scope (0 = global), flags, name.
+    if let Ok(table) = std::fs::read_to_string("/proc/net/if_inet6") {
+        for line in table.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 4 || fields[3] != "00" || fields[0].len() != 32 {
+                continue;
+            }
+            let Ok(bits) = u128::from_str_radix(fields[0], 16) else {
+                continue;
+            };
+            let ip = IpAddr::from(std::net::Ipv6Addr::from(bits));
+            if !ip.is_loopback() {
+                out.push(ip);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn site_args() -> SiteArgs {
+        SiteArgs {
+            tls_cert: None,
+            tls_key: None,
+            tls_self_signed: false,
+            auth: Vec::new(),
+            cors: false,
+            spa: false,
+            cache: None,
+            no_security_headers: false,
+            hsts: false,
+            max_compress_size: crate::http::SiteConfig::default().max_compress_size,
+        }
+    }
+
+    #[test]
+    fn names_cover_loopback_and_specific_binds() {
+        let names = self_signed_names_for(&["10.1.2.3".parse().expect("ip")]);
+        for n in ["localhost", "127.0.0.1", "::1", "10.1.2.3"] {
+            assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+        }
+        let wild = self_signed_names_for(&["0.0.0.0".parse().expect("ip")]);
+        assert!(!wild.iter().any(|x| x == "0.0.0.0"), "{wild:?}");
+        Identity::self_signed(&wild).expect("every name is usable");
+    }
+
+    #[test]
+    fn bad_auth_and_tls_files_name_their_flag_without_echoing_secrets() {
+        let mut args = site_args();
+        args.auth = vec![
+            "alice:secret".into(),
+            "bob".into(),
+            "carol:sha256:xyz".into(),
+        ];
+        args.tls_cert = Some(PathBuf::from("/nonexistent/c.pem"));
+        args.tls_key = Some(PathBuf::from("/nonexistent/k.pem"));
+        let issues = prepare(&args, false, &[]).expect_err("invalid");
+        let flags: Vec<_> = issues.iter().map(|i| i.flag).collect();
+        assert_eq!(flags, ["--auth", "--auth", "--tls-cert"], "{issues:?}");
+        assert!(!format!("{issues:?}").contains("secret"));
+    }
+
+    #[test]
+    fn self_signed_prepares_a_setup_with_the_identity() {
+        let mut args = site_args();
+        args.tls_self_signed = true;
+        args.auth = vec!["a:b".into()];
+        let site = prepare(&args, true, &["127.0.0.1".parse().expect("ip")]).expect("valid");
+        assert_eq!(site.scheme(), "https");
+        assert!(site.fingerprint.as_ref().is_some_and(|f| f.len() == 95));
+        let setup = Setup::read_from(&site.worker.setup_frame[..]).expect("decodes");
+        assert!(setup.tls.is_some());
+        assert_eq!(setup.auth, ["a:b"]);
+        assert!(
+            site.worker.max_compress_size.is_none(),
+            "defaults are not passed"
+        );
+    }
+}

@@ -1,0 +1,149 @@
+//! The write flow's command line: the parent's upload flags ([`UploadArgs`], flattened
+//! into `servery`'s options) and what a worker is started with ([`UploadWorkerArgs`],
+//! flattened into `servery __worker`'s).
+//!
+//! The global budgets (`--max-active-uploads`, `--max-upload-bytes`,
+//! `--max-partial-uploads`) and the broker's reply timeout are `RawConfig.broker` fields:
+//! the parent's broker enforces them for the whole service, never per worker. The rest
+//! shapes how each worker writes and is passed to it on its command line (nothing here is
+//! secret).
+
+use std::time::Duration;
+
+use clap::Args;
+use servery_core::ValidConfig;
+use servery_core::config::RawBroker;
+
+use super::WriteSettings;
+use crate::http::upload::UploadConfig;
+use crate::worker::broker::BrokerHandle;
+
+fn broker() -> RawBroker {
+    RawBroker::default()
+}
+
+fn non_negative_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("expected a number of seconds >= 0, got `{s}`")),
+    }
+}
+
+/// Uploads (`--upload`) and their global budgets.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Uploads (budgets are global, owned by the parent's broker)")]
+pub struct UploadArgs {
+    /// Accept uploads: `PUT /path` (resumable with Content-Range) and multipart/form-data
+    /// `POST` to a directory. Works with any number of workers: writes to one target
+    /// serialize through the parent's lease table.
+    #[arg(long, env = "SERVERY_UPLOAD", value_parser = clap::builder::BoolishValueParser::new())]
+    pub upload: bool,
+    /// Let uploads replace existing files (off: 409 Conflict).
+    #[arg(long, env = "SERVERY_ALLOW_OVERWRITE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_overwrite: bool,
+    /// Largest single upload in bytes [default: --max-upload-bytes].
+    #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_UPLOAD_SIZE")]
+    pub max_upload_size: Option<u64>,
+    /// How long an upload waits for a target another upload is writing (0: 409 at once).
+    #[arg(long, value_name = "SECS", env = "SERVERY_WRITE_LOCK_TIMEOUT", default_value_t = 0.0, value_parser = non_negative_secs)]
+    pub write_lock_timeout: f64,
+    /// Uploads in progress at once, service-wide; more get 503 before their body is read.
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_ACTIVE_UPLOADS", default_value_t = broker().max_active_uploads, allow_negative_numbers = true)]
+    pub max_active_uploads: i64,
+    /// Bytes reserved by uploads in progress at once, service-wide.
+    #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_UPLOAD_BYTES", default_value_t = broker().max_upload_bytes, allow_negative_numbers = true)]
+    pub max_upload_bytes: i64,
+    /// Resumable uploads held at once, service-wide.
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_PARTIAL_UPLOADS", default_value_t = broker().max_partial_uploads, allow_negative_numbers = true)]
+    pub max_partial_uploads: i64,
+    /// How long a worker waits for the broker's answer before failing the request (503).
+    #[arg(long, value_name = "SECS", env = "SERVERY_BROKER_REPLY_TIMEOUT", default_value_t = broker().reply_timeout, allow_negative_numbers = true)]
+    pub broker_reply_timeout: f64,
+}
+
+impl UploadArgs {
+    /// Writes the global budgets and the feature into `raw`.
+    pub fn apply(&self, raw: &mut servery_core::RawConfig) {
+        raw.features.uploads = self.upload;
+        raw.broker.max_active_uploads = self.max_active_uploads;
+        raw.broker.max_upload_bytes = self.max_upload_bytes;
+        raw.broker.max_partial_uploads = self.max_partial_uploads;
+        raw.broker.reply_timeout = self.broker_reply_timeout;
+    }
+
+    /// The worker arguments for a validated configuration; empty when uploads are off.
+    pub fn worker_args(&self, config: &ValidConfig) -> Vec<String> {
+        if !self.upload {
+            return Vec::new();
+        }
+        let b = config.broker();
+        // A single upload can never be larger than the global byte budget.
+        let max = self
+            .max_upload_size
+            .unwrap_or(u64::MAX)
+            .min(b.max_upload_bytes());
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).to_string();
+        let mut args = vec![
+            "--upload".to_owned(),
+            "--max-upload-size".to_owned(),
+            max.to_string(),
+            "--write-lock-timeout-ms".to_owned(),
+            ms(Duration::from_secs_f64(self.write_lock_timeout)),
+            "--broker-queue-capacity".to_owned(),
+            b.queue_capacity().to_string(),
+            "--broker-reply-timeout-ms".to_owned(),
+            ms(b.reply_timeout()),
+            "--partial-ttl-ms".to_owned(),
+            ms(b.partial_ttl()),
+        ];
+        if self.allow_overwrite {
+            args.push("--allow-overwrite".to_owned());
+        }
+        args
+    }
+}
+
+/// How a worker writes, as the parent starts it.
+#[derive(Debug, Clone, Args)]
+pub struct UploadWorkerArgs {
+    #[arg(long)]
+    pub upload: bool,
+    #[arg(long)]
+    pub allow_overwrite: bool,
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_upload_size: u64,
+    #[arg(long, default_value_t = 0)]
+    pub write_lock_timeout_ms: u64,
+    #[arg(long, default_value_t = 64)]
+    pub broker_queue_capacity: u32,
+    #[arg(long, default_value_t = 2000)]
+    pub broker_reply_timeout_ms: u64,
+    #[arg(long, default_value_t = 24 * 3600 * 1000)]
+    pub partial_ttl_ms: u64,
+}
+
+impl UploadWorkerArgs {
+    /// The broker client's outstanding-request bound and reply timeout.
+    pub fn broker_client(&self) -> (u32, Duration) {
+        (
+            self.broker_queue_capacity.max(1),
+            Duration::from_millis(self.broker_reply_timeout_ms),
+        )
+    }
+
+    /// The site's upload configuration, when uploads are on.
+    pub fn config(&self, worker_id: u64, broker: &BrokerHandle) -> Option<UploadConfig> {
+        // The broker round-trip measurement, when asked for (docs/benchmarks.md).
+        broker.spawn_bench_from_env(worker_id);
+        self.upload.then(|| UploadConfig {
+            settings: WriteSettings {
+                worker_id,
+                allow_overwrite: self.allow_overwrite,
+                max_upload_size: self.max_upload_size,
+                write_lock_timeout: Duration::from_millis(self.write_lock_timeout_ms),
+                partial_ttl: Duration::from_millis(self.partial_ttl_ms),
+            },
+            broker: broker.clone(),
+        })
+    }
+}

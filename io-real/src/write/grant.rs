@@ -1,0 +1,190 @@
+//! Step 2 and step 5: broker grants held as guards. A [`Grant`] gives itself back from
+//! `Drop` (synchronously, never refused), so a lease or reservation cannot outlive the
+//! request that holds it, whichever way the request ends.
+
+use std::time::Duration;
+
+use servery_core::LeaseId;
+use servery_core::proto::{BrokerReply, BrokerRequest, Rejection, TargetKey};
+
+use super::WriteError;
+use crate::worker::broker::BrokerHandle;
+
+/// Renew a grant once this fraction of its lifetime has passed: with a third, two renewals
+/// can fail or be slow before it lapses.
+const RENEW_DIVISOR: u32 = 3;
+
+/// Pauses between attempts on a busy target while waiting up to the write-lock timeout.
+/// The broker has no wait queue, so a waiting writer asks again; the pause doubles to
+/// keep a long wait from costing the parent more than a few requests a second.
+const FIRST_PAUSE: Duration = Duration::from_millis(5);
+const MAX_PAUSE: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Lease,
+    Reservation,
+    Partial,
+}
+
+/// A lease, an upload reservation or a partial-upload reservation, released on drop.
+#[derive(Debug)]
+pub struct Grant {
+    broker: BrokerHandle,
+    id: LeaseId,
+    kind: Kind,
+    ttl: Duration,
+    renewed: tokio::time::Instant,
+    held: bool,
+}
+
+fn unexpected(reply: &BrokerReply) -> WriteError {
+    tracing::error!(?reply, "unexpected broker reply");
+    WriteError::Io(std::io::Error::other("unexpected broker reply"))
+}
+
+fn rejected(rejection: Rejection, limit: u64) -> WriteError {
+    match rejection {
+        Rejection::Busy => WriteError::Busy,
+        Rejection::Saturated => WriteError::Saturated,
+        Rejection::TooLarge => WriteError::TooLarge { limit },
+        Rejection::NotFound | Rejection::NotOwner | Rejection::Revoked => WriteError::LeaseLost,
+    }
+}
+
+impl Grant {
+    fn new(broker: &BrokerHandle, kind: Kind, id: LeaseId, expires_in_ms: u64) -> Grant {
+        Grant {
+            broker: broker.clone(),
+            id,
+            kind,
+            ttl: Duration::from_millis(expires_in_ms),
+            renewed: tokio::time::Instant::now(),
+            held: true,
+        }
+    }
+
+    /// The broker's ID of this grant.
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+
+    /// Reserve one active upload of at most `bytes` against the global budgets.
+    pub async fn reserve_upload(broker: &BrokerHandle, bytes: u64) -> Result<Grant, WriteError> {
+        match broker
+            .call(BrokerRequest::ReserveUpload { bytes })
+            .await
+            .map_err(WriteError::Broker)?
+        {
+            BrokerReply::Granted { id, expires_in_ms } => {
+                Ok(Grant::new(broker, Kind::Reservation, id, expires_in_ms))
+            }
+            BrokerReply::Rejected(r) => Err(rejected(r, bytes)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The exclusive right to publish `key`. A busy target is retried until `wait` has
+    /// passed (zero: not at all), then answered [`WriteError::Busy`].
+    pub async fn lease(
+        broker: &BrokerHandle,
+        key: &TargetKey,
+        wait: Duration,
+    ) -> Result<Grant, WriteError> {
+        let give_up = tokio::time::Instant::now() + wait;
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let reply = broker
+                .call(BrokerRequest::AcquireLease { key: key.clone() })
+                .await
+                .map_err(WriteError::Broker)?;
+            match reply {
+                BrokerReply::Granted { id, expires_in_ms } => {
+                    return Ok(Grant::new(broker, Kind::Lease, id, expires_in_ms));
+                }
+                BrokerReply::Rejected(Rejection::Busy) => {
+                    let now = tokio::time::Instant::now();
+                    if now >= give_up {
+                        return Err(WriteError::Busy);
+                    }
+                    tokio::time::sleep(pause.min(give_up - now)).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
+                }
+                BrokerReply::Rejected(r) => return Err(rejected(r, 0)),
+                other => return Err(unexpected(&other)),
+            }
+        }
+    }
+
+    /// Take part in (or start) the resumable upload of `key`: adopt the broker's partial
+    /// reservation for it, or make one for `total` bytes when there is none.
+    /// `Ok(None)` means another live worker owns it (see [`super::partial`]).
+    pub async fn partial(
+        broker: &BrokerHandle,
+        key: &TargetKey,
+        total: u64,
+        adopt: bool,
+    ) -> Result<Option<Grant>, WriteError> {
+        let request = if adopt {
+            BrokerRequest::AdoptPartial { key: key.clone() }
+        } else {
+            BrokerRequest::ReservePartial {
+                key: key.clone(),
+                bytes: total,
+            }
+        };
+        match broker.call(request).await.map_err(WriteError::Broker)? {
+            BrokerReply::Granted { id, expires_in_ms } => {
+                Ok(Some(Grant::new(broker, Kind::Partial, id, expires_in_ms)))
+            }
+            BrokerReply::Rejected(Rejection::Busy) => Ok(None),
+            BrokerReply::Rejected(Rejection::NotFound) if adopt => Err(WriteError::LeaseLost),
+            BrokerReply::Rejected(r) => Err(rejected(r, total)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Push the expiry of a lease or reservation forward once a third of it has passed,
+    /// so a long upload keeps what it holds. A grant the broker no longer knows (expired
+    /// during a stall, or revoked) ends the write. Partial reservations are refreshed by
+    /// the next chunk instead (the broker renews them on adoption).
+    pub async fn renew_if_due(&mut self) -> Result<(), WriteError> {
+        if self.kind == Kind::Partial || self.renewed.elapsed() < self.ttl / RENEW_DIVISOR {
+            return Ok(());
+        }
+        match self
+            .broker
+            .call(BrokerRequest::RenewLease { id: self.id })
+            .await
+            .map_err(WriteError::Broker)?
+        {
+            BrokerReply::Granted { expires_in_ms, .. } => {
+                self.ttl = Duration::from_millis(expires_in_ms);
+                self.renewed = tokio::time::Instant::now();
+                Ok(())
+            }
+            BrokerReply::Rejected(_) => Err(WriteError::LeaseLost),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Keep the grant past this guard: a partial reservation stays in the broker between
+    /// chunks, owned by this worker until another one takes it over or it completes.
+    pub fn keep(mut self) {
+        self.held = false;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        let id = self.id;
+        self.broker.release(match self.kind {
+            Kind::Lease => BrokerRequest::ReleaseLease { id },
+            Kind::Reservation => BrokerRequest::ReleaseReservation { id },
+            Kind::Partial => BrokerRequest::ReleasePartial { id },
+        });
+    }
+}

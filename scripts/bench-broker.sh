@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Broker figures for docs/benchmarks.md ("Broker"), loopback only, bounded in time:
+#  1. lease acquire + release round trip over the real control channel, measured inside a
+#     real worker (SERVERY_BENCH_BROKER=N: the worker times N awaited AcquireLease +
+#     ReleaseLease pairs through the parent's driver loop and prints the distribution);
+#  2. upload throughput (wrk, 64 KiB PUTs) with --workers 1 and --workers 2.
+# Usage: scripts/bench-broker.sh [ROUNDS] [SECONDS]   (needs wrk; builds --release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS="${1:-20000}"
+SECONDS_RUN="${2:-8}"
+cargo build --release -q -p servery
+BIN="$PWD/target/release/servery"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+wait_line() { # file pattern bound
+    local end=$((SECONDS + $3))
+    until grep -q "$2" "$1"; do
+        ((SECONDS < end)) || { echo "timed out waiting for $2" >&2; cat "$1" >&2; return 1; }
+        sleep 0.1
+    done
+}
+
+echo "== broker round trip ($ROUNDS rounds, --workers 1)"
+mkdir -p "$WORK/rtt"
+SERVERY_BENCH_BROKER="$ROUNDS" "$BIN" "$WORK/rtt" --port 0 --control-socket "$WORK/rtt.sock" \
+    >"$WORK/rtt.out" 2>"$WORK/rtt.err" &
+wait_line "$WORK/rtt.err" "broker-bench" 120
+grep -o "broker-bench.*" "$WORK/rtt.err"
+"$BIN" ctl --socket "$WORK/rtt.sock" stop >/dev/null
+wait
+
+for workers in 1 2; do
+    echo "== upload throughput, --workers $workers (wrk -t2 -c8 -d${SECONDS_RUN}s, 64 KiB PUT)"
+    mkdir -p "$WORK/up$workers/up"
+    "$BIN" "$WORK/up$workers" --port 0 --workers "$workers" --upload --allow-overwrite \
+        --control-socket "$WORK/up$workers.sock" >"$WORK/up$workers.out" 2>"$WORK/up$workers.err" &
+    wait_line "$WORK/up$workers.out" "servery: ready" 30
+    url=$(grep -o "http://[0-9.:]*/" "$WORK/up$workers.out" | head -1)
+    wrk -t2 -c8 -d"${SECONDS_RUN}s" -s scripts/bench-upload.lua "$url" -- 65536 |
+        grep -E "Requests/sec|Transfer/sec|Non-2xx|Latency"
+    "$BIN" ctl --socket "$WORK/up$workers.sock" stop >/dev/null
+    wait
+done

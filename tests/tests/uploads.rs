@@ -1,0 +1,734 @@
+//! Uploads against the real binary with several workers: the parent's broker makes
+//! writes to one target serialize across processes, a killed lease holder gives
+//! everything back within a second, a killed parent publishes nothing, saturation answers
+//! 503 before the body is read, and a resumable upload survives its client and its worker.
+//!
+//! Every wait is on an observable condition (a status field, a file, a response) with a
+//! bound; the only sleeps are [`wait_until`]'s polling.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use servery_tests::serde_json::Value;
+use servery_tests::{FAST, Server, Sig, Tree, alive, signal_pid, wait_until, worker_pids};
+
+// ---------------------------------------------------------------------------------------
+// A small HTTP/1.1 client that can stop in the middle of a body.
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn worker(&self) -> Option<u64> {
+        self.header("x-servery-worker")?.parse().ok()
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        stream
+            .set_write_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let _ = stream.set_nodelay(true);
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// One response; leftover bytes stay for the next.
+    fn response(&mut self) -> Result<Reply, String> {
+        let end = loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            self.fill()?;
+        };
+        let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+        self.buf.drain(..end + 4);
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad status line in {head:?}"))?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let length = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        while self.buf.len() < length {
+            self.fill()?;
+        }
+        let body = self.buf.drain(..length).collect();
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    fn fill(&mut self) -> Result<(), String> {
+        let mut chunk = [0u8; 16 * 1024];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => Err("connection closed".into()),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(())
+            }
+            Err(e) => Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// A request head with a `Content-Length`.
+fn head(method: &str, path: &str, length: usize, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut h = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {length}\r\n");
+    for (k, v) in extra {
+        h.push_str(&format!("{k}: {v}\r\n"));
+    }
+    h.push_str("\r\n");
+    h.into_bytes()
+}
+
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> Reply {
+    let mut c = Conn::open(addr);
+    let mut bytes = head(method, path, body.len(), extra);
+    bytes.extend_from_slice(body);
+    c.send(&bytes).expect("send");
+    c.response()
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+fn put(addr: SocketAddr, path: &str, body: &[u8]) -> Reply {
+    request(addr, "PUT", path, body, &[])
+}
+
+fn get(addr: SocketAddr, path: &str) -> Reply {
+    request(addr, "GET", path, b"", &[])
+}
+
+/// Distinct, position-dependent content, so a torn or interleaved file cannot pass for
+/// a whole one.
+fn body(tag: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(u32::from(tag) * 97) as u8
+                ^ tag
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Observations
+
+fn broker(server: &Server) -> Value {
+    server.status()["broker"].clone()
+}
+
+fn lease_count(b: &Value) -> usize {
+    b["leases"].as_array().map_or(usize::MAX, Vec::len)
+}
+
+fn reservations(b: &Value) -> u64 {
+    b["reservations"]["count"].as_u64().unwrap_or(u64::MAX)
+}
+
+/// Every `.servery-tmp-*` file under `root`.
+fn temp_files(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(entry.path());
+            } else if name.starts_with(".servery-tmp-") {
+                found.push(entry.path().display().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Every lease and reservation given back. Releases are sent without waiting for an
+/// answer (before the response), so the parent may see them a moment after the client
+/// sees its answer: wait, with a bound.
+fn wait_released(server: &Server) -> Value {
+    wait_until(
+        Duration::from_secs(5),
+        "every lease and reservation released",
+        || {
+            let b = broker(server);
+            (lease_count(&b) == 0 && reservations(&b) == 0).then_some(b)
+        },
+    )
+    .0
+}
+
+fn pid_of(status: &Value, worker: u64) -> Option<u32> {
+    status["workers"]
+        .as_array()?
+        .iter()
+        .find(|w| w["id"].as_u64() == Some(worker))?["pid"]
+        .as_u64()
+        .map(|p| p as u32)
+}
+
+fn start(tree: &Tree, workers: u32, extra: &[&str]) -> Server {
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.push("--upload");
+    args.extend_from_slice(extra);
+    let server = Server::start(tree, workers, &args, &[]);
+    server.wait_ready(workers as usize, Duration::from_secs(30));
+    server
+}
+
+/// A connection that has sent the head and `sent` bytes of a `len`-byte PUT, and stalls.
+fn stalled_put(
+    addr: SocketAddr,
+    path: &str,
+    content: &[u8],
+    sent: usize,
+    extra: &[(&str, &str)],
+) -> Conn {
+    let mut c = Conn::open(addr);
+    let mut bytes = head("PUT", path, content.len(), extra);
+    bytes.extend_from_slice(&content[..sent]);
+    c.send(&bytes).expect("send");
+    c
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests
+
+#[test]
+fn put_and_post_write_files_with_the_documented_statuses() {
+    let tree = Tree::new("up-basic");
+    std::fs::create_dir_all(tree.root().join("docs")).expect("mkdir");
+    let server = start(&tree, 2, &["--max-upload-size", "100000"]);
+    let addr = server.addr;
+
+    let r = put(addr, "/docs/a.txt", b"first");
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.header("location"), Some("/docs/a.txt"));
+    assert!(r.worker().is_some(), "every upload answer names its worker");
+    assert_eq!(get(addr, "/docs/a.txt").body, b"first");
+    // Overwriting is off: the file stays as it was.
+    assert_eq!(put(addr, "/docs/a.txt", b"second").status, 409);
+    let r = request(addr, "PUT", "/docs/a.txt", b"x", &[("If-None-Match", "*")]);
+    assert_eq!(r.status, 412);
+    assert_eq!(get(addr, "/docs/a.txt").body, b"first");
+    // No parent directory; a directory target; servery's own names; dot-files while hidden.
+    assert_eq!(put(addr, "/nope/a.txt", b"x").status, 409);
+    assert_eq!(put(addr, "/docs", b"x").status, 409);
+    assert_eq!(put(addr, "/docs/.servery-tmp-1-x", b"x").status, 403);
+    assert_eq!(put(addr, "/docs/.env", b"x").status, 403);
+    assert_eq!(put(addr, "/../escape", b"x").status, 400);
+
+    // Too large: refused from the head alone, before any of the body is sent.
+    let mut c = Conn::open(addr);
+    c.send(&head("PUT", "/docs/huge.bin", 200_000, &[]))
+        .expect("send");
+    let r = c.response().expect("answered without the body");
+    assert_eq!(r.status, 413);
+    // A body longer than announced is cut at the announced length by HTTP itself; a
+    // chunked body past the limit is refused while streaming.
+    let mut c = Conn::open(addr);
+    let mut bytes =
+        b"PUT /docs/chunked.bin HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..30 {
+        bytes.extend_from_slice(format!("{:x}\r\n", 8192).as_bytes());
+        bytes.extend_from_slice(&[b'z'; 8192]);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"0\r\n\r\n");
+    let _ = c.send(&bytes);
+    // The answer comes with body bytes still unread, so the server's close may reset the
+    // connection before the client reads it; what matters is that nothing was written.
+    if let Ok(r) = c.response() {
+        assert_eq!(r.status, 413);
+    }
+    assert!(!tree.root().join("docs/chunked.bin").exists());
+
+    // A multipart form: plain fields are skipped, each file lands in the directory.
+    let boundary = "----servery-test-boundary";
+    let mut form = Vec::new();
+    for (name, filename, content) in [
+        ("note", None, &b"not a file"[..]),
+        ("file", Some("one.txt"), &b"uno"[..]),
+        ("file", Some("C:\\Users\\me\\two.bin"), &body(2, 20_000)[..]),
+    ] {
+        form.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        let mut cd = format!("Content-Disposition: form-data; name=\"{name}\"");
+        if let Some(f) = filename {
+            cd.push_str(&format!("; filename=\"{f}\""));
+        }
+        form.extend_from_slice(format!("{cd}\r\n\r\n").as_bytes());
+        form.extend_from_slice(content);
+        form.extend_from_slice(b"\r\n");
+    }
+    form.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let ct = format!("multipart/form-data; boundary={boundary}");
+    let r = request(addr, "POST", "/docs/", &form, &[("Content-Type", &ct)]);
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/docs/"));
+    assert_eq!(get(addr, "/docs/one.txt").body, b"uno");
+    assert_eq!(get(addr, "/docs/two.bin").body, body(2, 20_000));
+    let r = request(
+        addr,
+        "POST",
+        "/docs/",
+        b"{}",
+        &[("Content-Type", "application/json")],
+    );
+    assert_eq!(r.status, 415);
+
+    assert!(temp_files(&tree.root()).is_empty());
+    wait_released(&server);
+    drop(server);
+
+    // With --allow-overwrite a replacement is 204, and If-None-Match: * still refuses.
+    let server = start(&tree, 2, &["--allow-overwrite"]);
+    assert_eq!(put(server.addr, "/docs/a.txt", b"second").status, 204);
+    assert_eq!(get(server.addr, "/docs/a.txt").body, b"second");
+    let r = request(
+        server.addr,
+        "PUT",
+        "/docs/a.txt",
+        b"x",
+        &[("If-None-Match", "*")],
+    );
+    assert_eq!(r.status, 412);
+}
+
+#[test]
+fn same_target_writes_through_different_workers_serialize() {
+    let tree = Tree::new("up-race");
+    std::fs::create_dir_all(tree.root().join("race")).expect("mkdir");
+    std::fs::create_dir_all(tree.root().join("probe")).expect("mkdir");
+    let server = start(&tree, 2, &[]);
+    let addr = server.addr;
+    const ROUNDS: usize = 1000;
+    const BUDGET: Duration = Duration::from_secs(60);
+    const LEN: usize = 96 * 1024;
+    let started = Instant::now();
+    let mut probes = 0u64;
+    let (mut rounds, mut overlapped) = (0usize, 0usize);
+    let mut pairs = BTreeSet::new();
+    while rounds < ROUNDS && started.elapsed() < BUDGET {
+        // Two keep-alive connections that landed on different workers, as proven by an
+        // upload each (a zero-length file, so the connection stays reusable).
+        let mut by_worker: Vec<(u64, Conn)> = Vec::new();
+        for _ in 0..400 {
+            let mut c = Conn::open(addr);
+            probes += 1;
+            c.send(&head("PUT", &format!("/probe/{probes}"), 0, &[]))
+                .expect("probe");
+            let r = c.response().expect("probe answer");
+            assert_eq!(r.status, 201, "{r:?}");
+            let w = r.worker().expect("worker header");
+            if by_worker.iter().all(|(seen, _)| *seen != w) {
+                by_worker.push((w, c));
+            }
+            if by_worker.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(
+            by_worker.len(),
+            2,
+            "400 connections in a row all reached one worker"
+        );
+        let target = format!("/race/r{rounds}.bin");
+        let barrier = Arc::new(Barrier::new(2));
+        let contenders: Vec<_> = by_worker
+            .into_iter()
+            .enumerate()
+            .map(|(i, (w, mut c))| {
+                let barrier = Arc::clone(&barrier);
+                let content = body(i as u8 + 1, LEN);
+                // `Expect: 100-continue`, as curl sends for large bodies: the loser's 409
+                // comes before it sends its body, so no unread body makes the server's
+                // close a reset that could swallow the answer.
+                let bytes = head("PUT", &target, LEN, &[("Expect", "100-continue")]);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let t0 = Instant::now();
+                    let reply = c
+                        .send(&bytes)
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| c.response())
+                        .and_then(|r| {
+                            if r.status != 100 {
+                                return Ok(r);
+                            }
+                            c.send(&content).map_err(|e| e.to_string())?;
+                            c.response()
+                        });
+                    (w, content, t0, Instant::now(), reply)
+                })
+            })
+            .collect();
+        let results: Vec<_> = contenders
+            .into_iter()
+            .map(|t| t.join().expect("contender"))
+            .collect();
+        let mut statuses = Vec::new();
+        let mut winner = None;
+        for (w, content, _, _, reply) in &results {
+            let reply = reply
+                .as_ref()
+                .unwrap_or_else(|e| panic!("round {rounds}, worker {w}: {e}"));
+            assert_eq!(reply.worker(), Some(*w), "answered by the worker it probed");
+            statuses.push(reply.status);
+            if reply.status == 201 {
+                winner = Some(content.clone());
+            }
+        }
+        statuses.sort_unstable();
+        assert_eq!(statuses, [201, 409], "round {rounds}");
+        let written = std::fs::read(tree.root().join(&target[1..])).expect("published");
+        assert!(
+            Some(&written) == winner.as_ref(),
+            "round {rounds}: the file is not exactly the winner's body ({} bytes)",
+            written.len()
+        );
+        let (a, b) = (&results[0], &results[1]);
+        if a.2 < b.3 && b.2 < a.3 {
+            overlapped += 1;
+        }
+        pairs.insert((a.0.min(b.0), a.0.max(b.0)));
+        rounds += 1;
+    }
+    let elapsed = started.elapsed();
+    eprintln!(
+        "same-target race: {rounds} rounds in {elapsed:.1?}, {overlapped} with both requests in flight at once, worker pairs {pairs:?}, {probes} probe uploads"
+    );
+    assert!(rounds >= 200, "only {rounds} rounds fit in {BUDGET:?}");
+    assert!(
+        overlapped * 2 >= rounds,
+        "too few rounds overlapped: {overlapped}"
+    );
+    assert!(temp_files(&tree.root()).is_empty(), "temp files left");
+    wait_released(&server);
+}
+
+#[test]
+fn a_killed_lease_holder_gives_everything_back_within_a_second() {
+    let tree = Tree::new("up-kill");
+    let server = start(&tree, 2, &[]);
+    let content = body(7, 1 << 20);
+    // Half the body, then silence: the handler holds its reservation, its lease and a
+    // temporary file with what it has read.
+    let _stalled = stalled_put(server.addr, "/slow.bin", &content, content.len() / 2, &[]);
+    let (holder, _) = wait_until(Duration::from_secs(10), "the slow upload's lease", || {
+        let b = broker(&server);
+        let lease = b["leases"].as_array()?.first()?.clone();
+        (lease["key"]["name"] == "slow.bin"
+            && reservations(&b) == 1
+            && !temp_files(&tree.root()).is_empty())
+        .then(|| lease["worker"].as_u64())
+        .flatten()
+    });
+    let status = server.status();
+    let pid = pid_of(&status, holder).expect("holder's pid");
+    signal_pid(pid, Sig::KILL);
+    let killed = Instant::now();
+    let (_, took) = wait_until(
+        Duration::from_secs(5),
+        "lease, reservation and temp file gone",
+        || {
+            let b = broker(&server);
+            (lease_count(&b) == 0 && reservations(&b) == 0 && temp_files(&tree.root()).is_empty())
+                .then_some(())
+        },
+    );
+    let since_kill = killed.elapsed();
+    eprintln!(
+        "killed lease holder w{holder}: everything released {since_kill:.0?} after SIGKILL (observed after {took:.0?})"
+    );
+    assert!(since_kill <= Duration::from_secs(1), "took {since_kill:?}");
+    // The target is free: the next upload to it succeeds (through whichever worker).
+    let r = put(server.addr, "/slow.bin", &content);
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_ne!(r.worker(), Some(holder));
+    assert_eq!(
+        std::fs::read(tree.root().join("slow.bin")).expect("file"),
+        content
+    );
+}
+
+#[test]
+fn a_killed_parent_publishes_no_half_written_file() {
+    let tree = Tree::new("up-parent");
+    let mut server = start(&tree, 2, &[]);
+    let workers = worker_pids(&server.status());
+    let content = body(9, 1 << 20);
+    let mut stalled = stalled_put(server.addr, "/orphan.bin", &content, content.len() / 2, &[]);
+    wait_until(
+        Duration::from_secs(10),
+        "the upload's temporary file",
+        || (!temp_files(&tree.root()).is_empty()).then_some(()),
+    );
+    server.signal(Sig::KILL);
+    server.wait_exit(Duration::from_secs(5));
+    // The rest of the body arrives after the parent is gone: the worker must not publish.
+    let _ = stalled.send(&content[content.len() / 2..]);
+    match stalled.response() {
+        Ok(r) => assert_eq!(r.status, 503, "{r:?}"),
+        Err(e) => eprintln!("the orphaned upload's connection closed without an answer: {e}"),
+    }
+    let (_, took) = wait_until(
+        Duration::from_secs(10),
+        "workers gone and no temp file",
+        || {
+            (workers.iter().all(|p| !alive(*p)) && temp_files(&tree.root()).is_empty())
+                .then_some(())
+        },
+    );
+    eprintln!("parent killed: workers exited and temp files were removed within {took:.0?}");
+    assert!(
+        !tree.root().join("orphan.bin").exists(),
+        "a half-written upload was published"
+    );
+}
+
+#[test]
+fn saturation_answers_503_before_the_body_and_recovers() {
+    let tree = Tree::new("up-sat");
+    // Count: one upload at a time, service-wide.
+    let server = start(&tree, 2, &["--max-active-uploads", "1"]);
+    let holder = body(1, 200_000);
+    let mut first = stalled_put(server.addr, "/first.bin", &holder, 1000, &[]);
+    wait_until(Duration::from_secs(10), "one reservation held", || {
+        (reservations(&broker(&server)) == 1).then_some(())
+    });
+    // Head only: the answer must come without a byte of body.
+    let mut second = Conn::open(server.addr);
+    second
+        .send(&head("PUT", "/second.bin", 10, &[]))
+        .expect("send");
+    let r = second.response().expect("answered before the body");
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(!tree.root().join("second.bin").exists());
+    first.send(&holder[1000..]).expect("rest");
+    assert_eq!(first.response().expect("first").status, 201);
+    // Recovered.
+    assert_eq!(put(server.addr, "/second.bin", b"0123456789").status, 201);
+    drop(first);
+    drop(server);
+
+    // Bytes: 100 000 reserved bytes service-wide.
+    let server = start(
+        &tree,
+        2,
+        &[
+            "--max-upload-bytes",
+            "100000",
+            "--max-upload-size",
+            "100000",
+        ],
+    );
+    let holder = body(2, 60_000);
+    let mut first = stalled_put(server.addr, "/b1.bin", &holder, 1000, &[]);
+    wait_until(Duration::from_secs(10), "60 000 bytes reserved", || {
+        (broker(&server)["reservations"]["bytes"] == 60_000).then_some(())
+    });
+    let mut second = Conn::open(server.addr);
+    second
+        .send(&head("PUT", "/b2.bin", 50_000, &[]))
+        .expect("send");
+    let r = second.response().expect("answered before the body");
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.header("retry-after").is_some());
+    // What still fits is accepted alongside.
+    assert_eq!(put(server.addr, "/b3.bin", &body(3, 40_000)).status, 201);
+    first.send(&holder[1000..]).expect("rest");
+    assert_eq!(first.response().expect("first").status, 201);
+    assert_eq!(put(server.addr, "/b2.bin", &body(4, 50_000)).status, 201);
+    wait_released(&server);
+}
+
+/// `bytes */total`: the bytes held, from the 308's `Range` (0 when none).
+fn held(addr: SocketAddr, path: &str, total: usize) -> u64 {
+    let r = request(
+        addr,
+        "PUT",
+        path,
+        b"",
+        &[("Content-Range", &format!("bytes */{total}"))],
+    );
+    assert_eq!(r.status, 308, "{r:?}");
+    r.header("range").map_or(0, |v| {
+        v.trim_start_matches("bytes=0-")
+            .parse::<u64>()
+            .expect("range")
+            + 1
+    })
+}
+
+fn chunk(addr: SocketAddr, path: &str, content: &[u8], from: usize, to: usize) -> Reply {
+    let range = format!("bytes {from}-{}/{}", to - 1, content.len());
+    request(
+        addr,
+        "PUT",
+        path,
+        &content[from..to],
+        &[("Content-Range", &range)],
+    )
+}
+
+#[test]
+fn an_interrupted_resumable_upload_resumes_from_the_308_range() {
+    let tree = Tree::new("up-resume");
+    let server = start(&tree, 3, &[]);
+    let addr = server.addr;
+    let content = body(5, 300_000);
+    let total = content.len();
+
+    // The client announces everything, sends 100 000 bytes and vanishes.
+    {
+        let range = format!("bytes 0-{}/{total}", total - 1);
+        let c = stalled_put(
+            addr,
+            "/resume.bin",
+            &content,
+            100_000,
+            &[("Content-Range", &range)],
+        );
+        wait_until(Duration::from_secs(10), "the chunk's lease", || {
+            (lease_count(&broker(&server)) == 1).then_some(())
+        });
+        drop(c);
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the interrupted chunk to end",
+        || (lease_count(&broker(&server)) == 0).then_some(()),
+    );
+    let have = held(addr, "/resume.bin", total) as usize;
+    assert!(have > 0 && have <= 100_000, "held {have}");
+    assert_eq!(broker(&server)["partials"], 1);
+    // A chunk past what is held is a gap: 409 with the held range.
+    let r = chunk(addr, "/resume.bin", &content, have + 10, have + 20);
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.header("range"),
+        Some(format!("bytes=0-{}", have - 1).as_str())
+    );
+    // Its lease is given back without waiting for an answer; let that land, so the next
+    // lease seen is the next chunk's.
+    wait_until(
+        Duration::from_secs(5),
+        "the refused chunk's lease released",
+        || (lease_count(&broker(&server)) == 0).then_some(()),
+    );
+    // Another 100 000 bytes, then a kill -9 of the worker writing them.
+    let second = (have + 100_000).min(total - 1);
+    let range = format!("bytes {have}-{}/{total}", total - 1);
+    let mut stalled = Conn::open(addr);
+    let mut bytes = head(
+        "PUT",
+        "/resume.bin",
+        total - have,
+        &[("Content-Range", &range)],
+    );
+    bytes.extend_from_slice(&content[have..second]);
+    stalled.send(&bytes).expect("send");
+    let (writer, _) = wait_until(Duration::from_secs(10), "the second chunk's lease", || {
+        broker(&server)["leases"][0]["worker"].as_u64()
+    });
+    // Let the bytes already sent reach the partial file before the kill.
+    wait_until(
+        Duration::from_secs(10),
+        "the second chunk's bytes on disk",
+        || {
+            let partial = std::fs::read_dir(tree.root()).ok()?.flatten().find(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with(".servery-partial-") && !n.ends_with(".meta")
+            })?;
+            (partial.metadata().ok()?.len() as usize > have).then_some(())
+        },
+    );
+    let pid = pid_of(&server.status(), writer).expect("writer's pid");
+    signal_pid(pid, Sig::KILL);
+    wait_until(
+        Duration::from_secs(5),
+        "the killed writer's lease gone",
+        || (lease_count(&broker(&server)) == 0).then_some(()),
+    );
+    // The partial reservation outlives its worker (orphaned, decision 0004).
+    assert_eq!(broker(&server)["partials"], 1);
+    let have2 = held(addr, "/resume.bin", total) as usize;
+    assert!(
+        have2 > have && have2 <= second,
+        "held {have2} after {have}..{second}"
+    );
+    // Resume with a chunk that overlaps what is held (its overlap is dropped), through
+    // whichever worker the connection reaches.
+    let from = have2 - 1000;
+    let r = chunk(addr, "/resume.bin", &content, from, total);
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_ne!(r.worker(), Some(writer));
+    let written = std::fs::read(tree.root().join("resume.bin")).expect("published");
+    assert!(
+        written == content,
+        "not byte-exact ({} bytes)",
+        written.len()
+    );
+    wait_released(&server);
+    wait_until(
+        Duration::from_secs(5),
+        "the partial reservation released",
+        || (broker(&server)["partials"] == 0).then_some(()),
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(tree.root())
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".servery-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
