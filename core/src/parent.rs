@@ -310,6 +310,47 @@ mod tests {
     }
 
     #[test]
+    fn exit_waits_until_the_access_log_is_written() {
+        let (mut p, w) = started(|r| r.features.access_log = true);
+        for id in 0..3 {
+            p.handle(
+                Instant::ZERO,
+                Event::Message {
+                    worker: w,
+                    message: WorkerMessage::Broker {
+                        id,
+                        request: BrokerRequest::AppendLog {
+                            record: format!("r{id}"),
+                        },
+                    },
+                },
+            );
+        }
+        actions(&mut p);
+        p.handle(Instant::ZERO, Event::Command(Command::Stop));
+        p.handle(
+            Instant::ZERO,
+            Event::Exited {
+                worker: w,
+                status: ExitStatus::Code(0),
+            },
+        );
+        let acts = actions(&mut p);
+        assert!(
+            !acts.iter().any(|a| matches!(a, ParentAction::Exit { .. })),
+            "records still queued"
+        );
+        assert_eq!(p.take_log_batch(2).len(), 2);
+        assert!(
+            !actions(&mut p)
+                .iter()
+                .any(|a| matches!(a, ParentAction::Exit { .. }))
+        );
+        assert_eq!(p.take_log_batch(2).len(), 1);
+        assert!(actions(&mut p).contains(&ParentAction::Exit { code: 0 }));
+    }
+
+    #[test]
     fn a_gone_worker_loses_its_grants_and_is_not_served() {
         let (mut p, w) = started(|_| {});
         let key = TargetKey {

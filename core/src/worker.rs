@@ -307,6 +307,12 @@ mod tests {
         );
         w.on_message(t, &hello());
         assert_eq!(drain_actions(&mut w), [WorkerAction::Prepare]);
+        w.on_message(t, &hello());
+        assert!(
+            drain_actions(&mut w).is_empty(),
+            "a second HELLO changes nothing"
+        );
+        assert_eq!(w.worker(), Some(WorkerId(3)));
         w.prepared(t);
         assert_eq!(
             drain_actions(&mut w),

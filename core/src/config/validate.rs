@@ -427,6 +427,18 @@ mod tests {
         assert_eq!(v.budgets().max_blocking_threads(), 9);
         assert_eq!(v.broker().lease_ttl(), Duration::from_millis(2500));
         assert_eq!(v.budgets().compression_cache_size(), 16 * 1024 * 1024);
+        assert_eq!(v.broker().queue_capacity(), 64);
+        assert_eq!(v.recovery().max_requests_jitter(), 0.1);
+        let mut raw = RawConfig::default();
+        raw.features.tftp = true;
+        raw.features.tftp_write = true;
+        assert_eq!(
+            fields(&raw),
+            vec!["features.tftp_write"],
+            "TFTP writes need uploads"
+        );
+        raw.features.uploads = true;
+        assert!(raw.validate().is_ok(), "TFTP writes with uploads enabled");
         assert_eq!(v.broker().max_dav_lock_timeout(), Duration::from_secs(3600));
         let mut raw = RawConfig::default();
         raw.recovery.drain_timeout = MAX_SECONDS;

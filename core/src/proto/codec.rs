@@ -579,6 +579,23 @@ mod tests {
     }
 
     #[test]
+    fn the_default_limit_admits_large_replies_and_refuses_larger() {
+        let record = "x".repeat(200 * 1024);
+        let msg = WorkerMessage::Broker {
+            id: 1,
+            request: BrokerRequest::AppendLog { record },
+        };
+        let mut bytes = Vec::new();
+        encode_worker(&msg, &mut bytes);
+        let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+        dec.push(&bytes);
+        assert_eq!(dec.next_worker_message().expect("fits"), Some(msg));
+        let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+        dec.push(&(MAX_FRAME_DEFAULT as u32 + 1).to_be_bytes());
+        assert!(dec.next_worker_message().is_err());
+    }
+
+    #[test]
     fn long_streams_compact_without_losing_a_frame() {
         let beat = |n| WorkerMessage::Heartbeat {
             requests: n,
