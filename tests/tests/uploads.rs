@@ -323,6 +323,13 @@ fn put_and_post_write_files_with_the_documented_statuses() {
         &[("Content-Type", "application/json")],
     );
     assert_eq!(r.status, 415);
+    let r = request(addr, "OPTIONS", "/", b"", &[]);
+    assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS, PUT, POST"));
+    let r = request(addr, "DELETE", "/docs/a.txt", b"", &[]);
+    assert_eq!(
+        (r.status, r.header("allow")),
+        (405, Some("GET, HEAD, OPTIONS, PUT, POST"))
+    );
 
     assert!(temp_files(&tree.root()).is_empty());
     wait_released(&server);
@@ -731,4 +738,67 @@ fn an_interrupted_resumable_upload_resumes_from_the_308_range() {
         .filter(|n| n.starts_with(".servery-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_busy_target_waits_up_to_the_write_lock_timeout() {
+    let tree = Tree::new("up-wait");
+    let server = start(
+        &tree,
+        2,
+        &["--write-lock-timeout", "1", "--allow-overwrite"],
+    );
+    let addr = server.addr;
+    let first = body(1, 200_000);
+    let second = body(2, 50_000);
+
+    // The second writer arrives while the first holds the lease: it waits (holding its
+    // reservation, its body unread), and gets the target once the first is done.
+    let mut holder = stalled_put(addr, "/w.bin", &first, 1000, &[]);
+    wait_until(Duration::from_secs(10), "the first writer's lease", || {
+        (lease_count(&broker(&server)) == 1).then_some(())
+    });
+    let waiter = {
+        let second = second.clone();
+        std::thread::spawn(move || {
+            let mut c = Conn::open(addr);
+            let h = head("PUT", "/w.bin", second.len(), &[("Expect", "100-continue")]);
+            c.send(&h).expect("send");
+            let r = c.response().expect("answer");
+            if r.status != 100 {
+                return r;
+            }
+            c.send(&second).expect("body");
+            c.response().expect("answer")
+        })
+    };
+    wait_until(Duration::from_secs(10), "the second writer waiting", || {
+        (reservations(&broker(&server)) == 2).then_some(())
+    });
+    assert!(!waiter.is_finished(), "the second writer did not wait");
+    holder.send(&first[1000..]).expect("rest");
+    assert_eq!(holder.response().expect("first").status, 201);
+    let r = waiter.join().expect("waiter");
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(
+        std::fs::read(tree.root().join("w.bin")).expect("file"),
+        second
+    );
+
+    // A holder that does not let go: the waiter gives up after the timeout with 409.
+    let _holder = stalled_put(addr, "/w2.bin", &first, 1000, &[]);
+    wait_until(Duration::from_secs(10), "the holder's lease", || {
+        (lease_count(&broker(&server)) == 1).then_some(())
+    });
+    let asked = Instant::now();
+    let mut c = Conn::open(addr);
+    c.send(&head("PUT", "/w2.bin", 10, &[("Expect", "100-continue")]))
+        .expect("send");
+    let r = c.response().expect("answer");
+    let waited = asked.elapsed();
+    assert_eq!(r.status, 409, "{r:?}");
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "refused after {waited:?}"
+    );
 }

@@ -206,6 +206,13 @@ impl Site {
             }
         };
         let headers = response.headers_mut();
+        if self.uploads.is_some() && headers.contains_key(header::ALLOW) {
+            // OPTIONS and 405 name every method this site takes.
+            headers.insert(
+                header::ALLOW,
+                HeaderValue::from_static(super::upload::ALLOW),
+            );
+        }
         if self.security_headers {
             mime::add_security_headers(headers);
         }

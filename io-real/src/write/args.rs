@@ -18,6 +18,10 @@ use super::WriteSettings;
 use crate::http::upload::UploadConfig;
 use crate::worker::broker::BrokerHandle;
 
+/// The default largest single upload: an eighth of the default global byte budget, so a
+/// few uploads without a `Content-Length` (which reserve this much) do not exhaust it.
+pub const DEFAULT_MAX_UPLOAD_SIZE: u64 = 1 << 30;
+
 fn broker() -> RawBroker {
     RawBroker::default()
 }
@@ -41,7 +45,8 @@ pub struct UploadArgs {
     /// Let uploads replace existing files (off: 409 Conflict).
     #[arg(long, env = "SERVERY_ALLOW_OVERWRITE", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_overwrite: bool,
-    /// Largest single upload in bytes [default: --max-upload-bytes].
+    /// Largest single upload in bytes [default: 1 GiB, at most --max-upload-bytes]. An
+    /// upload without Content-Length reserves this much of the global byte budget.
     #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_UPLOAD_SIZE")]
     pub max_upload_size: Option<u64>,
     /// How long an upload waits for a target another upload is writing (0: 409 at once).
@@ -80,7 +85,7 @@ impl UploadArgs {
         // A single upload can never be larger than the global byte budget.
         let max = self
             .max_upload_size
-            .unwrap_or(u64::MAX)
+            .unwrap_or(DEFAULT_MAX_UPLOAD_SIZE)
             .min(b.max_upload_bytes());
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).to_string();
         let mut args = vec![
@@ -110,7 +115,7 @@ pub struct UploadWorkerArgs {
     pub upload: bool,
     #[arg(long)]
     pub allow_overwrite: bool,
-    #[arg(long, default_value_t = 1 << 30)]
+    #[arg(long, default_value_t = DEFAULT_MAX_UPLOAD_SIZE)]
     pub max_upload_size: u64,
     #[arg(long, default_value_t = 0)]
     pub write_lock_timeout_ms: u64,

@@ -47,6 +47,10 @@ pub async fn write_file<S: ChunkSource>(
     let Some(file) = copied.file else {
         return Err(WriteError::Io(std::io::Error::other("upload file lost")));
     };
+    // A lease confirmed less than a third of its TTL ago cannot have expired; one older
+    // than that (a client that stalled, then sent its last bytes) is confirmed now, so
+    // nothing is published under a lease the broker has already given to someone else.
+    lease.renew_if_due().await?;
     if w.broker.is_closed() {
         return Err(WriteError::Broker(ClientError::ParentGone));
     }

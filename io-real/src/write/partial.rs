@@ -306,6 +306,11 @@ pub async fn chunk<S: ChunkSource>(
         partial.keep();
         return Ok(ChunkOutcome::Incomplete { have });
     }
+    // As for a whole file: never publish under a lease that may have lapsed.
+    if let Err(e) = lease.renew_if_due().await {
+        partial.keep();
+        return Err(e);
+    }
 
     let root = Arc::clone(&w.root);
     let t = target.clone();

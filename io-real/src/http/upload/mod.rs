@@ -39,6 +39,9 @@ use multipart::{Event, Parser};
 /// The response header naming the worker that handled an upload.
 pub const WORKER_HEADER: &str = "x-servery-worker";
 
+/// The allowed methods of a site that takes uploads, for `OPTIONS` and 405.
+pub const ALLOW: &str = "GET, HEAD, OPTIONS, PUT, POST";
+
 /// What a site needs to accept uploads: the settings and the worker's broker client.
 #[derive(Debug, Clone)]
 pub struct UploadConfig {
