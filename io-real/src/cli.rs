@@ -360,6 +360,11 @@ pub struct WorkerArgs {
     /// For log lines written before HELLO names the worker.
     #[arg(long)]
     pub worker_id: u64,
+    /// The slot and generation the parent spawned this process for.
+    #[arg(long, default_value_t = 0)]
+    pub slot: u64,
+    #[arg(long, default_value_t = 1)]
+    pub generation: u64,
     #[arg(long)]
     pub max_connections: u32,
     #[arg(long)]

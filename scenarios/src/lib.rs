@@ -105,14 +105,20 @@ pub struct RunResult {
     pub verdict: Result<(), String>,
 }
 
-/// Build, simulate and judge one scenario for one seed and platform.
-pub fn run(scenario: &Scenario, seed: u64, platform: Platform, trace: bool) -> RunResult {
+/// What `scenario` plans for `seed` on `platform`: the same plan the simulator runs, for
+/// drivers of real processes too.
+pub fn plan(scenario: &Scenario, seed: u64, platform: Platform) -> Plan {
     let mut ctx = Ctx {
         seed,
         platform,
         rng: SimRng::new(seed ^ 0x5ce9_a210_0f00_d1e5),
     };
-    let mut plan = (scenario.build)(&mut ctx);
+    (scenario.build)(&mut ctx)
+}
+
+/// Build, simulate and judge one scenario for one seed and platform.
+pub fn run(scenario: &Scenario, seed: u64, platform: Platform, trace: bool) -> RunResult {
+    let mut plan = plan(scenario, seed, platform);
     plan.spec.seed = seed;
     plan.spec.platform = platform;
     plan.spec.trace = trace;
@@ -171,19 +177,15 @@ pub fn recovery_bound(c: &RawConfig) -> Duration {
     )
 }
 
-/// Judge `outcome` against what `scenario` expects for `seed` (used to show that the
-/// predicates reject outcomes that break them).
+/// Judge `outcome` against what `scenario` expects for `seed`: how runs of real processes
+/// are held to the simulator's predicates (and how the gates show that the predicates
+/// reject outcomes that break them).
 pub fn judge_as(
     scenario: &Scenario,
     seed: u64,
     platform: Platform,
-    mut outcome: Outcome,
+    outcome: &mut Outcome,
 ) -> Result<(), String> {
-    let mut ctx = Ctx {
-        seed,
-        platform,
-        rng: SimRng::new(seed ^ 0x5ce9_a210_0f00_d1e5),
-    };
-    let plan = (scenario.build)(&mut ctx);
-    checks::judge(&mut outcome, &plan.expect, plan.spec.stop_at)
+    let plan = plan(scenario, seed, platform);
+    checks::judge(outcome, &plan.expect, plan.spec.stop_at)
 }

@@ -105,6 +105,7 @@ fn the_predicates_reject_outcomes_that_break_them() {
     let result = run(looping, 3, Platform::Posix, false);
     assert!(result.verdict.is_ok(), "{:?}", result.verdict);
     assert!(result.outcome.failure.is_some());
-    let wrong = servery_scenarios::judge_as(steady, 3, Platform::Posix, result.outcome);
+    let mut outcome = result.outcome;
+    let wrong = servery_scenarios::judge_as(steady, 3, Platform::Posix, &mut outcome);
     assert!(wrong.is_err(), "a failed service passed as steady");
 }

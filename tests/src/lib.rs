@@ -5,6 +5,8 @@
 //! condition, with a bound.
 #![forbid(unsafe_code)]
 
+pub mod scenario;
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -541,31 +543,24 @@ impl Server {
 
     /// One control request; the answer, or the refusal's text.
     pub fn ctl(&self, request: &Value) -> Result<Value, String> {
-        let mut s = UnixStream::connect(&self.socket).map_err(|e| format!("connect: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))
-            .map_err(|e| e.to_string())?;
-        writeln!(s, "{request}").map_err(|e| format!("write: {e}"))?;
-        let mut line = String::new();
-        BufReader::new(s)
-            .read_line(&mut line)
-            .map_err(|e| format!("read: {e}"))?;
-        let answer: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line:?}"))?;
-        if answer["ok"] == json!(true) {
-            Ok(answer)
-        } else {
-            Err(answer["error"].as_str().unwrap_or("refused").to_owned())
+        let answer = ctl_at(&self.socket, request);
+        if let Ok(status) = &answer {
+            self.note_pids(&status["status"]);
         }
+        answer
+    }
+
+    /// Remember the worker pids in `status`, so that dropping the guard kills them.
+    pub fn note_pids(&self, status: &Value) {
+        let mut pids = self.pids.lock().unwrap_or_else(|p| p.into_inner());
+        pids.extend(worker_pids(status));
     }
 
     /// `status` over the control socket; remembers every worker pid it shows.
     pub fn status(&self) -> Value {
-        let status = self
-            .ctl(&json!({"cmd": "status"}))
+        self.ctl(&json!({"cmd": "status"}))
             .unwrap_or_else(|e| panic!("status: {e}; stderr:\n{}", self.stderr()))["status"]
-            .take();
-        let mut pids = self.pids.lock().unwrap_or_else(|p| p.into_inner());
-        pids.extend(worker_pids(&status));
-        status
+            .take()
     }
 
     /// Every worker pid ever seen in a status.
@@ -594,6 +589,22 @@ impl Server {
         }
     }
 
+    /// The parent's exit status if it has exited (without waiting).
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().ok().flatten();
+        }
+        self.exit
+    }
+
+    /// Kill the parent alone (`kill -9`), leaving its workers to notice; reaps it.
+    pub fn kill_parent(&mut self) -> ExitStatus {
+        signal_pid(self.pid, Signal::KILL);
+        let status = self.child.wait().expect("reap the parent");
+        self.exit = Some(status);
+        status
+    }
+
     /// Wait for the parent to exit, at most `bound`; returns its status and how long
     /// after the spawn it exited.
     pub fn wait_exit(&mut self, bound: Duration) -> (ExitStatus, Duration) {
@@ -605,6 +616,24 @@ impl Server {
         });
         self.exit = Some(status);
         (status, self.spawned.elapsed())
+    }
+}
+
+/// One control request to the socket at `socket`; the answer, or the refusal's text.
+pub fn ctl_at(socket: &Path, request: &Value) -> Result<Value, String> {
+    let mut s = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| e.to_string())?;
+    writeln!(s, "{request}").map_err(|e| format!("write: {e}"))?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| format!("read: {e}"))?;
+    let answer: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line:?}"))?;
+    if answer["ok"] == json!(true) {
+        Ok(answer)
+    } else {
+        Err(answer["error"].as_str().unwrap_or("refused").to_owned())
     }
 }
 

@@ -598,6 +598,89 @@ fn saturation_answers_503_before_the_body_and_recovers() {
     wait_released(&server);
 }
 
+#[test]
+fn a_full_broker_queue_answers_503_at_once_and_recovers() {
+    // Queue: each worker may have one broker request waiting for an answer. A stopped
+    // parent answers nothing, so the first PUT a worker takes waits (reply timeout 20 s)
+    // and the next one it takes is refused at once. Three PUTs over two workers: at least
+    // two meet at one worker, so at least one is refused while the parent is stopped.
+    let tree = Tree::new("up-queue");
+    let server = start(
+        &tree,
+        2,
+        &[
+            "--broker-queue-capacity",
+            "1",
+            "--broker-reply-timeout",
+            "20",
+        ],
+    );
+    let contents: Vec<Vec<u8>> = (0..3).map(|i| body(10 + i, 5_000)).collect();
+    server.signal(Sig::STOP);
+    let stopped = std::time::Instant::now();
+    let mut conns: Vec<Conn> = (0..3)
+        .map(|i| stalled_put(server.addr, &format!("/q{i}.bin"), &contents[i], 0, &[]))
+        .collect();
+    // Poll every connection for an early answer (with the parent stopped, only a full
+    // queue can produce one), well inside the heartbeat timeout the stopped parent keeps.
+    let mut refused = Vec::new();
+    let mut first_refusal = None;
+    while stopped.elapsed() < Duration::from_millis(600) && refused.len() < 3 {
+        for (i, c) in conns.iter_mut().enumerate() {
+            if refused.contains(&i) {
+                continue;
+            }
+            c.stream
+                .set_read_timeout(Some(Duration::from_millis(20)))
+                .expect("timeout");
+            if let Ok(r) = c.response() {
+                assert_eq!(r.status, 503, "{r:?}");
+                assert_eq!(r.header("retry-after"), Some("1"), "{r:?}");
+                refused.push(i);
+                first_refusal.get_or_insert(stopped.elapsed());
+            }
+        }
+        if !refused.is_empty() && stopped.elapsed() > Duration::from_millis(300) {
+            break;
+        }
+    }
+    let refused_after = stopped.elapsed();
+    server.signal(Sig::CONT);
+    eprintln!(
+        "queue full: {} of 3 refused, the first {first_refusal:?} after the parent stopped \
+         (polled for {refused_after:?})",
+        refused.len()
+    );
+    assert!(
+        (1..=2).contains(&refused.len()),
+        "{} of 3 PUTs refused while the parent was stopped (each worker queues one)",
+        refused.len()
+    );
+    // The queued ones get their answer once the parent runs again, and complete.
+    for (i, c) in conns.iter_mut().enumerate() {
+        if refused.contains(&i) {
+            continue;
+        }
+        c.stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        c.send(&contents[i]).expect("body");
+        let r = c.response().expect("answered after the parent resumed");
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    // Recovered: the refused ones go through now, and nothing half-written is left.
+    for &i in &refused {
+        let r = put(server.addr, &format!("/q{i}.bin"), &contents[i]);
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    for (i, content) in contents.iter().enumerate() {
+        let on_disk = std::fs::read(tree.root().join(format!("q{i}.bin"))).expect("published");
+        assert!(on_disk == *content, "q{i}.bin differs from what was sent");
+    }
+    wait_released(&server);
+    assert!(temp_files(&tree.root()).is_empty());
+}
+
 /// `bytes */total`: the bytes held, from the 308's `Range` (0 when none).
 fn held(addr: SocketAddr, path: &str, total: usize) -> u64 {
     let r = request(

@@ -17,7 +17,7 @@ use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
 use servery_core::proto::encode_parent;
 use servery_core::supervisor::{Command, Event};
-use servery_core::{Generation, Instant, RawConfig, WorkerId};
+use servery_core::{Generation, Instant, RawConfig, Slot, WorkerId};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
@@ -164,11 +164,12 @@ impl RealIo {
         Event::Command(Command::Reload(raw))
     }
 
-    fn perform_spawn(&mut self, worker: WorkerId, generation: Generation) {
+    fn perform_spawn(&mut self, worker: WorkerId, slot: Slot, generation: Generation) {
         match self.launcher.launch(
             &self.rt,
             &self.events_tx,
             worker,
+            slot,
             generation,
             &self.listeners,
         ) {
@@ -253,8 +254,10 @@ impl ParentIo for RealIo {
     fn perform(&mut self, _now: Instant, action: ParentAction) {
         match action {
             ParentAction::Spawn {
-                worker, generation, ..
-            } => self.perform_spawn(worker, generation),
+                worker,
+                slot,
+                generation,
+            } => self.perform_spawn(worker, slot, generation),
             ParentAction::Send { worker, message } => {
                 if let Some(channel) = self.channels.get(&worker) {
                     let mut frame = Vec::with_capacity(48);

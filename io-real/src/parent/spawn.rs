@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT};
 use servery_core::supervisor::{Event, ExitStatus};
-use servery_core::{Generation, ValidConfig, WorkerId};
+use servery_core::{Generation, Slot, ValidConfig, WorkerId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::runtime::Handle;
@@ -191,6 +191,7 @@ impl Launcher {
         rt: &Handle,
         events: &Sender<Inbound>,
         worker: WorkerId,
+        slot: Slot,
         generation: Generation,
         listeners: &[TcpListener],
     ) -> Result<Launched, SpawnError> {
@@ -212,6 +213,10 @@ impl Launcher {
             .arg(&self.root)
             .arg("--worker-id")
             .arg(worker.0.to_string())
+            .arg("--slot")
+            .arg(slot.0.to_string())
+            .arg("--generation")
+            .arg(generation.0.to_string())
             .arg("--max-connections")
             .arg(budget.max_connections.to_string())
             .arg("--max-blocking-threads")

@@ -42,7 +42,13 @@ pub fn run(args: WorkerArgs) -> ! {
 }
 
 fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
-    let fault = Fault::from_env().map_err(WorkerError::Fault)?;
+    let spawn = fault::SpawnInfo {
+        // Worker ids count spawns from 1.
+        index: args.worker_id.saturating_sub(1),
+        slot: args.slot,
+        generation: args.generation,
+    };
+    let fault = Fault::from_env(spawn).map_err(WorkerError::Fault)?;
     if fault == Some(Fault::ExitAtStart) {
         tracing::warn!(worker = args.worker_id, "test fault: exiting at start");
         return Ok(1);

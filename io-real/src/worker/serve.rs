@@ -26,7 +26,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::WorkerError;
 use super::broker::BrokerHandle;
-use super::fault::{FAIL_STARTUP_MESSAGE, Fault};
+use super::fault::Fault;
 use super::setup::Setup;
 use crate::cli::WorkerArgs;
 use crate::clock::Clock;
@@ -215,8 +215,16 @@ impl Worker {
                         // so queued connections go to a worker that still accepts.
                         self.listeners.clear();
                         let _ = self.drain.send(true);
+                        if self.fault == Some(Fault::ExitDuringDrain) {
+                            tracing::error!(worker = self.id, "test fault: exiting mid-drain");
+                            std::process::exit(1);
+                        }
                     }
                     WorkerAction::Exit { code } => {
+                        if self.fault == Some(Fault::WedgedDrain) {
+                            tracing::warn!(worker = self.id, "test fault: wedged in the drain");
+                            return std::future::pending().await;
+                        }
                         tracing::info!(worker = self.id, code, "exiting");
                         return code;
                     }
@@ -245,7 +253,9 @@ impl Worker {
                 },
                 _ = sigterm.recv() => {
                     tracing::info!(worker = self.id, "SIGTERM");
-                    self.life.terminate(self.clock.now());
+                    if self.fault != Some(Fault::WedgedDrain) {
+                        self.life.terminate(self.clock.now());
+                    }
                 }
                 Some(()) = self.closed_rx.recv() => {
                     self.life.connection_closed(self.clock.now());
@@ -298,9 +308,18 @@ impl Worker {
     }
 
     async fn prepare(&mut self) {
-        if self.fault == Some(Fault::FailStartup) {
-            tracing::warn!(worker = self.id, "{FAIL_STARTUP_MESSAGE}");
-            return self.life.startup_failed(FAIL_STARTUP_MESSAGE.into());
+        match &self.fault {
+            Some(Fault::FailStartup(message)) => {
+                tracing::warn!(worker = self.id, "test fault: {message}");
+                return self.life.startup_failed(message.clone());
+            }
+            Some(Fault::HangAtBoot) => {
+                tracing::warn!(worker = self.id, "test fault: hanging at boot");
+                // Wedged for good: only the parent's start timeout ends this process.
+                return std::future::pending().await;
+            }
+            Some(Fault::SlowBoot(delay)) => tokio::time::sleep(*delay).await,
+            _ => {}
         }
         let mut config = self.site_config.clone();
         match prepare_policy(&mut config, self.tls_wanted, &self.setup) {
@@ -311,6 +330,16 @@ impl Worker {
             Ok(Ok(site)) => {
                 self.site = Some(Arc::new(site));
                 self.life.prepared(self.clock.now());
+                if self.fault == Some(Fault::CrashAfterPrepare) {
+                    while let Some(action) = self.life.poll_action() {
+                        if let WorkerAction::Send(message) = action {
+                            self.send(&message);
+                        }
+                    }
+                    self.flush().await;
+                    tracing::error!(worker = self.id, "test fault: crashing after PREPARED");
+                    crash();
+                }
             }
             Ok(Err(e)) => self
                 .life
@@ -361,7 +390,7 @@ impl Worker {
         while self.life.requests() < served {
             self.life.request_served();
         }
-        if let Some(Fault::CrashAfterRequests(k)) = self.fault
+        if let Some(Fault::CrashAfterRequests(k)) = self.fault.clone()
             && served >= k
         {
             tracing::error!(

@@ -3,7 +3,8 @@
 //! flattened into `servery __worker`'s).
 //!
 //! The global budgets (`--max-active-uploads`, `--max-upload-bytes`,
-//! `--max-partial-uploads`) and the broker's reply timeout are `RawConfig.broker` fields:
+//! `--max-partial-uploads`), the broker's reply timeout and its per-worker queue bound
+//! are `RawConfig.broker` fields:
 //! the parent's broker enforces them for the whole service, never per worker. The rest
 //! shapes how each worker writes and is passed to it on its command line (nothing here is
 //! secret).
@@ -64,6 +65,10 @@ pub struct UploadArgs {
     /// How long a worker waits for the broker's answer before failing the request (503).
     #[arg(long, value_name = "SECS", env = "SERVERY_BROKER_REPLY_TIMEOUT", default_value_t = broker().reply_timeout, allow_negative_numbers = true)]
     pub broker_reply_timeout: f64,
+    /// Broker requests one worker may have waiting for an answer; one more gets 503 at
+    /// once instead of queueing behind a stalled broker.
+    #[arg(long, value_name = "N", env = "SERVERY_BROKER_QUEUE_CAPACITY", default_value_t = broker().queue_capacity, allow_negative_numbers = true)]
+    pub broker_queue_capacity: i64,
 }
 
 impl UploadArgs {
@@ -74,6 +79,7 @@ impl UploadArgs {
         raw.broker.max_upload_bytes = self.max_upload_bytes;
         raw.broker.max_partial_uploads = self.max_partial_uploads;
         raw.broker.reply_timeout = self.broker_reply_timeout;
+        raw.broker.queue_capacity = self.broker_queue_capacity;
     }
 
     /// The worker arguments for a validated configuration; empty when uploads are off.

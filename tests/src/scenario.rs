@@ -1,0 +1,741 @@
+//! The seeded lifecycle scenarios of `servery-scenarios`, driven against the real binary.
+//!
+//! A scenario's plan (configuration, fault plan, operator commands, per-process
+//! behaviours, liveness and stop points) is exactly what the simulator runs. Here the same
+//! plan runs on real processes and real clocks: the configuration becomes flags, every
+//! duration and rate is scaled by [`SCALE`], behaviours become `SERVERY_TEST_FAULT` rules
+//! the workers apply to themselves, faults are real `kill -9` and `SIGSTOP`, commands go
+//! over the control socket, and a paced client plays the workload. What happened is
+//! gathered into the simulator's own [`Outcome`] (times converted back to the scenario's
+//! scale) and judged by the scenario's own predicates through
+//! [`servery_scenarios::judge_as`], so simulation and reality answer to the same checks.
+//!
+//! What a real run cannot see exactly is approximated, and said so where it is done:
+//! spawn times come from status polls (`uptime − age`), and a failed request is charged
+//! to a fault when it overlaps the fault's recovery window or any worker was planned to
+//! misbehave, otherwise to a healthy worker (which the predicates forbid).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use servery_core::RawConfig;
+use servery_core::supervisor::{
+    ExitReason, FailureReason, FailureRecord, Platform, Role, ServiceState, Status, WorkerState,
+    WorkerStatus,
+};
+use servery_core::{Generation, Slot, WorkerId};
+use servery_scenarios::{Scenario, recovery_bound};
+use servery_sim::rng::SimRng;
+use servery_sim::{Behavior, BehaviorFn, Fault, Outcome, SimCommand, SpawnInfo};
+
+use crate::{Server, Sig, Tree, alive, http_get, processes_in_groups, signal_pid};
+
+/// Real seconds per scenario second. The scenarios' fast timings (a beat every 0.5 s, a
+/// hang declared after 2 s, 3 s drains) become 125 ms, 500 ms and 750 ms: tight enough to
+/// run a scenario in seconds, loose enough for a debug build on a loaded 2-core machine.
+pub const SCALE: f64 = 0.25;
+
+/// The scenarios this adapter does not drive, and why. Every other scenario of the
+/// catalog is driven; a new scenario must be added here or work with the adapter.
+pub const NOT_DRIVEN: &[(&str, &str)] = &[
+    (
+        "shutdown-deadlines",
+        "needs requests that run for seconds inside a worker; a static file server has no such endpoint",
+    ),
+    (
+        "same-target-writes-serialize",
+        "an upload workload: the real binary's 1,000-round race is tests/uploads.rs",
+    ),
+    (
+        "lease-holder-death",
+        "an upload workload: killing the lease holder mid-upload is tests/uploads.rs",
+    ),
+    (
+        "broker-saturation",
+        "an upload workload: the real saturation cases are tests/uploads.rs",
+    ),
+    (
+        "log-queue-saturation",
+        "the access log is not in the binary yet",
+    ),
+    (
+        "singleton-lifecycle",
+        "the singleton services (access log, mDNS, QR, TFTP, HTTP/3) are not in the binary yet",
+    ),
+    (
+        "malformed-frame",
+        "garbage on a live worker's control channel cannot be injected from outside the process",
+    ),
+    (
+        "chaos",
+        "mixes malformed frames and lease-holder crashes into its fault plan",
+    ),
+];
+
+/// Spawns the behaviour table covers: later spawns, slots and generations are healthy
+/// unless a rule applies to every process.
+const INDICES: u64 = 96;
+const SLOTS: u32 = 4;
+const GENERATIONS: u64 = 3;
+
+/// How often the driver looks at the service.
+const POLL: Duration = Duration::from_millis(20);
+
+/// One real run and its verdict.
+#[derive(Debug)]
+pub struct RealRun {
+    pub outcome: Outcome,
+    pub verdict: Result<(), String>,
+    /// What the driver did, for a failing run's report.
+    pub log: Vec<String>,
+}
+
+/// Drive `scenario` with `seed` on real processes and judge it.
+pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
+    let plan = servery_scenarios::plan(scenario, seed, Platform::Posix);
+    let spec = plan.spec;
+    let scale = |d: Duration| d.mul_f64(SCALE);
+    let mut log = Vec::new();
+
+    let rules = behavior_rules(&spec.behavior, seed);
+    let misbehaving = !rules.is_empty();
+    let tree = Tree::new(&format!("sc-{}", scenario.name));
+    let mut args = vec!["--bind".to_owned(), "127.0.0.1".to_owned()];
+    for (key, value) in knobs(&spec.config) {
+        if key != "workers" {
+            args.push(format!("--{}", key.replace('_', "-")));
+            args.push(value.to_string());
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &str)> = if rules.is_empty() {
+        Vec::new()
+    } else {
+        vec![("SERVERY_TEST_FAULT", rules.as_str())]
+    };
+    log.push(format!("flags {args:?}"));
+    if misbehaving {
+        log.push(format!("behaviours:\n{rules}"));
+    }
+    let mut server = Server::start(&tree, spec.config.workers as u32, &args, &env);
+    let t0 = server.spawned;
+    let virtual_ms = |real: Duration| (real.as_secs_f64() * 1000.0 / SCALE) as u64;
+
+    let mut timeline: Vec<(Duration, Step)> = Vec::new();
+    timeline.extend(
+        spec.faults
+            .iter()
+            .map(|(t, f)| (scale(*t), Step::Fault(f.clone()))),
+    );
+    timeline.extend(
+        spec.commands
+            .iter()
+            .map(|(t, c)| (scale(*t), Step::Command(c.clone()))),
+    );
+    timeline.push((scale(spec.liveness_at), Step::Liveness));
+    timeline.push((scale(spec.stop_at), Step::Stop));
+    timeline.sort_by_key(|(t, _)| *t);
+    let mut timeline = timeline.into_iter().peekable();
+
+    let w = &spec.workload;
+    let load = Paced::start(
+        server.addr,
+        t0,
+        w.request_rate / SCALE,
+        scale(w.until),
+        seed,
+    );
+    let fault_window = scale(recovery_bound(&spec.config));
+    let end_by = scale(spec.end_by);
+
+    let mut o = Outcome {
+        seed,
+        ..Outcome::default()
+    };
+    let mut watch = Watch::default();
+    let mut reloads: Vec<JoinHandle<Result<Value, String>>> = Vec::new();
+    let mut fault_times: Vec<Duration> = Vec::new();
+    let mut stop_sent: Option<Duration> = None;
+    let mut parent_killed: Option<Duration> = None;
+    loop {
+        let now = t0.elapsed();
+        while let Some((at, _)) = timeline.peek()
+            && *at <= now
+        {
+            let Some((at, step)) = timeline.next() else {
+                break;
+            };
+            if server.try_exit().is_some() {
+                continue;
+            }
+            match step {
+                Step::Fault(fault) => {
+                    fault_times.push(at);
+                    let status = server.ctl(&json!({"cmd": "status"})).ok();
+                    let status = status.map(|mut s| s["status"].take());
+                    match fault {
+                        Fault::CrashWorker { pick } => {
+                            let live = live_workers(status.as_ref(), false);
+                            if let Some(&pid) = pick_one(&live, pick) {
+                                signal_pid(pid, Sig::KILL);
+                                o.crash_faults += 1;
+                                log.push(format!("{now:?}: kill -9 worker {pid}"));
+                            }
+                        }
+                        Fault::HangWorker { pick } => {
+                            let ready = live_workers(status.as_ref(), true);
+                            if let Some(&pid) = pick_one(&ready, pick) {
+                                signal_pid(pid, Sig::STOP);
+                                o.hangs_injected += 1;
+                                log.push(format!("{now:?}: SIGSTOP worker {pid}"));
+                            }
+                        }
+                        Fault::CrashParent => {
+                            let live = live_workers(status.as_ref(), false);
+                            watch.orphans = live.iter().copied().collect();
+                            server.kill_parent();
+                            parent_killed = Some(now);
+                            log.push(format!("{now:?}: kill -9 parent, workers {live:?}"));
+                        }
+                        other => panic!("{other:?} cannot be driven (see NOT_DRIVEN)"),
+                    }
+                }
+                Step::Command(SimCommand::Recycle) => {
+                    log.push(format!("{now:?}: ctl recycle"));
+                    if let Err(e) = server.ctl(&json!({"cmd": "recycle"})) {
+                        log.push(format!("recycle refused: {e}"));
+                    }
+                }
+                Step::Command(SimCommand::Reload(next)) => {
+                    let set: Map<String, Value> = knobs(&next).into_iter().collect();
+                    log.push(format!("{now:?}: ctl reload {set:?}"));
+                    let socket = server.socket.clone();
+                    let request = json!({"cmd": "reload", "set": set});
+                    reloads.push(std::thread::spawn(move || crate::ctl_at(&socket, &request)));
+                }
+                Step::Command(SimCommand::Stop) | Step::Stop => {
+                    log.push(format!("{now:?}: SIGTERM"));
+                    stop_sent = Some(now);
+                    server.signal(Sig::TERM);
+                }
+                Step::Liveness => {
+                    let status = server.ctl(&json!({"cmd": "status"}));
+                    if let Ok(mut s) = status {
+                        let s = s["status"].take();
+                        log.push(format!("{now:?}: liveness {s}"));
+                        watch.observe(&s, &mut o, virtual_ms);
+                        o.liveness = status_of(&s);
+                    }
+                }
+            }
+        }
+        if server.try_exit().is_some() {
+            break;
+        }
+        if now > end_by {
+            o.stalled = Some(format!(
+                "the parent still ran {end_by:?} after its start (the scenario's end_by)"
+            ));
+            break;
+        }
+        if let Ok(mut s) = server.ctl(&json!({"cmd": "status"})) {
+            watch.observe(&s["status"].take(), &mut o, virtual_ms);
+        }
+        std::thread::sleep(POLL);
+    }
+    let exited_at = t0.elapsed();
+    let exit = server.try_exit();
+    o.parent_gone_ms = virtual_ms(parent_killed.unwrap_or(exited_at));
+    if let Some(killed) = parent_killed {
+        o.parent_crashed = true;
+        // Orphans drain on their own clock; wait for them (bounded by the run's end).
+        let deadline = killed + scale(spec.end_by.saturating_sub(spec.stop_at));
+        let mut last_exit = killed;
+        let mut living = watch.orphans.len();
+        loop {
+            let now = t0.elapsed();
+            let still = watch.orphans.iter().filter(|p| alive(**p)).count();
+            if still < living {
+                last_exit = now;
+                living = still;
+            }
+            o.parent_eof_exits = (watch.orphans.len() - still) as u64;
+            if still == 0 || now > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        o.last_process_exit_ms = virtual_ms(last_exit);
+        log.push(format!("orphans gone by {last_exit:?}"));
+    } else {
+        o.exit_code = exit.and_then(|s| s.code());
+        o.exit_at_ms = exit.map(|_| virtual_ms(exited_at));
+        o.last_process_exit_ms = virtual_ms(exited_at);
+    }
+    let samples = load.stop();
+    for handle in reloads {
+        match handle.join() {
+            Ok(Err(refusal)) => o.reload_rejections.push(refusal),
+            Ok(Ok(_)) => {}
+            Err(_) => o
+                .reload_rejections
+                .push("the reload request panicked".into()),
+        }
+    }
+    o.reload_rejections
+        .extend(watch.reload_errors.iter().cloned());
+
+    let stderr = server.stderr();
+    if let Some((reason, message)) = failure_in(&stderr) {
+        o.failure = Some(reason);
+        o.failure_message = Some(message);
+    }
+    let groups: BTreeSet<u32> = watch.pids.iter().copied().collect();
+    let survivors = processes_in_groups(&groups);
+    o.processes_alive_at_end = survivors.len();
+    for pid in survivors {
+        signal_pid(pid, Sig::KILL);
+    }
+    o.temp_files_at_end = temp_files(&tree.root());
+    o.spawns = watch.spawn_ms.keys().next_back().copied().unwrap_or(0);
+    o.spawn_times_ms = (1..=o.spawns)
+        .map(|id| {
+            // A worker that lived less than a poll was never seen: its successor's spawn
+            // time bounds it from above.
+            watch.spawn_ms.range(id..).next().map_or(0, |(_, &ms)| ms)
+        })
+        .collect();
+    if o.liveness.is_none() && o.failure.is_none() && !o.parent_crashed {
+        log.push("no liveness snapshot was taken".into());
+    }
+
+    let failure_seen = watch
+        .failed_at
+        .map(|ms| Duration::from_millis(ms).mul_f64(SCALE));
+    let refused_after = [stop_sent, parent_killed, failure_seen]
+        .into_iter()
+        .flatten()
+        .min();
+    for s in &samples {
+        if s.ok {
+            o.requests.ok += 1;
+        } else if refused_after.is_some_and(|t| s.end >= t) {
+            o.requests.refused += 1;
+        } else if misbehaving
+            || fault_times
+                .iter()
+                .any(|&f| s.end >= f && s.start <= f + fault_window)
+        {
+            o.requests.failed_fault += 1;
+        } else {
+            o.requests.failed_forced += 1;
+            log.push(format!(
+                "request {:?}..{:?} failed on a healthy worker: {}",
+                s.start, s.end, s.what
+            ));
+        }
+    }
+    log.push(format!(
+        "requests {:?}, exit {:?} at {:?} ms, spawns {} at {:?}",
+        o.requests, o.exit_code, o.exit_at_ms, o.spawns, o.spawn_times_ms
+    ));
+    let verdict = servery_scenarios::judge_as(scenario, seed, Platform::Posix, &mut o);
+    RealRun {
+        outcome: o,
+        verdict,
+        log,
+    }
+}
+
+enum Step {
+    Fault(Fault),
+    Command(SimCommand),
+    Liveness,
+    Stop,
+}
+
+/// What the polls saw over the run.
+#[derive(Default)]
+struct Watch {
+    /// Worker id → spawn time (scenario ms).
+    spawn_ms: BTreeMap<u64, u64>,
+    pids: BTreeSet<u32>,
+    orphans: BTreeSet<u32>,
+    generations: BTreeSet<u64>,
+    reload_errors: BTreeSet<String>,
+    /// When a poll first saw the service failed (scenario ms).
+    failed_at: Option<u64>,
+}
+
+impl Watch {
+    fn observe(&mut self, s: &Value, o: &mut Outcome, virtual_ms: impl Fn(Duration) -> u64) {
+        let uptime = s["uptime_ms"].as_u64().unwrap_or(0);
+        let workers = s["workers"].as_array().cloned().unwrap_or_default();
+        let mut live = 0;
+        let mut members_by_slot: BTreeMap<u64, usize> = BTreeMap::new();
+        for w in &workers {
+            let (Some(id), Some(age)) = (w["id"].as_u64(), w["age_ms"].as_u64()) else {
+                continue;
+            };
+            self.spawn_ms
+                .entry(id)
+                .or_insert_with(|| virtual_ms(Duration::from_millis(uptime.saturating_sub(age))));
+            if let Some(pid) = w["pid"].as_u64() {
+                self.pids.insert(pid as u32);
+            }
+            if w["state"] != "exited" && w["pid"].is_u64() {
+                live += 1;
+            }
+            if w["role"] == "member" && w["state"] != "exited" {
+                *members_by_slot
+                    .entry(w["slot"].as_u64().unwrap_or(0))
+                    .or_default() += 1;
+            }
+        }
+        o.max_live_processes = o.max_live_processes.max(live);
+        for (slot, n) in members_by_slot {
+            if n > 1 {
+                o.violations
+                    .push(format!("{n} members serve slot {slot} at once: {s}"));
+            }
+        }
+        if let Some(g) = s["generation"].as_u64()
+            && g > 0
+            && self.generations.insert(g)
+        {
+            o.generations_committed.push(g);
+        }
+        if s["recycling_suspended"].is_string() {
+            o.recycling_suspended = true;
+        }
+        if let Some(e) = s["last_reload_error"].as_str() {
+            self.reload_errors.insert(e.to_owned());
+        }
+        if s["last_failure"]["reason"] == "health_failure" {
+            o.coverage.insert("hang killed");
+        }
+        if s["state"] == "failed" && self.failed_at.is_none() {
+            self.failed_at = Some(virtual_ms(Duration::from_millis(uptime)));
+        }
+    }
+}
+
+/// The configuration as the knob table names it, durations scaled to real time.
+fn knobs(c: &RawConfig) -> Vec<(String, Value)> {
+    let r = &c.recovery;
+    let secs = |v: f64| json!(v * SCALE);
+    [
+        ("workers", json!(c.workers)),
+        ("restart_backoff_initial", secs(r.restart_backoff_initial)),
+        ("restart_backoff_max", secs(r.restart_backoff_max)),
+        ("restart_stable_period", secs(r.restart_stable_period)),
+        ("worker_restart_limit", json!(r.worker_restart_limit)),
+        ("worker_restart_window", secs(r.worker_restart_window)),
+        ("worker_max_age", secs(r.worker_max_age)),
+        ("worker_max_age_jitter", json!(r.worker_max_age_jitter)),
+        ("max_requests_per_worker", json!(r.max_requests_per_worker)),
+        ("max_requests_jitter", json!(r.max_requests_jitter)),
+        ("recycle_retry_limit", json!(r.recycle_retry_limit)),
+        ("heartbeat_interval", secs(r.heartbeat_interval)),
+        ("heartbeat_timeout", secs(r.heartbeat_timeout)),
+        ("worker_start_timeout", secs(r.worker_start_timeout)),
+        ("drain_timeout", secs(r.drain_timeout)),
+        ("force_timeout", secs(r.force_timeout)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// A behaviour as a `SERVERY_TEST_FAULT` fault.
+fn fault_text(b: &Behavior) -> Option<String> {
+    Some(match b {
+        Behavior::Healthy => return None,
+        Behavior::FailStartup(message) => format!("fail-startup={}", message.replace('\n', " ")),
+        Behavior::CrashAtBoot => "exit-at-start".into(),
+        Behavior::CrashBetweenPrepareAndCommit => "crash-after-prepare".into(),
+        Behavior::HangAtBoot => "hang-at-boot".into(),
+        Behavior::SlowBoot(d) => format!("slow-boot={}", d.mul_f64(SCALE).as_millis()),
+        Behavior::CrashAfterRequests(k) => format!("crash-after-requests={k}"),
+        Behavior::WedgedDrain => "wedged-drain".into(),
+        Behavior::ExitDuringDrain => "exit-during-drain".into(),
+    })
+}
+
+type Row = Vec<((u32, u64), Option<String>)>;
+
+/// The scenario's behaviour function as `SERVERY_TEST_FAULT` rules: evaluated for every
+/// (spawn index, slot, generation) the table covers, each index with its own random
+/// stream, then folded into the fewest rules that say the same.
+pub fn behavior_rules(behavior: &BehaviorFn, seed: u64) -> String {
+    let table: Vec<Row> = (0..INDICES)
+        .map(|index| {
+            let rng = SimRng::new(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut row = Vec::new();
+            for slot in 0..SLOTS {
+                for generation in 1..=GENERATIONS {
+                    let info = SpawnInfo {
+                        index,
+                        slot: Slot(slot),
+                        generation: Generation(generation),
+                        now: Duration::ZERO,
+                    };
+                    let b = behavior(&info, &mut rng.clone());
+                    row.push(((slot, generation), fault_text(&b)));
+                }
+            }
+            row
+        })
+        .collect();
+    let uniform = |row: &Row| row.iter().all(|(_, f)| f == &row[0].1);
+    let mut rules = Vec::new();
+    let mut emit = |prefix: String, row: &Row| {
+        if uniform(row) {
+            if let Some(f) = &row[0].1 {
+                rules.push(format!(
+                    "{} {f}",
+                    if prefix.is_empty() { "*" } else { &prefix }
+                ));
+            }
+            return;
+        }
+        for ((slot, generation), f) in row {
+            if let Some(f) = f {
+                let sep = if prefix.is_empty() { "" } else { "," };
+                rules.push(format!(
+                    "{prefix}{sep}slot={slot},generation={generation} {f}"
+                ));
+            }
+        }
+    };
+    if table.iter().all(|row| row == &table[0]) {
+        emit(String::new(), &table[0]);
+    } else {
+        for (index, row) in table.iter().enumerate() {
+            emit(format!("index={index}"), row);
+        }
+    }
+    rules.join("\n")
+}
+
+/// The pids of live workers (ready ones only if `ready`), by worker id.
+fn live_workers(status: Option<&Value>, ready: bool) -> Vec<u32> {
+    let Some(workers) = status.and_then(|s| s["workers"].as_array()) else {
+        return Vec::new();
+    };
+    workers
+        .iter()
+        .filter(|w| w["state"] != "exited" && (!ready || w["state"] == "ready"))
+        .filter_map(|w| w["pid"].as_u64().map(|p| p as u32))
+        .filter(|&p| alive(p))
+        .collect()
+}
+
+fn pick_one<T>(items: &[T], pick: u64) -> Option<&T> {
+    (!items.is_empty()).then(|| &items[(pick % items.len() as u64) as usize])
+}
+
+/// `servery: service failed (CODE): MESSAGE` on the parent's stderr.
+fn failure_in(stderr: &str) -> Option<(FailureReason, String)> {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.split_once("servery: service failed (").map(|(_, r)| r))?;
+    let (code, message) = line.split_once("): ")?;
+    let reason = [
+        FailureReason::StartupFailure,
+        FailureReason::RestartLimit,
+        FailureReason::RestartsDisabled,
+    ]
+    .into_iter()
+    .find(|r| r.code() == code)?;
+    Some((reason, message.to_owned()))
+}
+
+fn temp_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                temp_files(&path)
+            } else {
+                usize::from(e.file_name().to_string_lossy().starts_with(".servery-tmp-"))
+            }
+        })
+        .sum()
+}
+
+/// The core's status from its JSON form (the parts the predicates read).
+pub fn status_of(s: &Value) -> Option<Status> {
+    let by_name = |v: &Value, all: &[ServiceState]| all.iter().copied().find(|x| v == x.name());
+    let state = by_name(
+        &s["state"],
+        &[
+            ServiceState::Idle,
+            ServiceState::Starting,
+            ServiceState::Ready,
+            ServiceState::Draining,
+            ServiceState::Failed,
+            ServiceState::Stopped,
+        ],
+    )?;
+    let worker_state = |v: &Value| {
+        [
+            WorkerState::Spawning,
+            WorkerState::Prepared,
+            WorkerState::Ready,
+            WorkerState::Draining,
+            WorkerState::Exited,
+        ]
+        .into_iter()
+        .find(|x| v == x.name())
+    };
+    let role = |v: &Value| {
+        [
+            Role::Candidate,
+            Role::Member,
+            Role::Replacement,
+            Role::Retired,
+        ]
+        .into_iter()
+        .find(|x| v == x.name())
+    };
+    let workers = s["workers"]
+        .as_array()?
+        .iter()
+        .map(|w| {
+            Some(WorkerStatus {
+                id: WorkerId(w["id"].as_u64()?),
+                slot: Slot(w["slot"].as_u64()? as u32),
+                pid: w["pid"].as_u64().map(|p| p as u32),
+                generation: Generation(w["generation"].as_u64()?),
+                state: worker_state(&w["state"])?,
+                role: role(&w["role"])?,
+                requests: w["requests"].as_u64()?,
+                age: Duration::from_millis(w["age_ms"].as_u64()?),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let last_failure = match &s["last_failure"] {
+        Value::Null => None,
+        f => Some(FailureRecord {
+            worker: WorkerId(f["worker"].as_u64()?),
+            slot: Slot(f["slot"].as_u64()? as u32),
+            generation: Generation(f["generation"].as_u64()?),
+            reason: [
+                ExitReason::CleanExit,
+                ExitReason::UnexpectedExit,
+                ExitReason::StartupFailure,
+                ExitReason::HealthFailure,
+                ExitReason::ProtocolError,
+                ExitReason::RecycleAge,
+                ExitReason::RecycleRequests,
+                ExitReason::RecycleManual,
+                ExitReason::ForcedTermination,
+            ]
+            .into_iter()
+            .find(|x| f["reason"] == x.code())?,
+            message: f["message"].as_str()?.to_owned(),
+            at: servery_core::Instant::from_nanos(f["at_ms"].as_u64()? * 1_000_000),
+        }),
+    };
+    Some(Status {
+        state,
+        generation: Generation(s["generation"].as_u64()?),
+        workers,
+        restarts: s["restarts"].as_u64()?,
+        recent_restarts: s["recent_restarts"].as_u64()? as usize,
+        last_failure,
+        recent_exits: Vec::new(),
+        failure: failure_in(&format!(
+            "servery: service failed ({}): {}",
+            s["failure"]["reason"].as_str().unwrap_or(""),
+            s["failure"]["message"].as_str().unwrap_or("")
+        )),
+        recycling_suspended: s["recycling_suspended"].as_str().map(str::to_owned),
+        recycle_in_flight: s["recycle_in_flight"].as_bool()?,
+        reload_in_flight: s["reload_in_flight"].as_bool()?,
+        last_reload_error: s["last_reload_error"].as_str().map(str::to_owned),
+    })
+}
+
+/// One request of the paced workload.
+#[derive(Debug)]
+struct Sample {
+    start: Duration,
+    end: Duration,
+    ok: bool,
+    what: String,
+}
+
+/// Clients sending GETs as a Poisson process at a total rate, each on a new connection
+/// (as the simulator's requests are), until a point of the run.
+struct Paced {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Vec<Sample>>>,
+}
+
+const CLIENTS: u64 = 4;
+
+impl Paced {
+    fn start(
+        addr: std::net::SocketAddr,
+        t0: Instant,
+        rate: f64,
+        until: Duration,
+        seed: u64,
+    ) -> Paced {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..CLIENTS)
+            .map(|client| {
+                let stop = Arc::clone(&stop);
+                let mut rng = SimRng::new(seed.wrapping_add(client) ^ 0x10ad);
+                let mean_gap = CLIENTS as f64 / rate.max(0.001);
+                std::thread::spawn(move || {
+                    let mut samples = Vec::new();
+                    let mut next = Duration::from_secs_f64(rng.exp(mean_gap));
+                    while !stop.load(Ordering::Relaxed) && next < until {
+                        let now = t0.elapsed();
+                        if next > now {
+                            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+                            continue;
+                        }
+                        let start = t0.elapsed();
+                        let (ok, what) = match http_get(addr, "/hello.txt") {
+                            Ok((200, body)) if body == crate::HELLO => (true, String::new()),
+                            Ok((status, body)) => {
+                                (false, format!("{status}, {} bytes", body.len()))
+                            }
+                            Err(e) => (false, e),
+                        };
+                        samples.push(Sample {
+                            start,
+                            end: t0.elapsed(),
+                            ok,
+                            what,
+                        });
+                        next += Duration::from_secs_f64(rng.exp(mean_gap));
+                    }
+                    samples
+                })
+            })
+            .collect();
+        Paced { stop, threads }
+    }
+
+    fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap_or_default())
+            .collect()
+    }
+}
