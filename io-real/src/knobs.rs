@@ -88,6 +88,7 @@ knobs! {
     Count(i64) max_upload_bytes => "broker.max_upload_bytes", |c| c.broker.max_upload_bytes;
     Count(i64) max_partial_uploads => "broker.max_partial_uploads", |c| c.broker.max_partial_uploads;
     Real(f64) broker_reply_timeout => "broker.reply_timeout", |c| c.broker.reply_timeout;
+    Count(i64) broker_queue_capacity => "broker.queue_capacity", |c| c.broker.queue_capacity;
 }
 
 /// The setting a user means by `name`: the short name, the core's field name or the flag.

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use servery_tests::serde_json::Value;
+use servery_tests::serde_json::{Value, json};
 use servery_tests::{FAST, Server, Sig, Tree, alive, signal_pid, wait_until, worker_pids};
 
 // ---------------------------------------------------------------------------------------
@@ -679,6 +679,35 @@ fn a_full_broker_queue_answers_503_at_once_and_recovers() {
     }
     wait_released(&server);
     assert!(temp_files(&tree.root()).is_empty());
+}
+
+#[test]
+fn a_reload_gives_new_workers_the_new_upload_limits() {
+    // The largest single upload follows the global byte budget (a reloadable broker
+    // field): after a reload that shrinks the budget, the new generation's workers refuse
+    // what can never fit with 413 before reading the body, not with a 503 to retry.
+    let tree = Tree::new("up-reload");
+    let server = start(&tree, 2, &["--max-upload-bytes", "1000000"]);
+    assert_eq!(
+        put(server.addr, "/before.bin", &body(20, 200_000)).status,
+        201
+    );
+    let answer = server
+        .ctl(&json!({"cmd": "reload", "set": {"max_upload_bytes": 100_000}}))
+        .expect("reload");
+    assert_eq!(answer["generation"], 2, "{answer}");
+    server.wait_ready(2, Duration::from_secs(30));
+    let mut c = Conn::open(server.addr);
+    c.send(&head("PUT", "/after.bin", 200_000, &[]))
+        .expect("send");
+    let r = c.response().expect("answered before the body");
+    assert_eq!(r.status, 413, "{r:?}");
+    assert!(!tree.root().join("after.bin").exists());
+    assert_eq!(
+        put(server.addr, "/small.bin", &body(21, 50_000)).status,
+        201
+    );
+    wait_released(&server);
 }
 
 /// `bytes */total`: the bytes held, from the 308's `Range` (0 when none).

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
 use super::cleanup::remove_worker_temp_files;
-use super::spawn::{Launcher, WorkerBudget};
+use super::spawn::Launcher;
 use super::status::{ServiceInfo, status_json};
 use crate::clock::Clock;
 
@@ -149,11 +149,11 @@ impl RealIo {
     }
 
     fn reload(&mut self, raw: Box<RawConfig>, reply: Option<ReloadReply>) -> Event {
-        // Record the candidate's budgets for the generation it would become; if it is
+        // Record the candidate's terms for the generation it would become; if it is
         // rejected, the next reload overwrites the entry.
         if let Ok(valid) = raw.validate() {
             self.launcher
-                .set_budget(Generation(self.committed.0 + 1), WorkerBudget::of(&valid));
+                .set_generation(Generation(self.committed.0 + 1), &valid);
         }
         if let Some(old) = self
             .reload_new

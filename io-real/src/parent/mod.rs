@@ -30,7 +30,7 @@ use control::{ControlContext, ControlError, Reparse, SocketFile};
 use host::{Host, Signals};
 use io::{ControlState, RealIo, RealIoParts};
 use listeners::BindError;
-use spawn::{Launcher, WorkerBudget};
+use spawn::Launcher;
 use status::ServiceInfo;
 
 /// Errors that stop the parent before or outside the driver loop (exit code 1).
@@ -219,8 +219,7 @@ fn serve(
         config.recycling_overlap_compression_bound()
     );
 
-    let launcher = Launcher::new(exe, root.clone(), site.worker, WorkerBudget::of(&config))
-        .with_upload_args(args.upload.worker_args(&config));
+    let launcher = Launcher::new(exe, root.clone(), site.worker, args.upload.clone(), &config);
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let mut real = RealIo::new(RealIoParts {
         clock,

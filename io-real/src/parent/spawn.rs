@@ -27,6 +27,7 @@ use tokio::task::AbortHandle;
 use super::io::Inbound;
 use crate::cli::WORKER_SUBCOMMAND;
 use crate::fdpass::{self, FdPassError};
+use crate::write::args::UploadArgs;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -136,22 +137,40 @@ pub struct Launcher {
     exe: PathBuf,
     root: PathBuf,
     site: WorkerSite,
-    /// Budgets by the generation that introduced them. The core's Spawn action names only
-    /// the generation, so a reload records its candidate's budgets here.
-    budgets: BTreeMap<u64, WorkerBudget>,
-    /// How workers write (`--upload` and its settings; see `crate::write::args`).
+    /// The upload flags the parent was started with (`crate::write::args`).
+    upload: UploadArgs,
+    /// What a worker of each generation is started with, by the generation that
+    /// introduced it. The core's Spawn action names only the generation, so a reload
+    /// records its candidate's terms here.
+    generations: BTreeMap<u64, GenerationTerms>,
+}
+
+/// The per-generation part of a worker's command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GenerationTerms {
+    budget: WorkerBudget,
+    /// `--upload` and its settings, some of which (the largest upload, the broker's
+    /// reply timeout and queue bound) follow reloadable broker fields.
     upload_args: Vec<String>,
 }
 
 impl Launcher {
-    pub fn new(exe: PathBuf, root: PathBuf, site: WorkerSite, first: WorkerBudget) -> Self {
-        Launcher {
+    pub fn new(
+        exe: PathBuf,
+        root: PathBuf,
+        site: WorkerSite,
+        upload: UploadArgs,
+        first: &ValidConfig,
+    ) -> Self {
+        let mut launcher = Launcher {
             exe,
             root,
             site,
-            budgets: BTreeMap::from([(1, first)]),
-            upload_args: Vec::new(),
-        }
+            upload,
+            generations: BTreeMap::new(),
+        };
+        launcher.set_generation(Generation(1), first);
+        launcher
     }
 
     /// What to execute: on Linux the very binary this parent runs, even if an upgrade
@@ -162,28 +181,21 @@ impl Launcher {
         if own.exists() { own } else { &self.exe }
     }
 
-    /// The upload arguments every worker is started with.
-    pub fn with_upload_args(mut self, args: Vec<String>) -> Self {
-        self.upload_args = args;
-        self
+    /// Workers of `generation` (and later ones, until the next entry) run under `config`.
+    pub fn set_generation(&mut self, generation: Generation, config: &ValidConfig) {
+        let terms = GenerationTerms {
+            budget: WorkerBudget::of(config),
+            upload_args: self.upload.worker_args(config),
+        };
+        self.generations.insert(generation.0, terms);
     }
 
-    pub fn set_budget(&mut self, generation: Generation, budget: WorkerBudget) {
-        self.budgets.insert(generation.0, budget);
-    }
-
-    fn budget(&self, generation: Generation) -> WorkerBudget {
-        self.budgets
+    fn terms(&self, generation: Generation) -> Option<&GenerationTerms> {
+        self.generations
             .range(..=generation.0)
             .next_back()
-            .or_else(|| self.budgets.iter().next())
-            .map(|(_, b)| *b)
-            .unwrap_or(WorkerBudget {
-                max_connections: 1024,
-                max_blocking_threads: 64,
-                compression_cache_size: 0,
-                runtime_threads: 0,
-            })
+            .or_else(|| self.generations.iter().next())
+            .map(|(_, t)| t)
     }
 
     pub fn launch(
@@ -205,7 +217,16 @@ impl Launcher {
         fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
         ours.set_nonblocking(true).map_err(SpawnError::Channel)?;
 
-        let budget = self.budget(generation);
+        let terms = self.terms(generation).cloned().unwrap_or(GenerationTerms {
+            budget: WorkerBudget {
+                max_connections: 1024,
+                max_blocking_threads: 64,
+                compression_cache_size: 0,
+                runtime_threads: 0,
+            },
+            upload_args: Vec::new(),
+        });
+        let budget = terms.budget;
         let mut cmd = tokio::process::Command::new(self.program());
         cmd.arg0(&self.exe)
             .arg(WORKER_SUBCOMMAND)
@@ -226,7 +247,7 @@ impl Launcher {
             .arg("--runtime-threads")
             .arg(budget.runtime_threads.to_string());
         self.site.args(&mut cmd);
-        cmd.args(&self.upload_args);
+        cmd.args(&terms.upload_args);
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C
             // meant for the parent does not hit the workers directly.
