@@ -1138,6 +1138,46 @@ async fn oversized_headers_get_431() {
 }
 
 #[tokio::test]
+async fn oversized_h2_header_lists_get_431_and_the_connection_lives_on() {
+    let root = Root::new("big-head-h2");
+    root.write("a.txt", b"a");
+    let server = Server::serve(&root).await;
+    let stream = TcpStream::connect(server.addr).await.expect("connect");
+    // h2c with prior knowledge.
+    let (mut sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .max_header_list_size(1 << 20)
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("h2 handshake");
+    let driver = tokio::spawn(conn);
+    let get = |extra: Option<String>| {
+        let mut request = http::Request::get(format!("http://{}/a.txt", server.addr));
+        if let Some(value) = extra {
+            request = request.header("x-huge", value);
+        }
+        request
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .expect("request")
+    };
+    let huge = "x".repeat(servery::http::conn::MAX_REQUEST_HEAD + 1);
+    let refused = timeout(BOUND, sender.send_request(get(Some(huge))))
+        .await
+        .expect("answered in time")
+        .expect("a response, not a stream reset");
+    assert_eq!(refused.status(), 431);
+    // One stream was refused; the connection serves the next request.
+    sender.ready().await.expect("connection still usable");
+    let ok = timeout(BOUND, sender.send_request(get(None)))
+        .await
+        .expect("answered in time")
+        .expect("response");
+    assert_eq!(ok.status(), 200);
+    drop(sender);
+    let _ = timeout(BOUND, driver).await;
+}
+
+#[tokio::test]
 async fn unsatisfiable_ranges_get_416() {
     let root = Root::new("bad-range");
     root.write("ten.txt", b"0123456789");
