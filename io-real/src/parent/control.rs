@@ -14,7 +14,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Sender;
 
 use serde_json::{Value, json};
 use servery_core::RawConfig;
@@ -22,7 +21,7 @@ use servery_core::supervisor::{Command, Event};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 
-use super::io::{ControlState, Inbound};
+use super::io::{ControlState, Inbound, InboundTx};
 use crate::knobs;
 
 /// Requests longer than this are refused (they are a few dozen bytes).
@@ -87,7 +86,7 @@ pub type Reparse = Arc<dyn Fn() -> Result<RawConfig, String> + Send + Sync>;
 /// What the server needs from the rest of the parent.
 #[derive(Clone)]
 pub struct ControlContext {
-    pub events: Sender<Inbound>,
+    pub events: InboundTx,
     pub state: Arc<ControlState>,
     pub reparse: Reparse,
 }

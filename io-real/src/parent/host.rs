@@ -3,7 +3,6 @@
 //! anything; it turns what happens into [`Inbound`] messages for the driver.
 
 use std::io;
-use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
 use super::control::Reparse;
-use super::io::Inbound;
+use super::io::{Inbound, InboundTx};
 
 #[derive(Debug)]
 pub struct Host {
@@ -92,7 +91,7 @@ impl Signals {
     }
 
     /// SIGTERM/SIGINT stop; SIGHUP reloads from the original command line and environment.
-    pub async fn forward(mut self, events: Sender<Inbound>, reparse: Reparse) {
+    pub async fn forward(mut self, events: InboundTx, reparse: Reparse) {
         loop {
             let inbound = tokio::select! {
                 _ = self.term.recv() => {

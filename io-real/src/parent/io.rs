@@ -1,27 +1,32 @@
 //! The real [`ParentIo`]: the shared driver loop runs on the main thread and blocks in
-//! [`RealIo::wait`] on a channel that the host runtime (children, channels, signals, the
-//! control socket) feeds. Actions are carried out right here: spawning registers the
-//! child with the host runtime, signals go straight to process groups.
+//! [`RealIo::wait`] on one `poll` over every worker's control channel and a waker that the
+//! host runtime (reaped children, signals, the control socket) rings when it queues an
+//! [`Inbound`]. The driver thread reads and writes the control channels itself, so a
+//! worker's broker request is decoded, answered and written back without crossing a thread
+//! inside the parent. Actions are carried out right here: spawning registers the child's
+//! reaper with the host runtime, signals go straight to process groups.
 
 use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, SendError, Sender, TryRecvError};
+
+use mio::net::UnixStream;
+use mio::{Interest, Poll, Token, Waker};
 
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::Value;
 use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
-use servery_core::proto::encode_parent;
+use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, encode_parent};
 use servery_core::supervisor::{Command, Event};
 use servery_core::{Generation, Instant, RawConfig, Slot, WorkerId};
 use tokio::runtime::Handle;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
 
 use super::cleanup::remove_worker_temp_files;
 use super::spawn::Launcher;
@@ -41,6 +46,52 @@ pub enum Inbound {
     Reload(Box<RawConfig>, Option<ReloadReply>),
 }
 
+/// The host runtime's way into the driver: the channel, and a ring of the waker the
+/// driver's `poll` waits on.
+#[derive(Debug, Clone)]
+pub struct InboundTx {
+    tx: Sender<Inbound>,
+    waker: Arc<Waker>,
+}
+
+impl InboundTx {
+    pub fn send(&self, inbound: Inbound) -> Result<(), SendError<Inbound>> {
+        self.tx.send(inbound)?;
+        // A failed ring means the poll is gone with the driver; the send above already
+        // reached a channel nobody will read.
+        let _ = self.waker.wake();
+        Ok(())
+    }
+}
+
+/// The driver's `poll` and the way the host runtime wakes it.
+#[derive(Debug)]
+pub struct DriverPoll {
+    poll: Poll,
+    inbound: Receiver<Inbound>,
+    tx: InboundTx,
+}
+
+/// The waker's token; worker channels use their worker id (ids start at 1).
+const WAKE: Token = Token(0);
+
+impl DriverPoll {
+    pub fn new() -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+        let (tx, inbound) = std::sync::mpsc::channel();
+        Ok(DriverPoll {
+            poll,
+            inbound,
+            tx: InboundTx { tx, waker },
+        })
+    }
+
+    pub fn sender(&self) -> InboundTx {
+        self.tx.clone()
+    }
+}
+
 /// State shared with the control-socket server.
 #[derive(Debug, Default)]
 pub struct ControlState {
@@ -48,19 +99,26 @@ pub struct ControlState {
     pub closing: AtomicBool,
 }
 
+/// The parent's end of one worker's control channel.
 #[derive(Debug)]
 struct Channel {
-    writer: UnboundedSender<Vec<u8>>,
-    reader: AbortHandle,
+    stream: UnixStream,
+    decoder: FrameDecoder,
+    /// Encoded frames not yet taken by the socket, oldest first.
+    out: Vec<u8>,
+    /// Reading has ended (EOF, error or a malformed frame): nothing more is delivered.
+    read_closed: bool,
 }
 
 #[derive(Debug)]
 pub struct RealIo {
     clock: Clock,
     rt: Handle,
-    events_tx: Sender<Inbound>,
-    events: Receiver<Inbound>,
-    /// Events the driver produced itself (Spawned, SpawnFailed), delivered first.
+    poll: DriverPoll,
+    ready: mio::Events,
+    read_buf: Vec<u8>,
+    /// Events waiting to be handed to the driver, in order: the driver's own (Spawned,
+    /// SpawnFailed) and what was read from the channels.
     inbox: VecDeque<Event>,
     listeners: Vec<TcpListener>,
     launcher: Launcher,
@@ -85,8 +143,7 @@ pub struct RealIo {
 pub struct RealIoParts {
     pub clock: Clock,
     pub rt: Handle,
-    pub events_tx: Sender<Inbound>,
-    pub events: Receiver<Inbound>,
+    pub poll: DriverPoll,
     pub listeners: Vec<TcpListener>,
     pub launcher: Launcher,
     pub control: Arc<ControlState>,
@@ -99,8 +156,9 @@ impl RealIo {
         RealIo {
             clock: p.clock,
             rt: p.rt,
-            events_tx: p.events_tx,
-            events: p.events,
+            poll: p.poll,
+            ready: mio::Events::with_capacity(64),
+            read_buf: vec![0u8; 16 * 1024],
             inbox: VecDeque::new(),
             listeners: p.listeners,
             launcher: p.launcher,
@@ -165,28 +223,44 @@ impl RealIo {
     }
 
     fn perform_spawn(&mut self, worker: WorkerId, slot: Slot, generation: Generation) {
-        match self.launcher.launch(
-            &self.rt,
-            &self.events_tx,
-            worker,
-            slot,
-            generation,
-            &self.listeners,
-        ) {
-            Ok(launched) => {
-                tracing::debug!(%worker, pid = launched.pid, %generation, "worker spawned");
-                self.pids.insert(worker, launched.pid);
+        let launched = self
+            .launcher
+            .launch(
+                &self.rt,
+                &self.poll.sender(),
+                worker,
+                slot,
+                generation,
+                &self.listeners,
+            )
+            .and_then(|launched| {
+                let mut stream = UnixStream::from_std(launched.channel);
+                self.poll
+                    .poll
+                    .registry()
+                    .register(
+                        &mut stream,
+                        Token(worker.0 as usize),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )
+                    .map_err(super::spawn::SpawnError::Channel)?;
+                Ok((launched.pid, launched.setup_frame, stream))
+            });
+        match launched {
+            Ok((pid, setup_frame, stream)) => {
+                tracing::debug!(%worker, pid, %generation, "worker spawned");
+                self.pids.insert(worker, pid);
                 self.channels.insert(
                     worker,
                     Channel {
-                        writer: launched.writer,
-                        reader: launched.reader,
+                        stream,
+                        decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
+                        out: setup_frame,
+                        read_closed: false,
                     },
                 );
-                self.inbox.push_back(Event::Spawned {
-                    worker,
-                    pid: launched.pid,
-                });
+                self.flush(worker);
+                self.inbox.push_back(Event::Spawned { worker, pid });
             }
             Err(e) => {
                 tracing::error!(%worker, error = %e, "cannot spawn a worker");
@@ -199,9 +273,9 @@ impl RealIo {
     }
 
     fn cleanup(&mut self, worker: WorkerId) {
-        if let Some(channel) = self.channels.remove(&worker) {
-            channel.reader.abort();
-            drop(channel.writer);
+        if let Some(mut channel) = self.channels.remove(&worker) {
+            // Closing our end is what a lingering descendant of the worker sees as EOF.
+            let _ = self.poll.poll.registry().deregister(&mut channel.stream);
         }
         let root = self.root.clone();
         self.rt.spawn_blocking(move || match remove_worker_temp_files(&root, worker) {
@@ -210,44 +284,143 @@ impl RealIo {
             Err(e) => tracing::warn!(%worker, error = %e, "cannot remove the worker's temporary files"),
         });
     }
+    /// Read everything the worker's channel holds now, queueing its messages (and its
+    /// end, if it ended) in order.
+    fn read_channel(&mut self, worker: WorkerId) {
+        let Some(channel) = self.channels.get_mut(&worker) else {
+            return;
+        };
+        while !channel.read_closed {
+            match channel.stream.read(&mut self.read_buf) {
+                Ok(0) => {
+                    channel.read_closed = true;
+                    self.inbox.push_back(Event::ChannelClosed { worker });
+                }
+                Ok(n) => {
+                    channel.decoder.push(&self.read_buf[..n]);
+                    loop {
+                        match channel.decoder.next_worker_message() {
+                            Ok(Some(message)) => {
+                                self.inbox.push_back(Event::Message { worker, message })
+                            }
+                            Ok(None) => break,
+                            Err(error) => {
+                                tracing::warn!(%worker, %error, "malformed control frame");
+                                channel.read_closed = true;
+                                self.inbox
+                                    .push_back(Event::ProtocolViolation { worker, error });
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // A worker that dies with unread data in its socket resets the stream;
+                    // to the supervisor that is the same as EOF.
+                    tracing::debug!(%worker, error = %e, "control channel read failed");
+                    channel.read_closed = true;
+                    self.inbox.push_back(Event::ChannelClosed { worker });
+                }
+            }
+        }
+    }
+
+    /// Write what the socket takes now; the rest waits for the channel's next writable
+    /// edge.
+    fn flush(&mut self, worker: WorkerId) {
+        let Some(channel) = self.channels.get_mut(&worker) else {
+            return;
+        };
+        while !channel.out.is_empty() {
+            match channel.stream.write(&channel.out) {
+                Ok(n) => {
+                    channel.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    // The worker is gone; its reap follows.
+                    channel.out.clear();
+                }
+            }
+        }
+    }
+
+    /// Turn what the host runtime sent into the driver's next wakeup.
+    fn inbound(&mut self, inbound: Inbound) -> Wakeup {
+        let now = self.clock.now();
+        match inbound {
+            Inbound::Event(Event::Exited { worker, status }) => {
+                self.pids.remove(&worker);
+                // Whatever the worker wrote before it died is reported before its death.
+                self.read_channel(worker);
+                if let Some(channel) = self.channels.get_mut(&worker) {
+                    channel.read_closed = true;
+                }
+                self.inbox.push_back(Event::Exited { worker, status });
+                match self.inbox.pop_front() {
+                    Some(event) => Wakeup::Event(now, event),
+                    None => Wakeup::Timeout(now),
+                }
+            }
+            Inbound::Event(event) => Wakeup::Event(now, event),
+            Inbound::Status(reply) => {
+                self.status_waiters.push(reply);
+                Wakeup::Timeout(now)
+            }
+            Inbound::Reload(raw, reply) => {
+                let event = self.reload(raw, reply);
+                Wakeup::Event(now, event)
+            }
+        }
+    }
 }
 
 impl ParentIo for RealIo {
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
-        if let Some(event) = self.inbox.pop_front() {
-            return Wakeup::Event(self.clock.now(), event);
-        }
-        let received = match deadline {
-            None => self
-                .events
-                .recv()
-                .map_err(|_| RecvTimeoutError::Disconnected),
-            Some(deadline) => {
-                let now = self.clock.now();
-                if deadline <= now {
-                    return Wakeup::Timeout(now);
+        loop {
+            if let Some(event) = self.inbox.pop_front() {
+                return Wakeup::Event(self.clock.now(), event);
+            }
+            match self.poll.inbound.try_recv() {
+                Ok(inbound) => return self.inbound(inbound),
+                Err(TryRecvError::Disconnected) => return Wakeup::Halt,
+                Err(TryRecvError::Empty) => {}
+            }
+            let now = self.clock.now();
+            let timeout = match deadline {
+                Some(deadline) if deadline <= now => return Wakeup::Timeout(now),
+                Some(deadline) => Some(deadline - now),
+                None => None,
+            };
+            if let Err(e) = self.poll.poll.poll(&mut self.ready, timeout)
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                tracing::error!(error = %e, "the driver's poll failed");
+                return Wakeup::Halt;
+            }
+            let ready: Vec<(Token, bool, bool)> = self
+                .ready
+                .iter()
+                .map(|e| {
+                    let read = e.is_readable() || e.is_read_closed() || e.is_error();
+                    (e.token(), read, e.is_writable())
+                })
+                .collect();
+            for (token, read, write) in ready {
+                if token == WAKE {
+                    continue;
                 }
-                self.events.recv_timeout(deadline - now)
-            }
-        };
-        let now = self.clock.now();
-        match received {
-            Ok(Inbound::Event(event)) => {
-                if let Event::Exited { worker, .. } = &event {
-                    self.pids.remove(worker);
+                let worker = WorkerId(token.0 as u64);
+                if write {
+                    self.flush(worker);
                 }
-                Wakeup::Event(now, event)
+                if read {
+                    self.read_channel(worker);
+                }
             }
-            Ok(Inbound::Status(reply)) => {
-                self.status_waiters.push(reply);
-                Wakeup::Timeout(now)
-            }
-            Ok(Inbound::Reload(raw, reply)) => {
-                let event = self.reload(raw, reply);
-                Wakeup::Event(now, event)
-            }
-            Err(RecvTimeoutError::Timeout) => Wakeup::Timeout(now),
-            Err(RecvTimeoutError::Disconnected) => Wakeup::Halt,
         }
     }
 
@@ -259,11 +432,9 @@ impl ParentIo for RealIo {
                 generation,
             } => self.perform_spawn(worker, slot, generation),
             ParentAction::Send { worker, message } => {
-                if let Some(channel) = self.channels.get(&worker) {
-                    let mut frame = Vec::with_capacity(48);
-                    encode_parent(&message, &mut frame);
-                    // A closed writer means the worker is going; its reap follows.
-                    let _ = channel.writer.send(frame);
+                if let Some(channel) = self.channels.get_mut(&worker) {
+                    encode_parent(&message, &mut channel.out);
+                    self.flush(worker);
                 }
             }
             ParentAction::Terminate { worker } => {

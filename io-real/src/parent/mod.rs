@@ -28,7 +28,7 @@ use crate::clock::Clock;
 use crate::{EXIT_CONFIG, EXIT_RUNTIME, knobs};
 use control::{ControlContext, ControlError, Reparse, SocketFile};
 use host::{Host, Signals};
-use io::{ControlState, RealIo, RealIoParts};
+use io::{ControlState, DriverPoll, RealIo, RealIoParts};
 use listeners::BindError;
 use spawn::Launcher;
 use status::ServiceInfo;
@@ -174,7 +174,8 @@ fn serve(
 
     let clock = Clock::start();
     let host = Host::start().map_err(ParentError::Runtime)?;
-    let (events_tx, events) = std::sync::mpsc::channel();
+    let poll = DriverPoll::new().map_err(ParentError::Runtime)?;
+    let events_tx = poll.sender();
     let state = Arc::new(ControlState::default());
     let reparse: Reparse = Arc::new(move || Cli::reparse(&argv));
     {
@@ -224,8 +225,7 @@ fn serve(
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
-        events_tx,
-        events,
+        poll,
         listeners,
         launcher,
         control: state,

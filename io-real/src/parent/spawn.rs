@@ -1,7 +1,9 @@
 //! Starting one worker: a socketpair for its control channel (the child's end becomes its
 //! stdin), the listeners passed over it with `SCM_RIGHTS` before the child even exists,
-//! a re-exec of our own binary in a process group of its own, and the three tasks that
-//! own the parent's side: frame reader, frame writer, reaper.
+//! a re-exec of our own binary in a process group of its own, and the reaper task that
+//! reports its exit. The parent's end of the channel goes to the driver thread, which
+//! reads and writes it itself (see `io.rs`): a broker request and its answer cross no
+//! thread inside the parent.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -11,20 +13,12 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::mpsc::Sender;
-use std::time::Duration;
 
-use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT};
 use servery_core::supervisor::{Event, ExitStatus};
 use servery_core::{Generation, Slot, ValidConfig, WorkerId};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::runtime::Handle;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
-use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
 
-use super::io::Inbound;
+use super::io::{Inbound, InboundTx};
 use crate::cli::WORKER_SUBCOMMAND;
 use crate::fdpass::{self, FdPassError};
 use crate::write::args::UploadArgs;
@@ -126,9 +120,10 @@ impl WorkerSite {
 #[derive(Debug)]
 pub struct Launched {
     pub pid: u32,
-    /// Encoded frames to the worker; dropping it closes the parent's write side (EOF).
-    pub writer: UnboundedSender<Vec<u8>>,
-    pub reader: AbortHandle,
+    /// The parent's end of the control channel, non-blocking; the setup preamble is the
+    /// first thing to write on it.
+    pub channel: UnixStream,
+    pub setup_frame: Vec<u8>,
 }
 
 /// How workers are started.
@@ -201,7 +196,7 @@ impl Launcher {
     pub fn launch(
         &self,
         rt: &Handle,
-        events: &Sender<Inbound>,
+        events: &InboundTx,
         worker: WorkerId,
         slot: Slot,
         generation: Generation,
@@ -212,7 +207,7 @@ impl Launcher {
         }
         let (ours, theirs) = UnixStream::pair().map_err(SpawnError::Channel)?;
         // The descriptors wait in the socket buffer until the child reads them, ahead of
-        // HELLO, which the writer task sends later on the same stream.
+        // HELLO, which the driver writes later on the same stream.
         let fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
         fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
         ours.set_nonblocking(true).map_err(SpawnError::Channel)?;
@@ -254,101 +249,31 @@ impl Launcher {
             .process_group(0)
             .kill_on_drop(false);
 
-        // Registering the child and the socket needs the runtime's context.
+        // Registering the child needs the runtime's context.
         let _enter = rt.enter();
-        let stream = tokio::net::UnixStream::from_std(ours).map_err(SpawnError::Channel)?;
         let child = cmd.spawn().map_err(|source| SpawnError::Exec {
             exe: self.exe.clone(),
             source,
         })?;
         // Dropping the command closes our copy of the child's end, so the child's death is
-        // the only way our reader sees EOF.
+        // the only way the driver sees EOF.
         drop(cmd);
         let pid = child.id().unwrap_or(0);
-        let (rd, wr) = stream.into_split();
-        let (writer, frames) = unbounded_channel();
-        // First on the stream after the listeners, ahead of HELLO (the worker reads it
-        // before decoding frames). Queued, not written here: the child may not read yet.
-        let _ = writer.send(self.site.setup_frame.clone());
-        let (read_done, reader_finished) = oneshot::channel();
-        let reader = rt.spawn(read_frames(worker, rd, events.clone(), read_done));
-        rt.spawn(write_frames(wr, frames));
-        rt.spawn(reap(worker, child, events.clone(), reader_finished));
+        rt.spawn(reap(worker, child, events.clone()));
         Ok(Launched {
             pid,
-            writer,
-            reader: reader.abort_handle(),
+            channel: ours,
+            // First on the stream after the listeners, ahead of HELLO (the worker reads it
+            // before decoding frames).
+            setup_frame: self.site.setup_frame.clone(),
         })
     }
 }
 
-fn deliver(events: &Sender<Inbound>, event: Event) -> bool {
-    events.send(Inbound::Event(event)).is_ok()
-}
-
-/// How long a reaped worker's death waits for its channel's EOF. Everything a worker
-/// wrote before it died is reported before its death (a READY followed at once by a crash
-/// is a crash of a ready worker, not a startup failure); the bound covers a descendant
-/// that inherited the channel and keeps it open.
-const EOF_BEFORE_REAP: Duration = Duration::from_millis(500);
-
-async fn read_frames(
-    worker: WorkerId,
-    mut rd: OwnedReadHalf,
-    events: Sender<Inbound>,
-    // Dropped when reading ends, however it ends (even by abort).
-    _done: oneshot::Sender<()>,
-) {
-    let mut decoder = FrameDecoder::new(MAX_FRAME_DEFAULT);
-    let mut buf = vec![0u8; 8 * 1024];
-    loop {
-        let n = match rd.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                // A worker that dies with unread data in its socket resets the stream;
-                // to the supervisor that is the same as EOF.
-                tracing::debug!(%worker, error = %e, "control channel read failed");
-                break;
-            }
-        };
-        decoder.push(&buf[..n]);
-        loop {
-            match decoder.next_worker_message() {
-                Ok(Some(message)) => {
-                    if !deliver(&events, Event::Message { worker, message }) {
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(error) => {
-                    tracing::warn!(%worker, %error, "malformed control frame");
-                    deliver(&events, Event::ProtocolViolation { worker, error });
-                    return;
-                }
-            }
-        }
-    }
-    deliver(&events, Event::ChannelClosed { worker });
-}
-
-async fn write_frames(mut wr: OwnedWriteHalf, mut frames: UnboundedReceiver<Vec<u8>>) {
-    while let Some(frame) = frames.recv().await {
-        if wr.write_all(&frame).await.is_err() {
-            // The worker is gone; its reaper reports that.
-            return;
-        }
-    }
-    // Dropping the write half shuts down our direction: the worker sees EOF.
-}
-
-async fn reap(
-    worker: WorkerId,
-    mut child: tokio::process::Child,
-    events: Sender<Inbound>,
-    reader_finished: oneshot::Receiver<()>,
-) {
+/// Reports the worker's exit. Whatever it wrote before dying is still in its channel; the
+/// driver reads that out before it hands the supervisor the exit, so a READY followed at
+/// once by a crash is a crash of a ready worker, not a startup failure.
+async fn reap(worker: WorkerId, mut child: tokio::process::Child, events: InboundTx) {
     let status = match child.wait().await {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(code), _) => ExitStatus::Code(code),
@@ -360,6 +285,5 @@ async fn reap(
             ExitStatus::Code(-1)
         }
     };
-    let _ = tokio::time::timeout(EOF_BEFORE_REAP, reader_finished).await;
-    deliver(&events, Event::Exited { worker, status });
+    let _ = events.send(Inbound::Event(Event::Exited { worker, status }));
 }
