@@ -1,12 +1,15 @@
 //! The response body type: in-memory bytes, or a file streamed in bounded chunks.
 //!
-//! File chunks are read with plain `std::fs::File` reads on tokio's blocking pool, one chunk
-//! at a time, and the next chunk is requested as soon as the previous one is handed to hyper,
-//! so disk and socket overlap while at most two chunks per response are in memory.
+//! File chunks are read one at a time with positioned reads: first on the async thread for
+//! as much as the page cache holds (`cached_read`), then, for whatever would have to come
+//! from the disk, on tokio's blocking pool, with the next chunk requested as soon as the
+//! previous one is handed to hyper, so disk and socket overlap while at most two chunks per
+//! response are in memory.
 
 use std::fs::File;
 use std::future::Future;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -17,6 +20,7 @@ use hyper::body::{Frame, SizeHint};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
+use super::cached_read::fill_cached;
 use super::compress::StreamEncoder;
 
 /// Every response body this module produces.
@@ -41,10 +45,8 @@ pub fn empty() -> Body {
 /// blocking pool); the caller is an async request handler, which has one.
 pub fn file(file: File, start: u64, len: u64, runtime: Handle) -> Body {
     BoxBody::new(FileBody {
-        state: State::Idle {
-            file,
-            seek_to: Some(start),
-        },
+        state: State::Idle { file },
+        offset: start,
         remaining: len,
         runtime,
     })
@@ -70,7 +72,7 @@ type Chunk = io::Result<(File, Vec<u8>)>;
 
 #[derive(Debug)]
 enum State {
-    Idle { file: File, seek_to: Option<u64> },
+    Idle { file: File },
     Reading(JoinHandle<Chunk>),
     Done,
 }
@@ -78,43 +80,50 @@ enum State {
 #[derive(Debug)]
 struct FileBody {
     state: State,
+    /// Where the next chunk starts in the file.
+    offset: u64,
     /// Bytes not yet handed to hyper.
     remaining: u64,
     runtime: Handle,
 }
 
 impl FileBody {
-    fn start_read(&mut self, file: File, seek_to: Option<u64>) {
+    /// The next chunk: what the page cache holds right here, the rest from the pool.
+    /// Returns the chunk when it is complete without the pool.
+    fn next_chunk(&mut self, file: File) -> Option<Vec<u8>> {
         let want = usize::try_from(self.remaining.min(CHUNK_SIZE as u64)).unwrap_or(CHUNK_SIZE);
+        let mut buf = vec![0; want];
+        let cached = fill_cached(&file, self.offset, &mut buf);
+        if cached == want {
+            self.state = State::Idle { file };
+            return Some(buf);
+        }
+        let offset = self.offset;
         self.state = State::Reading(
             self.runtime
-                .spawn_blocking(move || read_chunk(file, seek_to, want)),
+                .spawn_blocking(move || read_rest(file, offset, buf, cached)),
         );
+        None
+    }
+
+    fn deliver(&mut self, buf: Vec<u8>) -> Frame<Bytes> {
+        self.remaining -= buf.len() as u64;
+        self.offset += buf.len() as u64;
+        Frame::data(Bytes::from(buf))
     }
 }
 
-/// Reads exactly `want` bytes; a file that shrank under us is an error, because the
-/// Content-Length we already sent would otherwise be a lie.
-fn read_chunk(mut file: File, seek_to: Option<u64>, want: usize) -> Chunk {
-    if let Some(offset) = seek_to {
-        file.seek(SeekFrom::Start(offset))?;
+/// Fills `buf` from `filled` on, reading at `offset + filled`; a file that shrank under us
+/// is an error, because the Content-Length we already sent would otherwise be a lie.
+fn read_rest(file: File, offset: u64, mut buf: Vec<u8>, filled: usize) -> Chunk {
+    match file.read_exact_at(&mut buf[filled..], offset + filled as u64) {
+        Ok(()) => Ok((file, buf)),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "file shrank while being served",
+        )),
+        Err(e) => Err(e),
     }
-    let mut buf = vec![0; want];
-    let mut filled = 0;
-    while filled < want {
-        match file.read(&mut buf[filled..]) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "file shrank while being served",
-                ));
-            }
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((file, buf))
 }
 
 impl hyper::body::Body for FileBody {
@@ -130,7 +139,11 @@ impl hyper::body::Body for FileBody {
             match std::mem::replace(&mut this.state, State::Done) {
                 State::Done => return Poll::Ready(None),
                 State::Idle { .. } if this.remaining == 0 => return Poll::Ready(None),
-                State::Idle { file, seek_to } => this.start_read(file, seek_to),
+                State::Idle { file } => {
+                    if let Some(buf) = this.next_chunk(file) {
+                        return Poll::Ready(Some(Ok(this.deliver(buf))));
+                    }
+                }
                 State::Reading(mut task) => {
                     let chunk = match Pin::new(&mut task).poll(cx) {
                         Poll::Pending => {
@@ -142,11 +155,8 @@ impl hyper::body::Body for FileBody {
                     };
                     // An error leaves the state Done: hyper aborts the response.
                     let (file, buf) = chunk?;
-                    this.remaining -= buf.len() as u64;
-                    if this.remaining > 0 {
-                        this.start_read(file, None);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))));
+                    this.state = State::Idle { file };
+                    return Poll::Ready(Some(Ok(this.deliver(buf))));
                 }
             }
         }
@@ -311,6 +321,42 @@ mod tests {
         let encoder = StreamEncoder::new(Coding::Zstd, Level::Streaming).expect("encoder");
         let body = encoded_file(f, 10, encoder, Handle::current());
         assert!(body.collect().await.is_err());
+        std::fs::remove_file(path).expect("cleanup");
+    }
+
+    #[test]
+    fn the_pool_reads_what_the_page_cache_did_not_hold() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 239) as u8).collect();
+        let (path, f) = temp_file("rest", &data);
+        // The first 10 bytes came from the cache; the rest is read at its own offset.
+        let mut buf = vec![0u8; 1_000];
+        buf[..10].copy_from_slice(&data[100..110]);
+        let (_, got) = read_rest(f, 100, buf, 10).expect("read");
+        assert_eq!(&got[..], &data[100..1_100]);
+        let f = File::open(&path).expect("reopen");
+        let past_end = read_rest(f, 49_500, vec![0u8; 1_000], 0);
+        assert!(past_end.is_err(), "a file shorter than promised is an error");
+        std::fs::remove_file(path).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn a_file_evicted_from_the_page_cache_streams_through_the_pool() {
+        let data: Vec<u8> = (0..(CHUNK_SIZE * 3)).map(|i| (i % 233) as u8).collect();
+        let (path, f) = temp_file("evicted", &data);
+        File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|w| w.sync_all())
+            .expect("sync");
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+        let mut probe = vec![0u8; data.len()];
+        let cached = fill_cached(&f, 0, &mut probe);
+        if cached == data.len() {
+            eprintln!("NOTICE: this file system kept the pages; only the cached path ran");
+        }
+        let body = file(f, 0, data.len() as u64, Handle::current());
+        let got = body.collect().await.expect("body").to_bytes();
+        assert!(got[..] == data[..], "streamed bytes differ");
         std::fs::remove_file(path).expect("cleanup");
     }
 

@@ -1,10 +1,13 @@
-//! The blocking half of a request: resolving the path beneath the root, opening the file,
-//! choosing its representation (identity, a precompressed sidecar, or our encoding), and
-//! the reads and encodings that go with it. Everything here runs on tokio's blocking pool;
+//! The file-system half of a request: resolving the path beneath the root, opening the
+//! file, choosing its representation (identity, a precompressed sidecar, or our encoding),
+//! and the reads and encodings that go with it. [`Lookup::run`] runs on the worker's async
+//! thread: resolution and `fstat` touch only cached metadata in the common case, and a
+//! small body is read only as far as the page cache holds it (`cached_read`); reading a
+//! directory, reading what is not cached and encoding run on tokio's blocking pool.
 //! [`super::site`] decides what to send from what this finds.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -12,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use cap_std::fs::{Dir, OpenOptions};
 
+use super::cached_read::fill_cached;
 use super::compress::{self, Candidates, Coding, Level};
 use super::conditional::Validators;
 use super::encoded_cache::{CacheKey, EncodedCache};
@@ -46,26 +50,22 @@ pub(super) fn encode_whole(
     Ok(encoded)
 }
 
-/// Reads `len` bytes from the start of `file`. The position is shared by every handle on
-/// the open file, which is why every reader here seeks first.
-fn read_exact_len(mut file: &File, len: u64) -> Result<Bytes, HttpError> {
-    file.seek(SeekFrom::Start(0)).map_err(HttpError::Internal)?;
-    let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.take(len)
-        .read_to_end(&mut buf)
-        .map_err(HttpError::Internal)?;
-    if buf.len() as u64 != len {
+/// Reads `len` bytes from the start of `file` (positioned reads: the handle's offset is
+/// shared with every other reader of the open file).
+fn read_exact_len(file: &File, len: u64) -> Result<Bytes, HttpError> {
+    let mut buf = vec![0u8; usize::try_from(len).map_err(|_| HttpError::Unavailable)?];
+    match file.read_exact_at(&mut buf, 0) {
+        Ok(()) => Ok(Bytes::from(buf)),
         // Being rewritten right now; the validators would not describe these bytes.
-        return Err(HttpError::Unavailable);
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(HttpError::Unavailable),
+        Err(e) => Err(HttpError::Internal(e)),
     }
-    Ok(Bytes::from(buf))
 }
 
-/// The blocking half of a request: everything that touches the file system.
+/// What a request needs from the file system.
 pub(super) struct Lookup {
     pub(super) root: Arc<Dir>,
     pub(super) path: RequestPath,
-    pub(super) show_hidden: bool,
     pub(super) read_small: bool,
     /// Serve the root `index.html` when the path does not exist (see [`super::site::SiteConfig::spa`]).
     pub(super) spa_fallback: bool,
@@ -84,7 +84,8 @@ pub(super) struct Negotiation {
 pub(super) enum Found {
     File(Box<FoundFile>),
     NeedsSlash,
-    Listing(Vec<Entry>),
+    /// A directory to list (below the root), read with [`list`] on the blocking pool.
+    Directory(PathBuf),
 }
 
 pub(super) struct OpenFile {
@@ -160,7 +161,7 @@ impl Lookup {
             if self.root.metadata(&index).is_ok_and(|m| m.is_file()) {
                 return self.file(index, "index.html".to_owned());
             }
-            return list(&self.root, &rel, self.show_hidden).map(Found::Listing);
+            return Ok(Found::Directory(rel));
         }
         // `/file.txt/` names a directory that does not exist.
         if self.path.trailing_slash() {
@@ -218,8 +219,8 @@ impl Lookup {
                 repr = Repr::Encode { coding, cached };
             }
         }
-        // Read small bodies now, while we are on the blocking pool anyway, but only the
-        // bytes that will be needed: those sent, or those about to be encoded.
+        // Read small bodies now if the page cache has them, and only the bytes that will
+        // be needed: those sent, or those about to be encoded.
         match &mut repr {
             Repr::Identity => read_small(&mut original, self.read_small)?,
             Repr::Sidecar { file, .. } => read_small(file, self.read_small)?,
@@ -247,10 +248,16 @@ impl Lookup {
     }
 }
 
-/// Reads the whole file into `small` when it is small and `wanted`.
+/// Reads the whole file into `small` when it is small, `wanted` and all in the page cache.
+/// Otherwise `small` stays empty and the body is read on the blocking pool instead
+/// (streamed, or read whole for encoding), which reads exactly `len` bytes or fails.
 fn read_small(file: &mut OpenFile, wanted: bool) -> Result<(), HttpError> {
     if wanted && file.small.is_none() && file.len <= SMALL_FILE_MAX {
-        file.small = Some(read_exact_len(&file.file, file.len)?);
+        let len = usize::try_from(file.len).map_err(|_| HttpError::Unavailable)?;
+        let mut buf = vec![0u8; len];
+        if fill_cached(&file.file, 0, &mut buf) == len {
+            file.small = Some(Bytes::from(buf));
+        }
     }
     Ok(())
 }
@@ -288,7 +295,7 @@ fn open_regular(root: &Dir, rel: &Path, name: &str) -> Result<OpenFile, HttpErro
 /// links, links that escape) and entries that are neither files nor directories are left
 /// out, since they could not be served anyway. Non-UTF-8 names are skipped: they could not
 /// be requested.
-fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entry>, HttpError> {
+pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entry>, HttpError> {
     let mut entries = Vec::new();
     for dir_entry in root.read_dir(rel).map_err(HttpError::from_io)? {
         let dir_entry = dir_entry.map_err(HttpError::Internal)?;

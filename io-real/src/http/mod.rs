@@ -11,6 +11,7 @@
 //! [`single_flight`] structures that coalesce same-key encodings and digests.
 
 pub mod body;
+mod cached_read;
 pub mod compress;
 pub mod conditional;
 pub mod conn;

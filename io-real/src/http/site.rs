@@ -29,6 +29,7 @@ use super::error::{ALLOW, HttpError, error_response};
 use super::listing::{self, Entry};
 use super::lookup::{
     CompressSettings, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
+    list as list_directory,
 };
 use super::mime;
 use super::path::RequestPath;
@@ -244,7 +245,6 @@ impl Site {
         let lookup = Lookup {
             root: Arc::clone(&self.root),
             path: path.clone(),
-            show_hidden: self.show_hidden,
             read_small: want_body,
             spa_fallback: self.spa && policy::accepts_html(&parts.headers),
             negotiation: self.compress.map(|settings| Negotiation {
@@ -254,11 +254,16 @@ impl Site {
             }),
             cache: Arc::clone(&self.cache),
         };
-        let found = blocking(&runtime, move || lookup.run()).await?;
-        match found {
+        // On this thread: see `lookup` for why that never waits for the disk.
+        match lookup.run()? {
             Found::NeedsSlash => redirect_to_dir(&path, parts.uri.query()),
             Found::File(file) => self.file_response(parts, *file, want_body, runtime).await,
-            Found::Listing(entries) => listing_response(parts, &path, entries, want_body),
+            Found::Directory(rel) => {
+                let (root, show_hidden) = (Arc::clone(&self.root), self.show_hidden);
+                let entries =
+                    blocking(&runtime, move || list_directory(&root, &rel, show_hidden)).await?;
+                listing_response(parts, &path, entries, want_body)
+            }
         }
     }
 
