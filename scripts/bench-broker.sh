@@ -22,14 +22,20 @@ wait_line() { # file pattern bound
     done
 }
 
-echo "== broker round trip ($ROUNDS rounds, --workers 1)"
-mkdir -p "$WORK/rtt"
-SERVERY_BENCH_BROKER="$ROUNDS" "$BIN" "$WORK/rtt" --port 0 --control-socket "$WORK/rtt.sock" \
-    >"$WORK/rtt.out" 2>"$WORK/rtt.err" &
-wait_line "$WORK/rtt.err" "broker-bench" 120
-grep -o "broker-bench.*" "$WORK/rtt.err"
-"$BIN" ctl --socket "$WORK/rtt.sock" stop >/dev/null
-wait
+for workers in 1 2; do
+    # With 2 workers on 2 CPUs each worker runs a single-threaded runtime (the production
+    # shape for workers >= CPUs), and both time their round trips at once.
+    echo "== broker round trip ($ROUNDS rounds per worker, --workers $workers)"
+    mkdir -p "$WORK/rtt$workers"
+    SERVERY_BENCH_BROKER="$ROUNDS" "$BIN" "$WORK/rtt$workers" --port 0 --workers "$workers" \
+        --control-socket "$WORK/rtt$workers.sock" >"$WORK/rtt$workers.out" 2>"$WORK/rtt$workers.err" &
+    for ((i = 1; i <= workers; i++)); do
+        wait_line "$WORK/rtt$workers.err" "broker-bench worker=$i " 120
+    done
+    grep -o "broker-bench.*" "$WORK/rtt$workers.err"
+    "$BIN" ctl --socket "$WORK/rtt$workers.sock" stop >/dev/null
+    wait
+done
 
 for workers in 1 2; do
     echo "== upload throughput, --workers $workers (wrk -t2 -c8 -d${SECONDS_RUN}s, 64 KiB PUT)"

@@ -297,6 +297,10 @@ impl RealIo {
                     self.inbox.push_back(Event::ChannelClosed { worker });
                 }
                 Ok(n) => {
+                    // A short read drained the socket: a later write by the worker raises
+                    // a new readiness edge (stream sockets signal every arrival), so
+                    // there is no need to spend a read on the would-block answer.
+                    let drained = n < self.read_buf.len();
                     channel.decoder.push(&self.read_buf[..n]);
                     loop {
                         match channel.decoder.next_worker_message() {
@@ -312,6 +316,9 @@ impl RealIo {
                                 break;
                             }
                         }
+                    }
+                    if drained {
+                        return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
