@@ -335,7 +335,10 @@ mod tests {
         assert_eq!(&got[..], &data[100..1_100]);
         let f = File::open(&path).expect("reopen");
         let past_end = read_rest(f, 49_500, vec![0u8; 1_000], 0);
-        assert!(past_end.is_err(), "a file shorter than promised is an error");
+        assert!(
+            past_end.is_err(),
+            "a file shorter than promised is an error"
+        );
         std::fs::remove_file(path).expect("cleanup");
     }
 
