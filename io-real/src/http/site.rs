@@ -2,10 +2,11 @@
 //!
 //! [`Site::handle`] turns a request into a response: access policy first (CORS preflight,
 //! authentication), then the file. The planning (path, preconditions, range, listing
-//! format, coding, digest) is delegated to pure functions in sibling modules, and the
-//! file-system and CPU-heavy work (lookup, reads, encoding, hashing) always runs on tokio's
-//! blocking pool, so a slow disk or a large file never stalls the async threads that serve
-//! other connections.
+//! format, coding, digest) is delegated to pure functions in sibling modules. Resolving
+//! and opening the file, and reading whatever of it the page cache holds, happen right
+//! here on the async thread; reads that would wait for the disk, directory listings,
+//! encoding and hashing run on tokio's blocking pool, so a slow disk or a large file never
+//! stalls the async threads that serve other connections (decision 0007).
 
 use std::fs::File;
 use std::io;
@@ -38,11 +39,10 @@ use super::range::{self, RangeDecision};
 use super::single_flight::SingleFlight;
 use super::upload::{UploadConfig, Uploads};
 
-/// Files up to this size are read whole while opening them (one blocking hop, one read);
-/// larger ones are streamed in [`body::CHUNK_SIZE`] chunks. One chunk: a streamed response
-/// holds up to two chunks anyway, so reading such a file whole costs no extra memory and
-/// saves the second blocking-pool hop (a context switch each way), measured at about a
-/// third of the server's CPU per 100 KiB request (docs/benchmarks.md).
+/// Files up to this size are read whole while opening them, when the page cache holds
+/// them (one read); larger ones are streamed in [`body::CHUNK_SIZE`] chunks. One chunk: a
+/// streamed response holds up to two chunks anyway, so reading such a file whole costs no
+/// extra memory and saves the per-chunk work (docs/benchmarks.md).
 pub const SMALL_FILE_MAX: u64 = body::CHUNK_SIZE as u64;
 
 /// Digests of in-memory representations up to this size are computed in place on the
