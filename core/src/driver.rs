@@ -10,7 +10,8 @@ use crate::time::Instant;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Wakeup {
     Event(Instant, Event),
-    /// The deadline passed (or the I/O layer wants a timer check).
+    /// The deadline passed (or the I/O layer wants a timer check). The only wakeup after
+    /// which deadlines are judged: see [`ParentIo::wait`].
     Timeout(Instant),
     /// The log writer finished a batch and can take another.
     LogWritten(Instant),
@@ -20,7 +21,10 @@ pub enum Wakeup {
 
 /// The host side of the parent: processes, channels, listeners, files and time.
 pub trait ParentIo {
-    /// Block until something happens or `deadline` passes.
+    /// Block until something happens or `deadline` passes. Input that arrived before the
+    /// deadline must be delivered before `Timeout` is: a heartbeat waiting unread in a
+    /// channel after the parent itself was stalled (stopped, swapped out, starved) proves
+    /// the worker alive, and judging deadlines first would kill healthy workers.
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup;
     /// Carry out one action. `Exit` is performed last, after which `run` returns.
     fn perform(&mut self, now: Instant, action: ParentAction);
@@ -57,15 +61,19 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> Opti
             }
         }
         io.observe(now, parent);
-        match io.wait(parent.poll_timeout()) {
+        let timer_check = match io.wait(parent.poll_timeout()) {
             Wakeup::Event(t, event) => {
                 now = now.max(t);
                 parent.handle(now, event);
+                false
             }
-            Wakeup::Timeout(t) | Wakeup::LogWritten(t) => now = now.max(t),
+            Wakeup::Timeout(t) | Wakeup::LogWritten(t) => {
+                now = now.max(t);
+                true
+            }
             Wakeup::Halt => return None,
-        }
-        if parent.poll_timeout().is_some_and(|d| d <= now) {
+        };
+        if timer_check && parent.poll_timeout().is_some_and(|d| d <= now) {
             parent.handle_timeout(now);
         }
     }

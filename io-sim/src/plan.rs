@@ -55,6 +55,9 @@ pub enum Fault {
     CrashLeaseHolder,
     /// The parent process dies (`kill -9`).
     CrashParent,
+    /// The parent stops running for this long (`SIGSTOP`, swapped out, starved) while its
+    /// workers run on: their frames, exits and operator commands wait until it resumes.
+    StallParent(Duration),
 }
 
 /// Operator commands at moments of the run.

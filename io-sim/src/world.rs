@@ -72,6 +72,8 @@ pub(crate) enum SimEvent {
     },
     Liveness,
     Stop,
+    /// A stalled parent runs again.
+    ParentResumes,
 }
 
 impl SimEvent {
@@ -94,6 +96,7 @@ impl SimEvent {
             SimEvent::LogWriterDone { records } => (15, *records as u64),
             SimEvent::Liveness => (16, 0),
             SimEvent::Stop => (17, 0),
+            SimEvent::ParentResumes => (18, 0),
         }
     }
 }
@@ -148,6 +151,9 @@ pub struct SimWorld {
     pub(crate) last_holder: Option<WorkerId>,
     parent_alive: bool,
     halt_pending: bool,
+    /// While the parent is stalled: until when, and what reached it meanwhile, in order.
+    parent_stalled_until: Option<Instant>,
+    held: Vec<SimEvent>,
     log_busy: bool,
     snapshot_due: bool,
     last_wait_at: Instant,
@@ -192,6 +198,8 @@ impl SimWorld {
             last_holder: None,
             parent_alive: true,
             halt_pending: false,
+            parent_stalled_until: None,
+            held: Vec::new(),
             log_busy: false,
             snapshot_due: false,
             last_wait_at: Instant::ZERO,
@@ -409,6 +417,45 @@ impl SimWorld {
                     self.out.parent_crashed = true;
                 }
             }
+            Fault::StallParent(duration) => {
+                if self.parent_alive && self.parent_stalled_until.is_none() {
+                    let until = self.now + duration;
+                    self.parent_stalled_until = Some(until);
+                    self.schedule_at(until, SimEvent::ParentResumes);
+                }
+            }
+        }
+    }
+
+    /// Whether `event` is something only the parent process acts on (so it waits while
+    /// the parent is stalled).
+    fn for_the_parent(event: &SimEvent) -> bool {
+        matches!(
+            event,
+            SimEvent::ToParent { .. }
+                | SimEvent::ToParentEof { .. }
+                | SimEvent::Reaped { .. }
+                | SimEvent::Command(_)
+                | SimEvent::Stop
+                | SimEvent::Liveness
+                | SimEvent::LogWriterDone { .. }
+        )
+    }
+
+    /// The stalled parent runs again: what reached it meanwhile is read before anything
+    /// else it does, timers included (the `ParentIo::wait` contract).
+    fn parent_resumes(&mut self) {
+        self.parent_stalled_until = None;
+        for event in std::mem::take(&mut self.held) {
+            match event {
+                // These wake the driver themselves: after the inbox has been read.
+                SimEvent::Liveness | SimEvent::LogWriterDone { .. } => {
+                    self.schedule_at(self.now, event)
+                }
+                other => {
+                    let _ = self.step(other);
+                }
+            }
         }
     }
 
@@ -429,6 +476,10 @@ impl SimWorld {
         let now = self.now;
         self.trace
             .record(&[now.as_nanos(), code, arg], || format!("{now} {event:?}"));
+        if self.parent_stalled_until.is_some() && Self::for_the_parent(&event) {
+            self.held.push(event);
+            return None;
+        }
         match event {
             SimEvent::ToParent { worker, bytes } => {
                 let dec = self
@@ -492,6 +543,7 @@ impl SimWorld {
                     self.inbox.push_back(Event::Command(Command::Stop));
                 }
             }
+            SimEvent::ParentResumes => self.parent_resumes(),
         }
         None
     }
@@ -587,6 +639,11 @@ impl ParentIo for SimWorld {
             }
             let next = self.queue.peek().map(|Reverse(s)| s.at);
             let end = ms(self.spec.end_by);
+            // A stalled parent's timers cannot fire before it runs again.
+            let deadline = match (deadline, self.parent_stalled_until) {
+                (Some(d), Some(until)) => Some(d.max(until)),
+                (d, _) => d,
+            };
             match (next, deadline) {
                 (_, Some(d)) if next.is_none_or(|n| d < n) => {
                     if d > end {

@@ -27,6 +27,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "recycled by age",
     "recycled by request count",
     "replacement failed then halted",
+    "parent stall survived",
 ];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -114,6 +115,11 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "parent-death",
         about: "kill -9 of the parent mid-load: workers see EOF, fail writes closed, drain and exit",
         build: parent_death,
+    },
+    Scenario {
+        name: "parent-stall",
+        about: "the parent stops for longer than the heartbeat timeout: on resuming it reads the beats that waited and replaces nobody",
+        build: parent_stall,
     },
     Scenario {
         name: "same-target-writes-serialize",
@@ -662,6 +668,31 @@ fn parent_death(ctx: &mut Ctx) -> Plan {
         }
         o.coverage.insert("parent death drained workers");
         Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+fn parent_stall(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 4));
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    // Longer than the heartbeat timeout: every worker's deadline passes while the parent
+    // is stopped, and its beats wait unread.
+    let timeout = config.recovery.heartbeat_timeout;
+    let stall = secs(timeout * (1.25 + ctx.rng.unit() * 1.75));
+    spec.faults
+        .push((at(ctx, 1.0, 6.0), Fault::StallParent(stall)));
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, _| match &o.liveness {
+        Some(s) if s.restarts == 0 => {
+            o.coverage.insert("parent stall survived");
+            Ok(())
+        }
+        Some(s) => Err(format!(
+            "a stalled parent replaced healthy workers: {:?}",
+            s.last_failure
+        )),
+        None => Err("no liveness snapshot".into()),
     });
     Plan { spec, expect: e }
 }

@@ -195,6 +195,17 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                                 log.push(format!("{now:?}: SIGSTOP worker {pid}"));
                             }
                         }
+                        Fault::StallParent(duration) => {
+                            // The driver keeps polling status, which blocks while the
+                            // parent is stopped; the resume comes from another thread.
+                            signal_pid(server.pid, Sig::STOP);
+                            let (pid, real) = (server.pid, scale(duration));
+                            std::thread::spawn(move || {
+                                std::thread::sleep(real);
+                                signal_pid(pid, Sig::CONT);
+                            });
+                            log.push(format!("{now:?}: SIGSTOP parent for {real:?}"));
+                        }
                         Fault::CrashParent => {
                             let live = live_workers(status.as_ref(), false);
                             watch.orphans = live.iter().copied().collect();

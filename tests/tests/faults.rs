@@ -187,3 +187,32 @@ fn a_worker_that_exits_at_start_fails_the_first_generation() {
     let (status, _) = server.wait_exit(START_MARGIN + DRAIN_TIMEOUT + FORCE_TIMEOUT);
     assert_eq!(status.code(), Some(3), "stderr:\n{}", server.stderr());
 }
+
+#[test]
+fn a_parent_stopped_past_the_heartbeat_timeout_does_not_kill_healthy_workers() {
+    // The workers kept beating while the parent was stopped; their beats wait in the
+    // control channels. On resuming, the parent must read them before judging deadlines.
+    const WORKERS: usize = 2;
+    let tree = Tree::new("parentstop");
+    let server = Server::start(&tree, WORKERS as u32, FAST, &[]);
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    let pids = worker_pids(&status);
+    server.signal(Sig::STOP);
+    let stopped = Instant::now();
+    // Twice the heartbeat timeout, measured against the wall clock.
+    while stopped.elapsed() < HEARTBEAT_TIMEOUT * 2 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.signal(Sig::CONT);
+    // Give the resumed parent a few heartbeat intervals to act on what it sees.
+    let settle = Instant::now();
+    let mut last = server.status();
+    while settle.elapsed() < Duration::from_secs(1) {
+        last = server.status();
+        assert_eq!(last["restarts"], 0, "a healthy worker was replaced: {last}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(worker_pids(&last), pids, "{last}");
+    let (code, body) = http_get(server.addr, "/hello.txt").expect("still serving");
+    assert_eq!((code, body.as_slice()), (200, HELLO));
+}

@@ -83,6 +83,7 @@ driven! {
     reload => "reload";
     reload_invalid => "reload-invalid";
     parent_death => "parent-death";
+    parent_stall => "parent-stall";
 }
 
 #[test]
