@@ -4,18 +4,19 @@ use std::ffi::OsString;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Sub, WORKER_SUBCOMMAND, WorkerArgs};
+use crate::cli::{Cli, Sub, WORKER_SUBCOMMAND};
+use crate::worker::WorkerArgs;
 use crate::{ctl, logging, parent, worker};
 
 pub fn main() -> i32 {
     let argv: Vec<OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == WORKER_SUBCOMMAND) {
         logging::init();
-        match WorkerArgs::try_parse_from(&argv[2..]) {
+        match WorkerArgs::parse(argv.into_iter().skip(2)) {
             Ok(args) => worker::run(args),
             Err(e) => {
-                let _ = e.print();
-                return e.exit_code();
+                eprintln!("servery {WORKER_SUBCOMMAND}: {e}");
+                return crate::EXIT_CONFIG;
             }
         }
     }

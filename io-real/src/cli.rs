@@ -348,51 +348,6 @@ pub enum CtlCommand {
     Stop,
 }
 
-/// The hidden worker entry point: `servery __worker …`. Parsed on its own so that none of
-/// the parent's environment variables can change how a worker reads its arguments.
-#[derive(Debug, Clone, Parser)]
-#[command(name = "servery __worker", no_binary_name = true)]
-pub struct WorkerArgs {
-    #[arg(long)]
-    pub root: PathBuf,
-    #[arg(long)]
-    pub show_hidden: bool,
-    /// For log lines written before HELLO names the worker.
-    #[arg(long)]
-    pub worker_id: u64,
-    /// The slot and generation the parent spawned this process for.
-    #[arg(long, default_value_t = 0)]
-    pub slot: u64,
-    #[arg(long, default_value_t = 1)]
-    pub generation: u64,
-    #[arg(long)]
-    pub max_connections: u32,
-    #[arg(long)]
-    pub max_blocking_threads: u32,
-    #[arg(long)]
-    pub compression_cache_size: u64,
-    /// Async runtime threads: 1 runs a single-threaded runtime; 0 picks from the CPUs.
-    #[arg(long, default_value_t = 0)]
-    pub runtime_threads: u32,
-    /// Serve TLS with the identity the parent sends in the setup preamble.
-    #[arg(long)]
-    pub tls: bool,
-    #[arg(long)]
-    pub cors: bool,
-    #[arg(long)]
-    pub spa: bool,
-    #[arg(long)]
-    pub cache: Option<u32>,
-    #[arg(long)]
-    pub no_security_headers: bool,
-    #[arg(long)]
-    pub hsts: bool,
-    #[arg(long)]
-    pub max_compress_size: Option<u64>,
-    #[command(flatten)]
-    pub upload: crate::write::args::UploadWorkerArgs,
-}
-
 /// The first argument that selects the worker entry point.
 pub const WORKER_SUBCOMMAND: &str = "__worker";
 
@@ -459,19 +414,5 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let worker = WorkerArgs::try_parse_from([
-            "--root",
-            "/srv",
-            "--worker-id",
-            "7",
-            "--max-connections",
-            "10",
-            "--max-blocking-threads",
-            "4",
-            "--compression-cache-size",
-            "0",
-        ])
-        .expect("worker args");
-        assert_eq!(worker.worker_id, 7);
     }
 }

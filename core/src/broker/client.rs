@@ -95,7 +95,9 @@ impl BrokerClient {
         if self.closed {
             return Err(ClientError::ParentGone);
         }
-        if self.pending.len() >= self.capacity {
+        // Releases in flight do not count: they bypass the bound, and they must not take
+        // a place a waiting request could have.
+        if self.pending.values().filter(|p| !p.internal).count() >= self.capacity {
             return Err(ClientError::Saturated);
         }
         Ok(self.send(now, request, false))
@@ -267,6 +269,21 @@ mod tests {
             }) => assert_eq!(id, LeaseId(7)),
             other => panic!("expected a compensating release, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_release_in_flight_takes_no_place_from_a_request() {
+        let mut c = BrokerClient::new(1, Duration::from_secs(1));
+        let t0 = Instant::ZERO;
+        c.release(t0, BrokerRequest::ReleaseLease { id: LeaseId(3) });
+        c.release(t0, BrokerRequest::ReleaseLease { id: LeaseId(4) });
+        c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 })
+            .expect("releases do not fill the only place");
+        assert_eq!(
+            c.request(t0, BrokerRequest::ReserveUpload { bytes: 1 }),
+            Err(ClientError::Saturated)
+        );
+        c.check_invariants().expect("invariants");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! on stdin, then runs [`servery_core::worker::WorkerLifecycle`] in the same tokio runtime
 //! that serves requests, so a wedged runtime stops heartbeating and gets replaced.
 
+pub mod args;
 pub mod broker;
 pub mod fault;
 mod serve;
@@ -10,7 +11,7 @@ pub mod setup;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
-use crate::cli::WorkerArgs;
+pub use args::WorkerArgs;
 use fault::Fault;
 
 /// Errors that end a worker before its lifecycle runs.

@@ -24,11 +24,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{oneshot, watch};
 
+use super::WorkerArgs;
 use super::WorkerError;
 use super::broker::BrokerHandle;
 use super::fault::Fault;
 use super::setup::Setup;
-use crate::cli::WorkerArgs;
 use crate::clock::Clock;
 use crate::fdpass;
 use crate::http::conn::FIRST_REQUEST_GRACE;

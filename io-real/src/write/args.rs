@@ -114,22 +114,15 @@ impl UploadArgs {
     }
 }
 
-/// How a worker writes, as the parent starts it.
-#[derive(Debug, Clone, Args)]
+/// How a worker writes, as the parent starts it (read by `worker::args`).
+#[derive(Debug, Clone)]
 pub struct UploadWorkerArgs {
-    #[arg(long)]
     pub upload: bool,
-    #[arg(long)]
     pub allow_overwrite: bool,
-    #[arg(long, default_value_t = DEFAULT_MAX_UPLOAD_SIZE)]
     pub max_upload_size: u64,
-    #[arg(long, default_value_t = 0)]
     pub write_lock_timeout_ms: u64,
-    #[arg(long, default_value_t = 64)]
     pub broker_queue_capacity: u32,
-    #[arg(long, default_value_t = 2000)]
     pub broker_reply_timeout_ms: u64,
-    #[arg(long, default_value_t = 24 * 3600 * 1000)]
     pub partial_ttl_ms: u64,
 }
 

@@ -1,0 +1,196 @@
+//! `servery __worker …`: the arguments a worker is started with. Only the parent writes
+//! them (`parent/spawn.rs`), so they are read by hand rather than by clap: a worker that
+//! never builds clap's parser starts with fewer pages of the binary touched (idle memory
+//! in docs/benchmarks.md), and none of the parent's environment variables can change how
+//! a worker reads its arguments.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::write::args::{DEFAULT_MAX_UPLOAD_SIZE, UploadWorkerArgs};
+
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    pub root: PathBuf,
+    pub show_hidden: bool,
+    /// For log lines written before HELLO names the worker.
+    pub worker_id: u64,
+    /// The slot and generation the parent spawned this process for.
+    pub slot: u64,
+    pub generation: u64,
+    pub max_connections: u32,
+    pub max_blocking_threads: u32,
+    pub compression_cache_size: u64,
+    /// Async runtime threads: 1 runs a single-threaded runtime; 0 picks from the CPUs.
+    pub runtime_threads: u32,
+    /// Serve TLS with the identity the parent sends in the setup preamble.
+    pub tls: bool,
+    pub cors: bool,
+    pub spa: bool,
+    pub cache: Option<u32>,
+    pub no_security_headers: bool,
+    pub hsts: bool,
+    pub max_compress_size: Option<u64>,
+    pub upload: UploadWorkerArgs,
+}
+
+impl WorkerArgs {
+    /// Reads `--flag` and `--name VALUE` pairs; an unknown name, a missing or malformed
+    /// value, or a missing required argument is an error naming it.
+    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<WorkerArgs, String> {
+        let mut root = None;
+        let mut worker_id = None;
+        let mut max_connections = None;
+        let mut max_blocking_threads = None;
+        let mut compression_cache_size = None;
+        let mut w = WorkerArgs {
+            root: PathBuf::new(),
+            show_hidden: false,
+            worker_id: 0,
+            slot: 0,
+            generation: 1,
+            max_connections: 0,
+            max_blocking_threads: 0,
+            compression_cache_size: 0,
+            runtime_threads: 0,
+            tls: false,
+            cors: false,
+            spa: false,
+            cache: None,
+            no_security_headers: false,
+            hsts: false,
+            max_compress_size: None,
+            upload: UploadWorkerArgs {
+                upload: false,
+                allow_overwrite: false,
+                max_upload_size: DEFAULT_MAX_UPLOAD_SIZE,
+                write_lock_timeout_ms: 0,
+                broker_queue_capacity: 64,
+                broker_reply_timeout_ms: 2000,
+                partial_ttl_ms: 24 * 3600 * 1000,
+            },
+        };
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let name = arg
+                .to_str()
+                .ok_or_else(|| format!("unexpected argument {arg:?}"))?
+                .to_owned();
+            let mut value = || args.next().ok_or_else(|| format!("{name} needs a value"));
+            fn number<T: FromStr>(name: &str, v: OsString) -> Result<T, String> {
+                v.to_str()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("{name}: {v:?} is not a number"))
+            }
+            match name.as_str() {
+                "--root" => root = Some(PathBuf::from(value()?)),
+                "--worker-id" => worker_id = Some(number(&name, value()?)?),
+                "--slot" => w.slot = number(&name, value()?)?,
+                "--generation" => w.generation = number(&name, value()?)?,
+                "--max-connections" => max_connections = Some(number(&name, value()?)?),
+                "--max-blocking-threads" => max_blocking_threads = Some(number(&name, value()?)?),
+                "--compression-cache-size" => {
+                    compression_cache_size = Some(number(&name, value()?)?)
+                }
+                "--runtime-threads" => w.runtime_threads = number(&name, value()?)?,
+                "--cache" => w.cache = Some(number(&name, value()?)?),
+                "--max-compress-size" => w.max_compress_size = Some(number(&name, value()?)?),
+                "--max-upload-size" => w.upload.max_upload_size = number(&name, value()?)?,
+                "--write-lock-timeout-ms" => {
+                    w.upload.write_lock_timeout_ms = number(&name, value()?)?
+                }
+                "--broker-queue-capacity" => {
+                    w.upload.broker_queue_capacity = number(&name, value()?)?
+                }
+                "--broker-reply-timeout-ms" => {
+                    w.upload.broker_reply_timeout_ms = number(&name, value()?)?
+                }
+                "--partial-ttl-ms" => w.upload.partial_ttl_ms = number(&name, value()?)?,
+                "--show-hidden" => w.show_hidden = true,
+                "--tls" => w.tls = true,
+                "--cors" => w.cors = true,
+                "--spa" => w.spa = true,
+                "--no-security-headers" => w.no_security_headers = true,
+                "--hsts" => w.hsts = true,
+                "--upload" => w.upload.upload = true,
+                "--allow-overwrite" => w.upload.allow_overwrite = true,
+                _ => return Err(format!("unexpected argument {name}")),
+            }
+        }
+        let missing = |what: &str| format!("{what} is required");
+        w.root = root.ok_or_else(|| missing("--root"))?;
+        w.worker_id = worker_id.ok_or_else(|| missing("--worker-id"))?;
+        w.max_connections = max_connections.ok_or_else(|| missing("--max-connections"))?;
+        w.max_blocking_threads =
+            max_blocking_threads.ok_or_else(|| missing("--max-blocking-threads"))?;
+        w.compression_cache_size =
+            compression_cache_size.ok_or_else(|| missing("--compression-cache-size"))?;
+        Ok(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<WorkerArgs, String> {
+        WorkerArgs::parse(args.iter().map(OsString::from))
+    }
+
+    const REQUIRED: &[&str] = &[
+        "--root",
+        "/srv",
+        "--worker-id",
+        "7",
+        "--max-connections",
+        "10",
+        "--max-blocking-threads",
+        "4",
+        "--compression-cache-size",
+        "0",
+    ];
+
+    #[test]
+    fn reads_what_the_parent_writes() {
+        let w = parse(REQUIRED).expect("worker args");
+        assert_eq!(
+            (w.worker_id, w.max_connections, w.slot, w.generation),
+            (7, 10, 0, 1)
+        );
+        assert_eq!(w.root, PathBuf::from("/srv"));
+        assert!(!w.upload.upload);
+        let mut more = REQUIRED.to_vec();
+        more.extend([
+            "--slot",
+            "2",
+            "--generation",
+            "3",
+            "--tls",
+            "--cache",
+            "60",
+            "--upload",
+            "--broker-queue-capacity",
+            "1",
+        ]);
+        let w = parse(&more).expect("worker args");
+        assert_eq!((w.slot, w.generation, w.cache), (2, 3, Some(60)));
+        assert!(w.tls && w.upload.upload);
+        assert_eq!(w.upload.broker_queue_capacity, 1);
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let err = |args: &[&str]| parse(args).expect_err("refused");
+        assert!(err(&REQUIRED[2..]).contains("--root"));
+        let mut bad = REQUIRED.to_vec();
+        bad[3] = "seven";
+        assert!(err(&bad).contains("--worker-id"));
+        let mut unknown = REQUIRED.to_vec();
+        unknown.push("--bogus");
+        assert!(err(&unknown).contains("--bogus"));
+        let mut dangling = REQUIRED.to_vec();
+        dangling.push("--slot");
+        assert!(err(&dangling).contains("needs a value"));
+    }
+}
