@@ -13,6 +13,7 @@ use super::spawn::WorkerSite;
 use crate::cli::SiteArgs;
 use crate::http::policy::Credential;
 use crate::tls::{Identity, TlsError};
+use crate::worker::args::SiteFlags;
 use crate::worker::setup::{Setup, TlsPem};
 
 /// One problem with the serving options, reported like a core validation issue.
@@ -36,7 +37,11 @@ pub struct PreparedSite {
 
 impl PreparedSite {
     pub fn scheme(&self) -> &'static str {
-        if self.worker.tls { "https" } else { "http" }
+        if self.worker.flags.tls {
+            "https"
+        } else {
+            "http"
+        }
     }
 }
 
@@ -104,15 +109,17 @@ pub fn prepare(
     let default_compress = crate::http::SiteConfig::default().max_compress_size;
     Ok(PreparedSite {
         worker: WorkerSite {
-            show_hidden,
-            tls: setup.tls.is_some(),
-            cors: args.cors,
-            spa: args.spa,
-            cache: args.cache,
-            no_security_headers: args.no_security_headers,
-            hsts: args.hsts,
-            max_compress_size: (args.max_compress_size != default_compress)
-                .then_some(args.max_compress_size),
+            flags: SiteFlags {
+                show_hidden,
+                tls: setup.tls.is_some(),
+                cors: args.cors,
+                spa: args.spa,
+                cache: args.cache,
+                no_security_headers: args.no_security_headers,
+                hsts: args.hsts,
+                max_compress_size: (args.max_compress_size != default_compress)
+                    .then_some(args.max_compress_size),
+            },
             setup_frame: setup.encode(),
         },
         fingerprint,
@@ -277,7 +284,7 @@ mod tests {
         assert!(setup.tls.is_some());
         assert_eq!(setup.auth, ["a:b"]);
         assert!(
-            site.worker.max_compress_size.is_none(),
+            site.worker.flags.max_compress_size.is_none(),
             "defaults are not passed"
         );
     }

@@ -21,6 +21,7 @@ use tokio::runtime::Handle;
 use super::io::{Inbound, InboundTx};
 use crate::cli::WORKER_SUBCOMMAND;
 use crate::fdpass::{self, FdPassError};
+use crate::worker::args::SiteFlags;
 use crate::write::args::UploadArgs;
 
 #[derive(Debug, thiserror::Error)]
@@ -69,14 +70,7 @@ impl WorkerBudget {
 /// [`crate::worker::setup`]). Fixed for the life of the parent.
 #[derive(Clone, Default)]
 pub struct WorkerSite {
-    pub show_hidden: bool,
-    pub tls: bool,
-    pub cors: bool,
-    pub spa: bool,
-    pub cache: Option<u32>,
-    pub no_security_headers: bool,
-    pub hsts: bool,
-    pub max_compress_size: Option<u64>,
+    pub flags: SiteFlags,
     /// [`crate::worker::setup::Setup::encode`], written before HELLO.
     pub setup_frame: Vec<u8>,
 }
@@ -84,35 +78,12 @@ pub struct WorkerSite {
 impl std::fmt::Debug for WorkerSite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerSite")
-            .field("tls", &self.tls)
+            .field("flags", &self.flags)
             .field(
                 "setup_frame",
                 &format_args!("<{} bytes>", self.setup_frame.len()),
             )
-            .finish_non_exhaustive()
-    }
-}
-
-impl WorkerSite {
-    fn args(&self, cmd: &mut tokio::process::Command) {
-        for (on, flag) in [
-            (self.show_hidden, "--show-hidden"),
-            (self.tls, "--tls"),
-            (self.cors, "--cors"),
-            (self.spa, "--spa"),
-            (self.no_security_headers, "--no-security-headers"),
-            (self.hsts, "--hsts"),
-        ] {
-            if on {
-                cmd.arg(flag);
-            }
-        }
-        if let Some(secs) = self.cache {
-            cmd.arg("--cache").arg(secs.to_string());
-        }
-        if let Some(bytes) = self.max_compress_size {
-            cmd.arg("--max-compress-size").arg(bytes.to_string());
-        }
+            .finish()
     }
 }
 
@@ -241,7 +212,7 @@ impl Launcher {
             .arg(budget.compression_cache_size.to_string())
             .arg("--runtime-threads")
             .arg(budget.runtime_threads.to_string());
-        self.site.args(&mut cmd);
+        cmd.args(self.site.flags.to_args());
         cmd.args(&terms.upload_args);
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C

@@ -10,10 +10,80 @@ use std::str::FromStr;
 
 use crate::write::args::{DEFAULT_MAX_UPLOAD_SIZE, UploadWorkerArgs};
 
+/// How every worker serves, as the parent passes it on their command lines (nothing
+/// secret: the TLS identity and credentials travel in the setup preamble). Written by
+/// [`SiteFlags::to_args`] and read back by [`WorkerArgs::parse`], one definition for both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SiteFlags {
+    pub show_hidden: bool,
+    /// Serve TLS with the identity the parent sends in the setup preamble.
+    pub tls: bool,
+    pub cors: bool,
+    pub spa: bool,
+    pub cache: Option<u32>,
+    pub no_security_headers: bool,
+    pub hsts: bool,
+    pub max_compress_size: Option<u64>,
+}
+
+impl SiteFlags {
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (on, flag) in self.switches() {
+            if on {
+                args.push(flag.to_owned());
+            }
+        }
+        if let Some(secs) = self.cache {
+            args.extend(["--cache".to_owned(), secs.to_string()]);
+        }
+        if let Some(bytes) = self.max_compress_size {
+            args.extend(["--max-compress-size".to_owned(), bytes.to_string()]);
+        }
+        args
+    }
+
+    fn switches(&self) -> [(bool, &'static str); 6] {
+        [
+            (self.show_hidden, "--show-hidden"),
+            (self.tls, "--tls"),
+            (self.cors, "--cors"),
+            (self.spa, "--spa"),
+            (self.no_security_headers, "--no-security-headers"),
+            (self.hsts, "--hsts"),
+        ]
+    }
+
+    /// Takes `name` (and its value) if it is one of ours.
+    fn read(
+        &mut self,
+        name: &str,
+        value: &mut dyn FnMut() -> Result<OsString, String>,
+    ) -> Result<bool, String> {
+        match name {
+            "--show-hidden" => self.show_hidden = true,
+            "--tls" => self.tls = true,
+            "--cors" => self.cors = true,
+            "--spa" => self.spa = true,
+            "--no-security-headers" => self.no_security_headers = true,
+            "--hsts" => self.hsts = true,
+            "--cache" => self.cache = Some(number(name, value()?)?),
+            "--max-compress-size" => self.max_compress_size = Some(number(name, value()?)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+fn number<T: FromStr>(name: &str, v: OsString) -> Result<T, String> {
+    v.to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{name}: {v:?} is not a number"))
+}
+
 #[derive(Debug, Clone)]
 pub struct WorkerArgs {
     pub root: PathBuf,
-    pub show_hidden: bool,
     /// For log lines written before HELLO names the worker.
     pub worker_id: u64,
     /// The slot and generation the parent spawned this process for.
@@ -24,14 +94,7 @@ pub struct WorkerArgs {
     pub compression_cache_size: u64,
     /// Async runtime threads: 1 runs a single-threaded runtime; 0 picks from the CPUs.
     pub runtime_threads: u32,
-    /// Serve TLS with the identity the parent sends in the setup preamble.
-    pub tls: bool,
-    pub cors: bool,
-    pub spa: bool,
-    pub cache: Option<u32>,
-    pub no_security_headers: bool,
-    pub hsts: bool,
-    pub max_compress_size: Option<u64>,
+    pub site: SiteFlags,
     pub upload: UploadWorkerArgs,
 }
 
@@ -46,7 +109,6 @@ impl WorkerArgs {
         let mut compression_cache_size = None;
         let mut w = WorkerArgs {
             root: PathBuf::new(),
-            show_hidden: false,
             worker_id: 0,
             slot: 0,
             generation: 1,
@@ -54,13 +116,7 @@ impl WorkerArgs {
             max_blocking_threads: 0,
             compression_cache_size: 0,
             runtime_threads: 0,
-            tls: false,
-            cors: false,
-            spa: false,
-            cache: None,
-            no_security_headers: false,
-            hsts: false,
-            max_compress_size: None,
+            site: SiteFlags::default(),
             upload: UploadWorkerArgs {
                 upload: false,
                 allow_overwrite: false,
@@ -78,10 +134,8 @@ impl WorkerArgs {
                 .ok_or_else(|| format!("unexpected argument {arg:?}"))?
                 .to_owned();
             let mut value = || args.next().ok_or_else(|| format!("{name} needs a value"));
-            fn number<T: FromStr>(name: &str, v: OsString) -> Result<T, String> {
-                v.to_str()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| format!("{name}: {v:?} is not a number"))
+            if w.site.read(&name, &mut value)? {
+                continue;
             }
             match name.as_str() {
                 "--root" => root = Some(PathBuf::from(value()?)),
@@ -94,8 +148,6 @@ impl WorkerArgs {
                     compression_cache_size = Some(number(&name, value()?)?)
                 }
                 "--runtime-threads" => w.runtime_threads = number(&name, value()?)?,
-                "--cache" => w.cache = Some(number(&name, value()?)?),
-                "--max-compress-size" => w.max_compress_size = Some(number(&name, value()?)?),
                 "--max-upload-size" => w.upload.max_upload_size = number(&name, value()?)?,
                 "--write-lock-timeout-ms" => {
                     w.upload.write_lock_timeout_ms = number(&name, value()?)?
@@ -107,12 +159,6 @@ impl WorkerArgs {
                     w.upload.broker_reply_timeout_ms = number(&name, value()?)?
                 }
                 "--partial-ttl-ms" => w.upload.partial_ttl_ms = number(&name, value()?)?,
-                "--show-hidden" => w.show_hidden = true,
-                "--tls" => w.tls = true,
-                "--cors" => w.cors = true,
-                "--spa" => w.spa = true,
-                "--no-security-headers" => w.no_security_headers = true,
-                "--hsts" => w.hsts = true,
                 "--upload" => w.upload.upload = true,
                 "--allow-overwrite" => w.upload.allow_overwrite = true,
                 _ => return Err(format!("unexpected argument {name}")),
@@ -174,9 +220,29 @@ mod tests {
             "1",
         ]);
         let w = parse(&more).expect("worker args");
-        assert_eq!((w.slot, w.generation, w.cache), (2, 3, Some(60)));
-        assert!(w.tls && w.upload.upload);
+        assert_eq!((w.slot, w.generation, w.site.cache), (2, 3, Some(60)));
+        assert!(w.site.tls && w.upload.upload);
         assert_eq!(w.upload.broker_queue_capacity, 1);
+    }
+
+    #[test]
+    fn site_flags_read_back_as_written() {
+        let flags = SiteFlags {
+            show_hidden: true,
+            tls: true,
+            cors: false,
+            spa: true,
+            cache: Some(3600),
+            no_security_headers: true,
+            hsts: false,
+            max_compress_size: Some(1 << 20),
+        };
+        let mut args: Vec<String> = REQUIRED.iter().map(|s| s.to_string()).collect();
+        args.extend(flags.to_args());
+        let w = WorkerArgs::parse(args.into_iter().map(OsString::from)).expect("parses");
+        assert_eq!(w.site, flags);
+        let none = parse(REQUIRED).expect("parses");
+        assert_eq!(none.site, SiteFlags::default());
     }
 
     #[test]

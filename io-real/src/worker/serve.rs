@@ -79,20 +79,21 @@ pub(super) async fn run(
         fault,
         site_config: SiteConfig {
             root: args.root.clone(),
-            show_hidden: args.show_hidden,
+            show_hidden: args.site.show_hidden,
             compression_cache_size: args.compression_cache_size,
             max_compress_size: args
+                .site
                 .max_compress_size
                 .unwrap_or(SiteConfig::default().max_compress_size),
-            cors: args.cors,
-            spa: args.spa,
-            cache_max_age: args.cache,
-            security_headers: !args.no_security_headers,
-            hsts: args.hsts,
+            cors: args.site.cors,
+            spa: args.site.spa,
+            cache_max_age: args.site.cache,
+            security_headers: !args.site.no_security_headers,
+            hsts: args.site.hsts,
             uploads: args.upload.config(args.worker_id, &broker),
             ..Default::default()
         },
-        tls_wanted: args.tls,
+        tls_wanted: args.site.tls,
         setup,
         site: None,
         tls: None,
