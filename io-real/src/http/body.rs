@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -62,7 +62,7 @@ pub fn encoded_file(file: File, len: u64, encoder: StreamEncoder, runtime: Handl
             file,
             encoder,
             remaining: len,
-            seek_to_start: true,
+            offset: 0,
         })),
         runtime,
     })
@@ -178,7 +178,9 @@ struct EncodeStep {
     encoder: StreamEncoder,
     /// Input bytes not yet read.
     remaining: u64,
-    seek_to_start: bool,
+    /// Where the next read starts: positioned reads, so no other handle on the open file
+    /// (a digest's duplicate, say) can move it.
+    offset: u64,
 }
 
 /// What one step produced: output, and the state for the next step unless finished.
@@ -189,17 +191,13 @@ impl EncodeStep {
     /// buffer internally, so one input chunk often yields nothing). Reading exactly the
     /// promised length keeps the stream tied to the validators that were already sent.
     fn run(mut self: Box<Self>) -> Encoded {
-        if self.seek_to_start {
-            self.file.seek(SeekFrom::Start(0))?;
-            self.seek_to_start = false;
-        }
         let mut buf = vec![0; CHUNK_SIZE];
         loop {
             if self.remaining == 0 {
                 return Ok((self.encoder.finish()?, None));
             }
             let want = usize::try_from(self.remaining.min(CHUNK_SIZE as u64)).unwrap_or(CHUNK_SIZE);
-            let n = match self.file.read(&mut buf[..want]) {
+            let n = match self.file.read_at(&mut buf[..want], self.offset) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
@@ -211,6 +209,7 @@ impl EncodeStep {
                 Err(e) => return Err(e),
             };
             self.remaining -= n as u64;
+            self.offset += n as u64;
             let out = self.encoder.push(&buf[..n])?;
             if !out.is_empty() {
                 return Ok((out, Some(self)));
@@ -311,6 +310,34 @@ mod tests {
         let got = body.collect().await.expect("body").to_bytes();
         let whole = encode_all(Coding::Gzip, Level::Streaming, &data).expect("encode");
         assert_eq!(&got[..], &whole[..]);
+        std::fs::remove_file(path).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn another_handle_moving_the_offset_does_not_disturb_an_encoded_stream() {
+        use std::io::{Seek, SeekFrom};
+
+        use crate::http::compress::{Coding, Level, encode_all};
+        // Incompressible input, so every step yields output and the stream takes several.
+        let data: Vec<u8> = (0..CHUNK_SIZE * 3)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1])
+            .collect();
+        let (path, f) = temp_file("encoded-offset", &data);
+        let mut other = f.try_clone().expect("duplicate: shares the file offset");
+        let encoder = StreamEncoder::new(Coding::Gzip, Level::Streaming).expect("encoder");
+        let mut body = encoded_file(f, data.len() as u64, encoder, Handle::current());
+        let mut got = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.expect("a whole stream");
+            if let Ok(bytes) = frame.into_data() {
+                got.extend_from_slice(&bytes);
+            }
+            other
+                .seek(SeekFrom::End(0))
+                .expect("move the shared offset");
+        }
+        let whole = encode_all(Coding::Gzip, Level::Streaming, &data).expect("encode");
+        assert!(got == whole, "the stream read from the moved offset");
         std::fs::remove_file(path).expect("cleanup");
     }
 
