@@ -557,13 +557,7 @@ fn failure_in(stderr: &str) -> Option<(FailureReason, String)> {
         .lines()
         .find_map(|l| l.split_once("servery: service failed (").map(|(_, r)| r))?;
     let (code, message) = line.split_once("): ")?;
-    let reason = [
-        FailureReason::StartupFailure,
-        FailureReason::RestartLimit,
-        FailureReason::RestartsDisabled,
-    ]
-    .into_iter()
-    .find(|r| r.code() == code)?;
+    let reason = FailureReason::from_code(code)?;
     Some((reason, message.to_owned()))
 }
 
@@ -586,39 +580,8 @@ fn temp_files(dir: &Path) -> usize {
 
 /// The core's status from its JSON form (the parts the predicates read).
 pub fn status_of(s: &Value) -> Option<Status> {
-    let by_name = |v: &Value, all: &[ServiceState]| all.iter().copied().find(|x| v == x.name());
-    let state = by_name(
-        &s["state"],
-        &[
-            ServiceState::Idle,
-            ServiceState::Starting,
-            ServiceState::Ready,
-            ServiceState::Draining,
-            ServiceState::Failed,
-            ServiceState::Stopped,
-        ],
-    )?;
-    let worker_state = |v: &Value| {
-        [
-            WorkerState::Spawning,
-            WorkerState::Prepared,
-            WorkerState::Ready,
-            WorkerState::Draining,
-            WorkerState::Exited,
-        ]
-        .into_iter()
-        .find(|x| v == x.name())
-    };
-    let role = |v: &Value| {
-        [
-            Role::Candidate,
-            Role::Member,
-            Role::Replacement,
-            Role::Retired,
-        ]
-        .into_iter()
-        .find(|x| v == x.name())
-    };
+    let name = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let state = ServiceState::from_name(&name(&s["state"]))?;
     let workers = s["workers"]
         .as_array()?
         .iter()
@@ -628,8 +591,8 @@ pub fn status_of(s: &Value) -> Option<Status> {
                 slot: Slot(w["slot"].as_u64()? as u32),
                 pid: w["pid"].as_u64().map(|p| p as u32),
                 generation: Generation(w["generation"].as_u64()?),
-                state: worker_state(&w["state"])?,
-                role: role(&w["role"])?,
+                state: WorkerState::from_name(&name(&w["state"]))?,
+                role: Role::from_name(&name(&w["role"]))?,
                 requests: w["requests"].as_u64()?,
                 age: Duration::from_millis(w["age_ms"].as_u64()?),
             })
@@ -641,19 +604,7 @@ pub fn status_of(s: &Value) -> Option<Status> {
             worker: WorkerId(f["worker"].as_u64()?),
             slot: Slot(f["slot"].as_u64()? as u32),
             generation: Generation(f["generation"].as_u64()?),
-            reason: [
-                ExitReason::CleanExit,
-                ExitReason::UnexpectedExit,
-                ExitReason::StartupFailure,
-                ExitReason::HealthFailure,
-                ExitReason::ProtocolError,
-                ExitReason::RecycleAge,
-                ExitReason::RecycleRequests,
-                ExitReason::RecycleManual,
-                ExitReason::ForcedTermination,
-            ]
-            .into_iter()
-            .find(|x| f["reason"] == x.code())?,
+            reason: ExitReason::from_code(&name(&f["reason"]))?,
             message: f["message"].as_str()?.to_owned(),
             at: servery_core::Instant::from_nanos(f["at_ms"].as_u64()? * 1_000_000),
         }),
@@ -666,11 +617,8 @@ pub fn status_of(s: &Value) -> Option<Status> {
         recent_restarts: s["recent_restarts"].as_u64()? as usize,
         last_failure,
         recent_exits: Vec::new(),
-        failure: failure_in(&format!(
-            "servery: service failed ({}): {}",
-            s["failure"]["reason"].as_str().unwrap_or(""),
-            s["failure"]["message"].as_str().unwrap_or("")
-        )),
+        failure: FailureReason::from_code(&name(&s["failure"]["reason"]))
+            .map(|reason| (reason, name(&s["failure"]["message"]))),
         recycling_suspended: s["recycling_suspended"].as_str().map(str::to_owned),
         recycle_in_flight: s["recycle_in_flight"].as_bool()?,
         reload_in_flight: s["reload_in_flight"].as_bool()?,

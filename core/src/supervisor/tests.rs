@@ -591,26 +591,30 @@ fn names_are_distinct_and_lease_ids_stay_secret_in_debug_output() {
         SingletonKind::Acme,
         SingletonKind::Http3,
     ];
-    let states = [
-        ServiceState::Idle,
-        ServiceState::Starting,
-        ServiceState::Ready,
-        ServiceState::Draining,
-        ServiceState::Failed,
-        ServiceState::Stopped,
-    ];
+    let states = ServiceState::ALL;
     let state_names: std::collections::BTreeSet<&str> = states.iter().map(|s| s.name()).collect();
     assert!(state_names.contains("ready") && state_names.contains("failed"));
     assert_eq!(state_names.len(), states.len());
-    let roles = [
-        Role::Candidate,
-        Role::Member,
-        Role::Replacement,
-        Role::Retired,
-    ];
+    let roles = Role::ALL;
     let role_names: std::collections::BTreeSet<&str> = roles.iter().map(|r| r.name()).collect();
     assert_eq!(role_names.len(), roles.len());
     assert!(role_names.contains("member"));
+    for state in ServiceState::ALL {
+        assert_eq!(ServiceState::from_name(state.name()), Some(state));
+    }
+    for state in WorkerState::ALL {
+        assert_eq!(WorkerState::from_name(state.name()), Some(state));
+    }
+    for role in Role::ALL {
+        assert_eq!(Role::from_name(role.name()), Some(role));
+    }
+    for reason in ExitReason::ALL {
+        assert_eq!(ExitReason::from_code(reason.code()), Some(reason));
+    }
+    for reason in FailureReason::ALL {
+        assert_eq!(FailureReason::from_code(reason.code()), Some(reason));
+    }
+    assert_eq!(ServiceState::from_name("bogus"), None);
     let names: std::collections::BTreeSet<&str> = kinds.iter().map(|k| k.name()).collect();
     assert_eq!(names.len(), kinds.len());
     assert!(names.iter().all(|n| !n.is_empty()));

@@ -45,6 +45,20 @@ pub enum ServiceState {
 }
 
 impl ServiceState {
+    pub const ALL: [ServiceState; 6] = [
+        ServiceState::Idle,
+        ServiceState::Starting,
+        ServiceState::Ready,
+        ServiceState::Draining,
+        ServiceState::Failed,
+        ServiceState::Stopped,
+    ];
+
+    /// The state a [`ServiceState::name`] names (as status reports show it).
+    pub fn from_name(name: &str) -> Option<ServiceState> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ServiceState::Idle => "idle",
@@ -68,6 +82,18 @@ pub enum WorkerState {
 }
 
 impl WorkerState {
+    pub const ALL: [WorkerState; 5] = [
+        WorkerState::Spawning,
+        WorkerState::Prepared,
+        WorkerState::Ready,
+        WorkerState::Draining,
+        WorkerState::Exited,
+    ];
+
+    pub fn from_name(name: &str) -> Option<WorkerState> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             WorkerState::Spawning => "spawning",
@@ -103,6 +129,22 @@ pub enum ExitReason {
 }
 
 impl ExitReason {
+    pub const ALL: [ExitReason; 9] = [
+        ExitReason::CleanExit,
+        ExitReason::UnexpectedExit,
+        ExitReason::StartupFailure,
+        ExitReason::HealthFailure,
+        ExitReason::ProtocolError,
+        ExitReason::RecycleAge,
+        ExitReason::RecycleRequests,
+        ExitReason::RecycleManual,
+        ExitReason::ForcedTermination,
+    ];
+
+    pub fn from_code(code: &str) -> Option<ExitReason> {
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             ExitReason::CleanExit => "clean_exit",
@@ -148,6 +190,16 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    pub const ALL: [FailureReason; 3] = [
+        FailureReason::StartupFailure,
+        FailureReason::RestartLimit,
+        FailureReason::RestartsDisabled,
+    ];
+
+    pub fn from_code(code: &str) -> Option<FailureReason> {
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             FailureReason::StartupFailure => "startup_failure",

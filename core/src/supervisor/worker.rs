@@ -21,6 +21,17 @@ pub enum Role {
 }
 
 impl Role {
+    pub const ALL: [Role; 4] = [
+        Role::Candidate,
+        Role::Member,
+        Role::Replacement,
+        Role::Retired,
+    ];
+
+    pub fn from_name(name: &str) -> Option<Role> {
+        Self::ALL.into_iter().find(|r| r.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Role::Candidate => "candidate",
