@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod broker;
+mod control_writer;
 pub mod fault;
 mod serve;
 pub mod setup;

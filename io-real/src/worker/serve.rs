@@ -17,16 +17,17 @@ use servery_core::proto::{
     FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, WorkerMessage, encode_worker,
 };
 use servery_core::worker::{WorkerAction, WorkerLifecycle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use super::WorkerArgs;
 use super::WorkerError;
 use super::broker::BrokerHandle;
+use super::control_writer::ControlWriter;
 use super::fault::Fault;
 use super::setup::Setup;
 use crate::clock::Clock;
@@ -60,17 +61,15 @@ pub(super) async fn run(
     let (mut rd, wr) = tokio::net::UnixStream::from_std(control)
         .map_err(WorkerError::Channel)?
         .into_split();
-    let (out, frames) = unbounded_channel();
+    let (out, flusher) = ControlWriter::new(wr);
     // The broker client shares the control channel: its requests go out through the same
     // writer, its replies come back through `frames`.
     let broker = {
-        let out = out.clone();
+        let out = Arc::clone(&out);
         let (capacity, reply_timeout) = args.upload.broker_client();
-        BrokerHandle::new(capacity, reply_timeout, move |frame| {
-            let _ = out.send(Outbound::Frame(frame));
-        })
+        BrokerHandle::new(capacity, reply_timeout, move |frame| out.send(frame))
     };
-    let writer = tokio::spawn(write_frames(wr, frames));
+    let flusher = tokio::spawn(flusher);
     let (closed_tx, closed_rx) = unbounded_channel();
     let mut worker = Worker {
         id: args.worker_id,
@@ -113,7 +112,7 @@ pub(super) async fn run(
     // A startup failure's text above all must reach the parent before we go.
     worker.flush().await;
     drop(worker);
-    let _ = tokio::time::timeout(FLUSH_BOUND, writer).await;
+    flusher.abort();
     Ok(code)
 }
 
@@ -121,28 +120,6 @@ fn listener(fd: OwnedFd) -> io::Result<TcpListener> {
     let std = std::net::TcpListener::from(fd);
     std.set_nonblocking(true)?;
     TcpListener::from_std(std)
-}
-
-/// What the lifecycle task hands its writer.
-enum Outbound {
-    Frame(Vec<u8>),
-    /// Acknowledged once every frame queued before it is in the socket.
-    Flush(oneshot::Sender<()>),
-}
-
-async fn write_frames(mut wr: OwnedWriteHalf, mut frames: UnboundedReceiver<Outbound>) {
-    while let Some(out) = frames.recv().await {
-        match out {
-            Outbound::Frame(frame) => {
-                if wr.write_all(&frame).await.is_err() {
-                    return;
-                }
-            }
-            Outbound::Flush(ack) => {
-                let _ = ack.send(());
-            }
-        }
-    }
 }
 
 /// Tells the lifecycle task that a connection has ended, however its task ends.
@@ -184,7 +161,7 @@ struct Worker {
     requests: Arc<AtomicU64>,
     closed_tx: UnboundedSender<()>,
     closed_rx: UnboundedReceiver<()>,
-    out: UnboundedSender<Outbound>,
+    out: Arc<ControlWriter>,
     control_open: bool,
     ready_flushed: bool,
     decoder: FrameDecoder,
@@ -275,15 +252,12 @@ impl Worker {
     fn send(&self, message: &WorkerMessage) {
         let mut frame = Vec::with_capacity(32);
         encode_worker(message, &mut frame);
-        let _ = self.out.send(Outbound::Frame(frame));
+        self.out.send(frame);
     }
 
     /// Wait (bounded) until every frame sent so far is written to the channel.
     async fn flush(&self) {
-        let (ack, done) = oneshot::channel();
-        if self.out.send(Outbound::Flush(ack)).is_ok() {
-            let _ = tokio::time::timeout(FLUSH_BOUND, done).await;
-        }
+        let _ = tokio::time::timeout(FLUSH_BOUND, self.out.flushed()).await;
     }
 
     fn frames(&mut self, n: usize, buf: &[u8]) {
