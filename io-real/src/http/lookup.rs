@@ -149,9 +149,24 @@ impl Lookup {
 
     fn resolve(&self) -> Result<Found, HttpError> {
         let rel = self.path.relative();
-        // Follows symlinks, but only beneath the root.
-        let meta = self.root.metadata(&rel).map_err(HttpError::from_io)?;
-        if meta.is_dir() {
+        // Most requests name a regular file: open it at once (one resolution beneath the
+        // root) and let `fstat` on the open file say what it is. A directory we may
+        // search but not read cannot be opened; `metadata` still tells it is one.
+        let opened = match open_beneath(&self.root, &rel) {
+            Ok(opened) => Some(opened),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
+            Err(e) => return Err(HttpError::from_io(e)),
+        };
+        let is_dir = match &opened {
+            Some((_, meta)) => meta.is_dir(),
+            None => self
+                .root
+                .metadata(&rel)
+                .map_err(HttpError::from_io)?
+                .is_dir(),
+        };
+        if is_dir {
+            drop(opened);
             if !self.path.trailing_slash() {
                 return Ok(Found::NeedsSlash);
             }
@@ -168,7 +183,13 @@ impl Lookup {
             return Err(HttpError::NotFound);
         }
         let name = self.path.file_name().unwrap_or_default().to_owned();
-        self.file(rel, name)
+        match opened {
+            Some((file, meta)) => {
+                let original = OpenFile::regular(file, &meta, &name)?;
+                self.represent(rel, original)
+            }
+            None => self.file(rel, name),
+        }
     }
 
     /// Opens a file and chooses its representation: a sidecar for the best acceptable
@@ -176,13 +197,17 @@ impl Lookup {
     /// else encoding on the fly with the best coding (within `max_compress_size`), else
     /// identity.
     fn file(&self, rel: PathBuf, name: String) -> Result<Found, HttpError> {
-        let mut original = open_regular(&self.root, &rel, &name)?;
+        let original = open_regular(&self.root, &rel, &name)?;
+        self.represent(rel, original)
+    }
+
+    fn represent(&self, rel: PathBuf, mut original: OpenFile) -> Result<Found, HttpError> {
         let key_path = rel.to_string_lossy().into_owned();
         let candidates = match &self.negotiation {
             Some(n) => compress::plan(
                 n.accept_encoding.as_deref(),
                 n.ranged,
-                mime::content_type(&name),
+                mime::content_type(&original.name),
                 original.len,
             ),
             None => Candidates {
@@ -262,33 +287,43 @@ fn read_small(file: &mut OpenFile, wanted: bool) -> Result<(), HttpError> {
     Ok(())
 }
 
-fn open_regular(root: &Dir, rel: &Path, name: &str) -> Result<OpenFile, HttpError> {
+/// Opens `rel` for reading, following symlinks only beneath `root`, and `fstat`s what was
+/// opened: the validators then describe exactly what is served.
+fn open_beneath(root: &Dir, rel: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     let mut options = OpenOptions::new();
     options.read(true);
-    // A FIFO swapped in after the caller's stat would block open() forever; with
-    // O_NONBLOCK it opens at once and is refused below. Regular files ignore the flag.
+    // A FIFO would block open() until a writer came; with O_NONBLOCK it opens at once and
+    // is refused as not a regular file. Regular files and directories ignore the flag.
     #[cfg(unix)]
     cap_std::fs::OpenOptionsExt::custom_flags(
         &mut options,
         rustix::fs::OFlags::NONBLOCK.bits() as i32,
     );
-    let file = root
-        .open_with(rel, &options)
-        .map_err(HttpError::from_io)?
-        .into_std();
-    // fstat on the open file: the validators describe exactly what we serve.
-    let meta = file.metadata().map_err(HttpError::Internal)?;
-    if !meta.is_file() {
-        return Err(HttpError::Forbidden);
+    let file = root.open_with(rel, &options)?.into_std();
+    let meta = file.metadata()?;
+    Ok((file, meta))
+}
+
+fn open_regular(root: &Dir, rel: &Path, name: &str) -> Result<OpenFile, HttpError> {
+    let (file, meta) = open_beneath(root, rel).map_err(HttpError::from_io)?;
+    OpenFile::regular(file, &meta, name)
+}
+
+impl OpenFile {
+    /// An opened file to serve, if it is a regular file (403 otherwise).
+    fn regular(file: File, meta: &std::fs::Metadata, name: &str) -> Result<Self, HttpError> {
+        if !meta.is_file() {
+            return Err(HttpError::Forbidden);
+        }
+        Ok(OpenFile {
+            file,
+            validators: Validators::from_metadata(meta),
+            len: meta.len(),
+            modified: meta.modified().unwrap_or(UNIX_EPOCH),
+            name: name.to_owned(),
+            small: None,
+        })
     }
-    Ok(OpenFile {
-        file,
-        validators: Validators::from_metadata(&meta),
-        len: meta.len(),
-        modified: meta.modified().unwrap_or(UNIX_EPOCH),
-        name: name.to_owned(),
-        small: None,
-    })
 }
 
 /// Lists a directory. Entries whose target cannot be resolved inside the root (dangling
