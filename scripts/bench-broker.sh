@@ -9,8 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-20000}"
 SECONDS_RUN="${2:-8}"
-cargo build --release -q -p servery
-BIN="$PWD/target/release/servery"
+BIN="$(python3 -c 'import sys; sys.path.insert(0, "scripts"); from release_binary import release_binary; print(release_binary())')"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 

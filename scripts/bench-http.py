@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from release_binary import release_binary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -216,10 +218,12 @@ def peers(root, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=8)
-    ap.add_argument("--servery", default=os.path.join(ROOT, "target/release/servery"))
+    ap.add_argument("--servery", default=None,
+                    help="servery binary (default: the release build, built if stale)")
     ap.add_argument("--out")
     ap.add_argument("--only", help="comma-separated name prefixes of the servers to run, e.g. servery,nginx")
     args = ap.parse_args()
+    args.servery = args.servery or release_binary()
     if not shutil.which("wrk"):
         sys.exit("wrk is not installed (apt-get install wrk)")
     tmp = tempfile.mkdtemp(prefix="servery-bench-")

@@ -2,7 +2,6 @@
 """Lifecycle measurements of the real multi-process runtime (release binary, loopback only,
 every wait bounded).
 
-    cargo build --release -p servery
     scripts/bench-lifecycle.py [--runs 10] [--recycles 1000] [--only start,kill,rss,recycle]
 
 (a) start -> READY: spawn `servery --workers 4` and time until it prints
@@ -33,6 +32,8 @@ import tempfile
 import threading
 import time
 from datetime import datetime
+
+from release_binary import release_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READY_LINE = "servery: ready (generation 1)"
@@ -352,14 +353,14 @@ def med(xs):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--servery", default=os.path.join(ROOT, "target/release/servery"))
+    ap.add_argument("--servery", default=None,
+                    help="servery binary (default: the release build, built if stale)")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--recycles", type=int, default=1000)
     ap.add_argument("--only", default="start,kill,rss,recycle")
     ap.add_argument("--extra", default="", help="extra servery flags for the RSS run")
     args = ap.parse_args()
-    if not os.path.exists(args.servery):
-        sys.exit(f"{args.servery} missing: cargo build --release -p servery")
+    args.servery = args.servery or release_binary()
     only = set(args.only.split(","))
     tmp = tempfile.mkdtemp(prefix="servery-lifecycle-")
     root = os.path.join(tmp, "www")

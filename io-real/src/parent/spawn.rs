@@ -24,6 +24,10 @@ use crate::fdpass::{self, FdPassError};
 use crate::worker::args::SiteFlags;
 use crate::write::args::UploadArgs;
 
+/// Set (to anything) to start workers from the path the parent was started from rather
+/// than `/proc/self/exe`; see [`Launcher::program`].
+pub const WORKER_PROGRAM_ENV: &str = "SERVERY_WORKER_FROM_START_PATH";
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpawnError {
@@ -141,10 +145,16 @@ impl Launcher {
 
     /// What to execute: on Linux the very binary this parent runs, even if an upgrade
     /// has replaced or deleted the file since, so workers always speak the parent's
-    /// protocol version; elsewhere the path it was started from.
+    /// protocol version; elsewhere the path it was started from. [`WORKER_PROGRAM_ENV`]
+    /// names the start path instead, for tools that run the parent under an
+    /// interpreter where `/proc/self/exe` is the interpreter (the symbol-order profile).
     fn program(&self) -> &Path {
         let own = Path::new("/proc/self/exe");
-        if own.exists() { own } else { &self.exe }
+        if own.exists() && std::env::var_os(WORKER_PROGRAM_ENV).is_none() {
+            own
+        } else {
+            &self.exe
+        }
     }
 
     /// Workers of `generation` (and later ones, until the next entry) run under `config`.
