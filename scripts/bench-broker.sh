@@ -3,13 +3,14 @@
 #  1. lease acquire + release round trip over the real control channel, measured inside a
 #     real worker (SERVERY_BENCH_BROKER=N: the worker times N awaited AcquireLease +
 #     ReleaseLease pairs through the parent's driver loop and prints the distribution);
+#     and, as the peer, the floor: io-real/examples/socketpair_rtt.rs;
 #  2. upload throughput (wrk, 64 KiB PUTs) with --workers 1 and --workers 2.
 # Usage: scripts/bench-broker.sh [ROUNDS] [SECONDS]   (needs wrk; builds --release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-20000}"
 SECONDS_RUN="${2:-8}"
-BIN="$(python3 -c 'import sys; sys.path.insert(0, "scripts"); from release_binary import release_binary; print(release_binary())')"
+BIN="$(scripts/release_binary.py)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -20,6 +21,14 @@ wait_line() { # file pattern bound
         sleep 0.1
     done
 }
+
+# The peer: the cheapest round trip between two processes on this machine (blocking
+# reads on a socketpair, no runtime, no broker), measured in the same session.
+RTT_PEER="$(scripts/release_binary.py --example socketpair_rtt)"
+for pairs in 1 2; do
+    echo "== floor: $pairs pair(s) of processes ping-ponging 64 bytes over a socketpair ($ROUNDS rounds each)"
+    "$RTT_PEER" "$ROUNDS" "$pairs"
+done
 
 for workers in 1 2; do
     # With 2 workers on 2 CPUs each worker runs a single-threaded runtime (the production

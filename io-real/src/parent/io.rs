@@ -108,6 +108,10 @@ struct Channel {
     out: Vec<u8>,
     /// Reading has ended (EOF, error or a malformed frame): nothing more is delivered.
     read_closed: bool,
+    /// Registered for writability, which only a backlog in `out` asks for: every byte the
+    /// worker reads frees room on our end, and a standing writable interest would wake
+    /// the driver for each of them.
+    awaits_room: bool,
 }
 
 #[derive(Debug)]
@@ -241,11 +245,7 @@ impl RealIo {
                 self.poll
                     .poll
                     .registry()
-                    .register(
-                        &mut stream,
-                        Token(worker.0 as usize),
-                        Interest::READABLE | Interest::WRITABLE,
-                    )
+                    .register(&mut stream, Token(worker.0 as usize), Interest::READABLE)
                     .map_err(super::spawn::SpawnError::Channel)?;
                 Ok((launched.pid, launched.setup_frame, stream))
             });
@@ -260,6 +260,7 @@ impl RealIo {
                         decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
                         out: setup_frame,
                         read_closed: false,
+                        awaits_room: false,
                     },
                 );
                 self.flush(worker);
@@ -338,7 +339,7 @@ impl RealIo {
     }
 
     /// Write what the socket takes now; the rest waits for the channel's next writable
-    /// edge.
+    /// edge, which only then is asked for.
     fn flush(&mut self, worker: WorkerId) {
         let Some(channel) = self.channels.get_mut(&worker) else {
             return;
@@ -348,11 +349,29 @@ impl RealIo {
                 Ok(n) => {
                     channel.out.drain(..n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     // The worker is gone; its reap follows.
                     channel.out.clear();
+                }
+            }
+        }
+        let wanted = !channel.out.is_empty();
+        if wanted != channel.awaits_room {
+            let interest = if wanted {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            match self.poll.poll.registry().reregister(
+                &mut channel.stream,
+                Token(worker.0 as usize),
+                interest,
+            ) {
+                Ok(()) => channel.awaits_room = wanted,
+                Err(e) => {
+                    tracing::warn!(%worker, error = %e, "cannot change the channel's interest")
                 }
             }
         }
