@@ -301,10 +301,11 @@ impl RealIo {
                     self.inbox.push_back(Event::ChannelClosed { worker });
                 }
                 Ok(n) => {
-                    // A short read drained the socket: a later write by the worker raises
-                    // a new readiness edge (stream sockets signal every arrival), so
-                    // there is no need to spend a read on the would-block answer.
-                    let drained = n < self.read_buf.len();
+                    // Read on until the socket would block, even after a short read: the
+                    // readiness edge is only re-armed by that. (Trusting a short read as
+                    // "drained" lost heartbeats once the channel stopped being registered
+                    // for writability, whose extra wake-ups had been reading them:
+                    // the real parent-stall scenario caught it.)
                     channel.decoder.push(&self.read_buf[..n]);
                     loop {
                         match channel.decoder.next_worker_message() {
@@ -320,9 +321,6 @@ impl RealIo {
                                 break;
                             }
                         }
-                    }
-                    if drained {
-                        return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
