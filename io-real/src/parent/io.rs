@@ -301,11 +301,11 @@ impl RealIo {
                     self.inbox.push_back(Event::ChannelClosed { worker });
                 }
                 Ok(n) => {
-                    // Read on until the socket would block, even after a short read: the
-                    // readiness edge is only re-armed by that. (Trusting a short read as
-                    // "drained" lost heartbeats once the channel stopped being registered
-                    // for writability, whose extra wake-ups had been reading them:
-                    // the real parent-stall scenario caught it.)
+                    // Read on until the socket would block, even after a short read:
+                    // edge-triggered readiness promises a new event only after that.
+                    // (Trusting a short read as "drained" lost heartbeats once the channel
+                    // stopped being registered for writability, whose extra wake-ups had
+                    // been reading them: the real parent-stall scenario caught it.)
                     channel.decoder.push(&self.read_buf[..n]);
                     loop {
                         match channel.decoder.next_worker_message() {
