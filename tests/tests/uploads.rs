@@ -252,6 +252,9 @@ fn put_and_post_write_files_with_the_documented_statuses() {
     let r = put(addr, "/docs/a.txt", b"first");
     assert_eq!(r.status, 201, "{r:?}");
     assert_eq!(r.header("location"), Some("/docs/a.txt"));
+    // Into the root itself too (its directory handle is the one the site serves from).
+    assert_eq!(put(addr, "/top.txt", b"top").status, 201);
+    assert_eq!(get(addr, "/top.txt").body, b"top");
     assert!(r.worker().is_some(), "every upload answer names its worker");
     assert_eq!(get(addr, "/docs/a.txt").body, b"first");
     // Overwriting is off: the file stays as it was.
@@ -333,6 +336,13 @@ fn put_and_post_write_files_with_the_documented_statuses() {
 
     assert!(temp_files(&tree.root()).is_empty());
     wait_released(&server);
+    // Every publish made its rename durable (the root's fsync once failed on a path-only
+    // descriptor; the logs of all the requests above have been read by now).
+    assert!(
+        !server.stderr().contains("cannot fsync"),
+        "{}",
+        server.stderr()
+    );
     drop(server);
 
     // With --allow-overwrite a replacement is 204, and If-None-Match: * still refuses.

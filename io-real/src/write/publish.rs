@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io;
 
 use cap_std::fs::Dir;
-use rustix::fs::{AtFlags, Mode, RenameFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
 use super::WriteError;
@@ -48,7 +48,7 @@ pub fn publish(
     }
     // The rename is durable once the directory is; a failure here loses nothing already
     // answered, so it is logged rather than reported.
-    if let Err(e) = rustix::fs::fsync(dir) {
+    if let Err(e) = sync_dir(dir) {
         tracing::warn!(error = %e, "cannot fsync the upload's directory");
     }
     Ok(if existed {
@@ -79,4 +79,17 @@ fn no_replace(dir: &Dir, from: &str, to: &str) -> Result<(), WriteError> {
         }
         Err(e) => Err(rename_error(e)),
     }
+}
+
+/// fsync of a directory. The held handle is path-only (cap-std opens directories with
+/// `O_PATH`), which fsync refuses (EBADF): sync a readable descriptor of the same directory.
+fn sync_dir(dir: &Dir) -> io::Result<()> {
+    let readable = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::fs::fsync(&readable)?;
+    Ok(())
 }

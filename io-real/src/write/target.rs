@@ -63,10 +63,8 @@ pub fn identity(dir: &impl AsFd) -> io::Result<(u64, u64)> {
 
 /// Opens `rel_dir` beneath `root` (the root itself for `.`).
 pub fn open_dir(root: &Dir, rel_dir: &Path) -> Result<Dir, WriteError> {
-    // Opened anew even for the root: the root handle may be a path-only descriptor, and
-    // the published rename is made durable with an fsync of this one.
-    let dir = if rel_dir.as_os_str().is_empty() {
-        root.open_dir(".")
+    let dir = if rel_dir.as_os_str().is_empty() || rel_dir == Path::new(".") {
+        root.try_clone()
     } else {
         root.open_dir(rel_dir)
     };
