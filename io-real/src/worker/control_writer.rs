@@ -69,10 +69,8 @@ impl ControlWriter {
                 Ok(n) if n == frame.len() => return,
                 Ok(n) => backlog.written = n,
                 Err(_) => {
-                    backlog.closed = true;
                     drop(backlog);
-                    self.drained.notify_waiters();
-                    return;
+                    return self.close();
                 }
             }
         }
@@ -113,18 +111,20 @@ impl ControlWriter {
                     }
                     Ok(false) => {}
                     Err(_) => {
-                        backlog.closed = true;
                         drop(backlog);
-                        self.drained.notify_waiters();
-                        return;
+                        return self.close();
                     }
                 }
             }
         }
     }
 
+    /// The channel failed: drop what is queued and every later frame, release waiters.
     fn close(&self) {
-        self.lock().closed = true;
+        let mut backlog = self.lock();
+        backlog.closed = true;
+        backlog.frames.clear();
+        drop(backlog);
         self.drained.notify_waiters();
     }
 }
