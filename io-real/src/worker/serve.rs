@@ -34,7 +34,9 @@ use crate::clock::Clock;
 use crate::fdpass;
 use crate::http::conn::FIRST_REQUEST_GRACE;
 use crate::http::policy::Credential;
-use crate::http::{Site, SiteConfig, Transport, serve_connection, serve_connection_over};
+use crate::http::{
+    PlainStream, Site, SiteConfig, Transport, serve_connection, serve_connection_over,
+};
 use crate::tls::{self, Identity, TlsAcceptor, TlsStream};
 
 /// How long the frames still queued (a startup failure's text above all) may take to
@@ -117,9 +119,22 @@ pub(super) async fn run(
 }
 
 fn listener(fd: OwnedFd) -> io::Result<TcpListener> {
-    let std = std::net::TcpListener::from(fd);
-    std.set_nonblocking(true)?;
-    TcpListener::from_std(std)
+    TcpListener::from_std(prepare_listener(std::net::TcpListener::from(fd))?)
+}
+
+/// Whether an accepted socket starts with the listener's `TCP_NODELAY` (Linux copies it
+/// from the listening socket), which saves a `setsockopt` per connection.
+const ACCEPTED_INHERIT_NODELAY: bool = cfg!(target_os = "linux");
+
+/// Non-blocking, and with `TCP_NODELAY` for every connection accepted from it: small
+/// responses must not wait for the client's delayed ACK (Nagle's algorithm). Setting it
+/// on the shared listener again is harmless: every worker sets the same value.
+fn prepare_listener(listener: std::net::TcpListener) -> io::Result<std::net::TcpListener> {
+    listener.set_nonblocking(true)?;
+    if ACCEPTED_INHERIT_NODELAY {
+        rustix::net::sockopt::set_tcp_nodelay(&listener, true)?;
+    }
+    Ok(listener)
 }
 
 /// Tells the lifecycle task that a connection has ended, however its task ends.
@@ -338,7 +353,9 @@ impl Worker {
         let Some(site) = self.site.clone() else {
             return;
         };
-        let _ = stream.set_nodelay(true);
+        if !ACCEPTED_INHERIT_NODELAY {
+            let _ = stream.set_nodelay(true);
+        }
         self.life.connection_opened();
         let drain = self.drain.subscribe();
         let requests = Arc::clone(&self.requests);
@@ -347,7 +364,7 @@ impl Worker {
         tokio::spawn(async move {
             let _closed = closed;
             match tls {
-                None => serve_connection(site, stream, drain, requests).await,
+                None => serve_connection(site, PlainStream::new(stream), drain, requests).await,
                 Some(acceptor) => {
                     let Some(stream) = handshake(&acceptor, stream, drain.clone()).await else {
                         return;
@@ -446,4 +463,35 @@ fn prepare_policy(
 
 fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86_400)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_accepted_from_a_prepared_listener_have_nagle_off() {
+        let listener = prepare_listener(std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+            .expect("prepare");
+        let _client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        // Non-blocking now: wait for the connection to be ready to accept, bounded.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let accepted = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(std::time::Instant::now() < deadline, "never accepted");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        if ACCEPTED_INHERIT_NODELAY {
+            assert!(
+                accepted.nodelay().expect("getsockopt"),
+                "TCP_NODELAY not inherited"
+            );
+        }
+    }
 }
