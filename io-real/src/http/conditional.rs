@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, Method, header};
 
-/// The validators of one representation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The validators of one representation. The default (empty) value exists only so a
+/// response can move a file's validators out of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Validators {
     opaque: String,
     modified_secs: u64,

@@ -106,7 +106,11 @@ pub async fn serve_connection_over<IO>(
         }
         started_in.fetch_add(1, Ordering::Release);
         arrived_in.notify_one();
-        req.extensions_mut().insert(transport);
+        if transport != Transport::Plain {
+            // Cleartext is what a request without the tag means; tagging only the others
+            // spares the extension map's allocation on most requests.
+            req.extensions_mut().insert(transport);
+        }
         async move {
             let version = req.version();
             let mut response = site.handle(req).await;

@@ -54,6 +54,10 @@ pub const INLINE_DIGEST_MAX: u64 = 64 * 1024;
 /// while bounding the memory one request can pin to about twice this.
 pub const ENCODE_IN_MEMORY_MAX: u64 = 1024 * 1024;
 
+/// Headers a file response usually carries, the security headers included: the size its
+/// header map starts with.
+const FILE_RESPONSE_HEADERS: usize = 12;
+
 /// What to serve and how. Construct with `..Default::default()` so new fields do not break
 /// callers.
 #[derive(Debug, Clone)]
@@ -275,23 +279,32 @@ impl Site {
         runtime: Handle,
     ) -> Result<Response<Body>, HttpError> {
         let FoundFile {
-            original,
+            mut original,
             repr,
             vary,
             key_path,
             fallback,
         } = found;
         let validators = match &repr {
-            Repr::Identity => original.validators.clone(),
+            // Nothing on the identity path reads them again.
+            Repr::Identity => std::mem::take(&mut original.validators),
             Repr::Sidecar { coding, file } => file.validators.with_coding(coding.extension()),
             Repr::Encode { coding, .. } => original.validators.with_coding(coding.extension()),
         };
         let mut builder = Response::builder();
-        match (vary, fallback) {
-            (true, true) => builder = builder.header(header::VARY, "Accept-Encoding, Accept"),
-            (true, false) => builder = builder.header(header::VARY, "Accept-Encoding"),
-            (false, true) => builder = builder.header(header::VARY, "Accept"),
-            (false, false) => {}
+        if let Some(headers) = builder.headers_mut() {
+            // Room for every header a file response carries, so the map never grows and
+            // rehashes while it is filled.
+            headers.reserve(FILE_RESPONSE_HEADERS);
+        }
+        let vary = match (vary, fallback) {
+            (true, true) => Some("Accept-Encoding, Accept"),
+            (true, false) => Some("Accept-Encoding"),
+            (false, true) => Some("Accept"),
+            (false, false) => None,
+        };
+        if let Some(vary) = vary {
+            builder = builder.header(header::VARY, HeaderValue::from_static(vary));
         }
         // The app shell stands in for every unknown path; caching it under each of them
         // would pin an old deployment, so it is always revalidated.
@@ -315,10 +328,13 @@ impl Site {
             Precondition::Proceed { range_applies } => range_applies,
         };
         builder = builder
-            .header(header::CONTENT_TYPE, mime::content_type(&original.name))
+            .header(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(mime::content_type(&original.name)),
+            )
             .header(header::ETAG, validators.etag())
             .header(header::LAST_MODIFIED, validators.last_modified())
-            .header(header::ACCEPT_RANGES, "bytes");
+            .header(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
         let want_digest = digest::choose(
             joined_values(&parts.headers, digest::WANT_REPR_DIGEST.clone()).as_deref(),
         );
