@@ -5,7 +5,7 @@ Loopback only, bounded in time. Peers that are not installed are skipped (and sa
 Install them with: apt-get install wrk nghttp2-client nginx-light caddy, and
 cargo install static-web-server dufs miniserve (outside this repository).
 
-    scripts/bench-http.py [--seconds 8] [--out docs/benchmarks-http.md]
+    scripts/bench-http.py [--seconds 8] [--rounds 3] [--out FILE]
 
 Besides requests per second it reports the CPU time the server's whole process tree spent
 per request (utime + stime from /proc, parent and workers): on a machine shared with
@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -221,6 +222,8 @@ def main():
     ap.add_argument("--servery", default=None,
                     help="servery binary (default: the release build, built if stale)")
     ap.add_argument("--out")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="run every server this many times, interleaved, and report medians")
     ap.add_argument("--only", help="comma-separated name prefixes of the servers to run, e.g. servery,nginx")
     args = ap.parse_args()
     args.servery = args.servery or release_binary()
@@ -241,31 +244,29 @@ def main():
     if args.only:
         wanted = [w.strip() for w in args.only.split(",")]
         servers = [x for x in servers if any(x.name.startswith(w) for w in wanted)]
-    rows = []
     s = args.seconds
     load0 = open("/proc/loadavg").read().split()[0]
-    for srv in servers:
-        try:
-            with srv:
-                idle, per = tree_rss_kib(srv.proc.pid)
-                base = f"http://127.0.0.1:{srv.port}"
-                r = {"name": srv.name, "idle_rss_kib": idle, "proc_rss_kib": per}
-                pid = srv.proc.pid
-                r["1k_keepalive"] = wrk(base + "/1k.bin", s, 64, pid=pid)
-                r["100k_keepalive"] = wrk(base + "/100k.bin", s, 64, pid=pid)
-                r["64m"] = wrk(base + "/64m.bin", s, 4, pid=pid)
-                r["1k_close"] = wrk(base + "/1k.bin", s, 32, close=True, pid=pid)
-                r["h2c_1k"] = h2load(f"http://127.0.0.1:{srv.h2_port}/1k.bin", s)
-                r["loaded_rss_kib"] = tree_rss_kib(srv.proc.pid)[0]
-                rows.append(r)
-                print(f"{srv.name}: {r['1k_keepalive']['rps']:.0f} req/s 1k, "
-                      f"{r['64m']['bps'] / 1e9:.2f} GB/s 64m, {r['1k_close']['rps']:.0f} req/s churn, "
-                      f"h2c {r['h2c_1k']}, idle RSS {idle} KiB {per}", flush=True)
-        except Exception as e:  # a peer that fails to start is reported, not fatal
-            print(f"{srv.name}: skipped ({e})", flush=True)
+    runs = {srv.name: [] for srv in servers}
+    for round_no in range(args.rounds):
+        # Alternate the order so that no server always follows the same neighbour.
+        for srv in (servers if round_no % 2 == 0 else servers[::-1]):
+            try:
+                with srv:
+                    r = measure(srv, s)
+                    runs[srv.name].append(r)
+                    print(f"round {round_no + 1}/{args.rounds} {srv.name}: "
+                          f"{r['1k_keepalive']['rps']:.0f} req/s 1k, "
+                          f"{r['100k_keepalive']['rps']:.0f} req/s 100k, "
+                          f"{r['64m']['bps'] / 1e9:.2f} GB/s 64m, "
+                          f"{r['1k_close']['rps']:.0f} req/s churn, h2c {r['h2c_1k']}, "
+                          f"idle RSS {r['idle_rss_kib']} KiB {r['proc_rss_kib']}", flush=True)
+            except Exception as e:  # a peer that fails to start is reported, not fatal
+                print(f"{srv.name}: skipped ({e})", flush=True)
+    rows = [median_row(runs[srv.name]) for srv in servers if runs[srv.name]]
     shutil.rmtree(tmp, ignore_errors=True)
     report = render(rows, s)
-    report += (f"\n{time.strftime('%Y-%m-%d')}, `scripts/bench-http.py --seconds {s}`; "
+    report += (f"\n{time.strftime('%Y-%m-%d')}, `scripts/bench-http.py --seconds {s} "
+               f"--rounds {args.rounds}`; "
                f"load average before/after: {load0} / {open('/proc/loadavg').read().split()[0]}\n")
     print(report)
     if args.out:
@@ -273,11 +274,39 @@ def main():
             f.write(report)
 
 
+def measure(srv, s):
+    """One pass of every test against a running server."""
+    idle, per = tree_rss_kib(srv.proc.pid)
+    base = f"http://127.0.0.1:{srv.port}"
+    r = {"name": srv.name, "idle_rss_kib": idle, "proc_rss_kib": per}
+    pid = srv.proc.pid
+    r["1k_keepalive"] = wrk(base + "/1k.bin", s, 64, pid=pid)
+    r["100k_keepalive"] = wrk(base + "/100k.bin", s, 64, pid=pid)
+    r["64m"] = wrk(base + "/64m.bin", s, 4, pid=pid)
+    r["1k_close"] = wrk(base + "/1k.bin", s, 32, close=True, pid=pid)
+    r["h2c_1k"] = h2load(f"http://127.0.0.1:{srv.h2_port}/1k.bin", s)
+    r["loaded_rss_kib"] = tree_rss_kib(srv.proc.pid)[0]
+    return r
+
+
+def median_row(runs):
+    """The median of each figure over a server's rounds (RSS: the first round's idle
+    figures, the largest loaded one)."""
+    row = dict(runs[0])
+    for k in ("1k_keepalive", "100k_keepalive", "64m", "1k_close"):
+        row[k] = {f: statistics.median(r[k][f] for r in runs) for f in ("rps", "bps", "cpu_us")}
+    h2 = [r["h2c_1k"] for r in runs if r["h2c_1k"] is not None]
+    row["h2c_1k"] = statistics.median(h2) if h2 else None
+    row["loaded_rss_kib"] = max(r["loaded_rss_kib"] for r in runs)
+    return row
+
+
 def render(rows, seconds):
     if not rows:
         return "no results\n"
     lines = [f"wrk -t1 (c64 keep-alive, c4 for 64 MiB, c32 new connection per request), "
-             f"h2load -c16 -m8 for h2c, {seconds} s each, loopback, same run. "
+             f"h2load -c16 -m8 for h2c, {seconds} s each, loopback, same run; medians over the "
+             f"interleaved rounds. "
              f"In brackets: server CPU µs per request (all its processes).\n",
              "| server | 1 KiB req/s | 100 KiB req/s | 64 MiB GB/s | churn req/s | h2c 1 KiB req/s | idle RSS KiB (per process) | loaded RSS KiB |",
              "|---|---|---|---|---|---|---|---|"]
