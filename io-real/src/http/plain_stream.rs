@@ -10,9 +10,10 @@
 
 use std::io;
 use std::pin::Pin;
+use std::future::Future;
 use std::task::{Context, Poll, ready};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 /// How much the first read takes. A request head is usually a few hundred bytes; a longer
@@ -58,17 +59,12 @@ impl PlainStream {
         if self.ahead.capacity() == 0 {
             self.ahead = Vec::with_capacity(READ_AHEAD);
         }
-        loop {
-            ready!(self.tcp.poll_read_ready(cx))?;
-            match self.tcp.try_read_buf(&mut self.ahead) {
-                // Zero bytes is end of stream: the caller sees an empty read, as from the
-                // socket itself.
-                Ok(_) => return Poll::Ready(Ok(())),
-                // Readiness was stale; `try_read_buf` cleared it, so the next poll waits.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        // Through the stream's own read path, not `try_read_buf`: a short read there also
+        // clears the socket's readiness, so hyper's next read waits for the event loop
+        // instead of asking the socket and being told it would block. Zero bytes is end of
+        // stream, which the caller then sees as an empty read, as from the socket itself.
+        let read = std::pin::pin!(self.tcp.read_buf(&mut self.ahead));
+        read.poll(cx).map_ok(|_| ())
     }
 }
 
