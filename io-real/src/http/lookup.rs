@@ -63,9 +63,9 @@ fn read_exact_len(file: &File, len: u64) -> Result<Bytes, HttpError> {
 }
 
 /// What a request needs from the file system.
-pub(super) struct Lookup {
+pub(super) struct Lookup<'a> {
     pub(super) root: Arc<Dir>,
-    pub(super) path: RequestPath,
+    pub(super) path: &'a RequestPath,
     pub(super) read_small: bool,
     /// Serve the root `index.html` when the path does not exist (see [`super::site::SiteConfig::spa`]).
     pub(super) spa_fallback: bool,
@@ -105,10 +105,16 @@ pub(super) struct FoundFile {
     pub(super) repr: Repr,
     /// Whether the response says `Vary: Accept-Encoding`.
     pub(super) vary: bool,
-    /// The file's path below the root, for the encoded cache.
-    pub(super) key_path: String,
+    /// The file's path below the root (see [`key_path`]).
+    pub(super) rel: PathBuf,
     /// The single-page-app shell, served for a path that does not exist.
     pub(super) fallback: bool,
+}
+
+/// A file's path below the root as the encoded cache and digests key it; made only when
+/// one of them is asked.
+pub(super) fn key_path(rel: &Path) -> String {
+    rel.to_string_lossy().into_owned()
 }
 
 /// Which representation of a file is sent.
@@ -126,7 +132,7 @@ pub(super) enum Repr {
     },
 }
 
-impl Lookup {
+impl Lookup<'_> {
     pub(super) fn run(self) -> Result<Found, HttpError> {
         match self.resolve() {
             Err(HttpError::NotFound) if self.spa_fallback => {
@@ -202,7 +208,6 @@ impl Lookup {
     }
 
     fn represent(&self, rel: PathBuf, mut original: OpenFile) -> Result<Found, HttpError> {
-        let key_path = rel.to_string_lossy().into_owned();
         let candidates = match &self.negotiation {
             Some(n) => compress::plan(
                 n.accept_encoding.as_deref(),
@@ -231,7 +236,7 @@ impl Lookup {
                 && original.len <= n.settings.max_size
             {
                 let key = CacheKey {
-                    path: key_path.clone(),
+                    path: key_path(&rel),
                     etag: original.validators.etag(),
                     coding,
                 };
@@ -256,7 +261,7 @@ impl Lookup {
             original,
             repr,
             vary: candidates.vary,
-            key_path,
+            rel,
             fallback: false,
         })))
     }

@@ -8,9 +8,9 @@
 //! (`shutdown(SHUT_WR)`) a connection it has finished with just before the stream is
 //! dropped and closed, which sends the same FIN the close sends, so that call is skipped.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::future::Future;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};

@@ -30,7 +30,7 @@ use super::error::{ALLOW, HttpError, error_response};
 use super::listing::{self, Entry};
 use super::lookup::{
     CompressSettings, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
-    list as list_directory,
+    key_path, list as list_directory,
 };
 use super::mime;
 use super::path::RequestPath;
@@ -248,7 +248,7 @@ impl Site {
         let runtime = Handle::try_current().map_err(|_| HttpError::Unavailable)?;
         let lookup = Lookup {
             root: Arc::clone(&self.root),
-            path: path.clone(),
+            path: &path,
             read_small: want_body,
             spa_fallback: self.spa && policy::accepts_html(&parts.headers),
             negotiation: self.compress.map(|settings| Negotiation {
@@ -282,7 +282,7 @@ impl Site {
             mut original,
             repr,
             vary,
-            key_path,
+            rel,
             fallback,
         } = found;
         let validators = match &repr {
@@ -340,7 +340,7 @@ impl Site {
         );
         // What a digest of the selected representation would be computed over.
         let digest_key = |alg| DigestKey {
-            path: key_path.clone(),
+            path: key_path(&rel),
             etag: validators.etag(),
             alg,
         };
@@ -392,7 +392,7 @@ impl Site {
                 let encoded = match cached {
                     Some(bytes) => bytes,
                     None => {
-                        self.encode(original, coding, key_path.clone(), &runtime)
+                        self.encode(original, coding, key_path(&rel), &runtime)
                             .await?
                     }
                 };
