@@ -176,28 +176,39 @@ fn is_tchar(b: u8) -> bool {
 /// formats, SVG, uncompressed fonts and wasm. Everything else, including types we do not
 /// recognise, is assumed to be compressed already or to gain too little.
 pub fn is_compressible(content_type: &str) -> bool {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
     let Some((kind, subtype)) = essence.split_once('/') else {
         return false;
     };
-    match kind {
-        "text" => true,
-        "image" => subtype == "svg+xml",
-        "font" => matches!(subtype, "ttf" | "otf" | "sfnt"),
-        "application" => {
-            matches!(
-                subtype,
-                "json" | "javascript" | "xml" | "wasm" | "x-tar" | "manifest+json"
-            ) || subtype.ends_with("+json")
-                || subtype.ends_with("+xml")
-        }
+    // Case-insensitive without a lower-cased copy: every file response asks.
+    let is =
+        |name: &str, candidates: &[&str]| candidates.iter().any(|c| name.eq_ignore_ascii_case(c));
+    let ends_with = |name: &str, suffix: &str| {
+        name.len() >= suffix.len()
+            && name.as_bytes()[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+    };
+    if is(kind, &["text"]) {
+        true
+    } else if is(kind, &["image"]) {
+        is(subtype, &["svg+xml"])
+    } else if is(kind, &["font"]) {
+        is(subtype, &["ttf", "otf", "sfnt"])
+    } else if is(kind, &["application"]) {
+        is(
+            subtype,
+            &[
+                "json",
+                "javascript",
+                "xml",
+                "wasm",
+                "x-tar",
+                "manifest+json",
+            ],
+        ) || ends_with(subtype, "+json")
+            || ends_with(subtype, "+xml")
+    } else {
         // audio, video, and anything unknown.
-        _ => false,
+        false
     }
 }
 
@@ -451,6 +462,9 @@ mod tests {
             "application/wasm",
             "font/ttf",
             "application/xml",
+            "Text/Plain",
+            " APPLICATION/LD+JSON ",
+            "application/atom+xml; charset=utf-8",
         ] {
             assert!(is_compressible(ty), "{ty}");
         }
@@ -467,6 +481,9 @@ mod tests {
             "application/pdf",
             "application/octet-stream",
             "garbage",
+            "application/json-seq-not",
+            "application/+jso",
+            "",
         ] {
             assert!(!is_compressible(ty), "{ty}");
         }

@@ -191,7 +191,7 @@ impl Lookup<'_> {
         let name = self.path.file_name().unwrap_or_default().to_owned();
         match opened {
             Some((file, meta)) => {
-                let original = OpenFile::regular(file, &meta, &name)?;
+                let original = OpenFile::regular(file, &meta, name)?;
                 self.represent(rel, original)
             }
             None => self.file(rel, name),
@@ -311,12 +311,12 @@ fn open_beneath(root: &Dir, rel: &Path) -> std::io::Result<(File, std::fs::Metad
 
 fn open_regular(root: &Dir, rel: &Path, name: &str) -> Result<OpenFile, HttpError> {
     let (file, meta) = open_beneath(root, rel).map_err(HttpError::from_io)?;
-    OpenFile::regular(file, &meta, name)
+    OpenFile::regular(file, &meta, name.to_owned())
 }
 
 impl OpenFile {
     /// An opened file to serve, if it is a regular file (403 otherwise).
-    fn regular(file: File, meta: &std::fs::Metadata, name: &str) -> Result<Self, HttpError> {
+    fn regular(file: File, meta: &std::fs::Metadata, name: String) -> Result<Self, HttpError> {
         if !meta.is_file() {
             return Err(HttpError::Forbidden);
         }
@@ -325,7 +325,7 @@ impl OpenFile {
             validators: Validators::from_metadata(meta),
             len: meta.len(),
             modified: meta.modified().unwrap_or(UNIX_EPOCH),
-            name: name.to_owned(),
+            name,
             small: None,
         })
     }

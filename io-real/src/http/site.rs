@@ -370,7 +370,7 @@ impl Site {
                 builder
                     .status(StatusCode::OK)
                     .header(header::CONTENT_ENCODING, coding.token())
-                    .header(header::CONTENT_LENGTH, len)
+                    .header(header::CONTENT_LENGTH, content_length(len))
                     .body(body)
                     .map_err(internal)
             }
@@ -404,7 +404,7 @@ impl Site {
                 }
                 let len = encoded.len();
                 builder
-                    .header(header::CONTENT_LENGTH, len)
+                    .header(header::CONTENT_LENGTH, content_length(len as u64))
                     .body(if want_body {
                         body::full(encoded)
                     } else {
@@ -581,6 +581,8 @@ fn identity_response(
     };
     let body = match (want_body, file.small) {
         (false, _) => body::empty(),
+        // The whole file as read: a slice of it would cost a shared copy of the handle.
+        (true, Some(bytes)) if start == 0 && count == len => body::full(bytes),
         (true, Some(bytes)) => {
             let start = usize::try_from(start).map_err(internal)?;
             let end = usize::try_from(start as u64 + count).map_err(internal)?;
@@ -590,7 +592,7 @@ fn identity_response(
     };
     builder
         .status(status)
-        .header(header::CONTENT_LENGTH, count)
+        .header(header::CONTENT_LENGTH, content_length(count))
         .body(body)
         .map_err(internal)
 }
@@ -631,6 +633,23 @@ fn listing_response(
 }
 
 /// A header that must appear once and be visible ASCII; anything else counts as absent.
+/// A `Content-Length` value in one allocation (`HeaderValue::from(u64)` takes two).
+fn content_length(len: u64) -> HeaderValue {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = len;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    // Digits are always a valid value; the fallback only keeps this free of a panic path.
+    HeaderValue::from_bytes(&digits[at..]).unwrap_or_else(|_| HeaderValue::from(len))
+}
+
 fn single_value(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
@@ -651,4 +670,16 @@ fn joined_values(headers: &HeaderMap, name: header::HeaderName) -> Option<String
 
 fn internal(e: impl std::error::Error + Send + Sync + 'static) -> HttpError {
     HttpError::Internal(io::Error::other(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_length_is_the_decimal_length() {
+        for len in [0, 1, 9, 10, 1024, 99_999, u64::from(u32::MAX), u64::MAX] {
+            assert_eq!(content_length(len), HeaderValue::from(len), "{len}");
+        }
+    }
 }
