@@ -81,7 +81,15 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
         .enable_all()
         .build()
         .map_err(WorkerError::Runtime)?;
-    let code = rt.block_on(serve::run(args, control, fault))?;
+    // On a runtime thread, not on this one: on the multi-thread runtime `block_on` polls
+    // its future here, outside the runtime's threads, so every accepted connection and
+    // every broker reply the lifecycle loop hands on would cross to another thread.
+    let code = match rt.block_on(rt.spawn(serve::run(args, control, fault))) {
+        Ok(served) => served?,
+        // A panic ends the worker as it would have on this thread.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => return Err(WorkerError::Runtime(std::io::Error::other(e))),
+    };
     // Exit without waiting for blocking file reads or connections still open past the
     // drain deadline: the lifecycle already decided that time is up.
     std::mem::forget(rt);
