@@ -29,6 +29,11 @@ for pairs in 1 2; do
     echo "== floor: $pairs pair(s) of processes ping-ponging 64 bytes over a socketpair ($ROUNDS rounds each)"
     "$RTT_PEER" "$ROUNDS" "$pairs"
 done
+# servery's own shape: one parent thread answering every worker from one poll loop.
+for clients in 1 2; do
+    echo "== floor, star: one poll loop answering $clients child process(es) ($ROUNDS rounds each)"
+    "$RTT_PEER" "$ROUNDS" "$clients" --star
+done
 
 for workers in 1 2; do
     # With 2 workers on 2 CPUs each worker runs a single-threaded runtime (the production
