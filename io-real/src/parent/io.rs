@@ -336,6 +336,44 @@ impl RealIo {
         }
     }
 
+    /// Whether `deadline` has passed at `now` without the channels having been read for
+    /// it yet (see [`ParentIo::wait`]).
+    fn must_catch_up(&self, deadline: Option<Instant>, now: Instant) -> bool {
+        deadline.is_some_and(|d| d <= now) && self.caught_up != deadline
+    }
+
+    /// Wait up to `timeout` for the channels, then write and read each one that is
+    /// ready. `false` if polling failed for good.
+    fn poll_channels(&mut self, timeout: Option<core::time::Duration>) -> bool {
+        if let Err(e) = self.poll.poll.poll(&mut self.ready, timeout)
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            tracing::error!(error = %e, "the driver's poll failed");
+            return false;
+        }
+        let ready: Vec<(Token, bool, bool)> = self
+            .ready
+            .iter()
+            .map(|e| {
+                let read = e.is_readable() || e.is_read_closed() || e.is_error();
+                (e.token(), read, e.is_writable())
+            })
+            .collect();
+        for (token, read, write) in ready {
+            if token == WAKE {
+                continue;
+            }
+            let worker = WorkerId(token.0 as u64);
+            if write {
+                self.flush(worker);
+            }
+            if read {
+                self.read_channel(worker);
+            }
+        }
+        true
+    }
+
     /// Write what the socket takes now; the rest waits for the channel's next writable
     /// edge, which only then is asked for.
     fn flush(&mut self, worker: WorkerId) {
@@ -412,7 +450,27 @@ impl ParentIo for RealIo {
                 return Wakeup::Event(self.clock.now(), event);
             }
             match self.poll.inbound.try_recv() {
-                Ok(inbound) => return self.inbound(inbound),
+                Ok(inbound) => {
+                    let wakeup = self.inbound(inbound);
+                    return match wakeup {
+                        // A status request wakes the driver as a timer check does, and
+                        // that judges passed deadlines: the channels are read first here
+                        // too. (A status request queued while the parent was stopped
+                        // used to reach the driver before the heartbeats that had
+                        // arrived meanwhile, and healthy workers were replaced.)
+                        Wakeup::Timeout(now) if self.must_catch_up(deadline, now) => {
+                            self.caught_up = deadline;
+                            if !self.poll_channels(Some(core::time::Duration::ZERO)) {
+                                return Wakeup::Halt;
+                            }
+                            match self.inbox.pop_front() {
+                                Some(event) => Wakeup::Event(self.clock.now(), event),
+                                None => wakeup,
+                            }
+                        }
+                        wakeup => wakeup,
+                    };
+                }
                 Err(TryRecvError::Disconnected) => return Wakeup::Halt,
                 Err(TryRecvError::Empty) => {}
             }
@@ -421,39 +479,16 @@ impl ParentIo for RealIo {
                 // Once per deadline, take in what the channels hold before reporting it
                 // passed (the `ParentIo::wait` contract); input that keeps arriving after
                 // that cannot hold the timer off.
-                Some(deadline) if deadline <= now && self.caught_up != Some(deadline) => {
-                    self.caught_up = Some(deadline);
+                Some(d) if self.must_catch_up(deadline, now) => {
+                    self.caught_up = Some(d);
                     Some(core::time::Duration::ZERO)
                 }
                 Some(deadline) if deadline <= now => return Wakeup::Timeout(now),
                 Some(deadline) => Some(deadline - now),
                 None => None,
             };
-            if let Err(e) = self.poll.poll.poll(&mut self.ready, timeout)
-                && e.kind() != io::ErrorKind::Interrupted
-            {
-                tracing::error!(error = %e, "the driver's poll failed");
+            if !self.poll_channels(timeout) {
                 return Wakeup::Halt;
-            }
-            let ready: Vec<(Token, bool, bool)> = self
-                .ready
-                .iter()
-                .map(|e| {
-                    let read = e.is_readable() || e.is_read_closed() || e.is_error();
-                    (e.token(), read, e.is_writable())
-                })
-                .collect();
-            for (token, read, write) in ready {
-                if token == WAKE {
-                    continue;
-                }
-                let worker = WorkerId(token.0 as u64);
-                if write {
-                    self.flush(worker);
-                }
-                if read {
-                    self.read_channel(worker);
-                }
             }
         }
     }
