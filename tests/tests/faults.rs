@@ -199,11 +199,22 @@ fn a_parent_stopped_past_the_heartbeat_timeout_does_not_kill_healthy_workers() {
     let pids = worker_pids(&status);
     server.signal(Sig::STOP);
     let stopped = Instant::now();
-    // Twice the heartbeat timeout, measured against the wall clock.
-    while stopped.elapsed() < HEARTBEAT_TIMEOUT * 2 {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server.signal(Sig::CONT);
+    // A status request queued while the parent is stopped reaches it on resuming, next to
+    // the unread heartbeats: answering it must not judge deadlines before reading them.
+    let queued_status = std::thread::scope(|scope| {
+        let pending = scope.spawn(|| server.ctl(&serde_json::json!({"cmd": "status"})));
+        // Twice the heartbeat timeout, measured against the wall clock.
+        while stopped.elapsed() < HEARTBEAT_TIMEOUT * 2 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.signal(Sig::CONT);
+        pending.join().expect("status thread")
+    });
+    let queued_status = queued_status.expect("the status queued during the stop is answered");
+    assert_eq!(
+        queued_status["status"]["restarts"], 0,
+        "a healthy worker was replaced: {queued_status}"
+    );
     // Give the resumed parent a few heartbeat intervals to act on what it sees.
     let settle = Instant::now();
     let mut last = server.status();
