@@ -336,12 +336,6 @@ impl RealIo {
         }
     }
 
-    /// Whether `deadline` has passed at `now` without the channels having been read for
-    /// it yet (see [`ParentIo::wait`]).
-    fn must_catch_up(&self, deadline: Option<Instant>, now: Instant) -> bool {
-        deadline.is_some_and(|d| d <= now) && self.caught_up != deadline
-    }
-
     /// Wait up to `timeout` for the channels, then write and read each one that is
     /// ready. `false` if polling failed for good.
     fn poll_channels(&mut self, timeout: Option<core::time::Duration>) -> bool {
@@ -413,8 +407,10 @@ impl RealIo {
         }
     }
 
-    /// Turn what the host runtime sent into the driver's next wakeup.
-    fn inbound(&mut self, inbound: Inbound) -> Wakeup {
+    /// Turn what the host runtime sent into the driver's next wakeup; `None` when it only
+    /// needs the driver to run once more (a status request is answered as the driver
+    /// observes the machine, before its next wait).
+    fn inbound(&mut self, inbound: Inbound) -> Option<Wakeup> {
         let now = self.clock.now();
         match inbound {
             Inbound::Event(Event::Exited { worker, status }) => {
@@ -425,19 +421,18 @@ impl RealIo {
                     channel.read_closed = true;
                 }
                 self.inbox.push_back(Event::Exited { worker, status });
-                match self.inbox.pop_front() {
-                    Some(event) => Wakeup::Event(now, event),
-                    None => Wakeup::Timeout(now),
-                }
+                self.inbox
+                    .pop_front()
+                    .map(|event| Wakeup::Event(now, event))
             }
-            Inbound::Event(event) => Wakeup::Event(now, event),
+            Inbound::Event(event) => Some(Wakeup::Event(now, event)),
             Inbound::Status(reply) => {
                 self.status_waiters.push(reply);
-                Wakeup::Timeout(now)
+                None
             }
             Inbound::Reload(raw, reply) => {
                 let event = self.reload(raw, reply);
-                Wakeup::Event(now, event)
+                Some(Wakeup::Event(now, event))
             }
         }
     }
@@ -445,32 +440,20 @@ impl RealIo {
 
 impl ParentIo for RealIo {
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
+        // Something other than a deadline needs the driver to run (a status request): it is
+        // woken as a timer check wakes it, through the same catch-up below, so a request
+        // queued while the parent was stopped cannot get deadlines judged ahead of the
+        // heartbeats that waited with it.
+        let mut wake = false;
         loop {
             if let Some(event) = self.inbox.pop_front() {
                 return Wakeup::Event(self.clock.now(), event);
             }
             match self.poll.inbound.try_recv() {
-                Ok(inbound) => {
-                    let wakeup = self.inbound(inbound);
-                    return match wakeup {
-                        // A status request wakes the driver as a timer check does, and
-                        // that judges passed deadlines: the channels are read first here
-                        // too. (A status request queued while the parent was stopped
-                        // used to reach the driver before the heartbeats that had
-                        // arrived meanwhile, and healthy workers were replaced.)
-                        Wakeup::Timeout(now) if self.must_catch_up(deadline, now) => {
-                            self.caught_up = deadline;
-                            if !self.poll_channels(Some(core::time::Duration::ZERO)) {
-                                return Wakeup::Halt;
-                            }
-                            match self.inbox.pop_front() {
-                                Some(event) => Wakeup::Event(self.clock.now(), event),
-                                None => wakeup,
-                            }
-                        }
-                        wakeup => wakeup,
-                    };
-                }
+                Ok(inbound) => match self.inbound(inbound) {
+                    Some(wakeup) => return wakeup,
+                    None => wake = true,
+                },
                 Err(TryRecvError::Disconnected) => return Wakeup::Halt,
                 Err(TryRecvError::Empty) => {}
             }
@@ -479,11 +462,12 @@ impl ParentIo for RealIo {
                 // Once per deadline, take in what the channels hold before reporting it
                 // passed (the `ParentIo::wait` contract); input that keeps arriving after
                 // that cannot hold the timer off.
-                Some(d) if self.must_catch_up(deadline, now) => {
-                    self.caught_up = Some(d);
+                Some(deadline) if deadline <= now && self.caught_up != Some(deadline) => {
+                    self.caught_up = Some(deadline);
                     Some(core::time::Duration::ZERO)
                 }
                 Some(deadline) if deadline <= now => return Wakeup::Timeout(now),
+                _ if wake => return Wakeup::Timeout(now),
                 Some(deadline) => Some(deadline - now),
                 None => None,
             };
