@@ -272,6 +272,10 @@ pub struct BudgetArgs {
     /// Encoded bytes one worker's compression cache may retain.
     #[arg(long, value_name = "BYTES", env = "SERVERY_COMPRESSION_CACHE_SIZE", default_value_t = budgets().compression_cache_size, allow_negative_numbers = true)]
     pub compression_cache_size: i64,
+    /// Bytes of small files' contents one worker may keep in memory; each hit is checked
+    /// against the file with one stat. 0 disables it.
+    #[arg(long, value_name = "BYTES", env = "SERVERY_FILE_CACHE_SIZE", default_value_t = budgets().file_cache_size, allow_negative_numbers = true)]
+    pub file_cache_size: i64,
 }
 
 impl ServeArgs {
@@ -302,6 +306,7 @@ impl ServeArgs {
                 max_connections: b.max_connections,
                 max_blocking_threads: b.max_blocking_threads,
                 compression_cache_size: b.compression_cache_size,
+                file_cache_size: b.file_cache_size,
             },
             ..RawConfig::default()
         };

@@ -84,6 +84,7 @@ knobs! {
     Count(i64) max_connections => "budgets.max_connections", |c| c.budgets.max_connections;
     Count(i64) max_blocking_threads => "budgets.max_blocking_threads", |c| c.budgets.max_blocking_threads;
     Count(i64) compression_cache_size => "budgets.compression_cache_size", |c| c.budgets.compression_cache_size;
+    Count(i64) file_cache_size => "budgets.file_cache_size", |c| c.budgets.file_cache_size;
     Count(i64) max_active_uploads => "broker.max_active_uploads", |c| c.broker.max_active_uploads;
     Count(i64) max_upload_bytes => "broker.max_upload_bytes", |c| c.broker.max_upload_bytes;
     Count(i64) max_partial_uploads => "broker.max_partial_uploads", |c| c.broker.max_partial_uploads;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use servery::http::{Site, SiteConfig, serve_connection};
+use servery::http::{FILE_CACHE_SETTLE, Site, SiteConfig, serve_connection};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -514,6 +514,192 @@ async fn precompressed_sidecars_are_used_when_fresh() {
     // The sidecar itself is still an ordinary file.
     let r = server.get("/app.css.br", &[]).await;
     assert_eq!(r.body, br);
+}
+
+/// Waits (bounded) until every file in `paths` changed at least [`FILE_CACHE_SETTLE`] ago,
+/// so the file cache may keep them.
+async fn until_settled(paths: &[&Path]) {
+    use std::os::unix::fs::MetadataExt;
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let newest = paths
+            .iter()
+            .map(|p| {
+                let m = std::fs::symlink_metadata(p).expect("stat");
+                std::time::UNIX_EPOCH + Duration::new(m.ctime() as u64, m.ctime_nsec() as u32)
+            })
+            .max()
+            .expect("paths");
+        let age = SystemTime::now().duration_since(newest).unwrap_or_default();
+        let wanted = FILE_CACHE_SETTLE + Duration::from_millis(50);
+        if age >= wanted {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "files never settled"
+        );
+        tokio::time::sleep(wanted - age).await;
+    }
+}
+
+/// Writes `files` under `root` and waits until the file cache may keep them.
+async fn settled_files(root: &Root, files: &[(&str, &[u8])]) {
+    let paths: Vec<PathBuf> = files
+        .iter()
+        .map(|(rel, data)| root.write(rel, data))
+        .collect();
+    let paths: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    until_settled(&paths).await;
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_file_cache_serves_only_the_file_as_it_is_now() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Root::new("file-cache");
+    settled_files(
+        &root,
+        &[
+            ("rewritten.txt", b"version-1"),
+            ("removed.txt", b"soon gone"),
+            ("locked.txt", b"private now"),
+        ],
+    )
+    .await;
+    let server = Server::serve(&root).await;
+    let first = server.get("/rewritten.txt", &[]).await;
+    assert_eq!(
+        (first.status, first.body.as_slice()),
+        (200, &b"version-1"[..])
+    );
+    assert_eq!(
+        server.site.file_cache_usage().0,
+        1,
+        "a settled file is cached"
+    );
+    let again = server.get("/rewritten.txt", &[]).await;
+    assert_eq!(again.body, b"version-1");
+    assert_eq!(again.header("etag"), first.header("etag"));
+    let ranged = server
+        .get("/rewritten.txt", &[("Range", "bytes=2-4")])
+        .await;
+    assert_eq!((ranged.status, ranged.body.as_slice()), (206, &b"rsi"[..]));
+    let head = server.request("HEAD", "/rewritten.txt", &[]).await;
+    assert_eq!(head.header("content-length"), Some("9"));
+
+    // Rewritten in place with as many bytes: the new content, never the cached one.
+    root.write("rewritten.txt", b"version-2");
+    let r = server.get("/rewritten.txt", &[]).await;
+    assert_eq!(r.body, b"version-2");
+    assert_ne!(r.header("etag"), first.header("etag"));
+    assert_eq!(server.get("/rewritten.txt", &[]).await.body, b"version-2");
+
+    assert_eq!(server.get("/removed.txt", &[]).await.status, 200);
+    std::fs::remove_file(root.path().join("removed.txt")).expect("rm");
+    assert_eq!(server.get("/removed.txt", &[]).await.status, 404);
+
+    // Permission bits do not bind root; the identity check is unit-tested either way.
+    if !rustix::process::geteuid().is_root() {
+        assert_eq!(server.get("/locked.txt", &[]).await.status, 200);
+        let mode = std::fs::Permissions::from_mode(0o000);
+        std::fs::set_permissions(root.path().join("locked.txt"), mode).expect("chmod");
+        assert_eq!(server.get("/locked.txt", &[]).await.status, 403);
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_file_cache_never_widens_what_links_reach() {
+    use std::os::unix::fs::symlink;
+    let root = Root::new("file-cache-links");
+    let outside = Root::new("file-cache-outside");
+    settled_files(
+        &root,
+        &[
+            ("target.txt", b"inside"),
+            ("dir/nested.txt", b"nested bytes"),
+        ],
+    )
+    .await;
+    settled_files(&outside, &[("secret.txt", b"SECRET")]).await;
+    symlink("target.txt", root.path().join("link.txt")).expect("symlink");
+    let server = Server::serve(&root).await;
+
+    // A link retargeted out of the root is refused at once: the target is another file.
+    assert_eq!(server.get("/link.txt", &[]).await.body, b"inside");
+    let swap = root.path().join("link.tmp");
+    symlink(outside.path().join("secret.txt"), &swap).expect("symlink");
+    std::fs::rename(&swap, root.path().join("link.txt")).expect("retarget");
+    let r = server.get("/link.txt", &[]).await;
+    assert_eq!(r.status, 403);
+    assert!(!r.body.windows(6).any(|w| w == b"SECRET"));
+
+    // A directory moved out and linked back holds the very file that was proven beneath
+    // the root; it is refused once the proof is due again (bounded, see the module).
+    assert_eq!(
+        server.get("/dir/nested.txt", &[]).await.body,
+        b"nested bytes"
+    );
+    let moved = outside.path().join("dir");
+    std::fs::rename(root.path().join("dir"), &moved).expect("move out");
+    symlink(&moved, root.path().join("dir")).expect("link back");
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let r = server.get("/dir/nested.txt", &[]).await;
+        if r.status == 403 {
+            break;
+        }
+        assert_eq!(
+            r.body, b"nested bytes",
+            "only the proven bytes, until refused"
+        );
+        assert!(tokio::time::Instant::now() < deadline, "never re-proven");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_file_cache_keeps_settled_files_within_its_budget() {
+    let root = Root::new("file-cache-budget");
+    let many: Vec<(String, Vec<u8>)> = (0..8u8)
+        .map(|i| (format!("many/{i}.txt"), vec![b'0' + i; 600]))
+        .collect();
+    let files: Vec<(&str, &[u8])> = many
+        .iter()
+        .map(|(name, data)| (name.as_str(), data.as_slice()))
+        .collect();
+    settled_files(&root, &files).await;
+
+    let budget = 3_600;
+    let small = Server::start(SiteConfig {
+        file_cache_size: budget,
+        ..config(&root)
+    })
+    .await;
+    for (name, data) in &many {
+        assert_eq!(&small.get(&format!("/{name}"), &[]).await.body, data);
+    }
+    let (kept, used) = small.site.file_cache_usage();
+    assert!((1..8).contains(&kept), "{kept} files kept");
+    assert!(used as u64 <= budget, "{used} bytes kept");
+
+    let before = small.site.file_cache_usage();
+    root.write("fresh.txt", b"just written");
+    assert_eq!(small.get("/fresh.txt", &[]).await.body, b"just written");
+    assert_eq!(
+        small.site.file_cache_usage(),
+        before,
+        "a fresh file is not kept"
+    );
+
+    let off = Server::start(SiteConfig {
+        file_cache_size: 0,
+        ..config(&root)
+    })
+    .await;
+    assert_eq!(off.get("/many/0.txt", &[]).await.body, many[0].1);
+    assert_eq!(off.site.file_cache_usage(), (0, 0), "0 disables the cache");
 }
 
 #[tokio::test]

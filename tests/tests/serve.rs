@@ -215,6 +215,8 @@ fn check_config_prints_the_config_and_exact_aggregates() {
             "100",
             "--compression-cache-size",
             "10",
+            "--file-cache-size",
+            "3",
         ],
         &[("SERVERY_DRAIN_TIMEOUT", "7.5")],
         Duration::from_secs(10),
@@ -225,6 +227,9 @@ fn check_config_prints_the_config_and_exact_aggregates() {
         "aggregate_connection_limit = 400",
         "aggregate_compression_cache_size = 40",
         "recycling_overlap_compression_bound = 50",
+        "budgets.file_cache_size = 3",
+        "aggregate_file_cache_size = 12",
+        "recycling_overlap_file_cache_bound = 15",
         "recovery.drain_timeout = 7.5",
     ] {
         assert!(

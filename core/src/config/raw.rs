@@ -65,6 +65,7 @@ pub struct RawBudgets {
     pub max_connections: i64,
     pub max_blocking_threads: i64,
     pub compression_cache_size: i64,
+    pub file_cache_size: i64,
 }
 
 impl Default for RawBudgets {
@@ -73,6 +74,7 @@ impl Default for RawBudgets {
             max_connections: 1024,
             max_blocking_threads: 64,
             compression_cache_size: 16 * 1024 * 1024,
+            file_cache_size: 16 * 1024 * 1024,
         }
     }
 }

@@ -83,6 +83,7 @@ pub struct Budgets {
     pub(super) max_connections: u32,
     pub(super) max_blocking_threads: u32,
     pub(super) compression_cache_size: u64,
+    pub(super) file_cache_size: u64,
 }
 
 impl Budgets {
@@ -94,6 +95,9 @@ impl Budgets {
     }
     pub fn compression_cache_size(&self) -> u64 {
         self.compression_cache_size
+    }
+    pub fn file_cache_size(&self) -> u64 {
+        self.file_cache_size
     }
 }
 
@@ -167,6 +171,8 @@ pub struct ValidConfig {
     pub(super) aggregate_connection_limit: u64,
     pub(super) aggregate_compression_cache_size: u64,
     pub(super) recycling_overlap_compression_bound: u64,
+    pub(super) aggregate_file_cache_size: u64,
+    pub(super) recycling_overlap_file_cache_bound: u64,
 }
 
 impl ValidConfig {
@@ -196,5 +202,13 @@ impl ValidConfig {
     /// `(workers + 1) * compression_cache_size`: the bound while one recycle overlaps.
     pub fn recycling_overlap_compression_bound(&self) -> u64 {
         self.recycling_overlap_compression_bound
+    }
+    /// `workers * file_cache_size`: retained file contents in steady state.
+    pub fn aggregate_file_cache_size(&self) -> u64 {
+        self.aggregate_file_cache_size
+    }
+    /// `(workers + 1) * file_cache_size`: the bound while one recycle overlaps.
+    pub fn recycling_overlap_file_cache_bound(&self) -> u64 {
+        self.recycling_overlap_file_cache_bound
     }
 }

@@ -165,6 +165,7 @@ impl RawConfig {
             0,
             i64::MAX,
         );
+        let file_cache = c.count("budgets.file_cache_size", b.file_cache_size, 0, i64::MAX);
 
         let k = &self.broker;
         let queue_capacity = c.count("broker.queue_capacity", k.queue_capacity, 1, 1 << 20) as u32;
@@ -242,6 +243,8 @@ impl RawConfig {
         );
         let agg_cache = aggregate(cache, n, "budgets.compression_cache_size", &mut c);
         let overlap = aggregate(cache, n + 1, "budgets.compression_cache_size", &mut c);
+        let agg_files = aggregate(file_cache, n, "budgets.file_cache_size", &mut c);
+        let files_overlap = aggregate(file_cache, n + 1, "budgets.file_cache_size", &mut c);
 
         if !c.issues.is_empty() {
             return Err(ConfigError::Invalid(c.issues));
@@ -272,6 +275,7 @@ impl RawConfig {
                 max_connections,
                 max_blocking_threads: max_blocking,
                 compression_cache_size: cache,
+                file_cache_size: file_cache,
             },
             broker: BrokerLimits {
                 queue_capacity,
@@ -294,6 +298,8 @@ impl RawConfig {
             aggregate_connection_limit: agg_conn,
             aggregate_compression_cache_size: agg_cache,
             recycling_overlap_compression_bound: overlap,
+            aggregate_file_cache_size: agg_files,
+            recycling_overlap_file_cache_bound: files_overlap,
         })
     }
 }
@@ -411,6 +417,15 @@ mod tests {
         assert_eq!(v.recycling_overlap_compression_bound(), 15);
         raw.budgets.compression_cache_size = i64::MAX;
         assert_eq!(fields(&raw), vec!["budgets.compression_cache_size"; 2]);
+        raw.budgets.compression_cache_size = 3;
+        raw.budgets.file_cache_size = 5;
+        let v = raw.validate().expect("valid");
+        assert_eq!(v.aggregate_file_cache_size(), 20);
+        assert_eq!(v.recycling_overlap_file_cache_bound(), 25);
+        raw.budgets.file_cache_size = i64::MAX;
+        assert_eq!(fields(&raw), vec!["budgets.file_cache_size"; 2]);
+        raw.budgets.file_cache_size = -1;
+        assert_eq!(fields(&raw), vec!["budgets.file_cache_size"]);
     }
 
     #[test]
@@ -427,6 +442,7 @@ mod tests {
         assert_eq!(v.budgets().max_blocking_threads(), 9);
         assert_eq!(v.broker().lease_ttl(), Duration::from_millis(2500));
         assert_eq!(v.budgets().compression_cache_size(), 16 * 1024 * 1024);
+        assert_eq!(v.budgets().file_cache_size(), 16 * 1024 * 1024);
         assert_eq!(v.broker().queue_capacity(), 64);
         assert_eq!(v.recovery().max_requests_jitter(), 0.1);
         let mut raw = RawConfig::default();

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use cap_std::fs::{Dir, OpenOptions};
@@ -20,6 +20,7 @@ use super::compress::{self, Candidates, Coding, Level};
 use super::conditional::Validators;
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::HttpError;
+use super::file_cache::{FileCache, FileIdentity};
 use super::listing::Entry;
 use super::mime;
 use super::path::{RequestPath, is_hidden};
@@ -39,9 +40,9 @@ pub(super) fn encode_whole(
     key: CacheKey,
     cache: &EncodedCache,
 ) -> Result<Bytes, HttpError> {
-    let input = match original.small {
-        Some(bytes) => bytes,
-        None => read_exact_len(&original.file, original.len)?,
+    let input = match original.content {
+        Content::Read(bytes) => bytes,
+        Content::Handle(file, _) => read_exact_len(&file, original.len)?,
     };
     let encoded =
         compress::encode_all(coding, Level::Cached, &input).map_err(HttpError::Internal)?;
@@ -72,6 +73,7 @@ pub(super) struct Lookup<'a> {
     /// Present when compression is on.
     pub(super) negotiation: Option<Negotiation>,
     pub(super) cache: Arc<EncodedCache>,
+    pub(super) files: &'a FileCache,
 }
 
 /// The request's side of content negotiation.
@@ -89,14 +91,21 @@ pub(super) enum Found {
 }
 
 pub(super) struct OpenFile {
-    pub(super) file: File,
+    pub(super) content: Content,
     pub(super) validators: Validators,
     pub(super) len: u64,
     pub(super) modified: SystemTime,
     /// The name that decides the content type (`index.html` for directory indexes).
     pub(super) name: String,
-    /// The whole content, for small files whose bytes will be needed.
-    pub(super) small: Option<Bytes>,
+}
+
+/// Where a file's bytes come from.
+pub(super) enum Content {
+    /// An open handle, read when the body is sent; `identity` is what its `fstat` said.
+    Handle(File, FileIdentity),
+    /// The whole content, already in memory: a small file whose bytes will be needed,
+    /// read while opening it or found in the file cache.
+    Read(Bytes),
 }
 
 /// A file to serve and the representation chosen for it.
@@ -124,6 +133,8 @@ pub(super) enum Repr {
     Sidecar {
         coding: Coding,
         file: OpenFile,
+        /// The sidecar's path below the root.
+        path: PathBuf,
     },
     /// Encoded by us; `cached` holds the bytes when the cache already had them.
     Encode {
@@ -155,6 +166,11 @@ impl Lookup<'_> {
 
     fn resolve(&self) -> Result<Found, HttpError> {
         let rel = self.path.relative();
+        if !self.path.trailing_slash()
+            && let Some(original) = self.cached(&rel, self.path.file_name().unwrap_or_default())
+        {
+            return self.represent(rel, original);
+        }
         // Most requests name a regular file: open it at once (one resolution beneath the
         // root) and let `fstat` on the open file say what it is. A directory we may
         // search but not read cannot be opened; `metadata` still tells it is one.
@@ -203,8 +219,28 @@ impl Lookup<'_> {
     /// else encoding on the fly with the best coding (within `max_compress_size`), else
     /// identity.
     fn file(&self, rel: PathBuf, name: String) -> Result<Found, HttpError> {
-        let original = open_regular(&self.root, &rel, &name)?;
+        let original = self.open(&rel, &name)?;
         self.represent(rel, original)
+    }
+
+    /// Opens a regular file, from the file cache when it holds the file unchanged.
+    fn open(&self, rel: &Path, name: &str) -> Result<OpenFile, HttpError> {
+        match self.cached(rel, name) {
+            Some(file) => Ok(file),
+            None => open_regular(&self.root, rel, name),
+        }
+    }
+
+    /// The file cache's copy of `rel`, if it is still the file's content.
+    fn cached(&self, rel: &Path, name: &str) -> Option<OpenFile> {
+        let cached = self.files.get(&self.root, rel, Instant::now())?;
+        Some(OpenFile {
+            content: Content::Read(cached.bytes.clone()),
+            validators: cached.validators.clone(),
+            len: cached.bytes.len() as u64,
+            modified: cached.modified,
+            name: name.to_owned(),
+        })
     }
 
     fn represent(&self, rel: PathBuf, mut original: OpenFile) -> Result<Found, HttpError> {
@@ -228,7 +264,7 @@ impl Lookup<'_> {
                     .iter()
                     .find_map(|&coding| {
                         self.sidecar(&rel, &original, coding)
-                            .map(|file| Repr::Sidecar { coding, file })
+                            .map(|(file, path)| Repr::Sidecar { coding, file, path })
                     })
                     .unwrap_or(Repr::Identity);
             }
@@ -252,9 +288,9 @@ impl Lookup<'_> {
         // Read small bodies now if the page cache has them, and only the bytes that will
         // be needed: those sent, or those about to be encoded.
         match &mut repr {
-            Repr::Identity => read_small(&mut original, self.read_small)?,
-            Repr::Sidecar { file, .. } => read_small(file, self.read_small)?,
-            Repr::Encode { cached: None, .. } => read_small(&mut original, true)?,
+            Repr::Identity => self.read_small(&mut original, &rel, self.read_small)?,
+            Repr::Sidecar { file, path, .. } => self.read_small(file, path, self.read_small)?,
+            Repr::Encode { cached: None, .. } => self.read_small(&mut original, &rel, true)?,
             Repr::Encode { .. } => {}
         }
         Ok(Found::File(Box::new(FoundFile {
@@ -269,27 +305,41 @@ impl Lookup<'_> {
     /// The precompressed sidecar of `rel` for `coding`, if it is a regular file at least as
     /// new as the original (an older one is stale: the original was edited after it was
     /// compressed). Any problem with the sidecar just means "no sidecar".
-    fn sidecar(&self, rel: &Path, original: &OpenFile, coding: Coding) -> Option<OpenFile> {
+    fn sidecar(
+        &self,
+        rel: &Path,
+        original: &OpenFile,
+        coding: Coding,
+    ) -> Option<(OpenFile, PathBuf)> {
         let mut name = rel.file_name()?.to_owned();
         name.push(".");
         name.push(coding.extension());
-        let file = open_regular(&self.root, &rel.with_file_name(name), &original.name).ok()?;
-        (file.modified >= original.modified).then_some(file)
+        let path = rel.with_file_name(name);
+        let file = self.open(&path, &original.name).ok()?;
+        (file.modified >= original.modified).then_some((file, path))
     }
-}
 
-/// Reads the whole file into `small` when it is small, `wanted` and all in the page cache.
-/// Otherwise `small` stays empty and the body is read on the blocking pool instead
-/// (streamed, or read whole for encoding), which reads exactly `len` bytes or fails.
-fn read_small(file: &mut OpenFile, wanted: bool) -> Result<(), HttpError> {
-    if wanted && file.small.is_none() && file.len <= SMALL_FILE_MAX {
+    /// Reads the whole file into memory when it is small, `wanted` and all in the page
+    /// cache, and offers what was read to the file cache. Otherwise the handle stays and
+    /// the body is read on the blocking pool instead (streamed, or read whole for
+    /// encoding), which reads exactly `len` bytes or fails.
+    fn read_small(&self, file: &mut OpenFile, rel: &Path, wanted: bool) -> Result<(), HttpError> {
+        let Content::Handle(handle, identity) = &file.content else {
+            return Ok(());
+        };
+        if !wanted || file.len > SMALL_FILE_MAX {
+            return Ok(());
+        }
         let len = usize::try_from(file.len).map_err(|_| HttpError::Unavailable)?;
         let mut buf = vec![0u8; len];
-        if fill_cached(&file.file, 0, &mut buf) == len {
-            file.small = Some(Bytes::from(buf));
+        if fill_cached(handle, 0, &mut buf) == len {
+            let bytes = Bytes::from(buf);
+            self.files
+                .offer(rel, *identity, &bytes, &file.validators, file.modified);
+            file.content = Content::Read(bytes);
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Opens `rel` for reading, following symlinks only beneath `root`, and `fstat`s what was
@@ -321,12 +371,11 @@ impl OpenFile {
             return Err(HttpError::Forbidden);
         }
         Ok(OpenFile {
-            file,
+            content: Content::Handle(file, FileIdentity::of_metadata(meta)),
             validators: Validators::from_metadata(meta),
             len: meta.len(),
             modified: meta.modified().unwrap_or(UNIX_EPOCH),
             name,
-            small: None,
         })
     }
 }

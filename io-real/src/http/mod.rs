@@ -7,8 +7,9 @@
 //! file-system work they ask for (off the async threads), and [`conn`] drives one accepted
 //! connection, including draining.
 //!
-//! Per-worker state lives in the [`Site`]: the byte-bounded [`encoded_cache`] and the
-//! [`single_flight`] structures that coalesce same-key encodings and digests.
+//! Per-worker state lives in the [`Site`]: the byte-bounded [`encoded_cache`], the
+//! byte-bounded cache of small files' contents (`file_cache`), and the [`single_flight`]
+//! structures that coalesce same-key encodings and digests.
 
 pub mod body;
 mod cached_read;
@@ -18,8 +19,10 @@ pub mod conn;
 pub mod digest;
 pub mod encoded_cache;
 pub mod error;
+mod file_cache;
 pub mod listing;
 mod lookup;
+mod lru;
 pub mod mime;
 pub mod path;
 mod plain_stream;
@@ -33,5 +36,7 @@ pub mod upload;
 pub use body::Body;
 pub use conn::{Transport, serve_connection, serve_connection_over};
 pub use error::{HttpError, error_response};
+/// How long after its last change a file's bytes may be kept in the per-worker file cache.
+pub use file_cache::SETTLE as FILE_CACHE_SETTLE;
 pub use plain_stream::PlainStream;
 pub use site::{Site, SiteConfig};

@@ -27,9 +27,10 @@ use super::conn::Transport;
 use super::digest::{self, DigestAlg};
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::{ALLOW, HttpError, error_response};
+use super::file_cache::FileCache;
 use super::listing::{self, Entry};
 use super::lookup::{
-    CompressSettings, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
+    CompressSettings, Content, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
     key_path, list as list_directory,
 };
 use super::mime;
@@ -75,6 +76,9 @@ pub struct SiteConfig {
     pub max_compress_size: u64,
     /// Bytes of encoded small files this site (one worker) may retain; 0 disables the cache.
     pub compression_cache_size: u64,
+    /// Bytes of small files' contents this site (one worker) may retain; 0 disables the
+    /// cache (see [`super::file_cache`]).
+    pub file_cache_size: u64,
     /// Serve `file.zst`, `file.br` or `file.gz` in place of encoding `file`, when present
     /// and not older than `file`.
     pub precompressed: bool,
@@ -105,6 +109,7 @@ impl Default for SiteConfig {
             compress: true,
             max_compress_size: 64 * 1024 * 1024,
             compression_cache_size: 16 * 1024 * 1024,
+            file_cache_size: 16 * 1024 * 1024,
             precompressed: true,
             auth: Vec::new(),
             cors: false,
@@ -125,6 +130,7 @@ pub struct Site {
     show_hidden: bool,
     compress: Option<CompressSettings>,
     cache: Arc<EncodedCache>,
+    files: FileCache,
     /// In-flight encodings of cache misses, coalesced per cache key.
     encodings: SingleFlight<CacheKey, Option<Bytes>>,
     /// In-flight `Repr-Digest` computations, coalesced per key.
@@ -160,6 +166,7 @@ impl Site {
                 precompressed: config.precompressed,
             }),
             cache: Arc::new(EncodedCache::new(config.compression_cache_size)),
+            files: FileCache::new(config.file_cache_size),
             encodings: SingleFlight::new(),
             digests: SingleFlight::new(),
             auth: config.auth,
@@ -175,6 +182,11 @@ impl Site {
     /// The per-worker cache of encoded files (exposed for budget reporting and tests).
     pub fn encoded_cache(&self) -> &EncodedCache {
         &self.cache
+    }
+
+    /// Files and bytes the per-worker file cache holds (for budget reporting and tests).
+    pub fn file_cache_usage(&self) -> (usize, usize) {
+        (self.files.len(), self.files.used())
     }
 
     /// Digest and encoding computations running now; zero when idle (nothing is retained
@@ -257,6 +269,7 @@ impl Site {
                 ranged: parts.headers.contains_key(header::RANGE),
             }),
             cache: Arc::clone(&self.cache),
+            files: &self.files,
         };
         // On this thread: see `lookup` for why that never waits for the disk.
         match lookup.run()? {
@@ -288,7 +301,7 @@ impl Site {
         let validators = match &repr {
             // Nothing on the identity path reads them again.
             Repr::Identity => std::mem::take(&mut original.validators),
-            Repr::Sidecar { coding, file } => file.validators.with_coding(coding.extension()),
+            Repr::Sidecar { coding, file, .. } => file.validators.with_coding(coding.extension()),
             Repr::Encode { coding, .. } => original.validators.with_coding(coding.extension()),
         };
         let mut builder = Response::builder();
@@ -354,7 +367,7 @@ impl Site {
                 }
                 identity_response(builder, parts, original, range_applies, want_body, runtime)
             }
-            Repr::Sidecar { coding, file } => {
+            Repr::Sidecar { coding, file, .. } => {
                 if let Some(alg) = want_digest {
                     let input = DigestInput::of(&file);
                     if let Some(value) = self.repr_digest(digest_key(alg), input, &runtime).await {
@@ -362,10 +375,10 @@ impl Site {
                     }
                 }
                 let len = file.len;
-                let body = match (want_body, file.small) {
+                let body = match (want_body, file.content) {
                     (false, _) => body::empty(),
-                    (true, Some(bytes)) => body::full(bytes),
-                    (true, None) => body::file(file.file, 0, len, runtime),
+                    (true, Content::Read(bytes)) => body::full(bytes),
+                    (true, Content::Handle(file, _)) => body::file(file, 0, len, runtime),
                 };
                 builder
                     .status(StatusCode::OK)
@@ -378,7 +391,9 @@ impl Site {
                 builder = builder
                     .status(StatusCode::OK)
                     .header(header::CONTENT_ENCODING, coding.token());
-                if original.len > ENCODE_IN_MEMORY_MAX {
+                if original.len > ENCODE_IN_MEMORY_MAX
+                    && let Content::Handle(file, _) = original.content
+                {
                     // No Repr-Digest: see the digest module for why.
                     if !want_body {
                         // The length is unknown without encoding the whole file.
@@ -386,7 +401,7 @@ impl Site {
                     }
                     let encoder = StreamEncoder::new(coding, Level::Streaming)
                         .map_err(HttpError::Internal)?;
-                    let body = body::encoded_file(original.file, original.len, encoder, runtime);
+                    let body = body::encoded_file(file, original.len, encoder, runtime);
                     return builder.body(body).map_err(internal);
                 }
                 let encoded = match cached {
@@ -501,10 +516,9 @@ impl DigestInput {
     /// handle (same open file, so the same inode the validators describe; `None` if the
     /// descriptor cannot be duplicated, and then no digest is sent).
     fn of(file: &OpenFile) -> Option<Self> {
-        match &file.small {
-            Some(bytes) => Some(DigestInput::Bytes(bytes.clone())),
-            None => file
-                .file
+        match &file.content {
+            Content::Read(bytes) => Some(DigestInput::Bytes(bytes.clone())),
+            Content::Handle(handle, _) => handle
                 .try_clone()
                 .inspect_err(|e| tracing::warn!(error = %e, "cannot duplicate file handle"))
                 .ok()
@@ -579,16 +593,16 @@ fn identity_response(
         }
         RangeDecision::Unsatisfiable => return Err(HttpError::RangeNotSatisfiable { len }),
     };
-    let body = match (want_body, file.small) {
+    let body = match (want_body, file.content) {
         (false, _) => body::empty(),
         // The whole file as read: a slice of it would cost a shared copy of the handle.
-        (true, Some(bytes)) if start == 0 && count == len => body::full(bytes),
-        (true, Some(bytes)) => {
+        (true, Content::Read(bytes)) if start == 0 && count == len => body::full(bytes),
+        (true, Content::Read(bytes)) => {
             let start = usize::try_from(start).map_err(internal)?;
             let end = usize::try_from(start as u64 + count).map_err(internal)?;
             body::full(bytes.slice(start..end))
         }
-        (true, None) => body::file(file.file, start, count, runtime),
+        (true, Content::Handle(handle, _)) => body::file(handle, start, count, runtime),
     };
     builder
         .status(status)

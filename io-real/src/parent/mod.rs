@@ -214,10 +214,12 @@ fn serve(
         socket_path.display()
     );
     say!(
-        "servery: aggregate_connection_limit={} aggregate_compression_cache_size={} recycling_overlap_compression_bound={}",
+        "servery: aggregate_connection_limit={} aggregate_compression_cache_size={} recycling_overlap_compression_bound={} aggregate_file_cache_size={} recycling_overlap_file_cache_bound={}",
         config.aggregate_connection_limit(),
         config.aggregate_compression_cache_size(),
-        config.recycling_overlap_compression_bound()
+        config.recycling_overlap_compression_bound(),
+        config.aggregate_file_cache_size(),
+        config.recycling_overlap_file_cache_bound()
     );
 
     let launcher = Launcher::new(exe, root.clone(), site.worker, args.upload.clone(), &config);

@@ -51,6 +51,7 @@ pub struct WorkerBudget {
     pub max_connections: u32,
     pub max_blocking_threads: u32,
     pub compression_cache_size: u64,
+    pub file_cache_size: u64,
     /// Async threads per worker: the CPUs shared out among the workers, at least one.
     /// The workers are the parallelism; more async threads than a worker's share of the
     /// CPUs only adds cross-thread wake-ups (measured in docs/benchmarks.md) and memory.
@@ -64,6 +65,7 @@ impl WorkerBudget {
             max_connections: config.budgets().max_connections(),
             max_blocking_threads: config.budgets().max_blocking_threads(),
             compression_cache_size: config.budgets().compression_cache_size(),
+            file_cache_size: config.budgets().file_cache_size(),
             runtime_threads: cpus.div_ceil(config.workers().max(1)).max(1),
         }
     }
@@ -198,6 +200,7 @@ impl Launcher {
                 max_connections: 1024,
                 max_blocking_threads: 64,
                 compression_cache_size: 0,
+                file_cache_size: 0,
                 runtime_threads: 0,
             },
             upload_args: Vec::new(),
@@ -220,6 +223,8 @@ impl Launcher {
             .arg(budget.max_blocking_threads.to_string())
             .arg("--compression-cache-size")
             .arg(budget.compression_cache_size.to_string())
+            .arg("--file-cache-size")
+            .arg(budget.file_cache_size.to_string())
             .arg("--runtime-threads")
             .arg(budget.runtime_threads.to_string());
         cmd.args(self.site.flags.to_args());

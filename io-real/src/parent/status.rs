@@ -135,10 +135,13 @@ pub fn config_json(c: &ValidConfig) -> Value {
             "max_connections": b.max_connections(),
             "max_blocking_threads": b.max_blocking_threads(),
             "compression_cache_size": b.compression_cache_size(),
+            "file_cache_size": b.file_cache_size(),
         },
         "aggregate_connection_limit": c.aggregate_connection_limit(),
         "aggregate_compression_cache_size": c.aggregate_compression_cache_size(),
         "recycling_overlap_compression_bound": c.recycling_overlap_compression_bound(),
+        "aggregate_file_cache_size": c.aggregate_file_cache_size(),
+        "recycling_overlap_file_cache_bound": c.recycling_overlap_file_cache_bound(),
     })
 }
 

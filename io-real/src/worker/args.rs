@@ -92,6 +92,7 @@ pub struct WorkerArgs {
     pub max_connections: u32,
     pub max_blocking_threads: u32,
     pub compression_cache_size: u64,
+    pub file_cache_size: u64,
     /// Async runtime threads: 1 runs a single-threaded runtime; 0 picks from the CPUs.
     pub runtime_threads: u32,
     pub site: SiteFlags,
@@ -107,6 +108,7 @@ impl WorkerArgs {
         let mut max_connections = None;
         let mut max_blocking_threads = None;
         let mut compression_cache_size = None;
+        let mut file_cache_size = None;
         let mut w = WorkerArgs {
             root: PathBuf::new(),
             worker_id: 0,
@@ -115,6 +117,7 @@ impl WorkerArgs {
             max_connections: 0,
             max_blocking_threads: 0,
             compression_cache_size: 0,
+            file_cache_size: 0,
             runtime_threads: 0,
             site: SiteFlags::default(),
             upload: UploadWorkerArgs {
@@ -147,6 +150,7 @@ impl WorkerArgs {
                 "--compression-cache-size" => {
                     compression_cache_size = Some(number(&name, value()?)?)
                 }
+                "--file-cache-size" => file_cache_size = Some(number(&name, value()?)?),
                 "--runtime-threads" => w.runtime_threads = number(&name, value()?)?,
                 "--max-upload-size" => w.upload.max_upload_size = number(&name, value()?)?,
                 "--write-lock-timeout-ms" => {
@@ -172,6 +176,7 @@ impl WorkerArgs {
             max_blocking_threads.ok_or_else(|| missing("--max-blocking-threads"))?;
         w.compression_cache_size =
             compression_cache_size.ok_or_else(|| missing("--compression-cache-size"))?;
+        w.file_cache_size = file_cache_size.ok_or_else(|| missing("--file-cache-size"))?;
         Ok(w)
     }
 }
@@ -194,6 +199,8 @@ mod tests {
         "--max-blocking-threads",
         "4",
         "--compression-cache-size",
+        "0",
+        "--file-cache-size",
         "0",
     ];
 

@@ -82,6 +82,7 @@ pub(super) async fn run(
             root: args.root.clone(),
             show_hidden: args.site.show_hidden,
             compression_cache_size: args.compression_cache_size,
+            file_cache_size: args.file_cache_size,
             max_compress_size: args
                 .site
                 .max_compress_size
