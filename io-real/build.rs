@@ -4,7 +4,7 @@
 //! in 64 KiB runs around each first touch, so scattered hot functions would bring most of
 //! the binary's text into every worker's memory; packed together they bring a fraction.
 //! A stale list (new dependencies, another compiler) costs memory, never correctness:
-//! names the binary no longer has are skipped. See docs/decisions/0008-symbol-order.md.
+//! names the binary no longer has are skipped. See docs/decisions/0008-static-binary-and-symbol-order.md.
 #![forbid(unsafe_code)]
 
 use std::path::Path;
