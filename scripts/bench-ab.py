@@ -48,9 +48,11 @@ def main():
     tmp = tempfile.mkdtemp(prefix="servery-ab-")
     root = os.path.join(tmp, "www")
     os.makedirs(root)
-    for name, size in (("1k.bin", 1024), ("100k.bin", 100 * 1024)):
+    files = (("1k.bin", 1024), ("100k.bin", 100 * 1024))
+    for name, size in files:
         with open(os.path.join(root, name), "wb") as f:
             f.write(os.urandom(size))
+    bench.let_settle([os.path.join(root, name) for name, _ in files])
 
     def servers():
         for i, binary in enumerate(a.binaries):
