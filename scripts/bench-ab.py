@@ -4,8 +4,10 @@
 On a shared two-core machine a single run of a row moves by ±20 %; alternating the
 servers round by round and taking medians puts them under the same neighbours' load.
 
-    scripts/bench-ab.py OLD_BINARY NEW_BINARY [--nginx] [--rounds 5] [--seconds 3]
-                        [--tests 1k,100k,churn] [--workers 2]
+    scripts/bench-ab.py OLD_BINARY NEW_BINARY [--nginx] [--peer NAME]... [--rounds 5]
+                        [--seconds 3] [--tests 1k,100k,churn] [--workers 2]
+
+--peer takes a name prefix of a peer bench-http.py knows (static-web-server, caddy, …).
 
 Prints, per test and server, the median req/s and server CPU µs per request (whole
 process tree), and each round's figures. Loopback only; every run bounded in time.
@@ -34,6 +36,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binaries", nargs="+", help="servery binaries to compare")
     ap.add_argument("--nginx", action="store_true", help="also run nginx (2 workers)")
+    ap.add_argument("--peer", action="append", default=[],
+                    help="also run the installed peer whose name starts with this")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--tests", default="1k,churn")
@@ -64,7 +68,14 @@ def main():
         if a.nginx:
             port = bench.free_port()
             yield ("nginx", lambda p=port: bench.nginx_server(root, p, tmp), port)
+        for peer in chosen_peers:
+            yield (peer.name, lambda s=peer: s, peer.port)
 
+    chosen_peers = [s for s in bench.peers(root, tmp)
+                    if any(s.name.startswith(want) for want in a.peer)]
+    missing = [w for w in a.peer if not any(s.name.startswith(w) for s in chosen_peers)]
+    if missing:
+        sys.exit(f"not installed: {', '.join(missing)}")
     results = {}
     for r in range(a.rounds):
         order = list(servers())

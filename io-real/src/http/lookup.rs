@@ -3,7 +3,9 @@
 //! and the reads and encodings that go with it. [`Lookup::run`] runs on the worker's async
 //! thread: resolution and `fstat` touch only cached metadata in the common case, and a
 //! small body is read only as far as the page cache holds it (`cached_read`); reading a
-//! directory, reading what is not cached and encoding run on tokio's blocking pool.
+//! directory, reading what is not cached and encoding run on tokio's blocking pool. A
+//! small file the worker's file cache holds costs one `statx` instead of the open and the
+//! read ([`super::file_cache`]).
 //! [`super::site`] decides what to send from what this finds.
 
 use std::fs::File;
