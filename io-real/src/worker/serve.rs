@@ -361,19 +361,26 @@ impl Worker {
         let drain = self.drain.subscribe();
         let requests = Arc::clone(&self.requests);
         let closed = ClosedGuard(self.closed_tx.clone());
-        let tls = self.tls.clone();
-        tokio::spawn(async move {
-            let _closed = closed;
-            match tls {
-                None => serve_connection(site, PlainStream::new(stream), drain, requests).await,
-                Some(acceptor) => {
+        // One task per transport: the cleartext task's future is then sized for cleartext
+        // alone, not for the TLS stream and handshake it would never hold (it is moved
+        // into the task, and its state moved as it starts).
+        match self.tls.clone() {
+            None => {
+                tokio::spawn(async move {
+                    let _closed = closed;
+                    serve_connection(site, PlainStream::new(stream), drain, requests).await;
+                });
+            }
+            Some(acceptor) => {
+                tokio::spawn(async move {
+                    let _closed = closed;
                     let Some(stream) = handshake(&acceptor, stream, drain.clone()).await else {
                         return;
                     };
                     serve_connection_over(site, stream, drain, requests, Transport::Tls).await;
-                }
+                });
             }
-        });
+        }
     }
 
     /// Bring the lifecycle's request count up to what the connections served, and apply
