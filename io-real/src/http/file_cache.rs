@@ -232,6 +232,18 @@ mod tests {
         }
     }
 
+    /// Offers `name` through the cache's own rule, with placeholder bytes and validators.
+    fn offer(cache: &FileCache, name: &str, identity: FileIdentity) {
+        let bytes = Bytes::from_static(b"bytes");
+        cache.offer(
+            Path::new(name),
+            identity,
+            &bytes,
+            &Validators::default(),
+            UNIX_EPOCH,
+        );
+    }
+
     impl Drop for Fixture {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.path);
@@ -252,24 +264,11 @@ mod tests {
         let f = Fixture::new("recent");
         f.write("a", b"fresh");
         let cache = FileCache::new(1 << 20);
-        let bytes = Bytes::from_static(b"fresh");
-        cache.offer(
-            Path::new("a"),
-            f.identity("a"),
-            &bytes,
-            &Validators::default(),
-            UNIX_EPOCH,
-        );
+        offer(&cache, "a", f.identity("a"));
         assert_eq!(cache.len(), 0, "ctime within SETTLE of now");
         let mut old = f.identity("a");
         old.ctime.0 -= 10;
-        cache.offer(
-            Path::new("a"),
-            old,
-            &bytes,
-            &Validators::default(),
-            UNIX_EPOCH,
-        );
+        offer(&cache, "a", old);
         assert_eq!(cache.len(), 1, "a settled file is kept");
     }
 
@@ -328,14 +327,7 @@ mod tests {
         let cache = FileCache::new(0);
         let mut old = f.identity("a");
         old.ctime.0 -= 10;
-        let bytes = Bytes::from_static(b"x");
-        cache.offer(
-            Path::new("a"),
-            old,
-            &bytes,
-            &Validators::default(),
-            UNIX_EPOCH,
-        );
+        offer(&cache, "a", old);
         assert_eq!(cache.len(), 0);
         assert!(cache.get(&f.root, Path::new("a"), Instant::now()).is_none());
     }
