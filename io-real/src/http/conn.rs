@@ -91,7 +91,6 @@ pub async fn serve_connection_over<IO>(
     let started = Arc::new(AtomicU64::new(0));
     let arrived = Arc::new(Notify::new());
     let is_h2 = Arc::new(AtomicBool::new(false));
-    let mut seen_request = false;
     let (started_in, arrived_in, is_h2_in) = (
         Arc::clone(&started),
         Arc::clone(&arrived),
@@ -147,10 +146,10 @@ pub async fn serve_connection_over<IO>(
                 }
                 return;
             }
-            _ = arrived.notified(), if !shutting_down && (!seen_request || drain_seen) => {
-                let count = started.load(Ordering::Acquire);
-                seen_request |= count > 0;
-                if drain_seen && count > started_at_drain {
+            // Before a drain nothing needs to know when a request starts (the drain reads
+            // the count), so the loop is not woken for it.
+            _ = arrived.notified(), if drain_seen && !shutting_down => {
+                if started.load(Ordering::Acquire) > started_at_drain {
                     // A request that arrived while draining: its response says
                     // `Connection: close`, and the connection closes after it.
                     conn.as_mut().graceful_shutdown();
@@ -161,8 +160,7 @@ pub async fn serve_connection_over<IO>(
                 tracing::debug!("draining connection");
                 drain_seen = true;
                 started_at_drain = started.load(Ordering::Acquire);
-                seen_request |= started_at_drain > 0;
-                if seen_request && is_h2.load(Ordering::Relaxed) {
+                if started_at_drain > 0 && is_h2.load(Ordering::Relaxed) {
                     // GOAWAY tells an HTTP/2 client exactly which streams were taken.
                     conn.as_mut().graceful_shutdown();
                     shutting_down = true;

@@ -252,7 +252,12 @@ impl Worker {
                     }
                 }
                 Some(()) = self.closed_rx.recv() => {
-                    self.life.connection_closed(self.clock.now());
+                    // Every close that is already queued, in one pass.
+                    let now = self.clock.now();
+                    self.life.connection_closed(now);
+                    while self.closed_rx.try_recv().is_ok() {
+                        self.life.connection_closed(now);
+                    }
                     self.sync_requests();
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
