@@ -19,7 +19,8 @@
 //!   without the beneath-the-root rule the ordinary open enforces. Serving needs the very
 //!   inode, unchanged, that was read beneath the root, so the worst a link swapped in
 //!   later can do is keep serving those same bytes; and not for longer than this, after
-//!   which a hit goes back through the ordinary open once.
+//!   which a request goes back through the ordinary open once, whose `fstat` renews the
+//!   proof ([`FileCache::reprove`]) whether or not that request reads the file.
 //! - **Bounded in bytes** (`file_cache_size`), least recently used first: see
 //!   [`super::lru`]. Per worker, like the encoded cache; the banner states the aggregate.
 //!
@@ -140,6 +141,29 @@ impl FileCache {
             return None;
         }
         Some(cached)
+    }
+
+    /// The cached bytes of `rel` if `identity` — the `fstat` of a handle just opened beneath
+    /// the root — is the cached file's; the entry then counts as proven again from now.
+    pub(super) fn reprove(&self, rel: &Path, identity: FileIdentity) -> Option<Arc<CachedFile>> {
+        if !self.lru.enabled() {
+            return None;
+        }
+        let key = rel.to_str()?;
+        let cached = self.lru.get(key)?;
+        if cached.identity != identity {
+            return None;
+        }
+        let renewed = Arc::new(CachedFile {
+            identity,
+            bytes: cached.bytes.clone(),
+            validators: cached.validators.clone(),
+            modified: cached.modified,
+            proven: Instant::now(),
+        });
+        let cost = key.len() + renewed.bytes.len() + ENTRY_OVERHEAD;
+        self.lru.insert(key.to_owned(), Arc::clone(&renewed), cost);
+        Some(renewed)
     }
 
     /// Offers the whole content of `rel`, just read beneath the root through a handle
@@ -318,6 +342,19 @@ mod tests {
         f.offer_settled(&cache, "a", b"x");
         let later = Instant::now() + REPROVE_AFTER;
         assert!(cache.get(&f.root, Path::new("a"), later).is_none());
+        // An open beneath the root whose fstat finds the same file renews the proof;
+        // one that finds another file does not.
+        let mut other = f.identity("a");
+        other.ino += 1;
+        assert!(cache.reprove(Path::new("a"), other).is_none());
+        let renewed = cache.reprove(Path::new("a"), f.identity("a"));
+        assert_eq!(renewed.map(|c| c.bytes.clone()).as_deref(), Some(&b"x"[..]));
+        let after = Instant::now() + REPROVE_AFTER / 2;
+        assert!(
+            cache.get(&f.root, Path::new("a"), after).is_some(),
+            "proven again"
+        );
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]

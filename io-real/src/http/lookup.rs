@@ -209,7 +209,7 @@ impl Lookup<'_> {
         let name = self.path.file_name().unwrap_or_default().to_owned();
         match opened {
             Some((file, meta)) => {
-                let original = OpenFile::regular(file, &meta, name)?;
+                let original = self.renew(&rel, OpenFile::regular(file, &meta, name)?);
                 self.represent(rel, original)
             }
             None => self.file(rel, name),
@@ -229,8 +229,19 @@ impl Lookup<'_> {
     fn open(&self, rel: &Path, name: &str) -> Result<OpenFile, HttpError> {
         match self.cached(rel, name) {
             Some(file) => Ok(file),
-            None => open_regular(&self.root, rel, name),
+            None => Ok(self.renew(rel, open_regular(&self.root, rel, name)?)),
         }
+    }
+
+    /// A file just opened beneath the root, with the cached bytes in place of the handle
+    /// when they are this very file's (which renews their proof; see the file cache).
+    fn renew(&self, rel: &Path, mut file: OpenFile) -> OpenFile {
+        if let Content::Handle(_, identity) = &file.content
+            && let Some(cached) = self.files.reprove(rel, *identity)
+        {
+            file.content = Content::Read(cached.bytes.clone());
+        }
+        file
     }
 
     /// The file cache's copy of `rel`, if it is still the file's content.
