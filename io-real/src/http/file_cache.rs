@@ -154,16 +154,13 @@ impl FileCache {
         if cached.identity != identity {
             return None;
         }
-        let renewed = Arc::new(CachedFile {
+        Some(self.keep(
+            key,
             identity,
-            bytes: cached.bytes.clone(),
-            validators: cached.validators.clone(),
-            modified: cached.modified,
-            proven: Instant::now(),
-        });
-        let cost = key.len() + renewed.bytes.len() + ENTRY_OVERHEAD;
-        self.lru.insert(key.to_owned(), Arc::clone(&renewed), cost);
-        Some(renewed)
+            cached.bytes.clone(),
+            cached.validators.clone(),
+            cached.modified,
+        ))
     }
 
     /// Offers the whole content of `rel`, just read beneath the root through a handle
@@ -182,15 +179,28 @@ impl FileCache {
         let Some(key) = rel.to_str() else {
             return;
         };
+        self.keep(key, identity, bytes.clone(), validators.clone(), modified);
+    }
+
+    /// Stores an entry proven as of now, charged for its key, bytes and bookkeeping.
+    fn keep(
+        &self,
+        key: &str,
+        identity: FileIdentity,
+        bytes: Bytes,
+        validators: Validators,
+        modified: SystemTime,
+    ) -> Arc<CachedFile> {
         let cost = key.len() + bytes.len() + ENTRY_OVERHEAD;
-        let entry = CachedFile {
+        let entry = Arc::new(CachedFile {
             identity,
-            bytes: bytes.clone(),
-            validators: validators.clone(),
+            bytes,
+            validators,
             modified,
             proven: Instant::now(),
-        };
-        self.lru.insert(key.to_owned(), Arc::new(entry), cost);
+        });
+        self.lru.insert(key.to_owned(), Arc::clone(&entry), cost);
+        entry
     }
 
     /// Bytes currently charged against the budget.
@@ -242,17 +252,23 @@ mod tests {
 
         /// Caches `name` as it is now, skipping the settle rule (tested on its own).
         fn offer_settled(&self, cache: &FileCache, name: &str, content: &[u8]) {
-            cache.lru.insert(
-                name.to_owned(),
-                Arc::new(CachedFile {
-                    identity: self.identity(name),
-                    bytes: Bytes::copy_from_slice(content),
-                    validators: Validators::default(),
-                    modified: UNIX_EPOCH,
-                    proven: Instant::now(),
-                }),
-                content.len() + ENTRY_OVERHEAD,
+            let bytes = Bytes::copy_from_slice(content);
+            cache.keep(
+                name,
+                self.identity(name),
+                bytes,
+                Validators::default(),
+                UNIX_EPOCH,
             );
+        }
+
+        /// A root holding `a` with `content`, and a cache holding `a` as it is now.
+        fn with_cached(name: &str, content: &[u8]) -> (Self, FileCache) {
+            let f = Self::new(name);
+            f.write("a", content);
+            let cache = FileCache::new(1 << 20);
+            f.offer_settled(&cache, "a", content);
+            (f, cache)
         }
     }
 
@@ -298,10 +314,7 @@ mod tests {
 
     #[test]
     fn a_hit_needs_the_same_unchanged_file() {
-        let f = Fixture::new("hit");
-        f.write("a", b"one");
-        let cache = FileCache::new(1 << 20);
-        f.offer_settled(&cache, "a", b"one");
+        let (f, cache) = Fixture::with_cached("hit", b"one");
         let now = Instant::now();
         let hit = cache.get(&f.root, Path::new("a"), now);
         assert_eq!(hit.map(|c| c.bytes.clone()).as_deref(), Some(&b"one"[..]));
@@ -325,10 +338,7 @@ mod tests {
     #[test]
     fn permission_changes_are_misses() {
         use std::os::unix::fs::PermissionsExt;
-        let f = Fixture::new("chmod");
-        f.write("a", b"secret");
-        let cache = FileCache::new(1 << 20);
-        f.offer_settled(&cache, "a", b"secret");
+        let (f, cache) = Fixture::with_cached("chmod", b"secret");
         std::fs::set_permissions(f.path.join("a"), std::fs::Permissions::from_mode(0o000))
             .expect("chmod");
         assert!(cache.get(&f.root, Path::new("a"), Instant::now()).is_none());
@@ -336,10 +346,7 @@ mod tests {
 
     #[test]
     fn entries_are_reproven_after_a_while() {
-        let f = Fixture::new("reprove");
-        f.write("a", b"x");
-        let cache = FileCache::new(1 << 20);
-        f.offer_settled(&cache, "a", b"x");
+        let (f, cache) = Fixture::with_cached("reprove", b"x");
         let later = Instant::now() + REPROVE_AFTER;
         assert!(cache.get(&f.root, Path::new("a"), later).is_none());
         // An open beneath the root whose fstat finds the same file renews the proof;

@@ -74,7 +74,7 @@ pub(super) struct Lookup<'a> {
     pub(super) spa_fallback: bool,
     /// Present when compression is on.
     pub(super) negotiation: Option<Negotiation>,
-    pub(super) cache: Arc<EncodedCache>,
+    pub(super) cache: &'a EncodedCache,
     pub(super) files: &'a FileCache,
 }
 

@@ -268,7 +268,7 @@ impl Site {
                 accept_encoding: joined_values(&parts.headers, header::ACCEPT_ENCODING),
                 ranged: parts.headers.contains_key(header::RANGE),
             }),
-            cache: Arc::clone(&self.cache),
+            cache: &self.cache,
             files: &self.files,
         };
         // On this thread: see `lookup` for why that never waits for the disk.
