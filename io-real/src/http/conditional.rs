@@ -8,31 +8,51 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::{HeaderMap, Method, header};
+use http::{HeaderMap, HeaderValue, Method, header};
 
-/// The validators of one representation. The default (empty) value exists only so a
-/// response can move a file's validators out of it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The validators of one representation. Both field values are built once, when the file
+/// is opened (or its cache entry made), so a response clones them (a reference count)
+/// instead of formatting a tag and a date each time. The default (empty) value exists only
+/// so a response can move a file's validators out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Validators {
-    opaque: String,
+    /// The `ETag` field value: the opaque tag in quotes.
+    etag: HeaderValue,
+    last_modified: HeaderValue,
     modified_secs: u64,
+}
+
+impl Default for Validators {
+    fn default() -> Self {
+        Self {
+            etag: HeaderValue::from_static("\"\""),
+            last_modified: HeaderValue::from_static(""),
+            modified_secs: 0,
+        }
+    }
 }
 
 impl Validators {
     /// Builds validators from file identity; `mtime` before the epoch counts as the epoch.
     pub fn new(inode: u64, len: u64, mtime: SystemTime) -> Self {
         let since_epoch = mtime.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        // Built by hand rather than with `format!`: every file response makes one, and the
+        // Built by hand rather than with `format!`: every file opened makes one, and the
         // formatting machinery (plus the string growing as it writes) showed up in profiles.
-        let mut opaque = String::with_capacity(16 + 1 + 16 + 1 + 32);
-        push_hex(&mut opaque, u128::from(inode));
-        opaque.push('-');
-        push_hex(&mut opaque, u128::from(len));
-        opaque.push('-');
-        push_hex(&mut opaque, since_epoch.as_nanos());
+        let mut etag = String::with_capacity(1 + 16 + 1 + 16 + 1 + 32 + 1);
+        etag.push('"');
+        push_hex(&mut etag, u128::from(inode));
+        etag.push('-');
+        push_hex(&mut etag, u128::from(len));
+        etag.push('-');
+        push_hex(&mut etag, since_epoch.as_nanos());
+        etag.push('"');
+        let modified_secs = since_epoch.as_secs();
+        let last_modified =
+            httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(modified_secs));
         Self {
-            opaque,
-            modified_secs: since_epoch.as_secs(),
+            etag: field_value(etag),
+            last_modified: field_value(last_modified),
+            modified_secs,
         }
     }
 
@@ -50,29 +70,39 @@ impl Validators {
     /// ETag made distinct by the coding's suffix (`"<etag>-zst"`), so `If-None-Match`
     /// matches only the representation the client actually holds.
     pub fn with_coding(&self, suffix: &str) -> Self {
+        let opaque = String::from_utf8_lossy(self.opaque());
         Self {
-            opaque: format!("{}-{suffix}", self.opaque),
+            etag: field_value(format!("\"{opaque}-{suffix}\"")),
+            last_modified: self.last_modified.clone(),
             modified_secs: self.modified_secs,
         }
     }
 
-    /// The `ETag` header value, quoted.
-    pub fn etag(&self) -> String {
-        let mut tag = String::with_capacity(self.opaque.len() + 2);
-        tag.push('"');
-        tag.push_str(&self.opaque);
-        tag.push('"');
-        tag
+    /// The `ETag` field value, quoted.
+    pub fn etag(&self) -> HeaderValue {
+        self.etag.clone()
     }
 
-    /// The `Last-Modified` header value.
-    pub fn last_modified(&self) -> String {
-        httpdate::fmt_http_date(self.modified_time())
+    /// The `Last-Modified` field value.
+    pub fn last_modified(&self) -> HeaderValue {
+        self.last_modified.clone()
     }
 
-    fn modified_time(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(self.modified_secs)
+    /// The tag without its quotes.
+    fn opaque(&self) -> &[u8] {
+        let quoted = self.etag.as_bytes();
+        quoted
+            .get(1..quoted.len().saturating_sub(1))
+            .unwrap_or_default()
     }
+}
+
+/// A field value from text this module built: hexadecimal digits, dashes, quotes, an HTTP
+/// date and a coding token are all visible ASCII, so the conversion cannot fail; an empty
+/// value stands in should that ever change.
+fn field_value(text: String) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(text))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// Appends `value` in lower-case hexadecimal without leading zeros, as `{:x}` writes it.
@@ -156,7 +186,7 @@ struct EntityTag<'a> {
 impl EntityTag<'_> {
     fn matches(&self, v: &Validators, how: Compare) -> bool {
         // Our own tag is strong, so only the peer's weakness matters for strong comparison.
-        (how == Compare::Weak || !self.weak) && self.opaque == v.opaque
+        (how == Compare::Weak || !self.weak) && self.opaque.as_bytes() == v.opaque()
     }
 }
 
@@ -244,18 +274,22 @@ fn if_range_matches(headers: &HeaderMap, v: &Validators) -> bool {
             _ => false,
         };
     }
-    httpdate::parse_http_date(text).is_ok_and(|date| date == v.modified_time())
+    httpdate::parse_http_date(text)
+        .is_ok_and(|date| date == UNIX_EPOCH + Duration::from_secs(v.modified_secs))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
 
     const MTIME_SECS: u64 = 1_700_000_000;
 
     fn validators() -> Validators {
         Validators::new(0x2a, 100, UNIX_EPOCH + Duration::new(MTIME_SECS, 123))
+    }
+
+    fn text(value: &HeaderValue) -> &str {
+        value.to_str().expect("visible ASCII")
     }
 
     fn date(secs: u64) -> String {
@@ -319,20 +353,20 @@ mod tests {
         let zst = v.with_coding("zst");
         assert_eq!(
             zst.etag(),
-            format!("{}-zst\"", v.etag().trim_end_matches('"'))
+            format!("{}-zst\"", text(&v.etag()).trim_end_matches('"'))
         );
         assert_eq!(zst.last_modified(), v.last_modified());
         let inm = |tag: &str, v: &Validators| {
             evaluate(&Method::GET, &headers(&[(header::IF_NONE_MATCH, tag)]), v)
         };
-        assert_eq!(inm(&zst.etag(), &zst), Precondition::NotModified);
+        assert_eq!(inm(text(&zst.etag()), &zst), Precondition::NotModified);
         assert_eq!(
-            inm(&v.etag(), &zst),
+            inm(text(&v.etag()), &zst),
             PROCEED,
             "identity tag does not match coded"
         );
         assert_eq!(
-            inm(&zst.etag(), &v),
+            inm(text(&zst.etag()), &v),
             PROCEED,
             "coded tag does not match identity"
         );
@@ -345,7 +379,7 @@ mod tests {
 
     #[test]
     fn if_match() {
-        let etag = validators().etag();
+        let etag = text(&validators().etag()).to_owned();
         assert_eq!(get(&[(header::IF_MATCH, &etag)]), PROCEED);
         assert_eq!(get(&[(header::IF_MATCH, "*")]), PROCEED);
         assert_eq!(
@@ -368,7 +402,7 @@ mod tests {
 
     #[test]
     fn if_match_takes_precedence_over_if_unmodified_since() {
-        let etag = validators().etag();
+        let etag = text(&validators().etag()).to_owned();
         let old = date(MTIME_SECS - 10);
         // IUS alone would fail; If-Match present means IUS is not evaluated.
         assert_eq!(
@@ -391,7 +425,7 @@ mod tests {
 
     #[test]
     fn if_none_match() {
-        let etag = validators().etag();
+        let etag = text(&validators().etag()).to_owned();
         assert_eq!(
             get(&[(header::IF_NONE_MATCH, &etag)]),
             Precondition::NotModified
@@ -423,7 +457,7 @@ mod tests {
 
     #[test]
     fn if_match_failure_beats_if_none_match() {
-        let etag = validators().etag();
+        let etag = text(&validators().etag()).to_owned();
         let h = [
             (header::IF_MATCH, "\"x\""),
             (header::IF_NONE_MATCH, etag.as_str()),
@@ -475,7 +509,7 @@ mod tests {
 
     #[test]
     fn if_range() {
-        let etag = validators().etag();
+        let etag = text(&validators().etag()).to_owned();
         let with = |value: &str| get(&[(header::RANGE, "bytes=0-1"), (header::IF_RANGE, value)]);
         assert_eq!(get(&[(header::RANGE, "bytes=0-1")]), PROCEED);
         assert_eq!(with(&etag), PROCEED);
@@ -502,7 +536,7 @@ mod tests {
 
     #[test]
     fn conditions_run_before_if_range() {
-        let etag = validators().etag();
+        let etag = text(&validators().etag()).to_owned();
         let h = [
             (header::RANGE, "bytes=0-1"),
             (header::IF_RANGE, etag.as_str()),

@@ -10,6 +10,7 @@
 //!   spec states the resulting aggregate bound, `(N + 1) * compression_cache_size`.
 
 use bytes::Bytes;
+use http::HeaderValue;
 
 use super::compress::Coding;
 use super::lru::ByteLru;
@@ -20,7 +21,7 @@ pub struct CacheKey {
     /// The file's path relative to the served root.
     pub path: String,
     /// The identity representation's ETag (the file's validator).
-    pub etag: String,
+    pub etag: HeaderValue,
     /// The coding of the cached bytes.
     pub coding: Coding,
 }
@@ -86,7 +87,7 @@ mod tests {
     fn key(path: &str) -> CacheKey {
         CacheKey {
             path: path.into(),
-            etag: "\"e\"".into(),
+            etag: HeaderValue::from_static("\"e\""),
             coding: Coding::Gzip,
         }
     }
@@ -129,7 +130,7 @@ mod tests {
         let cache = EncodedCache::new(10_000);
         cache.insert(key("a"), value(10));
         let mut other = key("a");
-        other.etag = "\"f\"".into();
+        other.etag = HeaderValue::from_static("\"f\"");
         assert!(cache.get(&other).is_none());
         let mut other = key("a");
         other.coding = Coding::Zstd;
