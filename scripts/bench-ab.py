@@ -9,8 +9,10 @@ servers round by round and taking medians puts them under the same neighbours' l
 
 --peer takes a name prefix of a peer bench-http.py knows (static-web-server, caddy, …).
 
-Prints, per test and server, the median req/s and server CPU µs per request (whole
-process tree), and each round's figures. Loopback only; every run bounded in time.
+Prints, per test and server, the median req/s, server CPU µs per request (whole process
+tree) and the client's (wrk's) CPU µs per request, and each round's figures. When the
+client is the bottleneck (a new connection per request), what the server makes its client
+spend decides req/s as much as its own CPU does. Loopback only; every run bounded in time.
 """
 import argparse
 import os
@@ -90,14 +92,16 @@ def main():
                                     close=close, pid=pid)
                     results.setdefault((t, name), []).append(res)
                     print(f"round {r} {t:6} {name:24} {res['rps']:10.0f} req/s "
-                          f"{res['cpu_us']:6.1f} µs/req {res['socket_errors']}", flush=True)
+                          f"{res['cpu_us']:6.1f} µs/req  client {res['client_us']:6.1f} µs/req "
+                          f"{res['socket_errors']}", flush=True)
     print()
     print(f"medians of {a.rounds} rounds, {a.seconds} s each, --workers {a.workers}")
     for t in tests:
         for name, _, _ in servers():
             rows = results[(t, name)]
             print(f"{t:6} {name:24} {statistics.median(r['rps'] for r in rows):10.0f} req/s "
-                  f"{statistics.median(r['cpu_us'] for r in rows):6.1f} µs/req")
+                  f"{statistics.median(r['cpu_us'] for r in rows):6.1f} µs/req  client "
+                  f"{statistics.median(r['client_us'] for r in rows):6.1f} µs/req")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -14,6 +14,7 @@ other work, throughput moves with the neighbours' load, CPU per request much les
 import argparse
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -105,8 +106,14 @@ def wrk(url, seconds, conns, close=False, pid=None):
     if close:
         cmd += ["-H", "Connection: close"]
     cpu0 = tree_cpu_s(pid) if pid else 0
+    # wrk's own CPU (user + system, every thread), from the rusage of reaped children.
+    # On loopback the client's system time includes delivering its packets to the server,
+    # waking a sleeping server among it, so it says what the server costs its peer too.
+    client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=seconds + 30).stdout
+    client1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = tree_cpu_s(pid) - cpu0 if pid else 0
+    client = (client1.ru_utime - client0.ru_utime) + (client1.ru_stime - client0.ru_stime)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     m = re.search(r"Transfer/sec:\s+([\d.]+)(\w+)", out)
@@ -115,6 +122,7 @@ def wrk(url, seconds, conns, close=False, pid=None):
     socket_errors = re.search(r"Socket errors: (.*)", out)
     return {"rps": rps, "bps": float(m.group(1)) * scale,
             "cpu_us": cpu * 1e6 / total if total else float("nan"),
+            "client_us": client * 1e6 / total if total else float("nan"),
             "non2xx": int(errors.group(1)) if errors else 0,
             "socket_errors": socket_errors.group(1) if socket_errors else ""}
 
