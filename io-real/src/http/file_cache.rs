@@ -111,8 +111,10 @@ pub(super) struct FileCache {
     lru: ByteLru<String, Arc<CachedFile>>,
 }
 
-/// What one entry costs besides its key and bytes.
-const ENTRY_OVERHEAD: usize = std::mem::size_of::<CachedFile>() + 64;
+/// What one entry costs besides its key and bytes: the entry itself, and the heap behind
+/// it — the `Arc`'s counts and the validators' two field values (a quoted tag of up to 70
+/// bytes and a 29-byte date, each with its shared-buffer header).
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<CachedFile>() + 192;
 
 impl FileCache {
     /// A cache retaining at most `capacity` bytes; 0 disables it.
