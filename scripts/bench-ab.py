@@ -4,7 +4,7 @@
 On a shared two-core machine a single run of a row moves by ±20 %; alternating the
 servers round by round and taking medians puts them under the same neighbours' load.
 
-    scripts/bench-ab.py OLD_BINARY NEW_BINARY [--nginx] [--peer NAME]... [--rounds 5]
+    scripts/bench-ab.py OLD_BINARY NEW_BINARY [--nginx] [--nginx-deferred] [--peer NAME]... [--rounds 5]
                         [--seconds 3] [--tests 1k,100k,churn] [--workers 2]
 
 --peer takes a name prefix of a peer bench-http.py knows (static-web-server, caddy, …).
@@ -38,6 +38,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binaries", nargs="+", help="servery binaries to compare")
     ap.add_argument("--nginx", action="store_true", help="also run nginx (2 workers)")
+    ap.add_argument("--nginx-deferred", action="store_true",
+                    help="also run nginx with `listen ... deferred` (TCP_DEFER_ACCEPT, as servery)")
     ap.add_argument("--peer", action="append", default=[],
                     help="also run the installed peer whose name starts with this")
     ap.add_argument("--rounds", type=int, default=5)
@@ -70,6 +72,9 @@ def main():
         if a.nginx:
             port = bench.free_port()
             yield ("nginx", lambda p=port: bench.nginx_server(root, p, tmp), port)
+        if a.nginx_deferred:
+            port = bench.free_port()
+            yield ("nginx deferred", lambda p=port: bench.nginx_server(root, p, tmp, deferred=True), port)
         for peer in chosen_peers:
             yield (peer.name, lambda s=peer: s, peer.port)
 

@@ -189,25 +189,29 @@ def nginx_version():
     return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
 
 
-def nginx_server(root, port, tmp):
+def nginx_server(root, port, tmp, deferred=False):
+    """nginx with 2 workers; `deferred` adds `listen ... deferred` (TCP_DEFER_ACCEPT), which
+    servery sets on its listeners and nginx leaves off unless asked."""
     if not shutil.which("nginx"):
         return None
-    conf = os.path.join(tmp, "nginx.conf")
+    conf = os.path.join(tmp, "nginx-deferred.conf" if deferred else "nginx.conf")
+    opt = " deferred" if deferred else ""
     # `http2 on` (1.25.1+) serves HTTP/1.1 and h2c on one port; older nginx needs
     # `listen ... http2`, which speaks only HTTP/2 there, so h2c gets a port of its own.
     if nginx_version() >= (1, 25, 1):
-        h2_port, listen = port, f"listen 127.0.0.1:{port}; http2 on;"
+        h2_port, listen = port, f"listen 127.0.0.1:{port}{opt}; http2 on;"
     else:
         h2_port = free_port()
-        listen = f"listen 127.0.0.1:{port}; listen 127.0.0.1:{h2_port} http2;"
+        listen = f"listen 127.0.0.1:{port}{opt}; listen 127.0.0.1:{h2_port}{opt} http2;"
     with open(conf, "w") as f:
-        f.write(f"""worker_processes 2; daemon off; pid {tmp}/nginx.pid; error_log /dev/null;
+        f.write(f"""worker_processes 2; daemon off; pid {conf}.pid; error_log /dev/null;
 events {{ worker_connections 4096; }}
 http {{ access_log off; sendfile on; tcp_nopush on; tcp_nodelay on; keepalive_requests 100000;
   client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp}; uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
   server {{ {listen} root {root}; autoindex on; }} }}
 """)
-    return Server("nginx (2 workers)", ["nginx", "-c", conf], port, h2_port=h2_port)
+    name = "nginx (2 workers, deferred)" if deferred else "nginx (2 workers)"
+    return Server(name, ["nginx", "-c", conf], port, h2_port=h2_port)
 
 
 def peers(root, tmp):

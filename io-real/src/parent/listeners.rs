@@ -7,6 +7,11 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 pub const DEFAULT_PORT: u16 = 8000;
 pub const PORT_SCAN: u16 = 100;
 
+/// How long the kernel holds a connection whose client has sent nothing before handing it
+/// to a worker anyway (`TCP_DEFER_ACCEPT`, see [`crate::os::set_defer_accept`]). Short:
+/// past it the header-read timeout decides, as for any slow client.
+pub const DEFER_ACCEPT_SECS: u32 = 1;
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BindError {
@@ -64,6 +69,10 @@ fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
         let addr = SocketAddr::new(ip, port);
         let listener =
             TcpListener::bind(addr).map_err(|source| BindError::Bind { addr, source })?;
+        if let Err(e) = crate::os::set_defer_accept(&listener, DEFER_ACCEPT_SECS) {
+            // Only a cost, never a fault: connections are then accepted when established.
+            tracing::warn!(%addr, error = %e, "TCP_DEFER_ACCEPT not set");
+        }
         if port == 0 {
             port = listener
                 .local_addr()

@@ -1,0 +1,87 @@
+//! The one module that calls the OS directly, for what neither std nor rustix offers.
+//! Every `unsafe` block here says why it is sound; the rest of the crate denies `unsafe`.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::AsFd;
+
+/// Have the kernel hand a listener's connection to `accept` only once the client's first
+/// bytes have arrived, or after about `seconds` without any (the connection is then
+/// accepted as usual, and the header-read timeout takes over).
+///
+/// A client of this server always speaks first (an HTTP request line, a TLS ClientHello,
+/// the HTTP/2 preface), so the only connections this holds back are ones that would sit
+/// idle in a worker. What it saves is a wake-up of the serving worker per connection:
+/// without it a worker is woken for the accept, sleeps again before the request arrives,
+/// and is woken for that too — and on loopback both wake-ups are paid by the client.
+/// std's `set_deferaccept` is unstable and rustix has no setter, hence the raw call.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn set_defer_accept(listener: impl AsFd, seconds: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value = libc::c_int::try_from(seconds).unwrap_or(libc::c_int::MAX);
+    let len = libc::socklen_t::try_from(size_of::<libc::c_int>()).unwrap_or(0);
+    // SAFETY: the descriptor is borrowed for the length of the call, so it stays open;
+    // the option value points at a live `c_int` and `len` is exactly its size; the kernel
+    // copies the value and keeps no pointer to it.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&raw const value).cast(),
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Other systems have no such option (the BSDs' accept filters are set up differently);
+/// connections are accepted as soon as they are established.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn set_defer_accept(_listener: impl AsFd, _seconds: u32) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    /// The option reaches the socket: a connected but silent client is not accepted,
+    /// and the same client is accepted at once when it sends its first byte.
+    #[test]
+    fn a_silent_connection_waits_in_the_kernel_until_it_sends() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        set_defer_accept(&listener, 5).expect("setsockopt");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+
+        // The handshake is complete from the client's side; give the (loopback) final
+        // ACK ample time to be processed, then the listener must still have nothing.
+        std::thread::sleep(Duration::from_millis(200));
+        let err = listener.accept().expect_err("accepted a silent client");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+
+        client.write_all(b"G").expect("write");
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut accepted = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("not accepted after the first byte: {e}"),
+            }
+        };
+        accepted.set_nonblocking(false).expect("blocking");
+        let mut byte = [0u8; 1];
+        accepted.read_exact(&mut byte).expect("read");
+        assert_eq!(&byte, b"G");
+    }
+}
