@@ -220,6 +220,8 @@ def peers(root, tmp):
     n = nginx_server(root, p, tmp)
     if n:
         out.append(n)
+        # The same nginx with `listen ... deferred`: the TCP_DEFER_ACCEPT servery sets.
+        out.append(nginx_server(root, free_port(), tmp, deferred=True))
     if shutil.which("caddy"):
         p = free_port()
         out.append(Server("caddy", ["caddy", "file-server", "--root", root, "--listen", f"127.0.0.1:{p}"], p))
