@@ -5,7 +5,7 @@ On a shared two-core machine a single run of a row moves by ±20 %; alternating 
 servers round by round and taking medians puts them under the same neighbours' load.
 
     scripts/bench-ab.py OLD_BINARY NEW_BINARY [--nginx] [--nginx-deferred] [--peer NAME]... [--rounds 5]
-                        [--seconds 3] [--tests 1k,100k,churn] [--workers 2]
+                        [--seconds 3] [--tests 1k,100k,churn,64m] [--workers 2]
 
 --peer takes a name prefix of a peer bench-http.py knows (static-web-server, caddy, …).
 
@@ -31,6 +31,7 @@ TESTS = {
     "1k": ("1k.bin", 64, False),
     "100k": ("100k.bin", 64, False),
     "churn": ("1k.bin", 32, True),
+    "64m": ("64m.bin", 4, False),
 }
 
 
@@ -56,7 +57,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="servery-ab-")
     root = os.path.join(tmp, "www")
     os.makedirs(root)
-    files = (("1k.bin", 1024), ("100k.bin", 100 * 1024))
+    files = [("1k.bin", 1024), ("100k.bin", 100 * 1024)]
+    if "64m" in tests:
+        files.append(("64m.bin", 64 * 1024 * 1024))
     for name, size in files:
         with open(os.path.join(root, name), "wb") as f:
             f.write(os.urandom(size))
@@ -96,7 +99,7 @@ def main():
                     res = bench.wrk(f"http://127.0.0.1:{port}/{file}", a.seconds, conns,
                                     close=close, pid=pid)
                     results.setdefault((t, name), []).append(res)
-                    print(f"round {r} {t:6} {name:24} {res['rps']:10.0f} req/s "
+                    print(f"round {r} {t:6} {name:24} {res['rps']:10.1f} req/s "
                           f"{res['cpu_us']:6.1f} µs/req  client {res['client_us']:6.1f} µs/req "
                           f"{res['socket_errors']}", flush=True)
     print()
@@ -104,7 +107,7 @@ def main():
     for t in tests:
         for name, _, _ in servers():
             rows = results[(t, name)]
-            print(f"{t:6} {name:24} {statistics.median(r['rps'] for r in rows):10.0f} req/s "
+            print(f"{t:6} {name:24} {statistics.median(r['rps'] for r in rows):10.1f} req/s "
                   f"{statistics.median(r['cpu_us'] for r in rows):6.1f} µs/req  client "
                   f"{statistics.median(r['client_us'] for r in rows):6.1f} µs/req")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -46,42 +46,49 @@ pub fn set_defer_accept(_listener: impl AsFd, _seconds: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Shows that `listener` defers accepts: a connected, silent client is not accepted; the
+/// same client is accepted at once after its first byte, which the accepted socket reads.
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+pub(crate) fn assert_defers_accept(listener: &std::net::TcpListener) {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("addr");
+    let mut client = std::net::TcpStream::connect(addr).expect("connect");
+    // The handshake is complete on the client's side; give the loopback final ACK ample
+    // time to be processed, then the listener must still have nothing to accept.
+    std::thread::sleep(Duration::from_millis(200));
+    let err = listener
+        .accept()
+        .expect_err("accepted a client that sent nothing");
+    assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+
+    client.write_all(b"G").expect("write");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut accepted = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("not accepted after the first byte: {e}"),
+        }
+    };
+    accepted.set_nonblocking(false).expect("blocking");
+    let mut byte = [0u8; 1];
+    accepted.read_exact(&mut byte).expect("read");
+    assert_eq!(&byte, b"G");
+}
+
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::time::{Duration, Instant};
 
-    /// The option reaches the socket: a connected but silent client is not accepted,
-    /// and the same client is accepted at once when it sends its first byte.
     #[test]
     fn a_silent_connection_waits_in_the_kernel_until_it_sends() {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         set_defer_accept(&listener, 5).expect("setsockopt");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-
-        // The handshake is complete from the client's side; give the (loopback) final
-        // ACK ample time to be processed, then the listener must still have nothing.
-        std::thread::sleep(Duration::from_millis(200));
-        let err = listener.accept().expect_err("accepted a silent client");
-        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
-
-        client.write_all(b"G").expect("write");
-        let deadline = Instant::now() + Duration::from_secs(3);
-        let mut accepted = loop {
-            match listener.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => panic!("not accepted after the first byte: {e}"),
-            }
-        };
-        accepted.set_nonblocking(false).expect("blocking");
-        let mut byte = [0u8; 1];
-        accepted.read_exact(&mut byte).expect("read");
-        assert_eq!(&byte, b"G");
+        assert_defers_accept(&listener);
     }
 }

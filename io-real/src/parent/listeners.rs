@@ -102,4 +102,13 @@ mod tests {
         let err = bind_all(&[lo], Some(port)).expect_err("busy");
         assert!(matches!(err, BindError::Bind { .. }), "{err}");
     }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn every_bound_listener_defers_accept_until_the_client_speaks() {
+        let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+        for listener in bind_all(&[lo], Some(0)).expect("bind") {
+            crate::os::assert_defers_accept(&listener);
+        }
+    }
 }
