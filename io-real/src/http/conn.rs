@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, watch};
 
 use super::body::Body;
+use super::plain_stream::{LastResponse, PlainStream};
 use super::site::Site;
 
 /// How long a peer may take to send a complete HTTP/1 request head (slow-loris bound).
@@ -58,7 +59,19 @@ pub async fn serve_connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    serve_connection_over(site, io, drain, requests, Transport::Plain).await;
+    serve(site, io, drain, requests, Transport::Plain, None).await;
+}
+
+/// [`serve_connection`] for an accepted cleartext socket, which also tells the stream when
+/// a response is the connection's last (see [`LastResponse`]).
+pub async fn serve_plain(
+    site: Arc<Site>,
+    io: PlainStream,
+    drain: watch::Receiver<bool>,
+    requests: Arc<AtomicU64>,
+) {
+    let last = io.last_response();
+    serve(site, io, drain, requests, Transport::Plain, Some(last)).await;
 }
 
 /// What carries a connection's bytes, as far as responses care. The site cannot see it
@@ -79,9 +92,22 @@ pub enum Transport {
 pub async fn serve_connection_over<IO>(
     site: Arc<Site>,
     io: IO,
+    drain: watch::Receiver<bool>,
+    requests: Arc<AtomicU64>,
+    transport: Transport,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    serve(site, io, drain, requests, transport, None).await;
+}
+
+async fn serve<IO>(
+    site: Arc<Site>,
+    io: IO,
     mut drain: watch::Receiver<bool>,
     requests: Arc<AtomicU64>,
     transport: Transport,
+    last: Option<LastResponse>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -100,6 +126,7 @@ pub async fn serve_connection_over<IO>(
         let site = Arc::clone(&site);
         let requests = Arc::clone(&requests);
         let draining = draining.clone();
+        let last = last.clone();
         if req.version() == Version::HTTP_2 {
             is_h2_in.store(true, Ordering::Relaxed);
         }
@@ -112,8 +139,14 @@ pub async fn serve_connection_over<IO>(
         }
         async move {
             let version = req.version();
+            let client_closes = last.is_some() && asks_to_close(&req);
             let mut response = site.handle(req).await;
             mark_if_draining(&mut response, version, is_draining(&draining));
+            if let Some(last) = last
+                && is_last_response(client_closes, &response)
+            {
+                last.mark();
+            }
             requests.fetch_add(1, Ordering::Relaxed);
             Ok::<_, Infallible>(response)
         }
@@ -186,6 +219,36 @@ fn is_draining(drain: &watch::Receiver<bool>) -> bool {
     *drain.borrow() || drain.has_changed().is_err()
 }
 
+/// Whether an HTTP/1 request ends its connection, by hyper's rule: HTTP/1.1 unless it says
+/// `Connection: close`, HTTP/1.0 only if it says `Connection: keep-alive`.
+fn asks_to_close<B>(req: &Request<B>) -> bool {
+    let has = |token: &str| {
+        req.headers().get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        })
+    };
+    match req.version() {
+        Version::HTTP_11 => has("close"),
+        Version::HTTP_10 => !has("keep-alive"),
+        _ => false,
+    }
+}
+
+/// Whether hyper closes the connection after this response (the request asked to, or the
+/// response says `Connection: close`) and its length is known, so its end is written
+/// promptly and held only until the close. A response of unknown length (a proxied or CGI
+/// stream) is never held: its parts must leave as they come.
+fn is_last_response(client_closes: bool, response: &Response<Body>) -> bool {
+    use hyper::body::Body as _;
+    let closes = client_closes
+        || response
+            .headers()
+            .get(header::CONNECTION)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    closes && response.body().size_hint().exact().is_some()
+}
+
 /// Adds `Connection: close` to an HTTP/1 response produced while draining. hyper also adds
 /// it once graceful shutdown has disabled keep-alive, but the service can produce a response
 /// before the connection task has seen the drain signal; this closes that window. HTTP/2
@@ -221,6 +284,64 @@ mod tests {
         );
         assert_eq!(marked(Version::HTTP_11, false), None);
         assert_eq!(marked(Version::HTTP_2, true), None, "h2 forbids Connection");
+    }
+
+    fn request(version: Version, connection: &[&str]) -> Request<()> {
+        let mut builder = Request::builder().version(version).uri("/");
+        for value in connection {
+            builder = builder.header(header::CONNECTION, *value);
+        }
+        builder.body(()).expect("request")
+    }
+
+    #[test]
+    fn a_request_asks_to_close_by_hypers_rule() {
+        assert!(!asks_to_close(&request(Version::HTTP_11, &[])));
+        assert!(asks_to_close(&request(Version::HTTP_11, &["close"])));
+        assert!(asks_to_close(&request(
+            Version::HTTP_11,
+            &["Upgrade, CLOSE"]
+        )));
+        assert!(asks_to_close(&request(
+            Version::HTTP_11,
+            &["te", " Close "]
+        )));
+        assert!(!asks_to_close(&request(
+            Version::HTTP_11,
+            &["closer, keep-alive"]
+        )));
+        assert!(asks_to_close(&request(Version::HTTP_10, &[])));
+        assert!(!asks_to_close(&request(Version::HTTP_10, &["Keep-Alive"])));
+        assert!(!asks_to_close(&request(Version::HTTP_2, &["close"])));
+    }
+
+    /// A body whose length is not known up front, as a proxied or CGI stream's.
+    struct OfUnknownLength;
+
+    impl hyper::body::Body for OfUnknownLength {
+        type Data = bytes::Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+            std::task::Poll::Ready(None)
+        }
+    }
+
+    #[test]
+    fn only_a_closing_response_of_known_length_is_held_for_the_close() {
+        let sized = || Response::new(body::full("x"));
+        assert!(is_last_response(true, &sized()));
+        assert!(!is_last_response(false, &sized()));
+
+        let mut says_close = sized();
+        mark_if_draining(&mut says_close, Version::HTTP_11, true);
+        assert!(is_last_response(false, &says_close));
+
+        let streamed = Response::new(http_body_util::BodyExt::boxed(OfUnknownLength));
+        assert!(!is_last_response(true, &streamed));
     }
 
     #[test]

@@ -34,9 +34,9 @@ mod sync;
 pub mod upload;
 
 pub use body::Body;
-pub use conn::{Transport, serve_connection, serve_connection_over};
+pub use conn::{Transport, serve_connection, serve_connection_over, serve_plain};
 pub use error::{HttpError, error_response};
 /// How long after its last change a file's bytes may be kept in the per-worker file cache.
 pub use file_cache::SETTLE as FILE_CACHE_SETTLE;
-pub use plain_stream::PlainStream;
+pub use plain_stream::{LastResponse, PlainStream};
 pub use site::{Site, SiteConfig};

@@ -34,9 +34,7 @@ use crate::clock::Clock;
 use crate::fdpass;
 use crate::http::conn::FIRST_REQUEST_GRACE;
 use crate::http::policy::Credential;
-use crate::http::{
-    PlainStream, Site, SiteConfig, Transport, serve_connection, serve_connection_over,
-};
+use crate::http::{PlainStream, Site, SiteConfig, Transport, serve_connection_over, serve_plain};
 use crate::tls::{self, Identity, TlsAcceptor, TlsStream};
 
 /// How long the frames still queued (a startup failure's text above all) may take to
@@ -373,7 +371,7 @@ impl Worker {
             None => {
                 tokio::spawn(async move {
                     let _closed = closed;
-                    serve_connection(site, PlainStream::new(stream), drain, requests).await;
+                    serve_plain(site, PlainStream::new(stream), drain, requests).await;
                 });
             }
             Some(acceptor) => {
