@@ -126,10 +126,13 @@ async fn serve<IO>(
         let site = Arc::clone(&site);
         let requests = Arc::clone(&requests);
         let draining = draining.clone();
-        let last = last.clone();
-        if req.version() == Version::HTTP_2 {
+        // HTTP/2 ends a connection with GOAWAY, never after a response: nothing to hold.
+        let last = if req.version() == Version::HTTP_2 {
             is_h2_in.store(true, Ordering::Relaxed);
-        }
+            None
+        } else {
+            last.clone()
+        };
         started_in.fetch_add(1, Ordering::Release);
         arrived_in.notify_one();
         if transport != Transport::Plain {
