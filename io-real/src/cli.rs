@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use servery_core::RawConfig;
-use servery_core::config::{RawBudgets, RawRecovery};
+use servery_core::config::{RawBudgets, RawConnections, RawRecovery};
 
 use crate::http::SiteConfig;
 
@@ -132,6 +132,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub budgets: BudgetArgs,
+
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
 
     #[command(flatten)]
     pub upload: crate::write::args::UploadArgs,
@@ -278,6 +281,47 @@ pub struct BudgetArgs {
     pub file_cache_size: i64,
 }
 
+fn conn() -> RawConnections {
+    RawConnections::default()
+}
+
+/// Deadlines that keep a peer that stops talking from holding a connection slot: every
+/// connection is under one of them in every state (docs/operations.md).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection deadlines (seconds)")]
+pub struct ConnectionArgs {
+    /// From accepting a connection to its first complete request head, in total.
+    #[arg(long, value_name = "SECS", env = "SERVERY_REQUEST_HEAD_TIMEOUT", default_value_t = conn().request_head_timeout, allow_negative_numbers = true)]
+    pub request_head_timeout: f64,
+    /// With no request in progress: the end of the last response to the next complete
+    /// request head (HTTP/1), or no open stream (HTTP/2, closed with GOAWAY).
+    #[arg(long, value_name = "SECS", env = "SERVERY_KEEP_ALIVE_TIMEOUT", default_value_t = conn().keep_alive_timeout, allow_negative_numbers = true)]
+    pub keep_alive_timeout: f64,
+    /// From accepting a TLS connection to the end of its handshake.
+    #[arg(long, value_name = "SECS", env = "SERVERY_TLS_HANDSHAKE_TIMEOUT", default_value_t = conn().tls_handshake_timeout, allow_negative_numbers = true)]
+    pub tls_handshake_timeout: f64,
+    /// A request in progress that moves no byte either way this long ends its connection
+    /// (a client that stopped reading its download).
+    #[arg(long, value_name = "SECS", env = "SERVERY_SEND_TIMEOUT", default_value_t = conn().send_timeout, allow_negative_numbers = true)]
+    pub send_timeout: f64,
+    /// An upload body that delivers no byte this long is answered 408 and its reservation
+    /// and lease are released (below the broker's lease lifetime).
+    #[arg(long, value_name = "SECS", env = "SERVERY_BODY_TIMEOUT", default_value_t = conn().body_timeout, allow_negative_numbers = true)]
+    pub body_timeout: f64,
+}
+
+impl ConnectionArgs {
+    fn raw(&self) -> RawConnections {
+        RawConnections {
+            request_head_timeout: self.request_head_timeout,
+            keep_alive_timeout: self.keep_alive_timeout,
+            tls_handshake_timeout: self.tls_handshake_timeout,
+            send_timeout: self.send_timeout,
+            body_timeout: self.body_timeout,
+        }
+    }
+}
+
 impl ServeArgs {
     /// The configuration as written; [`RawConfig::validate`] decides whether it is valid.
     pub fn raw_config(&self) -> RawConfig {
@@ -308,6 +352,7 @@ impl ServeArgs {
                 compression_cache_size: b.compression_cache_size,
                 file_cache_size: b.file_cache_size,
             },
+            connections: self.connections.raw(),
             ..RawConfig::default()
         };
         self.upload.apply(&mut raw);

@@ -90,6 +90,13 @@ knobs! {
     Count(i64) max_partial_uploads => "broker.max_partial_uploads", |c| c.broker.max_partial_uploads;
     Real(f64) broker_reply_timeout => "broker.reply_timeout", |c| c.broker.reply_timeout;
     Count(i64) broker_queue_capacity => "broker.queue_capacity", |c| c.broker.queue_capacity;
+    Real(f64) request_head_timeout => "connections.request_head_timeout", |c| c.connections.request_head_timeout;
+    Real(f64) keep_alive_timeout => "connections.keep_alive_timeout", |c| c.connections.keep_alive_timeout;
+    Real(f64) tls_handshake_timeout => "connections.tls_handshake_timeout", |c| c.connections.tls_handshake_timeout;
+    Real(f64) send_timeout => "connections.send_timeout", |c| c.connections.send_timeout;
+    Real(f64) body_timeout => "connections.body_timeout", |c| c.connections.body_timeout;
+    Count(i64) max_upload_files => "uploads.max_upload_files", |c| c.uploads.max_upload_files;
+    Real(f64) write_lock_timeout => "uploads.write_lock_timeout", |c| c.uploads.write_lock_timeout;
 }
 
 /// The setting a user means by `name`: the short name, the core's field name or the flag.
@@ -98,9 +105,21 @@ pub fn find(name: &str) -> Option<&'static Knob> {
     KNOBS.iter().find(|k| k.key == name || k.field == name)
 }
 
+/// Settings with a flag that a reload cannot override (they are not plain numbers).
+const FLAG_ONLY: &[(&str, &str)] = &[("uploads.max_upload_size", "--max-upload-size")];
+
 /// The flag for a field named in a validation error.
 pub fn flag_for_field(field: &str) -> Option<String> {
-    KNOBS.iter().find(|k| k.field == field).map(Knob::flag)
+    KNOBS
+        .iter()
+        .find(|k| k.field == field)
+        .map(Knob::flag)
+        .or_else(|| {
+            FLAG_ONLY
+                .iter()
+                .find(|(f, _)| *f == field)
+                .map(|(_, flag)| (*flag).to_owned())
+        })
 }
 
 /// Apply `set` (a JSON object of name → value) to `raw`, reporting every bad entry.

@@ -29,10 +29,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub use tokio_rustls::TlsAcceptor;
 pub use tokio_rustls::server::TlsStream;
 
-/// How long a client may take to complete the TLS handshake before the connection is
-/// dropped; without a bound a silent peer would hold a connection slot forever.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The ALPN protocols offered, in server preference order.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
@@ -121,7 +117,7 @@ pub enum TlsError {
     /// The client did not complete a handshake (protocol error, or it went away).
     #[error("TLS handshake failed: {0}")]
     Handshake(#[source] io::Error),
-    /// The client did not complete a handshake within [`HANDSHAKE_TIMEOUT`].
+    /// The client did not complete a handshake within the handshake timeout.
     #[error("TLS handshake timed out")]
     HandshakeTimeout,
 }
@@ -306,14 +302,19 @@ pub fn acceptor(config: Arc<ServerConfig>) -> TlsAcceptor {
     TlsAcceptor::from(config)
 }
 
-/// Completes the server side of a TLS handshake on `tcp`, within [`HANDSHAKE_TIMEOUT`].
-/// The negotiated ALPN protocol needs no special handling afterwards: the connection
-/// server recognises an HTTP/2 preface by itself.
-pub async fn accept<IO>(acceptor: &TlsAcceptor, tcp: IO) -> Result<TlsStream<IO>, TlsError>
+/// Completes the server side of a TLS handshake on `tcp` within `limit` (the
+/// `--tls-handshake-timeout`: without a bound a silent peer would hold a connection slot
+/// forever). The negotiated ALPN protocol needs no special handling afterwards: the
+/// connection server recognises an HTTP/2 preface by itself.
+pub async fn accept<IO>(
+    acceptor: &TlsAcceptor,
+    tcp: IO,
+    limit: Duration,
+) -> Result<TlsStream<IO>, TlsError>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+    match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => Ok(stream),
         Ok(Err(e)) => Err(TlsError::Handshake(e)),
         Err(_) => Err(TlsError::HandshakeTimeout),

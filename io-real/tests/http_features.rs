@@ -1096,7 +1096,7 @@ async fn cache_and_security_headers() {
 
 mod tls_support {
     use super::*;
-    use servery::http::{Transport, serve_connection_over};
+    use servery::http::{Activity, Transport, serve_connection_over};
     use servery::tls::{self, Identity};
     use tokio_rustls::TlsConnector;
     use tokio_rustls::rustls::{self, ClientConfig, RootCertStore, pki_types::ServerName};
@@ -1134,9 +1134,19 @@ mod tls_support {
                 let requests = Arc::clone(&requests);
                 tokio::spawn(async move {
                     // A failed handshake only ends this connection.
-                    if let Ok(stream) = tls::accept(&acceptor, tcp).await {
-                        serve_connection_over(site, stream, drain_rx, requests, Transport::Tls)
-                            .await;
+                    if let Ok(stream) =
+                        tls::accept(&acceptor, tcp, std::time::Duration::from_secs(10)).await
+                    {
+                        let activity = Activity::new(tokio::time::Instant::now());
+                        serve_connection_over(
+                            site,
+                            stream,
+                            drain_rx,
+                            requests,
+                            Transport::Tls,
+                            activity,
+                        )
+                        .await;
                     }
                 });
             }

@@ -4,82 +4,18 @@
 //! `h2load` smoke test over h2c and over TLS when h2load is installed.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, ring};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use rustls::ClientConfig;
+use rustls::pki_types::CertificateDer;
 use servery_tests::*;
 use sha2::{Digest, Sha256};
+use tls_client::{Tls, accept_any, connect, provider};
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(ring::default_provider())
-}
-
-/// Accepts any certificate: the tests compare what was presented themselves, and then
-/// verify it for real with [`verifying`].
-#[derive(Debug)]
-struct AcceptAny(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAny {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-fn accept_any(alpn: &[&[u8]]) -> Arc<ClientConfig> {
-    let mut config = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .expect("protocol versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider())))
-        .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Arc::new(config)
-}
+#[path = "support/tls_client.rs"]
+mod tls_client;
 
 /// A client that trusts exactly `cert` and verifies names and signatures as browsers do.
 fn verifying(cert: &CertificateDer<'static>, alpn: &[&[u8]]) -> Arc<ClientConfig> {
@@ -92,25 +28,6 @@ fn verifying(cert: &CertificateDer<'static>, alpn: &[&[u8]]) -> Arc<ClientConfig
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Arc::new(config)
-}
-
-type Tls = StreamOwned<ClientConnection, TcpStream>;
-
-/// Connect and complete the handshake (an error if verification fails).
-fn connect(addr: SocketAddr, name: &str, config: Arc<ClientConfig>) -> Result<Tls, String> {
-    let server_name = ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
-    let conn = ClientConnection::new(config, server_name).map_err(|e| e.to_string())?;
-    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .map_err(|e| format!("connect: {e}"))?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut tls = StreamOwned::new(conn, tcp);
-    while tls.conn.is_handshaking() {
-        tls.conn
-            .complete_io(&mut tls.sock)
-            .map_err(|e| format!("handshake: {e}"))?;
-    }
-    Ok(tls)
 }
 
 fn peer_cert(tls: &Tls) -> CertificateDer<'static> {
@@ -169,9 +86,13 @@ fn fingerprint(der: &[u8]) -> String {
 #[test]
 fn self_signed_every_worker_presents_the_one_certificate_the_parent_made() {
     let tree = Tree::new("tls2");
-    // One connection per worker at a time: while the first connection stays open the
-    // second can only be accepted by the other worker, so two certificates from two
-    // concurrent connections are certainly from two different processes.
+    // One connection per worker at a time: while the first connection is busy the second
+    // can only be accepted by the other worker (a full worker closes only a connection
+    // with no request in progress to make room), so two certificates from two concurrent
+    // connections are certainly from two different processes.
+    std::fs::File::create(tree.root().join("large.bin"))
+        .and_then(|f| f.set_len(256 << 20))
+        .expect("large file");
     let mut args = FAST.to_vec();
     args.extend(["--tls-self-signed", "--hsts", "--max-connections", "1"]);
     let mut server = Server::start(&tree, 2, &args, &[]);
@@ -190,6 +111,10 @@ fn self_signed_every_worker_presents_the_one_certificate_the_parent_made() {
         Some("max-age=31536000"),
         "{head}"
     );
+    // Keep the first connection's worker busy: a download its client does not read.
+    write!(first, "GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("write");
+    let mut started = [0u8; 1024];
+    assert!(first.read(&mut started).expect("the download starts") > 0);
     let mut second = connect(server.addr, "localhost", accept_any(&[b"http/1.1"])).expect("tls 2");
     let (status, _, body) = get(&mut second, "/sub/big.bin");
     assert_eq!(status, 200);

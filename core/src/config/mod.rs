@@ -10,8 +10,13 @@ mod raw;
 mod valid;
 mod validate;
 
-pub use raw::{LogPolicy, RawBroker, RawBudgets, RawConfig, RawFeatures, RawRecovery};
-pub use valid::{BrokerLimits, Budgets, Features, RecoveryPolicy, ValidConfig};
+pub use raw::{
+    DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
+    RawFeatures, RawRecovery, RawUploads,
+};
+pub use valid::{
+    BrokerLimits, Budgets, ConnectionLimits, Features, RecoveryPolicy, UploadLimits, ValidConfig,
+};
 
 use core::fmt;
 

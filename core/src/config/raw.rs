@@ -116,6 +116,66 @@ impl Default for RawBroker {
     }
 }
 
+/// How long a connection may take over each phase, as written. Every connection is under
+/// one of these deadlines in every state, so a peer that stops talking cannot hold a
+/// worker's connection slot (see docs/operations.md, "Connection deadlines").
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawConnections {
+    /// From accepting a connection to its first complete request head (one total
+    /// deadline: silent peers and byte-at-a-time heads alike).
+    pub request_head_timeout: f64,
+    /// With no request in progress: from the end of the last response to the next
+    /// complete request head (HTTP/1), or with no open stream (HTTP/2, then GOAWAY).
+    pub keep_alive_timeout: f64,
+    /// From accepting a TLS connection to the end of its handshake.
+    pub tls_handshake_timeout: f64,
+    /// A request in progress that moves no byte either way for this long (a peer that
+    /// stopped reading its response) ends its connection.
+    pub send_timeout: f64,
+    /// An upload body that delivers no byte for this long is answered 408 and its
+    /// reservation and lease are released at once. Must stay below `broker.lease_ttl`.
+    pub body_timeout: f64,
+}
+
+impl Default for RawConnections {
+    fn default() -> Self {
+        RawConnections {
+            request_head_timeout: 30.0,
+            keep_alive_timeout: 30.0,
+            tls_handshake_timeout: 10.0,
+            send_timeout: 60.0,
+            body_timeout: 20.0,
+        }
+    }
+}
+
+/// Per-request upload limits as written (the service-wide budgets are [`RawBroker`]'s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawUploads {
+    /// The largest single upload in bytes; `None` means 1 GiB or `broker.max_upload_bytes`,
+    /// whichever is smaller. A value above `broker.max_upload_bytes` is an error.
+    pub max_upload_size: Option<i64>,
+    /// Files one multipart request may create; one more is refused (413) before it is
+    /// written.
+    pub max_upload_files: i64,
+    /// How long an upload waits for a target another upload is writing (0: 409 at once).
+    pub write_lock_timeout: f64,
+}
+
+/// The default largest single upload: an eighth of the default global byte budget, so a
+/// few uploads without a `Content-Length` (which reserve this much) do not exhaust it.
+pub const DEFAULT_MAX_UPLOAD_SIZE: u64 = 1 << 30;
+
+impl Default for RawUploads {
+    fn default() -> Self {
+        RawUploads {
+            max_upload_size: None,
+            max_upload_files: 1000,
+            write_lock_timeout: 0.0,
+        }
+    }
+}
+
 /// Features whose state or lifecycle the parent owns.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RawFeatures {
@@ -137,6 +197,8 @@ pub struct RawConfig {
     pub recovery: RawRecovery,
     pub budgets: RawBudgets,
     pub broker: RawBroker,
+    pub connections: RawConnections,
+    pub uploads: RawUploads,
     pub features: RawFeatures,
 }
 
@@ -147,6 +209,8 @@ impl Default for RawConfig {
             recovery: RawRecovery::default(),
             budgets: RawBudgets::default(),
             broker: RawBroker::default(),
+            connections: RawConnections::default(),
+            uploads: RawUploads::default(),
             features: RawFeatures::default(),
         }
     }

@@ -157,6 +157,55 @@ impl BrokerLimits {
     }
 }
 
+/// Connection deadlines, validated (see [`super::RawConnections`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub(super) request_head_timeout: Duration,
+    pub(super) keep_alive_timeout: Duration,
+    pub(super) tls_handshake_timeout: Duration,
+    pub(super) send_timeout: Duration,
+    pub(super) body_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    pub fn request_head_timeout(&self) -> Duration {
+        self.request_head_timeout
+    }
+    pub fn keep_alive_timeout(&self) -> Duration {
+        self.keep_alive_timeout
+    }
+    pub fn tls_handshake_timeout(&self) -> Duration {
+        self.tls_handshake_timeout
+    }
+    pub fn send_timeout(&self) -> Duration {
+        self.send_timeout
+    }
+    pub fn body_timeout(&self) -> Duration {
+        self.body_timeout
+    }
+}
+
+/// Per-request upload limits, validated (see [`super::RawUploads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadLimits {
+    pub(super) max_upload_size: u64,
+    pub(super) max_upload_files: u32,
+    pub(super) write_lock_timeout: Duration,
+}
+
+impl UploadLimits {
+    /// Never above `broker.max_upload_bytes`.
+    pub fn max_upload_size(&self) -> u64 {
+        self.max_upload_size
+    }
+    pub fn max_upload_files(&self) -> u32 {
+        self.max_upload_files
+    }
+    pub fn write_lock_timeout(&self) -> Duration {
+        self.write_lock_timeout
+    }
+}
+
 /// Parent-owned features, validated.
 pub type Features = super::RawFeatures;
 
@@ -167,6 +216,8 @@ pub struct ValidConfig {
     pub(super) recovery: RecoveryPolicy,
     pub(super) budgets: Budgets,
     pub(super) broker: BrokerLimits,
+    pub(super) connections: ConnectionLimits,
+    pub(super) uploads: UploadLimits,
     pub(super) features: Features,
     pub(super) aggregate_connection_limit: u64,
     pub(super) aggregate_compression_cache_size: u64,
@@ -187,6 +238,12 @@ impl ValidConfig {
     }
     pub fn broker(&self) -> &BrokerLimits {
         &self.broker
+    }
+    pub fn connections(&self) -> &ConnectionLimits {
+        &self.connections
+    }
+    pub fn uploads(&self) -> &UploadLimits {
+        &self.uploads
     }
     pub fn features(&self) -> &Features {
         &self.features

@@ -3,8 +3,10 @@
 use core::num::NonZeroU32;
 use core::time::Duration;
 
-use super::valid::{BrokerLimits, Budgets, RecoveryPolicy, ValidConfig};
-use super::{ConfigError, ConfigIssue, LogPolicy, RawConfig};
+use super::valid::{
+    BrokerLimits, Budgets, ConnectionLimits, RecoveryPolicy, UploadLimits, ValidConfig,
+};
+use super::{ConfigError, ConfigIssue, DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawConfig};
 
 /// The largest timing we accept: longer values are certainly typos and would overflow
 /// deadline arithmetic in some drivers.
@@ -205,6 +207,61 @@ impl RawConfig {
             );
         }
 
+        let n = &self.connections;
+        let head_timeout = c.seconds(
+            "connections.request_head_timeout",
+            n.request_head_timeout,
+            false,
+        );
+        let keep_alive = c.seconds(
+            "connections.keep_alive_timeout",
+            n.keep_alive_timeout,
+            false,
+        );
+        let handshake = c.seconds(
+            "connections.tls_handshake_timeout",
+            n.tls_handshake_timeout,
+            false,
+        );
+        let send_timeout = c.seconds("connections.send_timeout", n.send_timeout, false);
+        let body_timeout = c.seconds("connections.body_timeout", n.body_timeout, false);
+        // Only uploads hold leases while reading a body.
+        if self.features.uploads
+            && !body_timeout.is_zero()
+            && !lease_ttl.is_zero()
+            && body_timeout >= lease_ttl
+        {
+            c.fail(
+                "connections.body_timeout",
+                format!(
+                    "must be < broker.lease_ttl ({}): a stalled upload must be answered before its lease expires under it (got {})",
+                    k.lease_ttl, n.body_timeout
+                ),
+            );
+        }
+
+        let u = &self.uploads;
+        let max_upload_size = match u.max_upload_size {
+            None => DEFAULT_MAX_UPLOAD_SIZE.min(max_upload_bytes),
+            Some(size) => {
+                let size = c.count("uploads.max_upload_size", size, 1, i64::MAX);
+                if size > max_upload_bytes && k.max_upload_bytes >= 0 {
+                    c.fail(
+                        "uploads.max_upload_size",
+                        format!(
+                            "must be <= broker.max_upload_bytes ({}): one upload can never reserve more than the whole budget (got {size})",
+                            k.max_upload_bytes
+                        ),
+                    );
+                }
+                size
+            }
+        };
+        let max_upload_files =
+            c.count("uploads.max_upload_files", u.max_upload_files, 1, 1 << 20) as u32;
+        let write_lock_timeout =
+            c.seconds("uploads.write_lock_timeout", u.write_lock_timeout, true);
+
         let f = &self.features;
         if f.uploads && (max_leases == 0 || max_active_uploads == 0 || max_upload_bytes == 0) {
             c.fail(
@@ -293,6 +350,18 @@ impl RawConfig {
                     LogPolicy::Block => LogPolicy::Block,
                     LogPolicy::Drop => LogPolicy::Drop,
                 },
+            },
+            connections: ConnectionLimits {
+                request_head_timeout: head_timeout,
+                keep_alive_timeout: keep_alive,
+                tls_handshake_timeout: handshake,
+                send_timeout,
+                body_timeout,
+            },
+            uploads: UploadLimits {
+                max_upload_size,
+                max_upload_files,
+                write_lock_timeout,
             },
             features: self.features.clone(),
             aggregate_connection_limit: agg_conn,
@@ -468,6 +537,73 @@ mod tests {
         raw.broker.max_upload_bytes = 0;
         raw.broker.max_dav_locks = 0;
         assert!(raw.validate().is_ok());
+    }
+
+    #[test]
+    fn upload_limits_name_both_fields_of_an_inconsistent_pair() {
+        let mut raw = RawConfig::default();
+        raw.broker.max_upload_bytes = 10;
+        let v = raw
+            .validate()
+            .expect("an unset size follows a small budget");
+        assert_eq!(v.uploads().max_upload_size(), 10);
+        raw.uploads.max_upload_size = Some(100);
+        let err = raw.validate().expect_err("size above the budget");
+        assert_eq!(err.issues().len(), 1);
+        assert_eq!(err.issues()[0].field, "uploads.max_upload_size");
+        assert!(
+            err.issues()[0]
+                .rule
+                .contains("broker.max_upload_bytes (10)"),
+            "{}",
+            err.issues()[0].rule
+        );
+        raw.uploads.max_upload_size = Some(10);
+        assert_eq!(
+            raw.validate().expect("equal").uploads().max_upload_size(),
+            10
+        );
+        let v = RawConfig::default().validate().expect("defaults");
+        assert_eq!(v.uploads().max_upload_size(), 1 << 30);
+        assert_eq!(v.uploads().max_upload_files(), 1000);
+        let mut raw = RawConfig::default();
+        raw.uploads.max_upload_files = 0;
+        raw.uploads.write_lock_timeout = -1.0;
+        assert_eq!(
+            fields(&raw),
+            vec!["uploads.max_upload_files", "uploads.write_lock_timeout"]
+        );
+    }
+
+    #[test]
+    fn connection_deadlines_are_positive_and_bodies_time_out_before_leases() {
+        let v = RawConfig::default().validate().expect("defaults");
+        let n = v.connections();
+        assert_eq!(n.request_head_timeout(), Duration::from_secs(30));
+        assert_eq!(n.keep_alive_timeout(), Duration::from_secs(30));
+        assert_eq!(n.tls_handshake_timeout(), Duration::from_secs(10));
+        assert_eq!(n.send_timeout(), Duration::from_secs(60));
+        assert_eq!(n.body_timeout(), Duration::from_secs(20));
+        let mut raw = RawConfig::default();
+        raw.connections.request_head_timeout = 0.0;
+        raw.connections.keep_alive_timeout = f64::NAN;
+        raw.connections.tls_handshake_timeout = -1.0;
+        raw.connections.send_timeout = 0.0;
+        assert_eq!(
+            fields(&raw),
+            vec![
+                "connections.request_head_timeout",
+                "connections.keep_alive_timeout",
+                "connections.tls_handshake_timeout",
+                "connections.send_timeout"
+            ]
+        );
+        let mut raw = RawConfig::default();
+        raw.features.uploads = true;
+        raw.connections.body_timeout = 60.0;
+        assert_eq!(fields(&raw), vec!["connections.body_timeout"]);
+        raw.features.uploads = false;
+        assert!(raw.validate().is_ok(), "no leases without uploads");
     }
 
     #[test]

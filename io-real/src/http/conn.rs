@@ -12,13 +12,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
 use super::body::Body;
+use super::error::error_response;
 use super::plain_stream::{LastResponse, PlainStream};
 use super::site::Site;
-
-/// How long a peer may take to send a complete HTTP/1 request head (slow-loris bound).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+use super::validate;
+use super::watchdog::{Activity, Metered, Unanswered, Verdict, Watch, finishing};
 
 /// The largest request head (request line and header fields) accepted, in bytes. A larger
 /// HTTP/1 head is answered `431 Request Header Fields Too Large` by hyper and the connection
@@ -51,6 +52,10 @@ pub const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 /// [`FIRST_REQUEST_GRACE`] if no request comes; HTTP/2 sends GOAWAY at once, finishes open
 /// streams and closes. The future resolves when the connection is fully done, so a
 /// worker can await all of its connections to know that draining has finished.
+///
+/// Every state of the connection is under a deadline (the site's [`Deadlines`]; see
+/// [`super::watchdog`]), and the connection closes when its [`Activity`] is evicted while
+/// no request is in progress.
 pub async fn serve_connection<IO>(
     site: Arc<Site>,
     io: IO,
@@ -59,19 +64,31 @@ pub async fn serve_connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    serve(site, io, drain, requests, Transport::Plain, None).await;
+    let activity = Activity::new(Instant::now());
+    serve(site, io, drain, requests, Transport::Plain, None, activity).await;
 }
 
 /// [`serve_connection`] for an accepted cleartext socket, which also tells the stream when
-/// a response is the connection's last (see [`LastResponse`]).
+/// a response is the connection's last (see [`LastResponse`]), with the [`Activity`] its
+/// worker watches.
 pub async fn serve_plain(
     site: Arc<Site>,
     io: PlainStream,
     drain: watch::Receiver<bool>,
     requests: Arc<AtomicU64>,
+    activity: Arc<Activity>,
 ) {
     let last = io.last_response();
-    serve(site, io, drain, requests, Transport::Plain, Some(last)).await;
+    serve(
+        site,
+        io,
+        drain,
+        requests,
+        Transport::Plain,
+        Some(last),
+        activity,
+    )
+    .await;
 }
 
 /// What carries a connection's bytes, as far as responses care. The site cannot see it
@@ -88,17 +105,20 @@ pub enum Transport {
 }
 
 /// [`serve_connection`] for a connection whose transport is known, e.g. the stream
-/// returned by [`crate::tls::accept`] with [`Transport::Tls`].
+/// returned by [`crate::tls::accept`] with [`Transport::Tls`], with the [`Activity`] its
+/// worker watches (created when the connection was accepted, so the request-head deadline
+/// counts the handshake too).
 pub async fn serve_connection_over<IO>(
     site: Arc<Site>,
     io: IO,
     drain: watch::Receiver<bool>,
     requests: Arc<AtomicU64>,
     transport: Transport,
+    activity: Arc<Activity>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    serve(site, io, drain, requests, transport, None).await;
+    serve(site, io, drain, requests, transport, None, activity).await;
 }
 
 async fn serve<IO>(
@@ -108,17 +128,18 @@ async fn serve<IO>(
     requests: Arc<AtomicU64>,
     transport: Transport,
     last: Option<LastResponse>,
+    activity: Arc<Activity>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let draining = drain.clone();
-    // Requests started on this connection, and a wake-up for the loop below when one
-    // starts. A stored permit may be stale, so the loop compares counts, not wake-ups.
-    let started = Arc::new(AtomicU64::new(0));
+    let deadlines = *site.deadlines();
+    // A wake-up for the loop below when a request starts. A stored permit may be stale, so
+    // the loop compares counts, not wake-ups.
     let arrived = Arc::new(Notify::new());
     let is_h2 = Arc::new(AtomicBool::new(false));
-    let (started_in, arrived_in, is_h2_in) = (
-        Arc::clone(&started),
+    let (activity_in, arrived_in, is_h2_in) = (
+        Arc::clone(&activity),
         Arc::clone(&arrived),
         Arc::clone(&is_h2),
     );
@@ -133,7 +154,8 @@ async fn serve<IO>(
         } else {
             last.clone()
         };
-        started_in.fetch_add(1, Ordering::Release);
+        activity_in.request_started();
+        let unanswered = Unanswered::new(Arc::clone(&activity_in));
         arrived_in.notify_one();
         if transport != Transport::Plain {
             // Cleartext is what a request without the tag means; tagging only the others
@@ -143,7 +165,10 @@ async fn serve<IO>(
         async move {
             let version = req.version();
             let client_closes = last.is_some() && asks_to_close(&req);
-            let mut response = site.handle(req).await;
+            let mut response = match validate::check(&req) {
+                Ok(()) => site.handle(req).await,
+                Err(refused) => error_response(&refused.into()),
+            };
             mark_if_draining(&mut response, version, is_draining(&draining));
             if let Some(last) = last
                 && is_last_response(client_closes, &response)
@@ -151,24 +176,37 @@ async fn serve<IO>(
                 last.mark();
             }
             requests.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, Infallible>(response)
+            let (head, body) = response.into_parts();
+            let body = finishing(body, unanswered.answered());
+            Ok::<_, Infallible>(Response::from_parts(head, body))
         }
     });
 
     let mut builder = Builder::new(TokioExecutor::new());
+    // hyper's own header-read timer is off: it starts only once hyper-util has sniffed
+    // the protocol (so never for a silent peer) and bounds idle time and head together;
+    // the watchdog below bounds every state instead.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(Option::<Duration>::None)
         .max_buf_size(MAX_REQUEST_HEAD);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_REQUEST_HEAD as u32);
+    let io = Metered::new(io, Arc::clone(&activity));
     let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
 
-    let grace = tokio::time::sleep(HEADER_READ_TIMEOUT);
+    let mut watch = Watch::new(&activity);
+    let first_look = match activity.verdict(&mut watch, &deadlines, Instant::now()) {
+        Verdict::Recheck(at) => at,
+        Verdict::Expired(_) => Instant::now(),
+    };
+    let watchdog = tokio::time::sleep_until(first_look);
+    tokio::pin!(watchdog);
+    let grace = tokio::time::sleep(deadlines.request_head);
     tokio::pin!(grace);
     let mut drain_seen = false;
     let mut started_at_drain = 0;
@@ -182,10 +220,34 @@ async fn serve<IO>(
                 }
                 return;
             }
+            () = watchdog.as_mut() => {
+                match activity.verdict(&mut watch, &deadlines, Instant::now()) {
+                    Verdict::Recheck(at) => watchdog.as_mut().reset(at),
+                    Verdict::Expired(why) => {
+                        tracing::debug!(?why, "connection deadline passed");
+                        if shutting_down || !is_h2.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        // An idle HTTP/2 connection is told with GOAWAY, and given a
+                        // moment to take it before it is closed.
+                        conn.as_mut().graceful_shutdown();
+                        shutting_down = true;
+                        watchdog.as_mut().reset(Instant::now() + FIRST_REQUEST_GRACE);
+                    }
+                }
+            }
+            () = activity.evicted() => {
+                // The worker is full and picked this connection; a request that started
+                // since keeps it.
+                if !activity.in_progress() {
+                    tracing::debug!("closing an idle connection to admit a new one");
+                    return;
+                }
+            }
             // Before a drain nothing needs to know when a request starts (the drain reads
             // the count), so the loop is not woken for it.
             _ = arrived.notified(), if drain_seen && !shutting_down => {
-                if started.load(Ordering::Acquire) > started_at_drain {
+                if activity.started() > started_at_drain {
                     // A request that arrived while draining: its response says
                     // `Connection: close`, and the connection closes after it.
                     conn.as_mut().graceful_shutdown();
@@ -195,7 +257,7 @@ async fn serve<IO>(
             _ = drain.wait_for(|&d| d), if !drain_seen => {
                 tracing::debug!("draining connection");
                 drain_seen = true;
-                started_at_drain = started.load(Ordering::Acquire);
+                started_at_drain = activity.started();
                 if started_at_drain > 0 && is_h2.load(Ordering::Relaxed) {
                     // GOAWAY tells an HTTP/2 client exactly which streams were taken.
                     conn.as_mut().graceful_shutdown();

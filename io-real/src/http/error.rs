@@ -13,6 +13,7 @@ use super::mime;
 use super::path::PathError;
 use super::policy;
 use super::range;
+use super::validate::MessageError;
 use crate::write::WriteError;
 
 /// Everything that can stop a request from being served normally.
@@ -52,6 +53,9 @@ pub enum HttpError {
     /// An unexpected I/O failure; logged, reported to the peer as 500 without detail.
     #[error("internal I/O error: {0}")]
     Internal(#[source] io::Error),
+    /// The request message breaks HTTP/1.1's Host or framing rules; the connection closes.
+    #[error("bad request message: {0}")]
+    Message(#[from] MessageError),
     /// An upload did not happen (`--upload`); see [`WriteError`] for each status.
     #[error(transparent)]
     Write(#[from] WriteError),
@@ -124,6 +128,8 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         HttpError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
         HttpError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         HttpError::Internal(_) | HttpError::Root { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        HttpError::Message(MessageError::UnsupportedTransferCoding) => StatusCode::NOT_IMPLEMENTED,
+        HttpError::Message(_) => StatusCode::BAD_REQUEST,
         HttpError::Write(e) => write_status(e),
     };
     if status.is_server_error() {
@@ -131,11 +137,12 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
     } else {
         tracing::debug!(error = %err, %status, "request refused");
     }
-    let text = format!(
-        "{} {}\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or("Error")
-    );
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let text = match err {
+        // What exactly is wrong with the message: a fixed text, nothing from the peer.
+        HttpError::Message(why) => format!("{} {reason}: {why}\n", status.as_u16()),
+        _ => format!("{} {reason}\n", status.as_u16()),
+    };
     let mut response = Response::new(body::full(text.clone()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -170,6 +177,11 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         HttpError::Write(e) if e.is_unavailable() => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        HttpError::Message(_) | HttpError::Write(WriteError::BodyTimeout(_)) => {
+            // The rest of the body is never read: the connection cannot carry another
+            // request (RFC 9110 §15.5.9).
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         HttpError::Write(WriteError::RangeGap { have, .. }) if *have > 0 => {
             // What is held, so the client can resume without asking.
             if let Ok(value) = HeaderValue::from_str(&format!("bytes=0-{}", have - 1)) {
@@ -200,7 +212,10 @@ fn write_status(e: &WriteError) -> StatusCode {
         | WriteError::RangeMismatch { .. }
         | WriteError::Moved => StatusCode::CONFLICT,
         WriteError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-        WriteError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        WriteError::TooLarge { .. } | WriteError::TooManyFiles { .. } => {
+            StatusCode::PAYLOAD_TOO_LARGE
+        }
+        WriteError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
         WriteError::Forbidden => StatusCode::FORBIDDEN,
         WriteError::Incomplete { .. } | WriteError::Body(_) | WriteError::BadRequest(_) => {
             StatusCode::BAD_REQUEST

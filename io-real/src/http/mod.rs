@@ -32,6 +32,8 @@ pub mod single_flight;
 pub mod site;
 mod sync;
 pub mod upload;
+pub mod validate;
+pub mod watchdog;
 
 pub use body::Body;
 pub use conn::{Transport, serve_connection, serve_connection_over, serve_plain};
@@ -40,3 +42,4 @@ pub use error::{HttpError, error_response};
 pub use file_cache::SETTLE as FILE_CACHE_SETTLE;
 pub use plain_stream::{LastResponse, PlainStream};
 pub use site::{Site, SiteConfig};
+pub use watchdog::{Activity, Deadlines};

@@ -39,6 +39,7 @@ use super::policy::{self, Credential};
 use super::range::{self, RangeDecision};
 use super::single_flight::SingleFlight;
 use super::upload::{UploadConfig, Uploads};
+use super::watchdog::Deadlines;
 
 /// Files up to this size are read whole while opening them, when the page cache holds
 /// them (one read); larger ones are streamed in [`body::CHUNK_SIZE`] chunks. One chunk: a
@@ -99,6 +100,8 @@ pub struct SiteConfig {
     /// Accept `PUT` and multipart `POST` uploads through the worker's broker client
     /// (`--upload`); `None` keeps the site read-only.
     pub uploads: Option<UploadConfig>,
+    /// The deadline of every connection state (see [`super::watchdog`]).
+    pub deadlines: Deadlines,
 }
 
 impl Default for SiteConfig {
@@ -118,6 +121,7 @@ impl Default for SiteConfig {
             security_headers: true,
             hsts: false,
             uploads: None,
+            deadlines: Deadlines::default(),
         }
     }
 }
@@ -142,6 +146,7 @@ pub struct Site {
     security_headers: bool,
     hsts: bool,
     uploads: Option<Uploads>,
+    deadlines: Deadlines,
 }
 
 impl Site {
@@ -176,7 +181,13 @@ impl Site {
             security_headers: config.security_headers,
             hsts: config.hsts,
             uploads,
+            deadlines: config.deadlines,
         })
+    }
+
+    /// The connection deadlines this site's connections are served under.
+    pub fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
     }
 
     /// The per-worker cache of encoded files (exposed for budget reporting and tests).

@@ -21,6 +21,7 @@ use tokio::runtime::Handle;
 use super::io::{Inbound, InboundTx};
 use crate::cli::WORKER_SUBCOMMAND;
 use crate::fdpass::{self, FdPassError};
+use crate::http::Deadlines;
 use crate::worker::args::SiteFlags;
 use crate::write::args::UploadArgs;
 
@@ -124,6 +125,8 @@ struct GenerationTerms {
     /// `--upload` and its settings, some of which (the largest upload, the broker's
     /// reply timeout and queue bound) follow reloadable broker fields.
     upload_args: Vec<String>,
+    /// The connection deadlines ([`Deadlines::to_args`]).
+    deadline_args: Vec<String>,
 }
 
 impl Launcher {
@@ -164,6 +167,7 @@ impl Launcher {
         let terms = GenerationTerms {
             budget: WorkerBudget::of(config),
             upload_args: self.upload.worker_args(config),
+            deadline_args: Deadlines::of(config).to_args(),
         };
         self.generations.insert(generation.0, terms);
     }
@@ -204,6 +208,7 @@ impl Launcher {
                 runtime_threads: 0,
             },
             upload_args: Vec::new(),
+            deadline_args: Vec::new(),
         });
         let budget = terms.budget;
         let mut cmd = tokio::process::Command::new(self.program());
@@ -229,6 +234,7 @@ impl Launcher {
             .arg(budget.runtime_threads.to_string());
         cmd.args(self.site.flags.to_args());
         cmd.args(&terms.upload_args);
+        cmd.args(&terms.deadline_args);
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C
             // meant for the parent does not hit the workers directly.

@@ -111,6 +111,9 @@ fn core_status_json(s: &Status) -> Value {
 pub fn config_json(c: &ValidConfig) -> Value {
     let r = c.recovery();
     let b = c.budgets();
+    let n = c.connections();
+    let k = c.broker();
+    let u = c.uploads();
     let secs = |d: Duration| d.as_secs_f64();
     json!({
         "workers": c.workers(),
@@ -136,6 +139,29 @@ pub fn config_json(c: &ValidConfig) -> Value {
             "max_blocking_threads": b.max_blocking_threads(),
             "compression_cache_size": b.compression_cache_size(),
             "file_cache_size": b.file_cache_size(),
+        },
+        "connections": {
+            "request_head_timeout": secs(n.request_head_timeout()),
+            "keep_alive_timeout": secs(n.keep_alive_timeout()),
+            "tls_handshake_timeout": secs(n.tls_handshake_timeout()),
+            "send_timeout": secs(n.send_timeout()),
+            "body_timeout": secs(n.body_timeout()),
+        },
+        "broker": {
+            "max_active_uploads": k.max_active_uploads(),
+            "max_upload_bytes": k.max_upload_bytes(),
+            "max_partial_uploads": k.max_partial_uploads(),
+            "max_leases": k.max_leases(),
+            "lease_ttl": secs(k.lease_ttl()),
+            "partial_ttl": secs(k.partial_ttl()),
+            "reply_timeout": secs(k.reply_timeout()),
+            "queue_capacity": k.queue_capacity(),
+        },
+        "uploads": {
+            "enabled": c.features().uploads,
+            "max_upload_size": u.max_upload_size(),
+            "max_upload_files": u.max_upload_files(),
+            "write_lock_timeout": secs(u.write_lock_timeout()),
         },
         "aggregate_connection_limit": c.aggregate_connection_limit(),
         "aggregate_compression_cache_size": c.aggregate_compression_cache_size(),

@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use crate::http::Deadlines;
 use crate::write::args::{DEFAULT_MAX_UPLOAD_SIZE, UploadWorkerArgs};
 
 /// How every worker serves, as the parent passes it on their command lines (nothing
@@ -97,6 +98,8 @@ pub struct WorkerArgs {
     pub runtime_threads: u32,
     pub site: SiteFlags,
     pub upload: UploadWorkerArgs,
+    /// The connection deadlines (`Deadlines::to_args`); the defaults when not given.
+    pub deadlines: Deadlines,
 }
 
 impl WorkerArgs {
@@ -120,10 +123,12 @@ impl WorkerArgs {
             file_cache_size: 0,
             runtime_threads: 0,
             site: SiteFlags::default(),
+            deadlines: Deadlines::default(),
             upload: UploadWorkerArgs {
                 upload: false,
                 allow_overwrite: false,
                 max_upload_size: DEFAULT_MAX_UPLOAD_SIZE,
+                max_upload_files: 1000,
                 write_lock_timeout_ms: 0,
                 broker_queue_capacity: 64,
                 broker_reply_timeout_ms: 2000,
@@ -140,6 +145,13 @@ impl WorkerArgs {
             if w.site.read(&name, &mut value)? {
                 continue;
             }
+            if Deadlines::knows(&name) {
+                let v = value()?;
+                if let Some(read) = w.deadlines.read(&name, v.to_str().unwrap_or_default()) {
+                    read?;
+                }
+                continue;
+            }
             match name.as_str() {
                 "--root" => root = Some(PathBuf::from(value()?)),
                 "--worker-id" => worker_id = Some(number(&name, value()?)?),
@@ -153,6 +165,7 @@ impl WorkerArgs {
                 "--file-cache-size" => file_cache_size = Some(number(&name, value()?)?),
                 "--runtime-threads" => w.runtime_threads = number(&name, value()?)?,
                 "--max-upload-size" => w.upload.max_upload_size = number(&name, value()?)?,
+                "--max-upload-files" => w.upload.max_upload_files = number(&name, value()?)?,
                 "--write-lock-timeout-ms" => {
                     w.upload.write_lock_timeout_ms = number(&name, value()?)?
                 }

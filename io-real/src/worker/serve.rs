@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 use super::WorkerArgs;
 use super::WorkerError;
+use super::admission::Admission;
 use super::broker::BrokerHandle;
 use super::control_writer::ControlWriter;
 use super::fault::Fault;
@@ -34,7 +35,9 @@ use crate::clock::Clock;
 use crate::fdpass;
 use crate::http::conn::FIRST_REQUEST_GRACE;
 use crate::http::policy::Credential;
-use crate::http::{PlainStream, Site, SiteConfig, Transport, serve_connection_over, serve_plain};
+use crate::http::{
+    Activity, PlainStream, Site, SiteConfig, Transport, serve_connection_over, serve_plain,
+};
 use crate::tls::{self, Identity, TlsAcceptor, TlsStream};
 
 /// How long the frames still queued (a startup failure's text above all) may take to
@@ -90,7 +93,10 @@ pub(super) async fn run(
             cache_max_age: args.site.cache,
             security_headers: !args.site.no_security_headers,
             hsts: args.site.hsts,
-            uploads: args.upload.config(args.worker_id, &broker),
+            uploads: args
+                .upload
+                .config(args.worker_id, &broker, args.deadlines.body),
+            deadlines: args.deadlines,
             ..Default::default()
         },
         tls_wanted: args.site.tls,
@@ -99,6 +105,7 @@ pub(super) async fn run(
         tls: None,
         listeners,
         max_connections: args.max_connections.max(1),
+        admission: Admission::default(),
         drain: watch::channel(false).0,
         requests: Arc::new(AtomicU64::new(0)),
         closed_tx,
@@ -136,12 +143,13 @@ fn prepare_listener(listener: std::net::TcpListener) -> io::Result<std::net::Tcp
     Ok(listener)
 }
 
-/// Tells the lifecycle task that a connection has ended, however its task ends.
-struct ClosedGuard(UnboundedSender<()>);
+/// Tells the lifecycle task that a connection has ended, however its task ends, with the
+/// index [`Admission`] holds it under.
+struct ClosedGuard(UnboundedSender<usize>, usize);
 
 impl Drop for ClosedGuard {
     fn drop(&mut self) {
-        let _ = self.0.send(());
+        let _ = self.0.send(self.1);
     }
 }
 
@@ -171,10 +179,12 @@ struct Worker {
     tls: Option<TlsAcceptor>,
     listeners: Vec<TcpListener>,
     max_connections: u32,
+    /// The connections held, to choose one to close when full.
+    admission: Admission,
     drain: watch::Sender<bool>,
     requests: Arc<AtomicU64>,
-    closed_tx: UnboundedSender<()>,
-    closed_rx: UnboundedReceiver<()>,
+    closed_tx: UnboundedSender<usize>,
+    closed_rx: UnboundedReceiver<usize>,
     out: Arc<ControlWriter>,
     control_open: bool,
     ready_flushed: bool,
@@ -233,9 +243,7 @@ impl Worker {
                 .life
                 .poll_timeout()
                 .map(|t| tokio::time::Instant::from_std(self.clock.to_std(t)));
-            let can_accept = self.life.accepting()
-                && !self.listeners.is_empty()
-                && self.life.in_flight() < self.max_connections;
+            let can_accept = self.life.accepting() && !self.listeners.is_empty() && self.has_room();
             tokio::select! {
                 read = rd.read(&mut buf), if self.control_open => match read {
                     Ok(0) => self.control_closed("EOF"),
@@ -249,11 +257,13 @@ impl Worker {
                         self.life.terminate(self.clock.now());
                     }
                 }
-                Some(()) = self.closed_rx.recv() => {
+                Some(index) = self.closed_rx.recv() => {
                     // Every close that is already queued, in one pass.
                     let now = self.clock.now();
+                    self.admission.closed(index);
                     self.life.connection_closed(now);
-                    while self.closed_rx.try_recv().is_ok() {
+                    while let Ok(index) = self.closed_rx.try_recv() {
+                        self.admission.closed(index);
                         self.life.connection_closed(now);
                     }
                     self.sync_requests();
@@ -266,6 +276,17 @@ impl Worker {
                 accepted = accept_any(&self.listeners), if can_accept => self.admit(accepted).await,
             }
         }
+    }
+
+    /// Whether another connection may be accepted: below the limit (not counting those
+    /// already asked to close), or full with one that may be closed to make room.
+    fn has_room(&self) -> bool {
+        let held = self.life.in_flight();
+        if held < self.max_connections {
+            return true;
+        }
+        let closing = u32::try_from(self.admission.closing()).unwrap_or(u32::MAX);
+        held.saturating_sub(closing) < self.max_connections || self.admission.can_make_room()
     }
 
     fn send(&self, message: &WorkerMessage) {
@@ -360,10 +381,18 @@ impl Worker {
         if !ACCEPTED_INHERIT_NODELAY {
             let _ = stream.set_nodelay(true);
         }
+        let closing = u32::try_from(self.admission.closing()).unwrap_or(u32::MAX);
+        if self.life.in_flight().saturating_sub(closing) >= self.max_connections {
+            // Full: the longest-waiting connection without a request makes room (chosen
+            // before this one is counted, which has not had a chance to send anything).
+            self.admission.make_room();
+        }
         self.life.connection_opened();
+        let activity = Activity::new(tokio::time::Instant::now());
+        let index = self.admission.admit(Arc::clone(&activity));
         let drain = self.drain.subscribe();
         let requests = Arc::clone(&self.requests);
-        let closed = ClosedGuard(self.closed_tx.clone());
+        let closed = ClosedGuard(self.closed_tx.clone(), index);
         // One task per transport: the cleartext task's future is then sized for cleartext
         // alone, not for the TLS stream and handshake it would never hold (it is moved
         // into the task, and its state moved as it starts).
@@ -371,16 +400,20 @@ impl Worker {
             None => {
                 tokio::spawn(async move {
                     let _closed = closed;
-                    serve_plain(site, PlainStream::new(stream), drain, requests).await;
+                    let stream = PlainStream::new(stream);
+                    serve_plain(site, stream, drain, requests, activity).await;
                 });
             }
             Some(acceptor) => {
                 tokio::spawn(async move {
                     let _closed = closed;
-                    let Some(stream) = handshake(&acceptor, stream, drain.clone()).await else {
+                    let limit = site.deadlines().tls_handshake;
+                    let handshake = handshake(&acceptor, stream, drain.clone(), &activity, limit);
+                    let Some(stream) = handshake.await else {
                         return;
                     };
-                    serve_connection_over(site, stream, drain, requests, Transport::Tls).await;
+                    let tls = Transport::Tls;
+                    serve_connection_over(site, stream, drain, requests, tls, activity).await;
                 });
             }
         }
@@ -416,21 +449,24 @@ fn crash() -> ! {
     std::process::abort()
 }
 
-/// The TLS handshake of one accepted connection, bounded by [`tls::HANDSHAKE_TIMEOUT`]
-/// and, once the worker drains, by [`FIRST_REQUEST_GRACE`]: a client that has not even
-/// finished its handshake gets the same grace as one that has not sent its first request,
-/// so a slow or silent peer cannot hold up a drain.
+/// The TLS handshake of one accepted connection, bounded by `limit` (the
+/// `--tls-handshake-timeout`) and, once the worker drains, by [`FIRST_REQUEST_GRACE`]: a
+/// client that has not even finished its handshake gets the same grace as one that has
+/// not sent its first request, so a slow or silent peer cannot hold up a drain. A full
+/// worker may also close it to make room ([`Admission`]).
 async fn handshake(
     acceptor: &TlsAcceptor,
     stream: TcpStream,
     mut drain: watch::Receiver<bool>,
+    activity: &Activity,
+    limit: Duration,
 ) -> Option<TlsStream<TcpStream>> {
     let grace = async {
         let _ = drain.wait_for(|&d| d).await;
         tokio::time::sleep(FIRST_REQUEST_GRACE).await;
     };
     tokio::select! {
-        result = tls::accept(acceptor, stream) => match result {
+        result = tls::accept(acceptor, stream, limit) => match result {
             Ok(stream) => Some(stream),
             Err(e) => {
                 // Scanners and clients that distrust the certificate: routine.
@@ -440,6 +476,10 @@ async fn handshake(
         },
         () = grace => {
             tracing::debug!("draining: TLS handshake not finished within the grace");
+            None
+        }
+        () = activity.evicted() => {
+            tracing::debug!("closing a connection still in its TLS handshake to admit a new one");
             None
         }
     }

@@ -5,33 +5,30 @@
 //! The global budgets (`--max-active-uploads`, `--max-upload-bytes`,
 //! `--max-partial-uploads`), the broker's reply timeout and its per-worker queue bound
 //! are `RawConfig.broker` fields:
-//! the parent's broker enforces them for the whole service, never per worker. The rest
-//! shapes how each worker writes and is passed to it on its command line (nothing here is
-//! secret).
+//! the parent's broker enforces them for the whole service, never per worker. The
+//! per-request limits (`--max-upload-size`, `--max-upload-files`, `--write-lock-timeout`)
+//! are `RawConfig.uploads` fields, so validation checks them against the budgets and
+//! `--check-config` shows them. What shapes how each worker writes is passed to it on its
+//! command line (nothing here is secret).
 
 use std::time::Duration;
 
 use clap::Args;
 use servery_core::ValidConfig;
-use servery_core::config::RawBroker;
+use servery_core::config::{RawBroker, RawUploads};
 
 use super::WriteSettings;
 use crate::http::upload::UploadConfig;
 use crate::worker::broker::BrokerHandle;
 
-/// The default largest single upload: an eighth of the default global byte budget, so a
-/// few uploads without a `Content-Length` (which reserve this much) do not exhaust it.
-pub const DEFAULT_MAX_UPLOAD_SIZE: u64 = 1 << 30;
+pub use servery_core::config::DEFAULT_MAX_UPLOAD_SIZE;
 
 fn broker() -> RawBroker {
     RawBroker::default()
 }
 
-fn non_negative_secs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("expected a number of seconds >= 0, got `{s}`")),
-    }
+fn uploads() -> RawUploads {
+    RawUploads::default()
 }
 
 /// Uploads (`--upload`) and their global budgets.
@@ -46,12 +43,22 @@ pub struct UploadArgs {
     /// Let uploads replace existing files (off: 409 Conflict).
     #[arg(long, env = "SERVERY_ALLOW_OVERWRITE", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_overwrite: bool,
-    /// Largest single upload in bytes [default: 1 GiB, at most --max-upload-bytes]. An
-    /// upload without Content-Length reserves this much of the global byte budget.
-    #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_UPLOAD_SIZE")]
-    pub max_upload_size: Option<u64>,
+    /// Largest single upload in bytes [default: 1 GiB or --max-upload-bytes, whichever is
+    /// smaller; never more than --max-upload-bytes]. An upload without Content-Length
+    /// reserves this much of the global byte budget.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        env = "SERVERY_MAX_UPLOAD_SIZE",
+        allow_negative_numbers = true
+    )]
+    pub max_upload_size: Option<i64>,
+    /// Files one multipart POST may create; the request is refused (413) before the one
+    /// past the limit is written.
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_UPLOAD_FILES", default_value_t = uploads().max_upload_files, allow_negative_numbers = true)]
+    pub max_upload_files: i64,
     /// How long an upload waits for a target another upload is writing (0: 409 at once).
-    #[arg(long, value_name = "SECS", env = "SERVERY_WRITE_LOCK_TIMEOUT", default_value_t = 0.0, value_parser = non_negative_secs)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_WRITE_LOCK_TIMEOUT", default_value_t = uploads().write_lock_timeout, allow_negative_numbers = true)]
     pub write_lock_timeout: f64,
     /// Uploads in progress at once, service-wide; more get 503 before their body is read.
     #[arg(long, value_name = "N", env = "SERVERY_MAX_ACTIVE_UPLOADS", default_value_t = broker().max_active_uploads, allow_negative_numbers = true)]
@@ -80,6 +87,9 @@ impl UploadArgs {
         raw.broker.max_partial_uploads = self.max_partial_uploads;
         raw.broker.reply_timeout = self.broker_reply_timeout;
         raw.broker.queue_capacity = self.broker_queue_capacity;
+        raw.uploads.max_upload_size = self.max_upload_size;
+        raw.uploads.max_upload_files = self.max_upload_files;
+        raw.uploads.write_lock_timeout = self.write_lock_timeout;
     }
 
     /// The worker arguments for a validated configuration; empty when uploads are off.
@@ -88,18 +98,16 @@ impl UploadArgs {
             return Vec::new();
         }
         let b = config.broker();
-        // A single upload can never be larger than the global byte budget.
-        let max = self
-            .max_upload_size
-            .unwrap_or(DEFAULT_MAX_UPLOAD_SIZE)
-            .min(b.max_upload_bytes());
+        let u = config.uploads();
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).to_string();
         let mut args = vec![
             "--upload".to_owned(),
             "--max-upload-size".to_owned(),
-            max.to_string(),
+            u.max_upload_size().to_string(),
+            "--max-upload-files".to_owned(),
+            u.max_upload_files().to_string(),
             "--write-lock-timeout-ms".to_owned(),
-            ms(Duration::from_secs_f64(self.write_lock_timeout)),
+            ms(u.write_lock_timeout()),
             "--broker-queue-capacity".to_owned(),
             b.queue_capacity().to_string(),
             "--broker-reply-timeout-ms".to_owned(),
@@ -120,6 +128,7 @@ pub struct UploadWorkerArgs {
     pub upload: bool,
     pub allow_overwrite: bool,
     pub max_upload_size: u64,
+    pub max_upload_files: u32,
     pub write_lock_timeout_ms: u64,
     pub broker_queue_capacity: u32,
     pub broker_reply_timeout_ms: u64,
@@ -135,8 +144,14 @@ impl UploadWorkerArgs {
         )
     }
 
-    /// The site's upload configuration, when uploads are on.
-    pub fn config(&self, worker_id: u64, broker: &BrokerHandle) -> Option<UploadConfig> {
+    /// The site's upload configuration, when uploads are on. `body_timeout` is the
+    /// connection deadline for a body that stops delivering bytes.
+    pub fn config(
+        &self,
+        worker_id: u64,
+        broker: &BrokerHandle,
+        body_timeout: Duration,
+    ) -> Option<UploadConfig> {
         // The broker round-trip measurement, when asked for (docs/benchmarks.md).
         broker.spawn_bench_from_env(worker_id);
         self.upload.then(|| UploadConfig {
@@ -144,6 +159,8 @@ impl UploadWorkerArgs {
                 worker_id,
                 allow_overwrite: self.allow_overwrite,
                 max_upload_size: self.max_upload_size,
+                max_upload_files: self.max_upload_files,
+                body_timeout,
                 write_lock_timeout: Duration::from_millis(self.write_lock_timeout_ms),
                 partial_ttl: Duration::from_millis(self.partial_ttl_ms),
             },

@@ -63,6 +63,10 @@ pub struct WriteSettings {
     pub allow_overwrite: bool,
     /// The largest single upload, in bytes (already capped by the global byte budget).
     pub max_upload_size: u64,
+    /// Files one multipart request may create (413 before the next one is written).
+    pub max_upload_files: u32,
+    /// A body that delivers no byte this long ends its upload with 408.
+    pub body_timeout: Duration,
     /// How long a writer waits for a target another writer holds (0: 409 at once).
     pub write_lock_timeout: Duration,
     /// A resumable upload untouched this long is abandoned (the broker's `partial_ttl`).
@@ -75,6 +79,8 @@ impl Default for WriteSettings {
             worker_id: 0,
             allow_overwrite: false,
             max_upload_size: 1 << 30,
+            max_upload_files: 1000,
+            body_timeout: Duration::from_secs(20),
             write_lock_timeout: Duration::ZERO,
             partial_ttl: Duration::from_secs(24 * 3600),
         }
@@ -121,6 +127,14 @@ pub enum WriteError {
     /// The body ended before its announced length (the client went away): 400.
     #[error("the request body ended early ({received} of {expected} bytes)")]
     Incomplete { received: u64, expected: u64 },
+    /// The body delivered no byte for the body timeout: 408, and the connection closes
+    /// (what the peer still sends is not read).
+    #[error("the request body stalled for {0:?}")]
+    BodyTimeout(Duration),
+    /// A multipart request holds more files than one request may create: 413, before
+    /// the first file past the limit is written (the earlier ones stay published).
+    #[error("the form holds more than {limit} files")]
+    TooManyFiles { limit: u32 },
     /// The body could not be read (connection reset, protocol error): 400.
     #[error("the request body could not be read: {0}")]
     Body(String),

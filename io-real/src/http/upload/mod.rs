@@ -19,6 +19,7 @@ pub mod multipart;
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use cap_std::fs::Dir;
@@ -58,12 +59,27 @@ pub struct Uploads {
 }
 
 /// The request body as an upload's content: counts every byte against `limit` (the
-/// reserved bound: 413 beyond it) and reports a body shorter than its `Content-Length`.
+/// reserved bound: 413 beyond it), reports a body shorter than its `Content-Length`, and
+/// ends the upload (408) when the body delivers nothing for `stall` — the reservation and
+/// lease are then released by the write flow at once, long before the lease would expire.
 struct BodySource<B> {
     body: B,
     read: u64,
     limit: u64,
     expected: Option<u64>,
+    stall: Duration,
+}
+
+impl<B> BodySource<B> {
+    fn new(body: B, limit: u64, expected: Option<u64>, stall: Duration) -> Self {
+        BodySource {
+            body,
+            read: 0,
+            limit,
+            expected,
+            stall,
+        }
+    }
 }
 
 impl<B> ChunkSource for BodySource<B>
@@ -73,7 +89,10 @@ where
 {
     async fn next_chunk(&mut self) -> Option<Result<Bytes, WriteError>> {
         loop {
-            match self.body.frame().await {
+            let Ok(frame) = tokio::time::timeout(self.stall, self.body.frame()).await else {
+                return Some(Err(WriteError::BodyTimeout(self.stall)));
+            };
+            match frame {
                 None => {
                     return match self.expected {
                         Some(expected) if self.read < expected => {
@@ -191,6 +210,10 @@ impl Uploads {
         response
     }
 
+    fn stall(&self) -> Duration {
+        self.writer.settings.body_timeout
+    }
+
     fn path(&self, parts: &Parts) -> Result<RequestPath, WriteError> {
         RequestPath::parse(parts.uri.path(), self.show_hidden).map_err(|e| {
             match HttpError::from(e) {
@@ -244,12 +267,7 @@ impl Uploads {
             None => {
                 let bytes = length.unwrap_or(limit);
                 let mut reservation = Grant::reserve_upload(&self.writer.broker, bytes).await?;
-                let mut source = BodySource {
-                    body,
-                    read: 0,
-                    limit: bytes,
-                    expected: length,
-                };
+                let mut source = BodySource::new(body, bytes, length, self.stall());
                 let published = write_file(
                     &self.writer,
                     &target,
@@ -272,12 +290,7 @@ impl Uploads {
                         "Content-Length differs from the Content-Range",
                     ));
                 }
-                let mut source = BodySource {
-                    body,
-                    read: 0,
-                    limit: len,
-                    expected: Some(len),
-                };
+                let mut source = BodySource::new(body, len, Some(len), self.stall());
                 match partial::chunk(
                     &self.writer,
                     target,
@@ -327,13 +340,9 @@ impl Uploads {
         let mut reservation = Grant::reserve_upload(&self.writer.broker, bytes).await?;
         let mut form = Form {
             parser,
-            body: BodySource {
-                body,
-                read: 0,
-                limit: bytes,
-                expected: length,
-            },
+            body: BodySource::new(body, bytes, length, self.stall()),
         };
+        let max_files = self.writer.settings.max_upload_files;
         let mut files = 0;
         loop {
             match form.next_event().await? {
@@ -344,6 +353,9 @@ impl Uploads {
                         while !matches!(form.next_event().await?, Event::PartEnd) {}
                         continue;
                     };
+                    if files >= max_files {
+                        return Err(WriteError::TooManyFiles { limit: max_files });
+                    }
                     let name = multipart::basename(&filename).to_owned();
                     check_name(&name, self.show_hidden)?;
                     let root = Arc::clone(&self.writer.root);

@@ -1,0 +1,144 @@
+//! Which connections a worker holds, so that when it is full a silent or idle one makes
+//! room for a new one instead of every new client waiting behind it.
+//!
+//! A worker admits up to `max_connections` at once. Without this, a few hundred peers that
+//! connect and say nothing hold every slot until their deadlines pass, and every real
+//! client waits in the backlog meanwhile (nginx's reusable connections and Apache's
+//! `mod_reqtimeout` defend the same way). When the worker is full, a new connection is
+//! still accepted if some connection has no request in progress; the one to close is the
+//! longest-waiting connection that has never completed a request head, or, if none, the
+//! longest-idle keep-alive connection. A connection with a request in progress is never
+//! chosen: its client is being served.
+
+use std::sync::Arc;
+
+use crate::http::Activity;
+
+/// The connections a worker holds, each under the index its close is reported with.
+#[derive(Debug, Default)]
+pub struct Admission {
+    slots: Vec<Option<Held>>,
+    free: Vec<usize>,
+}
+
+#[derive(Debug)]
+struct Held {
+    activity: Arc<Activity>,
+    /// Asked to close already: not chosen again.
+    evicted: bool,
+}
+
+impl Admission {
+    /// Records a new connection; its close is reported with the returned index.
+    pub fn admit(&mut self, activity: Arc<Activity>) -> usize {
+        let held = Some(Held {
+            activity,
+            evicted: false,
+        });
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = held;
+                i
+            }
+            None => {
+                self.slots.push(held);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// The connection at `index` has ended.
+    pub fn closed(&mut self, index: usize) {
+        if let Some(slot) = self.slots.get_mut(index)
+            && slot.take().is_some()
+        {
+            self.free.push(index);
+        }
+    }
+
+    /// Connections held, including those asked to close that have not yet.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Connections asked to close that have not yet.
+    pub fn closing(&self) -> usize {
+        self.slots.iter().flatten().filter(|h| h.evicted).count()
+    }
+
+    /// The connection to close to make room, if any may be closed.
+    fn victim(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                let h = h.as_ref().filter(|h| !h.evicted)?;
+                let (since, never) = h.activity.idle_since()?;
+                // Never-requested first, then the longest waiting.
+                Some(((!never, since), i))
+            })
+            .min_by_key(|(key, _)| *key)
+            .map(|(_, i)| i)
+    }
+
+    /// Whether some connection could be closed to make room.
+    pub fn can_make_room(&self) -> bool {
+        self.victim().is_some()
+    }
+
+    /// Asks the chosen connection to close; false if none may be closed.
+    pub fn make_room(&mut self) -> bool {
+        let Some(i) = self.victim() else {
+            return false;
+        };
+        if let Some(held) = self.slots[i].as_mut() {
+            held.evicted = true;
+            held.activity.evict();
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn the_oldest_never_requested_connection_goes_first_and_busy_ones_never() {
+        let t0 = Instant::now();
+        let mut a = Admission::default();
+        let busy = Activity::new(t0);
+        busy.request_started();
+        let old_silent = Activity::new(t0 + Duration::from_secs(1));
+        let new_silent = Activity::new(t0 + Duration::from_secs(2));
+        let busy_i = a.admit(Arc::clone(&busy));
+        let new_i = a.admit(Arc::clone(&new_silent));
+        let old_i = a.admit(Arc::clone(&old_silent));
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.victim(), Some(old_i));
+        assert!(a.make_room());
+        assert_eq!(a.closing(), 1);
+        assert_eq!(
+            a.victim(),
+            Some(new_i),
+            "an evicted one is not chosen again"
+        );
+        assert!(a.make_room());
+        assert!(
+            !a.can_make_room(),
+            "a connection in progress is never chosen"
+        );
+        assert!(!a.make_room());
+        a.closed(old_i);
+        a.closed(new_i);
+        a.closed(new_i);
+        assert_eq!(a.len(), 1);
+        let reused = a.admit(Activity::new(t0));
+        assert!(reused == old_i || reused == new_i, "indices are reused");
+        a.closed(busy_i);
+        assert_eq!(a.len(), 1);
+    }
+}
