@@ -23,9 +23,14 @@ Signals:
   SIGTERM / SIGINT stop gracefully (drain, then exit); SIGHUP reloads the configuration
   from the original command line and environment (same as `servery ctl reload`).
 
+Operator files:
+  --tls-cert and --tls-key are read once, at most 256 KiB each; a larger file, or a
+  device or FIFO that streams more, is a configuration error.
+
 Exit codes:
-  0 clean stop, 1 runtime error (e.g. cannot bind), 2 configuration error,
-  3 the first generation failed to start, 4 the crash restart limit was exceeded.";
+  0 clean stop, 1 runtime error (e.g. cannot bind), 2 configuration error (e.g. an
+  unreadable or oversized --tls-cert), 3 the first generation failed to start, 4 the
+  crash restart limit was exceeded.";
 
 /// Share a directory over HTTP from supervised worker processes.
 #[derive(Debug, Parser)]
