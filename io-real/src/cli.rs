@@ -16,15 +16,24 @@ use crate::http::SiteConfig;
 const AFTER_HELP: &str = "\
 Control socket:
   The parent listens for `servery ctl` on a Unix socket: --control-socket PATH, or by
-  default $XDG_RUNTIME_DIR/servery-<port>.sock, or /tmp/servery-<uid>-<port>.sock when
-  XDG_RUNTIME_DIR is unset. It is removed on exit.
+  default $XDG_RUNTIME_DIR/servery-<port>.sock, or, when XDG_RUNTIME_DIR is unset,
+  ${TMPDIR:-/tmp}/servery-<uid>/servery-<port>.sock in a directory servery creates
+  mode 0700 (an existing one must be a real directory of the same user, mode 0700).
+  The socket is created mode 0600 and removed on exit. The parent answers only
+  clients of its own user or root, and `servery ctl` talks only to a socket, and a
+  process, of its own user or root.
 
 Signals:
   SIGTERM / SIGINT stop gracefully (drain, then exit); SIGHUP reloads the configuration
   from the original command line and environment (same as `servery ctl reload`).
 
+Operator files:
+  --tls-cert and --tls-key are read once, at most 256 KiB each; a larger file, or a
+  device or FIFO that streams more, is a configuration error.
+
 Exit codes:
-  0 clean stop, 1 runtime error (e.g. cannot bind), 2 configuration error,
+  0 clean stop, 1 runtime error (e.g. cannot bind, an unsafe control socket
+  directory), 2 configuration error (e.g. an unreadable or oversized --tls-cert),
   3 the first generation failed to start, 4 the crash restart limit was exceeded.";
 
 /// Share a directory over HTTP from supervised worker processes.

@@ -1,10 +1,18 @@
 //! `servery ctl`: one request over the control socket, one answer.
+//!
+//! Before it says anything, `ctl` makes sure it talks to a servery of the same user (or
+//! root): the socket file must belong to one, and so must the process listening on it
+//! (`SO_PEERCRED`). Otherwise anyone who could put a socket at the path `ctl` uses — a
+//! predictable name in `/tmp`, a symbolic link — would be answering, and `ctl` would
+//! print their status or report their "success" of a `stop`.
 
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rustix::process::{Uid, geteuid};
 use serde_json::{Value, json};
 
 use crate::cli::{CtlArgs, CtlCommand};
@@ -19,6 +27,25 @@ pub enum CtlError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "refusing to talk to {path}: the socket file belongs to uid {owner}, neither you (uid {me}) nor root; another user may have put it there",
+        path = .path.display()
+    )]
+    ForeignSocket { path: PathBuf, owner: u32, me: u32 },
+    #[error(
+        "refusing to talk to {path}: the process listening on it (pid {pid}) runs as uid {uid}, neither you (uid {me}) nor root; another user may be impersonating servery",
+        path = .path.display()
+    )]
+    ForeignPeer {
+        path: PathBuf,
+        uid: u32,
+        pid: i32,
+        me: u32,
+    },
+    #[error(
+        "the connection closed without an answer (servery answers only clients of the user it runs as, and root)"
+    )]
+    Closed,
     #[error("control socket: {0}")]
     Io(#[from] io::Error),
     #[error("unintelligible answer: {0}")]
@@ -27,23 +54,59 @@ pub enum CtlError {
     Refused(String),
 }
 
-/// Send one request and return the answer; `Err(Refused)` when servery said no.
-pub fn request(path: &Path, request: &Value, timeout: Duration) -> Result<Value, CtlError> {
-    let mut stream = UnixStream::connect(path).map_err(|source| CtlError::Connect {
+/// Connect to the socket at `path` if it belongs to the same user or root, and so does
+/// the process listening on it.
+pub fn connect(path: &Path) -> Result<UnixStream, CtlError> {
+    let connect_error = |source| CtlError::Connect {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    let me = geteuid().as_raw();
+    // The file as named (not what a symbolic link points to): its owner is who created
+    // it. The peer check below decides about whatever answers through it.
+    let owner = std::fs::symlink_metadata(path)
+        .map_err(connect_error)?
+        .uid();
+    if !crate::parent::trusted_uid(Uid::from_raw(owner)) {
+        return Err(CtlError::ForeignSocket {
+            path: path.to_owned(),
+            owner,
+            me,
+        });
+    }
+    let stream = UnixStream::connect(path).map_err(connect_error)?;
+    let peer = rustix::net::sockopt::socket_peercred(&stream).map_err(io::Error::from)?;
+    if !crate::parent::trusted_uid(peer.uid) {
+        return Err(CtlError::ForeignPeer {
+            path: path.to_owned(),
+            uid: peer.uid.as_raw(),
+            pid: peer.pid.as_raw_nonzero().get(),
+            me,
+        });
+    }
+    Ok(stream)
+}
+
+/// Send one request and return the answer; `Err(Refused)` when servery said no.
+pub fn request(path: &Path, request: &Value, timeout: Duration) -> Result<Value, CtlError> {
+    let mut stream = connect(path)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut line = request.to_string();
     line.push('\n');
-    stream.write_all(line.as_bytes())?;
+    // A servery that refuses us closes the connection at once, which may be noticed by
+    // the write (EPIPE), the read (ECONNRESET) or as an empty answer.
+    let closed = |e: io::Error| match e.kind() {
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => CtlError::Closed,
+        _ => CtlError::Io(e),
+    };
+    stream.write_all(line.as_bytes()).map_err(closed)?;
     let mut answer = String::new();
-    BufReader::new(stream).read_line(&mut answer)?;
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .map_err(closed)?;
     if answer.is_empty() {
-        return Err(CtlError::BadAnswer(
-            "the connection closed without an answer".into(),
-        ));
+        return Err(CtlError::Closed);
     }
     let value: Value =
         serde_json::from_str(&answer).map_err(|e| CtlError::BadAnswer(e.to_string()))?;

@@ -27,6 +27,7 @@ pub mod fdpass;
 pub mod http;
 pub mod knobs;
 pub mod logging;
+pub mod operator_file;
 pub mod os;
 pub mod out;
 pub mod parent;

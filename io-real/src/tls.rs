@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub use tokio_rustls::TlsAcceptor;
 pub use tokio_rustls::server::TlsStream;
 
+use crate::operator_file::{self, OperatorFileError};
+
 /// The ALPN protocols offered, in server preference order.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
@@ -37,16 +39,15 @@ pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
-    /// A certificate or key file could not be read.
-    #[error("cannot read the TLS {what} file {}: {source}", path.display())]
+    /// A certificate or key file could not be read, or is larger than
+    /// [`operator_file::PEM_CAP`]; the error names the path and the rule.
+    #[error("{source}")]
     Read {
         /// `certificate` or `private key`.
         what: &'static str,
-        /// The configured path.
-        path: PathBuf,
         /// Why it could not be read.
         #[source]
-        source: io::Error,
+        source: OperatorFileError,
     },
     /// The certificate source has no PEM `CERTIFICATE` block.
     #[error("{source_name} contains no PEM certificate (expected a \"BEGIN CERTIFICATE\" block)")]
@@ -154,14 +155,13 @@ impl Identity {
         }
     }
 
-    /// Reads `--tls-cert` and `--tls-key`. Only reads: [`Self::server_config`] validates.
+    /// Reads `--tls-cert` and `--tls-key`, each at most [`operator_file::PEM_CAP`] bytes
+    /// (so `/dev/zero` or an endless FIFO is an error, not all the memory). Only reads:
+    /// [`Self::server_config`] validates.
     pub fn from_files(cert: &Path, key: &Path) -> Result<Self, TlsError> {
         let read = |what, path: &Path| {
-            std::fs::read_to_string(path).map_err(|source| TlsError::Read {
-                what,
-                path: path.to_owned(),
-                source,
-            })
+            operator_file::read_text(path, operator_file::PEM_CAP, "a PEM file")
+                .map_err(|source| TlsError::Read { what, source })
         };
         Ok(Self {
             cert_pem: read("certificate", cert)?,
@@ -537,5 +537,27 @@ MEcCAQAwBQYDK2VxBDsEOV/oMewm4jYKJthVAbYtC/6Kd4fyWTzdwJg6qpPbvWlE\n\
             }
         ));
         assert!(err.to_string().contains("/nonexistent/cert.pem"));
+    }
+
+    #[test]
+    fn endless_files_are_refused_at_the_cap() {
+        let id = Identity::self_signed(&names(&["a.test"])).expect("gen");
+        let dir = std::env::temp_dir().join(format!("servery-tls-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let key = dir.join("key.pem");
+        std::fs::write(&key, &id.key_pem).expect("write");
+        let err = Identity::from_files(Path::new("/dev/zero"), &key).expect_err("endless");
+        assert!(
+            matches!(
+                &err,
+                TlsError::Read {
+                    what: "certificate",
+                    source: OperatorFileError::TooLarge { .. }
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("/dev/zero is too large"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -132,20 +132,26 @@ fn newest_source() -> Option<std::time::SystemTime> {
 /// Run the binary to completion (for `--check-config`, `ctl`, usage errors).
 pub fn run_servery(args: &[&str], env: &[(&str, &str)], bound: Duration) -> Finished {
     let mut cmd = Command::new(servery_bin());
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("spawn servery");
+    run_command(cmd, bound)
+}
+
+/// Run `cmd` to completion with no stdin, collecting its output; panics (after killing
+/// it) when it takes longer than `bound`.
+pub fn run_command(mut cmd: Command, bound: Duration) -> Finished {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let stdout = drain_pipe(child.stdout.take());
     let stderr = drain_pipe(child.stderr.take());
     let status = wait_child(&mut child, bound).unwrap_or_else(|| {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("servery {args:?} did not finish within {bound:?}")
+        panic!("{cmd:?} did not finish within {bound:?}")
     });
     Finished {
         status,
@@ -411,6 +417,16 @@ fn serial() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// How [`Server::launch`] departs from [`Server::start`].
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    /// Pass no `--control-socket`: the socket goes where servery puts it by default, and
+    /// [`Server::socket`] is read from the banner.
+    pub default_socket: bool,
+    /// Start servery under this umask (through `sh -c 'umask …; exec …'`).
+    pub umask: Option<u32>,
+}
+
 /// A running `servery` parent. Dropping it kills its process group and every worker it
 /// was seen to have.
 #[derive(Debug)]
@@ -432,14 +448,36 @@ impl Server {
     /// Start `servery ROOT --port 0 --workers N --control-socket … ARGS` with `env`, and
     /// wait for its listening line.
     pub fn start(tree: &Tree, workers: u32, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::launch(tree, workers, args, env, &Launch::default())
+    }
+
+    /// [`Server::start`], with the departures from it that `launch` asks for.
+    pub fn launch(
+        tree: &Tree,
+        workers: u32,
+        args: &[&str],
+        env: &[(&str, &str)],
+        launch: &Launch,
+    ) -> Server {
         let serial = serial();
         let socket = tree.socket();
-        let mut cmd = Command::new(servery_bin());
+        let mut cmd = match launch.umask {
+            // `exec` keeps the pid, so the guard still signals servery itself.
+            Some(mask) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
+                    .arg(servery_bin());
+                sh
+            }
+            None => Command::new(servery_bin()),
+        };
         cmd.arg(tree.root())
-            .args(["--port", "0", "--workers", &workers.to_string()])
-            .arg("--control-socket")
-            .arg(&socket)
-            .args(args)
+            .args(["--port", "0", "--workers", &workers.to_string()]);
+        if !launch.default_socket {
+            cmd.arg("--control-socket").arg(&socket);
+        }
+        cmd.args(args)
             .env("SERVERY_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -498,6 +536,14 @@ impl Server {
             .map_or("", |(_, rest)| rest)
             .trim_end_matches('/');
         server.addr = addr.parse().expect("listening address");
+        if launch.default_socket {
+            // `servery: serving ROOT with N workers; control socket PATH`
+            let (line, _) = server.wait_stdout("servery: serving ", Duration::from_secs(20));
+            server.socket = line
+                .split_once("; control socket ")
+                .map(|(_, path)| PathBuf::from(path))
+                .unwrap_or_else(|| panic!("no control socket in {line:?}"));
+        }
         server
     }
 
@@ -676,6 +722,106 @@ pub fn worker_ids(status: &Value) -> Vec<u64> {
         .as_array()
         .map(|ws| ws.iter().filter_map(|w| w["id"].as_u64()).collect())
         .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------
+// Another local user
+
+/// A throwaway system user (`servery-test-<random>`, no home directory), for tests about
+/// what another local user can do; removed when dropped, also when the test fails.
+/// Created only when the tests run as root: [`OtherUser::create`] otherwise says why not.
+#[derive(Debug)]
+pub struct OtherUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `useradd` and `userdel` lock `/etc/passwd`: one at a time within this process.
+fn accounts() -> MutexGuard<'static, ()> {
+    static ACCOUNTS: Mutex<()> = Mutex::new(());
+    ACCOUNTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl OtherUser {
+    /// A new user, or why none can be made here (the test then skips, saying so).
+    pub fn create() -> Result<OtherUser, String> {
+        if !rustix::process::geteuid().is_root() {
+            return Err("not running as root, so no second user can be created".into());
+        }
+        for tool in ["useradd", "userdel", "setpriv"] {
+            if Command::new(tool).arg("--help").output().is_err() {
+                return Err(format!("`{tool}` is not installed"));
+            }
+        }
+        let random = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            (std::process::id(), Instant::now()),
+        );
+        let name = format!("servery-test-{:08x}", random as u32);
+        let added = {
+            let _lock = accounts();
+            Command::new("useradd")
+                .args(["--system", "--no-create-home", "--user-group"])
+                .arg(&name)
+                .output()
+                .map_err(|e| format!("useradd: {e}"))?
+        };
+        if !added.status.success() {
+            return Err(format!(
+                "useradd {name} failed: {}",
+                String::from_utf8_lossy(&added.stderr).trim()
+            ));
+        }
+        // From here on the guard removes the user, whatever happens next.
+        let mut user = OtherUser {
+            name,
+            uid: 0,
+            gid: 0,
+        };
+        user.uid = user.id("-u")?;
+        user.gid = user.id("-g")?;
+        assert!(user.uid != 0 && user.gid != 0, "{user:?}");
+        Ok(user)
+    }
+
+    fn id(&self, which: &str) -> Result<u32, String> {
+        let out = Command::new("id")
+            .args([which, &self.name])
+            .output()
+            .map_err(|e| format!("id: {e}"))?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|e| format!("id {which} {}: {e}", self.name))
+    }
+
+    /// `program` run as this user (its uid, its group, no supplementary groups), through
+    /// `setpriv`, which execs it: the pid is the program's.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .args(["--clear-groups", "--"])
+            .arg(program);
+        cmd
+    }
+}
+
+impl Drop for OtherUser {
+    fn drop(&mut self) {
+        let _lock = accounts();
+        let removed = Command::new("userdel").arg(&self.name).output();
+        match removed {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "WARNING: userdel {} failed: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => eprintln!("WARNING: userdel {}: {e}", self.name),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -239,6 +239,98 @@ fn bad_certificate_material_exits_2_naming_the_flag_before_binding() {
     }
 }
 
+#[test]
+fn oversized_or_endless_tls_files_exit_2_promptly_naming_flag_path_and_limit() {
+    let tree = Tree::new("tlsbig");
+    let good = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+    let cert = tree.dir.join("cert.pem");
+    std::fs::write(&cert, good.cert.pem()).expect("write");
+    let key = tree.dir.join("key.pem");
+    std::fs::write(&key, good.signing_key.serialize_pem()).expect("write");
+    // A real key followed by padding past the 256 KiB cap: only the size is wrong.
+    let big = tree.dir.join("big-key.pem");
+    let mut padded = good.signing_key.serialize_pem().into_bytes();
+    padded.resize(300 * 1024, b'\n');
+    std::fs::write(&big, &padded).expect("write");
+    // A FIFO that a writer fills for as long as anyone reads it.
+    let fifo = tree.dir.join("endless.pem");
+    let fifo_made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    if fifo_made {
+        let fifo = fifo.clone();
+        // Ends when servery closes its end (EPIPE) or, if it never opens it, never
+        // blocks the test: the thread is detached.
+        std::thread::spawn(move || {
+            if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(&fifo) {
+                let chunk = [b'A'; 64 * 1024];
+                while w.write_all(&chunk).is_ok() {}
+            }
+        });
+    } else {
+        eprintln!("NOTICE: mkfifo is not available; the FIFO case is skipped");
+    }
+    let socket = tree.socket();
+    let root = tree.root();
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    let dev_zero = std::path::PathBuf::from("/dev/zero");
+
+    let mut cases = vec![
+        (
+            &dev_zero,
+            &key,
+            "--tls-cert",
+            "/dev/zero is too large (not a regular file",
+        ),
+        (&cert, &big, "--tls-key", "is too large (307200 bytes)"),
+    ];
+    if fifo_made {
+        cases.push((
+            &cert,
+            &fifo,
+            "--tls-key",
+            "is too large (not a regular file",
+        ));
+    }
+    for (cert, key, flag, says) in cases {
+        let args = [
+            path(&root),
+            "--port".into(),
+            "0".into(),
+            "--control-socket".into(),
+            path(&socket),
+            "--tls-cert".into(),
+            path(cert),
+            "--tls-key".into(),
+            path(key),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let started = std::time::Instant::now();
+        let run = run_servery(&args, &[], Duration::from_secs(10));
+        let took = started.elapsed();
+        eprintln!(
+            "MEASURED {flag} {says}…: exit {:?} after {took:?}",
+            run.status.code()
+        );
+        assert_eq!(run.status.code(), Some(2), "{flag}: {run:?}");
+        // Reading at most the cap takes milliseconds; reading until memory runs out
+        // took seconds (and gigabytes) before the cap.
+        assert!(took < Duration::from_secs(5), "{flag}: took {took:?}");
+        let named = if flag == "--tls-cert" { cert } else { key };
+        assert!(
+            run.stderr
+                .contains(&format!("- {flag}: {}", named.display()))
+                && run.stderr.contains(says)
+                && run.stderr.contains("a PEM file may hold at most 256 KiB"),
+            "{flag} / `{says}` not in:\n{}",
+            run.stderr
+        );
+        assert!(!run.stdout.contains("listening"), "{}", run.stdout);
+        assert!(!socket.exists(), "nothing may be bound before validation");
+    }
+}
+
 /// Run `h2load` (bounded) and return the number of succeeded requests and its output.
 fn h2load(url: &str) -> (u64, String) {
     let mut child = Command::new("h2load")

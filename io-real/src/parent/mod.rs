@@ -20,7 +20,7 @@ use servery_core::supervisor::Platform;
 use servery_core::{ConfigError, ValidConfig};
 
 pub use cleanup::{remove_worker_temp_files, temp_prefix};
-pub use control::default_path as default_control_socket;
+pub use control::{default_path as default_control_socket, trusted_uid};
 pub use status::{config_text, status_text};
 
 use crate::cli::{Cli, ServeArgs};
@@ -159,16 +159,16 @@ fn serve(
 ) -> Result<i32, ParentError> {
     let exe = std::env::current_exe().map_err(ParentError::CurrentExe)?;
     let seed = entropy().map_err(ParentError::Entropy)?;
+    // The default socket's directory is checked (or made) before anything is bound: a
+    // directory someone else put there is an error that leaves nothing behind.
+    let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let listeners = listeners::bind_all(&args.bind, args.port)?;
     let addrs: Vec<_> = listeners
         .iter()
         .filter_map(|l| l.local_addr().ok())
         .collect();
     let port = addrs.first().map_or(0, |a| a.port());
-    let socket_path = args
-        .control_socket
-        .clone()
-        .unwrap_or_else(|| control::default_path(port));
+    let socket_path = socket_place.socket(port);
     let control_listener = control::bind(&socket_path)?;
     let _socket_file = SocketFile(socket_path.clone());
 
