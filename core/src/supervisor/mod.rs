@@ -177,6 +177,11 @@ impl Supervisor {
         self.last_failure.as_ref()
     }
 
+    /// The worker reaped most recently, with the reason it ended.
+    pub fn last_exit(&self) -> Option<&ExitRecord> {
+        self.recent_exits.back()
+    }
+
     pub fn failure(&self) -> Option<(FailureReason, &str)> {
         self.failure.as_ref().map(|(r, m)| (*r, m.as_str()))
     }
