@@ -386,6 +386,41 @@ mod tests {
     }
 
     #[test]
+    fn a_draining_worker_keeps_beating_until_it_exits() {
+        // The parent judges a draining worker by its heartbeats too: a slow drain that is
+        // healthy must keep proving it.
+        let mut w = WorkerLifecycle::new();
+        let t = Instant::ZERO;
+        w.on_message(t, &hello());
+        w.prepared(t);
+        w.on_message(t, &ParentMessage::Commit);
+        w.connection_opened();
+        drain_actions(&mut w);
+        w.on_message(t, &ParentMessage::Drain { deadline_ms: 1000 });
+        assert_eq!(drain_actions(&mut w), [WorkerAction::StopAccepting]);
+        let mut beats = 0;
+        let mut now = t;
+        while let Some(next) = w.poll_timeout()
+            && next < t + Duration::from_millis(1000)
+        {
+            now = next;
+            w.handle_timeout(now, 1);
+            for a in drain_actions(&mut w) {
+                assert!(
+                    matches!(a, WorkerAction::Send(WorkerMessage::Heartbeat { .. })),
+                    "{a:?}"
+                );
+                beats += 1;
+            }
+        }
+        assert_eq!(beats, 9, "a beat every 100 ms through the 1 s drain");
+        assert_eq!(w.phase(), Phase::Draining);
+        w.connection_closed(now);
+        assert_eq!(drain_actions(&mut w), [WorkerAction::Exit { code: 0 }]);
+        assert_eq!(w.poll_timeout(), None, "no beat after the exit");
+    }
+
+    #[test]
     fn broken_states_are_reported() {
         let mut w = WorkerLifecycle::new();
         w.check_invariants().expect("a new worker is consistent");

@@ -16,7 +16,7 @@ pub mod rng;
 mod trace;
 mod world;
 
-pub use outcome::{LogStats, Outcome, RequestStats, UploadStats};
+pub use outcome::{LogStats, Outcome, RequestStats, UploadStats, WorkerExit};
 pub use plan::{Behavior, BehaviorFn, Fault, SimCommand, SimSpec, SpawnInfo, Workload};
 pub use world::SimWorld;
 

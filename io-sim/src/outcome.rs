@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use servery_core::supervisor::{FailureReason, Status};
+use servery_core::supervisor::{ExitReason, FailureReason, Status};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestStats {
@@ -37,6 +37,16 @@ pub struct LogStats {
     pub dropped_local: u64,
     pub lost_with_worker: u64,
     pub max_queue: usize,
+}
+
+/// A worker the parent reaped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerExit {
+    pub worker: u64,
+    /// Why it ended. A real run learns it only for a worker that was the last failure.
+    pub reason: Option<ExitReason>,
+    /// When it was reaped (ms of virtual time).
+    pub at_ms: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -76,6 +86,10 @@ pub struct Outcome {
     pub singleton_switches: u32,
     pub crash_faults: u64,
     pub hangs_injected: u64,
+    /// Workers a hang fault stopped: (worker id, ms of virtual time).
+    pub hangs: Vec<(u64, u64)>,
+    /// Every worker the parent reaped, in order.
+    pub exits: Vec<WorkerExit>,
     pub parent_eof_exits: u64,
     pub coverage: BTreeSet<&'static str>,
     pub events: u64,

@@ -14,7 +14,7 @@ use servery_core::supervisor::{Command, Event, ExitReason, ExitStatus, Platform}
 use servery_core::{Instant, WorkerId};
 
 use crate::fs::SimFs;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, WorkerExit};
 use crate::plan::{Fault, SimCommand, SimSpec, SpawnInfo};
 use crate::process::Proc;
 use crate::rng::SimRng;
@@ -396,6 +396,8 @@ impl SimWorld {
             Fault::HangWorker { pick } => {
                 if let Some(w) = self.pick_live(pick, true) {
                     self.out.hangs_injected += 1;
+                    let at_ms = self.now.as_nanos() / 1_000_000;
+                    self.out.hangs.push((w.0, at_ms));
                     if let Some(p) = self.procs.get_mut(&w) {
                         p.paused = true;
                         p.faulty = true;
@@ -804,11 +806,27 @@ impl ParentIo for SimWorld {
         if broker.stats().saturated > 0 {
             self.out.coverage.insert("broker saturation rejected");
         }
-        if sup
-            .last_failure()
-            .is_some_and(|f| f.reason == ExitReason::HealthFailure)
+        match sup.last_failure().map(|f| f.reason) {
+            Some(ExitReason::HealthFailure) => {
+                self.out.coverage.insert("hang killed");
+            }
+            Some(ExitReason::DrainHang) => {
+                self.out.coverage.insert("hang while draining killed");
+            }
+            _ => {}
+        }
+        if let Some(exit) = sup.last_exit()
+            && self
+                .out
+                .exits
+                .last()
+                .is_none_or(|e| e.worker != exit.worker.0)
         {
-            self.out.coverage.insert("hang killed");
+            self.out.exits.push(WorkerExit {
+                worker: exit.worker.0,
+                reason: Some(exit.reason),
+                at_ms: exit.at.as_nanos() / 1_000_000,
+            });
         }
         if sup.recycling_suspended().is_some()
             && sup.ready_workers() == sup.config().workers() as usize

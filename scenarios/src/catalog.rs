@@ -4,8 +4,8 @@
 use core::time::Duration;
 
 use servery_core::config::{LogPolicy, RawConfig};
-use servery_core::supervisor::FailureReason;
-use servery_sim::{Behavior, Fault, SimCommand, SimSpec, Workload};
+use servery_core::supervisor::{ExitReason, FailureReason};
+use servery_sim::{Behavior, Fault, Outcome, SimCommand, SimSpec, Workload};
 
 use crate::{Ctx, End, Expect, Plan, Scenario, fast_config, recovery_bound};
 
@@ -28,6 +28,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "recycled by request count",
     "replacement failed then halted",
     "parent stall survived",
+    "hang while draining killed",
 ];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -60,6 +61,11 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "hang",
         about: "SIGSTOP of workers: heartbeat timeout, terminate, kill, reap, replace",
         build: hang,
+    },
+    Scenario {
+        name: "hang-during-drain",
+        about: "SIGSTOP of a worker just before ctl recycle or its age recycle drains it: ended as drain_hang within heartbeat_timeout + force_timeout, not the drain deadline; the recycle completes",
+        build: hang_during_drain,
     },
     Scenario {
         name: "crash-loop",
@@ -362,6 +368,106 @@ fn hang(ctx: &mut Ctx) -> Plan {
         Ok(())
     });
     Plan { spec, expect: e }
+}
+
+/// `hang-during-drain`'s timings: a heartbeat timeout long enough that the recycle of a
+/// just-stopped worker (a real boot included, when real processes run the plan) drains it
+/// before its heartbeat deadline, and a drain deadline far beyond the hang's bound.
+const HANG_HEARTBEAT_TIMEOUT: f64 = 4.0;
+const HANG_FORCE_TIMEOUT: f64 = 0.5;
+const HANG_DRAIN_TIMEOUT: f64 = 15.0;
+/// What the hung worker's end may take beyond `heartbeat_timeout + force_timeout` after
+/// the stop: the reap, and a real run's polls.
+const HANG_SLACK: f64 = 1.0;
+
+fn hang_during_drain(ctx: &mut Ctx) -> Plan {
+    let by_age = ctx.rng.chance(0.5);
+    // Age recycling starts with the worker that became ready first, which the stop may
+    // not pick; with one worker it is the one stopped.
+    let n = if by_age { 1 } else { workers(ctx, 1, 2) };
+    let mut config = fast_config(n);
+    let r = &mut config.recovery;
+    r.heartbeat_timeout = HANG_HEARTBEAT_TIMEOUT;
+    r.force_timeout = HANG_FORCE_TIMEOUT;
+    r.drain_timeout = HANG_DRAIN_TIMEOUT;
+    let pick = ctx.rng.next_u64();
+    let mut e;
+    let spec = if by_age {
+        // Stopped shortly before its age deadline (workers are ready within 50 ms of the
+        // start): its heartbeat deadline has not passed when the recycle drains it.
+        let age = 3.0 + ctx.rng.unit() * 3.0;
+        config.recovery.worker_max_age = age;
+        config.recovery.worker_max_age_jitter = 0.0;
+        let mut spec = spec(ctx, config.clone(), 2.0 * age + 2.0);
+        let before = 0.1 + ctx.rng.unit() * 0.7;
+        spec.faults
+            .push((secs(age - before), Fault::HangWorker { pick }));
+        e = expect(&config, End::Ready);
+        e.extra = Some(|o, e| {
+            let reaped = hung_drain_ended(o, e)?;
+            if !o.spawn_times_ms.iter().any(|&t| t > reaped) {
+                return Err(format!(
+                    "no recycle started after the hung worker was reaped at {reaped} ms"
+                ));
+            }
+            Ok(())
+        });
+        spec
+    } else {
+        // Stopped, then `ctl recycle` before its heartbeat deadline: every worker is
+        // recycled one at a time, the stopped one included.
+        let mut spec = spec(ctx, config.clone(), 10.0);
+        let stop = at(ctx, 1.5, 4.0);
+        let recycle = stop + at(ctx, 0.05, 0.5);
+        spec.faults.push((stop, Fault::HangWorker { pick }));
+        spec.commands.push((recycle, SimCommand::Recycle));
+        e = expect(&config, End::Ready);
+        e.extra = Some(|o, e| {
+            hung_drain_ended(o, e)?;
+            if o.spawns != 2 * e.workers as u64 {
+                return Err(format!(
+                    "{} spawns for {} workers recycled once each (a drain hang replaces nobody)",
+                    o.spawns, e.workers
+                ));
+            }
+            match &o.liveness {
+                Some(s) if s.recycle_in_flight => {
+                    Err("a recycle is still in flight at the liveness point".into())
+                }
+                _ => Ok(()),
+            }
+        });
+        spec
+    };
+    Plan { spec, expect: e }
+}
+
+/// The stopped worker was drained, not judged hung while ready, and ended as `drain_hang`
+/// within `heartbeat_timeout + force_timeout` (+ slack) of its stop, far inside the drain
+/// deadline. Returns when it was reaped (ms).
+fn hung_drain_ended(o: &mut Outcome, _: &Expect) -> Result<u64, String> {
+    let &[(worker, stopped)] = &o.hangs[..] else {
+        return Err(format!("expected one stopped worker, got {:?}", o.hangs));
+    };
+    let exit = o
+        .exits
+        .iter()
+        .find(|x| x.worker == worker)
+        .ok_or_else(|| format!("w{worker}, stopped at {stopped} ms, was never reaped"))?;
+    let reason = exit.reason.map_or("unknown", |r| r.code());
+    let bound =
+        stopped + ((HANG_HEARTBEAT_TIMEOUT + HANG_FORCE_TIMEOUT + HANG_SLACK) * 1000.0) as u64;
+    if exit.at_ms > bound || exit.reason != Some(ExitReason::DrainHang) {
+        return Err(format!(
+            "w{worker}, stopped at {stopped} ms, was reaped at {} ms as {reason}; expected \
+             drain_hang by {bound} ms (heartbeat_timeout {HANG_HEARTBEAT_TIMEOUT} s + \
+             force_timeout {HANG_FORCE_TIMEOUT} s + {HANG_SLACK} s), drain_timeout is \
+             {HANG_DRAIN_TIMEOUT} s",
+            exit.at_ms
+        ));
+    }
+    o.coverage.insert("hang while draining killed");
+    Ok(exit.at_ms)
 }
 
 fn crash_loop(ctx: &mut Ctx) -> Plan {

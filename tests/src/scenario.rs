@@ -31,7 +31,7 @@ use servery_core::supervisor::{
 use servery_core::{Generation, Slot, WorkerId};
 use servery_scenarios::{Scenario, recovery_bound};
 use servery_sim::rng::SimRng;
-use servery_sim::{Behavior, BehaviorFn, Fault, Outcome, SimCommand, SpawnInfo};
+use servery_sim::{Behavior, BehaviorFn, Fault, Outcome, SimCommand, SpawnInfo, WorkerExit};
 
 use crate::{Server, Sig, Tree, alive, http_get, processes_in_groups, signal_pid};
 
@@ -192,6 +192,11 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                             if let Some(&pid) = pick_one(&ready, pick) {
                                 signal_pid(pid, Sig::STOP);
                                 o.hangs_injected += 1;
+                                // The parent's clock when it was last asked: no later
+                                // than the stop, so a bound counted from it is strict.
+                                if let Some((id, uptime)) = worker_id(status.as_ref(), pid) {
+                                    o.hangs.push((id, virtual_ms(uptime)));
+                                }
                                 log.push(format!("{now:?}: SIGSTOP worker {pid}"));
                             }
                         }
@@ -381,6 +386,8 @@ struct Watch {
     reload_errors: BTreeSet<String>,
     /// When a poll first saw the service failed (scenario ms).
     failed_at: Option<u64>,
+    /// Workers the last poll showed alive.
+    live: BTreeSet<u64>,
 }
 
 impl Watch {
@@ -429,6 +436,26 @@ impl Watch {
         }
         if s["last_failure"]["reason"] == "health_failure" {
             o.coverage.insert("hang killed");
+        }
+        if s["last_failure"]["reason"] == "drain_hang" {
+            o.coverage.insert("hang while draining killed");
+        }
+        // A worker gone since the last poll was reaped meanwhile: its reason is known when
+        // it was the last failure, its time to within a poll (counted late: strict).
+        if s["workers"].is_array() {
+            let now_live: BTreeSet<u64> = workers.iter().filter_map(|w| w["id"].as_u64()).collect();
+            for &id in self.live.difference(&now_live) {
+                let failure = &s["last_failure"];
+                let reason = (failure["worker"].as_u64() == Some(id))
+                    .then(|| ExitReason::from_code(failure["reason"].as_str().unwrap_or("")))
+                    .flatten();
+                o.exits.push(WorkerExit {
+                    worker: id,
+                    reason,
+                    at_ms: virtual_ms(Duration::from_millis(uptime)),
+                });
+            }
+            self.live = now_live;
         }
         if s["state"] == "failed" && self.failed_at.is_none() {
             self.failed_at = Some(virtual_ms(Duration::from_millis(uptime)));
@@ -532,6 +559,17 @@ pub fn behavior_rules(behavior: &BehaviorFn, seed: u64) -> String {
         }
     }
     rules.join("\n")
+}
+
+/// The id of the worker with `pid` in `status`, and the parent's uptime then.
+fn worker_id(status: Option<&Value>, pid: u32) -> Option<(u64, Duration)> {
+    let s = status?;
+    let id = s["workers"]
+        .as_array()?
+        .iter()
+        .find(|w| w["pid"].as_u64() == Some(u64::from(pid)))?["id"]
+        .as_u64()?;
+    Some((id, Duration::from_millis(s["uptime_ms"].as_u64()?)))
 }
 
 /// The pids of live workers (ready ones only if `ready`), by worker id.

@@ -299,3 +299,80 @@ fn keep_alive_clients_lose_nothing_across_recycles() {
     assert!(failures.is_empty(), "{failures:?}");
     assert!(closes >= 1, "draining workers asked clients to reconnect");
 }
+
+/// The hardening issue's case: one worker, a beat every 0.5 s, a hang declared after 2 s.
+/// The worker is stopped, then `ctl recycle`: its replacement is committed and it is told
+/// to drain, which it cannot do. It must be ended on its heartbeat deadline as
+/// `drain_hang` (TERM, then KILL after the 1 s force timeout, since a stopped process runs
+/// no handler), not after the 30 s drain deadline, and the recycle must complete.
+#[test]
+fn a_worker_that_hangs_before_its_recycle_drains_it_is_ended_on_its_heartbeat_deadline() {
+    const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+    const FORCE_TIMEOUT: Duration = Duration::from_secs(1);
+    const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+    let tree = Tree::new("drainhang");
+    let args = [
+        "--heartbeat-interval",
+        "0.5",
+        "--heartbeat-timeout",
+        "2",
+        "--force-timeout",
+        "1",
+        "--drain-timeout",
+        "30",
+    ];
+    let server = Server::start(&tree, 1, &args, &[]);
+    let (status, _) = server.wait_ready(1, Duration::from_secs(20));
+    let victim = &status["workers"][0];
+    let (victim_id, victim_pid) = (
+        victim["id"].as_u64().expect("id"),
+        victim["pid"].as_u64().expect("pid") as u32,
+    );
+    signal_pid(victim_pid, Sig::STOP);
+    let stopped = std::time::Instant::now();
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+
+    // Its last beat came at most now: TERM by HEARTBEAT_TIMEOUT, KILL FORCE_TIMEOUT later.
+    let bound = HEARTBEAT_TIMEOUT + FORCE_TIMEOUT + Duration::from_millis(1500);
+    let mut killed = None;
+    let (status, recycled) = wait_until(
+        bound,
+        "the stopped worker ended and its recycle complete",
+        || {
+            if killed.is_none() && !alive(victim_pid) {
+                killed = Some(stopped.elapsed());
+            }
+            let s = server.status();
+            let gone = !worker_ids(&s).contains(&victim_id);
+            (killed.is_some() && gone && s["recycle_in_flight"] == false).then_some(s)
+        },
+    );
+    let killed = killed.unwrap_or(recycled);
+    eprintln!(
+        "MEASURED SIGSTOP + ctl recycle → stopped worker killed in {killed:?}, recycle complete in {recycled:?} \
+         (heartbeat_timeout + force_timeout = {:?}, drain_timeout {DRAIN_TIMEOUT:?})",
+        HEARTBEAT_TIMEOUT + FORCE_TIMEOUT
+    );
+    assert!(recycled < DRAIN_TIMEOUT / 4, "{recycled:?}");
+    let failure = &status["last_failure"];
+    assert_eq!(
+        failure["reason"], "drain_hang",
+        "ended while draining (health_failure would mean the replacement took longer than \
+         the heartbeat timeout to start): {status}"
+    );
+    assert_eq!(failure["worker"], victim_id, "{status}");
+    let message = failure["message"].as_str().unwrap_or("");
+    assert!(message.contains("while draining"), "{status}");
+    assert_eq!(
+        status["restarts"], 0,
+        "a drain hang restarts nothing: {status}"
+    );
+    assert_eq!(status["state"], "ready", "{status}");
+    let workers = status["workers"].as_array().cloned().unwrap_or_default();
+    assert!(
+        workers.len() == 1 && workers[0]["state"] == "ready" && workers[0]["id"] != victim_id,
+        "the replacement serves alone: {status}"
+    );
+    let (code, body) = http_get(server.addr, "/hello.txt").expect("served after the recycle");
+    assert_eq!((code, body.as_slice()), (200, HELLO));
+}

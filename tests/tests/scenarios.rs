@@ -73,6 +73,7 @@ driven! {
     startup_failure_initial => "startup-failure-initial";
     startup_failure_replacement => "startup-failure-replacement";
     hang => "hang";
+    hang_during_drain => "hang-during-drain";
     crash_loop => "crash-loop";
     restart_limit_zero => "restart-limit-zero";
     backoff_at_cap_still_halts => "backoff-at-cap-still-halts";

@@ -172,9 +172,14 @@ impl Supervisor {
         self.recycling_suspended.as_deref()
     }
 
-    /// The most recent worker fault.
+    /// The most recent worker failure: a fault, or a hang while draining.
     pub fn last_failure(&self) -> Option<&FailureRecord> {
         self.last_failure.as_ref()
+    }
+
+    /// The worker reaped most recently, with the reason it ended.
+    pub fn last_exit(&self) -> Option<&ExitRecord> {
+        self.recent_exits.back()
     }
 
     pub fn failure(&self) -> Option<(FailureReason, &str)> {
@@ -579,8 +584,9 @@ impl Supervisor {
         }
         w.kill_sent = true;
         w.kill_at = None;
-        // A drained worker that had to be killed did not finish in time.
-        if w.state == WorkerState::Draining && w.ending.is_none_or(|r| !r.is_fault()) {
+        // A drained worker that had to be killed did not finish in time (unless it was
+        // ended for hanging, which says more).
+        if w.state == WorkerState::Draining && w.ending.is_none_or(|r| !r.is_failure()) {
             w.ending = Some(ExitReason::ForcedTermination);
         }
         self.actions.push_back(Action::Kill { worker: id });
@@ -601,7 +607,7 @@ impl Supervisor {
         let Some(w) = self.workers.get_mut(&id) else {
             return;
         };
-        if w.ending.is_some_and(|r| r.is_fault()) {
+        if w.ending.is_some_and(|r| r.is_failure()) {
             return;
         }
         w.ending = Some(reason);
@@ -614,7 +620,9 @@ impl Supervisor {
             message,
             at: now,
         });
-        if reason == ExitReason::HealthFailure {
+        // A hung worker gets TERM first (POSIX), as any worker that may hold requests;
+        // a stopped process runs no handler, so the KILL after `force_timeout` ends it.
+        if matches!(reason, ExitReason::HealthFailure | ExitReason::DrainHang) {
             self.escalate(now, id);
         } else {
             self.kill(id);
@@ -906,11 +914,14 @@ impl Supervisor {
         next
     }
 
+    /// The heartbeat deadline is judged in every state in which a worker beats: prepared
+    /// (waiting for its quorum), ready, and draining.
     fn worker_deadline(&self, w: &Worker) -> Option<Instant> {
+        let beat = Some(w.last_beat + w.heartbeat_timeout);
         match w.state {
-            WorkerState::Spawning | WorkerState::Prepared => Some(w.spawned_at + w.start_timeout),
+            WorkerState::Spawning => Some(w.spawned_at + w.start_timeout),
+            WorkerState::Prepared => earliest(Some(w.spawned_at + w.start_timeout), beat),
             WorkerState::Ready => {
-                let beat = Some(w.last_beat + w.heartbeat_timeout);
                 let age = (w.role == Role::Member
                     && w.recycle_due.is_none()
                     && self.recycling_suspended.is_none())
@@ -918,7 +929,9 @@ impl Supervisor {
                 .flatten();
                 earliest(beat, age)
             }
-            WorkerState::Draining if !w.term_sent && !w.kill_sent => w.drain_deadline,
+            WorkerState::Draining if !w.term_sent && !w.kill_sent => {
+                earliest(w.drain_deadline, beat)
+            }
             _ => None,
         }
     }
@@ -946,6 +959,17 @@ impl Supervisor {
                     );
                     self.fault(now, id, ExitReason::StartupFailure, msg);
                 }
+                WorkerState::Prepared
+                    if w.ending.is_none() && now >= w.last_beat + w.heartbeat_timeout =>
+                {
+                    // Not ready yet, so a startup failure, and nothing to drain: killed
+                    // at once, as on the start timeout.
+                    let msg = format!(
+                        "no heartbeat for {:?} while prepared (heartbeat_timeout)",
+                        now.saturating_since(w.last_beat)
+                    );
+                    self.fault(now, id, ExitReason::StartupFailure, msg);
+                }
                 WorkerState::Ready if w.ending.is_none() => {
                     if now >= w.last_beat + w.heartbeat_timeout {
                         let msg = format!(
@@ -960,12 +984,18 @@ impl Supervisor {
                         w.recycle_due = Some(ExitReason::RecycleAge);
                     }
                 }
-                WorkerState::Draining
-                    if !w.term_sent
-                        && !w.kill_sent
-                        && w.drain_deadline.is_some_and(|t| t <= now) =>
-                {
-                    self.escalate(now, id);
+                WorkerState::Draining if !w.term_sent && !w.kill_sent => {
+                    if now >= w.last_beat + w.heartbeat_timeout {
+                        // A healthy drain keeps beating: this one is hung, and would
+                        // otherwise hold its recycle (or the stop) until the drain deadline.
+                        let msg = format!(
+                            "no heartbeat for {:?} while draining (heartbeat_timeout)",
+                            now.saturating_since(w.last_beat)
+                        );
+                        self.fault(now, id, ExitReason::DrainHang, msg);
+                    } else if w.drain_deadline.is_some_and(|t| t <= now) {
+                        self.escalate(now, id);
+                    }
                 }
                 _ => {}
             }

@@ -126,10 +126,13 @@ pub enum ExitReason {
     RecycleManual,
     /// Did not exit by its drain deadline and was killed.
     ForcedTermination,
+    /// Stopped heartbeating while draining: ended like a hung worker (TERM then KILL on
+    /// POSIX, terminated at once on Windows) without waiting for the drain deadline.
+    DrainHang,
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 9] = [
+    pub const ALL: [ExitReason; 10] = [
         ExitReason::CleanExit,
         ExitReason::UnexpectedExit,
         ExitReason::StartupFailure,
@@ -139,6 +142,7 @@ impl ExitReason {
         ExitReason::RecycleRequests,
         ExitReason::RecycleManual,
         ExitReason::ForcedTermination,
+        ExitReason::DrainHang,
     ];
 
     pub fn from_code(code: &str) -> Option<ExitReason> {
@@ -156,6 +160,7 @@ impl ExitReason {
             ExitReason::RecycleRequests => "recycle_requests",
             ExitReason::RecycleManual => "recycle_manual",
             ExitReason::ForcedTermination => "forced_termination",
+            ExitReason::DrainHang => "drain_hang",
         }
     }
 
@@ -168,6 +173,14 @@ impl ExitReason {
                 | ExitReason::HealthFailure
                 | ExitReason::ProtocolError
         )
+    }
+
+    /// The worker misbehaved: a fault, or a hang while draining. The status reports each
+    /// as `last_failure`, and no later decision (a drain deadline, another fault) renames
+    /// it. A drain hang is not a fault: the worker no longer served a slot, so ending it
+    /// restarts nothing (decision 0013).
+    pub fn is_failure(self) -> bool {
+        self.is_fault() || self == ExitReason::DrainHang
     }
 }
 
