@@ -106,6 +106,22 @@ pub fn prepare(
         }),
         auth: args.auth.clone(),
     };
+    let setup_frame = setup.encode();
+    if setup_frame.len() > 4 + crate::worker::setup::MAX_SETUP {
+        // Every worker would refuse it and fail to start: say so now, as configuration.
+        return Err(vec![SiteIssue {
+            flag: if setup.auth.is_empty() {
+                "--tls-cert"
+            } else {
+                "--auth"
+            },
+            message: format!(
+                "the TLS identity and credentials take {} bytes; workers accept at most {} (fewer or shorter --auth entries, or a smaller certificate chain)",
+                setup_frame.len() - 4,
+                crate::worker::setup::MAX_SETUP
+            ),
+        }]);
+    }
     let default_compress = crate::http::SiteConfig::default().max_compress_size;
     Ok(PreparedSite {
         worker: WorkerSite {
@@ -120,7 +136,7 @@ pub fn prepare(
                 max_compress_size: (args.max_compress_size != default_compress)
                     .then_some(args.max_compress_size),
             },
-            setup_frame: setup.encode(),
+            setup_frame,
         },
         fingerprint,
         self_signed_names,
@@ -270,6 +286,25 @@ mod tests {
         let flags: Vec<_> = issues.iter().map(|i| i.flag).collect();
         assert_eq!(flags, ["--auth", "--auth", "--tls-cert"], "{issues:?}");
         assert!(!format!("{issues:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_setup_workers_would_refuse_is_a_configuration_error() {
+        let mut args = site_args();
+        // Valid entries, but together more than a worker accepts in its preamble.
+        let hash = "0".repeat(64);
+        args.auth = (0..20_000)
+            .map(|i| format!("user{i}:sha256:{hash}"))
+            .collect();
+        let issues = prepare(&args, false, &[]).expect_err("too large");
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].flag, "--auth");
+        assert!(
+            issues[0].message.contains("workers accept at most"),
+            "{issues:?}"
+        );
+        args.auth.truncate(100);
+        assert!(prepare(&args, false, &[]).is_ok());
     }
 
     #[test]
