@@ -3,6 +3,7 @@
 against nginx with its default timeouts, in one run. Loopback only, bounded in time.
 
     scripts/bench-hostile.py [--servery BINARY] [--seconds 20] [--attackers 500,3000]
+                             [--kinds silent,slowloris] [--no-nginx]
 
 Two kinds of attacker, each holding N connections and reopening every one the server
 closes, as fast as it is closed:
@@ -132,6 +133,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--attackers", default="500,3000")
     ap.add_argument("--kinds", default="silent,slowloris")
+    ap.add_argument("--no-nginx", action="store_true", help="servery alone (e.g. an older binary)")
     a = ap.parse_args()
     servery = a.servery or bench.release_binary()
     tmp = tempfile.mkdtemp(prefix="servery-hostile-")
@@ -143,7 +145,7 @@ def main():
     p = bench.free_port()
     servers.append(lambda p=p: bench.Server("servery (2 workers)", [servery, root, "--port", str(p), "--workers", "2",
                                                                    "--control-socket", os.path.join(tmp, "ctl.sock")], p))
-    if shutil.which("nginx"):
+    if shutil.which("nginx") and not a.no_nginx:
         def nginx(p=bench.free_port()):
             conf = os.path.join(tmp, "nginx.conf")
             with open(conf, "w") as f:
@@ -155,7 +157,7 @@ http {{ access_log off; sendfile on;
 """)
             return bench.Server("nginx (2 workers, defaults)", ["nginx", "-c", conf], p)
         servers.append(nginx)
-    else:
+    elif not a.no_nginx:
         print("nginx not installed: servery alone", file=sys.stderr)
     for make in servers:
         for kind in a.kinds.split(","):
