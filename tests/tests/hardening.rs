@@ -94,6 +94,47 @@ fn a_connection_that_never_sends_a_byte_is_closed_at_the_head_deadline() {
     assert!(took < SLACK, "{took:?}");
 }
 
+/// The HTTP/2 frame types in `bytes` (the server's side of an h2c connection).
+fn frame_types(bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at + 9 <= bytes.len() {
+        let len = usize::from(bytes[at]) << 16
+            | usize::from(bytes[at + 1]) << 8
+            | usize::from(bytes[at + 2]);
+        types.push(bytes[at + 3]);
+        at += 9 + len;
+    }
+    types
+}
+
+#[test]
+fn an_http2_connection_idle_after_its_stream_gets_goaway_at_the_keep_alive_deadline() {
+    let tree = Tree::new("h2idle");
+    let server = Server::start(&tree, 1, DEADLINES, &[]);
+    let mut s = raw(server.addr);
+    // Preface, empty SETTINGS, then one GET / on stream 1 (HPACK: :method GET, :scheme
+    // http, :path /, :authority "x").
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .expect("preface");
+    s.write_all(b"\0\0\x06\x01\x05\0\0\0\x01\x82\x86\x84\x41\x01x")
+        .expect("request");
+    let (got, took) = wait_closed(&mut s, SLACK, "idle h2 connection");
+    let types = frame_types(&got);
+    // SETTINGS, then the response's HEADERS (and DATA), then GOAWAY once idle (h2
+    // follows a graceful GOAWAY with a PING).
+    let headers = types.iter().position(|&t| t == 0x1);
+    let goaway = types.iter().rposition(|&t| t == 0x7);
+    assert!(
+        matches!((headers, goaway), (Some(h), Some(g)) if h < g),
+        "no response HEADERS followed by GOAWAY in {types:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(1400),
+        "closed early: {took:?}"
+    );
+}
+
 #[test]
 fn a_head_sent_a_byte_at_a_time_is_bounded_in_total() {
     let tree = Tree::new("loris");
