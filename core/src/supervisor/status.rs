@@ -57,3 +57,36 @@ pub struct Status {
     pub reload_in_flight: bool,
     pub last_reload_error: Option<String>,
 }
+
+impl super::Supervisor {
+    pub fn status(&self, now: Instant) -> Status {
+        Status {
+            state: self.state,
+            generation: self.committed,
+            workers: self
+                .workers
+                .values()
+                .map(|w| WorkerStatus {
+                    id: w.id,
+                    slot: w.slot,
+                    pid: w.pid,
+                    generation: w.generation,
+                    state: w.state,
+                    role: w.role,
+                    requests: w.requests,
+                    age: now.saturating_since(w.spawned_at),
+                })
+                .collect(),
+            restarts: self.window.total,
+            recent_restarts: self.window.recent(),
+            last_failure: self.last_failure.clone(),
+            recent_exits: self.recent_exits.iter().cloned().collect(),
+            failure: self.failure.clone(),
+            recycling_suspended: self.recycling_suspended.clone(),
+            recycle_in_flight: self.recycle.is_some(),
+            reload_in_flight: self.rollout.as_ref().is_some_and(|r| !r.initial)
+                || self.pending_reload.is_some(),
+            last_reload_error: self.last_reload_error.clone(),
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Events in: a worker's start, its messages (HELLO, PREPARED, READY, heartbeats,
+//! startup failures), and the barrier they move it through (COMMIT, then ready).
+
+use super::*;
+
+impl Supervisor {
+    pub fn handle(&mut self, now: Instant, event: Event) {
+        match event {
+            Event::Start => self.start(now),
+            Event::Spawned { worker, pid } => {
+                if let Some(w) = self.workers.get_mut(&worker) {
+                    w.pid = Some(pid);
+                }
+            }
+            Event::SpawnFailed { worker, error } => {
+                if let Some(w) = self.workers.get_mut(&worker) {
+                    w.error = Some(format!("could not spawn: {error}"));
+                    w.ending.get_or_insert(ExitReason::StartupFailure);
+                    self.reaped(now, worker, None);
+                }
+            }
+            Event::Message { worker, message } => self.message(now, worker, message),
+            Event::ProtocolViolation { worker, error } => {
+                self.gone(worker);
+                self.fault(
+                    now,
+                    worker,
+                    ExitReason::ProtocolError,
+                    format!("malformed control frame: {error}"),
+                );
+            }
+            Event::ChannelClosed { worker } => {
+                self.gone(worker);
+                let Some(w) = self.workers.get(&worker) else {
+                    return;
+                };
+                if w.ending.is_none() {
+                    let reason = if w.before_ready() {
+                        ExitReason::StartupFailure
+                    } else {
+                        ExitReason::UnexpectedExit
+                    };
+                    self.fault(now, worker, reason, "control channel closed".into());
+                }
+            }
+            Event::Exited { worker, status } => self.reaped(now, worker, Some(status)),
+            Event::Command(Command::Stop) => self.begin_stop(now, 0),
+            Event::Command(Command::Reload(raw)) => match raw.validate() {
+                Ok(config) => self.reload(now, config),
+                Err(e) => self.reject_reload(e.to_string()),
+            },
+            Event::Command(Command::Recycle) => self.recycle_all(now),
+        }
+    }
+
+    pub(super) fn start(&mut self, now: Instant) {
+        if self.state != ServiceState::Idle {
+            return;
+        }
+        self.state = ServiceState::Starting;
+        self.start_rollout(now, self.config.clone(), true);
+    }
+
+    pub(super) fn message(&mut self, now: Instant, id: WorkerId, message: WorkerMessage) {
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        if w.gone {
+            return;
+        }
+        match message {
+            WorkerMessage::Prepared => {
+                if w.state != WorkerState::Spawning {
+                    return self.fault(now, id, ExitReason::ProtocolError, "PREPARED twice".into());
+                }
+                w.state = WorkerState::Prepared;
+                w.last_beat = now;
+                match w.role {
+                    Role::Candidate => self.commit_rollout_if_prepared(),
+                    Role::Member | Role::Replacement if self.stopping.is_none() => {
+                        self.commit_worker(id);
+                    }
+                    _ => {}
+                }
+            }
+            WorkerMessage::Ready => {
+                if w.state == WorkerState::Draining && w.committed {
+                    // Told to drain while its READY was on the way: nothing to do.
+                    return;
+                }
+                if w.state != WorkerState::Prepared || !w.committed {
+                    return self.fault(
+                        now,
+                        id,
+                        ExitReason::ProtocolError,
+                        "READY before COMMIT".into(),
+                    );
+                }
+                self.became_ready(now, id);
+            }
+            WorkerMessage::StartupFailed { error } => {
+                if !w.before_ready() {
+                    return self.fault(
+                        now,
+                        id,
+                        ExitReason::ProtocolError,
+                        "startup failure after READY".into(),
+                    );
+                }
+                self.fault(now, id, ExitReason::StartupFailure, error);
+            }
+            WorkerMessage::Heartbeat { requests, .. } => {
+                w.last_beat = now;
+                w.requests = w.requests.max(requests);
+                if w.state == WorkerState::Ready
+                    && w.role == Role::Member
+                    && w.recycle_due.is_none()
+                    && w.request_limit.is_some_and(|limit| w.requests >= limit)
+                {
+                    w.recycle_due = Some(ExitReason::RecycleRequests);
+                    self.try_start_recycle(now);
+                }
+            }
+            WorkerMessage::Broker { .. } => {}
+        }
+    }
+
+    pub(super) fn commit_worker(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id)
+            && w.state == WorkerState::Prepared
+            && !w.committed
+            && w.ending.is_none()
+        {
+            w.committed = true;
+            self.actions.push_back(Action::Send {
+                worker: id,
+                message: ParentMessage::Commit,
+            });
+        }
+    }
+
+    pub(super) fn commit_rollout_if_prepared(&mut self) {
+        let Some(rollout) = &self.rollout else { return };
+        let all_prepared = rollout.candidates.iter().all(|id| {
+            self.workers
+                .get(id)
+                .is_some_and(|w| w.state == WorkerState::Prepared && w.ending.is_none())
+        });
+        if all_prepared && self.stopping.is_none() {
+            for id in rollout.candidates.clone() {
+                self.commit_worker(id);
+            }
+        }
+    }
+
+    pub(super) fn became_ready(&mut self, now: Instant, id: WorkerId) {
+        let policy = self.config.recovery().clone();
+        let age_draw = self.rng.unit();
+        let req_draw = self.rng.unit();
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        w.state = WorkerState::Ready;
+        w.ready_at = Some(now);
+        w.last_beat = now;
+        w.age_deadline = policy
+            .worker_max_age()
+            .map(|age| now + age.mul_f64(1.0 - policy.worker_max_age_jitter() * age_draw));
+        w.request_limit = policy.max_requests_per_worker().map(|max| {
+            ((max as f64 * (1.0 - policy.max_requests_jitter() * req_draw)).ceil() as u64).max(1)
+        });
+        match w.role {
+            Role::Candidate => {
+                let done = self.rollout.as_ref().is_some_and(|r| {
+                    r.candidates.iter().all(|c| {
+                        self.workers
+                            .get(c)
+                            .is_some_and(|w| w.state == WorkerState::Ready && w.ending.is_none())
+                    })
+                });
+                if done {
+                    self.complete_rollout(now);
+                }
+            }
+            Role::Replacement => self.swap_in_replacement(now, id),
+            Role::Member | Role::Retired => {}
+        }
+    }
+
+    // ----- generations ---------------------------------------------------------------
+}

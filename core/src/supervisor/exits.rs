@@ -1,0 +1,249 @@
+//! How workers end: retirement, drain, TERM then KILL, faults, and the reap that
+//! decides a member's replacement.
+
+use super::*;
+
+impl Supervisor {
+    /// Take a worker out of service: drain it if it serves, otherwise end it now.
+    pub(super) fn retire(&mut self, now: Instant, id: WorkerId, reason: ExitReason) {
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        w.role = Role::Retired;
+        match w.state {
+            // A committed worker may already accept even if its READY is still on the
+            // way: it gets a drain, never a kill, so its requests finish.
+            WorkerState::Ready => self.drain(now, id, reason),
+            WorkerState::Prepared if w.committed => self.drain(now, id, reason),
+            WorkerState::Spawning | WorkerState::Prepared => {
+                w.ending.get_or_insert(reason);
+                self.kill(id);
+            }
+            WorkerState::Draining | WorkerState::Exited => {}
+        }
+    }
+
+    pub(super) fn drain(&mut self, now: Instant, id: WorkerId, reason: ExitReason) {
+        let drain_timeout = self.config.recovery().drain_timeout();
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        if w.state == WorkerState::Draining || w.kill_sent {
+            return;
+        }
+        w.ending.get_or_insert(reason);
+        w.state = WorkerState::Draining;
+        w.drain_deadline = Some(now + drain_timeout);
+        if !w.gone {
+            self.actions.push_back(Action::Send {
+                worker: id,
+                message: ParentMessage::Drain {
+                    deadline_ms: drain_timeout.as_millis() as u64,
+                },
+            });
+        }
+        if drain_timeout.is_zero() {
+            self.escalate(now, id);
+        }
+    }
+
+    /// The polite stop did not work (or there is no time for it): TERM then KILL on
+    /// POSIX, immediate termination on Windows.
+    pub(super) fn escalate(&mut self, now: Instant, id: WorkerId) {
+        let force = self.config.recovery().force_timeout();
+        let platform = self.platform;
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        if w.kill_sent || w.term_sent {
+            return;
+        }
+        match platform {
+            Platform::Posix if !force.is_zero() => {
+                w.term_sent = true;
+                w.kill_at = Some(now + force);
+                self.actions.push_back(Action::Terminate { worker: id });
+            }
+            _ => self.kill(id),
+        }
+    }
+
+    pub(super) fn kill(&mut self, id: WorkerId) {
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        if w.kill_sent {
+            return;
+        }
+        w.kill_sent = true;
+        w.kill_at = None;
+        // A drained worker that had to be killed did not finish in time (unless it was
+        // ended for hanging, which says more).
+        if w.state == WorkerState::Draining && w.ending.is_none_or(|r| !r.is_failure()) {
+            w.ending = Some(ExitReason::ForcedTermination);
+        }
+        self.actions.push_back(Action::Kill { worker: id });
+    }
+
+    /// Revoke what the worker holds: its channel is closed or untrusted.
+    pub(super) fn gone(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id)
+            && !w.gone
+        {
+            w.gone = true;
+            self.actions.push_back(Action::WorkerGone { worker: id });
+        }
+    }
+
+    /// The worker misbehaved: end it, and let the reap decide what follows.
+    pub(super) fn fault(
+        &mut self,
+        now: Instant,
+        id: WorkerId,
+        reason: ExitReason,
+        message: String,
+    ) {
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        if w.ending.is_some_and(|r| r.is_failure()) {
+            return;
+        }
+        w.ending = Some(reason);
+        w.error = Some(message.clone());
+        self.last_failure = Some(FailureRecord {
+            worker: id,
+            slot: w.slot,
+            generation: w.generation,
+            reason,
+            message,
+            at: now,
+        });
+        // A hung worker gets TERM first (POSIX), as any worker that may hold requests;
+        // a stopped process runs no handler, so the KILL after `force_timeout` ends it.
+        if matches!(reason, ExitReason::HealthFailure | ExitReason::DrainHang) {
+            self.escalate(now, id);
+        } else {
+            self.kill(id);
+        }
+    }
+
+    pub(super) fn reaped(&mut self, now: Instant, id: WorkerId, status: Option<ExitStatus>) {
+        self.gone(id);
+        let Some(mut w) = self.workers.remove(&id) else {
+            return;
+        };
+        w.state = WorkerState::Exited;
+        let reason = w.ending.unwrap_or(if w.before_ready() {
+            ExitReason::StartupFailure
+        } else {
+            ExitReason::UnexpectedExit
+        });
+        if self.recent_exits.len() == RECENT_EXITS {
+            self.recent_exits.pop_front();
+        }
+        self.recent_exits.push_back(ExitRecord {
+            worker: id,
+            slot: w.slot,
+            generation: w.generation,
+            reason,
+            status,
+            at: now,
+        });
+        let message = match (&w.error, status) {
+            (Some(e), _) => e.clone(),
+            (None, Some(s)) => format!("exited with {s}"),
+            (None, None) => "did not start".into(),
+        };
+        if reason.is_fault() && w.ending.is_none() {
+            self.last_failure = Some(FailureRecord {
+                worker: id,
+                slot: w.slot,
+                generation: w.generation,
+                reason,
+                message: message.clone(),
+                at: now,
+            });
+        }
+        if self.stopping.is_some() {
+            if let Some(slot) = self.slots.iter_mut().find(|s| s.member == Some(id)) {
+                slot.member = None;
+            }
+            return self.finish_stop_if_done();
+        }
+        let described = format!(
+            "worker {id} ({}, {}) {reason}: {message}",
+            w.slot, w.generation
+        );
+        match w.role {
+            Role::Candidate => self.abort_rollout(now, described),
+            Role::Replacement => self.replacement_failed(now, described),
+            Role::Member => self.member_lost(now, &w, reason, described),
+            Role::Retired => {
+                if self
+                    .recycle
+                    .as_ref()
+                    .is_some_and(|r| r.old == id && r.swapped)
+                {
+                    self.recycle = None;
+                    self.after_recycle(now);
+                }
+            }
+        }
+    }
+
+    pub(super) fn member_lost(
+        &mut self,
+        now: Instant,
+        w: &Worker,
+        reason: ExitReason,
+        described: String,
+    ) {
+        let slot_index = w.slot.0 as usize;
+        if self.slots.get(slot_index).and_then(|s| s.member) != Some(w.id) {
+            return;
+        }
+        let stable = w.ready_at.is_some_and(|r| {
+            now.saturating_since(r) >= self.config.recovery().restart_stable_period()
+        });
+        let decision = {
+            let policy = self.config.recovery().clone();
+            let slot = &mut self.slots[slot_index];
+            self.window.decide(now, &policy, &mut slot.history, stable)
+        };
+        self.slots[slot_index].member = None;
+        let _ = reason;
+        // A recycle of this slot loses its old worker: the replacement, if any, takes
+        // the slot directly.
+        if let Some(rec) = self.recycle.take_if(|r| r.old == w.id)
+            && let Some(rep) = rec.replacement
+            && let Some(rw) = self.workers.get_mut(&rep)
+        {
+            rw.role = Role::Member;
+            self.slots[slot_index].member = Some(rep);
+        }
+        match decision {
+            RestartDecision::GiveUp(reason) => {
+                let why = match reason {
+                    FailureReason::RestartsDisabled => "worker_restart_limit is 0".to_string(),
+                    _ => format!(
+                        "more than {} restarts (in {:?} or in a row)",
+                        self.config.recovery().worker_restart_limit(),
+                        self.config.recovery().worker_restart_window()
+                    ),
+                };
+                self.fail(now, reason, format!("{described}; {why}"));
+            }
+            RestartDecision::Replace { after } => {
+                if self.slots[slot_index].member.is_none() {
+                    self.slots[slot_index].respawn_at = Some(now + after);
+                }
+                if self.recycle.is_none() {
+                    self.after_recycle(now);
+                }
+            }
+        }
+    }
+
+    // ----- recycling -----------------------------------------------------------------
+}

@@ -1,0 +1,146 @@
+//! Bringing a generation up: spawning workers, the first start and reloads, and a
+//! rollout's commit, rejection or abort.
+
+use super::*;
+
+impl Supervisor {
+    pub(super) fn spawn(
+        &mut self,
+        now: Instant,
+        slot: Slot,
+        generation: Generation,
+        role: Role,
+    ) -> WorkerId {
+        let config = self.config.clone();
+        self.spawn_with(now, slot, generation, role, &config)
+    }
+
+    /// Spawn under `config`: a reload's candidates carry the new generation's timings in
+    /// their HELLO and are judged by them, not by the generation still committed.
+    pub(super) fn spawn_with(
+        &mut self,
+        now: Instant,
+        slot: Slot,
+        generation: Generation,
+        role: Role,
+        config: &ValidConfig,
+    ) -> WorkerId {
+        let id = WorkerId(self.next_worker);
+        self.next_worker += 1;
+        let policy = config.recovery();
+        let mut worker = Worker::new(id, slot, generation, role, now);
+        worker.heartbeat_timeout = policy.heartbeat_timeout();
+        worker.start_timeout = policy.worker_start_timeout();
+        self.workers.insert(id, worker);
+        self.actions.push_back(Action::Spawn {
+            worker: id,
+            slot,
+            generation,
+        });
+        self.actions.push_back(Action::Send {
+            worker: id,
+            message: ParentMessage::Hello {
+                worker: id,
+                generation,
+                heartbeat_interval_ms: policy.heartbeat_interval().as_millis() as u64,
+                drain_timeout_ms: policy.drain_timeout().as_millis() as u64,
+            },
+        });
+        id
+    }
+
+    pub(super) fn start_rollout(&mut self, now: Instant, config: ValidConfig, initial: bool) {
+        let generation = Generation(self.committed.0 + 1);
+        let candidates = (0..config.workers())
+            .map(|i| self.spawn_with(now, Slot(i), generation, Role::Candidate, &config))
+            .collect();
+        self.rollout = Some(Rollout {
+            generation,
+            config,
+            candidates,
+            initial,
+        });
+    }
+
+    pub(super) fn complete_rollout(&mut self, now: Instant) {
+        let Some(rollout) = self.rollout.take() else {
+            return;
+        };
+        // The old generation stops only now that the new one accepts: connections wait in
+        // the shared listener's backlog meanwhile, never refused.
+        let old: Vec<WorkerId> = self
+            .workers
+            .values()
+            .filter(|w| w.role == Role::Member)
+            .map(|w| w.id)
+            .collect();
+        for id in old {
+            self.retire(now, id, ExitReason::CleanExit);
+        }
+        self.slots = rollout
+            .candidates
+            .iter()
+            .map(|&id| SlotEntry {
+                member: Some(id),
+                ..SlotEntry::default()
+            })
+            .collect();
+        for id in &rollout.candidates {
+            if let Some(w) = self.workers.get_mut(id) {
+                w.role = Role::Member;
+            }
+        }
+        self.committed = rollout.generation;
+        self.config = rollout.config;
+        if rollout.initial {
+            self.state = ServiceState::Ready;
+        } else {
+            self.last_reload_error = None;
+        }
+        self.actions.push_back(Action::GenerationCommitted {
+            generation: rollout.generation,
+        });
+        self.try_start_recycle(now);
+    }
+
+    pub(super) fn reload(&mut self, now: Instant, config: ValidConfig) {
+        if self.stopping.is_some() {
+            return self.reject_reload("the service is stopping".into());
+        }
+        if self.state != ServiceState::Ready {
+            return self.reject_reload("the service is not ready yet".into());
+        }
+        if self.rollout.is_some() || self.pending_reload.is_some() {
+            return self.reject_reload("a reload is already in progress".into());
+        }
+        if self.recycle.is_some() {
+            // One overlap at a time: the reload starts when the recycle completes.
+            self.pending_reload = Some(config);
+        } else {
+            self.start_rollout(now, config, false);
+        }
+    }
+
+    pub(super) fn reject_reload(&mut self, message: String) {
+        self.last_reload_error = Some(message.clone());
+        self.actions.push_back(Action::ReloadRejected { message });
+    }
+
+    pub(super) fn abort_rollout(&mut self, now: Instant, message: String) {
+        let Some(rollout) = self.rollout.take() else {
+            return;
+        };
+        if rollout.initial {
+            return self.fail(now, FailureReason::StartupFailure, message);
+        }
+        for id in rollout.candidates {
+            self.retire(now, id, ExitReason::CleanExit);
+        }
+        self.reject_reload(format!(
+            "reload failed, the old generation keeps serving: {message}"
+        ));
+        self.try_start_recycle(now);
+    }
+
+    // ----- ending workers ------------------------------------------------------------
+}

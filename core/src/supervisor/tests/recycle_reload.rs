@@ -1,0 +1,300 @@
+//! Recycling (age, requests, manual, failures) and reloads, and how they wait for each other.
+
+use super::*;
+
+#[test]
+fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.max_requests_per_worker = 10;
+        r.recovery.max_requests_jitter = 0.0;
+    });
+    let ws = h.start();
+    let acts = h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 9,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 0);
+    let acts = h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 10,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 1);
+    assert!(h.sup.recycle_in_flight());
+    // The second worker is due too, but waits: one recycle at a time.
+    let acts = h.msg(
+        ws[1],
+        WorkerMessage::Heartbeat {
+            requests: 50,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 0);
+    assert_eq!(h.sup.live_workers(), 3);
+    let rep = WorkerId(3);
+    h.on(Event::Spawned {
+        worker: rep,
+        pid: 7,
+    });
+    let acts = h.msg(rep, WorkerMessage::Prepared);
+    assert!(acts.contains(&Action::Send {
+        worker: rep,
+        message: ParentMessage::Commit
+    }));
+    assert!(!acts.iter().any(|a| matches!(
+        a,
+        Action::Send {
+            message: ParentMessage::Drain { .. },
+            ..
+        }
+    )));
+    let acts = h.msg(rep, WorkerMessage::Ready);
+    assert!(acts.contains(&Action::Send {
+        worker: ws[0],
+        message: ParentMessage::Drain { deadline_ms: 3000 }
+    }));
+    let acts = h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Code(0),
+    });
+    assert!(
+        !h.sup.recycle_in_flight() || spawns(&acts) == 1,
+        "the next recycle starts after the reap"
+    );
+    assert_eq!(spawns(&acts), 1, "the second worker's recycle starts");
+    assert!(h.sup.last_failure().is_none(), "recycling is not a failure");
+}
+
+#[test]
+fn failed_recycle_replacements_suspend_recycling_and_keep_the_old_worker() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.workers = 1;
+        r.recovery.max_requests_per_worker = 5;
+        r.recovery.max_requests_jitter = 0.0;
+        r.recovery.recycle_retry_limit = 2;
+    });
+    let ws = h.start();
+    h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 5,
+            connections: 0,
+        },
+    );
+    let rep = WorkerId(2);
+    h.msg(rep, WorkerMessage::StartupFailed { error: "no".into() });
+    let acts = h.on(Event::Exited {
+        worker: rep,
+        status: ExitStatus::Code(1),
+    });
+    assert_eq!(spawns(&acts), 0);
+    assert!(h.sup.recycling_suspended().is_none());
+    let acts = h.advance(Duration::from_millis(249));
+    assert_eq!(spawns(&acts), 0, "no retry before the backoff");
+    let acts = h.advance(Duration::from_millis(1));
+    assert_eq!(spawns(&acts), 1, "retry after backoff");
+    let rep2 = WorkerId(3);
+    h.msg(
+        rep2,
+        WorkerMessage::StartupFailed {
+            error: "still no".into(),
+        },
+    );
+    let acts = h.on(Event::Exited {
+        worker: rep2,
+        status: ExitStatus::Code(1),
+    });
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::RecyclingSuspended { .. }))
+    );
+    let why = h.sup.recycling_suspended().expect("suspended");
+    assert!(why.contains("still no"), "{why}");
+    assert_eq!(h.sup.ready_workers(), 1, "the old worker keeps serving");
+    assert_eq!(
+        h.sup.status(h.now).restarts,
+        0,
+        "recycle failures are not restarts"
+    );
+    // ctl recycle clears the suspension and tries again.
+    let acts = h.on(Event::Command(Command::Recycle));
+    assert_eq!(spawns(&acts), 1);
+    assert!(h.sup.recycling_suspended().is_none());
+}
+
+#[test]
+fn manual_recycle_only_when_ready() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let acts = h.on(Event::Start);
+    assert_eq!(
+        spawns(&h.on(Event::Command(Command::Recycle))),
+        0,
+        "no recycle while starting"
+    );
+    h.boot(&acts);
+    let acts = h.on(Event::Command(Command::Recycle));
+    assert_eq!(spawns(&acts), 1);
+    h.on(Event::Command(Command::Stop));
+    assert_eq!(
+        spawns(&h.on(Event::Command(Command::Recycle))),
+        0,
+        "no recycle while stopping"
+    );
+}
+
+#[test]
+fn a_reload_during_a_recycle_waits_for_it() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    h.on(Event::Command(Command::Recycle));
+    let mut next = RawConfig {
+        workers: 3,
+        ..RawConfig::default()
+    };
+    next.recovery.drain_timeout = 3.0;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    assert_eq!(
+        spawns(&acts),
+        0,
+        "the reload waits for the recycle in flight"
+    );
+    assert!(h.sup.status(h.now).reload_in_flight);
+    let rep = WorkerId(3);
+    h.boot(&[Action::Spawn {
+        worker: rep,
+        slot: Slot(0),
+        generation: Generation(1),
+    }]);
+    let acts = h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Code(0),
+    });
+    assert_eq!(
+        spawns(&acts),
+        3,
+        "the reload's generation starts once the recycle ends"
+    );
+    let acts = h.boot(&acts);
+    assert!(acts.contains(&Action::GenerationCommitted {
+        generation: Generation(2)
+    }));
+    assert_eq!(h.sup.generation(), Generation(2));
+    assert_eq!(h.sup.config().workers(), 3);
+}
+
+#[test]
+fn an_invalid_reload_changes_nothing_and_says_why() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let mut bad = RawConfig::default();
+    bad.recovery.heartbeat_timeout = 0.5;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(bad))));
+    let message = acts.iter().find_map(|a| match a {
+        Action::ReloadRejected { message } => Some(message.clone()),
+        _ => None,
+    });
+    assert!(
+        message
+            .expect("rejected")
+            .contains("recovery.heartbeat_timeout")
+    );
+    assert_eq!(spawns(&acts), 0);
+    assert_eq!(h.sup.generation(), Generation(1));
+    assert!(h.sup.status(h.now).last_reload_error.is_some());
+}
+
+#[test]
+fn reload_candidates_live_by_the_new_configuration() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.heartbeat_interval = 1.0;
+        r.recovery.heartbeat_timeout = 3.0;
+    });
+    h.start();
+    let mut next = RawConfig {
+        workers: 1,
+        ..RawConfig::default()
+    };
+    next.recovery.heartbeat_interval = 0.1;
+    next.recovery.heartbeat_timeout = 0.5;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    let hello = acts.iter().find_map(|a| match a {
+        Action::Send {
+            message:
+                ParentMessage::Hello {
+                    heartbeat_interval_ms,
+                    ..
+                },
+            ..
+        } => Some(*heartbeat_interval_ms),
+        _ => None,
+    });
+    assert_eq!(hello, Some(100), "the candidate beats at the new interval");
+    let candidate = WorkerId(3);
+    h.boot(&acts);
+    assert_eq!(h.sup.generation(), Generation(2));
+    let acts = h.advance(Duration::from_millis(500));
+    assert_eq!(
+        terms(&acts),
+        vec![candidate],
+        "and is judged by the new timeout"
+    );
+}
+
+#[test]
+fn no_recycle_starts_while_a_reload_rolls_out() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.max_requests_per_worker = 10;
+        r.recovery.max_requests_jitter = 0.0;
+    });
+    let ws = h.start();
+    assert!(
+        !h.sup.status(h.now).reload_in_flight,
+        "the first start is not a reload"
+    );
+    let mut next = RawConfig {
+        workers: 2,
+        ..RawConfig::default()
+    };
+    next.recovery.max_requests_per_worker = 10;
+    next.recovery.max_requests_jitter = 0.0;
+    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    assert_eq!(spawns(&acts), 2);
+    assert!(h.sup.status(h.now).reload_in_flight);
+    let acts = h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 50,
+            connections: 0,
+        },
+    );
+    assert_eq!(spawns(&acts), 0, "no recycle during a rollout");
+    assert!(!h.sup.recycle_in_flight());
+    assert_eq!(
+        h.sup.serving_workers(),
+        2,
+        "candidates do not serve slots yet"
+    );
+}
+
+#[test]
+fn serving_workers_count_the_recycle_overlap() {
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.max_requests_per_worker = 10;
+        r.recovery.max_requests_jitter = 0.0;
+    });
+    let ws = h.start();
+    assert_eq!(h.sup.serving_workers(), 2);
+    h.msg(
+        ws[0],
+        WorkerMessage::Heartbeat {
+            requests: 10,
+            connections: 0,
+        },
+    );
+    assert_eq!(h.sup.serving_workers(), 3, "N + 1 during a recycle");
+}

@@ -1,0 +1,88 @@
+//! What the status reports, and the invariant check.
+
+use super::*;
+
+#[test]
+fn status_reports_each_exit_with_its_reason_code() {
+    let mut h = harness(Platform::Posix, |r| r.recovery.drain_timeout = 2.0);
+    let acts = h.on(Event::Start);
+    // Worker 1 prepares but is never committed; worker 2 never prepares.
+    h.msg(WorkerId(1), WorkerMessage::Prepared);
+    let acts2 = h.on(Event::Command(Command::Stop));
+    assert_eq!(
+        kills(&acts2),
+        vec![WorkerId(1), WorkerId(2)],
+        "uncommitted workers are killed, not drained"
+    );
+    let _ = acts;
+    h.on(Event::Exited {
+        worker: WorkerId(1),
+        status: ExitStatus::Signal(9),
+    });
+    h.on(Event::Exited {
+        worker: WorkerId(2),
+        status: ExitStatus::Signal(9),
+    });
+    assert_eq!(exit_reason(&h, WorkerId(1)), Some(ExitReason::CleanExit));
+    assert_eq!(exit_reason(&h, WorkerId(2)), Some(ExitReason::CleanExit));
+
+    let mut h = harness(Platform::Posix, |r| r.recovery.drain_timeout = 2.0);
+    let ws = h.start();
+    h.on(Event::Command(Command::Stop));
+    h.on(Event::Exited {
+        worker: ws[1],
+        status: ExitStatus::Code(0),
+    });
+    h.advance(Duration::from_secs(2));
+    h.advance(Duration::from_millis(500));
+    h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    assert_eq!(exit_reason(&h, ws[1]), Some(ExitReason::CleanExit));
+    assert_eq!(exit_reason(&h, ws[0]), Some(ExitReason::ForcedTermination));
+    assert_eq!(h.sup.status(h.now).recent_exits.len(), 2);
+}
+
+#[test]
+fn rollouts_are_visible_and_candidates_belong_to_their_generation() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    assert!(!h.sup.rollout_in_flight());
+    let next = RawConfig {
+        workers: 1,
+        ..RawConfig::default()
+    };
+    h.on(Event::Command(Command::Reload(Box::new(next))));
+    assert!(h.sup.rollout_in_flight());
+    assert_eq!(h.sup.worker_generation(WorkerId(1)), Some(Generation(1)));
+    assert_eq!(h.sup.worker_generation(WorkerId(3)), Some(Generation(2)));
+    assert_eq!(h.sup.worker_generation(WorkerId(99)), None);
+}
+
+#[test]
+fn broken_states_are_reported_by_the_invariant_check() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    h.sup.check_invariants().expect("consistent");
+    h.sup.state = ServiceState::Failed;
+    assert!(
+        h.sup.check_invariants().is_err(),
+        "failed without a failure record"
+    );
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    h.sup.slots[0].respawn_at = Some(h.now);
+    assert!(
+        h.sup.check_invariants().is_err(),
+        "a member and a pending respawn"
+    );
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    if let Some(w) = h.sup.workers.get_mut(&ws[1]) {
+        w.committed = false;
+    }
+    assert!(h.sup.check_invariants().is_err(), "ready without commit");
+}
+
+// ----- hangs in every live state -----------------------------------------------------

@@ -1,0 +1,139 @@
+//! Deadlines: the next one due, and what happens when it passes (start, heartbeat,
+//! drain and force timeouts, respawns, age recycling, retries).
+
+use super::*;
+
+impl Supervisor {
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut next = None;
+        for w in self.workers.values() {
+            if !w.kill_sent {
+                next = earliest(next, w.kill_at);
+            }
+            if w.ending.is_some() && w.state != WorkerState::Draining {
+                continue;
+            }
+            next = earliest(next, self.worker_deadline(w));
+        }
+        for s in &self.slots {
+            next = earliest(next, s.respawn_at);
+        }
+        if let Some(rec) = &self.recycle {
+            next = earliest(next, rec.retry_at);
+        }
+        next
+    }
+
+    /// The heartbeat deadline is judged in every state in which a worker beats: prepared
+    /// (waiting for its quorum), ready, and draining.
+    pub(super) fn worker_deadline(&self, w: &Worker) -> Option<Instant> {
+        let beat = Some(w.last_beat + w.heartbeat_timeout);
+        match w.state {
+            WorkerState::Spawning => Some(w.spawned_at + w.start_timeout),
+            WorkerState::Prepared => earliest(Some(w.spawned_at + w.start_timeout), beat),
+            WorkerState::Ready => {
+                let age = (w.role == Role::Member
+                    && w.recycle_due.is_none()
+                    && self.recycling_suspended.is_none())
+                .then_some(w.age_deadline)
+                .flatten();
+                earliest(beat, age)
+            }
+            WorkerState::Draining if !w.term_sent && !w.kill_sent => {
+                earliest(w.drain_deadline, beat)
+            }
+            _ => None,
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
+        for id in ids {
+            let Some(w) = self.workers.get_mut(&id) else {
+                continue;
+            };
+            if !w.kill_sent && w.kill_at.is_some_and(|t| t <= now) {
+                self.kill(id);
+                continue;
+            }
+            let Some(w) = self.workers.get_mut(&id) else {
+                continue;
+            };
+            match w.state {
+                WorkerState::Spawning | WorkerState::Prepared
+                    if w.ending.is_none() && now >= w.spawned_at + w.start_timeout =>
+                {
+                    let msg = format!(
+                        "not ready within worker_start_timeout ({:?})",
+                        w.start_timeout
+                    );
+                    self.fault(now, id, ExitReason::StartupFailure, msg);
+                }
+                WorkerState::Prepared
+                    if w.ending.is_none() && now >= w.last_beat + w.heartbeat_timeout =>
+                {
+                    // Not ready yet, so a startup failure, and nothing to drain: killed
+                    // at once, as on the start timeout.
+                    let msg = format!(
+                        "no heartbeat for {:?} while prepared (heartbeat_timeout)",
+                        now.saturating_since(w.last_beat)
+                    );
+                    self.fault(now, id, ExitReason::StartupFailure, msg);
+                }
+                WorkerState::Ready if w.ending.is_none() => {
+                    if now >= w.last_beat + w.heartbeat_timeout {
+                        let msg = format!(
+                            "no heartbeat for {:?} (heartbeat_timeout)",
+                            now.saturating_since(w.last_beat)
+                        );
+                        self.fault(now, id, ExitReason::HealthFailure, msg);
+                    } else if w.role == Role::Member
+                        && w.recycle_due.is_none()
+                        && w.age_deadline.is_some_and(|t| t <= now)
+                    {
+                        w.recycle_due = Some(ExitReason::RecycleAge);
+                    }
+                }
+                WorkerState::Draining if !w.term_sent && !w.kill_sent => {
+                    if now >= w.last_beat + w.heartbeat_timeout {
+                        // A healthy drain keeps beating: this one is hung, and would
+                        // otherwise hold its recycle (or the stop) until the drain deadline.
+                        let msg = format!(
+                            "no heartbeat for {:?} while draining (heartbeat_timeout)",
+                            now.saturating_since(w.last_beat)
+                        );
+                        self.fault(now, id, ExitReason::DrainHang, msg);
+                    } else if w.drain_deadline.is_some_and(|t| t <= now) {
+                        self.escalate(now, id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.stopping.is_none() {
+            let generation = self.committed;
+            for i in 0..self.slots.len() {
+                if self.slots[i].respawn_at.is_some_and(|t| t <= now) {
+                    self.slots[i].respawn_at = None;
+                    let id = self.spawn(now, Slot(i as u32), generation, Role::Member);
+                    self.slots[i].member = Some(id);
+                }
+            }
+            let retry = self
+                .recycle
+                .as_ref()
+                .filter(|r| r.replacement.is_none() && r.retry_at.is_some_and(|t| t <= now))
+                .map(|r| r.slot);
+            if let Some(slot) = retry {
+                let id = self.spawn(now, slot, generation, Role::Replacement);
+                if let Some(rec) = self.recycle.as_mut() {
+                    rec.replacement = Some(id);
+                    rec.retry_at = None;
+                }
+            }
+        }
+        self.try_start_recycle(now);
+    }
+
+    // ----- inspection ----------------------------------------------------------------
+}
