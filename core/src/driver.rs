@@ -3,7 +3,7 @@
 //! this one function, so the code the simulation proves is the code that runs.
 
 use crate::parent::{Parent, ParentAction};
-use crate::supervisor::Event;
+use crate::supervisor::{Action, Event};
 use crate::time::Instant;
 
 /// What woke the driver.
@@ -46,7 +46,7 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> Opti
     parent.handle(now, Event::Start);
     loop {
         while let Some(action) = parent.poll_action() {
-            if let ParentAction::Exit { code } = action {
+            if let ParentAction::Supervisor(Action::Exit { code }) = action {
                 io.observe(now, parent);
                 io.perform(now, action);
                 return Some(code);

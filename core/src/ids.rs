@@ -12,6 +12,12 @@ pub struct WorkerId(pub u64);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(pub u64);
 
+/// Names one reload request, chosen by the driver that received it, so the answer
+/// ([`crate::supervisor::Action::ReloadRejected`] or the commit of its generation) can be
+/// matched to its requester without guessing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReloadId(pub u64);
+
 /// A worker position within a generation (0..N). A crash replacement or a recycle
 /// replacement takes the slot of the worker it replaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -21,5 +21,5 @@ pub mod time;
 pub mod worker;
 
 pub use config::{ConfigError, RawConfig, ValidConfig};
-pub use ids::{Generation, LeaseId, Slot, WorkerId};
+pub use ids::{Generation, LeaseId, ReloadId, Slot, WorkerId};
 pub use time::Instant;

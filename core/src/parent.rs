@@ -12,53 +12,23 @@ use std::collections::VecDeque;
 
 use crate::broker::{Broker, Owner};
 use crate::config::ValidConfig;
-use crate::ids::{Generation, Slot, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
 use crate::singletons::{SingletonAction, SingletonKind, Singletons};
-use crate::supervisor::{Action, Command, Event, FailureReason, Platform, Supervisor};
+use crate::supervisor::{Action, Command, Event, Platform, Supervisor};
 use crate::time::{Instant, earliest};
 
-/// What the parent asks its driver to do.
+/// What the parent asks its driver to do: the supervisor's actions as they are (wrapped,
+/// not copied, so a new action needs no second definition), and the singletons'.
+///
+/// Two supervisor actions carry more than their name here: `WorkerGone` also means "close
+/// the worker's channel and delete its private temporary files" (the broker has already
+/// revoked its grants when the driver sees it), and `Exit` is held back until the
+/// access-log queue has drained.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ParentAction {
-    Spawn {
-        worker: WorkerId,
-        slot: Slot,
-        generation: Generation,
-    },
-    Send {
-        worker: WorkerId,
-        message: ParentMessage,
-    },
-    Terminate {
-        worker: WorkerId,
-    },
-    Kill {
-        worker: WorkerId,
-    },
-    CloseListeners,
-    /// Close the worker's channel and delete its private temporary files.
-    CleanupWorker {
-        worker: WorkerId,
-    },
+    Supervisor(Action),
     Singleton(SingletonAction),
-    GenerationCommitted {
-        generation: Generation,
-    },
-    ServiceFailed {
-        reason: FailureReason,
-        message: String,
-    },
-    ReloadRejected {
-        message: String,
-    },
-    RecyclingSuspended {
-        message: String,
-    },
-    Exit {
-        code: i32,
-    },
 }
 
 #[derive(Debug, Clone)]
@@ -115,12 +85,14 @@ impl Parent {
                         .handle_request(now, Owner { worker, generation }, id, request);
                 }
             }
-            Event::Command(Command::Reload(raw))
-                if raw.features != *self.supervisor.config().features() =>
+            Event::Command(Command::Reload { id, config })
+                if config.features != *self.supervisor.config().features() =>
             {
-                self.actions.push_back(ParentAction::ReloadRejected {
-                    message: "features cannot change on reload (their owners are started once); restart servery to change them".into(),
-                });
+                self.actions
+                    .push_back(ParentAction::Supervisor(Action::ReloadRejected {
+                        reload: id,
+                        message: "features cannot change on reload (their owners are started once); restart servery to change them".into(),
+                    }));
             }
             event => self.supervisor.handle(now, event),
         }
@@ -146,44 +118,21 @@ impl Parent {
 
     fn pump(&mut self) {
         while let Some(action) = self.supervisor.poll_action() {
-            let routed = match action {
-                Action::Spawn {
-                    worker,
-                    slot,
-                    generation,
-                } => ParentAction::Spawn {
-                    worker,
-                    slot,
-                    generation,
-                },
-                Action::Send { worker, message } => ParentAction::Send { worker, message },
-                Action::Terminate { worker } => ParentAction::Terminate { worker },
-                Action::Kill { worker } => ParentAction::Kill { worker },
-                Action::CloseListeners => ParentAction::CloseListeners,
+            match &action {
                 Action::WorkerGone { worker } => {
-                    self.broker.revoke_worker(worker);
-                    ParentAction::CleanupWorker { worker }
+                    self.broker.revoke_worker(*worker);
                 }
-                Action::GenerationCommitted { generation } => {
-                    if self.pending_exit.is_none() {
-                        self.singletons.committed(generation);
-                    }
-                    ParentAction::GenerationCommitted { generation }
-                }
-                Action::ServiceFailed { reason, message } => {
-                    ParentAction::ServiceFailed { reason, message }
-                }
-                Action::ReloadRejected { message } => ParentAction::ReloadRejected { message },
-                Action::RecyclingSuspended { message } => {
-                    ParentAction::RecyclingSuspended { message }
+                Action::GenerationCommitted { generation, .. } if self.pending_exit.is_none() => {
+                    self.singletons.committed(*generation);
                 }
                 Action::Exit { code } => {
-                    self.pending_exit = Some(code);
+                    self.pending_exit = Some(*code);
                     self.singletons.stop();
                     continue;
                 }
-            };
-            self.actions.push_back(routed);
+                _ => {}
+            }
+            self.actions.push_back(ParentAction::Supervisor(action));
             if let Some(config) = self.reloaded_limits() {
                 self.broker.set_limits(config);
             }
@@ -192,16 +141,18 @@ impl Parent {
             self.actions.push_back(ParentAction::Singleton(action));
         }
         while let Some((worker, id, reply)) = self.broker.poll_reply() {
-            self.actions.push_back(ParentAction::Send {
-                worker,
-                message: ParentMessage::Broker { id, reply },
-            });
+            self.actions
+                .push_back(ParentAction::Supervisor(Action::Send {
+                    worker,
+                    message: ParentMessage::Broker { id, reply },
+                }));
         }
         if let Some(code) = self.pending_exit
             && self.broker.log().is_empty()
         {
             self.pending_exit = None;
-            self.actions.push_back(ParentAction::Exit { code });
+            self.actions
+                .push_back(ParentAction::Supervisor(Action::Exit { code }));
         }
     }
 
@@ -235,6 +186,7 @@ impl Parent {
 mod tests {
     use super::*;
     use crate::config::RawConfig;
+    use crate::ids::{Generation, ReloadId, WorkerId};
     use crate::proto::{BrokerRequest, TargetKey};
     use crate::supervisor::ExitStatus;
 
@@ -274,11 +226,14 @@ mod tests {
         next.features.mdns = true;
         p.handle(
             Instant::ZERO,
-            Event::Command(Command::Reload(Box::new(next))),
+            Event::Command(Command::Reload {
+                id: ReloadId(1),
+                config: Box::new(next),
+            }),
         );
         let acts = actions(&mut p);
         assert!(
-            matches!(&acts[..], [ParentAction::ReloadRejected { message }] if message.contains("features"))
+            matches!(&acts[..], [ParentAction::Supervisor(Action::ReloadRejected { message, .. })] if message.contains("features"))
         );
         assert!(!p.supervisor().rollout_in_flight());
     }
@@ -305,7 +260,7 @@ mod tests {
             .position(|a| matches!(a, ParentAction::Singleton(SingletonAction::Stop { .. })));
         let exit = acts
             .iter()
-            .position(|a| matches!(a, ParentAction::Exit { code: 0 }));
+            .position(|a| matches!(a, ParentAction::Supervisor(Action::Exit { code: 0 })));
         assert!(stop.expect("stopped") < exit.expect("exits"));
     }
 
@@ -337,17 +292,19 @@ mod tests {
         );
         let acts = actions(&mut p);
         assert!(
-            !acts.iter().any(|a| matches!(a, ParentAction::Exit { .. })),
+            !acts
+                .iter()
+                .any(|a| matches!(a, ParentAction::Supervisor(Action::Exit { .. }))),
             "records still queued"
         );
         assert_eq!(p.take_log_batch(2).len(), 2);
         assert!(
             !actions(&mut p)
                 .iter()
-                .any(|a| matches!(a, ParentAction::Exit { .. }))
+                .any(|a| matches!(a, ParentAction::Supervisor(Action::Exit { .. })))
         );
         assert_eq!(p.take_log_batch(2).len(), 1);
-        assert!(actions(&mut p).contains(&ParentAction::Exit { code: 0 }));
+        assert!(actions(&mut p).contains(&ParentAction::Supervisor(Action::Exit { code: 0 })));
     }
 
     #[test]
@@ -389,7 +346,7 @@ mod tests {
         actions(&mut p);
         p.handle(Instant::ZERO, Event::ChannelClosed { worker: w });
         let acts = actions(&mut p);
-        assert!(acts.contains(&ParentAction::CleanupWorker { worker: w }));
+        assert!(acts.contains(&ParentAction::Supervisor(Action::WorkerGone { worker: w })));
         assert_eq!(p.broker().leases().count(), 0, "revoked at EOF");
         p.handle(Instant::ZERO, req(2));
         assert_eq!(

@@ -11,9 +11,9 @@ use servery_core::proto::{
 };
 use servery_core::supervisor::ExitStatus;
 use servery_core::worker::{WorkerAction, WorkerLifecycle};
-use servery_core::{Instant, LeaseId, WorkerId};
+use servery_core::{Instant, LeaseId, ValidConfig, WorkerId};
 
-use crate::plan::{Behavior, SimSpec};
+use crate::plan::Behavior;
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,16 +66,15 @@ pub(crate) struct Proc {
 }
 
 impl Proc {
-    pub fn new(id: WorkerId, _pid: u32, behavior: Behavior, spec: &SimSpec) -> Self {
-        let b = &spec.config.broker;
+    /// A process started under `config`, the one its `Spawn` carried (a reload's
+    /// candidates start under the reload's budgets, as real workers do).
+    pub fn new(id: WorkerId, _pid: u32, behavior: Behavior, config: &ValidConfig) -> Self {
+        let b = config.broker();
         Proc {
             id,
             behavior,
             life: WorkerLifecycle::new(),
-            client: BrokerClient::new(
-                b.queue_capacity.clamp(1, 1 << 20) as u32,
-                Duration::from_secs_f64(b.reply_timeout.clamp(0.001, 3600.0)),
-            ),
+            client: BrokerClient::new(b.queue_capacity(), b.reply_timeout()),
             down: FrameDecoder::new(MAX_FRAME_DEFAULT),
             alive: true,
             paused: false,
@@ -92,7 +91,7 @@ impl Proc {
             timer_at: None,
             up_clock: Instant::ZERO,
             down_clock: Instant::ZERO,
-            max_connections: spec.config.budgets.max_connections.clamp(1, 1 << 24) as usize,
+            max_connections: config.budgets().max_connections() as usize,
         }
     }
 

@@ -10,8 +10,8 @@ use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, encode_parent};
 use servery_core::singletons::SingletonAction;
-use servery_core::supervisor::{Command, Event, ExitReason, ExitStatus, Platform};
-use servery_core::{Instant, WorkerId};
+use servery_core::supervisor::{Action, Command, Event, ExitReason, ExitStatus, Platform};
+use servery_core::{Instant, ReloadId, WorkerId};
 
 use crate::fs::SimFs;
 use crate::outcome::{Outcome, WorkerExit};
@@ -465,7 +465,10 @@ impl SimWorld {
         let cmd = match &self.spec.commands[index].1 {
             SimCommand::Stop => Command::Stop,
             SimCommand::Recycle => Command::Recycle,
-            SimCommand::Reload(raw) => Command::Reload(raw.clone()),
+            SimCommand::Reload(raw) => Command::Reload {
+                id: ReloadId(index as u64),
+                config: raw.clone(),
+            },
         };
         self.inbox.push_back(Event::Command(cmd));
     }
@@ -682,11 +685,16 @@ impl ParentIo for SimWorld {
         self.trace.record(&[now.as_nanos(), 200 + code, arg], || {
             format!("{now} parent: {action:?}")
         });
+        let action = match action {
+            ParentAction::Singleton(action) => return self.singleton(action),
+            ParentAction::Supervisor(action) => action,
+        };
         match action {
-            ParentAction::Spawn {
+            Action::Spawn {
                 worker,
                 slot,
                 generation,
+                config,
             } => {
                 let info = SpawnInfo {
                     index: self.spawn_index,
@@ -701,7 +709,7 @@ impl ParentIo for SimWorld {
                 self.next_pid += 1;
                 let pid = self.next_pid;
                 self.procs
-                    .insert(worker, Proc::new(worker, pid, behavior, &self.spec));
+                    .insert(worker, Proc::new(worker, pid, behavior, &config));
                 self.inbox.push_back(Event::Spawned { worker, pid });
                 let live = self.live_count();
                 self.out.max_live_processes = self.out.max_live_processes.max(live);
@@ -712,26 +720,26 @@ impl ParentIo for SimWorld {
                     ));
                 }
             }
-            ParentAction::Send { worker, message } => self.send_down(worker, &message),
-            ParentAction::Terminate { worker } => {
+            Action::Send { worker, message } => self.send_down(worker, &message),
+            Action::Terminate { worker } => {
                 self.out.terms_sent += 1;
                 if self.spec.platform == Platform::Windows {
                     self.violation(format!("TERM sent to {worker} under Windows semantics"));
                 }
                 self.worker_terminate(worker);
             }
-            ParentAction::Kill { worker } => {
+            Action::Kill { worker } => {
                 if self.procs.get(&worker).is_some_and(|p| p.alive && p.wedged) {
                     self.out.coverage.insert("wedged drain killed");
                 }
                 self.process_died(worker, ExitStatus::Signal(9));
             }
-            ParentAction::CloseListeners => {
+            Action::CloseListeners => {
                 self.listener_open = false;
                 self.out.requests.refused += self.backlog.len() as u64;
                 self.backlog.clear();
             }
-            ParentAction::CleanupWorker { worker } => {
+            Action::WorkerGone { worker } => {
                 self.fs.remove_temps_of(worker);
                 let lat = self.latency();
                 if let Some(p) = self.procs.get_mut(&worker) {
@@ -742,26 +750,16 @@ impl ParentIo for SimWorld {
                     }
                 }
             }
-            ParentAction::Singleton(action) => match action {
-                SingletonAction::Start { .. } => self.out.singleton_starts += 1,
-                SingletonAction::Switch { from, to, .. } => {
-                    if to <= from {
-                        self.violation(format!("singleton switched backwards {from} → {to}"));
-                    }
-                    self.out.singleton_switches += 1;
-                }
-                SingletonAction::Stop { .. } => self.out.singleton_stops += 1,
-            },
-            ParentAction::GenerationCommitted { generation } => {
+            Action::GenerationCommitted { generation, .. } => {
                 self.out.generations_committed.push(generation.0);
             }
-            ParentAction::ServiceFailed { reason, message } => {
+            Action::ServiceFailed { reason, message } => {
                 self.out.failure = Some(reason);
                 self.out.failure_message = Some(message);
             }
-            ParentAction::ReloadRejected { message } => self.out.reload_rejections.push(message),
-            ParentAction::RecyclingSuspended { .. } => self.out.recycling_suspended = true,
-            ParentAction::Exit { .. } => {
+            Action::ReloadRejected { message, .. } => self.out.reload_rejections.push(message),
+            Action::RecyclingSuspended { .. } => self.out.recycling_suspended = true,
+            Action::Exit { .. } => {
                 self.out.exit_at_ms = Some(now.as_nanos() / 1_000_000);
                 if self.live_count() > 0 {
                     self.violation(format!(
@@ -843,24 +841,42 @@ impl ParentIo for SimWorld {
     }
 }
 
+/// The trace's code for an action (stable: regression entries pin trace hashes).
 fn action_code(action: &ParentAction) -> (u64, u64) {
+    let action = match action {
+        ParentAction::Singleton(_) => return (7, 0),
+        ParentAction::Supervisor(action) => action,
+    };
     match action {
-        ParentAction::Spawn { worker, .. } => (1, worker.0),
-        ParentAction::Send { worker, .. } => (2, worker.0),
-        ParentAction::Terminate { worker } => (3, worker.0),
-        ParentAction::Kill { worker } => (4, worker.0),
-        ParentAction::CloseListeners => (5, 0),
-        ParentAction::CleanupWorker { worker } => (6, worker.0),
-        ParentAction::Singleton(_) => (7, 0),
-        ParentAction::GenerationCommitted { generation } => (8, generation.0),
-        ParentAction::ServiceFailed { .. } => (9, 0),
-        ParentAction::ReloadRejected { .. } => (10, 0),
-        ParentAction::RecyclingSuspended { .. } => (11, 0),
-        ParentAction::Exit { code } => (12, *code as u64),
+        Action::Spawn { worker, .. } => (1, worker.0),
+        Action::Send { worker, .. } => (2, worker.0),
+        Action::Terminate { worker } => (3, worker.0),
+        Action::Kill { worker } => (4, worker.0),
+        Action::CloseListeners => (5, 0),
+        Action::WorkerGone { worker } => (6, worker.0),
+        Action::GenerationCommitted { generation, .. } => (8, generation.0),
+        Action::ServiceFailed { .. } => (9, 0),
+        Action::ReloadRejected { .. } => (10, 0),
+        Action::RecyclingSuspended { .. } => (11, 0),
+        Action::Exit { code } => (12, *code as u64),
     }
 }
 
 impl SimWorld {
+    /// The singletons' actions: counted, and a switch backwards is a violation.
+    fn singleton(&mut self, action: SingletonAction) {
+        match action {
+            SingletonAction::Start { .. } => self.out.singleton_starts += 1,
+            SingletonAction::Switch { from, to, .. } => {
+                if to <= from {
+                    self.violation(format!("singleton switched backwards {from} → {to}"));
+                }
+                self.out.singleton_switches += 1;
+            }
+            SingletonAction::Stop { .. } => self.out.singleton_stops += 1,
+        }
+    }
+
     /// The seed for the parent's ChaCha generator, drawn from the run's stream.
     pub fn rng_seed(&mut self) -> [u8; 32] {
         self.rng.seed32()

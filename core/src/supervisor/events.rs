@@ -45,9 +45,9 @@ impl Supervisor {
             }
             Event::Exited { worker, status } => self.reaped(now, worker, Some(status)),
             Event::Command(Command::Stop) => self.begin_stop(now, 0),
-            Event::Command(Command::Reload(raw)) => match raw.validate() {
-                Ok(config) => self.reload(now, config),
-                Err(e) => self.reject_reload(e.to_string()),
+            Event::Command(Command::Reload { id, config }) => match config.validate() {
+                Ok(config) => self.reload(now, id, config),
+                Err(e) => self.reject_reload(id, e.to_string()),
             },
             Event::Command(Command::Recycle) => self.recycle_all(now),
         }
@@ -58,7 +58,7 @@ impl Supervisor {
             return;
         }
         self.state = ServiceState::Starting;
-        self.start_rollout(now, self.config.clone(), true);
+        self.start_rollout(now, self.config.clone(), None);
     }
 
     pub(super) fn message(&mut self, now: Instant, id: WorkerId, message: WorkerMessage) {
@@ -186,6 +186,4 @@ impl Supervisor {
             Role::Member | Role::Retired => {}
         }
     }
-
-    // ----- generations ---------------------------------------------------------------
 }

@@ -32,7 +32,7 @@ pub use types::{
 pub use worker::Role;
 
 use crate::config::ValidConfig;
-use crate::ids::{Generation, Slot, WorkerId};
+use crate::ids::{Generation, ReloadId, Slot, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
 use crate::time::{Instant, earliest};
@@ -52,7 +52,8 @@ struct Rollout {
     generation: Generation,
     config: ValidConfig,
     candidates: Vec<WorkerId>,
-    initial: bool,
+    /// The reload this rollout answers; `None` for the first generation.
+    reload: Option<ReloadId>,
 }
 
 /// The one recycle that may be in flight.
@@ -83,7 +84,7 @@ pub struct Supervisor {
     rollout: Option<Rollout>,
     recycle: Option<Recycle>,
     recycling_suspended: Option<String>,
-    pending_reload: Option<ValidConfig>,
+    pending_reload: Option<(ReloadId, ValidConfig)>,
     last_reload_error: Option<String>,
     last_failure: Option<FailureRecord>,
     recent_exits: VecDeque<ExitRecord>,
@@ -196,8 +197,6 @@ impl Supervisor {
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
-
-    // ----- events -------------------------------------------------------------------
 }
 
 #[cfg(test)]

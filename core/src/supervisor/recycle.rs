@@ -97,15 +97,13 @@ impl Supervisor {
     }
 
     pub(super) fn after_recycle(&mut self, now: Instant) {
-        if let Some(config) = self.pending_reload.take() {
+        if let Some((id, config)) = self.pending_reload.take() {
             if self.recycle.is_none() && self.stopping.is_none() {
-                self.start_rollout(now, config, false);
+                self.start_rollout(now, config, Some(id));
                 return;
             }
-            self.pending_reload = Some(config);
+            self.pending_reload = Some((id, config));
         }
         self.try_start_recycle(now);
     }
-
-    // ----- stopping ------------------------------------------------------------------
 }

@@ -36,6 +36,7 @@ impl Supervisor {
             worker: id,
             slot,
             generation,
+            config: Box::new(config.clone()),
         });
         self.actions.push_back(Action::Send {
             worker: id,
@@ -49,7 +50,14 @@ impl Supervisor {
         id
     }
 
-    pub(super) fn start_rollout(&mut self, now: Instant, config: ValidConfig, initial: bool) {
+    /// Brings up the next generation under `config`: the first one (`reload` is `None`)
+    /// or the one a reload asked for.
+    pub(super) fn start_rollout(
+        &mut self,
+        now: Instant,
+        config: ValidConfig,
+        reload: Option<ReloadId>,
+    ) {
         let generation = Generation(self.committed.0 + 1);
         let candidates = (0..config.workers())
             .map(|i| self.spawn_with(now, Slot(i), generation, Role::Candidate, &config))
@@ -58,7 +66,7 @@ impl Supervisor {
             generation,
             config,
             candidates,
-            initial,
+            reload,
         });
     }
 
@@ -92,55 +100,56 @@ impl Supervisor {
         }
         self.committed = rollout.generation;
         self.config = rollout.config;
-        if rollout.initial {
+        if rollout.reload.is_none() {
             self.state = ServiceState::Ready;
         } else {
             self.last_reload_error = None;
         }
         self.actions.push_back(Action::GenerationCommitted {
             generation: rollout.generation,
+            reload: rollout.reload,
         });
         self.try_start_recycle(now);
     }
 
-    pub(super) fn reload(&mut self, now: Instant, config: ValidConfig) {
+    pub(super) fn reload(&mut self, now: Instant, id: ReloadId, config: ValidConfig) {
         if self.stopping.is_some() {
-            return self.reject_reload("the service is stopping".into());
+            return self.reject_reload(id, "the service is stopping".into());
         }
         if self.state != ServiceState::Ready {
-            return self.reject_reload("the service is not ready yet".into());
+            return self.reject_reload(id, "the service is not ready yet".into());
         }
         if self.rollout.is_some() || self.pending_reload.is_some() {
-            return self.reject_reload("a reload is already in progress".into());
+            return self.reject_reload(id, "a reload is already in progress".into());
         }
         if self.recycle.is_some() {
             // One overlap at a time: the reload starts when the recycle completes.
-            self.pending_reload = Some(config);
+            self.pending_reload = Some((id, config));
         } else {
-            self.start_rollout(now, config, false);
+            self.start_rollout(now, config, Some(id));
         }
     }
 
-    pub(super) fn reject_reload(&mut self, message: String) {
+    pub(super) fn reject_reload(&mut self, reload: ReloadId, message: String) {
         self.last_reload_error = Some(message.clone());
-        self.actions.push_back(Action::ReloadRejected { message });
+        self.actions
+            .push_back(Action::ReloadRejected { reload, message });
     }
 
     pub(super) fn abort_rollout(&mut self, now: Instant, message: String) {
         let Some(rollout) = self.rollout.take() else {
             return;
         };
-        if rollout.initial {
+        let Some(reload) = rollout.reload else {
             return self.fail(now, FailureReason::StartupFailure, message);
-        }
+        };
         for id in rollout.candidates {
             self.retire(now, id, ExitReason::CleanExit);
         }
-        self.reject_reload(format!(
-            "reload failed, the old generation keeps serving: {message}"
-        ));
+        self.reject_reload(
+            reload,
+            format!("reload failed, the old generation keeps serving: {message}"),
+        );
         self.try_start_recycle(now);
     }
-
-    // ----- ending workers ------------------------------------------------------------
 }

@@ -23,9 +23,13 @@ impl Supervisor {
             self.state = ServiceState::Draining;
         }
         self.actions.push_back(Action::CloseListeners);
-        self.rollout = None;
+        // A reload still waiting or rolling out gets its answer: nobody waits forever.
+        let waiting = self.pending_reload.take().map(|(id, _)| id);
+        let rolling = self.rollout.take().and_then(|r| r.reload);
+        for id in waiting.into_iter().chain(rolling) {
+            self.reject_reload(id, "the service is stopping".into());
+        }
         self.recycle = None;
-        self.pending_reload = None;
         for slot in &mut self.slots {
             slot.respawn_at = None;
         }
@@ -47,6 +51,4 @@ impl Supervisor {
         }
         self.actions.push_back(Action::Exit { code });
     }
-
-    // ----- time ----------------------------------------------------------------------
 }

@@ -134,6 +134,4 @@ impl Supervisor {
         }
         self.try_start_recycle(now);
     }
-
-    // ----- inspection ----------------------------------------------------------------
 }

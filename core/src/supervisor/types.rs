@@ -3,8 +3,8 @@
 
 use core::fmt;
 
-use crate::config::RawConfig;
-use crate::ids::{Generation, Slot, WorkerId};
+use crate::config::{RawConfig, ValidConfig};
+use crate::ids::{Generation, ReloadId, Slot, WorkerId};
 use crate::proto::{ParentMessage, ProtoError, WorkerMessage};
 
 /// How processes are ended on the host. The supervisor plans differently for each; the
@@ -252,8 +252,12 @@ impl fmt::Display for ExitStatus {
 pub enum Command {
     /// Graceful stop. Idempotent.
     Stop,
-    /// Validate this configuration and roll a new generation onto it.
-    Reload(Box<RawConfig>),
+    /// Validate this configuration and roll a new generation onto it. `id` names the
+    /// request in the answer.
+    Reload {
+        id: ReloadId,
+        config: Box<RawConfig>,
+    },
     /// Recycle every worker of the committed generation, one at a time.
     Recycle,
 }
@@ -296,10 +300,14 @@ pub enum Event {
 /// What the supervisor asks the driver to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
+    /// Start a worker process for `slot` of `generation`, under `config` (the committed
+    /// generation's, or a reload candidate's): everything the process is started with
+    /// follows from it, so a driver keeps no table of generations.
     Spawn {
         worker: WorkerId,
         slot: Slot,
         generation: Generation,
+        config: Box<ValidConfig>,
     },
     Send {
         worker: WorkerId,
@@ -319,9 +327,11 @@ pub enum Action {
     WorkerGone {
         worker: WorkerId,
     },
-    /// A generation is committed and serving.
+    /// A generation is committed and serving; `reload` names the reload it answers
+    /// (none for the first generation).
     GenerationCommitted {
         generation: Generation,
+        reload: Option<ReloadId>,
     },
     /// The service entered `failed`.
     ServiceFailed {
@@ -330,6 +340,7 @@ pub enum Action {
     },
     /// A reload was refused or its candidate generation failed; the old one serves on.
     ReloadRejected {
+        reload: ReloadId,
         message: String,
     },
     /// Recycling is suspended after repeated replacement failures.

@@ -23,13 +23,13 @@ use serde_json::Value;
 use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, encode_parent};
-use servery_core::supervisor::{Command, Event};
-use servery_core::{Generation, Instant, RawConfig, Slot, WorkerId};
+use servery_core::supervisor::{Action, Command, Event};
+use servery_core::{Generation, Instant, RawConfig, ReloadId, Slot, ValidConfig, WorkerId};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::cleanup::remove_worker_temp_files;
-use super::spawn::Launcher;
+use super::spawn::{Launcher, WorkerStart};
 use super::status::{ServiceInfo, status_json};
 use crate::clock::Clock;
 
@@ -136,10 +136,9 @@ pub struct RealIo {
     info: ServiceInfo,
     root: PathBuf,
     status_waiters: Vec<oneshot::Sender<Value>>,
-    /// The reload being handled in this step, then the one whose rollout is running.
-    reload_new: Option<ReloadReply>,
-    reload_waiting: Option<ReloadReply>,
-    committed: Generation,
+    /// Who waits for each reload's answer, by the id the core names it with.
+    reloads: HashMap<ReloadId, ReloadReply>,
+    next_reload: u64,
     announced_ready: bool,
     exit: Option<i32>,
 }
@@ -175,9 +174,8 @@ impl RealIo {
             info: p.info,
             root: p.root,
             status_waiters: Vec::new(),
-            reload_new: None,
-            reload_waiting: None,
-            committed: Generation(0),
+            reloads: HashMap::new(),
+            next_reload: 0,
             announced_ready: false,
             exit: None,
         }
@@ -213,31 +211,35 @@ impl RealIo {
         }
     }
 
+    /// A reload request: named here, answered when the core commits its generation or
+    /// rejects it (SIGHUP's reloads have nobody waiting).
     fn reload(&mut self, raw: Box<RawConfig>, reply: Option<ReloadReply>) -> Event {
-        // Record the candidate's terms for the generation it would become; if it is
-        // rejected, the next reload overwrites the entry.
-        if let Ok(valid) = raw.validate() {
-            self.launcher
-                .set_generation(Generation(self.committed.0 + 1), &valid);
+        self.next_reload += 1;
+        let id = ReloadId(self.next_reload);
+        if let Some(reply) = reply {
+            self.reloads.insert(id, reply);
         }
-        if let Some(old) = self
-            .reload_new
-            .replace(reply.unwrap_or_else(|| oneshot::channel().0))
-        {
-            let _ = old.send(Err("superseded by another reload".into()));
-        }
-        Event::Command(Command::Reload(raw))
+        Event::Command(Command::Reload { id, config: raw })
     }
 
-    fn perform_spawn(&mut self, worker: WorkerId, slot: Slot, generation: Generation) {
+    fn perform_spawn(
+        &mut self,
+        worker: WorkerId,
+        slot: Slot,
+        generation: Generation,
+        config: &ValidConfig,
+    ) {
         let launched = self
             .launcher
             .launch(
                 &self.rt,
                 &self.poll.sender(),
-                worker,
-                slot,
-                generation,
+                WorkerStart {
+                    worker,
+                    slot,
+                    generation,
+                    config,
+                },
                 &self.listeners,
             )
             .and_then(|launched| {
@@ -478,62 +480,64 @@ impl ParentIo for RealIo {
     }
 
     fn perform(&mut self, _now: Instant, action: ParentAction) {
+        let action = match action {
+            ParentAction::Singleton(action) => {
+                return tracing::info!(?action, "singleton");
+            }
+            ParentAction::Supervisor(action) => action,
+        };
         match action {
-            ParentAction::Spawn {
+            Action::Spawn {
                 worker,
                 slot,
                 generation,
-            } => self.perform_spawn(worker, slot, generation),
-            ParentAction::Send { worker, message } => {
+                config,
+            } => self.perform_spawn(worker, slot, generation, &config),
+            Action::Send { worker, message } => {
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     encode_parent(&message, &mut channel.out);
                     self.flush(worker);
                 }
             }
-            ParentAction::Terminate { worker } => {
+            Action::Terminate { worker } => {
                 tracing::info!(%worker, "terminating (SIGTERM to its process group)");
                 self.signal_group(worker, Signal::TERM);
             }
-            ParentAction::Kill { worker } => {
+            Action::Kill { worker } => {
                 tracing::info!(%worker, "killing (SIGKILL to its process group)");
                 self.signal_group(worker, Signal::KILL);
             }
-            ParentAction::CloseListeners => {
+            Action::CloseListeners => {
                 tracing::info!("closing the listeners");
                 self.listeners.clear();
                 self.control.closing.store(true, Ordering::Release);
             }
-            ParentAction::CleanupWorker { worker } => self.cleanup(worker),
-            ParentAction::Singleton(action) => tracing::info!(?action, "singleton"),
-            ParentAction::GenerationCommitted { generation } => {
+            Action::WorkerGone { worker } => self.cleanup(worker),
+            Action::GenerationCommitted { generation, reload } => {
                 if self.announced_ready {
                     tracing::info!(%generation, "generation committed");
                 } else {
                     self.announced_ready = true;
                     say!("servery: ready (generation {})", generation.0);
                 }
-                if let Some(reply) = self.reload_waiting.take() {
+                if let Some(reply) = reload.and_then(|id| self.reloads.remove(&id)) {
                     let _ = reply.send(Ok(generation.0));
                 }
             }
-            ParentAction::ServiceFailed { reason, message } => {
+            Action::ServiceFailed { reason, message } => {
                 tracing::error!(reason = reason.code(), %message, "service failed");
                 tell!("servery: service failed ({}): {message}", reason.code());
             }
-            ParentAction::ReloadRejected { message } => {
+            Action::ReloadRejected { reload, message } => {
                 tracing::warn!(%message, "reload rejected");
-                if let Some(reply) = self
-                    .reload_new
-                    .take()
-                    .or_else(|| self.reload_waiting.take())
-                {
+                if let Some(reply) = self.reloads.remove(&reload) {
                     let _ = reply.send(Err(message));
                 }
             }
-            ParentAction::RecyclingSuspended { message } => {
+            Action::RecyclingSuspended { message } => {
                 tracing::warn!(%message, "recycling suspended");
             }
-            ParentAction::Exit { code } => {
+            Action::Exit { code } => {
                 tracing::info!(code, "exiting");
                 self.exit = Some(code);
             }
@@ -552,12 +556,6 @@ impl ParentIo for RealIo {
         {
             // Debug builds only: a broken invariant is a bug in the core or this driver.
             panic!("core invariant violated: {e}");
-        }
-        self.committed = parent.supervisor().generation();
-        if let Some(reply) = self.reload_new.take()
-            && let Some(old) = self.reload_waiting.replace(reply)
-        {
-            let _ = old.send(Err("superseded by another reload".into()));
         }
         if !self.status_waiters.is_empty() {
             let status = status_json(parent, now, &self.info);

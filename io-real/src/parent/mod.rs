@@ -222,7 +222,7 @@ fn serve(
         config.recycling_overlap_file_cache_bound()
     );
 
-    let launcher = Launcher::new(exe, root.clone(), site.worker, args.upload.clone(), &config);
+    let launcher = Launcher::new(exe, root.clone(), site.worker, args.upload.clone());
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let mut real = RealIo::new(RealIoParts {
         clock,

@@ -5,7 +5,6 @@
 //! reads and writes it itself (see `io.rs`): a broker request and its answer cross no
 //! thread inside the parent.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -104,6 +103,15 @@ pub struct Launched {
     pub setup_frame: Vec<u8>,
 }
 
+/// Which worker to start, and under what configuration (the core's `Spawn`).
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerStart<'a> {
+    pub worker: WorkerId,
+    pub slot: Slot,
+    pub generation: Generation,
+    pub config: &'a ValidConfig,
+}
+
 /// How workers are started.
 #[derive(Debug)]
 pub struct Launcher {
@@ -112,40 +120,16 @@ pub struct Launcher {
     site: WorkerSite,
     /// The upload flags the parent was started with (`crate::write::args`).
     upload: UploadArgs,
-    /// What a worker of each generation is started with, by the generation that
-    /// introduced it. The core's Spawn action names only the generation, so a reload
-    /// records its candidate's terms here.
-    generations: BTreeMap<u64, GenerationTerms>,
-}
-
-/// The per-generation part of a worker's command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct GenerationTerms {
-    budget: WorkerBudget,
-    /// `--upload` and its settings, some of which (the largest upload, the broker's
-    /// reply timeout and queue bound) follow reloadable broker fields.
-    upload_args: Vec<String>,
-    /// The connection deadlines ([`Deadlines::to_args`]).
-    deadline_args: Vec<String>,
 }
 
 impl Launcher {
-    pub fn new(
-        exe: PathBuf,
-        root: PathBuf,
-        site: WorkerSite,
-        upload: UploadArgs,
-        first: &ValidConfig,
-    ) -> Self {
-        let mut launcher = Launcher {
+    pub fn new(exe: PathBuf, root: PathBuf, site: WorkerSite, upload: UploadArgs) -> Self {
+        Launcher {
             exe,
             root,
             site,
             upload,
-            generations: BTreeMap::new(),
-        };
-        launcher.set_generation(Generation(1), first);
-        launcher
+        }
     }
 
     /// What to execute: on Linux the very binary this parent runs, even if an upgrade
@@ -162,33 +146,19 @@ impl Launcher {
         }
     }
 
-    /// Workers of `generation` (and later ones, until the next entry) run under `config`.
-    pub fn set_generation(&mut self, generation: Generation, config: &ValidConfig) {
-        let terms = GenerationTerms {
-            budget: WorkerBudget::of(config),
-            upload_args: self.upload.worker_args(config),
-            deadline_args: Deadlines::of(config).to_args(),
-        };
-        self.generations.insert(generation.0, terms);
-    }
-
-    fn terms(&self, generation: Generation) -> Option<&GenerationTerms> {
-        self.generations
-            .range(..=generation.0)
-            .next_back()
-            .or_else(|| self.generations.iter().next())
-            .map(|(_, t)| t)
-    }
-
     pub fn launch(
         &self,
         rt: &Handle,
         events: &InboundTx,
-        worker: WorkerId,
-        slot: Slot,
-        generation: Generation,
+        start: WorkerStart<'_>,
         listeners: &[TcpListener],
     ) -> Result<Launched, SpawnError> {
+        let WorkerStart {
+            worker,
+            slot,
+            generation,
+            config,
+        } = start;
         if listeners.is_empty() {
             return Err(SpawnError::ListenersClosed);
         }
@@ -199,18 +169,9 @@ impl Launcher {
         fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
         ours.set_nonblocking(true).map_err(SpawnError::Channel)?;
 
-        let terms = self.terms(generation).cloned().unwrap_or(GenerationTerms {
-            budget: WorkerBudget {
-                max_connections: 1024,
-                max_blocking_threads: 64,
-                compression_cache_size: 0,
-                file_cache_size: 0,
-                runtime_threads: 0,
-            },
-            upload_args: Vec::new(),
-            deadline_args: Vec::new(),
-        });
-        let budget = terms.budget;
+        // Everything per-generation follows from the configuration the core's Spawn
+        // carried: the parent keeps no table of generations.
+        let budget = WorkerBudget::of(config);
         let mut cmd = tokio::process::Command::new(self.program());
         cmd.arg0(&self.exe)
             .arg(WORKER_SUBCOMMAND)
@@ -233,8 +194,8 @@ impl Launcher {
             .arg("--runtime-threads")
             .arg(budget.runtime_threads.to_string());
         cmd.args(self.site.flags.to_args());
-        cmd.args(&terms.upload_args);
-        cmd.args(&terms.deadline_args);
+        cmd.args(self.upload.worker_args(config));
+        cmd.args(Deadlines::of(config).to_args());
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C
             // meant for the parent does not hit the workers directly.

@@ -5,6 +5,7 @@ use core::time::Duration;
 
 use super::*;
 use crate::config::RawConfig;
+use crate::ids::ReloadId;
 
 struct Harness {
     sup: Supervisor,

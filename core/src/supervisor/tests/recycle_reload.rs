@@ -157,7 +157,10 @@ fn a_reload_during_a_recycle_waits_for_it() {
         ..RawConfig::default()
     };
     next.recovery.drain_timeout = 3.0;
-    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    let acts = h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(next),
+    }));
     assert_eq!(
         spawns(&acts),
         0,
@@ -169,6 +172,7 @@ fn a_reload_during_a_recycle_waits_for_it() {
         worker: rep,
         slot: Slot(0),
         generation: Generation(1),
+        config: Box::new(h.sup.config().clone()),
     }]);
     let acts = h.on(Event::Exited {
         worker: ws[0],
@@ -180,11 +184,66 @@ fn a_reload_during_a_recycle_waits_for_it() {
         "the reload's generation starts once the recycle ends"
     );
     let acts = h.boot(&acts);
-    assert!(acts.contains(&Action::GenerationCommitted {
-        generation: Generation(2)
-    }));
+    assert!(
+        acts.contains(&Action::GenerationCommitted {
+            generation: Generation(2),
+            reload: Some(ReloadId(1)),
+        }),
+        "the commit names the reload it answers"
+    );
     assert_eq!(h.sup.generation(), Generation(2));
     assert_eq!(h.sup.config().workers(), 3);
+}
+
+#[test]
+fn every_spawn_carries_the_configuration_its_worker_starts_with() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let workers = h.start().len();
+    let mut next = RawConfig {
+        workers: workers as i64,
+        ..RawConfig::default()
+    };
+    next.budgets.max_connections = 77;
+    let acts = h.on(Event::Command(Command::Reload {
+        id: ReloadId(9),
+        config: Box::new(next),
+    }));
+    let configs: Vec<u32> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::Spawn { config, .. } => Some(config.budgets().max_connections()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        configs,
+        vec![77; workers],
+        "candidates start under the reload's budgets"
+    );
+    assert_eq!(
+        h.sup.config().budgets().max_connections(),
+        1024,
+        "the committed generation keeps its own until the commit"
+    );
+}
+
+#[test]
+fn a_stop_answers_the_reload_it_cuts_short() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    h.on(Event::Command(Command::Recycle));
+    h.on(Event::Command(Command::Reload {
+        id: ReloadId(4),
+        config: Box::new(RawConfig::default()),
+    }));
+    let acts = h.on(Event::Command(Command::Stop));
+    assert!(
+        acts.iter().any(|a| matches!(
+            a,
+            Action::ReloadRejected { reload: ReloadId(4), message } if message.contains("stopping")
+        )),
+        "{acts:?}"
+    );
 }
 
 #[test]
@@ -193,9 +252,15 @@ fn an_invalid_reload_changes_nothing_and_says_why() {
     h.start();
     let mut bad = RawConfig::default();
     bad.recovery.heartbeat_timeout = 0.5;
-    let acts = h.on(Event::Command(Command::Reload(Box::new(bad))));
+    let acts = h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(bad),
+    }));
     let message = acts.iter().find_map(|a| match a {
-        Action::ReloadRejected { message } => Some(message.clone()),
+        Action::ReloadRejected {
+            reload: ReloadId(1),
+            message,
+        } => Some(message.clone()),
         _ => None,
     });
     assert!(
@@ -221,7 +286,10 @@ fn reload_candidates_live_by_the_new_configuration() {
     };
     next.recovery.heartbeat_interval = 0.1;
     next.recovery.heartbeat_timeout = 0.5;
-    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    let acts = h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(next),
+    }));
     let hello = acts.iter().find_map(|a| match a {
         Action::Send {
             message:
@@ -262,7 +330,10 @@ fn no_recycle_starts_while_a_reload_rolls_out() {
     };
     next.recovery.max_requests_per_worker = 10;
     next.recovery.max_requests_jitter = 0.0;
-    let acts = h.on(Event::Command(Command::Reload(Box::new(next))));
+    let acts = h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(next),
+    }));
     assert_eq!(spawns(&acts), 2);
     assert!(h.sup.status(h.now).reload_in_flight);
     let acts = h.msg(

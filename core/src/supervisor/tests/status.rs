@@ -53,7 +53,10 @@ fn rollouts_are_visible_and_candidates_belong_to_their_generation() {
         workers: 1,
         ..RawConfig::default()
     };
-    h.on(Event::Command(Command::Reload(Box::new(next))));
+    h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(next),
+    }));
     assert!(h.sup.rollout_in_flight());
     assert_eq!(h.sup.worker_generation(WorkerId(1)), Some(Generation(1)));
     assert_eq!(h.sup.worker_generation(WorkerId(3)), Some(Generation(2)));
