@@ -15,17 +15,35 @@ pub enum Wakeup {
     Timeout(Instant),
     /// The log writer finished a batch and can take another.
     LogWritten(Instant),
-    /// The host is gone (a simulated parent crash): stop without cleanup.
-    Halt,
+    /// The parent process is gone as if killed: nothing more is performed, and its workers
+    /// learn of it when their control channels end. Only the simulator's parent-crash
+    /// fault produces it.
+    Crashed,
+    /// The host cannot carry on: the real driver's poll or event channel failed, or a
+    /// simulated run reached its bound or stopped making progress. `run` returns and the
+    /// driver stops every worker it started.
+    HostFailed,
+}
+
+/// How [`run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The parent finished and exits with this code.
+    Exited(i32),
+    /// [`Wakeup::Crashed`].
+    Crashed,
+    /// [`Wakeup::HostFailed`].
+    HostFailed,
 }
 
 /// The host side of the parent: processes, channels, listeners, files and time.
 pub trait ParentIo {
-    /// Block until something happens or `deadline` passes. Input that arrived before the
-    /// deadline must be delivered before `Timeout` is: a heartbeat waiting unread in a
-    /// channel after the parent itself was stalled (stopped, swapped out, starved) proves
-    /// the worker alive, and judging deadlines first would kill healthy workers.
+    /// Block until something happens or `deadline` passes.
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup;
+    /// Everything that has already arrived, taken in without blocking and in arrival
+    /// order, in one pass (what keeps arriving meanwhile waits for the next `wait`, so a
+    /// flood cannot hold a deadline off). [`run`] calls it before it judges deadlines.
+    fn arrived(&mut self) -> Vec<Wakeup>;
     /// Carry out one action. `Exit` is performed last, after which `run` returns.
     fn perform(&mut self, now: Instant, action: ParentAction);
     /// Whether the sole log writer can take a batch now.
@@ -40,8 +58,13 @@ pub trait ParentIo {
 /// Largest access-log batch handed to the writer at once.
 pub const LOG_BATCH: usize = 256;
 
-/// Run the parent until it exits (`Some(code)`) or the host halts (`None`).
-pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> Option<i32> {
+/// Run the parent until it exits or its host gives out.
+///
+/// One rule lives here rather than in each driver: before deadlines are judged, every input
+/// that has already arrived is handled. A heartbeat waiting unread in a channel after the
+/// parent itself was stalled (stopped, swapped out, starved) proves its worker alive, and
+/// judging deadlines first would kill healthy workers (the `parent-stall` scenario).
+pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> RunEnd {
     let mut now = start;
     parent.handle(now, Event::Start);
     loop {
@@ -49,7 +72,7 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> Opti
             if let ParentAction::Supervisor(Action::Exit { code }) = action {
                 io.observe(now, parent);
                 io.perform(now, action);
-                return Some(code);
+                return RunEnd::Exited(code);
             }
             io.perform(now, action);
         }
@@ -71,10 +94,24 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> Opti
                 now = now.max(t);
                 true
             }
-            Wakeup::Halt => return None,
+            Wakeup::Crashed => return RunEnd::Crashed,
+            Wakeup::HostFailed => return RunEnd::HostFailed,
         };
         if timer_check && parent.poll_timeout().is_some_and(|d| d <= now) {
-            parent.handle_timeout(now);
+            for wakeup in io.arrived() {
+                match wakeup {
+                    Wakeup::Event(t, event) => {
+                        now = now.max(t);
+                        parent.handle(now, event);
+                    }
+                    Wakeup::Timeout(t) | Wakeup::LogWritten(t) => now = now.max(t),
+                    Wakeup::Crashed => return RunEnd::Crashed,
+                    Wakeup::HostFailed => return RunEnd::HostFailed,
+                }
+            }
+            if parent.poll_timeout().is_some_and(|d| d <= now) {
+                parent.handle_timeout(now);
+            }
         }
     }
 }

@@ -16,7 +16,7 @@ pub mod rng;
 mod trace;
 mod world;
 
-pub use outcome::{LogStats, Outcome, RequestStats, UploadStats, WorkerExit};
+pub use outcome::{LogStats, Outcome, RequestStats, StatusAnswer, UploadStats, WorkerExit};
 pub use plan::{Behavior, BehaviorFn, Fault, SimCommand, SimSpec, SpawnInfo, Workload};
 pub use world::SimWorld;
 
@@ -30,6 +30,6 @@ pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     let mut world = SimWorld::new(spec);
     let seed = world.rng_seed();
     let mut parent = Parent::new(config, platform, seed);
-    let exit = driver::run(&mut parent, &mut world, servery_core::Instant::ZERO);
-    Ok(world.finish(exit))
+    let end = driver::run(&mut parent, &mut world, servery_core::Instant::ZERO);
+    Ok(world.finish(end))
 }

@@ -79,6 +79,9 @@ pub struct Outcome {
     pub torn_files: usize,
     pub leases_at_exit: usize,
     pub reload_rejections: Vec<String>,
+    /// Each status request: when it was made and when it was answered (ms), and the ready
+    /// workers and restarts the answer reported.
+    pub status_answers: Vec<StatusAnswer>,
     pub recycling_suspended: bool,
     pub generations_committed: Vec<u64>,
     pub singleton_starts: u32,
@@ -101,4 +104,13 @@ impl Outcome {
     pub fn failed_requests(&self) -> u64 {
         self.requests.failed_fault + self.requests.failed_forced
     }
+}
+
+/// One answered status request ([`crate::SimCommand::Status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusAnswer {
+    pub asked_ms: u64,
+    pub answered_ms: u64,
+    pub ready_workers: usize,
+    pub restarts: u64,
 }

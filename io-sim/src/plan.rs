@@ -66,6 +66,9 @@ pub enum SimCommand {
     Stop,
     Reload(Box<RawConfig>),
     Recycle,
+    /// `ctl status`: answered after the step it wakes the parent for
+    /// ([`crate::Outcome::status_answers`]).
+    Status,
 }
 
 /// Client load.

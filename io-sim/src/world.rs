@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use servery_core::config::LogPolicy;
-use servery_core::driver::{ParentIo, Wakeup};
+use servery_core::driver::{ParentIo, RunEnd, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, encode_parent};
 use servery_core::singletons::SingletonAction;
@@ -14,7 +14,7 @@ use servery_core::supervisor::{Action, Command, Event, ExitReason, ExitStatus, P
 use servery_core::{Instant, ReloadId, WorkerId};
 
 use crate::fs::SimFs;
-use crate::outcome::{Outcome, WorkerExit};
+use crate::outcome::{Outcome, StatusAnswer, WorkerExit};
 use crate::plan::{Fault, SimCommand, SimSpec, SpawnInfo};
 use crate::process::Proc;
 use crate::rng::SimRng;
@@ -154,6 +154,11 @@ pub struct SimWorld {
     /// While the parent is stalled: until when, and what reached it meanwhile, in order.
     parent_stalled_until: Option<Instant>,
     held: Vec<SimEvent>,
+    /// What reached a stalled parent, readable now that it runs again but not yet read:
+    /// the driver loop must take it in ([`ParentIo::arrived`]) before judging deadlines.
+    unread: Vec<SimEvent>,
+    /// Status requests not answered yet, with when they were made.
+    status_asked: Vec<Instant>,
     log_busy: bool,
     snapshot_due: bool,
     last_wait_at: Instant,
@@ -200,6 +205,8 @@ impl SimWorld {
             halt_pending: false,
             parent_stalled_until: None,
             held: Vec::new(),
+            unread: Vec::new(),
+            status_asked: Vec::new(),
             log_busy: false,
             snapshot_due: false,
             last_wait_at: Instant::ZERO,
@@ -444,25 +451,40 @@ impl SimWorld {
         )
     }
 
-    /// The stalled parent runs again: what reached it meanwhile is read before anything
-    /// else it does, timers included (the `ParentIo::wait` contract).
+    /// The stalled parent runs again: what reached it meanwhile sits in its channels,
+    /// unread, as in a real socket buffer. Its deadlines have passed too; the driver loop
+    /// must read the waiting input before it judges them (`driver::run`), which is what
+    /// this models rather than doing it for the loop.
     fn parent_resumes(&mut self) {
         self.parent_stalled_until = None;
         for event in std::mem::take(&mut self.held) {
             match event {
-                // These wake the driver themselves: after the inbox has been read.
+                // These wake the driver themselves, after what waited in the channels.
                 SimEvent::Liveness | SimEvent::LogWriterDone { .. } => {
                     self.schedule_at(self.now, event)
                 }
-                other => {
-                    let _ = self.step(other);
-                }
+                other => self.unread.push(other),
             }
         }
     }
 
-    fn command(&mut self, index: usize) {
+    /// Reads what waited in the channels of a parent that was stalled.
+    fn read_unread(&mut self) -> Option<Wakeup> {
+        let mut wakeup = None;
+        for event in std::mem::take(&mut self.unread) {
+            wakeup = wakeup.or(self.step(event));
+        }
+        wakeup
+    }
+
+    /// An operator command reaches the parent. A status request is answered after the
+    /// step it wakes the driver for, as the real control socket's is.
+    fn command(&mut self, index: usize) -> Option<Wakeup> {
         let cmd = match &self.spec.commands[index].1 {
+            SimCommand::Status => {
+                self.status_asked.push(self.now);
+                return Some(Wakeup::Timeout(self.now));
+            }
             SimCommand::Stop => Command::Stop,
             SimCommand::Recycle => Command::Recycle,
             SimCommand::Reload(raw) => Command::Reload {
@@ -471,6 +493,7 @@ impl SimWorld {
             },
         };
         self.inbox.push_back(Event::Command(cmd));
+        None
     }
 
     /// Process one simulation event. Returns a wakeup for the parent when the event is
@@ -531,7 +554,7 @@ impl SimWorld {
             SimEvent::Fault(i) => self.fault(i),
             SimEvent::Command(i) => {
                 if self.parent_alive {
-                    self.command(i);
+                    return self.command(i);
                 }
             }
             SimEvent::LogWriterDone { records } => {
@@ -555,8 +578,25 @@ impl SimWorld {
 
     /// After the parent has exited or crashed: let the workers run out their own clocks
     /// (parent death: EOF, drain, exit), then settle the books.
-    pub fn finish(mut self, exit: Option<i32>) -> Outcome {
-        self.out.exit_code = exit;
+    /// Runs the world on after the parent's loop ended: a crashed parent's workers learn
+    /// of it by EOF; after a host failure every live worker is killed, as the real driver
+    /// does.
+    pub fn finish(mut self, end: RunEnd) -> Outcome {
+        self.out.exit_code = match end {
+            RunEnd::Exited(code) => Some(code),
+            RunEnd::Crashed | RunEnd::HostFailed => None,
+        };
+        if end == RunEnd::HostFailed {
+            let live: Vec<WorkerId> = self
+                .procs
+                .values()
+                .filter(|p| p.alive)
+                .map(|p| p.id)
+                .collect();
+            for w in live {
+                self.process_died(w, ExitStatus::Signal(9));
+            }
+        }
         self.out.parent_gone_ms = self.now.as_nanos() / 1_000_000;
         self.parent_alive = false;
         let live: Vec<WorkerId> = self
@@ -628,7 +668,7 @@ impl ParentIo for SimWorld {
             if self.spins > 100_000 {
                 self.out.stalled =
                     Some(format!("the parent spins without progress at {}", self.now));
-                return Wakeup::Halt;
+                return Wakeup::HostFailed;
             }
         } else {
             self.last_wait_at = self.now;
@@ -637,10 +677,21 @@ impl ParentIo for SimWorld {
         loop {
             if self.halt_pending {
                 self.halt_pending = false;
-                return Wakeup::Halt;
+                return Wakeup::Crashed;
             }
             if let Some(event) = self.inbox.pop_front() {
                 return Wakeup::Event(self.now, event);
+            }
+            if !self.unread.is_empty() {
+                // A parent that has just resumed: its passed deadlines are reported at
+                // once, as a real poll reports them, with the input still unread.
+                if deadline.is_some_and(|d| d <= self.now) {
+                    return Wakeup::Timeout(self.now);
+                }
+                if let Some(wakeup) = self.read_unread() {
+                    return wakeup;
+                }
+                continue;
             }
             let next = self.queue.peek().map(|Reverse(s)| s.at);
             let end = ms(self.spec.end_by);
@@ -654,14 +705,14 @@ impl ParentIo for SimWorld {
                     if d > end {
                         self.out.stalled =
                             Some(format!("still running at the {:?} bound", self.spec.end_by));
-                        return Wakeup::Halt;
+                        return Wakeup::HostFailed;
                     }
                     self.now = self.now.max(d);
                     return Wakeup::Timeout(self.now);
                 }
                 (None, None) => {
                     self.out.stalled = Some("nothing left to happen and no deadline".into());
-                    return Wakeup::Halt;
+                    return Wakeup::HostFailed;
                 }
                 _ => {}
             }
@@ -671,13 +722,26 @@ impl ParentIo for SimWorld {
             if s.at > end {
                 self.out.stalled =
                     Some(format!("still running at the {:?} bound", self.spec.end_by));
-                return Wakeup::Halt;
+                return Wakeup::HostFailed;
             }
             self.now = self.now.max(s.at);
             if let Some(wakeup) = self.step(s.event) {
                 return wakeup;
             }
         }
+    }
+
+    fn arrived(&mut self) -> Vec<Wakeup> {
+        // Besides same-instant events, what waited in a resumed parent's channels.
+        let now = self.now;
+        let woke = self.read_unread();
+        let mut arrived: Vec<Wakeup> = self
+            .inbox
+            .drain(..)
+            .map(|e| Wakeup::Event(now, e))
+            .collect();
+        arrived.extend(woke);
+        arrived
     }
 
     fn perform(&mut self, now: Instant, action: ParentAction) {
@@ -791,6 +855,17 @@ impl ParentIo for SimWorld {
         }
         let sup = parent.supervisor();
         let broker = parent.broker();
+        if !self.status_asked.is_empty() {
+            let status = sup.status(now);
+            for asked in std::mem::take(&mut self.status_asked) {
+                self.out.status_answers.push(StatusAnswer {
+                    asked_ms: asked.as_nanos() / 1_000_000,
+                    answered_ms: now.as_nanos() / 1_000_000,
+                    ready_workers: sup.ready_workers(),
+                    restarts: status.restarts,
+                });
+            }
+        }
         self.out.log.max_queue = self.out.log.max_queue.max(broker.log().len());
         if broker.stats().revoked > 0 {
             self.out.coverage.insert("lease revoked on death");

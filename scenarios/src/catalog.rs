@@ -785,20 +785,43 @@ fn parent_stall(ctx: &mut Ctx) -> Plan {
     // is stopped, and its beats wait unread.
     let timeout = config.recovery.heartbeat_timeout;
     let stall = secs(timeout * (1.25 + ctx.rng.unit() * 1.75));
-    spec.faults
-        .push((at(ctx, 1.0, 6.0), Fault::StallParent(stall)));
+    let stalled_at = at(ctx, 1.0, 6.0);
+    spec.faults.push((stalled_at, Fault::StallParent(stall)));
+    // `ctl status` while the parent is stopped (answered only once it runs again, after
+    // the beats that waited) and after it resumed.
+    spec.commands.push((
+        stalled_at + stall.mul_f64(ctx.rng.unit()),
+        SimCommand::Status,
+    ));
+    spec.commands
+        .push((stalled_at + stall + secs(0.5), SimCommand::Status));
     let mut e = expect(&config, End::Ready);
     e.zero_failed = true;
-    e.extra = Some(|o, _| match &o.liveness {
-        Some(s) if s.restarts == 0 => {
-            o.coverage.insert("parent stall survived");
-            Ok(())
+    e.extra = Some(|o, _| {
+        if o.status_answers.len() != 2 {
+            return Err(format!(
+                "2 status requests, {} answered: {:?}",
+                o.status_answers.len(),
+                o.status_answers
+            ));
         }
-        Some(s) => Err(format!(
-            "a stalled parent replaced healthy workers: {:?}",
-            s.last_failure
-        )),
-        None => Err("no liveness snapshot".into()),
+        if let Some(a) = o.status_answers.iter().find(|a| a.restarts > 0) {
+            return Err(format!(
+                "a status asked at {} ms during or after the stall reported {} restarts",
+                a.asked_ms, a.restarts
+            ));
+        }
+        match &o.liveness {
+            Some(s) if s.restarts == 0 => {
+                o.coverage.insert("parent stall survived");
+                Ok(())
+            }
+            Some(s) => Err(format!(
+                "a stalled parent replaced healthy workers: {:?}",
+                s.last_failure
+            )),
+            None => Err("no liveness snapshot".into()),
+        }
     });
     Plan { spec, expect: e }
 }

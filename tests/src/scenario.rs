@@ -31,7 +31,9 @@ use servery_core::supervisor::{
 use servery_core::{Generation, Slot, WorkerId};
 use servery_scenarios::{Scenario, recovery_bound};
 use servery_sim::rng::SimRng;
-use servery_sim::{Behavior, BehaviorFn, Fault, Outcome, SimCommand, SpawnInfo, WorkerExit};
+use servery_sim::{
+    Behavior, BehaviorFn, Fault, Outcome, SimCommand, SpawnInfo, StatusAnswer, WorkerExit,
+};
 
 use crate::{Server, Sig, Tree, alive, http_get, processes_in_groups, signal_pid};
 
@@ -159,6 +161,9 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
     };
     let mut watch = Watch::default();
     let mut reloads: Vec<JoinHandle<Result<Value, String>>> = Vec::new();
+    // Status requests in flight: when each was asked, and its answer with when it came.
+    type Answer = (Result<Value, String>, Duration);
+    let mut statuses: Vec<(Duration, JoinHandle<Answer>)> = Vec::new();
     let mut fault_times: Vec<Duration> = Vec::new();
     let mut stop_sent: Option<Duration> = None;
     let mut parent_killed: Option<Duration> = None;
@@ -234,6 +239,18 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                     let request = json!({"cmd": "reload", "set": set});
                     reloads.push(std::thread::spawn(move || crate::ctl_at(&socket, &request)));
                 }
+                Step::Command(SimCommand::Status) => {
+                    // Blocks while the parent is stopped: answered from its own thread.
+                    log.push(format!("{now:?}: ctl status"));
+                    let socket = server.socket.clone();
+                    statuses.push((
+                        now,
+                        std::thread::spawn(move || {
+                            let answer = crate::ctl_at(&socket, &json!({"cmd": "status"}));
+                            (answer, t0.elapsed())
+                        }),
+                    ));
+                }
                 Step::Command(SimCommand::Stop) | Step::Stop => {
                     log.push(format!("{now:?}: SIGTERM"));
                     stop_sent = Some(now);
@@ -305,6 +322,22 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
     }
     o.reload_rejections
         .extend(watch.reload_errors.iter().cloned());
+    for (asked, handle) in statuses {
+        if let Ok((Ok(mut answer), answered)) = handle.join()
+            && let Some(status) = status_of(&answer["status"].take())
+        {
+            o.status_answers.push(StatusAnswer {
+                asked_ms: virtual_ms(asked),
+                answered_ms: virtual_ms(answered),
+                ready_workers: status
+                    .workers
+                    .iter()
+                    .filter(|w| w.state == WorkerState::Ready)
+                    .count(),
+                restarts: status.restarts,
+            });
+        }
+    }
 
     let stderr = server.stderr();
     if let Some((reason, message)) = failure_in(&stderr) {

@@ -124,8 +124,6 @@ pub struct RealIo {
     /// Events waiting to be handed to the driver, in order: the driver's own (Spawned,
     /// SpawnFailed) and what was read from the channels.
     inbox: VecDeque<Event>,
-    /// The passed deadline for which the channels were last read before reporting it.
-    caught_up: Option<Instant>,
     listeners: Vec<TcpListener>,
     launcher: Launcher,
     channels: HashMap<WorkerId, Channel>,
@@ -140,7 +138,6 @@ pub struct RealIo {
     reloads: HashMap<ReloadId, ReloadReply>,
     next_reload: u64,
     announced_ready: bool,
-    exit: Option<i32>,
 }
 
 /// Everything [`RealIo::new`] needs.
@@ -165,7 +162,6 @@ impl RealIo {
             ready: mio::Events::with_capacity(64),
             read_buf: vec![0u8; 16 * 1024],
             inbox: VecDeque::new(),
-            caught_up: None,
             listeners: p.listeners,
             launcher: p.launcher,
             channels: HashMap::new(),
@@ -177,12 +173,7 @@ impl RealIo {
             reloads: HashMap::new(),
             next_reload: 0,
             announced_ready: false,
-            exit: None,
         }
-    }
-
-    pub fn exit_code(&self) -> Option<i32> {
-        self.exit
     }
 
     /// Last resort when the driver stops without an exit (the host runtime died): no
@@ -442,11 +433,6 @@ impl RealIo {
 
 impl ParentIo for RealIo {
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
-        // Something other than a deadline needs the driver to run (a status request): it is
-        // woken as a timer check wakes it, through the same catch-up below, so a request
-        // queued while the parent was stopped cannot get deadlines judged ahead of the
-        // heartbeats that waited with it.
-        let mut wake = false;
         loop {
             if let Some(event) = self.inbox.pop_front() {
                 return Wakeup::Event(self.clock.now(), event);
@@ -454,29 +440,48 @@ impl ParentIo for RealIo {
             match self.poll.inbound.try_recv() {
                 Ok(inbound) => match self.inbound(inbound) {
                     Some(wakeup) => return wakeup,
-                    None => wake = true,
+                    // Something other than a deadline needs the driver to run (a status
+                    // request): it is woken as a timer check wakes it, so a request queued
+                    // while the parent was stopped goes through the same catch-up
+                    // (`driver::run` reads what arrived before judging deadlines).
+                    None => return Wakeup::Timeout(self.clock.now()),
                 },
-                Err(TryRecvError::Disconnected) => return Wakeup::Halt,
+                Err(TryRecvError::Disconnected) => return Wakeup::HostFailed,
                 Err(TryRecvError::Empty) => {}
             }
             let now = self.clock.now();
             let timeout = match deadline {
-                // Once per deadline, take in what the channels hold before reporting it
-                // passed (the `ParentIo::wait` contract); input that keeps arriving after
-                // that cannot hold the timer off.
-                Some(deadline) if deadline <= now && self.caught_up != Some(deadline) => {
-                    self.caught_up = Some(deadline);
-                    Some(core::time::Duration::ZERO)
-                }
                 Some(deadline) if deadline <= now => return Wakeup::Timeout(now),
-                _ if wake => return Wakeup::Timeout(now),
                 Some(deadline) => Some(deadline - now),
                 None => None,
             };
             if !self.poll_channels(timeout) {
-                return Wakeup::Halt;
+                return Wakeup::HostFailed;
             }
         }
+    }
+
+    fn arrived(&mut self) -> Vec<Wakeup> {
+        if !self.poll_channels(Some(core::time::Duration::ZERO)) {
+            return vec![Wakeup::HostFailed];
+        }
+        let now = self.clock.now();
+        let mut arrived: Vec<Wakeup> = self
+            .inbox
+            .drain(..)
+            .map(|e| Wakeup::Event(now, e))
+            .collect();
+        loop {
+            match self.poll.inbound.try_recv() {
+                Ok(inbound) => arrived.extend(self.inbound(inbound)),
+                Err(TryRecvError::Disconnected) => {
+                    arrived.push(Wakeup::HostFailed);
+                    break;
+                }
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        arrived
     }
 
     fn perform(&mut self, _now: Instant, action: ParentAction) {
@@ -539,7 +544,6 @@ impl ParentIo for RealIo {
             }
             Action::Exit { code } => {
                 tracing::info!(code, "exiting");
-                self.exit = Some(code);
             }
         }
     }

@@ -15,6 +15,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use servery_core::driver::RunEnd;
 use servery_core::parent::Parent;
 use servery_core::supervisor::Platform;
 use servery_core::{ConfigError, ValidConfig};
@@ -240,14 +241,14 @@ fn serve(
         root,
     });
     let start = clock.now();
-    let code = servery_core::driver::run(&mut parent, &mut real, start).or(real.exit_code());
-    match code {
-        Some(code) => {
+    match servery_core::driver::run(&mut parent, &mut real, start) {
+        RunEnd::Exited(code) => {
             drop(real);
             drop(host);
             Ok(code)
         }
-        None => {
+        // Only the simulator crashes a parent on purpose; here both mean the host failed.
+        RunEnd::HostFailed | RunEnd::Crashed => {
             real.kill_all();
             Err(ParentError::HostGone)
         }
