@@ -1,10 +1,14 @@
-//! The driver loop, written once. `io-real` and `io-sim` implement [`ParentIo`]; the loop
+//! The driver loops, written once. `io-real` and `io-sim` implement [`ParentIo`]; the loop
 //! that feeds events to the [`Parent`], carries out its actions and arms its timer is
-//! this one function, so the code the simulation proves is the code that runs.
+//! [`run`], so the code the simulation proves is the code that runs. The same holds for a
+//! worker: both implement [`WorkerIo`], and [`dispatch_worker`] carries out what its
+//! [`WorkerLifecycle`] decides.
 
 use crate::parent::{Parent, ParentAction};
+use crate::proto::WorkerMessage;
 use crate::supervisor::{Action, Event};
 use crate::time::Instant;
+use crate::worker::{WorkerAction, WorkerLifecycle};
 
 /// What woke the driver.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,4 +118,38 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> RunE
             }
         }
     }
+}
+
+/// The host side of a worker process: its control channel, its listeners and whatever it
+/// serves with.
+pub trait WorkerIo {
+    /// The worker's lifecycle machine, which the driver feeds with messages, timeouts and
+    /// connection counts.
+    fn lifecycle(&mut self) -> &mut WorkerLifecycle;
+    /// Write `message` to the parent.
+    fn send(&mut self, message: WorkerMessage);
+    /// Start building what serving needs; the outcome goes back to the lifecycle as
+    /// `prepared` or `startup_failed` (possibly later: preparing may take time).
+    fn prepare(&mut self);
+    /// Admit connections from the listeners.
+    fn start_accepting(&mut self);
+    /// Admit no more, and tell open connections to finish (HTTP/1 `Connection: close`,
+    /// HTTP/2 GOAWAY).
+    fn stop_accepting(&mut self);
+}
+
+/// Carries out, in order, every action the worker's lifecycle has queued. Returns the exit
+/// code when the lifecycle is done; nothing queued after `Exit` is carried out, and ending
+/// the process is the driver's own business.
+pub fn dispatch_worker<I: WorkerIo>(io: &mut I) -> Option<i32> {
+    while let Some(action) = io.lifecycle().poll_action() {
+        match action {
+            WorkerAction::Send(message) => io.send(message),
+            WorkerAction::Prepare => io.prepare(),
+            WorkerAction::StartAccepting => io.start_accepting(),
+            WorkerAction::StopAccepting => io.stop_accepting(),
+            WorkerAction::Exit { code } => return Some(code),
+        }
+    }
+    None
 }

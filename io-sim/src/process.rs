@@ -5,12 +5,13 @@ use core::time::Duration;
 use std::collections::{BTreeMap, VecDeque};
 
 use servery_core::broker::{BrokerClient, Completion};
+use servery_core::driver::{WorkerIo, dispatch_worker};
 use servery_core::proto::{
     BrokerReply, BrokerRequest, FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, Rejection,
-    TargetKey, encode_worker,
+    TargetKey, WorkerMessage, encode_worker,
 };
 use servery_core::supervisor::ExitStatus;
-use servery_core::worker::{WorkerAction, WorkerLifecycle};
+use servery_core::worker::WorkerLifecycle;
 use servery_core::{Instant, LeaseId, ValidConfig, WorkerId};
 
 use crate::plan::Behavior;
@@ -108,70 +109,109 @@ fn key(target: u8) -> TargetKey {
     }
 }
 
+/// One simulated worker process as the core's worker driver sees it.
+struct SimWorker<'a> {
+    world: &'a mut SimWorld,
+    worker: WorkerId,
+}
+
+impl SimWorker<'_> {
+    /// The process, while it lives: a process that died part-way through a dispatch (a
+    /// fault on its drain) carries out nothing more.
+    fn proc(&mut self) -> Option<&mut Proc> {
+        self.world.procs.get_mut(&self.worker).filter(|p| p.alive)
+    }
+}
+
+impl WorkerIo for SimWorker<'_> {
+    fn lifecycle(&mut self) -> &mut WorkerLifecycle {
+        let Some(p) = self.world.procs.get_mut(&self.worker) else {
+            unreachable!("a worker is dispatched only while it exists");
+        };
+        &mut p.life
+    }
+
+    fn send(&mut self, message: WorkerMessage) {
+        if self.proc().is_none_or(|p| p.eof_seen) {
+            return;
+        }
+        let mut bytes = Vec::with_capacity(32);
+        encode_worker(&message, &mut bytes);
+        self.world.send_up(self.worker, bytes);
+    }
+
+    fn prepare(&mut self) {
+        let Some(behavior) = self.proc().map(|p| p.behavior.clone()) else {
+            return;
+        };
+        let (world, worker) = (&mut *self.world, self.worker);
+        let boot = Duration::from_millis(world.rng.range(2, 20));
+        match behavior {
+            Behavior::CrashAtBoot => {
+                world.schedule_in(boot / 2, SimEvent::Crash { worker });
+            }
+            Behavior::HangAtBoot => {}
+            Behavior::SlowBoot(d) => world.schedule_in(d, SimEvent::BootDone { worker }),
+            _ => world.schedule_in(boot, SimEvent::BootDone { worker }),
+        }
+    }
+
+    fn start_accepting(&mut self) {
+        if let Some(p) = self.proc() {
+            p.accepting = true;
+            self.world.dispatch();
+        }
+    }
+
+    fn stop_accepting(&mut self) {
+        let Some(p) = self.proc() else {
+            return;
+        };
+        p.accepting = false;
+        match p.behavior {
+            Behavior::WedgedDrain => {
+                p.wedged = true;
+                p.faulty = true;
+            }
+            Behavior::ExitDuringDrain => {
+                p.faulty = true;
+                self.world.process_died(self.worker, ExitStatus::Signal(6));
+            }
+            _ => {}
+        }
+    }
+}
+
 impl SimWorld {
-    /// Carry out what the worker's lifecycle and broker client want, then re-arm its timer.
+    /// Carry out what the worker's lifecycle (through the core's worker driver) and its
+    /// broker client want, then re-arm its timer.
     fn pump(&mut self, worker: WorkerId) {
         loop {
-            let Some(p) = self.procs.get_mut(&worker) else {
-                return;
-            };
-            if !p.alive {
+            if !self.procs.get(&worker).is_some_and(|p| p.alive) {
                 return;
             }
-            let action = p.life.poll_action();
-            let outgoing = if action.is_none() {
-                p.client.poll_outgoing()
-            } else {
-                None
+            let exit = dispatch_worker(&mut SimWorker {
+                world: self,
+                worker,
+            });
+            let Some(p) = self.procs.get_mut(&worker).filter(|p| p.alive) else {
+                return;
             };
-            match (action, outgoing) {
-                (Some(WorkerAction::Send(msg)), _) | (None, Some(msg)) => {
-                    if p.eof_seen {
-                        continue;
-                    }
-                    let mut bytes = Vec::with_capacity(32);
-                    encode_worker(&msg, &mut bytes);
-                    self.send_up(worker, bytes);
+            if let Some(code) = exit {
+                if p.eof_seen {
+                    self.out.parent_eof_exits += 1;
                 }
-                (Some(WorkerAction::Prepare), _) => {
-                    let behavior = p.behavior.clone();
-                    let boot = Duration::from_millis(self.rng.range(2, 20));
-                    match behavior {
-                        Behavior::CrashAtBoot => {
-                            self.schedule_in(boot / 2, SimEvent::Crash { worker });
-                        }
-                        Behavior::HangAtBoot => {}
-                        Behavior::SlowBoot(d) => self.schedule_in(d, SimEvent::BootDone { worker }),
-                        _ => self.schedule_in(boot, SimEvent::BootDone { worker }),
-                    }
-                }
-                (Some(WorkerAction::StartAccepting), _) => {
-                    p.accepting = true;
-                    self.dispatch();
-                }
-                (Some(WorkerAction::StopAccepting), _) => {
-                    p.accepting = false;
-                    match p.behavior {
-                        Behavior::WedgedDrain => {
-                            p.wedged = true;
-                            p.faulty = true;
-                        }
-                        Behavior::ExitDuringDrain => {
-                            p.faulty = true;
-                            self.process_died(worker, ExitStatus::Signal(6));
-                            return;
-                        }
-                        _ => {}
-                    }
-                }
-                (Some(WorkerAction::Exit { code }), _) => {
-                    if p.eof_seen {
-                        self.out.parent_eof_exits += 1;
-                    }
-                    self.process_died(worker, ExitStatus::Code(code));
-                    return;
-                }
-                (None, None) => break,
+                self.process_died(worker, ExitStatus::Code(code));
+                return;
+            }
+            // The broker client's requests, one at a time after what the lifecycle wanted.
+            let Some(message) = p.client.poll_outgoing() else {
+                break;
+            };
+            if !p.eof_seen {
+                let mut bytes = Vec::with_capacity(32);
+                encode_worker(&message, &mut bytes);
+                self.send_up(worker, bytes);
             }
         }
         self.arm_timer(worker);

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use servery_core::driver::{WorkerIo, dispatch_worker};
 use servery_core::proto::{
     FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, WorkerMessage, encode_worker,
 };
@@ -111,6 +112,7 @@ pub(super) async fn run(
         closed_tx,
         closed_rx,
         out,
+        prepare_due: false,
         control_open: true,
         ready_flushed: false,
         decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
@@ -186,6 +188,8 @@ struct Worker {
     closed_tx: UnboundedSender<usize>,
     closed_rx: UnboundedReceiver<usize>,
     out: Arc<ControlWriter>,
+    /// The lifecycle asked to prepare: `run` awaits it after the dispatch.
+    prepare_due: bool,
     control_open: bool,
     ready_flushed: bool,
     decoder: FrameDecoder,
@@ -200,37 +204,21 @@ impl Worker {
     ) -> i32 {
         let mut buf = vec![0u8; 4096];
         loop {
-            while let Some(action) = self.life.poll_action() {
-                match action {
-                    WorkerAction::Send(message) => self.send(&message),
-                    WorkerAction::Prepare => self.prepare().await,
-                    WorkerAction::StartAccepting => {
-                        tracing::info!(worker = self.id, "accepting");
+            // What the lifecycle decided, through the core's worker driver (the one the
+            // simulator runs too); preparing is awaited here, between two dispatches.
+            loop {
+                if let Some(code) = dispatch_worker(self) {
+                    if self.fault == Some(Fault::WedgedDrain) {
+                        tracing::warn!(worker = self.id, "test fault: wedged in the drain");
+                        return std::future::pending().await;
                     }
-                    WorkerAction::StopAccepting => {
-                        tracing::info!(
-                            worker = self.id,
-                            in_flight = self.life.in_flight(),
-                            "draining"
-                        );
-                        // Our copies only: the parent and the other workers keep theirs,
-                        // so queued connections go to a worker that still accepts.
-                        self.listeners.clear();
-                        let _ = self.drain.send(true);
-                        if self.fault == Some(Fault::ExitDuringDrain) {
-                            tracing::error!(worker = self.id, "test fault: exiting mid-drain");
-                            std::process::exit(1);
-                        }
-                    }
-                    WorkerAction::Exit { code } => {
-                        if self.fault == Some(Fault::WedgedDrain) {
-                            tracing::warn!(worker = self.id, "test fault: wedged in the drain");
-                            return std::future::pending().await;
-                        }
-                        tracing::info!(worker = self.id, code, "exiting");
-                        return code;
-                    }
+                    tracing::info!(worker = self.id, code, "exiting");
+                    return code;
                 }
+                if !std::mem::take(&mut self.prepare_due) {
+                    break;
+                }
+                self.prepare().await;
             }
             if self.life.accepting() && !self.ready_flushed {
                 // READY (queued right after StartAccepting) reaches the parent before the
@@ -289,7 +277,7 @@ impl Worker {
         held.saturating_sub(closing) < self.max_connections || self.admission.can_make_room()
     }
 
-    fn send(&self, message: &WorkerMessage) {
+    fn send_message(&self, message: &WorkerMessage) {
         let mut frame = Vec::with_capacity(32);
         encode_worker(message, &mut frame);
         self.out.send(frame);
@@ -348,7 +336,7 @@ impl Worker {
                 if self.fault == Some(Fault::CrashAfterPrepare) {
                     while let Some(action) = self.life.poll_action() {
                         if let WorkerAction::Send(message) = action {
-                            self.send(&message);
+                            self.send_message(&message);
                         }
                     }
                     self.flush().await;
@@ -435,6 +423,41 @@ impl Worker {
                 "test fault: crashing after {k} requests"
             );
             crash();
+        }
+    }
+}
+
+impl WorkerIo for Worker {
+    fn lifecycle(&mut self) -> &mut WorkerLifecycle {
+        &mut self.life
+    }
+
+    fn send(&mut self, message: WorkerMessage) {
+        self.send_message(&message);
+    }
+
+    fn prepare(&mut self) {
+        // Awaited by `run` right after this dispatch.
+        self.prepare_due = true;
+    }
+
+    fn start_accepting(&mut self) {
+        tracing::info!(worker = self.id, "accepting");
+    }
+
+    fn stop_accepting(&mut self) {
+        tracing::info!(
+            worker = self.id,
+            in_flight = self.life.in_flight(),
+            "draining"
+        );
+        // Our copies only: the parent and the other workers keep theirs, so queued
+        // connections go to a worker that still accepts.
+        self.listeners.clear();
+        let _ = self.drain.send(true);
+        if self.fault == Some(Fault::ExitDuringDrain) {
+            tracing::error!(worker = self.id, "test fault: exiting mid-drain");
+            std::process::exit(1);
         }
     }
 }
