@@ -7,12 +7,13 @@ use std::collections::{BTreeMap, VecDeque};
 use servery_core::broker::{BrokerClient, Completion};
 use servery_core::proto::{
     BrokerReply, BrokerRequest, FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, Rejection,
-    TargetKey, encode_worker,
+    TargetKey, WorkerMessage, encode_worker,
 };
 use servery_core::supervisor::ExitStatus;
 use servery_core::worker::{WorkerAction, WorkerLifecycle};
 use servery_core::{Instant, LeaseId, WorkerId};
 
+use crate::labels;
 use crate::plan::{Behavior, SimSpec};
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
@@ -63,6 +64,12 @@ pub(crate) struct Proc {
     pub up_clock: Instant,
     pub down_clock: Instant,
     max_connections: usize,
+    /// Slot and generation the parent spawned it for.
+    pub slot: u64,
+    pub generation: u64,
+    /// When its PREPARED and READY reach the parent (`ZERO` until sent).
+    pub prepared_arrives: Instant,
+    pub ready_arrives: Instant,
 }
 
 impl Proc {
@@ -93,6 +100,10 @@ impl Proc {
             up_clock: Instant::ZERO,
             down_clock: Instant::ZERO,
             max_connections: spec.config.budgets.max_connections.clamp(1, 1 << 24) as usize,
+            slot: 0,
+            generation: 0,
+            prepared_arrives: Instant::ZERO,
+            ready_arrives: Instant::ZERO,
         }
     }
 
@@ -132,7 +143,16 @@ impl SimWorld {
                     }
                     let mut bytes = Vec::with_capacity(32);
                     encode_worker(&msg, &mut bytes);
-                    self.send_up(worker, bytes);
+                    let arrives = self.send_up(worker, bytes);
+                    if let Some(at) = arrives
+                        && let Some(p) = self.procs.get_mut(&worker)
+                    {
+                        match msg {
+                            WorkerMessage::Prepared => p.prepared_arrives = at,
+                            WorkerMessage::Ready => p.ready_arrives = at,
+                            _ => {}
+                        }
+                    }
                 }
                 (Some(WorkerAction::Prepare), _) => {
                     let behavior = p.behavior.clone();
@@ -159,6 +179,7 @@ impl SimWorld {
                         }
                         Behavior::ExitDuringDrain => {
                             p.faulty = true;
+                            self.out.coverage.insert(labels::EXITED_DURING_DRAIN);
                             self.process_died(worker, ExitStatus::Signal(6));
                             return;
                         }
@@ -168,6 +189,9 @@ impl SimWorld {
                 (Some(WorkerAction::Exit { code }), _) => {
                     if p.eof_seen {
                         self.out.parent_eof_exits += 1;
+                        if self.out.parent_crashed {
+                            self.out.coverage.insert(labels::ORPHAN_EXITED);
+                        }
                     }
                     self.process_died(worker, ExitStatus::Code(code));
                     return;
@@ -257,6 +281,12 @@ impl SimWorld {
                 }
                 ParentMessage::Commit if p.behavior == Behavior::CrashBetweenPrepareAndCommit => {
                     p.faulty = true;
+                    self.out
+                        .coverage
+                        .insert(labels::COMMIT_REACHED_DOOMED_WORKER);
+                    self.out
+                        .coverage
+                        .insert(labels::CRASH_BETWEEN_PREPARE_AND_COMMIT);
                     self.process_died(worker, ExitStatus::Signal(11));
                     return;
                 }
@@ -318,7 +348,14 @@ impl SimWorld {
             return;
         }
         match p.behavior.clone() {
-            Behavior::FailStartup(error) => p.life.startup_failed(error),
+            Behavior::FailStartup(error) => {
+                p.life.startup_failed(error);
+                self.out.coverage.insert(labels::STARTUP_ERROR_REPORTED);
+            }
+            Behavior::SlowBoot(_) => {
+                p.life.prepared(now);
+                self.out.coverage.insert(labels::SLOW_BOOT_FINISHED);
+            }
             Behavior::CrashBetweenPrepareAndCommit => {
                 p.life.prepared(now);
                 let d = Duration::from_micros(self.rng.range(1, 400));
@@ -460,6 +497,7 @@ impl SimWorld {
             if let Some(p) = self.procs.get_mut(&worker) {
                 p.faulty = true;
             }
+            self.out.coverage.insert(labels::CRASHED_AFTER_REQUESTS);
             self.process_died(worker, ExitStatus::Signal(11));
             return;
         }
