@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod fs;
+pub mod labels;
 mod outcome;
 mod plan;
 mod process;
@@ -17,7 +18,7 @@ mod trace;
 mod world;
 
 pub use outcome::{LogStats, Outcome, RequestStats, StatusAnswer, UploadStats, WorkerExit};
-pub use plan::{Behavior, BehaviorFn, Fault, SimCommand, SimSpec, SpawnInfo, Workload};
+pub use plan::{Behavior, BehaviorFn, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo, Workload};
 pub use world::SimWorld;
 
 use servery_core::driver;

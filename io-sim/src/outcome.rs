@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 
 use servery_core::supervisor::{ExitReason, FailureReason, Status};
 
+use crate::plan::FaultKind;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestStats {
     pub ok: u64,
@@ -94,6 +96,9 @@ pub struct Outcome {
     /// Every worker the parent reaped, in order.
     pub exits: Vec<WorkerExit>,
     pub parent_eof_exits: u64,
+    /// Processes that misbehaved by design: (spawn index, kind), in spawn order.
+    pub misbehaving: Vec<(u64, FaultKind)>,
+    /// Coverage labels reached (see [`crate::labels`] and the scenarios' goals).
     pub coverage: BTreeSet<&'static str>,
     pub events: u64,
     pub trace_hash: u64,

@@ -136,3 +136,123 @@ impl core::fmt::Debug for SimSpec {
             .finish_non_exhaustive()
     }
 }
+
+/// The kinds of misbehaviour a plan can inject: each [`Fault`] variant and each
+/// misbehaving [`Behavior`]. Swarm sweeps enable a subset of them per seed; every kind
+/// names the coverage label that proves its handling ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    CrashWorker,
+    HangWorker,
+    MalformedFrame,
+    CrashLeaseHolder,
+    CrashParent,
+    StallParent,
+    FailStartup,
+    CrashAtBoot,
+    CrashBetweenPrepareAndCommit,
+    HangAtBoot,
+    SlowBoot,
+    CrashAfterRequests,
+    WedgedDrain,
+    ExitDuringDrain,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 14] = [
+        FaultKind::CrashWorker,
+        FaultKind::HangWorker,
+        FaultKind::MalformedFrame,
+        FaultKind::CrashLeaseHolder,
+        FaultKind::CrashParent,
+        FaultKind::StallParent,
+        FaultKind::FailStartup,
+        FaultKind::CrashAtBoot,
+        FaultKind::CrashBetweenPrepareAndCommit,
+        FaultKind::HangAtBoot,
+        FaultKind::SlowBoot,
+        FaultKind::CrashAfterRequests,
+        FaultKind::WedgedDrain,
+        FaultKind::ExitDuringDrain,
+    ];
+
+    /// A stable index (its place in [`FaultKind::ALL`]).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::CrashWorker => "crash-worker",
+            FaultKind::HangWorker => "hang-worker",
+            FaultKind::MalformedFrame => "malformed-frame",
+            FaultKind::CrashLeaseHolder => "crash-lease-holder",
+            FaultKind::CrashParent => "crash-parent",
+            FaultKind::StallParent => "stall-parent",
+            FaultKind::FailStartup => "fail-startup",
+            FaultKind::CrashAtBoot => "crash-at-boot",
+            FaultKind::CrashBetweenPrepareAndCommit => "crash-between-prepare-and-commit",
+            FaultKind::HangAtBoot => "hang-at-boot",
+            FaultKind::SlowBoot => "slow-boot",
+            FaultKind::CrashAfterRequests => "crash-after-requests",
+            FaultKind::WedgedDrain => "wedged-drain",
+            FaultKind::ExitDuringDrain => "exit-during-drain",
+        }
+    }
+
+    pub fn by_name(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The coverage label a run records when this kind's fault took effect and the
+    /// service handled it (see [`crate::labels`]).
+    pub fn goal(self) -> &'static str {
+        use crate::labels as l;
+        match self {
+            FaultKind::CrashWorker => l::CRASHED_WORKER_REPLACED,
+            FaultKind::HangWorker => l::HUNG_WORKER_KILLED,
+            FaultKind::MalformedFrame => l::MALFORMED_FRAME_REPLACED,
+            FaultKind::CrashLeaseHolder => l::LEASE_HOLDER_KILLED,
+            FaultKind::CrashParent => l::ORPHAN_EXITED,
+            FaultKind::StallParent => l::STALLED_PARENT_RESUMED,
+            FaultKind::FailStartup => l::STARTUP_ERROR_REPORTED,
+            FaultKind::CrashAtBoot => l::CRASHED_AT_BOOT,
+            FaultKind::CrashBetweenPrepareAndCommit => l::CRASH_BETWEEN_PREPARE_AND_COMMIT,
+            FaultKind::HangAtBoot => l::HUNG_BOOT_ENDED,
+            FaultKind::SlowBoot => l::SLOW_BOOT_FINISHED,
+            FaultKind::CrashAfterRequests => l::CRASHED_AFTER_REQUESTS,
+            FaultKind::WedgedDrain => l::WEDGED_DRAIN_KILLED,
+            FaultKind::ExitDuringDrain => l::EXITED_DURING_DRAIN,
+        }
+    }
+}
+
+impl Fault {
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::CrashWorker { .. } => FaultKind::CrashWorker,
+            Fault::HangWorker { .. } => FaultKind::HangWorker,
+            Fault::MalformedFrame { .. } => FaultKind::MalformedFrame,
+            Fault::CrashLeaseHolder => FaultKind::CrashLeaseHolder,
+            Fault::CrashParent => FaultKind::CrashParent,
+            Fault::StallParent(_) => FaultKind::StallParent,
+        }
+    }
+}
+
+impl Behavior {
+    /// The fault kind of a misbehaving process; `None` when it is healthy.
+    pub fn kind(&self) -> Option<FaultKind> {
+        Some(match self {
+            Behavior::Healthy => return None,
+            Behavior::FailStartup(_) => FaultKind::FailStartup,
+            Behavior::CrashAtBoot => FaultKind::CrashAtBoot,
+            Behavior::CrashBetweenPrepareAndCommit => FaultKind::CrashBetweenPrepareAndCommit,
+            Behavior::HangAtBoot => FaultKind::HangAtBoot,
+            Behavior::SlowBoot(_) => FaultKind::SlowBoot,
+            Behavior::CrashAfterRequests(_) => FaultKind::CrashAfterRequests,
+            Behavior::WedgedDrain => FaultKind::WedgedDrain,
+            Behavior::ExitDuringDrain => FaultKind::ExitDuringDrain,
+        })
+    }
+}

@@ -14,6 +14,7 @@ use servery_core::supervisor::ExitStatus;
 use servery_core::worker::WorkerLifecycle;
 use servery_core::{Instant, LeaseId, ValidConfig, WorkerId};
 
+use crate::labels;
 use crate::plan::Behavior;
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
@@ -64,6 +65,12 @@ pub(crate) struct Proc {
     pub up_clock: Instant,
     pub down_clock: Instant,
     max_connections: usize,
+    /// Slot and generation the parent spawned it for.
+    pub slot: u64,
+    pub generation: u64,
+    /// When its PREPARED and READY reach the parent (`ZERO` until sent).
+    pub prepared_arrives: Instant,
+    pub ready_arrives: Instant,
 }
 
 impl Proc {
@@ -93,6 +100,10 @@ impl Proc {
             up_clock: Instant::ZERO,
             down_clock: Instant::ZERO,
             max_connections: config.budgets().max_connections() as usize,
+            slot: 0,
+            generation: 0,
+            prepared_arrives: Instant::ZERO,
+            ready_arrives: Instant::ZERO,
         }
     }
 
@@ -137,7 +148,15 @@ impl WorkerIo for SimWorker<'_> {
         }
         let mut bytes = Vec::with_capacity(32);
         encode_worker(&message, &mut bytes);
-        self.world.send_up(self.worker, bytes);
+        let arrives = self.world.send_up(self.worker, bytes);
+        // When the barrier's messages reach the parent (the path labels need it).
+        if let (Some(at), Some(p)) = (arrives, self.proc()) {
+            match message {
+                WorkerMessage::Prepared => p.prepared_arrives = at,
+                WorkerMessage::Ready => p.ready_arrives = at,
+                _ => {}
+            }
+        }
     }
 
     fn prepare(&mut self) {
@@ -175,6 +194,7 @@ impl WorkerIo for SimWorker<'_> {
             }
             Behavior::ExitDuringDrain => {
                 p.faulty = true;
+                self.world.out.coverage.insert(labels::EXITED_DURING_DRAIN);
                 self.world.process_died(self.worker, ExitStatus::Signal(6));
             }
             _ => {}
@@ -200,6 +220,9 @@ impl SimWorld {
             if let Some(code) = exit {
                 if p.eof_seen {
                     self.out.parent_eof_exits += 1;
+                    if self.out.parent_crashed {
+                        self.out.coverage.insert(labels::ORPHAN_EXITED);
+                    }
                 }
                 self.process_died(worker, ExitStatus::Code(code));
                 return;
@@ -296,6 +319,12 @@ impl SimWorld {
                 }
                 ParentMessage::Commit if p.behavior == Behavior::CrashBetweenPrepareAndCommit => {
                     p.faulty = true;
+                    self.out
+                        .coverage
+                        .insert(labels::COMMIT_REACHED_DOOMED_WORKER);
+                    self.out
+                        .coverage
+                        .insert(labels::CRASH_BETWEEN_PREPARE_AND_COMMIT);
                     self.process_died(worker, ExitStatus::Signal(11));
                     return;
                 }
@@ -357,7 +386,14 @@ impl SimWorld {
             return;
         }
         match p.behavior.clone() {
-            Behavior::FailStartup(error) => p.life.startup_failed(error),
+            Behavior::FailStartup(error) => {
+                p.life.startup_failed(error);
+                self.out.coverage.insert(labels::STARTUP_ERROR_REPORTED);
+            }
+            Behavior::SlowBoot(_) => {
+                p.life.prepared(now);
+                self.out.coverage.insert(labels::SLOW_BOOT_FINISHED);
+            }
             Behavior::CrashBetweenPrepareAndCommit => {
                 p.life.prepared(now);
                 let d = Duration::from_micros(self.rng.range(1, 400));
@@ -499,6 +535,7 @@ impl SimWorld {
             if let Some(p) = self.procs.get_mut(&worker) {
                 p.faulty = true;
             }
+            self.out.coverage.insert(labels::CRASHED_AFTER_REQUESTS);
             self.process_died(worker, ExitStatus::Signal(11));
             return;
         }

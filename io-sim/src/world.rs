@@ -10,12 +10,15 @@ use servery_core::driver::{ParentIo, RunEnd, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, encode_parent};
 use servery_core::singletons::SingletonAction;
-use servery_core::supervisor::{Action, Command, Event, ExitReason, ExitStatus, Platform};
+use servery_core::supervisor::{
+    Action, Command, Event, ExitReason, ExitStatus, FailureReason, Platform,
+};
 use servery_core::{Instant, ReloadId, WorkerId};
 
 use crate::fs::SimFs;
+use crate::labels;
 use crate::outcome::{Outcome, StatusAnswer, WorkerExit};
-use crate::plan::{Fault, SimCommand, SimSpec, SpawnInfo};
+use crate::plan::{Behavior, Fault, SimCommand, SimSpec, SpawnInfo};
 use crate::process::Proc;
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -153,12 +156,17 @@ pub struct SimWorld {
     halt_pending: bool,
     /// While the parent is stalled: until when, and what reached it meanwhile, in order.
     parent_stalled_until: Option<Instant>,
+    stalled_since: Instant,
     held: Vec<SimEvent>,
     /// What reached a stalled parent, readable now that it runs again but not yet read:
     /// the driver loop must take it in ([`ParentIo::arrived`]) before judging deadlines.
     unread: Vec<SimEvent>,
     /// Status requests not answered yet, with when they were made.
     status_asked: Vec<Instant>,
+    /// (generation, slot) of workers a crash fault killed, until the slot is refilled.
+    crashed_slots: Vec<(u64, u64)>,
+    /// The heartbeat interval each generation's first HELLO carried.
+    hello_intervals: Vec<(u64, u64)>,
     log_busy: bool,
     snapshot_due: bool,
     last_wait_at: Instant,
@@ -204,9 +212,12 @@ impl SimWorld {
             parent_alive: true,
             halt_pending: false,
             parent_stalled_until: None,
+            stalled_since: Instant::ZERO,
             held: Vec::new(),
             unread: Vec::new(),
             status_asked: Vec::new(),
+            crashed_slots: Vec::new(),
+            hello_intervals: Vec::new(),
             log_busy: false,
             snapshot_due: false,
             last_wait_at: Instant::ZERO,
@@ -284,18 +295,18 @@ impl SimWorld {
         self.parent_alive
     }
 
-    /// Deliver bytes a worker wrote to the parent, in channel order.
-    pub(crate) fn send_up(&mut self, worker: WorkerId, bytes: Vec<u8>) {
+    /// Deliver bytes a worker wrote to the parent, in channel order. Returns when they
+    /// arrive.
+    pub(crate) fn send_up(&mut self, worker: WorkerId, bytes: Vec<u8>) -> Option<Instant> {
         if !self.parent_alive {
-            return;
+            return None;
         }
         let lat = self.latency();
-        let Some(p) = self.procs.get_mut(&worker) else {
-            return;
-        };
+        let p = self.procs.get_mut(&worker)?;
         let at = (self.now + lat).max(p.up_clock);
         p.up_clock = at;
         self.schedule_at(at, SimEvent::ToParent { worker, bytes });
+        Some(at)
     }
 
     fn send_down(&mut self, worker: WorkerId, message: &ParentMessage) {
@@ -324,6 +335,14 @@ impl SimWorld {
         }
         p.alive = false;
         p.accepting = false;
+        if p.prepared_arrives > self.now {
+            self.out
+                .coverage
+                .insert(labels::DIED_WITH_PREPARED_IN_FLIGHT);
+        }
+        if p.ready_arrives > self.now {
+            self.out.coverage.insert(labels::DIED_WITH_READY_IN_FLIGHT);
+        }
         let faulty = p.faulty;
         let conns: Vec<(u64, ConnKind)> = core::mem::take(&mut p.serving).into_iter().collect();
         p.uploads.clear();
@@ -381,8 +400,13 @@ impl SimWorld {
             Fault::CrashWorker { pick } => {
                 if let Some(w) = self.pick_live(pick, false) {
                     self.out.crash_faults += 1;
+                    let committed = self.out.generations_committed.last().copied();
                     if let Some(p) = self.procs.get_mut(&w) {
                         p.faulty = true;
+                        self.crashed_slots.push((p.generation, p.slot));
+                        if committed.is_some_and(|g| p.generation > g) {
+                            self.out.coverage.insert(labels::CRASH_HIT_RELOAD_CANDIDATE);
+                        }
                     }
                     self.process_died(w, ExitStatus::Signal(9));
                 }
@@ -393,7 +417,7 @@ impl SimWorld {
                     .filter(|w| self.procs.get(w).is_some_and(|p| p.alive));
                 if let Some(w) = holder {
                     self.out.crash_faults += 1;
-                    self.out.coverage.insert("lease holder killed");
+                    self.out.coverage.insert(labels::LEASE_HOLDER_KILLED);
                     if let Some(p) = self.procs.get_mut(&w) {
                         p.faulty = true;
                     }
@@ -430,6 +454,7 @@ impl SimWorld {
                 if self.parent_alive && self.parent_stalled_until.is_none() {
                     let until = self.now + duration;
                     self.parent_stalled_until = Some(until);
+                    self.stalled_since = self.now;
                     self.schedule_at(until, SimEvent::ParentResumes);
                 }
             }
@@ -457,6 +482,23 @@ impl SimWorld {
     /// this models rather than doing it for the loop.
     fn parent_resumes(&mut self) {
         self.parent_stalled_until = None;
+        self.out.coverage.insert(labels::STALLED_PARENT_RESUMED);
+        let stalled = self.now - self.stalled_since;
+        let timeout = Duration::from_secs_f64(
+            self.spec
+                .config
+                .recovery
+                .heartbeat_timeout
+                .clamp(0.0, 1.0e6),
+        );
+        if stalled > timeout
+            && self
+                .held
+                .iter()
+                .any(|e| matches!(e, SimEvent::ToParent { .. }))
+        {
+            self.out.coverage.insert(labels::RESUMED_WITH_OVERDUE_BEATS);
+        }
         for event in std::mem::take(&mut self.held) {
             match event {
                 // These wake the driver themselves, after what waited in the channels.
@@ -522,7 +564,7 @@ impl SimWorld {
                         }
                         Ok(None) => break,
                         Err(error) => {
-                            self.out.coverage.insert("malformed frame replaced worker");
+                            self.out.coverage.insert(labels::MALFORMED_FRAME_REPLACED);
                             self.inbox
                                 .push_back(Event::ProtocolViolation { worker, error });
                             break;
@@ -543,6 +585,12 @@ impl SimWorld {
             SimEvent::BootDone { worker } => self.worker_boot_done(worker),
             SimEvent::Crash { worker } => {
                 if let Some(p) = self.procs.get_mut(&worker) {
+                    if p.alive {
+                        self.out.coverage.insert(match p.behavior {
+                            Behavior::CrashAtBoot => labels::CRASHED_AT_BOOT,
+                            _ => labels::CRASH_BETWEEN_PREPARE_AND_COMMIT,
+                        });
+                    }
                     p.faulty = true;
                 }
                 self.process_died(worker, ExitStatus::Signal(11));
@@ -649,6 +697,13 @@ impl SimWorld {
     }
 
     fn client_after_parent(&mut self) {
+        if self
+            .procs
+            .values()
+            .any(|p| p.alive && !p.eof_seen && p.life.accepting())
+        {
+            self.out.coverage.insert(labels::CLIENT_BEFORE_ORPHAN_EOF);
+        }
         if self
             .procs
             .values()
@@ -770,10 +825,20 @@ impl ParentIo for SimWorld {
                 self.out.spawns = self.spawn_index;
                 self.out.spawn_times_ms.push(now.as_nanos() / 1_000_000);
                 let behavior = (self.spec.behavior)(&info, &mut self.rng);
+                if let Some(kind) = behavior.kind() {
+                    self.out.misbehaving.push((info.index, kind));
+                }
+                let key = (generation.0, slot.0 as u64);
+                if let Some(i) = self.crashed_slots.iter().position(|k| *k == key) {
+                    self.crashed_slots.swap_remove(i);
+                    self.out.coverage.insert(labels::CRASHED_WORKER_REPLACED);
+                }
                 self.next_pid += 1;
                 let pid = self.next_pid;
-                self.procs
-                    .insert(worker, Proc::new(worker, pid, behavior, &config));
+                let mut proc = Proc::new(worker, pid, behavior, &config);
+                proc.slot = key.1;
+                proc.generation = key.0;
+                self.procs.insert(worker, proc);
                 self.inbox.push_back(Event::Spawned { worker, pid });
                 let live = self.live_count();
                 self.out.max_live_processes = self.out.max_live_processes.max(live);
@@ -784,8 +849,20 @@ impl ParentIo for SimWorld {
                     ));
                 }
             }
-            Action::Send { worker, message } => self.send_down(worker, &message),
+            Action::Send { worker, message } => {
+                match &message {
+                    ParentMessage::Drain { .. } => self.ending(worker),
+                    &ParentMessage::Hello {
+                        generation,
+                        heartbeat_interval_ms,
+                        ..
+                    } => self.hello(generation.0, heartbeat_interval_ms),
+                    _ => {}
+                }
+                self.send_down(worker, &message);
+            }
             Action::Terminate { worker } => {
+                self.ending(worker);
                 self.out.terms_sent += 1;
                 if self.spec.platform == Platform::Windows {
                     self.violation(format!("TERM sent to {worker} under Windows semantics"));
@@ -793,8 +870,14 @@ impl ParentIo for SimWorld {
                 self.worker_terminate(worker);
             }
             Action::Kill { worker } => {
-                if self.procs.get(&worker).is_some_and(|p| p.alive && p.wedged) {
-                    self.out.coverage.insert("wedged drain killed");
+                self.ending(worker);
+                if let Some(p) = self.procs.get(&worker).filter(|p| p.alive) {
+                    if p.wedged {
+                        self.out.coverage.insert(labels::WEDGED_DRAIN_KILLED);
+                    }
+                    if p.paused {
+                        self.out.coverage.insert(labels::HUNG_WORKER_KILLED);
+                    }
                 }
                 self.process_died(worker, ExitStatus::Signal(9));
             }
@@ -815,13 +898,26 @@ impl ParentIo for SimWorld {
                 }
             }
             Action::GenerationCommitted { generation, .. } => {
+                if !self.out.generations_committed.is_empty() {
+                    self.out.coverage.insert(labels::RELOAD_COMMITTED);
+                }
                 self.out.generations_committed.push(generation.0);
             }
             Action::ServiceFailed { reason, message } => {
+                if reason == FailureReason::RestartLimit
+                    && !self.out.generations_committed.is_empty()
+                {
+                    self.out
+                        .coverage
+                        .insert(labels::LIMIT_FAILED_COMMITTED_SERVICE);
+                }
                 self.out.failure = Some(reason);
                 self.out.failure_message = Some(message);
             }
-            Action::ReloadRejected { message, .. } => self.out.reload_rejections.push(message),
+            Action::ReloadRejected { message, .. } => {
+                self.out.coverage.insert(labels::RELOAD_REJECTED);
+                self.out.reload_rejections.push(message);
+            }
             Action::RecyclingSuspended { .. } => self.out.recycling_suspended = true,
             Action::Exit { .. } => {
                 self.out.exit_at_ms = Some(now.as_nanos() / 1_000_000);
@@ -868,23 +964,21 @@ impl ParentIo for SimWorld {
         }
         self.out.log.max_queue = self.out.log.max_queue.max(broker.log().len());
         if broker.stats().revoked > 0 {
-            self.out.coverage.insert("lease revoked on death");
+            self.out.coverage.insert(labels::LEASE_REVOKED_ON_DEATH);
         }
         if broker.log().dropped() > 0 && sup.config().broker().log_policy() == LogPolicy::Drop {
-            self.out
-                .coverage
-                .insert("log queue dropped under the drop policy");
+            self.out.coverage.insert(labels::LOG_DROPPED);
             self.out.log.dropped = broker.log().dropped();
         }
         if broker.stats().saturated > 0 {
-            self.out.coverage.insert("broker saturation rejected");
+            self.out.coverage.insert(labels::BROKER_SATURATED);
         }
         match sup.last_failure().map(|f| f.reason) {
             Some(ExitReason::HealthFailure) => {
-                self.out.coverage.insert("hang killed");
+                self.out.coverage.insert(labels::HANG_KILLED);
             }
             Some(ExitReason::DrainHang) => {
-                self.out.coverage.insert("hang while draining killed");
+                self.out.coverage.insert(labels::HANG_WHILE_DRAINING_KILLED);
             }
             _ => {}
         }
@@ -904,9 +998,7 @@ impl ParentIo for SimWorld {
         if sup.recycling_suspended().is_some()
             && sup.ready_workers() == sup.config().workers() as usize
         {
-            self.out
-                .coverage
-                .insert("recycle aborted kept the old worker");
+            self.out.coverage.insert(labels::RECYCLE_ABORTED);
         }
         if self.snapshot_due {
             self.snapshot_due = false;
@@ -950,6 +1042,35 @@ impl SimWorld {
             }
             SingletonAction::Stop { .. } => self.out.singleton_stops += 1,
         }
+    }
+
+    /// The parent drains, terminates or kills `worker`: note the races that reach.
+    fn ending(&mut self, worker: WorkerId) {
+        let Some(p) = self.procs.get(&worker).filter(|p| p.alive) else {
+            return;
+        };
+        if p.ready_arrives > self.now {
+            self.out.coverage.insert(labels::ENDED_WITH_READY_IN_FLIGHT);
+        }
+        if p.behavior == Behavior::HangAtBoot {
+            self.out.coverage.insert(labels::HUNG_BOOT_ENDED);
+        }
+    }
+
+    /// A HELLO for `generation` carries `interval_ms`: note a later generation whose
+    /// timings differ from the one before it.
+    fn hello(&mut self, generation: u64, interval_ms: u64) {
+        if self.hello_intervals.iter().any(|(g, _)| *g == generation) {
+            return;
+        }
+        if self
+            .hello_intervals
+            .iter()
+            .any(|&(g, ms)| g + 1 == generation && ms != interval_ms)
+        {
+            self.out.coverage.insert(labels::CANDIDATE_OWN_TIMINGS);
+        }
+        self.hello_intervals.push((generation, interval_ms));
     }
 
     /// The seed for the parent's ChaCha generator, drawn from the run's stream.

@@ -5,9 +5,12 @@ use core::time::Duration;
 
 use servery_core::config::{LogPolicy, RawConfig};
 use servery_core::supervisor::{ExitReason, FailureReason};
-use servery_sim::{Behavior, Fault, Outcome, SimCommand, SimSpec, Workload};
+use servery_sim::rng::SimRng;
+use servery_sim::{
+    Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
+};
 
-use crate::{Ctx, End, Expect, Plan, Scenario, fast_config, recovery_bound};
+use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
 
 /// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
 pub const COVERAGE_GOALS: &[&str] = &[
@@ -36,131 +39,199 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "steady",
         about: "no faults: N workers serve a minute of load with zero failures",
         build: steady,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "crash",
         about: "kill -9 of workers under load: replaced after the reap and backoff",
         build: crash,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
     },
     Scenario {
         name: "crash-during-startup",
         about: "a first-generation worker dies before or between PREPARED and COMMIT: the service fails before readiness",
         build: crash_during_startup,
+        kinds: &[
+            FaultKind::CrashAtBoot,
+            FaultKind::CrashBetweenPrepareAndCommit,
+        ],
+        no_swarm: None,
     },
     Scenario {
         name: "startup-failure-initial",
         about: "a first-generation worker reports a startup error: the service fails with the worker's own text",
         build: startup_failure_initial,
+        kinds: &[FaultKind::FailStartup, FaultKind::HangAtBoot],
+        no_swarm: None,
     },
     Scenario {
         name: "startup-failure-replacement",
         about: "crash replacements fail to start: recovered within the limit, failed beyond it",
         build: startup_failure_replacement,
+        kinds: &[FaultKind::CrashWorker, FaultKind::FailStartup],
+        no_swarm: None,
     },
     Scenario {
         name: "hang",
         about: "SIGSTOP of workers: heartbeat timeout, terminate, kill, reap, replace",
         build: hang,
+        kinds: &[FaultKind::HangWorker],
+        no_swarm: None,
     },
     Scenario {
         name: "hang-during-drain",
         about: "SIGSTOP of a worker just before ctl recycle or its age recycle drains it: ended as drain_hang within heartbeat_timeout + force_timeout, not the drain deadline; the recycle completes",
         build: hang_during_drain,
+        kinds: &[FaultKind::HangWorker],
+        no_swarm: Some(
+            "its predicates judge how the one stopped worker ended; without the stop the run is manual-recycle or age-recycle",
+        ),
     },
     Scenario {
         name: "crash-loop",
         about: "every worker crashes after a few requests: the restart limit fails the service",
         build: crash_loop,
+        kinds: &[FaultKind::CrashAfterRequests],
+        no_swarm: None,
     },
     Scenario {
         name: "restart-limit-zero",
         about: "worker_restart_limit = 0: the first crash fails the service",
         build: restart_limit_zero,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
     },
     Scenario {
         name: "backoff-at-cap-still-halts",
         about: "backoff pinned at its cap with a window too short to fill: the run of unstable restarts still halts",
         build: backoff_at_cap,
+        kinds: &[FaultKind::CrashWorker, FaultKind::CrashAfterRequests],
+        no_swarm: None,
     },
     Scenario {
         name: "age-recycle",
         about: "age recycling with jitter under load: zero failed requests, never more than N + 1 workers",
         build: age_recycle,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "request-recycle",
         about: "request-count recycling with jitter under load: zero failed requests",
         build: request_recycle,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "manual-recycle",
         about: "ctl recycle under load: every worker replaced once, one at a time, zero failed requests",
         build: manual_recycle,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "recycle-replacement-fails",
         about: "recycle replacements fail to start: the old worker keeps serving; recycling retries, then is suspended",
         build: recycle_replacement_fails,
+        kinds: &[
+            FaultKind::FailStartup,
+            FaultKind::CrashBetweenPrepareAndCommit,
+        ],
+        no_swarm: None,
     },
     Scenario {
         name: "reload",
         about: "a valid reload under load: new generation committed, old drained, zero failed requests",
         build: reload,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "reload-invalid",
         about: "an invalid or failing reload: the old generation keeps serving and the reason is reported",
         build: reload_invalid,
+        kinds: &[FaultKind::FailStartup, FaultKind::HangAtBoot],
+        no_swarm: None,
     },
     Scenario {
         name: "shutdown-deadlines",
         about: "a worker that ignores TERM and never finishes draining: stop still completes by drain + force",
         build: shutdown_deadlines,
+        kinds: &[FaultKind::WedgedDrain],
+        no_swarm: None,
     },
     Scenario {
         name: "parent-death",
         about: "kill -9 of the parent mid-load: workers see EOF, fail writes closed, drain and exit",
         build: parent_death,
+        kinds: &[FaultKind::CrashParent],
+        no_swarm: None,
     },
     Scenario {
         name: "parent-stall",
         about: "the parent stops for longer than the heartbeat timeout: on resuming it reads the beats that waited and replaces nobody",
         build: parent_stall,
+        kinds: &[FaultKind::StallParent],
+        no_swarm: None,
     },
     Scenario {
         name: "same-target-writes-serialize",
         about: "concurrent uploads to the same targets through different workers serialize; no torn file",
         build: same_target,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "lease-holder-death",
         about: "kill -9 of a lease holder mid-upload: lease, reservation and temp file are revoked; later uploads succeed",
         build: lease_holder_death,
+        kinds: &[FaultKind::CrashLeaseHolder],
+        no_swarm: None,
     },
     Scenario {
         name: "broker-saturation",
         about: "upload budgets, lease table and client queue saturate: deterministic 503s, recovery after",
         build: broker_saturation,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "log-queue-saturation",
         about: "access-log bursts outrun the writer: block loses nothing, drop counts what it drops",
         build: log_queue_saturation,
+        kinds: &[],
+        no_swarm: None,
     },
     Scenario {
         name: "singleton-lifecycle",
         about: "parent-owned singletons start once, switch generation atomically on reload, stop once",
         build: singleton_lifecycle,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
     },
     Scenario {
         name: "malformed-frame",
         about: "a worker writes garbage on its control channel: treated as faulty and replaced",
         build: malformed_frame,
+        kinds: &[FaultKind::MalformedFrame],
+        no_swarm: None,
     },
     Scenario {
         name: "chaos",
         about: "crashes, hangs, garbage frames, lease-holder deaths, uploads, logs, recycling and a reload at once",
         build: chaos,
+        kinds: &[
+            FaultKind::CrashWorker,
+            FaultKind::HangWorker,
+            FaultKind::MalformedFrame,
+            FaultKind::CrashLeaseHolder,
+            FaultKind::CrashBetweenPrepareAndCommit,
+            FaultKind::SlowBoot,
+            FaultKind::ExitDuringDrain,
+        ],
+        no_swarm: None,
     },
 ];
 
@@ -215,6 +286,30 @@ fn at(ctx: &mut Ctx, lo: f64, hi: f64) -> Duration {
     secs(lo + ctx.rng.unit() * (hi - lo))
 }
 
+/// Add `fault` at `t` when its kind is enabled. Returns whether it was added.
+fn fault(kinds: Kinds, spec: &mut SimSpec, t: Duration, fault: Fault) -> bool {
+    let on = kinds.has(fault.kind());
+    if on {
+        spec.faults.push((t, fault));
+    }
+    on
+}
+
+/// The behaviour model `f`, with the kinds that are not enabled turned healthy. `f`
+/// draws as it always does, so with every kind enabled the run is unchanged.
+fn behave(kinds: Kinds, f: impl Fn(&SpawnInfo, &mut SimRng) -> Behavior + 'static) -> BehaviorFn {
+    if kinds == Kinds::ALL {
+        return Box::new(f);
+    }
+    Box::new(move |info, rng| {
+        let b = f(info, rng);
+        match b.kind() {
+            Some(kind) if !kinds.has(kind) => Behavior::Healthy,
+            _ => b,
+        }
+    })
+}
+
 fn steady(ctx: &mut Ctx) -> Plan {
     let config = fast_config(workers(ctx, 1, 4));
     let spec = spec(ctx, config.clone(), 60.0);
@@ -234,6 +329,8 @@ pub const BENCH: Scenario = Scenario {
         e.zero_failed = true;
         Plan { spec, expect: e }
     },
+    kinds: &[],
+    no_swarm: None,
 };
 
 fn crash(ctx: &mut Ctx) -> Plan {
@@ -251,7 +348,7 @@ fn crash(ctx: &mut Ctx) -> Plan {
     for _ in 0..ctx.rng.range(1, 3) {
         let t = at(ctx, 1.0, 20.0);
         let pick = ctx.rng.next_u64();
-        spec.faults.push((t, Fault::CrashWorker { pick }));
+        fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
     }
     Plan {
         spec,
@@ -265,21 +362,28 @@ fn crash_during_startup(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 2.0);
     let victim = ctx.rng.range(0, n as u64 - 1);
     let between = ctx.rng.chance(0.6);
-    spec.behavior = Box::new(move |info, _| match (info.index == victim, between) {
-        (true, true) => Behavior::CrashBetweenPrepareAndCommit,
-        (true, false) => Behavior::CrashAtBoot,
-        _ => Behavior::Healthy,
-    });
-    let mut e = expect(&config, End::Failed(FailureReason::StartupFailure));
-    e.extra = Some(if between {
-        |o, _| {
-            o.coverage.insert("crash between prepare and commit");
-            Ok(())
+    spec.behavior = behave(ctx.kinds, move |info, _| {
+        match (info.index == victim, between) {
+            (true, true) => Behavior::CrashBetweenPrepareAndCommit,
+            (true, false) => Behavior::CrashAtBoot,
+            _ => Behavior::Healthy,
         }
-    } else {
-        |_, _| Ok(())
     });
-    Plan { spec, expect: e }
+    let kind = if between {
+        FaultKind::CrashBetweenPrepareAndCommit
+    } else {
+        FaultKind::CrashAtBoot
+    };
+    // The simulator records "crash between prepare and commit" when the victim dies.
+    let end = if ctx.kinds.has(kind) {
+        End::Failed(FailureReason::StartupFailure)
+    } else {
+        End::Ready
+    };
+    Plan {
+        spec,
+        expect: expect(&config, end),
+    }
 }
 
 fn startup_failure_initial(ctx: &mut Ctx) -> Plan {
@@ -288,13 +392,26 @@ fn startup_failure_initial(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 2.0);
     let victim = ctx.rng.range(0, n as u64 - 1);
     let hang = ctx.rng.chance(0.25);
-    spec.behavior = Box::new(move |info, _| match (info.index == victim, hang) {
-        (true, false) => {
-            Behavior::FailStartup("cannot open the served root: permission denied".into())
+    spec.behavior = behave(ctx.kinds, move |info, _| {
+        match (info.index == victim, hang) {
+            (true, false) => {
+                Behavior::FailStartup("cannot open the served root: permission denied".into())
+            }
+            (true, true) => Behavior::HangAtBoot,
+            _ => Behavior::Healthy,
         }
-        (true, true) => Behavior::HangAtBoot,
-        _ => Behavior::Healthy,
     });
+    let kind = if hang {
+        FaultKind::HangAtBoot
+    } else {
+        FaultKind::FailStartup
+    };
+    if !ctx.kinds.has(kind) {
+        return Plan {
+            spec,
+            expect: expect(&config, End::Ready),
+        };
+    }
     let mut e = expect(&config, End::Failed(FailureReason::StartupFailure));
     e.extra = Some(if hang {
         |o, _| match &o.failure_message {
@@ -318,22 +435,25 @@ fn startup_failure_replacement(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 12.0);
     let failures = ctx.rng.range(1, 6);
     let first_replacement = n as u64;
-    spec.behavior = Box::new(move |info, _| {
+    spec.behavior = behave(ctx.kinds, move |info, _| {
         if info.index >= first_replacement && info.index < first_replacement + failures {
             Behavior::FailStartup("replacement cannot bind its resources".into())
         } else {
             Behavior::Healthy
         }
     });
-    spec.faults.push((
+    let crashed = fault(
+        ctx.kinds,
+        &mut spec,
         at(ctx, 1.0, 2.0),
         Fault::CrashWorker {
             pick: ctx.rng.next_u64(),
         },
-    ));
+    );
     // One crash plus `failures` failed boots: within a limit of 5 the slot recovers;
-    // the fifth consecutive failed replacement exceeds it.
-    let end = if failures <= 4 {
+    // the fifth consecutive failed replacement exceeds it. Without the crash, or with
+    // healthy replacements, nothing fails.
+    let end = if failures <= 4 || !crashed || !ctx.kinds.has(FaultKind::FailStartup) {
         End::Ready
     } else {
         End::Failed(FailureReason::RestartLimit)
@@ -353,12 +473,8 @@ fn hang(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 15.0);
     for _ in 0..ctx.rng.range(1, 2) {
         let t = at(ctx, 1.0, 15.0);
-        spec.faults.push((
-            t,
-            Fault::HangWorker {
-                pick: ctx.rng.next_u64(),
-            },
-        ));
+        let pick = ctx.rng.next_u64();
+        fault(ctx.kinds, &mut spec, t, Fault::HangWorker { pick });
     }
     let mut e = expect(&config, End::Ready);
     e.extra = Some(|o, _| {
@@ -474,7 +590,15 @@ fn crash_loop(ctx: &mut Ctx) -> Plan {
     let config = fast_config(workers(ctx, 1, 3));
     let mut spec = spec(ctx, config.clone(), 40.0);
     spec.workload.request_rate = 40.0;
-    spec.behavior = Box::new(|_, rng| Behavior::CrashAfterRequests(rng.range(1, 5)));
+    spec.behavior = behave(ctx.kinds, |_, rng| {
+        Behavior::CrashAfterRequests(rng.range(1, 5))
+    });
+    if !ctx.kinds.has(FaultKind::CrashAfterRequests) {
+        return Plan {
+            spec,
+            expect: expect(&config, End::Ready),
+        };
+    }
     let mut e = expect(&config, End::Failed(FailureReason::RestartLimit));
     e.extra = Some(|o, _| {
         let at = o.exit_at_ms.unwrap_or(u64::MAX);
@@ -491,12 +615,20 @@ fn restart_limit_zero(ctx: &mut Ctx) -> Plan {
     let mut config = fast_config(workers(ctx, 1, 4));
     config.recovery.worker_restart_limit = 0;
     let mut spec = spec(ctx, config.clone(), 10.0);
-    spec.faults.push((
+    let crashed = fault(
+        ctx.kinds,
+        &mut spec,
         at(ctx, 1.0, 8.0),
         Fault::CrashWorker {
             pick: ctx.rng.next_u64(),
         },
-    ));
+    );
+    if !crashed {
+        return Plan {
+            spec,
+            expect: expect(&config, End::Ready),
+        };
+    }
     let mut e = expect(&config, End::Failed(FailureReason::RestartsDisabled));
     e.extra = Some(|o, _| match &o.failure_message {
         Some(m) if m.contains("worker_restart_limit is 0") => Ok(()),
@@ -518,19 +650,29 @@ fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 30.0);
     spec.workload.request_rate = 40.0;
     let first_replacement = n as u64;
-    spec.behavior = Box::new(move |info, _| {
+    spec.behavior = behave(ctx.kinds, move |info, _| {
         if info.index >= first_replacement {
             Behavior::CrashAfterRequests(1)
         } else {
             Behavior::Healthy
         }
     });
-    spec.faults.push((
+    let crashed = fault(
+        ctx.kinds,
+        &mut spec,
         at(ctx, 1.0, 3.0),
         Fault::CrashWorker {
             pick: ctx.rng.next_u64(),
         },
-    ));
+    );
+    // The halt needs both: the crash that starts the replacements, and replacements
+    // that crash in turn.
+    if !crashed || !ctx.kinds.has(FaultKind::CrashAfterRequests) {
+        return Plan {
+            spec,
+            expect: expect(&config, End::Ready),
+        };
+    }
     let mut e = expect(&config, End::Failed(FailureReason::RestartLimit));
     e.extra = Some(|o, _| {
         o.coverage.insert("backoff at cap halted");
@@ -610,7 +752,13 @@ fn recycle_replacement_fails(ctx: &mut Ctx) -> Plan {
     let failures = ctx.rng.range(1, 5);
     let first_replacement = n as u64;
     let crash_instead = ctx.rng.chance(0.3);
-    spec.behavior = Box::new(move |info, _| {
+    let kind = if crash_instead {
+        FaultKind::CrashBetweenPrepareAndCommit
+    } else {
+        FaultKind::FailStartup
+    };
+    let failures = if ctx.kinds.has(kind) { failures } else { 0 };
+    spec.behavior = behave(ctx.kinds, move |info, _| {
         if info.index >= first_replacement && info.index < first_replacement + failures {
             if crash_instead {
                 Behavior::CrashBetweenPrepareAndCommit
@@ -684,32 +832,44 @@ fn reload_invalid(ctx: &mut Ctx) -> Plan {
     let config = fast_config(n);
     let mut spec = spec(ctx, config.clone(), 12.0);
     let mut next = fast_config(workers(ctx, 1, 4));
-    match ctx.rng.range(0, 2) {
+    let n_next = next.workers as usize;
+    let kind = match ctx.rng.range(0, 2) {
         0 => {
             next.recovery.restart_backoff_initial = 5.0;
             next.recovery.restart_backoff_max = 1.0;
+            None
         }
         1 => {
-            spec.behavior = Box::new(|info, _| {
+            spec.behavior = behave(ctx.kinds, |info, _| {
                 if info.generation.0 == 2 && info.slot.0 == 0 {
                     Behavior::FailStartup("new configuration's root is missing".into())
                 } else {
                     Behavior::Healthy
                 }
             });
+            Some(FaultKind::FailStartup)
         }
         _ => {
-            spec.behavior = Box::new(|info, _| {
+            spec.behavior = behave(ctx.kinds, |info, _| {
                 if info.generation.0 == 2 && info.slot.0 == 0 {
                     Behavior::HangAtBoot
                 } else {
                     Behavior::Healthy
                 }
             });
+            Some(FaultKind::HangAtBoot)
         }
-    }
+    };
     spec.commands
         .push((at(ctx, 1.0, 4.0), SimCommand::Reload(Box::new(next))));
+    if kind.is_some_and(|k| !ctx.kinds.has(k)) {
+        // Its candidate is healthy: a valid reload, which must commit cleanly.
+        let mut e = expect(&config, End::Ready);
+        e.workers = n_next;
+        e.generation = Some(2);
+        e.zero_failed = true;
+        return Plan { spec, expect: e };
+    }
     let mut e = expect(&config, End::Ready);
     e.zero_failed = true;
     e.extra = Some(|o, _| {
@@ -728,18 +888,21 @@ fn shutdown_deadlines(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 5.0);
     spec.workload.service_ms = (100, 6000);
     let victim = ctx.rng.range(0, n as u64 - 1);
-    spec.behavior = Box::new(move |info, _| {
+    spec.behavior = behave(ctx.kinds, move |info, _| {
         if info.index == victim {
             Behavior::WedgedDrain
         } else {
             Behavior::Healthy
         }
     });
+    let wedged = ctx.kinds.has(FaultKind::WedgedDrain);
     let mut e = expect(&config, End::Ready);
     // Long requests on healthy workers may outlive the drain deadline: that is the
     // deadline doing its job.
     e.allow_forced = true;
     e.extra = Some(match ctx.platform {
+        // Only a wedged worker is sure to reach the drain deadline.
+        servery_core::supervisor::Platform::Posix if !wedged => |_, _| Ok(()),
         servery_core::supervisor::Platform::Posix => |o, _| {
             if o.terms_sent == 0 {
                 return Err("POSIX must send TERM before KILL at the drain deadline".into());
@@ -761,7 +924,11 @@ fn parent_death(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 10.0);
     spec.workload.upload_rate = 10.0;
     spec.workload.upload_targets = 3;
-    spec.faults.push((at(ctx, 2.0, 10.0), Fault::CrashParent));
+    if !fault(ctx.kinds, &mut spec, at(ctx, 2.0, 10.0), Fault::CrashParent) {
+        let mut e = expect(&config, End::Ready);
+        e.allow_forced = true;
+        return Plan { spec, expect: e };
+    }
     let mut e = expect(&config, End::ParentDied);
     e.allow_forced = true;
     e.exit_within = secs(config.recovery.drain_timeout + 0.5);
@@ -786,7 +953,12 @@ fn parent_stall(ctx: &mut Ctx) -> Plan {
     let timeout = config.recovery.heartbeat_timeout;
     let stall = secs(timeout * (1.25 + ctx.rng.unit() * 1.75));
     let stalled_at = at(ctx, 1.0, 6.0);
-    spec.faults.push((stalled_at, Fault::StallParent(stall)));
+    let stalled = fault(ctx.kinds, &mut spec, stalled_at, Fault::StallParent(stall));
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    if !stalled {
+        return Plan { spec, expect: e };
+    }
     // `ctl status` while the parent is stopped (answered only once it runs again, after
     // the beats that waited) and after it resumed.
     spec.commands.push((
@@ -795,8 +967,6 @@ fn parent_stall(ctx: &mut Ctx) -> Plan {
     ));
     spec.commands
         .push((stalled_at + stall + secs(0.5), SimCommand::Status));
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
     e.extra = Some(|o, _| {
         if o.status_answers.len() != 2 {
             return Err(format!(
@@ -857,8 +1027,8 @@ fn lease_holder_death(ctx: &mut Ctx) -> Plan {
     uploads(&mut spec, 25.0, 2);
     spec.workload.chunk_ms = (20, 80);
     for _ in 0..ctx.rng.range(1, 3) {
-        spec.faults
-            .push((at(ctx, 2.0, 10.0), Fault::CrashLeaseHolder));
+        let t = at(ctx, 2.0, 10.0);
+        fault(ctx.kinds, &mut spec, t, Fault::CrashLeaseHolder);
     }
     let mut e = expect(&config, End::Ready);
     e.extra = Some(|o, _| {
@@ -945,12 +1115,9 @@ fn singleton_lifecycle(ctx: &mut Ctx) -> Plan {
     spec.commands
         .push((at(ctx, 2.0, 6.0), SimCommand::Reload(Box::new(next))));
     if ctx.rng.chance(0.5) {
-        spec.faults.push((
-            at(ctx, 1.0, 9.0),
-            Fault::CrashWorker {
-                pick: ctx.rng.next_u64(),
-            },
-        ));
+        let t = at(ctx, 1.0, 9.0);
+        let pick = ctx.rng.next_u64();
+        fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
     }
     let mut e = expect(&config, End::Ready);
     // A crash may hit a reload candidate, which rejects the reload: then the first
@@ -981,12 +1148,9 @@ fn malformed_frame(ctx: &mut Ctx) -> Plan {
     let config = fast_config(workers(ctx, 1, 4));
     let mut spec = spec(ctx, config.clone(), 10.0);
     for _ in 0..ctx.rng.range(1, 2) {
-        spec.faults.push((
-            at(ctx, 1.0, 10.0),
-            Fault::MalformedFrame {
-                pick: ctx.rng.next_u64(),
-            },
-        ));
+        let t = at(ctx, 1.0, 10.0);
+        let pick = ctx.rng.next_u64();
+        fault(ctx.kinds, &mut spec, t, Fault::MalformedFrame { pick });
     }
     Plan {
         spec,
@@ -1006,13 +1170,27 @@ fn chaos(ctx: &mut Ctx) -> Plan {
     let mut spec = spec(ctx, config.clone(), 25.0);
     uploads(&mut spec, 10.0, 2);
     spec.workload.access_log = true;
+    // Each fault is one of the enabled kinds (all four outside swarm mode).
+    let kinds: Vec<FaultKind> = [
+        FaultKind::CrashWorker,
+        FaultKind::HangWorker,
+        FaultKind::MalformedFrame,
+        FaultKind::CrashLeaseHolder,
+    ]
+    .into_iter()
+    .filter(|k| ctx.kinds.has(*k))
+    .collect();
     for _ in 0..ctx.rng.range(2, 6) {
         let t = at(ctx, 1.0, 25.0);
         let pick = ctx.rng.next_u64();
-        let fault = match ctx.rng.range(0, 3) {
-            0 => Fault::CrashWorker { pick },
-            1 => Fault::HangWorker { pick },
-            2 => Fault::MalformedFrame { pick },
+        let i = ctx.rng.range(0, kinds.len().max(1) as u64 - 1) as usize;
+        let Some(&kind) = kinds.get(i) else {
+            continue;
+        };
+        let fault = match kind {
+            FaultKind::CrashWorker => Fault::CrashWorker { pick },
+            FaultKind::HangWorker => Fault::HangWorker { pick },
+            FaultKind::MalformedFrame => Fault::MalformedFrame { pick },
             _ => Fault::CrashLeaseHolder,
         };
         spec.faults.push((t, fault));
@@ -1026,7 +1204,7 @@ fn chaos(ctx: &mut Ctx) -> Plan {
             .push((at(ctx, 2.0, 20.0), SimCommand::Reload(Box::new(next))));
     }
     let first_replacement = config.workers as u64;
-    spec.behavior = Box::new(move |info, rng| match rng.range(0, 40) {
+    spec.behavior = behave(ctx.kinds, move |info, rng| match rng.range(0, 40) {
         _ if info.index < first_replacement => Behavior::Healthy,
         0 => Behavior::CrashBetweenPrepareAndCommit,
         1 => Behavior::SlowBoot(Duration::from_millis(rng.range(100, 2000))),

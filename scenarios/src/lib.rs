@@ -9,6 +9,7 @@
 
 mod catalog;
 mod checks;
+pub mod corpus;
 mod sweep;
 
 use core::time::Duration;
@@ -16,10 +17,10 @@ use core::time::Duration;
 use servery_core::config::RawConfig;
 use servery_core::supervisor::{FailureReason, Platform};
 use servery_sim::rng::SimRng;
-use servery_sim::{Outcome, SimSpec};
+use servery_sim::{FaultKind, Outcome, SimSpec};
 
 pub use catalog::{BENCH, COVERAGE_GOALS, SCENARIOS};
-pub use sweep::{SweepReport, bench, sweep};
+pub use sweep::{KindStats, SweepReport, bench, sweep, sweep_seeds};
 
 /// How the run must end its liveness phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,19 +66,102 @@ pub struct Plan {
     pub expect: Expect,
 }
 
-/// What a scenario builder gets: the seed, the platform model, and a random stream of
-/// its own (independent of the simulation's).
+/// What a scenario builder gets: the seed, the platform model, a random stream of its
+/// own (independent of the simulation's), and the fault kinds it may inject.
 #[derive(Debug)]
 pub struct Ctx {
     pub seed: u64,
     pub platform: Platform,
     pub rng: SimRng,
+    /// Every kind, except in swarm mode. A builder draws exactly as it would with all of
+    /// them, leaves out what is disabled, and expects what its plan then contains.
+    pub kinds: Kinds,
 }
 
 pub struct Scenario {
     pub name: &'static str,
     pub about: &'static str,
     pub build: fn(&mut Ctx) -> Plan,
+    /// The fault kinds its plans may use (a test holds every plan to this list).
+    pub kinds: &'static [FaultKind],
+    /// Why swarm mode leaves it out, when it does.
+    pub no_swarm: Option<&'static str>,
+}
+
+impl Scenario {
+    /// Why swarm sweeps leave this scenario out, or `None` when they run it.
+    pub fn swarm_exclusion(&self) -> Option<&'static str> {
+        if self.kinds.is_empty() {
+            Some("draws no faults")
+        } else {
+            self.no_swarm
+        }
+    }
+}
+
+/// A set of [`FaultKind`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Kinds(u32);
+
+impl Kinds {
+    pub const ALL: Kinds = Kinds((1 << FaultKind::ALL.len()) - 1);
+    pub const NONE: Kinds = Kinds(0);
+
+    pub fn of(kinds: &[FaultKind]) -> Kinds {
+        Kinds(kinds.iter().fold(0, |m, k| m | 1 << k.index()))
+    }
+
+    pub fn has(self, kind: FaultKind) -> bool {
+        self.0 & 1 << kind.index() != 0
+    }
+
+    pub fn and(self, other: Kinds) -> Kinds {
+        Kinds(self.0 & other.0)
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = FaultKind> {
+        FaultKind::ALL.into_iter().filter(move |k| self.has(*k))
+    }
+
+    /// The names, space-separated (`-` when empty).
+    pub fn names(self) -> String {
+        let names: Vec<&str> = self.iter().map(FaultKind::name).collect();
+        if names.is_empty() {
+            "-".into()
+        } else {
+            names.join(" ")
+        }
+    }
+}
+
+/// How a seed's plan is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// As the catalog writes it: every fault kind the scenario uses.
+    #[default]
+    Full,
+    /// Swarm testing (Groce et al., ISSTA 2012): the seed also decides which of the
+    /// scenario's fault kinds are enabled; the others are left out of the plan.
+    Swarm,
+}
+
+impl Mode {
+    /// The kinds `scenario`'s plan for `seed` may use in this mode.
+    pub fn kinds(self, scenario: &Scenario, seed: u64) -> Kinds {
+        match self {
+            Mode::Full => Kinds::ALL,
+            Mode::Swarm if scenario.swarm_exclusion().is_some() => Kinds::ALL,
+            Mode::Swarm => swarm_kinds(scenario, seed),
+        }
+    }
+}
+
+/// The swarm subset of `scenario`'s fault kinds for `seed`: each kind independently with
+/// probability ½, from a stream of the seed's own. A kind's bit does not depend on the
+/// scenario, so adding a kind to one scenario leaves every other subset as it was.
+pub fn swarm_kinds(scenario: &Scenario, seed: u64) -> Kinds {
+    let mask = SimRng::new(seed ^ 0x5a7a_12d0_c0de_f00d).next_u64();
+    Kinds::of(scenario.kinds).and(Kinds(mask as u32))
 }
 
 impl core::fmt::Debug for Scenario {
@@ -103,22 +187,42 @@ pub fn platform_by_name(name: &str) -> Option<Platform> {
 pub struct RunResult {
     pub outcome: Outcome,
     pub verdict: Result<(), String>,
+    /// The fault kinds the plan could use (all of the scenario's, outside swarm mode).
+    pub kinds: Kinds,
 }
 
 /// What `scenario` plans for `seed` on `platform`: the same plan the simulator runs, for
 /// drivers of real processes too.
 pub fn plan(scenario: &Scenario, seed: u64, platform: Platform) -> Plan {
+    plan_in(scenario, seed, platform, Mode::Full)
+}
+
+/// [`plan`] in `mode`.
+pub fn plan_in(scenario: &Scenario, seed: u64, platform: Platform, mode: Mode) -> Plan {
     let mut ctx = Ctx {
         seed,
         platform,
         rng: SimRng::new(seed ^ 0x5ce9_a210_0f00_d1e5),
+        kinds: mode.kinds(scenario, seed),
     };
     (scenario.build)(&mut ctx)
 }
 
 /// Build, simulate and judge one scenario for one seed and platform.
 pub fn run(scenario: &Scenario, seed: u64, platform: Platform, trace: bool) -> RunResult {
-    let mut plan = plan(scenario, seed, platform);
+    run_in(scenario, seed, platform, Mode::Full, trace)
+}
+
+/// [`run`] in `mode`.
+pub fn run_in(
+    scenario: &Scenario,
+    seed: u64,
+    platform: Platform,
+    mode: Mode,
+    trace: bool,
+) -> RunResult {
+    let kinds = Kinds::of(scenario.kinds).and(mode.kinds(scenario, seed));
+    let mut plan = plan_in(scenario, seed, platform, mode);
     plan.spec.seed = seed;
     plan.spec.platform = platform;
     plan.spec.trace = trace;
@@ -127,19 +231,30 @@ pub fn run(scenario: &Scenario, seed: u64, platform: Platform, trace: bool) -> R
         Err(e) => RunResult {
             outcome: Outcome::default(),
             verdict: Err(format!("scenario built an invalid configuration: {e}")),
+            kinds,
         },
         Ok(mut outcome) => {
             let verdict = checks::judge(&mut outcome, &plan.expect, spec_stop);
-            RunResult { outcome, verdict }
+            RunResult {
+                outcome,
+                verdict,
+                kinds,
+            }
         }
     }
 }
 
 /// The command that replays one run.
 pub fn replay_command(name: &str, seed: u64, platform: Platform) -> String {
+    replay_command_in(name, seed, platform, Mode::Full)
+}
+
+/// The command that replays one run in `mode`.
+pub fn replay_command_in(name: &str, seed: u64, platform: Platform, mode: Mode) -> String {
     format!(
-        "cargo run --release -p servery-scenarios -- run {name} --seed {seed} --platform {} --trace",
-        platform.name()
+        "cargo run --release -p servery-scenarios -- run {name} --seed {seed} --platform {} --trace{}",
+        platform.name(),
+        if mode == Mode::Swarm { " --swarm" } else { "" }
     )
 }
 

@@ -6,8 +6,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use servery_core::supervisor::Platform;
 use servery_scenarios::{
-    BENCH, COVERAGE_GOALS, SCENARIOS, bench, find, platform_by_name, replay_command, run, sweep,
+    BENCH, COVERAGE_GOALS, Mode, SCENARIOS, Scenario, bench, corpus, find, platform_by_name,
+    replay_command_in, run_in, sweep_seeds,
 };
+use servery_sim::FaultKind;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,18 +39,48 @@ enum Cmd {
         /// Print the event trace; its last line is `trace-hash: <hex>`.
         #[arg(long)]
         trace: bool,
+        /// Swarm mode: only the fault kinds the seed enables (as `sweep --swarm` ran it).
+        #[arg(long)]
+        swarm: bool,
     },
-    /// Run every scenario on both platforms for every seed in A..B.
+    /// Run every scenario on both platforms for every seed in A..B, or for N fresh seeds.
     Sweep {
-        #[arg(long, value_parser = parse_range)]
-        seeds: (u64, u64),
+        #[arg(long, value_parser = parse_range, required_unless_present = "random", conflicts_with = "random")]
+        seeds: Option<(u64, u64)>,
+        /// N seeds drawn from OS entropy, printed first (`random seeds: …`).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        random: Option<u64>,
         #[arg(long, default_value_t = default_jobs())]
         jobs: usize,
         #[arg(long)]
         json: bool,
-        /// Only this scenario.
+        /// Only this scenario (coverage is then reported, not required).
         #[arg(long)]
         only: Option<String>,
+        /// Swarm testing: each seed also enables a random subset of each scenario's fault
+        /// kinds; reports coverage per fault kind.
+        #[arg(long)]
+        swarm: bool,
+    },
+    /// What a seed exercises, as a regression-corpus entry; or, with --search, seeds that
+    /// reach given coverage labels (to re-pin an entry that drifted).
+    Pin {
+        name: String,
+        #[arg(long, required_unless_present = "search", conflicts_with = "search")]
+        seed: Option<u64>,
+        #[arg(long, default_value = "posix")]
+        platform: String,
+        #[arg(long)]
+        swarm: bool,
+        /// Seeds to search, A..B.
+        #[arg(long, value_parser = parse_range, requires = "reaches")]
+        search: Option<(u64, u64)>,
+        /// A coverage label the run must reach (repeatable).
+        #[arg(long)]
+        reaches: Vec<String>,
+        /// Stop after this many seeds.
+        #[arg(long, default_value_t = 5)]
+        limit: usize,
     },
     /// Sweep throughput: the four-worker, 60 s virtual-time scenario on fresh seeds.
     Bench {
@@ -91,33 +123,52 @@ fn main() -> ExitCode {
             seed,
             platform,
             trace,
+            swarm,
         } => {
-            let Some(scenario) = find(&name) else {
-                eprintln!("unknown scenario {name:?}; `list` shows them");
-                return ExitCode::from(2);
+            let (scenario, platform, mode) = match target(&name, &platform, swarm) {
+                Ok(t) => t,
+                Err(code) => return code,
             };
-            let Some(platform) = platform_by_name(&platform) else {
-                eprintln!("unknown platform {platform:?}: posix or windows");
-                return ExitCode::from(2);
-            };
-            run_one(scenario, seed, platform, trace)
+            run_one(scenario, seed, platform, mode, trace)
         }
         Cmd::Bench { seconds, jobs } => run_bench(seconds, jobs),
         Cmd::Sweep {
             seeds,
+            random,
             jobs,
             json,
             only,
+            swarm,
         } => {
-            if let Some(name) = &only
-                && find(name).is_none()
-            {
-                eprintln!("unknown scenario {name:?}");
-                return ExitCode::from(2);
+            let mode = if swarm { Mode::Swarm } else { Mode::Full };
+            if let Some(name) = &only {
+                let Some(scenario) = find(name) else {
+                    eprintln!("unknown scenario {name:?}");
+                    return ExitCode::from(2);
+                };
+                if let (Mode::Swarm, Some(reason)) = (mode, scenario.swarm_exclusion()) {
+                    eprintln!("swarm mode leaves {name} out: {reason}");
+                    return ExitCode::from(2);
+                }
             }
-            let report = sweep(seeds.0..seeds.1, jobs, only.as_deref());
+            let seeds: Vec<u64> = match (seeds, random) {
+                (Some((a, b)), _) => (a..b).collect(),
+                (None, Some(n)) => {
+                    let seeds = random_seeds(n as usize);
+                    let line = random_seeds_line(&seeds);
+                    // First, so a run cut short still says what it ran.
+                    if json {
+                        eprintln!("{line}");
+                    } else {
+                        println!("{line}");
+                    }
+                    seeds
+                }
+                (None, None) => unreachable!("clap requires --seeds or --random"),
+            };
+            let report = sweep_seeds(&seeds, jobs, only.as_deref(), mode);
             if json {
-                print_json(&report);
+                print_json(&report, random.map(|_| &seeds[..]));
             } else {
                 print_text(&report);
             }
@@ -127,7 +178,105 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+        Cmd::Pin {
+            name,
+            seed,
+            platform,
+            swarm,
+            search,
+            reaches,
+            limit,
+        } => {
+            let (scenario, platform, mode) = match target(&name, &platform, swarm) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            if let Some(bad) = reaches.iter().find(|l| !corpus::known_label(l)) {
+                eprintln!(
+                    "{bad:?} is no coverage label (see io-sim/src/labels.rs and COVERAGE_GOALS)"
+                );
+                return ExitCode::from(2);
+            }
+            match (seed, search) {
+                (Some(seed), _) => {
+                    print!("{}", corpus::entry_text(scenario, seed, platform, mode));
+                    ExitCode::SUCCESS
+                }
+                (None, Some((a, b))) => {
+                    let found = corpus::search(scenario, platform, mode, a..b, &reaches, limit);
+                    for (seed, digest) in &found {
+                        println!("seed {seed}: {digest}");
+                    }
+                    println!(
+                        "{} seeds of {a}..{b} hold and reach {reaches:?} on {}{}",
+                        found.len(),
+                        platform.name(),
+                        if found.len() >= limit {
+                            " (limit reached)"
+                        } else {
+                            ""
+                        }
+                    );
+                    if found.is_empty() {
+                        ExitCode::FAILURE
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                (None, None) => unreachable!("clap requires --seed or --search"),
+            }
+        }
     }
+}
+
+/// The scenario, platform and mode a command names, or the exit code of a usage error.
+fn target(
+    name: &str,
+    platform: &str,
+    swarm: bool,
+) -> Result<(&'static Scenario, Platform, Mode), ExitCode> {
+    let Some(scenario) = find(name) else {
+        eprintln!("unknown scenario {name:?}; `list` shows them");
+        return Err(ExitCode::from(2));
+    };
+    let Some(platform) = platform_by_name(platform) else {
+        eprintln!("unknown platform {platform:?}: posix or windows");
+        return Err(ExitCode::from(2));
+    };
+    if swarm && let Some(reason) = scenario.swarm_exclusion() {
+        eprintln!("swarm mode leaves {name} out: {reason}");
+        return Err(ExitCode::from(2));
+    }
+    let mode = if swarm { Mode::Swarm } else { Mode::Full };
+    Ok((scenario, platform, mode))
+}
+
+/// `n` distinct seeds nobody chose. std's `RandomState` takes its keys from the OS's
+/// entropy (once per thread, then a fresh key per state); hashing a counter with them,
+/// the clock and the process id gives independent 64-bit seeds. Only this binary draws
+/// entropy: the seeds are then replayed like any other.
+fn random_seeds(n: usize) -> Vec<u64> {
+    use std::hash::{BuildHasher, RandomState};
+    let state = RandomState::new();
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut seen = std::collections::BTreeSet::new();
+    let mut seeds = Vec::with_capacity(n);
+    let mut i = 0u64;
+    while seeds.len() < n {
+        let seed = state.hash_one((clock, std::process::id(), i));
+        i += 1;
+        if seen.insert(seed) {
+            seeds.push(seed);
+        }
+    }
+    seeds
+}
+
+fn random_seeds_line(seeds: &[u64]) -> String {
+    let list: Vec<String> = seeds.iter().map(u64::to_string).collect();
+    format!("random seeds: {}", list.join(" "))
 }
 
 fn run_bench(seconds: f64, jobs: usize) -> ExitCode {
@@ -145,13 +294,31 @@ fn run_bench(seconds: f64, jobs: usize) -> ExitCode {
 }
 
 fn run_one(
-    scenario: &servery_scenarios::Scenario,
+    scenario: &Scenario,
     seed: u64,
     platform: Platform,
+    mode: Mode,
     trace: bool,
 ) -> ExitCode {
-    let result = run(scenario, seed, platform, trace);
+    let result = run_in(scenario, seed, platform, mode, trace);
     let o = &result.outcome;
+    if mode == Mode::Swarm {
+        let all = servery_scenarios::Kinds::of(scenario.kinds);
+        let off: Vec<&str> = all
+            .iter()
+            .filter(|k| !result.kinds.has(*k))
+            .map(FaultKind::name)
+            .collect();
+        println!(
+            "swarm: enabled {}; disabled {}",
+            result.kinds.names(),
+            if off.is_empty() {
+                "-".into()
+            } else {
+                off.join(" ")
+            }
+        );
+    }
     if trace {
         for line in &o.trace {
             println!("{line}");
@@ -180,7 +347,10 @@ fn run_one(
         }
         Err(reason) => {
             println!("FAILED: {reason}");
-            println!("replay: {}", replay_command(scenario.name, seed, platform));
+            println!(
+                "replay: {}",
+                replay_command_in(scenario.name, seed, platform, mode)
+            );
             ExitCode::FAILURE
         }
     };
@@ -191,6 +361,9 @@ fn run_one(
 }
 
 fn print_text(r: &servery_scenarios::SweepReport) {
+    for (name, reason) in &r.skipped {
+        println!("{name:<30} left out of swarm mode: {reason}");
+    }
     for ((name, platform), (runs, failed)) in &r.per_scenario {
         println!("{name:<30} {platform:<8} runs={runs:<6} failed={failed}");
     }
@@ -212,9 +385,54 @@ fn print_text(r: &servery_scenarios::SweepReport) {
         );
         println!("  replay: {}", f.replay());
     }
+    println!(
+        "fault kinds ({}, then runs that reached the kind's goal):",
+        match r.mode {
+            Mode::Full => "runs whose scenario uses the kind",
+            Mode::Swarm => "runs that enabled the kind",
+        }
+    );
+    for (kind, s) in &r.kinds {
+        println!(
+            "  {:<34} runs={:<7} reached={:<7} goal: {}{}",
+            kind.name(),
+            s.runs,
+            s.reached,
+            kind.goal(),
+            if s.leaked > 0 {
+                format!("  LEAKED into {} runs without the kind", s.leaked)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let required = if r.filtered {
+        " (reported, not required, with --only)"
+    } else {
+        ""
+    };
     let missing = r.missing_goals();
     if !missing.is_empty() {
-        println!("coverage goals not reached: {missing:?}");
+        match r.mode {
+            Mode::Full => println!("coverage goals not reached{required}: {missing:?}"),
+            Mode::Swarm => println!(
+                "coverage goals not reached (swarm sweeps leave scenarios and kinds out; not required): {missing:?}"
+            ),
+        }
+    }
+    let unreached: Vec<&str> = r
+        .unreached_kinds()
+        .into_iter()
+        .map(FaultKind::name)
+        .collect();
+    if r.mode == Mode::Swarm && !unreached.is_empty() {
+        println!("fault kinds enabled but never reached{required}: {unreached:?}");
+    }
+    let leaked: Vec<&str> = r.leaked_kinds().into_iter().map(FaultKind::name).collect();
+    if !leaked.is_empty() {
+        println!(
+            "fault kinds whose goal was reached without the kind (undeclared, or a swarm subset that leaked): {leaked:?}"
+        );
     }
     println!(
         "{} runs, {} failed, {:.0} seeds/s ({} seeds in {:.2}s)",
@@ -226,8 +444,11 @@ fn print_text(r: &servery_scenarios::SweepReport) {
     );
 }
 
-fn print_json(r: &servery_scenarios::SweepReport) {
+fn print_json(r: &servery_scenarios::SweepReport, random: Option<&[u64]>) {
     let value = serde_json::json!({
+        "mode": match r.mode { Mode::Full => "full", Mode::Swarm => "swarm" },
+        "holds": r.holds(),
+        "random_seeds": random,
         "runs": r.runs,
         "failed": r.failed,
         "seeds_per_second": r.seeds_per_second(),
@@ -238,10 +459,44 @@ fn print_json(r: &servery_scenarios::SweepReport) {
         "coverage": COVERAGE_GOALS.iter().map(|g| serde_json::json!({
             "goal": g, "hits": r.coverage.get(g).copied().unwrap_or(0),
         })).collect::<Vec<_>>(),
+        "fault_kinds": r.kinds.iter().map(|(k, s)| serde_json::json!({
+            "kind": k.name(), "goal": k.goal(), "runs": s.runs, "reached": s.reached,
+            "leaked": s.leaked,
+        })).collect::<Vec<_>>(),
+        "left_out": r.skipped.iter().map(|(name, reason)| serde_json::json!({
+            "name": name, "reason": reason,
+        })).collect::<Vec<_>>(),
         "failures": r.failures.iter().map(|f| serde_json::json!({
             "scenario": f.scenario, "platform": f.platform.name(), "seed": f.seed,
             "reason": f.reason, "replay": f.replay(),
         })).collect::<Vec<_>>(),
     });
     println!("{value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{random_seeds, random_seeds_line};
+
+    #[test]
+    fn two_draws_of_random_seeds_differ_and_print_on_one_line() {
+        let a = random_seeds(16);
+        let b = random_seeds(16);
+        assert_eq!(a.len(), 16);
+        let distinct: std::collections::BTreeSet<_> = a.iter().collect();
+        assert_eq!(distinct.len(), 16, "seeds within a draw are distinct");
+        assert!(
+            a.iter().all(|s| !b.contains(s)),
+            "two draws share a seed: {a:?} {b:?}"
+        );
+        let line = random_seeds_line(&a);
+        let listed: Vec<u64> = line
+            .strip_prefix("random seeds: ")
+            .expect("prefix")
+            .split(' ')
+            .map(|s| s.parse().expect("a seed"))
+            .collect();
+        assert_eq!(listed, a);
+        assert!(!line.contains('\n'));
+    }
 }

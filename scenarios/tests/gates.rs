@@ -1,8 +1,11 @@
 //! The scenario gates as `cargo test`: a bounded sweep, determinism, the regression
-//! corpus, and proof that the predicates can fail.
+//! corpus and its pins, swarm mode, and proof that the predicates can fail.
 
 use servery_core::supervisor::Platform;
-use servery_scenarios::{SCENARIOS, find, platform_by_name, run, sweep};
+use servery_scenarios::{
+    Kinds, Mode, SCENARIOS, corpus, find, plan_in, run, run_in, swarm_kinds, sweep, sweep_seeds,
+};
+use servery_sim::FaultKind;
 
 #[test]
 fn every_scenario_holds_on_both_platforms_for_a_bounded_sweep() {
@@ -59,41 +62,176 @@ fn a_seed_replays_bit_for_bit() {
 
 #[test]
 fn the_regression_corpus_holds() {
-    let corpus = include_str!("../regressions.txt");
-    let mut count = 0;
-    for line in corpus.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        let [name, platform, seed] = parts[..] else {
-            panic!("bad corpus line: {line}");
-        };
-        let scenario = find(name).unwrap_or_else(|| panic!("unknown scenario {name}"));
-        let platform =
-            platform_by_name(platform).unwrap_or_else(|| panic!("unknown platform {platform}"));
-        let seed: u64 = seed.parse().expect("seed");
-        // Each corpus seed runs on both platforms, whichever it was recorded on.
-        for p in [
-            platform,
-            if platform == Platform::Posix {
-                Platform::Windows
-            } else {
-                Platform::Posix
-            },
-        ] {
-            let result = run(scenario, seed, p, false);
-            assert!(
-                result.verdict.is_ok(),
-                "{name} {} {seed}: {:?}",
-                p.name(),
-                result.verdict
-            );
-        }
-        count += 1;
+    let entries =
+        corpus::parse(include_str!("../regressions.txt")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(entries.len() >= 5);
+    let drifted: Vec<String> = entries.iter().filter_map(|e| e.check().err()).collect();
+    assert!(drifted.is_empty(), "\n{}", drifted.join("\n\n"));
+}
+
+#[test]
+fn a_corpus_entry_that_no_longer_reaches_its_path_fails_and_says_how_to_re_pin() {
+    // Seed 19 of crash-during-startup reaches the COMMIT race, not a READY in flight.
+    let text = "[crash-during-startup posix 19]\n\
+                caught: test\n\
+                plan: workers=9\n\
+                reaches: a worker was told to end with its READY in flight\n";
+    let entries = corpus::parse(text).expect("parses");
+    let err = entries[0].check().expect_err("the pin must not hold");
+    assert!(
+        err.contains("[crash-during-startup posix 19] drifted"),
+        "{err}"
+    );
+    assert!(
+        err.contains("a worker was told to end with its READY in flight"),
+        "{err}"
+    );
+    assert!(err.contains("pinned plan: workers=9"), "{err}");
+    assert!(
+        err.contains("pin crash-during-startup --platform posix --seed 19"),
+        "{err}"
+    );
+    assert!(err.contains("--search"), "{err}");
+
+    for bad in [
+        "[crash posix 1]\ncaught: x\n",
+        "[crash posix 1]\ncaught: x\nreaches: a label nobody records\n",
+        "[crash posix 1]\nreaches: crashed worker replaced\n",
+        "[no-such-scenario posix 1]\ncaught: x\nreaches: crashed worker replaced\n",
+        "caught: x\n",
+    ] {
+        assert!(corpus::parse(bad).is_err(), "accepted {bad:?}");
     }
-    assert!(count >= 5);
+}
+
+#[test]
+fn a_printed_pin_parses_back_and_holds() {
+    let scenario = find("singleton-lifecycle").expect("scenario");
+    for mode in [Mode::Full, Mode::Swarm] {
+        let text = corpus::entry_text(scenario, 49, Platform::Posix, mode);
+        let entries = corpus::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].mode, mode);
+        assert!(!entries[0].reaches.is_empty(), "{text}");
+        entries[0].check().unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn every_label_a_sweep_reaches_is_one_a_pin_may_name() {
+    let report = sweep(0..10, 2, None);
+    let unknown: Vec<&str> = report
+        .coverage
+        .keys()
+        .copied()
+        .filter(|l| !corpus::known_label(l))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "labels missing from io-sim's labels::ALL: {unknown:?}"
+    );
+}
+
+#[test]
+fn a_swarm_subset_is_the_seeds_own() {
+    let chaos = find("chaos").expect("chaos");
+    let all = Kinds::of(chaos.kinds);
+    let mut subsets = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let a = swarm_kinds(chaos, seed);
+        assert_eq!(a, swarm_kinds(chaos, seed), "seed {seed}");
+        assert_eq!(a, Mode::Swarm.kinds(chaos, seed));
+        assert_eq!(a.and(all), a, "a subset of the scenario's kinds");
+        subsets.insert(a.names());
+        // The run replays bit for bit, on each platform.
+        if seed < 4 {
+            for p in [Platform::Posix, Platform::Windows] {
+                let x = run_in(chaos, seed, p, Mode::Swarm, false);
+                let y = run_in(chaos, seed, p, Mode::Swarm, false);
+                assert_eq!(x.outcome.trace_hash, y.outcome.trace_hash);
+                assert_eq!(x.kinds, a);
+            }
+        }
+    }
+    assert!(
+        subsets.len() > 20,
+        "seeds draw different subsets: {subsets:?}"
+    );
+    // Outside swarm mode every kind is enabled, and a builder draws the same with all of
+    // them as it did before swarm mode existed.
+    assert_eq!(Mode::Full.kinds(chaos, 3), Kinds::ALL);
+    // A scenario swarm mode leaves out runs as in full mode.
+    let hdd = find("hang-during-drain").expect("hang-during-drain");
+    assert!(hdd.swarm_exclusion().is_some());
+    assert_eq!(Mode::Swarm.kinds(hdd, 3), Kinds::ALL);
+}
+
+#[test]
+fn plans_use_only_the_fault_kinds_their_scenario_declares() {
+    for scenario in SCENARIOS {
+        let declared = Kinds::of(scenario.kinds);
+        for seed in 0..24 {
+            for mode in [Mode::Full, Mode::Swarm] {
+                let enabled = declared.and(mode.kinds(scenario, seed));
+                let plan = plan_in(scenario, seed, Platform::Posix, mode);
+                for (_, f) in &plan.spec.faults {
+                    assert!(
+                        enabled.has(f.kind()),
+                        "{} seed {seed} {mode:?}: {} not among {}",
+                        scenario.name,
+                        f.kind().name(),
+                        enabled.names()
+                    );
+                }
+                let result = run_in(scenario, seed, Platform::Posix, mode, false);
+                for (i, kind) in &result.outcome.misbehaving {
+                    assert!(
+                        enabled.has(*kind),
+                        "{} seed {seed} {mode:?}: process #{i} is {} outside {}",
+                        scenario.name,
+                        kind.name(),
+                        enabled.names()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_swarm_sweep_holds_and_no_disabled_kind_is_reached() {
+    let seeds: Vec<u64> = (0..40).collect();
+    let report = sweep_seeds(&seeds, 2, None, Mode::Swarm);
+    for f in &report.failures {
+        eprintln!(
+            "FAILED {} {} seed={}: {}\n  replay: {}",
+            f.scenario,
+            f.platform.name(),
+            f.seed,
+            f.reason,
+            f.replay()
+        );
+    }
+    assert_eq!(report.failed, 0, "swarm failures");
+    assert!(report.leaked_kinds().is_empty(), "{:?}", report.kinds);
+    assert!(
+        report
+            .failures
+            .iter()
+            .all(|f| f.replay().ends_with("--swarm"))
+    );
+    assert!(
+        report
+            .skipped
+            .iter()
+            .any(|(name, _)| *name == "hang-during-drain")
+    );
+    assert!(report.skipped.iter().any(|(name, _)| *name == "steady"));
+    // Some runs enable each of chaos's kinds and some do not.
+    let crash = report.kinds[&FaultKind::CrashWorker];
+    let full = sweep(0..40, 2, Some("crash"));
+    assert!(crash.runs > 0 && crash.reached > 0);
+    assert!(full.kinds[&FaultKind::CrashWorker].runs == 80);
 }
 
 #[test]

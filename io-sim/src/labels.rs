@@ -1,0 +1,92 @@
+//! The coverage labels the simulator records in [`crate::Outcome::coverage`].
+//!
+//! Three sorts: branches a scenario's coverage goal names; the goal of each
+//! [`crate::FaultKind`] (its fault took effect and the service handled it); and path
+//! facts — the races and orderings a failing run once went through (a frame in flight
+//! when a process died, a client ahead of an orphan's EOF, …). A regression entry pins
+//! the facts of the path it caught, so it fails loudly when its seed stops reaching them.
+
+// Branches scenario goals name.
+pub const LEASE_REVOKED_ON_DEATH: &str = "lease revoked on death";
+pub const LOG_DROPPED: &str = "log queue dropped under the drop policy";
+pub const BROKER_SATURATED: &str = "broker saturation rejected";
+pub const HANG_KILLED: &str = "hang killed";
+pub const HANG_WHILE_DRAINING_KILLED: &str = "hang while draining killed";
+pub const RECYCLE_ABORTED: &str = "recycle aborted kept the old worker";
+
+// The goal of each fault kind.
+pub const CRASHED_WORKER_REPLACED: &str = "crashed worker replaced";
+pub const HUNG_WORKER_KILLED: &str = "hung worker killed";
+pub const MALFORMED_FRAME_REPLACED: &str = "malformed frame replaced worker";
+pub const LEASE_HOLDER_KILLED: &str = "lease holder killed";
+pub const ORPHAN_EXITED: &str = "orphaned worker drained and exited";
+pub const STALLED_PARENT_RESUMED: &str = "stalled parent resumed";
+pub const STARTUP_ERROR_REPORTED: &str = "startup error reported";
+pub const CRASHED_AT_BOOT: &str = "crashed at boot";
+pub const CRASH_BETWEEN_PREPARE_AND_COMMIT: &str = "crash between prepare and commit";
+pub const HUNG_BOOT_ENDED: &str = "hung boot ended by the parent";
+pub const SLOW_BOOT_FINISHED: &str = "slow boot finished";
+pub const CRASHED_AFTER_REQUESTS: &str = "crashed after serving requests";
+pub const WEDGED_DRAIN_KILLED: &str = "wedged drain killed";
+pub const EXITED_DURING_DRAIN: &str = "exited during drain";
+
+// Path facts.
+/// A worker meant to die between PREPARED and COMMIT received the COMMIT first.
+pub const COMMIT_REACHED_DOOMED_WORKER: &str = "commit reached a worker about to crash";
+/// A worker died while its PREPARED was still on the way to the parent.
+pub const DIED_WITH_PREPARED_IN_FLIGHT: &str = "a worker died with its PREPARED in flight";
+/// A worker died while its READY was still on the way to the parent.
+pub const DIED_WITH_READY_IN_FLIGHT: &str = "a worker died with its READY in flight";
+/// The parent told a worker to drain, or terminated or killed it, while the worker's
+/// READY was still on the way.
+pub const ENDED_WITH_READY_IN_FLIGHT: &str = "a worker was told to end with its READY in flight";
+/// After the parent died, a client arrived while an orphan had not yet seen its EOF.
+pub const CLIENT_BEFORE_ORPHAN_EOF: &str = "a client arrived before an orphan saw its EOF";
+/// A crash fault killed a worker of a generation that had not committed, after the
+/// first commit: a reload candidate.
+pub const CRASH_HIT_RELOAD_CANDIDATE: &str = "a crash fault hit a reload candidate";
+pub const RELOAD_REJECTED: &str = "reload rejected";
+pub const RELOAD_COMMITTED: &str = "reload committed";
+/// A later generation's HELLO carried a heartbeat interval other than the previous
+/// generation's.
+pub const CANDIDATE_OWN_TIMINGS: &str = "a reload candidate got its own heartbeat timings";
+/// A parent resumed from a stall longer than the heartbeat timeout with worker frames
+/// waiting to be read.
+pub const RESUMED_WITH_OVERDUE_BEATS: &str = "a stalled parent resumed with overdue beats waiting";
+/// The restart limit failed a service whose first generation had committed.
+pub const LIMIT_FAILED_COMMITTED_SERVICE: &str = "the restart limit failed a committed service";
+
+/// Every label above.
+pub const ALL: &[&str] = &[
+    LEASE_REVOKED_ON_DEATH,
+    LOG_DROPPED,
+    BROKER_SATURATED,
+    HANG_KILLED,
+    HANG_WHILE_DRAINING_KILLED,
+    RECYCLE_ABORTED,
+    CRASHED_WORKER_REPLACED,
+    HUNG_WORKER_KILLED,
+    MALFORMED_FRAME_REPLACED,
+    LEASE_HOLDER_KILLED,
+    ORPHAN_EXITED,
+    STALLED_PARENT_RESUMED,
+    STARTUP_ERROR_REPORTED,
+    CRASHED_AT_BOOT,
+    CRASH_BETWEEN_PREPARE_AND_COMMIT,
+    HUNG_BOOT_ENDED,
+    SLOW_BOOT_FINISHED,
+    CRASHED_AFTER_REQUESTS,
+    WEDGED_DRAIN_KILLED,
+    EXITED_DURING_DRAIN,
+    COMMIT_REACHED_DOOMED_WORKER,
+    DIED_WITH_PREPARED_IN_FLIGHT,
+    DIED_WITH_READY_IN_FLIGHT,
+    ENDED_WITH_READY_IN_FLIGHT,
+    CLIENT_BEFORE_ORPHAN_EOF,
+    CRASH_HIT_RELOAD_CANDIDATE,
+    RELOAD_REJECTED,
+    RELOAD_COMMITTED,
+    CANDIDATE_OWN_TIMINGS,
+    RESUMED_WITH_OVERDUE_BEATS,
+    LIMIT_FAILED_COMMITTED_SERVICE,
+];
