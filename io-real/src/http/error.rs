@@ -96,6 +96,11 @@ impl HttpError {
     }
 }
 
+fn is_out_of_space(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StorageFull
+        || e.raw_os_error() == Some(rustix::io::Errno::DQUOT.raw_os_error())
+}
+
 #[cfg(unix)]
 fn is_symlink_loop(e: &io::Error) -> bool {
     e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
@@ -221,6 +226,9 @@ fn write_status(e: &WriteError) -> StatusCode {
             StatusCode::BAD_REQUEST
         }
         WriteError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        // The file system is full (or the user's quota is): the request may succeed once
+        // space is freed, and nothing was published (RFC 4918 §11.5).
+        WriteError::Io(e) if is_out_of_space(e) => StatusCode::INSUFFICIENT_STORAGE,
         WriteError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -316,6 +324,16 @@ mod tests {
             HttpError::Forbidden
         ));
         assert!(matches!(kind(io::ErrorKind::Other), HttpError::Internal(_)));
+    }
+
+    #[test]
+    fn a_full_file_system_is_507_and_the_rest_of_io_500() {
+        let status = |e: io::Error| error_response(&HttpError::Write(WriteError::Io(e))).status();
+        let errno = |n: rustix::io::Errno| io::Error::from_raw_os_error(n.raw_os_error());
+        assert_eq!(status(errno(rustix::io::Errno::NOSPC)), 507);
+        assert_eq!(status(errno(rustix::io::Errno::DQUOT)), 507);
+        assert_eq!(status(errno(rustix::io::Errno::IO)), 500);
+        assert_eq!(status(io::Error::other("x")), 500);
     }
 
     #[test]
