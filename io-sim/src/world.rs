@@ -626,6 +626,14 @@ impl SimWorld {
 
     /// After the parent has exited or crashed: let the workers run out their own clocks
     /// (parent death: EOF, drain, exit), then settle the books.
+    fn live_workers(&self) -> Vec<WorkerId> {
+        self.procs
+            .values()
+            .filter(|p| p.alive)
+            .map(|p| p.id)
+            .collect()
+    }
+
     /// Runs the world on after the parent's loop ended: a crashed parent's workers learn
     /// of it by EOF; after a host failure every live worker is killed, as the real driver
     /// does.
@@ -635,25 +643,13 @@ impl SimWorld {
             RunEnd::Crashed | RunEnd::HostFailed => None,
         };
         if end == RunEnd::HostFailed {
-            let live: Vec<WorkerId> = self
-                .procs
-                .values()
-                .filter(|p| p.alive)
-                .map(|p| p.id)
-                .collect();
-            for w in live {
+            for w in self.live_workers() {
                 self.process_died(w, ExitStatus::Signal(9));
             }
         }
         self.out.parent_gone_ms = self.now.as_nanos() / 1_000_000;
         self.parent_alive = false;
-        let live: Vec<WorkerId> = self
-            .procs
-            .values()
-            .filter(|p| p.alive)
-            .map(|p| p.id)
-            .collect();
-        for w in live {
+        for w in self.live_workers() {
             let lat = self.latency();
             self.schedule_in(lat, SimEvent::ToWorkerEof { worker: w });
         }

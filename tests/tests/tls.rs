@@ -194,6 +194,22 @@ fn certificate_files_are_loaded_once_and_served_with_verification() {
     assert_eq!(h2.conn.alpn_protocol(), Some(&b"h2"[..]));
 }
 
+/// The command line that serves `tree` with the certificate and key at these paths.
+fn tls_args(tree: &Tree, cert: &std::path::Path, key: &std::path::Path) -> Vec<String> {
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    vec![
+        path(&tree.root()),
+        "--port".into(),
+        "0".into(),
+        "--control-socket".into(),
+        path(&tree.socket()),
+        "--tls-cert".into(),
+        path(cert),
+        "--tls-key".into(),
+        path(key),
+    ]
+}
+
 #[test]
 fn bad_certificate_material_exits_2_naming_the_flag_before_binding() {
     let tree = Tree::new("tlsbad");
@@ -206,26 +222,13 @@ fn bad_certificate_material_exits_2_naming_the_flag_before_binding() {
     let mismatched = tree.dir.join("other.pem");
     std::fs::write(&mismatched, other.serialize_pem()).expect("write");
     let missing = tree.dir.join("absent.pem");
-    let socket = tree.socket();
-    let root = tree.root();
-    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
 
     for (cert, key, flag, says) in [
         (&cert, &garbage, "--tls-key", "contains no private key"),
         (&cert, &mismatched, "--tls-key", "does not match"),
         (&missing, &garbage, "--tls-cert", "cannot read"),
     ] {
-        let args = [
-            path(&root),
-            "--port".into(),
-            "0".into(),
-            "--control-socket".into(),
-            path(&socket),
-            "--tls-cert".into(),
-            path(cert),
-            "--tls-key".into(),
-            path(key),
-        ];
+        let args = tls_args(&tree, cert, key);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let run = run_servery(&args, &[], Duration::from_secs(10));
         assert_eq!(run.status.code(), Some(2), "{flag}: {run:?}");
@@ -235,7 +238,10 @@ fn bad_certificate_material_exits_2_naming_the_flag_before_binding() {
             run.stderr
         );
         assert!(!run.stdout.contains("listening"), "{}", run.stdout);
-        assert!(!socket.exists(), "nothing may be bound before validation");
+        assert!(
+            !tree.socket().exists(),
+            "nothing may be bound before validation"
+        );
     }
 }
 
@@ -271,9 +277,6 @@ fn oversized_or_endless_tls_files_exit_2_promptly_naming_flag_path_and_limit() {
     } else {
         eprintln!("NOTICE: mkfifo is not available; the FIFO case is skipped");
     }
-    let socket = tree.socket();
-    let root = tree.root();
-    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
     let dev_zero = std::path::PathBuf::from("/dev/zero");
 
     let mut cases = vec![
@@ -294,17 +297,7 @@ fn oversized_or_endless_tls_files_exit_2_promptly_naming_flag_path_and_limit() {
         ));
     }
     for (cert, key, flag, says) in cases {
-        let args = [
-            path(&root),
-            "--port".into(),
-            "0".into(),
-            "--control-socket".into(),
-            path(&socket),
-            "--tls-cert".into(),
-            path(cert),
-            "--tls-key".into(),
-            path(key),
-        ];
+        let args = tls_args(&tree, cert, key);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let started = std::time::Instant::now();
         let run = run_servery(&args, &[], Duration::from_secs(10));
@@ -327,7 +320,10 @@ fn oversized_or_endless_tls_files_exit_2_promptly_naming_flag_path_and_limit() {
             run.stderr
         );
         assert!(!run.stdout.contains("listening"), "{}", run.stdout);
-        assert!(!socket.exists(), "nothing may be bound before validation");
+        assert!(
+            !tree.socket().exists(),
+            "nothing may be bound before validation"
+        );
     }
 }
 
