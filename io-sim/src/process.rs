@@ -131,7 +131,10 @@ impl SimWorld {
                         continue;
                     }
                     let mut bytes = Vec::with_capacity(32);
-                    encode_worker(&msg, &mut bytes);
+                    if let Err(e) = encode_worker(&msg, &mut bytes) {
+                        self.violation(format!("{worker} cannot frame its message: {e}"));
+                        continue;
+                    }
                     self.send_up(worker, bytes);
                 }
                 (Some(WorkerAction::Prepare), _) => {

@@ -257,8 +257,13 @@ impl BrokerHandle {
     fn flush(&self, state: &mut State) {
         while let Some(message) = state.client.poll_outgoing() {
             let mut frame = Vec::with_capacity(64);
-            encode_worker(&message, &mut frame);
-            (self.shared.send)(frame);
+            // The core client queues only requests that fit (it refuses the others with
+            // `ClientError::TooLarge`), so this cannot fail; were it to, the request
+            // times out rather than a frame the parent would refuse going out.
+            match encode_worker(&message, &mut frame) {
+                Ok(()) => (self.shared.send)(frame),
+                Err(e) => tracing::error!(error = %e, "cannot frame a broker request"),
+            }
         }
     }
 }

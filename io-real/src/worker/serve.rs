@@ -291,8 +291,11 @@ impl Worker {
 
     fn send(&self, message: &WorkerMessage) {
         let mut frame = Vec::with_capacity(32);
-        encode_worker(message, &mut frame);
-        self.out.send(frame);
+        // Lifecycle messages always fit: numbers, and a startup failure the encoder cuts.
+        match encode_worker(message, &mut frame) {
+            Ok(()) => self.out.send(frame),
+            Err(e) => tracing::error!(worker = self.id, error = %e, "cannot frame a message"),
+        }
     }
 
     /// Wait (bounded) until every frame sent so far is written to the channel.
