@@ -269,9 +269,12 @@ impl BrokerHandle {
 }
 
 /// The environment variable that makes a worker measure its broker round trip once at
-/// start (`docs/benchmarks.md`, "Broker"); never set in production.
+/// start (`docs/benchmarks.md`, "Broker"). Read only by builds with the `test-hooks`
+/// feature; release builds do not have it.
+#[cfg(feature = "test-hooks")]
 pub const BENCH_ENV: &str = "SERVERY_BENCH_BROKER";
 
+#[cfg(feature = "test-hooks")]
 impl BrokerHandle {
     /// If [`BENCH_ENV`] asks for N rounds, measure N lease acquire + release round trips
     /// over this worker's real control channel and print the distribution to stderr.
