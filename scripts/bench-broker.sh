@@ -6,11 +6,15 @@
 #     and, as the peer, the floor: io-real/examples/socketpair_rtt.rs;
 #  2. upload throughput (wrk, 64 KiB PUTs) with --workers 1 and --workers 2.
 # Usage: scripts/bench-broker.sh [ROUNDS] [SECONDS]   (needs wrk; builds --release)
+#
+# SERVERY_BENCH_BROKER is a test hook: only a build with the `test-hooks` feature reads
+# it. The release build here is the documented one plus that feature, in its own target
+# directory (target/hooks), so the shipped binary's path never holds a build with hooks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-20000}"
 SECONDS_RUN="${2:-8}"
-BIN="$(scripts/release_binary.py)"
+BIN="$(CARGO_TARGET_DIR=target/hooks scripts/release_binary.py --bin servery --features test-hooks)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 

@@ -1,19 +1,33 @@
 #!/usr/bin/env python3
 """Where release executables are: built (or found up to date) by cargo, which knows the
-target directory and the target triple .cargo/config.toml names."""
+target directory.
+
+On x86_64 Linux this is the shipped build, `cargo release-static` (.cargo/config.toml):
+static, symbol-ordered, in target/x86_64-unknown-linux-gnu/release/ (see
+docs/decisions/0008-static-binary-and-symbol-order.md). On any other host, or with
+CARGO_BUILD_TARGET set, it is a plain release build for that target, dynamically linked.
+Neither has the `test-hooks` feature unless it is asked for (`--features test-hooks`)."""
 import json
 import os
+import platform
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def release_command():
+    """The cargo command of the release build on this host."""
+    if (platform.system() == "Linux" and platform.machine() == "x86_64"
+            and not os.environ.get("CARGO_BUILD_TARGET")):
+        return ["cargo", "release-static"]
+    return ["cargo", "build", "--release", "-p", "servery"]
+
+
 def release_executable(*target):
     """The executable cargo builds for `target` (e.g. "--bin", "servery")."""
     out = subprocess.run(
-        ["cargo", "build", "--release", "-q", "-p", "servery", *target,
-         "--message-format=json-render-diagnostics"],
+        [*release_command(), "-q", *target, "--message-format=json-render-diagnostics"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
         msg = json.loads(line)
@@ -22,10 +36,13 @@ def release_executable(*target):
     raise SystemExit(f"cargo built no executable for {' '.join(target)}")
 
 
-def release_binary():
-    return release_executable("--bin", "servery")
+def release_binary(*extra):
+    """The servery binary; `extra` cargo arguments such as "--features", "test-hooks"."""
+    return release_executable("--bin", "servery", *extra)
 
 
 if __name__ == "__main__":
-    # scripts/release_binary.py [--example NAME | --bin NAME]: print the path.
-    print(release_executable(*sys.argv[1:]) if len(sys.argv) > 1 else release_binary())
+    # scripts/release_binary.py [--example NAME | --bin NAME] [--features F]: print the path.
+    args = sys.argv[1:]
+    named = any(a in ("--bin", "--example") for a in args)
+    print(release_executable(*args) if named else release_binary(*args))

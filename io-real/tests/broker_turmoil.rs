@@ -100,7 +100,8 @@ async fn parent(shared: Shared) -> turmoil::Result {
                         b.handle_timeout(now());
                         b.handle_request(now(), OWNER, id, request);
                         while let Some((_, id, reply)) = b.poll_reply() {
-                            encode_parent(&ParentMessage::Broker { id, reply }, &mut out);
+                            encode_parent(&ParentMessage::Broker { id, reply }, &mut out)
+                                .expect("a broker reply fits");
                         }
                     });
                 }

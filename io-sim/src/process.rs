@@ -147,7 +147,12 @@ impl WorkerIo for SimWorker<'_> {
             return;
         }
         let mut bytes = Vec::with_capacity(32);
-        encode_worker(&message, &mut bytes);
+        if let Err(e) = encode_worker(&message, &mut bytes) {
+            let worker = self.worker;
+            self.world
+                .violation(format!("{worker} cannot frame its message: {e}"));
+            return;
+        }
         let arrives = self.world.send_up(self.worker, bytes);
         // When the barrier's messages reach the parent (the path labels need it).
         if let (Some(at), Some(p)) = (arrives, self.proc()) {
@@ -233,8 +238,13 @@ impl SimWorld {
             };
             if !p.eof_seen {
                 let mut bytes = Vec::with_capacity(32);
-                encode_worker(&message, &mut bytes);
-                self.send_up(worker, bytes);
+                match encode_worker(&message, &mut bytes) {
+                    Ok(()) => self.send_up(worker, bytes),
+                    Err(e) => {
+                        self.violation(format!("{worker} cannot frame its message: {e}"));
+                        None
+                    }
+                };
             }
         }
         self.arm_timer(worker);

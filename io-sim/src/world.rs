@@ -318,7 +318,12 @@ impl SimWorld {
             return;
         }
         let mut bytes = Vec::with_capacity(32);
-        encode_parent(message, &mut bytes);
+        if let Err(e) = encode_parent(message, &mut bytes) {
+            // The core promises every message it sends fits the channel's frames.
+            return self.violation(format!(
+                "the parent cannot frame a message to {worker}: {e}"
+            ));
+        }
         let at = (self.now + lat).max(p.down_clock);
         p.down_clock = at;
         self.schedule_at(at, SimEvent::ToWorker { worker, bytes });

@@ -55,10 +55,37 @@ pub const HELLO: &[u8] = b"hello from servery\n";
 // ---------------------------------------------------------------------------------------
 // The binary
 
-/// The `servery` binary under test: `$SERVERY_BIN`, or the workspace's own. When it is
-/// missing or older than the sources it is built from (as after `cargo test -p
-/// servery-tests` alone, which does not build other packages' binaries), it is built once
-/// per test process with the cargo that runs the tests.
+/// What a binary with the test and benchmark hooks compiled in contains, and one without
+/// them (built without the `test-hooks` feature of the `servery` package) does not: the
+/// names of the variables they read (`SERVERY_TEST_FAULT`, io-real/src/worker/fault.rs;
+/// `SERVERY_BENCH_BROKER`, io-real/src/worker/broker.rs) and the prefixes of the lines
+/// they print (a fault's log lines, the benchmark's result).
+pub const TEST_HOOK_MARKERS: &[&str] = &[
+    "SERVERY_TEST_FAULT",
+    "SERVERY_BENCH_BROKER",
+    "test fault:",
+    "broker-bench",
+];
+
+/// Which of [`TEST_HOOK_MARKERS`] the file at `path` contains.
+pub fn test_hooks_in(path: &Path) -> std::io::Result<Vec<&'static str>> {
+    let bytes = std::fs::read(path)?;
+    Ok(TEST_HOOK_MARKERS
+        .iter()
+        .copied()
+        .filter(|marker| memchr::memmem::find(&bytes, marker.as_bytes()).is_some())
+        .collect())
+}
+
+/// The `servery` binary under test: `$SERVERY_BIN`, or the workspace's own, built with the
+/// `test-hooks` feature (the fault and scenario tests drive `SERVERY_TEST_FAULT`).
+///
+/// `cargo test --workspace` builds it so: this package's dev-dependency on `servery`
+/// turns the feature on for the whole test build. When it is missing, older than the
+/// sources it is built from, or without the hooks (as after `cargo test -p
+/// servery-tests` alone, which does not build other packages' binaries, or after a
+/// build of the package by itself), it is built once per test process with the cargo
+/// that runs the tests: `cargo build -p servery --bin servery --features test-hooks`.
 pub fn servery_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -73,32 +100,55 @@ pub fn servery_bin() -> PathBuf {
             .expect("test executable lives in target/<profile>/deps")
             .to_path_buf();
         let bin = profile_dir.join("servery");
-        let stale = match std::fs::metadata(&bin).and_then(|m| m.modified()) {
-            Ok(built) => newest_source().is_some_and(|newest| newest > built),
-            Err(_) => true,
+        let fresh = std::fs::metadata(&bin)
+            .and_then(|m| m.modified())
+            .is_ok_and(|built| newest_source().is_none_or(|newest| newest <= built));
+        let has_hooks = |bin: &Path| {
+            test_hooks_in(bin).is_ok_and(|found| found.len() == TEST_HOOK_MARKERS.len())
         };
-        if stale && let Some(cargo) = std::env::var_os("CARGO") {
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-q", "-p", "servery", "--bin", "servery"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
+        let bin = match std::env::var_os("CARGO") {
+            Some(cargo) if !(fresh && has_hooks(&bin)) => {
+                let release = profile_dir.file_name().is_some_and(|n| n == "release");
+                build_with_hooks(&cargo, release)
             }
-            let out = cmd.output().expect("run cargo build");
-            assert!(
-                out.status.success(),
-                "cargo build -p servery failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+            _ => bin,
+        };
         assert!(
-            bin.exists(),
-            "{} does not exist: run `cargo build -p servery` or set SERVERY_BIN",
+            has_hooks(&bin),
+            "{} is missing or was built without the test hooks: run \
+             `cargo build -p servery --features test-hooks` or set SERVERY_BIN",
             bin.display()
         );
         bin
     })
     .clone()
+}
+
+/// Build the binary with the test hooks; where cargo put it.
+fn build_with_hooks(cargo: &std::ffi::OsStr, release: bool) -> PathBuf {
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-q", "-p", "servery", "--bin", "servery"])
+        .args([
+            "--features",
+            "test-hooks",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p servery --features test-hooks failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|msg| msg["reason"] == "compiler-artifact")
+        .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reports the executable it built")
 }
 
 /// The newest modification time among the sources of the binary.
@@ -119,6 +169,7 @@ fn newest_source() -> Option<std::time::SystemTime> {
     let mut newest = None;
     for part in [
         "io-real/src",
+        "io-real/build.rs",
         "io-real/Cargo.toml",
         "core/src",
         "core/Cargo.toml",

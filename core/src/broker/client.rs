@@ -7,7 +7,7 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::proto::{BrokerReply, BrokerRequest, WorkerMessage};
+use crate::proto::{self, BrokerReply, BrokerRequest, WorkerMessage};
 use crate::time::Instant;
 
 /// Why a broker request did not get an answer. Every case fails the write closed.
@@ -20,6 +20,9 @@ pub enum ClientError {
     ParentGone,
     #[error("the broker did not answer in time")]
     TimedOut,
+    /// The request has a field (a name, a path) too long for any frame to the parent.
+    #[error("the request is too large to send to the broker")]
+    TooLarge,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +102,11 @@ impl BrokerClient {
         // a place a waiting request could have.
         if self.pending.values().filter(|p| !p.internal).count() >= self.capacity {
             return Err(ClientError::Saturated);
+        }
+        // Refused here, before it takes a place, rather than by the encoder later: every
+        // queued message is one the channel can carry. (Releases carry only IDs.)
+        if proto::check_request(&request).is_err() {
+            return Err(ClientError::TooLarge);
         }
         Ok(self.send(now, request, false))
     }
@@ -235,6 +243,26 @@ mod tests {
             dir_inode: 2,
             name: "f".into(),
         }
+    }
+
+    #[test]
+    fn a_request_no_frame_can_carry_is_refused_before_it_takes_a_place() {
+        let mut c = BrokerClient::new(1, Duration::from_secs(1));
+        let long = TargetKey {
+            name: "n".repeat(crate::proto::MAX_FRAME_DEFAULT),
+            ..key()
+        };
+        let t0 = Instant::ZERO;
+        assert_eq!(
+            c.request(t0, BrokerRequest::AcquireLease { key: long }),
+            Err(ClientError::TooLarge)
+        );
+        assert_eq!(c.outstanding(), 0);
+        assert_eq!(c.poll_outgoing(), None);
+        // A record is cut to fit instead.
+        let record = "r".repeat(2 * crate::proto::MAX_FRAME_DEFAULT);
+        assert!(c.request(t0, BrokerRequest::AppendLog { record }).is_ok());
+        c.check_invariants().expect("invariants");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use log_queue::LogQueue;
 
 use crate::config::BrokerLimits;
 use crate::ids::{Generation, LeaseId, WorkerId};
-use crate::proto::{BrokerReply, BrokerRequest, Rejection, TargetKey};
+use crate::proto::{self, BrokerReply, BrokerRequest, Rejection, TargetKey};
 use crate::rng::CoreRng;
 use crate::time::Instant;
 
@@ -250,7 +250,10 @@ impl Broker {
                 } else {
                     timeout
                 };
-                if self.dav.len() >= self.limits.max_dav_locks() as usize {
+                if proto::check_lock_reportable(&resource, &who).is_err() {
+                    // A lock no query answer could report: refused, not held unseen.
+                    BrokerReply::Rejected(Rejection::TooLarge)
+                } else if self.dav.len() >= self.limits.max_dav_locks() as usize {
                     BrokerReply::Rejected(Rejection::Saturated)
                 } else {
                     let token = self.fresh_id();
@@ -303,7 +306,13 @@ impl Broker {
                 None => BrokerReply::Rejected(Rejection::NotFound),
             },
             BrokerRequest::DavQuery { resource } => {
-                BrokerReply::Locks(self.dav.query(now, &resource))
+                // A list longer than the frames one message may take cannot be sent: the
+                // worker hears a refusal (and fails closed), not nothing.
+                let locks = BrokerReply::Locks(self.dav.query(now, &resource));
+                match proto::check_reply(&locks) {
+                    Ok(()) => locks,
+                    Err(_) => BrokerReply::Rejected(Rejection::TooLarge),
+                }
             }
             BrokerRequest::AppendLog { record } => {
                 match self.log.append(owner.worker, id, record) {

@@ -340,6 +340,49 @@ fn dav_locks_are_counted_granted_with_capped_timeouts_and_expire() {
 }
 
 #[test]
+fn dav_answers_that_no_frames_can_carry_are_refused() {
+    use crate::proto::{DavDepth, MAX_FRAME_DEFAULT, MAX_FRAMES_PER_MESSAGE};
+    let mut b = broker();
+    let t0 = Instant::ZERO;
+    let shared = |owner: String| BrokerRequest::DavLock {
+        resource: "/s".into(),
+        depth: DavDepth::Zero,
+        owner,
+        exclusive: false,
+        timeout_ms: 60_000,
+    };
+    // A lock too large to report even alone is not taken.
+    assert_eq!(
+        ask(&mut b, t0, 1, shared("o".repeat(MAX_FRAME_DEFAULT))),
+        BrokerReply::Rejected(Rejection::TooLarge)
+    );
+    assert!(b.dav().is_empty());
+    // Shared locks that each fill a frame: a query answers as many as a message's frames
+    // hold, and refuses one more.
+    let filling = "o".repeat(MAX_FRAME_DEFAULT - (1 + 8 + 1 + 4) - 42 - "/s".len());
+    let query = || BrokerRequest::DavQuery {
+        resource: "/s".into(),
+    };
+    for _ in 0..MAX_FRAMES_PER_MESSAGE {
+        let granted = ask(&mut b, t0, 1, shared(filling.clone()));
+        assert!(
+            matches!(granted, BrokerReply::Granted { .. }),
+            "{granted:?}"
+        );
+    }
+    let answer = ask(&mut b, t0, 2, query());
+    assert!(matches!(answer, BrokerReply::Locks(ref l) if l.len() == MAX_FRAMES_PER_MESSAGE));
+    assert!(matches!(
+        ask(&mut b, t0, 1, shared(filling)),
+        BrokerReply::Granted { .. }
+    ));
+    assert_eq!(
+        ask(&mut b, t0, 2, query()),
+        BrokerReply::Rejected(Rejection::TooLarge)
+    );
+}
+
+#[test]
 fn blocked_log_appends_of_a_dead_worker_are_discarded_and_counted() {
     let mut raw = RawConfig::default();
     raw.broker.log_queue_capacity = 1;

@@ -1,73 +1,382 @@
 //! Framing and message encoding.
+//!
+//! Every encoder is bound to a frame limit, and it is the limit the decoder enforces: a
+//! message that fits is one frame; one that does not is made to fit — a free text is cut
+//! at a character boundary and marked, a DAV lock list is split over several frames that
+//! the decoder joins again — or it is refused with an [`EncodeError`] and nothing is
+//! written. No encoder can put a frame on the wire that the decoder at the same limit
+//! would refuse and judge its sender faulty for.
 
-use super::ProtoError;
+use core::ops::Range;
+
 use super::messages::*;
 use super::wire::{Reader, Writer};
+use super::{EncodeError, ProtoError};
 use crate::ids::{Generation, LeaseId, WorkerId};
 
 /// Frames above this are refused unless a channel configures otherwise. Control and
-/// broker messages are small; the largest legitimate one is a DAV query answer.
+/// broker messages are small; the largest legitimate one is a DAV query answer, which is
+/// split over frames when it does not fit one.
 pub const MAX_FRAME_DEFAULT: usize = 256 * 1024;
 
-/// Append one framed parent message to `out`.
-pub fn encode_parent(msg: &ParentMessage, out: &mut Vec<u8>) {
-    frame(out, |w| match msg {
+/// The most frames one message may take (a split DAV lock list). The decoder refuses a
+/// message that goes on longer, so what it holds for one message is bounded too.
+pub const MAX_FRAMES_PER_MESSAGE: usize = 64;
+
+/// What ends a free text (a startup failure, an access-log record) cut to fit a frame.
+pub const TRUNCATION_MARKER: &str = "...[truncated]";
+
+// Message tags.
+const HELLO: u8 = 0x01;
+const COMMIT: u8 = 0x02;
+const DRAIN: u8 = 0x03;
+const BROKER_REPLY: u8 = 0x04;
+/// A DAV lock list continued in the next frame: the first parts of a split `Locks` reply,
+/// whose last part is an ordinary `BROKER_REPLY` frame to the same request.
+const LOCKS_PART: u8 = 0x05;
+const PREPARED: u8 = 0x41;
+const STARTUP_FAILED: u8 = 0x42;
+const READY: u8 = 0x43;
+const HEARTBEAT: u8 = 0x44;
+const BROKER_REQUEST: u8 = 0x45;
+/// The reply tag of a lock list.
+const REPLY_LOCKS: u8 = 3;
+
+/// Append `msg`, framed within [`MAX_FRAME_DEFAULT`], to `out`.
+pub fn encode_parent(msg: &ParentMessage, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    encode_parent_within(msg, MAX_FRAME_DEFAULT, out)
+}
+
+/// Append `msg` to `out` in frames of at most `max_frame` payload bytes: one frame, or a
+/// DAV lock list split over up to [`MAX_FRAMES_PER_MESSAGE`]. On error nothing is
+/// appended.
+pub fn encode_parent_within(
+    msg: &ParentMessage,
+    max_frame: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let max = frame_limit(max_frame);
+    let start = out.len();
+    let needed = match frame(out, max, |w| put_parent(w, msg)) {
+        Ok(()) => return Ok(()),
+        Err(needed) => needed,
+    };
+    let ParentMessage::Broker {
+        id,
+        reply: BrokerReply::Locks(locks),
+    } = msg
+    else {
+        return Err(too_large(parent_what(msg), needed, max));
+    };
+    let chunks = split_locks(locks, needed, max)?;
+    let last = chunks.len() - 1;
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let locks = &locks[chunk];
+        let written = if i < last {
+            frame(out, max, |w| put_locks_part(w, *id, locks))
+        } else {
+            frame(out, max, |w| put_locks_reply(w, *id, locks))
+        };
+        if let Err(len) = written {
+            // Unreachable: `split_locks` sized every chunk for its frame. Should the two
+            // ever disagree, refuse rather than send a frame the decoder would refuse.
+            out.truncate(start);
+            return Err(too_large("a DAV lock list part", len, max));
+        }
+    }
+    Ok(())
+}
+
+/// Append `msg`, framed within [`MAX_FRAME_DEFAULT`], to `out`.
+pub fn encode_worker(msg: &WorkerMessage, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    encode_worker_within(msg, MAX_FRAME_DEFAULT, out)
+}
+
+/// Append `msg` to `out` as one frame of at most `max_frame` payload bytes, its free text
+/// cut (and ended with [`TRUNCATION_MARKER`]) if that is what it takes. On error nothing
+/// is appended.
+pub fn encode_worker_within(
+    msg: &WorkerMessage,
+    max_frame: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let max = frame_limit(max_frame);
+    let needed = match frame(out, max, |w| put_worker(w, msg)) {
+        Ok(()) => return Ok(()),
+        Err(needed) => needed,
+    };
+    let cut = cut_worker(msg, needed, max)?;
+    frame(out, max, |w| put_worker(w, &cut)).map_err(|len| too_large(worker_what(msg), len, max))
+}
+
+/// Whether [`encode_worker`] frames `msg` (cut if need be) rather than refusing it; it
+/// measures without copying the message.
+pub fn check_worker(msg: &WorkerMessage) -> Result<(), EncodeError> {
+    let needed = measure(|w| put_worker(w, msg));
+    fits_or_cuts(needed, worker_text(msg), MAX_FRAME_DEFAULT)
+        .ok_or_else(|| too_large(worker_what(msg), needed, MAX_FRAME_DEFAULT))
+}
+
+/// Whether [`encode_worker`] frames a broker request (cut if need be) rather than
+/// refusing it; it measures without copying the request.
+pub fn check_request(request: &BrokerRequest) -> Result<(), EncodeError> {
+    let needed = measure(|w| put_broker_request(w, 0, request));
+    fits_or_cuts(needed, request_text(request), MAX_FRAME_DEFAULT)
+        .ok_or_else(|| too_large(request_what(request), needed, MAX_FRAME_DEFAULT))
+}
+
+/// Whether [`encode_parent`] frames `reply` to a broker request (split if need be) rather
+/// than refusing it; it measures without copying the reply.
+pub fn check_reply(reply: &BrokerReply) -> Result<(), EncodeError> {
+    let needed = measure(|w| put_broker_reply(w, 0, reply));
+    if needed <= MAX_FRAME_DEFAULT {
+        return Ok(());
+    }
+    match reply {
+        BrokerReply::Locks(locks) => split_locks(locks, needed, MAX_FRAME_DEFAULT).map(drop),
+        _ => Err(too_large("a broker reply", needed, MAX_FRAME_DEFAULT)),
+    }
+}
+
+/// Whether a lock on `resource` held by `owner` fits a lock-list reply by itself, so that
+/// a DAV query can always report it.
+pub fn check_lock_reportable(resource: &str, owner: &str) -> Result<(), EncodeError> {
+    let needed = measure(|w| {
+        put_locks_header(w, 0, 1);
+        put_lock_fields(w, 0, resource, DavDepth::Zero, owner, false, 0, 0);
+    });
+    if needed <= MAX_FRAME_DEFAULT {
+        Ok(())
+    } else {
+        Err(too_large("a DAV lock", needed, MAX_FRAME_DEFAULT))
+    }
+}
+
+/// A frame's length prefix is a u32.
+fn frame_limit(max_frame: usize) -> usize {
+    max_frame.min(u32::MAX as usize)
+}
+
+fn too_large(what: &'static str, len: usize, max: usize) -> EncodeError {
+    EncodeError::TooLarge { what, len, max }
+}
+
+/// Append one frame of what `body` writes, if its payload is at most `max` bytes;
+/// otherwise append nothing and say how many bytes it needed. Every message writes a
+/// tag, so a frame is never empty.
+fn frame(out: &mut Vec<u8>, max: usize, body: impl FnOnce(&mut Writer<'_>)) -> Result<(), usize> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let mut w = Writer::new(out, max);
+    body(&mut w);
+    let len = w.len();
+    match u32::try_from(len) {
+        Ok(prefix) if len <= max => {
+            out[start..start + 4].copy_from_slice(&prefix.to_be_bytes());
+            Ok(())
+        }
+        _ => {
+            out.truncate(start);
+            Err(len)
+        }
+    }
+}
+
+/// The payload bytes `body` needs, without writing any.
+fn measure(body: impl FnOnce(&mut Writer<'_>)) -> usize {
+    let mut nothing = Vec::new();
+    let mut w = Writer::new(&mut nothing, 0);
+    body(&mut w);
+    w.len()
+}
+
+/// What is left of `max` for the free text of a message that needs `needed` bytes with
+/// a text of `text_len`: at least the marker, or nothing.
+fn text_budget(needed: usize, text_len: usize, max: usize) -> Option<usize> {
+    max.checked_sub(needed - text_len)
+        .filter(|budget| *budget >= TRUNCATION_MARKER.len())
+}
+
+/// `Some` when a message needing `needed` bytes fits `max`, whole or with `text` cut.
+fn fits_or_cuts(needed: usize, text: Option<&str>, max: usize) -> Option<()> {
+    if needed <= max {
+        return Some(());
+    }
+    text_budget(needed, text?.len(), max).map(drop)
+}
+
+/// `text` cut at a character boundary so that, with the marker after it, it takes at
+/// most `budget` bytes (at least the marker's length).
+fn cut_text(text: &str, budget: usize) -> String {
+    let mut end = (budget - TRUNCATION_MARKER.len()).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{TRUNCATION_MARKER}", &text[..end])
+}
+
+/// The form of an oversized worker message that fits `max`: its free text cut. A message
+/// with no free text (names, paths and numbers cannot be cut) is refused.
+fn cut_worker(
+    msg: &WorkerMessage,
+    needed: usize,
+    max: usize,
+) -> Result<WorkerMessage, EncodeError> {
+    let cut = |text: &str| {
+        text_budget(needed, text.len(), max)
+            .map(|budget| cut_text(text, budget))
+            .ok_or_else(|| too_large(worker_what(msg), needed, max))
+    };
+    match msg {
+        WorkerMessage::StartupFailed { error } => {
+            Ok(WorkerMessage::StartupFailed { error: cut(error)? })
+        }
+        WorkerMessage::Broker {
+            id,
+            request: BrokerRequest::AppendLog { record },
+        } => Ok(WorkerMessage::Broker {
+            id: *id,
+            request: BrokerRequest::AppendLog {
+                record: cut(record)?,
+            },
+        }),
+        _ => Err(too_large(worker_what(msg), needed, max)),
+    }
+}
+
+/// A worker message's free text: what may be cut to make it fit.
+fn worker_text(msg: &WorkerMessage) -> Option<&str> {
+    match msg {
+        WorkerMessage::StartupFailed { error } => Some(error),
+        WorkerMessage::Broker { request, .. } => request_text(request),
+        _ => None,
+    }
+}
+
+fn request_text(request: &BrokerRequest) -> Option<&str> {
+    match request {
+        BrokerRequest::AppendLog { record } => Some(record),
+        _ => None,
+    }
+}
+
+/// The DAV lock list in chunks, each of which fits a frame of `max` bytes with the
+/// larger (last-part) header; refused when one lock alone does not fit or the chunks
+/// would be more than [`MAX_FRAMES_PER_MESSAGE`].
+fn split_locks(
+    locks: &[DavLockInfo],
+    needed: usize,
+    max: usize,
+) -> Result<Vec<Range<usize>>, EncodeError> {
+    let header = measure(|w| put_locks_header(w, 0, 0));
+    let Some(room) = max.checked_sub(header) else {
+        return Err(too_large("a DAV lock list", needed, max));
+    };
+    let mut chunks = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for (i, lock) in locks.iter().enumerate() {
+        let size = measure(|w| put_lock(w, lock));
+        if size > room {
+            return Err(too_large("a DAV lock in a lock list", header + size, max));
+        }
+        if used + size > room {
+            chunks.push(start..i);
+            (start, used) = (i, 0);
+        }
+        used += size;
+    }
+    chunks.push(start..locks.len());
+    if chunks.len() > MAX_FRAMES_PER_MESSAGE {
+        return Err(too_large("a DAV lock list", needed, max));
+    }
+    Ok(chunks)
+}
+
+fn worker_what(msg: &WorkerMessage) -> &'static str {
+    match msg {
+        WorkerMessage::Prepared => "PREPARED",
+        WorkerMessage::StartupFailed { .. } => "a startup failure",
+        WorkerMessage::Ready => "READY",
+        WorkerMessage::Heartbeat { .. } => "a heartbeat",
+        WorkerMessage::Broker { request, .. } => request_what(request),
+    }
+}
+
+fn request_what(request: &BrokerRequest) -> &'static str {
+    match request {
+        BrokerRequest::AcquireLease { .. } => "a lease request",
+        BrokerRequest::ReservePartial { .. } | BrokerRequest::AdoptPartial { .. } => {
+            "a partial-upload request"
+        }
+        BrokerRequest::DavLock { .. } => "a DAV lock request",
+        BrokerRequest::DavQuery { .. } => "a DAV query",
+        BrokerRequest::AppendLog { .. } => "an access-log record",
+        _ => "a broker request",
+    }
+}
+
+fn parent_what(msg: &ParentMessage) -> &'static str {
+    match msg {
+        ParentMessage::Hello { .. } => "HELLO",
+        ParentMessage::Commit => "COMMIT",
+        ParentMessage::Drain { .. } => "DRAIN",
+        ParentMessage::Broker { .. } => "a broker reply",
+    }
+}
+
+fn put_parent(w: &mut Writer<'_>, msg: &ParentMessage) {
+    match msg {
         ParentMessage::Hello {
             worker,
             generation,
             heartbeat_interval_ms,
             drain_timeout_ms,
         } => {
-            w.u8(0x01);
+            w.u8(HELLO);
             w.u64(worker.0);
             w.u64(generation.0);
             w.u64(*heartbeat_interval_ms);
             w.u64(*drain_timeout_ms);
         }
-        ParentMessage::Commit => w.u8(0x02),
+        ParentMessage::Commit => w.u8(COMMIT),
         ParentMessage::Drain { deadline_ms } => {
-            w.u8(0x03);
+            w.u8(DRAIN);
             w.u64(*deadline_ms);
         }
-        ParentMessage::Broker { id, reply } => {
-            w.u8(0x04);
-            w.u64(*id);
-            put_reply(w, reply);
-        }
-    });
+        ParentMessage::Broker { id, reply } => put_broker_reply(w, *id, reply),
+    }
 }
 
-/// Append one framed worker message to `out`.
-pub fn encode_worker(msg: &WorkerMessage, out: &mut Vec<u8>) {
-    frame(out, |w| match msg {
-        WorkerMessage::Prepared => w.u8(0x41),
+fn put_broker_reply(w: &mut Writer<'_>, id: u64, reply: &BrokerReply) {
+    w.u8(BROKER_REPLY);
+    w.u64(id);
+    put_reply(w, reply);
+}
+
+fn put_worker(w: &mut Writer<'_>, msg: &WorkerMessage) {
+    match msg {
+        WorkerMessage::Prepared => w.u8(PREPARED),
         WorkerMessage::StartupFailed { error } => {
-            w.u8(0x42);
+            w.u8(STARTUP_FAILED);
             w.str(error);
         }
-        WorkerMessage::Ready => w.u8(0x43),
+        WorkerMessage::Ready => w.u8(READY),
         WorkerMessage::Heartbeat {
             requests,
             connections,
         } => {
-            w.u8(0x44);
+            w.u8(HEARTBEAT);
             w.u64(*requests);
             w.u32(*connections);
         }
-        WorkerMessage::Broker { id, request } => {
-            w.u8(0x45);
-            w.u64(*id);
-            put_request(w, request);
-        }
-    });
+        WorkerMessage::Broker { id, request } => put_broker_request(w, *id, request),
+    }
 }
 
-fn frame(out: &mut Vec<u8>, body: impl FnOnce(&mut Writer<'_>)) {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    body(&mut Writer { buf: out });
-    let len = (out.len() - start - 4) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+fn put_broker_request(w: &mut Writer<'_>, id: u64, request: &BrokerRequest) {
+    w.u8(BROKER_REQUEST);
+    w.u64(id);
+    put_request(w, request);
 }
 
 fn put_key(w: &mut Writer<'_>, key: &TargetKey) {
@@ -253,17 +562,8 @@ fn put_reply(w: &mut Writer<'_>, reply: &BrokerReply) {
         }
         BrokerReply::Released => w.u8(2),
         BrokerReply::Locks(locks) => {
-            w.u8(3);
-            w.u32(locks.len() as u32);
-            for l in locks {
-                w.u128(l.token.0);
-                w.str(&l.resource);
-                put_depth(w, l.depth);
-                w.str(&l.owner);
-                w.bool(l.exclusive);
-                w.u64(l.expires_in_ms);
-                w.u64(l.generation.0);
-            }
+            w.u8(REPLY_LOCKS);
+            put_locks(w, locks);
         }
         BrokerReply::Logged => w.u8(4),
         BrokerReply::LogDropped => w.u8(5),
@@ -274,6 +574,97 @@ fn put_reply(w: &mut Writer<'_>, reply: &BrokerReply) {
     }
 }
 
+fn put_locks(w: &mut Writer<'_>, locks: &[DavLockInfo]) {
+    w.count(locks.len());
+    for lock in locks {
+        put_lock(w, lock);
+    }
+}
+
+fn put_lock(w: &mut Writer<'_>, l: &DavLockInfo) {
+    put_lock_fields(
+        w,
+        l.token.0,
+        &l.resource,
+        l.depth,
+        &l.owner,
+        l.exclusive,
+        l.expires_in_ms,
+        l.generation.0,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn put_lock_fields(
+    w: &mut Writer<'_>,
+    token: u128,
+    resource: &str,
+    depth: DavDepth,
+    owner: &str,
+    exclusive: bool,
+    expires_in_ms: u64,
+    generation: u64,
+) {
+    w.u128(token);
+    w.str(resource);
+    put_depth(w, depth);
+    w.str(owner);
+    w.bool(exclusive);
+    w.u64(expires_in_ms);
+    w.u64(generation);
+}
+
+fn get_lock(r: &mut Reader<'_>) -> Result<DavLockInfo, ProtoError> {
+    Ok(DavLockInfo {
+        token: LeaseId(r.u128()?),
+        resource: r.string()?,
+        depth: get_depth(r)?,
+        owner: r.string()?,
+        exclusive: r.bool()?,
+        expires_in_ms: r.u64()?,
+        generation: Generation(r.u64()?),
+    })
+}
+
+fn get_locks(r: &mut Reader<'_>) -> Result<Vec<DavLockInfo>, ProtoError> {
+    let n = r.u32()? as usize;
+    // Each lock needs at least 42 bytes (token 16, two empty strings 8, depth 1,
+    // exclusive 1, expiry 8, generation 8); refuse counts the frame cannot hold before
+    // allocating for them.
+    if n > r.buf.len() / 42 {
+        return Err(ProtoError::Truncated);
+    }
+    let mut locks = Vec::with_capacity(n);
+    for _ in 0..n {
+        locks.push(get_lock(r)?);
+    }
+    Ok(locks)
+}
+
+/// The header of the last (or only) frame of a lock list: what a `Locks` reply to request
+/// `id` writes before its locks. The largest header a lock-list frame has.
+fn put_locks_header(w: &mut Writer<'_>, id: u64, count: usize) {
+    w.u8(BROKER_REPLY);
+    w.u64(id);
+    w.u8(REPLY_LOCKS);
+    w.count(count);
+}
+
+/// The last (or only) frame of a split lock list: an ordinary `Locks` reply.
+fn put_locks_reply(w: &mut Writer<'_>, id: u64, locks: &[DavLockInfo]) {
+    put_locks_header(w, id, locks.len());
+    for lock in locks {
+        put_lock(w, lock);
+    }
+}
+
+/// Any frame of a split lock list but the last.
+fn put_locks_part(w: &mut Writer<'_>, id: u64, locks: &[DavLockInfo]) {
+    w.u8(LOCKS_PART);
+    w.u64(id);
+    put_locks(w, locks);
+}
+
 fn get_reply(r: &mut Reader<'_>) -> Result<BrokerReply, ProtoError> {
     Ok(match r.u8()? {
         1 => BrokerReply::Granted {
@@ -281,28 +672,7 @@ fn get_reply(r: &mut Reader<'_>) -> Result<BrokerReply, ProtoError> {
             expires_in_ms: r.u64()?,
         },
         2 => BrokerReply::Released,
-        3 => {
-            let n = r.u32()? as usize;
-            // Each lock needs at least 42 bytes (token 16, two empty strings 8, depth 1,
-            // exclusive 1, expiry 8, generation 8); refuse counts the frame cannot hold
-            // before allocating for them.
-            if n > r.buf.len() / 42 {
-                return Err(ProtoError::Truncated);
-            }
-            let mut locks = Vec::with_capacity(n);
-            for _ in 0..n {
-                locks.push(DavLockInfo {
-                    token: LeaseId(r.u128()?),
-                    resource: r.string()?,
-                    depth: get_depth(r)?,
-                    owner: r.string()?,
-                    exclusive: r.bool()?,
-                    expires_in_ms: r.u64()?,
-                    generation: Generation(r.u64()?),
-                });
-            }
-            BrokerReply::Locks(locks)
-        }
+        REPLY_LOCKS => BrokerReply::Locks(get_locks(r)?),
         4 => BrokerReply::Logged,
         5 => BrokerReply::LogDropped,
         6 => BrokerReply::Rejected(get_rejection(r)?),
@@ -310,40 +680,52 @@ fn get_reply(r: &mut Reader<'_>) -> Result<BrokerReply, ProtoError> {
     })
 }
 
-fn decode_parent(payload: &[u8]) -> Result<ParentMessage, ProtoError> {
+/// One frame from the parent: a whole message, or a part of a split lock list.
+enum ParentFrame {
+    Whole(ParentMessage),
+    LocksPart { id: u64, locks: Vec<DavLockInfo> },
+}
+
+fn decode_parent(payload: &[u8]) -> Result<ParentFrame, ProtoError> {
     let mut r = Reader { buf: payload };
     let msg = match r.u8()? {
-        0x01 => ParentMessage::Hello {
+        HELLO => ParentMessage::Hello {
             worker: WorkerId(r.u64()?),
             generation: Generation(r.u64()?),
             heartbeat_interval_ms: r.u64()?,
             drain_timeout_ms: r.u64()?,
         },
-        0x02 => ParentMessage::Commit,
-        0x03 => ParentMessage::Drain {
+        COMMIT => ParentMessage::Commit,
+        DRAIN => ParentMessage::Drain {
             deadline_ms: r.u64()?,
         },
-        0x04 => ParentMessage::Broker {
+        BROKER_REPLY => ParentMessage::Broker {
             id: r.u64()?,
             reply: get_reply(&mut r)?,
         },
+        LOCKS_PART => {
+            let id = r.u64()?;
+            let locks = get_locks(&mut r)?;
+            r.finish()?;
+            return Ok(ParentFrame::LocksPart { id, locks });
+        }
         t => return Err(ProtoError::UnknownTag(t)),
     };
     r.finish()?;
-    Ok(msg)
+    Ok(ParentFrame::Whole(msg))
 }
 
 fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
     let mut r = Reader { buf: payload };
     let msg = match r.u8()? {
-        0x41 => WorkerMessage::Prepared,
-        0x42 => WorkerMessage::StartupFailed { error: r.string()? },
-        0x43 => WorkerMessage::Ready,
-        0x44 => WorkerMessage::Heartbeat {
+        PREPARED => WorkerMessage::Prepared,
+        STARTUP_FAILED => WorkerMessage::StartupFailed { error: r.string()? },
+        READY => WorkerMessage::Ready,
+        HEARTBEAT => WorkerMessage::Heartbeat {
             requests: r.u64()?,
             connections: r.u32()?,
         },
-        0x45 => WorkerMessage::Broker {
+        BROKER_REQUEST => WorkerMessage::Broker {
             id: r.u64()?,
             request: get_request(&mut r)?,
         },
@@ -351,6 +733,14 @@ fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
     };
     r.finish()?;
     Ok(msg)
+}
+
+/// The first parts of a split lock list, waiting for the last.
+#[derive(Debug)]
+struct PartialLocks {
+    id: u64,
+    locks: Vec<DavLockInfo>,
+    frames: usize,
 }
 
 /// Incremental frame decoder: push bytes as they arrive, pull whole messages out.
@@ -363,6 +753,8 @@ pub struct FrameDecoder {
     start: usize,
     max_frame: usize,
     failed: Option<ProtoError>,
+    /// A lock list being joined from its frames (parent → worker only).
+    partial: Option<PartialLocks>,
 }
 
 impl FrameDecoder {
@@ -372,6 +764,7 @@ impl FrameDecoder {
             start: 0,
             max_frame,
             failed: None,
+            partial: None,
         }
     }
 
@@ -447,11 +840,68 @@ impl FrameDecoder {
         self.decode_with(decode_worker)
     }
 
-    /// The next whole message the parent sent, if one has fully arrived.
+    /// The next whole message the parent sent, if one has fully arrived. A lock list the
+    /// parent split over frames comes out as the one reply it is, once its last frame is
+    /// in.
     pub fn next_parent_message(&mut self) -> Result<Option<ParentMessage>, ProtoError> {
-        self.decode_with(decode_parent)
+        while let Some(frame) = self.decode_with(decode_parent)? {
+            match self.join(frame) {
+                Ok(Some(msg)) => return Ok(Some(msg)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.partial = None;
+                    self.failed = Some(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Fold one parent frame into the message being joined: the parts of a lock list
+    /// follow each other, for one request, and end with its `Locks` reply.
+    fn join(&mut self, frame: ParentFrame) -> Result<Option<ParentMessage>, ProtoError> {
+        match (self.partial.take(), frame) {
+            (None, ParentFrame::Whole(msg)) => Ok(Some(msg)),
+            (None, ParentFrame::LocksPart { id, locks }) => {
+                self.partial = Some(PartialLocks {
+                    id,
+                    locks,
+                    frames: 1,
+                });
+                Ok(None)
+            }
+            (Some(mut partial), ParentFrame::LocksPart { id, locks }) if partial.id == id => {
+                partial.frames += 1;
+                // The last part is one more frame.
+                if partial.frames >= MAX_FRAMES_PER_MESSAGE {
+                    return Err(ProtoError::TooManyFrames(MAX_FRAMES_PER_MESSAGE));
+                }
+                partial.locks.extend(locks);
+                self.partial = Some(partial);
+                Ok(None)
+            }
+            (
+                Some(mut partial),
+                ParentFrame::Whole(ParentMessage::Broker {
+                    id,
+                    reply: BrokerReply::Locks(last),
+                }),
+            ) if partial.id == id => {
+                partial.locks.extend(last);
+                Ok(Some(ParentMessage::Broker {
+                    id,
+                    reply: BrokerReply::Locks(partial.locks),
+                }))
+            }
+            (Some(_), _) => Err(ProtoError::UnfinishedMessage),
+        }
     }
 }
+
+#[cfg(test)]
+#[path = "frame_limit_tests.rs"]
+mod frame_limit_tests;
 
 #[cfg(test)]
 mod tests {
@@ -543,7 +993,7 @@ mod tests {
         #[test]
         fn worker_messages_round_trip_across_any_split(msgs in prop::collection::vec(worker_message(), 1..8), split in any::<prop::sample::Index>()) {
             let mut bytes = Vec::new();
-            for m in &msgs { encode_worker(m, &mut bytes); }
+            for m in &msgs { encode_worker(m, &mut bytes).expect("small messages fit"); }
             let cut = split.index(bytes.len() + 1);
             let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
             let mut got = Vec::new();
@@ -559,7 +1009,7 @@ mod tests {
         fn parent_replies_round_trip(id in any::<u64>(), reply in reply()) {
             let msg = ParentMessage::Broker { id, reply };
             let mut bytes = Vec::new();
-            encode_parent(&msg, &mut bytes);
+            encode_parent(&msg, &mut bytes).expect("small replies fit");
             let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
             dec.push(&bytes);
             prop_assert_eq!(dec.next_parent_message().expect("valid"), Some(msg));
@@ -579,14 +1029,14 @@ mod tests {
     }
 
     #[test]
-    fn the_default_limit_admits_large_replies_and_refuses_larger() {
+    fn the_default_limit_admits_large_records_and_the_decoder_refuses_larger() {
         let record = "x".repeat(200 * 1024);
         let msg = WorkerMessage::Broker {
             id: 1,
             request: BrokerRequest::AppendLog { record },
         };
         let mut bytes = Vec::new();
-        encode_worker(&msg, &mut bytes);
+        encode_worker(&msg, &mut bytes).expect("fits");
         let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
         dec.push(&bytes);
         assert_eq!(dec.next_worker_message().expect("fits"), Some(msg));
@@ -603,7 +1053,7 @@ mod tests {
         };
         let mut bytes = Vec::new();
         for n in 0..6000 {
-            encode_worker(&beat(n), &mut bytes);
+            encode_worker(&beat(n), &mut bytes).expect("a heartbeat fits");
         }
         // Everything but the last 5 bytes in one push: compaction happens with a
         // partial frame left in the buffer.

@@ -2,35 +2,58 @@
 
 use super::ProtoError;
 
+/// Writes a message's fields into a frame of at most `max` payload bytes. It counts every
+/// byte the message needs but stops copying at the first field that would not fit, so a
+/// message far over the limit costs no more than the limit to measure; the encoder then
+/// cuts, splits or refuses it (see `codec`). With `max` 0 it only measures.
 pub(crate) struct Writer<'a> {
-    pub(crate) buf: &'a mut Vec<u8>,
+    buf: &'a mut Vec<u8>,
+    /// Bytes the message needs so far, written or not.
+    len: usize,
+    max: usize,
 }
 
-impl Writer<'_> {
+impl<'a> Writer<'a> {
+    pub(crate) fn new(buf: &'a mut Vec<u8>, max: usize) -> Self {
+        Writer { buf, len: 0, max }
+    }
+
+    /// Bytes the fields written so far need (all of them, also those not copied).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        self.len = self.len.saturating_add(bytes.len());
+        if self.len <= self.max {
+            self.buf.extend_from_slice(bytes);
+        }
+    }
+
     pub(crate) fn u8(&mut self, v: u8) {
-        self.buf.push(v);
+        self.put(&[v]);
     }
     pub(crate) fn u32(&mut self, v: u32) {
-        self.buf.extend_from_slice(&v.to_be_bytes());
+        self.put(&v.to_be_bytes());
     }
     pub(crate) fn u64(&mut self, v: u64) {
-        self.buf.extend_from_slice(&v.to_be_bytes());
+        self.put(&v.to_be_bytes());
     }
     pub(crate) fn u128(&mut self, v: u128) {
-        self.buf.extend_from_slice(&v.to_be_bytes());
+        self.put(&v.to_be_bytes());
     }
     pub(crate) fn bool(&mut self, v: bool) {
         self.u8(u8::from(v));
     }
-    /// Strings longer than a frame can hold are cut at a character boundary; the frame
-    /// limit would refuse them anyway, and a log line is better short than lost.
+    /// A length-prefixed string. One longer than `u32::MAX` bytes is longer than any
+    /// frame (`max` never exceeds `u32::MAX`), so its saturated prefix is never copied.
     pub(crate) fn str(&mut self, s: &str) {
-        let mut end = s.len().min(u32::MAX as usize);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.u32(end as u32);
-        self.buf.extend_from_slice(&s.as_bytes()[..end]);
+        self.u32(u32::try_from(s.len()).unwrap_or(u32::MAX));
+        self.put(s.as_bytes());
+    }
+    /// A count of list items (a list a frame can hold has far fewer than `u32::MAX`).
+    pub(crate) fn count(&mut self, n: usize) {
+        self.u32(u32::try_from(n).unwrap_or(u32::MAX));
     }
 }
 

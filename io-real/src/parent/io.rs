@@ -500,7 +500,12 @@ impl ParentIo for RealIo {
             } => self.perform_spawn(worker, slot, generation, &config),
             Action::Send { worker, message } => {
                 if let Some(channel) = self.channels.get_mut(&worker) {
-                    encode_parent(&message, &mut channel.out);
+                    // The core sends only what fits the frames (it refuses a broker answer
+                    // that would not), so this cannot fail; were it to, nothing is sent
+                    // rather than a frame the worker would refuse.
+                    if let Err(e) = encode_parent(&message, &mut channel.out) {
+                        tracing::error!(%worker, error = %e, "cannot frame a message to the worker");
+                    }
                     self.flush(worker);
                 }
             }

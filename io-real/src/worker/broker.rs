@@ -257,16 +257,24 @@ impl BrokerHandle {
     fn flush(&self, state: &mut State) {
         while let Some(message) = state.client.poll_outgoing() {
             let mut frame = Vec::with_capacity(64);
-            encode_worker(&message, &mut frame);
-            (self.shared.send)(frame);
+            // The core client queues only requests that fit (it refuses the others with
+            // `ClientError::TooLarge`), so this cannot fail; were it to, the request
+            // times out rather than a frame the parent would refuse going out.
+            match encode_worker(&message, &mut frame) {
+                Ok(()) => (self.shared.send)(frame),
+                Err(e) => tracing::error!(error = %e, "cannot frame a broker request"),
+            }
         }
     }
 }
 
 /// The environment variable that makes a worker measure its broker round trip once at
-/// start (`docs/benchmarks.md`, "Broker"); never set in production.
+/// start (`docs/benchmarks.md`, "Broker"). Read only by builds with the `test-hooks`
+/// feature; release builds do not have it.
+#[cfg(feature = "test-hooks")]
 pub const BENCH_ENV: &str = "SERVERY_BENCH_BROKER";
 
+#[cfg(feature = "test-hooks")]
 impl BrokerHandle {
     /// If [`BENCH_ENV`] asks for N rounds, measure N lease acquire + release round trips
     /// over this worker's real control channel and print the distribution to stderr.

@@ -1,7 +1,8 @@
 //! Test-only fault injection, read from `SERVERY_TEST_FAULT` in the worker. The black-box
 //! tests use it to make real worker processes misbehave in the ways the simulator models
-//! (so the seeded scenarios can drive real processes too); it is not a product feature
-//! and is never set in production.
+//! (so the seeded scenarios can drive real processes too); it is not a product feature.
+//! It is compiled only with the `test-hooks` feature, which release builds do not enable:
+//! without it `no_fault.rs` stands in, and the variable is not read.
 //!
 //! The variable holds one rule per line, `[WHEN ]FAULT`; the first rule whose condition
 //! matches this process applies. `WHEN` is `*` or a comma-separated subset of
@@ -36,6 +37,68 @@ pub enum Fault {
     CrashAfterRequests(u64),
     WedgedDrain,
     ExitDuringDrain,
+}
+
+/// The fault this worker runs with, if any, as the questions the worker asks of it.
+/// Without the `test-hooks` feature `no_fault.rs` answers "no" to those the worker asks
+/// in every build.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestFault(Option<Fault>);
+
+impl TestFault {
+    /// Read `SERVERY_TEST_FAULT` for the process spawned `index`-th (from 0) into `slot`
+    /// of `generation`.
+    pub fn from_env(index: u64, slot: u64, generation: u64) -> Result<TestFault, String> {
+        let spawn = SpawnInfo {
+            index,
+            slot,
+            generation,
+        };
+        Fault::from_env(spawn).map(TestFault)
+    }
+
+    pub fn exit_at_start(&self) -> bool {
+        self.0 == Some(Fault::ExitAtStart)
+    }
+
+    /// The text to report as a startup failure instead of starting.
+    pub fn fail_startup(&self) -> Option<&str> {
+        match &self.0 {
+            Some(Fault::FailStartup(message)) => Some(message),
+            _ => None,
+        }
+    }
+
+    pub fn hang_at_boot(&self) -> bool {
+        self.0 == Some(Fault::HangAtBoot)
+    }
+
+    pub fn slow_boot(&self) -> Option<Duration> {
+        match self.0 {
+            Some(Fault::SlowBoot(delay)) => Some(delay),
+            _ => None,
+        }
+    }
+
+    pub fn crash_after_prepare(&self) -> bool {
+        self.0 == Some(Fault::CrashAfterPrepare)
+    }
+
+    /// After how many served requests to crash.
+    pub fn crash_after_requests(&self) -> Option<u64> {
+        match self.0 {
+            Some(Fault::CrashAfterRequests(k)) => Some(k),
+            _ => None,
+        }
+    }
+
+    pub fn wedged_drain(&self) -> bool {
+        self.0 == Some(Fault::WedgedDrain)
+    }
+
+    pub fn exit_during_drain(&self) -> bool {
+        self.0 == Some(Fault::ExitDuringDrain)
+    }
 }
 
 /// Which process this is, for a rule's condition.

@@ -6,6 +6,12 @@ mod admission;
 pub mod args;
 pub mod broker;
 mod control_writer;
+// Fault injection for the black-box tests, only with the `test-hooks` feature; otherwise
+// a stand-in that injects nothing (see Cargo.toml and no_fault.rs).
+#[cfg(feature = "test-hooks")]
+pub mod fault;
+#[cfg(not(feature = "test-hooks"))]
+#[path = "no_fault.rs"]
 pub mod fault;
 mod serve;
 pub mod setup;
@@ -14,7 +20,7 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
 pub use args::WorkerArgs;
-use fault::Fault;
+use fault::TestFault;
 
 /// Errors that end a worker before its lifecycle runs.
 #[derive(Debug, thiserror::Error)]
@@ -45,14 +51,11 @@ pub fn run(args: WorkerArgs) -> ! {
 }
 
 fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
-    let spawn = fault::SpawnInfo {
-        // Worker ids count spawns from 1.
-        index: args.worker_id.saturating_sub(1),
-        slot: args.slot,
-        generation: args.generation,
-    };
-    let fault = Fault::from_env(spawn).map_err(WorkerError::Fault)?;
-    if fault == Some(Fault::ExitAtStart) {
+    // Worker ids count spawns from 1.
+    let index = args.worker_id.saturating_sub(1);
+    let fault =
+        TestFault::from_env(index, args.slot, args.generation).map_err(WorkerError::Fault)?;
+    if fault.exit_at_start() {
         tracing::warn!(worker = args.worker_id, "test fault: exiting at start");
         return Ok(1);
     }

@@ -30,7 +30,7 @@ use super::WorkerError;
 use super::admission::Admission;
 use super::broker::BrokerHandle;
 use super::control_writer::ControlWriter;
-use super::fault::Fault;
+use super::fault::TestFault;
 use super::setup::Setup;
 use crate::clock::Clock;
 use crate::fdpass;
@@ -48,7 +48,7 @@ const FLUSH_BOUND: Duration = Duration::from_secs(1);
 pub(super) async fn run(
     args: WorkerArgs,
     control: UnixStream,
-    fault: Option<Fault>,
+    fault: TestFault,
 ) -> Result<i32, WorkerError> {
     // Before anything else: TERM must reach the lifecycle, not kill us mid-request.
     let mut sigterm = signal(SignalKind::terminate()).map_err(WorkerError::Runtime)?;
@@ -172,7 +172,7 @@ struct Worker {
     id: u64,
     clock: Clock,
     life: WorkerLifecycle,
-    fault: Option<Fault>,
+    fault: TestFault,
     site_config: SiteConfig,
     /// Whether the parent started us to serve TLS (the identity comes in `setup`).
     tls_wanted: bool,
@@ -208,7 +208,10 @@ impl Worker {
             // simulator runs too); preparing is awaited here, between two dispatches.
             loop {
                 if let Some(code) = dispatch_worker(self) {
-                    if self.fault == Some(Fault::WedgedDrain) {
+                    // Fault branches that wait are compiled only with the hooks (see
+                    // no_fault.rs); the others are constant-false without them.
+                    #[cfg(feature = "test-hooks")]
+                    if self.fault.wedged_drain() {
                         tracing::warn!(worker = self.id, "test fault: wedged in the drain");
                         return std::future::pending().await;
                     }
@@ -241,7 +244,7 @@ impl Worker {
                 },
                 _ = sigterm.recv() => {
                     tracing::info!(worker = self.id, "SIGTERM");
-                    if self.fault != Some(Fault::WedgedDrain) {
+                    if !self.fault.wedged_drain() {
                         self.life.terminate(self.clock.now());
                     }
                 }
@@ -279,8 +282,11 @@ impl Worker {
 
     fn send_message(&self, message: &WorkerMessage) {
         let mut frame = Vec::with_capacity(32);
-        encode_worker(message, &mut frame);
-        self.out.send(frame);
+        // Lifecycle messages always fit: numbers, and a startup failure the encoder cuts.
+        match encode_worker(message, &mut frame) {
+            Ok(()) => self.out.send(frame),
+            Err(e) => tracing::error!(worker = self.id, error = %e, "cannot frame a message"),
+        }
     }
 
     /// Wait (bounded) until every frame sent so far is written to the channel.
@@ -311,18 +317,19 @@ impl Worker {
     }
 
     async fn prepare(&mut self) {
-        match &self.fault {
-            Some(Fault::FailStartup(message)) => {
-                tracing::warn!(worker = self.id, "test fault: {message}");
-                return self.life.startup_failed(message.clone());
-            }
-            Some(Fault::HangAtBoot) => {
-                tracing::warn!(worker = self.id, "test fault: hanging at boot");
-                // Wedged for good: only the parent's start timeout ends this process.
-                return std::future::pending().await;
-            }
-            Some(Fault::SlowBoot(delay)) => tokio::time::sleep(*delay).await,
-            _ => {}
+        if let Some(message) = self.fault.fail_startup() {
+            tracing::warn!(worker = self.id, "test fault: {message}");
+            return self.life.startup_failed(message.to_owned());
+        }
+        #[cfg(feature = "test-hooks")]
+        if self.fault.hang_at_boot() {
+            tracing::warn!(worker = self.id, "test fault: hanging at boot");
+            // Wedged for good: only the parent's start timeout ends this process.
+            return std::future::pending().await;
+        }
+        #[cfg(feature = "test-hooks")]
+        if let Some(delay) = self.fault.slow_boot() {
+            tokio::time::sleep(delay).await;
         }
         let mut config = self.site_config.clone();
         match prepare_policy(&mut config, self.tls_wanted, &self.setup) {
@@ -333,7 +340,8 @@ impl Worker {
             Ok(Ok(site)) => {
                 self.site = Some(Arc::new(site));
                 self.life.prepared(self.clock.now());
-                if self.fault == Some(Fault::CrashAfterPrepare) {
+                #[cfg(feature = "test-hooks")]
+                if self.fault.crash_after_prepare() {
                     while let Some(action) = self.life.poll_action() {
                         if let WorkerAction::Send(message) = action {
                             self.send_message(&message);
@@ -414,7 +422,7 @@ impl Worker {
         while self.life.requests() < served {
             self.life.request_served();
         }
-        if let Some(Fault::CrashAfterRequests(k)) = self.fault.clone()
+        if let Some(k) = self.fault.crash_after_requests()
             && served >= k
         {
             tracing::error!(
@@ -455,7 +463,7 @@ impl WorkerIo for Worker {
         // connections go to a worker that still accepts.
         self.listeners.clear();
         let _ = self.drain.send(true);
-        if self.fault == Some(Fault::ExitDuringDrain) {
+        if self.fault.exit_during_drain() {
             tracing::error!(worker = self.id, "test fault: exiting mid-drain");
             std::process::exit(1);
         }

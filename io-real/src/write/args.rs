@@ -152,7 +152,9 @@ impl UploadWorkerArgs {
         broker: &BrokerHandle,
         body_timeout: Duration,
     ) -> Option<UploadConfig> {
-        // The broker round-trip measurement, when asked for (docs/benchmarks.md).
+        // The broker round-trip measurement, when asked for (docs/benchmarks.md); only
+        // in builds with the `test-hooks` feature.
+        #[cfg(feature = "test-hooks")]
         broker.spawn_bench_from_env(worker_id);
         self.upload.then(|| UploadConfig {
             settings: WriteSettings {
