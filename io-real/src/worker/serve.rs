@@ -17,7 +17,7 @@ use servery_core::driver::{WorkerIo, dispatch_worker};
 use servery_core::proto::{
     FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, WorkerMessage, encode_worker,
 };
-use servery_core::worker::{WorkerAction, WorkerLifecycle};
+use servery_core::worker::WorkerLifecycle;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
@@ -342,11 +342,8 @@ impl Worker {
                 self.life.prepared(self.clock.now());
                 #[cfg(feature = "test-hooks")]
                 if self.fault.crash_after_prepare() {
-                    while let Some(action) = self.life.poll_action() {
-                        if let WorkerAction::Send(message) = action {
-                            self.send_message(&message);
-                        }
-                    }
+                    // PREPARED out first, so the crash is one after PREPARED.
+                    let _ = dispatch_worker(self);
                     self.flush().await;
                     tracing::error!(worker = self.id, "test fault: crashing after PREPARED");
                     crash();
