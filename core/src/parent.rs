@@ -7,6 +7,9 @@
 //!   supervisor spawns replacements only after the reap, which comes after this).
 //! - A committed generation moves the singletons; the final exit stops them and waits
 //!   for the access-log queue to drain.
+//! - The parent watches its own loop (decision 0017): it never sleeps longer than the
+//!   supervisor's watch period while it has workers, and when it wakes later than the
+//!   deadline it asked for, the time it did not run counts towards no worker's deadline.
 
 use std::collections::VecDeque;
 
@@ -37,6 +40,8 @@ pub struct Parent {
     broker: Broker,
     singletons: Singletons,
     pending_exit: Option<i32>,
+    /// When the parent last took a step (handled an event or its deadlines).
+    last_step: Option<Instant>,
     actions: VecDeque<ParentAction>,
 }
 
@@ -51,6 +56,7 @@ impl Parent {
             broker,
             singletons,
             pending_exit: None,
+            last_step: None,
             actions: VecDeque::new(),
         }
     }
@@ -72,6 +78,7 @@ impl Parent {
     }
 
     pub fn handle(&mut self, now: Instant, event: Event) {
+        self.step_begins(now);
         match event {
             Event::Message {
                 worker,
@@ -100,13 +107,34 @@ impl Parent {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.step_begins(now);
         self.broker.handle_timeout(now);
         self.supervisor.handle_timeout(now);
         self.pump();
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        earliest(self.supervisor.poll_timeout(), self.broker.poll_timeout())
+        let watch = self
+            .last_step
+            .zip(self.supervisor.watch_period())
+            .map(|(t, period)| t + period);
+        earliest(
+            earliest(self.supervisor.poll_timeout(), self.broker.poll_timeout()),
+            watch,
+        )
+    }
+
+    /// A step at `now`. The machine has not changed since the last one, so
+    /// [`Parent::poll_timeout`] is still the deadline the driver was given: a parent woken
+    /// later than that (or than the last step, for a deadline already due then) did not
+    /// run for the difference — a frozen machine, a stopped or starved parent — and
+    /// nobody could be heard meanwhile (decision 0017).
+    fn step_begins(&mut self, now: Instant) {
+        if let (Some(due), Some(last)) = (self.poll_timeout(), self.last_step) {
+            let late = now.saturating_since(due.max(last));
+            self.supervisor.not_running(now, late);
+        }
+        self.last_step = Some(now);
     }
 
     /// Up to `max` access-log records for the sole log writer.
@@ -189,6 +217,7 @@ mod tests {
     use crate::ids::{Generation, ReloadId, WorkerId};
     use crate::proto::{BrokerRequest, TargetKey};
     use crate::supervisor::ExitStatus;
+    use core::time::Duration;
 
     fn actions(p: &mut Parent) -> Vec<ParentAction> {
         std::iter::from_fn(|| p.poll_action()).collect()
@@ -355,5 +384,125 @@ mod tests {
             "a gone worker is not served"
         );
         p.check_invariants().expect("invariants");
+    }
+
+    /// A parent with two ready workers (defaults: a beat a second, a hang after 5 s).
+    fn two_ready() -> (Parent, [WorkerId; 2]) {
+        let raw = RawConfig {
+            workers: 2,
+            ..RawConfig::default()
+        };
+        let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [3; 32]);
+        let t = Instant::ZERO;
+        p.handle(t, Event::Start);
+        let ws = [WorkerId(1), WorkerId(2)];
+        for message in [WorkerMessage::Prepared, WorkerMessage::Ready] {
+            for w in ws {
+                p.handle(
+                    t,
+                    Event::Message {
+                        worker: w,
+                        message: message.clone(),
+                    },
+                );
+            }
+        }
+        actions(&mut p);
+        (p, ws)
+    }
+
+    fn beat(p: &mut Parent, now: Instant, w: WorkerId) {
+        p.handle(
+            now,
+            Event::Message {
+                worker: w,
+                message: WorkerMessage::Heartbeat {
+                    requests: 0,
+                    connections: 0,
+                },
+            },
+        );
+    }
+
+    /// What a driver does: wake at each deadline up to `until` and judge it.
+    fn run_until(p: &mut Parent, until: Instant) -> Vec<ParentAction> {
+        let mut acts = Vec::new();
+        while let Some(due) = p.poll_timeout().filter(|d| *d <= until) {
+            p.handle_timeout(due);
+            acts.extend(actions(p));
+        }
+        acts
+    }
+
+    fn faulted(acts: &[ParentAction]) -> Vec<WorkerId> {
+        acts.iter()
+            .filter_map(|a| match a {
+                // A hung worker gets TERM first; the KILL follows `force_timeout` later.
+                ParentAction::Supervisor(Action::Terminate { worker }) => Some(*worker),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_parent_never_sleeps_past_its_watch_period_while_it_has_workers() {
+        let (p, _) = two_ready();
+        // (5 s − 1 s) / 2: a gap longer than that shows as lateness before it can pass
+        // for four seconds of a worker's silence.
+        assert_eq!(p.supervisor().watch_period(), Some(Duration::from_secs(2)));
+        assert_eq!(
+            p.poll_timeout(),
+            Some(Instant::ZERO + Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn a_frozen_machine_replaces_nobody_and_a_hung_worker_is_still_caught() {
+        let (mut p, [a, b]) = two_ready();
+        let sec = |s: u64| Instant::ZERO + Duration::from_secs(s);
+        // `a` beats until 10 s, `b` (hung) last beat at 8 s; then the whole machine stops
+        // for a minute: the parent wakes at 70 s, 58 s after the deadline it had asked for
+        // (its watch, at 12 s).
+        for t in 1..=10 {
+            beat(&mut p, sec(t), a);
+            if t <= 8 {
+                beat(&mut p, sec(t), b);
+            }
+        }
+        assert!(run_until(&mut p, sec(10)).is_empty());
+        assert_eq!(p.poll_timeout(), Some(sec(12)));
+        p.handle_timeout(sec(70));
+        assert!(faulted(&actions(&mut p)).is_empty(), "nobody could beat");
+        assert_eq!(p.supervisor().time_not_running(), Duration::from_secs(58));
+        // `a` beats as soon as it runs again; `b` never does. Its silence counts only the
+        // time the parent ran: 8 s → 12 s before the freeze, so it is caught 1 s after.
+        let mut acts = Vec::new();
+        for t in 70..=80 {
+            beat(&mut p, sec(t), a);
+            acts.extend(run_until(&mut p, sec(t)));
+        }
+        assert_eq!(faulted(&acts), vec![b], "{acts:?}");
+        let failure = p.supervisor().last_failure().expect("a failure");
+        assert_eq!(failure.reason, crate::supervisor::ExitReason::HealthFailure);
+        assert_eq!((failure.worker, failure.at), (b, sec(71)));
+    }
+
+    #[test]
+    fn without_a_freeze_a_silent_worker_is_caught_at_its_deadline() {
+        let (mut p, [a, b]) = two_ready();
+        let sec = |s: u64| Instant::ZERO + Duration::from_secs(s);
+        for t in 1..=20 {
+            beat(&mut p, sec(t), a);
+            if t <= 3 {
+                beat(&mut p, sec(t), b);
+            }
+            let acts = run_until(&mut p, sec(t));
+            assert_eq!(
+                faulted(&acts),
+                if t == 8 { vec![b] } else { vec![] },
+                "at {t} s"
+            );
+        }
+        assert_eq!(p.supervisor().time_not_running(), Duration::ZERO);
     }
 }

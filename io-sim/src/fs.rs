@@ -69,6 +69,10 @@ impl SimFs {
         before - self.temps.len()
     }
 
+    pub fn has_temp(&self, temp: u64) -> bool {
+        self.temps.contains_key(&temp)
+    }
+
     pub fn temp_count(&self) -> usize {
         self.temps.len()
     }

@@ -29,6 +29,27 @@ pub const SLOW_BOOT_FINISHED: &str = "slow boot finished";
 pub const CRASHED_AFTER_REQUESTS: &str = "crashed after serving requests";
 pub const WEDGED_DRAIN_KILLED: &str = "wedged drain killed";
 pub const EXITED_DURING_DRAIN: &str = "exited during drain";
+/// A spawn failed, and the supervisor then spawned the slot again, rejected the reload,
+/// suspended recycling or failed the service.
+pub const SPAWN_FAILURE_HANDLED: &str = "a failed spawn was retried or given up on";
+/// The parent's write to a worker failed, and the worker was then ended and reaped.
+pub const CONTROL_WRITE_FAILED_ENDED: &str = "a worker whose control write failed was ended";
+/// A decoder (the parent's or a worker's) took a frame whole after part of it had arrived
+/// alone.
+pub const FRAME_IN_PIECES_DECODED: &str = "a frame that arrived in pieces was decoded whole";
+/// A connection waited in the backlog while the worker that could take it failed accept
+/// with EMFILE, and was served later.
+pub const BACKLOG_WAITED_OUT_EMFILE: &str =
+    "a connection waited out EMFILE in the backlog and was served";
+/// After a clock jump past the heartbeat timeout, the parent noticed the time it did not
+/// run (decision 0017).
+pub const CLOCK_JUMP_NOTICED: &str = "the parent noticed a clock jump";
+/// An upload's temp-file write failed with ENOSPC; the upload ended and its temp file
+/// was gone.
+pub const UPLOAD_ENOSPC_CLEANED: &str = "an upload hit ENOSPC and left no temp file";
+/// The rename that publishes an upload failed; the target was untouched and the temp
+/// file gone.
+pub const RENAME_FAILED_CLEANED: &str = "a failed rename published nothing and left no temp file";
 
 // Path facts.
 /// A worker meant to die between PREPARED and COMMIT received the COMMIT first.
@@ -55,6 +76,19 @@ pub const CANDIDATE_OWN_TIMINGS: &str = "a reload candidate got its own heartbea
 pub const RESUMED_WITH_OVERDUE_BEATS: &str = "a stalled parent resumed with overdue beats waiting";
 /// The restart limit failed a service whose first generation had committed.
 pub const LIMIT_FAILED_COMMITTED_SERVICE: &str = "the restart limit failed a committed service";
+/// A slot whose spawn failed was spawned again (and the new process was created).
+pub const SPAWN_RETRIED: &str = "a slot whose spawn failed was spawned again";
+/// Spawns failing one after another failed the service.
+pub const SPAWN_FAILURES_FAILED_SERVICE: &str = "spawn failures failed the service";
+/// The parent's failed write was a broker reply (the worker was waiting for an answer).
+pub const WRITE_FAILED_ON_BROKER_REPLY: &str = "a control write failed on a broker reply";
+/// A heartbeat arrived in pieces.
+pub const HEARTBEAT_IN_PIECES: &str = "a heartbeat arrived in pieces";
+/// Every worker failed accept with EMFILE while connections waited.
+pub const EVERY_WORKER_OUT_OF_DESCRIPTORS: &str =
+    "every worker was out of descriptors with connections waiting";
+/// A worker hung before a clock jump was still ended for its silence after it.
+pub const HUNG_ACROSS_CLOCK_JUMP_KILLED: &str = "a worker hung across a clock jump was killed";
 
 /// Every label above.
 pub const ALL: &[&str] = &[
@@ -78,6 +112,13 @@ pub const ALL: &[&str] = &[
     CRASHED_AFTER_REQUESTS,
     WEDGED_DRAIN_KILLED,
     EXITED_DURING_DRAIN,
+    SPAWN_FAILURE_HANDLED,
+    CONTROL_WRITE_FAILED_ENDED,
+    FRAME_IN_PIECES_DECODED,
+    BACKLOG_WAITED_OUT_EMFILE,
+    CLOCK_JUMP_NOTICED,
+    UPLOAD_ENOSPC_CLEANED,
+    RENAME_FAILED_CLEANED,
     COMMIT_REACHED_DOOMED_WORKER,
     DIED_WITH_PREPARED_IN_FLIGHT,
     DIED_WITH_READY_IN_FLIGHT,
@@ -89,4 +130,10 @@ pub const ALL: &[&str] = &[
     CANDIDATE_OWN_TIMINGS,
     RESUMED_WITH_OVERDUE_BEATS,
     LIMIT_FAILED_COMMITTED_SERVICE,
+    SPAWN_RETRIED,
+    SPAWN_FAILURES_FAILED_SERVICE,
+    WRITE_FAILED_ON_BROKER_REPLY,
+    HEARTBEAT_IN_PIECES,
+    EVERY_WORKER_OUT_OF_DESCRIPTORS,
+    HUNG_ACROSS_CLOCK_JUMP_KILLED,
 ];

@@ -27,6 +27,10 @@ pub struct UploadStats {
     pub failed_closed: u64,
     pub failed_fault: u64,
     pub failed_forced: u64,
+    /// A temp-file write failed with ENOSPC (507): nothing was published.
+    pub no_space: u64,
+    /// The publishing rename failed (500): nothing was published.
+    pub io_error: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,10 +68,14 @@ pub struct Outcome {
     pub liveness: Option<Status>,
     pub failure: Option<FailureReason>,
     pub failure_message: Option<String>,
+    /// When the service failed (ms of virtual time).
+    pub failure_at_ms: Option<u64>,
     /// When the parent exited or crashed (ms of virtual time).
     pub parent_gone_ms: u64,
     pub requests: RequestStats,
     pub uploads: UploadStats,
+    /// Each successful upload: its target and when it was answered (ms).
+    pub upload_oks: Vec<(u8, u64)>,
     pub log: LogStats,
     pub max_live_processes: usize,
     pub spawns: u64,
@@ -95,6 +103,16 @@ pub struct Outcome {
     pub hangs: Vec<(u64, u64)>,
     /// Every worker the parent reaped, in order.
     pub exits: Vec<WorkerExit>,
+    /// Spawns the host refused ([`crate::Behavior::SpawnFails`]).
+    pub spawn_failures: u64,
+    /// Workers whose control channel broke on a parent write: (worker id, ms).
+    pub write_failures: Vec<(u64, u64)>,
+    /// Clock jumps: (ms of virtual time before the jump, length in ms).
+    pub clock_jumps: Vec<(u64, u64)>,
+    /// Frames written in pieces ([`crate::Fault::ShortWrites`]).
+    pub short_writes: u64,
+    /// Faults that last a while, as they ran: (kind, from ms, until ms).
+    pub fault_windows: Vec<(FaultKind, u64, u64)>,
     pub parent_eof_exits: u64,
     /// Processes that misbehaved by design: (spawn index, kind), in spawn order.
     pub misbehaving: Vec<(u64, FaultKind)>,

@@ -28,6 +28,9 @@ pub enum Behavior {
     WedgedDrain,
     /// Exits abruptly as soon as it is told to drain, dropping in-flight work.
     ExitDuringDrain,
+    /// The process cannot be created at all: the host's `fork` fails with this error
+    /// (EAGAIN under `RLIMIT_NPROC`, ENOMEM). The parent gets `SpawnFailed`.
+    SpawnFails(String),
 }
 
 /// What the scenario knows when it picks a behavior for a new process.
@@ -58,6 +61,28 @@ pub enum Fault {
     /// The parent stops running for this long (`SIGSTOP`, swapped out, starved) while its
     /// workers run on: their frames, exits and operator commands wait until it resumes.
     StallParent(Duration),
+    /// The control channel of a live worker (picked among live workers) breaks: the
+    /// parent's next write to it fails (EPIPE), and the worker reads EOF from then on.
+    ControlWriteFails { pick: u64 },
+    /// For this long, writes on every control channel, both ways, may be short: a write
+    /// goes out in two or three pieces, up to 5 ms apart (BUGGIFY: each write with
+    /// probability ½).
+    ShortWrites(Duration),
+    /// `accept` fails with EMFILE for this long in one live worker (`Some(pick)`) or in
+    /// every worker alive then (`None`): connections wait in the listen backlog.
+    AcceptFails {
+        pick: Option<u64>,
+        duration: Duration,
+    },
+    /// The whole machine stops for this long and every process's monotonic clock jumps
+    /// forward by it (a VM pause, a host suspend the clock still counts): timers due
+    /// meanwhile all fire at the resume, in the order they were due.
+    ClockJump(Duration),
+    /// The file system is full for this long: writes to upload temp files fail (ENOSPC).
+    DiskFull(Duration),
+    /// For this long, the rename that publishes an upload fails (EIO): the temp file
+    /// stays where it was and the target is untouched.
+    RenameFails(Duration),
 }
 
 /// Operator commands at moments of the run.
@@ -156,10 +181,17 @@ pub enum FaultKind {
     CrashAfterRequests,
     WedgedDrain,
     ExitDuringDrain,
+    SpawnFails,
+    ControlWriteFails,
+    ShortWrites,
+    AcceptFails,
+    ClockJump,
+    DiskFull,
+    RenameFails,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 21] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -174,6 +206,13 @@ impl FaultKind {
         FaultKind::CrashAfterRequests,
         FaultKind::WedgedDrain,
         FaultKind::ExitDuringDrain,
+        FaultKind::SpawnFails,
+        FaultKind::ControlWriteFails,
+        FaultKind::ShortWrites,
+        FaultKind::AcceptFails,
+        FaultKind::ClockJump,
+        FaultKind::DiskFull,
+        FaultKind::RenameFails,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -197,6 +236,13 @@ impl FaultKind {
             FaultKind::CrashAfterRequests => "crash-after-requests",
             FaultKind::WedgedDrain => "wedged-drain",
             FaultKind::ExitDuringDrain => "exit-during-drain",
+            FaultKind::SpawnFails => "spawn-fails",
+            FaultKind::ControlWriteFails => "control-write-fails",
+            FaultKind::ShortWrites => "short-writes",
+            FaultKind::AcceptFails => "accept-fails",
+            FaultKind::ClockJump => "clock-jump",
+            FaultKind::DiskFull => "disk-full",
+            FaultKind::RenameFails => "rename-fails",
         }
     }
 
@@ -223,6 +269,13 @@ impl FaultKind {
             FaultKind::CrashAfterRequests => l::CRASHED_AFTER_REQUESTS,
             FaultKind::WedgedDrain => l::WEDGED_DRAIN_KILLED,
             FaultKind::ExitDuringDrain => l::EXITED_DURING_DRAIN,
+            FaultKind::SpawnFails => l::SPAWN_FAILURE_HANDLED,
+            FaultKind::ControlWriteFails => l::CONTROL_WRITE_FAILED_ENDED,
+            FaultKind::ShortWrites => l::FRAME_IN_PIECES_DECODED,
+            FaultKind::AcceptFails => l::BACKLOG_WAITED_OUT_EMFILE,
+            FaultKind::ClockJump => l::CLOCK_JUMP_NOTICED,
+            FaultKind::DiskFull => l::UPLOAD_ENOSPC_CLEANED,
+            FaultKind::RenameFails => l::RENAME_FAILED_CLEANED,
         }
     }
 }
@@ -236,6 +289,12 @@ impl Fault {
             Fault::CrashLeaseHolder => FaultKind::CrashLeaseHolder,
             Fault::CrashParent => FaultKind::CrashParent,
             Fault::StallParent(_) => FaultKind::StallParent,
+            Fault::ControlWriteFails { .. } => FaultKind::ControlWriteFails,
+            Fault::ShortWrites(_) => FaultKind::ShortWrites,
+            Fault::AcceptFails { .. } => FaultKind::AcceptFails,
+            Fault::ClockJump(_) => FaultKind::ClockJump,
+            Fault::DiskFull(_) => FaultKind::DiskFull,
+            Fault::RenameFails(_) => FaultKind::RenameFails,
         }
     }
 }
@@ -253,6 +312,7 @@ impl Behavior {
             Behavior::CrashAfterRequests(_) => FaultKind::CrashAfterRequests,
             Behavior::WedgedDrain => FaultKind::WedgedDrain,
             Behavior::ExitDuringDrain => FaultKind::ExitDuringDrain,
+            Behavior::SpawnFails(_) => FaultKind::SpawnFails,
         })
     }
 }

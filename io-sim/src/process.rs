@@ -71,6 +71,14 @@ pub(crate) struct Proc {
     /// When its PREPARED and READY reach the parent (`ZERO` until sent).
     pub prepared_arrives: Instant,
     pub ready_arrives: Instant,
+    /// The parent's next write to it fails ([`crate::Fault::ControlWriteFails`]).
+    pub write_fails: bool,
+    /// Its control channel broke: nothing more crosses it either way.
+    pub channel_broken: bool,
+    /// `accept` fails with EMFILE until then.
+    pub accept_fails_until: Instant,
+    /// Its last delivery from the parent was part of a write still arriving.
+    pieces_down: bool,
 }
 
 impl Proc {
@@ -104,6 +112,10 @@ impl Proc {
             generation: 0,
             prepared_arrives: Instant::ZERO,
             ready_arrives: Instant::ZERO,
+            write_fails: false,
+            channel_broken: false,
+            accept_fails_until: Instant::ZERO,
+            pieces_down: false,
         }
     }
 
@@ -294,7 +306,7 @@ impl SimWorld {
         self.pump(worker);
     }
 
-    pub(crate) fn worker_receive(&mut self, worker: WorkerId, bytes: &[u8]) {
+    pub(crate) fn worker_receive(&mut self, worker: WorkerId, bytes: &[u8], piece: bool) {
         let now = self.now;
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
@@ -302,11 +314,17 @@ impl SimWorld {
         if !p.runnable() {
             return;
         }
+        let mut split = core::mem::replace(&mut p.pieces_down, piece);
         p.down.push(bytes);
         let mut messages = Vec::new();
         loop {
             match p.down.next_parent_message() {
-                Ok(Some(m)) => messages.push(m),
+                Ok(Some(m)) => {
+                    if core::mem::take(&mut split) {
+                        self.out.coverage.insert(labels::FRAME_IN_PIECES_DECODED);
+                    }
+                    messages.push(m)
+                }
                 Ok(None) => break,
                 Err(_) => {
                     self.violation(format!("{worker} got a malformed frame from the parent"));
@@ -452,12 +470,22 @@ impl SimWorld {
 
     /// Hand queued connections to accepting workers, as the shared listener would.
     pub(crate) fn dispatch(&mut self) {
+        let now = self.now;
         while !self.backlog.is_empty() {
-            let can_take = |p: &Proc| {
+            let could_take = |p: &Proc| {
                 p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
             };
+            let can_take = |p: &Proc| could_take(p) && now >= p.accept_fails_until;
             let count = self.procs.values().filter(|p| can_take(p)).count();
             if count == 0 {
+                // Out of descriptors: accept fails and the connections stay queued.
+                if self.procs.values().any(could_take) {
+                    let queued: Vec<u64> = self.backlog.iter().map(|(c, _)| *c).collect();
+                    self.waited_emfile.extend(queued);
+                    self.out
+                        .coverage
+                        .insert(labels::EVERY_WORKER_OUT_OF_DESCRIPTORS);
+                }
                 return;
             }
             let k = self.rng.range(0, count as u64 - 1) as usize;
@@ -533,6 +561,9 @@ impl SimWorld {
         p.life.request_served();
         p.life.connection_closed(now);
         self.out.requests.ok += 1;
+        if self.waited_emfile.remove(&conn) {
+            self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
+        }
         let crash_after = match p.behavior {
             Behavior::CrashAfterRequests(n) => p.life.requests() >= n,
             _ => false,
@@ -693,6 +724,15 @@ impl SimWorld {
             return;
         };
         if u.chunks_left > 0 {
+            if self.now < self.disk_full_until {
+                // write(2) on the temp file: ENOSPC. The upload ends (507) and its temp
+                // file goes with it.
+                self.abort_upload(worker, conn, UploadEnd::NoSpace);
+                if !self.fs.has_temp(temp) {
+                    self.out.coverage.insert(labels::UPLOAD_ENOSPC_CLEANED);
+                }
+                return;
+            }
             u.chunks_left -= 1;
             let chunk = [(u.writer % 251) as u8; 4];
             self.fs.append(temp, &chunk);
@@ -701,13 +741,29 @@ impl SimWorld {
             self.schedule_in(d, SimEvent::UploadStep { worker, conn });
             return;
         }
-        u.temp = None;
         let target = u.target;
         // Publish under the lease: the oracle must agree that we hold it.
         if self.holders.get(&target).map(|h| h.0) != Some(worker) {
             self.violation(format!(
                 "{worker} publishes target {target} without holding it"
             ));
+        }
+        if self.now < self.rename_fails_until {
+            // rename(2) fails (EIO): the target keeps what it had, the temp file is still
+            // ours to remove (500).
+            let before = self.fs.files.get(&target).cloned();
+            self.abort_upload(worker, conn, UploadEnd::IoError);
+            if !self.fs.has_temp(temp) && self.fs.files.get(&target) == before.as_ref() {
+                self.out.coverage.insert(labels::RENAME_FAILED_CLEANED);
+            }
+            return;
+        }
+        if let Some(u) = self
+            .procs
+            .get_mut(&worker)
+            .and_then(|p| p.uploads.get_mut(&conn))
+        {
+            u.temp = None;
         }
         self.fs.rename(temp);
         self.finish_upload(worker, conn, UploadEnd::Ok);
@@ -749,8 +805,18 @@ impl SimWorld {
         // Replies to releases need no one waiting; the client drops them.
         p.serving.remove(&conn);
         p.life.connection_closed(now);
+        if self.waited_emfile.remove(&conn) && end == UploadEnd::Ok {
+            self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
+        }
         match end {
-            UploadEnd::Ok => self.out.uploads.ok += 1,
+            UploadEnd::Ok => {
+                self.out.uploads.ok += 1;
+                self.out
+                    .upload_oks
+                    .push((u.target, now.as_nanos() / 1_000_000));
+            }
+            UploadEnd::NoSpace => self.out.uploads.no_space += 1,
+            UploadEnd::IoError => self.out.uploads.io_error += 1,
             UploadEnd::Conflict => self.out.uploads.conflict += 1,
             UploadEnd::Saturated => self.out.uploads.saturated += 1,
             UploadEnd::FailedClosed => self.out.uploads.failed_closed += 1,
@@ -766,4 +832,8 @@ enum UploadEnd {
     Conflict,
     Saturated,
     FailedClosed,
+    /// A temp-file write failed with ENOSPC: 507.
+    NoSpace,
+    /// The publishing rename failed: 500.
+    IoError,
 }

@@ -3,12 +3,14 @@
 
 use core::time::Duration;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use servery_core::config::LogPolicy;
 use servery_core::driver::{ParentIo, RunEnd, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
-use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, encode_parent};
+use servery_core::proto::{
+    FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, WorkerMessage, encode_parent,
+};
 use servery_core::singletons::SingletonAction;
 use servery_core::supervisor::{
     Action, Command, Event, ExitReason, ExitStatus, FailureReason, Platform,
@@ -26,10 +28,12 @@ use crate::trace::Trace;
 /// Something that happens at a point of virtual time.
 #[derive(Debug, Clone)]
 pub(crate) enum SimEvent {
-    /// Bytes a worker wrote reach the parent.
+    /// Bytes a worker wrote reach the parent (`piece`: the write continues in the next
+    /// delivery, see [`crate::Fault::ShortWrites`]).
     ToParent {
         worker: WorkerId,
         bytes: Vec<u8>,
+        piece: bool,
     },
     /// The parent sees EOF on a worker's channel.
     ToParentEof {
@@ -44,6 +48,7 @@ pub(crate) enum SimEvent {
     ToWorker {
         worker: WorkerId,
         bytes: Vec<u8>,
+        piece: bool,
     },
     ToWorkerEof {
         worker: WorkerId,
@@ -77,6 +82,10 @@ pub(crate) enum SimEvent {
     Stop,
     /// A stalled parent runs again.
     ParentResumes,
+    /// A worker's accept works again after EMFILE.
+    AcceptRecovers {
+        worker: WorkerId,
+    },
 }
 
 impl SimEvent {
@@ -100,6 +109,7 @@ impl SimEvent {
             SimEvent::Liveness => (16, 0),
             SimEvent::Stop => (17, 0),
             SimEvent::ParentResumes => (18, 0),
+            SimEvent::AcceptRecovers { worker } => (19, worker.0),
         }
     }
 }
@@ -167,6 +177,23 @@ pub struct SimWorld {
     crashed_slots: Vec<(u64, u64)>,
     /// The heartbeat interval each generation's first HELLO carried.
     hello_intervals: Vec<(u64, u64)>,
+    /// Until when control-channel writes may be short, the file system is full, and
+    /// publishing renames fail.
+    short_writes_until: Instant,
+    pub(crate) disk_full_until: Instant,
+    pub(crate) rename_fails_until: Instant,
+    /// Workers whose last delivery to the parent was part of a write still arriving.
+    pieces_up: BTreeSet<WorkerId>,
+    /// (generation, slot) of spawns the host refused, until the supervisor acts on them.
+    spawn_failed_slots: Vec<(u64, u64)>,
+    /// Workers whose control write failed, until they are reaped.
+    write_failed: BTreeSet<WorkerId>,
+    /// Connections that waited in the backlog while a worker's accept failed.
+    pub(crate) waited_emfile: BTreeSet<u64>,
+    /// A clock jump past the heartbeat timeout the parent has not yet been seen to
+    /// notice, and what it had noticed before.
+    unnoticed_jump: bool,
+    not_running_seen: Duration,
     log_busy: bool,
     snapshot_due: bool,
     last_wait_at: Instant,
@@ -218,6 +245,15 @@ impl SimWorld {
             status_asked: Vec::new(),
             crashed_slots: Vec::new(),
             hello_intervals: Vec::new(),
+            short_writes_until: Instant::ZERO,
+            disk_full_until: Instant::ZERO,
+            rename_fails_until: Instant::ZERO,
+            pieces_up: BTreeSet::new(),
+            spawn_failed_slots: Vec::new(),
+            write_failed: BTreeSet::new(),
+            waited_emfile: BTreeSet::new(),
+            unnoticed_jump: false,
+            not_running_seen: Duration::ZERO,
             log_busy: false,
             snapshot_due: false,
             last_wait_at: Instant::ZERO,
@@ -303,9 +339,30 @@ impl SimWorld {
         }
         let lat = self.latency();
         let p = self.procs.get_mut(&worker)?;
+        if p.channel_broken {
+            return None;
+        }
         let at = (self.now + lat).max(p.up_clock);
         p.up_clock = at;
-        self.schedule_at(at, SimEvent::ToParent { worker, bytes });
+        if self.short_write_now(&bytes) {
+            let last = self.write_in_pieces(at, bytes, |bytes, piece| SimEvent::ToParent {
+                worker,
+                bytes,
+                piece,
+            });
+            if let Some(p) = self.procs.get_mut(&worker) {
+                p.up_clock = last;
+            }
+            return Some(last);
+        }
+        self.schedule_at(
+            at,
+            SimEvent::ToParent {
+                worker,
+                bytes,
+                piece: false,
+            },
+        );
         Some(at)
     }
 
@@ -314,7 +371,32 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
-        if !p.alive || p.parent_closed {
+        if !p.alive || p.parent_closed || p.channel_broken {
+            return;
+        }
+        if p.write_fails {
+            // EPIPE: the channel is broken both ways. The driver reports it as the
+            // channel's end, as the real one does, and the worker reads EOF.
+            p.write_fails = false;
+            p.channel_broken = true;
+            p.faulty = true;
+            let at = (self.now + lat).max(p.down_clock);
+            p.down_clock = at;
+            self.write_failed.insert(worker);
+            self.out
+                .write_failures
+                .push((worker.0, self.now.as_nanos() / 1_000_000));
+            if matches!(message, ParentMessage::Broker { .. }) {
+                self.out
+                    .coverage
+                    .insert(labels::WRITE_FAILED_ON_BROKER_REPLY);
+            }
+            self.trace
+                .record(&[self.now.as_nanos(), 101, worker.0], || {
+                    format!("{} write to {worker} failed: EPIPE", self.now)
+                });
+            self.inbox.push_back(Event::ChannelClosed { worker });
+            self.schedule_at(at, SimEvent::ToWorkerEof { worker });
             return;
         }
         let mut bytes = Vec::with_capacity(32);
@@ -326,7 +408,62 @@ impl SimWorld {
         }
         let at = (self.now + lat).max(p.down_clock);
         p.down_clock = at;
-        self.schedule_at(at, SimEvent::ToWorker { worker, bytes });
+        if self.short_write_now(&bytes) {
+            let last = self.write_in_pieces(at, bytes, |bytes, piece| SimEvent::ToWorker {
+                worker,
+                bytes,
+                piece,
+            });
+            if let Some(p) = self.procs.get_mut(&worker) {
+                p.down_clock = last;
+            }
+            return;
+        }
+        self.schedule_at(
+            at,
+            SimEvent::ToWorker {
+                worker,
+                bytes,
+                piece: false,
+            },
+        );
+    }
+
+    /// Whether this write is short (BUGGIFY: half the writes while the fault lasts).
+    fn short_write_now(&mut self, bytes: &[u8]) -> bool {
+        self.now < self.short_writes_until && bytes.len() > 1 && self.rng.chance(0.5)
+    }
+
+    /// A write the kernel takes in two or three parts: each piece arrives on its own, up
+    /// to 5 ms after the one before. Returns when the last piece arrives.
+    fn write_in_pieces(
+        &mut self,
+        at: Instant,
+        bytes: Vec<u8>,
+        event: impl Fn(Vec<u8>, bool) -> SimEvent,
+    ) -> Instant {
+        let len = bytes.len() as u64;
+        let mut cuts: Vec<u64> = (0..self.rng.range(1, 2))
+            .map(|_| self.rng.range(1, len - 1))
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts.push(len);
+        self.out.short_writes += 1;
+        let mut t = at;
+        let mut start = 0;
+        for cut in cuts {
+            let last = cut == len;
+            self.schedule_at(
+                t,
+                event(bytes[start as usize..cut as usize].to_vec(), !last),
+            );
+            if !last {
+                t = t + Duration::from_micros(self.rng.range(0, 5000));
+            }
+            start = cut;
+        }
+        t
     }
 
     /// The process ends (crash, kill, or its own exit).
@@ -401,6 +538,16 @@ impl SimWorld {
 
     fn fault(&mut self, index: usize) {
         let fault = self.spec.faults[index].1.clone();
+        if let Fault::ShortWrites(d)
+        | Fault::AcceptFails { duration: d, .. }
+        | Fault::ClockJump(d)
+        | Fault::DiskFull(d)
+        | Fault::RenameFails(d) = fault
+        {
+            let from = self.now.as_nanos() / 1_000_000;
+            let until = (self.now + d).as_nanos() / 1_000_000;
+            self.out.fault_windows.push((fault.kind(), from, until));
+        }
         match fault {
             Fault::CrashWorker { pick } => {
                 if let Some(w) = self.pick_live(pick, false) {
@@ -462,6 +609,54 @@ impl SimWorld {
                     self.stalled_since = self.now;
                     self.schedule_at(until, SimEvent::ParentResumes);
                 }
+            }
+            Fault::ControlWriteFails { pick } => {
+                if let Some(w) = self.pick_live(pick, false)
+                    && let Some(p) = self.procs.get_mut(&w)
+                {
+                    p.write_fails = true;
+                }
+            }
+            Fault::ShortWrites(duration) => {
+                self.short_writes_until = self.short_writes_until.max(self.now + duration);
+            }
+            Fault::AcceptFails { pick, duration } => {
+                let targets: Vec<WorkerId> = match pick {
+                    Some(pick) => self.pick_live(pick, false).into_iter().collect(),
+                    None => self
+                        .procs
+                        .values()
+                        .filter(|p| p.alive)
+                        .map(|p| p.id)
+                        .collect(),
+                };
+                let until = self.now + duration;
+                for worker in targets {
+                    if let Some(p) = self.procs.get_mut(&worker) {
+                        p.accept_fails_until = p.accept_fails_until.max(until);
+                        self.schedule_at(until, SimEvent::AcceptRecovers { worker });
+                    }
+                }
+            }
+            Fault::ClockJump(duration) => {
+                if self.parent_alive {
+                    self.out
+                        .clock_jumps
+                        .push((self.now.as_nanos() / 1_000_000, duration.as_millis() as u64));
+                    let timeout = self.spec.config.recovery.heartbeat_timeout;
+                    if duration.as_secs_f64() > timeout {
+                        self.unnoticed_jump = true;
+                    }
+                    // Everything due meanwhile happens at the resume, in the order it
+                    // was due: the queue keeps its order, the clock moves on.
+                    self.now = self.now + duration;
+                }
+            }
+            Fault::DiskFull(duration) => {
+                self.disk_full_until = self.disk_full_until.max(self.now + duration);
+            }
+            Fault::RenameFails(duration) => {
+                self.rename_fails_until = self.rename_fails_until.max(self.now + duration);
             }
         }
     }
@@ -556,7 +751,15 @@ impl SimWorld {
             return None;
         }
         match event {
-            SimEvent::ToParent { worker, bytes } => {
+            SimEvent::ToParent {
+                worker,
+                bytes,
+                piece,
+            } => {
+                let mut split = self.pieces_up.remove(&worker);
+                if piece {
+                    self.pieces_up.insert(worker);
+                }
                 let dec = self
                     .decoders
                     .entry(worker)
@@ -565,6 +768,13 @@ impl SimWorld {
                 loop {
                     match dec.next_worker_message() {
                         Ok(Some(message)) => {
+                            if split {
+                                split = false;
+                                self.out.coverage.insert(labels::FRAME_IN_PIECES_DECODED);
+                                if matches!(message, WorkerMessage::Heartbeat { .. }) {
+                                    self.out.coverage.insert(labels::HEARTBEAT_IN_PIECES);
+                                }
+                            }
                             self.inbox.push_back(Event::Message { worker, message })
                         }
                         Ok(None) => break,
@@ -582,9 +792,16 @@ impl SimWorld {
             }
             SimEvent::Reaped { worker, status } => {
                 self.decoders.remove(&worker);
+                if self.write_failed.remove(&worker) {
+                    self.out.coverage.insert(labels::CONTROL_WRITE_FAILED_ENDED);
+                }
                 self.inbox.push_back(Event::Exited { worker, status });
             }
-            SimEvent::ToWorker { worker, bytes } => self.worker_receive(worker, &bytes),
+            SimEvent::ToWorker {
+                worker,
+                bytes,
+                piece,
+            } => self.worker_receive(worker, &bytes, piece),
             SimEvent::ToWorkerEof { worker } => self.worker_eof(worker),
             SimEvent::WorkerTimer { worker, token } => self.worker_timer(worker, token),
             SimEvent::BootDone { worker } => self.worker_boot_done(worker),
@@ -625,6 +842,7 @@ impl SimWorld {
                 }
             }
             SimEvent::ParentResumes => self.parent_resumes(),
+            SimEvent::AcceptRecovers { .. } => self.dispatch(),
         }
         None
     }
@@ -830,6 +1048,21 @@ impl ParentIo for SimWorld {
                     self.out.misbehaving.push((info.index, kind));
                 }
                 let key = (generation.0, slot.0 as u64);
+                let retried = self.spawn_failed_slots.contains(&key);
+                if retried {
+                    self.spawn_failed_slots.retain(|k| *k != key);
+                    self.out.coverage.insert(labels::SPAWN_FAILURE_HANDLED);
+                }
+                if let Behavior::SpawnFails(error) = behavior {
+                    // fork failed: no process, no pid; the parent hears it at once.
+                    self.out.spawn_failures += 1;
+                    self.spawn_failed_slots.push(key);
+                    self.inbox.push_back(Event::SpawnFailed { worker, error });
+                    return;
+                }
+                if retried {
+                    self.out.coverage.insert(labels::SPAWN_RETRIED);
+                }
                 if let Some(i) = self.crashed_slots.iter().position(|k| *k == key) {
                     self.crashed_slots.swap_remove(i);
                     self.out.coverage.insert(labels::CRASHED_WORKER_REPLACED);
@@ -878,6 +1111,14 @@ impl ParentIo for SimWorld {
                     }
                     if p.paused {
                         self.out.coverage.insert(labels::HUNG_WORKER_KILLED);
+                        let hung_at = self.out.hangs.iter().find(|h| h.0 == worker.0);
+                        if hung_at.is_some_and(|&(_, at)| {
+                            self.out.clock_jumps.iter().any(|&(jump, _)| jump >= at)
+                        }) {
+                            self.out
+                                .coverage
+                                .insert(labels::HUNG_ACROSS_CLOCK_JUMP_KILLED);
+                        }
                     }
                 }
                 self.process_died(worker, ExitStatus::Signal(9));
@@ -905,6 +1146,8 @@ impl ParentIo for SimWorld {
                 self.out.generations_committed.push(generation.0);
             }
             Action::ServiceFailed { reason, message } => {
+                self.spawn_failure_given_up(true);
+                self.out.failure_at_ms = Some(now.as_nanos() / 1_000_000);
                 if reason == FailureReason::RestartLimit
                     && !self.out.generations_committed.is_empty()
                 {
@@ -916,10 +1159,14 @@ impl ParentIo for SimWorld {
                 self.out.failure_message = Some(message);
             }
             Action::ReloadRejected { message, .. } => {
+                self.spawn_failure_given_up(false);
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
             }
-            Action::RecyclingSuspended { .. } => self.out.recycling_suspended = true,
+            Action::RecyclingSuspended { .. } => {
+                self.spawn_failure_given_up(false);
+                self.out.recycling_suspended = true;
+            }
             Action::Exit { .. } => {
                 self.out.exit_at_ms = Some(now.as_nanos() / 1_000_000);
                 if self.live_count() > 0 {
@@ -961,6 +1208,13 @@ impl ParentIo for SimWorld {
                     ready_workers: sup.ready_workers(),
                     restarts: status.restarts,
                 });
+            }
+        }
+        let not_running = sup.time_not_running();
+        if not_running > self.not_running_seen {
+            self.not_running_seen = not_running;
+            if core::mem::take(&mut self.unnoticed_jump) {
+                self.out.coverage.insert(labels::CLOCK_JUMP_NOTICED);
             }
         }
         self.out.log.max_queue = self.out.log.max_queue.max(broker.log().len());
@@ -1042,6 +1296,20 @@ impl SimWorld {
                 self.out.singleton_switches += 1;
             }
             SingletonAction::Stop { .. } => self.out.singleton_stops += 1,
+        }
+    }
+
+    /// The supervisor gave up on what a refused spawn was for (the service, a reload, a
+    /// recycle).
+    fn spawn_failure_given_up(&mut self, service_failed: bool) {
+        if !self.spawn_failed_slots.is_empty() {
+            self.spawn_failed_slots.clear();
+            self.out.coverage.insert(labels::SPAWN_FAILURE_HANDLED);
+            if service_failed {
+                self.out
+                    .coverage
+                    .insert(labels::SPAWN_FAILURES_FAILED_SERVICE);
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use servery_sim::{
     Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
 };
 
+use crate::catalog_io_faults as io;
 use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
 
 /// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
@@ -32,6 +33,8 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "replacement failed then halted",
     "parent stall survived",
     "hang while draining killed",
+    "spawn failures recovered",
+    "clock jump replaced nobody healthy",
 ];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -230,17 +233,57 @@ pub const SCENARIOS: &[Scenario] = &[
             FaultKind::CrashBetweenPrepareAndCommit,
             FaultKind::SlowBoot,
             FaultKind::ExitDuringDrain,
+            FaultKind::ShortWrites,
+            FaultKind::ControlWriteFails,
+            FaultKind::AcceptFails,
+            FaultKind::DiskFull,
+            FaultKind::RenameFails,
         ],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "spawn-failure",
+        about: "the OS refuses to create workers (EAGAIN, ENOMEM), a few times or for a while: at first start the service fails naming the error; a crash replacement retries with backoff and recovers inside the restart limit or fails at it; a recycle keeps the old worker and is suspended",
+        build: io::spawn_failure,
+        kinds: &[FaultKind::SpawnFails, FaultKind::CrashWorker],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "control-channel",
+        about: "control-channel writes arrive in pieces (both ways) and a parent write fails: pieces decode whole, no false protocol error; a broken channel ends and replaces only its worker",
+        build: io::control_channel,
+        kinds: &[FaultKind::ShortWrites, FaultKind::ControlWriteFails],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "accept-emfile",
+        about: "accept fails with EMFILE in one or every worker for a while: connections wait in the backlog and are all served, nobody is replaced",
+        build: io::accept_emfile,
+        kinds: &[FaultKind::AcceptFails],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "clock-jump",
+        about: "the whole machine stops and the clock jumps past the heartbeat timeout: no healthy worker is replaced, a hung one is still caught (decision 0017)",
+        build: io::clock_jump,
+        kinds: &[FaultKind::ClockJump, FaultKind::HangWorker],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "upload-io-faults",
+        about: "uploads on a full file system (ENOSPC) and with a failing publish rename: 507 / 500, nothing torn or partial visible, temp files gone, grants released, later uploads succeed",
+        build: io::upload_io_faults,
+        kinds: &[FaultKind::DiskFull, FaultKind::RenameFails],
         no_swarm: None,
     },
 ];
 
-fn secs(s: f64) -> Duration {
+pub(crate) fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
 /// A run of `run` seconds of fault phase, then liveness, then a stop.
-fn spec(ctx: &mut Ctx, config: RawConfig, fault_phase: f64) -> SimSpec {
+pub(crate) fn spec(ctx: &mut Ctx, config: RawConfig, fault_phase: f64) -> SimSpec {
     let liveness = secs(fault_phase) + recovery_bound(&config);
     let stop = liveness + secs(0.5);
     let r = &config.recovery;
@@ -263,7 +306,7 @@ fn spec(ctx: &mut Ctx, config: RawConfig, fault_phase: f64) -> SimSpec {
     }
 }
 
-fn expect(config: &RawConfig, end: End) -> Expect {
+pub(crate) fn expect(config: &RawConfig, end: End) -> Expect {
     let r = &config.recovery;
     Expect {
         end,
@@ -278,16 +321,16 @@ fn expect(config: &RawConfig, end: End) -> Expect {
     }
 }
 
-fn workers(ctx: &mut Ctx, lo: u64, hi: u64) -> i64 {
+pub(crate) fn workers(ctx: &mut Ctx, lo: u64, hi: u64) -> i64 {
     ctx.rng.range(lo, hi) as i64
 }
 
-fn at(ctx: &mut Ctx, lo: f64, hi: f64) -> Duration {
+pub(crate) fn at(ctx: &mut Ctx, lo: f64, hi: f64) -> Duration {
     secs(lo + ctx.rng.unit() * (hi - lo))
 }
 
 /// Add `fault` at `t` when its kind is enabled. Returns whether it was added.
-fn fault(kinds: Kinds, spec: &mut SimSpec, t: Duration, fault: Fault) -> bool {
+pub(crate) fn fault(kinds: Kinds, spec: &mut SimSpec, t: Duration, fault: Fault) -> bool {
     let on = kinds.has(fault.kind());
     if on {
         spec.faults.push((t, fault));
@@ -297,7 +340,10 @@ fn fault(kinds: Kinds, spec: &mut SimSpec, t: Duration, fault: Fault) -> bool {
 
 /// The behaviour model `f`, with the kinds that are not enabled turned healthy. `f`
 /// draws as it always does, so with every kind enabled the run is unchanged.
-fn behave(kinds: Kinds, f: impl Fn(&SpawnInfo, &mut SimRng) -> Behavior + 'static) -> BehaviorFn {
+pub(crate) fn behave(
+    kinds: Kinds,
+    f: impl Fn(&SpawnInfo, &mut SimRng) -> Behavior + 'static,
+) -> BehaviorFn {
     if kinds == Kinds::ALL {
         return Box::new(f);
     }
@@ -996,7 +1042,7 @@ fn parent_stall(ctx: &mut Ctx) -> Plan {
     Plan { spec, expect: e }
 }
 
-fn uploads(spec: &mut SimSpec, rate: f64, targets: u8) {
+pub(crate) fn uploads(spec: &mut SimSpec, rate: f64, targets: u8) {
     spec.workload.upload_rate = rate;
     spec.workload.upload_targets = targets;
     spec.config.features.uploads = true;
@@ -1203,6 +1249,7 @@ fn chaos(ctx: &mut Ctx) -> Plan {
         spec.commands
             .push((at(ctx, 2.0, 20.0), SimCommand::Reload(Box::new(next))));
     }
+    io::chaos_io_faults(ctx, &mut spec);
     let first_replacement = config.workers as u64;
     spec.behavior = behave(ctx.kinds, move |info, rng| match rng.range(0, 40) {
         _ if info.index < first_replacement => Behavior::Healthy,

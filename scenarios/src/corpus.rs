@@ -301,7 +301,14 @@ pub fn plan_digest(spec: &SimSpec) -> String {
             .faults
             .iter()
             .map(|(t, f)| match f {
-                Fault::StallParent(d) => format!("{}({})@{}", f.kind().name(), ms(*d), ms(*t)),
+                Fault::StallParent(d)
+                | Fault::ShortWrites(d)
+                | Fault::ClockJump(d)
+                | Fault::DiskFull(d)
+                | Fault::RenameFails(d)
+                | Fault::AcceptFails { duration: d, .. } => {
+                    format!("{}({})@{}", f.kind().name(), ms(*d), ms(*t))
+                }
                 _ => format!("{}@{}", f.kind().name(), ms(*t)),
             })
             .collect();

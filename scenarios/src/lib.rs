@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod catalog;
+mod catalog_io_faults;
 mod checks;
 pub mod corpus;
 mod sweep;

@@ -476,6 +476,10 @@ pub struct Launch {
     pub default_socket: bool,
     /// Start servery under this umask (through `sh -c 'umask …; exec …'`).
     pub umask: Option<u32>,
+    /// Run servery as this (uid, gid), with no supplementary groups, through `setpriv`
+    /// (which execs it: the pid is servery's). The tree's directory must be writable by
+    /// it, for the control socket.
+    pub user: Option<(u32, u32)>,
 }
 
 /// A running `servery` parent. Dropping it kills its process group and every worker it
@@ -512,16 +516,26 @@ impl Server {
     ) -> Server {
         let serial = serial();
         let socket = tree.socket();
-        let mut cmd = match launch.umask {
+        let mut cmd = match (launch.umask, launch.user) {
             // `exec` keeps the pid, so the guard still signals servery itself.
-            Some(mask) => {
+            (Some(mask), None) => {
                 let mut sh = Command::new("sh");
                 sh.arg("-c")
                     .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
                     .arg(servery_bin());
                 sh
             }
-            None => Command::new(servery_bin()),
+            (None, Some((uid, gid))) => {
+                let mut setpriv = Command::new("setpriv");
+                setpriv
+                    .arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .args(["--clear-groups", "--"])
+                    .arg(servery_bin());
+                setpriv
+            }
+            (None, None) => Command::new(servery_bin()),
+            (Some(_), Some(_)) => panic!("a umask and another user at once are not supported"),
         };
         cmd.arg(tree.root())
             .args(["--port", "0", "--workers", &workers.to_string()]);

@@ -77,6 +77,22 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "chaos",
         "mixes malformed frames and lease-holder crashes into its fault plan",
     ),
+    (
+        "spawn-failure",
+        "a refused fork is per spawn here; the real OS refuses by a per-user process limit: tests/io_faults.rs lowers RLIMIT_NPROC under a throwaway user",
+    ),
+    (
+        "control-channel",
+        "short writes and a failing write on a live worker's control channel cannot be injected from outside the processes",
+    ),
+    (
+        "accept-emfile",
+        "EMFILE is made for real in tests/io_faults.rs (a worker's descriptor limit lowered with prlimit)",
+    ),
+    (
+        "upload-io-faults",
+        "an upload workload: a full tmpfs is tests/io_faults.rs; a failing rename cannot be made from outside",
+    ),
 ];
 
 /// Spawns the behaviour table covers: later spawns, slots and generations are healthy
@@ -165,6 +181,8 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
     type Answer = (Result<Value, String>, Duration);
     let mut statuses: Vec<(Duration, JoinHandle<Answer>)> = Vec::new();
     let mut fault_times: Vec<Duration> = Vec::new();
+    // Workers a hang fault stopped: a clock jump's resume must not continue them.
+    let mut hung: BTreeSet<u32> = BTreeSet::new();
     let mut stop_sent: Option<Duration> = None;
     let mut parent_killed: Option<Duration> = None;
     loop {
@@ -196,6 +214,7 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                             let ready = live_workers(status.as_ref(), true);
                             if let Some(&pid) = pick_one(&ready, pick) {
                                 signal_pid(pid, Sig::STOP);
+                                hung.insert(pid);
                                 o.hangs_injected += 1;
                                 // The parent's clock when it was last asked: no later
                                 // than the stop, so a bound counted from it is strict.
@@ -215,6 +234,33 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                                 signal_pid(pid, Sig::CONT);
                             });
                             log.push(format!("{now:?}: SIGSTOP parent for {real:?}"));
+                        }
+                        Fault::ClockJump(duration) => {
+                            // The whole service stops, as in a VM pause: the parent and
+                            // every worker. They continue together, the parent first
+                            // (its deadlines long past, nothing to read yet); a worker a
+                            // hang fault stopped stays stopped.
+                            let frozen: Vec<u32> = live_workers(status.as_ref(), false)
+                                .into_iter()
+                                .filter(|p| !hung.contains(p))
+                                .collect();
+                            signal_pid(server.pid, Sig::STOP);
+                            for &pid in &frozen {
+                                signal_pid(pid, Sig::STOP);
+                            }
+                            let (parent, real) = (server.pid, scale(duration));
+                            std::thread::spawn(move || {
+                                std::thread::sleep(real);
+                                signal_pid(parent, Sig::CONT);
+                                for pid in frozen {
+                                    signal_pid(pid, Sig::CONT);
+                                }
+                            });
+                            o.clock_jumps
+                                .push((virtual_ms(now), duration.as_millis() as u64));
+                            log.push(format!(
+                                "{now:?}: SIGSTOP the parent and its workers for {real:?}"
+                            ));
                         }
                         Fault::CrashParent => {
                             let live = live_workers(status.as_ref(), false);
@@ -535,6 +581,8 @@ fn fault_text(b: &Behavior) -> Option<String> {
         Behavior::CrashAfterRequests(k) => format!("crash-after-requests={k}"),
         Behavior::WedgedDrain => "wedged-drain".into(),
         Behavior::ExitDuringDrain => "exit-during-drain".into(),
+        // The parent's fork fails: nothing a worker could do to itself.
+        Behavior::SpawnFails(_) => panic!("a refused spawn cannot be driven (see NOT_DRIVEN)"),
     })
 }
 

@@ -63,6 +63,7 @@ fn without_xdg_runtime_dir_the_socket_is_0600_in_a_0700_directory_of_ours() {
     let launch = Launch {
         default_socket: true,
         umask: Some(0),
+        ..Launch::default()
     };
     let server = Server::launch(&tree, 1, FAST, &env_refs(&env), &launch);
     server.wait_ready(1, Duration::from_secs(20));

@@ -1,7 +1,10 @@
 //! Real I/O faults the OS lets a test make, against the real binary: a file system that
 //! fills up during an upload (a small tmpfs, mounted by the test when it runs as root),
-//! and a worker out of file descriptors (its limit lowered with `prlimit`). Each must end
-//! in a clear answer with nothing left behind, and the service must go on afterwards.
+//! a worker out of file descriptors (its limit lowered with `prlimit`), a parent the OS
+//! refuses new processes (`RLIMIT_NPROC`, under a throwaway user since root is exempt),
+//! and a whole service frozen past the heartbeat timeout (every process stopped, then
+//! continued: what a VM pause or host suspend looks like to it). Each must end the way
+//! the core decides, with nothing left behind.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -172,5 +175,222 @@ fn a_worker_out_of_descriptors_waits_without_spinning_and_serves_again() {
         worker_pids(&after),
         vec![worker],
         "the worker was never replaced"
+    );
+}
+
+fn have_prlimit() -> bool {
+    Command::new("prlimit").arg("--version").output().is_ok()
+}
+
+/// `prlimit --pid PID SETTING` as `user`: the process's own user may lower its limits and
+/// raise a soft limit back up to the hard one, which is all these tests do (changing
+/// another user's limits takes CAP_SYS_RESOURCE, which a container's root may lack).
+fn prlimit_as(user: &OtherUser, pid: u32, setting: &str) {
+    let out = user
+        .command("prlimit")
+        .args(["--pid", &pid.to_string(), setting])
+        .output()
+        .expect("prlimit");
+    assert!(
+        out.status.success(),
+        "prlimit --pid {pid} {setting}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The hard `RLIMIT_NPROC` of `pid`, as `/proc/PID/limits` shows it (a number or
+/// `unlimited`, both of which prlimit takes).
+fn hard_nproc(pid: u32) -> String {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max processes"))
+        .expect("a process limit");
+    line.split_whitespace()
+        .nth(3)
+        .expect("hard limit")
+        .to_owned()
+}
+
+/// A throwaway user and a tree it may use, for `RLIMIT_NPROC`: root is exempt from it, so
+/// the parent runs as this user. `None` (after saying why) when that cannot be done here.
+fn unprivileged(test: &str) -> Option<(OtherUser, Tree)> {
+    if !have_prlimit() {
+        eprintln!("skipped: {test}: prlimit (util-linux) is not installed");
+        return None;
+    }
+    let user = match OtherUser::create() {
+        Ok(user) => user,
+        Err(reason) => {
+            eprintln!(
+                "skipped: {test}: the parent must run as a user without CAP_SYS_RESOURCE: {reason}"
+            );
+            return None;
+        }
+    };
+    let tree = Tree::new(test);
+    // The control socket goes in the tree's directory.
+    std::os::unix::fs::chown(&tree.dir, Some(user.uid), Some(user.gid)).expect("chown");
+    Some((user, tree))
+}
+
+fn ready_pids(status: &serde_json::Value) -> Vec<u32> {
+    status["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["state"] == "ready" && w["role"] == "member")
+        .filter_map(|w| w["pid"].as_u64().map(|p| p as u32))
+        .collect()
+}
+
+fn refused_spawn(status: &serde_json::Value) -> bool {
+    let message = status["last_failure"]["message"].as_str().unwrap_or("");
+    message.contains("could not spawn") && message.contains("Resource temporarily unavailable")
+}
+
+#[test]
+fn a_refused_fork_is_retried_with_backoff_and_the_slot_refills_once_the_limit_is_raised() {
+    let test = "nproc-recover";
+    let Some((user, tree)) = unprivileged(test) else {
+        return;
+    };
+    let mut args = FAST.to_vec();
+    args.extend(["--worker-restart-limit", "20"]);
+    let launch = Launch {
+        user: Some((user.uid, user.gid)),
+        ..Launch::default()
+    };
+    let server = Server::launch(&tree, 2, &args, &[], &launch);
+    let (status, _) = server.wait_ready(2, Duration::from_secs(20));
+    let (victim, other) = (worker_pids(&status)[0], worker_pids(&status)[1]);
+    // Not one more process for this user: every fork the parent tries fails with EAGAIN
+    // (its workers keep the limit they were started with). The soft limit only, so that
+    // it can be raised again.
+    prlimit_as(&user, server.pid, "--nproc=1:");
+    let killed = std::time::Instant::now();
+    signal_pid(victim, Sig::KILL);
+    // The crash, then two refused spawns: three restarts, each after its backoff.
+    let (refused, took) = wait_until(Duration::from_secs(10), "two refused spawns", || {
+        let s = server.status();
+        (s["restarts"].as_u64()? >= 3 && refused_spawn(&s)).then_some(s)
+    });
+    assert_eq!(ready_pids(&refused), vec![other], "{refused}");
+    assert_eq!(refused["state"], "ready", "{refused}");
+    let hard = hard_nproc(server.pid);
+    prlimit_as(&user, server.pid, &format!("--nproc={hard}:"));
+    let (after, refilled) = server.wait_ready(2, BACKOFF_INITIAL * 64 + START_MARGIN);
+    let pids = ready_pids(&after);
+    assert!(pids.contains(&other) && !pids.contains(&victim), "{after}");
+    eprintln!(
+        "MEASURED RLIMIT_NPROC: kill -9 → {} restarts ({}) in {took:?}; limit raised → 2 ready in {refilled:?} more ({:?} in all)",
+        refused["restarts"],
+        refused["last_failure"]["message"],
+        killed.elapsed()
+    );
+    drop(server);
+}
+
+#[test]
+fn refused_forks_past_the_restart_limit_fail_the_service_naming_the_error() {
+    let test = "nproc-limit";
+    let Some((user, tree)) = unprivileged(test) else {
+        return;
+    };
+    let launch = Launch {
+        user: Some((user.uid, user.gid)),
+        ..Launch::default()
+    };
+    let mut server = Server::launch(&tree, 2, FAST, &[], &launch);
+    let (status, _) = server.wait_ready(2, Duration::from_secs(20));
+    prlimit_as(&user, server.pid, "--nproc=1:");
+    let victim = worker_pids(&status)[0];
+    signal_pid(victim, Sig::KILL);
+    let (refused, _) = wait_until(Duration::from_secs(10), "a refused spawn", || {
+        server
+            .ctl(&serde_json::json!({"cmd": "status"}))
+            .ok()
+            .and_then(|mut s| {
+                let s = s["status"].take();
+                refused_spawn(&s).then_some(s)
+            })
+    });
+    // The crash and five refused replacements: the limit (5) is exceeded at the fifth,
+    // after 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s of backoff; the other worker then drains.
+    let bound = BACKOFF_INITIAL * 31 + DRAIN_TIMEOUT + FORCE_TIMEOUT + START_MARGIN;
+    let (exit, took) = server.wait_exit(bound);
+    let stderr = server.stderr();
+    eprintln!(
+        "MEASURED RLIMIT_NPROC past the restart limit: exit {:?} {took:?} after the start (bound {bound:?}); first seen: {}",
+        exit.code(),
+        refused["last_failure"]["message"]
+    );
+    assert_eq!(exit.code(), Some(4), "{stderr}");
+    let failed = stderr
+        .lines()
+        .find(|l| l.contains("servery: service failed (restart_limit_exceeded)"))
+        .unwrap_or_else(|| panic!("no service failure line in:\n{stderr}"));
+    assert!(
+        failed.contains("could not spawn") && failed.contains("Resource temporarily unavailable"),
+        "{failed}"
+    );
+}
+
+#[test]
+fn a_frozen_service_replaces_no_worker_and_still_catches_one_that_hung_before() {
+    const WORKERS: usize = 3;
+    let tree = Tree::new("freeze");
+    let server = Server::start(&tree, WORKERS as u32, FAST, &[]);
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    let pids = worker_pids(&status);
+    let (healthy, hung) = (&pids[..2], pids[2]);
+    signal_pid(hung, Sig::STOP);
+    std::thread::sleep(Duration::from_millis(300));
+    // The whole service stops for twice the heartbeat timeout, as in a VM pause: nobody
+    // beats, nobody listens.
+    signal_pid(server.pid, Sig::STOP);
+    for &pid in healthy {
+        signal_pid(pid, Sig::STOP);
+    }
+    std::thread::sleep(HEARTBEAT_TIMEOUT * 2);
+    // The parent runs first, every heartbeat deadline long past and nothing to read; the
+    // workers a moment later.
+    signal_pid(server.pid, Sig::CONT);
+    let resumed = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(100));
+    for &pid in healthy {
+        signal_pid(pid, Sig::CONT);
+    }
+    let bound = HEARTBEAT_TIMEOUT + FORCE_TIMEOUT + BACKOFF_INITIAL + START_MARGIN;
+    let (after, took) = wait_until(bound, "the hung worker replaced", || {
+        let s = server.status();
+        let ready = ready_pids(&s);
+        (ready.len() == WORKERS && !ready.contains(&hung)).then_some(s)
+    });
+    let ready = ready_pids(&after);
+    assert!(
+        healthy.iter().all(|p| ready.contains(p)),
+        "a worker frozen with the parent was replaced: {after}"
+    );
+    assert!(!alive(hung), "the hung worker was killed");
+    assert_eq!(after["restarts"], 1, "{after}");
+    assert_eq!(after["last_failure"]["reason"], "health_failure", "{after}");
+    let paused = after["not_running_ms"].as_u64().unwrap_or(0);
+    assert!(
+        paused >= 2000,
+        "the parent noticed only {paused} ms of not running: {after}"
+    );
+    assert!(
+        server
+            .stderr()
+            .contains("the parent woke this long after its deadline"),
+        "{}",
+        server.stderr()
+    );
+    let (code, body) = http_get(server.addr, "/hello.txt").expect("serving");
+    assert_eq!((code, body.as_slice()), (200, HELLO));
+    eprintln!(
+        "MEASURED frozen 3 s: the parent noticed {paused} ms; the worker hung before was replaced {took:?} after the resume ({:?} since); no other restart",
+        resumed.elapsed()
     );
 }

@@ -85,6 +85,7 @@ driven! {
     reload_invalid => "reload-invalid";
     parent_death => "parent-death";
     parent_stall => "parent-stall";
+    clock_jump => "clock-jump";
 }
 
 #[test]

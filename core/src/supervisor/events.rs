@@ -13,9 +13,23 @@ impl Supervisor {
                 }
             }
             Event::SpawnFailed { worker, error } => {
+                // The host refused the process (EAGAIN, ENOMEM): a startup failure of a
+                // worker that never existed, reaped at once. Unless it was already being
+                // ended, it is the last failure status shows, with the host's words.
                 if let Some(w) = self.workers.get_mut(&worker) {
-                    w.error = Some(format!("could not spawn: {error}"));
-                    w.ending.get_or_insert(ExitReason::StartupFailure);
+                    let message = format!("could not spawn: {error}");
+                    w.error = Some(message.clone());
+                    if w.ending.is_none() {
+                        w.ending = Some(ExitReason::StartupFailure);
+                        self.last_failure = Some(FailureRecord {
+                            worker,
+                            slot: w.slot,
+                            generation: w.generation,
+                            reason: ExitReason::StartupFailure,
+                            message,
+                            at: now,
+                        });
+                    }
                     self.reaped(now, worker, None);
                 }
             }

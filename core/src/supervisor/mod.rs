@@ -16,6 +16,7 @@ mod status;
 mod stop;
 mod timers;
 mod types;
+mod watch;
 mod worker;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -90,6 +91,8 @@ pub struct Supervisor {
     recent_exits: VecDeque<ExitRecord>,
     stopping: Option<i32>,
     exit_sent: bool,
+    /// Time the parent noticed it did not run, summed (decision 0017).
+    not_running: core::time::Duration,
     actions: VecDeque<Action>,
 }
 
@@ -115,6 +118,7 @@ impl Supervisor {
             recent_exits: VecDeque::new(),
             stopping: None,
             exit_sent: false,
+            not_running: core::time::Duration::ZERO,
             actions: VecDeque::new(),
         }
     }

@@ -29,6 +29,7 @@ impl Supervisor {
         self.next_worker += 1;
         let policy = config.recovery();
         let mut worker = Worker::new(id, slot, generation, role, now);
+        worker.heartbeat_interval = policy.heartbeat_interval();
         worker.heartbeat_timeout = policy.heartbeat_timeout();
         worker.start_timeout = policy.worker_start_timeout();
         self.workers.insert(id, worker);

@@ -29,8 +29,8 @@ impl Supervisor {
     pub(super) fn worker_deadline(&self, w: &Worker) -> Option<Instant> {
         let beat = Some(w.last_beat + w.heartbeat_timeout);
         match w.state {
-            WorkerState::Spawning => Some(w.spawned_at + w.start_timeout),
-            WorkerState::Prepared => earliest(Some(w.spawned_at + w.start_timeout), beat),
+            WorkerState::Spawning => Some(w.start_deadline()),
+            WorkerState::Prepared => earliest(Some(w.start_deadline()), beat),
             WorkerState::Ready => {
                 let age = (w.role == Role::Member
                     && w.recycle_due.is_none()
@@ -61,7 +61,7 @@ impl Supervisor {
             };
             match w.state {
                 WorkerState::Spawning | WorkerState::Prepared
-                    if w.ending.is_none() && now >= w.spawned_at + w.start_timeout =>
+                    if w.ending.is_none() && now >= w.start_deadline() =>
                 {
                     let msg = format!(
                         "not ready within worker_start_timeout ({:?})",

@@ -70,8 +70,12 @@ pub struct Worker {
     /// The worker's own words about why it failed, or the supervisor's.
     pub error: Option<String>,
     /// Timings of the configuration it was spawned under.
+    pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
     pub start_timeout: Duration,
+    /// Time the parent did not run while this worker lived (decision 0017): it extends
+    /// the start deadline, as it is not counted in any heartbeat silence.
+    pub not_running: Duration,
 }
 
 impl Worker {
@@ -98,9 +102,17 @@ impl Worker {
             kill_at: None,
             kill_sent: false,
             error: None,
+            heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(5),
             start_timeout: Duration::from_secs(30),
+            not_running: Duration::ZERO,
         }
+    }
+
+    /// When it must be ready by (`worker_start_timeout`, plus any time the parent did not
+    /// run meanwhile).
+    pub fn start_deadline(&self) -> Instant {
+        self.spawned_at + self.start_timeout + self.not_running
     }
 
     pub fn before_ready(&self) -> bool {

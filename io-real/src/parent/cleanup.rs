@@ -4,15 +4,71 @@
 //! them, so the parent deletes them, anywhere under the served root.
 //!
 //! The walk visits every directory under the root once, without following symlinks, on
-//! the blocking pool. On a small tree that is well under the one-second bound the tests
+//! the parent's cleanup thread ([`Cleaner`]). On a small tree that is well under the one-second bound the tests
 //! hold it to; on a very large tree it costs what a `find` would, once per dead worker.
 //! Partial (resumable) uploads, `.servery-partial-*`, are not touched: they belong to
 //! the client, not the worker, and another worker resumes them (decision 0004).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Sender, channel};
+use std::thread::JoinHandle;
 
 use servery_core::WorkerId;
+
+/// The thread that deletes dead workers' temporary files: the driver hands it a worker and
+/// goes on. It is started with the parent, once, because a host at its process limit
+/// (`RLIMIT_NPROC`) refuses new threads exactly when workers die and cannot be replaced:
+/// a thread started on demand (the runtime's blocking pool) failed there, and its panic
+/// took the driver thread down with it (`tests/io_faults.rs` caught it). Dropping the
+/// cleaner lets it finish what it was handed.
+#[derive(Debug)]
+pub struct Cleaner {
+    tx: Option<Sender<WorkerId>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Cleaner {
+    pub fn start(root: PathBuf) -> io::Result<Cleaner> {
+        let (tx, rx) = channel::<WorkerId>();
+        let thread = std::thread::Builder::new()
+            .name("servery-cleanup".into())
+            .spawn(move || {
+                for worker in rx {
+                    match remove_worker_temp_files(&root, worker) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            tracing::info!(%worker, files = n, "removed the worker's temporary files")
+                        }
+                        Err(e) => {
+                            tracing::warn!(%worker, error = %e, "cannot remove the worker's temporary files")
+                        }
+                    }
+                }
+            })?;
+        Ok(Cleaner {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Delete `worker`'s temporary files, soon.
+    pub fn clean(&self, worker: WorkerId) {
+        if let Some(tx) = &self.tx {
+            // Only fails once the thread is gone, which only dropping the cleaner does.
+            let _ = tx.send(worker);
+        }
+    }
+}
+
+impl Drop for Cleaner {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 /// Directories deeper than this under the root are not searched (a symlink-free tree
 /// that deep is pathological, and the walk must end).

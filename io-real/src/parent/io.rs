@@ -9,7 +9,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SendError, Sender, TryRecvError};
@@ -28,7 +27,7 @@ use servery_core::{Generation, Instant, RawConfig, ReloadId, Slot, ValidConfig, 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use super::cleanup::remove_worker_temp_files;
+use super::cleanup::Cleaner;
 use super::spawn::{Launcher, WorkerStart};
 use super::status::{ServiceInfo, status_json};
 use crate::clock::Clock;
@@ -126,19 +125,24 @@ pub struct RealIo {
     inbox: VecDeque<Event>,
     listeners: Vec<TcpListener>,
     launcher: Launcher,
+    cleaner: Cleaner,
     channels: HashMap<WorkerId, Channel>,
     /// Live process groups; an entry goes when its worker is reaped, so a recycled pid
     /// is never signalled.
     pids: HashMap<WorkerId, u32>,
     control: Arc<ControlState>,
     info: ServiceInfo,
-    root: PathBuf,
     status_waiters: Vec<oneshot::Sender<Value>>,
     /// Who waits for each reload's answer, by the id the core names it with.
     reloads: HashMap<ReloadId, ReloadReply>,
     next_reload: u64,
     announced_ready: bool,
+    /// The core's `time_not_running` at the last step.
+    not_running_seen: core::time::Duration,
 }
+
+/// A late wake worth a log line: more than scheduling noise.
+const NOT_RUNNING_WORTH_A_LINE: core::time::Duration = core::time::Duration::from_millis(100);
 
 /// Everything [`RealIo::new`] needs.
 #[derive(Debug)]
@@ -148,9 +152,9 @@ pub struct RealIoParts {
     pub poll: DriverPoll,
     pub listeners: Vec<TcpListener>,
     pub launcher: Launcher,
+    pub cleaner: Cleaner,
     pub control: Arc<ControlState>,
     pub info: ServiceInfo,
-    pub root: PathBuf,
 }
 
 impl RealIo {
@@ -164,15 +168,16 @@ impl RealIo {
             inbox: VecDeque::new(),
             listeners: p.listeners,
             launcher: p.launcher,
+            cleaner: p.cleaner,
             channels: HashMap::new(),
             pids: HashMap::new(),
             control: p.control,
             info: p.info,
-            root: p.root,
             status_waiters: Vec::new(),
             reloads: HashMap::new(),
             next_reload: 0,
             announced_ready: false,
+            not_running_seen: core::time::Duration::ZERO,
         }
     }
 
@@ -274,12 +279,7 @@ impl RealIo {
             // Closing our end is what a lingering descendant of the worker sees as EOF.
             let _ = self.poll.poll.registry().deregister(&mut channel.stream);
         }
-        let root = self.root.clone();
-        self.rt.spawn_blocking(move || match remove_worker_temp_files(&root, worker) {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(%worker, files = n, "removed the worker's temporary files"),
-            Err(e) => tracing::warn!(%worker, error = %e, "cannot remove the worker's temporary files"),
-        });
+        self.cleaner.clean(worker);
     }
     /// Read everything the worker's channel holds now, queueing its messages (and its
     /// end, if it ended) in order.
@@ -367,6 +367,7 @@ impl RealIo {
         let Some(channel) = self.channels.get_mut(&worker) else {
             return;
         };
+        let mut broken = None;
         while !channel.out.is_empty() {
             match channel.stream.write(&channel.out) {
                 Ok(n) => {
@@ -374,12 +375,29 @@ impl RealIo {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    // The worker is gone; its reap follows.
+                Err(e) => {
                     channel.out.clear();
+                    broken = Some(e);
                 }
             }
         }
+        if let Some(e) = broken {
+            // EPIPE / ECONNRESET: the channel is broken, and a worker we cannot reach is
+            // gone, as the core decides for a channel's end (revoke its grants, end it if
+            // nobody asked it to end). What it wrote before is read out first, in order.
+            tracing::warn!(%worker, error = %e, "cannot write to the worker's control channel");
+            self.read_channel(worker);
+            if let Some(channel) = self.channels.get_mut(&worker)
+                && !channel.read_closed
+            {
+                channel.read_closed = true;
+                self.inbox.push_back(Event::ChannelClosed { worker });
+            }
+            return;
+        }
+        let Some(channel) = self.channels.get_mut(&worker) else {
+            return;
+        };
         let wanted = !channel.out.is_empty();
         if wanted != channel.awaits_room {
             let interest = if wanted {
@@ -560,6 +578,15 @@ impl ParentIo for RealIo {
     fn write_log(&mut self, _now: Instant, _batch: Vec<String>) {}
 
     fn observe(&mut self, now: Instant, parent: &Parent) {
+        let not_running = parent.supervisor().time_not_running();
+        let late = not_running.saturating_sub(self.not_running_seen);
+        self.not_running_seen = not_running;
+        if late >= NOT_RUNNING_WORTH_A_LINE {
+            tracing::warn!(
+                ?late,
+                "the parent woke this long after its deadline (a frozen or stopped host); that time is not counted as any worker's silence"
+            );
+        }
         if cfg!(debug_assertions)
             && let Err(e) = parent.check_invariants()
         {

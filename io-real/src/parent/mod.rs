@@ -27,6 +27,7 @@ pub use status::{config_text, status_text};
 use crate::cli::{Cli, ServeArgs};
 use crate::clock::Clock;
 use crate::{EXIT_CONFIG, EXIT_RUNTIME, knobs};
+use cleanup::Cleaner;
 use control::{ControlContext, ControlError, Reparse, SocketFile};
 use host::{Host, Signals};
 use io::{ControlState, DriverPoll, RealIo, RealIoParts};
@@ -224,6 +225,7 @@ fn serve(
     );
 
     let launcher = Launcher::new(exe, root.clone(), site.worker, args.upload.clone());
+    let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let mut real = RealIo::new(RealIoParts {
         clock,
@@ -231,6 +233,7 @@ fn serve(
         poll,
         listeners,
         launcher,
+        cleaner,
         control: state,
         info: ServiceInfo {
             pid: std::process::id(),
@@ -238,7 +241,6 @@ fn serve(
             control_socket: socket_path.display().to_string(),
             root: root.display().to_string(),
         },
-        root,
     });
     let start = clock.now();
     match servery_core::driver::run(&mut parent, &mut real, start) {

@@ -32,6 +32,9 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
     let extra = json!({
         "pid": info.pid,
         "uptime_ms": at_ms(now),
+        // Time the parent noticed it did not run (a frozen host, a stopped parent): not
+        // counted as any worker's silence (decision 0017).
+        "not_running_ms": ms(parent.supervisor().time_not_running()),
         "listen": info.urls,
         "root": info.root,
         "control_socket": info.control_socket,
@@ -238,6 +241,17 @@ pub fn status_text(v: &Value) -> String {
             f("role"),
             f("requests"),
             age as f64 / 1000.0
+        );
+    }
+    if let Some(paused) = v
+        .get("not_running_ms")
+        .and_then(Value::as_u64)
+        .filter(|&ms| ms > 0)
+    {
+        let _ = writeln!(
+            out,
+            "the parent did not run for {:.1}s in all (a frozen or stopped host); not counted as worker silence",
+            paused as f64 / 1000.0
         );
     }
     if let Some(b) = v.get("broker").filter(|b| !b.is_null()) {

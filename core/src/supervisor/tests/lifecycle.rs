@@ -331,3 +331,64 @@ fn reason_codes_and_what_counts_against_the_limit() {
     assert_eq!(WorkerId(4).to_string(), "w4");
     assert_eq!(Slot(4).to_string(), "s4");
 }
+
+#[test]
+fn a_refused_spawn_is_a_startup_failure_that_status_names() {
+    // In the first generation it fails the service before it was ever ready.
+    let mut h = harness(Platform::Posix, |_| {});
+    let acts = h.on(Event::Start);
+    assert_eq!(spawns(&acts), 2);
+    let error = "cannot start servery: Resource temporarily unavailable (os error 11)";
+    let acts = h.on(Event::SpawnFailed {
+        worker: WorkerId(2),
+        error: error.into(),
+    });
+    let failed = acts.iter().find_map(|a| match a {
+        Action::ServiceFailed { reason, message } => Some((*reason, message.clone())),
+        _ => None,
+    });
+    let (reason, message) = failed.expect("the service fails");
+    assert_eq!(reason, FailureReason::StartupFailure);
+    assert!(
+        message.contains(&format!("could not spawn: {error}")),
+        "{message}"
+    );
+    let last = h.sup.last_failure().expect("a last failure");
+    assert_eq!(
+        (last.worker, last.reason),
+        (WorkerId(2), ExitReason::StartupFailure)
+    );
+    assert_eq!(
+        exit_reason(&h, WorkerId(2)),
+        Some(ExitReason::StartupFailure)
+    );
+
+    // After the first commit, a refused replacement is a restart of its slot, retried
+    // after the next backoff.
+    let mut h = harness(Platform::Posix, |r| {
+        r.recovery.restart_backoff_initial = 1.0;
+        r.recovery.restart_backoff_max = 10.0;
+    });
+    let ws = h.start();
+    h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    let acts = h.advance(Duration::from_secs(1));
+    assert_eq!(spawns(&acts), 1, "{acts:?}");
+    let acts = h.on(Event::SpawnFailed {
+        worker: WorkerId(3),
+        error: error.into(),
+    });
+    assert_eq!(spawns(&acts), 0, "not at once: {acts:?}");
+    let last = h.sup.last_failure().expect("a last failure");
+    assert_eq!(
+        (last.worker, last.reason),
+        (WorkerId(3), ExitReason::StartupFailure)
+    );
+    assert!(last.message.contains("could not spawn"), "{}", last.message);
+    assert_eq!(h.sup.status(h.now).restarts, 2);
+    assert_eq!(spawns(&h.advance(Duration::from_millis(1999))), 0);
+    assert_eq!(spawns(&h.advance(Duration::from_millis(1))), 1, "after 2 s");
+    assert_eq!(h.sup.state(), ServiceState::Ready);
+}
