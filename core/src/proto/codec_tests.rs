@@ -1,0 +1,206 @@
+//! The codec round-trips every message, rejects malformed frames, and never panics.
+
+use super::*;
+use proptest::prelude::*;
+
+fn key() -> impl Strategy<Value = TargetKey> {
+    (any::<u64>(), any::<u64>(), ".{0,12}").prop_map(|(d, i, n)| TargetKey {
+        dir_device: d,
+        dir_inode: i,
+        name: n,
+    })
+}
+
+fn request() -> impl Strategy<Value = BrokerRequest> {
+    prop_oneof![
+        any::<u64>().prop_map(|bytes| BrokerRequest::ReserveUpload { bytes }),
+        any::<u128>().prop_map(|i| BrokerRequest::ReleaseLease { id: LeaseId(i) }),
+        key().prop_map(|key| BrokerRequest::AcquireLease { key }),
+        (key(), any::<u64>()).prop_map(|(key, bytes)| BrokerRequest::ReservePartial { key, bytes }),
+        (
+            ".{0,20}",
+            any::<bool>(),
+            ".{0,8}",
+            any::<bool>(),
+            any::<u64>()
+        )
+            .prop_map(|(resource, inf, owner, exclusive, timeout_ms)| {
+                BrokerRequest::DavLock {
+                    resource,
+                    depth: if inf {
+                        DavDepth::Infinity
+                    } else {
+                        DavDepth::Zero
+                    },
+                    owner,
+                    exclusive,
+                    timeout_ms,
+                }
+            }),
+        ".{0,40}".prop_map(|record| BrokerRequest::AppendLog { record }),
+    ]
+}
+
+fn worker_message() -> impl Strategy<Value = WorkerMessage> {
+    prop_oneof![
+        Just(WorkerMessage::Prepared),
+        Just(WorkerMessage::Ready),
+        ".{0,30}".prop_map(|error| WorkerMessage::StartupFailed { error }),
+        (any::<u64>(), any::<u32>()).prop_map(|(requests, connections)| {
+            WorkerMessage::Heartbeat {
+                requests,
+                connections,
+            }
+        }),
+        (any::<u64>(), request()).prop_map(|(id, request)| WorkerMessage::Broker { id, request }),
+    ]
+}
+
+fn reply() -> impl Strategy<Value = BrokerReply> {
+    prop_oneof![
+        (any::<u128>(), any::<u64>()).prop_map(|(i, e)| BrokerReply::Granted {
+            id: LeaseId(i),
+            expires_in_ms: e
+        }),
+        Just(BrokerReply::Released),
+        Just(BrokerReply::Rejected(Rejection::Saturated)),
+        prop::collection::vec((any::<u128>(), ".{0,10}"), 0..4).prop_map(|v| {
+            BrokerReply::Locks(
+                v.into_iter()
+                    .map(|(t, r)| DavLockInfo {
+                        token: LeaseId(t),
+                        resource: r,
+                        depth: DavDepth::Zero,
+                        owner: String::new(),
+                        exclusive: true,
+                        expires_in_ms: 5,
+                        generation: Generation(2),
+                    })
+                    .collect(),
+            )
+        }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn worker_messages_round_trip_across_any_split(msgs in prop::collection::vec(worker_message(), 1..8), split in any::<prop::sample::Index>()) {
+        let mut bytes = Vec::new();
+        for m in &msgs { encode_worker(m, &mut bytes).expect("small messages fit"); }
+        let cut = split.index(bytes.len() + 1);
+        let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+        let mut got = Vec::new();
+        dec.push(&bytes[..cut]);
+        while let Some(m) = dec.next_worker_message().expect("valid") { got.push(m); }
+        dec.push(&bytes[cut..]);
+        while let Some(m) = dec.next_worker_message().expect("valid") { got.push(m); }
+        prop_assert_eq!(got, msgs);
+        prop_assert_eq!(dec.buffered(), 0);
+    }
+
+    #[test]
+    fn parent_replies_round_trip(id in any::<u64>(), reply in reply()) {
+        let msg = ParentMessage::Broker { id, reply };
+        let mut bytes = Vec::new();
+        encode_parent(&msg, &mut bytes).expect("small replies fit");
+        let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+        dec.push(&bytes);
+        prop_assert_eq!(dec.next_parent_message().expect("valid"), Some(msg));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let mut dec = FrameDecoder::new(1024);
+        dec.push(&bytes);
+        for _ in 0..10 {
+            match dec.next_worker_message() {
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+}
+
+#[test]
+fn the_default_limit_admits_large_records_and_the_decoder_refuses_larger() {
+    let record = "x".repeat(200 * 1024);
+    let msg = WorkerMessage::Broker {
+        id: 1,
+        request: BrokerRequest::AppendLog { record },
+    };
+    let mut bytes = Vec::new();
+    encode_worker(&msg, &mut bytes).expect("fits");
+    let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+    dec.push(&bytes);
+    assert_eq!(dec.next_worker_message().expect("fits"), Some(msg));
+    let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+    dec.push(&(MAX_FRAME_DEFAULT as u32 + 1).to_be_bytes());
+    assert!(dec.next_worker_message().is_err());
+}
+
+#[test]
+fn long_streams_compact_without_losing_a_frame() {
+    let beat = |n| WorkerMessage::Heartbeat {
+        requests: n,
+        connections: 1,
+    };
+    let mut bytes = Vec::new();
+    for n in 0..6000 {
+        encode_worker(&beat(n), &mut bytes).expect("a heartbeat fits");
+    }
+    // Everything but the last 5 bytes in one push: compaction happens with a
+    // partial frame left in the buffer.
+    let cut = bytes.len() - 5;
+    let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+    dec.push(&bytes[..cut]);
+    let mut got = 0u64;
+    while let Some(m) = dec.next_worker_message().expect("valid") {
+        assert_eq!(m, beat(got));
+        got += 1;
+    }
+    assert_eq!(got, 5999);
+    assert!(
+        dec.buf.len() < 64 * 1024,
+        "consumed bytes were compacted away ({})",
+        dec.buf.len()
+    );
+    dec.push(&bytes[cut..]);
+    assert_eq!(dec.next_worker_message().expect("valid"), Some(beat(5999)));
+    assert_eq!(dec.buffered(), 0);
+    dec.push(&bytes[..17]);
+    assert_eq!(
+        dec.buf.len(),
+        17,
+        "a fully consumed buffer is cleared by the next push"
+    );
+}
+
+#[test]
+fn oversized_and_malformed_frames_are_typed_errors_and_sticky() {
+    let mut dec = FrameDecoder::new(16);
+    dec.push(&100u32.to_be_bytes());
+    assert_eq!(
+        dec.next_worker_message(),
+        Err(ProtoError::FrameTooLarge { len: 100, max: 16 })
+    );
+    assert!(
+        dec.next_worker_message().is_err(),
+        "a failed stream stays failed"
+    );
+
+    let mut dec = FrameDecoder::new(16);
+    dec.push(&[0, 0, 0, 1, 0x99]);
+    assert_eq!(dec.next_worker_message(), Err(ProtoError::UnknownTag(0x99)));
+
+    let mut dec = FrameDecoder::new(16);
+    dec.push(&[0, 0, 0, 2, 0x41, 0]);
+    assert_eq!(dec.next_worker_message(), Err(ProtoError::TrailingBytes(1)));
+
+    let mut dec = FrameDecoder::new(64);
+    dec.push(&[0, 0, 0, 7, 0x42, 0, 0, 0, 2, 0xff, 0xfe]);
+    assert_eq!(dec.next_worker_message(), Err(ProtoError::InvalidUtf8));
+
+    let mut dec = FrameDecoder::new(64);
+    dec.push(&[0, 0, 0, 0]);
+    assert_eq!(dec.next_worker_message(), Err(ProtoError::EmptyFrame));
+}
