@@ -28,6 +28,10 @@ fn assert_nothing_left(server: &Server, pids: &BTreeSet<u32>) {
     assert!(refuses_connections(server), "nothing listens any more");
 }
 
+/// How soon before the SIGTERM a request may have been made whose connection was still
+/// queued, unaccepted, when the workers stopped accepting (measured: 0.14 ms).
+const QUEUED_AT_THE_STOP: Duration = Duration::from_millis(2);
+
 #[test]
 fn sigterm_stops_cleanly_leaving_no_process_listener_or_socket() {
     let tree = Tree::new("term");
@@ -36,6 +40,7 @@ fn sigterm_stops_cleanly_leaving_no_process_listener_or_socket() {
     let pids: BTreeSet<u32> = worker_pids(&status).into_iter().collect();
     let load = Load::start(server.addr, "/hello.txt", HELLO, 2);
     load.wait_for_more(100, Duration::from_secs(20));
+    let term = std::time::Instant::now();
     server.signal(Sig::TERM);
     let (code, _) = server.wait_exit(DRAIN_TIMEOUT + FORCE_TIMEOUT + Duration::from_secs(3));
     let report = load.stop();
@@ -46,6 +51,26 @@ fn sigterm_stops_cleanly_leaving_no_process_listener_or_socket() {
         report.failed
     );
     assert_eq!(code.code(), Some(0), "stderr:\n{}", server.stderr());
+    // A graceful stop: a request made before the SIGTERM is answered; only those made
+    // after it may fail, refused once the listeners closed. One exception, a race the
+    // workers leave open: a connection still in the listen queue when the last worker
+    // stops accepting is reset unanswered. That takes a request made within moments of
+    // the signal; one cut off while a worker served it started earlier.
+    let before: Vec<_> = report
+        .failed_starts
+        .iter()
+        .filter(|(start, _)| *start < term)
+        .map(|(start, what)| (term.duration_since(*start), what))
+        .collect();
+    if !before.is_empty() {
+        eprintln!("MEASURED made before the SIGTERM and reset: {before:?}");
+    }
+    assert!(
+        before
+            .iter()
+            .all(|(ago, what)| *ago < QUEUED_AT_THE_STOP && what.contains("reset")),
+        "requests made before the SIGTERM failed (how long before, why): {before:?}"
+    );
     assert_nothing_left(&server, &pids);
 }
 
