@@ -17,7 +17,10 @@ pub mod rng;
 mod trace;
 mod world;
 
-pub use outcome::{LogStats, Outcome, RequestStats, StatusAnswer, UploadStats, WorkerExit};
+pub use outcome::{
+    Injected, LogStats, Outcome, RequestStats, StatusAnswer, UploadEnd, UploadRecord, UploadStats,
+    WorkerExit,
+};
 pub use plan::{Behavior, BehaviorFn, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo, Workload};
 pub use world::SimWorld;
 

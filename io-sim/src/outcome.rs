@@ -1,6 +1,6 @@
 //! What a run produced, for the scenario's predicates.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use servery_core::supervisor::{ExitReason, FailureReason, Status};
 
@@ -43,6 +43,45 @@ pub struct LogStats {
     pub dropped_local: u64,
     pub lost_with_worker: u64,
     pub max_queue: usize,
+}
+
+/// How one upload ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadEnd {
+    Ok,
+    /// The target's lease was held by another upload.
+    Conflict,
+    /// A broker budget, table or the client's queue was full.
+    Saturated,
+    /// The broker could not be asked (parent gone, no answer in time).
+    FailedClosed,
+    /// In flight on a worker that died.
+    Lost,
+    /// A temp-file write failed with ENOSPC: 507.
+    NoSpace,
+    /// The publishing rename failed: 500.
+    IoError,
+}
+
+/// One upload, from its arrival at the listener to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadRecord {
+    pub target: u8,
+    /// When the client arrived (ms of virtual time).
+    pub started_ms: u64,
+    pub ended_ms: u64,
+    pub end: UploadEnd,
+}
+
+/// A fault that took effect: when, what, and on which worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injected {
+    pub at_ms: u64,
+    pub kind: FaultKind,
+    /// The worker it hit (`None` for the parent's own faults).
+    pub worker: Option<u64>,
+    /// The upload targets the worker held a lease on when it was hit.
+    pub targets: Vec<u8>,
 }
 
 /// A worker the parent reaped.
@@ -116,6 +155,15 @@ pub struct Outcome {
     pub parent_eof_exits: u64,
     /// Processes that misbehaved by design: (spawn index, kind), in spawn order.
     pub misbehaving: Vec<(u64, FaultKind)>,
+    /// Every planned fault that took effect, in order (a fault that found no victim is
+    /// not listed).
+    pub injected: Vec<Injected>,
+    /// Requests and uploads that failed on a misbehaving worker, by the kind of
+    /// misbehaviour that worker was charged with (the first, when two hit it). Sums to
+    /// `requests.failed_fault + uploads.failed_fault`.
+    pub failed_by_cause: BTreeMap<FaultKind, u64>,
+    /// Every upload that reached a worker or the listener, in the order they ended.
+    pub upload_log: Vec<UploadRecord>,
     /// Coverage labels reached (see [`crate::labels`] and the scenarios' goals).
     pub coverage: BTreeSet<&'static str>,
     pub events: u64,
@@ -126,6 +174,16 @@ pub struct Outcome {
 impl Outcome {
     pub fn failed_requests(&self) -> u64 {
         self.requests.failed_fault + self.requests.failed_forced
+    }
+
+    /// The fault kinds the run injected: planned faults that took effect and the
+    /// behaviours of processes that misbehaved by design.
+    pub fn injected_kinds(&self) -> BTreeSet<FaultKind> {
+        self.injected
+            .iter()
+            .map(|i| i.kind)
+            .chain(self.misbehaving.iter().map(|(_, k)| *k))
+            .collect()
     }
 }
 

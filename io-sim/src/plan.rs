@@ -105,6 +105,8 @@ pub struct Workload {
     pub service_ms: (u64, u64),
     /// Uploads per second (Poisson); 0 disables the write flow.
     pub upload_rate: f64,
+    /// A burst: uploads arrive at this rate instead until this point of the run.
+    pub upload_burst: Option<(f64, Duration)>,
     /// Uploads pick uniformly among this many targets.
     pub upload_targets: u8,
     /// Chunks per upload and time between chunks (ms).
@@ -124,6 +126,7 @@ impl Default for Workload {
             request_rate: 20.0,
             service_ms: (1, 20),
             upload_rate: 0.0,
+            upload_burst: None,
             upload_targets: 2,
             upload_chunks: 4,
             chunk_ms: (2, 30),
@@ -250,6 +253,23 @@ impl FaultKind {
         FaultKind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// Whether a worker misbehaving this way can fail requests it took: it served before
+    /// it misbehaved. A worker that fails or dies before READY never accepted one; the
+    /// parent's own faults fail nothing on a worker; a slow boot is no fault.
+    pub fn can_fail_requests(self) -> bool {
+        matches!(
+            self,
+            FaultKind::CrashWorker
+                | FaultKind::HangWorker
+                | FaultKind::MalformedFrame
+                | FaultKind::CrashLeaseHolder
+                | FaultKind::CrashAfterRequests
+                | FaultKind::WedgedDrain
+                | FaultKind::ExitDuringDrain
+                | FaultKind::ControlWriteFails
+        )
+    }
+
     /// The coverage label a run records when this kind's fault took effect and the
     /// service handled it (see [`crate::labels`]).
     pub fn goal(self) -> &'static str {
@@ -276,6 +296,16 @@ impl FaultKind {
             FaultKind::ClockJump => l::CLOCK_JUMP_NOTICED,
             FaultKind::DiskFull => l::UPLOAD_ENOSPC_CLEANED,
             FaultKind::RenameFails => l::RENAME_FAILED_CLEANED,
+        }
+    }
+}
+
+impl Workload {
+    /// The upload rate at `now`.
+    pub fn upload_rate_at(&self, now: Duration) -> f64 {
+        match self.upload_burst {
+            Some((rate, until)) if now < until => rate,
+            _ => self.upload_rate,
         }
     }
 }

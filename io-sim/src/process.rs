@@ -15,7 +15,8 @@ use servery_core::worker::WorkerLifecycle;
 use servery_core::{Instant, LeaseId, ValidConfig, WorkerId};
 
 use crate::labels;
-use crate::plan::Behavior;
+use crate::outcome::{UploadEnd, UploadRecord};
+use crate::plan::{Behavior, FaultKind};
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +30,7 @@ pub(crate) enum Stage {
 pub(crate) struct Upload {
     target: u8,
     writer: u64,
+    arrived_ms: u64,
     stage: Stage,
     reservation: Option<LeaseId>,
     lease: Option<LeaseId>,
@@ -52,7 +54,9 @@ pub(crate) struct Proc {
     pub alive: bool,
     pub paused: bool,
     pub wedged: bool,
-    pub faulty: bool,
+    /// The misbehaviour the process is charged with, once it misbehaved (the first,
+    /// when two hit it): what its failed requests are counted against.
+    pub cause: Option<FaultKind>,
     pub accepting: bool,
     pub parent_closed: bool,
     pub eof_seen: bool,
@@ -95,7 +99,7 @@ impl Proc {
             alive: true,
             paused: false,
             wedged: false,
-            faulty: false,
+            cause: None,
             accepting: false,
             parent_closed: false,
             eof_seen: false,
@@ -122,9 +126,14 @@ impl Proc {
     fn runnable(&self) -> bool {
         self.alive && !self.paused
     }
+
+    /// Charge the process with misbehaving as `kind` (unless it already is).
+    pub fn misbehaved(&mut self, kind: FaultKind) {
+        self.cause.get_or_insert(kind);
+    }
 }
 
-fn key(target: u8) -> TargetKey {
+pub(crate) fn key(target: u8) -> TargetKey {
     TargetKey {
         dir_device: 1,
         dir_inode: 2,
@@ -207,10 +216,10 @@ impl WorkerIo for SimWorker<'_> {
         match p.behavior {
             Behavior::WedgedDrain => {
                 p.wedged = true;
-                p.faulty = true;
+                p.misbehaved(FaultKind::WedgedDrain);
             }
             Behavior::ExitDuringDrain => {
-                p.faulty = true;
+                p.misbehaved(FaultKind::ExitDuringDrain);
                 self.world.out.coverage.insert(labels::EXITED_DURING_DRAIN);
                 self.world.process_died(self.worker, ExitStatus::Signal(6));
             }
@@ -346,7 +355,7 @@ impl SimWorld {
                     }
                 }
                 ParentMessage::Commit if p.behavior == Behavior::CrashBetweenPrepareAndCommit => {
-                    p.faulty = true;
+                    p.misbehaved(FaultKind::CrashBetweenPrepareAndCommit);
                     self.out
                         .coverage
                         .insert(labels::COMMIT_REACHED_DOOMED_WORKER);
@@ -446,15 +455,21 @@ impl SimWorld {
 
     pub(crate) fn upload_arrival(&mut self) {
         let w = &self.spec.workload;
-        let (rate, targets, until) = (w.upload_rate, w.upload_targets.max(1), w.until);
-        if Duration::from_nanos(self.now.as_nanos()) < until {
+        let now = Duration::from_nanos(self.now.as_nanos());
+        let (rate, targets, until) = (w.upload_rate_at(now), w.upload_targets.max(1), w.until);
+        if now < until && rate > 0.0 {
             let d = self.rng.exp(1.0 / rate);
             self.schedule_in(Duration::from_secs_f64(d), SimEvent::UploadArrival);
         }
         let target = self.rng.range(0, u64::from(targets) - 1) as u8;
         self.next_conn += 1;
         let writer = self.next_conn;
-        self.arrive(ConnKind::Upload { target, writer });
+        let arrived_ms = self.now.as_nanos() / 1_000_000;
+        self.arrive(ConnKind::Upload {
+            target,
+            writer,
+            arrived_ms,
+        });
     }
 
     fn arrive(&mut self, kind: ConnKind) {
@@ -516,7 +531,11 @@ impl SimWorld {
         p.life.connection_opened();
         match kind {
             ConnKind::Get => self.schedule_in(service, SimEvent::RequestDone { worker, conn }),
-            ConnKind::Upload { target, writer } => {
+            ConnKind::Upload {
+                target,
+                writer,
+                arrived_ms,
+            } => {
                 let bytes = self.spec.workload.upload_chunks * 4;
                 let Some(p) = self.procs.get_mut(&worker) else {
                     return;
@@ -526,6 +545,7 @@ impl SimWorld {
                     Upload {
                         target,
                         writer,
+                        arrived_ms,
                         stage: Stage::Reserving,
                         reservation: None,
                         lease: None,
@@ -574,7 +594,7 @@ impl SimWorld {
         }
         if crash_after {
             if let Some(p) = self.procs.get_mut(&worker) {
-                p.faulty = true;
+                p.misbehaved(FaultKind::CrashAfterRequests);
             }
             self.out.coverage.insert(labels::CRASHED_AFTER_REQUESTS);
             self.process_died(worker, ExitStatus::Signal(11));
@@ -820,20 +840,15 @@ impl SimWorld {
             UploadEnd::Conflict => self.out.uploads.conflict += 1,
             UploadEnd::Saturated => self.out.uploads.saturated += 1,
             UploadEnd::FailedClosed => self.out.uploads.failed_closed += 1,
+            UploadEnd::Lost => {}
         }
+        self.out.upload_log.push(UploadRecord {
+            target: u.target,
+            started_ms: u.arrived_ms,
+            ended_ms: now.as_nanos() / 1_000_000,
+            end,
+        });
         self.pump(worker);
         self.dispatch();
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum UploadEnd {
-    Ok,
-    Conflict,
-    Saturated,
-    FailedClosed,
-    /// A temp-file write failed with ENOSPC: 507.
-    NoSpace,
-    /// The publishing rename failed: 500.
-    IoError,
 }

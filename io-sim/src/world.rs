@@ -19,9 +19,9 @@ use servery_core::{Instant, ReloadId, WorkerId};
 
 use crate::fs::SimFs;
 use crate::labels;
-use crate::outcome::{Outcome, StatusAnswer, WorkerExit};
-use crate::plan::{Behavior, Fault, SimCommand, SimSpec, SpawnInfo};
-use crate::process::Proc;
+use crate::outcome::{Injected, Outcome, StatusAnswer, UploadEnd, UploadRecord, WorkerExit};
+use crate::plan::{Behavior, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo};
+use crate::process::{Proc, key};
 use crate::rng::SimRng;
 use crate::trace::Trace;
 
@@ -141,7 +141,11 @@ impl Ord for Scheduled {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConnKind {
     Get,
-    Upload { target: u8, writer: u64 },
+    Upload {
+        target: u8,
+        writer: u64,
+        arrived_ms: u64,
+    },
 }
 
 pub struct SimWorld {
@@ -175,6 +179,12 @@ pub struct SimWorld {
     status_asked: Vec<Instant>,
     /// (generation, slot) of workers a crash fault killed, until the slot is refilled.
     crashed_slots: Vec<(u64, u64)>,
+    /// (generation, slot) of workers ended for the malformed frame a fault sent, until
+    /// the slot is refilled.
+    malformed_slots: Vec<(u64, u64)>,
+    /// Workers that died holding a target's lease: (worker, target, killed as the lease
+    /// holder), until the broker no longer lists them as the holder.
+    dead_holders: Vec<(WorkerId, u8, bool)>,
     /// The heartbeat interval each generation's first HELLO carried.
     hello_intervals: Vec<(u64, u64)>,
     /// Until when control-channel writes may be short, the file system is full, and
@@ -244,6 +254,8 @@ impl SimWorld {
             unread: Vec::new(),
             status_asked: Vec::new(),
             crashed_slots: Vec::new(),
+            malformed_slots: Vec::new(),
+            dead_holders: Vec::new(),
             hello_intervals: Vec::new(),
             short_writes_until: Instant::ZERO,
             disk_full_until: Instant::ZERO,
@@ -291,8 +303,9 @@ impl SimWorld {
             let d = w.rng.exp(1.0 / w.spec.workload.request_rate);
             w.schedule_in(Duration::from_secs_f64(d), SimEvent::ClientArrival);
         }
-        if w.spec.workload.upload_rate > 0.0 {
-            let d = w.rng.exp(1.0 / w.spec.workload.upload_rate);
+        let upload_rate = w.spec.workload.upload_rate_at(Duration::ZERO);
+        if upload_rate > 0.0 {
+            let d = w.rng.exp(1.0 / upload_rate);
             w.schedule_in(Duration::from_secs_f64(d), SimEvent::UploadArrival);
         }
         w
@@ -379,10 +392,11 @@ impl SimWorld {
             // channel's end, as the real one does, and the worker reads EOF.
             p.write_fails = false;
             p.channel_broken = true;
-            p.faulty = true;
+            p.misbehaved(FaultKind::ControlWriteFails);
             let at = (self.now + lat).max(p.down_clock);
             p.down_clock = at;
             self.write_failed.insert(worker);
+            self.injected(FaultKind::ControlWriteFails, Some(worker));
             self.out
                 .write_failures
                 .push((worker.0, self.now.as_nanos() / 1_000_000));
@@ -485,7 +499,7 @@ impl SimWorld {
         if p.ready_arrives > self.now {
             self.out.coverage.insert(labels::DIED_WITH_READY_IN_FLIGHT);
         }
-        let faulty = p.faulty;
+        let cause = p.cause;
         let conns: Vec<(u64, ConnKind)> = core::mem::take(&mut p.serving).into_iter().collect();
         p.uploads.clear();
         let lost_logs = p.log_backlog.len() as u64;
@@ -494,12 +508,29 @@ impl SimWorld {
         p.up_clock = eof_at;
         self.out.log.lost_with_worker += lost_logs;
         for (_, kind) in conns {
-            match (kind, faulty) {
-                (ConnKind::Get, true) => self.out.requests.failed_fault += 1,
-                (ConnKind::Get, false) => self.out.requests.failed_forced += 1,
-                (ConnKind::Upload { .. }, true) => self.out.uploads.failed_fault += 1,
-                (ConnKind::Upload { .. }, false) => self.out.uploads.failed_forced += 1,
+            match (kind, cause) {
+                (ConnKind::Get, Some(_)) => self.out.requests.failed_fault += 1,
+                (ConnKind::Get, None) => self.out.requests.failed_forced += 1,
+                (ConnKind::Upload { .. }, Some(_)) => self.out.uploads.failed_fault += 1,
+                (ConnKind::Upload { .. }, None) => self.out.uploads.failed_forced += 1,
             }
+            if let Some(cause) = cause {
+                *self.out.failed_by_cause.entry(cause).or_default() += 1;
+            }
+            if let ConnKind::Upload {
+                target, arrived_ms, ..
+            } = kind
+            {
+                self.out.upload_log.push(UploadRecord {
+                    target,
+                    started_ms: arrived_ms,
+                    ended_ms: self.now.as_nanos() / 1_000_000,
+                    end: UploadEnd::Lost,
+                });
+            }
+        }
+        for (&target, _) in self.holders.iter().filter(|(_, (w, _))| *w == worker) {
+            self.dead_holders.push((worker, target, false));
         }
         self.holders.retain(|_, (w, _)| *w != worker);
         self.out.last_process_exit_ms = self.now.as_nanos() / 1_000_000;
@@ -536,6 +567,26 @@ impl SimWorld {
         Some(live[(pick % live.len() as u64) as usize])
     }
 
+    /// A planned fault took effect on `worker` (`None`: on the parent).
+    fn injected(&mut self, kind: FaultKind, worker: Option<WorkerId>) {
+        let targets = worker.map_or_else(Vec::new, |w| {
+            self.holders
+                .iter()
+                .filter(|(_, (h, _))| *h == w)
+                .map(|(t, _)| *t)
+                .collect()
+        });
+        self.out.injected.push(Injected {
+            at_ms: self.now.as_nanos() / 1_000_000,
+            kind,
+            worker: worker.map(|w| w.0),
+            targets,
+        });
+        if let Some(p) = worker.and_then(|w| self.procs.get_mut(&w)) {
+            p.misbehaved(kind);
+        }
+    }
+
     fn fault(&mut self, index: usize) {
         let fault = self.spec.faults[index].1.clone();
         if let Fault::ShortWrites(d)
@@ -552,9 +603,9 @@ impl SimWorld {
             Fault::CrashWorker { pick } => {
                 if let Some(w) = self.pick_live(pick, false) {
                     self.out.crash_faults += 1;
+                    self.injected(FaultKind::CrashWorker, Some(w));
                     let committed = self.out.generations_committed.last().copied();
                     if let Some(p) = self.procs.get_mut(&w) {
-                        p.faulty = true;
                         self.crashed_slots.push((p.generation, p.slot));
                         if committed.is_some_and(|g| p.generation > g) {
                             self.out.coverage.insert(labels::CRASH_HIT_RELOAD_CANDIDATE);
@@ -569,11 +620,12 @@ impl SimWorld {
                     .filter(|w| self.procs.get(w).is_some_and(|p| p.alive));
                 if let Some(w) = holder {
                     self.out.crash_faults += 1;
-                    self.out.coverage.insert(labels::LEASE_HOLDER_KILLED);
-                    if let Some(p) = self.procs.get_mut(&w) {
-                        p.faulty = true;
-                    }
+                    self.injected(FaultKind::CrashLeaseHolder, Some(w));
                     self.process_died(w, ExitStatus::Signal(9));
+                    // Its leases, once the broker took them back, are the kind's goal.
+                    for held in self.dead_holders.iter_mut().filter(|h| h.0 == w) {
+                        held.2 = true;
+                    }
                 }
             }
             Fault::HangWorker { pick } => {
@@ -581,17 +633,15 @@ impl SimWorld {
                     self.out.hangs_injected += 1;
                     let at_ms = self.now.as_nanos() / 1_000_000;
                     self.out.hangs.push((w.0, at_ms));
+                    self.injected(FaultKind::HangWorker, Some(w));
                     if let Some(p) = self.procs.get_mut(&w) {
                         p.paused = true;
-                        p.faulty = true;
                     }
                 }
             }
             Fault::MalformedFrame { pick } => {
                 if let Some(w) = self.pick_live(pick, true) {
-                    if let Some(p) = self.procs.get_mut(&w) {
-                        p.faulty = true;
-                    }
+                    self.injected(FaultKind::MalformedFrame, Some(w));
                     self.send_up(w, vec![0, 0, 0, 3, 0xee, 0xee, 0xee]);
                 }
             }
@@ -600,10 +650,12 @@ impl SimWorld {
                     self.parent_alive = false;
                     self.halt_pending = true;
                     self.out.parent_crashed = true;
+                    self.injected(FaultKind::CrashParent, None);
                 }
             }
             Fault::StallParent(duration) => {
                 if self.parent_alive && self.parent_stalled_until.is_none() {
+                    self.injected(FaultKind::StallParent, None);
                     let until = self.now + duration;
                     self.parent_stalled_until = Some(until);
                     self.stalled_since = self.now;
@@ -779,7 +831,6 @@ impl SimWorld {
                         }
                         Ok(None) => break,
                         Err(error) => {
-                            self.out.coverage.insert(labels::MALFORMED_FRAME_REPLACED);
                             self.inbox
                                 .push_back(Event::ProtocolViolation { worker, error });
                             break;
@@ -807,13 +858,17 @@ impl SimWorld {
             SimEvent::BootDone { worker } => self.worker_boot_done(worker),
             SimEvent::Crash { worker } => {
                 if let Some(p) = self.procs.get_mut(&worker) {
+                    let (label, kind) = match p.behavior {
+                        Behavior::CrashAtBoot => (labels::CRASHED_AT_BOOT, FaultKind::CrashAtBoot),
+                        _ => (
+                            labels::CRASH_BETWEEN_PREPARE_AND_COMMIT,
+                            FaultKind::CrashBetweenPrepareAndCommit,
+                        ),
+                    };
                     if p.alive {
-                        self.out.coverage.insert(match p.behavior {
-                            Behavior::CrashAtBoot => labels::CRASHED_AT_BOOT,
-                            _ => labels::CRASH_BETWEEN_PREPARE_AND_COMMIT,
-                        });
+                        self.out.coverage.insert(label);
                     }
-                    p.faulty = true;
+                    p.misbehaved(kind);
                 }
                 self.process_died(worker, ExitStatus::Signal(11));
             }
@@ -1067,6 +1122,10 @@ impl ParentIo for SimWorld {
                     self.crashed_slots.swap_remove(i);
                     self.out.coverage.insert(labels::CRASHED_WORKER_REPLACED);
                 }
+                if let Some(i) = self.malformed_slots.iter().position(|k| *k == key) {
+                    self.malformed_slots.swap_remove(i);
+                    self.out.coverage.insert(labels::MALFORMED_FRAME_REPLACED);
+                }
                 self.next_pid += 1;
                 let pid = self.next_pid;
                 let mut proc = Proc::new(worker, pid, behavior, &config);
@@ -1218,8 +1277,25 @@ impl ParentIo for SimWorld {
             }
         }
         self.out.log.max_queue = self.out.log.max_queue.max(broker.log().len());
-        if broker.stats().revoked > 0 {
-            self.out.coverage.insert(labels::LEASE_REVOKED_ON_DEATH);
+        // A dead holder's lease the broker no longer lists as its: revoked.
+        if !self.dead_holders.is_empty() {
+            let before = self.dead_holders.len();
+            let mut revoked = Vec::new();
+            self.dead_holders.retain(|&(worker, target, as_holder)| {
+                let held = broker
+                    .lease_holder(&key(target))
+                    .is_some_and(|o| o.worker == worker);
+                if !held {
+                    revoked.push(as_holder);
+                }
+                held
+            });
+            if self.dead_holders.len() < before {
+                self.out.coverage.insert(labels::LEASE_REVOKED_ON_DEATH);
+            }
+            if revoked.contains(&true) {
+                self.out.coverage.insert(labels::LEASE_HOLDER_KILLED);
+            }
         }
         if broker.log().dropped() > 0 && sup.config().broker().log_policy() == LogPolicy::Drop {
             self.out.coverage.insert(labels::LOG_DROPPED);
@@ -1237,18 +1313,29 @@ impl ParentIo for SimWorld {
             }
             _ => {}
         }
-        if let Some(exit) = sup.last_exit()
-            && self
-                .out
-                .exits
-                .last()
-                .is_none_or(|e| e.worker != exit.worker.0)
-        {
+        // Exits since the last one recorded (several may be reaped in one step).
+        let last = self.out.exits.last().map(|e| e.worker);
+        let seen = last
+            .and_then(|w| sup.recent_exits().position(|e| e.worker.0 == w))
+            .map_or(0, |i| i + 1);
+        for exit in sup.recent_exits().skip(seen) {
             self.out.exits.push(WorkerExit {
                 worker: exit.worker.0,
                 reason: Some(exit.reason),
                 at_ms: exit.at.as_nanos() / 1_000_000,
             });
+            // A worker a malformed frame hit, ended for it: its slot's next spawn
+            // replaces it.
+            if exit.reason == ExitReason::ProtocolError
+                && self
+                    .out
+                    .injected
+                    .iter()
+                    .any(|i| i.kind == FaultKind::MalformedFrame && i.worker == Some(exit.worker.0))
+            {
+                self.malformed_slots
+                    .push((exit.generation.0, u64::from(exit.slot.0)));
+            }
         }
         if sup.recycling_suspended().is_some()
             && sup.ready_workers() == sup.config().workers() as usize

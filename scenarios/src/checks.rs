@@ -2,10 +2,10 @@
 
 use core::time::Duration;
 
-use servery_core::supervisor::{Role, ServiceState, WorkerState};
+use servery_core::supervisor::{FailureReason, Role, ServiceState, WorkerState};
 use servery_sim::Outcome;
 
-use crate::{End, Expect};
+use crate::{BudgetEnd, End, Expect, crashing_boots};
 
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)*) => {
@@ -54,6 +54,7 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
             o.uploads.failed_forced
         );
     }
+    judge_charges(o)?;
     if e.zero_failed {
         ensure!(
             o.failed_requests() == 0 && o.uploads.failed_fault == 0,
@@ -65,11 +66,32 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
         End::ParentDied => judge_parent_death(o, e)?,
         End::Ready => judge_ready(o, e)?,
         End::Failed(reason) => judge_failed(o, reason)?,
-        End::ReadyOrFailed(reason) => {
-            if o.failure.is_some() {
-                judge_failed(o, reason)?;
-            } else {
-                judge_ready(o, e)?;
+        End::Budget(budget) => {
+            let crashing_boots = crashing_boots(o);
+            match budget.end(crashing_boots) {
+                BudgetEnd::Ready => judge_ready(o, e).map_err(|why| {
+                    format!(
+                        "{why}; at most {} faults could count against a restart limit of {}",
+                        budget.may_count + crashing_boots,
+                        budget.limit
+                    )
+                })?,
+                BudgetEnd::Failed => {
+                    judge_failed(o, FailureReason::RestartLimit).map_err(|why| {
+                        format!(
+                            "{why}; {} faults were certain to count against a restart limit of {}",
+                            budget.certain, budget.limit
+                        )
+                    })?
+                }
+                BudgetEnd::Either(uncertain) => {
+                    if o.failure.is_some() {
+                        judge_failed(o, FailureReason::RestartLimit)
+                    } else {
+                        judge_ready(o, e)
+                    }
+                    .map_err(|why| format!("{why} ({uncertain})"))?;
+                }
             }
         }
     }
@@ -111,6 +133,33 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
     }
     if let Some(extra) = e.extra {
         extra(o, e)?;
+    }
+    Ok(())
+}
+
+/// Every request or upload that failed on a misbehaving worker is charged to that
+/// worker's misbehaviour: one the run injected, of a kind that can fail a request the
+/// worker took (a worker that dies before READY never took one).
+fn judge_charges(o: &Outcome) -> Result<(), String> {
+    let failed = o.requests.failed_fault + o.uploads.failed_fault;
+    let charged: u64 = o.failed_by_cause.values().sum();
+    ensure!(
+        charged == failed,
+        "{failed} requests and uploads failed on misbehaving workers, {charged} are charged to a cause: {:?}",
+        o.failed_by_cause
+    );
+    let injected = o.injected_kinds();
+    for (&kind, &n) in &o.failed_by_cause {
+        ensure!(
+            kind.can_fail_requests(),
+            "{n} requests or uploads failed on workers charged with {}, which never take one",
+            kind.name()
+        );
+        ensure!(
+            injected.contains(&kind),
+            "{n} requests or uploads are charged to {}, which the run never injected",
+            kind.name()
+        );
     }
     Ok(())
 }

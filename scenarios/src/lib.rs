@@ -7,6 +7,7 @@
 //! also report coverage goals that a sweep must reach.
 #![forbid(unsafe_code)]
 
+mod budget;
 mod catalog;
 mod catalog_io_faults;
 mod checks;
@@ -20,6 +21,7 @@ use servery_core::supervisor::{FailureReason, Platform};
 use servery_sim::rng::SimRng;
 use servery_sim::{FaultKind, Outcome, SimSpec};
 
+pub use budget::{BudgetEnd, RestartBudget, crashing_boots};
 pub use catalog::{BENCH, COVERAGE_GOALS, SCENARIOS};
 pub use sweep::{KindStats, SweepReport, bench, sweep, sweep_seeds};
 
@@ -30,8 +32,10 @@ pub enum End {
     Ready,
     /// Explicitly failed with this reason.
     Failed(FailureReason),
-    /// Either, depending on how many faults the seed drew.
-    ReadyOrFailed(FailureReason),
+    /// Ready, or failed with `restart_limit_exceeded`, as the faults that count against
+    /// the restart limit decide: ready when at most `limit` can count, failed when more
+    /// must, either only when the plan leaves it open ([`RestartBudget::end`]).
+    Budget(RestartBudget),
     /// The parent was killed; its workers must drain and exit on their own.
     ParentDied,
 }

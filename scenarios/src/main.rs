@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use servery_core::supervisor::Platform;
 use servery_scenarios::{
-    BENCH, COVERAGE_GOALS, Mode, SCENARIOS, Scenario, bench, corpus, find, platform_by_name,
-    replay_command_in, run_in, sweep_seeds,
+    BENCH, COVERAGE_GOALS, Mode, SCENARIOS, Scenario, bench, corpus, find, plan_in,
+    platform_by_name, replay_command_in, run_in, sweep_seeds,
 };
 use servery_sim::FaultKind;
 
@@ -340,6 +340,11 @@ fn run_one(
         o.max_live_processes,
         o.events,
     );
+    if let servery_scenarios::End::Budget(budget) =
+        plan_in(scenario, seed, platform, mode).expect.end
+    {
+        println!("{}", budget.describe(servery_scenarios::crashing_boots(o)));
+    }
     let code = match &result.verdict {
         Ok(()) => {
             println!("holds");

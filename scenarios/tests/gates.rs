@@ -247,3 +247,102 @@ fn the_predicates_reject_outcomes_that_break_them() {
     let wrong = servery_scenarios::judge_as(steady, 3, Platform::Posix, &mut outcome);
     assert!(wrong.is_err(), "a failed service passed as steady");
 }
+
+/// The first seed (from 0) whose run on POSIX satisfies `want`, with its result.
+fn first_run(
+    name: &str,
+    want: impl Fn(&servery_scenarios::RunResult) -> bool,
+) -> (u64, servery_scenarios::RunResult) {
+    let scenario = find(name).expect("scenario");
+    (0..200)
+        .map(|seed| (seed, run(scenario, seed, Platform::Posix, false)))
+        .find(|(_, r)| want(r))
+        .unwrap_or_else(|| panic!("no seed of {name} in 0..200 fits"))
+}
+
+fn judge(name: &str, seed: u64, outcome: &mut servery_sim::Outcome) -> Result<(), String> {
+    let scenario = find(name).expect("scenario");
+    servery_scenarios::judge_as(scenario, seed, Platform::Posix, outcome)
+}
+
+#[test]
+fn the_tightened_predicates_reject_what_they_exist_to_catch() {
+    use servery_core::supervisor::ExitReason;
+    use servery_scenarios::{BudgetEnd, End, crashing_boots, plan};
+    use servery_sim::UploadEnd;
+
+    // malformed-frame: a worker replaced for missed heartbeats, not for its frame.
+    let (seed, r) = first_run("malformed-frame", |r| {
+        r.outcome
+            .injected
+            .iter()
+            .any(|i| i.kind == FaultKind::MalformedFrame)
+    });
+    assert!(r.verdict.is_ok(), "{:?}", r.verdict);
+    let mut o = r.outcome;
+    let victim = o.injected[0].worker;
+    for exit in o.exits.iter_mut().filter(|x| Some(x.worker) == victim) {
+        exit.reason = Some(ExitReason::HealthFailure);
+        exit.at_ms += 2000;
+    }
+    let err = judge("malformed-frame", seed, &mut o).expect_err("ignored frame passed");
+    assert!(err.contains("expected protocol_error"), "{err}");
+
+    // chaos: a plan that must exceed the restart limit, ending ready.
+    let chaos = find("chaos").expect("chaos");
+    let (seed, r) = first_run("chaos", |r| {
+        let End::Budget(b) = plan(chaos, r.outcome.seed, Platform::Posix).expect.end else {
+            return false;
+        };
+        b.end(crashing_boots(&r.outcome)) == BudgetEnd::Failed
+    });
+    assert!(r.verdict.is_ok(), "{:?}", r.verdict);
+    let mut o = r.outcome;
+    o.failure = None;
+    let err = judge("chaos", seed, &mut o).expect_err("a certain failure passed as ready");
+    assert!(err.contains("certain to count"), "{err}");
+
+    // Every failure charged to a misbehaviour that can cause it, and that was injected.
+    let (seed, r) = first_run("crash", |r| r.outcome.requests.failed_fault > 0);
+    let mut o = r.outcome.clone();
+    let n = o
+        .failed_by_cause
+        .remove(&FaultKind::CrashWorker)
+        .unwrap_or(0);
+    o.failed_by_cause
+        .insert(FaultKind::CrashBetweenPrepareAndCommit, n);
+    let err = judge("crash", seed, &mut o).expect_err("a charge to a boot crash passed");
+    assert!(err.contains("never take one"), "{err}");
+    let mut o = r.outcome;
+    o.failed_by_cause.clear();
+    let err = judge("crash", seed, &mut o).expect_err("uncharged failures passed");
+    assert!(err.contains("charged to a cause"), "{err}");
+
+    // lease-holder-death: the dead holder's target never written again.
+    let (seed, r) = first_run("lease-holder-death", |r| {
+        r.outcome.injected.iter().any(|i| !i.targets.is_empty())
+    });
+    let mut o = r.outcome;
+    let death = o
+        .injected
+        .iter()
+        .find(|i| !i.targets.is_empty())
+        .cloned()
+        .expect("a holder's death");
+    for u in o.upload_log.iter_mut() {
+        if u.target == death.targets[0] && u.started_ms > death.at_ms {
+            u.end = UploadEnd::Conflict;
+        }
+    }
+    let err = judge("lease-holder-death", seed, &mut o).expect_err("a blocked target passed");
+    assert!(err.contains("died holding target"), "{err}");
+
+    // broker-saturation: saturated for good once the burst is over.
+    let (seed, r) = first_run("broker-saturation", |r| r.verdict.is_ok());
+    let mut o = r.outcome;
+    for u in o.upload_log.iter_mut().filter(|u| u.started_ms >= 7000) {
+        u.end = UploadEnd::Saturated;
+    }
+    let err = judge("broker-saturation", seed, &mut o).expect_err("stuck saturation passed");
+    assert!(err.contains("after the burst settled"), "{err}");
+}

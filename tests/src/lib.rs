@@ -361,9 +361,12 @@ pub struct Load {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
-    threads: Vec<JoinHandle<Vec<String>>>,
+    threads: Vec<JoinHandle<ClientReport>>,
     started: Instant,
 }
+
+/// One client's failures: as text, and each with when it was started.
+type ClientReport = (Vec<String>, Vec<(Instant, String)>);
 
 /// What a [`Load`] saw.
 #[derive(Debug)]
@@ -372,6 +375,9 @@ pub struct LoadReport {
     pub failed: u64,
     /// The first failures, with when they happened.
     pub failures: Vec<String>,
+    /// The first failed requests of each client, with when each was started, oldest
+    /// first.
+    pub failed_starts: Vec<(Instant, String)>,
     pub elapsed: Duration,
 }
 
@@ -390,21 +396,26 @@ impl Load {
                 let (path, expected) = (path.to_owned(), expected.to_vec());
                 std::thread::spawn(move || {
                     let mut failures = Vec::new();
+                    let mut failed_starts: Vec<(Instant, String)> = Vec::new();
                     while !stop.load(Ordering::Relaxed) && started.elapsed() < LOAD_LIMIT {
+                        let start = Instant::now();
                         match http_get(addr, &path) {
                             Ok((200, body)) if body == expected => {
                                 ok.fetch_add(1, Ordering::Relaxed);
                             }
                             other => {
                                 failed.fetch_add(1, Ordering::Relaxed);
+                                let what = match other {
+                                    Ok((status, body)) => {
+                                        format!("status {status}, {} bytes", body.len())
+                                    }
+                                    Err(e) => e,
+                                };
                                 if failures.len() < 20 {
-                                    let what = match other {
-                                        Ok((status, body)) => {
-                                            format!("status {status}, {} bytes", body.len())
-                                        }
-                                        Err(e) => e,
-                                    };
                                     failures.push(format!("{:?}: {what}", started.elapsed()));
+                                }
+                                if failed_starts.len() < 100 {
+                                    failed_starts.push((start, what));
                                 }
                                 // A refused or reset connection returns at once; do not
                                 // spin while the service has no worker.
@@ -412,7 +423,7 @@ impl Load {
                             }
                         }
                     }
-                    failures
+                    (failures, failed_starts)
                 })
             })
             .collect();
@@ -444,13 +455,18 @@ impl Load {
     pub fn stop(self) -> LoadReport {
         self.stop.store(true, Ordering::Relaxed);
         let mut failures = Vec::new();
+        let mut failed_starts = Vec::new();
         for t in self.threads {
-            failures.extend(t.join().unwrap_or_default());
+            let (theirs, starts) = t.join().unwrap_or_default();
+            failures.extend(theirs);
+            failed_starts.extend(starts);
         }
+        failed_starts.sort_by_key(|(start, _)| *start);
         LoadReport {
             ok: self.ok.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             failures,
+            failed_starts,
             elapsed: self.started.elapsed(),
         }
     }

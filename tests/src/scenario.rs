@@ -11,9 +11,13 @@
 //! [`servery_scenarios::judge_as`], so simulation and reality answer to the same checks.
 //!
 //! What a real run cannot see exactly is approximated, and said so where it is done:
-//! spawn times come from status polls (`uptime − age`), and a failed request is charged
-//! to a fault when it overlaps the fault's recovery window or any worker was planned to
-//! misbehave, otherwise to a healthy worker (which the predicates forbid).
+//! spawn times come from status polls (`uptime − age`), and a worker's death from the
+//! polls around it (or from the `kill -9` the driver sent). A failed request is charged
+//! to a misbehaving worker only when it was in flight as such a worker died — one the
+//! driver killed or stopped, or one whose behaviour rule makes it fail requests it took
+//! — and to that worker's misbehaviour; any other failure is a healthy worker's, which
+//! the predicates forbid. A request counts as refused only if it started after the stop
+//! (`SIGTERM`, the parent's kill, or the service's failure).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -29,10 +33,11 @@ use servery_core::supervisor::{
     WorkerStatus,
 };
 use servery_core::{Generation, Slot, WorkerId};
-use servery_scenarios::{Scenario, recovery_bound};
+use servery_scenarios::Scenario;
 use servery_sim::rng::SimRng;
 use servery_sim::{
-    Behavior, BehaviorFn, Fault, Outcome, SimCommand, SpawnInfo, StatusAnswer, WorkerExit,
+    Behavior, BehaviorFn, Fault, FaultKind, Injected, Outcome, SimCommand, SpawnInfo, StatusAnswer,
+    WorkerExit,
 };
 
 use crate::{Server, Sig, Tree, alive, http_get, processes_in_groups, signal_pid};
@@ -168,7 +173,6 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
         scale(w.until),
         seed,
     );
-    let fault_window = scale(recovery_bound(&spec.config));
     let end_by = scale(spec.end_by);
 
     let mut o = Outcome {
@@ -180,9 +184,11 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
     // Status requests in flight: when each was asked, and its answer with when it came.
     type Answer = (Result<Value, String>, Duration);
     let mut statuses: Vec<(Duration, JoinHandle<Answer>)> = Vec::new();
-    let mut fault_times: Vec<Duration> = Vec::new();
     // Workers a hang fault stopped: a clock jump's resume must not continue them.
     let mut hung: BTreeSet<u32> = BTreeSet::new();
+    // Workers the driver killed (with when) or stopped.
+    let mut killed: BTreeMap<u64, Duration> = BTreeMap::new();
+    let mut stopped: BTreeSet<u64> = BTreeSet::new();
     let mut stop_sent: Option<Duration> = None;
     let mut parent_killed: Option<Duration> = None;
     loop {
@@ -198,16 +204,29 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
             }
             match step {
                 Step::Fault(fault) => {
-                    fault_times.push(at);
                     let status = server.ctl(&json!({"cmd": "status"})).ok();
                     let status = status.map(|mut s| s["status"].take());
+                    let injected = |o: &mut Outcome, kind, worker: Option<u64>| {
+                        o.injected.push(Injected {
+                            at_ms: virtual_ms(at),
+                            kind,
+                            worker,
+                            targets: Vec::new(),
+                        });
+                    };
                     match fault {
                         Fault::CrashWorker { pick } => {
                             let live = live_workers(status.as_ref(), false);
                             if let Some(&pid) = pick_one(&live, pick) {
+                                let sent = t0.elapsed();
                                 signal_pid(pid, Sig::KILL);
                                 o.crash_faults += 1;
-                                log.push(format!("{now:?}: kill -9 worker {pid}"));
+                                let id = worker_id(status.as_ref(), pid).map(|(id, _)| id);
+                                if let Some(id) = id {
+                                    killed.insert(id, sent);
+                                }
+                                injected(&mut o, FaultKind::CrashWorker, id);
+                                log.push(format!("{now:?}: kill -9 worker {pid} ({id:?})"));
                             }
                         }
                         Fault::HangWorker { pick } => {
@@ -216,15 +235,19 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                                 signal_pid(pid, Sig::STOP);
                                 hung.insert(pid);
                                 o.hangs_injected += 1;
+                                let id = worker_id(status.as_ref(), pid);
                                 // The parent's clock when it was last asked: no later
                                 // than the stop, so a bound counted from it is strict.
-                                if let Some((id, uptime)) = worker_id(status.as_ref(), pid) {
+                                if let Some((id, uptime)) = id {
                                     o.hangs.push((id, virtual_ms(uptime)));
+                                    stopped.insert(id);
                                 }
+                                injected(&mut o, FaultKind::HangWorker, id.map(|(id, _)| id));
                                 log.push(format!("{now:?}: SIGSTOP worker {pid}"));
                             }
                         }
                         Fault::StallParent(duration) => {
+                            injected(&mut o, FaultKind::StallParent, None);
                             // The driver keeps polling status, which blocks while the
                             // parent is stopped; the resume comes from another thread.
                             signal_pid(server.pid, Sig::STOP);
@@ -263,6 +286,7 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                             ));
                         }
                         Fault::CrashParent => {
+                            injected(&mut o, FaultKind::CrashParent, None);
                             let live = live_workers(status.as_ref(), false);
                             watch.orphans = live.iter().copied().collect();
                             server.kill_parent();
@@ -307,7 +331,7 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                     if let Ok(mut s) = status {
                         let s = s["status"].take();
                         log.push(format!("{now:?}: liveness {s}"));
-                        watch.observe(&s, &mut o, virtual_ms);
+                        watch.observe(&s, &mut o, now, virtual_ms);
                         o.liveness = status_of(&s);
                     }
                 }
@@ -323,7 +347,8 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
             break;
         }
         if let Ok(mut s) = server.ctl(&json!({"cmd": "status"})) {
-            watch.observe(&s["status"].take(), &mut o, virtual_ms);
+            let polled = t0.elapsed();
+            watch.observe(&s["status"].take(), &mut o, polled, virtual_ms);
         }
         std::thread::sleep(POLL);
     }
@@ -409,30 +434,117 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
         log.push("no liveness snapshot was taken".into());
     }
 
-    let failure_seen = watch
-        .failed_at
-        .map(|ms| Duration::from_millis(ms).mul_f64(SCALE));
-    let refused_after = [stop_sent, parent_killed, failure_seen]
-        .into_iter()
-        .flatten()
-        .min();
+    // The misbehaving workers, and when each died.
+    let mut deaths = Vec::new();
+    for (&id, seen) in &watch.seen {
+        let kind = if killed.contains_key(&id) {
+            Some(FaultKind::CrashWorker)
+        } else if stopped.contains(&id) {
+            Some(FaultKind::HangWorker)
+        } else {
+            let spawn = (id.saturating_sub(1), seen.slot, seen.generation);
+            let planned = planned_kind(&rules, spawn);
+            if let Some(kind) = planned {
+                o.misbehaving.push((spawn.0, kind));
+            }
+            planned
+        };
+        let Some(kind) = kind.filter(|k| k.can_fail_requests()) else {
+            continue;
+        };
+        let (from, to) = match killed.get(&id) {
+            Some(&at) => (at, at),
+            None => (seen.last_seen, seen.gone_at.unwrap_or(exited_at)),
+        };
+        deaths.push((id, kind, from, to));
+    }
+    // A worker that lived between two polls was never listed: it was spawned after the
+    // newest older worker a poll listed, and was gone by the first poll listing a newer
+    // one. Its slot and generation are unknown, so any rule its spawn index may match
+    // counts.
+    // The newest worker anything named: a poll, a poll's last failure, or the failure
+    // the parent reported on its way out.
+    let failed_worker = o.failure_message.as_deref().and_then(|m| {
+        let digits = m.split_once("worker w")?.1;
+        let end = digits.find(|c: char| !c.is_ascii_digit())?;
+        digits[..end].parse::<u64>().ok()
+    });
+    let newest = [
+        watch.seen.keys().next_back().copied(),
+        watch.named,
+        failed_worker,
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(0);
+    for id in (1..=newest).filter(|id| !watch.seen.contains_key(id)) {
+        let index = id - 1;
+        let planned = (0..u64::from(SLOTS))
+            .flat_map(|slot| (1..=GENERATIONS).map(move |g| (index, slot, g)))
+            .filter_map(|spawn| planned_kind(&rules, spawn))
+            .max_by_key(|k| k.can_fail_requests());
+        let Some(kind) = planned else {
+            continue;
+        };
+        o.misbehaving.push((index, kind));
+        if kind.can_fail_requests() {
+            let from = watch
+                .spawn_ms
+                .range(..id)
+                .next_back()
+                .map(|(_, &ms)| Duration::from_millis(ms).mul_f64(SCALE));
+            // Gone by the first poll listing a newer worker; one named only by the
+            // parent's failure, by the end of the run.
+            let to = watch.polls.iter().find(|(_, max)| *max > id).map(|p| p.0);
+            deaths.push((id, kind, from.unwrap_or_default(), to.unwrap_or(exited_at)));
+        }
+    }
+    o.misbehaving.sort_unstable();
+    log.push(format!(
+        "misbehaving workers died (id, kind, between): {deaths:?}"
+    ));
+    let stopped_at = [stop_sent, parent_killed].into_iter().flatten().min();
+    // The service's own failure closes its listeners too: no earlier than the parent's
+    // record of the last failure (or, when no poll saw it failed, the last poll that saw
+    // it running).
+    let failed_at = o
+        .failure
+        .map(|_| watch.failed_real.unwrap_or(watch.last_running));
     for s in &samples {
         if s.ok {
             o.requests.ok += 1;
-        } else if refused_after.is_some_and(|t| s.end >= t) {
-            o.requests.refused += 1;
-        } else if misbehaving
-            || fault_times
-                .iter()
-                .any(|&f| s.end >= f && s.start <= f + fault_window)
+            continue;
+        }
+        // Made after the stop, or after the service failed: refused.
+        if stopped_at
+            .into_iter()
+            .chain(failed_at)
+            .any(|t| s.start >= t)
         {
-            o.requests.failed_fault += 1;
-        } else {
-            o.requests.failed_forced += 1;
-            log.push(format!(
-                "request {:?}..{:?} failed on a healthy worker: {}",
-                s.start, s.end, s.what
-            ));
+            o.requests.refused += 1;
+            continue;
+        }
+        // In flight as a misbehaving worker died (within a poll either side).
+        let cause = deaths
+            .iter()
+            .find(|(_, _, from, to)| s.start <= *to + POLL && s.end + POLL >= *from);
+        match cause {
+            Some(&(_, kind, _, _)) => {
+                o.requests.failed_fault += 1;
+                *o.failed_by_cause.entry(kind).or_default() += 1;
+            }
+            // Still queued in the listener when the failed service closed it: refused, as
+            // the simulator counts the backlog it closes. (A graceful stop's backlog gets
+            // no such pass: a request made before the stop must be answered.)
+            None if failed_at.is_some_and(|t| s.end >= t) => o.requests.refused += 1,
+            None => {
+                o.requests.failed_forced += 1;
+                log.push(format!(
+                    "request {:?}..{:?} failed on a healthy worker: {}",
+                    s.start, s.end, s.what
+                ));
+            }
         }
     }
     log.push(format!(
@@ -454,25 +566,72 @@ enum Step {
     Stop,
 }
 
+/// A worker the polls saw.
+struct Seen {
+    slot: u64,
+    generation: u64,
+    /// The last poll that listed it, and the first that did not (real time).
+    last_seen: Duration,
+    gone_at: Option<Duration>,
+}
+
 /// What the polls saw over the run.
 #[derive(Default)]
 struct Watch {
+    /// Every worker a poll listed, by id.
+    seen: BTreeMap<u64, Seen>,
+    /// Each poll: when (real time), and the newest worker id listed so far.
+    polls: Vec<(Duration, u64)>,
+    /// The newest worker a poll's last failure named.
+    named: Option<u64>,
+    /// When the service failed, as near as the parent says: its last failure's time on
+    /// its own clock (which started after the driver's, so this is no later than the
+    /// failure), or else the last poll that saw it running.
+    failed_real: Option<Duration>,
+    last_running: Duration,
     /// Worker id → spawn time (scenario ms).
     spawn_ms: BTreeMap<u64, u64>,
     pids: BTreeSet<u32>,
     orphans: BTreeSet<u32>,
     generations: BTreeSet<u64>,
     reload_errors: BTreeSet<String>,
-    /// When a poll first saw the service failed (scenario ms).
-    failed_at: Option<u64>,
     /// Workers the last poll showed alive.
     live: BTreeSet<u64>,
 }
 
 impl Watch {
-    fn observe(&mut self, s: &Value, o: &mut Outcome, virtual_ms: impl Fn(Duration) -> u64) {
+    fn observe(
+        &mut self,
+        s: &Value,
+        o: &mut Outcome,
+        now: Duration,
+        virtual_ms: impl Fn(Duration) -> u64,
+    ) {
         let uptime = s["uptime_ms"].as_u64().unwrap_or(0);
         let workers = s["workers"].as_array().cloned().unwrap_or_default();
+        for w in &workers {
+            let Some(id) = w["id"].as_u64() else {
+                continue;
+            };
+            let seen = self.seen.entry(id).or_insert(Seen {
+                slot: w["slot"].as_u64().unwrap_or(0),
+                generation: w["generation"].as_u64().unwrap_or(0),
+                last_seen: now,
+                gone_at: None,
+            });
+            seen.last_seen = now;
+        }
+        if s["workers"].is_array() {
+            let newest = workers.iter().filter_map(|w| w["id"].as_u64()).max();
+            let before = self.polls.last().map_or(0, |p| p.1);
+            self.polls.push((now, newest.unwrap_or(0).max(before)));
+            for (id, seen) in &mut self.seen {
+                if seen.gone_at.is_none() && !workers.iter().any(|w| w["id"].as_u64() == Some(*id))
+                {
+                    seen.gone_at = Some(now);
+                }
+            }
+        }
         let mut live = 0;
         let mut members_by_slot: BTreeMap<u64, usize> = BTreeMap::new();
         for w in &workers {
@@ -513,6 +672,9 @@ impl Watch {
         if let Some(e) = s["last_reload_error"].as_str() {
             self.reload_errors.insert(e.to_owned());
         }
+        if let Some(id) = s["last_failure"]["worker"].as_u64() {
+            self.named = self.named.max(Some(id));
+        }
         if s["last_failure"]["reason"] == "health_failure" {
             o.coverage.insert("hang killed");
         }
@@ -536,8 +698,15 @@ impl Watch {
             }
             self.live = now_live;
         }
-        if s["state"] == "failed" && self.failed_at.is_none() {
-            self.failed_at = Some(virtual_ms(Duration::from_millis(uptime)));
+        if s["state"] == "failed" {
+            if self.failed_real.is_none() {
+                let at = s["last_failure"]["at_ms"]
+                    .as_u64()
+                    .map(Duration::from_millis);
+                self.failed_real = Some(at.unwrap_or(self.last_running));
+            }
+        } else if s["state"].is_string() {
+            self.last_running = now;
         }
     }
 }
@@ -640,6 +809,36 @@ pub fn behavior_rules(behavior: &BehaviorFn, seed: u64) -> String {
         }
     }
     rules.join("\n")
+}
+
+/// The kind of misbehaviour `rules` (as [`behavior_rules`] wrote them) give the process
+/// with this (spawn index, slot, generation), matched as the worker matches them.
+fn planned_kind(rules: &str, (index, slot, generation): (u64, u64, u64)) -> Option<FaultKind> {
+    let applies = |when: &str| {
+        when == "*"
+            || when.split(',').all(|term| match term.split_once('=') {
+                Some(("index", v)) => v.parse() == Ok(index),
+                Some(("slot", v)) => v.parse() == Ok(slot),
+                Some(("generation", v)) => v.parse() == Ok(generation),
+                _ => false,
+            })
+    };
+    let fault = rules.lines().find_map(|line| {
+        let (when, fault) = line.split_once(' ')?;
+        applies(when).then_some(fault)
+    })?;
+    let name = fault.split_once('=').map_or(fault, |(name, _)| name);
+    Some(match name {
+        "exit-at-start" => FaultKind::CrashAtBoot,
+        "fail-startup" => FaultKind::FailStartup,
+        "hang-at-boot" => FaultKind::HangAtBoot,
+        "slow-boot" => FaultKind::SlowBoot,
+        "crash-after-prepare" => FaultKind::CrashBetweenPrepareAndCommit,
+        "crash-after-requests" => FaultKind::CrashAfterRequests,
+        "wedged-drain" => FaultKind::WedgedDrain,
+        "exit-during-drain" => FaultKind::ExitDuringDrain,
+        other => panic!("a behaviour rule names no fault kind: {other}"),
+    })
 }
 
 /// The id of the worker with `pid` in `status`, and the parent's uptime then.

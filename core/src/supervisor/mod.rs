@@ -194,6 +194,11 @@ impl Supervisor {
         self.recent_exits.back()
     }
 
+    /// The last [`RECENT_EXITS`] reaped workers, oldest first.
+    pub fn recent_exits(&self) -> impl Iterator<Item = &ExitRecord> {
+        self.recent_exits.iter()
+    }
+
     pub fn failure(&self) -> Option<(FailureReason, &str)> {
         self.failure.as_ref().map(|(r, m)| (*r, m.as_str()))
     }

@@ -161,5 +161,6 @@ fn drains(acts: &[Action]) -> Vec<WorkerId> {
 
 mod hangs;
 mod lifecycle;
+mod protocol;
 mod recycle_reload;
 mod status;
