@@ -1,0 +1,242 @@
+//! Planned faults as they take effect: which worker a fault picks, what it does, and
+//! what a stalled or crashed parent misses meanwhile; operator commands.
+
+use super::*;
+
+impl SimWorld {
+    pub(super) fn pick_live(&mut self, pick: u64, serving_only: bool) -> Option<WorkerId> {
+        let live: Vec<WorkerId> = self
+            .procs
+            .values()
+            .filter(|p| p.alive && !p.paused && (!serving_only || p.life.accepting()))
+            .map(|p| p.id)
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        Some(live[(pick % live.len() as u64) as usize])
+    }
+
+    /// A planned fault took effect on `worker` (`None`: on the parent).
+    pub(super) fn injected(&mut self, kind: FaultKind, worker: Option<WorkerId>) {
+        let targets = worker.map_or_else(Vec::new, |w| {
+            self.holders
+                .iter()
+                .filter(|(_, (h, _))| *h == w)
+                .map(|(t, _)| *t)
+                .collect()
+        });
+        self.out.injected.push(Injected {
+            at_ms: self.now.as_nanos() / 1_000_000,
+            kind,
+            worker: worker.map(|w| w.0),
+            targets,
+        });
+        if let Some(p) = worker.and_then(|w| self.procs.get_mut(&w)) {
+            p.misbehaved(kind);
+        }
+    }
+
+    pub(super) fn fault(&mut self, index: usize) {
+        let fault = self.spec.faults[index].1.clone();
+        if let Fault::ShortWrites(d)
+        | Fault::AcceptFails { duration: d, .. }
+        | Fault::ClockJump(d)
+        | Fault::DiskFull(d)
+        | Fault::RenameFails(d) = fault
+        {
+            let from = self.now.as_nanos() / 1_000_000;
+            let until = (self.now + d).as_nanos() / 1_000_000;
+            self.out.fault_windows.push((fault.kind(), from, until));
+        }
+        match fault {
+            Fault::CrashWorker { pick } => {
+                if let Some(w) = self.pick_live(pick, false) {
+                    self.out.crash_faults += 1;
+                    self.injected(FaultKind::CrashWorker, Some(w));
+                    let committed = self.out.generations_committed.last().copied();
+                    if let Some(p) = self.procs.get_mut(&w) {
+                        self.crashed_slots.push((p.generation, p.slot));
+                        if committed.is_some_and(|g| p.generation > g) {
+                            self.out.coverage.insert(labels::CRASH_HIT_RELOAD_CANDIDATE);
+                        }
+                    }
+                    self.process_died(w, ExitStatus::Signal(9));
+                }
+            }
+            Fault::CrashLeaseHolder => {
+                let holder = self
+                    .last_holder
+                    .filter(|w| self.procs.get(w).is_some_and(|p| p.alive));
+                if let Some(w) = holder {
+                    self.out.crash_faults += 1;
+                    self.injected(FaultKind::CrashLeaseHolder, Some(w));
+                    self.process_died(w, ExitStatus::Signal(9));
+                    // Its leases, once the broker took them back, are the kind's goal.
+                    for held in self.dead_holders.iter_mut().filter(|h| h.0 == w) {
+                        held.2 = true;
+                    }
+                }
+            }
+            Fault::HangWorker { pick } => {
+                if let Some(w) = self.pick_live(pick, true) {
+                    self.out.hangs_injected += 1;
+                    let at_ms = self.now.as_nanos() / 1_000_000;
+                    self.out.hangs.push((w.0, at_ms));
+                    self.injected(FaultKind::HangWorker, Some(w));
+                    if let Some(p) = self.procs.get_mut(&w) {
+                        p.paused = true;
+                    }
+                }
+            }
+            Fault::MalformedFrame { pick } => {
+                if let Some(w) = self.pick_live(pick, true) {
+                    self.injected(FaultKind::MalformedFrame, Some(w));
+                    self.send_up(w, vec![0, 0, 0, 3, 0xee, 0xee, 0xee]);
+                }
+            }
+            Fault::CrashParent => {
+                if self.parent_alive {
+                    self.parent_alive = false;
+                    self.halt_pending = true;
+                    self.out.parent_crashed = true;
+                    self.injected(FaultKind::CrashParent, None);
+                }
+            }
+            Fault::StallParent(duration) => {
+                if self.parent_alive && self.parent_stalled_until.is_none() {
+                    self.injected(FaultKind::StallParent, None);
+                    let until = self.now + duration;
+                    self.parent_stalled_until = Some(until);
+                    self.stalled_since = self.now;
+                    self.schedule_at(until, SimEvent::ParentResumes);
+                }
+            }
+            Fault::ControlWriteFails { pick } => {
+                if let Some(w) = self.pick_live(pick, false)
+                    && let Some(p) = self.procs.get_mut(&w)
+                {
+                    p.write_fails = true;
+                }
+            }
+            Fault::ShortWrites(duration) => {
+                self.short_writes_until = self.short_writes_until.max(self.now + duration);
+            }
+            Fault::AcceptFails { pick, duration } => {
+                let targets: Vec<WorkerId> = match pick {
+                    Some(pick) => self.pick_live(pick, false).into_iter().collect(),
+                    None => self
+                        .procs
+                        .values()
+                        .filter(|p| p.alive)
+                        .map(|p| p.id)
+                        .collect(),
+                };
+                let until = self.now + duration;
+                for worker in targets {
+                    if let Some(p) = self.procs.get_mut(&worker) {
+                        p.accept_fails_until = p.accept_fails_until.max(until);
+                        self.schedule_at(until, SimEvent::AcceptRecovers { worker });
+                    }
+                }
+            }
+            Fault::ClockJump(duration) => {
+                if self.parent_alive {
+                    self.out
+                        .clock_jumps
+                        .push((self.now.as_nanos() / 1_000_000, duration.as_millis() as u64));
+                    let timeout = self.spec.config.recovery.heartbeat_timeout;
+                    if duration.as_secs_f64() > timeout {
+                        self.unnoticed_jump = true;
+                    }
+                    // Everything due meanwhile happens at the resume, in the order it
+                    // was due: the queue keeps its order, the clock moves on.
+                    self.now = self.now + duration;
+                }
+            }
+            Fault::DiskFull(duration) => {
+                self.disk_full_until = self.disk_full_until.max(self.now + duration);
+            }
+            Fault::RenameFails(duration) => {
+                self.rename_fails_until = self.rename_fails_until.max(self.now + duration);
+            }
+        }
+    }
+
+    /// Whether `event` is something only the parent process acts on (so it waits while
+    /// the parent is stalled).
+    pub(super) fn for_the_parent(event: &SimEvent) -> bool {
+        matches!(
+            event,
+            SimEvent::ToParent { .. }
+                | SimEvent::ToParentEof { .. }
+                | SimEvent::Reaped { .. }
+                | SimEvent::Command(_)
+                | SimEvent::Stop
+                | SimEvent::Liveness
+                | SimEvent::LogWriterDone { .. }
+        )
+    }
+
+    /// The stalled parent runs again: what reached it meanwhile sits in its channels,
+    /// unread, as in a real socket buffer. Its deadlines have passed too; the driver loop
+    /// must read the waiting input before it judges them (`driver::run`), which is what
+    /// this models rather than doing it for the loop.
+    pub(super) fn parent_resumes(&mut self) {
+        self.parent_stalled_until = None;
+        self.out.coverage.insert(labels::STALLED_PARENT_RESUMED);
+        let stalled = self.now - self.stalled_since;
+        let timeout = Duration::from_secs_f64(
+            self.spec
+                .config
+                .recovery
+                .heartbeat_timeout
+                .clamp(0.0, 1.0e6),
+        );
+        if stalled > timeout
+            && self
+                .held
+                .iter()
+                .any(|e| matches!(e, SimEvent::ToParent { .. }))
+        {
+            self.out.coverage.insert(labels::RESUMED_WITH_OVERDUE_BEATS);
+        }
+        for event in std::mem::take(&mut self.held) {
+            match event {
+                // These wake the driver themselves, after what waited in the channels.
+                SimEvent::Liveness | SimEvent::LogWriterDone { .. } => {
+                    self.schedule_at(self.now, event)
+                }
+                other => self.unread.push(other),
+            }
+        }
+    }
+
+    /// Reads what waited in the channels of a parent that was stalled.
+    pub(super) fn read_unread(&mut self) -> Option<Wakeup> {
+        let mut wakeup = None;
+        for event in std::mem::take(&mut self.unread) {
+            wakeup = wakeup.or(self.step(event));
+        }
+        wakeup
+    }
+
+    /// An operator command reaches the parent. A status request is answered after the
+    /// step it wakes the driver for, as the real control socket's is.
+    pub(super) fn command(&mut self, index: usize) -> Option<Wakeup> {
+        let cmd = match &self.spec.commands[index].1 {
+            SimCommand::Status => {
+                self.status_asked.push(self.now);
+                return Some(Wakeup::Timeout(self.now));
+            }
+            SimCommand::Stop => Command::Stop,
+            SimCommand::Recycle => Command::Recycle,
+            SimCommand::Reload(raw) => Command::Reload {
+                id: ReloadId(index as u64),
+                config: raw.clone(),
+            },
+        };
+        self.inbox.push_back(Event::Command(cmd));
+        None
+    }
+}

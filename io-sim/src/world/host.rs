@@ -1,0 +1,451 @@
+//! The simulated host as the parent's driver loop sees it: `ParentIo` (waiting, reading
+//! what arrived, carrying out actions, the log writer, the per-step checks).
+
+use super::*;
+
+impl ParentIo for SimWorld {
+    fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
+        // A machine whose deadline stays in the past after being handled would spin the
+        // driver forever at one instant; catch that as a stall, not a hang.
+        if self.now == self.last_wait_at {
+            self.spins += 1;
+            if self.spins > 100_000 {
+                self.out.stalled =
+                    Some(format!("the parent spins without progress at {}", self.now));
+                return Wakeup::HostFailed;
+            }
+        } else {
+            self.last_wait_at = self.now;
+            self.spins = 0;
+        }
+        loop {
+            if self.halt_pending {
+                self.halt_pending = false;
+                return Wakeup::Crashed;
+            }
+            if let Some(event) = self.inbox.pop_front() {
+                return Wakeup::Event(self.now, event);
+            }
+            if !self.unread.is_empty() {
+                // A parent that has just resumed: its passed deadlines are reported at
+                // once, as a real poll reports them, with the input still unread.
+                if deadline.is_some_and(|d| d <= self.now) {
+                    return Wakeup::Timeout(self.now);
+                }
+                if let Some(wakeup) = self.read_unread() {
+                    return wakeup;
+                }
+                continue;
+            }
+            let next = self.queue.peek().map(|Reverse(s)| s.at);
+            let end = ms(self.spec.end_by);
+            // A stalled parent's timers cannot fire before it runs again.
+            let deadline = match (deadline, self.parent_stalled_until) {
+                (Some(d), Some(until)) => Some(d.max(until)),
+                (d, _) => d,
+            };
+            match (next, deadline) {
+                (_, Some(d)) if next.is_none_or(|n| d < n) => {
+                    if d > end {
+                        self.out.stalled =
+                            Some(format!("still running at the {:?} bound", self.spec.end_by));
+                        return Wakeup::HostFailed;
+                    }
+                    self.now = self.now.max(d);
+                    return Wakeup::Timeout(self.now);
+                }
+                (None, None) => {
+                    self.out.stalled = Some("nothing left to happen and no deadline".into());
+                    return Wakeup::HostFailed;
+                }
+                _ => {}
+            }
+            let Some(Reverse(s)) = self.queue.pop() else {
+                continue;
+            };
+            if s.at > end {
+                self.out.stalled =
+                    Some(format!("still running at the {:?} bound", self.spec.end_by));
+                return Wakeup::HostFailed;
+            }
+            self.now = self.now.max(s.at);
+            if let Some(wakeup) = self.step(s.event) {
+                return wakeup;
+            }
+        }
+    }
+
+    fn arrived(&mut self) -> Vec<Wakeup> {
+        // Besides same-instant events, what waited in a resumed parent's channels.
+        let now = self.now;
+        let woke = self.read_unread();
+        let mut arrived: Vec<Wakeup> = self
+            .inbox
+            .drain(..)
+            .map(|e| Wakeup::Event(now, e))
+            .collect();
+        arrived.extend(woke);
+        arrived
+    }
+
+    fn perform(&mut self, now: Instant, action: ParentAction) {
+        let (code, arg) = action_code(&action);
+        self.trace.record(&[now.as_nanos(), 200 + code, arg], || {
+            format!("{now} parent: {action:?}")
+        });
+        let action = match action {
+            ParentAction::Singleton(action) => return self.singleton(action),
+            ParentAction::Supervisor(action) => action,
+        };
+        match action {
+            Action::Spawn {
+                worker,
+                slot,
+                generation,
+                config,
+            } => {
+                let info = SpawnInfo {
+                    index: self.spawn_index,
+                    slot,
+                    generation,
+                    now: Duration::from_nanos(now.as_nanos()),
+                };
+                self.spawn_index += 1;
+                self.out.spawns = self.spawn_index;
+                self.out.spawn_times_ms.push(now.as_nanos() / 1_000_000);
+                let behavior = (self.spec.behavior)(&info, &mut self.rng);
+                if let Some(kind) = behavior.kind() {
+                    self.out.misbehaving.push((info.index, kind));
+                }
+                let key = (generation.0, slot.0 as u64);
+                let retried = self.spawn_failed_slots.contains(&key);
+                if retried {
+                    self.spawn_failed_slots.retain(|k| *k != key);
+                    self.out.coverage.insert(labels::SPAWN_FAILURE_HANDLED);
+                }
+                if let Behavior::SpawnFails(error) = behavior {
+                    // fork failed: no process, no pid; the parent hears it at once.
+                    self.out.spawn_failures += 1;
+                    self.spawn_failed_slots.push(key);
+                    self.inbox.push_back(Event::SpawnFailed { worker, error });
+                    return;
+                }
+                if retried {
+                    self.out.coverage.insert(labels::SPAWN_RETRIED);
+                }
+                if let Some(i) = self.crashed_slots.iter().position(|k| *k == key) {
+                    self.crashed_slots.swap_remove(i);
+                    self.out.coverage.insert(labels::CRASHED_WORKER_REPLACED);
+                }
+                if let Some(i) = self.malformed_slots.iter().position(|k| *k == key) {
+                    self.malformed_slots.swap_remove(i);
+                    self.out.coverage.insert(labels::MALFORMED_FRAME_REPLACED);
+                }
+                self.next_pid += 1;
+                let pid = self.next_pid;
+                let mut proc = Proc::new(worker, pid, behavior, &config);
+                proc.slot = key.1;
+                proc.generation = key.0;
+                self.procs.insert(worker, proc);
+                self.inbox.push_back(Event::Spawned { worker, pid });
+                let live = self.live_count();
+                self.out.max_live_processes = self.out.max_live_processes.max(live);
+                if live > self.proc_bound {
+                    self.violation(format!(
+                        "{live} live worker processes exceed the bound {}",
+                        self.proc_bound
+                    ));
+                }
+            }
+            Action::Send { worker, message } => {
+                match &message {
+                    ParentMessage::Drain { .. } => self.ending(worker),
+                    &ParentMessage::Hello {
+                        generation,
+                        heartbeat_interval_ms,
+                        ..
+                    } => self.hello(generation.0, heartbeat_interval_ms),
+                    _ => {}
+                }
+                self.send_down(worker, &message);
+            }
+            Action::Terminate { worker } => {
+                self.ending(worker);
+                self.out.terms_sent += 1;
+                if self.spec.platform == Platform::Windows {
+                    self.violation(format!("TERM sent to {worker} under Windows semantics"));
+                }
+                self.worker_terminate(worker);
+            }
+            Action::Kill { worker } => {
+                self.ending(worker);
+                if let Some(p) = self.procs.get(&worker).filter(|p| p.alive) {
+                    if p.wedged {
+                        self.out.coverage.insert(labels::WEDGED_DRAIN_KILLED);
+                    }
+                    if p.paused {
+                        self.out.coverage.insert(labels::HUNG_WORKER_KILLED);
+                        let hung_at = self.out.hangs.iter().find(|h| h.0 == worker.0);
+                        if hung_at.is_some_and(|&(_, at)| {
+                            self.out.clock_jumps.iter().any(|&(jump, _)| jump >= at)
+                        }) {
+                            self.out
+                                .coverage
+                                .insert(labels::HUNG_ACROSS_CLOCK_JUMP_KILLED);
+                        }
+                    }
+                }
+                self.process_died(worker, ExitStatus::Signal(9));
+            }
+            Action::CloseListeners => {
+                self.listener_open = false;
+                self.out.requests.refused += self.backlog.len() as u64;
+                self.backlog.clear();
+            }
+            Action::WorkerGone { worker } => {
+                self.fs.remove_temps_of(worker);
+                let lat = self.latency();
+                if let Some(p) = self.procs.get_mut(&worker) {
+                    p.parent_closed = true;
+                    if p.alive {
+                        let at = (self.now + lat).max(p.down_clock);
+                        self.schedule_at(at, SimEvent::ToWorkerEof { worker });
+                    }
+                }
+            }
+            Action::GenerationCommitted { generation, .. } => {
+                if !self.out.generations_committed.is_empty() {
+                    self.out.coverage.insert(labels::RELOAD_COMMITTED);
+                }
+                self.out.generations_committed.push(generation.0);
+            }
+            Action::ServiceFailed { reason, message } => {
+                self.spawn_failure_given_up(true);
+                self.out.failure_at_ms = Some(now.as_nanos() / 1_000_000);
+                if reason == FailureReason::RestartLimit
+                    && !self.out.generations_committed.is_empty()
+                {
+                    self.out
+                        .coverage
+                        .insert(labels::LIMIT_FAILED_COMMITTED_SERVICE);
+                }
+                self.out.failure = Some(reason);
+                self.out.failure_message = Some(message);
+            }
+            Action::ReloadRejected { message, .. } => {
+                self.spawn_failure_given_up(false);
+                self.out.coverage.insert(labels::RELOAD_REJECTED);
+                self.out.reload_rejections.push(message);
+            }
+            Action::RecyclingSuspended { .. } => {
+                self.spawn_failure_given_up(false);
+                self.out.recycling_suspended = true;
+            }
+            Action::Exit { .. } => {
+                self.out.exit_at_ms = Some(now.as_nanos() / 1_000_000);
+                if self.live_count() > 0 {
+                    self.violation(format!(
+                        "parent exits with {} live workers",
+                        self.live_count()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn log_writer_idle(&self) -> bool {
+        !self.log_busy
+    }
+
+    fn write_log(&mut self, _now: Instant, batch: Vec<String>) {
+        self.log_busy = true;
+        let secs = batch.len() as f64 / self.spec.workload.log_write_rate;
+        let records = batch.len();
+        self.schedule_in(
+            Duration::from_secs_f64(secs),
+            SimEvent::LogWriterDone { records },
+        );
+    }
+
+    fn observe(&mut self, now: Instant, parent: &Parent) {
+        if let Err(e) = parent.check_invariants() {
+            self.violation(format!("invariant: {e}"));
+        }
+        let sup = parent.supervisor();
+        let broker = parent.broker();
+        if !self.status_asked.is_empty() {
+            let status = sup.status(now);
+            for asked in std::mem::take(&mut self.status_asked) {
+                self.out.status_answers.push(StatusAnswer {
+                    asked_ms: asked.as_nanos() / 1_000_000,
+                    answered_ms: now.as_nanos() / 1_000_000,
+                    ready_workers: sup.ready_workers(),
+                    restarts: status.restarts,
+                });
+            }
+        }
+        let not_running = sup.time_not_running();
+        if not_running > self.not_running_seen {
+            self.not_running_seen = not_running;
+            if core::mem::take(&mut self.unnoticed_jump) {
+                self.out.coverage.insert(labels::CLOCK_JUMP_NOTICED);
+            }
+        }
+        self.out.log.max_queue = self.out.log.max_queue.max(broker.log().len());
+        // A dead holder's lease the broker no longer lists as its: revoked.
+        if !self.dead_holders.is_empty() {
+            let before = self.dead_holders.len();
+            let mut revoked = Vec::new();
+            self.dead_holders.retain(|&(worker, target, as_holder)| {
+                let held = broker
+                    .lease_holder(&key(target))
+                    .is_some_and(|o| o.worker == worker);
+                if !held {
+                    revoked.push(as_holder);
+                }
+                held
+            });
+            if self.dead_holders.len() < before {
+                self.out.coverage.insert(labels::LEASE_REVOKED_ON_DEATH);
+            }
+            if revoked.contains(&true) {
+                self.out.coverage.insert(labels::LEASE_HOLDER_KILLED);
+            }
+        }
+        if broker.log().dropped() > 0 && sup.config().broker().log_policy() == LogPolicy::Drop {
+            self.out.coverage.insert(labels::LOG_DROPPED);
+            self.out.log.dropped = broker.log().dropped();
+        }
+        if broker.stats().saturated > 0 {
+            self.out.coverage.insert(labels::BROKER_SATURATED);
+        }
+        match sup.last_failure().map(|f| f.reason) {
+            Some(ExitReason::HealthFailure) => {
+                self.out.coverage.insert(labels::HANG_KILLED);
+            }
+            Some(ExitReason::DrainHang) => {
+                self.out.coverage.insert(labels::HANG_WHILE_DRAINING_KILLED);
+            }
+            _ => {}
+        }
+        // Exits since the last one recorded (several may be reaped in one step).
+        let last = self.out.exits.last().map(|e| e.worker);
+        let seen = last
+            .and_then(|w| sup.recent_exits().position(|e| e.worker.0 == w))
+            .map_or(0, |i| i + 1);
+        for exit in sup.recent_exits().skip(seen) {
+            self.out.exits.push(WorkerExit {
+                worker: exit.worker.0,
+                reason: Some(exit.reason),
+                at_ms: exit.at.as_nanos() / 1_000_000,
+            });
+            // A worker a malformed frame hit, ended for it: its slot's next spawn
+            // replaces it.
+            if exit.reason == ExitReason::ProtocolError
+                && self
+                    .out
+                    .injected
+                    .iter()
+                    .any(|i| i.kind == FaultKind::MalformedFrame && i.worker == Some(exit.worker.0))
+            {
+                self.malformed_slots
+                    .push((exit.generation.0, u64::from(exit.slot.0)));
+            }
+        }
+        if sup.recycling_suspended().is_some()
+            && sup.ready_workers() == sup.config().workers() as usize
+        {
+            self.out.coverage.insert(labels::RECYCLE_ABORTED);
+        }
+        if self.snapshot_due {
+            self.snapshot_due = false;
+            self.out.liveness = Some(sup.status(now));
+        }
+        self.out.leases_at_exit = broker.leases().count() + broker.reservation_count();
+    }
+}
+
+/// The trace's code for an action (stable: regression entries pin trace hashes).
+pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
+    let action = match action {
+        ParentAction::Singleton(_) => return (7, 0),
+        ParentAction::Supervisor(action) => action,
+    };
+    match action {
+        Action::Spawn { worker, .. } => (1, worker.0),
+        Action::Send { worker, .. } => (2, worker.0),
+        Action::Terminate { worker } => (3, worker.0),
+        Action::Kill { worker } => (4, worker.0),
+        Action::CloseListeners => (5, 0),
+        Action::WorkerGone { worker } => (6, worker.0),
+        Action::GenerationCommitted { generation, .. } => (8, generation.0),
+        Action::ServiceFailed { .. } => (9, 0),
+        Action::ReloadRejected { .. } => (10, 0),
+        Action::RecyclingSuspended { .. } => (11, 0),
+        Action::Exit { code } => (12, *code as u64),
+    }
+}
+
+impl SimWorld {
+    /// The singletons' actions: counted, and a switch backwards is a violation.
+    pub(super) fn singleton(&mut self, action: SingletonAction) {
+        match action {
+            SingletonAction::Start { .. } => self.out.singleton_starts += 1,
+            SingletonAction::Switch { from, to, .. } => {
+                if to <= from {
+                    self.violation(format!("singleton switched backwards {from} → {to}"));
+                }
+                self.out.singleton_switches += 1;
+            }
+            SingletonAction::Stop { .. } => self.out.singleton_stops += 1,
+        }
+    }
+
+    /// The supervisor gave up on what a refused spawn was for (the service, a reload, a
+    /// recycle).
+    pub(super) fn spawn_failure_given_up(&mut self, service_failed: bool) {
+        if !self.spawn_failed_slots.is_empty() {
+            self.spawn_failed_slots.clear();
+            self.out.coverage.insert(labels::SPAWN_FAILURE_HANDLED);
+            if service_failed {
+                self.out
+                    .coverage
+                    .insert(labels::SPAWN_FAILURES_FAILED_SERVICE);
+            }
+        }
+    }
+
+    /// The parent drains, terminates or kills `worker`: note the races that reach.
+    pub(super) fn ending(&mut self, worker: WorkerId) {
+        let Some(p) = self.procs.get(&worker).filter(|p| p.alive) else {
+            return;
+        };
+        if p.ready_arrives > self.now {
+            self.out.coverage.insert(labels::ENDED_WITH_READY_IN_FLIGHT);
+        }
+        if p.behavior == Behavior::HangAtBoot {
+            self.out.coverage.insert(labels::HUNG_BOOT_ENDED);
+        }
+    }
+
+    /// A HELLO for `generation` carries `interval_ms`: note a later generation whose
+    /// timings differ from the one before it.
+    pub(super) fn hello(&mut self, generation: u64, interval_ms: u64) {
+        if self.hello_intervals.iter().any(|(g, _)| *g == generation) {
+            return;
+        }
+        if self
+            .hello_intervals
+            .iter()
+            .any(|&(g, ms)| g + 1 == generation && ms != interval_ms)
+        {
+            self.out.coverage.insert(labels::CANDIDATE_OWN_TIMINGS);
+        }
+        self.hello_intervals.push((generation, interval_ms));
+    }
+
+    /// The seed for the parent's ChaCha generator, drawn from the run's stream.
+    pub fn rng_seed(&mut self) -> [u8; 32] {
+        self.rng.seed32()
+    }
+}
