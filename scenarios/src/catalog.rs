@@ -3,16 +3,17 @@
 
 use core::time::Duration;
 
-use servery_core::config::{LogPolicy, RawConfig};
+use servery_core::config::RawConfig;
 use servery_core::supervisor::{ExitReason, FailureReason};
 use servery_sim::rng::SimRng;
 use servery_sim::{
-    Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, UploadEnd,
-    Workload,
+    Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
 };
 
+use crate::catalog_chaos as chaos_;
 use crate::catalog_io_faults as io;
-use crate::{Ctx, End, Expect, Kinds, Plan, RestartBudget, Scenario, fast_config, recovery_bound};
+use crate::catalog_writes as writes;
+use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
 
 /// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
 pub const COVERAGE_GOALS: &[&str] = &[
@@ -183,28 +184,28 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "same-target-writes-serialize",
         about: "concurrent uploads to the same targets through different workers serialize; no torn file",
-        build: same_target,
+        build: writes::same_target,
         kinds: &[],
         no_swarm: None,
     },
     Scenario {
         name: "lease-holder-death",
         about: "kill -9 of a lease holder mid-upload: lease, reservation and temp file are revoked; later uploads to its targets succeed",
-        build: lease_holder_death,
+        build: writes::lease_holder_death,
         kinds: &[FaultKind::CrashLeaseHolder],
         no_swarm: None,
     },
     Scenario {
         name: "broker-saturation",
         about: "an upload burst saturates budgets, lease table and client queue: deterministic 503s; uploads after the burst succeed",
-        build: broker_saturation,
+        build: writes::broker_saturation,
         kinds: &[],
         no_swarm: None,
     },
     Scenario {
         name: "log-queue-saturation",
         about: "access-log bursts outrun the writer: block loses nothing, drop counts what it drops",
-        build: log_queue_saturation,
+        build: writes::log_queue_saturation,
         kinds: &[],
         no_swarm: None,
     },
@@ -218,14 +219,14 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "malformed-frame",
         about: "a worker writes garbage on its control channel: reaped as protocol_error well inside the heartbeat timeout, and replaced",
-        build: malformed_frame,
+        build: chaos_::malformed_frame,
         kinds: &[FaultKind::MalformedFrame],
         no_swarm: None,
     },
     Scenario {
         name: "chaos",
         about: "crashes, hangs, garbage frames, lease-holder deaths, uploads, logs, recycling and a reload at once: ready, or failed on the restart limit, as the plan's faults decide",
-        build: chaos,
+        build: chaos_::chaos,
         kinds: &[
             FaultKind::CrashWorker,
             FaultKind::HangWorker,
@@ -1049,181 +1050,6 @@ pub(crate) fn uploads(spec: &mut SimSpec, rate: f64, targets: u8) {
     spec.config.features.uploads = true;
 }
 
-fn same_target(ctx: &mut Ctx) -> Plan {
-    let config = fast_config(workers(ctx, 2, 4));
-    let mut spec = spec(ctx, config.clone(), 20.0);
-    let targets = ctx.rng.range(1, 2) as u8;
-    uploads(&mut spec, 30.0, targets);
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    e.extra = Some(|o, _| {
-        if o.uploads.ok == 0 {
-            return Err("no upload succeeded".into());
-        }
-        if o.uploads.conflict > 0 {
-            o.coverage.insert("same-target conflict");
-        }
-        Ok(())
-    });
-    Plan { spec, expect: e }
-}
-
-fn lease_holder_death(ctx: &mut Ctx) -> Plan {
-    let config = fast_config(workers(ctx, 2, 4));
-    let mut spec = spec(ctx, config.clone(), 12.0);
-    uploads(&mut spec, 25.0, 2);
-    spec.workload.chunk_ms = (20, 80);
-    for _ in 0..ctx.rng.range(1, 3) {
-        let t = at(ctx, 2.0, 10.0);
-        fault(ctx.kinds, &mut spec, t, Fault::CrashLeaseHolder);
-    }
-    let mut e = expect(&config, End::Ready);
-    e.extra = Some(writes_recover_after_holder_deaths);
-    Plan { spec, expect: e }
-}
-
-/// Uploads that must succeed after a lease holder's death: of those that arrived after
-/// it, to each target it held, and to any target after the last death. (Seeds 0..2000
-/// on both platforms: at least 29 per held target.)
-const UPLOADS_AFTER_DEATH: usize = 10;
-
-/// A dead holder's targets are writable again: its lease was revoked, not left to
-/// block them. Judged on uploads that arrived after the death, per target it held.
-fn writes_recover_after_holder_deaths(o: &mut Outcome, _: &Expect) -> Result<(), String> {
-    let ok_after = |at_ms: u64, target: Option<u8>| {
-        let after = o
-            .upload_log
-            .iter()
-            .filter(|u| u.started_ms > at_ms && target.is_none_or(|t| u.target == t));
-        let (mut ok, mut total, mut conflict) = (0, 0, 0);
-        for u in after {
-            total += 1;
-            ok += usize::from(u.end == UploadEnd::Ok);
-            conflict += usize::from(u.end == UploadEnd::Conflict);
-        }
-        (ok, total, conflict)
-    };
-    let deaths = o
-        .injected
-        .iter()
-        .filter(|i| i.kind == FaultKind::CrashLeaseHolder);
-    let mut last = 0;
-    for death in deaths {
-        let worker = death.worker.unwrap_or_default();
-        last = death.at_ms;
-        for &target in &death.targets {
-            let (ok, total, conflict) = ok_after(death.at_ms, Some(target));
-            if ok < UPLOADS_AFTER_DEATH {
-                return Err(format!(
-                    "w{worker} died holding target-{target} at {} ms: {ok} of the {total} \
-                     uploads to it that arrived later succeeded ({conflict} found it busy), \
-                     expected at least {UPLOADS_AFTER_DEATH}",
-                    death.at_ms
-                ));
-            }
-        }
-    }
-    let (ok, total, _) = ok_after(last, None);
-    if ok < UPLOADS_AFTER_DEATH {
-        return Err(format!(
-            "{ok} of the {total} uploads that arrived after {last} ms succeeded, expected at \
-             least {UPLOADS_AFTER_DEATH}"
-        ));
-    }
-    Ok(())
-}
-
-/// broker-saturation's burst: uploads arrive at its rate until its end, then at the
-/// calm rate, at which the broker must grant again.
-const SATURATION_RATE: f64 = 60.0;
-const SATURATION_UNTIL: f64 = 6.0;
-const CALM_RATE: f64 = 4.0;
-/// Uploads still in flight when the burst ends are done by then.
-const SATURATION_SETTLES: f64 = 1.0;
-/// Uploads that arrived after the burst settled and must succeed. (Seeds 0..2000 on
-/// both platforms: at least 22.)
-const UPLOADS_AFTER_SATURATION: usize = 10;
-
-fn broker_saturation(ctx: &mut Ctx) -> Plan {
-    let mut config = fast_config(workers(ctx, 2, 4));
-    config.broker.max_active_uploads = ctx.rng.range(1, 2) as i64;
-    config.broker.max_leases = ctx.rng.range(1, 2) as i64;
-    config.broker.max_upload_bytes = ctx.rng.range(16, 40) as i64;
-    config.broker.queue_capacity = ctx.rng.range(1, 3) as i64;
-    let mut spec = spec(ctx, config.clone(), 10.0);
-    uploads(&mut spec, CALM_RATE, 3);
-    spec.workload.upload_burst = Some((SATURATION_RATE, secs(SATURATION_UNTIL)));
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    e.extra = Some(|o, _| {
-        let burst_ms = (SATURATION_UNTIL * 1000.0) as u64;
-        if !o
-            .upload_log
-            .iter()
-            .any(|u| u.end == UploadEnd::Saturated && u.started_ms < burst_ms)
-        {
-            return Err("the broker never saturated during the burst".into());
-        }
-        // Once the burst's uploads are done, budgets, tables and queues are free again.
-        let calm_ms = ((SATURATION_UNTIL + SATURATION_SETTLES) * 1000.0) as u64;
-        let after: Vec<UploadEnd> = o
-            .upload_log
-            .iter()
-            .filter(|u| u.started_ms >= calm_ms)
-            .map(|u| u.end)
-            .collect();
-        let ok = after.iter().filter(|e| **e == UploadEnd::Ok).count();
-        if ok < UPLOADS_AFTER_SATURATION {
-            let saturated = after.iter().filter(|e| **e == UploadEnd::Saturated).count();
-            return Err(format!(
-                "{ok} of the {} uploads that arrived after the burst settled ({calm_ms} ms) \
-                 succeeded ({saturated} saturated), expected at least {UPLOADS_AFTER_SATURATION}",
-                after.len()
-            ));
-        }
-        Ok(())
-    });
-    Plan { spec, expect: e }
-}
-
-fn log_queue_saturation(ctx: &mut Ctx) -> Plan {
-    let mut config = fast_config(workers(ctx, 1, 3));
-    config.features.access_log = true;
-    config.broker.log_queue_capacity = ctx.rng.range(4, 16) as i64;
-    config.broker.queue_capacity = ctx.rng.range(2, 8) as i64;
-    let drop = ctx.rng.chance(0.5);
-    config.broker.log_policy = if drop {
-        LogPolicy::Drop
-    } else {
-        LogPolicy::Block
-    };
-    let mut spec = spec(ctx, config.clone(), 10.0);
-    spec.workload.access_log = true;
-    spec.workload.request_rate = 150.0;
-    spec.workload.until = secs(3.0);
-    spec.workload.log_write_rate = 100.0 + ctx.rng.unit() * 100.0;
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    e.extra = Some(if drop {
-        |o, _| {
-            let l = &o.log;
-            if l.written + l.dropped + l.dropped_local + l.lost_with_worker != l.produced {
-                return Err(format!("log records unaccounted for: {l:?}"));
-            }
-            Ok(())
-        }
-    } else {
-        |o, _| {
-            let l = &o.log;
-            if l.written != l.produced || l.dropped + l.dropped_local + l.lost_with_worker > 0 {
-                return Err(format!("the block policy lost records: {l:?}"));
-            }
-            Ok(())
-        }
-    });
-    Plan { spec, expect: e }
-}
-
 fn singleton_lifecycle(ctx: &mut Ctx) -> Plan {
     let mut config = fast_config(workers(ctx, 1, 3));
     let f = &mut config.features;
@@ -1265,157 +1091,5 @@ fn singleton_lifecycle(ctx: &mut Ctx) -> Plan {
         }
         Ok(())
     });
-    Plan { spec, expect: e }
-}
-
-fn malformed_frame(ctx: &mut Ctx) -> Plan {
-    let config = fast_config(workers(ctx, 1, 4));
-    let mut spec = spec(ctx, config.clone(), 10.0);
-    for _ in 0..ctx.rng.range(1, 2) {
-        let t = at(ctx, 1.0, 10.0);
-        let pick = ctx.rng.next_u64();
-        fault(ctx.kinds, &mut spec, t, Fault::MalformedFrame { pick });
-    }
-    let mut e = expect(&config, End::Ready);
-    e.extra = Some(ended_for_the_malformed_frame);
-    Plan { spec, expect: e }
-}
-
-/// How soon after it wrote a malformed frame a worker must be reaped as `protocol_error`:
-/// a quarter of the scenarios' heartbeat timeout (2 s). A parent that ignored the frame
-/// would still replace the worker, whose later frames it can no longer read, but only
-/// once that timeout passed, and as `health_failure`.
-const PROTOCOL_ERROR_WITHIN_MS: u64 = 500;
-
-/// Every worker a malformed frame came from was ended for it, at once, and replaced.
-fn ended_for_the_malformed_frame(o: &mut Outcome, _: &Expect) -> Result<(), String> {
-    for sent in o
-        .injected
-        .iter()
-        .filter(|i| i.kind == FaultKind::MalformedFrame)
-    {
-        let worker = sent.worker.unwrap_or_default();
-        let exit = o.exits.iter().find(|x| x.worker == worker).ok_or_else(|| {
-            format!(
-                "w{worker}, which wrote a malformed frame at {} ms, was never reaped",
-                sent.at_ms
-            )
-        })?;
-        let bound = sent.at_ms + PROTOCOL_ERROR_WITHIN_MS;
-        if exit.reason != Some(ExitReason::ProtocolError) || exit.at_ms > bound {
-            return Err(format!(
-                "w{worker} wrote a malformed frame at {} ms and was reaped at {} ms as {}; \
-                 expected protocol_error by {bound} ms (the heartbeat timeout is 2 s)",
-                sent.at_ms,
-                exit.at_ms,
-                exit.reason.map_or("unknown", |r| r.code())
-            ));
-        }
-        if !o.spawn_times_ms.iter().any(|&t| t >= exit.at_ms) {
-            return Err(format!(
-                "nothing was spawned after w{worker} was reaped as protocol_error at {} ms",
-                exit.at_ms
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The slowest boot a chaos process draws.
-const CHAOS_SLOW_BOOT_MS: u64 = 2000;
-
-fn chaos(ctx: &mut Ctx) -> Plan {
-    let mut config = fast_config(workers(ctx, 2, 4));
-    config.recovery.worker_max_age = if ctx.rng.chance(0.5) {
-        3.0 + ctx.rng.unit() * 5.0
-    } else {
-        0.0
-    };
-    config.features.access_log = true;
-    config.broker.log_policy = LogPolicy::Drop;
-    let mut spec = spec(ctx, config.clone(), 25.0);
-    uploads(&mut spec, 10.0, 2);
-    spec.workload.access_log = true;
-    // Each fault is one of the enabled kinds (all four outside swarm mode).
-    let kinds: Vec<FaultKind> = [
-        FaultKind::CrashWorker,
-        FaultKind::HangWorker,
-        FaultKind::MalformedFrame,
-        FaultKind::CrashLeaseHolder,
-    ]
-    .into_iter()
-    .filter(|k| ctx.kinds.has(*k))
-    .collect();
-    for _ in 0..ctx.rng.range(2, 6) {
-        let t = at(ctx, 1.0, 25.0);
-        let pick = ctx.rng.next_u64();
-        let i = ctx.rng.range(0, kinds.len().max(1) as u64 - 1) as usize;
-        let Some(&kind) = kinds.get(i) else {
-            continue;
-        };
-        let fault = match kind {
-            FaultKind::CrashWorker => Fault::CrashWorker { pick },
-            FaultKind::HangWorker => Fault::HangWorker { pick },
-            FaultKind::MalformedFrame => Fault::MalformedFrame { pick },
-            _ => Fault::CrashLeaseHolder,
-        };
-        spec.faults.push((t, fault));
-    }
-    let reload_workers = workers(ctx, 2, 4);
-    let reloaded = ctx.rng.chance(0.5);
-    let mut reload_at = None;
-    if reloaded {
-        let mut next = config.clone();
-        next.workers = reload_workers;
-        let t = at(ctx, 2.0, 20.0);
-        reload_at = Some(t);
-        spec.commands.push((t, SimCommand::Reload(Box::new(next))));
-    }
-    io::chaos_io_faults(ctx, &mut spec);
-    let first_replacement = config.workers as u64;
-    spec.behavior = behave(ctx.kinds, move |info, rng| match rng.range(0, 40) {
-        _ if info.index < first_replacement => Behavior::Healthy,
-        0 => Behavior::CrashBetweenPrepareAndCommit,
-        1 => Behavior::SlowBoot(Duration::from_millis(rng.range(100, CHAOS_SLOW_BOOT_MS))),
-        2 => Behavior::ExitDuringDrain,
-        _ => Behavior::Healthy,
-    });
-    // One plan in eight runs under a restart limit of 1, which two faults far enough
-    // apart exceed for certain (under 5, six faults in 25 s never are). Drawn last, so
-    // the plans that keep the limit draw as they always did.
-    if ctx.rng.chance(0.125) {
-        let limit = 1;
-        config.recovery.worker_restart_limit = limit;
-        spec.config.recovery.worker_restart_limit = limit;
-        for (_, command) in &mut spec.commands {
-            if let SimCommand::Reload(next) = command {
-                next.recovery.worker_restart_limit = limit;
-            }
-        }
-    }
-    // Ready when the plan's faults cannot exceed the restart limit, failed when they
-    // must, either only where the plan leaves it open.
-    let budget = RestartBudget::of(
-        &config,
-        &spec.faults,
-        reload_at,
-        Duration::from_millis(CHAOS_SLOW_BOOT_MS),
-    );
-    let mut e = expect(&config, End::Budget(budget));
-    e.generation = None;
-    e.allow_forced = false;
-    if reloaded {
-        // A reload whose candidate crashed is rejected; either generation may serve.
-        e.extra = Some(|o, _| {
-            let Some(status) = &o.liveness else {
-                return Ok(());
-            };
-            if o.failure.is_none() && status.generation.0 == 1 && o.reload_rejections.is_empty() {
-                return Err("the reload neither committed nor was rejected".into());
-            }
-            Ok(())
-        });
-        e.alt_workers = Some(reload_workers as usize);
-    }
     Plan { spec, expect: e }
 }

@@ -9,7 +9,9 @@
 
 mod budget;
 mod catalog;
+mod catalog_chaos;
 mod catalog_io_faults;
+mod catalog_writes;
 mod checks;
 pub mod corpus;
 mod sweep;
