@@ -12,6 +12,7 @@ use servery_sim::{
 
 use crate::catalog_chaos as chaos_;
 use crate::catalog_io_faults as io;
+use crate::catalog_rollouts as rollouts;
 use crate::catalog_writes as writes;
 use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
 
@@ -118,28 +119,28 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "age-recycle",
         about: "age recycling with jitter under load: zero failed requests, never more than N + 1 workers",
-        build: age_recycle,
+        build: rollouts::age_recycle,
         kinds: &[],
         no_swarm: None,
     },
     Scenario {
         name: "request-recycle",
         about: "request-count recycling with jitter under load: zero failed requests",
-        build: request_recycle,
+        build: rollouts::request_recycle,
         kinds: &[],
         no_swarm: None,
     },
     Scenario {
         name: "manual-recycle",
         about: "ctl recycle under load: every worker replaced once, one at a time, zero failed requests",
-        build: manual_recycle,
+        build: rollouts::manual_recycle,
         kinds: &[],
         no_swarm: None,
     },
     Scenario {
         name: "recycle-replacement-fails",
         about: "recycle replacements fail to start: the old worker keeps serving; recycling retries, then is suspended",
-        build: recycle_replacement_fails,
+        build: rollouts::recycle_replacement_fails,
         kinds: &[
             FaultKind::FailStartup,
             FaultKind::CrashBetweenPrepareAndCommit,
@@ -149,14 +150,14 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "reload",
         about: "a valid reload under load: new generation committed, old drained, zero failed requests",
-        build: reload,
+        build: rollouts::reload,
         kinds: &[],
         no_swarm: None,
     },
     Scenario {
         name: "reload-invalid",
         about: "an invalid or failing reload: the old generation keeps serving and the reason is reported",
-        build: reload_invalid,
+        build: rollouts::reload_invalid,
         kinds: &[FaultKind::FailStartup, FaultKind::HangAtBoot],
         no_swarm: None,
     },
@@ -724,207 +725,6 @@ fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
     let mut e = expect(&config, End::Failed(FailureReason::RestartLimit));
     e.extra = Some(|o, _| {
         o.coverage.insert("backoff at cap halted");
-        Ok(())
-    });
-    Plan { spec, expect: e }
-}
-
-fn age_recycle(ctx: &mut Ctx) -> Plan {
-    let mut config = fast_config(workers(ctx, 1, 4));
-    let age = 2.0 + ctx.rng.unit() * 4.0;
-    let jitter = ctx.rng.unit();
-    config.recovery.worker_max_age = age;
-    config.recovery.worker_max_age_jitter = jitter;
-    let spec = spec(ctx, config.clone(), 40.0);
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    // The first recycle starts inside the jitter band after the first READY (workers
-    // are ready within 50 ms of the start).
-    e.first_recycle_within = Some((secs(age * (1.0 - jitter)), secs(age + 0.1)));
-    e.extra = Some(|o, e| {
-        if o.spawns <= e.workers as u64 {
-            return Err("no worker was recycled by age".into());
-        }
-        o.coverage.insert("recycled by age");
-        Ok(())
-    });
-    Plan { spec, expect: e }
-}
-
-fn request_recycle(ctx: &mut Ctx) -> Plan {
-    let mut config = fast_config(workers(ctx, 1, 4));
-    config.recovery.max_requests_per_worker = ctx.rng.range(20, 80) as i64;
-    config.recovery.max_requests_jitter = 0.1 + ctx.rng.unit() * 0.4;
-    let mut spec = spec(ctx, config.clone(), 30.0);
-    spec.workload.request_rate = 40.0;
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    e.extra = Some(|o, e| {
-        if o.spawns <= e.workers as u64 {
-            return Err("no worker was recycled by request count".into());
-        }
-        o.coverage.insert("recycled by request count");
-        Ok(())
-    });
-    Plan { spec, expect: e }
-}
-
-fn manual_recycle(ctx: &mut Ctx) -> Plan {
-    let config = fast_config(workers(ctx, 1, 4));
-    let mut spec = spec(ctx, config.clone(), 10.0);
-    spec.commands.push((at(ctx, 1.0, 5.0), SimCommand::Recycle));
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    e.extra = Some(|o, e| {
-        if o.spawns != 2 * e.workers as u64 {
-            return Err(format!(
-                "{} spawns for {} workers recycled once each",
-                o.spawns, e.workers
-            ));
-        }
-        if o.max_live_processes > e.workers + 1 {
-            return Err(format!("{} processes at once", o.max_live_processes));
-        }
-        Ok(())
-    });
-    Plan { spec, expect: e }
-}
-
-fn recycle_replacement_fails(ctx: &mut Ctx) -> Plan {
-    let n = workers(ctx, 1, 3);
-    let mut config = fast_config(n);
-    config.recovery.worker_max_age = 2.0;
-    config.recovery.worker_max_age_jitter = 0.0;
-    config.recovery.recycle_retry_limit = 3;
-    let mut spec = spec(ctx, config.clone(), 20.0);
-    let failures = ctx.rng.range(1, 5);
-    let first_replacement = n as u64;
-    let crash_instead = ctx.rng.chance(0.3);
-    let kind = if crash_instead {
-        FaultKind::CrashBetweenPrepareAndCommit
-    } else {
-        FaultKind::FailStartup
-    };
-    let failures = if ctx.kinds.has(kind) { failures } else { 0 };
-    spec.behavior = behave(ctx.kinds, move |info, _| {
-        if info.index >= first_replacement && info.index < first_replacement + failures {
-            if crash_instead {
-                Behavior::CrashBetweenPrepareAndCommit
-            } else {
-                Behavior::FailStartup("replacement cannot start".into())
-            }
-        } else {
-            Behavior::Healthy
-        }
-    });
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    e.extra = Some(if failures >= 3 {
-        |o, _| {
-            if !o.recycling_suspended {
-                return Err("three failed replacements must suspend recycling".into());
-            }
-            Ok(())
-        }
-    } else {
-        |o, e| {
-            if o.recycling_suspended {
-                return Err("recycling was suspended below the retry limit".into());
-            }
-            if o.spawns <= e.workers as u64 + 3 {
-                return Err("the recycle never completed after its replacement recovered".into());
-            }
-            Ok(())
-        }
-    });
-    Plan { spec, expect: e }
-}
-
-fn reload(ctx: &mut Ctx) -> Plan {
-    let mut config = fast_config(workers(ctx, 1, 3));
-    if ctx.rng.chance(0.5) {
-        // Recycles in flight when the reload arrives: the reload must wait for them.
-        config.recovery.worker_max_age = 1.0 + ctx.rng.unit() * 2.0;
-        config.recovery.worker_max_age_jitter = 0.0;
-    }
-    let mut next = fast_config(workers(ctx, 1, 4));
-    if ctx.rng.chance(0.5) {
-        // The new generation's heartbeat timeout is shorter than the old interval: its
-        // workers must beat (and be judged) by the new timings from their first HELLO.
-        config.recovery.heartbeat_interval = 1.0;
-        config.recovery.heartbeat_timeout = 4.0;
-        next.recovery.heartbeat_interval = 0.2;
-        next.recovery.heartbeat_timeout = 0.6;
-    }
-    let mut spec = spec(ctx, config.clone(), 10.0);
-    let n_next = next.workers as usize;
-    spec.commands
-        .push((at(ctx, 2.0, 8.0), SimCommand::Reload(Box::new(next))));
-    let mut e = expect(&config, End::Ready);
-    e.workers = n_next;
-    e.generation = Some(2);
-    e.zero_failed = true;
-    e.extra = Some(|o, _| match &o.liveness {
-        Some(s) if s.restarts == 0 && s.last_failure.is_none() => Ok(()),
-        Some(s) => Err(format!(
-            "a clean reload restarted workers: {:?}",
-            s.last_failure
-        )),
-        None => Err("no liveness snapshot".into()),
-    });
-    Plan { spec, expect: e }
-}
-
-fn reload_invalid(ctx: &mut Ctx) -> Plan {
-    let n = workers(ctx, 1, 3);
-    let config = fast_config(n);
-    let mut spec = spec(ctx, config.clone(), 12.0);
-    let mut next = fast_config(workers(ctx, 1, 4));
-    let n_next = next.workers as usize;
-    let kind = match ctx.rng.range(0, 2) {
-        0 => {
-            next.recovery.restart_backoff_initial = 5.0;
-            next.recovery.restart_backoff_max = 1.0;
-            None
-        }
-        1 => {
-            spec.behavior = behave(ctx.kinds, |info, _| {
-                if info.generation.0 == 2 && info.slot.0 == 0 {
-                    Behavior::FailStartup("new configuration's root is missing".into())
-                } else {
-                    Behavior::Healthy
-                }
-            });
-            Some(FaultKind::FailStartup)
-        }
-        _ => {
-            spec.behavior = behave(ctx.kinds, |info, _| {
-                if info.generation.0 == 2 && info.slot.0 == 0 {
-                    Behavior::HangAtBoot
-                } else {
-                    Behavior::Healthy
-                }
-            });
-            Some(FaultKind::HangAtBoot)
-        }
-    };
-    spec.commands
-        .push((at(ctx, 1.0, 4.0), SimCommand::Reload(Box::new(next))));
-    if kind.is_some_and(|k| !ctx.kinds.has(k)) {
-        // Its candidate is healthy: a valid reload, which must commit cleanly.
-        let mut e = expect(&config, End::Ready);
-        e.workers = n_next;
-        e.generation = Some(2);
-        e.zero_failed = true;
-        return Plan { spec, expect: e };
-    }
-    let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
-    e.extra = Some(|o, _| {
-        if o.reload_rejections.is_empty() {
-            return Err("the bad reload was not reported".into());
-        }
-        o.coverage.insert("reload rejected kept the old generation");
         Ok(())
     });
     Plan { spec, expect: e }

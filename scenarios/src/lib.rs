@@ -11,6 +11,7 @@ mod budget;
 mod catalog;
 mod catalog_chaos;
 mod catalog_io_faults;
+mod catalog_rollouts;
 mod catalog_writes;
 mod checks;
 pub mod corpus;
