@@ -147,6 +147,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub upload: crate::write::args::UploadArgs,
+
+    #[command(flatten)]
+    pub dav: crate::http::dav::args::DavArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -365,6 +368,7 @@ impl ServeArgs {
             ..RawConfig::default()
         };
         self.upload.apply(&mut raw);
+        self.dav.apply(&mut raw);
         raw
     }
 }

@@ -135,6 +135,10 @@ impl DavTable {
 }
 
 #[cfg(test)]
+#[path = "dav_model_tests.rs"]
+mod model_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

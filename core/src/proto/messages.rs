@@ -99,7 +99,8 @@ pub enum BrokerRequest {
     DavUnlock {
         token: LeaseId,
     },
-    /// Locks on `resource` or covering it from an ancestor with infinite depth.
+    /// Live locks on `resource`, covering it from an ancestor with infinite depth, or on
+    /// any resource below it (which a write to a collection would disturb).
     DavQuery {
         resource: String,
     },

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use http::{HeaderValue, Response, StatusCode, header};
 
 use super::body::{self, Body};
+use super::dav::{DavError, xml};
 use super::mime;
 use super::path::PathError;
 use super::policy;
@@ -59,6 +60,9 @@ pub enum HttpError {
     /// An upload did not happen (`--upload`); see [`WriteError`] for each status.
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// A WebDAV request was refused (`--dav`); see [`DavError`] for each status.
+    #[error(transparent)]
+    Dav(#[from] DavError),
     /// The served root could not be opened when building the site.
     #[error("cannot open served root {}: {source}", root.display())]
     Root {
@@ -136,16 +140,25 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         HttpError::Message(MessageError::UnsupportedTransferCoding) => StatusCode::NOT_IMPLEMENTED,
         HttpError::Message(_) => StatusCode::BAD_REQUEST,
         HttpError::Write(e) => write_status(e),
+        HttpError::Dav(e) => dav_status(e),
     };
     if status.is_server_error() {
         tracing::error!(error = %err, "request failed");
     } else {
         tracing::debug!(error = %err, %status, "request refused");
     }
+    if let HttpError::Dav(e) = err
+        && let Some(condition) = dav_condition(e)
+    {
+        return dav_error_response(status, condition);
+    }
     let reason = status.canonical_reason().unwrap_or("Error");
     let text = match err {
         // What exactly is wrong with the message: a fixed text, nothing from the peer.
         HttpError::Message(why) => format!("{} {reason}: {why}\n", status.as_u16()),
+        HttpError::Dav(why @ (DavError::ReadOnly | DavError::OverwriteOff)) => {
+            format!("{} {reason}: {why}\n", status.as_u16())
+        }
         _ => format!("{} {reason}\n", status.as_u16()),
     };
     let mut response = Response::new(body::full(text.clone()));
@@ -195,6 +208,61 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         }
         _ => {}
     }
+    response
+}
+
+/// The status of a refused WebDAV request (RFC 4918 §8–§11).
+fn dav_status(e: &DavError) -> StatusCode {
+    match e {
+        DavError::Locked(_) | DavError::ConflictingLock(_) => StatusCode::LOCKED,
+        DavError::NoSuchLock => StatusCode::CONFLICT,
+        DavError::ReadOnly | DavError::OverwriteOff | DavError::FiniteDepth | DavError::Overlap => {
+            StatusCode::FORBIDDEN
+        }
+        DavError::Xml(_)
+        | DavError::If(_)
+        | DavError::Depth
+        | DavError::Destination
+        | DavError::OwnerTooLarge => StatusCode::BAD_REQUEST,
+        DavError::IfFailed | DavError::DestinationExists => StatusCode::PRECONDITION_FAILED,
+        DavError::OtherServer => StatusCode::BAD_GATEWAY,
+        DavError::Exists => StatusCode::METHOD_NOT_ALLOWED,
+        DavError::MkcolBody => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        DavError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        DavError::Conflict => StatusCode::CONFLICT,
+    }
+}
+
+/// The DAV: precondition a refusal names in its XML body, and the hrefs it lists.
+fn dav_condition(e: &DavError) -> Option<(&'static str, Vec<String>)> {
+    let hrefs = |keys: &[String]| {
+        keys.iter()
+            .map(|k| super::dav::locks::key_href(k))
+            .collect()
+    };
+    match e {
+        DavError::Locked(roots) => Some(("lock-token-submitted", hrefs(roots))),
+        DavError::ConflictingLock(roots) => Some(("no-conflicting-lock", hrefs(roots))),
+        DavError::NoSuchLock => Some(("lock-token-matches-request-uri", Vec::new())),
+        DavError::FiniteDepth => Some(("propfind-finite-depth", Vec::new())),
+        _ => None,
+    }
+}
+
+fn dav_error_response(
+    status: StatusCode,
+    (condition, hrefs): (&str, Vec<String>),
+) -> Response<Body> {
+    let hrefs: Vec<&str> = hrefs.iter().map(String::as_str).collect();
+    let text = xml::error_body(condition, &hrefs);
+    let mut response = Response::new(body::full(text.clone()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml; charset=utf-8"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
     response
 }
 

@@ -16,6 +16,7 @@ mod cached_read;
 pub mod compress;
 pub mod conditional;
 pub mod conn;
+pub mod dav;
 pub mod digest;
 pub mod encoded_cache;
 pub mod error;

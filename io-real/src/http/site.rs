@@ -24,6 +24,7 @@ use super::body::{self, Body};
 use super::compress::{Coding, Level, StreamEncoder};
 use super::conditional::{self, Precondition};
 use super::conn::Transport;
+use super::dav::{Dav, DavConfig};
 use super::digest::{self, DigestAlg};
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::{ALLOW, HttpError, error_response};
@@ -100,6 +101,8 @@ pub struct SiteConfig {
     /// Accept `PUT` and multipart `POST` uploads through the worker's broker client
     /// (`--upload`); `None` keeps the site read-only.
     pub uploads: Option<UploadConfig>,
+    /// Answer WebDAV (`--dav`); writes through it need `uploads` too.
+    pub dav: Option<DavConfig>,
     /// The deadline of every connection state (see [`super::watchdog`]).
     pub deadlines: Deadlines,
 }
@@ -121,6 +124,7 @@ impl Default for SiteConfig {
             security_headers: true,
             hsts: false,
             uploads: None,
+            dav: None,
             deadlines: Deadlines::default(),
         }
     }
@@ -146,6 +150,7 @@ pub struct Site {
     security_headers: bool,
     hsts: bool,
     uploads: Option<Uploads>,
+    dav: Option<Dav>,
     deadlines: Deadlines,
 }
 
@@ -163,6 +168,15 @@ impl Site {
         let uploads = config
             .uploads
             .map(|u| Uploads::new(Arc::clone(&root), u, config.show_hidden));
+        let dav = config.dav.map(|d| {
+            Dav::new(
+                Arc::clone(&root),
+                d,
+                uploads.as_ref().map(|u| u.writer().clone()),
+                config.show_hidden,
+                config.deadlines.body,
+            )
+        });
         Ok(Self {
             root,
             show_hidden: config.show_hidden,
@@ -181,6 +195,7 @@ impl Site {
             security_headers: config.security_headers,
             hsts: config.hsts,
             uploads,
+            dav,
             deadlines: config.deadlines,
         })
     }
@@ -213,32 +228,43 @@ impl Site {
         B::Error: std::fmt::Display,
     {
         let (parts, body) = req.into_parts();
-        let upload = match &self.uploads {
-            Some(uploads) if Uploads::handles(&parts.method) => Some((uploads, body)),
-            // Content on GET/HEAD/OPTIONS has no meaning here and is never read.
-            _ => {
-                drop(body);
-                None
-            }
+        let dav = self.dav.as_ref().filter(|_| Dav::handles(&parts.method));
+        let uploads = self
+            .uploads
+            .as_ref()
+            .filter(|_| dav.is_none() && Uploads::handles(&parts.method));
+        // Content on GET/HEAD/OPTIONS has no meaning here and is never read.
+        let body = if dav.is_some() || uploads.is_some() {
+            Some(body)
+        } else {
+            drop(body);
+            None
         };
         let mut response = if self.cors && policy::is_preflight(&parts.method, &parts.headers) {
             preflight(&parts.headers)
         } else if !policy::authorized(&self.auth, &parts.headers) {
             error_response(&HttpError::Unauthorized)
-        } else if let Some((uploads, body)) = upload {
-            // The rare paths (uploads here, digests and encoding misses below) are boxed:
-            // an async fn is as large as its largest await, and every request's future is
-            // moved into the connection and allocated there. Unboxed, they made a plain
-            // GET's future about 3.2 KB; boxed, about 2 KB (both measured in a debug build).
-            Box::pin(uploads.handle(&parts, body)).await
         } else {
-            match self.respond(&parts).await {
-                Ok(response) => response,
-                Err(err) => error_response(&err),
+            // The rare paths (WebDAV and uploads here, digests and encoding misses below)
+            // are boxed: an async fn is as large as its largest await, and every request's
+            // future is moved into the connection and allocated there. Unboxed, they made a
+            // plain GET's future about 3.2 KB; boxed, about 2 KB (both measured in a debug
+            // build).
+            match (dav, uploads, body) {
+                (Some(dav), _, Some(body)) => {
+                    Box::pin(dav.handle(&parts, body, self.uploads.as_ref())).await
+                }
+                (None, Some(uploads), Some(body)) => Box::pin(uploads.handle(&parts, body)).await,
+                _ => match self.respond(&parts).await {
+                    Ok(response) => response,
+                    Err(err) => error_response(&err),
+                },
             }
         };
         let headers = response.headers_mut();
-        if self.uploads.is_some() && headers.contains_key(header::ALLOW) {
+        if self.dav.is_some() && headers.contains_key(header::ALLOW) {
+            headers.insert(header::ALLOW, HeaderValue::from_static(super::dav::ALLOW));
+        } else if self.uploads.is_some() && headers.contains_key(header::ALLOW) {
             // OPTIONS and 405 name every method this site takes.
             headers.insert(
                 header::ALLOW,

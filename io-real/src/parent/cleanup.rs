@@ -6,7 +6,8 @@
 //! The walk visits every directory under the root once, without following symlinks, on
 //! the parent's cleanup thread ([`Cleaner`]). On a small tree that is well under the one-second bound the tests
 //! hold it to; on a very large tree it costs what a `find` would, once per dead worker.
-//! Partial (resumable) uploads, `.servery-partial-*`, are not touched: they belong to
+//! WebDAV's staged copies and trees being deleted are directories under the same prefix
+//! (decision 0018) and go whole. Partial (resumable) uploads, `.servery-partial-*`, are not touched: they belong to
 //! the client, not the worker, and another worker resumes them (decision 0004).
 
 use std::io;
@@ -105,13 +106,24 @@ pub fn remove_worker_temp_files(root: &Path, worker: WorkerId) -> io::Result<usi
                 continue;
             };
             let name = entry.file_name();
+            let ours = name.as_encoded_bytes().starts_with(prefix.as_bytes());
+            if kind.is_dir() && ours {
+                // A WebDAV copy staged, or a tree taken out of sight to be deleted
+                // (decision 0018): nothing can finish it now.
+                match std::fs::remove_dir_all(entry.path()) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
             if kind.is_dir() {
                 if depth < MAX_DEPTH {
                     dirs.push((entry.path(), depth + 1));
                 }
                 continue;
             }
-            if !kind.is_file() || !name.as_encoded_bytes().starts_with(prefix.as_bytes()) {
+            if !kind.is_file() || !ours {
                 continue;
             }
             match std::fs::remove_file(entry.path()) {
@@ -154,7 +166,8 @@ mod tests {
         ] {
             std::fs::write(dir.join(name), b"x").expect("write");
         }
-        std::fs::create_dir(dir.join(".servery-tmp-7-dir")).expect("mkdir");
+        std::fs::create_dir_all(dir.join(".servery-tmp-7-copy-1/sub")).expect("mkdir");
+        std::fs::write(dir.join(".servery-tmp-7-copy-1/sub/f"), b"x").expect("write");
         // A symlinked directory is not entered (its target is cleaned on its own).
         let outside = dir.with_extension("outside");
         let _ = std::fs::remove_dir_all(&outside);
@@ -162,12 +175,11 @@ mod tests {
         std::fs::write(outside.join(".servery-tmp-7-out"), b"x").expect("write");
         std::os::unix::fs::symlink(&outside, dir.join("link")).expect("symlink");
 
-        assert_eq!(remove_worker_temp_files(&dir, WorkerId(7)).expect("rm"), 3);
+        assert_eq!(remove_worker_temp_files(&dir, WorkerId(7)).expect("rm"), 4);
         assert_eq!(
             names(&dir),
             [
                 ".servery-partial-00",
-                ".servery-tmp-7-dir",
                 ".servery-tmp-71-c",
                 ".servery-tmp-8-a",
                 "a",

@@ -58,7 +58,7 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
     // Every check runs before any is reported, so one run lists every problem.
     let config = args.raw_config().validate();
     let root = resolve_root(args.dir.as_deref());
-    let site = site::prepare(&args.site, args.show_hidden, &args.bind);
+    let site = site::prepare(&args.site, &args.dav, args.show_hidden, &args.bind);
     let (config, root, site) = match (config, root, site) {
         (Ok(config), Ok(root), Ok(site)) => (config, root, site),
         (config, root, site) => {

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::spawn::WorkerSite;
 use crate::cli::SiteArgs;
+use crate::http::dav::args::DavArgs;
 use crate::http::policy::Credential;
 use crate::tls::{Identity, TlsError};
 use crate::worker::args::SiteFlags;
@@ -48,6 +49,7 @@ impl PreparedSite {
 /// Check and prepare the serving options; every issue at once.
 pub fn prepare(
     args: &SiteArgs,
+    dav: &DavArgs,
     show_hidden: bool,
     bind: &[IpAddr],
 ) -> Result<PreparedSite, Vec<SiteIssue>> {
@@ -135,6 +137,8 @@ pub fn prepare(
                 hsts: args.hsts,
                 max_compress_size: (args.max_compress_size != default_compress)
                     .then_some(args.max_compress_size),
+                dav: dav.dav,
+                dav_propfind_max_entries: dav.dav.then_some(dav.dav_propfind_max_entries),
             },
             setup_frame,
         },
@@ -246,6 +250,15 @@ mod tests {
 
     use super::*;
 
+    fn dav_off() -> DavArgs {
+        DavArgs {
+            dav: false,
+            dav_max_locks: 1,
+            dav_lock_timeout_max: 1.0,
+            dav_propfind_max_entries: 1,
+        }
+    }
+
     fn site_args() -> SiteArgs {
         SiteArgs {
             tls_cert: None,
@@ -282,7 +295,7 @@ mod tests {
         ];
         args.tls_cert = Some(PathBuf::from("/nonexistent/c.pem"));
         args.tls_key = Some(PathBuf::from("/nonexistent/k.pem"));
-        let issues = prepare(&args, false, &[]).expect_err("invalid");
+        let issues = prepare(&args, &dav_off(), false, &[]).expect_err("invalid");
         let flags: Vec<_> = issues.iter().map(|i| i.flag).collect();
         assert_eq!(flags, ["--auth", "--auth", "--tls-cert"], "{issues:?}");
         assert!(!format!("{issues:?}").contains("secret"));
@@ -296,7 +309,7 @@ mod tests {
         args.auth = (0..20_000)
             .map(|i| format!("user{i}:sha256:{hash}"))
             .collect();
-        let issues = prepare(&args, false, &[]).expect_err("too large");
+        let issues = prepare(&args, &dav_off(), false, &[]).expect_err("too large");
         assert_eq!(issues.len(), 1, "{issues:?}");
         assert_eq!(issues[0].flag, "--auth");
         assert!(
@@ -304,7 +317,7 @@ mod tests {
             "{issues:?}"
         );
         args.auth.truncate(100);
-        assert!(prepare(&args, false, &[]).is_ok());
+        assert!(prepare(&args, &dav_off(), false, &[]).is_ok());
     }
 
     #[test]
@@ -312,7 +325,8 @@ mod tests {
         let mut args = site_args();
         args.tls_self_signed = true;
         args.auth = vec!["a:b".into()];
-        let site = prepare(&args, true, &["127.0.0.1".parse().expect("ip")]).expect("valid");
+        let site =
+            prepare(&args, &dav_off(), true, &["127.0.0.1".parse().expect("ip")]).expect("valid");
         assert_eq!(site.scheme(), "https");
         assert!(site.fingerprint.as_ref().is_some_and(|f| f.len() == 95));
         let setup = Setup::read_from(&site.worker.setup_frame[..]).expect("decodes");

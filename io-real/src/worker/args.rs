@@ -25,6 +25,9 @@ pub struct SiteFlags {
     pub no_security_headers: bool,
     pub hsts: bool,
     pub max_compress_size: Option<u64>,
+    /// WebDAV, and the bound on one PROPFIND with Depth infinity.
+    pub dav: bool,
+    pub dav_propfind_max_entries: Option<u64>,
 }
 
 impl SiteFlags {
@@ -41,10 +44,13 @@ impl SiteFlags {
         if let Some(bytes) = self.max_compress_size {
             args.extend(["--max-compress-size".to_owned(), bytes.to_string()]);
         }
+        if let Some(n) = self.dav_propfind_max_entries {
+            args.extend(["--dav-propfind-max-entries".to_owned(), n.to_string()]);
+        }
         args
     }
 
-    fn switches(&self) -> [(bool, &'static str); 6] {
+    fn switches(&self) -> [(bool, &'static str); 7] {
         [
             (self.show_hidden, "--show-hidden"),
             (self.tls, "--tls"),
@@ -52,6 +58,7 @@ impl SiteFlags {
             (self.spa, "--spa"),
             (self.no_security_headers, "--no-security-headers"),
             (self.hsts, "--hsts"),
+            (self.dav, "--dav"),
         ]
     }
 
@@ -68,6 +75,10 @@ impl SiteFlags {
             "--spa" => self.spa = true,
             "--no-security-headers" => self.no_security_headers = true,
             "--hsts" => self.hsts = true,
+            "--dav" => self.dav = true,
+            "--dav-propfind-max-entries" => {
+                self.dav_propfind_max_entries = Some(number(name, value()?)?)
+            }
             "--cache" => self.cache = Some(number(name, value()?)?),
             "--max-compress-size" => self.max_compress_size = Some(number(name, value()?)?),
             _ => return Ok(false),
@@ -256,6 +267,8 @@ mod tests {
             no_security_headers: true,
             hsts: false,
             max_compress_size: Some(1 << 20),
+            dav: true,
+            dav_propfind_max_entries: Some(7),
         };
         let mut args: Vec<String> = REQUIRED.iter().map(|s| s.to_string()).collect();
         args.extend(flags.to_args());

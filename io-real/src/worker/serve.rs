@@ -97,6 +97,16 @@ pub(super) async fn run(
             uploads: args
                 .upload
                 .config(args.worker_id, &broker, args.deadlines.body),
+            dav: args.site.dav.then(|| crate::http::dav::DavConfig {
+                broker: broker.clone(),
+                max_propfind_entries: usize::try_from(
+                    args.site
+                        .dav_propfind_max_entries
+                        .unwrap_or(crate::http::dav::args::DEFAULT_PROPFIND_MAX_ENTRIES),
+                )
+                .unwrap_or(usize::MAX),
+                worker_id: args.worker_id,
+            }),
             deadlines: args.deadlines,
             ..Default::default()
         },

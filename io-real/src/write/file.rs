@@ -58,13 +58,13 @@ pub async fn write_file<S: ChunkSource>(
     let t = target.clone();
     // The lease and the temporary file's guard go into the blocking job: if hyper drops
     // this handler while the rename runs, the lease is still released only after it.
-    blocking(move || {
+    let (published, lease) = blocking(move || {
         let mut temp = temp;
-        let lease = lease;
         let published = publish(&root, &t, &file, temp.name(), overwrite)?;
         temp.disarm();
-        drop(lease);
-        Ok(published)
+        Ok((published, lease))
     })
-    .await
+    .await?;
+    lease.release().await;
+    Ok(published)
 }

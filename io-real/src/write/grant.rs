@@ -168,6 +168,27 @@ impl Grant {
         }
     }
 
+    /// Gives the grant back and waits until the broker has it, so that the client's next
+    /// request, through any worker, finds the target free: a release that is only sent
+    /// can reach the parent after that request does. Should the broker not answer, the
+    /// release still goes out (as from `Drop`); it is idempotent.
+    pub async fn release(mut self) {
+        if !self.held {
+            return;
+        }
+        let answered = self.broker.call(self.release_request()).await.is_ok();
+        self.held = !answered;
+    }
+
+    fn release_request(&self) -> BrokerRequest {
+        let id = self.id;
+        match self.kind {
+            Kind::Lease => BrokerRequest::ReleaseLease { id },
+            Kind::Reservation => BrokerRequest::ReleaseReservation { id },
+            Kind::Partial => BrokerRequest::ReleasePartial { id },
+        }
+    }
+
     /// Keep the grant past this guard: a partial reservation stays in the broker between
     /// chunks, owned by this worker until another one takes it over or it completes.
     pub fn keep(mut self) {
@@ -180,11 +201,6 @@ impl Drop for Grant {
         if !self.held {
             return;
         }
-        let id = self.id;
-        self.broker.release(match self.kind {
-            Kind::Lease => BrokerRequest::ReleaseLease { id },
-            Kind::Reservation => BrokerRequest::ReleaseReservation { id },
-            Kind::Partial => BrokerRequest::ReleasePartial { id },
-        });
+        self.broker.release(self.release_request());
     }
 }

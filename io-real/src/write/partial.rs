@@ -317,7 +317,7 @@ pub async fn chunk<S: ChunkSource>(
     let overwrite = overwrite && !if_none_match_star;
     // The lease and the partial reservation go into the blocking job: if hyper drops this
     // handler while the rename runs, they are still given back only after it.
-    blocking(move || {
+    let (result, lease) = blocking(move || {
         let lease = lease;
         let (data, meta) = names(&t.key);
         let file = open_data(&t.dir, &t.key, total)?;
@@ -331,10 +331,11 @@ pub async fn chunk<S: ChunkSource>(
             }
             Err(_) => partial.keep(),
         }
-        drop(lease);
-        result.map(ChunkOutcome::Complete)
+        Ok((result, lease))
     })
-    .await
+    .await?;
+    lease.release().await;
+    result.map(ChunkOutcome::Complete)
 }
 
 /// The broker's partial reservation for `target`, however it has to be obtained (see the

@@ -179,6 +179,11 @@ impl Uploads {
         }
     }
 
+    /// How this site writes (shared with WebDAV's writes).
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
     /// Whether a request with `method` is an upload.
     pub fn handles(method: &Method) -> bool {
         method == Method::PUT || method == Method::POST

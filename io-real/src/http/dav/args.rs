@@ -1,0 +1,43 @@
+//! WebDAV's command line: the parent's flags ([`DavArgs`], flattened into `servery`'s
+//! options). The lock table's size and timeout cap are the broker's (`RawConfig.broker`),
+//! service-wide; what shapes how a worker answers is passed on its command line.
+
+use clap::Args;
+use servery_core::config::RawBroker;
+
+/// The default bound on the resources one PROPFIND with Depth infinity answers for.
+pub const DEFAULT_PROPFIND_MAX_ENTRIES: u64 = 10_000;
+
+fn broker() -> RawBroker {
+    RawBroker::default()
+}
+
+/// WebDAV (`--dav`) and its lock table.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "WebDAV (locks are held by the parent's broker)")]
+pub struct DavArgs {
+    /// Answer WebDAV (classes 1 and 2: PROPFIND, LOCK, UNLOCK); with --upload also PUT,
+    /// DELETE, MKCOL, COPY, MOVE and PROPPATCH. Without --upload those are refused (403).
+    #[arg(long, env = "SERVERY_DAV", value_parser = clap::builder::BoolishValueParser::new())]
+    pub dav: bool,
+    /// Locks held at once, service-wide; one more LOCK gets 503.
+    #[arg(long, value_name = "N", env = "SERVERY_DAV_MAX_LOCKS", default_value_t = broker().max_dav_locks, allow_negative_numbers = true)]
+    pub dav_max_locks: i64,
+    /// The longest lock a client may take or refresh to, in seconds (a longer or
+    /// `Infinite` Timeout is granted this).
+    #[arg(long, value_name = "SECS", env = "SERVERY_DAV_LOCK_TIMEOUT_MAX", default_value_t = broker().max_dav_lock_timeout, allow_negative_numbers = true)]
+    pub dav_lock_timeout_max: f64,
+    /// Resources one PROPFIND with Depth infinity may answer for; beyond, 403
+    /// propfind-finite-depth.
+    #[arg(long, value_name = "N", env = "SERVERY_DAV_PROPFIND_MAX_ENTRIES", default_value_t = DEFAULT_PROPFIND_MAX_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub dav_propfind_max_entries: u64,
+}
+
+impl DavArgs {
+    /// Writes the feature and the lock table's limits into `raw`.
+    pub fn apply(&self, raw: &mut servery_core::RawConfig) {
+        raw.features.webdav = self.dav;
+        raw.broker.max_dav_locks = self.dav_max_locks;
+        raw.broker.max_dav_lock_timeout = self.dav_lock_timeout_max;
+    }
+}

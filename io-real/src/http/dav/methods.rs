@@ -1,0 +1,369 @@
+//! LOCK, UNLOCK, MKCOL, DELETE, COPY and MOVE.
+
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Response, StatusCode, header};
+use servery_core::proto::DavDepth;
+
+use super::super::body::{self, Body};
+use super::super::error::HttpError;
+use super::super::path::RequestPath;
+use super::locks::{self, Reach};
+use super::resource::{self, DavPath};
+use super::tree::{self, Outcome};
+use super::xml;
+use super::{Dav, DavError, blocking, single, uri_authority, uri_path, xml_response};
+use crate::write::{ChunkSource, Grant, WriteError, Writer, target, write_file};
+
+/// The content of a resource a LOCK creates (RFC 4918 §7.3): nothing.
+struct Nothing;
+
+impl ChunkSource for Nothing {
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, WriteError>> {
+        None
+    }
+}
+
+fn created_or_replaced(outcome: Outcome) -> Response<Body> {
+    let mut response = Response::new(body::empty());
+    match outcome {
+        Outcome::Created => {
+            *response.status_mut() = StatusCode::CREATED;
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+        }
+        Outcome::Replaced => *response.status_mut() = StatusCode::NO_CONTENT,
+    }
+    response
+}
+
+fn io_error(e: io::Error) -> HttpError {
+    match e.kind() {
+        io::ErrorKind::AlreadyExists => HttpError::Dav(DavError::Exists),
+        _ if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+            HttpError::Write(WriteError::Io(e))
+        }
+        _ => HttpError::from_io(e),
+    }
+}
+
+impl Dav {
+    /// The broker lease on `path`'s target key: writes to one resource, by any worker,
+    /// happen one at a time.
+    async fn lease(&self, writer: &Writer, path: &DavPath) -> Result<Grant, HttpError> {
+        let Some(parent) = path.parent() else {
+            return Err(HttpError::Forbidden);
+        };
+        let name = path.name().unwrap_or_default().to_owned();
+        let root = Arc::clone(&self.root);
+        let target = blocking(move || {
+            target::resolve(&root, &parent.rel(), &name).map_err(|e| match e {
+                WriteError::NoParent => HttpError::Dav(DavError::Conflict),
+                e => HttpError::Write(e),
+            })
+        })
+        .await?;
+        Ok(Grant::lease(
+            &writer.broker,
+            &target.key,
+            writer.settings.write_lock_timeout,
+        )
+        .await?)
+    }
+
+    /// What exists at `path`: `None`, or whether it is a collection.
+    async fn kind(&self, path: &DavPath) -> Result<Option<bool>, HttpError> {
+        let root = Arc::clone(&self.root);
+        let rel = path.rel();
+        blocking(move || {
+            Ok(resource::stat_opt(&root, &rel)
+                .map_err(HttpError::from_io)?
+                .map(|m| m.is_dir()))
+        })
+        .await
+    }
+
+    pub(super) async fn lock(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+        body: &[u8],
+    ) -> Result<Response<Body>, HttpError> {
+        let timeout = locks::timeout_ms(single(&parts.headers, "timeout").as_deref());
+        let submitted = self.preconditions(parts, path).await?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return self.refresh(path, &submitted, timeout).await;
+        }
+        let info = xml::parse_lockinfo(body).map_err(DavError::Xml)?;
+        let depth = match single(&parts.headers, "depth").as_deref() {
+            None => DavDepth::Infinity,
+            Some(v) if v.eq_ignore_ascii_case("infinity") => DavDepth::Infinity,
+            Some("0") => DavDepth::Zero,
+            Some(_) => return Err(HttpError::Dav(DavError::Depth)),
+        };
+        let exists = self.kind(path).await?.is_some();
+        if !exists && self.writer.is_none() {
+            // Locking an unmapped URL creates a resource: a write.
+            return Err(HttpError::Dav(DavError::ReadOnly));
+        }
+        if !exists {
+            // Creating a member needs the tokens of locks on the collection.
+            self.locks.require(path, Reach::MEMBER, &submitted).await?;
+        }
+        let owner = info.owner.unwrap_or_default();
+        let (token, granted) = self
+            .locks
+            .lock(path, depth, info.exclusive, owner.clone(), timeout)
+            .await?;
+        let mut status = StatusCode::OK;
+        if !exists && let Some(writer) = &self.writer {
+            if let Err(e) = self.create_empty(writer, path).await {
+                let _ = self.locks.unlock(token).await;
+                return Err(e);
+            }
+            status = StatusCode::CREATED;
+        }
+        let active = xml::ActiveLock {
+            exclusive: info.exclusive,
+            depth_infinity: depth == DavDepth::Infinity,
+            owner: (!owner.is_empty()).then_some(owner),
+            timeout_secs: Some(granted.div_ceil(1000)),
+            token: locks::token_uri(token),
+            root: path.href(false),
+        };
+        let mut response = xml_response(status, xml::lock_response_body(&[active]));
+        if let Ok(value) = HeaderValue::from_str(&format!("<{}>", locks::token_uri(token))) {
+            response.headers_mut().insert("lock-token", value);
+        }
+        Ok(response)
+    }
+
+    /// A LOCK without a body refreshes the lock whose token the `If` header submits.
+    async fn refresh(
+        &self,
+        path: &DavPath,
+        submitted: &[servery_core::LeaseId],
+        timeout: u64,
+    ) -> Result<Response<Body>, HttpError> {
+        let key = path.resource();
+        let held = self.locks.around(&key).await?;
+        let Some(lock) = held
+            .iter()
+            .find(|l| locks::applies(l, &key) && submitted.contains(&l.token))
+        else {
+            return Err(HttpError::Dav(DavError::IfFailed));
+        };
+        let granted = self.locks.refresh(lock.token, timeout).await?;
+        let mut refreshed = lock.clone();
+        refreshed.expires_in_ms = granted;
+        Ok(xml_response(
+            StatusCode::OK,
+            xml::lock_response_body(&[locks::active(&refreshed)]),
+        ))
+    }
+
+    /// The empty resource a LOCK of an unmapped URL creates, through the write flow.
+    async fn create_empty(&self, writer: &Writer, path: &DavPath) -> Result<(), HttpError> {
+        let (Some(parent), Some(name)) = (path.parent(), path.name()) else {
+            return Err(HttpError::Forbidden);
+        };
+        target::check_name(name, self.show_hidden)?;
+        let root = Arc::clone(&self.root);
+        let name = name.to_owned();
+        let target = blocking(move || {
+            target::resolve(&root, &parent.rel(), &name).map_err(|e| match e {
+                WriteError::NoParent => HttpError::Dav(DavError::Conflict),
+                e => HttpError::Write(e),
+            })
+        })
+        .await?;
+        let mut reservation = Grant::reserve_upload(&writer.broker, 0).await?;
+        write_file(writer, &target, &mut reservation, true, &mut Nothing).await?;
+        Ok(())
+    }
+
+    pub(super) async fn unlock(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+    ) -> Result<Response<Body>, HttpError> {
+        let token = single(&parts.headers, "lock-token")
+            .as_deref()
+            .and_then(super::if_header::parse_lock_token_header)
+            .map(str::to_owned)
+            .ok_or(HttpError::BadRequest("UNLOCK needs a Lock-Token"))?;
+        let key = path.resource();
+        let held = self.locks.around(&key).await?;
+        let Some(lock) = locks::parse_token(&token).and_then(|id| {
+            held.iter()
+                .find(|l| l.token == id && locks::applies(l, &key))
+        }) else {
+            return Err(HttpError::Dav(DavError::NoSuchLock));
+        };
+        self.locks.unlock(lock.token).await?;
+        let mut response = Response::new(body::empty());
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        Ok(response)
+    }
+
+    pub(super) async fn mkcol(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+        has_body: bool,
+        writer: &Writer,
+    ) -> Result<Response<Body>, HttpError> {
+        if has_body {
+            return Err(HttpError::Dav(DavError::MkcolBody));
+        }
+        if let Some(name) = path.name() {
+            target::check_name(name, self.show_hidden)?;
+        }
+        let submitted = self.preconditions(parts, path).await?;
+        if self.kind(path).await?.is_some() {
+            return Err(HttpError::Dav(DavError::Exists));
+        }
+        self.locks.require(path, Reach::MEMBER, &submitted).await?;
+        let lease = self.lease(writer, path).await?;
+        let (root, at) = (Arc::clone(&self.root), path.clone());
+        blocking(move || tree::make_collection(&root, &at).map_err(io_error)).await?;
+        lease.release().await;
+        Ok(created_or_replaced(Outcome::Created))
+    }
+
+    pub(super) async fn delete(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+        writer: &Writer,
+    ) -> Result<Response<Body>, HttpError> {
+        if path.is_root() {
+            return Err(HttpError::Forbidden);
+        }
+        let submitted = self.preconditions(parts, path).await?;
+        if self.kind(path).await?.is_none() {
+            return Err(HttpError::NotFound);
+        }
+        if !writer.settings.allow_overwrite {
+            return Err(HttpError::Dav(DavError::OverwriteOff));
+        }
+        self.locks.require(path, Reach::TREE, &submitted).await?;
+        let lease = self.lease(writer, path).await?;
+        let (root, at, worker) = (
+            Arc::clone(&self.root),
+            path.clone(),
+            writer.settings.worker_id,
+        );
+        blocking(move || tree::delete(&root, &at, worker).map_err(io_error)).await?;
+        lease.release().await;
+        self.locks.end_within(path).await;
+        let mut response = Response::new(body::empty());
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        Ok(response)
+    }
+
+    pub(super) async fn copy_move(
+        &self,
+        parts: &Parts,
+        from: &DavPath,
+        moving: bool,
+        writer: &Writer,
+    ) -> Result<Response<Body>, HttpError> {
+        let to = self.destination(parts)?;
+        let infinity = match single(&parts.headers, "depth").as_deref() {
+            None => true,
+            Some(v) if v.eq_ignore_ascii_case("infinity") => true,
+            Some("0") if !moving => false,
+            Some(_) => return Err(HttpError::Dav(DavError::Depth)),
+        };
+        let overwrite = match single(&parts.headers, "overwrite").as_deref() {
+            None | Some("T" | "t") => true,
+            Some("F" | "f") => false,
+            Some(_) => return Err(HttpError::BadRequest("Overwrite is T or F")),
+        };
+        if from.is_root() || to.is_root() || to.within(from) || from.within(&to) {
+            return Err(HttpError::Dav(DavError::Overlap));
+        }
+        if let Some(name) = to.name() {
+            target::check_name(name, self.show_hidden)?;
+        }
+        let submitted = self.preconditions(parts, from).await?;
+        if self.kind(from).await?.is_none() {
+            return Err(HttpError::NotFound);
+        }
+        let Some(parent) = to.parent() else {
+            return Err(HttpError::Forbidden);
+        };
+        if self.kind(&parent).await? != Some(true) {
+            return Err(HttpError::Dav(DavError::Conflict));
+        }
+        let exists = self.kind(&to).await?.is_some();
+        if exists && !overwrite {
+            return Err(HttpError::Dav(DavError::DestinationExists));
+        }
+        if exists && !writer.settings.allow_overwrite {
+            return Err(HttpError::Dav(DavError::OverwriteOff));
+        }
+        if moving {
+            self.locks.require(from, Reach::TREE, &submitted).await?;
+        }
+        self.locks.require(&to, Reach::TREE, &submitted).await?;
+        // Leases in one global order, so two workers moving in opposite directions wait
+        // for each other instead of deadlocking until the lease timeout.
+        let mut leased = if moving { vec![from, &to] } else { vec![&to] };
+        leased.sort_by_key(|p| p.resource());
+        let mut leases = Vec::with_capacity(leased.len());
+        for p in leased {
+            leases.push(self.lease(writer, p).await?);
+        }
+        let (root, src, dst, worker) = (
+            Arc::clone(&self.root),
+            from.clone(),
+            to.clone(),
+            writer.settings.worker_id,
+        );
+        let outcome = blocking(move || {
+            if moving {
+                tree::rename(&root, &src, &dst, worker)
+            } else {
+                tree::copy(&root, &src, &dst, infinity, worker)
+            }
+            .map_err(io_error)
+        })
+        .await?;
+        for lease in leases {
+            lease.release().await;
+        }
+        if outcome == Outcome::Replaced {
+            self.locks.end_within(&to).await;
+        }
+        if moving {
+            self.locks.end_within(from).await;
+        }
+        Ok(created_or_replaced(outcome))
+    }
+
+    /// `Destination`: an absolute URI on this server, or an absolute path.
+    fn destination(&self, parts: &Parts) -> Result<DavPath, HttpError> {
+        let value =
+            single(&parts.headers, "destination").ok_or(HttpError::Dav(DavError::Destination))?;
+        if let Some(authority) = uri_authority(&value) {
+            let host = parts
+                .headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+            if host.is_some_and(|h| !h.eq_ignore_ascii_case(authority)) {
+                return Err(HttpError::Dav(DavError::OtherServer));
+            }
+        }
+        let path = uri_path(&value).ok_or(HttpError::Dav(DavError::Destination))?;
+        let parsed =
+            RequestPath::parse(path, self.show_hidden).map_err(|_| HttpError::Forbidden)?;
+        Ok(DavPath::from_request(&parsed))
+    }
+}

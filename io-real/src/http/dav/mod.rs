@@ -1,0 +1,504 @@
+//! WebDAV classes 1 and 2 (RFC 4918) over the served root (`--dav`).
+//!
+//! Reads (PROPFIND, LOCK of an existing resource, UNLOCK) work on any share; writes (PUT,
+//! DELETE, MKCOL, COPY, MOVE, PROPPATCH) need `--upload` and otherwise get 403. Locks live
+//! in the parent's broker, never here ([`locks`]); every write is checked against them
+//! and against the `If` header first ([`Dav::preconditions`]). Writes hold the broker's
+//! target lease like an upload, and the tree operations never show half a result
+//! ([`tree`]). Dead properties are kept beside their resource ([`props`]).
+
+pub mod args;
+pub mod if_header;
+pub mod locks;
+mod methods;
+pub mod propfind;
+pub mod props;
+pub mod resource;
+pub mod tree;
+pub mod xml;
+pub mod xml_write;
+
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use cap_std::fs::Dir;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use servery_core::LeaseId;
+
+use super::body::{self, Body};
+use super::error::{HttpError, error_response};
+use super::path::RequestPath;
+use super::upload::{Uploads, WORKER_HEADER};
+use crate::worker::broker::BrokerHandle;
+use crate::write::{WriteError, Writer};
+use if_header::{IfHeader, ResourceState};
+use locks::Locks;
+use resource::DavPath;
+
+/// Every method a WebDAV share answers, for `Allow`.
+pub const ALLOW: &str =
+    "GET, HEAD, OPTIONS, PUT, POST, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK";
+
+/// Request bodies WebDAV methods read whole (PROPFIND, PROPPATCH, LOCK) may be this large.
+pub const MAX_XML_BODY: usize = 1024 * 1024;
+
+/// Why a WebDAV request was refused; statuses and bodies are `http::error`'s.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DavError {
+    /// Writing would break locks whose tokens were not submitted: 423, naming their roots.
+    #[error("locked")]
+    Locked(Vec<String>),
+    /// A new lock conflicts with one already held: 423.
+    #[error("a conflicting lock is held")]
+    ConflictingLock(Vec<String>),
+    /// UNLOCK or a refresh named a token that is no lock on this resource: 409.
+    #[error("no such lock on this resource")]
+    NoSuchLock,
+    /// The owner text of a LOCK is too large to keep: 400.
+    #[error("the lock owner is too large")]
+    OwnerTooLarge,
+    /// A write method on a share without `--upload`: 403.
+    #[error("this share is read-only")]
+    ReadOnly,
+    /// Deleting or replacing needs `--allow-overwrite`: 403.
+    #[error("deleting or replacing needs --allow-overwrite")]
+    OverwriteOff,
+    /// PROPFIND Depth infinity over more resources than the share answers for: 403.
+    #[error("PROPFIND with Depth infinity reaches too many resources")]
+    FiniteDepth,
+    /// The request body is not the XML the method takes: 400.
+    #[error("bad XML body: {0}")]
+    Xml(#[from] xml::XmlError),
+    /// The `If` header does not parse: 400.
+    #[error("bad If header: {0}")]
+    If(#[from] if_header::IfError),
+    /// The `If` header evaluated false: 412.
+    #[error("the If header's condition is false")]
+    IfFailed,
+    /// A `Depth` this method does not take: 400.
+    #[error("unsupported Depth")]
+    Depth,
+    /// `Destination` missing or malformed: 400.
+    #[error("missing or malformed Destination")]
+    Destination,
+    /// `Destination` names another server: 502.
+    #[error("Destination is on another server")]
+    OtherServer,
+    /// Source and destination are the same resource, or one contains the other: 403.
+    #[error("source and destination overlap")]
+    Overlap,
+    /// `Overwrite: F` and the destination exists: 412.
+    #[error("the destination exists (Overwrite: F)")]
+    DestinationExists,
+    /// MKCOL where something exists: 405.
+    #[error("the resource exists")]
+    Exists,
+    /// MKCOL with a body: 415.
+    #[error("MKCOL takes no body")]
+    MkcolBody,
+    /// The request body is larger than the method reads: 413.
+    #[error("the request body is too large")]
+    BodyTooLarge,
+    /// The parent collection does not exist: 409.
+    #[error("the parent collection does not exist")]
+    Conflict,
+}
+
+/// The WebDAV side of a site.
+#[derive(Debug)]
+pub struct Dav {
+    root: Arc<Dir>,
+    locks: Locks,
+    /// `None` on a read-only share.
+    writer: Option<Writer>,
+    show_hidden: bool,
+    /// PROPFIND Depth infinity answers for at most this many resources.
+    max_propfind_entries: usize,
+    body_timeout: Duration,
+    worker: HeaderValue,
+}
+
+/// What a share needs for WebDAV.
+#[derive(Debug, Clone)]
+pub struct DavConfig {
+    pub broker: BrokerHandle,
+    pub max_propfind_entries: usize,
+    pub worker_id: u64,
+}
+
+impl Dav {
+    pub fn new(
+        root: Arc<Dir>,
+        config: DavConfig,
+        writer: Option<Writer>,
+        show_hidden: bool,
+        body_timeout: Duration,
+    ) -> Dav {
+        Dav {
+            root,
+            locks: Locks::new(config.broker),
+            writer,
+            show_hidden,
+            max_propfind_entries: config.max_propfind_entries.max(1),
+            body_timeout,
+            worker: HeaderValue::from(config.worker_id),
+        }
+    }
+
+    /// Whether this layer answers `method` (GET and HEAD stay with the file server).
+    pub fn handles(method: &Method) -> bool {
+        matches!(
+            method.as_str(),
+            "OPTIONS"
+                | "PUT"
+                | "POST"
+                | "DELETE"
+                | "PROPFIND"
+                | "PROPPATCH"
+                | "MKCOL"
+                | "COPY"
+                | "MOVE"
+                | "LOCK"
+                | "UNLOCK"
+        )
+    }
+
+    /// Answers one WebDAV request; `uploads` takes the PUT and POST bodies once the locks
+    /// allow them.
+    pub async fn handle<B>(
+        &self,
+        parts: &Parts,
+        body: B,
+        uploads: Option<&Uploads>,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let result = self.dispatch(parts, body, uploads).await;
+        let mut response = match result {
+            Ok(response) => response,
+            Err(e) => error_response(&e),
+        };
+        let headers = response.headers_mut();
+        headers.insert(WORKER_HEADER, self.worker.clone());
+        if headers.contains_key(header::ALLOW) {
+            headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
+        response
+    }
+
+    async fn dispatch<B>(
+        &self,
+        parts: &Parts,
+        body: B,
+        uploads: Option<&Uploads>,
+    ) -> Result<Response<Body>, HttpError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let request_path = RequestPath::parse(parts.uri.path(), self.show_hidden)?;
+        let path = DavPath::from_request(&request_path);
+        match parts.method.as_str() {
+            "OPTIONS" => Ok(options(self.writer.is_some())),
+            "PROPFIND" => {
+                let xml = self.read_xml(body).await?;
+                self.propfind(parts, &path, &xml).await
+            }
+            "LOCK" => {
+                let xml = self.read_xml(body).await?;
+                self.lock(parts, &path, &xml).await
+            }
+            "UNLOCK" => self.unlock(parts, &path).await,
+            method => {
+                let Some(writer) = &self.writer else {
+                    return Err(HttpError::Dav(DavError::ReadOnly));
+                };
+                match method {
+                    "PUT" | "POST" => {
+                        let submitted = self.preconditions(parts, &path).await?;
+                        let reach = if method == "PUT" {
+                            locks::Reach::MEMBER
+                        } else {
+                            // A form writes members of the collection it is posted to.
+                            locks::Reach::CONTENT
+                        };
+                        self.locks.require(&path, reach, &submitted).await?;
+                        let uploads = uploads.ok_or(HttpError::Dav(DavError::ReadOnly))?;
+                        Ok(uploads.handle(parts, body).await)
+                    }
+                    "PROPPATCH" => {
+                        let xml = self.read_xml(body).await?;
+                        self.proppatch(parts, &path, &xml, writer).await
+                    }
+                    "MKCOL" => {
+                        let has_body = self.has_body(parts, body).await?;
+                        self.mkcol(parts, &path, has_body, writer).await
+                    }
+                    "DELETE" => {
+                        drop(body);
+                        self.delete(parts, &path, writer).await
+                    }
+                    "COPY" | "MOVE" => {
+                        drop(body);
+                        self.copy_move(parts, &path, method == "MOVE", writer).await
+                    }
+                    _ => Err(HttpError::MethodNotAllowed),
+                }
+            }
+        }
+    }
+
+    /// Reads a whole XML body, bounded in size and by the body timeout.
+    async fn read_xml<B>(&self, mut body: B) -> Result<Bytes, HttpError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let mut buf = BytesMut::new();
+        loop {
+            let frame = tokio::time::timeout(self.body_timeout, body.frame())
+                .await
+                .map_err(|_| HttpError::Write(WriteError::BodyTimeout(self.body_timeout)))?;
+            match frame {
+                None => return Ok(buf.freeze()),
+                Some(Err(e)) => return Err(HttpError::Write(WriteError::Body(e.to_string()))),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if buf.len() + data.len() > MAX_XML_BODY {
+                            return Err(HttpError::Dav(DavError::BodyTooLarge));
+                        }
+                        buf.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a request that takes no body has one (MKCOL: 415).
+    async fn has_body<B>(&self, parts: &Parts, body: B) -> Result<bool, HttpError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let announced = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if announced.is_some_and(|n| n > 0) {
+            return Ok(true);
+        }
+        if announced == Some(0) || body.is_end_stream() {
+            return Ok(false);
+        }
+        Ok(!self.read_xml(body).await?.is_empty())
+    }
+
+    /// Evaluates the `If` header (412 when false) and returns the lock tokens it submits.
+    async fn preconditions(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+    ) -> Result<Vec<LeaseId>, HttpError> {
+        let Some(value) = joined(&parts.headers, "if") else {
+            return Ok(Vec::new());
+        };
+        let header = if_header::parse(&value).map_err(|e| HttpError::Dav(DavError::If(e)))?;
+        let state = self.if_state(&header, path).await?;
+        if !header.evaluate(&state) {
+            return Err(HttpError::Dav(DavError::IfFailed));
+        }
+        Ok(header
+            .submitted_tokens()
+            .into_iter()
+            .filter_map(locks::parse_token)
+            .collect())
+    }
+
+    /// What the `If` header's resources are now: ETag and lock tokens of each.
+    async fn if_state(&self, header: &IfHeader, path: &DavPath) -> Result<IfState, HttpError> {
+        let mut state = IfState::default();
+        state.entries.push((None, self.state_of(Some(path)).await?));
+        for list in &header.lists {
+            let Some(tag) = &list.resource else { continue };
+            if state.entries.iter().any(|(t, _)| t.as_ref() == Some(tag)) {
+                continue;
+            }
+            let tagged = tag_path(tag, self.show_hidden);
+            let entry = self.state_of(tagged.as_ref()).await?;
+            state.entries.push((Some(tag.clone()), entry));
+        }
+        Ok(state)
+    }
+
+    async fn state_of(&self, path: Option<&DavPath>) -> Result<Resource, HttpError> {
+        let Some(path) = path else {
+            return Ok(Resource::default());
+        };
+        let root = Arc::clone(&self.root);
+        let rel = path.rel();
+        let etag = blocking(move || resource::stat_opt(&root, &rel).map_err(HttpError::Internal))
+            .await?
+            .map(|meta| {
+                String::from_utf8_lossy(resource::validators(&meta).etag().as_bytes()).into_owned()
+            });
+        let key = path.resource();
+        let tokens = self
+            .locks
+            .around(&key)
+            .await?
+            .iter()
+            .filter(|l| locks::applies(l, &key))
+            .map(|l| locks::token_uri(l.token))
+            .collect();
+        Ok(Resource { etag, tokens })
+    }
+}
+
+/// The resources an `If` header names, as they are now.
+#[derive(Debug, Default)]
+struct IfState {
+    entries: Vec<(Option<String>, Resource)>,
+}
+
+#[derive(Debug, Default)]
+struct Resource {
+    etag: Option<String>,
+    tokens: Vec<String>,
+}
+
+impl IfState {
+    fn get(&self, tag: Option<&str>) -> Option<&Resource> {
+        self.entries
+            .iter()
+            .find(|(t, _)| t.as_deref() == tag)
+            .map(|(_, r)| r)
+    }
+}
+
+impl ResourceState for IfState {
+    fn etag(&self, resource: Option<&str>) -> Option<String> {
+        self.get(resource).and_then(|r| r.etag.clone())
+    }
+
+    fn is_locked_with(&self, resource: Option<&str>, token: &str) -> bool {
+        self.get(resource)
+            .is_some_and(|r| r.tokens.iter().any(|t| t == token))
+    }
+}
+
+/// The path an `If` tag or a `Destination` names: an absolute URI's path, or an absolute
+/// path. `None` when it names nothing servery serves.
+fn tag_path(tag: &str, show_hidden: bool) -> Option<DavPath> {
+    let path = uri_path(tag)?;
+    RequestPath::parse(path, show_hidden)
+        .ok()
+        .map(|p| DavPath::from_request(&p))
+}
+
+/// The path of an absolute URI or absolute path, without query or fragment.
+fn uri_path(uri: &str) -> Option<&str> {
+    let path = if uri.starts_with('/') {
+        uri
+    } else {
+        let (_, rest) = uri.split_once("://")?;
+        &rest[rest.find('/')?..]
+    };
+    Some(path.split(['?', '#']).next().unwrap_or(path))
+}
+
+/// The authority (`host[:port]`) of an absolute URI.
+fn uri_authority(uri: &str) -> Option<&str> {
+    let (_, rest) = uri.split_once("://")?;
+    Some(rest.split(['/', '?', '#']).next().unwrap_or(rest))
+}
+
+fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
+    let values: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.join(" "))
+}
+
+fn single(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned())
+}
+
+/// `OPTIONS`: the WebDAV classes and every method.
+fn options(writable: bool) -> Response<Body> {
+    let mut response = Response::new(body::empty());
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert("dav", HeaderValue::from_static("1, 2"));
+    // Windows' WebDAV redirector looks for this before it speaks DAV.
+    headers.insert("ms-author-via", HeaderValue::from_static("DAV"));
+    headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+    if !writable {
+        headers.insert(
+            "x-servery-share",
+            HeaderValue::from_static("read-only: writes need --upload"),
+        );
+    }
+    response
+}
+
+/// Runs file-system work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, HttpError> + Send + 'static,
+) -> Result<T, HttpError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(e) if e.is_cancelled() => Err(HttpError::Unavailable),
+        Err(e) => Err(HttpError::Internal(std::io::Error::other(e))),
+    }
+}
+
+/// A 207 Multi-Status response around `xml`.
+fn multistatus(xml: String) -> Response<Body> {
+    xml_response(StatusCode::MULTI_STATUS, xml)
+}
+
+fn xml_response(status: StatusCode, xml: String) -> Response<Body> {
+    let mut response = Response::new(body::full(xml.clone()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml; charset=utf-8"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(xml.len()));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_and_paths() {
+        assert_eq!(uri_path("http://h:1/a/b?q#f"), Some("/a/b"));
+        assert_eq!(uri_path("/a%20b"), Some("/a%20b"));
+        assert_eq!(uri_path("http://h"), None);
+        assert_eq!(uri_path("a/b"), None);
+        assert_eq!(uri_authority("https://h:8/a"), Some("h:8"));
+        assert_eq!(uri_authority("/a"), None);
+        assert_eq!(
+            tag_path("http://h/a/../b", false).map(|p| p.resource()),
+            Some("/b".into())
+        );
+        assert_eq!(tag_path("http://h/.git", false), None);
+    }
+}

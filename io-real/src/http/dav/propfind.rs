@@ -1,0 +1,377 @@
+//! PROPFIND and PROPPATCH: live properties computed from the file system and the broker's
+//! lock table, dead properties from [`super::props`].
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cap_std::fs::{Dir, Metadata};
+use http::Response;
+use http::request::Parts;
+use servery_core::proto::DavLockInfo;
+
+use super::super::body::Body;
+use super::super::error::HttpError;
+use super::super::mime;
+use super::locks::{self, Reach};
+use super::props::{self, Stored};
+use super::resource::{self, DavPath};
+use super::xml::{self, DAV_NS, Multistatus, Name, PatchOp, PropOut, Propfind};
+use super::{Dav, DavError, blocking, multistatus, single};
+use crate::write::{Grant, Writer, target};
+
+/// The live properties servery computes, in the order allprop lists them. The quota
+/// properties are only sent when asked for by name (RFC 4331 §3).
+const LIVE: [&str; 9] = [
+    "creationdate",
+    "displayname",
+    "getcontentlength",
+    "getcontenttype",
+    "getetag",
+    "getlastmodified",
+    "resourcetype",
+    "supportedlock",
+    "lockdiscovery",
+];
+const QUOTA: [&str; 2] = ["quota-available-bytes", "quota-used-bytes"];
+
+fn dav(local: &str) -> Name {
+    Name {
+        namespace: DAV_NS.to_owned(),
+        local: local.to_owned(),
+    }
+}
+
+fn is_live(name: &Name) -> bool {
+    name.namespace == DAV_NS
+        && (LIVE.contains(&name.local.as_str()) || QUOTA.contains(&name.local.as_str()))
+}
+
+/// One resource a PROPFIND answers for.
+struct Found {
+    path: DavPath,
+    meta: Metadata,
+    dead: Vec<Stored>,
+}
+
+/// `Depth` for PROPFIND: 0, 1 or infinity (the default).
+fn depth(parts: &Parts) -> Result<Option<usize>, HttpError> {
+    match single(&parts.headers, "depth").as_deref() {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("infinity") => Ok(None),
+        Some("0") => Ok(Some(0)),
+        Some("1") => Ok(Some(1)),
+        Some(_) => Err(HttpError::Dav(DavError::Depth)),
+    }
+}
+
+/// The resources at and below `path` up to `depth` (None: all), at most `max` of them.
+fn walk(
+    root: &Dir,
+    path: &DavPath,
+    depth: Option<usize>,
+    max: usize,
+    show_hidden: bool,
+) -> Result<Vec<Found>, HttpError> {
+    let meta = resource::stat(root, &path.rel()).map_err(HttpError::from_io)?;
+    let mut found = Vec::new();
+    let mut queue = vec![(path.clone(), meta, 0usize)];
+    while let Some((path, meta, level)) = queue.pop() {
+        if found.len() >= max {
+            return Err(HttpError::Dav(DavError::FiniteDepth));
+        }
+        if meta.is_dir() && depth.is_none_or(|d| level < d) {
+            let members =
+                resource::members(root, &path, show_hidden).map_err(HttpError::from_io)?;
+            for (name, member) in members.into_iter().rev() {
+                queue.push((path.child(&name), member, level + 1));
+            }
+        }
+        let dead = props::load(root, &path).unwrap_or_default();
+        found.push(Found { path, meta, dead });
+    }
+    Ok(found)
+}
+
+/// RFC 3339 in UTC, as `creationdate` wants it.
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The quota of the file system holding the share: (available, used) bytes.
+fn quota(root: &Dir) -> Option<(u64, u64)> {
+    let st = rustix::fs::fstatvfs(root).ok()?;
+    let unit = st.f_frsize;
+    Some((
+        st.f_bavail.saturating_mul(unit),
+        st.f_blocks.saturating_sub(st.f_bfree).saturating_mul(unit),
+    ))
+}
+
+/// One live property of `found`, or `None` where it has none (a collection's length).
+fn live(
+    local: &str,
+    found: &Found,
+    locks: &[DavLockInfo],
+    quota: Option<(u64, u64)>,
+) -> Option<PropOut> {
+    let name = dav(local);
+    let meta = &found.meta;
+    let file = !meta.is_dir();
+    Some(match local {
+        "creationdate" => PropOut::Text(name, rfc3339(resource::created(meta))),
+        "displayname" => PropOut::Text(name, found.path.name().unwrap_or("").to_owned()),
+        "getcontentlength" if file => PropOut::Text(name, meta.len().to_string()),
+        "getcontenttype" if file => PropOut::Text(
+            name,
+            mime::content_type(found.path.name().unwrap_or("")).to_owned(),
+        ),
+        "getetag" => PropOut::Text(
+            name,
+            String::from_utf8_lossy(resource::validators(meta).etag().as_bytes()).into_owned(),
+        ),
+        "getlastmodified" => PropOut::Text(name, httpdate::fmt_http_date(resource::modified(meta))),
+        "resourcetype" if file => PropOut::Empty(name),
+        "resourcetype" => PropOut::Raw(name, "<D:collection/>".to_owned(), None),
+        "supportedlock" => PropOut::Raw(name, xml::supported_lock_fragment().to_owned(), None),
+        "lockdiscovery" => {
+            let key = found.path.resource();
+            let active: Vec<_> = locks
+                .iter()
+                .filter(|l| locks::applies(l, &key))
+                .map(locks::active)
+                .collect();
+            PropOut::Raw(name, xml::lock_discovery_fragment(&active), None)
+        }
+        "quota-available-bytes" => PropOut::Text(name, quota?.0.to_string()),
+        "quota-used-bytes" => PropOut::Text(name, quota?.1.to_string()),
+        _ => return None,
+    })
+}
+
+fn dead_out(p: &Stored) -> PropOut {
+    PropOut::Raw(
+        Name {
+            namespace: p.namespace.clone(),
+            local: p.local.clone(),
+        },
+        p.xml.clone(),
+        p.lang.clone(),
+    )
+}
+
+fn dead_name(p: &Stored) -> Name {
+    Name {
+        namespace: p.namespace.clone(),
+        local: p.local.clone(),
+    }
+}
+
+impl Dav {
+    pub(super) async fn propfind(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+        body: &[u8],
+    ) -> Result<Response<Body>, HttpError> {
+        let request = xml::parse_propfind(body).map_err(DavError::Xml)?;
+        let depth = depth(parts)?;
+        let (root, show_hidden, max) = (
+            Arc::clone(&self.root),
+            self.show_hidden,
+            self.max_propfind_entries,
+        );
+        let start = path.clone();
+        let wants_quota = matches!(&request, Propfind::Prop(names) if names.iter().any(|n| n.namespace == DAV_NS && QUOTA.contains(&n.local.as_str())));
+        let (found, quota) = blocking(move || {
+            let found = walk(&root, &start, depth, max, show_hidden)?;
+            Ok((found, if wants_quota { quota(&root) } else { None }))
+        })
+        .await?;
+        // One question answers for every resource in the walk: the locks on the start,
+        // above it with depth infinity, and below it.
+        let locks = self.locks.around(&path.resource()).await?;
+        let mut out = Multistatus::new();
+        for f in &found {
+            let href = f.path.href(f.meta.is_dir());
+            match &request {
+                Propfind::PropName => {
+                    let mut names: Vec<PropOut> = LIVE
+                        .iter()
+                        .filter(|l| live(l, f, &[], None).is_some())
+                        .map(|l| PropOut::Empty(dav(l)))
+                        .collect();
+                    names.extend(f.dead.iter().map(|p| PropOut::Empty(dead_name(p))));
+                    out.propstat_response(&href, &[(200, &names)]);
+                }
+                Propfind::AllProp { include } => {
+                    let mut props: Vec<PropOut> = LIVE
+                        .iter()
+                        .filter_map(|l| live(l, f, &locks, None))
+                        .collect();
+                    props.extend(f.dead.iter().map(dead_out));
+                    let mut missing = Vec::new();
+                    for name in include {
+                        if name.namespace == DAV_NS && QUOTA.contains(&name.local.as_str()) {
+                            match live(&name.local, f, &locks, quota) {
+                                Some(p) => props.push(p),
+                                None => missing.push(PropOut::Empty(name.clone())),
+                            }
+                        }
+                    }
+                    out.propstat_response(&href, &[(200, &props), (404, &missing)]);
+                }
+                Propfind::Prop(names) => {
+                    let mut props = Vec::new();
+                    let mut missing = Vec::new();
+                    for name in names {
+                        let value = if name.namespace == DAV_NS && is_live(name) {
+                            live(&name.local, f, &locks, quota)
+                        } else {
+                            f.dead
+                                .iter()
+                                .find(|p| p.namespace == name.namespace && p.local == name.local)
+                                .map(dead_out)
+                        };
+                        match value {
+                            Some(p) => props.push(p),
+                            None => missing.push(PropOut::Empty(name.clone())),
+                        }
+                    }
+                    out.propstat_response(&href, &[(200, &props), (404, &missing)]);
+                }
+            }
+        }
+        Ok(multistatus(out.finish()))
+    }
+
+    pub(super) async fn proppatch(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+        body: &[u8],
+        writer: &Writer,
+    ) -> Result<Response<Body>, HttpError> {
+        let ops = xml::parse_proppatch(body).map_err(DavError::Xml)?;
+        let root = Arc::clone(&self.root);
+        let rel = path.rel();
+        let meta =
+            blocking(move || resource::stat(&root, &rel).map_err(HttpError::from_io)).await?;
+        let submitted = self.preconditions(parts, path).await?;
+        self.locks.require(path, Reach::CONTENT, &submitted).await?;
+        // The sidecar is written under its own lease, so two workers patching one
+        // resource apply their changes one after the other.
+        let (dir, name) = props::sidecar(path);
+        let root = Arc::clone(&self.root);
+        let sidecar = blocking(move || Ok(target::resolve(&root, &dir, &name)?)).await?;
+        let lease = Grant::lease(
+            &writer.broker,
+            &sidecar.key,
+            writer.settings.write_lock_timeout,
+        )
+        .await?;
+        let (root, at, worker) = (
+            Arc::clone(&self.root),
+            path.clone(),
+            writer.settings.worker_id,
+        );
+        let statuses = blocking(move || {
+            let mut stored = props::load(&root, &at).map_err(HttpError::Internal)?;
+            let mut statuses: Vec<(Name, u16)> = Vec::with_capacity(ops.len());
+            let mut failed = false;
+            for op in &ops {
+                let name = match op {
+                    PatchOp::Set(name, _) | PatchOp::Remove(name) => name.clone(),
+                };
+                if is_live(&name) {
+                    failed = true;
+                    statuses.push((name, 403));
+                    continue;
+                }
+                match op {
+                    PatchOp::Set(name, value) => {
+                        let entry = Stored {
+                            namespace: name.namespace.clone(),
+                            local: name.local.clone(),
+                            xml: value.xml.clone(),
+                            lang: value.lang.clone(),
+                        };
+                        match stored
+                            .iter_mut()
+                            .find(|p| p.namespace == name.namespace && p.local == name.local)
+                        {
+                            Some(existing) => *existing = entry,
+                            None => stored.push(entry),
+                        }
+                    }
+                    PatchOp::Remove(name) => {
+                        stored
+                            .retain(|p| !(p.namespace == name.namespace && p.local == name.local));
+                    }
+                }
+                statuses.push((name, 200));
+            }
+            if !failed && !props::fits(&stored) {
+                // Nothing is applied: every property is answered 507.
+                return Ok(statuses.into_iter().map(|(n, _)| (n, 507)).collect());
+            }
+            if failed {
+                // Atomic: one failure and nothing is applied (RFC 4918 §9.2).
+                return Ok(statuses
+                    .into_iter()
+                    .map(|(n, s)| (n, if s == 200 { 424 } else { s }))
+                    .collect());
+            }
+            props::save(&root, &at, &stored, worker).map_err(HttpError::Internal)?;
+            Ok(statuses)
+        })
+        .await?;
+        lease.release().await;
+        let mut groups: Vec<(u16, Vec<PropOut>)> = Vec::new();
+        for (name, status) in statuses {
+            match groups.iter_mut().find(|(s, _)| *s == status) {
+                Some((_, names)) => names.push(PropOut::Empty(name)),
+                None => groups.push((status, vec![PropOut::Empty(name)])),
+            }
+        }
+        let groups: Vec<(u16, &[PropOut])> =
+            groups.iter().map(|(s, p)| (*s, p.as_slice())).collect();
+        let mut out = Multistatus::new();
+        out.propstat_response(&path.href(meta.is_dir()), &groups);
+        Ok(multistatus(out.finish()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creation_dates_are_rfc3339() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(951_782_400 + 3661)),
+            "2000-02-29T01:01:01Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(1_798_761_599)),
+            "2026-12-31T23:59:59Z"
+        );
+    }
+}

@@ -1,0 +1,208 @@
+//! Resources as WebDAV names them: a decoded path beneath the served root, its canonical
+//! form for the broker's lock table (`/a/b`, the root `/`), its `href`, and what the file
+//! system says about it. Everything here that touches the disk is blocking.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cap_std::fs::{Dir, Metadata, MetadataExt};
+
+use super::super::conditional::Validators;
+use super::super::path::{RequestPath, encode_segment, is_hidden};
+use crate::write::is_private;
+
+/// A resource's path: decoded segments beneath the root, none of them private.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavPath {
+    segments: Vec<String>,
+}
+
+impl DavPath {
+    pub fn from_request(path: &RequestPath) -> Self {
+        DavPath {
+            segments: path.segments().to_vec(),
+        }
+    }
+
+    pub fn segments(&self) -> &[String] {
+        &self.segments
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.segments.is_empty()
+    }
+
+    /// The key of this resource in the broker's lock table.
+    pub fn resource(&self) -> String {
+        let mut key =
+            String::with_capacity(1 + self.segments.iter().map(|s| s.len() + 1).sum::<usize>());
+        for s in &self.segments {
+            key.push('/');
+            key.push_str(s);
+        }
+        if key.is_empty() {
+            key.push('/');
+        }
+        key
+    }
+
+    /// The path relative to the root (`.` for the root).
+    pub fn rel(&self) -> PathBuf {
+        if self.segments.is_empty() {
+            PathBuf::from(".")
+        } else {
+            self.segments.iter().collect()
+        }
+    }
+
+    /// The percent-encoded URL path; collections end in `/`.
+    pub fn href(&self, collection: bool) -> String {
+        let mut href = String::from("/");
+        for (i, s) in self.segments.iter().enumerate() {
+            if i > 0 {
+                href.push('/');
+            }
+            href.push_str(&encode_segment(s));
+        }
+        if collection && !self.segments.is_empty() {
+            href.push('/');
+        }
+        href
+    }
+
+    pub fn name(&self) -> Option<&str> {
+        self.segments.last().map(String::as_str)
+    }
+
+    pub fn parent(&self) -> Option<DavPath> {
+        let (_, parent) = self.segments.split_last()?;
+        Some(DavPath {
+            segments: parent.to_vec(),
+        })
+    }
+
+    pub fn child(&self, name: &str) -> DavPath {
+        let mut segments = self.segments.clone();
+        segments.push(name.to_owned());
+        DavPath { segments }
+    }
+
+    /// Whether `self` is `other` or lies beneath it.
+    pub fn within(&self, other: &DavPath) -> bool {
+        self.segments.starts_with(&other.segments)
+    }
+}
+
+/// Whether the lock-table key `ancestor` is `path` or one of its ancestors.
+pub fn covers(ancestor: &str, path: &str) -> bool {
+    ancestor == path
+        || ancestor == "/"
+        || (path.starts_with(ancestor) && path.as_bytes().get(ancestor.len()) == Some(&b'/'))
+}
+
+/// What is at a path, following symlinks that stay inside the root.
+pub fn stat(root: &Dir, rel: &Path) -> io::Result<Metadata> {
+    if rel == Path::new(".") {
+        root.dir_metadata()
+    } else {
+        root.metadata(rel)
+    }
+}
+
+/// `Ok(None)` when nothing is there.
+pub fn stat_opt(root: &Dir, rel: &Path) -> io::Result<Option<Metadata>> {
+    match stat(root, rel) {
+        Ok(meta) => Ok(Some(meta)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+pub fn modified(meta: &Metadata) -> SystemTime {
+    meta.modified().map_or(UNIX_EPOCH, |t| t.into_std())
+}
+
+/// The validators GET sends for the same file (identity representation), so `getetag`
+/// and `If` agree with `ETag`.
+pub fn validators(meta: &Metadata) -> Validators {
+    Validators::new(meta.ino(), meta.len(), modified(meta))
+}
+
+/// `creationdate`: the birth time where the file system keeps one, else the change time.
+pub fn created(meta: &Metadata) -> SystemTime {
+    meta.created().map(|t| t.into_std()).unwrap_or_else(|_| {
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(meta.ctime()).unwrap_or(0))
+    })
+}
+
+/// The members a listing may show: not servery's own files, not dot-files unless those
+/// are served, UTF-8, and only files and directories.
+pub fn members(
+    root: &Dir,
+    dir: &DavPath,
+    show_hidden: bool,
+) -> io::Result<Vec<(String, Metadata)>> {
+    let rel = dir.rel();
+    let mut out = Vec::new();
+    let entries = if dir.is_root() {
+        root.entries()?
+    } else {
+        root.read_dir(&rel)?
+    };
+    for entry in entries {
+        let entry = entry?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if is_private(&name) || (!show_hidden && is_hidden(&name)) || name.contains('\\') {
+            continue;
+        }
+        let Ok(meta) = root.metadata(rel.join(&name)) else {
+            continue;
+        };
+        if meta.is_dir() || meta.is_file() {
+            out.push((name, meta));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(raw: &str) -> DavPath {
+        DavPath::from_request(&RequestPath::parse(raw, false).expect("path"))
+    }
+
+    #[test]
+    fn keys_and_hrefs() {
+        assert_eq!(p("/").resource(), "/");
+        assert_eq!(p("/a/b%20c/").resource(), "/a/b c");
+        assert_eq!(p("/a/b%20c").href(true), "/a/b%20c/");
+        assert_eq!(p("/a/b%20c").href(false), "/a/b%20c");
+        assert_eq!(p("/").href(true), "/");
+        assert_eq!(p("/a/b").parent(), Some(p("/a")));
+        assert_eq!(p("/").parent(), None);
+        assert!(p("/a/b").within(&p("/a")));
+        assert!(!p("/ab").within(&p("/a")));
+    }
+
+    #[test]
+    fn coverage_respects_segment_boundaries() {
+        assert!(covers("/a", "/a/b"));
+        assert!(covers("/", "/a"));
+        assert!(covers("/a", "/a"));
+        assert!(!covers("/a", "/ab"));
+        assert!(!covers("/a/b", "/a"));
+    }
+}

@@ -1,0 +1,127 @@
+//! A small HTTP/1.1 client for the black-box tests: any method, any header, and a
+//! connection that can stop in the middle of a body.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn worker(&self) -> Option<u64> {
+        self.header("x-servery-worker")?.parse().ok()
+    }
+}
+
+pub struct Conn {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        stream
+            .set_write_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let _ = stream.set_nodelay(true);
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// One response; leftover bytes stay for the next.
+    pub fn response(&mut self) -> Result<Reply, String> {
+        let end = loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            self.fill()?;
+        };
+        let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+        self.buf.drain(..end + 4);
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad status line in {head:?}"))?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let length = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        while self.buf.len() < length {
+            self.fill()?;
+        }
+        let body = self.buf.drain(..length).collect();
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    fn fill(&mut self) -> Result<(), String> {
+        let mut chunk = [0u8; 16 * 1024];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => Err("connection closed".into()),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(())
+            }
+            Err(e) => Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// A request head with a `Content-Length`.
+pub fn head(method: &str, path: &str, length: usize, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut h = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {length}\r\n");
+    for (k, v) in extra {
+        h.push_str(&format!("{k}: {v}\r\n"));
+    }
+    h.push_str("\r\n");
+    h.into_bytes()
+}
+
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> Reply {
+    let mut c = Conn::open(addr);
+    let mut bytes = head(method, path, body.len(), extra);
+    bytes.extend_from_slice(body);
+    c.send(&bytes).expect("send");
+    c.response()
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}

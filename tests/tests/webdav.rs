@@ -1,0 +1,298 @@
+//! WebDAV against the real binary: litmus (all five suites) with four workers, locks that
+//! outlive the worker that granted them (a `kill -9`, a recycle and a reload) and expire on
+//! time, and a read-only share that says so.
+//!
+//! litmus is a Debian package (`scripts/debian-packages.txt`); the test fails rather
+//! than skips when it is missing, because the gate is that every litmus test passes.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use servery_tests::serde_json::json;
+use servery_tests::{FAST, Server, Sig, Tree, run_command, signal_pid, wait_until, worker_pids};
+
+#[path = "support/http_client.rs"]
+mod http_client;
+use http_client::{Reply, request};
+
+const LOCKINFO: &str = r#"<?xml version="1.0" encoding="utf-8"?>
+<D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype><D:owner><D:href>mailto:tester@example.com</D:href></D:owner></D:lockinfo>"#;
+
+fn start(tree: &Tree, workers: u32, extra: &[&str]) -> Server {
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.push("--dav");
+    args.extend_from_slice(extra);
+    let server = Server::start(tree, workers, &args, &[]);
+    server.wait_ready(workers as usize, Duration::from_secs(30));
+    server
+}
+
+fn lock(addr: SocketAddr, path: &str, timeout: &str) -> Reply {
+    request(
+        addr,
+        "LOCK",
+        path,
+        LOCKINFO.as_bytes(),
+        &[
+            ("Timeout", timeout),
+            ("Depth", "0"),
+            ("Content-Type", "application/xml"),
+        ],
+    )
+}
+
+/// The statuses of `n` PUTs to `path`, each on a new connection (so they spread over the
+/// workers).
+fn puts(addr: SocketAddr, path: &str, n: usize, extra: &[(&str, &str)]) -> Vec<(u16, Option<u64>)> {
+    (0..n)
+        .map(|i| {
+            let r = request(addr, "PUT", path, format!("attempt {i}").as_bytes(), extra);
+            (r.status, r.worker())
+        })
+        .collect()
+}
+
+#[test]
+fn litmus_passes_every_suite_with_four_workers() {
+    let tree = Tree::new("litmus");
+    let server = start(&tree, 4, &["--upload", "--allow-overwrite"]);
+    let mut cmd = Command::new("litmus");
+    // litmus writes debug.log and child.log where it runs.
+    cmd.arg(format!("http://{}/", server.addr))
+        .current_dir(tree.root().parent().expect("the tree's directory"));
+    assert!(
+        Command::new("litmus").arg("--version").output().is_ok(),
+        "litmus is needed: apt-get install litmus (scripts/test installs it)"
+    );
+    let done = run_command(cmd, Duration::from_secs(300));
+    let out = format!("{}{}", done.stdout, done.stderr);
+    eprintln!("{out}");
+    let mut passed = 0;
+    for suite in ["basic", "copymove", "props", "locks", "http"] {
+        let summary = out
+            .lines()
+            .find(|l| l.contains(&format!("summary for `{suite}'")))
+            .unwrap_or_else(|| panic!("litmus ran no `{suite}` suite:\n{out}"));
+        // "<- summary for `basic': of 16 tests run: 16 passed, 0 failed. 100.0%"
+        let numbers: Vec<u32> = summary
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let (run, ok, failed) = (numbers[0], numbers[1], numbers[2]);
+        assert_eq!((ok, failed), (run, 0), "{suite}: {summary}");
+        passed += ok;
+    }
+    assert!(
+        !out.contains("skipped"),
+        "no litmus test may be skipped:\n{out}"
+    );
+    assert_eq!(passed, 104, "16 + 13 + 30 + 41 + 4 tests");
+    assert!(
+        done.status.success(),
+        "litmus exit status {:?}",
+        done.status
+    );
+}
+
+#[test]
+fn a_lock_outlives_its_worker_a_recycle_and_a_reload_and_expires_on_time() {
+    let tree = Tree::new("davlock");
+    let server = start(&tree, 2, &["--upload", "--allow-overwrite"]);
+    let addr = server.addr;
+    assert_eq!(request(addr, "PUT", "/doc.txt", b"v1", &[]).status, 201);
+
+    let locked = lock(addr, "/doc.txt", "Second-600");
+    assert_eq!(
+        locked.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&locked.body)
+    );
+    let token = locked.header("lock-token").expect("Lock-Token").to_owned();
+    let granted_by = locked.worker().expect("worker header");
+
+    // The worker that granted the lock dies; a replacement takes its slot.
+    let status = server.status();
+    server.note_pids(&status);
+    let pid = status["workers"]
+        .as_array()
+        .and_then(|ws| ws.iter().find(|w| w["id"].as_u64() == Some(granted_by)))
+        .and_then(|w| w["pid"].as_u64())
+        .expect("the granting worker is in status") as u32;
+    signal_pid(pid, Sig::KILL);
+    wait_until(
+        Duration::from_secs(20),
+        "the killed worker replaced",
+        || {
+            let (s, _) = server.wait_ready(2, Duration::from_secs(20));
+            server.note_pids(&s);
+            (!worker_pids(&s).contains(&pid)).then_some(())
+        },
+    );
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    server.ctl(&json!({"cmd": "reload"})).expect("reload");
+    let status = server.status();
+    assert_eq!(status["broker"]["dav_locks"], 1, "{status}");
+
+    for (code, worker) in puts(addr, "/doc.txt", 6, &[]) {
+        assert_eq!(code, 423, "a PUT without the token, by worker {worker:?}");
+    }
+    let with_token = format!("({token})");
+    for (code, worker) in puts(addr, "/doc.txt", 4, &[("If", &with_token)]) {
+        assert_eq!(code, 204, "a PUT with the token, by worker {worker:?}");
+    }
+    let unlocked = request(addr, "UNLOCK", "/doc.txt", b"", &[("Lock-Token", &token)]);
+    assert_eq!(unlocked.status, 204);
+    assert_eq!(puts(addr, "/doc.txt", 1, &[])[0].0, 204, "unlocked");
+
+    // A short lock is enforced, then ends by itself.
+    let short = lock(addr, "/doc.txt", "Second-2");
+    assert_eq!(short.status, 200);
+    assert_eq!(puts(addr, "/doc.txt", 1, &[])[0].0, 423);
+    let (_, took) = wait_until(Duration::from_secs(10), "the 2 s lock to expire", || {
+        (puts(addr, "/doc.txt", 1, &[])[0].0 == 204).then_some(())
+    });
+    assert!(took < Duration::from_secs(4), "expired after {took:?}");
+    assert_eq!(server.status()["broker"]["dav_locks"], 0);
+}
+
+#[test]
+fn a_read_only_share_answers_dav_reads_and_refuses_writes() {
+    let tree = Tree::new("davro");
+    let server = start(&tree, 1, &[]);
+    let addr = server.addr;
+    let options = request(addr, "OPTIONS", "/", b"", &[]);
+    assert_eq!(options.header("dav"), Some("1, 2"));
+    let listing = request(addr, "PROPFIND", "/", b"", &[("Depth", "1")]);
+    assert_eq!(listing.status, 207);
+    let text = String::from_utf8_lossy(&listing.body);
+    assert!(text.contains("<D:href>/hello.txt</D:href>"), "{text}");
+    for method in ["PUT", "DELETE", "MKCOL", "PROPPATCH"] {
+        let refused = request(addr, method, "/hello.txt", b"", &[]);
+        assert_eq!(refused.status, 403, "{method}");
+        assert!(
+            String::from_utf8_lossy(&refused.body).contains("read-only"),
+            "{method} says why"
+        );
+    }
+    // Locking an existing file is not a write; locking an unmapped URL would create one.
+    assert_eq!(lock(addr, "/hello.txt", "Second-5").status, 200);
+    assert_eq!(lock(addr, "/new.txt", "Second-5").status, 403);
+}
+
+/// `rclone` with the WebDAV server as its remote, configured through the environment.
+fn rclone(server: &Server, args: &[&str]) -> servery_tests::Finished {
+    let mut cmd = Command::new("rclone");
+    cmd.args(args)
+        .env("RCLONE_CONFIG", "/dev/null")
+        .env("RCLONE_CONFIG_SRV_TYPE", "webdav")
+        .env("RCLONE_CONFIG_SRV_URL", format!("http://{}/", server.addr))
+        .env("RCLONE_CONFIG_SRV_VENDOR", "other");
+    let done = run_command(cmd, Duration::from_secs(300));
+    assert!(
+        done.status.success(),
+        "rclone {args:?}: {}\n{}",
+        done.stdout,
+        done.stderr
+    );
+    done
+}
+
+#[test]
+fn rclone_copies_checks_moves_and_deletes_a_tree_of_a_thousand_files() {
+    assert!(
+        Command::new("rclone").arg("version").output().is_ok(),
+        "rclone is needed: apt-get install rclone (scripts/test installs it)"
+    );
+    let tree = Tree::new("rclone");
+    let server = start(&tree, 4, &["--upload", "--allow-overwrite"]);
+    let local = tree.root().with_file_name("rclone-source");
+    for i in 0..1000 {
+        let dir = local.join(format!("d{}/e{}", i % 10, i % 7));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let content = format!("file {i}\n").repeat(i % 50 + 1);
+        std::fs::write(dir.join(format!("f{i}.txt")), content).expect("write");
+    }
+    let source = local.to_str().expect("utf-8 path");
+    rclone(&server, &["copy", source, "srv:tree", "--transfers", "8"]);
+    let checked = rclone(&server, &["check", source, "srv:tree"]);
+    assert!(
+        checked.stderr.contains("1000 matching files"),
+        "{}",
+        checked.stderr
+    );
+    rclone(&server, &["moveto", "srv:tree/d1", "srv:tree/moved1"]);
+    rclone(&server, &["purge", "srv:tree/d2"]);
+    std::fs::rename(local.join("d1"), local.join("moved1")).expect("mv");
+    std::fs::remove_dir_all(local.join("d2")).expect("rm");
+    let checked = rclone(&server, &["check", source, "srv:tree"]);
+    assert!(
+        checked.stderr.contains("0 differences found")
+            && checked.stderr.contains("900 matching files"),
+        "{}",
+        checked.stderr
+    );
+    assert!(!tree.root().join("tree/d1").exists() && !tree.root().join("tree/d2").exists());
+    let _ = std::fs::remove_dir_all(&local);
+}
+
+#[test]
+fn a_scripted_cadaver_session_puts_copies_moves_locks_and_sets_properties() {
+    use std::io::Write;
+    use std::process::Stdio;
+    assert!(
+        Command::new("cadaver").arg("--version").output().is_ok(),
+        "cadaver is needed: apt-get install cadaver (scripts/test installs it)"
+    );
+    let tree = Tree::new("cadaver");
+    let server = start(&tree, 2, &["--upload", "--allow-overwrite"]);
+    let local = tree.root().with_file_name("cadaver.txt");
+    std::fs::write(&local, "from cadaver\n").expect("write");
+    let local = local.to_str().expect("utf-8 path");
+    let script = format!(
+        "put {local} a.txt\nmkcol dir\ncopy a.txt dir/b.txt\nmove dir/b.txt dir/c.txt\n\
+         lock a.txt\nput {local} a.txt\nunlock a.txt\npropset a.txt color blue\n\
+         propget a.txt color\nquit\n"
+    );
+    let mut child = Command::new("cadaver")
+        .arg(format!("http://{}/", server.addr))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cadaver");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("script");
+    let (out, _) = wait_until(Duration::from_secs(60), "cadaver to finish", || {
+        child.try_wait().ok().flatten()
+    });
+    let output = child.wait_with_output().expect("output");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(out.success(), "{text}");
+    for step in [
+        "Uploading",
+        "Creating `dir'",
+        "Copying",
+        "Moving",
+        "Locking `a.txt'",
+        "Unlocking `a.txt'",
+        "Setting property",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(step))
+            .unwrap_or_else(|| panic!("no {step:?} in:\n{text}"));
+        assert!(line.contains("succeeded"), "{line}\n{text}");
+    }
+    assert!(text.contains("Value of color is: blue"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(tree.root().join("dir/c.txt")).expect("moved"),
+        "from cadaver\n"
+    );
+    assert!(!tree.root().join("dir/b.txt").exists());
+}
