@@ -32,6 +32,11 @@ use crate::time::{Instant, earliest};
 pub enum ParentAction {
     Supervisor(Action),
     Singleton(SingletonAction),
+    /// Keep this as the WebDAV lock journal, replacing the last one, before anything
+    /// queued after it (the answer to the LOCK that changed it) is sent: every live lock
+    /// with its time left. Only with `features.dav_persistent_locks`; the driver gives
+    /// the journal back to [`Parent::restore_dav_locks`] when it starts again.
+    PersistDavLocks(Vec<crate::proto::DavLockInfo>),
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +76,16 @@ impl Parent {
 
     pub fn singletons(&self) -> &Singletons {
         &self.singletons
+    }
+
+    /// Locks a previous parent journalled, before the first event; returns how many were
+    /// still live. Their time left counts from `now`.
+    pub fn restore_dav_locks(
+        &mut self,
+        now: Instant,
+        locks: Vec<crate::proto::DavLockInfo>,
+    ) -> usize {
+        self.broker.restore_dav_locks(now, locks)
     }
 
     pub fn poll_action(&mut self) -> Option<ParentAction> {
@@ -168,6 +183,16 @@ impl Parent {
         while let Some(action) = self.singletons.poll_action() {
             self.actions.push_back(ParentAction::Singleton(action));
         }
+        // The journal goes out before the answers that depend on it: a parent killed
+        // after answering a LOCK has already handed the lock to its driver.
+        if self.broker.take_dav_changed()
+            && self.supervisor.config().features().dav_persistent_locks
+        {
+            let now = self.last_step.unwrap_or(Instant::ZERO);
+            self.actions.push_back(ParentAction::PersistDavLocks(
+                self.broker.dav().snapshot(now),
+            ));
+        }
         while let Some((worker, id, reply)) = self.broker.poll_reply() {
             self.actions
                 .push_back(ParentAction::Supervisor(Action::Send {
@@ -246,6 +271,103 @@ mod tests {
         );
         actions(&mut p);
         (p, w)
+    }
+
+    fn dav(p: &mut Parent, w: WorkerId, now: Instant, id: u64, request: BrokerRequest) {
+        p.handle(
+            now,
+            Event::Message {
+                worker: w,
+                message: WorkerMessage::Broker { id, request },
+            },
+        );
+    }
+
+    fn lock_request(resource: &str, timeout_ms: u64) -> BrokerRequest {
+        BrokerRequest::DavLock {
+            resource: resource.into(),
+            depth: crate::proto::DavDepth::Zero,
+            owner: String::new(),
+            exclusive: true,
+            timeout_ms,
+        }
+    }
+
+    #[test]
+    fn the_lock_journal_goes_out_before_the_answer_and_a_restart_restores_it() {
+        let (mut p, w) = started(|r| {
+            r.features.webdav = true;
+            r.features.dav_persistent_locks = true;
+        });
+        dav(&mut p, w, Instant::ZERO, 7, lock_request("/a", 10_000));
+        let acts = actions(&mut p);
+        let [
+            ParentAction::PersistDavLocks(journal),
+            ParentAction::Supervisor(Action::Send { .. }),
+        ] = &acts[..]
+        else {
+            panic!("journal, then the answer: {acts:?}");
+        };
+        assert_eq!(journal.len(), 1);
+        assert_eq!(journal[0].expires_in_ms, 10_000);
+        // A query changes nothing: no journal.
+        dav(
+            &mut p,
+            w,
+            Instant::ZERO,
+            8,
+            BrokerRequest::DavQuery {
+                resource: "/".into(),
+            },
+        );
+        assert!(matches!(
+            &actions(&mut p)[..],
+            [ParentAction::Supervisor(_)]
+        ));
+        // Expiry is a change too.
+        p.handle_timeout(Instant::ZERO + Duration::from_secs(10));
+        assert!(
+            actions(&mut p)
+                .iter()
+                .any(|a| matches!(a, ParentAction::PersistDavLocks(l) if l.is_empty()))
+        );
+
+        // A new parent takes the journal back: the lock holds, with its time left.
+        let (mut again, w2) = started(|r| {
+            r.features.webdav = true;
+            r.features.dav_persistent_locks = true;
+        });
+        let mut left = journal.clone();
+        left[0].expires_in_ms = 4_000;
+        assert_eq!(again.restore_dav_locks(Instant::ZERO, left), 1);
+        dav(&mut again, w2, Instant::ZERO, 1, lock_request("/a", 1_000));
+        assert!(actions(&mut again).iter().any(|a| matches!(
+            a,
+            ParentAction::Supervisor(Action::Send {
+                message: ParentMessage::Broker {
+                    reply: crate::proto::BrokerReply::Rejected(crate::proto::Rejection::Busy),
+                    ..
+                },
+                ..
+            })
+        )));
+        again.handle_timeout(Instant::ZERO + Duration::from_secs(4));
+        assert_eq!(
+            again.broker().dav().len(),
+            0,
+            "it ends when its time left runs out"
+        );
+    }
+
+    #[test]
+    fn without_persistence_no_journal_is_kept() {
+        let (mut p, w) = started(|r| r.features.webdav = true);
+        dav(&mut p, w, Instant::ZERO, 7, lock_request("/a", 10_000));
+        assert!(
+            !actions(&mut p)
+                .iter()
+                .any(|a| matches!(a, ParentAction::PersistDavLocks(_)))
+        );
     }
 
     #[test]

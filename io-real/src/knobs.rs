@@ -90,6 +90,8 @@ knobs! {
     Count(i64) max_partial_uploads => "broker.max_partial_uploads", |c| c.broker.max_partial_uploads;
     Real(f64) broker_reply_timeout => "broker.reply_timeout", |c| c.broker.reply_timeout;
     Count(i64) broker_queue_capacity => "broker.queue_capacity", |c| c.broker.queue_capacity;
+    Count(i64) dav_max_locks => "broker.max_dav_locks", |c| c.broker.max_dav_locks;
+    Real(f64) dav_lock_timeout_max => "broker.max_dav_lock_timeout", |c| c.broker.max_dav_lock_timeout;
     Real(f64) request_head_timeout => "connections.request_head_timeout", |c| c.connections.request_head_timeout;
     Real(f64) keep_alive_timeout => "connections.keep_alive_timeout", |c| c.connections.keep_alive_timeout;
     Real(f64) tls_handshake_timeout => "connections.tls_handshake_timeout", |c| c.connections.tls_handshake_timeout;
@@ -106,7 +108,11 @@ pub fn find(name: &str) -> Option<&'static Knob> {
 }
 
 /// Settings with a flag that a reload cannot override (they are not plain numbers).
-const FLAG_ONLY: &[(&str, &str)] = &[("uploads.max_upload_size", "--max-upload-size")];
+const FLAG_ONLY: &[(&str, &str)] = &[
+    ("uploads.max_upload_size", "--max-upload-size"),
+    ("features.webdav", "--dav"),
+    ("features.dav_persistent_locks", "--state-dir"),
+];
 
 /// The flag for a field named in a validation error.
 pub fn flag_for_field(field: &str) -> Option<String> {

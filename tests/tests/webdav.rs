@@ -158,10 +158,90 @@ fn a_lock_outlives_its_worker_a_recycle_and_a_reload_and_expires_on_time() {
 }
 
 #[test]
+fn with_a_state_dir_locks_survive_kill_9_of_the_parent_and_a_restart() {
+    let tree = Tree::new("davstate");
+    let state = tree.root().with_file_name("state");
+    let state_arg = state.to_str().expect("utf-8 path").to_owned();
+    let extra = ["--upload", "--allow-overwrite", "--state-dir", &state_arg];
+    let mut server = start(&tree, 2, &extra);
+    assert_eq!(server.status()["broker"]["dav_locks_persistent"], true);
+    assert_eq!(
+        request(server.addr, "PUT", "/doc.txt", b"v1", &[]).status,
+        201
+    );
+    let locked = lock(server.addr, "/doc.txt", "Second-600");
+    assert_eq!(locked.status, 200);
+    let token = locked.header("lock-token").expect("Lock-Token").to_owned();
+    let short = lock(server.addr, "/hello.txt", "Second-1");
+    assert_eq!(short.status, 200);
+    server.kill_parent();
+    drop(server);
+
+    let server = start(&tree, 2, &extra);
+    let addr = server.addr;
+    let banner = server.stdout().join("\n");
+    assert!(banner.contains("WebDAV locks are journalled"), "{banner}");
+    // The 1 s lock came back with what was left of its second, and ends on time.
+    wait_until(
+        Duration::from_secs(5),
+        "the restored 1 s lock to expire",
+        || (server.status()["broker"]["dav_locks"] == 1).then_some(()),
+    );
+    for (code, worker) in puts(addr, "/doc.txt", 4, &[]) {
+        assert_eq!(code, 423, "a PUT without the token, by worker {worker:?}");
+    }
+    let with_token = format!("({token})");
+    assert_eq!(puts(addr, "/doc.txt", 1, &[("If", &with_token)])[0].0, 204);
+    let unlocked = request(addr, "UNLOCK", "/doc.txt", b"", &[("Lock-Token", &token)]);
+    assert_eq!(unlocked.status, 204);
+    assert_eq!(puts(addr, "/doc.txt", 1, &[])[0].0, 204);
+    assert_eq!(
+        puts(addr, "/hello.txt", 1, &[])[0].0,
+        204,
+        "expired while down"
+    );
+}
+
+#[test]
+fn a_state_dir_inside_the_share_is_a_configuration_error_before_anything_binds() {
+    let tree = Tree::new("davstatebad");
+    let root = tree.root();
+    let inside = root.join("state");
+    let done = servery_tests::run_servery(
+        &[
+            root.to_str().expect("utf-8"),
+            "--port",
+            "0",
+            "--dav",
+            "--state-dir",
+            inside.to_str().expect("utf-8"),
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("--state-dir") && done.stderr.contains("inside the served directory"),
+        "{}",
+        done.stderr
+    );
+    assert!(!done.stdout.contains("listening"), "{}", done.stdout);
+    let without_dav = servery_tests::run_servery(
+        &[root.to_str().expect("utf-8"), "--state-dir", "/tmp"],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert!(!without_dav.status.success(), "--state-dir needs --dav");
+}
+
+#[test]
 fn a_read_only_share_answers_dav_reads_and_refuses_writes() {
     let tree = Tree::new("davro");
     let server = start(&tree, 1, &[]);
     let addr = server.addr;
+    let banner = server.stdout().join("\n");
+    assert!(banner.contains("WebDAV locks are volatile"), "{banner}");
+    assert_eq!(server.status()["broker"]["dav_locks_persistent"], false);
     let options = request(addr, "OPTIONS", "/", b"", &[]);
     assert_eq!(options.header("dav"), Some("1, 2"));
     let listing = request(addr, "PROPFIND", "/", b"", &[("Depth", "1")]);

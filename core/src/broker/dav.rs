@@ -1,7 +1,9 @@
 //! The WebDAV lock table, keyed by canonical resource path (`/a/b`, root `/`).
 //!
 //! Locks belong to clients, not workers: they survive worker recycling and crashes and
-//! end by UNLOCK or timeout. They do not survive a restart of the parent (volatile).
+//! end by UNLOCK or timeout. A restart of the parent loses them unless the driver keeps
+//! the journal the parent hands it ([`crate::parent::ParentAction::PersistDavLocks`]) and
+//! gives it back at the next start ([`DavTable::restore`]).
 
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +26,8 @@ pub struct DavLock {
 pub struct DavTable {
     locks: BTreeMap<LeaseId, DavLock>,
     by_resource: BTreeSet<(String, LeaseId)>,
+    /// Something was granted, refreshed or removed since [`DavTable::take_changed`].
+    changed: bool,
 }
 
 /// Whether `a` is `b` or one of its ancestors.
@@ -81,6 +85,7 @@ impl DavTable {
             return Err(Rejection::Busy);
         }
         let expires_at = now + timeout;
+        self.changed = true;
         self.by_resource.insert((resource.clone(), token));
         self.locks.insert(
             token,
@@ -109,28 +114,75 @@ impl DavTable {
         }
         let old = l.expires_at;
         l.expires_at = now + timeout;
+        self.changed = true;
         Some((old, l.expires_at))
     }
 
     /// Returns the removed lock's expiry.
     pub fn unlock(&mut self, token: LeaseId) -> Option<Instant> {
         let l = self.locks.remove(&token)?;
+        self.changed = true;
         self.by_resource.remove(&(l.resource, token));
         Some(l.expires_at)
     }
 
+    /// Whether the table changed since the last call (and clears the mark).
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Every live lock, as a journal entry: what [`DavTable::restore`] takes back.
+    pub fn snapshot(&self, now: Instant) -> Vec<DavLockInfo> {
+        self.locks
+            .iter()
+            .filter(|(_, l)| l.expires_at > now)
+            .map(|(token, l)| info(now, *token, l))
+            .collect()
+    }
+
+    /// Puts journalled locks back (a restarted parent): each expires `expires_in_ms` from
+    /// `now`. Entries already expired, or whose token is taken, are skipped; returns how
+    /// many were restored.
+    pub fn restore(&mut self, now: Instant, locks: Vec<DavLockInfo>) -> Vec<(LeaseId, Instant)> {
+        let mut restored = Vec::new();
+        for l in locks {
+            if l.expires_in_ms == 0 || self.locks.contains_key(&l.token) {
+                continue;
+            }
+            let expires_at = now + Duration::from_millis(l.expires_in_ms);
+            self.by_resource.insert((l.resource.clone(), l.token));
+            self.locks.insert(
+                l.token,
+                DavLock {
+                    resource: l.resource,
+                    depth: l.depth,
+                    owner: l.owner,
+                    exclusive: l.exclusive,
+                    expires_at,
+                    generation: l.generation,
+                },
+            );
+            restored.push((l.token, expires_at));
+        }
+        restored
+    }
+
     pub fn query(&self, now: Instant, resource: &str) -> Vec<DavLockInfo> {
         self.relevant(now, resource)
-            .map(|(token, l)| DavLockInfo {
-                token,
-                resource: l.resource.clone(),
-                depth: l.depth,
-                owner: l.owner.clone(),
-                exclusive: l.exclusive,
-                expires_in_ms: l.expires_at.saturating_since(now).as_millis() as u64,
-                generation: l.generation,
-            })
+            .map(|(token, l)| info(now, token, l))
             .collect()
+    }
+}
+
+fn info(now: Instant, token: LeaseId, l: &DavLock) -> DavLockInfo {
+    DavLockInfo {
+        token,
+        resource: l.resource.clone(),
+        depth: l.depth,
+        owner: l.owner.clone(),
+        exclusive: l.exclusive,
+        expires_in_ms: l.expires_at.saturating_since(now).as_millis() as u64,
+        generation: l.generation,
     }
 }
 

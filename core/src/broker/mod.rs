@@ -168,6 +168,21 @@ impl Broker {
         &self.dav
     }
 
+    /// Whether the lock table changed since the last call (see [`DavTable::take_changed`]).
+    pub fn take_dav_changed(&mut self) -> bool {
+        self.dav.take_changed()
+    }
+
+    /// Puts journalled locks back at startup, with their expiries armed; returns how many.
+    pub fn restore_dav_locks(&mut self, now: Instant, locks: Vec<proto::DavLockInfo>) -> usize {
+        let restored = self.dav.restore(now, locks);
+        for (token, expires_at) in &restored {
+            self.expiries.insert((*expires_at, Kind::Dav, *token));
+        }
+        self.dav.take_changed();
+        restored.len()
+    }
+
     pub fn log(&self) -> &LogQueue {
         &self.log
     }

@@ -181,6 +181,8 @@ impl Default for RawUploads {
 pub struct RawFeatures {
     pub uploads: bool,
     pub webdav: bool,
+    /// The WebDAV lock table is journalled and survives a restart of the parent.
+    pub dav_persistent_locks: bool,
     pub access_log: bool,
     pub mdns: bool,
     pub qr: bool,

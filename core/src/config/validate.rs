@@ -275,6 +275,9 @@ impl RawConfig {
                 "needs broker.max_dav_locks > 0: WebDAV without a lock table cannot honour LOCK",
             );
         }
+        if f.dav_persistent_locks && !f.webdav {
+            c.fail("features.dav_persistent_locks", "needs features.webdav");
+        }
         if f.tftp_write && !f.tftp {
             c.fail("features.tftp_write", "needs features.tftp");
         }

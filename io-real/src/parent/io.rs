@@ -131,6 +131,7 @@ pub struct RealIo {
     /// is never signalled.
     pids: HashMap<WorkerId, u32>,
     control: Arc<ControlState>,
+    journal: Option<super::dav_journal::Journal>,
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
     /// Who waits for each reload's answer, by the id the core names it with.
@@ -154,6 +155,8 @@ pub struct RealIoParts {
     pub launcher: Launcher,
     pub cleaner: Cleaner,
     pub control: Arc<ControlState>,
+    /// Where the WebDAV lock journal goes (`--state-dir`).
+    pub journal: Option<super::dav_journal::Journal>,
     pub info: ServiceInfo,
 }
 
@@ -172,6 +175,7 @@ impl RealIo {
             channels: HashMap::new(),
             pids: HashMap::new(),
             control: p.control,
+            journal: p.journal,
             info: p.info,
             status_waiters: Vec::new(),
             reloads: HashMap::new(),
@@ -506,6 +510,16 @@ impl ParentIo for RealIo {
         let action = match action {
             ParentAction::Singleton(action) => {
                 return tracing::info!(?action, "singleton");
+            }
+            ParentAction::PersistDavLocks(locks) => {
+                // On this thread, before the answers queued after it are written: a LOCK
+                // is only answered once its lock is on disk.
+                if let Some(journal) = &self.journal
+                    && let Err(e) = journal.store(&locks)
+                {
+                    tracing::error!(error = %e, path = %journal.path().display(), "cannot journal the WebDAV locks");
+                }
+                return;
             }
             ParentAction::Supervisor(action) => action,
         };

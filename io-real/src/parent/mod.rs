@@ -3,6 +3,7 @@
 
 mod cleanup;
 mod control;
+mod dav_journal;
 mod host;
 mod io;
 mod listeners;
@@ -59,15 +60,22 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
     let config = args.raw_config().validate();
     let root = resolve_root(args.dir.as_deref());
     let site = site::prepare(&args.site, &args.dav, args.show_hidden, &args.bind);
-    let (config, root, site) = match (config, root, site) {
-        (Ok(config), Ok(root), Ok(site)) => (config, root, site),
-        (config, root, site) => {
+    let journal = match (&root, &args.dav.state_dir) {
+        (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),
+        _ => None,
+    };
+    let (config, root, site, journal) = match (config, root, site, journal.transpose()) {
+        (Ok(config), Ok(root), Ok(site), Ok(journal)) => (config, root, site, journal),
+        (config, root, site, journal) => {
             tell!("servery: invalid configuration (nothing was started):");
             if let Err(e) = &config {
                 report_config_error(e);
             }
             if let Err(message) = &root {
                 tell!("  - dir: {message}");
+            }
+            if let Err(message) = &journal {
+                tell!("  - --state-dir: {message}");
             }
             for issue in site.err().into_iter().flatten() {
                 tell!("  - {}: {}", issue.flag, issue.message);
@@ -93,7 +101,7 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         print_site(&args, &site);
         return 0;
     }
-    match serve(&args, argv, config, root, site) {
+    match serve(&args, argv, config, root, site, journal) {
         Ok(code) => code,
         Err(e) => {
             tell!("servery: {e}");
@@ -158,6 +166,7 @@ fn serve(
     config: ValidConfig,
     root: PathBuf,
     site: site::PreparedSite,
+    journal: Option<(dav_journal::Journal, dav_journal::Loaded)>,
 ) -> Result<i32, ParentError> {
     let exe = std::env::current_exe().map_err(ParentError::CurrentExe)?;
     let seed = entropy().map_err(ParentError::Entropy)?;
@@ -224,9 +233,25 @@ fn serve(
         config.recycling_overlap_file_cache_bound()
     );
 
+    if args.dav.dav {
+        match &journal {
+            Some((j, loaded)) => say!(
+                "servery: WebDAV locks are journalled in {} ({} restored)",
+                j.path().display(),
+                loaded.len()
+            ),
+            None => say!(
+                "servery: WebDAV locks are volatile: a restart of servery loses them (--state-dir keeps them)"
+            ),
+        }
+    }
     let launcher = Launcher::new(exe, root.clone(), site.worker, args.upload.clone());
     let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
     let mut parent = Parent::new(config, Platform::Posix, seed);
+    let journal = journal.map(|(journal, loaded)| {
+        parent.restore_dav_locks(clock.now(), loaded.take());
+        journal
+    });
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
@@ -235,6 +260,7 @@ fn serve(
         launcher,
         cleaner,
         control: state,
+        journal,
         info: ServiceInfo {
             pid: std::process::id(),
             urls,

@@ -256,6 +256,7 @@ mod tests {
             dav_max_locks: 1,
             dav_lock_timeout_max: 1.0,
             dav_propfind_max_entries: 1,
+            state_dir: None,
         }
     }
 

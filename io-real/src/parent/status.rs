@@ -71,6 +71,8 @@ fn broker_json(parent: &Parent, now: Instant) -> Value {
         },
         "partials": broker.partial_count(),
         "dav_locks": broker.dav().len(),
+        // Whether the lock table outlives this parent (`--state-dir`).
+        "dav_locks_persistent": parent.supervisor().config().features().dav_persistent_locks,
         "log_queue": broker.log().len(),
     })
 }

@@ -95,6 +95,8 @@ impl ParentIo for SimWorld {
         });
         let action = match action {
             ParentAction::Singleton(action) => return self.singleton(action),
+            // The simulated host keeps no journal: its parent never restarts.
+            ParentAction::PersistDavLocks(_) => return,
             ParentAction::Supervisor(action) => action,
         };
         match action {
@@ -369,6 +371,7 @@ impl ParentIo for SimWorld {
 pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
     let action = match action {
         ParentAction::Singleton(_) => return (7, 0),
+        ParentAction::PersistDavLocks(locks) => return (8, locks.len() as u64),
         ParentAction::Supervisor(action) => action,
     };
     match action {

@@ -31,12 +31,18 @@ pub struct DavArgs {
     /// propfind-finite-depth.
     #[arg(long, value_name = "N", env = "SERVERY_DAV_PROPFIND_MAX_ENTRIES", default_value_t = DEFAULT_PROPFIND_MAX_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
     pub dav_propfind_max_entries: u64,
+    /// Keep the lock table in DIR (journalled on every change), so a restart of servery,
+    /// even after `kill -9`, restores every lock not yet expired. Without it locks are
+    /// lost when the parent stops. Must not be inside the served directory.
+    #[arg(long, value_name = "DIR", env = "SERVERY_STATE_DIR", requires = "dav")]
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl DavArgs {
     /// Writes the feature and the lock table's limits into `raw`.
     pub fn apply(&self, raw: &mut servery_core::RawConfig) {
         raw.features.webdav = self.dav;
+        raw.features.dav_persistent_locks = self.dav && self.state_dir.is_some();
         raw.broker.max_dav_locks = self.dav_max_locks;
         raw.broker.max_dav_lock_timeout = self.dav_lock_timeout_max;
     }
