@@ -235,6 +235,92 @@ fn a_state_dir_inside_the_share_is_a_configuration_error_before_anything_binds()
 }
 
 #[test]
+fn every_write_that_would_break_a_lock_is_423_until_the_token_is_submitted() {
+    let tree = Tree::new("davevery");
+    let server = start(&tree, 2, &["--upload", "--allow-overwrite"]);
+    let addr = server.addr;
+    assert_eq!(request(addr, "MKCOL", "/dir", b"", &[]).status, 201);
+    assert_eq!(request(addr, "PUT", "/dir/a.txt", b"a", &[]).status, 201);
+    let locked = lock(addr, "/dir/a.txt", "Second-600");
+    assert_eq!(locked.status, 200);
+    let token = locked.header("lock-token").expect("Lock-Token").to_owned();
+    let submit = format!("({token})");
+    let form = "--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"b.txt\"\r\n\r\nform\r\n--XyZ--\r\n";
+    let proppatch = r#"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:"><D:set><D:prop><x:k xmlns:x="urn:x">v</x:k></D:prop></D:set></D:propertyupdate>"#;
+    /// Method, path, body and extra headers of one write.
+    type Write<'a> = (&'a str, &'a str, &'a [u8], Vec<(&'a str, String)>);
+    let cases: Vec<Write> = vec![
+        ("PUT", "/dir/a.txt", b"b", vec![]),
+        ("DELETE", "/dir/a.txt", b"", vec![]),
+        ("DELETE", "/dir", b"", vec![]),
+        ("PROPPATCH", "/dir/a.txt", proppatch.as_bytes(), vec![]),
+        (
+            "MOVE",
+            "/dir/a.txt",
+            b"",
+            vec![("Destination", "/moved.txt".into())],
+        ),
+        ("MOVE", "/dir", b"", vec![("Destination", "/dir2".into())]),
+        (
+            "COPY",
+            "/hello.txt",
+            b"",
+            vec![("Destination", "/dir/a.txt".into())],
+        ),
+        (
+            "POST",
+            "/dir/",
+            form.as_bytes(),
+            vec![("Content-Type", "multipart/form-data; boundary=XyZ".into())],
+        ),
+    ];
+    for (method, path, body, headers) in &cases {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let refused = request(addr, method, path, body, &headers);
+        assert_eq!(refused.status, 423, "{method} {path} without the token");
+        assert!(
+            String::from_utf8_lossy(&refused.body).contains("lock-token-submitted"),
+            "{method} {path}: {}",
+            String::from_utf8_lossy(&refused.body)
+        );
+    }
+    assert_eq!(
+        std::fs::read(tree.root().join("dir/a.txt")).expect("intact"),
+        b"a"
+    );
+    // With the token, the same writes go through (the last one moves the collection).
+    let with: Vec<(&str, &str)> = vec![("If", &submit)];
+    assert_eq!(request(addr, "PUT", "/dir/a.txt", b"b", &with).status, 204);
+    assert_eq!(
+        request(addr, "PROPPATCH", "/dir/a.txt", proppatch.as_bytes(), &with).status,
+        207
+    );
+    // For a collection, the token goes tagged with the locked member's URL: an untagged
+    // list is about the request's own resource, which no lock names (so it is false: 412).
+    let tagged = format!("</dir/a.txt> ({token})");
+    let multipart = ("Content-Type", "multipart/form-data; boundary=XyZ");
+    let untagged_post = [("If", submit.as_str()), multipart];
+    let post = [("If", tagged.as_str()), multipart];
+    let status =
+        |headers: &[(&str, &str)]| request(addr, "POST", "/dir/", form.as_bytes(), headers).status;
+    assert_eq!(status(&untagged_post), 412);
+    assert_eq!(status(&post), 303);
+    let moved = request(
+        addr,
+        "MOVE",
+        "/dir",
+        b"",
+        &[("If", &tagged), ("Destination", "/dir2")],
+    );
+    assert_eq!(moved.status, 201);
+    assert_eq!(
+        server.status()["broker"]["dav_locks"],
+        0,
+        "a MOVE ends the locks rooted at or below its source"
+    );
+}
+
+#[test]
 fn a_read_only_share_answers_dav_reads_and_refuses_writes() {
     let tree = Tree::new("davro");
     let server = start(&tree, 1, &[]);

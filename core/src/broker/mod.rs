@@ -314,9 +314,15 @@ impl Broker {
                 }
             }
             BrokerRequest::DavUnlock { token } => match self.dav.unlock(token) {
+                // A lock whose time is up is gone already (RFC 4918 §6.6), even when its
+                // expiry has not been handled yet: it goes, and the answer says so.
                 Some(expires_at) => {
                     self.expiries.remove(&(expires_at, Kind::Dav, token));
-                    BrokerReply::Released
+                    if expires_at > now {
+                        BrokerReply::Released
+                    } else {
+                        BrokerReply::Rejected(Rejection::NotFound)
+                    }
                 }
                 None => BrokerReply::Rejected(Rejection::NotFound),
             },

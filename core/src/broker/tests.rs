@@ -337,6 +337,18 @@ fn dav_locks_are_counted_granted_with_capped_timeouts_and_expire() {
     b.handle_timeout(t0 + cap);
     assert!(b.dav().is_empty(), "expired");
     b.check_invariants().expect("invariants");
+
+    // An UNLOCK that arrives after the time is up, before the expiry was handled, finds
+    // nothing to release: the lock ended by itself.
+    let BrokerReply::Granted { id, .. } = ask(&mut b, t0, 3, lock("/b")) else {
+        panic!("a grant");
+    };
+    assert_eq!(
+        ask(&mut b, t0 + cap, 4, BrokerRequest::DavUnlock { token: id }),
+        BrokerReply::Rejected(Rejection::NotFound)
+    );
+    assert!(b.dav().is_empty());
+    b.check_invariants().expect("invariants");
 }
 
 #[test]

@@ -74,6 +74,12 @@ impl Reach {
         membership: true,
         tree: true,
     };
+    /// Writes somewhere inside a collection, members not known in advance (a multipart
+    /// POST names its files in its body): every lock on the collection or below it.
+    pub const INSIDE: Reach = Reach {
+        membership: false,
+        tree: true,
+    };
 }
 
 /// The broker's lock table, through this worker's client.

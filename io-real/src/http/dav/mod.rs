@@ -226,8 +226,9 @@ impl Dav {
                         let reach = if method == "PUT" {
                             locks::Reach::MEMBER
                         } else {
-                            // A form writes members of the collection it is posted to.
-                            locks::Reach::CONTENT
+                            // A form writes members of the collection it is posted to,
+                            // named only in its body: every lock in there counts.
+                            locks::Reach::INSIDE
                         };
                         self.locks.require(&path, reach, &submitted).await?;
                         let uploads = uploads.ok_or(HttpError::Dav(DavError::ReadOnly))?;
