@@ -150,6 +150,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub dav: crate::http::dav::args::DavArgs,
+
+    #[command(flatten)]
+    pub access_log: crate::access_log::args::AccessLogArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -369,6 +372,7 @@ impl ServeArgs {
         };
         self.upload.apply(&mut raw);
         self.dav.apply(&mut raw);
+        self.access_log.apply(&mut raw);
         raw
     }
 }
@@ -407,6 +411,9 @@ pub enum CtlCommand {
     },
     /// Recycle every worker, one at a time, without downtime.
     Recycle,
+    /// Close and open the access log again (after logrotate moved it); SIGUSR1 does the
+    /// same.
+    ReopenLogs,
     /// Stop gracefully.
     Stop,
 }

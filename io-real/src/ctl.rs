@@ -131,6 +131,7 @@ pub fn run(args: CtlArgs) -> i32 {
     let body = match &args.command {
         CtlCommand::Status { .. } => json!({"cmd": "status"}),
         CtlCommand::Recycle => json!({"cmd": "recycle"}),
+        CtlCommand::ReopenLogs => json!({"cmd": "reopen-logs"}),
         CtlCommand::Stop => json!({"cmd": "stop"}),
         CtlCommand::Reload { set } => match knobs::parse_pairs(set) {
             Ok(set) if set.is_empty() => json!({"cmd": "reload"}),
@@ -158,6 +159,7 @@ pub fn run(args: CtlArgs) -> i32 {
             say!("reloaded: generation {} is serving", answer["generation"]);
         }
         CtlCommand::Recycle => say!("recycling every worker, one at a time"),
+        CtlCommand::ReopenLogs => say!("reopening the access log"),
         CtlCommand::Stop => say!("stopping"),
     }
     0

@@ -91,6 +91,7 @@ knobs! {
     Real(f64) broker_reply_timeout => "broker.reply_timeout", |c| c.broker.reply_timeout;
     Count(i64) broker_queue_capacity => "broker.queue_capacity", |c| c.broker.queue_capacity;
     Count(i64) dav_max_locks => "broker.max_dav_locks", |c| c.broker.max_dav_locks;
+    Count(i64) access_log_queue => "broker.log_queue_capacity", |c| c.broker.log_queue_capacity;
     Real(f64) dav_lock_timeout_max => "broker.max_dav_lock_timeout", |c| c.broker.max_dav_lock_timeout;
     Real(f64) request_head_timeout => "connections.request_head_timeout", |c| c.connections.request_head_timeout;
     Real(f64) keep_alive_timeout => "connections.keep_alive_timeout", |c| c.connections.keep_alive_timeout;

@@ -19,6 +19,7 @@ macro_rules! tell {
     ($($arg:tt)*) => { $crate::out::stderr_line(format_args!($($arg)*)) };
 }
 
+pub mod access_log;
 pub mod app;
 pub mod cli;
 pub mod clock;

@@ -7,6 +7,13 @@ use crate::config::LogPolicy;
 use crate::ids::WorkerId;
 use crate::proto::BrokerReply;
 
+/// The log lines a record holds: a worker sends whole lines in one record (a batch); a
+/// record without a newline is one line. Counts are kept in lines, what an operator
+/// compares with requests served.
+fn lines(record: &str) -> u64 {
+    (record.bytes().filter(|b| *b == b'\n').count() as u64).max(1)
+}
+
 #[derive(Debug, Clone)]
 pub struct LogQueue {
     records: VecDeque<String>,
@@ -71,13 +78,13 @@ impl LogQueue {
     /// `None` means the append is parked until the writer makes room.
     pub fn append(&mut self, worker: WorkerId, id: u64, record: String) -> Option<BrokerReply> {
         if self.records.len() < self.capacity && self.blocked.is_empty() {
+            self.accepted += lines(&record);
             self.records.push_back(record);
-            self.accepted += 1;
             return Some(BrokerReply::Logged);
         }
         match self.policy {
             LogPolicy::Drop => {
-                self.dropped += 1;
+                self.dropped += lines(&record);
                 Some(BrokerReply::LogDropped)
             }
             LogPolicy::Block => {
@@ -97,17 +104,28 @@ impl LogQueue {
             let Some((worker, id, record)) = self.blocked.pop_front() else {
                 break;
             };
+            self.accepted += lines(&record);
             self.records.push_back(record);
-            self.accepted += 1;
             admitted.push((worker, id));
         }
         (batch, admitted)
     }
 
+    /// Lines a worker dropped before they reached the queue.
+    pub fn count_dropped(&mut self, lines: u64) {
+        self.dropped = self.dropped.saturating_add(lines);
+    }
+
     pub fn forget_worker(&mut self, worker: WorkerId) {
-        let before = self.blocked.len();
-        self.blocked.retain(|(w, _, _)| *w != worker);
-        self.discarded += (before - self.blocked.len()) as u64;
+        let mut discarded = 0;
+        self.blocked.retain(|(w, _, record)| {
+            let keep = *w != worker;
+            if !keep {
+                discarded += lines(record);
+            }
+            keep
+        });
+        self.discarded += discarded;
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -142,5 +160,32 @@ mod tests {
             q.check_invariants().is_err(),
             "nothing blocks under the drop policy"
         );
+    }
+
+    #[test]
+    fn counts_are_in_lines_whatever_the_batching() {
+        let mut q = LogQueue::new(1, LogPolicy::Drop);
+        assert_eq!(
+            q.append(WorkerId(1), 1, "a\nb\nc\n".into()),
+            Some(BrokerReply::Logged)
+        );
+        assert_eq!(q.accepted(), 3);
+        assert_eq!(
+            q.append(WorkerId(1), 2, "d\ne\n".into()),
+            Some(BrokerReply::LogDropped)
+        );
+        assert_eq!(q.dropped(), 2);
+        q.count_dropped(5);
+        assert_eq!(q.dropped(), 7, "lines a worker dropped itself count too");
+        assert_eq!(
+            q.append(WorkerId(1), 3, "one record".into()),
+            Some(BrokerReply::LogDropped)
+        );
+        assert_eq!(q.dropped(), 8, "a record without a newline is one line");
+        let mut q = LogQueue::new(1, LogPolicy::Block);
+        q.append(WorkerId(1), 1, "a\n".into());
+        assert_eq!(q.append(WorkerId(2), 2, "b\nc\n".into()), None);
+        q.forget_worker(WorkerId(2));
+        assert_eq!(q.discarded(), 2);
     }
 }

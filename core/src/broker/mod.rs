@@ -335,6 +335,10 @@ impl Broker {
                     Err(_) => BrokerReply::Rejected(Rejection::TooLarge),
                 }
             }
+            BrokerRequest::LogDroppedLocally { lines } => {
+                self.log.count_dropped(lines);
+                BrokerReply::Logged
+            }
             BrokerRequest::AppendLog { record } => {
                 match self.log.append(owner.worker, id, record) {
                     Some(reply) => reply,

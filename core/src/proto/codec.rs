@@ -477,6 +477,10 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(13);
             w.str(record);
         }
+        BrokerRequest::LogDroppedLocally { lines } => {
+            w.u8(14);
+            w.u64(*lines);
+        }
     }
 }
 
@@ -521,6 +525,7 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
         13 => BrokerRequest::AppendLog {
             record: r.string()?,
         },
+        14 => BrokerRequest::LogDroppedLocally { lines: r.u64()? },
         t => return Err(ProtoError::UnknownTag(t)),
     })
 }

@@ -38,6 +38,7 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
                 }
             }),
         ".{0,40}".prop_map(|record| BrokerRequest::AppendLog { record }),
+        any::<u64>().prop_map(|lines| BrokerRequest::LogDroppedLocally { lines }),
     ]
 }
 

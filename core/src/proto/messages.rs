@@ -108,6 +108,11 @@ pub enum BrokerRequest {
     AppendLog {
         record: String,
     },
+    /// Access-log lines the worker dropped itself (its buffer was full under the drop
+    /// policy), so the parent's count of dropped lines is the whole count.
+    LogDroppedLocally {
+        lines: u64,
+    },
 }
 
 /// Why the broker said no. Every rejection is deterministic: the same tables and the same

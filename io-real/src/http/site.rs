@@ -103,6 +103,8 @@ pub struct SiteConfig {
     pub uploads: Option<UploadConfig>,
     /// Answer WebDAV (`--dav`); writes through it need `uploads` too.
     pub dav: Option<DavConfig>,
+    /// Record one access-log line per request (`--access-log`).
+    pub access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     /// The deadline of every connection state (see [`super::watchdog`]).
     pub deadlines: Deadlines,
 }
@@ -125,6 +127,7 @@ impl Default for SiteConfig {
             hsts: false,
             uploads: None,
             dav: None,
+            access_log: None,
             deadlines: Deadlines::default(),
         }
     }
@@ -151,6 +154,7 @@ pub struct Site {
     hsts: bool,
     uploads: Option<Uploads>,
     dav: Option<Dav>,
+    access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     deadlines: Deadlines,
 }
 
@@ -196,8 +200,14 @@ impl Site {
             hsts: config.hsts,
             uploads,
             dav,
+            access_log: config.access_log,
             deadlines: config.deadlines,
         })
+    }
+
+    /// Where this site's requests are logged, when they are.
+    pub fn recorder(&self) -> Option<&Arc<crate::access_log::recorder::Recorder>> {
+        self.access_log.as_ref()
     }
 
     /// The connection deadlines this site's connections are served under.

@@ -125,6 +125,8 @@ pub struct Activity {
     /// Rung by the worker to close this connection because it is full and this one has no
     /// request in progress.
     evict: Notify,
+    /// The client's address, when something (the access log) needs it.
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// What the connection's timer decided.
@@ -165,6 +167,11 @@ impl Watch {
 
 impl Activity {
     pub fn new(accepted_at: Instant) -> Arc<Self> {
+        Self::with_peer(accepted_at, None)
+    }
+
+    /// [`Activity::new`] for a connection whose client address is known.
+    pub fn with_peer(accepted_at: Instant, peer: Option<std::net::SocketAddr>) -> Arc<Self> {
         Arc::new(Activity {
             accepted_at,
             started: AtomicU64::new(0),
@@ -172,7 +179,12 @@ impl Activity {
             moved: AtomicU64::new(0),
             finished_at: AtomicU64::new(0),
             evict: Notify::new(),
+            peer,
         })
+    }
+
+    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.peer
     }
 
     /// A complete request head reached the service.

@@ -350,8 +350,9 @@ async fn dispatch(request: &Value, ctx: &ControlContext) -> Value {
         "recycle" => send(ctx, Inbound::Event(Event::Command(Command::Recycle)))
             .map(|()| json!({"ok": true})),
         "reload" => reload(request, ctx).await,
+        "reopen-logs" => send(ctx, Inbound::ReopenLogs).map(|()| json!({"ok": true})),
         other => Err(refuse(format!(
-            "unknown command `{other}` (expected status, reload, recycle or stop)"
+            "unknown command `{other}` (expected status, reload, recycle, reopen-logs or stop)"
         ))),
     };
     result.unwrap_or_else(|refusal| refusal)

@@ -78,6 +78,7 @@ pub struct Signals {
     term: Signal,
     int: Signal,
     hup: Signal,
+    usr1: Signal,
 }
 
 impl Signals {
@@ -87,10 +88,12 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
         })
     }
 
-    /// SIGTERM/SIGINT stop; SIGHUP reloads from the original command line and environment.
+    /// SIGTERM/SIGINT stop; SIGHUP reloads from the original command line and environment;
+    /// SIGUSR1 reopens the access log.
     pub async fn forward(mut self, events: InboundTx, reparse: Reparse) {
         loop {
             let inbound = tokio::select! {
@@ -101,6 +104,10 @@ impl Signals {
                 _ = self.int.recv() => {
                     tracing::info!("SIGINT: stopping");
                     Inbound::Event(Event::Command(Command::Stop))
+                }
+                _ = self.usr1.recv() => {
+                    tracing::info!("SIGUSR1: reopening the access log");
+                    Inbound::ReopenLogs
                 }
                 _ = self.hup.recv() => match reparse() {
                     Ok(raw) => {

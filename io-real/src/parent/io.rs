@@ -43,6 +43,10 @@ pub enum Inbound {
     Status(oneshot::Sender<Value>),
     /// A reload candidate, with whoever waits for its outcome.
     Reload(Box<RawConfig>, Option<ReloadReply>),
+    /// The access-log writer finished the batch it was given.
+    LogWritten,
+    /// SIGUSR1 or `ctl reopen-logs`: reopen the access log.
+    ReopenLogs,
 }
 
 /// The host runtime's way into the driver: the channel, and a ring of the waker the
@@ -132,6 +136,9 @@ pub struct RealIo {
     pids: HashMap<WorkerId, u32>,
     control: Arc<ControlState>,
     journal: Option<super::dav_journal::Journal>,
+    log_writer: Option<crate::access_log::writer::LogWriter>,
+    /// A batch is with the writer (it takes one at a time: the queue stays in the core).
+    log_busy: bool,
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
     /// Who waits for each reload's answer, by the id the core names it with.
@@ -157,6 +164,8 @@ pub struct RealIoParts {
     pub control: Arc<ControlState>,
     /// Where the WebDAV lock journal goes (`--state-dir`).
     pub journal: Option<super::dav_journal::Journal>,
+    /// The access log's one writer (`--access-log`).
+    pub log_writer: Option<crate::access_log::writer::LogWriter>,
     pub info: ServiceInfo,
 }
 
@@ -176,6 +185,8 @@ impl RealIo {
             pids: HashMap::new(),
             control: p.control,
             journal: p.journal,
+            log_writer: p.log_writer,
+            log_busy: false,
             info: p.info,
             status_waiters: Vec::new(),
             reloads: HashMap::new(),
@@ -449,6 +460,17 @@ impl RealIo {
                 let event = self.reload(raw, reply);
                 Some(Wakeup::Event(now, event))
             }
+            Inbound::LogWritten => {
+                self.log_busy = false;
+                Some(Wakeup::LogWritten(now))
+            }
+            Inbound::ReopenLogs => {
+                match &self.log_writer {
+                    Some(writer) => writer.reopen(),
+                    None => tracing::info!("no access log to reopen"),
+                }
+                None
+            }
         }
     }
 }
@@ -586,10 +608,19 @@ impl ParentIo for RealIo {
     }
 
     fn log_writer_idle(&self) -> bool {
-        true
+        !self.log_busy
     }
 
-    fn write_log(&mut self, _now: Instant, _batch: Vec<String>) {}
+    fn write_log(&mut self, _now: Instant, batch: Vec<String>) {
+        match &self.log_writer {
+            Some(writer) => {
+                self.log_busy = true;
+                writer.write(batch);
+            }
+            // Only the access log fills the queue; without a writer there is none.
+            None => tracing::debug!(records = batch.len(), "access-log batch with no log"),
+        }
+    }
 
     fn observe(&mut self, now: Instant, parent: &Parent) {
         let not_running = parent.supervisor().time_not_running();

@@ -64,9 +64,26 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),
         _ => None,
     };
-    let (config, root, site, journal) = match (config, root, site, journal.transpose()) {
-        (Ok(config), Ok(root), Ok(site), Ok(journal)) => (config, root, site, journal),
-        (config, root, site, journal) => {
+    // Opened now, so a path that cannot be a log stops us before anything is bound.
+    let access_log = args.access_log.access_log.as_deref().map(|path| {
+        match crate::access_log::writer::Destination::parse(path) {
+            crate::access_log::writer::Destination::Stdout => Ok(None),
+            crate::access_log::writer::Destination::File(p) => crate::access_log::writer::open(&p)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", p.display())),
+        }
+    });
+    let (config, root, site, journal, access_log) = match (
+        config,
+        root,
+        site,
+        journal.transpose(),
+        access_log.transpose(),
+    ) {
+        (Ok(config), Ok(root), Ok(site), Ok(journal), Ok(log)) => {
+            (config, root, site, journal, log.flatten())
+        }
+        (config, root, site, journal, access_log) => {
             tell!("servery: invalid configuration (nothing was started):");
             if let Err(e) = &config {
                 report_config_error(e);
@@ -76,6 +93,9 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
             }
             if let Err(message) = &journal {
                 tell!("  - --state-dir: {message}");
+            }
+            if let Err(message) = &access_log {
+                tell!("  - --access-log: {message}");
             }
             for issue in site.err().into_iter().flatten() {
                 tell!("  - {}: {}", issue.flag, issue.message);
@@ -101,7 +121,7 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         print_site(&args, &site);
         return 0;
     }
-    match serve(&args, argv, config, root, site, journal) {
+    match serve(&args, argv, config, root, site, journal, access_log) {
         Ok(code) => code,
         Err(e) => {
             tell!("servery: {e}");
@@ -167,6 +187,7 @@ fn serve(
     root: PathBuf,
     site: site::PreparedSite,
     journal: Option<(dav_journal::Journal, dav_journal::Loaded)>,
+    access_log: Option<std::fs::File>,
 ) -> Result<i32, ParentError> {
     let exe = std::env::current_exe().map_err(ParentError::CurrentExe)?;
     let seed = entropy().map_err(ParentError::Entropy)?;
@@ -245,7 +266,31 @@ fn serve(
             ),
         }
     }
-    let launcher = Launcher::new(exe, root.clone(), site.worker, args.upload.clone());
+    let launcher = Launcher::new(
+        exe,
+        root.clone(),
+        site.worker,
+        args.upload.clone(),
+        args.access_log.worker_args(),
+    );
+    let log_writer = match &args.access_log.access_log {
+        Some(path) => {
+            let written = events_tx.clone();
+            let writer = crate::access_log::writer::LogWriter::start(
+                crate::access_log::writer::Destination::parse(path),
+                access_log,
+                move || {
+                    let _ = written.send(io::Inbound::LogWritten);
+                },
+            )
+            .map_err(ParentError::Runtime)?;
+            Some(writer)
+        }
+        None => None,
+    };
+    let log_stats = log_writer
+        .as_ref()
+        .map(|w| std::sync::Arc::clone(w.stats()));
     let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let journal = journal.map(|(journal, loaded)| {
@@ -261,11 +306,13 @@ fn serve(
         cleaner,
         control: state,
         journal,
+        log_writer,
         info: ServiceInfo {
             pid: std::process::id(),
             urls,
             control_socket: socket_path.display().to_string(),
             root: root.display().to_string(),
+            access_log: log_stats,
         },
     });
     let start = clock.now();

@@ -120,15 +120,24 @@ pub struct Launcher {
     site: WorkerSite,
     /// The upload flags the parent was started with (`crate::write::args`).
     upload: UploadArgs,
+    /// What workers are told about the access log (`crate::access_log::args`).
+    access_log: Vec<String>,
 }
 
 impl Launcher {
-    pub fn new(exe: PathBuf, root: PathBuf, site: WorkerSite, upload: UploadArgs) -> Self {
+    pub fn new(
+        exe: PathBuf,
+        root: PathBuf,
+        site: WorkerSite,
+        upload: UploadArgs,
+        access_log: Vec<String>,
+    ) -> Self {
         Launcher {
             exe,
             root,
             site,
             upload,
+            access_log,
         }
     }
 
@@ -195,6 +204,7 @@ impl Launcher {
             .arg(budget.runtime_threads.to_string());
         cmd.args(self.site.flags.to_args());
         cmd.args(self.upload.worker_args(config));
+        cmd.args(&self.access_log);
         cmd.args(Deadlines::of(config).to_args());
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C

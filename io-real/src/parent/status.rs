@@ -16,6 +16,8 @@ pub struct ServiceInfo {
     pub urls: Vec<String>,
     pub control_socket: String,
     pub root: String,
+    /// The access-log writer's counters, when the log is on.
+    pub access_log: Option<std::sync::Arc<crate::access_log::writer::WriterStats>>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -39,6 +41,18 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         "root": info.root,
         "control_socket": info.control_socket,
         "config": config_json(parent.supervisor().config()),
+        "access_log": info.access_log.as_ref().map(|w| {
+            use std::sync::atomic::Ordering::Relaxed;
+            let log = parent.broker().log();
+            json!({
+                "written": w.lines_written.load(Relaxed),
+                "dropped": log.dropped(),
+                "lost_with_workers": log.discarded(),
+                "queue": log.len(),
+                "write_errors": w.write_errors.load(Relaxed),
+                "reopens": w.reopens.load(Relaxed),
+            })
+        }),
         "broker": broker_json(parent, now),
         "singletons": parent.singletons().states().map(|(kind, state)| {
             (kind.name().to_owned(), Value::String(format!("{state:?}")))

@@ -109,6 +109,11 @@ pub struct WorkerArgs {
     pub runtime_threads: u32,
     pub site: SiteFlags,
     pub upload: UploadWorkerArgs,
+    /// The access log's line format and overflow policy, when the log is on.
+    pub access_log: Option<(
+        crate::access_log::format::Format,
+        servery_core::config::LogPolicy,
+    )>,
     /// The connection deadlines (`Deadlines::to_args`); the defaults when not given.
     pub deadlines: Deadlines,
 }
@@ -134,6 +139,7 @@ impl WorkerArgs {
             file_cache_size: 0,
             runtime_threads: 0,
             site: SiteFlags::default(),
+            access_log: None,
             deadlines: Deadlines::default(),
             upload: UploadWorkerArgs {
                 upload: false,
@@ -187,6 +193,27 @@ impl WorkerArgs {
                     w.upload.broker_reply_timeout_ms = number(&name, value()?)?
                 }
                 "--partial-ttl-ms" => w.upload.partial_ttl_ms = number(&name, value()?)?,
+                "--access-log-format" => {
+                    let v = value()?;
+                    let format = v
+                        .to_str()
+                        .and_then(crate::access_log::format::Format::parse)
+                        .ok_or_else(|| format!("{name}: unknown format {v:?}"))?;
+                    let policy = w.access_log.map_or(Default::default(), |(_, p)| p);
+                    w.access_log = Some((format, policy));
+                }
+                "--access-log-overflow" => {
+                    let v = value()?;
+                    let policy = match v.to_str() {
+                        Some("block") => servery_core::config::LogPolicy::Block,
+                        Some("drop") => servery_core::config::LogPolicy::Drop,
+                        _ => return Err(format!("{name}: block or drop, not {v:?}")),
+                    };
+                    let format = w
+                        .access_log
+                        .map_or(crate::access_log::format::Format::Combined, |(f, _)| f);
+                    w.access_log = Some((format, policy));
+                }
                 "--upload" => w.upload.upload = true,
                 "--allow-overwrite" => w.upload.allow_overwrite = true,
                 _ => return Err(format!("unexpected argument {name}")),

@@ -74,6 +74,18 @@ pub(super) async fn run(
         BrokerHandle::new(capacity, reply_timeout, move |frame| out.send(frame))
     };
     let flusher = tokio::spawn(flusher);
+    let recorder = args.access_log.map(|(format, policy)| {
+        Arc::new(crate::access_log::recorder::Recorder::new(
+            format,
+            policy,
+            args.worker_id,
+            args.generation,
+            broker.clone(),
+        ))
+    });
+    let log_task = recorder
+        .clone()
+        .map(|recorder| tokio::spawn(async move { recorder.run(std::future::pending()).await }));
     let (closed_tx, closed_rx) = unbounded_channel();
     let mut worker = Worker {
         id: args.worker_id,
@@ -97,6 +109,7 @@ pub(super) async fn run(
             uploads: args
                 .upload
                 .config(args.worker_id, &broker, args.deadlines.body),
+            access_log: recorder.clone(),
             dav: args.site.dav.then(|| crate::http::dav::DavConfig {
                 broker: broker.clone(),
                 max_propfind_entries: usize::try_from(
@@ -129,12 +142,21 @@ pub(super) async fn run(
         broker,
     };
     let code = worker.run(&mut rd, &mut sigterm).await;
+    if let (Some(task), Some(recorder)) = (log_task, recorder) {
+        // Every request's line is buffered by now (it is recorded before its response
+        // goes out, and the drain waited for every connection): send the rest.
+        task.abort();
+        worker.drain_log(&mut rd, &recorder).await;
+    }
     // A startup failure's text above all must reach the parent before we go.
     worker.flush().await;
     drop(worker);
     flusher.abort();
     Ok(code)
 }
+
+/// How long an exiting worker waits for the parent to take its last access-log lines.
+const LOG_DRAIN_BOUND: Duration = Duration::from_secs(5);
 
 fn listener(fd: OwnedFd) -> io::Result<TcpListener> {
     TcpListener::from_std(prepare_listener(std::net::TcpListener::from(fd))?)
@@ -299,6 +321,35 @@ impl Worker {
         }
     }
 
+    /// Sends the access-log lines still buffered, reading the parent's answers meanwhile;
+    /// bounded by the broker's reply timeout, after which what is left is lost with us.
+    async fn drain_log(
+        &mut self,
+        rd: &mut OwnedReadHalf,
+        recorder: &crate::access_log::recorder::Recorder,
+    ) {
+        let mut buf = vec![0u8; 4096];
+        let flush = recorder.flush();
+        tokio::pin!(flush);
+        let give_up = tokio::time::sleep(LOG_DRAIN_BOUND);
+        tokio::pin!(give_up);
+        loop {
+            tokio::select! {
+                () = &mut flush => return,
+                () = &mut give_up => {
+                    tracing::warn!(worker = self.id, "access-log lines not confirmed before exit");
+                    return;
+                }
+                read = rd.read(&mut buf), if self.control_open => match read {
+                    Ok(0) => self.control_closed("EOF"),
+                    Ok(n) => self.frames(n, &buf),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => self.control_closed(&e.to_string()),
+                },
+            }
+        }
+    }
+
     /// Wait (bounded) until every frame sent so far is written to the channel.
     async fn flush(&self) {
         let _ = tokio::time::timeout(FLUSH_BOUND, self.out.flushed()).await;
@@ -391,7 +442,9 @@ impl Worker {
             self.admission.make_room();
         }
         self.life.connection_opened();
-        let activity = Activity::new(tokio::time::Instant::now());
+        // getpeername costs a system call: only the access log wants it.
+        let peer = site.recorder().and_then(|_| stream.peer_addr().ok());
+        let activity = Activity::with_peer(tokio::time::Instant::now(), peer);
         let index = self.admission.admit(Arc::clone(&activity));
         let drain = self.drain.subscribe();
         let requests = Arc::clone(&self.requests);
