@@ -14,14 +14,18 @@ use servery_tests::{FAST, HELLO, Server, Sig, Tree, run_servery, wait_until};
 const REQUESTS: u64 = 10_000;
 
 fn h2load(addr: std::net::SocketAddr) {
+    h2load_n(addr, REQUESTS);
+}
+
+fn h2load_n(addr: std::net::SocketAddr, requests: u64) {
     let out = Command::new("h2load")
-        .args(["-n", &REQUESTS.to_string(), "-c", "16", "--h1"])
+        .args(["-n", &requests.to_string(), "-c", "16", "--h1"])
         .arg(format!("http://{addr}/hello.txt"))
         .output()
         .expect("h2load is needed (apt-get install nghttp2-client)");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains(&format!("{REQUESTS} succeeded")),
+        text.contains(&format!("{requests} succeeded")),
         "h2load:\n{text}"
     );
 }
@@ -191,4 +195,38 @@ fn a_symlink_at_the_log_path_is_a_configuration_error_before_anything_binds() {
         std::fs::read_to_string(&target).expect("intact"),
         "precious\n"
     );
+}
+
+#[test]
+fn a_worker_killed_with_batches_waiting_leaves_only_whole_lines() {
+    let tree = Tree::new("alog-kill");
+    let path = tree.root().with_file_name("access.log");
+    let path_arg = path.to_str().expect("utf-8").to_owned();
+    let mut args = FAST.to_vec();
+    args.extend(["--access-log", &path_arg, "--access-log-queue", "1"]);
+    // The writer is slow and the queue holds one batch: workers' batches wait in the
+    // parent (blocked) when one of them is killed.
+    let server = Server::start(&tree, 2, &args, &[("SERVERY_TEST_LOG_STALL_MS", "300")]);
+    let (status, _) = server.wait_ready(2, Duration::from_secs(30));
+    server.note_pids(&status);
+    let victim = servery_tests::worker_pids(&status)[0];
+    h2load_n(server.addr, 2000);
+    servery_tests::signal_pid(victim, Sig::KILL);
+    let (settled, _) = wait_until(Duration::from_secs(60), "the log to settle", || {
+        let s = server.status();
+        server.note_pids(&s);
+        let log = &s["access_log"];
+        (log["queue"] == 0 && servery_tests::worker_pids(&s).len() == 2).then(|| log.clone())
+    });
+    let written = settled["written"].as_u64().unwrap_or(0);
+    let lost = settled["lost_with_workers"].as_u64().unwrap_or(0);
+    let lines = lines(&path);
+    assert_eq!(lines.len() as u64, written, "{settled}");
+    assert!(written + lost <= 2000, "{settled}");
+    let torn: Vec<&String> = lines
+        .iter()
+        .filter(|l| !well_formed("combined", l))
+        .take(3)
+        .collect();
+    assert!(torn.is_empty(), "whole lines only: {torn:?}");
 }
