@@ -21,6 +21,7 @@ macro_rules! tell {
 
 pub mod access_log;
 pub mod app;
+pub mod civil_time;
 pub mod cli;
 pub mod clock;
 pub mod ctl;

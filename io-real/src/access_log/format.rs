@@ -60,19 +60,8 @@ const MONTHS: [&str; 12] = [
 
 /// (year, month 1–12, day, hour, minute, second) in UTC.
 fn civil(t: SystemTime) -> (i64, u32, u32, u64, u64, u64) {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's days-to-civil.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
+    let c = crate::civil_time::utc(t);
+    (c.year, c.month, c.day, c.hour, c.minute, c.second)
 }
 
 /// Bytes a client sent, as printable ASCII: `"` and `\` escaped, everything else outside

@@ -254,16 +254,7 @@ fn dav_error_response(
     (condition, hrefs): (&str, Vec<String>),
 ) -> Response<Body> {
     let hrefs: Vec<&str> = hrefs.iter().map(String::as_str).collect();
-    let text = xml::error_body(condition, &hrefs);
-    let mut response = Response::new(body::full(text.clone()));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/xml; charset=utf-8"),
-    );
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
-    response
+    super::dav::xml_response(status, xml::error_body(condition, &hrefs))
 }
 
 /// The status of a refused upload. Saturation and a broker that does not answer are the

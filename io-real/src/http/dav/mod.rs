@@ -472,15 +472,17 @@ fn multistatus(xml: String) -> Response<Body> {
     xml_response(StatusCode::MULTI_STATUS, xml)
 }
 
-fn xml_response(status: StatusCode, xml: String) -> Response<Body> {
-    let mut response = Response::new(body::full(xml.clone()));
+/// An XML body (a WebDAV answer or error) with its status.
+pub(crate) fn xml_response(status: StatusCode, xml: String) -> Response<Body> {
+    let len = xml.len();
+    let mut response = Response::new(body::full(xml));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/xml; charset=utf-8"),
     );
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(xml.len()));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     response
 }
 

@@ -2,7 +2,6 @@
 //! lock table, dead properties from [`super::props`].
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use cap_std::fs::{Dir, Metadata};
 use http::Response;
@@ -92,28 +91,6 @@ fn walk(
     Ok(found)
 }
 
-/// RFC 3339 in UTC, as `creationdate` wants it.
-fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// The quota of the file system holding the share: (available, used) bytes.
 fn quota(root: &Dir) -> Option<(u64, u64)> {
     let st = rustix::fs::fstatvfs(root).ok()?;
@@ -135,7 +112,7 @@ fn live(
     let meta = &found.meta;
     let file = !meta.is_dir();
     Some(match local {
-        "creationdate" => PropOut::Text(name, rfc3339(resource::created(meta))),
+        "creationdate" => PropOut::Text(name, crate::civil_time::rfc3339(resource::created(meta))),
         "displayname" => PropOut::Text(name, found.path.name().unwrap_or("").to_owned()),
         "getcontentlength" if file => PropOut::Text(name, meta.len().to_string()),
         "getcontenttype" if file => PropOut::Text(
@@ -355,23 +332,5 @@ impl Dav {
         let mut out = Multistatus::new();
         out.propstat_response(&path.href(meta.is_dir()), &groups);
         Ok(multistatus(out.finish()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn creation_dates_are_rfc3339() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(951_782_400 + 3661)),
-            "2000-02-29T01:01:01Z"
-        );
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(1_798_761_599)),
-            "2026-12-31T23:59:59Z"
-        );
     }
 }
