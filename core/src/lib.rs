@@ -19,6 +19,7 @@ pub mod singletons;
 pub mod supervisor;
 pub mod time;
 pub mod worker;
+pub mod write_flow;
 
 pub use config::{ConfigError, RawConfig, ValidConfig};
 pub use ids::{Generation, LeaseId, ReloadId, Slot, WorkerId};
