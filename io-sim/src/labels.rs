@@ -50,6 +50,9 @@ pub const UPLOAD_ENOSPC_CLEANED: &str = "an upload hit ENOSPC and left no temp f
 /// The rename that publishes an upload failed; the target was untouched and the temp
 /// file gone.
 pub const RENAME_FAILED_CLEANED: &str = "a failed rename published nothing and left no temp file";
+/// The worker that answered a granted WebDAV LOCK was killed, its grants were revoked,
+/// and the lock was still in the broker's table.
+pub const DAV_LOCK_OUTLIVED_GRANTER: &str = "a dav lock outlived the worker that granted it";
 
 // Path facts.
 /// A worker meant to die between PREPARED and COMMIT received the COMMIT first.
@@ -89,6 +92,27 @@ pub const EVERY_WORKER_OUT_OF_DESCRIPTORS: &str =
     "every worker was out of descriptors with connections waiting";
 /// A worker hung before a clock jump was still ended for its silence after it.
 pub const HUNG_ACROSS_CLOCK_JUMP_KILLED: &str = "a worker hung across a clock jump was killed";
+/// A PUT without the lock's token was refused (423) by a worker other than the one that
+/// granted the lock.
+pub const DAV_REFUSED_ELSEWHERE: &str =
+    "a dav write without the token was refused by another worker";
+/// A PUT with a lock's token was published through a worker other than the one that
+/// granted the lock.
+pub const DAV_TOKEN_WRITE_ELSEWHERE: &str =
+    "a dav write with the token succeeded through another worker";
+/// The broker answered a LOCK `Saturated`: its lock table was full.
+pub const DAV_TABLE_SATURATED: &str = "the dav lock table was full and refused a lock";
+/// A LOCK was refused because another lock conflicts (423).
+pub const DAV_LOCK_CONFLICT: &str = "a dav lock conflicted with one held";
+/// A refresh pushed a lock's expiry out.
+pub const DAV_LOCK_REFRESHED: &str = "a dav lock was refreshed";
+/// An UNLOCK ended a lock before its timeout.
+pub const DAV_LOCK_UNLOCKED: &str = "a dav lock was unlocked";
+/// A lock left the table at its timeout, no UNLOCK.
+pub const DAV_LOCK_EXPIRED: &str = "a dav lock expired";
+/// A PUT carrying the token of a lock that had ended was refused (412).
+pub const DAV_STALE_TOKEN_REFUSED: &str =
+    "a dav write with an ended lock's token failed its precondition";
 
 /// Every label above.
 pub const ALL: &[&str] = &[
@@ -119,6 +143,7 @@ pub const ALL: &[&str] = &[
     CLOCK_JUMP_NOTICED,
     UPLOAD_ENOSPC_CLEANED,
     RENAME_FAILED_CLEANED,
+    DAV_LOCK_OUTLIVED_GRANTER,
     COMMIT_REACHED_DOOMED_WORKER,
     DIED_WITH_PREPARED_IN_FLIGHT,
     DIED_WITH_READY_IN_FLIGHT,
@@ -136,4 +161,12 @@ pub const ALL: &[&str] = &[
     HEARTBEAT_IN_PIECES,
     EVERY_WORKER_OUT_OF_DESCRIPTORS,
     HUNG_ACROSS_CLOCK_JUMP_KILLED,
+    DAV_REFUSED_ELSEWHERE,
+    DAV_TOKEN_WRITE_ELSEWHERE,
+    DAV_TABLE_SATURATED,
+    DAV_LOCK_CONFLICT,
+    DAV_LOCK_REFRESHED,
+    DAV_LOCK_UNLOCKED,
+    DAV_LOCK_EXPIRED,
+    DAV_STALE_TOKEN_REFUSED,
 ];

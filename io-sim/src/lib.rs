@@ -8,6 +8,7 @@
 //! [`rng::SimRng`], so a seed replays bit-for-bit.
 #![forbid(unsafe_code)]
 
+mod dav;
 mod fs;
 pub mod labels;
 mod outcome;
@@ -18,10 +19,14 @@ mod trace;
 mod world;
 
 pub use outcome::{
-    Injected, LogStats, Outcome, RequestStats, StatusAnswer, UploadEnd, UploadRecord, UploadStats,
+    DavAnswer, DavEnd, DavLockDecision, DavLockRecord, DavOp, DavOutcome, DavRecord, Injected,
+    LogStats, Outcome, RequestStats, StatusAnswer, UploadEnd, UploadRecord, UploadStats,
     WorkerExit,
 };
-pub use plan::{Behavior, BehaviorFn, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo, Workload};
+pub use plan::{
+    Behavior, BehaviorFn, DAV_COLLECTIONS, DAV_FILES, DAV_TARGET_BASE, DavClientPlan, DavDraw,
+    DavWorkload, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo, Workload,
+};
 pub use world::SimWorld;
 
 use servery_core::driver;

@@ -73,6 +73,146 @@ pub struct UploadRecord {
     pub end: UploadEnd,
 }
 
+/// What a WebDAV request asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DavOp {
+    Lock {
+        depth_infinity: bool,
+        exclusive: bool,
+        timeout_ms: u64,
+    },
+    /// LOCK without a body, the token in `If`.
+    Refresh { timeout_ms: u64 },
+    /// UNLOCK, the token in `Lock-Token`.
+    Unlock,
+    /// PUT; with a token, in a tagged `If` naming its lock's root.
+    Put,
+}
+
+/// How a WebDAV request ended, as the real worker answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DavEnd {
+    /// LOCK granted (200, `Lock-Token`).
+    Granted,
+    /// Refresh granted (200).
+    Refreshed,
+    /// UNLOCK done (204).
+    Unlocked,
+    /// The PUT passed the lock check and was published (201/204).
+    Written,
+    /// 423 `lock-token-submitted`: a live lock protects the PUT's target and its token was
+    /// not submitted.
+    Locked,
+    /// 423 `no-conflicting-lock`: the LOCK conflicts with a lock held.
+    Conflict,
+    /// 503: the broker's lock table is full.
+    Saturated,
+    /// 503: the worker's broker client had too many requests outstanding.
+    ClientBusy,
+    /// 412: the `If` header named a token that is no lock on its resource (an ended
+    /// lock's).
+    PreconditionFailed,
+    /// 409: UNLOCK or refresh of a token that is no lock there.
+    NoSuchLock,
+    /// The PUT passed the lock check, and the write flow then ended so.
+    WriteFailed(UploadEnd),
+    /// The broker could not be asked (parent gone, no answer in time).
+    FailedClosed,
+    /// In flight on a worker that died.
+    Lost,
+    /// Arrived after the listeners closed.
+    Refused,
+}
+
+/// One WebDAV request, from its arrival at the listener to its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavRecord {
+    /// The lock client that sent it (`None`: a writer without a lock).
+    pub client: Option<u64>,
+    pub op: DavOp,
+    /// The request's path.
+    pub resource: String,
+    /// The lock token it carries, or the one its LOCK was granted.
+    pub token: Option<u128>,
+    /// The root of the lock whose token it carries (what its `If` names).
+    pub lock_root: Option<&'static str>,
+    /// The worker that took it and that worker's generation.
+    pub worker: Option<u64>,
+    pub generation: u64,
+    pub arrived_ns: u64,
+    /// When the worker sent its first broker request for it, and when the last answer its
+    /// decision rests on arrived (0 when it asked nothing): the broker judged it in
+    /// between.
+    pub asked_ns: u64,
+    pub answered_ns: u64,
+    /// A PUT's lock check (with its `If`): passed (on to the write flow) or refused.
+    pub allowed: Option<bool>,
+    pub ended_ns: u64,
+    /// `None` while in flight (at the end of the run: never answered).
+    pub end: Option<DavEnd>,
+}
+
+/// A lock the broker granted, as the simulator saw it: the grant and every later answer
+/// for its token on the control channels, and whether the broker's table held it at each
+/// step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavLockRecord {
+    pub token: u128,
+    pub resource: String,
+    pub depth_infinity: bool,
+    pub exclusive: bool,
+    /// The worker the grant was sent to.
+    pub granted_to: u64,
+    pub granted_ns: u64,
+    /// When the broker said it ends: its grant or latest refresh plus the timeout that
+    /// answer gave (ns).
+    pub promised_end_ns: u64,
+    pub refreshes: u32,
+    /// When an UNLOCK of it was answered `Released`.
+    pub unlocked_ns: Option<u64>,
+    /// The last step after which the broker's table held it, and the first after which
+    /// it did not.
+    pub last_seen_ns: u64,
+    pub gone_ns: Option<u64>,
+}
+
+/// What the broker's lock table answered to a LOCK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DavAnswer {
+    Granted,
+    Busy,
+    Saturated,
+    Other,
+}
+
+/// One LOCK the broker decided, with the table as it stood when it decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DavLockDecision {
+    pub at_ns: u64,
+    /// Locks in the table just before it decided, and the table's limit.
+    pub table_len: usize,
+    pub limit: usize,
+    pub answer: DavAnswer,
+}
+
+/// The WebDAV side of a run ([`crate::DavWorkload`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DavOutcome {
+    /// Every WebDAV request, in arrival order.
+    pub log: Vec<DavRecord>,
+    /// Every lock the broker granted, in grant order.
+    pub locks: Vec<DavLockRecord>,
+    /// Every LOCK the broker answered, in order.
+    pub decisions: Vec<DavLockDecision>,
+    /// The most locks the table held after any step.
+    pub table_max: usize,
+    /// Steps after which the table held entries no grant the simulator saw accounts for:
+    /// (ns, entries, known live grants). The first few.
+    pub untracked: Vec<(u64, usize, usize)>,
+    /// Workers a [`crate::Fault::CrashDavGranter`] killed, with the lock they granted.
+    pub granters_killed: Vec<(u64, u128)>,
+}
+
 /// A fault that took effect: when, what, and on which worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Injected {
@@ -164,6 +304,8 @@ pub struct Outcome {
     pub failed_by_cause: BTreeMap<FaultKind, u64>,
     /// Every upload that reached a worker or the listener, in the order they ended.
     pub upload_log: Vec<UploadRecord>,
+    /// WebDAV requests and the broker's lock table (empty without a DAV workload).
+    pub dav: DavOutcome,
     /// Coverage labels reached (see [`crate::labels`] and the scenarios' goals).
     pub coverage: BTreeSet<&'static str>,
     pub events: u64,

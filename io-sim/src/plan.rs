@@ -83,6 +83,9 @@ pub enum Fault {
     /// For this long, the rename that publishes an upload fails (EIO): the temp file
     /// stays where it was and the target is untouched.
     RenameFails(Duration),
+    /// `kill -9` of the worker that answered the most recent granted WebDAV LOCK, if it
+    /// still lives (the lock belongs to the client and must outlive it).
+    CrashDavGranter,
 }
 
 /// Operator commands at moments of the run.
@@ -118,6 +121,9 @@ pub struct Workload {
     pub log_write_rate: f64,
     /// Clients stop sending after this point of the run.
     pub until: Duration,
+    /// WebDAV lock clients and writers; `None` (the default) models no WebDAV at all,
+    /// and a run draws, schedules and traces exactly what it did before DAV existed.
+    pub dav: Option<DavWorkload>,
 }
 
 impl Default for Workload {
@@ -133,6 +139,107 @@ impl Default for Workload {
             access_log: false,
             log_write_rate: 50_000.0,
             until: Duration::from_secs(3600),
+            dav: None,
+        }
+    }
+}
+
+/// The simulated share's WebDAV tree: the collection `/d`, the files in it and at the
+/// root. Locks may name any of them; PUTs go to [`DAV_FILES`]. A PUT of `DAV_FILES[i]`
+/// publishes the file system's target [`DAV_TARGET_BASE`]` + i` (upload targets stay
+/// below it).
+pub const DAV_COLLECTIONS: [&str; 1] = ["/d"];
+pub const DAV_FILES: [&str; 4] = ["/d/a", "/d/b", "/e", "/f"];
+pub const DAV_TARGET_BASE: u8 = 200;
+
+/// WebDAV clients ([`Workload::dav`]). A lock client sends LOCK through whichever worker
+/// the listener gives it, keeps the token it is granted, then makes `steps` requests —
+/// each a PUT with the token (in a tagged `If` naming the lock root) to a file the lock
+/// protects, or a refresh (LOCK without a body) — and finally UNLOCK, or walks away and
+/// lets the lock time out. Writers PUT without any token. Every request is a connection
+/// of its own, so consecutive requests of one client land on any worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DavWorkload {
+    /// Lock clients with set parameters, each starting at its time.
+    pub clients: Vec<(Duration, DavClientPlan)>,
+    /// Lock clients with drawn parameters ([`DavWorkload::draw`]) per second (Poisson).
+    pub client_rate: f64,
+    /// A burst: drawn clients arrive at this rate instead until this point of the run.
+    pub client_burst: Option<(f64, Duration)>,
+    pub draw: DavDraw,
+    /// PUTs without a token per second (Poisson), each to one of `write_paths`
+    /// (uniformly; every path must be one of [`DAV_FILES`]).
+    pub write_rate: f64,
+    pub write_paths: Vec<&'static str>,
+    /// No client or writer starts after this point (nor after [`Workload::until`]).
+    pub until: Duration,
+}
+
+/// One lock client's parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DavClientPlan {
+    pub resource: &'static str,
+    pub depth_infinity: bool,
+    pub exclusive: bool,
+    /// The `Timeout` it asks for (the broker caps it at `broker.max_dav_lock_timeout`).
+    pub timeout_ms: u64,
+    /// Requests after the grant, and the time before each (ms, uniform).
+    pub steps: u64,
+    pub step_ms: (u64, u64),
+    /// The chance that a step is a refresh rather than a PUT.
+    pub refresh_chance: f64,
+    /// UNLOCK after the last step; otherwise the lock ends at its timeout.
+    pub unlock: bool,
+}
+
+/// What drawn lock clients draw from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DavDraw {
+    pub resources: Vec<&'static str>,
+    pub exclusive_chance: f64,
+    pub infinity_chance: f64,
+    pub timeout_ms: (u64, u64),
+    pub steps: (u64, u64),
+    pub step_ms: (u64, u64),
+    pub refresh_chance: f64,
+    pub unlock_chance: f64,
+}
+
+impl Default for DavDraw {
+    fn default() -> Self {
+        DavDraw {
+            resources: DAV_COLLECTIONS.iter().chain(&DAV_FILES).copied().collect(),
+            exclusive_chance: 0.5,
+            infinity_chance: 0.5,
+            timeout_ms: (1000, 5000),
+            steps: (0, 3),
+            step_ms: (50, 500),
+            refresh_chance: 0.3,
+            unlock_chance: 0.7,
+        }
+    }
+}
+
+impl Default for DavWorkload {
+    fn default() -> Self {
+        DavWorkload {
+            clients: Vec::new(),
+            client_rate: 0.0,
+            client_burst: None,
+            draw: DavDraw::default(),
+            write_rate: 0.0,
+            write_paths: DAV_FILES.to_vec(),
+            until: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl DavWorkload {
+    /// The drawn clients' arrival rate at `now`.
+    pub fn client_rate_at(&self, now: Duration) -> f64 {
+        match self.client_burst {
+            Some((rate, until)) if now < until => rate,
+            _ => self.client_rate,
         }
     }
 }
@@ -191,10 +298,11 @@ pub enum FaultKind {
     ClockJump,
     DiskFull,
     RenameFails,
+    CrashDavGranter,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 21] = [
+    pub const ALL: [FaultKind; 22] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -216,6 +324,7 @@ impl FaultKind {
         FaultKind::ClockJump,
         FaultKind::DiskFull,
         FaultKind::RenameFails,
+        FaultKind::CrashDavGranter,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -246,6 +355,7 @@ impl FaultKind {
             FaultKind::ClockJump => "clock-jump",
             FaultKind::DiskFull => "disk-full",
             FaultKind::RenameFails => "rename-fails",
+            FaultKind::CrashDavGranter => "crash-dav-granter",
         }
     }
 
@@ -267,6 +377,7 @@ impl FaultKind {
                 | FaultKind::WedgedDrain
                 | FaultKind::ExitDuringDrain
                 | FaultKind::ControlWriteFails
+                | FaultKind::CrashDavGranter
         )
     }
 
@@ -296,6 +407,7 @@ impl FaultKind {
             FaultKind::ClockJump => l::CLOCK_JUMP_NOTICED,
             FaultKind::DiskFull => l::UPLOAD_ENOSPC_CLEANED,
             FaultKind::RenameFails => l::RENAME_FAILED_CLEANED,
+            FaultKind::CrashDavGranter => l::DAV_LOCK_OUTLIVED_GRANTER,
         }
     }
 }
@@ -325,6 +437,7 @@ impl Fault {
             Fault::ClockJump(_) => FaultKind::ClockJump,
             Fault::DiskFull(_) => FaultKind::DiskFull,
             Fault::RenameFails(_) => FaultKind::RenameFails,
+            Fault::CrashDavGranter => FaultKind::CrashDavGranter,
         }
     }
 }

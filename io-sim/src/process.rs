@@ -36,12 +36,16 @@ pub(crate) struct Upload {
     lease: Option<LeaseId>,
     temp: Option<u64>,
     chunks_left: u64,
+    /// A WebDAV PUT's write: its record in the DAV log.
+    dav: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Waiting {
+pub(crate) enum Waiting {
     Upload(u64),
     Log,
+    /// A WebDAV request on this connection (see `crate::dav`).
+    Dav(u64),
 }
 
 #[derive(Debug)]
@@ -49,7 +53,7 @@ pub(crate) struct Proc {
     pub id: WorkerId,
     pub behavior: Behavior,
     pub life: WorkerLifecycle,
-    client: BrokerClient,
+    pub(crate) client: BrokerClient,
     down: FrameDecoder,
     pub alive: bool,
     pub paused: bool,
@@ -62,7 +66,7 @@ pub(crate) struct Proc {
     pub eof_seen: bool,
     pub serving: BTreeMap<u64, ConnKind>,
     pub uploads: BTreeMap<u64, Upload>,
-    waiting: BTreeMap<u64, Waiting>,
+    pub(crate) waiting: BTreeMap<u64, Waiting>,
     pub log_backlog: VecDeque<String>,
     timer_token: u64,
     timer_at: Option<Instant>,
@@ -231,7 +235,7 @@ impl WorkerIo for SimWorker<'_> {
 impl SimWorld {
     /// Carry out what the worker's lifecycle (through the core's worker driver) and its
     /// broker client want, then re-arm its timer.
-    fn pump(&mut self, worker: WorkerId) {
+    pub(crate) fn pump(&mut self, worker: WorkerId) {
         loop {
             if !self.procs.get(&worker).is_some_and(|p| p.alive) {
                 return;
@@ -472,9 +476,12 @@ impl SimWorld {
         });
     }
 
-    fn arrive(&mut self, kind: ConnKind) {
+    pub(crate) fn arrive(&mut self, kind: ConnKind) {
         if !self.listener_open || !self.parent_alive() {
             self.out.requests.refused += 1;
+            if let ConnKind::Dav { rec } = kind {
+                self.dav_record_end(rec, crate::outcome::DavEnd::Refused);
+            }
             return;
         }
         self.next_conn += 1;
@@ -523,7 +530,6 @@ impl SimWorld {
     fn accept(&mut self, worker: WorkerId, conn: u64, kind: ConnKind) {
         let (lo, hi) = self.spec.workload.service_ms;
         let service = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
-        let now = self.now;
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
@@ -535,35 +541,50 @@ impl SimWorld {
                 target,
                 writer,
                 arrived_ms,
-            } => {
-                let bytes = self.spec.workload.upload_chunks * 4;
-                let Some(p) = self.procs.get_mut(&worker) else {
-                    return;
-                };
-                p.uploads.insert(
-                    conn,
-                    Upload {
-                        target,
-                        writer,
-                        arrived_ms,
-                        stage: Stage::Reserving,
-                        reservation: None,
-                        lease: None,
-                        temp: None,
-                        chunks_left: 0,
-                    },
-                );
-                match p
-                    .client
-                    .request(now, BrokerRequest::ReserveUpload { bytes })
-                {
-                    Ok(id) => {
-                        p.waiting.insert(id, Waiting::Upload(conn));
-                        self.pump(worker);
-                    }
-                    Err(_) => self.abort_upload(worker, conn, UploadEnd::Saturated),
-                }
+            } => self.start_upload(worker, conn, target, writer, arrived_ms, None),
+            ConnKind::Dav { rec } => self.dav_accept(worker, conn, rec),
+        }
+    }
+
+    /// The write flow on `conn`: reservation, target lease, temp file, rename. `dav`: a
+    /// WebDAV PUT that passed its lock check (its record in the DAV log).
+    pub(crate) fn start_upload(
+        &mut self,
+        worker: WorkerId,
+        conn: u64,
+        target: u8,
+        writer: u64,
+        arrived_ms: u64,
+        dav: Option<usize>,
+    ) {
+        let now = self.now;
+        let bytes = self.spec.workload.upload_chunks * 4;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        p.uploads.insert(
+            conn,
+            Upload {
+                target,
+                writer,
+                arrived_ms,
+                stage: Stage::Reserving,
+                reservation: None,
+                lease: None,
+                temp: None,
+                chunks_left: 0,
+                dav,
+            },
+        );
+        match p
+            .client
+            .request(now, BrokerRequest::ReserveUpload { bytes })
+        {
+            Ok(id) => {
+                p.waiting.insert(id, Waiting::Upload(conn));
+                self.pump(worker);
             }
+            Err(_) => self.abort_upload(worker, conn, UploadEnd::Saturated),
         }
     }
 
@@ -676,6 +697,7 @@ impl SimWorld {
                 self.pump(worker);
             }
             Waiting::Upload(conn) => self.upload_reply(worker, conn, reply),
+            Waiting::Dav(conn) => self.dav_reply(worker, conn, reply),
         }
     }
 
@@ -827,6 +849,13 @@ impl SimWorld {
         p.life.connection_closed(now);
         if self.waited_emfile.remove(&conn) && end == UploadEnd::Ok {
             self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
+        }
+        if let Some(rec) = u.dav {
+            // A WebDAV PUT: its own log, not the uploads'.
+            self.dav_write_ended(rec, end);
+            self.pump(worker);
+            self.dispatch();
+            return;
         }
         match end {
             UploadEnd::Ok => {

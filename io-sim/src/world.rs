@@ -17,6 +17,7 @@ use servery_core::supervisor::{
 };
 use servery_core::{Instant, ReloadId, WorkerId};
 
+use crate::dav::DavSim;
 use crate::fs::SimFs;
 use crate::labels;
 use crate::outcome::{Injected, Outcome, StatusAnswer, UploadEnd, UploadRecord, WorkerExit};
@@ -90,6 +91,14 @@ pub(crate) enum SimEvent {
     AcceptRecovers {
         worker: WorkerId,
     },
+    /// A WebDAV lock client with drawn parameters arrives.
+    DavClientArrival,
+    /// A WebDAV writer without a lock arrives.
+    DavWriteArrival,
+    /// A WebDAV lock client sends its next request.
+    DavClientStep {
+        client: usize,
+    },
 }
 
 impl SimEvent {
@@ -114,6 +123,9 @@ impl SimEvent {
             SimEvent::Stop => (17, 0),
             SimEvent::ParentResumes => (18, 0),
             SimEvent::AcceptRecovers { worker } => (19, worker.0),
+            SimEvent::DavClientArrival => (20, 0),
+            SimEvent::DavWriteArrival => (21, 0),
+            SimEvent::DavClientStep { client } => (22, *client as u64),
         }
     }
 }
@@ -149,6 +161,10 @@ pub(crate) enum ConnKind {
         target: u8,
         writer: u64,
         arrived_ms: u64,
+    },
+    /// A WebDAV request: its record in [`crate::Outcome::dav`]'s log.
+    Dav {
+        rec: usize,
     },
 }
 
@@ -213,6 +229,9 @@ pub struct SimWorld {
     last_wait_at: Instant,
     spins: u32,
     pub(crate) proc_bound: usize,
+    /// WebDAV clients, workers' DAV requests and the lock-table oracle (with a DAV
+    /// workload only).
+    pub(crate) dav: Option<DavSim>,
     pub(crate) trace: Trace,
     pub(crate) out: Outcome,
 }
@@ -275,6 +294,7 @@ impl SimWorld {
             last_wait_at: Instant::ZERO,
             spins: 0,
             proc_bound: workers + 1,
+            dav: None,
             trace,
             out: Outcome {
                 seed: spec.seed,
@@ -312,6 +332,7 @@ impl SimWorld {
             let d = w.rng.exp(1.0 / upload_rate);
             w.schedule_in(Duration::from_secs_f64(d), SimEvent::UploadArrival);
         }
+        w.dav_start();
         w
     }
 
@@ -417,6 +438,9 @@ impl SimWorld {
                 loop {
                     match dec.next_worker_message() {
                         Ok(Some(message)) => {
+                            if let Some(dav) = self.dav.as_mut() {
+                                dav.wiretap_request(worker, &message);
+                            }
                             if split {
                                 split = false;
                                 self.out.coverage.insert(labels::FRAME_IN_PIECES_DECODED);
@@ -495,6 +519,9 @@ impl SimWorld {
             }
             SimEvent::ParentResumes => self.parent_resumes(),
             SimEvent::AcceptRecovers { .. } => self.dispatch(),
+            SimEvent::DavClientArrival => self.dav_client_arrival(),
+            SimEvent::DavWriteArrival => self.dav_write_arrival(),
+            SimEvent::DavClientStep { client } => self.dav_client_step(client),
         }
         None
     }
@@ -538,7 +565,10 @@ impl SimWorld {
             }
             self.now = s.at;
             match s.event {
-                SimEvent::ClientArrival | SimEvent::UploadArrival => {
+                SimEvent::ClientArrival
+                | SimEvent::UploadArrival
+                | SimEvent::DavClientArrival
+                | SimEvent::DavWriteArrival => {
                     // Clients keep trying; the listener is gone with the parent or
                     // orphaned workers, which must not accept.
                     self.client_after_parent();

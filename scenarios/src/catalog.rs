@@ -11,6 +11,7 @@ use servery_sim::{
 };
 
 use crate::catalog_chaos as chaos_;
+use crate::catalog_dav as dav;
 use crate::catalog_io_faults as io;
 use crate::catalog_rollouts as rollouts;
 use crate::catalog_writes as writes;
@@ -38,6 +39,8 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "hang while draining killed",
     "spawn failures recovered",
     "clock jump replaced nobody healthy",
+    "dav lock survived crash, recycle, reload",
+    "dav lock table saturated, then granted again",
 ];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -277,6 +280,20 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "uploads on a full file system (ENOSPC) and with a failing publish rename: 507 / 500, nothing torn or partial visible, temp files gone, grants released, later uploads succeed",
         build: io::upload_io_faults,
         kinds: &[FaultKind::DiskFull, FaultKind::RenameFails],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "dav-lock-survives-recycle",
+        about: "a WebDAV lock taken through one worker, which is then killed, outlives it, a recycle and a reload: in the broker's table and enforced through every worker (a PUT without its token 423, with it written) until its timeout, gone at the first step after, never before",
+        build: dav::lock_survives_recycle,
+        kinds: &[FaultKind::CrashDavGranter],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "dav-lock-table-saturation",
+        about: "a burst of LOCKs beyond broker.max_dav_locks: the table never exceeds its limit, a LOCK is Saturated exactly when it is full, no lock is lost or outlives its UNLOCK or timeout, and once the burst's locks end the table grants up to its limit again",
+        build: dav::lock_table_saturation,
+        kinds: &[],
         no_swarm: None,
     },
 ];

@@ -296,6 +296,20 @@ pub fn plan_digest(spec: &SimSpec) -> String {
     if w.upload_rate > 0.0 {
         out.push_str(&format!(" uploads={}/s", w.upload_rate));
     }
+    if let Some(d) = &w.dav {
+        out.push_str(&format!(" dav=clients:{}", d.clients.len()));
+        if let Some((rate, until)) = d.client_burst {
+            out.push_str(&format!(",burst:{rate}/s-until-{}", ms(until)));
+        }
+        if d.client_rate > 0.0 {
+            out.push_str(&format!(",drawn:{}/s", d.client_rate));
+        }
+        if d.write_rate > 0.0 {
+            out.push_str(&format!(",writes:{}/s", d.write_rate));
+        }
+        let max_locks = spec.config.broker.max_dav_locks;
+        out.push_str(&format!(",max_locks:{max_locks}"));
+    }
     if !spec.faults.is_empty() {
         let faults: Vec<String> = spec
             .faults

@@ -10,6 +10,7 @@
 mod budget;
 mod catalog;
 mod catalog_chaos;
+mod catalog_dav;
 mod catalog_io_faults;
 mod catalog_rollouts;
 mod catalog_writes;

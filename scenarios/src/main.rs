@@ -340,6 +340,21 @@ fn run_one(
         o.max_live_processes,
         o.events,
     );
+    if !o.dav.log.is_empty() {
+        let mut ends = std::collections::BTreeMap::new();
+        for r in &o.dav.log {
+            let end = r.end.map_or("unanswered".into(), |e| format!("{e:?}"));
+            *ends.entry(end).or_insert(0u64) += 1;
+        }
+        let ends: Vec<String> = ends.iter().map(|(e, n)| format!("{e}={n}")).collect();
+        println!(
+            "dav: {} requests ({}), {} locks granted, table max {}",
+            o.dav.log.len(),
+            ends.join(" "),
+            o.dav.locks.len(),
+            o.dav.table_max
+        );
+    }
     if let servery_scenarios::End::Budget(budget) =
         plan_in(scenario, seed, platform, mode).expect.end
     {

@@ -346,3 +346,82 @@ fn the_tightened_predicates_reject_what_they_exist_to_catch() {
     let err = judge("broker-saturation", seed, &mut o).expect_err("stuck saturation passed");
     assert!(err.contains("after the burst settled"), "{err}");
 }
+
+#[test]
+fn the_dav_predicates_reject_what_they_exist_to_catch() {
+    use servery_sim::{DavAnswer, DavEnd, DavOp};
+
+    // dav-lock-survives-recycle: the lock dropped when its granter died, a PUT without
+    // its token let through, the lock kept past its end.
+    let name = "dav-lock-survives-recycle";
+    let (seed, r) = first_run(name, |r| r.verdict.is_ok());
+    let lock = r.outcome.dav.locks[0].clone();
+    let mut o = r.outcome.clone();
+    o.dav.locks[0].gone_ns = Some(lock.granted_ns + 1_000_000_000);
+    let err = judge(name, seed, &mut o).expect_err("a lock gone early passed");
+    assert!(err.contains("left the broker's table"), "{err}");
+    let mut o = r.outcome.clone();
+    o.dav.locks[0].last_seen_ns = lock.promised_end_ns + 1;
+    let err = judge(name, seed, &mut o).expect_err("a lock kept past its end passed");
+    assert!(err.contains("after its end"), "{err}");
+    let mut o = r.outcome.clone();
+    let refused = o
+        .dav
+        .log
+        .iter_mut()
+        .find(|r| r.op == DavOp::Put && r.token.is_none() && r.end == Some(DavEnd::Locked))
+        .expect("a refused PUT");
+    refused.allowed = Some(true);
+    refused.end = Some(DavEnd::Written);
+    let err = judge(name, seed, &mut o).expect_err("an unguarded write passed");
+    assert!(err.contains("was let through"), "{err}");
+    let mut o = r.outcome;
+    for r in o.dav.log.iter_mut().filter(|r| r.token.is_some()) {
+        if r.end == Some(DavEnd::Written) && r.generation >= 2 {
+            r.allowed = Some(false);
+            r.end = Some(DavEnd::Locked);
+        }
+    }
+    let err = judge(name, seed, &mut o).expect_err("a refused token passed");
+    assert!(err.contains("with the lock's token"), "{err}");
+
+    // dav-lock-table-saturation: over the limit, saturated with room, a lost and a
+    // leaked lock.
+    let name = "dav-lock-table-saturation";
+    let (seed, r) = first_run(name, |r| r.verdict.is_ok());
+    let limit = r.outcome.dav.decisions[0].limit;
+    let mut o = r.outcome.clone();
+    o.dav.table_max = limit + 1;
+    let err = judge(name, seed, &mut o).expect_err("an overfull table passed");
+    assert!(err.contains("over its limit"), "{err}");
+    let mut o = r.outcome.clone();
+    let d = o
+        .dav
+        .decisions
+        .iter_mut()
+        .find(|d| d.answer == DavAnswer::Granted)
+        .expect("a grant");
+    d.answer = DavAnswer::Saturated;
+    let err = judge(name, seed, &mut o).expect_err("saturation with room passed");
+    assert!(err.contains("answered Saturated with"), "{err}");
+    let mut o = r.outcome.clone();
+    let l = o
+        .dav
+        .locks
+        .iter_mut()
+        .find(|l| l.unlocked_ns.is_none())
+        .expect("a lock that expired");
+    l.gone_ns = Some(l.granted_ns);
+    let err = judge(name, seed, &mut o).expect_err("a lost lock passed");
+    assert!(err.contains("(lost)"), "{err}");
+    let mut o = r.outcome;
+    let l = o
+        .dav
+        .locks
+        .iter_mut()
+        .find(|l| l.unlocked_ns.is_some())
+        .expect("an unlocked lock");
+    l.last_seen_ns = l.unlocked_ns.unwrap_or_default() + 1;
+    let err = judge(name, seed, &mut o).expect_err("a leaked lock passed");
+    assert!(err.contains("(leaked)"), "{err}");
+}

@@ -72,7 +72,15 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
     ),
     (
         "log-queue-saturation",
-        "the access log is not in the binary yet",
+        "an access-log workload with a writer stalled on purpose: the real cases (drop and block, a killed worker) are tests/access_log.rs",
+    ),
+    (
+        "dav-lock-survives-recycle",
+        "a WebDAV lock workload: the real lock-outlives-worker/recycle/reload case is tests/webdav.rs",
+    ),
+    (
+        "dav-lock-table-saturation",
+        "a WebDAV lock workload against a tiny table: the real lock table's limits are tests/webdav.rs and the broker's unit tests",
     ),
     (
         "singleton-lifecycle",

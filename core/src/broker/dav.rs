@@ -44,6 +44,11 @@ impl DavTable {
         self.locks.is_empty()
     }
 
+    /// Locks whose time is not up at `now`.
+    pub fn live(&self, now: Instant) -> usize {
+        self.locks.values().filter(|l| l.expires_at > now).count()
+    }
+
     pub fn contains(&self, token: LeaseId) -> bool {
         self.locks.contains_key(&token)
     }

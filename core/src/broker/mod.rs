@@ -268,7 +268,9 @@ impl Broker {
                 if proto::check_lock_reportable(&resource, &who).is_err() {
                     // A lock no query answer could report: refused, not held unseen.
                     BrokerReply::Rejected(Rejection::TooLarge)
-                } else if self.dav.len() >= self.limits.max_dav_locks() as usize {
+                } else if self.dav.live(now) >= self.limits.max_dav_locks() as usize {
+                    // Counted live: a lock whose time is up but whose expiry has not been
+                    // handled yet (input is read before deadlines) takes no room.
                     BrokerReply::Rejected(Rejection::Saturated)
                 } else {
                     let token = self.fresh_id();

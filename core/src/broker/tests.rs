@@ -338,6 +338,24 @@ fn dav_locks_are_counted_granted_with_capped_timeouts_and_expire() {
     assert!(b.dav().is_empty(), "expired");
     b.check_invariants().expect("invariants");
 
+    // A full table whose locks' time is up, their expiry not handled yet, has room.
+    let mut raw = RawConfig::default();
+    raw.broker.max_dav_locks = 3;
+    let limits = raw.validate().expect("valid").broker().clone();
+    let mut full = Broker::new(limits, CoreRng::from_seed([8; 32]));
+    for i in 0..full.limits().max_dav_locks() {
+        let r = ask(&mut full, t0, u64::from(i), lock(&format!("/l{i}")));
+        assert!(matches!(r, BrokerReply::Granted { .. }), "{r:?}");
+    }
+    assert_eq!(
+        ask(&mut full, t0, 9999, lock("/more")),
+        BrokerReply::Rejected(Rejection::Saturated)
+    );
+    assert!(matches!(
+        ask(&mut full, t0 + cap, 10_000, lock("/more")),
+        BrokerReply::Granted { .. }
+    ));
+
     // An UNLOCK that arrives after the time is up, before the expiry was handled, finds
     // nothing to release: the lock ended by itself.
     let BrokerReply::Granted { id, .. } = ask(&mut b, t0, 3, lock("/b")) else {

@@ -132,12 +132,20 @@ impl SimWorld {
         let eof_at = (self.now + lat).max(p.up_clock);
         p.up_clock = eof_at;
         self.out.log.lost_with_worker += lost_logs;
+        let mut dav_lost = Vec::new();
         for (_, kind) in conns {
             match (kind, cause) {
                 (ConnKind::Get, Some(_)) => self.out.requests.failed_fault += 1,
                 (ConnKind::Get, None) => self.out.requests.failed_forced += 1,
                 (ConnKind::Upload { .. }, Some(_)) => self.out.uploads.failed_fault += 1,
                 (ConnKind::Upload { .. }, None) => self.out.uploads.failed_forced += 1,
+                (ConnKind::Dav { rec }, cause) => {
+                    dav_lost.push(rec);
+                    match cause {
+                        Some(_) => self.out.requests.failed_fault += 1,
+                        None => self.out.requests.failed_forced += 1,
+                    }
+                }
             }
             if let Some(cause) = cause {
                 *self.out.failed_by_cause.entry(cause).or_default() += 1;
@@ -158,6 +166,9 @@ impl SimWorld {
             self.dead_holders.push((worker, target, false));
         }
         self.holders.retain(|_, (w, _)| *w != worker);
+        if self.dav.is_some() {
+            self.dav_lost(worker, dav_lost);
+        }
         self.out.last_process_exit_ms = self.now.as_nanos() / 1_000_000;
         let code = match status {
             ExitStatus::Code(c) => c as u64,

@@ -160,6 +160,13 @@ impl SimWorld {
             Fault::RenameFails(duration) => {
                 self.rename_fails_until = self.rename_fails_until.max(self.now + duration);
             }
+            Fault::CrashDavGranter => {
+                if let Some((w, _)) = self.dav_crash_granter() {
+                    self.out.crash_faults += 1;
+                    self.injected(FaultKind::CrashDavGranter, Some(w));
+                    self.process_died(w, ExitStatus::Signal(9));
+                }
+            }
         }
     }
 

@@ -161,6 +161,9 @@ impl ParentIo for SimWorld {
             }
             Action::Send { worker, message } => {
                 match &message {
+                    ParentMessage::Broker { id, reply } if self.dav.is_some() => {
+                        self.dav_wiretap_reply(now, worker, *id, reply)
+                    }
                     ParentMessage::Drain { .. } => self.ending(worker),
                     &ParentMessage::Hello {
                         generation,
@@ -202,7 +205,11 @@ impl ParentIo for SimWorld {
             Action::CloseListeners => {
                 self.listener_open = false;
                 self.out.requests.refused += self.backlog.len() as u64;
-                self.backlog.clear();
+                for (_, kind) in core::mem::take(&mut self.backlog) {
+                    if let ConnKind::Dav { rec } = kind {
+                        self.dav_record_end(rec, crate::outcome::DavEnd::Refused);
+                    }
+                }
             }
             Action::WorkerGone { worker } => {
                 self.fs.remove_temps_of(worker);
@@ -364,6 +371,9 @@ impl ParentIo for SimWorld {
             self.out.liveness = Some(sup.status(now));
         }
         self.out.leases_at_exit = broker.leases().count() + broker.reservation_count();
+        if self.dav.is_some() {
+            self.dav_observe(now, parent);
+        }
     }
 }
 
@@ -371,7 +381,8 @@ impl ParentIo for SimWorld {
 pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
     let action = match action {
         ParentAction::Singleton(_) => return (7, 0),
-        ParentAction::PersistDavLocks(locks) => return (8, locks.len() as u64),
+        // 8 is `GenerationCommitted`'s.
+        ParentAction::PersistDavLocks(locks) => return (13, locks.len() as u64),
         ParentAction::Supervisor(action) => action,
     };
     match action {
