@@ -49,7 +49,9 @@ pub enum WriteFailure {
     IsDirectory,
     /// The content could not be had (client gone, body too large or stalled).
     Source,
-    /// The file system refused (full disk, I/O error, the directory moved).
+    /// The file system is full (or the quota is).
+    NoSpace,
+    /// The file system refused otherwise (an I/O error, the directory moved).
     Io,
     /// The worker is going away: stop where the write is.
     Abandoned,
@@ -96,8 +98,10 @@ pub enum WriteAction {
     Publish { overwrite: bool },
     /// Remove the temporary file. Nothing to report.
     RemoveTemp,
-    /// Give a grant back. Nothing to report.
-    Release(LeaseId),
+    /// Give the target lease back. Nothing to report.
+    ReleaseLease(LeaseId),
+    /// Give the upload reservation back. Nothing to report.
+    ReleaseReservation(LeaseId),
     /// The write is over; answer the client. The last action.
     Finish(Result<Published, WriteFailure>),
 }
@@ -248,10 +252,10 @@ impl WriteFlow {
     /// Step 5: every grant back, then the answer.
     fn finish(&mut self, result: Result<Published, WriteFailure>) {
         if let Some(id) = self.lease.take() {
-            self.actions.push_back(WriteAction::Release(id));
+            self.actions.push_back(WriteAction::ReleaseLease(id));
         }
         if let Some(id) = self.reservation.take() {
-            self.actions.push_back(WriteAction::Release(id));
+            self.actions.push_back(WriteAction::ReleaseReservation(id));
         }
         self.stage = Stage::Done;
         self.actions.push_back(WriteAction::Finish(result));

@@ -36,7 +36,10 @@ fn happy(action: &WriteAction) -> Option<WriteEvent> {
         WriteAction::CreateTemp => WriteEvent::TempCreated,
         WriteAction::Stream => WriteEvent::Streamed,
         WriteAction::Publish { .. } => WriteEvent::Published { replaced: true },
-        WriteAction::RemoveTemp | WriteAction::Release(_) | WriteAction::Finish(_) => return None,
+        WriteAction::RemoveTemp
+        | WriteAction::ReleaseLease(_)
+        | WriteAction::ReleaseReservation(_)
+        | WriteAction::Finish(_) => return None,
     })
 }
 
@@ -53,15 +56,19 @@ fn the_five_steps_in_order() {
             WriteAction::Stream,
             WriteAction::ConfirmLease,
             WriteAction::Publish { overwrite: true },
-            WriteAction::Release(LeaseId(2)),
-            WriteAction::Release(LeaseId(1)),
+            WriteAction::ReleaseLease(LeaseId(2)),
+            WriteAction::ReleaseReservation(LeaseId(1)),
             WriteAction::Finish(Ok(Published::Replaced)),
         ]
     );
     // A caller's reservation is the caller's to give back.
     let taken = run(opts(None, true, false), happy);
     assert_eq!(taken[0], WriteAction::Lease);
-    assert!(!taken.contains(&WriteAction::Release(LeaseId(1))));
+    assert!(
+        !taken
+            .iter()
+            .any(|a| matches!(a, WriteAction::ReleaseReservation(_)))
+    );
 }
 
 #[test]
@@ -111,8 +118,8 @@ fn a_failed_stream_removes_the_temporary_file_and_gives_everything_back() {
         &taken[taken.len() - 4..],
         &[
             WriteAction::RemoveTemp,
-            WriteAction::Release(LeaseId(2)),
-            WriteAction::Release(LeaseId(1)),
+            WriteAction::ReleaseLease(LeaseId(2)),
+            WriteAction::ReleaseReservation(LeaseId(1)),
             WriteAction::Finish(Err(WriteFailure::Io)),
         ]
     );
@@ -191,7 +198,12 @@ proptest! {
                     temp = false;
                     None
                 }
-                WriteAction::Release(id) => {
+                WriteAction::ReleaseLease(id) => {
+                    prop_assert_eq!(Some(*id), lease);
+                    released.push(*id);
+                    None
+                }
+                WriteAction::ReleaseReservation(id) => {
                     released.push(*id);
                     None
                 }

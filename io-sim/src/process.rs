@@ -12,6 +12,9 @@ use servery_core::proto::{
 };
 use servery_core::supervisor::ExitStatus;
 use servery_core::worker::WorkerLifecycle;
+use servery_core::write_flow::{
+    Existing, WriteAction, WriteEvent, WriteFailure, WriteFlow, WriteOptions,
+};
 use servery_core::{Instant, LeaseId, ValidConfig, WorkerId};
 
 use crate::labels;
@@ -19,25 +22,29 @@ use crate::outcome::{UploadEnd, UploadRecord};
 use crate::plan::{Behavior, FaultKind};
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stage {
-    Reserving,
-    Leasing,
-    Writing,
-}
-
+/// An upload in a simulated worker: the core's write flow, driven against the simulated
+/// file system and the broker (the same machine io-real drives), and what this driver
+/// needs to carry its actions out.
 #[derive(Debug, Clone)]
 pub(crate) struct Upload {
     target: u8,
     writer: u64,
     arrived_ms: u64,
-    stage: Stage,
-    reservation: Option<LeaseId>,
+    flow: WriteFlow,
+    /// The lease the flow holds (the oracle's view of who may publish), and whether a
+    /// broker answer is awaited for a reservation or a lease.
     lease: Option<LeaseId>,
+    asked: Option<Asked>,
     temp: Option<u64>,
     chunks_left: u64,
     /// A WebDAV PUT's write: its record in the DAV log.
     dav: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Reservation,
+    Lease,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -392,7 +399,7 @@ impl SimWorld {
             self.completion(worker, c);
         }
         for conn in uploads {
-            self.abort_upload(worker, conn, UploadEnd::FailedClosed);
+            self.abort_upload(worker, conn);
         }
         if let Some(p) = self.procs.get_mut(&worker) {
             let lost = p.log_backlog.len();
@@ -557,7 +564,6 @@ impl SimWorld {
         arrived_ms: u64,
         dav: Option<usize>,
     ) {
-        let now = self.now;
         let bytes = self.spec.workload.upload_chunks * 4;
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
@@ -568,24 +574,19 @@ impl SimWorld {
                 target,
                 writer,
                 arrived_ms,
-                stage: Stage::Reserving,
-                reservation: None,
+                flow: WriteFlow::new(WriteOptions {
+                    reserve: Some(bytes),
+                    overwrite: true,
+                    create_only: false,
+                }),
                 lease: None,
+                asked: None,
                 temp: None,
                 chunks_left: 0,
                 dav,
             },
         );
-        match p
-            .client
-            .request(now, BrokerRequest::ReserveUpload { bytes })
-        {
-            Ok(id) => {
-                p.waiting.insert(id, Waiting::Upload(conn));
-                self.pump(worker);
-            }
-            Err(_) => self.abort_upload(worker, conn, UploadEnd::Saturated),
-        }
+        self.drive_upload(worker, conn);
     }
 
     pub(crate) fn request_done(&mut self, worker: WorkerId, conn: u64) {
@@ -702,53 +703,179 @@ impl SimWorld {
     }
 
     fn upload_reply(&mut self, worker: WorkerId, conn: u64, reply: Option<BrokerReply>) {
-        let now = self.now;
-        let Some(p) = self.procs.get_mut(&worker) else {
+        let Some(u) = self
+            .procs
+            .get_mut(&worker)
+            .and_then(|p| p.uploads.get_mut(&conn))
+        else {
             return;
         };
-        let Some(u) = p.uploads.get_mut(&conn) else {
-            return;
-        };
-        match (u.stage, reply) {
-            (_, None) => self.abort_upload(worker, conn, UploadEnd::FailedClosed),
-            (Stage::Reserving, Some(BrokerReply::Granted { id, .. })) => {
-                u.reservation = Some(id);
-                u.stage = Stage::Leasing;
-                let target = u.target;
-                match p
-                    .client
-                    .request(now, BrokerRequest::AcquireLease { key: key(target) })
-                {
-                    Ok(rid) => {
-                        p.waiting.insert(rid, Waiting::Upload(conn));
-                        self.pump(worker);
-                    }
-                    Err(_) => self.abort_upload(worker, conn, UploadEnd::Saturated),
-                }
+        let event = match (u.asked.take(), reply) {
+            (_, None) => WriteEvent::NoAnswer,
+            (Some(Asked::Reservation), Some(BrokerReply::Granted { id, .. })) => {
+                WriteEvent::Reserved(id)
             }
-            (Stage::Leasing, Some(BrokerReply::Granted { id, .. })) => {
+            (Some(Asked::Lease), Some(BrokerReply::Granted { id, .. })) => {
                 u.lease = Some(id);
-                u.stage = Stage::Writing;
-                u.chunks_left = self.spec.workload.upload_chunks;
-                let (target, writer) = (u.target, u.writer);
-                u.temp = Some(self.fs.create_temp(worker, target, writer));
-                if let Some(&(other, _)) = self.holders.get(&target)
-                    && (other != worker || self.procs.get(&other).is_some_and(|o| o.alive))
-                {
-                    self.violation(format!(
-                        "{worker} leased target {target} while {other} holds it"
-                    ));
+                WriteEvent::Leased(id)
+            }
+            (_, Some(BrokerReply::Rejected(r))) => WriteEvent::Refused(r),
+            (_, Some(_)) => WriteEvent::Refused(Rejection::Saturated),
+        };
+        u.flow.handle(event);
+        self.drive_upload(worker, conn);
+    }
+
+    /// Carries out what the upload's write flow asks, until it waits for the broker or
+    /// for the next chunk, or ends.
+    fn drive_upload(&mut self, worker: WorkerId, conn: u64) {
+        let now = self.now;
+        loop {
+            let Some(p) = self.procs.get_mut(&worker) else {
+                return;
+            };
+            let Some(u) = p.uploads.get_mut(&conn) else {
+                return;
+            };
+            let Some(action) = u.flow.next_action() else {
+                return;
+            };
+            let event = match action {
+                WriteAction::Reserve { bytes } => {
+                    u.asked = Some(Asked::Reservation);
+                    match p
+                        .client
+                        .request(now, BrokerRequest::ReserveUpload { bytes })
+                    {
+                        Ok(id) => {
+                            p.waiting.insert(id, Waiting::Upload(conn));
+                            self.pump(worker);
+                            return;
+                        }
+                        Err(_) => WriteEvent::Refused(Rejection::Saturated),
+                    }
                 }
-                self.holders.insert(target, (worker, conn));
-                self.last_holder = Some(worker);
-                let (lo, hi) = self.spec.workload.chunk_ms;
-                let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
-                self.schedule_in(d, SimEvent::UploadStep { worker, conn });
+                WriteAction::Lease => {
+                    u.asked = Some(Asked::Lease);
+                    let target = u.target;
+                    match p
+                        .client
+                        .request(now, BrokerRequest::AcquireLease { key: key(target) })
+                    {
+                        Ok(rid) => {
+                            p.waiting.insert(rid, Waiting::Upload(conn));
+                            self.pump(worker);
+                            return;
+                        }
+                        Err(_) => WriteEvent::Refused(Rejection::Saturated),
+                    }
+                }
+                WriteAction::Inspect => {
+                    WriteEvent::Target(if self.fs.files.contains_key(&u.target) {
+                        Existing::File
+                    } else {
+                        Existing::Nothing
+                    })
+                }
+                WriteAction::CreateTemp => {
+                    u.chunks_left = self.spec.workload.upload_chunks;
+                    let (target, writer) = (u.target, u.writer);
+                    u.temp = Some(self.fs.create_temp(worker, target, writer));
+                    if let Some(&(other, _)) = self.holders.get(&target)
+                        && (other != worker || self.procs.get(&other).is_some_and(|o| o.alive))
+                    {
+                        self.violation(format!(
+                            "{worker} leased target {target} while {other} holds it"
+                        ));
+                    }
+                    self.holders.insert(target, (worker, conn));
+                    self.last_holder = Some(worker);
+                    WriteEvent::TempCreated
+                }
+                WriteAction::Stream => {
+                    let (lo, hi) = self.spec.workload.chunk_ms;
+                    let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
+                    self.schedule_in(d, SimEvent::UploadStep { worker, conn });
+                    return;
+                }
+                // The simulated lease has no renewal to make: it is the one granted.
+                WriteAction::ConfirmLease => match u.lease {
+                    Some(id) => WriteEvent::Leased(id),
+                    None => WriteEvent::Refused(Rejection::NotFound),
+                },
+                WriteAction::Publish { .. } => {
+                    let (target, temp) = (u.target, u.temp);
+                    // Publish under the lease: the oracle must agree that we hold it.
+                    if self.holders.get(&target).map(|h| h.0) != Some(worker) {
+                        self.violation(format!(
+                            "{worker} publishes target {target} without holding it"
+                        ));
+                    }
+                    if self.now < self.rename_fails_until {
+                        // rename(2) fails (EIO): the target keeps what it had, the temp file
+                        // is still ours to remove (500).
+                        WriteEvent::Failed(WriteFailure::Io)
+                    } else {
+                        let replaced = self.fs.files.contains_key(&target);
+                        if let Some(temp) = temp {
+                            self.fs.rename(temp);
+                        }
+                        if let Some(u) = self
+                            .procs
+                            .get_mut(&worker)
+                            .and_then(|p| p.uploads.get_mut(&conn))
+                        {
+                            u.temp = None;
+                        }
+                        WriteEvent::Published { replaced }
+                    }
+                }
+                WriteAction::RemoveTemp => {
+                    if let Some(temp) = u.temp.take() {
+                        self.fs.remove_temp(temp);
+                    }
+                    continue;
+                }
+                WriteAction::ReleaseLease(id) => {
+                    let target = u.target;
+                    if self
+                        .holders
+                        .get(&target)
+                        .is_some_and(|h| h.0 == worker && h.1 == conn)
+                    {
+                        self.holders.remove(&target);
+                    }
+                    u.lease = None;
+                    p.client.release(now, BrokerRequest::ReleaseLease { id });
+                    continue;
+                }
+                WriteAction::ReleaseReservation(id) => {
+                    p.client
+                        .release(now, BrokerRequest::ReleaseReservation { id });
+                    continue;
+                }
+                WriteAction::Finish(result) => {
+                    let end = match result {
+                        Ok(_) => UploadEnd::Ok,
+                        Err(WriteFailure::Busy) => UploadEnd::Conflict,
+                        Err(WriteFailure::BrokerUnavailable | WriteFailure::Abandoned) => {
+                            UploadEnd::FailedClosed
+                        }
+                        Err(WriteFailure::NoSpace) => UploadEnd::NoSpace,
+                        Err(WriteFailure::Io) => UploadEnd::IoError,
+                        Err(_) => UploadEnd::Saturated,
+                    };
+                    self.finish_upload(worker, conn, end);
+                    return;
+                }
+            };
+            if let Some(u) = self
+                .procs
+                .get_mut(&worker)
+                .and_then(|p| p.uploads.get_mut(&conn))
+            {
+                u.flow.handle(event);
             }
-            (_, Some(BrokerReply::Rejected(Rejection::Busy))) => {
-                self.abort_upload(worker, conn, UploadEnd::Conflict);
-            }
-            (_, Some(_)) => self.abort_upload(worker, conn, UploadEnd::Saturated),
         }
     }
 
@@ -762,63 +889,53 @@ impl SimWorld {
         let Some(u) = p.uploads.get_mut(&conn) else {
             return;
         };
-        let (Some(temp), Stage::Writing) = (u.temp, u.stage) else {
+        let Some(temp) = u.temp else {
             return;
         };
-        if u.chunks_left > 0 {
-            if self.now < self.disk_full_until {
-                // write(2) on the temp file: ENOSPC. The upload ends (507) and its temp
-                // file goes with it.
-                self.abort_upload(worker, conn, UploadEnd::NoSpace);
-                if !self.fs.has_temp(temp) {
-                    self.out.coverage.insert(labels::UPLOAD_ENOSPC_CLEANED);
-                }
+        if u.chunks_left == 0 {
+            let target = u.target;
+            let before = self.fs.files.get(&target).cloned();
+            u.flow.handle(WriteEvent::Streamed);
+            self.drive_upload(worker, conn);
+            // A rename that failed published nothing and left no temporary file.
+            if self.fs.has_temp(temp) || self.fs.files.get(&target) != before.as_ref() {
                 return;
             }
-            u.chunks_left -= 1;
-            let chunk = [(u.writer % 251) as u8; 4];
-            self.fs.append(temp, &chunk);
-            let (lo, hi) = self.spec.workload.chunk_ms;
-            let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
-            self.schedule_in(d, SimEvent::UploadStep { worker, conn });
-            return;
-        }
-        let target = u.target;
-        // Publish under the lease: the oracle must agree that we hold it.
-        if self.holders.get(&target).map(|h| h.0) != Some(worker) {
-            self.violation(format!(
-                "{worker} publishes target {target} without holding it"
-            ));
-        }
-        if self.now < self.rename_fails_until {
-            // rename(2) fails (EIO): the target keeps what it had, the temp file is still
-            // ours to remove (500).
-            let before = self.fs.files.get(&target).cloned();
-            self.abort_upload(worker, conn, UploadEnd::IoError);
-            if !self.fs.has_temp(temp) && self.fs.files.get(&target) == before.as_ref() {
+            if self.now < self.rename_fails_until {
                 self.out.coverage.insert(labels::RENAME_FAILED_CLEANED);
             }
             return;
         }
-        if let Some(u) = self
+        if self.now < self.disk_full_until {
+            // write(2) on the temp file: ENOSPC. The upload ends (507) and its temp file
+            // goes with it.
+            u.flow.handle(WriteEvent::Failed(WriteFailure::NoSpace));
+            self.drive_upload(worker, conn);
+            if !self.fs.has_temp(temp) {
+                self.out.coverage.insert(labels::UPLOAD_ENOSPC_CLEANED);
+            }
+            return;
+        }
+        u.chunks_left -= 1;
+        let chunk = [(u.writer % 251) as u8; 4];
+        self.fs.append(temp, &chunk);
+        let (lo, hi) = self.spec.workload.chunk_ms;
+        let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
+        self.schedule_in(d, SimEvent::UploadStep { worker, conn });
+    }
+
+    /// The worker is going away (or its parent is): the write stops where it is, and the
+    /// flow gives back what it holds.
+    fn abort_upload(&mut self, worker: WorkerId, conn: u64) {
+        let Some(u) = self
             .procs
             .get_mut(&worker)
             .and_then(|p| p.uploads.get_mut(&conn))
-        {
-            u.temp = None;
-        }
-        self.fs.rename(temp);
-        self.finish_upload(worker, conn, UploadEnd::Ok);
-    }
-
-    fn abort_upload(&mut self, worker: WorkerId, conn: u64, end: UploadEnd) {
-        let Some(p) = self.procs.get_mut(&worker) else {
+        else {
             return;
         };
-        if let Some(temp) = p.uploads.get_mut(&conn).and_then(|u| u.temp.take()) {
-            self.fs.remove_temp(temp);
-        }
-        self.finish_upload(worker, conn, end);
+        u.flow.handle(WriteEvent::Failed(WriteFailure::Abandoned));
+        self.drive_upload(worker, conn);
     }
 
     /// Release what the upload held (in `finally`), answer the client, close the conn.
@@ -830,20 +947,7 @@ impl SimWorld {
         let Some(u) = p.uploads.remove(&conn) else {
             return;
         };
-        if let Some(id) = u.lease {
-            if self
-                .holders
-                .get(&u.target)
-                .is_some_and(|h| h.0 == worker && h.1 == conn)
-            {
-                self.holders.remove(&u.target);
-            }
-            p.client.release(now, BrokerRequest::ReleaseLease { id });
-        }
-        if let Some(id) = u.reservation {
-            p.client
-                .release(now, BrokerRequest::ReleaseReservation { id });
-        }
+        // The flow gave back the lease and the reservation before its Finish.
         // Replies to releases need no one waiting; the client drops them.
         p.serving.remove(&conn);
         p.life.connection_closed(now);

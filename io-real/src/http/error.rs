@@ -100,11 +100,6 @@ impl HttpError {
     }
 }
 
-fn is_out_of_space(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::StorageFull
-        || e.raw_os_error() == Some(rustix::io::Errno::DQUOT.raw_os_error())
-}
-
 #[cfg(unix)]
 fn is_symlink_loop(e: &io::Error) -> bool {
     e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
@@ -287,7 +282,7 @@ fn write_status(e: &WriteError) -> StatusCode {
         WriteError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         // The file system is full (or the user's quota is): the request may succeed once
         // space is freed, and nothing was published (RFC 4918 §11.5).
-        WriteError::Io(e) if is_out_of_space(e) => StatusCode::INSUFFICIENT_STORAGE,
+        WriteError::Io(e) if crate::write::is_out_of_space(e) => StatusCode::INSUFFICIENT_STORAGE,
         WriteError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -34,6 +34,7 @@ fn failure(e: &WriteError) -> WriteFailure {
         | WriteError::Body(_)
         | WriteError::BadRequest(_) => WriteFailure::Source,
         WriteError::ShuttingDown => WriteFailure::Abandoned,
+        WriteError::Io(e) if super::is_out_of_space(e) => WriteFailure::NoSpace,
         _ => WriteFailure::Io,
     }
 }
@@ -191,14 +192,16 @@ pub async fn write_file<S: ChunkSource>(
                 drop(guard.take());
                 continue;
             }
-            WriteAction::Release(id) => {
-                // The caller's reservation is the caller's; the lease goes back now, and
-                // is confirmed, so the client's next request finds the target free.
-                if let Some(grant) = lease.take_if(|g| g.id() == id) {
+            WriteAction::ReleaseLease(_) => {
+                // Given back and confirmed before the answer, so the client's next request
+                // finds the target free.
+                if let Some(grant) = lease.take() {
                     grant.release().await;
                 }
                 continue;
             }
+            // The caller's reservation (WriteOptions::reserve is None): never asked for.
+            WriteAction::ReleaseReservation(_) => continue,
             WriteAction::Finish(result) => {
                 return match result {
                     Ok(servery_core::write_flow::Published::Created) => Ok(Published::Created),

@@ -49,6 +49,12 @@ pub use target::Target;
 /// names are never served, listed or accepted as upload targets.
 pub const PRIVATE_PREFIX: &str = ".servery-";
 
+/// Whether an I/O error means the file system (or the user's quota) is full.
+pub fn is_out_of_space(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StorageFull
+        || e.raw_os_error() == Some(rustix::io::Errno::DQUOT.raw_os_error())
+}
+
 /// Whether `name` is one of servery's private files.
 pub fn is_private(name: &str) -> bool {
     name.starts_with(PRIVATE_PREFIX)
