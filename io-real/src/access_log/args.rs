@@ -8,6 +8,9 @@ use servery_core::config::LogPolicy;
 
 use super::format::Format;
 
+/// Batches the parent holds for the writer by default.
+pub const DEFAULT_QUEUE: i64 = 256;
+
 /// What a full log queue does (`--access-log-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Overflow {
@@ -61,9 +64,10 @@ pub struct AccessLogArgs {
         default_value = "block"
     )]
     pub access_log_overflow: Overflow,
-    /// Batches of lines (each from one worker, up to 16 KiB) the parent holds for the
-    /// writer; when full, the overflow policy decides.
-    #[arg(long, value_name = "N", env = "SERVERY_ACCESS_LOG_QUEUE", default_value_t = servery_core::config::RawBroker::default().log_queue_capacity, allow_negative_numbers = true)]
+    /// Batches of lines (each from one worker, up to 64 KiB: the default bounds the
+    /// queue to 16 MiB) the parent holds for the writer; when full, the overflow policy
+    /// decides.
+    #[arg(long, value_name = "N", env = "SERVERY_ACCESS_LOG_QUEUE", default_value_t = DEFAULT_QUEUE, allow_negative_numbers = true)]
     pub access_log_queue: i64,
 }
 

@@ -18,8 +18,9 @@ use tokio::sync::Notify;
 use super::format::{Format, Record};
 use crate::worker::broker::BrokerHandle;
 
-/// A batch goes when it holds this much.
-pub const FLUSH_AT: usize = 16 * 1024;
+/// A batch goes when it holds this much (what nginx buffers too): under load every batch
+/// is full, so the parent is woken once per ~400 lines rather than per request.
+pub const FLUSH_AT: usize = 64 * 1024;
 /// ... or this long after its first line.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Unsent lines a worker holds at most.
@@ -65,7 +66,21 @@ impl Recorder {
         self.buffer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds one request's line.
+    /// Adds one request's line if there is room (the usual case, and no waiting);
+    /// `false` when the buffer is full and the caller must [`Recorder::record`].
+    pub fn try_record(&self, record: &Record<'_>) -> bool {
+        let mut buffer = self.lock();
+        if buffer.len() >= MAX_BUFFERED {
+            return false;
+        }
+        record.write(self.format, &mut buffer);
+        if buffer.len() >= FLUSH_AT {
+            self.due.notify_one();
+        }
+        true
+    }
+
+    /// Adds one request's line, waiting for room (`block`) or dropping it (`drop`).
     pub async fn record(&self, record: &Record<'_>) {
         loop {
             // Registered before the check, so a drain between the two is not missed.
@@ -97,12 +112,12 @@ impl Recorder {
     pub async fn run(&self, stop: impl std::future::Future<Output = ()>) {
         tokio::pin!(stop);
         loop {
-            let stopping = tokio::select! {
-                () = &mut stop => true,
-                () = self.due.notified() => false,
-                () = tokio::time::sleep(FLUSH_EVERY) => false,
+            let (stopping, full_only) = tokio::select! {
+                () = &mut stop => (true, false),
+                () = self.due.notified() => (false, true),
+                () = tokio::time::sleep(FLUSH_EVERY) => (false, false),
             };
-            self.flush().await;
+            self.send(full_only).await;
             if stopping {
                 self.flush().await;
                 return;
@@ -110,8 +125,14 @@ impl Recorder {
         }
     }
 
-    /// Sends what is buffered, as whole-line batches of about [`FLUSH_AT`].
+    /// Sends everything buffered, as whole-line batches of about [`FLUSH_AT`].
     pub async fn flush(&self) {
+        self.send(false).await;
+    }
+
+    /// Sends whole-line batches: only full ones when `full_only` (more lines keep coming
+    /// while one is in flight; the tick and the stop take the rest).
+    async fn send(&self, full_only: bool) {
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
             // So the parent's count of dropped lines is the whole count.
@@ -126,7 +147,7 @@ impl Recorder {
         loop {
             let batch = {
                 let mut buffer = self.lock();
-                if buffer.is_empty() {
+                if buffer.is_empty() || (full_only && buffer.len() < FLUSH_AT) {
                     return;
                 }
                 take_batch(&mut buffer)

@@ -171,7 +171,7 @@ async fn serve<IO>(
                 Err(refused) => error_response(&refused.into()),
             };
             if let (Some(logged), Some(recorder)) = (logged, site.recorder()) {
-                Box::pin(logged.record(recorder, &response)).await;
+                logged.record(recorder, &response).await;
             }
             mark_if_draining(&mut response, version, is_draining(&draining));
             if let Some(last) = last
@@ -391,7 +391,11 @@ impl Logged {
             worker: recorder.worker,
             generation: recorder.generation,
         };
-        recorder.record(&record).await;
+        if !recorder.try_record(&record) {
+            // The buffer is full: the rare path, boxed so every request's future stays
+            // small.
+            Box::pin(recorder.record(&record)).await;
+        }
     }
 }
 
