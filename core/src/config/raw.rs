@@ -110,7 +110,7 @@ impl Default for RawBroker {
             partial_ttl: 24.0 * 3600.0,
             lease_ttl: 60.0,
             max_dav_lock_timeout: 3600.0,
-            log_queue_capacity: 8192,
+            log_queue_capacity: 256,
             log_policy: LogPolicy::Block,
         }
     }

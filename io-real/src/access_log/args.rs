@@ -8,9 +8,6 @@ use servery_core::config::LogPolicy;
 
 use super::format::Format;
 
-/// Batches the parent holds for the writer by default.
-pub const DEFAULT_QUEUE: i64 = 256;
-
 /// What a full log queue does (`--access-log-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Overflow {
@@ -67,7 +64,7 @@ pub struct AccessLogArgs {
     /// Batches of lines (each from one worker, up to 64 KiB: the default bounds the
     /// queue to 16 MiB) the parent holds for the writer; when full, the overflow policy
     /// decides.
-    #[arg(long, value_name = "N", env = "SERVERY_ACCESS_LOG_QUEUE", default_value_t = DEFAULT_QUEUE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_ACCESS_LOG_QUEUE", default_value_t = servery_core::config::RawBroker::default().log_queue_capacity, allow_negative_numbers = true)]
     pub access_log_queue: i64,
 }
 
