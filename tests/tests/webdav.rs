@@ -456,6 +456,14 @@ fn a_scripted_cadaver_session_puts_copies_moves_locks_and_sets_properties() {
         assert!(line.contains("succeeded"), "{line}\n{text}");
     }
     assert!(text.contains("Value of color is: blue"), "{text}");
+    // A Depth 1 listing carries each member's dead properties too.
+    let listing = request(server.addr, "PROPFIND", "/", b"", &[("Depth", "1")]);
+    assert_eq!(listing.status, 207);
+    let xml = String::from_utf8_lossy(&listing.body);
+    assert!(
+        xml.contains("<D:href>/a.txt</D:href>") && xml.contains(">blue<"),
+        "{xml}"
+    );
     assert_eq!(
         std::fs::read_to_string(tree.root().join("dir/c.txt")).expect("moved"),
         "from cadaver\n"

@@ -73,19 +73,26 @@ fn walk(
 ) -> Result<Vec<Found>, HttpError> {
     let meta = resource::stat(root, &path.rel()).map_err(HttpError::from_io)?;
     let mut found = Vec::new();
-    let mut queue = vec![(path.clone(), meta, 0usize)];
-    while let Some((path, meta, level)) = queue.pop() {
+    // Whether a resource has a property sidecar: unknown for the start (looked up), and
+    // known for members from the listing that found them (no lookup for most of them).
+    let mut queue = vec![(path.clone(), meta, 0usize, true)];
+    while let Some((path, meta, level, may_have_props)) = queue.pop() {
         if found.len() >= max {
             return Err(HttpError::Dav(DavError::FiniteDepth));
         }
         if meta.is_dir() && depth.is_none_or(|d| level < d) {
-            let members =
+            let listing =
                 resource::members(root, &path, show_hidden).map_err(HttpError::from_io)?;
-            for (name, member) in members.into_iter().rev() {
-                queue.push((path.child(&name), member, level + 1));
+            for (name, member) in listing.members.into_iter().rev() {
+                let has_props = listing.with_props.contains(&name);
+                queue.push((path.child(&name), member, level + 1, has_props));
             }
         }
-        let dead = props::load(root, &path).unwrap_or_default();
+        let dead = if may_have_props {
+            props::load(root, &path).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         found.push(Found { path, meta, dead });
     }
     Ok(found)

@@ -143,15 +143,19 @@ pub fn created(meta: &Metadata) -> SystemTime {
     })
 }
 
+/// A collection's members as a listing may show them, and which of them have dead
+/// properties (their sidecar is in the same directory, read in the same pass).
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub members: Vec<(String, Metadata)>,
+    pub with_props: std::collections::HashSet<String>,
+}
+
 /// The members a listing may show: not servery's own files, not dot-files unless those
 /// are served, UTF-8, and only files and directories.
-pub fn members(
-    root: &Dir,
-    dir: &DavPath,
-    show_hidden: bool,
-) -> io::Result<Vec<(String, Metadata)>> {
+pub fn members(root: &Dir, dir: &DavPath, show_hidden: bool) -> io::Result<Listing> {
     let rel = dir.rel();
-    let mut out = Vec::new();
+    let mut out = Listing::default();
     let entries = if dir.is_root() {
         root.entries()?
     } else {
@@ -162,6 +166,10 @@ pub fn members(
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
+        if let Some(member) = name.strip_prefix(super::props::SIDECAR_PREFIX) {
+            out.with_props.insert(member.to_owned());
+            continue;
+        }
         if is_private(&name) || (!show_hidden && is_hidden(&name)) || name.contains('\\') {
             continue;
         }
@@ -169,10 +177,10 @@ pub fn members(
             continue;
         };
         if meta.is_dir() || meta.is_file() {
-            out.push((name, meta));
+            out.members.push((name, meta));
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.members.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
@@ -204,5 +212,21 @@ mod tests {
         assert!(covers("/a", "/a"));
         assert!(!covers("/a", "/ab"));
         assert!(!covers("/a/b", "/a"));
+    }
+
+    #[test]
+    fn a_listing_says_which_members_have_properties_without_showing_the_sidecars() {
+        let tmp = std::env::temp_dir().join(format!("servery-listing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(tmp.join("d")).expect("mkdir");
+        for name in ["a", "b", ".servery-props.a", ".servery-tmp-1-x", ".hidden"] {
+            std::fs::write(tmp.join("d").join(name), b"x").expect("write");
+        }
+        let root = Dir::open_ambient_dir(&tmp, cap_std::ambient_authority()).expect("root");
+        let listing = members(&root, &p("/d"), false).expect("list");
+        let names: Vec<&str> = listing.members.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(listing.with_props.contains("a") && !listing.with_props.contains("b"));
+        let _ = std::fs::remove_dir_all(&tmp);
     }
 }
