@@ -180,6 +180,20 @@ impl WriteFlow {
         self.actions.pop_front()
     }
 
+    /// The broker's grant of what the flow asked for last, as the event it means: the
+    /// reservation while reserving, the lease otherwise. Drivers need not remember which.
+    pub fn granted(&self, id: LeaseId) -> WriteEvent {
+        match self.stage {
+            Stage::Reserving => WriteEvent::Reserved(id),
+            _ => WriteEvent::Leased(id),
+        }
+    }
+
+    /// The target lease the flow holds, if any.
+    pub fn lease(&self) -> Option<LeaseId> {
+        self.lease
+    }
+
     /// Whether the write is over (its `Finish` has been queued).
     pub fn is_done(&self) -> bool {
         self.stage == Stage::Done

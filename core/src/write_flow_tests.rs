@@ -72,6 +72,19 @@ fn the_five_steps_in_order() {
 }
 
 #[test]
+fn a_grant_means_what_was_asked_for() {
+    let mut flow = WriteFlow::new(opts(Some(9), true, false));
+    assert_eq!(flow.next_action(), Some(WriteAction::Reserve { bytes: 9 }));
+    assert_eq!(flow.granted(LeaseId(1)), WriteEvent::Reserved(LeaseId(1)));
+    flow.handle(WriteEvent::Reserved(LeaseId(1)));
+    assert_eq!(flow.next_action(), Some(WriteAction::Lease));
+    assert_eq!(flow.granted(LeaseId(2)), WriteEvent::Leased(LeaseId(2)));
+    assert_eq!(flow.lease(), None);
+    flow.handle(WriteEvent::Leased(LeaseId(2)));
+    assert_eq!(flow.lease(), Some(LeaseId(2)));
+}
+
+#[test]
 fn what_is_at_the_target_decides() {
     let with = |existing, overwrite, create_only| {
         run(opts(None, overwrite, create_only), |a| match a {

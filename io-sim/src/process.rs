@@ -15,7 +15,7 @@ use servery_core::worker::WorkerLifecycle;
 use servery_core::write_flow::{
     Existing, WriteAction, WriteEvent, WriteFailure, WriteFlow, WriteOptions,
 };
-use servery_core::{Instant, LeaseId, ValidConfig, WorkerId};
+use servery_core::{Instant, ValidConfig, WorkerId};
 
 use crate::labels;
 use crate::outcome::{UploadEnd, UploadRecord};
@@ -31,20 +31,10 @@ pub(crate) struct Upload {
     writer: u64,
     arrived_ms: u64,
     flow: WriteFlow,
-    /// The lease the flow holds (the oracle's view of who may publish), and whether a
-    /// broker answer is awaited for a reservation or a lease.
-    lease: Option<LeaseId>,
-    asked: Option<Asked>,
     temp: Option<u64>,
     chunks_left: u64,
     /// A WebDAV PUT's write: its record in the DAV log.
     dav: Option<usize>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Asked {
-    Reservation,
-    Lease,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -579,8 +569,6 @@ impl SimWorld {
                     overwrite: true,
                     create_only: false,
                 }),
-                lease: None,
-                asked: None,
                 temp: None,
                 chunks_left: 0,
                 dav,
@@ -710,17 +698,11 @@ impl SimWorld {
         else {
             return;
         };
-        let event = match (u.asked.take(), reply) {
-            (_, None) => WriteEvent::NoAnswer,
-            (Some(Asked::Reservation), Some(BrokerReply::Granted { id, .. })) => {
-                WriteEvent::Reserved(id)
-            }
-            (Some(Asked::Lease), Some(BrokerReply::Granted { id, .. })) => {
-                u.lease = Some(id);
-                WriteEvent::Leased(id)
-            }
-            (_, Some(BrokerReply::Rejected(r))) => WriteEvent::Refused(r),
-            (_, Some(_)) => WriteEvent::Refused(Rejection::Saturated),
+        let event = match reply {
+            None => WriteEvent::NoAnswer,
+            Some(BrokerReply::Granted { id, .. }) => u.flow.granted(id),
+            Some(BrokerReply::Rejected(r)) => WriteEvent::Refused(r),
+            Some(_) => WriteEvent::Refused(Rejection::Saturated),
         };
         u.flow.handle(event);
         self.drive_upload(worker, conn);
@@ -742,7 +724,6 @@ impl SimWorld {
             };
             let event = match action {
                 WriteAction::Reserve { bytes } => {
-                    u.asked = Some(Asked::Reservation);
                     match p
                         .client
                         .request(now, BrokerRequest::ReserveUpload { bytes })
@@ -756,7 +737,6 @@ impl SimWorld {
                     }
                 }
                 WriteAction::Lease => {
-                    u.asked = Some(Asked::Lease);
                     let target = u.target;
                     match p
                         .client
@@ -799,7 +779,7 @@ impl SimWorld {
                     return;
                 }
                 // The simulated lease has no renewal to make: it is the one granted.
-                WriteAction::ConfirmLease => match u.lease {
+                WriteAction::ConfirmLease => match u.flow.lease() {
                     Some(id) => WriteEvent::Leased(id),
                     None => WriteEvent::Refused(Rejection::NotFound),
                 },
@@ -845,7 +825,6 @@ impl SimWorld {
                     {
                         self.holders.remove(&target);
                     }
-                    u.lease = None;
                     p.client.release(now, BrokerRequest::ReleaseLease { id });
                     continue;
                 }
