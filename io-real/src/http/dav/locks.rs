@@ -284,15 +284,7 @@ pub fn active(lock: &DavLockInfo) -> ActiveLock {
 
 /// The href of a lock-table key (`/a/b c` → `/a/b%20c`).
 pub fn key_href(key: &str) -> String {
-    let mut href = String::new();
-    for segment in key.split('/').filter(|s| !s.is_empty()) {
-        href.push('/');
-        href.push_str(&super::super::path::encode_segment(segment));
-    }
-    if href.is_empty() {
-        href.push('/');
-    }
-    href
+    DavPath::from_key(key).href(false)
 }
 
 #[cfg(test)]

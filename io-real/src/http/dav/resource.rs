@@ -25,6 +25,17 @@ impl DavPath {
         }
     }
 
+    /// The path a lock-table key names (`/a/b`, the root `/`).
+    pub fn from_key(key: &str) -> Self {
+        DavPath {
+            segments: key
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+
     pub fn segments(&self) -> &[String] {
         &self.segments
     }
@@ -195,6 +206,8 @@ mod tests {
     #[test]
     fn keys_and_hrefs() {
         assert_eq!(p("/").resource(), "/");
+        assert_eq!(DavPath::from_key("/a/b c"), p("/a/b%20c"));
+        assert_eq!(DavPath::from_key("/"), p("/"));
         assert_eq!(p("/a/b%20c/").resource(), "/a/b c");
         assert_eq!(p("/a/b%20c").href(true), "/a/b%20c/");
         assert_eq!(p("/a/b%20c").href(false), "/a/b%20c");
