@@ -14,6 +14,7 @@ pub mod driver;
 pub mod ids;
 pub mod parent;
 pub mod proto;
+pub mod request_stats;
 pub mod rng;
 pub mod singletons;
 pub mod supervisor;

@@ -541,6 +541,7 @@ mod tests {
                 message: WorkerMessage::Heartbeat {
                     requests: 0,
                     connections: 0,
+                    stats: Default::default(),
                 },
             },
         );

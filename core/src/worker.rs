@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 
 use crate::ids::{Generation, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
+use crate::request_stats::RequestStats;
 use crate::time::{Instant, earliest};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,8 @@ pub struct WorkerLifecycle {
     channel_open: bool,
     in_flight: u32,
     requests: u64,
+    /// The request counters the next heartbeat carries, as the driver last gave them.
+    stats: RequestStats,
     actions: VecDeque<WorkerAction>,
 }
 
@@ -77,6 +80,7 @@ impl WorkerLifecycle {
             channel_open: true,
             in_flight: 0,
             requests: 0,
+            stats: RequestStats::default(),
             actions: VecDeque::new(),
         }
     }
@@ -169,6 +173,21 @@ impl WorkerLifecycle {
 
     pub fn request_served(&mut self) {
         self.requests += 1;
+    }
+
+    /// The worker's request counters since it started, for the heartbeats from now on.
+    pub fn set_stats(&mut self, stats: RequestStats) {
+        self.stats = stats;
+    }
+
+    /// A heartbeat with what the worker knows now, for a driver that sends one last
+    /// beat as it exits, so the parent counts the requests served since the last one.
+    pub fn final_heartbeat(&self) -> WorkerMessage {
+        WorkerMessage::Heartbeat {
+            requests: self.requests,
+            connections: self.in_flight,
+            stats: Box::new(self.stats.clone()),
+        }
     }
 
     /// The parent is gone (EOF on the control channel): drain on our own clock.
@@ -272,6 +291,7 @@ impl WorkerLifecycle {
             self.send(WorkerMessage::Heartbeat {
                 requests: self.requests,
                 connections,
+                stats: Box::new(self.stats.clone()),
             });
             self.next_beat = Some(now + self.heartbeat_interval);
         }

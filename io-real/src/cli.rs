@@ -153,6 +153,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub access_log: crate::access_log::args::AccessLogArgs,
+
+    #[command(flatten)]
+    pub ops: crate::parent::ops_args::OpsArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of

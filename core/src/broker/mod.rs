@@ -73,6 +73,10 @@ pub struct BrokerStats {
     pub saturated: u64,
     pub expired: u64,
     pub revoked: u64,
+    /// Every rejection, by [`Rejection::ALL`] index.
+    pub rejected: [u64; Rejection::ALL.len()],
+    /// Upload reservations granted (one per upload admitted).
+    pub uploads_reserved: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -221,6 +225,11 @@ impl Broker {
             BrokerReply::Rejected(Rejection::Saturated) => self.stats.saturated += 1,
             _ => {}
         }
+        if let BrokerReply::Rejected(rejection) = &reply
+            && let Some(i) = Rejection::ALL.iter().position(|r| r == rejection)
+        {
+            self.stats.rejected[i] += 1;
+        }
         self.replies.push_back((owner.worker, id, reply));
     }
 
@@ -241,7 +250,13 @@ impl Broker {
     /// (a blocked log append is answered later, when the queue has room).
     pub fn handle_request(&mut self, now: Instant, owner: Owner, id: u64, request: BrokerRequest) {
         let reply = match request {
-            BrokerRequest::ReserveUpload { bytes } => self.reserve_upload(now, owner, bytes),
+            BrokerRequest::ReserveUpload { bytes } => {
+                let reply = self.reserve_upload(now, owner, bytes);
+                if matches!(reply, BrokerReply::Granted { .. }) {
+                    self.stats.uploads_reserved += 1;
+                }
+                reply
+            }
             BrokerRequest::ReleaseReservation { id } => self.release_reservation(owner, id),
             BrokerRequest::AcquireLease { key } => self.acquire_lease(now, owner, key),
             BrokerRequest::RenewLease { id } => self.renew(now, owner, id),

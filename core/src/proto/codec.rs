@@ -364,10 +364,12 @@ fn put_worker(w: &mut Writer<'_>, msg: &WorkerMessage) {
         WorkerMessage::Heartbeat {
             requests,
             connections,
+            stats,
         } => {
             w.u8(HEARTBEAT);
             w.u64(*requests);
             w.u32(*connections);
+            crate::proto::stats_wire::put_stats(w, stats);
         }
         WorkerMessage::Broker { id, request } => put_broker_request(w, *id, request),
     }

@@ -47,12 +47,18 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
         Just(WorkerMessage::Prepared),
         Just(WorkerMessage::Ready),
         ".{0,30}".prop_map(|error| WorkerMessage::StartupFailed { error }),
-        (any::<u64>(), any::<u32>()).prop_map(|(requests, connections)| {
-            WorkerMessage::Heartbeat {
-                requests,
-                connections,
-            }
-        }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            crate::proto::stats_wire_tests::stats()
+        )
+            .prop_map(|(requests, connections, stats)| {
+                WorkerMessage::Heartbeat {
+                    requests,
+                    connections,
+                    stats: Box::new(stats),
+                }
+            }),
         (any::<u64>(), request()).prop_map(|(id, request)| WorkerMessage::Broker { id, request }),
     ]
 }
@@ -144,6 +150,7 @@ fn long_streams_compact_without_losing_a_frame() {
     let beat = |n| WorkerMessage::Heartbeat {
         requests: n,
         connections: 1,
+        stats: Default::default(),
     };
     let mut bytes = Vec::new();
     for n in 0..6000 {

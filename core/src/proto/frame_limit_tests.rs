@@ -406,6 +406,7 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
             WorkerMessage::Heartbeat {
                 requests,
                 connections,
+                stats: Default::default(),
             }
         }),
         (any::<u64>(), request()).prop_map(|(id, request)| WorkerMessage::Broker { id, request }),

@@ -1,6 +1,7 @@
 //! What the parent and a worker say to each other.
 
 use crate::ids::{Generation, LeaseId, WorkerId};
+pub use crate::request_stats::RequestStats;
 
 /// Parent → worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,8 +30,13 @@ pub enum WorkerMessage {
     StartupFailed { error: String },
     /// Accepting after COMMIT.
     Ready,
-    /// Sent from the serving runtime, so a wedged runtime stops beating.
-    Heartbeat { requests: u64, connections: u32 },
+    /// Sent from the serving runtime, so a wedged runtime stops beating. `stats` are the
+    /// worker's request counters since it started (boxed: most messages are small).
+    Heartbeat {
+        requests: u64,
+        connections: u32,
+        stats: Box<RequestStats>,
+    },
     /// A request to the parent-owned state broker.
     Broker { id: u64, request: BrokerRequest },
 }
@@ -131,6 +137,29 @@ pub enum Rejection {
     NotOwner,
     /// The worker has been revoked (its channel closed or it was reaped).
     Revoked,
+}
+
+impl Rejection {
+    pub const ALL: [Rejection; 6] = [
+        Rejection::Busy,
+        Rejection::Saturated,
+        Rejection::TooLarge,
+        Rejection::NotFound,
+        Rejection::NotOwner,
+        Rejection::Revoked,
+    ];
+
+    /// The name metrics and logs give it.
+    pub fn code(self) -> &'static str {
+        match self {
+            Rejection::Busy => "busy",
+            Rejection::Saturated => "saturated",
+            Rejection::TooLarge => "too_large",
+            Rejection::NotFound => "not_found",
+            Rejection::NotOwner => "not_owner",
+            Rejection::Revoked => "revoked",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,9 @@
 
 mod codec;
 mod messages;
+mod stats_wire;
+#[cfg(test)]
+mod stats_wire_tests;
 mod wire;
 
 pub use codec::{
@@ -17,9 +20,10 @@ pub use codec::{
     encode_parent_within, encode_worker, encode_worker_within,
 };
 pub use messages::{
-    BrokerReply, BrokerRequest, DavDepth, DavLockInfo, ParentMessage, Rejection, TargetKey,
-    WorkerMessage,
+    BrokerReply, BrokerRequest, DavDepth, DavLockInfo, ParentMessage, Rejection, RequestStats,
+    TargetKey, WorkerMessage,
 };
+pub use stats_wire::MAX_STATS_LEN;
 
 /// Errors of the protocol layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -123,9 +123,13 @@ impl Supervisor {
                 }
                 self.fault(now, id, ExitReason::StartupFailure, error);
             }
-            WorkerMessage::Heartbeat { requests, .. } => {
+            WorkerMessage::Heartbeat {
+                requests, stats, ..
+            } => {
                 w.last_beat = now;
                 w.requests = w.requests.max(requests);
+                // Totals since the worker started: the latest replaces the one before.
+                w.stats = stats;
                 if w.state == WorkerState::Ready
                     && w.role == Role::Member
                     && w.recycle_due.is_none()

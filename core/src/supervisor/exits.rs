@@ -134,11 +134,13 @@ impl Supervisor {
             return;
         };
         w.state = WorkerState::Exited;
+        self.tally.retired_requests.add(&w.stats);
         let reason = w.ending.unwrap_or(if w.before_ready() {
             ExitReason::StartupFailure
         } else {
             ExitReason::UnexpectedExit
         });
+        self.tally.exits[tally::reason_index(reason)] += 1;
         if self.recent_exits.len() == RECENT_EXITS {
             self.recent_exits.pop_front();
         }
@@ -212,7 +214,6 @@ impl Supervisor {
             self.window.decide(now, &policy, &mut slot.history, stable)
         };
         self.slots[slot_index].member = None;
-        let _ = reason;
         // A recycle of this slot loses its old worker: the replacement, if any, takes
         // the slot directly.
         if let Some(rec) = self.recycle.take_if(|r| r.old == w.id)
@@ -235,6 +236,7 @@ impl Supervisor {
                 self.fail(now, reason, format!("{described}; {why}"));
             }
             RestartDecision::Replace { after } => {
+                self.tally.restarts[tally::reason_index(reason)] += 1;
                 if self.slots[slot_index].member.is_none() {
                     self.slots[slot_index].respawn_at = Some(now + after);
                 }

@@ -14,6 +14,7 @@ mod restart;
 mod rollout;
 mod status;
 mod stop;
+mod tally;
 mod timers;
 mod types;
 mod watch;
@@ -23,6 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 pub use restart::{RestartDecision, RestartWindow, SlotHistory, backoff};
 pub use status::{ExitRecord, FailureRecord, Status, WorkerStatus};
+pub use tally::Tally;
 
 /// How many reaped workers the status remembers.
 pub const RECENT_EXITS: usize = 16;
@@ -93,6 +95,7 @@ pub struct Supervisor {
     exit_sent: bool,
     /// Time the parent noticed it did not run, summed (decision 0017).
     not_running: core::time::Duration,
+    tally: Tally,
     actions: VecDeque<Action>,
 }
 
@@ -119,6 +122,7 @@ impl Supervisor {
             stopping: None,
             exit_sent: false,
             not_running: core::time::Duration::ZERO,
+            tally: Tally::default(),
             actions: VecDeque::new(),
         }
     }

@@ -63,6 +63,10 @@ impl Supervisor {
         let candidates = (0..config.workers())
             .map(|i| self.spawn_with(now, Slot(i), generation, Role::Candidate, &config))
             .collect();
+        if let Some(reload) = reload {
+            self.actions
+                .push_back(Action::ReloadStarted { reload, generation });
+        }
         self.rollout = Some(Rollout {
             generation,
             config,
@@ -105,6 +109,7 @@ impl Supervisor {
             self.state = ServiceState::Ready;
         } else {
             self.last_reload_error = None;
+            self.tally.reloads_committed += 1;
         }
         self.actions.push_back(Action::GenerationCommitted {
             generation: rollout.generation,
@@ -133,6 +138,7 @@ impl Supervisor {
 
     pub(super) fn reject_reload(&mut self, reload: ReloadId, message: String) {
         self.last_reload_error = Some(message.clone());
+        self.tally.reloads_rejected += 1;
         self.actions
             .push_back(Action::ReloadRejected { reload, message });
     }

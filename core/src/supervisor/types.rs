@@ -333,6 +333,13 @@ pub enum Action {
         generation: Generation,
         reload: Option<ReloadId>,
     },
+    /// A reload's candidate generation is being brought up (the committed one serves on
+    /// until it commits or is rejected). An announcement only: the driver tells a
+    /// service manager, say, that the service is reloading.
+    ReloadStarted {
+        reload: ReloadId,
+        generation: Generation,
+    },
     /// The service entered `failed`.
     ServiceFailed {
         reason: FailureReason,

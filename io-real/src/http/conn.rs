@@ -163,6 +163,10 @@ async fn serve<IO>(
             req.extensions_mut().insert(transport);
         }
         let logged = site.recorder().map(|_| Logged::of(&req, &activity_in));
+        let metered = site.meter().map(|_| {
+            let method = servery_core::request_stats::method_index(req.method().as_str());
+            (method, std::time::Instant::now())
+        });
         async move {
             let version = req.version();
             let client_closes = last.is_some() && asks_to_close(&req);
@@ -172,6 +176,11 @@ async fn serve<IO>(
             };
             if let (Some(logged), Some(recorder)) = (logged, site.recorder()) {
                 logged.record(recorder, &response).await;
+            }
+            if let (Some((method, started)), Some(meter)) = (metered, site.meter()) {
+                let bytes = hyper::body::Body::size_hint(response.body()).exact();
+                let status = response.status().as_u16();
+                meter.record(method, status, bytes.unwrap_or(0), started.elapsed());
             }
             mark_if_draining(&mut response, version, is_draining(&draining));
             if let Some(last) = last

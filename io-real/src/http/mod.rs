@@ -24,6 +24,7 @@ mod file_cache;
 pub mod listing;
 mod lookup;
 mod lru;
+pub mod meter;
 pub mod mime;
 pub mod path;
 mod plain_stream;

@@ -105,6 +105,8 @@ pub struct SiteConfig {
     pub dav: Option<DavConfig>,
     /// Record one access-log line per request (`--access-log`).
     pub access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
+    /// Count every answered request for the parent's metrics.
+    pub meter: Option<Arc<super::meter::RequestMeter>>,
     /// The deadline of every connection state (see [`super::watchdog`]).
     pub deadlines: Deadlines,
 }
@@ -128,6 +130,7 @@ impl Default for SiteConfig {
             uploads: None,
             dav: None,
             access_log: None,
+            meter: None,
             deadlines: Deadlines::default(),
         }
     }
@@ -155,6 +158,7 @@ pub struct Site {
     uploads: Option<Uploads>,
     dav: Option<Dav>,
     access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
+    meter: Option<Arc<super::meter::RequestMeter>>,
     deadlines: Deadlines,
 }
 
@@ -201,6 +205,7 @@ impl Site {
             uploads,
             dav,
             access_log: config.access_log,
+            meter: config.meter,
             deadlines: config.deadlines,
         })
     }
@@ -208,6 +213,11 @@ impl Site {
     /// Where this site's requests are logged, when they are.
     pub fn recorder(&self) -> Option<&Arc<crate::access_log::recorder::Recorder>> {
         self.access_log.as_ref()
+    }
+
+    /// Where this site's requests are counted, when they are.
+    pub fn meter(&self) -> Option<&Arc<super::meter::RequestMeter>> {
+        self.meter.as_ref()
     }
 
     /// The connection deadlines this site's connections are served under.

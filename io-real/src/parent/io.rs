@@ -47,6 +47,8 @@ pub enum Inbound {
     LogWritten,
     /// SIGUSR1 or `ctl reopen-logs`: reopen the access log.
     ReopenLogs,
+    /// The admin listener wants the core's counters (built in `observe`, like a status).
+    Metrics(oneshot::Sender<Box<super::metrics::Snapshot>>),
 }
 
 /// The host runtime's way into the driver: the channel, and a ring of the waker the
@@ -141,6 +143,7 @@ pub struct RealIo {
     log_busy: bool,
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
+    metrics_waiters: Vec<oneshot::Sender<Box<super::metrics::Snapshot>>>,
     /// Who waits for each reload's answer, by the id the core names it with.
     reloads: HashMap<ReloadId, ReloadReply>,
     next_reload: u64,
@@ -189,6 +192,7 @@ impl RealIo {
             log_busy: false,
             info: p.info,
             status_waiters: Vec::new(),
+            metrics_waiters: Vec::new(),
             reloads: HashMap::new(),
             next_reload: 0,
             announced_ready: false,
@@ -456,6 +460,10 @@ impl RealIo {
                 self.status_waiters.push(reply);
                 None
             }
+            Inbound::Metrics(reply) => {
+                self.metrics_waiters.push(reply);
+                None
+            }
             Inbound::Reload(raw, reply) => {
                 let event = self.reload(raw, reply);
                 Some(Wakeup::Event(now, event))
@@ -598,6 +606,9 @@ impl ParentIo for RealIo {
                     let _ = reply.send(Err(message));
                 }
             }
+            Action::ReloadStarted { reload, generation } => {
+                tracing::info!(reload = reload.0, %generation, "reload started");
+            }
             Action::RecyclingSuspended { message } => {
                 tracing::warn!(%message, "recycling suspended");
             }
@@ -642,6 +653,12 @@ impl ParentIo for RealIo {
             let status = status_json(parent, now, &self.info);
             for waiter in self.status_waiters.drain(..) {
                 let _ = waiter.send(status.clone());
+            }
+        }
+        if !self.metrics_waiters.is_empty() {
+            let snapshot = Box::new(super::metrics::Snapshot::of(parent, &self.info));
+            for waiter in self.metrics_waiters.drain(..) {
+                let _ = waiter.send(snapshot.clone());
             }
         }
     }

@@ -29,6 +29,12 @@ pub enum BindError {
     },
     #[error("no address to listen on")]
     NoAddress,
+    #[error("cannot listen on {addr} (--admin): {source}")]
+    Admin {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Bind every address on one port. With `port` given (0 = ephemeral, chosen on the first

@@ -1,12 +1,15 @@
 //! The supervisor parent: validates the configuration, binds every listener, starts the
 //! host runtime and runs the core's shared driver loop over [`io::RealIo`].
 
+mod admin;
 mod cleanup;
 mod control;
 mod dav_journal;
 mod host;
 mod io;
 mod listeners;
+mod metrics;
+pub mod ops_args;
 mod site;
 mod spawn;
 mod status;
@@ -195,6 +198,10 @@ fn serve(
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let listeners = listeners::bind_all(&args.bind, args.port)?;
+    let admin_listener = match args.ops.admin {
+        Some(addr) => Some(admin::bind(addr).map_err(|source| BindError::Admin { addr, source })?),
+        None => None,
+    };
     let addrs: Vec<_> = listeners
         .iter()
         .filter_map(|l| l.local_addr().ok())
@@ -224,6 +231,14 @@ fn serve(
             reparse,
         },
     ));
+
+    if let Some(listener) = admin_listener {
+        if let Ok(addr) = listener.local_addr() {
+            say!("servery: admin (livez, readyz, metrics) on http://{addr}/");
+        }
+        host.handle()
+            .spawn(admin::serve(listener, events_tx.clone()));
+    }
 
     let urls: Vec<String> = addrs
         .iter()

@@ -87,6 +87,7 @@ pub(super) async fn run(
         .clone()
         .map(|recorder| tokio::spawn(async move { recorder.run(std::future::pending()).await }));
     let (closed_tx, closed_rx) = unbounded_channel();
+    let meter = Arc::new(crate::http::meter::RequestMeter::default());
     let mut worker = Worker {
         id: args.worker_id,
         clock: Clock::start(),
@@ -110,6 +111,7 @@ pub(super) async fn run(
                 .upload
                 .config(args.worker_id, &broker, args.deadlines.body),
             access_log: recorder.clone(),
+            meter: Some(Arc::clone(&meter)),
             dav: args.site.dav.then(|| crate::http::dav::DavConfig {
                 broker: broker.clone(),
                 max_propfind_entries: usize::try_from(
@@ -132,6 +134,7 @@ pub(super) async fn run(
         admission: Admission::default(),
         drain: watch::channel(false).0,
         requests: Arc::new(AtomicU64::new(0)),
+        meter,
         closed_tx,
         closed_rx,
         out,
@@ -217,6 +220,8 @@ struct Worker {
     admission: Admission,
     drain: watch::Sender<bool>,
     requests: Arc<AtomicU64>,
+    /// The request counters the heartbeats carry.
+    meter: Arc<crate::http::meter::RequestMeter>,
     closed_tx: UnboundedSender<usize>,
     closed_rx: UnboundedReceiver<usize>,
     out: Arc<ControlWriter>,
@@ -248,6 +253,7 @@ impl Worker {
                         return std::future::pending().await;
                     }
                     tracing::info!(worker = self.id, code, "exiting");
+                    self.last_heartbeat();
                     return code;
                 }
                 if !std::mem::take(&mut self.prepare_due) {
@@ -293,6 +299,7 @@ impl Worker {
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
                     self.sync_requests();
+                    self.life.set_stats(self.meter.snapshot());
                     let in_flight = self.life.in_flight();
                     self.life.handle_timeout(self.clock.now(), in_flight);
                 }
@@ -473,6 +480,18 @@ impl Worker {
                 });
             }
         }
+    }
+
+    /// One more heartbeat as the worker exits, with every request it answered since the
+    /// last: the parent's totals then lose none of a recycled worker's requests.
+    fn last_heartbeat(&mut self) {
+        if !self.control_open {
+            return;
+        }
+        self.sync_requests();
+        self.life.set_stats(self.meter.snapshot());
+        let beat = self.life.final_heartbeat();
+        self.send_message(&beat);
     }
 
     /// Bring the lifecycle's request count up to what the connections served, and apply

@@ -89,6 +89,11 @@ impl ParentIo for SimWorld {
     }
 
     fn perform(&mut self, now: Instant, action: ParentAction) {
+        if let ParentAction::Supervisor(Action::ReloadStarted { .. }) = action {
+            // An announcement for a service manager, and nothing else happens: it is
+            // left out of the trace, whose hashes pin what the machines do.
+            return;
+        }
         let (code, arg) = action_code(&action);
         self.trace.record(&[now.as_nanos(), 200 + code, arg], || {
             format!("{now} parent: {action:?}")
@@ -246,6 +251,7 @@ impl ParentIo for SimWorld {
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
             }
+            Action::ReloadStarted { .. } => {}
             Action::RecyclingSuspended { .. } => {
                 self.spawn_failure_given_up(false);
                 self.out.recycling_suspended = true;
@@ -396,6 +402,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         Action::ServiceFailed { .. } => (9, 0),
         Action::ReloadRejected { .. } => (10, 0),
         Action::RecyclingSuspended { .. } => (11, 0),
+        Action::ReloadStarted { generation, .. } => (14, generation.0),
         Action::Exit { code } => (12, *code as u64),
     }
 }

@@ -60,6 +60,7 @@ fn posix_hang_is_terminated_then_killed_windows_is_killed_at_once() {
             WorkerMessage::Heartbeat {
                 requests: 1,
                 connections: 0,
+                stats: Default::default(),
             },
         );
         let acts = h.advance(Duration::from_secs(2));
@@ -235,6 +236,7 @@ fn request_limits_respect_the_jitter_band() {
                 WorkerMessage::Heartbeat {
                     requests: n,
                     connections: 0,
+                    stats: Default::default(),
                 },
             );
             if spawns(&acts) > 0 {

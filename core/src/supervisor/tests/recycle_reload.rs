@@ -14,6 +14,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 9,
             connections: 0,
+            stats: Default::default(),
         },
     );
     assert_eq!(spawns(&acts), 0);
@@ -22,6 +23,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 10,
             connections: 0,
+            stats: Default::default(),
         },
     );
     assert_eq!(spawns(&acts), 1);
@@ -32,6 +34,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 50,
             connections: 0,
+            stats: Default::default(),
         },
     );
     assert_eq!(spawns(&acts), 0);
@@ -84,6 +87,7 @@ fn failed_recycle_replacements_suspend_recycling_and_keep_the_old_worker() {
         WorkerMessage::Heartbeat {
             requests: 5,
             connections: 0,
+            stats: Default::default(),
         },
     );
     let rep = WorkerId(2);
@@ -341,6 +345,7 @@ fn no_recycle_starts_while_a_reload_rolls_out() {
         WorkerMessage::Heartbeat {
             requests: 50,
             connections: 0,
+            stats: Default::default(),
         },
     );
     assert_eq!(spawns(&acts), 0, "no recycle during a rollout");
@@ -365,6 +370,7 @@ fn serving_workers_count_the_recycle_overlap() {
         WorkerMessage::Heartbeat {
             requests: 10,
             connections: 0,
+            stats: Default::default(),
         },
     );
     assert_eq!(h.sup.serving_workers(), 3, "N + 1 during a recycle");

@@ -1,0 +1,94 @@
+//! A heartbeat's request counters on the wire: only the counters that are not zero, each
+//! with its index, in ascending order. A worker that served a few kinds of request sends a
+//! few dozen bytes, and the largest encoding (every counter set) is under 1 KiB, so a
+//! heartbeat always fits a frame. The decoder accepts exactly what the encoder writes:
+//! an index out of range, out of order or repeated is a malformed frame.
+
+use super::ProtoError;
+use super::wire::{Reader, Writer};
+use crate::request_stats::{DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES};
+
+/// How many request cells there are (method × status class).
+const CELLS: usize = METHODS.len() * STATUS_CLASSES.len();
+
+/// The most bytes [`put_stats`] writes.
+pub const MAX_STATS_LEN: usize = 1 + CELLS * 10 + 8 + 1 + DURATION_BUCKETS * 9 + 8;
+
+pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
+    let cells = s.requests.iter().flatten().filter(|n| **n > 0).count();
+    w.u8(u8::try_from(cells).unwrap_or(u8::MAX));
+    for (m, row) in s.requests.iter().enumerate() {
+        for (c, &n) in row.iter().enumerate() {
+            if n > 0 {
+                // Both indices are below 16 by the tables' sizes.
+                w.u8(m as u8);
+                w.u8(c as u8);
+                w.u64(n);
+            }
+        }
+    }
+    w.u64(s.bytes_sent);
+    let buckets = s.duration_buckets.iter().filter(|n| **n > 0).count();
+    w.u8(u8::try_from(buckets).unwrap_or(u8::MAX));
+    for (b, &n) in s.duration_buckets.iter().enumerate() {
+        if n > 0 {
+            w.u8(b as u8);
+            w.u64(n);
+        }
+    }
+    w.u64(s.duration_sum_us);
+}
+
+pub(super) fn get_stats(r: &mut Reader<'_>) -> Result<RequestStats, ProtoError> {
+    let mut s = RequestStats::default();
+    let cells = usize::from(r.u8()?);
+    if cells > CELLS {
+        return Err(invalid("request cells", cells as u64));
+    }
+    let mut next = 0usize;
+    for _ in 0..cells {
+        let m = usize::from(r.u8()?);
+        let c = usize::from(r.u8()?);
+        if m >= METHODS.len() {
+            return Err(invalid("method index", m as u64));
+        }
+        if c >= STATUS_CLASSES.len() {
+            return Err(invalid("status class", c as u64));
+        }
+        let cell = m * STATUS_CLASSES.len() + c;
+        if cell < next {
+            return Err(invalid("request cell order", cell as u64));
+        }
+        next = cell + 1;
+        s.requests[m][c] = nonzero(r.u64()?)?;
+    }
+    s.bytes_sent = r.u64()?;
+    let buckets = usize::from(r.u8()?);
+    if buckets > DURATION_BUCKETS {
+        return Err(invalid("duration buckets", buckets as u64));
+    }
+    let mut next = 0usize;
+    for _ in 0..buckets {
+        let b = usize::from(r.u8()?);
+        if b >= DURATION_BUCKETS || b < next {
+            return Err(invalid("duration bucket", b as u64));
+        }
+        next = b + 1;
+        s.duration_buckets[b] = nonzero(r.u64()?)?;
+    }
+    s.duration_sum_us = r.u64()?;
+    Ok(s)
+}
+
+/// A listed counter is never zero (the encoder leaves those out).
+fn nonzero(n: u64) -> Result<u64, ProtoError> {
+    if n == 0 {
+        Err(invalid("listed counter", 0))
+    } else {
+        Ok(n)
+    }
+}
+
+fn invalid(field: &'static str, value: u64) -> ProtoError {
+    ProtoError::InvalidValue { field, value }
+}

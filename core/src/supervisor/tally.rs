@@ -1,0 +1,54 @@
+//! Counters the supervisor keeps for metrics: how workers ended, why slots were
+//! restarted, reloads, and the request counters of workers that are gone (their last
+//! heartbeat's totals), so the service's totals never go down when a worker is replaced.
+
+use super::*;
+use crate::request_stats::RequestStats;
+
+/// What the supervisor has counted since it started. Every counter only grows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Reaped workers, by [`ExitReason::ALL`] index.
+    pub exits: [u64; ExitReason::ALL.len()],
+    /// Slots whose member was lost and is replaced, by [`ExitReason::ALL`] index of the
+    /// reason it was lost for.
+    pub restarts: [u64; ExitReason::ALL.len()],
+    pub reloads_committed: u64,
+    pub reloads_rejected: u64,
+    /// The request counters of every reaped worker, summed.
+    pub retired_requests: RequestStats,
+}
+
+pub(super) fn reason_index(reason: ExitReason) -> usize {
+    ExitReason::ALL
+        .iter()
+        .position(|r| *r == reason)
+        .unwrap_or_default()
+}
+
+impl Supervisor {
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// The service's request counters: those of reaped workers and the latest of every
+    /// live one.
+    pub fn request_stats(&self) -> RequestStats {
+        let mut sum = self.tally.retired_requests.clone();
+        for w in self.workers.values() {
+            sum.add(&w.stats);
+        }
+        sum
+    }
+
+    /// Live workers by state.
+    pub fn workers_by_state(&self) -> [usize; WorkerState::ALL.len()] {
+        let mut by = [0; WorkerState::ALL.len()];
+        for w in self.workers.values() {
+            if let Some(i) = WorkerState::ALL.iter().position(|s| *s == w.state) {
+                by[i] += 1;
+            }
+        }
+        by
+    }
+}

@@ -1,0 +1,164 @@
+//! The admin listener (`--admin ADDR`): plain HTTP/1.1 served by the parent on its host
+//! runtime, apart from the file-serving listeners and their budgets.
+//!
+//! - `/livez`: 200 when the parent's driver loop answers a request within
+//!   [`LOOP_ANSWER_BOUND`] (the same way `ctl status` is answered), 503 otherwise;
+//! - `/readyz`: 200 only while the service is `ready`, 503 while starting, draining or
+//!   failed (and when the loop does not answer);
+//! - `/metrics`: the core's counters in the Prometheus text format ([`super::metrics`]).
+//!
+//! Anything else is refused: an unknown path 404, a method other than GET/HEAD 405, a
+//! request head over [`MAX_HEAD`] 431 (hyper's own answer). The listener takes at most
+//! [`MAX_CONNECTIONS`] connections at a time and gives each [`HEAD_TIMEOUT`] to send its
+//! request head, so a scraper gone wrong cannot hold the parent's runtime.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, oneshot};
+
+use super::io::{Inbound, InboundTx};
+use super::metrics::Snapshot;
+
+/// How long the driver loop may take to answer before `/livez` says it is not alive.
+pub const LOOP_ANSWER_BOUND: Duration = Duration::from_secs(2);
+
+/// Connections served at once; more wait in the kernel's backlog.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// The longest request head accepted (hyper's smallest read buffer): past it, 431.
+pub const MAX_HEAD: usize = 8 * 1024;
+
+/// How long a connection may take to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The content type of the text `prometheus-client` writes, served to clients that
+/// accept it (Prometheus does).
+const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The classic Prometheus text format, served to every other client.
+const CLASSIC_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Bind the admin address (before any worker exists, like every listener).
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Serve the admin listener until the host runtime stops. Must run on the host runtime.
+pub async fn serve(listener: std::net::TcpListener, events: InboundTx) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "the admin listener cannot be served");
+            return;
+        }
+    };
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::debug!(error = %e, "admin accept failed");
+                continue;
+            }
+        };
+        let events = events.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = service_fn(move |req| answer(req, events.clone()));
+            let served = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(MAX_HEAD)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    events: InboundTx,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path();
+    let openmetrics = req
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    if !matches!(path, "/livez" | "/readyz" | "/metrics") {
+        return Ok(text(
+            StatusCode::NOT_FOUND,
+            "not found: try /livez, /readyz or /metrics\n",
+        ));
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+        response
+            .headers_mut()
+            .insert(header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
+        return Ok(response);
+    }
+    let Some(snapshot) = ask_loop(&events).await else {
+        return Ok(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the parent's loop did not answer\n",
+        ));
+    };
+    Ok(match path {
+        "/livez" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if snapshot.ready() => text(StatusCode::OK, "ready\n"),
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("not ready: {}\n", snapshot.state.name()),
+        ),
+        _ => {
+            let body = snapshot.render();
+            let (body, kind) = if openmetrics {
+                (body, OPENMETRICS_TYPE)
+            } else {
+                (super::metrics::classic_text(&body), CLASSIC_TYPE)
+            };
+            let mut response = Response::new(Full::new(Bytes::from(body)));
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(kind));
+            response
+        }
+    })
+}
+
+/// The driver loop's copy of the core's counters, if it answers in time.
+async fn ask_loop(events: &InboundTx) -> Option<Box<Snapshot>> {
+    let (tx, rx) = oneshot::channel();
+    events.send(Inbound::Metrics(tx)).ok()?;
+    tokio::time::timeout(LOOP_ANSWER_BOUND, rx).await.ok()?.ok()
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

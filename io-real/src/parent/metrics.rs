@@ -1,0 +1,322 @@
+//! What `/metrics` shows: a [`Snapshot`] of the core's counters, copied on the driver
+//! thread when a scrape asks for it, and its rendering in the Prometheus text format
+//! (with `prometheus-client`), done on the host runtime so the driver only copies numbers.
+//!
+//! Every counter is the core's: the supervisor's [`Tally`] (exits, restarts, reloads, and
+//! the request counters of reaped workers), the live workers' latest heartbeat totals, and
+//! the broker's statistics. Nothing is counted here, so nothing is lost when a worker is
+//! replaced and nothing restarts from zero but the parent itself.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Registry, Unit};
+use servery_core::broker::BrokerStats;
+use servery_core::parent::Parent;
+use servery_core::proto::Rejection;
+use servery_core::request_stats::{DURATION_BOUNDS_US, METHODS, RequestStats, STATUS_CLASSES};
+use servery_core::supervisor::{ExitReason, ServiceState, Tally, WorkerState};
+
+use super::status::ServiceInfo;
+
+/// The access log's counters, when the log is on.
+#[derive(Debug, Clone, Default)]
+pub struct AccessLogCounts {
+    pub written: u64,
+    pub dropped: u64,
+    pub lost_with_workers: u64,
+}
+
+/// Everything `/metrics`, `/readyz` and `/livez` need, copied from the core.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub state: ServiceState,
+    pub generation: u64,
+    pub workers_by_state: [usize; WorkerState::ALL.len()],
+    pub tally: Tally,
+    pub requests: RequestStats,
+    pub broker: BrokerStats,
+    /// Broker table sizes, by name.
+    pub tables: [(&'static str, u64); 6],
+    pub access_log: Option<AccessLogCounts>,
+}
+
+impl Snapshot {
+    pub fn of(parent: &Parent, info: &ServiceInfo) -> Snapshot {
+        let sup = parent.supervisor();
+        let broker = parent.broker();
+        let log = broker.log();
+        Snapshot {
+            state: sup.state(),
+            generation: sup.generation().0,
+            workers_by_state: sup.workers_by_state(),
+            tally: sup.tally().clone(),
+            requests: sup.request_stats(),
+            broker: broker.stats(),
+            tables: [
+                ("leases", broker.leases().count() as u64),
+                ("upload_reservations", broker.reservation_count() as u64),
+                ("reserved_bytes", broker.reserved_bytes()),
+                ("partial_uploads", broker.partial_count() as u64),
+                ("dav_locks", broker.dav().len() as u64),
+                ("log_queue", log.len() as u64),
+            ],
+            access_log: info.access_log.as_ref().map(|w| AccessLogCounts {
+                written: w.lines_written.load(Relaxed),
+                dropped: log.dropped(),
+                lost_with_workers: log.discarded(),
+            }),
+        }
+    }
+
+    /// Whether `/readyz` says yes: the committed generation serves, and the service is
+    /// neither starting nor stopping nor failed.
+    pub fn ready(&self) -> bool {
+        self.state == ServiceState::Ready
+    }
+
+    /// The counters in the OpenMetrics text format, which `prometheus-client` writes and
+    /// Prometheus asks for first.
+    pub fn render(&self) -> String {
+        let mut registry = Registry::with_prefix("servery");
+        self.register(&mut registry);
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+
+    fn register(&self, r: &mut Registry) {
+        let state = labelled_gauge();
+        for s in ServiceState::ALL {
+            state
+                .get_or_create(&vec![("state", s.name())])
+                .set(i64::from(s == self.state));
+        }
+        r.register(
+            "service_state",
+            "1 for the state the service is in (ready: /readyz answers 200)",
+            state,
+        );
+        let generation = Gauge::<i64>::default();
+        generation.set(clamp(self.generation));
+        r.register("generation", "The committed generation", generation);
+
+        let workers = labelled_gauge();
+        for (s, n) in WorkerState::ALL.iter().zip(self.workers_by_state) {
+            if *s != WorkerState::Exited {
+                workers
+                    .get_or_create(&vec![("state", s.name())])
+                    .set(clamp(n as u64));
+            }
+        }
+        r.register("workers", "Live worker processes by state", workers);
+
+        let by_reason = |counts: &[u64], keep: fn(ExitReason) -> bool| {
+            let family = labelled_counter();
+            for (reason, n) in ExitReason::ALL.iter().zip(counts) {
+                if keep(*reason) {
+                    family
+                        .get_or_create(&vec![("reason", reason.code())])
+                        .inc_by(*n);
+                }
+            }
+            family
+        };
+        r.register(
+            "worker_exits",
+            "Reaped workers by reason code",
+            by_reason(&self.tally.exits, |_| true),
+        );
+        r.register(
+            "restarts",
+            "Workers replaced after they were lost, by reason code",
+            by_reason(&self.tally.restarts, ExitReason::is_fault),
+        );
+        r.register(
+            "recycles",
+            "Workers recycled (replaced before they drained), by reason code",
+            by_reason(&self.tally.exits, is_recycle),
+        );
+        let reloads = labelled_counter();
+        for (outcome, n) in [
+            ("committed", self.tally.reloads_committed),
+            ("rejected", self.tally.reloads_rejected),
+        ] {
+            reloads.get_or_create(&vec![("outcome", outcome)]).inc_by(n);
+        }
+        r.register("reloads", "Reloads by outcome", reloads);
+
+        self.register_broker(r);
+        self.register_requests(r);
+    }
+
+    fn register_broker(&self, r: &mut Registry) {
+        let tables = labelled_gauge();
+        for (table, n) in self.tables {
+            tables.get_or_create(&vec![("table", table)]).set(clamp(n));
+        }
+        r.register(
+            "broker_table_size",
+            "Entries in the broker's tables (reserved_bytes: bytes reserved by uploads)",
+            tables,
+        );
+        r.register(
+            "broker_grants",
+            "Leases, reservations and locks the broker granted",
+            counter(self.broker.granted),
+        );
+        let rejections = labelled_counter();
+        for (rejection, n) in Rejection::ALL.iter().zip(self.broker.rejected) {
+            rejections
+                .get_or_create(&vec![("reason", rejection.code())])
+                .inc_by(n);
+        }
+        r.register(
+            "broker_rejections",
+            "Broker requests refused, by reason",
+            rejections,
+        );
+        r.register(
+            "uploads",
+            "Uploads admitted (upload reservations granted)",
+            counter(self.broker.uploads_reserved),
+        );
+        if let Some(log) = &self.access_log {
+            r.register(
+                "access_log_lines_written",
+                "Access-log lines written",
+                counter(log.written),
+            );
+            r.register(
+                "access_log_lines_dropped",
+                "Access-log lines dropped under the drop policy",
+                counter(log.dropped),
+            );
+            r.register(
+                "access_log_lines_lost",
+                "Access-log lines lost with workers that died before sending them",
+                counter(log.lost_with_workers),
+            );
+        }
+    }
+
+    fn register_requests(&self, r: &mut Registry) {
+        let requests = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+        for (method, row) in METHODS.iter().zip(&self.requests.requests) {
+            for (class, n) in STATUS_CLASSES.iter().zip(row) {
+                if *n > 0 {
+                    requests
+                        .get_or_create(&vec![("method", *method), ("code", *class)])
+                        .inc_by(*n);
+                }
+            }
+        }
+        r.register(
+            "http_requests",
+            "Requests answered by every worker of the service, by method and status class",
+            requests,
+        );
+        r.register_with_unit(
+            "http_response_body",
+            "Response body bytes, as the responses declared them",
+            Unit::Bytes,
+            counter(self.requests.bytes_sent),
+        );
+        r.register_with_unit(
+            "http_request_duration",
+            "Time from a request's arrival to its response head",
+            Unit::Seconds,
+            DurationHistogram(self.requests.clone()),
+        );
+    }
+}
+
+/// The same counters in the classic Prometheus text format (0.0.4), for clients that do
+/// not ask for OpenMetrics (`curl`, `promtool check metrics`). The two differ only in how
+/// a counter's family is named (OpenMetrics names it without `_total`, which its samples
+/// add) and in the `# UNIT` and `# EOF` lines, which the classic format does not have.
+pub fn classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let named = ["# HELP ", "# TYPE "].into_iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        match named {
+            Some(renamed) => out.push_str(&renamed),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn is_recycle(reason: ExitReason) -> bool {
+    matches!(
+        reason,
+        ExitReason::RecycleAge | ExitReason::RecycleRequests | ExitReason::RecycleManual
+    )
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn counter(n: u64) -> Counter {
+    let c = Counter::default();
+    c.inc_by(n);
+    c
+}
+
+fn labelled_counter() -> Family<Vec<(&'static str, &'static str)>, Counter> {
+    Family::default()
+}
+
+fn labelled_gauge() -> Family<Vec<(&'static str, &'static str)>, Gauge> {
+    Family::default()
+}
+
+/// The request-duration histogram as the heartbeats summed it (its buckets are counted
+/// by the workers, so it is encoded from those counts rather than observed here).
+#[derive(Debug)]
+struct DurationHistogram(RequestStats);
+
+impl TypedMetric for DurationHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for DurationHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let mut buckets: Vec<(f64, u64)> = DURATION_BOUNDS_US
+            .iter()
+            .zip(&s.duration_buckets)
+            .map(|(bound, n)| (*bound as f64 / 1e6, *n))
+            .collect();
+        // prometheus-client writes `+Inf` for this bound (as for its own histograms).
+        buckets.push((f64::MAX, s.duration_buckets[DURATION_BOUNDS_US.len()]));
+        let count = s.duration_buckets.iter().sum();
+        let sum = s.duration_sum_us as f64 / 1e6;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
