@@ -1,0 +1,287 @@
+//! The admin listener (`--admin`) against the real binary: `promtool check metrics`
+//! accepts `/metrics`; a real Prometheus server scrapes it and its HTTP API returns the
+//! request count made; `/readyz` is 503 while starting and draining and 200 when ready;
+//! the service's request counts survive `ctl recycle`; bad input gets 404/405/431.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use servery_tests::serde_json::{self, Value, json};
+use servery_tests::{FAST, Server, Sig, Tree, http_get, wait_until};
+
+/// Start servery with the admin listener on an ephemeral loopback port; returns the
+/// server and the admin address (from its banner line).
+fn start(tree: &Tree, workers: u32, env: &[(&str, &str)]) -> (Server, SocketAddr) {
+    let mut args = FAST.to_vec();
+    args.extend(["--admin", "127.0.0.1:0"]);
+    let mut server = Server::start(tree, workers, &args, env);
+    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
+    let addr = line
+        .rsplit_once("http://")
+        .map(|(_, a)| a.trim_end_matches('/'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    (server, addr)
+}
+
+fn metrics(admin: SocketAddr) -> String {
+    let (status, body) = http_get(admin, "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200);
+    String::from_utf8(body).expect("metrics are text")
+}
+
+/// The value of the sample `series` (name and labels exactly as written), if present.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn gets(text: &str, class: &str) -> f64 {
+    sample(
+        text,
+        &format!("servery_http_requests_total{{method=\"GET\",code=\"{class}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+fn status_of(addr: SocketAddr, path: &str) -> u16 {
+    http_get(addr, path).map_or(0, |(status, _)| status)
+}
+
+/// Wait until `/metrics` counts exactly `ok` GETs answered 2xx (heartbeats bring them).
+fn wait_for_gets(admin: SocketAddr, ok: u64) -> String {
+    wait_until(Duration::from_secs(10), &format!("{ok} GETs counted"), || {
+        let text = metrics(admin);
+        (gets(&text, "2xx") == ok as f64).then_some(text)
+    })
+    .0
+}
+
+#[test]
+fn promtool_accepts_the_metrics_and_they_count_the_requests_made() {
+    let tree = Tree::new("metrics-promtool");
+    let (server, admin) = start(&tree, 2, &[]);
+    server.wait_ready(2, Duration::from_secs(20));
+    for _ in 0..7 {
+        assert_eq!(status_of(server.addr, "/hello.txt"), 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(status_of(server.addr, "/missing"), 404);
+    }
+    let text = wait_for_gets(admin, 7);
+    let text = wait_until(Duration::from_secs(10), "3 GETs answered 4xx", || {
+        let t = metrics(admin);
+        (gets(&t, "4xx") == 3.0).then_some(t)
+    })
+    .0;
+    assert!(
+        sample(&text, "servery_http_request_duration_seconds_count").unwrap_or(0.0) >= 10.0,
+        "{text}"
+    );
+    assert_eq!(sample(&text, "servery_workers{state=\"ready\"}"), Some(2.0));
+    assert_eq!(sample(&text, "servery_generation"), Some(1.0));
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is needed (apt-get install prometheus)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = promtool.wait_with_output().expect("promtool ran");
+    assert!(
+        out.status.success(),
+        "promtool refused the metrics:\n{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A Prometheus server on loopback, killed and its data removed on drop.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Prometheus {
+    fn scraping(tree: &Tree, target: SocketAddr) -> Prometheus {
+        let dir = tree.dir.join("prometheus");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: servery\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .expect("write the config");
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus is needed (apt-get install prometheus)");
+        Prometheus { child, addr }
+    }
+
+    fn api(&self, path: &str) -> Option<Value> {
+        let (status, body) = http_get(self.addr, path).ok()?;
+        (status == 200).then(|| serde_json::from_slice(&body).ok())?
+    }
+}
+
+#[test]
+fn a_prometheus_server_scrapes_the_admin_listener_and_counts_the_requests() {
+    let tree = Tree::new("metrics-prometheus");
+    let (server, admin) = start(&tree, 2, &[]);
+    server.wait_ready(2, Duration::from_secs(20));
+    for _ in 0..5 {
+        assert_eq!(status_of(server.addr, "/hello.txt"), 200);
+    }
+    wait_for_gets(admin, 5);
+    let prometheus = Prometheus::scraping(&tree, admin);
+    wait_until(Duration::from_secs(30), "Prometheus sees the target up", || {
+        let targets = prometheus.api("/api/v1/targets")?;
+        let active = targets["data"]["activeTargets"].as_array()?.clone();
+        active.iter().any(|t| t["health"] == "up").then_some(())
+    });
+    // `servery_http_requests_total{method="GET",code="2xx"}`, URL-encoded.
+    let query = "/api/v1/query?query=servery_http_requests_total%7Bmethod%3D%22GET%22%2Ccode%3D%222xx%22%7D";
+    let (value, _) = wait_until(Duration::from_secs(20), "the counter in Prometheus", || {
+        let answer = prometheus.api(query)?;
+        let result = answer["data"]["result"].as_array()?.first()?.clone();
+        result["value"][1].as_str()?.parse::<f64>().ok()
+    });
+    assert_eq!(value, 5.0, "Prometheus's value of the GET counter");
+}
+
+#[test]
+fn readyz_is_503_while_starting_and_draining_and_200_when_ready() {
+    let tree = Tree::new("metrics-readyz");
+    // Slow to prepare at first, and deaf to SIGTERM while draining: both states last
+    // long enough to be seen.
+    let fault = "generation=1 slow-boot=2500\n* wedged-drain";
+    let (server, admin) = start(&tree, 1, &[("SERVERY_TEST_FAULT", fault)]);
+    assert_eq!(status_of(admin, "/livez"), 200, "alive while starting");
+    let starting = status_of(admin, "/readyz");
+    let state = server.status()["state"].clone();
+    assert!(
+        state != "starting" || starting == 503,
+        "readyz {starting} while {state}"
+    );
+    assert_eq!(starting, 503, "not ready before the first commit ({state})");
+    wait_until(Duration::from_secs(20), "readyz 200", || {
+        (status_of(admin, "/readyz") == 200).then_some(())
+    });
+    assert_eq!(server.status()["state"], "ready");
+    server.signal(Sig::TERM);
+    let (body, _) = wait_until(Duration::from_secs(5), "readyz 503 while draining", || {
+        let (status, body) = http_get(admin, "/readyz").ok()?;
+        (status == 503).then_some(body)
+    });
+    assert_eq!(String::from_utf8_lossy(&body), "not ready: draining\n");
+    assert_eq!(status_of(admin, "/livez"), 200, "alive while draining");
+}
+
+#[test]
+fn request_counts_survive_a_recycle() {
+    let tree = Tree::new("metrics-recycle");
+    let (server, admin) = start(&tree, 2, &[]);
+    let (before, _) = server.wait_ready(2, Duration::from_secs(20));
+    for _ in 0..12 {
+        assert_eq!(status_of(server.addr, "/hello.txt"), 200);
+    }
+    wait_for_gets(admin, 12);
+    server
+        .ctl(&json!({"cmd": "recycle"}))
+        .expect("recycle accepted");
+    let old = servery_tests::worker_ids(&before);
+    wait_until(Duration::from_secs(30), "every worker replaced", || {
+        let (s, _) = server.wait_ready(2, Duration::from_secs(30));
+        let now = servery_tests::worker_ids(&s);
+        now.iter().all(|id| !old.contains(id)).then_some(())
+    });
+    let text = wait_until(Duration::from_secs(10), "both recycles counted", || {
+        let t = metrics(admin);
+        (sample(&t, "servery_recycles_total{reason=\"recycle_manual\"}") == Some(2.0))
+            .then_some(t)
+    })
+    .0;
+    assert_eq!(gets(&text, "2xx"), 12.0, "counts of recycled workers kept:\n{text}");
+    for _ in 0..3 {
+        assert_eq!(status_of(server.addr, "/hello.txt"), 200);
+    }
+    wait_for_gets(admin, 15);
+}
+
+/// Send `request` raw on a new connection; the status code of the answer.
+fn raw_status(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    // The peer may answer and close before it has read everything (431).
+    let _ = s.write_all(request);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let head = String::from_utf8_lossy(&raw).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head)
+}
+
+#[test]
+fn bad_input_on_the_admin_listener_is_refused_and_files_are_still_served() {
+    let tree = Tree::new("metrics-bad");
+    let (server, admin) = start(&tree, 1, &[]);
+    server.wait_ready(1, Duration::from_secs(20));
+    assert_eq!(status_of(admin, "/"), 404);
+    assert_eq!(status_of(admin, "/hello.txt"), 404, "no files on the admin listener");
+    assert_eq!(status_of(admin, "/metrics/x"), 404);
+    let (status, head) = raw_status(
+        admin,
+        b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 405, "{head}");
+    assert!(head.to_ascii_lowercase().contains("allow: get, head"), "{head}");
+    let (status, _) = raw_status(
+        admin,
+        b"DELETE /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 405);
+    let big = format!(
+        "GET /livez HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    let (status, head) = raw_status(admin, big.as_bytes());
+    assert_eq!(status, 431, "{head}");
+    assert_eq!(status_of(admin, "/livez"), 200, "the listener serves on");
+    assert_eq!(status_of(server.addr, "/hello.txt"), 200);
+}
