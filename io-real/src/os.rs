@@ -92,3 +92,46 @@ mod tests {
         assert_defers_accept(&listener);
     }
 }
+
+/// A listening socket the service manager passed us (systemd socket activation), with
+/// the name `LISTEN_FDNAMES` gave it (`FileDescriptorName=`, default `unknown`).
+#[derive(Debug)]
+pub struct InheritedListener {
+    pub listener: std::net::TcpListener,
+    pub name: String,
+}
+
+/// The listening sockets passed by a service manager (`LISTEN_FDS`, `LISTEN_PID`,
+/// `LISTEN_FDNAMES`, read by `sd-notify`), taken over as owned listeners; empty when none
+/// were passed to this process. The variables are removed, so workers never see them.
+/// Must be called before any thread is started (it changes the environment).
+///
+/// Each must be a listening TCP socket: anything else is an error naming it.
+pub fn inherited_listeners() -> io::Result<Vec<InheritedListener>> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // Without LISTEN_PID, or with one that is not ours, nothing was passed to us.
+    let passed = sd_notify::listen_fds_with_names(true)?;
+    let mut listeners = Vec::new();
+    for (fd, name) in passed {
+        // SAFETY: sd_listen_fds' protocol hands this process the descriptors from 3 up to
+        // 3 + LISTEN_FDS, open and owned by nobody else in it (it checked LISTEN_PID is
+        // ours); each is taken over once, here, and nothing else in servery refers to it.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let listening = rustix::net::sockopt::socket_acceptconn(&owned).unwrap_or(false);
+        let stream = rustix::net::sockopt::socket_type(&owned)
+            .is_ok_and(|t| t == rustix::net::SocketType::STREAM);
+        let inet = rustix::net::sockopt::socket_domain(&owned).is_ok_and(|d| {
+            d == rustix::net::AddressFamily::INET || d == rustix::net::AddressFamily::INET6
+        });
+        if !(listening && stream && inet) {
+            return Err(io::Error::other(format!(
+                "the passed descriptor {fd} ({name}) is not a listening TCP socket"
+            )));
+        }
+        listeners.push(InheritedListener {
+            listener: std::net::TcpListener::from(owned),
+            name,
+        });
+    }
+    Ok(listeners)
+}

@@ -496,6 +496,9 @@ pub struct Launch {
     /// (which execs it: the pid is servery's). The tree's directory must be writable by
     /// it, for the control socket.
     pub user: Option<(u32, u32)>,
+    /// Start servery with `WATCHDOG_PID` set to its own pid (through `sh -c`, which
+    /// execs it), as a service manager does.
+    pub watchdog_pid: bool,
 }
 
 /// A running `servery` parent. Dropping it kills its process group and every worker it
@@ -549,6 +552,13 @@ impl Server {
                     .args(["--clear-groups", "--"])
                     .arg(servery_bin());
                 setpriv
+            }
+            (None, None) if launch.watchdog_pid => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg("WATCHDOG_PID=$$ && export WATCHDOG_PID && exec \"$0\" \"$@\"")
+                    .arg(servery_bin());
+                sh
             }
             (None, None) => Command::new(servery_bin()),
             (Some(_), Some(_)) => panic!("a umask and another user at once are not supported"),

@@ -52,10 +52,14 @@ fn status_of(addr: SocketAddr, path: &str) -> u16 {
 
 /// Wait until `/metrics` counts exactly `ok` GETs answered 2xx (heartbeats bring them).
 fn wait_for_gets(admin: SocketAddr, ok: u64) -> String {
-    wait_until(Duration::from_secs(10), &format!("{ok} GETs counted"), || {
-        let text = metrics(admin);
-        (gets(&text, "2xx") == ok as f64).then_some(text)
-    })
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{ok} GETs counted"),
+        || {
+            let text = metrics(admin);
+            (gets(&text, "2xx") == ok as f64).then_some(text)
+        },
+    )
     .0
 }
 
@@ -140,7 +144,10 @@ impl Prometheus {
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -165,11 +172,15 @@ fn a_prometheus_server_scrapes_the_admin_listener_and_counts_the_requests() {
     }
     wait_for_gets(admin, 5);
     let prometheus = Prometheus::scraping(&tree, admin);
-    wait_until(Duration::from_secs(30), "Prometheus sees the target up", || {
-        let targets = prometheus.api("/api/v1/targets")?;
-        let active = targets["data"]["activeTargets"].as_array()?.clone();
-        active.iter().any(|t| t["health"] == "up").then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "Prometheus sees the target up",
+        || {
+            let targets = prometheus.api("/api/v1/targets")?;
+            let active = targets["data"]["activeTargets"].as_array()?.clone();
+            active.iter().any(|t| t["health"] == "up").then_some(())
+        },
+    );
     // `servery_http_requests_total{method="GET",code="2xx"}`, URL-encoded.
     let query = "/api/v1/query?query=servery_http_requests_total%7Bmethod%3D%22GET%22%2Ccode%3D%222xx%22%7D";
     let (value, _) = wait_until(Duration::from_secs(20), "the counter in Prometheus", || {
@@ -228,11 +239,14 @@ fn request_counts_survive_a_recycle() {
     });
     let text = wait_until(Duration::from_secs(10), "both recycles counted", || {
         let t = metrics(admin);
-        (sample(&t, "servery_recycles_total{reason=\"recycle_manual\"}") == Some(2.0))
-            .then_some(t)
+        (sample(&t, "servery_recycles_total{reason=\"recycle_manual\"}") == Some(2.0)).then_some(t)
     })
     .0;
-    assert_eq!(gets(&text, "2xx"), 12.0, "counts of recycled workers kept:\n{text}");
+    assert_eq!(
+        gets(&text, "2xx"),
+        12.0,
+        "counts of recycled workers kept:\n{text}"
+    );
     for _ in 0..3 {
         assert_eq!(status_of(server.addr, "/hello.txt"), 200);
     }
@@ -263,14 +277,21 @@ fn bad_input_on_the_admin_listener_is_refused_and_files_are_still_served() {
     let (server, admin) = start(&tree, 1, &[]);
     server.wait_ready(1, Duration::from_secs(20));
     assert_eq!(status_of(admin, "/"), 404);
-    assert_eq!(status_of(admin, "/hello.txt"), 404, "no files on the admin listener");
+    assert_eq!(
+        status_of(admin, "/hello.txt"),
+        404,
+        "no files on the admin listener"
+    );
     assert_eq!(status_of(admin, "/metrics/x"), 404);
     let (status, head) = raw_status(
         admin,
         b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(status, 405, "{head}");
-    assert!(head.to_ascii_lowercase().contains("allow: get, head"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("allow: get, head"),
+        "{head}"
+    );
     let (status, _) = raw_status(
         admin,
         b"DELETE /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",

@@ -148,6 +148,8 @@ pub struct RealIo {
     reloads: HashMap<ReloadId, ReloadReply>,
     next_reload: u64,
     announced_ready: bool,
+    /// What the service manager is told (`NOTIFY_SOCKET`), and its watchdog.
+    notifier: super::systemd::Notifier,
     /// The core's `time_not_running` at the last step.
     not_running_seen: core::time::Duration,
 }
@@ -170,6 +172,7 @@ pub struct RealIoParts {
     /// The access log's one writer (`--access-log`).
     pub log_writer: Option<crate::access_log::writer::LogWriter>,
     pub info: ServiceInfo,
+    pub notifier: super::systemd::Notifier,
 }
 
 impl RealIo {
@@ -196,6 +199,7 @@ impl RealIo {
             reloads: HashMap::new(),
             next_reload: 0,
             announced_ready: false,
+            notifier: p.notifier,
             not_running_seen: core::time::Duration::ZERO,
         }
     }
@@ -507,6 +511,8 @@ impl ParentIo for RealIo {
                 Some(deadline) => Some(deadline - now),
                 None => None,
             };
+            // The watchdog is pinged from this loop, so a wedged loop stops pinging.
+            let timeout = self.notifier.watchdog(timeout);
             if !self.poll_channels(timeout) {
                 return Wakeup::HostFailed;
             }
@@ -583,9 +589,11 @@ impl ParentIo for RealIo {
                 tracing::info!("closing the listeners");
                 self.listeners.clear();
                 self.control.closing.store(true, Ordering::Release);
+                self.notifier.stopping();
             }
             Action::WorkerGone { worker } => self.cleanup(worker),
             Action::GenerationCommitted { generation, reload } => {
+                self.notifier.committed();
                 if self.announced_ready {
                     tracing::info!(%generation, "generation committed");
                 } else {
@@ -602,12 +610,14 @@ impl ParentIo for RealIo {
             }
             Action::ReloadRejected { reload, message } => {
                 tracing::warn!(%message, "reload rejected");
+                self.notifier.reload_rejected(&message);
                 if let Some(reply) = self.reloads.remove(&reload) {
                     let _ = reply.send(Err(message));
                 }
             }
             Action::ReloadStarted { reload, generation } => {
                 tracing::info!(reload = reload.0, %generation, "reload started");
+                self.notifier.reload_started();
             }
             Action::RecyclingSuspended { message } => {
                 tracing::warn!(%message, "recycling suspended");
@@ -655,6 +665,9 @@ impl ParentIo for RealIo {
                 let _ = waiter.send(status.clone());
             }
         }
+        let sup = parent.supervisor();
+        self.notifier
+            .status(sup.state().name(), sup.generation().0, sup.ready_workers());
         if !self.metrics_waiters.is_empty() {
             let snapshot = Box::new(super::metrics::Snapshot::of(parent, &self.info));
             for waiter in self.metrics_waiters.drain(..) {

@@ -29,6 +29,11 @@ pub enum BindError {
     },
     #[error("no address to listen on")]
     NoAddress,
+    #[error("cannot use a listener passed by the service manager: {source}")]
+    Adopt {
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot listen on {addr} (--admin): {source}")]
     Admin {
         addr: SocketAddr,
@@ -88,6 +93,47 @@ fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
         listeners.push(listener);
     }
     Ok(listeners)
+}
+
+/// The listeners a service manager passed (socket activation), instead of binding: the
+/// one named `admin` (`FileDescriptorName=admin`) is the admin listener, every other one
+/// serves files. `--admin`, if given too, binds the admin listener when none was passed.
+pub fn adopt(
+    inherited: Vec<crate::os::InheritedListener>,
+    admin: Option<SocketAddr>,
+) -> Result<(Vec<TcpListener>, Option<TcpListener>), BindError> {
+    let mut serving = Vec::new();
+    let mut admin_listener = None;
+    for passed in inherited {
+        if passed.name == "admin" && admin_listener.is_none() {
+            passed
+                .listener
+                .set_nonblocking(true)
+                .map_err(|source| BindError::Adopt { source })?;
+            admin_listener = Some(passed.listener);
+            continue;
+        }
+        // As bound here: blocking until a worker takes it (each sets its own copy).
+        passed
+            .listener
+            .set_nonblocking(false)
+            .map_err(|source| BindError::Adopt { source })?;
+        if let Err(e) = crate::os::set_defer_accept(&passed.listener, DEFER_ACCEPT_SECS) {
+            tracing::warn!(name = %passed.name, error = %e, "TCP_DEFER_ACCEPT not set");
+        }
+        serving.push(passed.listener);
+    }
+    if serving.is_empty() {
+        return Err(BindError::NoAddress);
+    }
+    let admin_listener = match (admin_listener, admin) {
+        (Some(l), _) => Some(l),
+        (None, Some(addr)) => Some(
+            crate::parent::admin::bind(addr).map_err(|source| BindError::Admin { addr, source })?,
+        ),
+        (None, None) => None,
+    };
+    Ok((serving, admin_listener))
 }
 
 /// `SCHEME://ADDR/` for a listener's address, with IPv6 in brackets.

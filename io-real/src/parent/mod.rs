@@ -1,7 +1,7 @@
 //! The supervisor parent: validates the configuration, binds every listener, starts the
 //! host runtime and runs the core's shared driver loop over [`io::RealIo`].
 
-mod admin;
+pub(crate) mod admin;
 mod cleanup;
 mod control;
 mod dav_journal;
@@ -13,6 +13,7 @@ pub mod ops_args;
 mod site;
 mod spawn;
 mod status;
+mod systemd;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -53,6 +54,8 @@ pub enum ParentError {
     Entropy(#[source] std::io::Error),
     #[error("cannot find our own executable to start workers: {0}")]
     CurrentExe(#[source] std::io::Error),
+    #[error("cannot take over the listeners passed by the service manager: {0}")]
+    Inherited(#[source] std::io::Error),
     #[error("the host runtime stopped unexpectedly")]
     HostGone,
 }
@@ -192,15 +195,25 @@ fn serve(
     journal: Option<(dav_journal::Journal, dav_journal::Loaded)>,
     access_log: Option<std::fs::File>,
 ) -> Result<i32, ParentError> {
+    // Both read (and clear) the environment, before any thread exists.
+    let notifier = systemd::Notifier::from_env();
+    let inherited = crate::os::inherited_listeners().map_err(ParentError::Inherited)?;
     let exe = std::env::current_exe().map_err(ParentError::CurrentExe)?;
     let seed = entropy().map_err(ParentError::Entropy)?;
     // The default socket's directory is checked (or made) before anything is bound: a
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
-    let listeners = listeners::bind_all(&args.bind, args.port)?;
-    let admin_listener = match args.ops.admin {
-        Some(addr) => Some(admin::bind(addr).map_err(|source| BindError::Admin { addr, source })?),
-        None => None,
+    let (listeners, admin_listener) = if inherited.is_empty() {
+        let listeners = listeners::bind_all(&args.bind, args.port)?;
+        let admin = match args.ops.admin {
+            Some(addr) => {
+                Some(admin::bind(addr).map_err(|source| BindError::Admin { addr, source })?)
+            }
+            None => None,
+        };
+        (listeners, admin)
+    } else {
+        listeners::adopt(inherited, args.ops.admin)?
     };
     let addrs: Vec<_> = listeners
         .iter()
@@ -329,6 +342,7 @@ fn serve(
             root: root.display().to_string(),
             access_log: log_stats,
         },
+        notifier,
     });
     let start = clock.now();
     match servery_core::driver::run(&mut parent, &mut real, start) {

@@ -206,6 +206,8 @@ impl Launcher {
         cmd.args(self.upload.worker_args(config));
         cmd.args(&self.access_log);
         cmd.args(Deadlines::of(config).to_args());
+        // The service manager talks to the parent alone.
+        cmd.env_remove("NOTIFY_SOCKET");
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C
             // meant for the parent does not hit the workers directly.

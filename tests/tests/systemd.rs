@@ -1,0 +1,186 @@
+//! systemd integration without a running systemd: `systemd-socket-activate` binds a port
+//! and starts servery on it (servery binds nothing itself), and a test-owned
+//! `NOTIFY_SOCKET` records READY/RELOADING/STOPPING/WATCHDOG across start, reload and
+//! stop.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixDatagram;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use servery_tests::serde_json::json;
+use servery_tests::{FAST, HELLO, Server, Sig, Tree, ctl_at, http_get, servery_bin, wait_until};
+
+/// A process group killed on drop.
+struct Group(Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
+            let _ = rustix::process::kill_process_group(pid, Sig::KILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn socket_activation_serves_on_the_port_the_manager_bound() {
+    let tree = Tree::new("sd-activate");
+    let port = free_port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut child = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(addr.to_string())
+        .arg(servery_bin())
+        .arg(tree.root())
+        .arg("--control-socket")
+        .arg(tree.socket())
+        // A port servery would fail to bind if it tried: the manager holds the socket.
+        .args(["--port", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("systemd-socket-activate is needed (apt-get install systemd)");
+    let stdout = child.stdout.take().expect("stdout");
+    let group = Group(child);
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    {
+        let lines = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
+    }
+    // The manager starts servery on the first connection, which waits in the backlog of
+    // the socket it passed and is answered once a worker is ready.
+    let (status, body) = wait_until(Duration::from_secs(30), "the first request", || {
+        http_get(addr, "/hello.txt").ok()
+    })
+    .0;
+    assert_eq!((status, body.as_slice()), (200, HELLO));
+    let out = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(
+        out.iter()
+            .any(|l| l == &format!("servery: listening on http://{addr}/")),
+        "{out:?}"
+    );
+    let status = ctl_at(&tree.socket(), &json!({"cmd": "status"})).expect("status");
+    assert_eq!(status["status"]["state"], "ready");
+    drop(group);
+}
+
+/// Everything the service manager was told, one datagram per entry.
+fn record(socket: UnixDatagram) -> Arc<Mutex<Vec<String>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let into = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        while let Ok(n) = socket.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            into.lock().unwrap_or_else(|p| p.into_inner()).push(text);
+        }
+    });
+    seen
+}
+
+fn told(seen: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+    seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The index of the first message from `from` on that has a line `line` (or starts with
+/// it, for `KEY=`).
+fn find(messages: &[String], from: usize, line: &str) -> Option<usize> {
+    messages
+        .iter()
+        .enumerate()
+        .skip(from)
+        .find(|(_, m)| {
+            m.lines()
+                .any(|l| l == line || (line.ends_with('=') && l.starts_with(line)))
+        })
+        .map(|(i, _)| i)
+}
+
+#[test]
+fn the_service_manager_hears_ready_reloading_stopping_and_the_watchdog() {
+    let tree = Tree::new("sd-notify");
+    let path = tree.dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
+    let seen = record(socket);
+    let path_text = path.to_string_lossy().into_owned();
+    // WATCHDOG_PID must be servery's own pid: it is the shell's, which execs servery.
+    let mut server = Server::launch(
+        &tree,
+        2,
+        FAST,
+        &[
+            ("NOTIFY_SOCKET", path_text.as_str()),
+            ("WATCHDOG_USEC", "400000"),
+        ],
+        &servery_tests::Launch {
+            watchdog_pid: true,
+            ..Default::default()
+        },
+    );
+    server.wait_ready(2, Duration::from_secs(20));
+    let ready = wait_until(Duration::from_secs(5), "READY=1", || {
+        find(&told(&seen), 0, "READY=1")
+    })
+    .0;
+    wait_until(
+        Duration::from_secs(5),
+        "STATUS= with 2 ready workers",
+        || {
+            told(&seen)
+                .iter()
+                .any(|m| m.contains("STATUS=ready: generation 1, 2 ready workers"))
+                .then_some(())
+        },
+    );
+    // Pinged every 0.2 s: several within a couple of seconds.
+    wait_until(Duration::from_secs(5), "three WATCHDOG=1", || {
+        let n = told(&seen)
+            .iter()
+            .filter(|m| m.lines().any(|l| l == "WATCHDOG=1"))
+            .count();
+        (n >= 3).then_some(())
+    });
+
+    let answer = server
+        .ctl(&json!({"cmd": "reload"}))
+        .expect("reload accepted");
+    assert_eq!(answer["generation"], 2);
+    let messages = told(&seen);
+    let reloading = find(&messages, ready + 1, "RELOADING=1").expect("RELOADING=1");
+    assert!(
+        messages[reloading]
+            .lines()
+            .any(|l| l.starts_with("MONOTONIC_USEC=")),
+        "RELOADING=1 comes with MONOTONIC_USEC: {messages:?}"
+    );
+    let reloaded = wait_until(Duration::from_secs(5), "READY=1 after the reload", || {
+        find(&told(&seen), reloading + 1, "READY=1")
+    })
+    .0;
+
+    server.signal(Sig::TERM);
+    server.wait_exit(Duration::from_secs(20));
+    let messages = told(&seen);
+    let stopping = find(&messages, reloaded + 1, "STOPPING=1").expect("STOPPING=1");
+    assert!(
+        find(&messages, stopping + 1, "READY=1").is_none(),
+        "no READY=1 after STOPPING=1: {messages:?}"
+    );
+}
