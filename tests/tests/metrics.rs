@@ -74,7 +74,7 @@ fn promtool_accepts_the_metrics_and_they_count_the_requests_made() {
     for _ in 0..3 {
         assert_eq!(status_of(server.addr, "/missing"), 404);
     }
-    let text = wait_for_gets(admin, 7);
+    wait_for_gets(admin, 7);
     let text = wait_until(Duration::from_secs(10), "3 GETs answered 4xx", || {
         let t = metrics(admin);
         (gets(&t, "4xx") == 3.0).then_some(t)
