@@ -11,7 +11,7 @@ use crate::{ctl, logging, parent, worker};
 pub fn main() -> i32 {
     let argv: Vec<OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == WORKER_SUBCOMMAND) {
-        logging::init();
+        logging::init(logging::worker_format());
         match WorkerArgs::parse(argv.into_iter().skip(2)) {
             Ok(args) => worker::run(args),
             Err(e) => {
@@ -28,7 +28,7 @@ pub fn main() -> i32 {
             return e.exit_code();
         }
     };
-    logging::init();
+    logging::init(cli.serve.ops.log_format);
     match cli.command {
         Some(Sub::Ctl(args)) => ctl::run(args),
         None => parent::run(cli.serve, argv),

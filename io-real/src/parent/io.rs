@@ -152,6 +152,8 @@ pub struct RealIo {
     notifier: super::systemd::Notifier,
     /// The core's `time_not_running` at the last step.
     not_running_seen: core::time::Duration,
+    /// How many worker exits have had their log record.
+    exits_logged: u64,
 }
 
 /// A late wake worth a log line: more than scheduling noise.
@@ -201,6 +203,7 @@ impl RealIo {
             announced_ready: false,
             notifier: p.notifier,
             not_running_seen: core::time::Duration::ZERO,
+            exits_logged: 0,
         }
     }
 
@@ -326,6 +329,7 @@ impl RealIo {
                     loop {
                         match channel.decoder.next_worker_message() {
                             Ok(Some(message)) => {
+                                super::lifecycle_log::message(worker, &message);
                                 self.inbox.push_back(Event::Message { worker, message })
                             }
                             Ok(None) => break,
@@ -545,7 +549,7 @@ impl ParentIo for RealIo {
     fn perform(&mut self, _now: Instant, action: ParentAction) {
         let action = match action {
             ParentAction::Singleton(action) => {
-                return tracing::info!(?action, "singleton");
+                return tracing::info!(event = "singleton", ?action, "singleton");
             }
             ParentAction::PersistDavLocks(locks) => {
                 // On this thread, before the answers queued after it are written: a LOCK
@@ -559,6 +563,7 @@ impl ParentIo for RealIo {
             }
             ParentAction::Supervisor(action) => action,
         };
+        super::lifecycle_log::action(&action);
         match action {
             Action::Spawn {
                 worker,
@@ -577,16 +582,9 @@ impl ParentIo for RealIo {
                     self.flush(worker);
                 }
             }
-            Action::Terminate { worker } => {
-                tracing::info!(%worker, "terminating (SIGTERM to its process group)");
-                self.signal_group(worker, Signal::TERM);
-            }
-            Action::Kill { worker } => {
-                tracing::info!(%worker, "killing (SIGKILL to its process group)");
-                self.signal_group(worker, Signal::KILL);
-            }
+            Action::Terminate { worker } => self.signal_group(worker, Signal::TERM),
+            Action::Kill { worker } => self.signal_group(worker, Signal::KILL),
             Action::CloseListeners => {
-                tracing::info!("closing the listeners");
                 self.listeners.clear();
                 self.control.closing.store(true, Ordering::Release);
                 self.notifier.stopping();
@@ -594,9 +592,7 @@ impl ParentIo for RealIo {
             Action::WorkerGone { worker } => self.cleanup(worker),
             Action::GenerationCommitted { generation, reload } => {
                 self.notifier.committed();
-                if self.announced_ready {
-                    tracing::info!(%generation, "generation committed");
-                } else {
+                if !self.announced_ready {
                     self.announced_ready = true;
                     say!("servery: ready (generation {})", generation.0);
                 }
@@ -605,26 +601,17 @@ impl ParentIo for RealIo {
                 }
             }
             Action::ServiceFailed { reason, message } => {
-                tracing::error!(reason = reason.code(), %message, "service failed");
                 tell!("servery: service failed ({}): {message}", reason.code());
             }
             Action::ReloadRejected { reload, message } => {
-                tracing::warn!(%message, "reload rejected");
                 self.notifier.reload_rejected(&message);
                 if let Some(reply) = self.reloads.remove(&reload) {
                     let _ = reply.send(Err(message));
                 }
             }
-            Action::ReloadStarted { reload, generation } => {
-                tracing::info!(reload = reload.0, %generation, "reload started");
-                self.notifier.reload_started();
-            }
-            Action::RecyclingSuspended { message } => {
-                tracing::warn!(%message, "recycling suspended");
-            }
-            Action::Exit { code } => {
-                tracing::info!(code, "exiting");
-            }
+            Action::ReloadStarted { .. } => self.notifier.reload_started(),
+            // Their records are all there is to do.
+            Action::RecyclingSuspended { .. } | Action::Exit { .. } => {}
         }
     }
 
@@ -665,6 +652,7 @@ impl ParentIo for RealIo {
                 let _ = waiter.send(status.clone());
             }
         }
+        self.exits_logged = super::lifecycle_log::exits(parent, self.exits_logged);
         let sup = parent.supervisor();
         self.notifier
             .status(sup.state().name(), sup.generation().0, sup.ready_workers());

@@ -7,6 +7,7 @@ mod control;
 mod dav_journal;
 mod host;
 mod io;
+mod lifecycle_log;
 mod listeners;
 mod metrics;
 pub mod ops_args;
@@ -300,7 +301,8 @@ fn serve(
         site.worker,
         args.upload.clone(),
         args.access_log.worker_args(),
-    );
+    )
+    .with_log_format(args.ops.log_format);
     let log_writer = match &args.access_log.access_log {
         Some(path) => {
             let written = events_tx.clone();

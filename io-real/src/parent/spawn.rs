@@ -122,6 +122,7 @@ pub struct Launcher {
     upload: UploadArgs,
     /// What workers are told about the access log (`crate::access_log::args`).
     access_log: Vec<String>,
+    log_format: crate::parent::ops_args::LogFormat,
 }
 
 impl Launcher {
@@ -138,7 +139,14 @@ impl Launcher {
             site,
             upload,
             access_log,
+            log_format: crate::parent::ops_args::LogFormat::Text,
         }
+    }
+
+    /// Workers log as the parent does (`--log-format`).
+    pub fn with_log_format(mut self, format: crate::parent::ops_args::LogFormat) -> Self {
+        self.log_format = format;
+        self
     }
 
     /// What to execute: on Linux the very binary this parent runs, even if an upgrade
@@ -208,6 +216,7 @@ impl Launcher {
         cmd.args(Deadlines::of(config).to_args());
         // The service manager talks to the parent alone.
         cmd.env_remove("NOTIFY_SOCKET");
+        cmd.env(crate::logging::FORMAT_ENV, self.log_format.name());
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             // Its own group, so TERM/KILL reach anything the worker starts, and a Ctrl-C
             // meant for the parent does not hit the workers directly.
