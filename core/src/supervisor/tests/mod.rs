@@ -166,3 +166,4 @@ mod lifecycle;
 mod protocol;
 mod recycle_reload;
 mod status;
+mod tally;

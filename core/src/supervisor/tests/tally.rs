@@ -1,0 +1,65 @@
+//! The counters metrics show: a reaped worker's request totals stay in the service's,
+//! exits and restarts are counted by reason, reloads by outcome.
+
+use super::*;
+use crate::request_stats::{RequestStats, method_index};
+
+fn beat_with(h: &mut Harness, w: WorkerId, gets: u64) -> Vec<Action> {
+    let mut stats = RequestStats::default();
+    for _ in 0..gets {
+        stats.record(method_index("GET"), 200, 10, 100);
+    }
+    h.msg(
+        w,
+        WorkerMessage::Heartbeat {
+            requests: gets,
+            connections: 0,
+            stats: Box::new(stats),
+        },
+    )
+}
+
+#[test]
+fn a_crashed_workers_requests_stay_counted_and_its_restart_is_counted_by_reason() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    beat_with(&mut h, ws[0], 3);
+    beat_with(&mut h, ws[1], 4);
+    // A later beat carries totals: it replaces the earlier one, never adds to it.
+    beat_with(&mut h, ws[0], 5);
+    assert_eq!(h.sup.request_stats().total(), 9);
+    h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    assert_eq!(
+        h.sup.request_stats().total(),
+        9,
+        "the crashed worker's 5 stay"
+    );
+    assert_eq!(h.sup.request_stats().bytes_sent, 90);
+    let tally = h.sup.tally();
+    let unexpected = super::super::tally::reason_index(ExitReason::UnexpectedExit);
+    assert_eq!(tally.exits[unexpected], 1);
+    assert_eq!(tally.restarts[unexpected], 1);
+    assert_eq!(tally.exits.iter().sum::<u64>(), 1);
+}
+
+#[test]
+fn reloads_are_counted_by_outcome() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let acts = h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(RawConfig {
+            workers: 0,
+            ..RawConfig::default()
+        }),
+    }));
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::ReloadRejected { .. }))
+    );
+    assert_eq!(h.sup.tally().reloads_rejected, 1);
+    assert_eq!(h.sup.tally().reloads_committed, 0);
+}
