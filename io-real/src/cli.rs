@@ -27,6 +27,12 @@ Signals:
   SIGTERM / SIGINT stop gracefully (drain, then exit); SIGHUP reloads the configuration
   from the original command line and environment (same as `servery ctl reload`).
 
+systemd:
+  Started with LISTEN_FDS (socket activation), servery serves on the passed sockets
+  instead of binding (one named `admin` is the --admin listener). With NOTIFY_SOCKET it
+  reports READY=1, RELOADING=1, STOPPING=1 and STATUS=, and WATCHDOG=1 when
+  WATCHDOG_USEC is set. Units: docs/systemd/ in the source.
+
 Operator files:
   --tls-cert and --tls-key are read once, at most 256 KiB each; a larger file, or a
   device or FIFO that streams more, is a configuration error.
