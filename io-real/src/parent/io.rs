@@ -493,6 +493,8 @@ impl RealIo {
 
 impl ParentIo for RealIo {
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
+        // Also here, not only before polling: a loop kept busy by input still pings.
+        self.notifier.watchdog(None);
         loop {
             if let Some(event) = self.inbox.pop_front() {
                 return Wakeup::Event(self.clock.now(), event);

@@ -20,7 +20,7 @@ pub struct Notifier {
     reloading: bool,
     stopping: bool,
     /// What the last STATUS= said, to send it only when it changes.
-    last_status: Option<String>,
+    last_status: Option<(&'static str, u64, usize)>,
 }
 
 impl Notifier {
@@ -88,15 +88,14 @@ impl Notifier {
     }
 
     /// STATUS= with the service's state, generation and ready workers, when it changed.
-    pub fn status(&mut self, state: &str, generation: u64, ready: usize) {
-        if !self.enabled {
+    pub fn status(&mut self, state: &'static str, generation: u64, ready: usize) {
+        let now = Some((state, generation, ready));
+        if !self.enabled || self.last_status == now {
             return;
         }
+        self.last_status = now;
         let status = format!("{state}: generation {generation}, {ready} ready workers");
-        if self.last_status.as_deref() != Some(status.as_str()) {
-            self.send(&[NotifyState::Status(&status)]);
-            self.last_status = Some(status);
-        }
+        self.send(&[NotifyState::Status(&status)]);
     }
 
     /// Ping the watchdog if it is due; returns how long the loop may wait before the
