@@ -162,8 +162,10 @@ fn the_service_manager_hears_ready_reloading_stopping_and_the_watchdog() {
         .ctl(&json!({"cmd": "reload"}))
         .expect("reload accepted");
     assert_eq!(answer["generation"], 2);
+    let (reloading, _) = wait_until(Duration::from_secs(5), "RELOADING=1", || {
+        find(&told(&seen), ready + 1, "RELOADING=1")
+    });
     let messages = told(&seen);
-    let reloading = find(&messages, ready + 1, "RELOADING=1").expect("RELOADING=1");
     assert!(
         messages[reloading]
             .lines()
@@ -177,8 +179,10 @@ fn the_service_manager_hears_ready_reloading_stopping_and_the_watchdog() {
 
     server.signal(Sig::TERM);
     server.wait_exit(Duration::from_secs(20));
+    let (stopping, _) = wait_until(Duration::from_secs(5), "STOPPING=1", || {
+        find(&told(&seen), reloaded + 1, "STOPPING=1")
+    });
     let messages = told(&seen);
-    let stopping = find(&messages, reloaded + 1, "STOPPING=1").expect("STOPPING=1");
     assert!(
         find(&messages, stopping + 1, "READY=1").is_none(),
         "no READY=1 after STOPPING=1: {messages:?}"
