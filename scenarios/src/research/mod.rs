@@ -4,7 +4,16 @@
 //! workloads from files over paired seeds.
 
 pub mod age;
+pub mod cli;
 pub mod clock;
+pub mod compare;
+pub mod error;
 pub mod huang;
+pub mod metrics;
+pub mod output;
+pub mod plots;
+pub mod policy;
+pub mod report;
 pub mod reproduce;
 pub mod stats;
+pub mod workload;
