@@ -112,6 +112,13 @@ enum Cmd {
         json: bool,
         #[arg(long, default_value = "posix")]
         platform: String,
+        /// With --out: also vary the first policy's worker_restart_limit over these
+        /// values (comma-separated) for the P(failed) heat map…
+        #[arg(long, value_delimiter = ',', requires_all = ["out", "grid_windows"])]
+        grid_limits: Vec<i64>,
+        /// …and its worker_restart_window over these (seconds, comma-separated).
+        #[arg(long, value_delimiter = ',', requires = "grid_limits")]
+        grid_windows: Vec<f64>,
     },
     /// Reproduce a published lifecycle model (huang-1995, age-replacement): its closed
     /// form against the simulated estimate with a 95 % interval.
@@ -153,6 +160,8 @@ fn main() -> ExitCode {
             out,
             json,
             platform,
+            grid_limits,
+            grid_windows,
         } => {
             let Some(platform) = platform_by_name(&platform) else {
                 eprintln!("unknown platform {platform:?}: expected posix or windows");
@@ -166,6 +175,7 @@ fn main() -> ExitCode {
                 out,
                 json,
                 platform,
+                grid: (!grid_limits.is_empty()).then_some((grid_limits, grid_windows)),
             };
             match servery_scenarios::research::cli::compare(&args) {
                 Ok(report) => {

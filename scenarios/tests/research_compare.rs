@@ -105,6 +105,7 @@ fn compare_json_has_the_documented_shape() {
         out: None,
         json: true,
         platform: Platform::Posix,
+        grid: None,
     };
     let out = compare(&args).unwrap_or_else(|e| panic!("{e}"));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
@@ -160,6 +161,7 @@ fn an_invalid_policy_is_refused_with_its_field_before_anything_runs() {
         out: Some(dir.join("out")),
         json: false,
         platform: Platform::Posix,
+        grid: None,
     };
     let e = compare(&args)
         .err()
@@ -230,4 +232,39 @@ fn each_workload_reaches_its_interesting_states_across_seeds() {
             .iter()
             .all(|c| c.runs.iter().all(|m| m.peak_processes <= 5.0))
     );
+}
+
+#[test]
+fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
+    let dir = std::env::temp_dir().join(format!("servery-research-out-{}", std::process::id()));
+    let args = CompareArgs {
+        policies: vec!["seed-defaults".into()],
+        workloads: vec!["crash-storm-short".into()],
+        seeds: 4,
+        jobs: 2,
+        out: Some(dir.clone()),
+        json: false,
+        platform: Platform::Windows,
+        grid: Some((vec![1, 5], vec![10.0, 60.0])),
+    };
+    compare(&args).unwrap_or_else(|e| panic!("{e}"));
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let runs = read("runs.csv");
+    assert_eq!(runs.lines().count(), 1 + 4, "{runs}");
+    assert!(read("summary.csv").contains("seed-defaults,crash-storm-short,transient,4,p_failed"));
+    for svg in [
+        "availability-vs-parameter-crash-storm-short.svg",
+        "p-failed-vs-parameter-crash-storm-short.svg",
+        "recover-cdf-crash-storm-short.svg",
+        "boots-over-time-crash-storm-short.svg",
+        "p-failed-grid-crash-storm-short.svg",
+    ] {
+        let body = read(svg);
+        assert!(body.starts_with("<svg") && body.contains("</svg>"), "{svg}");
+    }
+    // Four workers crashing at once: a limit of 1 fails every run, 5 none.
+    let grid = read("p-failed-grid-crash-storm-short.csv");
+    assert!(grid.contains("crash-storm-short,1,10,1,"), "{grid}");
+    assert!(grid.contains("crash-storm-short,5,60,0,"), "{grid}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,7 @@ use crate::research::compare::run_matrix;
 use crate::research::error::ResearchError;
 use crate::research::policy::{self, Policy};
 use crate::research::workload::{self, Workload};
-use crate::research::{output, report};
+use crate::research::{heatmap, output, report};
 
 /// What `compare` was asked for.
 #[derive(Debug, Clone)]
@@ -20,6 +20,8 @@ pub struct CompareArgs {
     pub out: Option<PathBuf>,
     pub json: bool,
     pub platform: Platform,
+    /// With `--out`: the first policy's restart limit × window grid for the heat map.
+    pub grid: Option<(Vec<i64>, Vec<f64>)>,
 }
 
 /// A file argument as given, or else the shipped file of that name
@@ -57,6 +59,23 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
             }
         }
     }
+    if let Some((limits, windows)) = &args.grid {
+        // Every grid point is a policy too, held to the same rules.
+        let path = resolve(&args.policies[0], "policies");
+        for &l in limits {
+            for &win in windows {
+                let mut p = policies[0].clone();
+                p.recovery.worker_restart_limit = l;
+                p.recovery.worker_restart_window = win;
+                p.config(1)
+                    .validate()
+                    .map_err(|source| ResearchError::InvalidPolicy {
+                        path: path.clone(),
+                        source,
+                    })?;
+            }
+        }
+    }
     for (p, arg) in policies.iter().zip(&args.policies) {
         for w in &workloads {
             p.config(w.workers)
@@ -82,6 +101,21 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
     );
     if let Some(dir) = &args.out {
         output::write_all(dir, &cells, policies.len())?;
+        if let Some((limits, windows)) = &args.grid {
+            for w in &workloads {
+                let grid = heatmap::run(
+                    &policies[0],
+                    w,
+                    limits,
+                    windows,
+                    args.seeds,
+                    args.jobs,
+                    args.platform,
+                );
+                output::write(dir, &format!("p-failed-grid-{}.csv", w.name), &grid.csv())?;
+                output::write(dir, &format!("p-failed-grid-{}.svg", w.name), &grid.svg())?;
+            }
+        }
     }
     Ok(if args.json {
         report::json(&cells, policies.len()).to_string()

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 pub mod compare;
 pub mod error;
+pub mod heatmap;
 pub mod huang;
 pub mod metrics;
 pub mod output;

@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::research::compare::{Cell, SCALARS, summarize};
 use crate::research::error::ResearchError;
 
-fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchError> {
+pub(crate) fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchError> {
     let path = dir.join(name);
     // Written whole to a temporary name and renamed: a reader never sees half a file.
     let tmp = dir.join(format!(".{name}.tmp"));
@@ -28,6 +28,15 @@ pub fn write_all(dir: &Path, cells: &[Cell], policies: usize) -> Result<(), Rese
     Ok(())
 }
 
+/// A CSV field: quoted when it holds a comma, quote or line break.
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
 /// One row per run.
 pub fn runs_csv(cells: &[Cell]) -> String {
     let mut s = String::from("policy,workload,seed,x,failed");
@@ -38,7 +47,8 @@ pub fn runs_csv(cells: &[Cell]) -> String {
     for c in cells {
         for m in &c.runs {
             let x = m.x.map_or(String::new(), |x| format!("{x:.3}"));
-            let _ = write!(s, "{},{},{},{x},{}", c.policy, c.workload, m.seed, m.failed);
+            let (p, w) = (field(&c.policy), field(&c.workload));
+            let _ = write!(s, "{p},{w},{},{x},{}", m.seed, m.failed);
             for (_, f) in SCALARS {
                 let _ = write!(s, ",{}", f(m).map_or(String::new(), |v| format!("{v}")));
             }
@@ -62,8 +72,8 @@ pub fn summary_csv(cells: &[Cell]) -> String {
             let _ = writeln!(
                 s,
                 "{},{},{},{},{name},{},{},{}",
-                c.policy,
-                c.workload,
+                field(&c.policy),
+                field(&c.workload),
                 c.class.name(),
                 c.runs.len(),
                 e.mean,

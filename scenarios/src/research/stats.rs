@@ -172,8 +172,16 @@ pub fn wilson(k: u64, n: u64) -> Estimate {
     Estimate {
         mean: p,
         // At 0 and n the bound is exactly 0 or 1; rounding would leave 1e-18.
-        lo: if k == 0.0 { 0.0 } else { (centre - half).max(0.0) },
-        hi: if k == n { 1.0 } else { (centre + half).min(1.0) },
+        lo: if k == 0.0 {
+            0.0
+        } else {
+            (centre - half).max(0.0)
+        },
+        hi: if k == n {
+            1.0
+        } else {
+            (centre + half).min(1.0)
+        },
     }
 }
 
