@@ -158,3 +158,48 @@ fn peak_memory(w: &Workload, o: &Outcome) -> f64 {
         .map(at)
         .fold(0.0, f64::max)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servery_sim::WorkerExit;
+
+    #[test]
+    fn capacity_lost_and_recovery_spells_follow_the_ready_count() {
+        let text = "name = \"w\"\nfault_class = \"transient\"\nworkers = 4\nduration_s = 60.0\nmemory_growth_mb_per_s = 1.0\n[faults]\nkind = \"steady\"\n";
+        let w = crate::research::workload::from_text(std::path::Path::new("w"), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let draw = w.draw(0);
+        let o = Outcome {
+            // Four ready at 0.1 s; one lost at 30 s for 0.5 s; two lost at 40 s, one back
+            // at 41 s, the other never.
+            ready_changes: vec![(100, 4), (30_000, 3), (30_500, 4), (40_000, 2), (41_000, 3)],
+            spawns: 7,
+            spawn_times_ms: vec![0, 0, 0, 0, 30_200, 40_500, 40_600],
+            exits: vec![WorkerExit {
+                worker: 1,
+                reason: Some(ExitReason::UnexpectedExit),
+                at_ms: 30_000,
+            }],
+            ..Outcome::default()
+        };
+        let m = measure(&w, &draw, 0, &o);
+        let lost = 4.0 * 0.1 + 0.5 + 2.0 * 1.0 + 1.0 * 19.0;
+        assert!(
+            (m.capacity_seconds_lost - lost).abs() < 1e-9,
+            "{}",
+            m.capacity_seconds_lost
+        );
+        assert_eq!(m.recover_s, vec![0.5], "the open spell is not a recovery");
+        assert_eq!((m.boots, m.restarts, m.recycles), (7.0, 3.0, 0.0));
+        assert!(!m.failed);
+        // Worker 1 lived 30 s (80 MB at its end); the other three grow to 110 MB at 60 s,
+        // with the three later spawns: 3 x 110 + 79.8 + 69.5 + 69.4.
+        let peak = 3.0 * 110.0 + 79.8 + 69.5 + 69.4;
+        assert!(
+            (m.peak_memory_mb - peak).abs() < 1e-6,
+            "{}",
+            m.peak_memory_mb
+        );
+    }
+}
