@@ -14,6 +14,11 @@ pub enum LogPolicy {
 
 /// Recovery policy as written. Defaults are the seed document's.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct RawRecovery {
     pub restart_backoff_initial: f64,
     pub restart_backoff_max: f64,
