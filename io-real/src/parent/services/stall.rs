@@ -35,7 +35,7 @@ impl Stalls {
 pub async fn stall(kind: SingletonKind, how_long: Duration) {
     tracing::warn!(
         kind = kind.name(),
-        "test hook: service stalled on purpose (SERVERY_TEST_STALL_SERVICE)"
+        "test hook: this service is stalled on purpose"
     );
     let _ = tokio::task::spawn_blocking(move || std::thread::sleep(how_long)).await;
 }
