@@ -13,7 +13,7 @@ pub struct DiscoveryArgs {
     pub qr: bool,
     /// Advertise the service with mDNS/DNS-SD once it is ready: _http._tcp (_https._tcp
     /// with TLS), plus _webdav._tcp (_webdavs._tcp) with --dav, TXT `path=/` and `gen=N`
-    /// (the generation). Updated in place on reload, withdrawn when servery stops.
+    /// (the generation). Updated in place on reload, withdrawn when servery stops or fails.
     #[arg(long, env = "SERVERY_DISCOVERABLE", value_parser = clap::builder::BoolishValueParser::new())]
     pub discoverable: bool,
 }

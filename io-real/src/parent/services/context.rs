@@ -62,7 +62,7 @@ impl Site {
                 .iter()
                 .filter(usable)
                 .find(|(ip, _)| ip.is_ipv4());
-            v4.or_else(|| interfaces.iter().filter(usable).next())
+            v4.or_else(|| interfaces.iter().find(usable))
                 .map(|(ip, _)| *ip)
         };
         let ip = specific
