@@ -315,6 +315,23 @@ pub fn status_text(v: &Value) -> String {
             plain(&b["partials"]),
         );
     }
+    if let Some(singletons) = v.get("singletons").and_then(Value::as_object) {
+        for (kind, s) in singletons {
+            let generation = s["generation"]
+                .as_u64()
+                .map_or_else(String::new, |g| format!(" generation {g}"));
+            let _ = writeln!(
+                out,
+                "{kind}: {}{generation} ({} start, {} switches, {} stop; {} pending, {} failed)",
+                plain(&s["state"]),
+                plain(&s["starts"]),
+                plain(&s["switches"]),
+                plain(&s["stops"]),
+                plain(&s["service"]["pending"]),
+                plain(&s["service"]["failures"]),
+            );
+        }
+    }
     if let Some(f) = v.get("last_failure").filter(|f| !f.is_null()) {
         let g = |k: &str| f.get(k).map(plain).unwrap_or_default();
         let _ = writeln!(
