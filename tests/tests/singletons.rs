@@ -239,7 +239,7 @@ fn qr_prints_the_url_and_its_code_once_per_committed_generation() {
 }
 
 #[test]
-fn a_stalled_service_holds_up_no_restart_no_reload_and_no_stop() {
+fn a_stalled_service_holds_up_no_hang_verdict_no_restart_no_reload_and_no_stop() {
     let Some(ns) = netns_or_skip("a stalled singleton service") else {
         return;
     };
@@ -290,6 +290,30 @@ fn a_stalled_service_holds_up_no_restart_no_reload_and_no_stop() {
     assert_eq!(
         after["not_running_ms"], 0,
         "the driver never stalled: {after}"
+    );
+
+    // A silent worker (in the other slot) is judged hung on its heartbeat deadline.
+    let other_slot = &status["workers"][0]["slot"];
+    let hung = after["workers"]
+        .as_array()
+        .and_then(|ws| ws.iter().find(|w| &w["slot"] != other_slot))
+        .and_then(|w| w["pid"].as_u64())
+        .expect("a worker in the other slot") as u32;
+    let stopped = Instant::now();
+    signal_pid(hung, Sig::STOP);
+    let bound = HEARTBEAT_TIMEOUT + FORCE_TIMEOUT + BACKOFF_INITIAL + START_MARGIN;
+    wait_until(bound, "the hung worker replaced", || {
+        let s = server.status();
+        let ws = s["workers"].as_array()?;
+        let ok = s["restarts"] == 2
+            && s["last_failure"]["reason"] == "health_failure"
+            && ws.len() == 2
+            && ws.iter().all(|w| w["state"] == "ready" && w["pid"] != hung);
+        ok.then_some(())
+    });
+    eprintln!(
+        "MEASURED SIGSTOP → replacement ready with mDNS stalled: {:?} (bound {bound:?})",
+        stopped.elapsed()
     );
 
     // A reload commits; the switch queues behind the stalled start.

@@ -10,7 +10,9 @@
 //! A service must not block the host runtime's thread: blocking work (a write to a
 //! terminal, waiting for a daemon thread) goes through `spawn_blocking`.
 //!
-//! Adding a service: a type implementing [`Service`], and one arm in [`service_for`].
+//! Adding a service: a type implementing [`Service`], and one arm in [`service_for`]; the
+//! fixed settings it is built from (as TFTP's address, port and root would be) join
+//! [`Site`].
 
 mod access_log;
 pub mod args;
@@ -62,9 +64,9 @@ pub enum ServiceError {
     Blocking(#[from] tokio::task::JoinError),
 }
 
-/// The service that owns `kind`, or `None` for a kind this binary has no service for
-/// (its feature has no flag, so it cannot be on).
-fn service_for(kind: SingletonKind) -> Option<Box<dyn Service>> {
+/// The service that owns `kind`, built from the parent's fixed settings, or `None` for a
+/// kind this binary has no service for (its feature has no flag, so it cannot be on).
+fn service_for(kind: SingletonKind, _site: &Site) -> Option<Box<dyn Service>> {
     match kind {
         SingletonKind::AccessLog => Some(Box::new(access_log::AccessLogService)),
         SingletonKind::Mdns => Some(Box::new(mdns::MdnsService::default())),
@@ -131,7 +133,7 @@ impl ServiceHost {
         let stalls = stall::Stalls::from_env();
         let mut lanes = BTreeMap::new();
         for &kind in kinds {
-            let Some(service) = service_for(kind) else {
+            let Some(service) = service_for(kind, &site) else {
                 tracing::warn!(
                     kind = kind.name(),
                     "no service for this singleton in this binary"
