@@ -18,7 +18,15 @@ pub struct Netns {
 
 impl Netns {
     /// A new namespace, or why none can be made here (the caller skips, saying so).
+    /// The tools it needs (`ip`, `nsenter`) must be installed: their absence fails the
+    /// test, it is not a reason to skip.
     pub fn create() -> Result<Netns, String> {
+        for (tool, package) in [("ip", "iproute2"), ("nsenter", "util-linux")] {
+            assert!(
+                Command::new(tool).arg("-V").output().is_ok(),
+                "`{tool}` is missing: install {package} (scripts/debian-packages.txt)"
+            );
+        }
         let script = format!(
             "ip link set lo up multicast on && ip route add 224.0.0.0/4 dev lo && echo up && exec sleep {}",
             HOLD.as_secs()

@@ -352,6 +352,13 @@ struct Browser {
 impl Browser {
     fn start(ns: &Netns, types: &[&str]) -> Browser {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/mdns_browser.py");
+        let zeroconf = std::process::Command::new("python3")
+            .args(["-c", "import zeroconf"])
+            .output();
+        assert!(
+            zeroconf.is_ok_and(|o| o.status.success()),
+            "python3 with the zeroconf package is needed (scripts/python-packages.txt)"
+        );
         let mut child = ns
             .command("python3")
             .arg(script)
