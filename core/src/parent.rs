@@ -5,8 +5,9 @@
 //! - When the supervisor reports a worker gone, the broker revokes everything it held and
 //!   the driver removes its temporary files, before any replacement can be spawned (the
 //!   supervisor spawns replacements only after the reap, which comes after this).
-//! - A committed generation moves the singletons; the final exit stops them and waits
-//!   for the access-log queue to drain.
+//! - A committed generation moves the singletons; closing the listeners stops those that
+//!   invite clients (mDNS, QR, TFTP), and the final exit stops the rest and waits for the
+//!   access-log queue to drain.
 //! - The parent watches its own loop (decision 0017): it never sleeps longer than the
 //!   supervisor's watch period while it has workers, and when it wakes later than the
 //!   deadline it asked for, the time it did not run counts towards no worker's deadline.
@@ -168,6 +169,9 @@ impl Parent {
                 Action::GenerationCommitted { generation, .. } if self.pending_exit.is_none() => {
                     self.singletons.committed(*generation);
                 }
+                // Nothing is accepted from here on: what advertises the service goes now,
+                // not after the drain (decision 0020).
+                Action::CloseListeners => self.singletons.listeners_closed(),
                 Action::Exit { code } => {
                     self.pending_exit = Some(*code);
                     self.singletons.stop();
@@ -413,6 +417,43 @@ mod tests {
             .iter()
             .position(|a| matches!(a, ParentAction::Supervisor(Action::Exit { code: 0 })));
         assert!(stop.expect("stopped") < exit.expect("exits"));
+    }
+
+    #[test]
+    fn the_advertisement_stops_with_the_listeners_and_the_access_log_at_the_exit() {
+        let (mut p, w) = started(|r| {
+            r.features.mdns = true;
+            r.features.access_log = true;
+        });
+        let stop_of = |acts: &[ParentAction], kind| {
+            acts.iter()
+                .position(|a| *a == ParentAction::Singleton(SingletonAction::Stop { kind }))
+        };
+        p.handle(Instant::ZERO, Event::Command(Command::Stop));
+        let draining = actions(&mut p);
+        let close = draining
+            .iter()
+            .position(|a| *a == ParentAction::Supervisor(Action::CloseListeners));
+        let mdns = stop_of(&draining, SingletonKind::Mdns);
+        assert!(
+            close.expect("closes") < mdns.expect("mDNS withdrawn while draining"),
+            "{draining:?}"
+        );
+        assert_eq!(stop_of(&draining, SingletonKind::AccessLog), None);
+        p.handle(
+            Instant::ZERO,
+            Event::Exited {
+                worker: w,
+                status: ExitStatus::Code(0),
+            },
+        );
+        let exiting = actions(&mut p);
+        assert!(
+            stop_of(&exiting, SingletonKind::AccessLog).is_some(),
+            "{exiting:?}"
+        );
+        assert_eq!(stop_of(&exiting, SingletonKind::Mdns), None, "stopped once");
+        p.check_invariants().expect("invariants");
     }
 
     #[test]

@@ -137,6 +137,8 @@ pub struct RealIo {
     control: Arc<ControlState>,
     journal: Option<super::dav_journal::Journal>,
     log_writer: Option<crate::access_log::writer::LogWriter>,
+    /// The singleton services (`None` once finished).
+    services: Option<super::services::ServiceHost>,
     /// A batch is with the writer (it takes one at a time: the queue stays in the core).
     log_busy: bool,
     info: ServiceInfo,
@@ -166,6 +168,8 @@ pub struct RealIoParts {
     pub journal: Option<super::dav_journal::Journal>,
     /// The access log's one writer (`--access-log`).
     pub log_writer: Option<crate::access_log::writer::LogWriter>,
+    /// The owners of the singletons' actions.
+    pub services: super::services::ServiceHost,
     pub info: ServiceInfo,
 }
 
@@ -186,6 +190,7 @@ impl RealIo {
             control: p.control,
             journal: p.journal,
             log_writer: p.log_writer,
+            services: Some(p.services),
             log_busy: false,
             info: p.info,
             status_waiters: Vec::new(),
@@ -193,6 +198,13 @@ impl RealIo {
             next_reload: 0,
             announced_ready: false,
             not_running_seen: core::time::Duration::ZERO,
+        }
+    }
+
+    /// After the exit: give the services their bounded time to finish (their stops).
+    pub fn finish_services(&mut self, bound: std::time::Duration) {
+        if let Some(services) = self.services.take() {
+            services.finish(bound);
         }
     }
 
@@ -531,7 +543,10 @@ impl ParentIo for RealIo {
     fn perform(&mut self, _now: Instant, action: ParentAction) {
         let action = match action {
             ParentAction::Singleton(action) => {
-                return tracing::info!(?action, "singleton");
+                if let Some(services) = &self.services {
+                    services.perform(action);
+                }
+                return;
             }
             ParentAction::PersistDavLocks(locks) => {
                 // On this thread, before the answers queued after it are written: a LOCK

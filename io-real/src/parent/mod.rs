@@ -7,6 +7,7 @@ mod dav_journal;
 mod host;
 mod io;
 mod listeners;
+pub mod services;
 mod site;
 mod spawn;
 mod status;
@@ -53,6 +54,11 @@ pub enum ParentError {
     #[error("the host runtime stopped unexpectedly")]
     HostGone,
 }
+
+/// How long the exit waits for the singleton services to finish their stops (an mDNS
+/// goodbye): more than one daemon round trip, little enough that a stalled service cannot
+/// hold a stop up.
+const SERVICES_FINISH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `servery [DIR] …`: returns the process exit code.
 pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
@@ -292,11 +298,25 @@ fn serve(
         .as_ref()
         .map(|w| std::sync::Arc::clone(w.stats()));
     let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
+    let services = services::ServiceHost::start(
+        host.handle(),
+        services::Site {
+            addrs: addrs.clone(),
+            tls: args.site.tls(),
+            dav: config.features().webdav,
+            root_name: root
+                .file_name()
+                .map_or_else(|| "servery".into(), |n| n.to_string_lossy().into_owned()),
+            host_name: services::context::host_name(),
+        },
+        &servery_core::singletons::SingletonKind::enabled_by(config.features()),
+    );
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let journal = journal.map(|(journal, loaded)| {
         parent.restore_dav_locks(clock.now(), loaded.take());
         journal
     });
+    let service_reports = services.reports();
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
@@ -307,17 +327,20 @@ fn serve(
         control: state,
         journal,
         log_writer,
+        services,
         info: ServiceInfo {
             pid: std::process::id(),
             urls,
             control_socket: socket_path.display().to_string(),
             root: root.display().to_string(),
             access_log: log_stats,
+            services: service_reports,
         },
     });
     let start = clock.now();
     match servery_core::driver::run(&mut parent, &mut real, start) {
         RunEnd::Exited(code) => {
+            real.finish_services(SERVICES_FINISH);
             drop(real);
             drop(host);
             Ok(code)
