@@ -153,6 +153,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub access_log: crate::access_log::args::AccessLogArgs,
+
+    #[command(flatten)]
+    pub tftp: crate::tftp::args::TftpArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -373,6 +376,7 @@ impl ServeArgs {
         self.upload.apply(&mut raw);
         self.dav.apply(&mut raw);
         self.access_log.apply(&mut raw);
+        self.tftp.apply(&mut raw);
         raw
     }
 }

@@ -202,6 +202,7 @@ pub struct RawConfig {
     pub connections: RawConnections,
     pub uploads: RawUploads,
     pub features: RawFeatures,
+    pub tftp: super::RawTftp,
 }
 
 impl Default for RawConfig {
@@ -214,6 +215,7 @@ impl Default for RawConfig {
             connections: RawConnections::default(),
             uploads: RawUploads::default(),
             features: RawFeatures::default(),
+            tftp: super::RawTftp::default(),
         }
     }
 }

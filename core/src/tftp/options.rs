@@ -127,7 +127,10 @@ mod tests {
         assert_eq!(n.params.windowsize, 16);
         assert_eq!(n.params.timeout, Duration::from_secs(3));
         assert!(n.wants_tsize);
-        assert_eq!(n.oack, vec![opt("blksize", "1468"), opt("windowsize", "16")]);
+        assert_eq!(
+            n.oack,
+            vec![opt("blksize", "1468"), opt("windowsize", "16")]
+        );
     }
 
     #[test]

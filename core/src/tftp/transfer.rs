@@ -21,8 +21,14 @@ pub enum Out {
     /// The OACK negotiation produced (the driver holds its bytes).
     Oack,
     /// DATA `block` with the file's bytes `[offset, offset + len)`.
-    Data { block: u16, offset: u64, len: usize },
-    Ack { block: u16 },
+    Data {
+        block: u16,
+        offset: u64,
+        len: usize,
+    },
+    Ack {
+        block: u16,
+    },
 }
 
 /// Where a transfer stands.
@@ -232,7 +238,11 @@ impl Receiver {
             retry: Retry::new(now, params.timeout, max_retries),
             status: Status::Running,
         };
-        let first = if oack { Out::Oack } else { Out::Ack { block: 0 } };
+        let first = if oack {
+            Out::Oack
+        } else {
+            Out::Ack { block: 0 }
+        };
         (receiver, first)
     }
 

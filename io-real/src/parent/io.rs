@@ -139,6 +139,7 @@ pub struct RealIo {
     log_writer: Option<crate::access_log::writer::LogWriter>,
     /// A batch is with the writer (it takes one at a time: the queue stays in the core).
     log_busy: bool,
+    tftp: crate::tftp::TftpSlot,
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
     /// Who waits for each reload's answer, by the id the core names it with.
@@ -166,6 +167,8 @@ pub struct RealIoParts {
     pub journal: Option<super::dav_journal::Journal>,
     /// The access log's one writer (`--access-log`).
     pub log_writer: Option<crate::access_log::writer::LogWriter>,
+    /// The TFTP service, bound and waiting for its start (`--tftp`).
+    pub tftp: crate::tftp::TftpSlot,
     pub info: ServiceInfo,
 }
 
@@ -187,6 +190,7 @@ impl RealIo {
             journal: p.journal,
             log_writer: p.log_writer,
             log_busy: false,
+            tftp: p.tftp,
             info: p.info,
             status_waiters: Vec::new(),
             reloads: HashMap::new(),
@@ -531,7 +535,8 @@ impl ParentIo for RealIo {
     fn perform(&mut self, _now: Instant, action: ParentAction) {
         let action = match action {
             ParentAction::Singleton(action) => {
-                return tracing::info!(?action, "singleton");
+                tracing::info!(?action, "singleton");
+                return self.tftp.perform(&action, &self.rt);
             }
             ParentAction::PersistDavLocks(locks) => {
                 // On this thread, before the answers queued after it are written: a LOCK

@@ -52,6 +52,8 @@ pub enum ParentError {
     CurrentExe(#[source] std::io::Error),
     #[error("the host runtime stopped unexpectedly")]
     HostGone,
+    #[error(transparent)]
+    Tftp(#[from] crate::tftp::TftpError),
 }
 
 /// `servery [DIR] …`: returns the process exit code.
@@ -195,6 +197,18 @@ fn serve(
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let listeners = listeners::bind_all(&args.bind, args.port)?;
+    let tftp = match args.tftp.tftp {
+        true => crate::tftp::TftpSlot::Ready {
+            socket: crate::tftp::bind(args.tftp.addr())?,
+            settings: crate::tftp::TftpSettings {
+                limits: *config.tftp(),
+                write: args.tftp.tftp_write,
+            },
+            root: crate::tftp::ServedRoot::open(&root, args.show_hidden)
+                .map_err(crate::tftp::TftpError::Root)?,
+        },
+        false => crate::tftp::TftpSlot::Off,
+    };
     let addrs: Vec<_> = listeners
         .iter()
         .filter_map(|l| l.local_addr().ok())
@@ -307,6 +321,7 @@ fn serve(
         control: state,
         journal,
         log_writer,
+        tftp,
         info: ServiceInfo {
             pid: std::process::id(),
             urls,

@@ -1,0 +1,1 @@
+//! The service against a scripted client on loopback: limits and malformed input.
