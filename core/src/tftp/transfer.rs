@@ -254,6 +254,11 @@ impl Receiver {
         self.bytes
     }
 
+    /// The negotiated retransmission timeout.
+    pub fn timeout(&self) -> Duration {
+        self.retry.timeout
+    }
+
     /// While running: the retransmission deadline. Once complete: none (the driver
     /// lingers one timeout to re-acknowledge a repeated final block, on its own clock).
     pub fn deadline(&self) -> Option<Instant> {

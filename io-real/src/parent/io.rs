@@ -557,6 +557,9 @@ impl ParentIo for RealIo {
                 generation,
                 config,
             } => self.perform_spawn(worker, slot, generation, &config),
+            Action::Send { worker, message } if worker == servery_core::parent::PARENT_CLIENT => {
+                self.tftp.deliver(message)
+            }
             Action::Send { worker, message } => {
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     // The core sends only what fits the frames (it refuses a broker answer

@@ -7,6 +7,7 @@ mod dav_journal;
 mod host;
 mod io;
 mod listeners;
+mod local_broker;
 mod site;
 mod spawn;
 mod status;
@@ -197,17 +198,9 @@ fn serve(
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let listeners = listeners::bind_all(&args.bind, args.port)?;
-    let tftp = match args.tftp.tftp {
-        true => crate::tftp::TftpSlot::Ready {
-            socket: crate::tftp::bind(args.tftp.addr())?,
-            settings: crate::tftp::TftpSettings {
-                limits: *config.tftp(),
-                write: args.tftp.tftp_write,
-            },
-            root: crate::tftp::ServedRoot::open(&root, args.show_hidden)
-                .map_err(crate::tftp::TftpError::Root)?,
-        },
-        false => crate::tftp::TftpSlot::Off,
+    let tftp_socket = match args.tftp.tftp {
+        true => Some(crate::tftp::bind(args.tftp.addr())?),
+        false => None,
     };
     let addrs: Vec<_> = listeners
         .iter()
@@ -306,6 +299,24 @@ fn serve(
         .as_ref()
         .map(|w| std::sync::Arc::clone(w.stats()));
     let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
+    let tftp = match tftp_socket {
+        Some(socket) => crate::tftp::TftpSlot::ready(
+            socket,
+            crate::tftp::TftpSettings {
+                limits: *config.tftp(),
+                writes: args
+                    .tftp
+                    .tftp_write
+                    .then(|| args.upload.parent_write_settings(&config)),
+            },
+            crate::tftp::ServedRoot::open(&root, args.show_hidden)
+                .map_err(crate::tftp::TftpError::Root)?,
+            args.tftp
+                .tftp_write
+                .then(|| local_broker::client(&config, events_tx.clone())),
+        ),
+        None => crate::tftp::TftpSlot::off(),
+    };
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let journal = journal.map(|(journal, loaded)| {
         parent.restore_dav_locks(clock.now(), loaded.take());

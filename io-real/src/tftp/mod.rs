@@ -33,6 +33,9 @@ use tokio::net::UdpSocket;
 use tokio::runtime::Handle;
 use tokio::sync::{Semaphore, watch};
 
+use crate::worker::broker::BrokerHandle;
+use crate::write::Writer;
+
 pub use root::ServedRoot;
 pub use slot::TftpSlot;
 use transfer::{Context, Direction};
@@ -82,7 +85,8 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::UdpSocket, TftpError> {
 #[derive(Debug, Clone)]
 pub struct TftpSettings {
     pub limits: TftpLimits,
-    pub write: bool,
+    /// How writes are made (`--tftp-write`); `None`: every write request is refused.
+    pub writes: Option<crate::write::WriteSettings>,
 }
 
 #[derive(Debug)]
@@ -113,10 +117,13 @@ impl Drop for RunningTftp {
 }
 
 impl TftpService {
+    /// `broker` is the parent's own broker client
+    /// ([`servery_core::parent::PARENT_CLIENT`]); writes need it and are refused without.
     pub fn start(
         socket: std::net::UdpSocket,
         settings: TftpSettings,
         root: ServedRoot,
+        broker: Option<BrokerHandle>,
         rt: &Handle,
     ) -> Result<RunningTftp, TftpError> {
         let addr = socket.local_addr().map_err(TftpError::Register)?;
@@ -125,13 +132,23 @@ impl TftpService {
             UdpSocket::from_std(socket).map_err(TftpError::Register)?
         };
         let (stop, stopped) = watch::channel(false);
+        let writer = settings
+            .writes
+            .clone()
+            .zip(broker)
+            .map(|(settings, broker)| Writer {
+                root: Arc::clone(root.dir()),
+                broker,
+                settings: Arc::new(settings),
+            });
         let ctx = Context {
             root,
             limits: settings.limits,
+            writer,
             epoch: clock::Epoch::now(),
             stop: stopped,
         };
-        rt.spawn(listen(socket, addr, settings, ctx));
+        rt.spawn(listen(socket, addr, settings.limits, ctx));
         Ok(RunningTftp { addr, stop })
     }
 }
@@ -151,12 +168,13 @@ impl Drop for ActiveGuard {
     }
 }
 
-async fn listen(socket: UdpSocket, local: SocketAddr, settings: TftpSettings, ctx: Context) {
-    let pool = Arc::new(Semaphore::new(settings.limits.max_transfers() as usize));
+async fn listen(socket: UdpSocket, local: SocketAddr, limits: TftpLimits, ctx: Context) {
+    let pool = Arc::new(Semaphore::new(limits.max_transfers() as usize));
+    let writes = ctx.writer.is_some();
     let active: Active = Arc::default();
     let mut stop = ctx.stop.clone();
     let mut buf = vec![0u8; MAX_DATAGRAM];
-    tracing::info!(%local, write = settings.write, "TFTP service started");
+    tracing::info!(%local, writes, "TFTP service started");
     loop {
         let (n, peer) = tokio::select! {
             _ = stop.changed() => break,
@@ -171,7 +189,7 @@ async fn listen(socket: UdpSocket, local: SocketAddr, settings: TftpSettings, ct
         };
         let (dir, req) = match Packet::decode(&buf[..n]) {
             Ok(Packet::Rrq(req)) => (Direction::Read, req),
-            Ok(Packet::Wrq(req)) if settings.write => (Direction::Write, req),
+            Ok(Packet::Wrq(req)) if writes => (Direction::Write, req),
             Ok(Packet::Wrq(_)) => {
                 reply_error(
                     &socket,

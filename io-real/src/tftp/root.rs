@@ -55,7 +55,7 @@ impl ServedRoot {
         })
     }
 
-    pub fn dir(&self) -> &Dir {
+    pub fn dir(&self) -> &Arc<Dir> {
         &self.dir
     }
 

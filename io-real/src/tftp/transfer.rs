@@ -16,6 +16,8 @@ use super::root::{Refusal, ServedRoot};
 pub struct Context {
     pub root: ServedRoot,
     pub limits: TftpLimits,
+    /// How writes are made; `None` when they are off.
+    pub writer: Option<crate::write::Writer>,
     pub epoch: Epoch,
     /// Turns `true` when the service stops: every transfer ends with an ERROR.
     pub stop: watch::Receiver<bool>,
