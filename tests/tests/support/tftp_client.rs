@@ -2,11 +2,14 @@
 //! junk, race for the last slot): it sends exactly what it is told and reports what comes
 //! back, with a bound on every wait.
 
+#![allow(dead_code)]
+
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 pub struct Peer {
     pub socket: UdpSocket,
+    last_from: std::cell::Cell<Option<SocketAddr>>,
 }
 
 /// What arrived.
@@ -28,7 +31,15 @@ pub enum Reply {
 impl Peer {
     pub fn new() -> Peer {
         let socket = UdpSocket::bind("127.0.0.1:0").expect("bind a client socket");
-        Peer { socket }
+        Peer {
+            socket,
+            last_from: std::cell::Cell::new(None),
+        }
+    }
+
+    /// Where the last datagram came from (a transfer's TID).
+    pub fn last_from(&self) -> Option<SocketAddr> {
+        self.last_from.get()
     }
 
     pub fn send(&self, to: SocketAddr, datagram: &[u8]) {
@@ -48,6 +59,7 @@ impl Peer {
         self.socket.set_read_timeout(Some(bound)).expect("timeout");
         let mut buf = vec![0u8; 70_000];
         let (n, from) = self.socket.recv_from(&mut buf).ok()?;
+        self.last_from.set(Some(from));
         let b = &buf[..n];
         let op = u16::from_be_bytes([b[0], b[1]]);
         let num = u16::from_be_bytes([b[2], b[3]]);
