@@ -127,8 +127,10 @@ mod tests {
 
     #[test]
     fn tftp_runs_with_many_workers() {
-        let mut raw = RawConfig::default();
-        raw.workers = 4;
+        let mut raw = RawConfig {
+            workers: 4,
+            ..RawConfig::default()
+        };
         raw.features.tftp = true;
         assert!(fields(&raw).is_empty());
     }

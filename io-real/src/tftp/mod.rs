@@ -75,9 +75,7 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::UdpSocket, TftpError> {
         },
         source,
     })?;
-    socket
-        .set_nonblocking(true)
-        .map_err(|source| TftpError::Register(source))?;
+    socket.set_nonblocking(true).map_err(TftpError::Register)?;
     Ok(socket)
 }
 
