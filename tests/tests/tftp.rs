@@ -400,3 +400,41 @@ fn the_service_starts_once_survives_a_reload_and_stops_with_the_parent() {
         "still answering after exit"
     );
 }
+
+#[test]
+fn check_config_shows_the_settings_and_a_bad_limit_names_its_flag() {
+    let tree = Tree::new("tftp-config");
+    let root = tree.root();
+    let root = root.to_str().expect("utf-8");
+    let ok = servery_tests::run_servery(
+        &[root, "--tftp", "--tftp-port", "0", "--check-config"],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert_eq!(ok.status.code(), Some(0), "{}", ok.stderr);
+    assert!(
+        ok.stdout
+            .contains("tftp = udp 127.0.0.1:0 writes=false max_transfers=16"),
+        "{}",
+        ok.stdout
+    );
+    let bad = servery_tests::run_servery(
+        &[
+            root,
+            "--tftp",
+            "--tftp-max-transfers",
+            "0",
+            "--tftp-timeout",
+            "300",
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", bad.stderr);
+    for needle in [
+        "tftp.max_transfers (--tftp-max-transfers)",
+        "tftp.timeout (--tftp-timeout)",
+    ] {
+        assert!(bad.stderr.contains(needle), "{needle}: {}", bad.stderr);
+    }
+}

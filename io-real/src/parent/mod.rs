@@ -122,6 +122,18 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         }
         say!("{}", config_text(&config).trim_end());
         print_site(&args, &site);
+        if args.tftp.tftp {
+            let t = config.tftp();
+            say!(
+                "tftp = udp {} writes={} max_transfers={} max_transfer_size={} retries={} timeout={:?}",
+                args.tftp.addr(),
+                args.tftp.tftp_write,
+                t.max_transfers(),
+                t.max_transfer_size(),
+                t.retries(),
+                t.timeout()
+            );
+        }
         return 0;
     }
     match serve(&args, argv, config, root, site, journal, access_log) {
