@@ -154,7 +154,10 @@ fn a_file_past_the_block_number_rollover_arrives_whole() {
     let tree = Tree::new("tftp-rollover");
     let body = pattern(ROLLOVER_SIZE, 4);
     place(&tree, "big.bin", &body);
-    let (_server, addr) = start(&tree, 1, &[]);
+    // Heartbeats judged with FAST's 1.5 s timeout while the parent's host runtime moves
+    // 69,000 blocks: no worker may be taken for hung.
+    let (server, addr) = start(&tree, 2, &[]);
+    let before = server.wait_ready(2, Duration::from_secs(20)).0;
     let started = Instant::now();
     let out = tree.dir.join("curl");
     let mut cmd = Command::new("curl");
@@ -177,6 +180,13 @@ fn a_file_past_the_block_number_rollover_arrives_whole() {
         "two reads of {ROLLOVER_SIZE} bytes in 512-byte blocks: {:?}",
         started.elapsed()
     );
+    let after = server.status();
+    assert_eq!(
+        servery_tests::worker_pids(&after),
+        servery_tests::worker_pids(&before),
+        "a worker was replaced during the transfers"
+    );
+    assert_eq!(after["restarts"], 0, "{after}");
 }
 
 #[test]
