@@ -52,7 +52,10 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         ctx.limits.retries(),
     );
     let mut buf = Vec::with_capacity(4 + usize::from(negotiation.params.blksize));
-    if let Err(ending) = send_all(socket, &file, &oack, &out, &mut buf).await {
+    let mut ahead = ReadAhead::new(
+        usize::from(negotiation.params.blksize) * usize::from(negotiation.params.windowsize),
+    );
+    if let Err(ending) = send_all(socket, &file, &mut ahead, &oack, &out, &mut buf).await {
         return ending;
     }
     let mut stop = ctx.stop.clone();
@@ -87,10 +90,14 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
             }
             Status::Running | Status::Aborted => {}
         }
-        if let Err(ending) = send_all(socket, &file, &oack, &out, &mut buf).await {
+        if let Err(ending) = send_all(socket, &file, &mut ahead, &oack, &out, &mut buf).await {
             return ending;
         }
-        if let Some(deadline) = sender.deadline() {
+        // Deadlines only move later: the timer is re-armed when it fires early (the
+        // machine then asks for nothing), not at every block.
+        if sleep.is_elapsed()
+            && let Some(deadline) = sender.deadline()
+        {
             sleep.as_mut().reset(epoch.tokio_at(deadline));
         }
     }
@@ -101,9 +108,54 @@ async fn refuse(socket: &UdpSocket, refusal: Refusal) -> Ending {
     Ending::Refused(refusal)
 }
 
+/// The file's bytes ahead of the transfer, read in chunks of at least 64 KiB: one `pread`
+/// for dozens of blocks instead of one per block.
+struct ReadAhead {
+    offset: u64,
+    bytes: Vec<u8>,
+    chunk: usize,
+}
+
+impl ReadAhead {
+    fn new(window_bytes: usize) -> Self {
+        ReadAhead {
+            offset: 0,
+            bytes: Vec::new(),
+            chunk: window_bytes.max(64 * 1024),
+        }
+    }
+
+    /// Copies `[offset, offset + into.len())` into `into`, reading a chunk from there when
+    /// it is not held. The file's length was fixed at open: a read that comes up short
+    /// means the file shrank under the transfer.
+    fn read(&mut self, file: &File, offset: u64, into: &mut [u8]) -> std::io::Result<()> {
+        let held = offset >= self.offset
+            && offset + into.len() as u64 <= self.offset + self.bytes.len() as u64;
+        if !held {
+            self.bytes.resize(self.chunk.max(into.len()), 0);
+            let mut got = 0;
+            while got < self.bytes.len() {
+                match file.read_at(&mut self.bytes[got..], offset + got as u64)? {
+                    0 => break,
+                    n => got += n,
+                }
+            }
+            self.bytes.truncate(got);
+            self.offset = offset;
+            if got < into.len() {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        let start = (offset - self.offset) as usize;
+        into.copy_from_slice(&self.bytes[start..start + into.len()]);
+        Ok(())
+    }
+}
+
 async fn send_all(
     socket: &UdpSocket,
     file: &File,
+    ahead: &mut ReadAhead,
     oack: &[u8],
     out: &[Out],
     buf: &mut Vec<u8>,
@@ -121,7 +173,7 @@ async fn send_all(
                 // length was fixed when the file was opened, so a file that shrank under
                 // the transfer ends it rather than sending a short block that would end
                 // it early and silently.
-                if let Err(e) = file.read_exact_at(&mut buf[4..], offset) {
+                if let Err(e) = ahead.read(file, offset, &mut buf[4..]) {
                     send_error(
                         socket,
                         ErrorCode::NotDefined,
