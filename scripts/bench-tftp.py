@@ -9,7 +9,8 @@ Peers: apt-get install tftpd-hpa curl (`in.tftpd` is started by this script on i
 port and root, in the foreground; the Debian service is not used). The client is curl
 (`--tftp-blksize`), one download at a time, servers alternated for --rounds; every
 download is compared with the file. Reported: the median MB/s (10^6 bytes / s, whole
-transfer) per server and their ratio (servery / tftpd-hpa).
+transfer) per server and their ratio (servery / tftpd-hpa), and the median server CPU per
+read (servery's parent; in.tftpd with the child serving the transfer, from /proc).
 
 servery runs with two workers, `--heartbeat-interval 0.25 --heartbeat-timeout 1`: the
 TFTP service runs on the parent's host runtime, the heartbeat judging on the driver
@@ -99,15 +100,42 @@ def start_tftpd(root, port):
     return proc
 
 
-def download(port, name, blksize, out):
+def cpu_seconds(pid):
+    """User + system CPU of `pid` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def download(server_pid, port, name, blksize, out):
+    """Seconds for one download, and the server's CPU seconds for it: the server process's
+    own, plus that of the children it forks (in.tftpd serves each transfer from a child,
+    which is sampled every 20 ms while it lives, so its last few ms are not counted)."""
+    before = cpu_seconds(server_pid)
+    kids = {}
     start = time.perf_counter()
-    done = subprocess.run(
+    curl = subprocess.Popen(
         ["curl", "-sS", "--max-time", "120", "--tftp-blksize", str(blksize), "-o", out,
-         f"tftp://127.0.0.1:{port}/{name}"], capture_output=True, text=True)
+         f"tftp://127.0.0.1:{port}/{name}"], stderr=subprocess.PIPE, text=True)
+    while curl.poll() is None:
+        for kid in children(server_pid):
+            kids[kid] = max(kids.get(kid, 0.0), cpu_seconds(kid))
+        time.sleep(0.02)
     elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"curl: {done.stderr.strip()}")
-    return elapsed
+    if curl.returncode != 0:
+        raise RuntimeError(f"curl: {curl.stderr.read().strip()}")
+    return elapsed, cpu_seconds(server_pid) - before + sum(kids.values())
 
 
 def digest(path):
@@ -151,10 +179,12 @@ def main():
         servers["tftpd-hpa"] = (start_tftpd(root, hpa_port), hpa_port)
         before = {w["slot"]: w["pid"] for w in status(binary, sock)["workers"]}
         times = {k: [] for k in servers}
+        cpu = {k: [] for k in servers}
         out = os.path.join(work, "got.bin")
         for _ in range(args.rounds):
-            for label, (_, port) in servers.items():
-                elapsed = download(port, name, args.blksize, out)
+            for label, (proc, port) in servers.items():
+                elapsed, used = download(proc.pid, port, name, args.blksize, out)
+                cpu[label].append(used)
                 if digest(out) != want:
                     print(f"FAIL: {label}'s download differs from the file", file=sys.stderr)
                     failed = True
@@ -171,6 +201,7 @@ def main():
             mbps = [size / t / 1e6 for t in ts]
             medians[label] = statistics.median(mbps)
             print(f"  {label:10s} median {medians[label]:7.1f} MB/s  "
+                  f"server CPU {statistics.median(cpu[label]):.2f} s per read  "
                   f"(runs: {', '.join(f'{m:.1f}' for m in mbps)})")
         print(f"  ratio servery / tftpd-hpa: {medians['servery'] / medians['tftpd-hpa']:.2f}")
         print(f"  heartbeat judging: workers {'unchanged' if before == after else 'CHANGED'}"
