@@ -302,3 +302,21 @@ fn tftp_write_needs_uploads() {
     );
     assert!(done.stderr.contains("--tftp-write"), "{}", done.stderr);
 }
+
+#[test]
+fn temporary_files_an_earlier_parent_left_are_removed_before_writes_start() {
+    let tree = Tree::new("tftpw-leftover");
+    let left = [
+        tree.root().join(".servery-tmp-0-00000000deadbeef"),
+        tree.root().join("sub/.servery-tmp-0-00000000feedface"),
+    ];
+    for path in &left {
+        std::fs::write(path, b"half a write").expect("plant a leftover");
+    }
+    let keep = tree.root().join("sub/big.bin");
+    let (_server, _addr) = start(&tree, 1, &[]);
+    wait_until(WAIT, "the leftovers to go", || {
+        left.iter().all(|p| !p.exists()).then_some(())
+    });
+    assert!(keep.exists(), "a served file was removed");
+}

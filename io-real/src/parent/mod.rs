@@ -320,6 +320,7 @@ fn serve(
                     .tftp
                     .tftp_write
                     .then(|| args.upload.parent_write_settings(&config)),
+                root_path: root.clone(),
             },
             crate::tftp::ServedRoot::open(&root, args.show_hidden)
                 .map_err(crate::tftp::TftpError::Root)?,

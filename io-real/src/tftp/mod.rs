@@ -85,6 +85,10 @@ pub struct TftpSettings {
     pub limits: TftpLimits,
     /// How writes are made (`--tftp-write`); `None`: every write request is refused.
     pub writes: Option<crate::write::WriteSettings>,
+    /// The served root's path, to remove the temporary files a previous parent's writes
+    /// left (killed mid-write) before the first request is taken. Only with writes: the
+    /// prefix is the parent's own, which no worker cleanup ever removes.
+    pub root_path: std::path::PathBuf,
 }
 
 #[derive(Debug)]
@@ -146,7 +150,13 @@ impl TftpService {
             epoch: clock::Epoch::now(),
             stop: stopped,
         };
-        rt.spawn(listen(socket, addr, settings.limits, ctx));
+        rt.spawn(listen(
+            socket,
+            addr,
+            settings.limits,
+            settings.root_path,
+            ctx,
+        ));
         Ok(RunningTftp { addr, stop })
     }
 }
@@ -166,9 +176,34 @@ impl Drop for ActiveGuard {
     }
 }
 
-async fn listen(socket: UdpSocket, local: SocketAddr, limits: TftpLimits, ctx: Context) {
+async fn listen(
+    socket: UdpSocket,
+    local: SocketAddr,
+    limits: TftpLimits,
+    root_path: std::path::PathBuf,
+    ctx: Context,
+) {
     let pool = Arc::new(Semaphore::new(limits.max_transfers() as usize));
     let writes = ctx.writer.is_some();
+    if writes {
+        // Before the first request, so no write of ours can be in progress: requests that
+        // arrive meanwhile wait in the socket's buffer.
+        let removed = tokio::task::spawn_blocking(move || {
+            crate::parent::remove_worker_temp_files(&root_path, servery_core::parent::PARENT_CLIENT)
+        })
+        .await;
+        match removed {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(
+                removed = n,
+                "TFTP: removed temporary files an earlier parent left"
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "TFTP: cannot look for leftover temporary files")
+            }
+            Err(e) => tracing::warn!(error = %e, "TFTP: the leftover cleanup did not run"),
+        }
+    }
     let active: Active = Arc::default();
     let mut stop = ctx.stop.clone();
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -248,6 +283,3 @@ async fn reply_error(socket: &UdpSocket, peer: SocketAddr, code: ErrorCode, mess
         tracing::debug!(%peer, error = %e, "cannot send a TFTP ERROR");
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,1 +1,0 @@
-//! The service against a scripted client on loopback: limits and malformed input.
