@@ -17,6 +17,7 @@ pub mod proto;
 pub mod rng;
 pub mod singletons;
 pub mod supervisor;
+pub mod tftp;
 pub mod time;
 pub mod worker;
 pub mod write_flow;

@@ -156,6 +156,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub discovery: crate::parent::services::args::DiscoveryArgs,
+
+    #[command(flatten)]
+    pub tftp: crate::tftp::args::TftpArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -377,6 +380,7 @@ impl ServeArgs {
         self.dav.apply(&mut raw);
         self.access_log.apply(&mut raw);
         self.discovery.apply(&mut raw);
+        self.tftp.apply(&mut raw);
         raw
     }
 }

@@ -207,6 +207,7 @@ pub struct RawConfig {
     pub connections: RawConnections,
     pub uploads: RawUploads,
     pub features: RawFeatures,
+    pub tftp: super::RawTftp,
 }
 
 impl Default for RawConfig {
@@ -219,6 +220,7 @@ impl Default for RawConfig {
             connections: RawConnections::default(),
             uploads: RawUploads::default(),
             features: RawFeatures::default(),
+            tftp: super::RawTftp::default(),
         }
     }
 }

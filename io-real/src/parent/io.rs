@@ -141,6 +141,7 @@ pub struct RealIo {
     services: Option<super::services::ServiceHost>,
     /// A batch is with the writer (it takes one at a time: the queue stays in the core).
     log_busy: bool,
+    tftp_replies: crate::tftp::TftpReplies,
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
     /// Who waits for each reload's answer, by the id the core names it with.
@@ -170,6 +171,8 @@ pub struct RealIoParts {
     pub log_writer: Option<crate::access_log::writer::LogWriter>,
     /// The owners of the singletons' actions.
     pub services: super::services::ServiceHost,
+    /// Where broker answers to the parent's own client (TFTP writes) go.
+    pub tftp_replies: crate::tftp::TftpReplies,
     pub info: ServiceInfo,
 }
 
@@ -192,6 +195,7 @@ impl RealIo {
             log_writer: p.log_writer,
             services: Some(p.services),
             log_busy: false,
+            tftp_replies: p.tftp_replies,
             info: p.info,
             status_waiters: Vec::new(),
             reloads: HashMap::new(),
@@ -567,6 +571,9 @@ impl ParentIo for RealIo {
                 generation,
                 config,
             } => self.perform_spawn(worker, slot, generation, &config),
+            Action::Send { worker, message } if worker == servery_core::parent::PARENT_CLIENT => {
+                self.tftp_replies.deliver(message)
+            }
             Action::Send { worker, message } => {
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     // The core sends only what fits the frames (it refuses a broker answer

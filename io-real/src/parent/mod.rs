@@ -7,6 +7,7 @@ mod dav_journal;
 mod host;
 mod io;
 mod listeners;
+mod local_broker;
 pub mod services;
 mod site;
 mod spawn;
@@ -53,6 +54,8 @@ pub enum ParentError {
     CurrentExe(#[source] std::io::Error),
     #[error("the host runtime stopped unexpectedly")]
     HostGone,
+    #[error(transparent)]
+    Tftp(#[from] crate::tftp::TftpError),
 }
 
 /// How long the exit waits for the singleton services to finish their stops (an mDNS
@@ -125,6 +128,18 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         }
         say!("{}", config_text(&config).trim_end());
         print_site(&args, &site);
+        if args.tftp.tftp {
+            let t = config.tftp();
+            say!(
+                "tftp = udp {} writes={} max_transfers={} max_transfer_size={} retries={} timeout={:?}",
+                args.tftp.addr(),
+                args.tftp.tftp_write,
+                t.max_transfers(),
+                t.max_transfer_size(),
+                t.retries(),
+                t.timeout()
+            );
+        }
         return 0;
     }
     match serve(&args, argv, config, root, site, journal, access_log) {
@@ -201,6 +216,10 @@ fn serve(
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let listeners = listeners::bind_all(&args.bind, args.port)?;
+    let tftp_socket = match args.tftp.tftp {
+        true => Some(crate::tftp::bind(args.tftp.addr())?),
+        false => None,
+    };
     let addrs: Vec<_> = listeners
         .iter()
         .filter_map(|l| l.local_addr().ok())
@@ -298,6 +317,33 @@ fn serve(
         .as_ref()
         .map(|w| std::sync::Arc::clone(w.stats()));
     let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
+    let tftp = match tftp_socket {
+        Some(socket) => crate::tftp::TftpSlot::ready(
+            socket,
+            crate::tftp::TftpSettings {
+                limits: *config.tftp(),
+                writes: args
+                    .tftp
+                    .tftp_write
+                    .then(|| args.upload.parent_write_settings(&config)),
+                root_path: root.clone(),
+            },
+            crate::tftp::ServedRoot::open(&root, args.show_hidden)
+                .map_err(crate::tftp::TftpError::Root)?,
+            args.tftp
+                .tftp_write
+                .then(|| local_broker::client(&config, events_tx.clone())),
+        ),
+        None => crate::tftp::TftpSlot::off(),
+    };
+    let tftp_replies = tftp.replies();
+    let mut ready_services = std::collections::BTreeMap::new();
+    if args.tftp.tftp {
+        ready_services.insert(
+            servery_core::singletons::SingletonKind::Tftp,
+            Box::new(tftp) as Box<dyn services::Service>,
+        );
+    }
     let services = services::ServiceHost::start(
         host.handle(),
         services::Site {
@@ -310,6 +356,7 @@ fn serve(
             host_name: services::context::host_name(),
         },
         &servery_core::singletons::SingletonKind::enabled_by(config.features()),
+        ready_services,
     );
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let journal = journal.map(|(journal, loaded)| {
@@ -328,6 +375,7 @@ fn serve(
         journal,
         log_writer,
         services,
+        tftp_replies,
         info: ServiceInfo {
             pid: std::process::id(),
             urls,

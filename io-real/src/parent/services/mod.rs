@@ -62,6 +62,8 @@ pub enum ServiceError {
     Output(#[source] std::io::Error),
     #[error("a blocking task failed: {0}")]
     Blocking(#[from] tokio::task::JoinError),
+    #[error("TFTP: {0}")]
+    Tftp(Box<crate::tftp::TftpError>),
 }
 
 /// The service that owns `kind`, built from the parent's fixed settings, or `None` for a
@@ -71,6 +73,7 @@ fn service_for(kind: SingletonKind, _site: &Site) -> Option<Box<dyn Service>> {
         SingletonKind::AccessLog => Some(Box::new(access_log::AccessLogService)),
         SingletonKind::Mdns => Some(Box::new(mdns::MdnsService::default())),
         SingletonKind::Qr => Some(Box::new(qr::QrService)),
+        // TFTP's service holds a socket bound before serving: it comes in ready-made.
         SingletonKind::Tftp | SingletonKind::Acme | SingletonKind::Http3 => None,
     }
 }
@@ -127,13 +130,20 @@ pub struct ServiceHost {
 }
 
 impl ServiceHost {
-    /// Spawn a task for each of `kinds` that has a service.
-    pub fn start(rt: &Handle, site: Site, kinds: &[SingletonKind]) -> ServiceHost {
+    /// Spawn a task for each of `kinds` that has a service: one of `ready` (built from
+    /// resources taken before serving, as TFTP's bound socket) or else one built from
+    /// `site`.
+    pub fn start(
+        rt: &Handle,
+        site: Site,
+        kinds: &[SingletonKind],
+        mut ready: BTreeMap<SingletonKind, Box<dyn Service>>,
+    ) -> ServiceHost {
         let (done_tx, done) = std::sync::mpsc::channel();
         let stalls = stall::Stalls::from_env();
         let mut lanes = BTreeMap::new();
         for &kind in kinds {
-            let Some(service) = service_for(kind, &site) else {
+            let Some(service) = ready.remove(&kind).or_else(|| service_for(kind, &site)) else {
                 tracing::warn!(
                     kind = kind.name(),
                     "no service for this singleton in this binary"
