@@ -18,6 +18,7 @@ pub mod request_stats;
 pub mod rng;
 pub mod singletons;
 pub mod supervisor;
+pub mod tftp;
 pub mod time;
 pub mod worker;
 pub mod write_flow;

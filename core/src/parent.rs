@@ -5,8 +5,9 @@
 //! - When the supervisor reports a worker gone, the broker revokes everything it held and
 //!   the driver removes its temporary files, before any replacement can be spawned (the
 //!   supervisor spawns replacements only after the reap, which comes after this).
-//! - A committed generation moves the singletons; the final exit stops them and waits
-//!   for the access-log queue to drain.
+//! - A committed generation moves the singletons; closing the listeners stops those that
+//!   invite clients (mDNS, QR, TFTP), and the final exit stops the rest and waits for the
+//!   access-log queue to drain.
 //! - The parent watches its own loop (decision 0017): it never sleeps longer than the
 //!   supervisor's watch period while it has workers, and when it wakes later than the
 //!   deadline it asked for, the time it did not run counts towards no worker's deadline.
@@ -15,6 +16,7 @@ use std::collections::VecDeque;
 
 use crate::broker::{Broker, Owner};
 use crate::config::ValidConfig;
+use crate::ids::WorkerId;
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
 use crate::singletons::{SingletonAction, SingletonKind, Singletons};
@@ -38,6 +40,15 @@ pub enum ParentAction {
     /// the journal back to [`Parent::restore_dav_locks`] when it starts again.
     PersistDavLocks(Vec<crate::proto::DavLockInfo>),
 }
+
+/// The broker client the parent itself runs (its TFTP service's writes), under an id no
+/// worker ever has (worker ids start at 1). Its requests arrive as
+/// [`Event::Message`]s from this id and its answers leave as [`Action::Send`]s to it,
+/// which the driver hands to the parent's own client instead of a channel: the same
+/// broker tables answer it, so a TFTP write and an HTTP upload to one file serialize.
+/// Its grants are given back by the client when the service ends, and expire by their
+/// TTL otherwise, as a worker's do.
+pub const PARENT_CLIENT: WorkerId = WorkerId(0);
 
 #[derive(Debug, Clone)]
 pub struct Parent {
@@ -95,6 +106,15 @@ impl Parent {
     pub fn handle(&mut self, now: Instant, event: Event) {
         self.step_begins(now);
         match event {
+            // The parent's own client: broker requests only, under the committed
+            // generation; anything else from this id is not a worker's and is dropped.
+            Event::Message { worker, message } if worker == PARENT_CLIENT => {
+                if let WorkerMessage::Broker { id, request } = message {
+                    let generation = self.supervisor.generation();
+                    self.broker
+                        .handle_request(now, Owner { worker, generation }, id, request);
+                }
+            }
             Event::Message {
                 worker,
                 message: WorkerMessage::Broker { id, request },
@@ -168,6 +188,9 @@ impl Parent {
                 Action::GenerationCommitted { generation, .. } if self.pending_exit.is_none() => {
                     self.singletons.committed(*generation);
                 }
+                // Nothing is accepted from here on: what advertises the service goes now,
+                // not after the drain (decision 0020).
+                Action::CloseListeners => self.singletons.listeners_closed(),
                 Action::Exit { code } => {
                     self.pending_exit = Some(*code);
                     self.singletons.stop();
@@ -225,7 +248,7 @@ impl Parent {
         self.broker.check_invariants()?;
         self.singletons.check_invariants()?;
         for holder in self.broker.holders() {
-            if !self.supervisor.is_connected(holder) {
+            if holder != PARENT_CLIENT && !self.supervisor.is_connected(holder) {
                 return Err(format!(
                     "broker grants held by disconnected worker {holder}"
                 ));
@@ -416,6 +439,43 @@ mod tests {
     }
 
     #[test]
+    fn the_advertisement_stops_with_the_listeners_and_the_access_log_at_the_exit() {
+        let (mut p, w) = started(|r| {
+            r.features.mdns = true;
+            r.features.access_log = true;
+        });
+        let stop_of = |acts: &[ParentAction], kind| {
+            acts.iter()
+                .position(|a| *a == ParentAction::Singleton(SingletonAction::Stop { kind }))
+        };
+        p.handle(Instant::ZERO, Event::Command(Command::Stop));
+        let draining = actions(&mut p);
+        let close = draining
+            .iter()
+            .position(|a| *a == ParentAction::Supervisor(Action::CloseListeners));
+        let mdns = stop_of(&draining, SingletonKind::Mdns);
+        assert!(
+            close.expect("closes") < mdns.expect("mDNS withdrawn while draining"),
+            "{draining:?}"
+        );
+        assert_eq!(stop_of(&draining, SingletonKind::AccessLog), None);
+        p.handle(
+            Instant::ZERO,
+            Event::Exited {
+                worker: w,
+                status: ExitStatus::Code(0),
+            },
+        );
+        let exiting = actions(&mut p);
+        assert!(
+            stop_of(&exiting, SingletonKind::AccessLog).is_some(),
+            "{exiting:?}"
+        );
+        assert_eq!(stop_of(&exiting, SingletonKind::Mdns), None, "stopped once");
+        p.check_invariants().expect("invariants");
+    }
+
+    #[test]
     fn exit_waits_until_the_access_log_is_written() {
         let (mut p, w) = started(|r| r.features.access_log = true);
         for id in 0..3 {
@@ -505,6 +565,68 @@ mod tests {
             0,
             "a gone worker is not served"
         );
+        p.check_invariants().expect("invariants");
+    }
+
+    #[test]
+    fn the_parents_own_client_shares_the_lease_table_with_workers() {
+        let (mut p, w) = started(|_| {});
+        let key = TargetKey {
+            dir_device: 1,
+            dir_inode: 1,
+            name: "f".into(),
+        };
+        let ask = |worker, id, request| Event::Message {
+            worker,
+            message: WorkerMessage::Broker { id, request },
+        };
+        let acquire = BrokerRequest::AcquireLease { key: key.clone() };
+        p.handle(Instant::ZERO, ask(PARENT_CLIENT, 1, acquire.clone()));
+        let acts = actions(&mut p);
+        let lease = acts.iter().find_map(|a| match a {
+            ParentAction::Supervisor(Action::Send {
+                worker,
+                message:
+                    ParentMessage::Broker {
+                        id: 1,
+                        reply: crate::proto::BrokerReply::Granted { id, .. },
+                    },
+            }) if *worker == PARENT_CLIENT => Some(*id),
+            _ => None,
+        });
+        let lease = lease.expect("the parent's client is answered like a worker");
+        p.check_invariants()
+            .expect("the parent's client is always connected");
+        // A worker's upload to the same file waits its turn.
+        p.handle(Instant::ZERO, ask(w, 7, acquire.clone()));
+        assert!(
+            actions(&mut p).contains(&ParentAction::Supervisor(Action::Send {
+                worker: w,
+                message: ParentMessage::Broker {
+                    id: 7,
+                    reply: crate::proto::BrokerReply::Rejected(crate::proto::Rejection::Busy),
+                },
+            }))
+        );
+        p.handle(
+            Instant::ZERO,
+            ask(PARENT_CLIENT, 2, BrokerRequest::ReleaseLease { id: lease }),
+        );
+        p.handle(Instant::ZERO, ask(w, 8, acquire));
+        assert_eq!(
+            p.broker().holders().collect::<Vec<_>>(),
+            vec![w],
+            "released, then the worker's"
+        );
+        // Only broker requests are taken from the parent's id.
+        p.handle(
+            Instant::ZERO,
+            Event::Message {
+                worker: PARENT_CLIENT,
+                message: WorkerMessage::Ready,
+            },
+        );
+        assert!(p.supervisor().worker_generation(PARENT_CLIENT).is_none());
         p.check_invariants().expect("invariants");
     }
 

@@ -1,6 +1,11 @@
 //! Parent-owned singleton services (access log, mDNS, QR, TFTP, ACME, HTTP/3): each
 //! starts once after the first commit, moves to a new generation in one step, and stops
 //! once.
+//!
+//! Those that tell the network the service is there (an advertisement, a UDP listener)
+//! stop when the listeners close, at the start of a stop or a failure: after that nothing
+//! new is accepted, so nothing may still invite clients. The rest (the access log) stop
+//! at the exit, once no worker is left to produce for them (decision 0020).
 
 use std::collections::VecDeque;
 
@@ -26,6 +31,18 @@ impl SingletonKind {
             SingletonKind::Tftp => "tftp",
             SingletonKind::Acme => "acme",
             SingletonKind::Http3 => "http3",
+        }
+    }
+
+    /// Whether this service invites clients, and so stops when the listeners close rather
+    /// than at the exit.
+    pub fn stops_with_listeners(self) -> bool {
+        match self {
+            SingletonKind::Mdns
+            | SingletonKind::Qr
+            | SingletonKind::Tftp
+            | SingletonKind::Http3 => true,
+            SingletonKind::AccessLog | SingletonKind::Acme => false,
         }
     }
 
@@ -72,9 +89,19 @@ pub enum SingletonState {
     Stopped,
 }
 
+/// One singleton's state and how often it moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SingletonEntry {
+    pub kind: SingletonKind,
+    pub state: SingletonState,
+    pub starts: u32,
+    pub switches: u32,
+    pub stops: u32,
+}
+
 #[derive(Debug, Clone)]
 pub struct Singletons {
-    entries: Vec<(SingletonKind, SingletonState, u32, u32)>,
+    entries: Vec<SingletonEntry>,
     actions: VecDeque<SingletonAction>,
 }
 
@@ -83,19 +110,30 @@ impl Singletons {
         Singletons {
             entries: kinds
                 .iter()
-                .map(|&k| (k, SingletonState::NotStarted, 0, 0))
+                .map(|&kind| SingletonEntry {
+                    kind,
+                    state: SingletonState::NotStarted,
+                    starts: 0,
+                    switches: 0,
+                    stops: 0,
+                })
                 .collect(),
             actions: VecDeque::new(),
         }
     }
 
     pub fn states(&self) -> impl Iterator<Item = (SingletonKind, SingletonState)> + '_ {
-        self.entries.iter().map(|(k, s, _, _)| (*k, *s))
+        self.entries.iter().map(|e| (e.kind, e.state))
+    }
+
+    /// Every singleton with its counters (`ctl status`).
+    pub fn entries(&self) -> impl Iterator<Item = &SingletonEntry> + '_ {
+        self.entries.iter()
     }
 
     /// (starts, stops) per kind, for predicates.
     pub fn counts(&self) -> impl Iterator<Item = (SingletonKind, u32, u32)> + '_ {
-        self.entries.iter().map(|(k, _, a, b)| (*k, *a, *b))
+        self.entries.iter().map(|e| (e.kind, e.starts, e.stops))
     }
 
     pub fn poll_action(&mut self) -> Option<SingletonAction> {
@@ -103,20 +141,21 @@ impl Singletons {
     }
 
     pub fn committed(&mut self, generation: Generation) {
-        for (kind, state, starts, _) in &mut self.entries {
-            match *state {
+        for e in &mut self.entries {
+            match e.state {
                 SingletonState::NotStarted => {
-                    *state = SingletonState::Running(generation);
-                    *starts += 1;
+                    e.state = SingletonState::Running(generation);
+                    e.starts += 1;
                     self.actions.push_back(SingletonAction::Start {
-                        kind: *kind,
+                        kind: e.kind,
                         generation,
                     });
                 }
                 SingletonState::Running(from) if from < generation => {
-                    *state = SingletonState::Running(generation);
+                    e.state = SingletonState::Running(generation);
+                    e.switches += 1;
                     self.actions.push_back(SingletonAction::Switch {
-                        kind: *kind,
+                        kind: e.kind,
                         from,
                         to: generation,
                     });
@@ -126,32 +165,45 @@ impl Singletons {
         }
     }
 
+    /// The listeners closed (a stop or a failure began): stop those that invite clients.
+    pub fn listeners_closed(&mut self) {
+        self.stop_where(SingletonKind::stops_with_listeners);
+    }
+
     /// Stop everything that runs. Idempotent; a singleton never started is never stopped.
     pub fn stop(&mut self) {
-        for (kind, state, _, stops) in &mut self.entries {
-            match *state {
+        self.stop_where(|_| true);
+    }
+
+    fn stop_where(&mut self, which: impl Fn(SingletonKind) -> bool) {
+        for e in self.entries.iter_mut().filter(|e| which(e.kind)) {
+            match e.state {
                 SingletonState::Running(_) => {
-                    *state = SingletonState::Stopped;
-                    *stops += 1;
+                    e.state = SingletonState::Stopped;
+                    e.stops += 1;
                     self.actions
-                        .push_back(SingletonAction::Stop { kind: *kind });
+                        .push_back(SingletonAction::Stop { kind: e.kind });
                 }
-                SingletonState::NotStarted => *state = SingletonState::Stopped,
+                SingletonState::NotStarted => e.state = SingletonState::Stopped,
                 SingletonState::Stopped => {}
             }
         }
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
-        for (kind, state, starts, stops) in &self.entries {
-            if *starts > 1 || *stops > 1 || stops > starts {
+        for e in &self.entries {
+            let (starts, stops) = (e.starts, e.stops);
+            if starts > 1 || stops > 1 || stops > starts {
                 return Err(format!(
                     "{} started {starts} and stopped {stops} times",
-                    kind.name()
+                    e.kind.name()
                 ));
             }
-            if matches!(state, SingletonState::Running(_)) && *stops > 0 {
-                return Err(format!("{} runs after its stop", kind.name()));
+            if matches!(e.state, SingletonState::Running(_)) && stops > 0 {
+                return Err(format!("{} runs after its stop", e.kind.name()));
+            }
+            if e.switches > 0 && starts == 0 {
+                return Err(format!("{} switched before it started", e.kind.name()));
             }
         }
         Ok(())
@@ -183,6 +235,41 @@ mod tests {
         );
         assert_eq!(s.counts().count(), 2);
         assert!(s.counts().all(|(_, a, b)| a == 1 && b == 1));
+        assert!(s.entries().all(|e| e.switches == 1));
+        s.check_invariants().expect("invariants");
+    }
+
+    #[test]
+    fn closing_the_listeners_stops_what_invites_clients_and_the_exit_stops_the_rest() {
+        let mut s = Singletons::new(&[SingletonKind::AccessLog, SingletonKind::Mdns]);
+        s.committed(Generation(1));
+        let _: Vec<_> = std::iter::from_fn(|| s.poll_action()).collect();
+        s.listeners_closed();
+        assert_eq!(
+            s.poll_action(),
+            Some(SingletonAction::Stop {
+                kind: SingletonKind::Mdns
+            })
+        );
+        assert_eq!(s.poll_action(), None, "the access log runs until the exit");
+        // A generation committed after that moves only what still runs.
+        s.committed(Generation(2));
+        assert_eq!(
+            s.poll_action(),
+            Some(SingletonAction::Switch {
+                kind: SingletonKind::AccessLog,
+                from: Generation(1),
+                to: Generation(2)
+            })
+        );
+        s.stop();
+        assert_eq!(
+            s.poll_action(),
+            Some(SingletonAction::Stop {
+                kind: SingletonKind::AccessLog
+            })
+        );
+        assert_eq!(s.poll_action(), None, "each stops once");
         s.check_invariants().expect("invariants");
     }
 }

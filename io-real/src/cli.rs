@@ -162,6 +162,12 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub ops: crate::parent::ops_args::OpsArgs,
+
+    #[command(flatten)]
+    pub discovery: crate::parent::services::args::DiscoveryArgs,
+
+    #[command(flatten)]
+    pub tftp: crate::tftp::args::TftpArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -382,6 +388,8 @@ impl ServeArgs {
         self.upload.apply(&mut raw);
         self.dav.apply(&mut raw);
         self.access_log.apply(&mut raw);
+        self.discovery.apply(&mut raw);
+        self.tftp.apply(&mut raw);
         raw
     }
 }

@@ -113,6 +113,11 @@ const FLAG_ONLY: &[(&str, &str)] = &[
     ("uploads.max_upload_size", "--max-upload-size"),
     ("features.webdav", "--dav"),
     ("features.dav_persistent_locks", "--state-dir"),
+    ("features.tftp_write", "--tftp-write"),
+    ("tftp.max_transfers", "--tftp-max-transfers"),
+    ("tftp.max_transfer_size", "--tftp-max-size"),
+    ("tftp.retries", "--tftp-retries"),
+    ("tftp.timeout", "--tftp-timeout"),
 ];
 
 /// The flag for a field named in a validation error.

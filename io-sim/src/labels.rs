@@ -27,6 +27,8 @@ pub const CRASH_BETWEEN_PREPARE_AND_COMMIT: &str = "crash between prepare and co
 pub const HUNG_BOOT_ENDED: &str = "hung boot ended by the parent";
 pub const SLOW_BOOT_FINISHED: &str = "slow boot finished";
 pub const CRASHED_AFTER_REQUESTS: &str = "crashed after serving requests";
+/// A worker crashed at the end of the lifetime its workload drew.
+pub const CRASHED_AFTER_UPTIME: &str = "crashed after its drawn lifetime";
 pub const WEDGED_DRAIN_KILLED: &str = "wedged drain killed";
 pub const EXITED_DURING_DRAIN: &str = "exited during drain";
 /// A spawn failed, and the supervisor then spawned the slot again, rejected the reload,
@@ -134,6 +136,7 @@ pub const ALL: &[&str] = &[
     HUNG_BOOT_ENDED,
     SLOW_BOOT_FINISHED,
     CRASHED_AFTER_REQUESTS,
+    CRASHED_AFTER_UPTIME,
     WEDGED_DRAIN_KILLED,
     EXITED_DURING_DRAIN,
     SPAWN_FAILURE_HANDLED,

@@ -257,6 +257,9 @@ pub struct Outcome {
     pub upload_oks: Vec<(u8, u64)>,
     pub log: LogStats,
     pub max_live_processes: usize,
+    /// Every change of the committed generation's ready workers: (ms of virtual time,
+    /// ready workers from then on), the first entry the first change.
+    pub ready_changes: Vec<(u64, u32)>,
     pub spawns: u64,
     /// When each process was spawned (ms of virtual time), in spawn order.
     pub spawn_times_ms: Vec<u64>,

@@ -31,6 +31,9 @@ pub enum Behavior {
     /// The process cannot be created at all: the host's `fork` fails with this error
     /// (EAGAIN under `RLIMIT_NPROC`, ENOMEM). The parent gets `SpawnFailed`.
     SpawnFails(String),
+    /// Crashes (`SIGSEGV`) this long after its boot finished, whatever it is doing then:
+    /// a lifetime drawn by the workload (aging, a slow crash loop).
+    CrashAfter(Duration),
 }
 
 /// What the scenario knows when it picks a behavior for a new process.
@@ -299,10 +302,11 @@ pub enum FaultKind {
     DiskFull,
     RenameFails,
     CrashDavGranter,
+    CrashAfterUptime,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 22] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -325,6 +329,7 @@ impl FaultKind {
         FaultKind::DiskFull,
         FaultKind::RenameFails,
         FaultKind::CrashDavGranter,
+        FaultKind::CrashAfterUptime,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -356,6 +361,7 @@ impl FaultKind {
             FaultKind::DiskFull => "disk-full",
             FaultKind::RenameFails => "rename-fails",
             FaultKind::CrashDavGranter => "crash-dav-granter",
+            FaultKind::CrashAfterUptime => "crash-after-uptime",
         }
     }
 
@@ -378,6 +384,7 @@ impl FaultKind {
                 | FaultKind::ExitDuringDrain
                 | FaultKind::ControlWriteFails
                 | FaultKind::CrashDavGranter
+                | FaultKind::CrashAfterUptime
         )
     }
 
@@ -408,6 +415,7 @@ impl FaultKind {
             FaultKind::DiskFull => l::UPLOAD_ENOSPC_CLEANED,
             FaultKind::RenameFails => l::RENAME_FAILED_CLEANED,
             FaultKind::CrashDavGranter => l::DAV_LOCK_OUTLIVED_GRANTER,
+            FaultKind::CrashAfterUptime => l::CRASHED_AFTER_UPTIME,
         }
     }
 }
@@ -456,6 +464,7 @@ impl Behavior {
             Behavior::WedgedDrain => FaultKind::WedgedDrain,
             Behavior::ExitDuringDrain => FaultKind::ExitDuringDrain,
             Behavior::SpawnFails(_) => FaultKind::SpawnFails,
+            Behavior::CrashAfter(_) => FaultKind::CrashAfterUptime,
         })
     }
 }

@@ -437,6 +437,10 @@ impl SimWorld {
                 let d = Duration::from_micros(self.rng.range(1, 400));
                 self.schedule_in(d, SimEvent::Crash { worker });
             }
+            Behavior::CrashAfter(lifetime) => {
+                p.life.prepared(now);
+                self.schedule_in(lifetime, SimEvent::Crash { worker });
+            }
             _ => p.life.prepared(now),
         }
         self.pump(worker);

@@ -481,6 +481,9 @@ impl SimWorld {
                 if let Some(p) = self.procs.get_mut(&worker) {
                     let (label, kind) = match p.behavior {
                         Behavior::CrashAtBoot => (labels::CRASHED_AT_BOOT, FaultKind::CrashAtBoot),
+                        Behavior::CrashAfter(_) => {
+                            (labels::CRASHED_AFTER_UPTIME, FaultKind::CrashAfterUptime)
+                        }
                         _ => (
                             labels::CRASH_BETWEEN_PREPARE_AND_COMMIT,
                             FaultKind::CrashBetweenPrepareAndCommit,

@@ -16,6 +16,7 @@ mod catalog_rollouts;
 mod catalog_writes;
 mod checks;
 pub mod corpus;
+pub mod research;
 mod sweep;
 
 use core::time::Duration;

@@ -89,6 +89,50 @@ enum Cmd {
         #[arg(long, default_value_t = default_jobs())]
         jobs: usize,
     },
+    /// Compare recovery policies (files of `[recovery]` fields and a name) under
+    /// workloads (files), over the same seeds and fault traces for every policy.
+    Compare {
+        /// A policy file, or the name of one in scenarios/policies/ (repeatable; the
+        /// first is the baseline of the paired differences).
+        #[arg(long = "policy", required = true)]
+        policies: Vec<String>,
+        /// A workload file, or the name of one in scenarios/workloads/ (repeatable).
+        #[arg(long = "workload", required = true)]
+        workloads: Vec<String>,
+        /// Paired seeds per policy and workload (0..N).
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(2..))]
+        seeds: u64,
+        #[arg(long, default_value_t = default_jobs())]
+        jobs: usize,
+        /// Write runs.csv, summary.csv and SVG plots here.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Print one JSON object: {"policies": [...], "differences": [...]}.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = "posix")]
+        platform: String,
+        /// With --out: also vary the first policy's worker_restart_limit over these
+        /// values (comma-separated) for the P(failed) heat map…
+        #[arg(long, value_delimiter = ',', requires_all = ["out", "grid_windows"])]
+        grid_limits: Vec<i64>,
+        /// …and its worker_restart_window over these (seconds, comma-separated).
+        #[arg(long, value_delimiter = ',', requires = "grid_limits")]
+        grid_windows: Vec<f64>,
+    },
+    /// Reproduce a published lifecycle model (huang-1995, age-replacement): its closed
+    /// form against the simulated estimate with a 95 % interval.
+    Reproduce {
+        /// huang-1995 or age-replacement.
+        model: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Seeds to simulate (default: 4,000 years for huang-1995, 400 hours per grid
+        /// age for age-replacement).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
+        seeds: Option<u64>,
+    },
 }
 
 fn default_jobs() -> usize {
@@ -108,6 +152,54 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Cmd::Compare {
+            policies,
+            workloads,
+            seeds,
+            jobs,
+            out,
+            json,
+            platform,
+            grid_limits,
+            grid_windows,
+        } => {
+            let Some(platform) = platform_by_name(&platform) else {
+                eprintln!("unknown platform {platform:?}: expected posix or windows");
+                return ExitCode::from(2);
+            };
+            let args = servery_scenarios::research::cli::CompareArgs {
+                policies,
+                workloads,
+                seeds,
+                jobs,
+                out,
+                json,
+                platform,
+                grid: (!grid_limits.is_empty()).then_some((grid_limits, grid_windows)),
+            };
+            match servery_scenarios::research::cli::compare(&args) {
+                Ok(report) => {
+                    println!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Reproduce { model, json, seeds } => {
+            match servery_scenarios::research::reproduce::reproduce(&model, seeds, json) {
+                Ok(report) => {
+                    println!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Cmd::List { about } => {
             for s in SCENARIOS {
                 if about {

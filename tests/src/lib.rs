@@ -5,6 +5,7 @@
 //! condition, with a bound.
 #![forbid(unsafe_code)]
 
+pub mod netns;
 pub mod scenario;
 
 use std::collections::BTreeSet;
@@ -58,11 +59,13 @@ pub const HELLO: &[u8] = b"hello from servery\n";
 /// What a binary with the test and benchmark hooks compiled in contains, and one without
 /// them (built without the `test-hooks` feature of the `servery` package) does not: the
 /// names of the variables they read (`SERVERY_TEST_FAULT`, io-real/src/worker/fault.rs;
-/// `SERVERY_BENCH_BROKER`, io-real/src/worker/broker.rs) and the prefixes of the lines
+/// `SERVERY_BENCH_BROKER`, io-real/src/worker/broker.rs; `SERVERY_TEST_STALL_SERVICE`,
+/// io-real/src/parent/services/stall.rs) and the prefixes of the lines
 /// they print (a fault's log lines, the benchmark's result).
 pub const TEST_HOOK_MARKERS: &[&str] = &[
     "SERVERY_TEST_FAULT",
     "SERVERY_BENCH_BROKER",
+    "SERVERY_TEST_STALL_SERVICE",
     "test fault:",
     "broker-bench",
 ];
@@ -499,6 +502,8 @@ pub struct Launch {
     /// Start servery with `WATCHDOG_PID` set to its own pid (through `sh -c`, which
     /// execs it), as a service manager does.
     pub watchdog_pid: bool,
+    /// Run servery inside this network namespace (through `nsenter`, which execs it).
+    pub netns: Option<std::sync::Arc<netns::Netns>>,
 }
 
 /// A running `servery` parent. Dropping it kills its process group and every worker it
@@ -536,6 +541,11 @@ impl Server {
         let serial = serial();
         let socket = tree.socket();
         let mut cmd = match (launch.umask, launch.user) {
+            (None, None) if launch.netns.is_some() => launch
+                .netns
+                .as_ref()
+                .map(|ns| ns.command(servery_bin()))
+                .expect("a namespace"),
             // `exec` keeps the pid, so the guard still signals servery itself.
             (Some(mask), None) => {
                 let mut sh = Command::new("sh");

@@ -7,6 +7,7 @@
 //! rule it breaks.
 
 mod raw;
+mod tftp;
 mod valid;
 mod validate;
 
@@ -14,6 +15,7 @@ pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
     RawFeatures, RawRecovery, RawUploads,
 };
+pub use tftp::{RawTftp, TftpLimits};
 pub use valid::{
     BrokerLimits, Budgets, ConnectionLimits, Features, RecoveryPolicy, UploadLimits, ValidConfig,
 };

@@ -14,6 +14,11 @@ pub enum LogPolicy {
 
 /// Recovery policy as written. Defaults are the seed document's.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct RawRecovery {
     pub restart_backoff_initial: f64,
     pub restart_backoff_max: f64,
@@ -202,6 +207,7 @@ pub struct RawConfig {
     pub connections: RawConnections,
     pub uploads: RawUploads,
     pub features: RawFeatures,
+    pub tftp: super::RawTftp,
 }
 
 impl Default for RawConfig {
@@ -214,6 +220,7 @@ impl Default for RawConfig {
             connections: RawConnections::default(),
             uploads: RawUploads::default(),
             features: RawFeatures::default(),
+            tftp: super::RawTftp::default(),
         }
     }
 }

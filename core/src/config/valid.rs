@@ -219,6 +219,7 @@ pub struct ValidConfig {
     pub(super) connections: ConnectionLimits,
     pub(super) uploads: UploadLimits,
     pub(super) features: Features,
+    pub(super) tftp: super::TftpLimits,
     pub(super) aggregate_connection_limit: u64,
     pub(super) aggregate_compression_cache_size: u64,
     pub(super) recycling_overlap_compression_bound: u64,
@@ -247,6 +248,9 @@ impl ValidConfig {
     }
     pub fn features(&self) -> &Features {
         &self.features
+    }
+    pub fn tftp(&self) -> &super::TftpLimits {
+        &self.tftp
     }
     /// `workers * max_connections`: the steady-state process-tree admission bound.
     pub fn aggregate_connection_limit(&self) -> u64 {

@@ -14,12 +14,12 @@ const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// More workers than this is a typo on any machine servery targets.
 const MAX_WORKERS: i64 = 1024;
 
-struct Checker {
+pub(super) struct Checker {
     issues: Vec<ConfigIssue>,
 }
 
 impl Checker {
-    fn fail(&mut self, field: &'static str, rule: impl Into<String>) {
+    pub(super) fn fail(&mut self, field: &'static str, rule: impl Into<String>) {
         self.issues.push(ConfigIssue {
             field,
             rule: rule.into(),
@@ -27,7 +27,12 @@ impl Checker {
     }
 
     /// A duration that must be finite, in range, and either `> 0` or `>= 0`.
-    fn seconds(&mut self, field: &'static str, value: f64, allow_zero: bool) -> Duration {
+    pub(super) fn seconds(
+        &mut self,
+        field: &'static str,
+        value: f64,
+        allow_zero: bool,
+    ) -> Duration {
         if !value.is_finite() {
             self.fail(
                 field,
@@ -56,7 +61,7 @@ impl Checker {
         Duration::from_secs_f64(value)
     }
 
-    fn count(&mut self, field: &'static str, value: i64, min: i64, max: i64) -> u64 {
+    pub(super) fn count(&mut self, field: &'static str, value: i64, min: i64, max: i64) -> u64 {
         if value < min || value > max {
             self.fail(field, format!("must be in [{min}, {max}] (got {value})"));
             return 0;
@@ -288,6 +293,8 @@ impl RawConfig {
             );
         }
 
+        let tftp = self.tftp.check(&mut c);
+
         let aggregate = |per: u64, n: u64, field: &'static str, c: &mut Checker| {
             per.checked_mul(n).unwrap_or_else(|| {
                 c.fail(field, "the process-tree aggregate overflows 64 bits");
@@ -367,6 +374,7 @@ impl RawConfig {
                 write_lock_timeout,
             },
             features: self.features.clone(),
+            tftp,
             aggregate_connection_limit: agg_conn,
             aggregate_compression_cache_size: agg_cache,
             recycling_overlap_compression_bound: overlap,

@@ -357,7 +357,7 @@ impl Lookup<'_> {
 
 /// Opens `rel` for reading, following symlinks only beneath `root`, and `fstat`s what was
 /// opened: the validators then describe exactly what is served.
-fn open_beneath(root: &Dir, rel: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+pub(crate) fn open_beneath(root: &Dir, rel: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     let mut options = OpenOptions::new();
     options.read(true);
     // A FIFO would block open() until a writer came; with O_NONBLOCK it opens at once and

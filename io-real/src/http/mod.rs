@@ -22,7 +22,7 @@ pub mod encoded_cache;
 pub mod error;
 mod file_cache;
 pub mod listing;
-mod lookup;
+pub(crate) mod lookup;
 mod lru;
 pub mod meter;
 pub mod mime;

@@ -139,8 +139,11 @@ pub struct RealIo {
     control: Arc<ControlState>,
     journal: Option<super::dav_journal::Journal>,
     log_writer: Option<crate::access_log::writer::LogWriter>,
+    /// The singleton services (`None` once finished).
+    services: Option<super::services::ServiceHost>,
     /// A batch is with the writer (it takes one at a time: the queue stays in the core).
     log_busy: bool,
+    tftp_replies: crate::tftp::TftpReplies,
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
     metrics_waiters: Vec<oneshot::Sender<Box<super::metrics::Snapshot>>>,
@@ -173,6 +176,10 @@ pub struct RealIoParts {
     pub journal: Option<super::dav_journal::Journal>,
     /// The access log's one writer (`--access-log`).
     pub log_writer: Option<crate::access_log::writer::LogWriter>,
+    /// The owners of the singletons' actions.
+    pub services: super::services::ServiceHost,
+    /// Where broker answers to the parent's own client (TFTP writes) go.
+    pub tftp_replies: crate::tftp::TftpReplies,
     pub info: ServiceInfo,
     pub notifier: super::systemd::Notifier,
 }
@@ -194,7 +201,9 @@ impl RealIo {
             control: p.control,
             journal: p.journal,
             log_writer: p.log_writer,
+            services: Some(p.services),
             log_busy: false,
+            tftp_replies: p.tftp_replies,
             info: p.info,
             status_waiters: Vec::new(),
             metrics_waiters: Vec::new(),
@@ -204,6 +213,13 @@ impl RealIo {
             notifier: p.notifier,
             not_running_seen: core::time::Duration::ZERO,
             exits_logged: 0,
+        }
+    }
+
+    /// After the exit: give the services their bounded time to finish (their stops).
+    pub fn finish_services(&mut self, bound: std::time::Duration) {
+        if let Some(services) = self.services.take() {
+            services.finish(bound);
         }
     }
 
@@ -551,7 +567,11 @@ impl ParentIo for RealIo {
     fn perform(&mut self, _now: Instant, action: ParentAction) {
         let action = match action {
             ParentAction::Singleton(action) => {
-                return tracing::info!(event = "singleton", ?action, "singleton");
+                tracing::info!(event = "singleton", ?action, "singleton");
+                if let Some(services) = &self.services {
+                    services.perform(action);
+                }
+                return;
             }
             ParentAction::PersistDavLocks(locks) => {
                 // On this thread, before the answers queued after it are written: a LOCK
@@ -573,6 +593,9 @@ impl ParentIo for RealIo {
                 generation,
                 config,
             } => self.perform_spawn(worker, slot, generation, &config),
+            Action::Send { worker, message } if worker == servery_core::parent::PARENT_CLIENT => {
+                self.tftp_replies.deliver(message)
+            }
             Action::Send { worker, message } => {
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     // The core sends only what fits the frames (it refuses a broker answer

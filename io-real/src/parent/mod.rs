@@ -9,8 +9,10 @@ mod host;
 mod io;
 mod lifecycle_log;
 mod listeners;
+mod local_broker;
 mod metrics;
 pub mod ops_args;
+pub mod services;
 mod site;
 mod spawn;
 mod status;
@@ -59,7 +61,14 @@ pub enum ParentError {
     Inherited(#[source] std::io::Error),
     #[error("the host runtime stopped unexpectedly")]
     HostGone,
+    #[error(transparent)]
+    Tftp(#[from] crate::tftp::TftpError),
 }
+
+/// How long the exit waits for the singleton services to finish their stops (an mDNS
+/// goodbye): more than one daemon round trip, little enough that a stalled service cannot
+/// hold a stop up.
+const SERVICES_FINISH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `servery [DIR] …`: returns the process exit code.
 pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
@@ -126,6 +135,18 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         }
         say!("{}", config_text(&config).trim_end());
         print_site(&args, &site);
+        if args.tftp.tftp {
+            let t = config.tftp();
+            say!(
+                "tftp = udp {} writes={} max_transfers={} max_transfer_size={} retries={} timeout={:?}",
+                args.tftp.addr(),
+                args.tftp.tftp_write,
+                t.max_transfers(),
+                t.max_transfer_size(),
+                t.retries(),
+                t.timeout()
+            );
+        }
         return 0;
     }
     match serve(&args, argv, config, root, site, journal, access_log) {
@@ -215,6 +236,10 @@ fn serve(
         (listeners, admin)
     } else {
         listeners::adopt(inherited, args.ops.admin)?
+    };
+    let tftp_socket = match args.tftp.tftp {
+        true => Some(crate::tftp::bind(args.tftp.addr())?),
+        false => None,
     };
     let addrs: Vec<_> = listeners
         .iter()
@@ -322,11 +347,53 @@ fn serve(
         .as_ref()
         .map(|w| std::sync::Arc::clone(w.stats()));
     let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
+    let tftp = match tftp_socket {
+        Some(socket) => crate::tftp::TftpSlot::ready(
+            socket,
+            crate::tftp::TftpSettings {
+                limits: *config.tftp(),
+                writes: args
+                    .tftp
+                    .tftp_write
+                    .then(|| args.upload.parent_write_settings(&config)),
+                root_path: root.clone(),
+            },
+            crate::tftp::ServedRoot::open(&root, args.show_hidden)
+                .map_err(crate::tftp::TftpError::Root)?,
+            args.tftp
+                .tftp_write
+                .then(|| local_broker::client(&config, events_tx.clone())),
+        ),
+        None => crate::tftp::TftpSlot::off(),
+    };
+    let tftp_replies = tftp.replies();
+    let mut ready_services = std::collections::BTreeMap::new();
+    if args.tftp.tftp {
+        ready_services.insert(
+            servery_core::singletons::SingletonKind::Tftp,
+            Box::new(tftp) as Box<dyn services::Service>,
+        );
+    }
+    let services = services::ServiceHost::start(
+        host.handle(),
+        services::Site {
+            addrs: addrs.clone(),
+            tls: args.site.tls(),
+            dav: config.features().webdav,
+            root_name: root
+                .file_name()
+                .map_or_else(|| "servery".into(), |n| n.to_string_lossy().into_owned()),
+            host_name: services::context::host_name(),
+        },
+        &servery_core::singletons::SingletonKind::enabled_by(config.features()),
+        ready_services,
+    );
     let mut parent = Parent::new(config, Platform::Posix, seed);
     let journal = journal.map(|(journal, loaded)| {
         parent.restore_dav_locks(clock.now(), loaded.take());
         journal
     });
+    let service_reports = services.reports();
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
@@ -337,18 +404,22 @@ fn serve(
         control: state,
         journal,
         log_writer,
+        services,
+        tftp_replies,
         info: ServiceInfo {
             pid: std::process::id(),
             urls,
             control_socket: socket_path.display().to_string(),
             root: root.display().to_string(),
             access_log: log_stats,
+            services: service_reports,
         },
         notifier,
     });
     let start = clock.now();
     match servery_core::driver::run(&mut parent, &mut real, start) {
         RunEnd::Exited(code) => {
+            real.finish_services(SERVICES_FINISH);
             drop(real);
             drop(host);
             Ok(code)

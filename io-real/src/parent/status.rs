@@ -18,6 +18,8 @@ pub struct ServiceInfo {
     pub root: String,
     /// The access-log writer's counters, when the log is on.
     pub access_log: Option<std::sync::Arc<crate::access_log::writer::WriterStats>>,
+    /// The singleton services' own reports (I/O outcomes).
+    pub services: super::services::Reports,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -54,14 +56,47 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
             })
         }),
         "broker": broker_json(parent, now),
-        "singletons": parent.singletons().states().map(|(kind, state)| {
-            (kind.name().to_owned(), Value::String(format!("{state:?}")))
-        }).collect::<serde_json::Map<_, _>>(),
+        "singletons": singletons_json(parent, &info.services),
     });
     if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {
         map.extend(more);
     }
     value
+}
+
+/// Each enabled singleton as the core's machine has it (state, generation, counters), with
+/// its service's report: actions not yet carried out and failures.
+fn singletons_json(parent: &Parent, services: &super::services::Reports) -> Value {
+    use servery_core::singletons::SingletonState;
+    use std::sync::atomic::Ordering::Relaxed;
+    parent
+        .singletons()
+        .entries()
+        .map(|e| {
+            let (state, generation) = match e.state {
+                SingletonState::NotStarted => ("not_started", None),
+                SingletonState::Running(g) => ("running", Some(g.0)),
+                SingletonState::Stopped => ("stopped", None),
+            };
+            let service = services.get(&e.kind).map(|r| {
+                json!({
+                    "pending": r.pending.load(Relaxed),
+                    "failures": r.failures.load(Relaxed),
+                    "last_error": r.last_error.lock().ok().and_then(|l| l.clone()),
+                })
+            });
+            let value = json!({
+                "state": state,
+                "generation": generation,
+                "starts": e.starts,
+                "switches": e.switches,
+                "stops": e.stops,
+                "service": service,
+            });
+            (e.kind.name().to_owned(), value)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// The broker's tables: every lease with its holder and age (what an operator looks at
@@ -279,6 +314,23 @@ pub fn status_text(v: &Value) -> String {
             plain(&b["reservations"]["bytes"]),
             plain(&b["partials"]),
         );
+    }
+    if let Some(singletons) = v.get("singletons").and_then(Value::as_object) {
+        for (kind, s) in singletons {
+            let generation = s["generation"]
+                .as_u64()
+                .map_or_else(String::new, |g| format!(" generation {g}"));
+            let _ = writeln!(
+                out,
+                "{kind}: {}{generation} ({} start, {} switches, {} stop; {} pending, {} failed)",
+                plain(&s["state"]),
+                plain(&s["starts"]),
+                plain(&s["switches"]),
+                plain(&s["stops"]),
+                plain(&s["service"]["pending"]),
+                plain(&s["service"]["failures"]),
+            );
+        }
     }
     if let Some(f) = v.get("last_failure").filter(|f| !f.is_null()) {
         let g = |k: &str| f.get(k).map(plain).unwrap_or_default();

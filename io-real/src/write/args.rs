@@ -122,6 +122,23 @@ impl UploadArgs {
     }
 }
 
+impl UploadArgs {
+    /// How the parent's own writers (TFTP) write: as a worker would, under the parent's
+    /// temporary-file prefix (worker id 0, which no worker has).
+    pub fn parent_write_settings(&self, config: &ValidConfig) -> WriteSettings {
+        let u = config.uploads();
+        WriteSettings {
+            worker_id: servery_core::parent::PARENT_CLIENT.0,
+            allow_overwrite: self.allow_overwrite,
+            max_upload_size: u.max_upload_size(),
+            max_upload_files: 1,
+            body_timeout: config.connections().body_timeout(),
+            write_lock_timeout: u.write_lock_timeout(),
+            partial_ttl: config.broker().partial_ttl(),
+        }
+    }
+}
+
 /// How a worker writes, as the parent starts it (read by `worker::args`).
 #[derive(Debug, Clone)]
 pub struct UploadWorkerArgs {

@@ -299,6 +299,12 @@ impl ParentIo for SimWorld {
                 });
             }
         }
+        let ready = sup.ready_workers() as u32;
+        if self.out.ready_changes.last().map_or(0, |c| c.1) != ready {
+            self.out
+                .ready_changes
+                .push((now.as_nanos() / 1_000_000, ready));
+        }
         let not_running = sup.time_not_running();
         if not_running > self.not_running_seen {
             self.not_running_seen = not_running;

@@ -44,6 +44,8 @@ pub(super) fn fault_text(b: &Behavior) -> Option<String> {
         Behavior::ExitDuringDrain => "exit-during-drain".into(),
         // The parent's fork fails: nothing a worker could do to itself.
         Behavior::SpawnFails(_) => panic!("a refused spawn cannot be driven (see NOT_DRIVEN)"),
+        // Drawn lifetimes belong to the research workloads; no gate scenario uses them.
+        Behavior::CrashAfter(_) => panic!("a drawn lifetime is no gate scenario's behaviour"),
     })
 }
 

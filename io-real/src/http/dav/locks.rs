@@ -114,6 +114,14 @@ impl Locks {
         Locks { broker }
     }
 
+    /// A view of the table for one request; see [`Seen`].
+    pub fn seen(&self) -> Seen<'_> {
+        Seen {
+            locks: self,
+            answers: Vec::new(),
+        }
+    }
+
     /// Every live lock on `resource`, on an ancestor with depth infinity, or below it.
     pub async fn around(&self, resource: &str) -> Result<Vec<DavLockInfo>, HttpError> {
         let reply = self
@@ -127,48 +135,6 @@ impl Locks {
             BrokerReply::Locks(locks) => Ok(locks),
             BrokerReply::Rejected(r) => Err(rejected(r)),
             other => Err(unexpected(&other)),
-        }
-    }
-
-    /// Fails with 423 unless every lock protecting what the write reaches had its token
-    /// submitted.
-    pub async fn require(
-        &self,
-        path: &DavPath,
-        reach: Reach,
-        submitted: &[LeaseId],
-    ) -> Result<(), HttpError> {
-        let resource = path.resource();
-        let mut protecting: Vec<DavLockInfo> = self
-            .around(&resource)
-            .await?
-            .into_iter()
-            .filter(|l| applies(l, &resource) || (reach.tree && covers(&resource, &l.resource)))
-            .collect();
-        if reach.membership
-            && let Some(parent) = path.parent()
-        {
-            let parent = parent.resource();
-            protecting.extend(
-                self.around(&parent)
-                    .await?
-                    .into_iter()
-                    .filter(|l| l.resource == parent),
-            );
-        }
-        let mut unsatisfied: Vec<String> = Vec::new();
-        for lock in &protecting {
-            let satisfied = protecting
-                .iter()
-                .any(|l| l.resource == lock.resource && submitted.contains(&l.token));
-            if !satisfied && !unsatisfied.contains(&lock.resource) {
-                unsatisfied.push(lock.resource.clone());
-            }
-        }
-        if unsatisfied.is_empty() {
-            Ok(())
-        } else {
-            Err(HttpError::Dav(DavError::Locked(unsatisfied)))
         }
     }
 
@@ -246,6 +212,69 @@ impl Locks {
             if let Err(e) = self.unlock(lock.token).await {
                 tracing::debug!(%resource, error = %e, "lock already gone");
             }
+        }
+    }
+}
+
+/// The lock table as one request sees it: a resource asked about twice (by the `If`
+/// header's evaluation and by the lock check of the write) costs one broker round trip,
+/// and both judge the same answer.
+#[derive(Debug)]
+pub struct Seen<'a> {
+    locks: &'a Locks,
+    answers: Vec<(String, Vec<DavLockInfo>)>,
+}
+
+impl Seen<'_> {
+    /// [`Locks::around`], asked once per resource and request.
+    pub async fn around(&mut self, resource: &str) -> Result<Vec<DavLockInfo>, HttpError> {
+        if let Some((_, locks)) = self.answers.iter().find(|(r, _)| r == resource) {
+            return Ok(locks.clone());
+        }
+        let locks = self.locks.around(resource).await?;
+        self.answers.push((resource.to_owned(), locks.clone()));
+        Ok(locks)
+    }
+
+    /// Fails with 423 unless every lock protecting what the write reaches had its token
+    /// submitted.
+    pub async fn require(
+        &mut self,
+        path: &DavPath,
+        reach: Reach,
+        submitted: &[LeaseId],
+    ) -> Result<(), HttpError> {
+        let resource = path.resource();
+        let mut protecting: Vec<DavLockInfo> = self
+            .around(&resource)
+            .await?
+            .into_iter()
+            .filter(|l| applies(l, &resource) || (reach.tree && covers(&resource, &l.resource)))
+            .collect();
+        if reach.membership
+            && let Some(parent) = path.parent()
+        {
+            let parent = parent.resource();
+            protecting.extend(
+                self.around(&parent)
+                    .await?
+                    .into_iter()
+                    .filter(|l| l.resource == parent),
+            );
+        }
+        let mut unsatisfied: Vec<String> = Vec::new();
+        for lock in &protecting {
+            let satisfied = protecting
+                .iter()
+                .any(|l| l.resource == lock.resource && submitted.contains(&l.token));
+            if !satisfied && !unsatisfied.contains(&lock.resource) {
+                unsatisfied.push(lock.resource.clone());
+            }
+        }
+        if unsatisfied.is_empty() {
+            Ok(())
+        } else {
+            Err(HttpError::Dav(DavError::Locked(unsatisfied)))
         }
     }
 }

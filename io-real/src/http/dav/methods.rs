@@ -94,7 +94,8 @@ impl Dav {
         body: &[u8],
     ) -> Result<Response<Body>, HttpError> {
         let timeout = locks::timeout_ms(single(&parts.headers, "timeout").as_deref());
-        let submitted = self.preconditions(parts, path).await?;
+        let mut seen = self.locks.seen();
+        let submitted = self.preconditions(parts, path, &mut seen).await?;
         if body.iter().all(u8::is_ascii_whitespace) {
             return self.refresh(path, &submitted, timeout).await;
         }
@@ -112,7 +113,7 @@ impl Dav {
         }
         if !exists {
             // Creating a member needs the tokens of locks on the collection.
-            self.locks.require(path, Reach::MEMBER, &submitted).await?;
+            seen.require(path, Reach::MEMBER, &submitted).await?;
         }
         let owner = info.owner.unwrap_or_default();
         let (token, granted) = self
@@ -223,11 +224,12 @@ impl Dav {
         if let Some(name) = path.name() {
             target::check_name(name, self.show_hidden)?;
         }
-        let submitted = self.preconditions(parts, path).await?;
+        let mut seen = self.locks.seen();
+        let submitted = self.preconditions(parts, path, &mut seen).await?;
         if self.kind(path).await?.is_some() {
             return Err(HttpError::Dav(DavError::Exists));
         }
-        self.locks.require(path, Reach::MEMBER, &submitted).await?;
+        seen.require(path, Reach::MEMBER, &submitted).await?;
         let lease = self.lease(writer, path).await?;
         let (root, at) = (Arc::clone(&self.root), path.clone());
         blocking(move || tree::make_collection(&root, &at).map_err(io_error)).await?;
@@ -244,14 +246,15 @@ impl Dav {
         if path.is_root() {
             return Err(HttpError::Forbidden);
         }
-        let submitted = self.preconditions(parts, path).await?;
+        let mut seen = self.locks.seen();
+        let submitted = self.preconditions(parts, path, &mut seen).await?;
         if self.kind(path).await?.is_none() {
             return Err(HttpError::NotFound);
         }
         if !writer.settings.allow_overwrite {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
-        self.locks.require(path, Reach::TREE, &submitted).await?;
+        seen.require(path, Reach::TREE, &submitted).await?;
         let lease = self.lease(writer, path).await?;
         let (root, at, worker) = (
             Arc::clone(&self.root),
@@ -291,7 +294,8 @@ impl Dav {
         if let Some(name) = to.name() {
             target::check_name(name, self.show_hidden)?;
         }
-        let submitted = self.preconditions(parts, from).await?;
+        let mut seen = self.locks.seen();
+        let submitted = self.preconditions(parts, from, &mut seen).await?;
         if self.kind(from).await?.is_none() {
             return Err(HttpError::NotFound);
         }
@@ -309,9 +313,9 @@ impl Dav {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
         if moving {
-            self.locks.require(from, Reach::TREE, &submitted).await?;
+            seen.require(from, Reach::TREE, &submitted).await?;
         }
-        self.locks.require(&to, Reach::TREE, &submitted).await?;
+        seen.require(&to, Reach::TREE, &submitted).await?;
         // Leases in one global order, so two workers moving in opposite directions wait
         // for each other instead of deadlocking until the lease timeout.
         let mut leased = if moving { vec![from, &to] } else { vec![&to] };

@@ -222,7 +222,8 @@ impl Dav {
                 };
                 match method {
                     "PUT" | "POST" => {
-                        let submitted = self.preconditions(parts, &path).await?;
+                        let mut seen = self.locks.seen();
+                        let submitted = self.preconditions(parts, &path, &mut seen).await?;
                         let reach = if method == "PUT" {
                             locks::Reach::MEMBER
                         } else {
@@ -230,7 +231,7 @@ impl Dav {
                             // named only in its body: every lock in there counts.
                             locks::Reach::INSIDE
                         };
-                        self.locks.require(&path, reach, &submitted).await?;
+                        seen.require(&path, reach, &submitted).await?;
                         let uploads = uploads.ok_or(HttpError::Dav(DavError::ReadOnly))?;
                         Ok(uploads.handle(parts, body).await)
                     }
@@ -307,12 +308,13 @@ impl Dav {
         &self,
         parts: &Parts,
         path: &DavPath,
+        seen: &mut locks::Seen<'_>,
     ) -> Result<Vec<LeaseId>, HttpError> {
         let Some(value) = joined(&parts.headers, "if") else {
             return Ok(Vec::new());
         };
         let header = if_header::parse(&value).map_err(|e| HttpError::Dav(DavError::If(e)))?;
-        let state = self.if_state(&header, path).await?;
+        let state = self.if_state(&header, path, seen).await?;
         if !header.evaluate(&state) {
             return Err(HttpError::Dav(DavError::IfFailed));
         }
@@ -324,22 +326,33 @@ impl Dav {
     }
 
     /// What the `If` header's resources are now: ETag and lock tokens of each.
-    async fn if_state(&self, header: &IfHeader, path: &DavPath) -> Result<IfState, HttpError> {
+    async fn if_state(
+        &self,
+        header: &IfHeader,
+        path: &DavPath,
+        seen: &mut locks::Seen<'_>,
+    ) -> Result<IfState, HttpError> {
         let mut state = IfState::default();
-        state.entries.push((None, self.state_of(Some(path)).await?));
+        state
+            .entries
+            .push((None, self.state_of(Some(path), seen).await?));
         for list in &header.lists {
             let Some(tag) = &list.resource else { continue };
             if state.entries.iter().any(|(t, _)| t.as_ref() == Some(tag)) {
                 continue;
             }
             let tagged = tag_path(tag, self.show_hidden);
-            let entry = self.state_of(tagged.as_ref()).await?;
+            let entry = self.state_of(tagged.as_ref(), seen).await?;
             state.entries.push((Some(tag.clone()), entry));
         }
         Ok(state)
     }
 
-    async fn state_of(&self, path: Option<&DavPath>) -> Result<Resource, HttpError> {
+    async fn state_of(
+        &self,
+        path: Option<&DavPath>,
+        seen: &mut locks::Seen<'_>,
+    ) -> Result<Resource, HttpError> {
         let Some(path) = path else {
             return Ok(Resource::default());
         };
@@ -351,8 +364,7 @@ impl Dav {
                 String::from_utf8_lossy(resource::validators(&meta).etag().as_bytes()).into_owned()
             });
         let key = path.resource();
-        let tokens = self
-            .locks
+        let tokens = seen
             .around(&key)
             .await?
             .iter()

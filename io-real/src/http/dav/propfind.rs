@@ -257,8 +257,9 @@ impl Dav {
         let rel = path.rel();
         let meta =
             blocking(move || resource::stat(&root, &rel).map_err(HttpError::from_io)).await?;
-        let submitted = self.preconditions(parts, path).await?;
-        self.locks.require(path, Reach::CONTENT, &submitted).await?;
+        let mut seen = self.locks.seen();
+        let submitted = self.preconditions(parts, path, &mut seen).await?;
+        seen.require(path, Reach::CONTENT, &submitted).await?;
         // The sidecar is written under its own lease, so two workers patching one
         // resource apply their changes one after the other.
         let (dir, name) = props::sidecar(path);

@@ -184,7 +184,13 @@ pub fn members(root: &Dir, dir: &DavPath, show_hidden: bool) -> io::Result<Listi
         if is_private(&name) || (!show_hidden && is_hidden(&name)) || name.contains('\\') {
             continue;
         }
-        let Ok(meta) = root.metadata(rel.join(&name)) else {
+        // One stat relative to the open directory; only a symlink is looked up again
+        // from the root, which follows it as long as it stays beneath the root.
+        let meta = match entry.metadata() {
+            Ok(meta) if meta.is_symlink() => root.metadata(rel.join(&name)),
+            other => other,
+        };
+        let Ok(meta) = meta else {
             continue;
         };
         if meta.is_dir() || meta.is_file() {
@@ -240,6 +246,40 @@ mod tests {
         let names: Vec<&str> = listing.members.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert!(listing.with_props.contains("a") && !listing.with_props.contains("b"));
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn a_listing_follows_symlinks_inside_the_root_and_drops_those_leading_out() {
+        let tmp = std::env::temp_dir().join(format!("servery-links-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(tmp.join("share/d/sub")).expect("mkdir");
+        std::fs::write(tmp.join("share/d/file"), b"12345").expect("write");
+        std::fs::write(tmp.join("outside"), b"secret").expect("write");
+        let link = |target: &str, name: &str| {
+            std::os::unix::fs::symlink(target, tmp.join("share/d").join(name)).expect("symlink")
+        };
+        link("file", "to-file");
+        link("sub", "to-dir");
+        link("../../outside", "to-outside");
+        link("missing", "dangling");
+        let root =
+            Dir::open_ambient_dir(tmp.join("share"), cap_std::ambient_authority()).expect("root");
+        let listing = members(&root, &p("/d"), false).expect("list");
+        let seen: Vec<(&str, bool, u64)> = listing
+            .members
+            .iter()
+            .map(|(n, m)| (n.as_str(), m.is_dir(), if m.is_dir() { 0 } else { m.len() }))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("file", false, 5),
+                ("sub", true, 0),
+                ("to-dir", true, 0),
+                ("to-file", false, 5)
+            ]
+        );
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }

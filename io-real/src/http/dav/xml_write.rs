@@ -10,6 +10,7 @@
 //! given, trusted to be well-formed as those from [`super::xml`]'s parsers and from here are.
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 
 use super::xml::{DAV_NS, Element, Name, Node, XML_NS, XmlError};
 
@@ -290,8 +291,12 @@ fn write_element(out: &mut String, element: &Element, copied: &[(&str, &str)]) {
 }
 
 fn write_status(out: &mut String, status: u16) {
-    let reason = reason(status);
-    out.push_str(&format!("<D:status>HTTP/1.1 {status} {reason}</D:status>"));
+    out.push_str("<D:status>HTTP/1.1 ");
+    // Writing into a String cannot fail.
+    let _ = write!(out, "{status}");
+    out.push(' ');
+    out.push_str(reason(status));
+    out.push_str("</D:status>");
 }
 
 fn write_href(out: &mut String, href: &str) {
@@ -371,9 +376,16 @@ fn write_value(out: &mut String, value: &str) {
     out.push('"');
 }
 
-/// Escapes character data.
+/// Escapes character data, copying the runs between characters that need escaping whole.
 fn escape_text(out: &mut String, text: &str) {
-    text.chars().for_each(|c| escape_char(out, c));
+    let mut rest = text;
+    while let Some(at) = rest.find(['&', '<', '>', '\r']) {
+        out.push_str(&rest[..at]);
+        let c = rest[at..].chars().next().unwrap_or_default();
+        escape_char(out, c);
+        rest = &rest[at + c.len_utf8()..];
+    }
+    out.push_str(rest);
 }
 
 /// `>` is escaped so that `]]>` cannot appear, CR because a reader would take a literal CR for

@@ -1,0 +1,7 @@
+//! TFTP (RFC 1350 with the RFC 2347–2349 options and RFC 7440 windows) as pure parts: the
+//! packet codec, option negotiation, and the transfer machines. The parent's TFTP service
+//! (`io-real/src/tftp`) drives them over a UDP socket.
+
+pub mod options;
+pub mod packet;
+pub mod transfer;

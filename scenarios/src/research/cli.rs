@@ -1,0 +1,125 @@
+//! `servery-scenarios compare`: load the inputs, run the matrix, print and write.
+
+use std::path::{Path, PathBuf};
+
+use servery_core::supervisor::Platform;
+
+use crate::research::compare::run_matrix;
+use crate::research::error::ResearchError;
+use crate::research::policy::{self, Policy};
+use crate::research::workload::{self, Workload};
+use crate::research::{heatmap, output, report};
+
+/// What `compare` was asked for.
+#[derive(Debug, Clone)]
+pub struct CompareArgs {
+    pub policies: Vec<String>,
+    pub workloads: Vec<String>,
+    pub seeds: u64,
+    pub jobs: usize,
+    pub out: Option<PathBuf>,
+    pub json: bool,
+    pub platform: Platform,
+    /// With `--out`: the first policy's restart limit × window grid for the heat map.
+    pub grid: Option<(Vec<i64>, Vec<f64>)>,
+}
+
+/// A file argument as given, or else the shipped file of that name
+/// (`scenarios/policies/NAME.toml`, `scenarios/workloads/NAME.toml`).
+pub fn resolve(arg: &str, shipped: &str) -> PathBuf {
+    let given = PathBuf::from(arg);
+    if given.exists() {
+        return given;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(shipped);
+    let named = dir.join(format!("{arg}.toml"));
+    if named.exists() { named } else { given }
+}
+
+/// Load and cross-check the inputs: each policy must also validate with each
+/// workload's worker count, and names must be unique.
+pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), ResearchError> {
+    let policies = args
+        .policies
+        .iter()
+        .map(|p| policy::load(&resolve(p, "policies")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let workloads = args
+        .workloads
+        .iter()
+        .map(|w| workload::load(&resolve(w, "workloads")))
+        .collect::<Result<Vec<_>, _>>()?;
+    for names in [
+        policies.iter().map(|p| &p.name).collect::<Vec<_>>(),
+        workloads.iter().map(|w| &w.name).collect(),
+    ] {
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                return Err(ResearchError::DuplicateName((*n).clone()));
+            }
+        }
+    }
+    if let Some((limits, windows)) = &args.grid {
+        // Every grid point is a policy too, held to the same rules.
+        let path = resolve(&args.policies[0], "policies");
+        for &l in limits {
+            for &win in windows {
+                let mut p = policies[0].clone();
+                p.recovery.worker_restart_limit = l;
+                p.recovery.worker_restart_window = win;
+                p.config(1)
+                    .validate()
+                    .map_err(|source| ResearchError::InvalidPolicy {
+                        path: path.clone(),
+                        source,
+                    })?;
+            }
+        }
+    }
+    for (p, arg) in policies.iter().zip(&args.policies) {
+        for w in &workloads {
+            p.config(w.workers)
+                .validate()
+                .map_err(|source| ResearchError::InvalidPolicy {
+                    path: resolve(arg, "policies"),
+                    source,
+                })?;
+        }
+    }
+    Ok((policies, workloads))
+}
+
+/// Run the comparison; the text or JSON to print.
+pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
+    let (policies, workloads) = load_inputs(args)?;
+    let cells = run_matrix(
+        &policies,
+        &workloads,
+        0..args.seeds,
+        args.jobs,
+        args.platform,
+    );
+    if let Some(dir) = &args.out {
+        output::write_all(dir, &cells, policies.len())?;
+        if let Some((limits, windows)) = &args.grid {
+            for w in &workloads {
+                let grid = heatmap::run(
+                    &policies[0],
+                    w,
+                    limits,
+                    windows,
+                    args.seeds,
+                    args.jobs,
+                    args.platform,
+                );
+                output::write(dir, &format!("p-failed-grid-{}.csv", w.name), &grid.csv())?;
+                output::write(dir, &format!("p-failed-grid-{}.svg", w.name), &grid.svg())?;
+            }
+        }
+    }
+    Ok(if args.json {
+        report::json(&cells, policies.len()).to_string()
+    } else {
+        report::text(&cells, policies.len())
+    })
+}

@@ -1,0 +1,20 @@
+//! Lifecycle-policy research on the simulator: reproductions of published models
+//! ([`huang`], [`age`]) that show the simulation's numbers can be trusted, and the
+//! policy comparison (`compare`) that runs recovery policies from files against
+//! workloads from files over paired seeds.
+
+pub mod age;
+pub mod cli;
+pub mod clock;
+pub mod compare;
+pub mod error;
+pub mod heatmap;
+pub mod huang;
+pub mod metrics;
+pub mod output;
+pub mod plots;
+pub mod policy;
+pub mod report;
+pub mod reproduce;
+pub mod stats;
+pub mod workload;

@@ -1,0 +1,86 @@
+//! `--out DIR`: the per-run CSV, the summary CSV and the SVG plots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::research::compare::{Cell, SCALARS, summarize};
+use crate::research::error::ResearchError;
+
+pub(crate) fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchError> {
+    let path = dir.join(name);
+    // Written whole to a temporary name and renamed: a reader never sees half a file.
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, body)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|source| ResearchError::Write { path, source })
+}
+
+pub fn write_all(dir: &Path, cells: &[Cell], policies: usize) -> Result<(), ResearchError> {
+    std::fs::create_dir_all(dir).map_err(|source| ResearchError::Write {
+        path: dir.to_owned(),
+        source,
+    })?;
+    write(dir, "runs.csv", &runs_csv(cells))?;
+    write(dir, "summary.csv", &summary_csv(cells))?;
+    for (name, svg) in crate::research::plots::all(cells, policies) {
+        write(dir, &name, &svg)?;
+    }
+    Ok(())
+}
+
+/// A CSV field: quoted when it holds a comma, quote or line break.
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// One row per run.
+pub fn runs_csv(cells: &[Cell]) -> String {
+    let mut s = String::from("policy,workload,seed,x,failed");
+    for (name, _) in SCALARS {
+        let _ = write!(s, ",{name}");
+    }
+    s.push('\n');
+    for c in cells {
+        for m in &c.runs {
+            let x = m.x.map_or(String::new(), |x| format!("{x:.3}"));
+            let (p, w) = (field(&c.policy), field(&c.workload));
+            let _ = write!(s, "{p},{w},{},{x},{}", m.seed, m.failed);
+            for (_, f) in SCALARS {
+                let _ = write!(s, ",{}", f(m).map_or(String::new(), |v| format!("{v}")));
+            }
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// One row per policy × workload × metric: mean and 95 % interval.
+pub fn summary_csv(cells: &[Cell]) -> String {
+    let mut s = String::from("policy,workload,fault_class,seeds,metric,mean,lo,hi\n");
+    for c in cells {
+        let sm = summarize(c);
+        let rows = sm
+            .metrics
+            .iter()
+            .map(|(n, e)| (*n, *e))
+            .chain([("p_failed", sm.p_failed)]);
+        for (name, e) in rows {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{name},{},{},{}",
+                field(&c.policy),
+                field(&c.workload),
+                c.class.name(),
+                c.runs.len(),
+                e.mean,
+                e.lo,
+                e.hi
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,344 @@
+//! Workloads from files: how many workers, for how long, under what load, and which
+//! fault model. A seed's fault trace is drawn from a stream of the seed and the workload
+//! alone, never from the policy or the simulation's own stream, so every policy meets
+//! the same faults at the same times (paired seeds).
+
+use core::time::Duration;
+use std::path::Path;
+
+use servery_core::supervisor::Platform;
+use servery_sim::rng::SimRng;
+use servery_sim::{Behavior, Fault, SimSpec, Workload as SimWorkload};
+
+use crate::research::clock::weibull_from_unit;
+use crate::research::error::{ResearchError, parse, read};
+use crate::research::policy::Policy;
+
+/// Whether ending `failed` is right (permanent: the boots were wasted) or wrong
+/// (transient: the fault would have passed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultClass {
+    None,
+    Transient,
+    Permanent,
+}
+
+impl FaultClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultClass::None => "none",
+            FaultClass::Transient => "transient",
+            FaultClass::Permanent => "permanent",
+        }
+    }
+}
+
+/// The fault model, by `kind`. Ranges are `[lo, hi]`, drawn uniformly per seed.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum FaultModel {
+    Steady,
+    /// A dependency outage of `outage_s` seconds from `start_s`: every worker crashes
+    /// when it begins and every boot inside it crashes.
+    CrashStorm {
+        start_s: f64,
+        outage_s: [f64; 2],
+    },
+    /// From `start_s` on, every worker crashes `crash_after_s` seconds after its boot
+    /// (or after `start_s`, if it was already running).
+    BootLoop {
+        start_s: f64,
+        crash_after_s: [f64; 2],
+    },
+    /// Worker lifetimes are Weibull(`shape`, `scale_s`) from the end of each boot.
+    Aging {
+        shape: f64,
+        scale_s: f64,
+    },
+    /// `requests` poison requests at uniform times in `window_s`; each is tried
+    /// `retries` more times, `retry_gap_s` apart, and every try kills the worker that
+    /// takes it.
+    PoisonRequest {
+        requests: u32,
+        window_s: [f64; 2],
+        retries: u32,
+        retry_gap_s: f64,
+    },
+    /// Pauses arrive at `rate_per_s` (Poisson) in live ready workers, lengths
+    /// exponential with mean `pause_mean_s`; those of at least `modelled_above_s` are
+    /// injected as a stop the worker never comes back from by itself (the heartbeat
+    /// timeout must end it), shorter ones cost latency only and are not modelled.
+    Hang {
+        rate_per_s: f64,
+        pause_mean_s: f64,
+        modelled_above_s: f64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub name: String,
+    #[serde(default)]
+    pub about: String,
+    pub fault_class: FaultClass,
+    #[serde(default = "default_workers")]
+    pub workers: i64,
+    /// Length of the measured run (the simulation then stops the service).
+    pub duration_s: f64,
+    #[serde(default = "default_rate")]
+    pub request_rate: f64,
+    /// CPU-seconds one boot costs, for the amplification factor.
+    #[serde(default = "default_boot_cost")]
+    pub boot_cost_s: f64,
+    /// Modelled resident memory of a worker: `memory_base_mb + memory_growth_mb_per_s`
+    /// times its age.
+    #[serde(default = "default_memory")]
+    pub memory_base_mb: f64,
+    #[serde(default)]
+    pub memory_growth_mb_per_s: f64,
+    pub faults: FaultModel,
+}
+
+fn default_workers() -> i64 {
+    4
+}
+fn default_rate() -> f64 {
+    10.0
+}
+fn default_boot_cost() -> f64 {
+    0.5
+}
+fn default_memory() -> f64 {
+    50.0
+}
+
+/// Mean service time of a simulated request (the simulator's default 1–20 ms).
+pub const SERVICE_S: f64 = 0.0105;
+
+/// One seed's draw of the workload: the fault plan and the parameter plotted against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draw {
+    pub faults: Vec<(Duration, Fault)>,
+    /// The drawn parameter (outage length, crash delay), when the model has one.
+    pub x: Option<f64>,
+    /// When the first fault strikes (for the time to give up).
+    pub onset_s: f64,
+}
+
+fn uniform(rng: &mut SimRng, [lo, hi]: [f64; 2]) -> f64 {
+    lo + rng.unit() * (hi - lo)
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+impl Workload {
+    /// The seed's own stream for this workload (independent of the policy).
+    fn stream(&self, seed: u64, salt: u64) -> SimRng {
+        let name = self.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        SimRng::new(seed ^ name ^ salt)
+    }
+
+    pub fn draw(&self, seed: u64) -> Draw {
+        let mut rng = self.stream(seed, 0xfa17);
+        let mut faults = Vec::new();
+        let (x, onset_s) = match &self.faults {
+            FaultModel::Steady => (None, self.duration_s),
+            FaultModel::CrashStorm { start_s, outage_s } => {
+                for _ in 0..self.workers {
+                    faults.push((
+                        secs(*start_s),
+                        Fault::CrashWorker {
+                            pick: rng.next_u64(),
+                        },
+                    ));
+                }
+                (Some(uniform(&mut rng, *outage_s)), *start_s)
+            }
+            FaultModel::BootLoop {
+                start_s,
+                crash_after_s,
+            } => (Some(uniform(&mut rng, *crash_after_s)), *start_s),
+            FaultModel::Aging { .. } => (None, 0.0),
+            FaultModel::PoisonRequest {
+                requests,
+                window_s,
+                retries,
+                retry_gap_s,
+            } => {
+                let mut first = f64::INFINITY;
+                for _ in 0..*requests {
+                    let t = uniform(&mut rng, *window_s);
+                    first = first.min(t);
+                    for k in 0..=*retries {
+                        let at = t + f64::from(k) * retry_gap_s;
+                        faults.push((
+                            secs(at),
+                            Fault::CrashWorker {
+                                pick: rng.next_u64(),
+                            },
+                        ));
+                    }
+                }
+                (None, first)
+            }
+            FaultModel::Hang {
+                rate_per_s,
+                pause_mean_s,
+                modelled_above_s,
+            } => {
+                let mut t = rng.exp(1.0 / rate_per_s);
+                let mut first = f64::INFINITY;
+                while t < self.duration_s {
+                    let pause = rng.exp(*pause_mean_s);
+                    let pick = rng.next_u64();
+                    if pause >= *modelled_above_s {
+                        first = first.min(t);
+                        faults.push((secs(t), Fault::HangWorker { pick }));
+                    }
+                    t += rng.exp(1.0 / rate_per_s);
+                }
+                (None, first)
+            }
+        };
+        faults.sort_by_key(|(at, _)| *at);
+        Draw { faults, x, onset_s }
+    }
+
+    /// The simulation of `policy` under this workload for `seed`.
+    pub fn spec(&self, policy: &Policy, seed: u64, platform: Platform, draw: &Draw) -> SimSpec {
+        let config = policy.config(self.workers);
+        let r = &config.recovery;
+        let stop = secs(self.duration_s);
+        let end_by = stop + secs(r.drain_timeout + r.force_timeout + 30.0);
+        let behavior = self.behavior(seed, draw);
+        SimSpec {
+            seed,
+            platform,
+            workload: SimWorkload {
+                request_rate: self.request_rate,
+                until: stop,
+                ..SimWorkload::default()
+            },
+            behavior,
+            faults: draw.faults.clone(),
+            commands: Vec::new(),
+            liveness_at: stop,
+            stop_at: stop + secs(0.001),
+            end_by,
+            trace: false,
+            config,
+        }
+    }
+
+    /// How each process behaves: drawn from the seed and the spawn's index and time only.
+    fn behavior(&self, seed: u64, draw: &Draw) -> servery_sim::BehaviorFn {
+        // The k-th process's lifetime is the same under every policy.
+        let key = self.stream(seed, 0xbe4a).next_u64();
+        match self.faults.clone() {
+            FaultModel::CrashStorm { start_s, .. } => {
+                let end = start_s + draw.x.unwrap_or(0.0);
+                Box::new(move |info, _| {
+                    let t = info.now.as_secs_f64();
+                    if t >= start_s && t < end {
+                        Behavior::CrashAtBoot
+                    } else {
+                        Behavior::Healthy
+                    }
+                })
+            }
+            FaultModel::BootLoop { start_s, .. } => {
+                let after = draw.x.unwrap_or(1.0);
+                // A process already running when the fault begins crashes `after` seconds
+                // into it; its boot took a few ms, which this leaves out.
+                Box::new(move |info, _| {
+                    let late = (start_s - info.now.as_secs_f64()).max(0.0);
+                    Behavior::CrashAfter(secs(late + after))
+                })
+            }
+            FaultModel::Aging { shape, scale_s } => Box::new(move |info, _| {
+                let mut per_spawn =
+                    SimRng::new(key ^ info.index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                Behavior::CrashAfter(secs(weibull_from_unit(per_spawn.unit(), shape, scale_s)))
+            }),
+            _ => Box::new(|_, _| Behavior::Healthy),
+        }
+    }
+
+    /// Check the parameters (the recovery policy is checked by its own loader).
+    pub fn check(&self, path: &Path) -> Result<(), ResearchError> {
+        let bad = |field: &'static str, rule: &str| {
+            Err(ResearchError::InvalidWorkload {
+                path: path.to_owned(),
+                field,
+                rule: rule.to_string(),
+            })
+        };
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        let range = |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
+        if !(1..=64).contains(&self.workers) {
+            return bad("workers", "must be in [1, 64]");
+        }
+        if !positive(self.duration_s) || self.duration_s > 86_400.0 {
+            return bad("duration_s", "must be in (0, 86400]");
+        }
+        if !(self.request_rate.is_finite() && self.request_rate >= 0.0) {
+            return bad("request_rate", "must be >= 0");
+        }
+        if !(self.boot_cost_s.is_finite() && self.boot_cost_s >= 0.0) {
+            return bad("boot_cost_s", "must be >= 0");
+        }
+        if !(self.memory_base_mb >= 0.0 && self.memory_growth_mb_per_s >= 0.0) {
+            return bad("memory_base_mb", "memory sizes and growth must be >= 0");
+        }
+        match &self.faults {
+            FaultModel::CrashStorm { outage_s, start_s } if !range(*outage_s) || *start_s < 0.0 => {
+                bad(
+                    "faults.outage_s",
+                    "must be [lo, hi] with 0 <= lo <= hi, start_s >= 0",
+                )
+            }
+            FaultModel::BootLoop { crash_after_s, .. }
+                if !range(*crash_after_s) || crash_after_s[0] <= 0.0 =>
+            {
+                bad("faults.crash_after_s", "must be [lo, hi] with 0 < lo <= hi")
+            }
+            FaultModel::Aging { shape, scale_s } if !positive(*shape) || !positive(*scale_s) => {
+                bad("faults.shape", "shape and scale_s must be > 0")
+            }
+            FaultModel::PoisonRequest {
+                window_s,
+                retry_gap_s,
+                ..
+            } if !range(*window_s) || !positive(*retry_gap_s) => bad(
+                "faults.window_s",
+                "window_s must be [lo, hi] and retry_gap_s > 0",
+            ),
+            FaultModel::Hang {
+                rate_per_s,
+                pause_mean_s,
+                ..
+            } if !positive(*rate_per_s) || !positive(*pause_mean_s) => bad(
+                "faults.rate_per_s",
+                "rate_per_s and pause_mean_s must be > 0",
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Read and check a workload file.
+pub fn load(path: &Path) -> Result<Workload, ResearchError> {
+    from_text(path, &read(path)?)
+}
+
+pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
+    let w: Workload = parse(path, text)?;
+    w.check(path)?;
+    Ok(w)
+}

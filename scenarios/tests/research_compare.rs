@@ -1,0 +1,270 @@
+//! The policy comparison: shipped files load and validate, every policy meets the same
+//! faults on a seed, the JSON has the documented shape, and each workload reaches its
+//! interesting states across seeds (sometimes-coverage).
+
+use std::path::Path;
+
+use servery_core::supervisor::Platform;
+use servery_scenarios::research::cli::{CompareArgs, compare, resolve};
+use servery_scenarios::research::compare::{run_matrix, run_one};
+use servery_scenarios::research::workload::FaultClass;
+use servery_scenarios::research::{policy, workload};
+
+const POLICIES: &[&str] = &[
+    "seed-defaults",
+    "systemd-defaults",
+    "systemd-restartsteps",
+    "kubernetes-classic",
+    "kubernetes-kep4603",
+    "erlang-1-5",
+    "erlang-5-30",
+    "docker",
+    "gunicorn-recycling",
+];
+const WORKLOADS: &[&str] = &[
+    "steady",
+    "crash-storm",
+    "boot-loop",
+    "aging",
+    "poison-request",
+    "hang",
+];
+
+fn load_policy(name: &str) -> policy::Policy {
+    policy::load(&resolve(name, "policies")).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn load_workload(name: &str) -> workload::Workload {
+    workload::load(&resolve(name, "workloads")).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A shipped workload cut to 150 s at 2 requests/s: the same faults, fewer events, so
+/// the debug build's tests stay in seconds.
+fn short(name: &str) -> workload::Workload {
+    let mut w = load_workload(name);
+    w.duration_s = w.duration_s.min(150.0);
+    w.request_rate = 2.0;
+    w
+}
+
+#[test]
+fn every_shipped_policy_and_workload_loads_and_validates() {
+    for p in POLICIES {
+        let policy = load_policy(p);
+        assert_eq!(&policy.name, p, "a file's name field matches its file name");
+        for w in WORKLOADS {
+            let w = load_workload(w);
+            assert!(policy.config(w.workers).validate().is_ok());
+        }
+    }
+    for w in WORKLOADS {
+        assert_eq!(&load_workload(w).name, w);
+    }
+}
+
+#[test]
+fn a_bad_workload_names_its_field() {
+    let text = "name = \"x\"\nfault_class = \"transient\"\nduration_s = 60.0\n[faults]\nkind = \"crash-storm\"\nstart_s = 1.0\noutage_s = [5.0, 1.0]\n";
+    let e = workload::from_text(Path::new("w.toml"), text)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("faults.outage_s"), "{e}");
+    let unknown = "name = \"x\"\nfault_class = \"none\"\nduration_s = 60.0\nspeed = 1\n[faults]\nkind = \"steady\"\n";
+    let e = workload::from_text(Path::new("w.toml"), unknown)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("speed"), "{e}");
+}
+
+#[test]
+fn every_policy_meets_the_same_faults_on_a_seed() {
+    for name in ["crash-storm", "poison-request", "hang", "boot-loop"] {
+        let w = load_workload(name);
+        for seed in 0..5 {
+            assert_eq!(w.draw(seed), w.draw(seed), "{name}: a draw replays");
+        }
+        assert_ne!(w.draw(0), w.draw(1), "{name}: seeds differ");
+    }
+    // Aging: the k-th process lives as long under every policy (its lifetime is the
+    // seed's k-th draw), so two policies that boot alike see the same crashes.
+    let aging = short("aging");
+    let a = run_one(&load_policy("seed-defaults"), &aging, 3, Platform::Posix);
+    let b = run_one(&load_policy("seed-defaults"), &aging, 3, Platform::Posix);
+    assert_eq!(a.ok(), b.ok(), "a run replays bit for bit");
+}
+
+#[test]
+fn compare_json_has_the_documented_shape() {
+    let args = CompareArgs {
+        policies: vec!["seed-defaults".into(), "kubernetes-kep4603".into()],
+        workloads: vec!["poison-request".into()],
+        seeds: 4,
+        jobs: 2,
+        out: None,
+        json: true,
+        platform: Platform::Posix,
+        grid: None,
+    };
+    let out = compare(&args).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let entries = v["policies"].as_array().cloned().unwrap_or_default();
+    assert_eq!(entries.len(), 2);
+    for e in &entries {
+        assert_eq!(e["workload"], "poison-request");
+        assert_eq!(e["seeds"], 4);
+        for metric in [
+            "availability",
+            "capacity_seconds_lost",
+            "time_to_detect_s",
+            "time_to_recover_s",
+            "restarts",
+            "recycles",
+            "boots",
+            "p_failed",
+            "p_failed_transient",
+            "peak_processes",
+            "peak_memory_mb",
+            "amplification",
+        ] {
+            let m = &e["metrics"][metric];
+            assert!(m["mean"].is_number(), "{metric}: {m}");
+            let ci = m["ci"].as_array().cloned().unwrap_or_default();
+            assert_eq!(ci.len(), 2, "{metric}");
+            let (lo, hi, mean) = (ci[0].as_f64(), ci[1].as_f64(), m["mean"].as_f64());
+            assert!(lo <= mean && mean <= hi, "{metric}: {m}");
+        }
+    }
+    assert_eq!(entries[0]["name"], "seed-defaults");
+    let diffs = v["differences"].as_array().cloned().unwrap_or_default();
+    assert_eq!(diffs.len(), 1);
+    assert_eq!(diffs[0]["baseline"], "seed-defaults");
+    assert!(diffs[0]["metrics"]["availability"]["ci"].is_array());
+}
+
+#[test]
+fn an_invalid_policy_is_refused_with_its_field_before_anything_runs() {
+    let dir = std::env::temp_dir().join(format!("servery-research-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_default();
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "name = \"bad\"\n[recovery]\nheartbeat_interval = 5.0\nheartbeat_timeout = 5.0\n",
+    )
+    .unwrap_or_default();
+    let args = CompareArgs {
+        policies: vec![bad.display().to_string()],
+        workloads: vec!["steady".into()],
+        seeds: 2,
+        jobs: 1,
+        out: Some(dir.join("out")),
+        json: false,
+        platform: Platform::Posix,
+        grid: None,
+    };
+    let e = compare(&args)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("recovery.heartbeat_timeout"), "{e}");
+    assert!(
+        !dir.join("out").exists(),
+        "nothing written for a refused input"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sometimes-coverage: across a few seeds each workload reaches the states that make it
+/// worth running - a crash storm both survived and fatal (short and long outages under a
+/// limiting policy), a boot loop that gives up, a fast loop never giving up under a
+/// policy without a limit, aging crashes and recycles, poison and hang restarts.
+#[test]
+fn each_workload_reaches_its_interesting_states_across_seeds() {
+    let seeds = 0..6;
+    let policies = [
+        load_policy("seed-defaults"),
+        load_policy("kubernetes-kep4603"),
+    ];
+    let workloads: Vec<_> = WORKLOADS.iter().map(|w| short(w)).collect();
+    let cells = run_matrix(&policies, &workloads, seeds.clone(), 2, Platform::Posix);
+    // Recycling only where it is the point (a policy that restarts every 10 ms without
+    // a limit would spend the test's time booting through a crash storm).
+    let mut recycling = load_policy("gunicorn-recycling");
+    recycling.recovery.max_requests_per_worker = 40;
+    let recycled = run_matrix(&[recycling], &[short("steady")], seeds, 2, Platform::Posix);
+    assert!(
+        recycled[0]
+            .runs
+            .iter()
+            .any(|m| m.recycles > 0.0 && !m.failed)
+    );
+    let cell = |p: &str, w: &str| {
+        cells
+            .iter()
+            .find(|c| c.policy == p && c.workload == w)
+            .unwrap_or_else(|| panic!("{p} x {w} ran"))
+    };
+    let any =
+        |p: &str,
+         w: &str,
+         f: &dyn Fn(&servery_scenarios::research::metrics::RunMetrics) -> bool| {
+            cell(p, w).runs.iter().any(f)
+        };
+    assert!(any("seed-defaults", "crash-storm", &|m| m.failed));
+    assert!(any("kubernetes-kep4603", "crash-storm", &|m| !m.failed
+        && !m.recover_s.is_empty()));
+    assert!(any("seed-defaults", "boot-loop", &|m| m.failed));
+    assert!(
+        any("seed-defaults", "boot-loop", &|m| !m.failed),
+        "a slow loop that never trips the limit"
+    );
+    assert!(any("kubernetes-kep4603", "boot-loop", &|m| !m.failed
+        && m.restarts > 5.0));
+    assert!(any("seed-defaults", "aging", &|m| m.restarts > 0.0 && !m.failed));
+    assert!(any("seed-defaults", "poison-request", &|m| m.restarts >= 4.0));
+    assert!(any("seed-defaults", "hang", &|m| !m.detect_s.is_empty()
+        && m.detect_s.iter().all(|d| *d >= 4.0)));
+    assert!(cells.iter().all(|c| c.runs.len() == 6));
+    assert!(cells.iter().any(|c| c.class == FaultClass::Permanent));
+    assert!(
+        cells
+            .iter()
+            .all(|c| c.runs.iter().all(|m| m.peak_processes <= 5.0))
+    );
+}
+
+#[test]
+fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
+    let dir = std::env::temp_dir().join(format!("servery-research-out-{}", std::process::id()));
+    let args = CompareArgs {
+        policies: vec!["seed-defaults".into()],
+        workloads: vec!["crash-storm-short".into()],
+        seeds: 4,
+        jobs: 2,
+        out: Some(dir.clone()),
+        json: false,
+        platform: Platform::Windows,
+        grid: Some((vec![1, 5], vec![10.0, 60.0])),
+    };
+    compare(&args).unwrap_or_else(|e| panic!("{e}"));
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let runs = read("runs.csv");
+    assert_eq!(runs.lines().count(), 1 + 4, "{runs}");
+    assert!(read("summary.csv").contains("seed-defaults,crash-storm-short,transient,4,p_failed"));
+    for svg in [
+        "availability-vs-parameter-crash-storm-short.svg",
+        "p-failed-vs-parameter-crash-storm-short.svg",
+        "recover-cdf-crash-storm-short.svg",
+        "boots-over-time-crash-storm-short.svg",
+        "p-failed-grid-crash-storm-short.svg",
+    ] {
+        let body = read(svg);
+        assert!(body.starts_with("<svg") && body.contains("</svg>"), "{svg}");
+    }
+    // Four workers crashing at once: a limit of 1 fails every run, 5 none.
+    let grid = read("p-failed-grid-crash-storm-short.csv");
+    assert!(grid.contains("crash-storm-short,1,10,1,"), "{grid}");
+    assert!(grid.contains("crash-storm-short,5,60,0,"), "{grid}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
