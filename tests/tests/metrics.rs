@@ -14,7 +14,11 @@ use servery_tests::{FAST, Server, Sig, Tree, http_get, wait_until};
 /// Start servery with the admin listener on an ephemeral loopback port; returns the
 /// server and the admin address (from its banner line).
 fn start(tree: &Tree, workers: u32, env: &[(&str, &str)]) -> (Server, SocketAddr) {
-    let mut args = FAST.to_vec();
+    // A longer drain than FAST's, so a drain is long enough to be seen on a loaded machine.
+    let mut args: Vec<&str> = FAST.to_vec();
+    if let Some(i) = args.iter().position(|a| *a == "--drain-timeout") {
+        args[i + 1] = "10";
+    }
     args.extend(["--admin", "127.0.0.1:0"]);
     let mut server = Server::start(tree, workers, &args, env);
     let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
@@ -206,7 +210,7 @@ fn readyz_is_503_while_starting_and_draining_and_200_when_ready() {
         "readyz {starting} while {state}"
     );
     assert_eq!(starting, 503, "not ready before the first commit ({state})");
-    wait_until(Duration::from_secs(20), "readyz 200", || {
+    wait_until(Duration::from_secs(40), "readyz 200", || {
         (status_of(admin, "/readyz") == 200).then_some(())
     });
     assert_eq!(server.status()["state"], "ready");
