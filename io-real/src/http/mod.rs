@@ -25,6 +25,7 @@ pub mod listing;
 mod lookup;
 mod lru;
 pub mod mime;
+pub mod page;
 pub mod path;
 mod plain_stream;
 pub mod policy;

@@ -35,6 +35,7 @@ use super::lookup::{
     key_path, list as list_directory,
 };
 use super::mime;
+use super::page::{self, assets, render::Features};
 use super::path::RequestPath;
 use super::policy::{self, Credential};
 use super::range::{self, RangeDecision};
@@ -169,6 +170,7 @@ impl Site {
             }
         })?;
         let root = Arc::new(root);
+        assets::warm();
         let uploads = config
             .uploads
             .map(|u| Uploads::new(Arc::clone(&root), u, config.show_hidden));
@@ -203,6 +205,16 @@ impl Site {
             access_log: config.access_log,
             deadlines: config.deadlines,
         })
+    }
+
+    /// What the directory page offers, from the flags this site runs with.
+    fn page_features(&self) -> Features {
+        Features {
+            upload: self.uploads.is_some(),
+            dav_writes: self.uploads.is_some() && self.dav.is_some(),
+            archive: false,
+            search: false,
+        }
     }
 
     /// Where this site's requests are logged, when they are.
@@ -306,6 +318,11 @@ impl Site {
             Method::OPTIONS => return options(),
             _ => return Err(HttpError::MethodNotAllowed),
         }
+        if parts.uri.path().starts_with(assets::PREFIX)
+            && let Some(response) = assets::respond(parts, self.compress.is_some())
+        {
+            return Ok(response);
+        }
         let path = RequestPath::parse(parts.uri.path(), self.show_hidden)?;
         let want_body = parts.method == Method::GET;
         let runtime = Handle::try_current().map_err(|_| HttpError::Unavailable)?;
@@ -330,7 +347,7 @@ impl Site {
                 let (root, show_hidden) = (Arc::clone(&self.root), self.show_hidden);
                 let entries =
                     blocking(&runtime, move || list_directory(&root, &rel, show_hidden)).await?;
-                listing_response(parts, &path, entries, want_body)
+                listing_response(parts, &path, entries, want_body, self.page_features())
             }
         }
     }
@@ -694,20 +711,26 @@ fn listing_response(
     path: &RequestPath,
     mut entries: Vec<Entry>,
     want_body: bool,
+    features: Features,
 ) -> Result<Response<Body>, HttpError> {
     let accept = joined_values(&parts.headers, header::ACCEPT);
     let query = listing::parse_query(parts.uri.query(), accept.as_deref());
     listing::sort(&mut entries, query.sort, query.order);
-    let (content_type, text) = if query.json {
+    let (content_type, text, csp) = if query.json {
         (
             "application/json",
             listing::render_json(&entries).map_err(internal)?,
+            mime::GENERATED_PAGE_CSP,
         )
     } else {
-        (
-            "text/html; charset=utf-8",
-            listing::render_html(&path.dir_display(), path.is_root(), &entries, &query),
-        )
+        let html = page::render::render(&page::render::Page {
+            segments: path.segments(),
+            entries: &entries,
+            query: &query,
+            features,
+            readme: None,
+        });
+        ("text/html; charset=utf-8", html, page::PAGE_CSP)
     };
     Response::builder()
         .status(StatusCode::OK)
@@ -715,7 +738,7 @@ fn listing_response(
         .header(header::CONTENT_LENGTH, text.len())
         .header(header::VARY, "Accept")
         .header(header::CACHE_CONTROL, "no-cache")
-        .header(header::CONTENT_SECURITY_POLICY, mime::GENERATED_PAGE_CSP)
+        .header(header::CONTENT_SECURITY_POLICY, csp)
         .body(if want_body {
             body::full(text)
         } else {
