@@ -35,7 +35,7 @@ use super::lookup::{
     key_path, list as list_directory,
 };
 use super::mime;
-use super::page::{self, assets, render::Features};
+use super::page::{self, assets, csrf, render::Features};
 use super::path::RequestPath;
 use super::policy::{self, Credential};
 use super::range::{self, RangeDecision};
@@ -266,6 +266,8 @@ impl Site {
             preflight(&parts.headers)
         } else if !policy::authorized(&self.auth, &parts.headers) {
             error_response(&HttpError::Unauthorized)
+        } else if !csrf::is_safe(&parts.method) && !from_this_origin_or_no_browser(&parts) {
+            error_response(&HttpError::CrossSite)
         } else {
             // The rare paths (WebDAV and uploads here, digests and encoding misses below)
             // are boxed: an async fn is as large as its largest await, and every request's
@@ -601,6 +603,17 @@ async fn blocking<T: Send + 'static>(
         Err(e) if e.is_cancelled() => Err(HttpError::Unavailable),
         Err(e) => Err(HttpError::Internal(io::Error::other(e))),
     }
+}
+
+/// Whether a request that changes the tree may proceed: see [`csrf`].
+fn from_this_origin_or_no_browser(parts: &Parts) -> bool {
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+    let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
+    csrf::allowed(&parts.method, &parts.headers, host, tls)
 }
 
 /// The answer to a CORS preflight (the CORS headers common to all responses are added by

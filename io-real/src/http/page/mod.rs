@@ -5,6 +5,7 @@
 //! for people, and works with JavaScript off.
 
 pub mod assets;
+pub mod csrf;
 pub mod render;
 pub mod text;
 
