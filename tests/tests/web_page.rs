@@ -23,6 +23,22 @@ fn get(addr: SocketAddr, path: &str) -> Reply {
     request(addr, "GET", path, b"", &[])
 }
 
+/// The whole raw response (head and chunked body) to a GET on a connection that closes.
+fn raw_get(addr: SocketAddr, path: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read");
+    out
+}
+
 /// The `href`/`src` of the page's stylesheet and script.
 fn asset_paths(page: &str) -> Vec<String> {
     page.split("\"/.servery/")
@@ -119,4 +135,62 @@ fn folders_can_be_made_with_upload_alone() {
     let page = String::from_utf8_lossy(&get(addr, "/").body).into_owned();
     assert!(page.contains("data-upload") && page.contains("id=\"mkdir\""));
     assert!(!page.contains("data-dav"));
+}
+
+#[test]
+fn archives_are_bounded_and_can_be_turned_off() {
+    let tree = Tree::new("page-archive");
+    let server = start(&tree, &["--archive-max-entries", "2"]);
+    // The root holds hello.txt, sub/ and sub/big.bin: over two entries, refused before
+    // anything is sent.
+    let r = get(server.addr, "/?archive=zip");
+    assert_eq!(r.status, 403);
+    assert!(String::from_utf8_lossy(&r.body).contains("--archive-max-entries"));
+    let r = get(server.addr, "/sub/?archive=tar.gz");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/gzip"));
+    assert!(
+        r.header("content-disposition")
+            .is_some_and(|d| d.contains("sub.tar.gz"))
+    );
+    let raw = raw_get(server.addr, "/sub/?archive=tar.gz");
+    let body_at = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
+    let chunk_at = body_at
+        + raw[body_at..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("size")
+        + 2;
+    assert_eq!(&raw[chunk_at..chunk_at + 2], &[0x1f, 0x8b], "a gzip stream");
+    drop(server);
+    let server = start(&tree, &["--no-archive"]);
+    let r = get(server.addr, "/sub/?archive=zip");
+    assert_eq!(r.status, 403);
+    assert!(String::from_utf8_lossy(&r.body).contains("--no-archive"));
+    assert!(!String::from_utf8_lossy(&get(server.addr, "/").body).contains("archive="));
+}
+
+#[test]
+fn readme_and_search() {
+    let tree = Tree::new("page-readme");
+    let root = tree.root();
+    std::fs::write(
+        root.join("sub/README.md"),
+        "# Sub\n\n<script>alert(1)</script>\n\n[x](javascript:alert(1))",
+    )
+    .expect("write");
+    std::fs::create_dir_all(root.join("sub/deeper")).expect("mkdir");
+    std::fs::write(root.join("sub/deeper/needle-one.txt"), b"1").expect("write");
+    std::fs::write(root.join(".needle-hidden"), b"h").expect("write");
+    let server = start(&tree, &[]);
+    let page = String::from_utf8_lossy(&get(server.addr, "/sub/").body).into_owned();
+    assert!(page.contains("<h1>Sub</h1>"), "{page}");
+    assert!(!page.contains("<script>alert") && !page.contains("javascript:"));
+    let found = String::from_utf8_lossy(&get(server.addr, "/?q=NEEDLE").body).into_owned();
+    assert!(
+        found.contains("href=\"./sub/deeper/needle-one.txt\""),
+        "{found}"
+    );
+    assert!(!found.contains("needle-hidden"));
+    assert!(found.contains("1 found"));
 }

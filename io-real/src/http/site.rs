@@ -104,6 +104,8 @@ pub struct SiteConfig {
     pub uploads: Option<UploadConfig>,
     /// Answer WebDAV (`--dav`); writes through it need `uploads` too.
     pub dav: Option<DavConfig>,
+    /// Folder archives (`?archive=zip|tar.gz`) and their limits; `None` with `--no-archive`.
+    pub archive: Option<page::archive::Limits>,
     /// Record one access-log line per request (`--access-log`).
     pub access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     /// The deadline of every connection state (see [`super::watchdog`]).
@@ -128,6 +130,7 @@ impl Default for SiteConfig {
             hsts: false,
             uploads: None,
             dav: None,
+            archive: Some(page::archive::Limits::default()),
             access_log: None,
             deadlines: Deadlines::default(),
         }
@@ -155,6 +158,7 @@ pub struct Site {
     hsts: bool,
     uploads: Option<Uploads>,
     dav: Option<Dav>,
+    archive: Option<page::archive::Limits>,
     access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     deadlines: Deadlines,
 }
@@ -202,6 +206,7 @@ impl Site {
             hsts: config.hsts,
             uploads,
             dav,
+            archive: config.archive,
             access_log: config.access_log,
             deadlines: config.deadlines,
         })
@@ -212,8 +217,8 @@ impl Site {
         Features {
             upload: self.uploads.is_some(),
             dav_writes: self.uploads.is_some() && self.dav.is_some(),
-            archive: false,
-            search: false,
+            archive: self.archive.is_some(),
+            search: true,
         }
     }
 
@@ -346,10 +351,61 @@ impl Site {
             Found::NeedsSlash => redirect_to_dir(&path, parts.uri.query()),
             Found::File(file) => self.file_response(parts, *file, want_body, runtime).await,
             Found::Directory(rel) => {
+                if let Some(format) = page::archive::Format::from_query(parts.uri.query()) {
+                    let download = page::download::Download {
+                        root: &self.root,
+                        path: &path,
+                        rel,
+                        format,
+                        show_hidden: self.show_hidden,
+                        want_body,
+                    };
+                    return Box::pin(page::download::respond(download, self.archive, &runtime))
+                        .await;
+                }
                 let (root, show_hidden) = (Arc::clone(&self.root), self.show_hidden);
-                let entries =
-                    blocking(&runtime, move || list_directory(&root, &rel, show_hidden)).await?;
-                listing_response(parts, &path, entries, want_body, self.page_features())
+                let html = !listing::parse_query(
+                    parts.uri.query(),
+                    joined_values(&parts.headers, header::ACCEPT).as_deref(),
+                )
+                .json;
+                if html && let Some(needle) = page::search::query(parts.uri.query()) {
+                    let results = blocking(&runtime, move || {
+                        page::search::search(
+                            &root,
+                            &rel,
+                            &needle,
+                            show_hidden,
+                            page::search::Bounds::standard(),
+                        )
+                        .map(|r| (needle, r))
+                        .map_err(HttpError::from_io)
+                    })
+                    .await?;
+                    let text = page::render::render_search(
+                        path.segments(),
+                        &results.0,
+                        &results.1,
+                        self.page_features(),
+                    );
+                    return page_response(text, want_body);
+                }
+                let (entries, readme) = blocking(&runtime, move || {
+                    let entries = list_directory(&root, &rel, show_hidden)?;
+                    let readme = html
+                        .then(|| page::readme::load(&root, &rel, &entries))
+                        .flatten();
+                    Ok((entries, readme))
+                })
+                .await?;
+                listing_response(
+                    parts,
+                    &path,
+                    entries,
+                    readme.as_deref(),
+                    want_body,
+                    self.page_features(),
+                )
             }
         }
     }
@@ -723,6 +779,7 @@ fn listing_response(
     parts: &Parts,
     path: &RequestPath,
     mut entries: Vec<Entry>,
+    readme: Option<&str>,
     want_body: bool,
     features: Features,
 ) -> Result<Response<Body>, HttpError> {
@@ -741,7 +798,7 @@ fn listing_response(
             entries: &entries,
             query: &query,
             features,
-            readme: None,
+            readme,
         });
         ("text/html; charset=utf-8", html, page::PAGE_CSP)
     };
@@ -752,6 +809,22 @@ fn listing_response(
         .header(header::VARY, "Accept")
         .header(header::CACHE_CONTROL, "no-cache")
         .header(header::CONTENT_SECURITY_POLICY, csp)
+        .body(if want_body {
+            body::full(text)
+        } else {
+            body::empty()
+        })
+        .map_err(internal)
+}
+
+/// A generated page (search results) with the page's policy.
+fn page_response(text: String, want_body: bool) -> Result<Response<Body>, HttpError> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CONTENT_LENGTH, text.len())
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header(header::CONTENT_SECURITY_POLICY, page::PAGE_CSP)
         .body(if want_body {
             body::full(text)
         } else {

@@ -4,9 +4,14 @@
 //! The JSON listing (see [`super::listing`]) is the interface for scripts; this page is
 //! for people, and works with JavaScript off.
 
+pub mod archive;
+pub mod args;
 pub mod assets;
 pub mod csrf;
+pub mod download;
+pub mod readme;
 pub mod render;
+pub mod search;
 pub mod text;
 
 /// The Content-Security-Policy of the directory page: its own script and stylesheet only

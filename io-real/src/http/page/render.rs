@@ -252,6 +252,52 @@ pub fn render(page: &Page<'_>) -> String {
     html
 }
 
+/// Renders the results of a recursive search below the directory.
+pub fn render_search(
+    segments: &[String],
+    needle: &str,
+    results: &super::search::Results,
+    features: Features,
+) -> String {
+    let title = format!(
+        "Search for “{}” in {}",
+        display_name(needle),
+        dir_title(segments)
+    );
+    let mut html = String::with_capacity(2048 + results.hits.len() * 360);
+    push_head(&mut html, segments, &title, features);
+    let _ = write!(
+        html,
+        "<h1>{title}</h1>\n<div class=\"tools\"><p><a href=\"./\">Back to the folder</a></p>\
+         <p role=\"status\">{} found{}</p></div>\n",
+        results.hits.len(),
+        if results.cut_short {
+            " (the search stopped early: narrow it down)"
+        } else {
+            ""
+        }
+    );
+    let _ = write!(
+        html,
+        "<table id=\"list\" class=\"hits\"><caption class=\"vh\">{title}</caption>\n\
+         <thead><tr><th scope=\"col\" class=\"name\">Name</th><th scope=\"col\" class=\"size\">Size</th>\
+         <th scope=\"col\" class=\"time\">Modified</th></tr></thead>\n<tbody>\n"
+    );
+    for hit in &results.hits {
+        let mut href = String::from("./");
+        for (i, segment) in hit.path.split('/').enumerate() {
+            if i > 0 {
+                href.push('/');
+            }
+            href.push_str(&encode_segment(segment));
+        }
+        push_row_at(&mut html, &hit.entry, &href, &hit.path);
+    }
+    html.push_str("</tbody></table>\n");
+    push_tail(&mut html);
+    html
+}
+
 fn push_upload(html: &mut String) {
     html.push_str(
         "<section class=\"card upload\" aria-labelledby=\"up-h\"><h2 id=\"up-h\">Upload</h2>\
@@ -391,6 +437,25 @@ mod tests {
         assert!(html.contains("href=\"./javascript%3Aalert%281%29\""));
         assert!(html.contains("<title>Index of /&lt;d&gt;/</title>"));
         assert!(html.contains("<li aria-current=\"page\">&lt;d&gt;</li>"));
+    }
+
+    #[test]
+    fn search_results_link_below_the_folder() {
+        let results = crate::http::page::search::Results {
+            hits: vec![crate::http::page::search::Hit {
+                path: "a b/<x>.txt".into(),
+                entry: entry("<x>.txt", false, 1, 0),
+            }],
+            cut_short: true,
+        };
+        let html = render_search(&["d".to_owned()], "<x>", &results, Features::default());
+        assert!(
+            html.contains("href=\"./a%20b/%3Cx%3E.txt\">a b/&lt;x&gt;.txt</a>"),
+            "{html}"
+        );
+        assert!(html.contains("Search for “&lt;x&gt;” in /d/"));
+        assert!(html.contains("stopped early"));
+        assert!(!html.contains("<x>"));
     }
 
     #[test]

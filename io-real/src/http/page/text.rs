@@ -39,7 +39,8 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-fn parts(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
+/// (year, month, day, hour, minute, second) in UTC.
+pub fn civil(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
     let days = (secs / 86_400) as i64;
     let rest = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
@@ -48,7 +49,7 @@ fn parts(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
 
 /// `2023-11-14 22:13` in UTC, or with seconds and the zone when `exact`.
 pub fn utc_date(secs: u64, exact: bool) -> String {
-    let (y, m, d, hh, mm, ss) = parts(secs);
+    let (y, m, d, hh, mm, ss) = civil(secs);
     let mut out = format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}");
     if exact {
         let _ = write!(out, ":{ss:02} UTC");
@@ -58,7 +59,7 @@ pub fn utc_date(secs: u64, exact: bool) -> String {
 
 /// RFC 3339 in UTC, for `<time datetime>`.
 pub fn utc_iso(secs: u64) -> String {
-    let (y, m, d, hh, mm, ss) = parts(secs);
+    let (y, m, d, hh, mm, ss) = civil(secs);
     format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z")
 }
 
