@@ -267,7 +267,7 @@ fn open(root: &Dir, member: &Member) -> io::Result<Exact<std::fs::File>> {
     Ok(Exact::new(file, member.size))
 }
 
-fn write_tar_gz(root: &Dir, members: &[Member], out: ChannelWriter) -> io::Result<()> {
+fn write_tar_gz<W: Write>(root: &Dir, members: &[Member], out: W) -> io::Result<()> {
     let gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
     let mut tar = tar::Builder::new(gz);
     for m in members {
@@ -289,7 +289,7 @@ fn write_tar_gz(root: &Dir, members: &[Member], out: ChannelWriter) -> io::Resul
     out.flush()
 }
 
-fn write_zip(root: &Dir, members: &[Member], out: ChannelWriter) -> io::Result<()> {
+fn write_zip<W: Write>(root: &Dir, members: &[Member], out: W) -> io::Result<()> {
     use zip::CompressionMethod;
     use zip::write::SimpleFileOptions;
     let mut zip = zip::ZipWriter::new_stream(out);
@@ -301,14 +301,14 @@ fn write_zip(root: &Dir, members: &[Member], out: ChannelWriter) -> io::Result<(
             continue;
         }
         // Deflate (fast) what compresses; store what is compressed already.
-        let method = if compress::is_compressible(mime::content_type(&m.name)) {
-            CompressionMethod::Deflated
+        let (method, level) = if compress::is_compressible(mime::content_type(&m.name)) {
+            (CompressionMethod::Deflated, Some(1))
         } else {
-            CompressionMethod::Stored
+            (CompressionMethod::Stored, None)
         };
         let options = options
             .compression_method(method)
-            .compression_level(Some(1))
+            .compression_level(level)
             .unix_permissions(0o644)
             .large_file(m.size >= u64::from(u32::MAX));
         let mut file = open(root, m)?;
@@ -507,6 +507,51 @@ mod tests {
                 .expect("io")
                 .is_ok()
         );
+    }
+
+    /// Both formats read back, with every member's bytes (text is deflated, the binary
+    /// stored: both paths are taken).
+    #[test]
+    fn archives_read_back_whole() {
+        let (_g, root) = tree();
+        let members = scan(&root, Path::new("d"), "d", false, Limits::default())
+            .expect("io")
+            .expect("within limits");
+        let want: Vec<(String, Vec<u8>)> = vec![
+            ("d/a.txt".into(), b"alpha".to_vec()),
+            ("d/inside-link".into(), b"out".to_vec()),
+            ("d/sub/b.bin".into(), vec![7u8; 3000]),
+        ];
+        let mut zipped = Vec::new();
+        write_zip(&root, &members, &mut zipped).expect("zip");
+        let mut zip = zip::ZipArchive::new(io::Cursor::new(zipped)).expect("reads");
+        let mut got = Vec::new();
+        for i in 0..zip.len() {
+            let mut file = zip.by_index(i).expect("member");
+            if !file.is_dir() {
+                let mut bytes = Vec::new();
+                file.read_to_end(&mut bytes).expect("bytes");
+                got.push((
+                    file.name().map(|n| n.to_string()).unwrap_or_default(),
+                    bytes,
+                ));
+            }
+        }
+        assert_eq!(got, want);
+        let mut tgz = Vec::new();
+        write_tar_gz(&root, &members, &mut tgz).expect("tar.gz");
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(&tgz[..]));
+        let mut got = Vec::new();
+        for entry in tar.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            if entry.header().entry_type().is_file() {
+                let name = entry.path().expect("path").to_string_lossy().into_owned();
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes).expect("bytes");
+                got.push((name, bytes));
+            }
+        }
+        assert_eq!(got, want);
     }
 
     #[test]
