@@ -158,6 +158,9 @@ pub struct ServeArgs {
     pub dav: crate::http::dav::args::DavArgs,
 
     #[command(flatten)]
+    pub page: crate::http::page::args::PageArgs,
+
+    #[command(flatten)]
     pub access_log: crate::access_log::args::AccessLogArgs,
 
     #[command(flatten)]

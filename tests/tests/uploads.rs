@@ -208,11 +208,14 @@ fn put_and_post_write_files_with_the_documented_statuses() {
     );
     assert_eq!(r.status, 415);
     let r = request(addr, "OPTIONS", "/", b"", &[]);
-    assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS, PUT, POST"));
+    assert_eq!(
+        r.header("allow"),
+        Some("GET, HEAD, OPTIONS, PUT, POST, MKCOL")
+    );
     let r = request(addr, "DELETE", "/docs/a.txt", b"", &[]);
     assert_eq!(
         (r.status, r.header("allow")),
-        (405, Some("GET, HEAD, OPTIONS, PUT, POST"))
+        (405, Some("GET, HEAD, OPTIONS, PUT, POST, MKCOL"))
     );
 
     assert!(temp_files(&tree.root()).is_empty());

@@ -33,6 +33,12 @@ pub enum HttpError {
     /// The file exists but may not be served (permissions, symlink escape, not a regular file).
     #[error("forbidden")]
     Forbidden,
+    /// A browser page from another origin tried to change the tree (decision 0022).
+    #[error("cross-site request refused")]
+    CrossSite,
+    /// A folder archive was refused: over its limits, or archives are off.
+    #[error("archive refused: {0}")]
+    Archive(super::page::archive::ArchiveError),
     /// Nothing to serve at this path (including hidden files).
     #[error("not found")]
     NotFound,
@@ -125,7 +131,9 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
     let status = match err {
         HttpError::BadPath(_) | HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
         HttpError::Unauthorized => StatusCode::UNAUTHORIZED,
-        HttpError::Forbidden => StatusCode::FORBIDDEN,
+        HttpError::Forbidden | HttpError::CrossSite | HttpError::Archive(_) => {
+            StatusCode::FORBIDDEN
+        }
         HttpError::NotFound => StatusCode::NOT_FOUND,
         HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         HttpError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
@@ -151,6 +159,9 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
     let text = match err {
         // What exactly is wrong with the message: a fixed text, nothing from the peer.
         HttpError::Message(why) => format!("{} {reason}: {why}\n", status.as_u16()),
+        HttpError::CrossSite | HttpError::Archive(_) => {
+            format!("{} {reason}: {err}\n", status.as_u16())
+        }
         HttpError::Dav(why @ (DavError::ReadOnly | DavError::OverwriteOff)) => {
             format!("{} {reason}: {why}\n", status.as_u16())
         }

@@ -1,14 +1,7 @@
-//! Directory listings: choosing the format and order, and rendering HTML or JSON.
-//!
-//! File names are peer-visible data chosen by whoever can write to the served tree, so every
-//! name is HTML-escaped as text and percent-encoded (everything but unreserved characters)
-//! as a link; links are also prefixed with `./` so no name can be read as a URL scheme.
-
-use std::fmt::Write as _;
+//! Directory listings: choosing the format and order, and rendering JSON for scripts
+//! (`[{"name","is_dir","size","mtime"}]`). The HTML page for people is [`super::page`].
 
 use serde::Serialize;
-
-use super::path::encode_segment;
 
 /// One listed entry. `mtime` is seconds since the Unix epoch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,7 +29,7 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Name => "name",
             Self::Size => "size",
@@ -56,7 +49,7 @@ pub enum Order {
 }
 
 impl Order {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Asc => "asc",
             Self::Desc => "desc",
@@ -135,83 +128,9 @@ pub fn sort(entries: &mut [Entry], key: SortKey, order: Order) {
     });
 }
 
-/// Escapes text for HTML element content and quoted attribute values.
-pub fn html_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 /// Renders the JSON listing: `[{"name","is_dir","size","mtime"}]`.
 pub fn render_json(entries: &[Entry]) -> Result<String, serde_json::Error> {
     serde_json::to_string(entries)
-}
-
-/// Renders the HTML listing for `dir_display` (the decoded `/a/b/` path).
-pub fn render_html(
-    dir_display: &str,
-    is_root: bool,
-    entries: &[Entry],
-    q: &ListingQuery,
-) -> String {
-    let title = html_escape(&format!("Index of {dir_display}"));
-    let mut html = String::with_capacity(512 + entries.len() * 160);
-    // Writing to a String cannot fail; the results are ignored for that reason only.
-    let _ = write!(
-        html,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width\"><title>{title}</title>\
-         <style>body{{font-family:sans-serif}}td{{padding:0 1em}}td.n{{text-align:right}}</style>\
-         </head><body><h1>{title}</h1>\n<table>\n<thead><tr>{}{}{}</tr></thead>\n<tbody>\n",
-        header_cell("Name", SortKey::Name, q),
-        header_cell("Size", SortKey::Size, q),
-        header_cell("Modified", SortKey::Mtime, q),
-    );
-    if !is_root {
-        html.push_str("<tr><td><a href=\"../\">../</a></td><td></td><td></td></tr>\n");
-    }
-    for e in entries {
-        let slash = if e.is_dir { "/" } else { "" };
-        let size = if e.is_dir {
-            String::from("-")
-        } else {
-            e.size.to_string()
-        };
-        let modified = httpdate::fmt_http_date(
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs(e.mtime),
-        );
-        let _ = writeln!(
-            html,
-            "<tr><td><a href=\"./{href}{slash}\">{name}{slash}</a></td><td class=\"n\">{size}</td><td>{modified}</td></tr>",
-            href = encode_segment(&e.name),
-            name = html_escape(&e.name),
-        );
-    }
-    html.push_str("</tbody>\n</table>\n</body></html>\n");
-    html
-}
-
-/// A column header linking to this column's sort, toggling direction when already active.
-fn header_cell(label: &str, key: SortKey, q: &ListingQuery) -> String {
-    let order = if q.sort == key && q.order == Order::Asc {
-        Order::Desc
-    } else {
-        Order::Asc
-    };
-    format!(
-        "<th><a href=\"?sort={}&amp;order={}\">{label}</a></th>",
-        key.as_str(),
-        order.as_str()
-    )
 }
 
 #[cfg(test)]
@@ -225,26 +144,6 @@ mod tests {
             size,
             mtime,
         }
-    }
-
-    #[test]
-    fn names_are_escaped_and_links_encoded() {
-        let entries = [
-            entry("<b>&\"x\"", false, 3, 0),
-            entry("javascript:alert(1)", false, 1, 0),
-            entry("it's", true, 0, 0),
-        ];
-        let html = render_html("/<dir>/", false, &entries, &ListingQuery::default());
-        assert!(html.contains("&lt;b&gt;&amp;&quot;x&quot;"));
-        assert!(!html.contains("<b>"));
-        assert!(html.contains("href=\"./%3Cb%3E%26%22x%22\""));
-        assert!(html.contains("href=\"./javascript%3Aalert%281%29\""));
-        assert!(html.contains("href=\"./it%27s/\">it&#39;s/</a>"));
-        assert!(html.contains("<title>Index of /&lt;dir&gt;/</title>"));
-        assert!(html.contains("href=\"../\""));
-        assert!(
-            !render_html("/", true, &entries, &ListingQuery::default()).contains("href=\"../\"")
-        );
     }
 
     #[test]
@@ -300,17 +199,5 @@ mod tests {
         assert!(!parse_query(None, Some("*/*")).json);
         assert!(!parse_query(None, Some("application/json;q=0")).json);
         assert!(!parse_query(Some("format=html"), Some("application/json")).json);
-    }
-
-    #[test]
-    fn sort_links_toggle() {
-        let q = ListingQuery {
-            sort: SortKey::Size,
-            order: Order::Asc,
-            json: false,
-        };
-        let html = render_html("/", true, &[], &q);
-        assert!(html.contains("?sort=size&amp;order=desc"));
-        assert!(html.contains("?sort=name&amp;order=asc"));
     }
 }

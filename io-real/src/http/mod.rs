@@ -26,6 +26,7 @@ pub(crate) mod lookup;
 mod lru;
 pub mod meter;
 pub mod mime;
+pub mod page;
 pub mod path;
 mod plain_stream;
 pub mod policy;

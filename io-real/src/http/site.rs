@@ -35,6 +35,7 @@ use super::lookup::{
     key_path, list as list_directory,
 };
 use super::mime;
+use super::page::{self, assets, csrf, render::Features};
 use super::path::RequestPath;
 use super::policy::{self, Credential};
 use super::range::{self, RangeDecision};
@@ -103,6 +104,8 @@ pub struct SiteConfig {
     pub uploads: Option<UploadConfig>,
     /// Answer WebDAV (`--dav`); writes through it need `uploads` too.
     pub dav: Option<DavConfig>,
+    /// Folder archives (`?archive=zip|tar.gz`) and their limits; `None` with `--no-archive`.
+    pub archive: Option<page::archive::Limits>,
     /// Record one access-log line per request (`--access-log`).
     pub access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     /// Count every answered request for the parent's metrics.
@@ -129,6 +132,7 @@ impl Default for SiteConfig {
             hsts: false,
             uploads: None,
             dav: None,
+            archive: Some(page::archive::Limits::default()),
             access_log: None,
             meter: None,
             deadlines: Deadlines::default(),
@@ -157,6 +161,7 @@ pub struct Site {
     hsts: bool,
     uploads: Option<Uploads>,
     dav: Option<Dav>,
+    archive: Option<page::archive::Limits>,
     access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     meter: Option<Arc<super::meter::RequestMeter>>,
     deadlines: Deadlines,
@@ -173,6 +178,7 @@ impl Site {
             }
         })?;
         let root = Arc::new(root);
+        assets::warm();
         let uploads = config
             .uploads
             .map(|u| Uploads::new(Arc::clone(&root), u, config.show_hidden));
@@ -204,10 +210,21 @@ impl Site {
             hsts: config.hsts,
             uploads,
             dav,
+            archive: config.archive,
             access_log: config.access_log,
             meter: config.meter,
             deadlines: config.deadlines,
         })
+    }
+
+    /// What the directory page offers, from the flags this site runs with.
+    fn page_features(&self) -> Features {
+        Features {
+            upload: self.uploads.is_some(),
+            dav_writes: self.uploads.is_some() && self.dav.is_some(),
+            archive: self.archive.is_some(),
+            search: true,
+        }
     }
 
     /// Where this site's requests are logged, when they are.
@@ -264,6 +281,8 @@ impl Site {
             preflight(&parts.headers)
         } else if !policy::authorized(&self.auth, &parts.headers) {
             error_response(&HttpError::Unauthorized)
+        } else if !csrf::is_safe(&parts.method) && !from_this_origin_or_no_browser(&parts) {
+            error_response(&HttpError::CrossSite)
         } else {
             // The rare paths (WebDAV and uploads here, digests and encoding misses below)
             // are boxed: an async fn is as large as its largest await, and every request's
@@ -316,6 +335,11 @@ impl Site {
             Method::OPTIONS => return options(),
             _ => return Err(HttpError::MethodNotAllowed),
         }
+        if parts.uri.path().starts_with(assets::PREFIX)
+            && let Some(response) = assets::respond(parts, self.compress.is_some())
+        {
+            return Ok(response);
+        }
         let path = RequestPath::parse(parts.uri.path(), self.show_hidden)?;
         let want_body = parts.method == Method::GET;
         let runtime = Handle::try_current().map_err(|_| HttpError::Unavailable)?;
@@ -337,10 +361,61 @@ impl Site {
             Found::NeedsSlash => redirect_to_dir(&path, parts.uri.query()),
             Found::File(file) => self.file_response(parts, *file, want_body, runtime).await,
             Found::Directory(rel) => {
+                if let Some(format) = page::archive::Format::from_query(parts.uri.query()) {
+                    let download = page::download::Download {
+                        root: &self.root,
+                        path: &path,
+                        rel,
+                        format,
+                        show_hidden: self.show_hidden,
+                        want_body,
+                    };
+                    return Box::pin(page::download::respond(download, self.archive, &runtime))
+                        .await;
+                }
                 let (root, show_hidden) = (Arc::clone(&self.root), self.show_hidden);
-                let entries =
-                    blocking(&runtime, move || list_directory(&root, &rel, show_hidden)).await?;
-                listing_response(parts, &path, entries, want_body)
+                let html = !listing::parse_query(
+                    parts.uri.query(),
+                    joined_values(&parts.headers, header::ACCEPT).as_deref(),
+                )
+                .json;
+                if html && let Some(needle) = page::search::query(parts.uri.query()) {
+                    let results = blocking(&runtime, move || {
+                        page::search::search(
+                            &root,
+                            &rel,
+                            &needle,
+                            show_hidden,
+                            page::search::Bounds::standard(),
+                        )
+                        .map(|r| (needle, r))
+                        .map_err(HttpError::from_io)
+                    })
+                    .await?;
+                    let text = page::render::render_search(
+                        path.segments(),
+                        &results.0,
+                        &results.1,
+                        self.page_features(),
+                    );
+                    return page_response(text, want_body);
+                }
+                let (entries, readme) = blocking(&runtime, move || {
+                    let entries = list_directory(&root, &rel, show_hidden)?;
+                    let readme = html
+                        .then(|| page::readme::load(&root, &rel, &entries))
+                        .flatten();
+                    Ok((entries, readme))
+                })
+                .await?;
+                listing_response(
+                    parts,
+                    &path,
+                    entries,
+                    readme.as_deref(),
+                    want_body,
+                    self.page_features(),
+                )
             }
         }
     }
@@ -596,6 +671,17 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// Whether a request that changes the tree may proceed: see [`csrf`].
+fn from_this_origin_or_no_browser(parts: &Parts) -> bool {
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+    let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
+    csrf::allowed(&parts.method, &parts.headers, host, tls)
+}
+
 /// The answer to a CORS preflight (the CORS headers common to all responses are added by
 /// the caller).
 fn preflight(request: &HeaderMap) -> Response<Body> {
@@ -703,21 +789,28 @@ fn listing_response(
     parts: &Parts,
     path: &RequestPath,
     mut entries: Vec<Entry>,
+    readme: Option<&str>,
     want_body: bool,
+    features: Features,
 ) -> Result<Response<Body>, HttpError> {
     let accept = joined_values(&parts.headers, header::ACCEPT);
     let query = listing::parse_query(parts.uri.query(), accept.as_deref());
     listing::sort(&mut entries, query.sort, query.order);
-    let (content_type, text) = if query.json {
+    let (content_type, text, csp) = if query.json {
         (
             "application/json",
             listing::render_json(&entries).map_err(internal)?,
+            mime::GENERATED_PAGE_CSP,
         )
     } else {
-        (
-            "text/html; charset=utf-8",
-            listing::render_html(&path.dir_display(), path.is_root(), &entries, &query),
-        )
+        let html = page::render::render(&page::render::Page {
+            segments: path.segments(),
+            entries: &entries,
+            query: &query,
+            features,
+            readme,
+        });
+        ("text/html; charset=utf-8", html, page::PAGE_CSP)
     };
     Response::builder()
         .status(StatusCode::OK)
@@ -725,7 +818,23 @@ fn listing_response(
         .header(header::CONTENT_LENGTH, text.len())
         .header(header::VARY, "Accept")
         .header(header::CACHE_CONTROL, "no-cache")
-        .header(header::CONTENT_SECURITY_POLICY, mime::GENERATED_PAGE_CSP)
+        .header(header::CONTENT_SECURITY_POLICY, csp)
+        .body(if want_body {
+            body::full(text)
+        } else {
+            body::empty()
+        })
+        .map_err(internal)
+}
+
+/// A generated page (search results) with the page's policy.
+fn page_response(text: String, want_body: bool) -> Result<Response<Body>, HttpError> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CONTENT_LENGTH, text.len())
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header(header::CONTENT_SECURITY_POLICY, page::PAGE_CSP)
         .body(if want_body {
             body::full(text)
         } else {

@@ -75,7 +75,10 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
     // Every check runs before any is reported, so one run lists every problem.
     let config = args.raw_config().validate();
     let root = resolve_root(args.dir.as_deref());
-    let site = site::prepare(&args.site, &args.dav, args.show_hidden, &args.bind);
+    let site = site::prepare(&args.site, &args.dav, args.show_hidden, &args.bind).map(|mut s| {
+        args.page.pass_on(&mut s.worker.flags);
+        s
+    });
     let journal = match (&root, &args.dav.state_dir) {
         (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),
         _ => None,

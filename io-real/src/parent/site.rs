@@ -139,6 +139,8 @@ pub fn prepare(
                     .then_some(args.max_compress_size),
                 dav: dav.dav,
                 dav_propfind_max_entries: dav.dav.then_some(dav.dav_propfind_max_entries),
+                // The page's flags are the page's to write (`http::page::args`).
+                ..SiteFlags::default()
             },
             setup_frame,
         },

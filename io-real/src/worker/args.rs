@@ -28,6 +28,10 @@ pub struct SiteFlags {
     /// WebDAV, and the bound on one PROPFIND with Depth infinity.
     pub dav: bool,
     pub dav_propfind_max_entries: Option<u64>,
+    /// Folder archives off, or their limits when not the defaults (`http::page::args`).
+    pub no_archive: bool,
+    pub archive_max_entries: Option<u64>,
+    pub archive_max_size: Option<u64>,
 }
 
 impl SiteFlags {
@@ -47,10 +51,16 @@ impl SiteFlags {
         if let Some(n) = self.dav_propfind_max_entries {
             args.extend(["--dav-propfind-max-entries".to_owned(), n.to_string()]);
         }
+        if let Some(n) = self.archive_max_entries {
+            args.extend(["--archive-max-entries".to_owned(), n.to_string()]);
+        }
+        if let Some(n) = self.archive_max_size {
+            args.extend(["--archive-max-size".to_owned(), n.to_string()]);
+        }
         args
     }
 
-    fn switches(&self) -> [(bool, &'static str); 7] {
+    fn switches(&self) -> [(bool, &'static str); 8] {
         [
             (self.show_hidden, "--show-hidden"),
             (self.tls, "--tls"),
@@ -59,6 +69,7 @@ impl SiteFlags {
             (self.no_security_headers, "--no-security-headers"),
             (self.hsts, "--hsts"),
             (self.dav, "--dav"),
+            (self.no_archive, "--no-archive"),
         ]
     }
 
@@ -76,6 +87,9 @@ impl SiteFlags {
             "--no-security-headers" => self.no_security_headers = true,
             "--hsts" => self.hsts = true,
             "--dav" => self.dav = true,
+            "--no-archive" => self.no_archive = true,
+            "--archive-max-entries" => self.archive_max_entries = Some(number(name, value()?)?),
+            "--archive-max-size" => self.archive_max_size = Some(number(name, value()?)?),
             "--dav-propfind-max-entries" => {
                 self.dav_propfind_max_entries = Some(number(name, value()?)?)
             }
@@ -296,6 +310,9 @@ mod tests {
             max_compress_size: Some(1 << 20),
             dav: true,
             dav_propfind_max_entries: Some(7),
+            no_archive: true,
+            archive_max_entries: Some(9),
+            archive_max_size: Some(1 << 30),
         };
         let mut args: Vec<String> = REQUIRED.iter().map(|s| s.to_string()).collect();
         args.extend(flags.to_args());

@@ -122,6 +122,7 @@ pub(super) async fn run(
                 .unwrap_or(usize::MAX),
                 worker_id: args.worker_id,
             }),
+            archive: crate::http::page::args::limits(&args.site),
             deadlines: args.deadlines,
             ..Default::default()
         },

@@ -14,6 +14,7 @@
 //! is sent with the body unread, and hyper then closes the connection rather than read
 //! what the client still sends.
 
+mod mkdir;
 pub mod multipart;
 
 use std::fmt::Display;
@@ -41,7 +42,7 @@ use multipart::{Event, Parser};
 pub const WORKER_HEADER: &str = "x-servery-worker";
 
 /// The allowed methods of a site that takes uploads, for `OPTIONS` and 405.
-pub const ALLOW: &str = "GET, HEAD, OPTIONS, PUT, POST";
+pub const ALLOW: &str = "GET, HEAD, OPTIONS, PUT, POST, MKCOL";
 
 /// What a site needs to accept uploads: the settings and the worker's broker client.
 #[derive(Debug, Clone)]
@@ -184,9 +185,9 @@ impl Uploads {
         &self.writer
     }
 
-    /// Whether a request with `method` is an upload.
+    /// Whether a request with `method` is an upload (or `MKCOL`, see [`mkdir`]).
     pub fn handles(method: &Method) -> bool {
-        method == Method::PUT || method == Method::POST
+        method == Method::PUT || method == Method::POST || method.as_str() == "MKCOL"
     }
 
     /// Answers one upload request.
@@ -195,12 +196,18 @@ impl Uploads {
         B: hyper::body::Body<Data = Bytes> + Send + Unpin,
         B::Error: Display,
     {
-        let result = if parts.method == Method::PUT {
-            self.put(parts, body).await
-        } else {
-            self.post(parts, body).await
+        let result = match parts.method.as_str() {
+            "PUT" => self.put(parts, body).await,
+            "POST" => self.post(parts, body).await,
+            _ => {
+                drop(body);
+                return self.with_worker(match self.mkcol(parts).await {
+                    Ok(response) => response,
+                    Err(e) => error_response(&e),
+                });
+            }
         };
-        let mut response = match result {
+        let response = match result {
             Ok(response) => response,
             Err(e) => {
                 if e.is_unavailable() {
@@ -209,6 +216,11 @@ impl Uploads {
                 error_response(&HttpError::Write(e))
             }
         };
+        self.with_worker(response)
+    }
+
+    /// Says which worker answered.
+    fn with_worker(&self, mut response: Response<Body>) -> Response<Body> {
         response
             .headers_mut()
             .insert(WORKER_HEADER, self.worker.clone());

@@ -1,0 +1,43 @@
+//! The directory page's command line: folder archives and their limits, flattened into
+//! `servery`'s options and passed on to workers (`SiteFlags`).
+
+use clap::Args;
+
+use super::archive::{DEFAULT_MAX_ENTRIES, DEFAULT_MAX_SIZE, Limits};
+use crate::worker::args::SiteFlags;
+
+/// Folder archives (`?archive=zip|tar.gz`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Directory page")]
+pub struct PageArgs {
+    /// Do not offer folders as zip or tar.gz archives (`?archive=` is then refused, 403).
+    #[arg(long, env = "SERVERY_NO_ARCHIVE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_archive: bool,
+    /// Files and folders one archive may hold; a larger folder is refused (403) before
+    /// anything is sent.
+    #[arg(long, value_name = "N", env = "SERVERY_ARCHIVE_MAX_ENTRIES", default_value_t = DEFAULT_MAX_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub archive_max_entries: u64,
+    /// Bytes of file content one archive may hold; a larger folder is refused (403)
+    /// before anything is sent.
+    #[arg(long, value_name = "BYTES", env = "SERVERY_ARCHIVE_MAX_SIZE", default_value_t = DEFAULT_MAX_SIZE, value_parser = clap::value_parser!(u64).range(1..))]
+    pub archive_max_size: u64,
+}
+
+impl PageArgs {
+    /// Writes what workers need into their flags (defaults are left out).
+    pub fn pass_on(&self, flags: &mut SiteFlags) {
+        flags.no_archive = self.no_archive;
+        flags.archive_max_entries =
+            (self.archive_max_entries != DEFAULT_MAX_ENTRIES).then_some(self.archive_max_entries);
+        flags.archive_max_size =
+            (self.archive_max_size != DEFAULT_MAX_SIZE).then_some(self.archive_max_size);
+    }
+}
+
+/// The archive limits a worker serves with, from its flags; `None` when archives are off.
+pub fn limits(flags: &SiteFlags) -> Option<Limits> {
+    (!flags.no_archive).then_some(Limits {
+        max_entries: flags.archive_max_entries.unwrap_or(DEFAULT_MAX_ENTRIES),
+        max_size: flags.archive_max_size.unwrap_or(DEFAULT_MAX_SIZE),
+    })
+}

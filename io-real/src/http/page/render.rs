@@ -1,0 +1,539 @@
+//! The directory page's HTML: breadcrumbs, the sortable table, the upload and search
+//! forms. It works without JavaScript; the script (see [`super::assets`]) only adds the
+//! filter box, chunked uploads and the DAV buttons on top of the same markup.
+//!
+//! File names are data chosen by whoever can write to the served tree. Every name is
+//! HTML-escaped as text, shown with its control and bidirectional-formatting characters
+//! made visible (a name cannot break a line or reverse the text around it), and
+//! percent-encoded (everything but unreserved characters) as a link, prefixed with `./` so
+//! no name can be read as a URL scheme. The page carries no inline script or style, and
+//! its Content-Security-Policy forbids them, so an escaping bug still could not run code.
+
+use std::fmt::Write as _;
+
+use super::assets;
+use super::text::{human_size, kind_of, utc_date, utc_iso};
+use crate::http::listing::{Entry, ListingQuery, Order, SortKey};
+use crate::http::path::encode_segment;
+
+/// What the page offers besides browsing; each switch mirrors a flag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    /// `--upload`: the upload form, new folder.
+    pub upload: bool,
+    /// `--dav` with `--upload`: rename, move and delete buttons.
+    pub dav_writes: bool,
+    /// Folder archives (on unless `--no-archive`).
+    pub archive: bool,
+    /// The recursive search form.
+    pub search: bool,
+}
+
+/// One directory page.
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    /// The decoded segments of the directory's path; empty for the root.
+    pub segments: &'a [String],
+    /// The entries, already sorted.
+    pub entries: &'a [Entry],
+    /// The sort the entries are in (drives the column headers).
+    pub query: &'a ListingQuery,
+    pub features: Features,
+    /// The directory's README, already rendered and sanitised.
+    pub readme: Option<&'a str>,
+}
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    push_escaped(&mut out, text);
+    out
+}
+
+fn push_escaped(out: &mut String, text: &str) {
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+}
+
+/// Escapes text for a quoted attribute value, writing layout-changing characters as
+/// numeric references: the script reads back the exact name, and the markup holds none of
+/// them raw.
+pub fn attr_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut plain = String::new();
+    for c in text.chars() {
+        if is_invisible_control(c) {
+            push_escaped(&mut out, &plain);
+            plain.clear();
+            let _ = write!(out, "&#x{:X};", c as u32);
+        } else {
+            plain.push(c);
+        }
+    }
+    push_escaped(&mut out, &plain);
+    out
+}
+
+/// Whether `c` would change the layout of the text around it rather than show as a glyph:
+/// controls (line breaks, tabs, escape) and bidirectional formatting (right-to-left
+/// overrides and isolates, the marks).
+fn is_invisible_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}')
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+        || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// A file name as escaped HTML text, each layout-changing character shown as a marked
+/// `U+XXXX` so the name reads as what it is.
+pub fn display_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 8);
+    let mut plain = String::new();
+    for c in name.chars() {
+        if is_invisible_control(c) {
+            push_escaped(&mut out, &plain);
+            plain.clear();
+            let _ = write!(out, "<span class=\"cc\">U+{:04X}</span>", c as u32);
+        } else {
+            plain.push(c);
+        }
+    }
+    push_escaped(&mut out, &plain);
+    out
+}
+
+/// The directory's link (`/a/b/`), every segment percent-encoded.
+pub fn dir_href(segments: &[String]) -> String {
+    let mut href = String::from("/");
+    for segment in segments {
+        href.push_str(&encode_segment(segment));
+        href.push('/');
+    }
+    href
+}
+
+/// The decoded path shown to the reader (`/a/b/`), made safe for HTML.
+fn dir_title(segments: &[String]) -> String {
+    let mut shown = String::from("/");
+    for segment in segments {
+        shown.push_str(segment);
+        shown.push('/');
+    }
+    display_name(&shown)
+}
+
+/// The page's head and the header bar (breadcrumbs, search), up to the opened `<main>`.
+pub fn push_head(html: &mut String, segments: &[String], title: &str, features: Features) {
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta name=\"color-scheme\" content=\"light dark\">\
+         <link rel=\"icon\" href=\"data:,\">\
+         <title>{title}</title>\
+         <link rel=\"stylesheet\" href=\"{css}\">\
+         <script src=\"{js}\" defer></script></head>\n\
+         <body data-dir=\"{dir}\"{upload}{dav}>\
+         <a class=\"skip\" href=\"#main\">Skip to content</a>\n\
+         <header class=\"top\"><nav class=\"crumbs\" aria-label=\"Breadcrumb\"><ol>",
+        css = assets::STYLE.href(),
+        js = assets::SCRIPT.href(),
+        dir = html_escape(&dir_href(segments)),
+        upload = if features.upload { " data-upload" } else { "" },
+        dav = if features.dav_writes { " data-dav" } else { "" },
+    );
+    let last = segments.len();
+    if last == 0 {
+        html.push_str("<li aria-current=\"page\">Home</li>");
+    } else {
+        html.push_str("<li><a href=\"/\">Home</a></li>");
+    }
+    for (i, segment) in segments.iter().enumerate() {
+        if i + 1 == last {
+            let _ = write!(
+                html,
+                "<li aria-current=\"page\">{}</li>",
+                display_name(segment)
+            );
+        } else {
+            let _ = write!(
+                html,
+                "<li><a href=\"{}\">{}</a></li>",
+                dir_href(&segments[..=i]),
+                display_name(segment)
+            );
+        }
+    }
+    html.push_str("</ol></nav>");
+    if features.search {
+        html.push_str(
+            "<form class=\"search\" role=\"search\" method=\"get\" action=\"./\">\
+             <label class=\"vh\" for=\"q\">Search in this folder and below</label>\
+             <input type=\"search\" id=\"q\" name=\"q\" placeholder=\"Search below here\" \
+             maxlength=\"200\"><button type=\"submit\">Search</button></form>",
+        );
+    }
+    html.push_str("</header>\n<main id=\"main\">");
+}
+
+/// Closes what [`push_head`] opened.
+pub fn push_tail(html: &mut String) {
+    html.push_str("</main>\n</body></html>\n");
+}
+
+/// Renders the directory page.
+pub fn render(page: &Page<'_>) -> String {
+    let Page {
+        segments,
+        entries,
+        query,
+        features,
+        readme,
+    } = *page;
+    let title = format!("Index of {}", dir_title(segments));
+    let mut html = String::with_capacity(2048 + entries.len() * 330);
+    push_head(&mut html, segments, &title, features);
+    let _ = write!(html, "<h1>{title}</h1>\n<div class=\"tools\">");
+    html.push_str(
+        "<div class=\"filter\" hidden><label for=\"filter\">Filter</label> \
+         <input type=\"search\" id=\"filter\" placeholder=\"Names containing…\" \
+         aria-controls=\"list\"></div>",
+    );
+    if features.archive {
+        html.push_str(
+            "<p>Download this folder: <a href=\"?archive=zip\" download>zip</a> · \
+             <a href=\"?archive=tar.gz\" download>tar.gz</a></p>",
+        );
+    }
+    html.push_str("</div>\n");
+    if features.upload {
+        push_upload(&mut html);
+    }
+    let dirs = entries.iter().filter(|e| e.is_dir).count();
+    let _ = write!(
+        html,
+        "<table id=\"list\"><caption class=\"vh\">{title}: {dirs} folders, {} files</caption>\n\
+         <thead><tr>{}{}{}</tr></thead>\n<tbody>\n",
+        entries.len() - dirs,
+        header_cell("Name", "name", SortKey::Name, query),
+        header_cell("Size", "size", SortKey::Size, query),
+        header_cell("Modified", "time", SortKey::Mtime, query),
+    );
+    if !segments.is_empty() {
+        html.push_str(
+            "<tr class=\"k-up\"><td class=\"name\"><a href=\"../\">Parent folder</a></td>\
+             <td class=\"size\"></td><td class=\"time\"></td></tr>\n",
+        );
+    }
+    for e in entries {
+        push_row(&mut html, e);
+    }
+    html.push_str("</tbody></table>\n");
+    if entries.is_empty() {
+        html.push_str("<p class=\"note\">This folder is empty.</p>\n");
+    }
+    if let Some(readme) = readme {
+        let _ = writeln!(
+            html,
+            "<article class=\"readme card\" aria-label=\"README\">{readme}</article>"
+        );
+    }
+    // A QR code of the page's address (`--qr`) would go here, as an `<aside>`.
+    push_tail(&mut html);
+    html
+}
+
+/// Renders the results of a recursive search below the directory.
+pub fn render_search(
+    segments: &[String],
+    needle: &str,
+    results: &super::search::Results,
+    features: Features,
+) -> String {
+    let title = format!(
+        "Search for “{}” in {}",
+        display_name(needle),
+        dir_title(segments)
+    );
+    let mut html = String::with_capacity(2048 + results.hits.len() * 360);
+    push_head(&mut html, segments, &title, features);
+    let _ = write!(
+        html,
+        "<h1>{title}</h1>\n<div class=\"tools\"><p><a href=\"./\">Back to the folder</a></p>\
+         <p role=\"status\">{} found{}</p></div>\n",
+        results.hits.len(),
+        if results.cut_short {
+            " (the search stopped early: narrow it down)"
+        } else {
+            ""
+        }
+    );
+    let _ = write!(
+        html,
+        "<table id=\"list\" class=\"hits\"><caption class=\"vh\">{title}</caption>\n\
+         <thead><tr><th scope=\"col\" class=\"name\">Name</th><th scope=\"col\" class=\"size\">Size</th>\
+         <th scope=\"col\" class=\"time\">Modified</th></tr></thead>\n<tbody>\n"
+    );
+    for hit in &results.hits {
+        let mut href = String::from("./");
+        for (i, segment) in hit.path.split('/').enumerate() {
+            if i > 0 {
+                href.push('/');
+            }
+            href.push_str(&encode_segment(segment));
+        }
+        push_row_at(&mut html, &hit.entry, &href, &hit.path);
+    }
+    html.push_str("</tbody></table>\n");
+    push_tail(&mut html);
+    html
+}
+
+fn push_upload(html: &mut String) {
+    html.push_str(
+        "<section class=\"card upload\" aria-labelledby=\"up-h\"><h2 id=\"up-h\">Upload</h2>\
+         <div class=\"drop\" id=\"drop\" hidden>Drop files or folders here</div>\
+         <form id=\"up-form\" method=\"post\" enctype=\"multipart/form-data\" action=\"./\">\
+         <div class=\"pick\"><label>Files <input type=\"file\" name=\"file\" id=\"up-files\" \
+         multiple></label>\
+         <label id=\"up-dir-l\" hidden>Folder <input type=\"file\" id=\"up-dir\" webkitdirectory \
+         multiple></label>\
+         <button type=\"submit\" id=\"up-go\">Upload</button></div></form>\
+         <div class=\"overall\" id=\"overall\" hidden><label for=\"up-all\">All files</label> \
+         <progress id=\"up-all\" max=\"1\" value=\"0\"></progress> <span id=\"up-all-t\" \
+         aria-live=\"polite\"></span></div>\
+         <ul class=\"queue\" id=\"queue\" aria-label=\"Uploads\"></ul>\
+         <form id=\"mkdir\" class=\"pick\" hidden><label for=\"mkdir-n\">New folder</label> \
+         <input type=\"text\" id=\"mkdir-n\" required maxlength=\"255\">\
+         <button type=\"submit\">Create</button></form>\
+         <p class=\"err\" id=\"up-err\" role=\"alert\"></p></section>\n",
+    );
+}
+
+/// One table row. The name cell links to the entry; the size and time cells show human
+/// values with the exact ones in `title`.
+pub fn push_row(html: &mut String, e: &Entry) {
+    let href = format!("./{}", encode_segment(&e.name));
+    push_row_at(html, e, &href, &e.name);
+}
+
+/// A row linking to `href` (already encoded, without the directory's trailing slash) and
+/// labelled `label` (the search results show the path below the searched folder).
+pub fn push_row_at(html: &mut String, e: &Entry, href: &str, label: &str) {
+    let slash = if e.is_dir { "/" } else { "" };
+    let kind = if e.is_dir { "dir" } else { kind_of(&e.name) };
+    let _ = write!(
+        html,
+        "<tr class=\"k-{kind}\" data-name=\"{name}\"><td class=\"name\"><a href=\"{href}{slash}\">{shown}{slash}</a></td>",
+        name = attr_escape(&e.name),
+        shown = display_name(label),
+    );
+    if e.is_dir {
+        html.push_str("<td class=\"size\">—</td>");
+    } else {
+        let _ = write!(
+            html,
+            "<td class=\"size\" title=\"{b} bytes\">{}</td>",
+            human_size(e.size),
+            b = e.size
+        );
+    }
+    let _ = writeln!(
+        html,
+        "<td class=\"time\"><time datetime=\"{iso}\" title=\"{exact}\">{shown}</time></td></tr>",
+        iso = utc_iso(e.mtime),
+        exact = utc_date(e.mtime, true),
+        shown = utc_date(e.mtime, false),
+    );
+}
+
+/// A column header linking to this column's sort, toggling direction when already active.
+fn header_cell(label: &str, class: &str, key: SortKey, q: &ListingQuery) -> String {
+    let active = q.sort == key;
+    let next = if active && q.order == Order::Asc {
+        Order::Desc
+    } else {
+        Order::Asc
+    };
+    let sort = match (active, q.order) {
+        (false, _) => "",
+        (true, Order::Asc) => " aria-sort=\"ascending\"",
+        (true, Order::Desc) => " aria-sort=\"descending\"",
+    };
+    format!(
+        "<th scope=\"col\" class=\"{class}\"{sort}><a href=\"?sort={}&amp;order={}\">{label}</a></th>",
+        key.as_str(),
+        next.as_str()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
+        Entry {
+            name: name.into(),
+            is_dir,
+            size,
+            mtime,
+        }
+    }
+
+    fn page(segments: &[String], entries: &[Entry], features: Features) -> String {
+        render(&Page {
+            segments,
+            entries,
+            query: &ListingQuery::default(),
+            features,
+            readme: None,
+        })
+    }
+
+    #[test]
+    fn hostile_names_are_text_and_links_are_encoded() {
+        let hostile = [
+            entry("<script>alert(1)</script>", false, 3, 0),
+            entry("\"onmouseover=\"x", false, 1, 0),
+            entry("it's", true, 0, 0),
+            entry("100%25 done%", false, 1, 0),
+            entry("line\nbreak", false, 1, 0),
+            entry("evil\u{202e}gpj.exe", false, 1, 0),
+            entry("javascript:alert(1)", false, 1, 0),
+        ];
+        let html = page(&["<d>".to_owned()], &hostile, Features::default());
+        // One script element (the page's own), one row per entry plus the header and `..`.
+        assert_eq!(html.matches("<script").count(), 1);
+        assert_eq!(html.matches("<tr").count(), hostile.len() + 2);
+        assert_eq!(
+            html.matches("<a ").count(),
+            page(&["d".to_owned()], &[], Features::default())
+                .matches("<a ")
+                .count()
+                + hostile.len()
+        );
+        assert!(!html.contains("<script>alert"));
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(html.contains("href=\"./%3Cscript%3Ealert%281%29%3C%2Fscript%3E\""));
+        assert!(html.contains("data-name=\"&quot;onmouseover=&quot;x\""));
+        assert!(html.contains("href=\"./%22onmouseover%3D%22x\""));
+        assert!(html.contains("href=\"./it%27s/\">it&#39;s/</a>"));
+        assert!(html.contains("href=\"./100%2525%20done%25\">100%25 done%</a>"));
+        assert!(html.contains(">line<span class=\"cc\">U+000A</span>break</a>"));
+        assert!(html.contains("href=\"./line%0Abreak\""));
+        assert!(html.contains("data-name=\"line&#xA;break\""));
+        assert!(html.contains("data-name=\"evil&#x202E;gpj.exe\""));
+        assert!(html.contains(">evil<span class=\"cc\">U+202E</span>gpj.exe</a>"));
+        assert!(!html.contains("\u{202e}gpj"));
+        assert!(html.contains("href=\"./javascript%3Aalert%281%29\""));
+        assert!(html.contains("<title>Index of /&lt;d&gt;/</title>"));
+        assert!(html.contains("<li aria-current=\"page\">&lt;d&gt;</li>"));
+    }
+
+    #[test]
+    fn search_results_link_below_the_folder() {
+        let results = crate::http::page::search::Results {
+            hits: vec![crate::http::page::search::Hit {
+                path: "a b/<x>.txt".into(),
+                entry: entry("<x>.txt", false, 1, 0),
+            }],
+            cut_short: true,
+        };
+        let html = render_search(&["d".to_owned()], "<x>", &results, Features::default());
+        assert!(
+            html.contains("href=\"./a%20b/%3Cx%3E.txt\">a b/&lt;x&gt;.txt</a>"),
+            "{html}"
+        );
+        assert!(html.contains("Search for “&lt;x&gt;” in /d/"));
+        assert!(html.contains("stopped early"));
+        assert!(!html.contains("<x>"));
+    }
+
+    #[test]
+    fn page_uses_hashed_assets_and_nothing_inline() {
+        let html = page(&[], &[entry("a", false, 1, 0)], Features::default());
+        assert!(html.contains(&format!("href=\"{}\"", assets::STYLE.href())));
+        assert!(html.contains(&format!("src=\"{}\"", assets::SCRIPT.href())));
+        assert!(!html.contains("<style"));
+        assert!(!html.contains(" style="));
+        assert!(!html.contains("<script>"));
+        assert!(!html.contains(" on"), "no inline event handlers");
+    }
+
+    #[test]
+    fn breadcrumbs_link_every_ancestor() {
+        let segments = ["a b".to_owned(), "c?".to_owned(), "d".to_owned()];
+        let html = page(&segments, &[], Features::default());
+        assert!(html.contains("<li><a href=\"/\">Home</a></li>"));
+        assert!(html.contains("<li><a href=\"/a%20b/\">a b</a></li>"));
+        assert!(html.contains("<li><a href=\"/a%20b/c%3F/\">c?</a></li>"));
+        assert!(html.contains("<li aria-current=\"page\">d</li>"));
+        assert!(html.contains("href=\"../\""));
+        let root = page(&[], &[], Features::default());
+        assert!(root.contains("<li aria-current=\"page\">Home</li>"));
+        assert!(!root.contains("href=\"../\""));
+    }
+
+    #[test]
+    fn sizes_and_dates_are_human_with_exact_titles() {
+        let html = page(
+            &[],
+            &[entry("f", false, 1536, 1_700_000_000)],
+            Features::default(),
+        );
+        assert!(html.contains("title=\"1536 bytes\">1.5 KiB</td>"));
+        assert!(html.contains(
+            "<time datetime=\"2023-11-14T22:13:20Z\" title=\"2023-11-14 22:13:20 UTC\">2023-11-14 22:13</time>"
+        ));
+    }
+
+    #[test]
+    fn features_switch_their_parts() {
+        let none = page(&[], &[], Features::default());
+        assert!(
+            !none.contains("up-form") && !none.contains("archive=") && !none.contains("name=\"q\"")
+        );
+        let all = page(
+            &[],
+            &[],
+            Features {
+                upload: true,
+                dav_writes: true,
+                archive: true,
+                search: true,
+            },
+        );
+        assert!(all.contains("id=\"up-form\" method=\"post\" enctype=\"multipart/form-data\""));
+        assert!(all.contains("data-upload data-dav"));
+        assert!(all.contains("href=\"?archive=zip\"") && all.contains("href=\"?archive=tar.gz\""));
+        assert!(all.contains("name=\"q\""));
+    }
+
+    #[test]
+    fn sort_links_toggle_and_mark_the_active_column() {
+        let q = ListingQuery {
+            sort: SortKey::Size,
+            order: Order::Asc,
+            json: false,
+        };
+        let html = render(&Page {
+            segments: &[],
+            entries: &[],
+            query: &q,
+            features: Features::default(),
+            readme: None,
+        });
+        assert!(html.contains("aria-sort=\"ascending\"><a href=\"?sort=size&amp;order=desc\""));
+        assert!(html.contains("<a href=\"?sort=name&amp;order=asc\""));
+        assert_eq!(html.matches("aria-sort").count(), 1);
+    }
+}

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""The directory page in headless Chromium, as a person would use it.
+
+Run by tests/tests/browser.rs against a servery started with --workers 4 --upload --dav:
+
+    page.py BASE_URL ROOT_DIR WORK_DIR [SCREENSHOT_DIR]
+
+BASE_URL is servery's address, ROOT_DIR the directory it serves (checked byte for byte),
+WORK_DIR a scratch directory for the files to upload and the browser profile. Every wait
+is on something the page shows, bounded; the whole run is bounded by DEADLINE.
+"""
+
+import hashlib
+import http.server
+import io
+import os
+import sys
+import tarfile
+import threading
+import time
+import urllib.request
+import zipfile
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+DEADLINE = time.monotonic() + 80
+WAIT = 20
+CHROME_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1100,900",
+]
+HOSTILE = [
+    "<img src=x onerror=alert(1)>.txt",
+    "\"quotes' & <b>.txt",
+    "100% done %41.txt",
+    "rtl\u202egpj.exe",
+    "new\nline.txt",
+]
+
+
+def step(name):
+    left = DEADLINE - time.monotonic()
+    if left <= 0:
+        sys.exit(f"out of time before: {name}")
+    print(f"-- {name} ({left:.0f} s left)", flush=True)
+
+
+def browser(work):
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in CHROME_FLAGS + [f"--user-data-dir={work}/profile"]:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def wait(driver, what, condition, bound=WAIT):
+    try:
+        return WebDriverWait(driver, min(bound, max(1, DEADLINE - time.monotonic())),
+                             poll_frequency=0.1).until(lambda d: condition(d))
+    except Exception as e:
+        raise AssertionError(f"timed out waiting for {what}: {e}; rows: {rows(driver)}") from None
+
+
+def rows(driver):
+    return [tr.get_attribute("data-name") for tr in
+            driver.find_elements(By.CSS_SELECTOR, "#list tbody tr[data-name]") if tr.is_displayed()]
+
+
+def no_alert(driver):
+    try:
+        text = driver.switch_to.alert.text
+    except NoAlertPresentException:
+        return
+    raise AssertionError(f"a script ran: alert({text!r})")
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def throttle(driver, bytes_per_s):
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
+        "offline": False, "latency": 0, "downloadThroughput": -1,
+        "uploadThroughput": bytes_per_s if bytes_per_s else -1,
+    })
+
+
+def shoot(driver, shots, name):
+    if shots:
+        driver.save_screenshot(os.path.join(shots, f"{name}.png"))
+
+
+class Foreign(http.server.BaseHTTPRequestHandler):
+    """A hostile page on another port: it posts an upload form to servery on load."""
+    target = ""
+
+    def do_GET(self):
+        page = f"""<!DOCTYPE html><title>hostile</title>
+<form id=f method=post enctype=multipart/form-data action="{self.target}/">
+<input type=hidden name=x value=y></form>
+<script>
+const data = new FormData();
+data.append("file", new Blob(["pwned"]), "csrf-fetch.txt");
+fetch("{self.target}/", {{method: "POST", body: data, mode: "no-cors"}})
+  .then(() => {{ document.title = "fetch sent"; }}, () => {{ document.title = "fetch failed"; }});
+</script>""".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    base, root, work = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
+    shots = sys.argv[4] if len(sys.argv) > 4 else None
+    if shots:
+        os.makedirs(shots, exist_ok=True)
+
+    # The served tree: a folder to browse, sort and archive, and the hostile names.
+    write(f"{root}/docs/README.md", b"# Docs\n\n<script>alert(1)</script> *kept as text*\n")
+    write(f"{root}/docs/small.txt", b"s" * 10)
+    write(f"{root}/docs/medium.bin", os.urandom(5000))
+    write(f"{root}/docs/deep/large.bin", os.urandom(300_000))
+    for name in HOSTILE:
+        write(f"{root}/{name}", name.encode())
+    # What the person uploads.
+    uploads = {f"up{i}.bin": os.urandom(n) for i, n in enumerate([1, 700_000, 2_500_000])}
+    for name, data in uploads.items():
+        write(f"{work}/pick/{name}", data)
+    write(f"{work}/album/a.txt", b"alpha")
+    write(f"{work}/album/inner/b.bin", os.urandom(50_000))
+    big = os.urandom(6 * 1024 * 1024 + 123)
+    write(f"{work}/resume/resumed.bin", big)
+
+    driver = browser(work)
+    try:
+        step("browse and sort")
+        driver.get(base + "/docs/")
+        wait(driver, "the listing",
+             lambda d: rows(d) == ["deep", "README.md", "medium.bin", "small.txt"])
+        readme = driver.find_element(By.CSS_SELECTOR, "article.readme")
+        assert "<script>alert(1)</script>" in readme.text, readme.text
+        no_alert(driver)
+        size = driver.find_element(By.CSS_SELECTOR, "th.size a")
+        size.click()
+        wait(driver, "sorted by size",
+             lambda d: rows(d) == ["deep", "small.txt", "README.md", "medium.bin"])
+        driver.find_element(By.CSS_SELECTOR, "th.size a").click()
+        wait(driver, "sorted by size, descending",
+             lambda d: rows(d) == ["deep", "medium.bin", "README.md", "small.txt"])
+        cell = driver.find_element(By.CSS_SELECTOR, "tr[data-name='medium.bin'] td.size")
+        assert (cell.text, cell.get_attribute("title")) == ("4.9 KiB", "5000 bytes"), cell.text
+
+        step("filter and search")
+        driver.get(base + "/docs/")
+        box = wait(driver, "the filter box", lambda d: d.find_element(By.ID, "filter"))
+        wait(driver, "the filter box shown", lambda d: box.is_displayed())
+        box.send_keys("MED")
+        wait(driver, "filtered rows", lambda d: rows(d) == ["medium.bin"])
+        search = driver.find_element(By.ID, "q")
+        search.send_keys("large\n")
+        wait(driver, "search results", lambda d: "1 found" in d.page_source)
+        link = driver.find_element(By.CSS_SELECTOR, "#list td.name a")
+        assert link.text == "deep/large.bin", link.text
+        assert link.get_attribute("href") == base + "/docs/deep/large.bin"
+
+        step("screenshots of the page")
+        driver.get(base + "/")
+        wait(driver, "the root listing", lambda d: "docs" in rows(d))
+        shoot(driver, shots, "light")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        bg = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+        assert bg == "rgb(21, 23, 26)", f"dark background: {bg}"
+        shoot(driver, shots, "dark")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        driver.set_window_size(390, 844)
+        shoot(driver, shots, "phone")
+        overflow = driver.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert overflow <= 0, f"the phone layout scrolls sideways by {overflow}px"
+        driver.set_window_size(1100, 900)
+
+        step("XSS names render as text and link correctly")
+        no_alert(driver)
+        names = driver.execute_script(
+            "return [...document.querySelectorAll('#list tr[data-name]')].map(r => r.dataset.name)")
+        for name in HOSTILE:
+            assert name in names, f"{name!r} not listed: {names}"
+        hrefs = driver.execute_script(
+            "return [...document.querySelectorAll('#list tr[data-name]')]"
+            ".map(r => [r.dataset.name, r.querySelector('a').href])")
+        for name, href in hrefs:
+            if name in HOSTILE:
+                with urllib.request.urlopen(href, timeout=10) as r:
+                    assert r.read() == name.encode(), f"{name!r} links to {href}"
+        texts = driver.execute_script(
+            "return [...document.querySelectorAll('#list td.name a')].map(a => a.textContent)")
+        assert "<img src=x onerror=alert(1)>.txt" in texts, texts
+        assert "rtlU+202Egpj.exe" in texts and "newU+000Aline.txt" in texts, texts
+        assert not driver.find_elements(By.CSS_SELECTOR, "#list img"), "a name became an element"
+
+        step("upload three files and a folder")
+        driver.get(base + "/")
+        pick = wait(driver, "the file input", lambda d: d.find_element(By.ID, "up-files"))
+        pick.send_keys("\n".join(f"{work}/pick/{n}" for n in uploads))
+        driver.find_element(By.ID, "up-dir").send_keys(f"{work}/album")
+        wait(driver, "every upload finished",
+             lambda d: d.find_element(By.ID, "up-all-t").text.endswith("finished"), 40)
+        bars = driver.execute_script(
+            "return [...document.querySelectorAll('#queue li')].map(li => "
+            "[li.querySelector('.what').textContent, li.querySelector('progress').value,"
+            " li.querySelector('progress').max, li.className])")
+        assert len(bars) == 5, bars
+        for what, value, top, state in bars:
+            assert state == "done" and value == top, f"{what}: {value}/{top} {state}"
+        overall = driver.find_element(By.ID, "up-all")
+        assert overall.get_attribute("value") == overall.get_attribute("max")
+        wait(driver, "uploads listed", lambda d: all(n in rows(d) for n in list(uploads) + ["album"]))
+        for name, data in uploads.items():
+            assert sha(f"{root}/{name}") == hashlib.sha256(data).hexdigest(), name
+        assert open(f"{root}/album/a.txt", "rb").read() == b"alpha"
+        assert sha(f"{root}/album/inner/b.bin") == sha(f"{work}/album/inner/b.bin")
+
+        step("interrupt an upload, reload, resume")
+        throttle(driver, 1_500_000)
+        driver.find_element(By.ID, "up-files").send_keys(f"{work}/resume/resumed.bin")
+        bar = "#queue li:last-child progress"
+        wait(driver, "the first chunk sent", lambda d: int(
+            d.find_element(By.CSS_SELECTOR, bar).get_attribute("value") or 0) > 4 * 1024 * 1024)
+        shoot(driver, shots, "upload-in-progress")
+        driver.refresh()  # aborts the request mid-chunk
+        throttle(driver, 0)
+        assert not os.path.exists(f"{root}/resumed.bin"), "published while incomplete"
+        pick = wait(driver, "the file input", lambda d: d.find_element(By.ID, "up-files"))
+        pick.send_keys(f"{work}/resume/resumed.bin")
+        wait(driver, "the resumed upload finished",
+             lambda d: d.find_element(By.ID, "up-all-t").text.endswith("finished"), 30)
+        log = driver.find_element(By.ID, "queue").text
+        assert sha(f"{root}/resumed.bin") == hashlib.sha256(big).hexdigest(), "not byte-exact"
+        print(f"   resumed: {log!r}")
+
+        step("download a folder as zip and tar.gz")
+        driver.get(base + "/album/")
+        href = wait(driver, "the zip link", lambda d: d.find_element(
+            By.CSS_SELECTOR, "a[href='?archive=zip']")).get_attribute("href")
+        with urllib.request.urlopen(href, timeout=20) as r:
+            archive = zipfile.ZipFile(io.BytesIO(r.read()))
+        got = {i.filename: archive.read(i) for i in archive.infolist() if not i.is_dir()}
+        want = {"album/a.txt": b"alpha",
+                "album/inner/b.bin": open(f"{work}/album/inner/b.bin", "rb").read()}
+        assert got == want, sorted(got)
+        with urllib.request.urlopen(base + "/album/?archive=tar.gz", timeout=20) as r:
+            tar = tarfile.open(fileobj=io.BytesIO(r.read()), mode="r:gz")
+        got = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        assert got == want, sorted(got)
+
+        step("a page on another port cannot upload")
+        Foreign.target = base
+        foreign = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Foreign)
+        threading.Thread(target=foreign.serve_forever, daemon=True).start()
+        try:
+            driver.get(f"http://127.0.0.1:{foreign.server_address[1]}/")
+            wait(driver, "the hostile fetch", lambda d: d.title in ("fetch sent", "fetch failed"))
+            driver.execute_script("document.getElementById('f').submit()")
+            wait(driver, "servery's refusal", lambda d: "cross-site request refused" in d.page_source)
+        finally:
+            foreign.shutdown()
+        assert not os.path.exists(f"{root}/csrf-fetch.txt"), "a cross-site upload was written"
+        no_alert(driver)
+    finally:
+        driver.quit()
+    print("browser: all passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+//! The directory page against the real binary, without a browser: its assets and headers,
+//! the cross-site refusal of every mutation from a foreign page (decision 0022), and
+//! `MKCOL` under `--upload` alone. The browser itself is driven in `browser.rs`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use servery_tests::{FAST, Server, Tree};
+
+#[path = "support/http_client.rs"]
+mod http_client;
+use http_client::{Reply, request};
+
+fn start(tree: &Tree, extra: &[&str]) -> Server {
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend_from_slice(extra);
+    let server = Server::start(tree, 2, &args, &[]);
+    server.wait_ready(2, Duration::from_secs(30));
+    server
+}
+
+fn get(addr: SocketAddr, path: &str) -> Reply {
+    request(addr, "GET", path, b"", &[])
+}
+
+/// The whole raw response (head and chunked body) to a GET on a connection that closes.
+fn raw_get(addr: SocketAddr, path: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read");
+    out
+}
+
+/// The `href`/`src` of the page's stylesheet and script.
+fn asset_paths(page: &str) -> Vec<String> {
+    page.split("\"/.servery/")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(|name| format!("/.servery/{name}"))
+        .collect()
+}
+
+#[test]
+fn page_assets_are_immutable_and_the_page_has_a_strict_policy() {
+    let tree = Tree::new("page-assets");
+    let server = start(&tree, &[]);
+    let page = get(server.addr, "/");
+    assert_eq!(page.status, 200);
+    let csp = page.header("content-security-policy").unwrap_or_default();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("style-src 'self'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let text = String::from_utf8_lossy(&page.body).into_owned();
+    let assets = asset_paths(&text);
+    assert_eq!(assets.len(), 2, "{assets:?}");
+    for asset in &assets {
+        let r = request(server.addr, "GET", asset, b"", &[("Accept-Encoding", "br")]);
+        assert_eq!(r.status, 200, "{asset}");
+        assert_eq!(
+            r.header("cache-control"),
+            Some("public, max-age=31536000, immutable")
+        );
+        assert_eq!(r.header("content-encoding"), Some("br"));
+    }
+    // An unknown hash is an ordinary (hidden, so absent) path.
+    assert_eq!(get(server.addr, "/.servery/app-0.js").status, 404);
+    // The JSON listing for scripts is unchanged.
+    let json = get(server.addr, "/?format=json");
+    assert!(String::from_utf8_lossy(&json.body).contains("\"name\":\"hello.txt\""));
+}
+
+#[test]
+fn foreign_pages_cannot_upload_or_delete_but_clients_without_browsers_can() {
+    let tree = Tree::new("page-csrf");
+    let server = start(&tree, &["--upload", "--dav", "--allow-overwrite"]);
+    let addr = server.addr;
+    let root = tree.root();
+    let foreign: [&[(&str, &str)]; 3] = [
+        &[("Origin", "http://127.0.0.1:1")],
+        &[("Origin", "http://test"), ("Sec-Fetch-Site", "same-site")],
+        &[("Sec-Fetch-Site", "cross-site")],
+    ];
+    for headers in foreign {
+        let r = request(addr, "PUT", "/evil.txt", b"x", headers);
+        assert_eq!(r.status, 403, "{headers:?}");
+        assert!(String::from_utf8_lossy(&r.body).contains("cross-site"));
+        assert!(!root.join("evil.txt").exists());
+        assert_eq!(
+            request(addr, "DELETE", "/hello.txt", b"", headers).status,
+            403
+        );
+        assert_eq!(request(addr, "MKCOL", "/d/", b"", headers).status, 403);
+        assert!(root.join("hello.txt").exists());
+        // Reads stay open to links from anywhere.
+        assert_eq!(request(addr, "GET", "/hello.txt", b"", headers).status, 200);
+    }
+    // The page itself (same origin), and curl (no browser headers).
+    let own = [("Origin", "http://test"), ("Sec-Fetch-Site", "same-origin")];
+    assert_eq!(request(addr, "PUT", "/own.txt", b"own", &own).status, 201);
+    assert_eq!(request(addr, "PUT", "/curl.txt", b"curl", &[]).status, 201);
+    assert_eq!(request(addr, "DELETE", "/curl.txt", b"", &own).status, 204);
+    assert_eq!(
+        std::fs::read(root.join("own.txt")).ok().as_deref(),
+        Some(&b"own"[..])
+    );
+}
+
+#[test]
+fn folders_can_be_made_with_upload_alone() {
+    let tree = Tree::new("page-mkcol");
+    let server = start(&tree, &["--upload"]);
+    let addr = server.addr;
+    assert_eq!(request(addr, "MKCOL", "/new%20dir/", b"", &[]).status, 201);
+    assert!(tree.root().join("new dir").is_dir());
+    assert_eq!(request(addr, "MKCOL", "/new%20dir", b"", &[]).status, 405);
+    assert_eq!(request(addr, "MKCOL", "/hello.txt/", b"", &[]).status, 405);
+    assert_eq!(request(addr, "MKCOL", "/no/such/", b"", &[]).status, 409);
+    assert_eq!(request(addr, "MKCOL", "/.git/", b"", &[]).status, 403);
+    assert_eq!(request(addr, "MKCOL", "/b/", b"body", &[]).status, 415);
+    assert_eq!(
+        request(addr, "PUT", "/new%20dir/f.txt", b"f", &[]).status,
+        201
+    );
+    // The page offers uploading (and with it, a new folder) only under --upload.
+    let page = String::from_utf8_lossy(&get(addr, "/").body).into_owned();
+    assert!(page.contains("data-upload") && page.contains("id=\"mkdir\""));
+    assert!(!page.contains("data-dav"));
+}
+
+#[test]
+fn archives_are_bounded_and_can_be_turned_off() {
+    let tree = Tree::new("page-archive");
+    let server = start(&tree, &["--archive-max-entries", "2"]);
+    // The root holds hello.txt, sub/ and sub/big.bin: over two entries, refused before
+    // anything is sent.
+    let r = get(server.addr, "/?archive=zip");
+    assert_eq!(r.status, 403);
+    assert!(String::from_utf8_lossy(&r.body).contains("--archive-max-entries"));
+    let r = get(server.addr, "/sub/?archive=tar.gz");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/gzip"));
+    assert!(
+        r.header("content-disposition")
+            .is_some_and(|d| d.contains("sub.tar.gz"))
+    );
+    let raw = raw_get(server.addr, "/sub/?archive=tar.gz");
+    let body_at = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
+    let chunk_at = body_at
+        + raw[body_at..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("size")
+        + 2;
+    assert_eq!(&raw[chunk_at..chunk_at + 2], &[0x1f, 0x8b], "a gzip stream");
+    drop(server);
+    let server = start(&tree, &["--no-archive"]);
+    let r = get(server.addr, "/sub/?archive=zip");
+    assert_eq!(r.status, 403);
+    assert!(String::from_utf8_lossy(&r.body).contains("--no-archive"));
+    assert!(!String::from_utf8_lossy(&get(server.addr, "/").body).contains("archive="));
+}
+
+#[test]
+fn readme_and_search() {
+    let tree = Tree::new("page-readme");
+    let root = tree.root();
+    std::fs::write(
+        root.join("sub/README.md"),
+        "# Sub\n\n<script>alert(1)</script>\n\n[x](javascript:alert(1))",
+    )
+    .expect("write");
+    std::fs::create_dir_all(root.join("sub/deeper")).expect("mkdir");
+    std::fs::write(root.join("sub/deeper/needle-one.txt"), b"1").expect("write");
+    std::fs::write(root.join(".needle-hidden"), b"h").expect("write");
+    let server = start(&tree, &[]);
+    let page = String::from_utf8_lossy(&get(server.addr, "/sub/").body).into_owned();
+    assert!(page.contains("<h1>Sub</h1>"), "{page}");
+    assert!(!page.contains("<script>alert") && !page.contains("javascript:"));
+    let found = String::from_utf8_lossy(&get(server.addr, "/?q=NEEDLE").body).into_owned();
+    assert!(
+        found.contains("href=\"./sub/deeper/needle-one.txt\""),
+        "{found}"
+    );
+    assert!(!found.contains("needle-hidden"));
+    assert!(found.contains("1 found"));
+}
