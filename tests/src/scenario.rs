@@ -343,7 +343,7 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                     if let Ok(mut s) = status {
                         let s = s["status"].take();
                         log.push(format!("{now:?}: liveness {s}"));
-                        watch.observe(&s, &mut o, now, virtual_ms);
+                        watch.observe(&s, &mut o, (now, now), virtual_ms);
                         o.liveness = status_of(&s);
                     }
                 }
@@ -358,9 +358,10 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
             ));
             break;
         }
+        let asked = t0.elapsed();
         if let Ok(mut s) = server.ctl(&json!({"cmd": "status"})) {
             let polled = t0.elapsed();
-            watch.observe(&s["status"].take(), &mut o, polled, virtual_ms);
+            watch.observe(&s["status"].take(), &mut o, (asked, polled), virtual_ms);
         }
         std::thread::sleep(POLL);
     }
@@ -612,11 +613,14 @@ struct Watch {
 }
 
 impl Watch {
+    /// `(asked, now)`: when the poll was sent and when its answer arrived. The parent
+    /// wrote the answer somewhere in between, so what it saw running is known to run only
+    /// at `asked` (a loaded parent may answer after it failed and closed its listeners).
     fn observe(
         &mut self,
         s: &Value,
         o: &mut Outcome,
-        now: Duration,
+        (asked, now): (Duration, Duration),
         virtual_ms: impl Fn(Duration) -> u64,
     ) {
         let uptime = s["uptime_ms"].as_u64().unwrap_or(0);
@@ -718,7 +722,7 @@ impl Watch {
                 self.failed_real = Some(at.unwrap_or(self.last_running));
             }
         } else if s["state"].is_string() {
-            self.last_running = now;
+            self.last_running = asked;
         }
     }
 }
