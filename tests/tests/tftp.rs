@@ -9,41 +9,18 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use servery_tests::serde_json::json;
-use servery_tests::{FAST, Server, Sig, Tree, run_command, wait_until};
+use servery_tests::{Server, Sig, Tree, wait_until};
 
 #[path = "support/tftp_client.rs"]
 mod tftp_client;
-use tftp_client::{Peer, Reply};
+use tftp_client::{Peer, Reply, pattern, run, start_servery};
 
 const WAIT: Duration = Duration::from_secs(5);
 /// More than 65,535 blocks of 512 bytes: the block number rolls over.
 const ROLLOVER_SIZE: usize = 33 * 1024 * 1024 + 777;
 
-/// Deterministic bytes that differ block to block, so a block sent twice or out of place
-/// changes the file.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn start(tree: &Tree, workers: u32, extra: &[&str]) -> (Server, SocketAddr) {
-    let mut args = FAST.to_vec();
-    args.extend(["--tftp", "--tftp-port", "0"]);
-    args.extend(extra);
-    let mut server = Server::start(tree, workers, &args, &[]);
-    let (line, _) = server.wait_stdout("servery: TFTP on udp ", Duration::from_secs(20));
-    let addr = line
-        .trim_start_matches("servery: TFTP on udp ")
-        .parse()
-        .expect("the TFTP address");
-    (server, addr)
+    start_servery(tree, workers, extra)
 }
 
 fn need(program: &str) {
@@ -54,16 +31,6 @@ fn need(program: &str) {
     assert!(
         found,
         "{program} is needed for this test (Debian: see scripts/debian-packages.txt)"
-    );
-}
-
-fn run(cmd: Command, what: &str) {
-    let done = run_command(cmd, Duration::from_secs(60));
-    assert!(
-        done.status.success(),
-        "{what} failed: {}\n{}",
-        done.stdout,
-        done.stderr
     );
 }
 

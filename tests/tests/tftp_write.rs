@@ -9,11 +9,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use servery_tests::{FAST, Server, Tree, run_command, run_servery, wait_until};
+use servery_tests::{Server, Tree, run_servery, wait_until};
 
 #[path = "support/tftp_client.rs"]
 mod tftp_client;
-use tftp_client::{Peer, Reply};
+use tftp_client::{Peer, Reply, pattern, run, start_servery};
 
 #[path = "support/http_client.rs"]
 mod http_client;
@@ -21,39 +21,12 @@ use http_client::{Conn, head, request};
 
 const WAIT: Duration = Duration::from_secs(5);
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn start(tree: &Tree, workers: u32, extra: &[&str]) -> (Server, SocketAddr) {
-    let mut args = FAST.to_vec();
-    args.extend(["--upload", "--tftp", "--tftp-write", "--tftp-port", "0"]);
-    args.extend(extra);
-    let mut server = Server::start(tree, workers, &args, &[]);
-    let (line, _) = server.wait_stdout("servery: TFTP on udp ", Duration::from_secs(20));
-    let addr = line
-        .trim_start_matches("servery: TFTP on udp ")
-        .parse()
-        .expect("the TFTP address");
-    (server, addr)
-}
-
-fn run(cmd: Command, what: &str) {
-    let done = run_command(cmd, Duration::from_secs(60));
-    assert!(
-        done.status.success(),
-        "{what} failed: {}\n{}",
-        done.stdout,
-        done.stderr
-    );
+    start_servery(
+        tree,
+        workers,
+        &[&["--upload", "--tftp-write"][..], extra].concat(),
+    )
 }
 
 /// Nothing of servery's own (temporary files) is left in `dir`.

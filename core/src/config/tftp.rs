@@ -88,14 +88,8 @@ impl RawTftp {
 
 #[cfg(test)]
 mod tests {
+    use super::super::validate::tests::fields;
     use crate::RawConfig;
-
-    fn fields(raw: &RawConfig) -> Vec<&'static str> {
-        match raw.validate() {
-            Ok(_) => vec![],
-            Err(e) => e.issues().iter().map(|i| i.field).collect(),
-        }
-    }
 
     #[test]
     fn defaults_validate() {

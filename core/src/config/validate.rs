@@ -385,10 +385,11 @@ impl RawConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn fields(raw: &RawConfig) -> Vec<&'static str> {
+    /// The fields a configuration's validation names, none when it is valid.
+    pub(in crate::config) fn fields(raw: &RawConfig) -> Vec<&'static str> {
         match raw.validate() {
             Ok(_) => vec![],
             Err(e) => e.issues().iter().map(|i| i.field).collect(),

@@ -5,7 +5,50 @@
 #![allow(dead_code)]
 
 use std::net::{SocketAddr, UdpSocket};
+use std::process::Command;
 use std::time::Duration;
+
+use servery_tests::{FAST, Server, Tree, run_command};
+
+/// Deterministic bytes that differ block to block, so a block sent twice or out of place
+/// changes the file.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// servery with the fast test timings, `flags` and TFTP on an ephemeral port; the address
+/// it says it serves TFTP on.
+pub fn start_servery(tree: &Tree, workers: u32, flags: &[&str]) -> (Server, SocketAddr) {
+    let mut args = FAST.to_vec();
+    args.extend(["--tftp", "--tftp-port", "0"]);
+    args.extend(flags);
+    let mut server = Server::start(tree, workers, &args, &[]);
+    let (line, _) = server.wait_stdout("servery: TFTP on udp ", Duration::from_secs(20));
+    let addr = line
+        .trim_start_matches("servery: TFTP on udp ")
+        .parse()
+        .expect("the TFTP address");
+    (server, addr)
+}
+
+/// Runs a client to its end (bounded) and fails, naming `what`, unless it succeeded.
+pub fn run(cmd: Command, what: &str) {
+    let done = run_command(cmd, Duration::from_secs(60));
+    assert!(
+        done.status.success(),
+        "{what} failed: {}\n{}",
+        done.stdout,
+        done.stderr
+    );
+}
 
 pub struct Peer {
     pub socket: UdpSocket,
