@@ -83,6 +83,7 @@ fn singletons_json(parent: &Parent, services: &super::services::Reports) -> Valu
                     "pending": r.pending.load(Relaxed),
                     "failures": r.failures.load(Relaxed),
                     "last_error": r.last_error.lock().ok().and_then(|l| l.clone()),
+                    "detail": r.detail.lock().ok().and_then(|d| d.clone()),
                 })
             });
             let value = json!({
