@@ -182,6 +182,11 @@ def main():
         assert "<script>alert(1)</script>" in readme.text, readme.text
         no_alert(driver)
         accessible(driver, "a folder with a README")
+        code = driver.find_element(By.CSS_SELECTOR, "aside.qr img")
+        wait(driver, "the QR code drawn (the page's policy lets data: images in)",
+             lambda d: d.execute_script(
+                 "return arguments[0].complete && arguments[0].naturalWidth >= 168", code))
+        assert code.get_attribute("alt").startswith("QR code of http://"), code.get_attribute("alt")
         size = driver.find_element(By.CSS_SELECTOR, "th.size a")
         size.click()
         wait(driver, "sorted by size",

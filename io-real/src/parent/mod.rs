@@ -323,6 +323,21 @@ fn serve(
             ),
         }
     }
+    let service_site = services::Site {
+        addrs: addrs.clone(),
+        tls: args.site.tls(),
+        dav: config.features().webdav,
+        root_name: root
+            .file_name()
+            .map_or_else(|| "servery".into(), |n| n.to_string_lossy().into_owned()),
+        host_name: services::context::host_name(),
+    };
+    let mut site = site;
+    // The page's code is of the address the terminal's code shows (decision 0020).
+    site.worker.flags.qr_url = args
+        .discovery
+        .qr
+        .then(|| service_site.lan_url(&services::context::interfaces()));
     let launcher = Launcher::new(
         exe,
         root.clone(),
@@ -379,15 +394,7 @@ fn serve(
     }
     let services = services::ServiceHost::start(
         host.handle(),
-        services::Site {
-            addrs: addrs.clone(),
-            tls: args.site.tls(),
-            dav: config.features().webdav,
-            root_name: root
-                .file_name()
-                .map_or_else(|| "servery".into(), |n| n.to_string_lossy().into_owned()),
-            host_name: services::context::host_name(),
-        },
+        service_site,
         &servery_core::singletons::SingletonKind::enabled_by(config.features()),
         ready_services,
     );
