@@ -8,6 +8,7 @@
 //! [`rng::SimRng`], so a seed replays bit-for-bit.
 #![forbid(unsafe_code)]
 
+mod conns;
 mod dav;
 mod fs;
 pub mod labels;

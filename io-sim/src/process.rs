@@ -17,10 +17,11 @@ use servery_core::write_flow::{
 };
 use servery_core::{Instant, ValidConfig, WorkerId};
 
+use crate::conns::Conns;
 use crate::labels;
 use crate::outcome::{UploadEnd, UploadRecord};
 use crate::plan::{Behavior, FaultKind};
-use crate::world::{ConnKind, SimEvent, SimWorld};
+use crate::world::{ConnKind, FRAME_CAPACITY, SimEvent, SimWorld};
 
 /// An upload in a simulated worker: the core's write flow, driven against the simulated
 /// file system and the broker (the same machine io-real drives), and what this driver
@@ -61,7 +62,7 @@ pub(crate) struct Proc {
     pub accepting: bool,
     pub parent_closed: bool,
     pub eof_seen: bool,
-    pub serving: BTreeMap<u64, ConnKind>,
+    pub(crate) serving: Conns,
     pub uploads: BTreeMap<u64, Upload>,
     pub(crate) waiting: BTreeMap<u64, Waiting>,
     pub log_backlog: VecDeque<String>,
@@ -104,7 +105,7 @@ impl Proc {
             accepting: false,
             parent_closed: false,
             eof_seen: false,
-            serving: BTreeMap::new(),
+            serving: Conns::default(),
             uploads: BTreeMap::new(),
             waiting: BTreeMap::new(),
             log_backlog: VecDeque::new(),
@@ -168,7 +169,7 @@ impl WorkerIo for SimWorker<'_> {
         if self.proc().is_none_or(|p| p.eof_seen) {
             return;
         }
-        let mut bytes = Vec::with_capacity(32);
+        let mut bytes = Vec::with_capacity(FRAME_CAPACITY);
         if let Err(e) = encode_worker(&message, &mut bytes) {
             let worker = self.worker;
             self.world
@@ -259,7 +260,7 @@ impl SimWorld {
                 break;
             };
             if !p.eof_seen {
-                let mut bytes = Vec::with_capacity(32);
+                let mut bytes = Vec::with_capacity(FRAME_CAPACITY);
                 match encode_worker(&message, &mut bytes) {
                     Ok(()) => self.send_up(worker, bytes),
                     Err(e) => {
@@ -586,7 +587,7 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
-        if !p.runnable() || p.wedged || p.serving.remove(&conn).is_none() {
+        if !p.runnable() || p.wedged || p.serving.remove(conn).is_none() {
             if p.alive && (p.paused || p.wedged) {
                 // The request stalls with its worker; it fails when the worker is killed.
             }
@@ -932,7 +933,7 @@ impl SimWorld {
         };
         // The flow gave back the lease and the reservation before its Finish.
         // Replies to releases need no one waiting; the client drops them.
-        p.serving.remove(&conn);
+        p.serving.remove(conn);
         p.life.connection_closed(now);
         if self.waited_emfile.remove(&conn) && end == UploadEnd::Ok {
             self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);

@@ -86,6 +86,16 @@ fn broken_states_are_reported_by_the_invariant_check() {
         w.committed = false;
     }
     assert!(h.sup.check_invariants().is_err(), "ready without commit");
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    if let Some(w) = h.sup.workers.get_mut(&ws[1]) {
+        w.slot = Slot(0);
+    }
+    assert_eq!(
+        h.sup.check_invariants(),
+        Err("slot 0 has 2 members".to_string()),
+        "two members of one slot"
+    );
 }
 
 // ----- hangs in every live state -----------------------------------------------------
