@@ -14,6 +14,7 @@ mod fs;
 pub mod labels;
 mod outcome;
 mod plan;
+mod proc_table;
 mod process;
 pub mod rng;
 mod trace;

@@ -500,7 +500,16 @@ impl SimWorld {
                 p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
             };
             let can_take = |p: &Proc| could_take(p) && now >= p.accept_fails_until;
-            let count = self.procs.values().filter(|p| can_take(p)).count();
+            // Which workers can take one, in id order, gathered in one pass (a few
+            // workers are the rule; past the inline room a second pass finds the pick).
+            let mut takers = [WorkerId(0); 8];
+            let mut count = 0;
+            for p in self.procs.values().filter(|p| can_take(p)) {
+                if let Some(t) = takers.get_mut(count) {
+                    *t = p.id;
+                }
+                count += 1;
+            }
             if count == 0 {
                 // Out of descriptors: accept fails and the connections stay queued.
                 if self.procs.values().any(could_take) {
@@ -513,13 +522,13 @@ impl SimWorld {
                 return;
             }
             let k = self.rng.range(0, count as u64 - 1) as usize;
-            let Some(pick) = self
-                .procs
-                .values()
-                .filter(|p| can_take(p))
-                .nth(k)
-                .map(|p| p.id)
-            else {
+            let Some(pick) = takers.get(k).copied().or_else(|| {
+                self.procs
+                    .values()
+                    .filter(|p| can_take(p))
+                    .nth(k)
+                    .map(|p| p.id)
+            }) else {
                 return;
             };
             let Some((conn, kind)) = self.backlog.pop_front() else {

@@ -21,6 +21,7 @@ use crate::fs::SimFs;
 use crate::labels;
 use crate::outcome::{Injected, Outcome, StatusAnswer, UploadEnd, UploadRecord, WorkerExit};
 use crate::plan::{Behavior, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo};
+use crate::proc_table::ProcTable;
 use crate::process::{Proc, key};
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -153,7 +154,7 @@ pub struct SimWorld {
     pub(crate) rng: SimRng,
     queue: EventQueue,
     inbox: VecDeque<Event>,
-    pub(crate) procs: BTreeMap<WorkerId, Proc>,
+    pub(crate) procs: ProcTable,
     decoders: BTreeMap<WorkerId, FrameDecoder>,
     next_pid: u32,
     spawn_index: u64,
@@ -240,7 +241,7 @@ impl SimWorld {
             rng,
             queue: EventQueue::default(),
             inbox: VecDeque::new(),
-            procs: BTreeMap::new(),
+            procs: ProcTable::default(),
             decoders: BTreeMap::new(),
             next_pid: 1000,
             spawn_index: 0,
