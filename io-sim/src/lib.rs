@@ -18,6 +18,7 @@ mod proc_table;
 mod process;
 pub mod rng;
 mod trace;
+mod uploads;
 mod world;
 
 pub use outcome::{
