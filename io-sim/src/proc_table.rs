@@ -38,3 +38,31 @@ impl ProcTable {
         self.by_id[i] = Some(proc);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use servery_core::config::RawConfig;
+
+    use super::*;
+    use crate::plan::Behavior;
+
+    #[test]
+    fn processes_are_found_by_id_and_listed_in_id_order() {
+        let config = RawConfig::default().validate().expect("valid");
+        let mut t = ProcTable::default();
+        for id in [3, 1, 7] {
+            t.insert(
+                WorkerId(id),
+                Proc::new(WorkerId(id), 0, Behavior::Healthy, &config),
+            );
+        }
+        let ids: Vec<u64> = t.values().map(|p| p.id.0).collect();
+        assert_eq!(ids, [1, 3, 7]);
+        assert_eq!(t.get(&WorkerId(3)).map(|p| p.id), Some(WorkerId(3)));
+        assert!(t.get(&WorkerId(2)).is_none(), "a gap is no process");
+        assert!(
+            t.get_mut(&WorkerId(99)).is_none(),
+            "past the end is no process"
+        );
+    }
+}

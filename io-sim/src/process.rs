@@ -482,17 +482,15 @@ impl SimWorld {
                 p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
             };
             let can_take = |p: &Proc| could_take(p) && now >= p.accept_fails_until;
-            // Which workers can take one, in id order, gathered in one pass (a few
-            // workers are the rule; past the inline room a second pass finds the pick).
-            let mut takers = [WorkerId(0); 8];
-            let mut count = 0;
-            for p in self.procs.values().filter(|p| can_take(p)) {
-                if let Some(t) = takers.get_mut(count) {
-                    *t = p.id;
-                }
-                count += 1;
-            }
-            if count == 0 {
+            // Which workers can take one, in id order, gathered in one pass into a
+            // buffer the world keeps (no allocation per connection).
+            let mut takers = core::mem::take(&mut self.takers);
+            takers.clear();
+            takers.extend(self.procs.values().filter(|p| can_take(p)).map(|p| p.id));
+            let count = takers.len();
+            let pick = (count > 0).then(|| takers[self.rng.range(0, count as u64 - 1) as usize]);
+            self.takers = takers;
+            let Some(pick) = pick else {
                 // Out of descriptors: accept fails and the connections stay queued.
                 if self.procs.values().any(could_take) {
                     let queued: Vec<u64> = self.backlog.iter().map(|(c, _)| *c).collect();
@@ -501,16 +499,6 @@ impl SimWorld {
                         .coverage
                         .insert(labels::EVERY_WORKER_OUT_OF_DESCRIPTORS);
                 }
-                return;
-            }
-            let k = self.rng.range(0, count as u64 - 1) as usize;
-            let Some(pick) = takers.get(k).copied().or_else(|| {
-                self.procs
-                    .values()
-                    .filter(|p| can_take(p))
-                    .nth(k)
-                    .map(|p| p.id)
-            }) else {
                 return;
             };
             let Some((conn, kind)) = self.backlog.pop_front() else {

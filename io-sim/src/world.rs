@@ -160,6 +160,8 @@ pub struct SimWorld {
     spawn_index: u64,
     pub(crate) listener_open: bool,
     pub(crate) backlog: VecDeque<(u64, ConnKind)>,
+    /// The workers that can take a connection, while one is being handed out.
+    pub(crate) takers: Vec<WorkerId>,
     pub(crate) next_conn: u64,
     pub(crate) fs: SimFs,
     /// The write-flow oracle: who holds each target right now, as workers believe.
@@ -247,6 +249,7 @@ impl SimWorld {
             spawn_index: 0,
             listener_open: true,
             backlog: VecDeque::new(),
+            takers: Vec::new(),
             next_conn: 0,
             fs: SimFs::default(),
             holders: BTreeMap::new(),
