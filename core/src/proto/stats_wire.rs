@@ -18,7 +18,13 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
     // Every heartbeat carries these, and most counters are zero: the scans stop at the
     // last counter set, counted first (in a simulated run, where beats are most of the
     // frames, full scans were a tenth of the time).
-    let cells = s.requests.as_flattened().iter().filter(|n| **n > 0).count();
+    let flat = s.requests.as_flattened();
+    // Whether any is set, first: an OR over the table is cheaper than counting it.
+    let cells = if flat.iter().fold(0, |any, n| any | n) == 0 {
+        0
+    } else {
+        flat.iter().filter(|n| **n > 0).count()
+    };
     w.u8(u8::try_from(cells).unwrap_or(u8::MAX));
     let mut left = cells;
     for (m, row) in s.requests.iter().enumerate() {
