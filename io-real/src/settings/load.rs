@@ -82,6 +82,13 @@ pub struct LoadError {
     pub with_file: Option<PathBuf>,
 }
 
+impl LoadError {
+    /// Two settings given together that may not be.
+    pub fn is_conflict(&self) -> bool {
+        self.clap.kind() == clap::error::ErrorKind::ArgumentConflict
+    }
+}
+
 impl std::fmt::Display for LoadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut first = true;

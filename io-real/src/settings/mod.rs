@@ -19,10 +19,13 @@ mod load;
 mod print;
 mod reload;
 
+#[cfg(test)]
+mod tests;
+
 use clap::{Arg, ArgAction, ArgGroup, CommandFactory};
 
 pub use file::FileRead;
-pub use load::{LoadError, Loaded, Source, load};
+pub use load::{Effective, LoadError, Loaded, Source, load};
 pub use print::print_toml;
 
 /// The clap group of the settings a reload may change: `group = LIVE` on an argument is
@@ -70,6 +73,8 @@ pub struct Setting {
     pub secret: bool,
     /// The default values as text (none for an optional setting).
     pub default: Vec<String>,
+    /// What separates several values in one environment variable (`,` for `--bind`).
+    pub delimiter: Option<char>,
 }
 
 impl Setting {
@@ -141,6 +146,7 @@ pub fn table() -> Vec<Setting> {
                     .iter()
                     .map(|v| v.to_string_lossy().into_owned())
                     .collect(),
+                delimiter: arg.get_value_delimiter(),
                 id,
             }
         })
