@@ -70,7 +70,10 @@ fn each_setting_takes_the_command_line_then_the_environment_then_the_file_then_t
     let (v, s) = setting(&all, "drain_timeout");
     assert_eq!((v, s), ("7", format!("{at}:1; reloadable").as_str()));
     let (v, s) = setting(&all, "bind");
-    assert_eq!((v, s), ("[\"127.0.0.1\", \"::1\"]", format!("{at}:4").as_str()));
+    assert_eq!(
+        (v, s),
+        ("[\"127.0.0.1\", \"::1\"]", format!("{at}:4").as_str())
+    );
     assert_eq!(setting(&all, "cors"), ("true", format!("{at}:5").as_str()));
     // The environment over the file.
     assert_eq!(
@@ -88,7 +91,12 @@ fn each_setting_takes_the_command_line_then_the_environment_then_the_file_then_t
 
     // The same configuration reaches validation: --check-config shows the core's values.
     let run = run_servery(
-        &[text(&tree.root()), "--config", text(&file), "--check-config"],
+        &[
+            text(&tree.root()),
+            "--config",
+            text(&file),
+            "--check-config",
+        ],
         &[("SERVERY_FORCE_TIMEOUT", "0.8")],
         BOUND,
     );
@@ -138,9 +146,16 @@ fn file_errors_name_the_file_line_and_key_and_come_with_every_other_error() {
         "workers (--workers): must be in [1, 1024] (got 0)".to_owned(),
         "recovery.force_timeout (--force-timeout)".to_owned(),
     ] {
-        assert!(run.stderr.contains(&needle), "`{needle}` missing:\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(&needle),
+            "`{needle}` missing:\n{}",
+            run.stderr
+        );
     }
-    assert!(!run.stderr.contains("whatever: no such setting (did you mean"));
+    assert!(
+        !run.stderr
+            .contains("whatever: no such setting (did you mean")
+    );
     // In the file's order.
     let at = |n: &str| run.stderr.find(n).expect("present");
     assert!(at(":2: prot") < at(":3: cors") && at(":3: cors") < at(":8: bind"));
@@ -151,7 +166,11 @@ fn file_errors_name_the_file_line_and_key_and_come_with_every_other_error() {
     let broken = write(&tree.dir.join("broken.toml"), "port = 1\nbind = [\n");
     let run = run_servery(&["--config", text(&broken), "--check-config"], &[], BOUND);
     assert_eq!(run.status.code(), Some(2), "{run:?}");
-    assert!(run.stderr.contains(&format!("{}:", text(&broken))), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("{}:", text(&broken))),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("not valid TOML"), "{}", run.stderr);
     let absent = tree.dir.join("absent.toml");
     let run = run_servery(&["--config", text(&absent), "--check-config"], &[], BOUND);
@@ -181,11 +200,7 @@ fn print_config_is_read_back_by_config_to_the_same_settings() {
     );
     assert_eq!(run.status.code(), Some(0), "{run:?}");
     let printed = write(&tree.dir.join("printed.toml"), &run.stdout);
-    let again = run_servery(
-        &["--config", text(&printed), "--print-config"],
-        &[],
-        BOUND,
-    );
+    let again = run_servery(&["--config", text(&printed), "--print-config"], &[], BOUND);
     assert_eq!(again.status.code(), Some(0), "{again:?}");
     let values = |out: &str| -> Vec<(String, String)> {
         settings(out).into_iter().map(|(k, v, _)| (k, v)).collect()
@@ -208,14 +223,25 @@ fn a_reload_reads_the_file_again_and_refuses_a_setting_fixed_at_start() {
     write(&path, "max_connections = 100\nshow_hidden = false\n");
     let server = Server::start(&tree, 1, &[FAST, &["--config", text(&path)]].concat(), &[]);
     let (status, _) = server.wait_ready(1, BOUND);
-    assert_eq!(status["config"]["budgets"]["max_connections"], 100, "{status}");
+    assert_eq!(
+        status["config"]["budgets"]["max_connections"], 100,
+        "{status}"
+    );
 
     // A reloadable change: a new generation with the new value.
     write(&path, "max_connections = 200\nshow_hidden = false\n");
     let answer = server.ctl(&json!({"cmd": "reload"})).expect("reload");
     assert_eq!(answer["generation"], 2, "{answer}");
     let (status, _) = server.wait_ready(1, BOUND);
-    assert_eq!(status["config"]["budgets"]["max_connections"], 200, "{status}");
+    assert_eq!(
+        status["config"]["budgets"]["max_connections"], 200,
+        "{status}"
+    );
+    // The status names every setting by its key.
+    let settings = &status["config"]["settings"];
+    assert_eq!(settings["max_connections"], 200, "{settings}");
+    assert_eq!(settings["show_hidden"], false, "{settings}");
+    assert_eq!(settings["bind"], json!(["127.0.0.1"]), "{settings}");
 
     // A change to a setting fixed at start: refused, naming it; nothing else applied.
     write(&path, "max_connections = 300\nshow_hidden = true\n");
@@ -226,7 +252,10 @@ fn a_reload_reads_the_file_again_and_refuses_a_setting_fixed_at_start() {
     assert!(err.contains("false -> true"), "{err}");
     let status = server.status();
     assert_eq!(status["generation"], 2, "{status}");
-    assert_eq!(status["config"]["budgets"]["max_connections"], 200, "{status}");
+    assert_eq!(
+        status["config"]["budgets"]["max_connections"], 200,
+        "{status}"
+    );
     assert_eq!(status["state"], "ready", "{status}");
     let (code, body) = http_get(server.addr, "/hello.txt").expect("still serving");
     assert_eq!((code, body.as_slice()), (200, HELLO));
@@ -243,7 +272,10 @@ fn a_reload_reads_the_file_again_and_refuses_a_setting_fixed_at_start() {
         let s = server.status();
         (s["generation"] == 3).then_some(s)
     });
-    assert_eq!(status["config"]["budgets"]["max_connections"], 250, "{status}");
+    assert_eq!(
+        status["config"]["budgets"]["max_connections"], 250,
+        "{status}"
+    );
     server.wait_ready(1, BOUND);
 }
 
@@ -340,7 +372,11 @@ fn every_setting_round_trips_through_cli_environment_and_file_to_the_same_config
             missing.push(setting.key.clone());
             continue;
         };
-        assert_ne!(values, setting.default, "{}: sample is the default", setting.key);
+        assert_ne!(
+            values, setting.default,
+            "{}: sample is the default",
+            setting.key
+        );
         let sampled = (setting, values);
         let fits = |batch: &Vec<Sampled>| {
             let mut trial = batch.clone();
@@ -352,7 +388,10 @@ fn every_setting_round_trips_through_cli_environment_and_file_to_the_same_config
             None => batches.push(vec![sampled]),
         }
     }
-    assert!(missing.is_empty(), "settings without a sample value: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "settings without a sample value: {missing:?}"
+    );
     assert!(batches.len() <= 3, "{} batches", batches.len());
 
     for (i, batch) in batches.iter().enumerate() {
@@ -361,7 +400,11 @@ fn every_setting_round_trips_through_cli_environment_and_file_to_the_same_config
         let file = write(&tree.dir.join(format!("batch{i}.toml")), &file_text(batch));
         let by_file = load(&["servery".into(), "--config".into(), file.clone().into()])
             .unwrap_or_else(|e| panic!("file {keys:?}: {e}"));
-        assert!(by_file.file_errors().is_empty(), "{:?}", by_file.file_errors());
+        assert!(
+            by_file.file_errors().is_empty(),
+            "{:?}",
+            by_file.file_errors()
+        );
         let raw = by_cli.cli.serve.raw_config();
         assert_eq!(raw, by_file.cli.serve.raw_config(), "{keys:?}");
         assert_eq!(
@@ -372,10 +415,23 @@ fn every_setting_round_trips_through_cli_environment_and_file_to_the_same_config
             assert_eq!(c.value, f.value, "{}", c.setting.key);
         }
         for (s, _) in batch {
-            let c = by_cli.effective.iter().find(|e| e.setting.key == s.key).expect("listed");
-            let f = by_file.effective.iter().find(|e| e.setting.key == s.key).expect("listed");
+            let c = by_cli
+                .effective
+                .iter()
+                .find(|e| e.setting.key == s.key)
+                .expect("listed");
+            let f = by_file
+                .effective
+                .iter()
+                .find(|e| e.setting.key == s.key)
+                .expect("listed");
             assert_eq!(c.source, Source::Cli, "{}", s.key);
-            assert!(matches!(f.source, Source::File { .. }), "{}: {:?}", s.key, f.source);
+            assert!(
+                matches!(f.source, Source::File { .. }),
+                "{}: {:?}",
+                s.key,
+                f.source
+            );
         }
         // The environment, through a real process (the variables are the process's).
         let env = env_vars(batch);
@@ -385,7 +441,11 @@ fn every_setting_round_trips_through_cli_environment_and_file_to_the_same_config
         let values = |out: &str| -> Vec<(String, String)> {
             settings(out).into_iter().map(|(k, v, _)| (k, v)).collect()
         };
-        assert_eq!(values(&run.stdout), values(&print_toml(&by_cli.effective)), "{keys:?}");
+        assert_eq!(
+            values(&run.stdout),
+            values(&print_toml(&by_cli.effective)),
+            "{keys:?}"
+        );
         for (key, _, source) in settings(&run.stdout) {
             if keys.contains(&key.as_str()) {
                 assert!(source.starts_with("env SERVERY_"), "{key}: {source}");

@@ -29,7 +29,7 @@ use servery_core::{ConfigError, ValidConfig};
 
 pub use cleanup::{remove_worker_temp_files, temp_prefix};
 pub use control::{default_path as default_control_socket, trusted_uid};
-pub use status::{config_text, status_text};
+pub use status::{config_json, config_text, status_text};
 
 use crate::cli::ServeArgs;
 use crate::clock::Clock;
@@ -284,6 +284,7 @@ fn serve(
     let state = Arc::new(ControlState::default());
     // A reload reads the configuration again as the parent was started: same command
     // line and environment, the file as it is now (settings/reload.rs).
+    let started_settings = Arc::new(loaded.effective.clone());
     let reparse: Reparse = Arc::new(move || loaded.reload());
     {
         let _enter = host.handle().enter();
@@ -442,6 +443,7 @@ fn serve(
             root: root.display().to_string(),
             access_log: log_stats,
             services: service_reports,
+            settings: started_settings,
         },
         notifier,
     });

@@ -18,6 +18,7 @@ pub mod file;
 mod load;
 mod print;
 mod reload;
+mod status;
 
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ use clap::{Arg, ArgAction, ArgGroup, CommandFactory};
 pub use file::FileRead;
 pub use load::{Effective, LoadError, Loaded, Source, load};
 pub use print::print_toml;
+pub use status::settings_json;
 
 /// The clap group of the settings a reload may change: `group = LIVE` on an argument is
 /// how its description says so. Every other setting is fixed for the life of the parent

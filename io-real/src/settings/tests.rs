@@ -30,9 +30,19 @@ fn every_serving_argument_is_a_setting_with_a_unique_key_and_variable() {
         assert!(s.env.starts_with("SERVERY_"), "{}", s.env);
     }
     // The reloadable group names real settings, and the budgets are among them.
-    let live: Vec<_> = settings.iter().filter(|s| s.reloadable).map(|s| &*s.key).collect();
-    assert!(live.contains(&"max_connections") && live.contains(&"workers"), "{live:?}");
-    assert!(!live.contains(&"port") && !live.contains(&"tftp_timeout"), "{live:?}");
+    let live: Vec<_> = settings
+        .iter()
+        .filter(|s| s.reloadable)
+        .map(|s| &*s.key)
+        .collect();
+    assert!(
+        live.contains(&"max_connections") && live.contains(&"workers"),
+        "{live:?}"
+    );
+    assert!(
+        !live.contains(&"port") && !live.contains(&"tftp_timeout"),
+        "{live:?}"
+    );
 }
 
 #[test]
@@ -94,7 +104,10 @@ fn suggestions_are_near_misses_only() {
 #[test]
 fn a_reload_refuses_changes_to_fixed_settings_only() {
     let argv = |more: &[&str]| -> Vec<OsString> {
-        std::iter::once("servery").chain(more.iter().copied()).map(Into::into).collect()
+        std::iter::once("servery")
+            .chain(more.iter().copied())
+            .map(Into::into)
+            .collect()
     };
     let started = load(&argv(&["--port", "8000", "--max-connections", "5"])).expect("loads");
     let live = load(&argv(&["--port", "8000", "--max-connections", "6"])).expect("loads");
@@ -102,7 +115,29 @@ fn a_reload_refuses_changes_to_fixed_settings_only() {
     let fixed = load(&argv(&["--port", "8001", "--cors"])).expect("loads");
     let changes = reload::fixed_changes(&started.effective, &fixed.effective);
     assert_eq!(changes.len(), 2, "{changes:?}");
-    assert!(changes[0].starts_with("port cannot change on reload"), "{changes:?}");
+    assert!(
+        changes[0].starts_with("port cannot change on reload"),
+        "{changes:?}"
+    );
     assert!(changes[0].ends_with("8000 -> 8001"), "{changes:?}");
     assert!(changes[1].starts_with("cors "), "{changes:?}");
+}
+
+#[test]
+fn every_reloadable_setting_sets_a_field_the_status_shows() {
+    // What a reload changes is shown from the core's committed configuration, so a
+    // setting marked reloadable must reach it (`knobs::field_for_key`).
+    let valid = servery_core::RawConfig::default()
+        .validate()
+        .expect("valid");
+    let rendered = crate::parent::config_json(&valid);
+    for s in table().iter().filter(|s| s.reloadable) {
+        let field = crate::knobs::field_for_key(&s.key)
+            .unwrap_or_else(|| panic!("{}: reloadable but sets no core field", s.key));
+        assert!(
+            status::lookup(&rendered, field).is_some(),
+            "{}: {field} is not in the status's config",
+            s.key
+        );
+    }
 }
