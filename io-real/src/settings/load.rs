@@ -153,8 +153,11 @@ pub fn load(argv: &[OsString]) -> Result<Loaded, LoadError> {
     let matches = if options.is_empty() && positionals.is_empty() {
         first.clone()
     } else {
-        let mut args: Vec<OsString> = argv.to_vec();
+        // The options go first, where no `--` of the command line can turn them into
+        // positionals; the directory goes last.
+        let mut args: Vec<OsString> = argv.iter().take(1).cloned().collect();
         args.extend(options);
+        args.extend(argv.iter().skip(1).cloned());
         if !positionals.is_empty() {
             if !argv.iter().any(|a| a == "--") {
                 args.push("--".into());

@@ -141,3 +141,36 @@ fn every_reloadable_setting_sets_a_field_the_status_shows() {
         );
     }
 }
+
+#[test]
+fn every_reload_override_is_a_reloadable_setting() {
+    // `ctl reload --set` changes only what a reload may change.
+    let settings = table();
+    for knob in crate::knobs::KNOBS {
+        let s = by_key(&settings, knob.key).unwrap_or_else(|| panic!("{}: no setting", knob.key));
+        assert!(
+            s.reloadable,
+            "{} can be --set but is not reloadable",
+            knob.key
+        );
+    }
+}
+
+#[test]
+fn file_values_join_a_command_line_that_ends_with_positionals() {
+    let dir = std::env::temp_dir().join(format!("sv-settings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("s.toml");
+    std::fs::write(&file, "port = 8123\ndir = \"/elsewhere\"\n").expect("write");
+    let argv: Vec<OsString> = vec![
+        "servery".into(),
+        "--config".into(),
+        file.clone().into(),
+        "--".into(),
+        "/srv".into(),
+    ];
+    let loaded = load(&argv).expect("loads");
+    assert_eq!(loaded.cli.serve.port, Some(8123));
+    assert_eq!(loaded.cli.serve.dir, Some(PathBuf::from("/srv")));
+    let _ = std::fs::remove_dir_all(dir);
+}
