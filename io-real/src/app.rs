@@ -42,14 +42,9 @@ pub fn main() -> i32 {
         }
         Err(e) => {
             tell!("servery: invalid configuration (nothing was started):");
-            for problem in &e.file_errors {
+            for problem in e.problems() {
                 tell!("  - {problem}");
             }
-            let note = e
-                .with_file
-                .map(|p| format!(" (with the settings of {})", p.display()))
-                .unwrap_or_default();
-            tell!("  - {}{note}", settings::file::clap_message(&e.clap));
             crate::EXIT_CONFIG
         }
     }

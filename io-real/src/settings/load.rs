@@ -74,7 +74,9 @@ impl Loaded {
 
 /// The arguments cannot be parsed at all (usage errors), or not once the file's values
 /// are added (which adds the file's own problems, so all are shown together).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+#[error("{}", self.problems().join("; "))]
 pub struct LoadError {
     pub clap: clap::Error,
     pub file_errors: Vec<String>,
@@ -87,26 +89,17 @@ impl LoadError {
     pub fn is_conflict(&self) -> bool {
         self.clap.kind() == clap::error::ErrorKind::ArgumentConflict
     }
-}
 
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut first = true;
-        for e in &self.file_errors {
-            if !first {
-                f.write_str("; ")?;
-            }
-            first = false;
-            f.write_str(e)?;
-        }
-        if !first {
-            f.write_str("; ")?;
-        }
-        f.write_str(&file::clap_message(&self.clap))?;
-        if let Some(path) = &self.with_file {
-            write!(f, " (with the settings of {})", path.display())?;
-        }
-        Ok(())
+    /// Every problem, one line each: the file's, then clap's.
+    pub fn problems(&self) -> Vec<String> {
+        let mut all = self.file_errors.clone();
+        let with = self
+            .with_file
+            .as_ref()
+            .map(|p| format!(" (with the settings of {})", p.display()))
+            .unwrap_or_default();
+        all.push(format!("{}{with}", file::clap_message(&self.clap)));
+        all
     }
 }
 
