@@ -162,6 +162,18 @@ fn file_errors_name_the_file_line_and_key_and_come_with_every_other_error() {
     assert!(!run.stdout.contains("listening"), "{}", run.stdout);
     assert!(!socket.exists(), "nothing may be bound before the errors");
 
+    // The rules between options hold for the file's values too.
+    let half = write(&tree.dir.join("half.toml"), "tls_cert = \"cert.pem\"\n");
+    let run = run_servery(&["--config", text(&half), "--check-config"], &[], BOUND);
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    assert!(run.stderr.contains("--tls-key"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("(with the settings of {})", text(&half))),
+        "{}",
+        run.stderr
+    );
+
     // A file that is not TOML, or not there, is a configuration error too.
     let broken = write(&tree.dir.join("broken.toml"), "port = 1\nbind = [\n");
     let run = run_servery(&["--config", text(&broken), "--check-config"], &[], BOUND);
