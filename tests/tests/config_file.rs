@@ -276,6 +276,21 @@ fn a_reload_reads_the_file_again_and_refuses_a_setting_fixed_at_start() {
     write(&path, "max_connections = \"many\"\n");
     let err = server.ctl(&json!({"cmd": "reload"})).expect_err("bad file");
     assert!(err.contains("live.toml:1: max_connections"), "{err}");
+    // Judged by the core like any reload: counted and reported in the status.
+    let status = server.status();
+    let last = status["last_reload_error"].as_str().unwrap_or_default();
+    assert!(last.contains("live.toml:1: max_connections"), "{status}");
+
+    // A SIGHUP whose file changes a fixed setting: rejected and reported the same way.
+    write(&path, "max_connections = 250\nshow_hidden = true\n");
+    server.signal(Sig::HUP);
+    let (status, _) = wait_until(BOUND, "the SIGHUP's rejection in the status", || {
+        let s = server.status();
+        let last = s["last_reload_error"].as_str().unwrap_or_default();
+        last.contains("show_hidden cannot change on reload")
+            .then_some(s)
+    });
+    assert_eq!(status["generation"], 2, "{status}");
 
     // SIGHUP reads the file too.
     write(&path, "max_connections = 250\nshow_hidden = false\n");

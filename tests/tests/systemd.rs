@@ -177,6 +177,27 @@ fn the_service_manager_hears_ready_reloading_stopping_and_the_watchdog() {
     })
     .0;
 
+    // A reload refused before it starts still answers systemd's SIGHUP with the pair
+    // Type=notify-reload waits for, and says why in STATUS=.
+    let refused = server
+        .ctl(&json!({"cmd": "reload", "set": {"workers": 0}}))
+        .expect_err("no workers is invalid");
+    let (again, _) = wait_until(
+        Duration::from_secs(5),
+        "RELOADING=1 for the refusal",
+        || find(&told(&seen), reloaded + 1, "RELOADING=1"),
+    );
+    let (reloaded, _) = wait_until(Duration::from_secs(5), "READY=1 after the refusal", || {
+        find(&told(&seen), again + 1, "READY=1")
+    });
+    let messages = told(&seen);
+    assert!(
+        messages[reloaded]
+            .lines()
+            .any(|l| l.starts_with("STATUS=reload rejected: ")),
+        "the refusal ({refused}) is in STATUS=: {messages:?}"
+    );
+
     server.signal(Sig::TERM);
     server.wait_exit(Duration::from_secs(20));
     let (stopping, _) = wait_until(Duration::from_secs(5), "STOPPING=1", || {

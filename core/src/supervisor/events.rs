@@ -64,6 +64,9 @@ impl Supervisor {
                 Err(e) => self.reject_reload(id, e.to_string()),
             },
             Event::Command(Command::Recycle) => self.recycle_all(now),
+            Event::Command(Command::ReloadUnreadable { id, message }) => {
+                self.reject_reload(id, message)
+            }
         }
     }
 

@@ -260,6 +260,10 @@ pub enum Command {
     },
     /// Recycle every worker of the committed generation, one at a time.
     Recycle,
+    /// A reload whose configuration the driver could not read (a file that does not
+    /// parse, a setting that cannot change live): rejected like an invalid one, so it is
+    /// counted, reported and answered the same way.
+    ReloadUnreadable { id: ReloadId, message: String },
 }
 
 /// What the driver tells the supervisor.

@@ -366,15 +366,17 @@ async fn status(ctx: &ControlContext) -> Result<Value, Value> {
 }
 
 async fn reload(request: &Value, ctx: &ControlContext) -> Result<Value, Value> {
-    let mut raw = (ctx.reparse)().map_err(|e| refuse(format!("reload rejected: {e}")))?;
-    match request.get("set") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(set)) => knobs::apply_overrides(&mut raw, set)
+    // A configuration that cannot be read is the core's to reject (counted, reported in
+    // the status, told to systemd); a malformed request is this client's alone.
+    let mut raw = (ctx.reparse)().map(Box::new);
+    match (request.get("set"), &mut raw) {
+        (None | Some(Value::Null), _) | (Some(Value::Object(_)), Err(_)) => {}
+        (Some(Value::Object(set)), Ok(raw)) => knobs::apply_overrides(raw, set)
             .map_err(|errors| refuse(format!("invalid overrides: {}", errors.join("; "))))?,
-        Some(other) => return Err(refuse(format!("`set` must be an object, got {other}"))),
+        (Some(other), _) => return Err(refuse(format!("`set` must be an object, got {other}"))),
     }
     let (tx, rx) = oneshot::channel();
-    send(ctx, Inbound::Reload(Box::new(raw), Some(tx)))?;
+    send(ctx, Inbound::Reload(raw, Some(tx)))?;
     match rx.await {
         Ok(Ok(generation)) => Ok(json!({"ok": true, "generation": generation})),
         Ok(Err(message)) => Err(refuse(message)),

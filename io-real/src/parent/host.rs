@@ -110,16 +110,10 @@ impl Signals {
                     tracing::info!("SIGUSR1: reopening the access log");
                     Inbound::ReopenLogs
                 }
-                _ = self.hup.recv() => match reparse() {
-                    Ok(raw) => {
-                        tracing::info!("SIGHUP: reloading");
-                        Inbound::Reload(Box::new(raw), None)
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "SIGHUP: reload rejected; the running generation keeps serving");
-                        continue;
-                    }
-                },
+                _ = self.hup.recv() => {
+                    tracing::info!("SIGHUP: reloading");
+                    Inbound::Reload(reparse().map(Box::new), None)
+                }
             };
             if events.send(inbound).is_err() {
                 return;

@@ -41,8 +41,10 @@ pub enum Inbound {
     Event(Event),
     /// A status snapshot is wanted; it is built in `observe`, off the hot path.
     Status(oneshot::Sender<Value>),
-    /// A reload candidate, with whoever waits for its outcome.
-    Reload(Box<RawConfig>, Option<ReloadReply>),
+    /// A reload candidate, or why its configuration could not be read, with whoever
+    /// waits for its outcome. Either way the core judges it, so every reload is counted
+    /// and answered alike.
+    Reload(Result<Box<RawConfig>, String>, Option<ReloadReply>),
     /// The access-log writer finished the batch it was given.
     LogWritten,
     /// SIGUSR1 or `ctl reopen-logs`: reopen the access log.
@@ -251,13 +253,16 @@ impl RealIo {
 
     /// A reload request: named here, answered when the core commits its generation or
     /// rejects it (SIGHUP's reloads have nobody waiting).
-    fn reload(&mut self, raw: Box<RawConfig>, reply: Option<ReloadReply>) -> Event {
+    fn reload(&mut self, raw: Result<Box<RawConfig>, String>, reply: Option<ReloadReply>) -> Event {
         self.next_reload += 1;
         let id = ReloadId(self.next_reload);
         if let Some(reply) = reply {
             self.reloads.insert(id, reply);
         }
-        Event::Command(Command::Reload { id, config: raw })
+        Event::Command(match raw {
+            Ok(config) => Command::Reload { id, config },
+            Err(message) => Command::ReloadUnreadable { id, message },
+        })
     }
 
     fn perform_spawn(

@@ -70,13 +70,20 @@ impl Notifier {
         }
     }
 
-    /// A reload ended without a new generation: the old one serves on.
+    /// A reload ended without a new generation: the old one serves on. A reload refused
+    /// before it started (an unreadable file, a setting fixed at start, one already in
+    /// progress) still reports RELOADING=1 then READY=1: with `Type=notify-reload`
+    /// systemd waits for that pair after its SIGHUP, and would otherwise time out.
     pub fn reload_rejected(&mut self, message: &str) {
-        if self.reloading && !self.stopping {
-            self.reloading = false;
-            let status = format!("reload rejected: {message}");
-            self.send(&[NotifyState::Ready, NotifyState::Status(&status)]);
+        if self.stopping {
+            return;
         }
+        if !self.reloading {
+            self.reload_started();
+        }
+        self.reloading = false;
+        let status = format!("reload rejected: {message}");
+        self.send(&[NotifyState::Ready, NotifyState::Status(&status)]);
     }
 
     /// The listeners closed: the service is stopping.

@@ -63,3 +63,24 @@ fn reloads_are_counted_by_outcome() {
     assert_eq!(h.sup.tally().reloads_rejected, 1);
     assert_eq!(h.sup.tally().reloads_committed, 0);
 }
+
+#[test]
+fn an_unreadable_reload_is_rejected_counted_and_reported_with_its_reason() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let acts = h.on(Event::Command(Command::ReloadUnreadable {
+        id: ReloadId(7),
+        message: "show_hidden cannot change on reload".into(),
+    }));
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Action::ReloadRejected { reload: ReloadId(7), message } if message.contains("show_hidden")
+    )));
+    assert_eq!(h.sup.tally().reloads_rejected, 1);
+    assert!(
+        !acts
+            .iter()
+            .any(|a| matches!(a, Action::ReloadStarted { .. } | Action::Spawn { .. })),
+        "nothing starts: {acts:?}"
+    );
+}
