@@ -171,6 +171,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub tftp: crate::tftp::args::TftpArgs,
+
+    #[command(flatten)]
+    pub acme: crate::parent::services::acme::args::AcmeArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -392,6 +395,7 @@ impl ServeArgs {
         self.dav.apply(&mut raw);
         self.access_log.apply(&mut raw);
         self.discovery.apply(&mut raw);
+        raw.features.acme = self.acme.enabled();
         self.tftp.apply(&mut raw);
         raw
     }

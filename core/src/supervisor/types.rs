@@ -295,6 +295,12 @@ pub enum Event {
         status: ExitStatus,
     },
     Command(Command),
+    /// What the parent's ACME service observed, at the driver's wall time (for the
+    /// parent's certificate manager; the supervisor ignores it).
+    Acme {
+        wall: crate::acme::UnixTime,
+        event: crate::acme::AcmeEvent,
+    },
 }
 
 /// What the supervisor asks the driver to do.

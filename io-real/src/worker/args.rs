@@ -32,6 +32,10 @@ pub struct SiteFlags {
     pub no_archive: bool,
     pub archive_max_entries: Option<u64>,
     pub archive_max_size: Option<u64>,
+    /// With `--acme`: how many of the listeners (the last ones) are the cleartext
+    /// HTTP-01 listeners, and the HTTPS port they redirect to.
+    pub acme_http_listeners: Option<u32>,
+    pub https_port: Option<u16>,
 }
 
 impl SiteFlags {
@@ -56,6 +60,12 @@ impl SiteFlags {
         }
         if let Some(n) = self.archive_max_size {
             args.extend(["--archive-max-size".to_owned(), n.to_string()]);
+        }
+        if let Some(n) = self.acme_http_listeners {
+            args.extend(["--acme-http-listeners".to_owned(), n.to_string()]);
+        }
+        if let Some(n) = self.https_port {
+            args.extend(["--https-port".to_owned(), n.to_string()]);
         }
         args
     }
@@ -94,6 +104,8 @@ impl SiteFlags {
                 self.dav_propfind_max_entries = Some(number(name, value()?)?)
             }
             "--cache" => self.cache = Some(number(name, value()?)?),
+            "--acme-http-listeners" => self.acme_http_listeners = Some(number(name, value()?)?),
+            "--https-port" => self.https_port = Some(number(name, value()?)?),
             "--max-compress-size" => self.max_compress_size = Some(number(name, value()?)?),
             _ => return Ok(false),
         }
