@@ -121,10 +121,9 @@ fn start_ca(dir: &Path) -> Ca {
     let procs = (Killed(pebble), Killed(dns_srv));
     for port in [listen, challtest] {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        wait_until(Duration::from_secs(10), || {
+        wait_until(Duration::from_secs(10), "the CA's listeners", || {
             TcpStream::connect(addr).ok().map(|_| ())
-        })
-        .unwrap_or_else(|| panic!("nothing listens on {addr}"));
+        });
     }
     Ca {
         directory: format!("https://127.0.0.1:{listen}/dir"),
@@ -177,13 +176,17 @@ fn acme_status(server: &Server) -> Value {
 }
 
 fn wait_acme(server: &Server, what: &str, bound: Duration, ok: impl Fn(&Value) -> bool) -> Value {
-    wait_until(bound, || Some(acme_status(server)).filter(|a| ok(a)))
-        .unwrap_or_else(|| panic!("{what}: {}", acme_status(server)))
+    let (a, _) = wait_until(bound, what, || {
+        let a = acme_status(server);
+        Some(a).filter(|a| ok(a))
+    });
+    a
 }
 
 /// The leaf certificate servery presents on `addr` (DER), without verifying it.
 fn served_leaf(addr: SocketAddr) -> Vec<u8> {
-    let tls = tls_client::connect(addr, tls_client::accept_any(&[b"http/1.1"]), "localhost");
+    let tls = tls_client::connect(addr, "localhost", tls_client::accept_any(&[b"http/1.1"]))
+        .expect("TLS handshake");
     tls.conn
         .peer_certificates()
         .and_then(|c| c.first())
@@ -220,11 +223,12 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
         !by_pebble(&served_leaf(server.addr)),
         "placeholder before a recycle"
     );
-    server.ctl(&json!({"command": "recycle"})).expect("recycle");
-    let leaf = wait_until(Duration::from_secs(20), || {
-        Some(served_leaf(server.addr)).filter(|d| by_pebble(d))
-    })
-    .expect("a worker started after the issuance serves pebble's certificate");
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    let (leaf, _) = wait_until(
+        Duration::from_secs(20),
+        "pebble's certificate served",
+        || Some(served_leaf(server.addr)).filter(|d| by_pebble(d)),
+    );
     let mode = std::fs::metadata(state.join("certificate.pem"))
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     assert_eq!(mode.ok(), Some(0o600));
@@ -273,6 +277,4 @@ fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
         by_pebble(&served_leaf(server.addr)),
         "the stored certificate is still served"
     );
-    let text = server.ctl(&json!({"command": "status", "format": "text"}));
-    let _ = text;
 }
