@@ -114,7 +114,7 @@ fn start_ca(dir: &Path) -> Ca {
         .env("PEBBLE_VA_NOSLEEP", "1")
         .env("PEBBLE_WFE_NONCEREJECT", "0")
         .env("PEBBLE_AUTHZREUSE", "0")
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("pebble.log")).expect("log"))
         .stderr(Stdio::null())
         .spawn()
         .expect("start pebble");
@@ -171,6 +171,15 @@ impl Ca {
     }
 }
 
+/// The stopped servery's workers may hold the cleartext listener a moment longer.
+fn port_free(port: u16) {
+    wait_until(
+        Duration::from_secs(10),
+        "the HTTP-01 port to be free",
+        || TcpListener::bind(("127.0.0.1", port)).ok().map(|_| ()),
+    );
+}
+
 fn acme_status(server: &Server) -> Value {
     server.status()["acme"].clone()
 }
@@ -205,8 +214,8 @@ fn by_pebble(der: &[u8]) -> bool {
 #[test]
 fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
     let tree = Tree::new("acme-issue");
-    let ca = start_ca(&tree.root().parent().expect("dir").to_path_buf());
-    let state = tree.root().parent().expect("dir").join("acme-state");
+    let ca = start_ca(&tree.dir.clone());
+    let state = tree.dir.join("acme-state");
     let args = ca.args(&state, &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start(&tree, 2, &args, &[]);
@@ -233,6 +242,7 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     assert_eq!(mode.ok(), Some(0o600));
     drop(server);
+    port_free(ca.http_port);
 
     let server = Server::start(&tree, 1, &args, &[]);
     let again = wait_acme(&server, "loaded", Duration::from_secs(20), |a| {
@@ -250,8 +260,8 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
 #[test]
 fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
     let tree = Tree::new("acme-fail");
-    let ca = start_ca(&tree.root().parent().expect("dir").to_path_buf());
-    let state = tree.root().parent().expect("dir").join("acme-state");
+    let ca = start_ca(&tree.dir.clone());
+    let state = tree.dir.join("acme-state");
     let args = ca.args(&state, &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start(&tree, 1, &args, &[]);
@@ -259,6 +269,7 @@ fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
         a["state"] == "valid"
     });
     drop(server);
+    port_free(ca.http_port);
     // Nothing answers there: the CA cannot validate.
     ca.point("127.0.0.2");
     // Renewal due at once (within ten years of expiry).

@@ -236,6 +236,8 @@ fn an_older_or_invalid_issuance_keeps_the_certificate_in_service_and_retries() {
         (1, cert("11", T0 - DAY, T0 + 89 * DAY), "no later than"),
         (2, cert("12", T0 + DAY, T0 + 91 * DAY), "not valid yet"),
         (3, cert("13", T0 - 100 * DAY, T0 - DAY), "expired"),
+        // The same expiry (a replayed issuance) is not newer either.
+        (4, cert("14", T0 + 1, T0 + 90 * DAY), "no later than"),
     ] {
         if order > 1 {
             m.handle(at(1), wall(1), AcmeEvent::RenewNow);
