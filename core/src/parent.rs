@@ -156,7 +156,7 @@ impl Parent {
             }
             Event::Acme { wall, event } => {
                 if let Some(acme) = &mut self.acme {
-                    acme.handle(now, wall, event);
+                    acme.handle(now, wall, *event);
                 }
             }
             Event::Command(Command::Reload { id, config })

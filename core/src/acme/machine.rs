@@ -277,14 +277,13 @@ impl CertManager {
             return;
         }
         let wall = self.wall_of(now);
-        match stored {
-            Some(cert) => match judge(&cert.facts, None, &self.config.domains, wall) {
+        if let Some(cert) = stored {
+            match judge(&cert.facts, None, &self.config.domains, wall) {
                 Ok(()) => return self.put_in_service(now, wall, cert),
                 Err(j) => {
                     self.last_error = Some(format!("the stored certificate is not used: {j}"));
                 }
-            },
-            None => {}
+            }
         }
         self.start_order(now);
     }

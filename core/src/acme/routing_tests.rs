@@ -19,7 +19,7 @@ fn acme(p: &mut Parent, secs: u64, event: AcmeEvent) {
         Instant::from_nanos(secs * 1_000_000_000),
         Event::Acme {
             wall: UnixTime(1_800_000_000 + secs as i64),
-            event,
+            event: Box::new(event),
         },
     );
 }

@@ -299,7 +299,8 @@ pub enum Event {
     /// parent's certificate manager; the supervisor ignores it).
     Acme {
         wall: crate::acme::UnixTime,
-        event: crate::acme::AcmeEvent,
+        /// Boxed: a certificate is large, and every other event is small.
+        event: Box<crate::acme::AcmeEvent>,
     },
 }
 

@@ -325,6 +325,8 @@ mod tests {
             no_archive: true,
             archive_max_entries: Some(9),
             archive_max_size: Some(1 << 30),
+            acme_http_listeners: Some(2),
+            https_port: Some(8443),
         };
         let mut args: Vec<String> = REQUIRED.iter().map(|s| s.to_string()).collect();
         args.extend(flags.to_args());

@@ -66,7 +66,7 @@ impl Task {
     fn report(&self, event: AcmeEvent) {
         let _ = self.events.send(Inbound::Event(Event::Acme {
             wall: facts::wall_now(),
-            event,
+            event: Box::new(event),
         }));
     }
 
