@@ -289,3 +289,66 @@ fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
         "the stored certificate is still served"
     );
 }
+
+#[test]
+fn acme_configuration_errors_name_their_flag_before_binding() {
+    let tree = Tree::new("acme-config");
+    let root = tree.root().display().to_string();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--acme", DOMAIN], &["--acme-dir", "--port"]),
+        (
+            &[
+                "--acme",
+                "127.0.0.1",
+                "--port",
+                "8443",
+                "--acme-dir",
+                "/tmp/x",
+            ],
+            &["--acme: \"127.0.0.1\" is not a DNS name"],
+        ),
+        (
+            &[
+                "--acme",
+                DOMAIN,
+                "--port",
+                "8080",
+                "--acme-http-port",
+                "8080",
+                "--acme-dir",
+                "/tmp/x",
+            ],
+            &["--acme-http-port: must differ from --port"],
+        ),
+        (
+            &[
+                "--acme",
+                DOMAIN,
+                "--port",
+                "8443",
+                "--acme-dir",
+                "/tmp/x",
+                "--tls-self-signed",
+            ],
+            &["--acme: cannot be combined"],
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut all = vec![root.as_str()];
+        all.extend_from_slice(args);
+        let run = run_servery(&all, &[], Duration::from_secs(20));
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
+        for e in *expected {
+            assert!(
+                run.stderr.contains(e),
+                "{args:?}: missing {e:?} in {}",
+                run.stderr
+            );
+        }
+        assert!(
+            !run.stdout.contains("listening"),
+            "nothing was bound: {}",
+            run.stdout
+        );
+    }
+}
