@@ -227,6 +227,17 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
         issued["serial"].is_string() && issued["next_attempt"].is_i64(),
         "{issued}"
     );
+    assert!(
+        issued["next_attempt"].as_i64() < issued["not_after"].as_i64(),
+        "{issued}"
+    );
+    // The cleartext listener answers challenges only: a withdrawn or unknown token is 404,
+    // anything else is sent to HTTPS.
+    let plain: SocketAddr = format!("127.0.0.1:{}", ca.http_port).parse().expect("addr");
+    let (status, _) = http_get(plain, "/.well-known/acme-challenge/unknown").expect("GET");
+    assert_eq!(status, 404);
+    let (status, _) = http_get(plain, "/hello.txt").expect("GET");
+    assert_eq!(status, 308);
     // Running workers keep the placeholder until replaced; workers started now serve it.
     assert!(
         !by_pebble(&served_leaf(server.addr)),

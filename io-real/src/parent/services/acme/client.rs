@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, ExternalAccountKey,
-    Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    ExternalAccountKey, Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
-use servery_core::acme::{AcmeAction, AcmeError, AcmeEvent, Challenge};
+use servery_core::acme::{AcmeAction, AcmeError, AcmeEvent, Challenge, UnixTime};
 use servery_core::supervisor::Event;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -116,8 +116,15 @@ impl Task {
                     Err(error) => AcmeEvent::Failed { order, error },
                 });
             }
-            // The renewal window (ARI) is not asked for yet: the two-thirds rule applies.
-            AcmeAction::AskRenewalInfo { .. } => {}
+            AcmeAction::AskRenewalInfo { serial } => match self.renewal_window(&serial).await {
+                Ok(Some((start, end))) => {
+                    tracing::info!(serial, start = start.0, end = end.0, "ACME renewal window");
+                    self.report(AcmeEvent::RenewalWindow { serial, start, end });
+                }
+                // No window: the two-thirds rule applies.
+                Ok(None) => {}
+                Err(e) => tracing::info!(error = %e, "no ACME renewal information"),
+            },
             // The parent's driver performs these itself.
             AcmeAction::InstallIdentity { .. } | AcmeAction::Publish(_) | AcmeAction::Withdraw => {}
         }
@@ -245,6 +252,50 @@ impl Task {
         let key_pem = order.finalize().await.map_err(classify)?;
         let cert_pem = order.poll_certificate(&POLL).await.map_err(classify)?;
         facts::certificate(cert_pem, key_pem).map_err(AcmeError::Malformed)
+    }
+}
+
+impl Task {
+    /// The CA's suggested renewal window (RFC 9773) for the stored certificate with
+    /// `serial`, if the CA offers renewal information.
+    async fn renewal_window(
+        &mut self,
+        serial: &str,
+    ) -> Result<Option<(UnixTime, UnixTime)>, AcmeError> {
+        let Some((cert_pem, _)) = self
+            .state()?
+            .load_certificate()
+            .map_err(|e| AcmeError::Storage(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let identity = crate::tls::Identity::from_pem(cert_pem, String::new());
+        let Some(leaf) = identity
+            .certificates()
+            .ok()
+            .and_then(|c| c.into_iter().next())
+        else {
+            return Ok(None);
+        };
+        if facts::facts_of_der(&leaf)
+            .map_err(AcmeError::Malformed)?
+            .serial
+            != serial
+        {
+            return Ok(None);
+        }
+        let id = CertificateIdentifier::try_from(&leaf).map_err(AcmeError::Malformed)?;
+        match self.account().await?.renewal_info(&id).await {
+            Ok((info, _)) => {
+                let w = info.suggested_window;
+                Ok(Some((
+                    UnixTime(w.start.unix_timestamp()),
+                    UnixTime(w.end.unix_timestamp()),
+                )))
+            }
+            Err(instant_acme::Error::Unsupported(_)) => Ok(None),
+            Err(e) => Err(classify(e)),
+        }
     }
 }
 
