@@ -438,6 +438,8 @@ pub enum CtlCommand {
     /// Close and open the access log again (after logrotate moved it); SIGUSR1 does the
     /// same.
     ReopenLogs,
+    /// With --acme: order a new certificate now, whatever the renewal schedule says.
+    AcmeRenew,
     /// Stop gracefully.
     Stop,
 }

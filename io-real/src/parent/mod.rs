@@ -192,6 +192,12 @@ fn print_site(args: &ServeArgs, site: &site::PreparedSite) {
     let tls = match (&s.tls_cert, s.tls_self_signed) {
         (Some(cert), _) => format!("certificate {}", cert.display()),
         (None, true) => format!("self-signed for {}", site.self_signed_names.join(", ")),
+        (None, false) if args.acme.enabled() => format!(
+            "ACME for {} from {} (cleartext HTTP-01 on port {})",
+            args.acme.acme.join(", "),
+            args.acme.acme_directory,
+            args.acme.acme_http_port
+        ),
         (None, false) => "off".into(),
     };
     say!("site.tls = {tls}");
