@@ -5,6 +5,7 @@
 //! {"cmd":"reload"}                        → {"ok":true,"generation":N} once N serves
 //! {"cmd":"reload","set":{"workers":3}}    (overrides on top of the original CLI/env)
 //! {"cmd":"recycle"} / {"cmd":"stop"}      → {"ok":true}
+//! {"cmd":"acme-renew"}                    → {"ok":true} (the certificate manager orders now)
 //! anything refused                        → {"ok":false,"error":"…"}
 //! ```
 //!
