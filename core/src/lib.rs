@@ -8,6 +8,7 @@
 //! [`driver::ParentIo`] trait that both drivers implement.
 #![forbid(unsafe_code)]
 
+pub mod acme;
 pub mod broker;
 pub mod config;
 pub mod driver;

@@ -14,6 +14,7 @@
 
 use std::collections::VecDeque;
 
+use crate::acme::{AcmeAction, CertManager, ManagerConfig};
 use crate::broker::{Broker, Owner};
 use crate::config::ValidConfig;
 use crate::ids::WorkerId;
@@ -39,6 +40,10 @@ pub enum ParentAction {
     /// with its time left. Only with `features.dav_persistent_locks`; the driver gives
     /// the journal back to [`Parent::restore_dav_locks`] when it starts again.
     PersistDavLocks(Vec<crate::proto::DavLockInfo>),
+    /// The certificate manager's requests of its driver (order, answer, store, install,
+    /// ask for renewal info). Its challenge publications never appear here: the parent
+    /// puts them in the broker itself, before the answer goes out.
+    Acme(AcmeAction),
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -55,6 +60,10 @@ pub struct Parent {
     supervisor: Supervisor,
     broker: Broker,
     singletons: Singletons,
+    /// The ACME certificate manager, when the driver enabled it ([`Parent::with_acme`]).
+    acme: Option<CertManager>,
+    /// The manager's random stream, drawn after the others' so theirs do not move.
+    acme_rng: Option<CoreRng>,
     pending_exit: Option<i32>,
     /// When the parent last took a step (handled an event or its deadlines).
     last_step: Option<Instant>,
@@ -67,10 +76,13 @@ impl Parent {
         let mut rng = CoreRng::from_seed(seed);
         let singletons = Singletons::new(&SingletonKind::enabled_by(config.features()));
         let broker = Broker::new(config.broker().clone(), rng.fork());
+        let supervisor = Supervisor::new(config, platform, rng.fork());
         Parent {
-            supervisor: Supervisor::new(config, platform, rng.fork()),
+            supervisor,
             broker,
             singletons,
+            acme: None,
+            acme_rng: Some(rng.fork()),
             pending_exit: None,
             last_step: None,
             actions: VecDeque::new(),
@@ -87,6 +99,21 @@ impl Parent {
 
     pub fn singletons(&self) -> &Singletons {
         &self.singletons
+    }
+
+    /// Run an ACME certificate manager for `config` (its domains and policy). Its I/O
+    /// comes in as [`Event::Acme`] and goes out as [`ParentAction::Acme`].
+    pub fn with_acme(mut self, config: ManagerConfig) -> Self {
+        let rng = self
+            .acme_rng
+            .take()
+            .unwrap_or_else(|| CoreRng::from_seed([0; 32]));
+        self.acme = Some(CertManager::new(config, rng));
+        self
+    }
+
+    pub fn acme(&self) -> Option<&CertManager> {
+        self.acme.as_ref()
     }
 
     /// Locks a previous parent journalled, before the first event; returns how many were
@@ -127,6 +154,11 @@ impl Parent {
                         .handle_request(now, Owner { worker, generation }, id, request);
                 }
             }
+            Event::Acme { wall, event } => {
+                if let Some(acme) = &mut self.acme {
+                    acme.handle(now, wall, *event);
+                }
+            }
             Event::Command(Command::Reload { id, config })
                 if config.features != *self.supervisor.config().features() =>
             {
@@ -145,13 +177,22 @@ impl Parent {
         self.step_begins(now);
         self.broker.handle_timeout(now);
         self.supervisor.handle_timeout(now);
+        if let Some(acme) = &mut self.acme
+            && acme.poll_timeout().is_some_and(|due| due <= now)
+        {
+            acme.handle_timeout(now);
+        }
         self.pump();
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
         let (due, period) = self.supervisor.poll_timeout_and_watch_period();
         let watch = self.last_step.zip(period).map(|(t, period)| t + period);
-        earliest(earliest(due, self.broker.poll_timeout()), watch)
+        let acme = self.acme.as_ref().and_then(CertManager::poll_timeout);
+        earliest(
+            earliest(due, self.broker.poll_timeout()),
+            earliest(watch, acme),
+        )
     }
 
     /// A step at `now`. The machine has not changed since the last one, so
@@ -201,6 +242,17 @@ impl Parent {
         while let Some(action) = self.singletons.poll_action() {
             self.actions.push_back(ParentAction::Singleton(action));
         }
+        // Challenges are in the broker before the driver is told to have them validated,
+        // so any worker the CA reaches can answer.
+        while let Some(action) = self.acme.as_mut().and_then(CertManager::poll_action) {
+            match action {
+                AcmeAction::Publish(challenges) => {
+                    self.broker.challenges_mut().publish(challenges);
+                }
+                AcmeAction::Withdraw => self.broker.challenges_mut().withdraw(),
+                action => self.actions.push_back(ParentAction::Acme(action)),
+            }
+        }
         // The journal goes out before the answers that depend on it: a parent killed
         // after answering a LOCK has already handed the lock to its driver.
         if self.broker.take_dav_changed()
@@ -242,6 +294,16 @@ impl Parent {
         self.supervisor.check_invariants()?;
         self.broker.check_invariants()?;
         self.singletons.check_invariants()?;
+        if let Some(acme) = &self.acme {
+            acme.check_invariants()?;
+        }
+        let validating = self
+            .acme
+            .as_ref()
+            .is_some_and(|a| matches!(a.phase(), crate::acme::Phase::Validating { .. }));
+        if !self.broker.challenges().is_empty() && !validating {
+            return Err("ACME challenges published with no order being validated".into());
+        }
         for holder in self.broker.holders() {
             if holder != PARENT_CLIENT && !self.supervisor.is_connected(holder) {
                 return Err(format!(

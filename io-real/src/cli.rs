@@ -176,6 +176,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub tftp: crate::tftp::args::TftpArgs,
+
+    #[command(flatten)]
+    pub acme: crate::parent::services::acme::args::AcmeArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -397,6 +400,7 @@ impl ServeArgs {
         self.dav.apply(&mut raw);
         self.access_log.apply(&mut raw);
         self.discovery.apply(&mut raw);
+        raw.features.acme = self.acme.enabled();
         self.tftp.apply(&mut raw);
         raw
     }
@@ -439,6 +443,8 @@ pub enum CtlCommand {
     /// Close and open the access log again (after logrotate moved it); SIGUSR1 does the
     /// same.
     ReopenLogs,
+    /// With --acme: order a new certificate now, whatever the renewal schedule says.
+    AcmeRenew,
     /// Stop gracefully.
     Stop,
 }

@@ -132,6 +132,7 @@ pub fn run(args: CtlArgs) -> i32 {
         CtlCommand::Status { .. } => json!({"cmd": "status"}),
         CtlCommand::Recycle => json!({"cmd": "recycle"}),
         CtlCommand::ReopenLogs => json!({"cmd": "reopen-logs"}),
+        CtlCommand::AcmeRenew => json!({"cmd": "acme-renew"}),
         CtlCommand::Stop => json!({"cmd": "stop"}),
         CtlCommand::Reload { set } => match knobs::parse_pairs(set) {
             Ok(set) if set.is_empty() => json!({"cmd": "reload"}),
@@ -160,6 +161,7 @@ pub fn run(args: CtlArgs) -> i32 {
         }
         CtlCommand::Recycle => say!("recycling every worker, one at a time"),
         CtlCommand::ReopenLogs => say!("reopening the access log"),
+        CtlCommand::AcmeRenew => say!("ordering a new certificate (see `ctl status`)"),
         CtlCommand::Stop => say!("stopping"),
     }
     0

@@ -7,6 +7,7 @@
 //! monotonic expiry as the backstop for a missed notification. Tables, budgets and the
 //! log queue are bounded; a full one answers [`Rejection::Saturated`], deterministically.
 
+mod challenge;
 mod client;
 mod dav;
 mod log_queue;
@@ -14,6 +15,7 @@ mod log_queue;
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+pub use challenge::ChallengeTable;
 pub use client::{BrokerClient, ClientError, Completion};
 pub use dav::DavTable;
 pub use log_queue::LogQueue;
@@ -98,6 +100,7 @@ pub struct Broker {
     partials: BTreeMap<LeaseId, Partial>,
     partial_by_key: BTreeMap<TargetKey, LeaseId>,
     dav: DavTable,
+    challenges: ChallengeTable,
     log: LogQueue,
     expiries: BTreeSet<(Instant, Kind, LeaseId)>,
     by_owner: BTreeMap<WorkerId, BTreeSet<LeaseId>>,
@@ -122,6 +125,7 @@ impl Broker {
             partials: BTreeMap::new(),
             partial_by_key: BTreeMap::new(),
             dav: DavTable::default(),
+            challenges: ChallengeTable::default(),
             log,
             expiries: BTreeSet::new(),
             by_owner: BTreeMap::new(),
@@ -185,6 +189,15 @@ impl Broker {
         }
         self.dav.take_changed();
         restored.len()
+    }
+
+    /// The ACME challenges workers answer (published by the parent's certificate manager).
+    pub fn challenges(&self) -> &ChallengeTable {
+        &self.challenges
+    }
+
+    pub fn challenges_mut(&mut self) -> &mut ChallengeTable {
+        &mut self.challenges
     }
 
     pub fn log(&self) -> &LogQueue {
@@ -351,6 +364,9 @@ impl Broker {
                     Ok(()) => locks,
                     Err(_) => BrokerReply::Rejected(Rejection::TooLarge),
                 }
+            }
+            BrokerRequest::AcmeChallenge { token } => {
+                BrokerReply::KeyAuthorization(self.challenges.answer(&token).map(str::to_owned))
             }
             BrokerRequest::LogDroppedLocally { lines } => {
                 self.log.count_dropped(lines);

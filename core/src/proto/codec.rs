@@ -483,6 +483,10 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(14);
             w.u64(*lines);
         }
+        BrokerRequest::AcmeChallenge { token } => {
+            w.u8(15);
+            w.str(token);
+        }
     }
 }
 
@@ -528,6 +532,7 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
             record: r.string()?,
         },
         14 => BrokerRequest::LogDroppedLocally { lines: r.u64()? },
+        15 => BrokerRequest::AcmeChallenge { token: r.string()? },
         t => return Err(ProtoError::UnknownTag(t)),
     })
 }
@@ -577,6 +582,11 @@ fn put_reply(w: &mut Writer<'_>, reply: &BrokerReply) {
         BrokerReply::Rejected(rej) => {
             w.u8(6);
             put_rejection(w, *rej);
+        }
+        BrokerReply::KeyAuthorization(answer) => {
+            w.u8(7);
+            w.bool(answer.is_some());
+            w.str(answer.as_deref().unwrap_or(""));
         }
     }
 }
@@ -683,6 +693,11 @@ fn get_reply(r: &mut Reader<'_>) -> Result<BrokerReply, ProtoError> {
         4 => BrokerReply::Logged,
         5 => BrokerReply::LogDropped,
         6 => BrokerReply::Rejected(get_rejection(r)?),
+        7 => {
+            let some = r.bool()?;
+            let answer = r.string()?;
+            BrokerReply::KeyAuthorization(some.then_some(answer))
+        }
         t => return Err(ProtoError::UnknownTag(t)),
     })
 }

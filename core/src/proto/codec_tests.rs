@@ -39,6 +39,7 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
             }),
         ".{0,40}".prop_map(|record| BrokerRequest::AppendLog { record }),
         any::<u64>().prop_map(|lines| BrokerRequest::LogDroppedLocally { lines }),
+        ".{0,50}".prop_map(|token| BrokerRequest::AcmeChallenge { token }),
     ]
 }
 
@@ -71,6 +72,7 @@ fn reply() -> impl Strategy<Value = BrokerReply> {
         }),
         Just(BrokerReply::Released),
         Just(BrokerReply::Rejected(Rejection::Saturated)),
+        proptest::option::of(".{0,60}").prop_map(BrokerReply::KeyAuthorization),
         prop::collection::vec((any::<u128>(), ".{0,10}"), 0..4).prop_map(|v| {
             BrokerReply::Locks(
                 v.into_iter()

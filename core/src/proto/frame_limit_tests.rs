@@ -394,6 +394,7 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
         text().prop_map(|resource| BrokerRequest::DavQuery { resource }),
         text().prop_map(|record| BrokerRequest::AppendLog { record }),
         any::<u64>().prop_map(|lines| BrokerRequest::LogDroppedLocally { lines }),
+        text().prop_map(|token| BrokerRequest::AcmeChallenge { token }),
     ]
 }
 

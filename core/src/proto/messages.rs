@@ -119,6 +119,10 @@ pub enum BrokerRequest {
     LogDroppedLocally {
         lines: u64,
     },
+    /// The key authorization published for an ACME HTTP-01 `token`, if any.
+    AcmeChallenge {
+        token: String,
+    },
 }
 
 /// Why the broker said no. Every rejection is deterministic: the same tables and the same
@@ -176,10 +180,16 @@ pub struct DavLockInfo {
 /// The broker's answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BrokerReply {
-    Granted { id: LeaseId, expires_in_ms: u64 },
+    Granted {
+        id: LeaseId,
+        expires_in_ms: u64,
+    },
     Released,
     Locks(Vec<DavLockInfo>),
     Logged,
     LogDropped,
     Rejected(Rejection),
+    /// The answer to [`BrokerRequest::AcmeChallenge`]: `None` when nothing is published
+    /// for the token.
+    KeyAuthorization(Option<String>),
 }

@@ -67,6 +67,8 @@ impl Supervisor {
             Event::Command(Command::ReloadUnreadable { id, message }) => {
                 self.reject_reload(id, message)
             }
+            // The parent's certificate manager takes these before they reach here.
+            Event::Acme { .. } => {}
         }
     }
 

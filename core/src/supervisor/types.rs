@@ -299,6 +299,13 @@ pub enum Event {
         status: ExitStatus,
     },
     Command(Command),
+    /// What the parent's ACME service observed, at the driver's wall time (for the
+    /// parent's certificate manager; the supervisor ignores it).
+    Acme {
+        wall: crate::acme::UnixTime,
+        /// Boxed: a certificate is large, and every other event is small.
+        event: Box<crate::acme::AcmeEvent>,
+    },
 }
 
 /// What the supervisor asks the driver to do.

@@ -11,6 +11,7 @@
 //! byte-bounded cache of small files' contents (`file_cache`), and the [`single_flight`]
 //! structures that coalesce same-key encodings and digests.
 
+pub mod acme_challenge;
 pub mod body;
 mod cached_read;
 pub mod compress;

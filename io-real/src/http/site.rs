@@ -114,6 +114,8 @@ pub struct SiteConfig {
     pub meter: Option<Arc<super::meter::RequestMeter>>,
     /// The deadline of every connection state (see [`super::watchdog`]).
     pub deadlines: Deadlines,
+    /// ACME HTTP-01 challenges, and cleartext redirected to HTTPS (`--acme`).
+    pub acme: Option<super::acme_challenge::AcmeResponder>,
 }
 
 impl Default for SiteConfig {
@@ -139,6 +141,7 @@ impl Default for SiteConfig {
             access_log: None,
             meter: None,
             deadlines: Deadlines::default(),
+            acme: None,
         }
     }
 }
@@ -169,6 +172,7 @@ pub struct Site {
     access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     meter: Option<Arc<super::meter::RequestMeter>>,
     deadlines: Deadlines,
+    acme: Option<super::acme_challenge::AcmeResponder>,
 }
 
 impl Site {
@@ -219,6 +223,7 @@ impl Site {
             access_log: config.access_log,
             meter: config.meter,
             deadlines: config.deadlines,
+            acme: config.acme,
         })
     }
 
@@ -282,7 +287,15 @@ impl Site {
             drop(body);
             None
         };
-        let mut response = if self.cors && policy::is_preflight(&parts.method, &parts.headers) {
+        // Before authorization: the CA has no credentials, and a key authorization is
+        // public by design.
+        let acme = match &self.acme {
+            Some(acme) => Box::pin(acme.respond(&parts)).await,
+            None => None,
+        };
+        let mut response = if let Some(response) = acme {
+            response
+        } else if self.cors && policy::is_preflight(&parts.method, &parts.headers) {
             preflight(&parts.headers)
         } else if !policy::authorized(&self.auth, &parts.headers) {
             error_response(&HttpError::Unauthorized)

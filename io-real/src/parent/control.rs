@@ -5,6 +5,7 @@
 //! {"cmd":"reload"}                        → {"ok":true,"generation":N} once N serves
 //! {"cmd":"reload","set":{"workers":3}}    (overrides on top of the original CLI/env)
 //! {"cmd":"recycle"} / {"cmd":"stop"}      → {"ok":true}
+//! {"cmd":"acme-renew"}                    → {"ok":true} (the certificate manager orders now)
 //! anything refused                        → {"ok":false,"error":"…"}
 //! ```
 //!
@@ -351,8 +352,16 @@ async fn dispatch(request: &Value, ctx: &ControlContext) -> Value {
             .map(|()| json!({"ok": true})),
         "reload" => reload(request, ctx).await,
         "reopen-logs" => send(ctx, Inbound::ReopenLogs).map(|()| json!({"ok": true})),
+        "acme-renew" => send(
+            ctx,
+            Inbound::Event(Event::Acme {
+                wall: super::services::acme::facts::wall_now(),
+                event: Box::new(servery_core::acme::AcmeEvent::RenewNow),
+            }),
+        )
+        .map(|()| json!({"ok": true})),
         other => Err(refuse(format!(
-            "unknown command `{other}` (expected status, reload, recycle, reopen-logs or stop)"
+            "unknown command `{other}` (expected status, reload, recycle, reopen-logs, acme-renew or stop)"
         ))),
     };
     result.unwrap_or_else(|refusal| refusal)

@@ -32,6 +32,9 @@ use super::spawn::{Launcher, WorkerStart};
 use super::status::{ServiceInfo, status_json};
 use crate::clock::Clock;
 
+#[path = "io_acme.rs"]
+mod acme;
+
 /// The outcome `ctl reload` waits for: the committed generation, or why not.
 pub type ReloadReply = oneshot::Sender<Result<u64, String>>;
 
@@ -159,6 +162,8 @@ pub struct RealIo {
     not_running_seen: core::time::Duration,
     /// How many worker exits have had their log record.
     exits_logged: u64,
+    /// The ACME task, with `--acme` (see `io_acme.rs`).
+    acme: Option<super::services::acme::AcmeLink>,
 }
 
 /// A late wake worth a log line: more than scheduling noise.
@@ -184,6 +189,7 @@ pub struct RealIoParts {
     pub tftp_replies: crate::tftp::TftpReplies,
     pub info: ServiceInfo,
     pub notifier: super::systemd::Notifier,
+    pub acme: Option<super::services::acme::AcmeLink>,
 }
 
 impl RealIo {
@@ -215,6 +221,7 @@ impl RealIo {
             notifier: p.notifier,
             not_running_seen: core::time::Duration::ZERO,
             exits_logged: 0,
+            acme: p.acme,
         }
     }
 
@@ -588,6 +595,7 @@ impl ParentIo for RealIo {
                 }
                 return;
             }
+            ParentAction::Acme(action) => return self.perform_acme(action),
             ParentAction::Supervisor(action) => action,
         };
         super::lifecycle_log::action(&action);

@@ -1,6 +1,7 @@
 //! The supervisor parent: validates the configuration, binds every listener, starts the
 //! host runtime and runs the core's shared driver loop over [`io::RealIo`].
 
+mod acme_site;
 pub(crate) mod admin;
 mod cleanup;
 mod control;
@@ -94,6 +95,30 @@ pub fn run(loaded: Loaded) -> i32 {
         args.page.pass_on(&mut s.worker.flags);
         s
     });
+    let acme = args
+        .acme
+        .check(args.site.tls(), args.port)
+        .map_err(|issues| {
+            issues
+                .into_iter()
+                .map(|i| site::SiteIssue {
+                    flag: i.flag,
+                    message: i.message,
+                })
+                .collect::<Vec<_>>()
+        });
+    let (site, acme) = match (site, acme) {
+        (Ok(site), Ok(acme)) => (Ok(site), acme),
+        (Err(mut a), Err(b)) => {
+            a.extend(b);
+            (Err(a), None)
+        }
+        (Err(a), Ok(_)) | (Ok(_), Err(a)) => (Err(a), None),
+    };
+    let site = match (site, &acme) {
+        (Ok(site), Some(acme)) => acme_site::prepare(site, acme, args.bind.len(), args.port),
+        (site, _) => site,
+    };
     let journal = match (&root, &args.dav.state_dir) {
         (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),
         _ => None,
@@ -176,7 +201,7 @@ pub fn run(loaded: Loaded) -> i32 {
         }
         return 0;
     }
-    match serve(&args, loaded, config, root, site, journal, access_log) {
+    match serve(&args, loaded, config, root, site, journal, access_log, acme) {
         Ok(code) => code,
         Err(e) => {
             tell!("servery: {e}");
@@ -191,6 +216,12 @@ fn print_site(args: &ServeArgs, site: &site::PreparedSite) {
     let tls = match (&s.tls_cert, s.tls_self_signed) {
         (Some(cert), _) => format!("certificate {}", cert.display()),
         (None, true) => format!("self-signed for {}", site.self_signed_names.join(", ")),
+        (None, false) if args.acme.enabled() => format!(
+            "ACME for {} from {} (cleartext HTTP-01 on port {})",
+            args.acme.acme.join(", "),
+            args.acme.acme_directory,
+            args.acme.acme_http_port
+        ),
         (None, false) => "off".into(),
     };
     say!("site.tls = {tls}");
@@ -235,6 +266,7 @@ fn entropy() -> std::io::Result<[u8; 32]> {
     Ok(seed)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve(
     args: &ServeArgs,
     loaded: Loaded,
@@ -243,6 +275,7 @@ fn serve(
     site: site::PreparedSite,
     journal: Option<(dav_journal::Journal, dav_journal::Loaded)>,
     access_log: Option<std::fs::File>,
+    acme: Option<services::acme::args::AcmeSettings>,
 ) -> Result<i32, ParentError> {
     // Both read (and clear) the environment, before any thread exists.
     let notifier = systemd::Notifier::from_env();
@@ -253,7 +286,11 @@ fn serve(
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let (listeners, admin_listener) = if inherited.is_empty() {
-        let listeners = listeners::bind_all(&args.bind, args.port)?;
+        let mut listeners = listeners::bind_all(&args.bind, args.port)?;
+        if let Some(acme) = &acme {
+            // The cleartext HTTP-01 listeners go last: workers count them from the end.
+            listeners.extend(listeners::bind_all(&args.bind, Some(acme.http_port))?);
+        }
         let admin = match args.ops.admin {
             Some(addr) => {
                 Some(admin::bind(addr).map_err(|source| BindError::Admin { addr, source })?)
@@ -413,6 +450,16 @@ fn serve(
     };
     let tftp_replies = tftp.replies();
     let mut ready_services = std::collections::BTreeMap::new();
+    let acme_manager = acme.as_ref().map(|a| a.manager.clone());
+    let acme_link = acme.map(|settings| {
+        services::acme::AcmeLink::start(host.handle(), settings, events_tx.clone())
+    });
+    if let Some(link) = &acme_link {
+        ready_services.insert(
+            servery_core::singletons::SingletonKind::Acme,
+            link.service(),
+        );
+    }
     if args.tftp.tftp {
         ready_services.insert(
             servery_core::singletons::SingletonKind::Tftp,
@@ -426,6 +473,9 @@ fn serve(
         ready_services,
     );
     let mut parent = Parent::new(config, Platform::Posix, seed);
+    if let Some(manager) = acme_manager {
+        parent = parent.with_acme(manager);
+    }
     let journal = journal.map(|(journal, loaded)| {
         parent.restore_dav_locks(clock.now(), loaded.take());
         journal
@@ -453,6 +503,7 @@ fn serve(
             settings: started_settings,
         },
         notifier,
+        acme: acme_link,
     });
     let start = clock.now();
     match servery_core::driver::run(&mut parent, &mut real, start) {

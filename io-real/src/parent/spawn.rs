@@ -143,6 +143,24 @@ impl Launcher {
         }
     }
 
+    /// Workers started from now on serve this identity (the setup preamble is re-encoded
+    /// with it; the rest of the setup is unchanged).
+    pub fn set_identity(&mut self, cert_pem: String, key_pem: String) -> Result<(), String> {
+        let mut setup = crate::worker::setup::Setup::read_from(&self.site.setup_frame[..])
+            .map_err(|e| e.to_string())?;
+        setup.tls = Some(crate::worker::setup::TlsPem { cert_pem, key_pem });
+        let frame = setup.encode();
+        if frame.len() > 4 + crate::worker::setup::MAX_SETUP {
+            return Err(format!(
+                "the setup with this identity takes {} bytes; workers accept at most {}",
+                frame.len() - 4,
+                crate::worker::setup::MAX_SETUP
+            ));
+        }
+        self.site.setup_frame = frame;
+        Ok(())
+    }
+
     /// Workers log as the parent does (`--log-format`).
     pub fn with_log_format(mut self, format: crate::parent::ops_args::LogFormat) -> Self {
         self.log_format = format;

@@ -59,6 +59,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         }),
         "broker": broker_json(parent, now),
         "singletons": singletons_json(parent, &info.services),
+        "acme": parent.acme().map(|m| super::services::acme::status_json(&m.status())),
     });
     if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {
         map.extend(more);
@@ -347,6 +348,9 @@ pub fn status_text(v: &Value) -> String {
                 plain(&s["service"]["failures"]),
             );
         }
+    }
+    if let Some(a) = v.get("acme").filter(|a| !a.is_null()) {
+        let _ = writeln!(out, "{}", super::services::acme::status_line(a));
     }
     if let Some(f) = v.get("last_failure").filter(|f| !f.is_null()) {
         let g = |k: &str| f.get(k).map(plain).unwrap_or_default();

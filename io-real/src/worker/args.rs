@@ -34,6 +34,10 @@ pub struct SiteFlags {
     pub archive_max_size: Option<u64>,
     /// `--qr`: the LAN address of the root, for the code in the page.
     pub qr_url: Option<String>,
+    /// With `--acme`: how many of the listeners (the last ones) are the cleartext
+    /// HTTP-01 listeners, and the HTTPS port they redirect to.
+    pub acme_http_listeners: Option<u32>,
+    pub https_port: Option<u16>,
 }
 
 impl SiteFlags {
@@ -61,6 +65,12 @@ impl SiteFlags {
         }
         if let Some(url) = &self.qr_url {
             args.extend(["--qr-url".to_owned(), url.clone()]);
+        }
+        if let Some(n) = self.acme_http_listeners {
+            args.extend(["--acme-http-listeners".to_owned(), n.to_string()]);
+        }
+        if let Some(n) = self.https_port {
+            args.extend(["--https-port".to_owned(), n.to_string()]);
         }
         args
     }
@@ -106,6 +116,8 @@ impl SiteFlags {
                     .ok_or_else(|| format!("{name}: {url:?} is not UTF-8"))?;
                 self.qr_url = Some(url.to_owned());
             }
+            "--acme-http-listeners" => self.acme_http_listeners = Some(number(name, value()?)?),
+            "--https-port" => self.https_port = Some(number(name, value()?)?),
             "--max-compress-size" => self.max_compress_size = Some(number(name, value()?)?),
             _ => return Ok(false),
         }
@@ -326,6 +338,8 @@ mod tests {
             archive_max_entries: Some(9),
             archive_max_size: Some(1 << 30),
             qr_url: Some("http://192.168.1.5:8000/".into()),
+            acme_http_listeners: Some(2),
+            https_port: Some(8443),
         };
         let mut args: Vec<String> = REQUIRED.iter().map(|s| s.to_string()).collect();
         args.extend(flags.to_args());

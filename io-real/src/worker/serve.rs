@@ -125,9 +125,16 @@ pub(super) async fn run(
             archive: crate::http::page::args::limits(&args.site),
             qr_url: args.site.qr_url.clone(),
             deadlines: args.deadlines,
+            acme: args.site.acme_http_listeners.map(|_| {
+                crate::http::acme_challenge::AcmeResponder {
+                    broker: broker.clone(),
+                    https_port: args.site.https_port.unwrap_or(443),
+                }
+            }),
             ..Default::default()
         },
         tls_wanted: args.site.tls,
+        cleartext_listeners: args.site.acme_http_listeners.unwrap_or(0) as usize,
         setup,
         site: None,
         tls: None,
@@ -192,12 +199,17 @@ impl Drop for ClosedGuard {
     }
 }
 
-/// The first connection ready on any listener.
-async fn accept_any(listeners: &[TcpListener]) -> io::Result<(TcpStream, SocketAddr)> {
+/// The first connection ready on any listener, and whether that listener is one of the
+/// last `cleartext` ones (the ACME HTTP-01 listeners of a TLS site).
+async fn accept_any(
+    listeners: &[TcpListener],
+    cleartext: usize,
+) -> (io::Result<(TcpStream, SocketAddr)>, bool) {
+    let first_cleartext = listeners.len().saturating_sub(cleartext);
     poll_fn(|cx| {
-        for l in listeners {
+        for (i, l) in listeners.iter().enumerate() {
             if let Poll::Ready(r) = l.poll_accept(cx) {
-                return Poll::Ready(r);
+                return Poll::Ready((r, i >= first_cleartext));
             }
         }
         Poll::Pending
@@ -213,6 +225,8 @@ struct Worker {
     site_config: SiteConfig,
     /// Whether the parent started us to serve TLS (the identity comes in `setup`).
     tls_wanted: bool,
+    /// How many of the listeners, the last ones, serve cleartext anyway (ACME HTTP-01).
+    cleartext_listeners: usize,
     setup: Setup,
     site: Option<Arc<Site>>,
     tls: Option<TlsAcceptor>,
@@ -305,7 +319,7 @@ impl Worker {
                     let in_flight = self.life.in_flight();
                     self.life.handle_timeout(self.clock.now(), in_flight);
                 }
-                accepted = accept_any(&self.listeners), if can_accept => self.admit(accepted).await,
+                (accepted, cleartext) = accept_any(&self.listeners, self.cleartext_listeners), if can_accept => self.admit(accepted, cleartext).await,
             }
         }
     }
@@ -428,7 +442,7 @@ impl Worker {
         }
     }
 
-    async fn admit(&mut self, accepted: io::Result<(TcpStream, SocketAddr)>) {
+    async fn admit(&mut self, accepted: io::Result<(TcpStream, SocketAddr)>, cleartext: bool) {
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -461,7 +475,7 @@ impl Worker {
         // One task per transport: the cleartext task's future is then sized for cleartext
         // alone, not for the TLS stream and handshake it would never hold (it is moved
         // into the task, and its state moved as it starts).
-        match self.tls.clone() {
+        match self.tls.clone().filter(|_| !cleartext) {
             None => {
                 tokio::spawn(async move {
                     let _closed = closed;

@@ -102,6 +102,8 @@ impl ParentIo for SimWorld {
             ParentAction::Singleton(action) => return self.singleton(action),
             // The simulated host keeps no journal: its parent never restarts.
             ParentAction::PersistDavLocks(_) => return,
+            // No scenario runs a certificate manager yet: nothing asks for ACME I/O.
+            ParentAction::Acme(_) => return,
             ParentAction::Supervisor(action) => action,
         };
         match action {
@@ -395,6 +397,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::Singleton(_) => return (7, 0),
         // 8 is `GenerationCommitted`'s.
         ParentAction::PersistDavLocks(locks) => return (13, locks.len() as u64),
+        ParentAction::Acme(_) => return (17, 0),
         ParentAction::Supervisor(action) => action,
     };
     match action {

@@ -15,6 +15,7 @@
 //! [`Site`].
 
 mod access_log;
+pub mod acme;
 pub mod args;
 pub mod context;
 mod mdns;

@@ -1,0 +1,489 @@
+use core::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::rng::CoreRng;
+use crate::time::Instant;
+
+const DAY: i64 = 86_400;
+const T0: i64 = 1_800_000_000;
+
+fn facts(serial: &str, not_before: i64, not_after: i64) -> CertFacts {
+    CertFacts {
+        not_before: UnixTime(not_before),
+        not_after: UnixTime(not_after),
+        names: vec!["a.test".into(), "b.test".into()],
+        serial: serial.into(),
+    }
+}
+
+fn cert(serial: &str, not_before: i64, not_after: i64) -> Certificate {
+    Certificate {
+        facts: facts(serial, not_before, not_after),
+        cert_pem: format!("CERT {serial}"),
+        key_pem: format!("KEY {serial}"),
+    }
+}
+
+fn config() -> ManagerConfig {
+    ManagerConfig::new(vec!["a.test".into(), "B.test".into()])
+}
+
+fn manager() -> CertManager {
+    CertManager::new(config(), CoreRng::from_seed([7; 32]))
+}
+
+fn at(secs: u64) -> Instant {
+    Instant::from_nanos(secs * 1_000_000_000)
+}
+
+fn wall(secs: u64) -> UnixTime {
+    UnixTime(T0 + secs as i64)
+}
+
+fn actions(m: &mut CertManager) -> Vec<AcmeAction> {
+    std::iter::from_fn(|| m.poll_action()).collect()
+}
+
+fn challenge(token: &str) -> Challenge {
+    Challenge {
+        token: token.into(),
+        key_authorization: format!("{token}.thumb_print-1"),
+    }
+}
+
+/// From nothing to an installed certificate, step by step.
+fn issue(m: &mut CertManager, t: u64, order: u64, c: Certificate) {
+    m.handle(
+        at(t),
+        wall(t),
+        AcmeEvent::Challenges {
+            order,
+            challenges: vec![challenge("tok1")],
+        },
+    );
+    m.handle(
+        at(t),
+        wall(t),
+        AcmeEvent::Issued {
+            order,
+            certificate: c,
+        },
+    );
+    m.handle(at(t), wall(t), AcmeEvent::Stored { order });
+}
+
+#[test]
+fn issuance_from_nothing_publishes_answers_stores_installs_and_schedules() {
+    let mut m = manager();
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+    assert_eq!(
+        actions(&mut m),
+        [AcmeAction::Order {
+            order: 1,
+            domains: config().domains
+        }]
+    );
+    m.handle(
+        at(1),
+        wall(1),
+        AcmeEvent::Challenges {
+            order: 1,
+            challenges: vec![challenge("tok1")],
+        },
+    );
+    assert_eq!(
+        actions(&mut m),
+        [
+            AcmeAction::Publish(vec![challenge("tok1")]),
+            AcmeAction::Answer { order: 1 }
+        ]
+    );
+    let c = cert("01", T0, T0 + 90 * DAY);
+    m.handle(
+        at(2),
+        wall(2),
+        AcmeEvent::Issued {
+            order: 1,
+            certificate: c.clone(),
+        },
+    );
+    assert_eq!(
+        actions(&mut m),
+        [
+            AcmeAction::Withdraw,
+            AcmeAction::Store {
+                order: 1,
+                certificate: c.clone()
+            }
+        ]
+    );
+    m.handle(at(3), wall(3), AcmeEvent::Stored { order: 1 });
+    assert_eq!(
+        actions(&mut m),
+        [
+            AcmeAction::InstallIdentity {
+                cert_pem: c.cert_pem.clone(),
+                key_pem: c.key_pem.clone()
+            },
+            AcmeAction::AskRenewalInfo {
+                serial: "01".into()
+            }
+        ]
+    );
+    // Renewal at two thirds of 90 days: day 60.
+    assert_eq!(
+        m.poll_timeout(),
+        Some(at(3) + Duration::from_secs(60 * 86_400 - 3))
+    );
+    assert_eq!(m.status().next_attempt, Some(UnixTime(T0 + 60 * DAY)));
+    assert_eq!(m.status().phase, "valid");
+    m.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_valid_stored_certificate_is_used_without_an_order() {
+    let mut m = manager();
+    let c = cert("05", T0 - DAY, T0 + 89 * DAY);
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(Some(c.clone())));
+    let acts = actions(&mut m);
+    assert!(
+        matches!(&acts[0], AcmeAction::InstallIdentity { cert_pem, .. } if *cert_pem == c.cert_pem)
+    );
+    assert!(!acts.iter().any(|a| matches!(a, AcmeAction::Order { .. })));
+    assert_eq!(m.status().orders, 0);
+}
+
+#[test]
+fn an_expired_or_foreign_stored_certificate_is_not_served_and_an_order_starts() {
+    for stored in [
+        cert("06", T0 - 90 * DAY, T0 - 1),
+        Certificate {
+            facts: CertFacts {
+                names: vec!["a.test".into()],
+                ..facts("07", T0 - DAY, T0 + DAY)
+            },
+            ..cert("07", 0, 1)
+        },
+    ] {
+        let mut m = manager();
+        m.handle(at(0), wall(0), AcmeEvent::Loaded(Some(stored)));
+        let acts = actions(&mut m);
+        assert!(matches!(acts[..], [AcmeAction::Order { .. }]), "{acts:?}");
+        assert!(m.status().last_error.is_some());
+    }
+}
+
+#[test]
+fn the_ari_window_decides_the_renewal_time() {
+    let mut m = manager();
+    m.handle(
+        at(0),
+        wall(0),
+        AcmeEvent::Loaded(Some(cert("09", T0, T0 + 90 * DAY))),
+    );
+    actions(&mut m);
+    m.handle(
+        at(10),
+        wall(10),
+        AcmeEvent::RenewalWindow {
+            serial: "09".into(),
+            start: UnixTime(T0 + 10 * DAY),
+            end: UnixTime(T0 + 11 * DAY),
+        },
+    );
+    let next = m.status().next_attempt.expect("scheduled");
+    assert!(
+        (T0 + 10 * DAY..=T0 + 11 * DAY).contains(&next.0),
+        "{next} outside the window"
+    );
+    // A window for another certificate is ignored.
+    m.handle(
+        at(11),
+        wall(11),
+        AcmeEvent::RenewalWindow {
+            serial: "other".into(),
+            start: UnixTime(T0 + DAY),
+            end: UnixTime(T0 + DAY + 1),
+        },
+    );
+    assert_eq!(m.status().next_attempt, Some(next));
+    // A window already open: order at once.
+    m.handle(
+        at(12),
+        wall(12),
+        AcmeEvent::RenewalWindow {
+            serial: "09".into(),
+            start: UnixTime(T0),
+            end: UnixTime(T0 + 1),
+        },
+    );
+    assert!(matches!(
+        actions(&mut m)[..],
+        [AcmeAction::Order { order: 1, .. }]
+    ));
+}
+
+#[test]
+fn an_older_or_invalid_issuance_keeps_the_certificate_in_service_and_retries() {
+    let mut m = manager();
+    let c = cert("10", T0, T0 + 90 * DAY);
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(Some(c)));
+    m.handle(at(1), wall(1), AcmeEvent::RenewNow);
+    actions(&mut m);
+    for (order, bad, why) in [
+        (1, cert("11", T0 - DAY, T0 + 89 * DAY), "no later than"),
+        (2, cert("12", T0 + DAY, T0 + 91 * DAY), "not valid yet"),
+        (3, cert("13", T0 - 100 * DAY, T0 - DAY), "expired"),
+        // The same expiry (a replayed issuance) is not newer either.
+        (4, cert("14", T0 + 1, T0 + 90 * DAY), "no later than"),
+    ] {
+        if order > 1 {
+            m.handle(at(1), wall(1), AcmeEvent::RenewNow);
+        }
+        issue(&mut m, 2, order, bad);
+        let acts = actions(&mut m);
+        assert!(
+            !acts.iter().any(|a| matches!(
+                a,
+                AcmeAction::InstallIdentity { .. } | AcmeAction::Store { .. }
+            )),
+            "{acts:?}"
+        );
+        assert_eq!(m.current().expect("kept").serial, "10");
+        let err = m.status().last_error.expect("reported");
+        assert!(err.contains(why), "{err}");
+        assert_eq!(m.status().phase, "retrying");
+        m.check_invariants().expect("invariants");
+    }
+}
+
+#[test]
+fn failures_back_off_exponentially_with_jitter_up_to_the_cap_and_success_resets() {
+    let mut m = manager();
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+    let policy = RetryPolicy::default();
+    let mut t = 0;
+    let mut waits = Vec::new();
+    for order in 1..=12 {
+        actions(&mut m);
+        m.handle(
+            at(t),
+            wall(t),
+            AcmeEvent::Failed {
+                order,
+                error: AcmeError::Refused("rate limited".into()),
+            },
+        );
+        let due = m.poll_timeout().expect("retry armed");
+        let wait = due - at(t);
+        waits.push(wait);
+        let full = policy
+            .first
+            .saturating_mul(1 << (order - 1))
+            .min(policy.cap);
+        assert!(
+            wait >= full / 2 && wait <= full,
+            "{order}: {wait:?} vs {full:?}"
+        );
+        t += wait.as_secs() + 1;
+        m.handle_timeout(at(t));
+    }
+    assert!(waits.last().expect("some") <= &policy.cap);
+    let acts = actions(&mut m);
+    let [AcmeAction::Order { order: 13, .. }] = acts[..] else {
+        panic!("{acts:?}")
+    };
+    issue(&mut m, t, 13, cert("20", T0, T0 + 90 * DAY + t as i64));
+    assert_eq!(m.status().failures, 0);
+    assert_eq!(m.status().last_error, None);
+}
+
+#[test]
+fn an_attempt_that_never_ends_times_out_and_stale_results_are_ignored() {
+    let mut m = manager();
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+    actions(&mut m);
+    assert_eq!(m.poll_timeout(), Some(at(600)));
+    m.handle_timeout(at(600));
+    assert!(
+        m.status()
+            .last_error
+            .expect("timeout")
+            .contains("did not finish")
+    );
+    let due = m.poll_timeout().expect("retry");
+    m.handle_timeout(due);
+    actions(&mut m);
+    // The first order's late issuance is not the second's.
+    issue(&mut m, 700, 1, cert("30", T0, T0 + 90 * DAY));
+    assert!(actions(&mut m).is_empty());
+    assert!(m.current().is_none());
+}
+
+#[test]
+fn unusable_challenges_are_refused_before_anything_is_published() {
+    for bad in [
+        Challenge {
+            token: "../etc".into(),
+            key_authorization: "../etc.x".into(),
+        },
+        Challenge {
+            token: "abc".into(),
+            key_authorization: "abd.x".into(),
+        },
+        Challenge {
+            token: "a".repeat(MAX_TOKEN + 1),
+            key_authorization: format!("{}.x", "a".repeat(MAX_TOKEN + 1)),
+        },
+    ] {
+        let mut m = manager();
+        m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+        actions(&mut m);
+        m.handle(
+            at(1),
+            wall(1),
+            AcmeEvent::Challenges {
+                order: 1,
+                challenges: vec![challenge("good"), bad],
+            },
+        );
+        assert!(actions(&mut m).is_empty(), "nothing published");
+        assert_eq!(m.status().phase, "retrying");
+    }
+}
+
+#[test]
+fn renew_before_forces_an_early_renewal() {
+    let mut m = CertManager::new(
+        ManagerConfig {
+            renew_before: Duration::from_secs(89 * 86_400),
+            ..config()
+        },
+        CoreRng::from_seed([1; 32]),
+    );
+    m.handle(
+        at(0),
+        wall(0),
+        AcmeEvent::Loaded(Some(cert("40", T0, T0 + 90 * DAY))),
+    );
+    assert_eq!(m.status().next_attempt, Some(UnixTime(T0 + DAY)));
+}
+
+// Random event orders: whatever arrives, in whatever order and with whatever order ids,
+// nothing older replaces what is in service, nothing invalid is installed, retries are
+// spaced within the policy, and at most one attempt is in flight.
+
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u64),
+    Loaded(Option<(i64, i64)>),
+    Challenges(u64),
+    Issued(u64, i64, i64),
+    Stored(u64),
+    Failed(u64),
+    Window(i64, i64),
+    RenewNow,
+    Timeout,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let span = || -100 * DAY..100 * DAY;
+    prop_oneof![
+        (0u64..40 * 86_400).prop_map(Step::Advance),
+        proptest::option::of((span(), span())).prop_map(Step::Loaded),
+        (0u64..6).prop_map(Step::Challenges),
+        ((0u64..6), span(), span()).prop_map(|(o, a, b)| Step::Issued(o, a, b)),
+        (0u64..6).prop_map(Step::Stored),
+        (0u64..6).prop_map(Step::Failed),
+        (span(), span()).prop_map(|(a, b)| Step::Window(a, b)),
+        Just(Step::RenewNow),
+        Just(Step::Timeout),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn random_event_orders_never_install_an_older_or_invalid_certificate(
+        steps in proptest::collection::vec(step(), 1..80),
+        seed in any::<u8>(),
+    ) {
+        let mut m = CertManager::new(config(), CoreRng::from_seed([seed; 32]));
+        let mut t = 0u64;
+        let mut installed: Vec<(i64, i64, u64)> = Vec::new();
+        let mut serial = 0u32;
+        // What each certificate's PEM names, to check the installed one's facts.
+        let mut issued: std::collections::HashMap<String, (i64, i64)> = Default::default();
+        let mut in_flight: Option<u64> = None;
+        let floor = config().retry.floor();
+        for s in steps {
+            let now = at(t);
+            let w = wall(t);
+            let mut mk = |a: i64, b: i64| {
+                serial += 1;
+                let c = cert(&format!("{serial:04x}"), T0 + a, T0 + b);
+                issued.insert(c.cert_pem.clone(), (T0 + a, T0 + b));
+                c
+            };
+            let retry_before = m.phase().clone();
+            match s {
+                Step::Advance(d) => t += d,
+                Step::Loaded(c) => m.handle(now, w, AcmeEvent::Loaded(c.map(|(a, b)| mk(a, b)))),
+                Step::Challenges(o) => m.handle(now, w, AcmeEvent::Challenges { order: o, challenges: vec![challenge("t")] }),
+                Step::Issued(o, a, b) => { let c = mk(a, b); m.handle(now, w, AcmeEvent::Issued { order: o, certificate: c }) }
+                Step::Stored(o) => m.handle(now, w, AcmeEvent::Stored { order: o }),
+                Step::Failed(o) => m.handle(now, w, AcmeEvent::Failed { order: o, error: AcmeError::Unreachable("x".into()) }),
+                Step::Window(a, b) => {
+                    let serial = m.current().map(|c| c.serial.clone()).unwrap_or_default();
+                    m.handle(now, w, AcmeEvent::RenewalWindow { serial, start: UnixTime(T0 + a), end: UnixTime(T0 + b) })
+                }
+                Step::RenewNow => m.handle(now, w, AcmeEvent::RenewNow),
+                Step::Timeout => if let Some(d) = m.poll_timeout() { t = t.max(d.as_nanos().div_ceil(1_000_000_000)); m.handle_timeout(at(t)) },
+            }
+            let acts: Vec<_> = std::iter::from_fn(|| m.poll_action()).collect();
+            for a in acts {
+                match a {
+                    AcmeAction::InstallIdentity { cert_pem, .. } => {
+                        let (nb, na) = issued[&cert_pem];
+                        let now_wall = T0 + t as i64;
+                        prop_assert!(nb <= now_wall && now_wall < na, "installed outside its validity");
+                        if let Some((_, last_na, _)) = installed.last() {
+                            prop_assert!(na > *last_na, "installed an older certificate");
+                        }
+                        installed.push((nb, na, t));
+                    }
+                    AcmeAction::Order { order, .. } => {
+                        prop_assert!(in_flight.is_none_or(|prev| order > prev), "order ids go back");
+                        prop_assert!(matches!(m.phase(), Phase::Ordering { order: o, .. } if *o == order), "one attempt at a time");
+                        in_flight = Some(order);
+                    }
+                    _ => {}
+                }
+            }
+            prop_assert!(m.check_invariants().is_ok(), "{:?}", m.check_invariants());
+            if let Phase::Waiting { due, retry: true } = m.phase()
+                && *m.phase() != retry_before
+            {
+                let wait = *due - at(t);
+                prop_assert!(wait >= floor && wait <= config().retry.cap, "retry in {wait:?}");
+            }
+            prop_assert!(m.phase().in_flight().is_none_or(|(_, d)| d <= at(t) + config().attempt_timeout));
+        }
+    }
+
+    #[test]
+    fn backoff_is_always_within_the_policy(failures in 0u32..10_000, seed in any::<[u8; 32]>()) {
+        let p = RetryPolicy { first: Duration::from_secs(3), cap: Duration::from_secs(1000) };
+        let wait = p.backoff(failures, &mut CoreRng::from_seed(seed));
+        prop_assert!(wait >= Duration::from_millis(1500) && wait <= p.cap);
+    }
+
+    #[test]
+    fn challenge_checks_never_panic_and_accept_only_path_safe_tokens(token in ".{0,300}", thumb in ".{0,40}") {
+        let c = Challenge { key_authorization: format!("{token}.{thumb}"), token };
+        if c.check().is_ok() {
+            prop_assert!(c.token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! What an `--acme` site starts with, before anything is bound: the stored certificate if
+//! the core's rule accepts it (the same `judge` the manager applies), else a self-signed
+//! placeholder for the domains until the first issuance is installed; and the workers'
+//! flags for the cleartext HTTP-01 listeners.
+
+use servery_core::acme::judge;
+
+use super::services::acme::args::AcmeSettings;
+use super::services::acme::{facts, store::StateDir};
+use super::site::{PreparedSite, SiteIssue, fingerprint};
+use crate::tls::Identity;
+use crate::worker::setup::{Setup, TlsPem};
+
+pub fn prepare(
+    mut site: PreparedSite,
+    acme: &AcmeSettings,
+    bind_count: usize,
+    https_port: Option<u16>,
+) -> Result<PreparedSite, Vec<SiteIssue>> {
+    let issue = |flag, message: String| vec![SiteIssue { flag, message }];
+    let state = StateDir::open(&acme.dir)
+        .map_err(|e| issue("--acme-dir", format!("{}: {e}", acme.dir.display())))?;
+    let stored = state
+        .load_certificate()
+        .ok()
+        .flatten()
+        .and_then(|(c, k)| facts::certificate(c, k).ok())
+        .filter(|c| judge(&c.facts, None, &acme.domains, facts::wall_now()).is_ok());
+    let (cert_pem, key_pem) = match stored {
+        Some(c) => (c.cert_pem, c.key_pem),
+        None => {
+            let id =
+                Identity::self_signed(&acme.domains).map_err(|e| issue("--acme", e.to_string()))?;
+            (id.cert_pem, id.key_pem)
+        }
+    };
+    let mut setup = Setup::read_from(&site.worker.setup_frame[..])
+        .map_err(|e| issue("--acme", e.to_string()))?;
+    let identity = Identity::from_pem(cert_pem.clone(), key_pem.clone());
+    site.fingerprint = identity
+        .certificates()
+        .ok()
+        .and_then(|c| c.into_iter().next())
+        .map(|leaf| fingerprint(&leaf));
+    setup.tls = Some(TlsPem { cert_pem, key_pem });
+    site.worker.setup_frame = setup.encode();
+    site.worker.flags.tls = true;
+    site.worker.flags.acme_http_listeners = Some(u32::try_from(bind_count).unwrap_or(u32::MAX));
+    site.worker.flags.https_port = https_port;
+    Ok(site)
+}

@@ -1,0 +1,365 @@
+//! ACME against a real CA: pebble (with pebble-challtestsrv answering its DNS, every name
+//! on loopback) validates servery's HTTP-01 answers on its cleartext port and issues.
+//! Issuance from nothing, a restart that reuses the stored account and certificate
+//! without an order, and a failing validation that keeps the certificate in service,
+//! reports the error and retries.
+
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use servery_tests::*;
+
+const DOMAIN: &str = "files.acme.test";
+
+fn free_tcp() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn free_udp() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// pebble and its DNS server, on loopback.
+struct Ca {
+    directory: String,
+    ca_pem: PathBuf,
+    http_port: u16,
+    challtest: u16,
+    _procs: (Killed, Killed),
+}
+
+fn need(program: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{program} is not installed (Debian package `pebble`, see scripts/debian-packages.txt)"
+    );
+}
+
+fn start_ca(dir: &Path) -> Ca {
+    need("pebble");
+    need("pebble-challtestsrv");
+    let dns = free_udp();
+    let challtest = free_tcp();
+    let dns_srv = Command::new("pebble-challtestsrv")
+        .args([
+            "-dns01",
+            &format!("127.0.0.1:{dns}"),
+            "-http01",
+            "",
+            "-https01",
+            "",
+            "-tlsalpn01",
+            "",
+        ])
+        .args([
+            "-management",
+            &format!("127.0.0.1:{challtest}"),
+            "-defaultIPv6",
+            "",
+            "-defaultIPv4",
+            "127.0.0.1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pebble-challtestsrv");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let params = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+        .expect("params");
+    let cert = params.self_signed(&key).expect("cert");
+    let ca_pem = dir.join("pebble-tls.pem");
+    std::fs::write(&ca_pem, cert.pem()).expect("write");
+    std::fs::write(dir.join("pebble-tls.key"), key.serialize_pem()).expect("write");
+    let (listen, mgmt, http_port, tls_port) = (free_tcp(), free_tcp(), free_tcp(), free_tcp());
+    let config = json!({"pebble": {
+        "listenAddress": format!("127.0.0.1:{listen}"),
+        "managementListenAddress": format!("127.0.0.1:{mgmt}"),
+        "certificate": dir.join("pebble-tls.pem"),
+        "privateKey": dir.join("pebble-tls.key"),
+        "httpPort": http_port,
+        "tlsPort": tls_port,
+        "ocspResponderURL": "",
+        "externalAccountBindingRequired": false
+    }});
+    let config_path = dir.join("pebble.json");
+    std::fs::write(&config_path, config.to_string()).expect("write");
+    let pebble = Command::new("pebble")
+        .arg("-config")
+        .arg(&config_path)
+        .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+        .env("PEBBLE_VA_NOSLEEP", "1")
+        .env("PEBBLE_WFE_NONCEREJECT", "0")
+        .env("PEBBLE_AUTHZREUSE", "0")
+        .stdout(std::fs::File::create(dir.join("pebble.log")).expect("log"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pebble");
+    let procs = (Killed(pebble), Killed(dns_srv));
+    for port in [listen, challtest] {
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        wait_until(Duration::from_secs(10), "the CA's listeners", || {
+            TcpStream::connect(addr).ok().map(|_| ())
+        });
+    }
+    Ca {
+        directory: format!("https://127.0.0.1:{listen}/dir"),
+        ca_pem,
+        http_port,
+        challtest,
+        _procs: procs,
+    }
+}
+
+impl Ca {
+    /// Point the domain at `ip` in the CA's DNS.
+    fn point(&self, ip: &str) {
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.challtest)
+            .parse()
+            .expect("addr");
+        let body = json!({"host": format!("{DOMAIN}."), "addresses": [ip]}).to_string();
+        let mut s = TcpStream::connect(addr).expect("challtestsrv");
+        use std::io::{Read, Write};
+        write!(s, "POST /add-a HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).expect("write");
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    fn args(&self, state: &Path, extra: &[&str]) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--acme".into(),
+            DOMAIN.into(),
+            "--acme-directory".into(),
+            self.directory.clone(),
+            "--acme-directory-ca".into(),
+            self.ca_pem.display().to_string(),
+            "--acme-dir".into(),
+            state.display().to_string(),
+            "--acme-http-port".into(),
+            self.http_port.to_string(),
+            "--acme-email".into(),
+            "ops@acme.test".into(),
+            "--acme-retry".into(),
+            "1".into(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    }
+}
+
+/// The stopped servery's workers may hold the cleartext listener a moment longer.
+fn port_free(port: u16) {
+    wait_until(
+        Duration::from_secs(10),
+        "the HTTP-01 port to be free",
+        || TcpListener::bind(("127.0.0.1", port)).ok().map(|_| ()),
+    );
+}
+
+fn acme_status(server: &Server) -> Value {
+    server.status()["acme"].clone()
+}
+
+fn wait_acme(server: &Server, what: &str, bound: Duration, ok: impl Fn(&Value) -> bool) -> Value {
+    let (a, _) = wait_until(bound, what, || {
+        let a = acme_status(server);
+        Some(a).filter(|a| ok(a))
+    });
+    a
+}
+
+/// The leaf certificate servery presents on `addr` (DER), without verifying it.
+fn served_leaf(addr: SocketAddr) -> Vec<u8> {
+    let tls = tls_client::connect(addr, "localhost", tls_client::accept_any(&[b"http/1.1"]))
+        .expect("TLS handshake");
+    tls.conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .expect("a certificate")
+        .to_vec()
+}
+
+#[path = "support/tls_client.rs"]
+#[allow(dead_code)]
+mod tls_client;
+
+fn by_pebble(der: &[u8]) -> bool {
+    der.windows(6).any(|w| w == b"Pebble")
+}
+
+#[test]
+fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
+    let tree = Tree::new("acme-issue");
+    let ca = start_ca(&tree.dir.clone());
+    let state = tree.dir.join("acme-state");
+    let args = ca.args(&state, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(&tree, 2, &args, &[]);
+    let issued = wait_acme(&server, "issued", Duration::from_secs(60), |a| {
+        a["state"] == "valid"
+    });
+    assert_eq!(issued["orders"], 1, "{issued}");
+    assert!(
+        issued["serial"].is_string() && issued["next_attempt"].is_i64(),
+        "{issued}"
+    );
+    assert!(
+        issued["next_attempt"].as_i64() < issued["not_after"].as_i64(),
+        "{issued}"
+    );
+    // The cleartext listener answers challenges only: a withdrawn or unknown token is 404,
+    // anything else is sent to HTTPS.
+    let plain: SocketAddr = format!("127.0.0.1:{}", ca.http_port).parse().expect("addr");
+    let (status, _) = http_get(plain, "/.well-known/acme-challenge/unknown").expect("GET");
+    assert_eq!(status, 404);
+    let (status, _) = http_get(plain, "/hello.txt").expect("GET");
+    assert_eq!(status, 308);
+    // Running workers keep the placeholder until replaced; workers started now serve it.
+    assert!(
+        !by_pebble(&served_leaf(server.addr)),
+        "placeholder before a recycle"
+    );
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    let (leaf, _) = wait_until(
+        Duration::from_secs(20),
+        "pebble's certificate served",
+        || Some(served_leaf(server.addr)).filter(|d| by_pebble(d)),
+    );
+    let mode = std::fs::metadata(state.join("certificate.pem"))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert_eq!(mode.ok(), Some(0o600));
+    drop(server);
+    port_free(ca.http_port);
+
+    let server = Server::start(&tree, 1, &args, &[]);
+    let again = wait_acme(&server, "loaded", Duration::from_secs(20), |a| {
+        a["state"] == "valid"
+    });
+    assert_eq!(again["orders"], 0, "no new order: {again}");
+    assert_eq!(again["serial"], issued["serial"]);
+    assert_eq!(
+        served_leaf(server.addr),
+        leaf,
+        "the stored certificate is served from the start"
+    );
+}
+
+#[test]
+fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
+    let tree = Tree::new("acme-fail");
+    let ca = start_ca(&tree.dir.clone());
+    let state = tree.dir.join("acme-state");
+    let args = ca.args(&state, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(&tree, 1, &args, &[]);
+    let issued = wait_acme(&server, "issued", Duration::from_secs(60), |a| {
+        a["state"] == "valid"
+    });
+    drop(server);
+    port_free(ca.http_port);
+    // Nothing answers there: the CA cannot validate.
+    ca.point("127.0.0.2");
+    // Renewal due at once (within ten years of expiry).
+    let args = ca.args(&state, &["--acme-renew-before", "315360000"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(&tree, 1, &args, &[]);
+    let failed = wait_acme(&server, "failed twice", Duration::from_secs(60), |a| {
+        a["failures"].as_u64() >= Some(2)
+    });
+    assert_eq!(failed["serial"], issued["serial"], "kept: {failed}");
+    assert!(
+        failed["last_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{failed}"
+    );
+    assert!(
+        by_pebble(&served_leaf(server.addr)),
+        "the stored certificate is still served"
+    );
+}
+
+#[test]
+fn acme_configuration_errors_name_their_flag_before_binding() {
+    let tree = Tree::new("acme-config");
+    let root = tree.root().display().to_string();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--acme", DOMAIN], &["--acme-dir", "--port"]),
+        (
+            &[
+                "--acme",
+                "127.0.0.1",
+                "--port",
+                "8443",
+                "--acme-dir",
+                "/tmp/x",
+            ],
+            &["--acme: \"127.0.0.1\" is not a DNS name"],
+        ),
+        (
+            &[
+                "--acme",
+                DOMAIN,
+                "--port",
+                "8080",
+                "--acme-http-port",
+                "8080",
+                "--acme-dir",
+                "/tmp/x",
+            ],
+            &["--acme-http-port: must differ from --port"],
+        ),
+        (
+            &[
+                "--acme",
+                DOMAIN,
+                "--port",
+                "8443",
+                "--acme-dir",
+                "/tmp/x",
+                "--tls-self-signed",
+            ],
+            &["--acme: cannot be combined"],
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut all = vec![root.as_str()];
+        all.extend_from_slice(args);
+        let run = run_servery(&all, &[], Duration::from_secs(20));
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
+        for e in *expected {
+            assert!(
+                run.stderr.contains(e),
+                "{args:?}: missing {e:?} in {}",
+                run.stderr
+            );
+        }
+        assert!(
+            !run.stdout.contains("listening"),
+            "nothing was bound: {}",
+            run.stdout
+        );
+    }
+}
