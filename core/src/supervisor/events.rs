@@ -64,6 +64,8 @@ impl Supervisor {
                 Err(e) => self.reject_reload(id, e.to_string()),
             },
             Event::Command(Command::Recycle) => self.recycle_all(now),
+            // The parent's TLS material machine takes these (`crate::parent`).
+            Event::Tls(_) => {}
         }
     }
 

@@ -295,6 +295,9 @@ pub enum Event {
         status: ExitStatus,
     },
     Command(Command),
+    /// For the parent's TLS material ([`crate::tls_material`]): a new identity, or the
+    /// randomness a ticket key was asked for with.
+    Tls(crate::tls_material::TlsInput),
 }
 
 /// What the supervisor asks the driver to do.
