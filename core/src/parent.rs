@@ -232,10 +232,11 @@ impl Parent {
             // A new worker's first message is the TLS material: it serves the current
             // identity and keys from its first handshake, whenever it was started.
             if let (Some(worker), Some(tls)) = (spawned, &self.tls) {
-                self.actions.push_back(ParentAction::Supervisor(Action::Send {
-                    worker,
-                    message: ParentMessage::TlsMaterial(Box::new(tls.material())),
-                }));
+                self.actions
+                    .push_back(ParentAction::Supervisor(Action::Send {
+                        worker,
+                        message: ParentMessage::TlsMaterial(Box::new(tls.material())),
+                    }));
             }
             if let Some(config) = self.reloaded_limits() {
                 self.broker.set_limits(config);
@@ -282,10 +283,11 @@ impl Parent {
         if tls.take_changed() {
             let material = tls.material();
             for worker in self.supervisor.connected_workers() {
-                self.actions.push_back(ParentAction::Supervisor(Action::Send {
-                    worker,
-                    message: ParentMessage::TlsMaterial(Box::new(material.clone())),
-                }));
+                self.actions
+                    .push_back(ParentAction::Supervisor(Action::Send {
+                        worker,
+                        message: ParentMessage::TlsMaterial(Box::new(material.clone())),
+                    }));
             }
         }
     }

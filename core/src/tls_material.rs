@@ -125,6 +125,9 @@ pub enum TlsInput {
     },
     /// The answer to [`TlsAction::MintTicketKey`]: fresh OS randomness.
     TicketEntropy(Box<[u8; TICKET_ENTROPY_LEN]>),
+    /// A new identity was offered and found wanting (a bad certificate file on reload):
+    /// the current one stays, and the status says why until a new one is taken.
+    Refused { reason: String },
 }
 
 /// What the machine asks of the driver.
@@ -208,8 +211,8 @@ impl TlsState {
             last_refusal: None,
             stepped: now,
         };
+        check_identity_fits(&state.identity.cert_pem, &state.identity.key_pem)?;
         state.install_key(now, &entropy);
-        check_fits(&state.material())?;
         Ok(state)
     }
 
@@ -228,16 +231,13 @@ impl TlsState {
                 if cert_pem == self.identity.cert_pem && key_pem == self.identity.key_pem {
                     return;
                 }
-                let candidate = IdentityPem {
-                    generation: self.identity.generation + 1,
-                    cert_pem,
-                    key_pem,
-                };
-                let mut material = self.material();
-                material.identity = candidate.clone();
-                match check_fits(&material) {
+                match check_identity_fits(&cert_pem, &key_pem) {
                     Ok(()) => {
-                        self.identity = candidate;
+                        self.identity = IdentityPem {
+                            generation: self.identity.generation + 1,
+                            cert_pem,
+                            key_pem,
+                        };
                         self.summary = summary;
                         self.last_refusal = None;
                         self.changed = true;
@@ -245,6 +245,7 @@ impl TlsState {
                     Err(e) => self.last_refusal = Some(e.to_string()),
                 }
             }
+            TlsInput::Refused { reason } => self.last_refusal = Some(reason),
             // Only an answer to a request: randomness nobody asked for mints nothing.
             TlsInput::TicketEntropy(bytes) => {
                 if self.mint_asked.take().is_some() {
@@ -384,9 +385,24 @@ impl TlsState {
     }
 }
 
-/// Whether `material` fits one control-channel frame.
-pub fn check_fits(material: &TlsMaterial) -> Result<(), TlsRefusal> {
-    let len = crate::proto::tls_material_len(material);
+/// Whether material with this identity fits one control-channel frame, with as many
+/// ticket keys as a message may hold: the answer does not depend on the keys kept now.
+pub fn check_identity_fits(cert_pem: &str, key_pem: &str) -> Result<(), TlsRefusal> {
+    let key = TicketKey {
+        generation: 0,
+        name: [0; TICKET_KEY_NAME_LEN],
+        secret: [0; TICKET_SECRET_LEN],
+    };
+    let material = TlsMaterial {
+        identity: IdentityPem {
+            generation: 0,
+            cert_pem: cert_pem.to_owned(),
+            key_pem: key_pem.to_owned(),
+        },
+        ticket_keys: vec![key; MAX_TICKET_KEYS],
+        ticket_lifetime_secs: 0,
+    };
+    let len = crate::proto::tls_material_len(&material);
     let max = crate::proto::MAX_FRAME_DEFAULT;
     if len <= max {
         Ok(())

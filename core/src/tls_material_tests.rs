@@ -36,7 +36,11 @@ fn state(policy: TicketPolicy) -> TlsState {
 }
 
 fn generations(s: &TlsState) -> Vec<u64> {
-    s.material().ticket_keys.iter().map(|k| k.generation).collect()
+    s.material()
+        .ticket_keys
+        .iter()
+        .map(|k| k.generation)
+        .collect()
 }
 
 /// Run the machine's timer at `now`, answering a mint request with `seed`.
@@ -57,7 +61,11 @@ fn keys_rotate_on_schedule_and_the_previous_one_lives_one_ticket_lifetime() {
     assert_eq!(generations(&s), [1], "nothing before the rotation is due");
     assert!(!s.take_changed());
     tick(&mut s, at(6 * HOUR), 2);
-    assert_eq!(generations(&s), [2, 1], "the previous key still opens tickets");
+    assert_eq!(
+        generations(&s),
+        [2, 1],
+        "the previous key still opens tickets"
+    );
     assert_eq!(s.material().ticket_keys[0].name, [2; TICKET_KEY_NAME_LEN]);
     assert!(s.take_changed());
     tick(&mut s, at(12 * HOUR), 3);
@@ -172,7 +180,10 @@ fn the_material_round_trips_the_channel_and_hides_its_secrets_from_debug() {
     decoder.push(&wire);
     assert_eq!(decoder.next_parent_message(), Ok(Some(message.clone())));
     let shown = format!("{message:?}");
-    assert!(!shown.contains("KEY") && !shown.contains("[2, 2"), "{shown}");
+    assert!(
+        !shown.contains("KEY") && !shown.contains("[2, 2"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -287,8 +298,10 @@ mod parent {
     }
 
     fn tls_parent(workers: i64) -> Parent {
-        let mut raw = RawConfig::default();
-        raw.workers = workers;
+        let raw = RawConfig {
+            workers,
+            ..RawConfig::default()
+        };
         let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [1; 32]);
         p.start_tls(state(TicketPolicy::default()));
         p
@@ -344,7 +357,10 @@ mod parent {
         assert!(p.poll_timeout().is_some_and(|t| t <= at(6 * HOUR)));
         p.handle_timeout(at(6 * HOUR));
         let acts = actions(&mut p);
-        assert!(acts.contains(&ParentAction::Tls(TlsAction::MintTicketKey)), "{acts:?}");
+        assert!(
+            acts.contains(&ParentAction::Tls(TlsAction::MintTicketKey)),
+            "{acts:?}"
+        );
         p.handle(
             at(6 * HOUR),
             Event::Tls(TlsInput::TicketEntropy(Box::new(entropy(4)))),

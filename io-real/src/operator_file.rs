@@ -187,21 +187,17 @@ mod tests {
     }
 
     #[test]
-    fn two_pem_files_at_the_cap_fit_the_setup_preamble_every_worker_reads() {
-        use crate::worker::setup::{MAX_SETUP, Setup, TlsPem};
+    fn a_certificate_and_key_too_large_for_the_control_channel_are_refused_by_name() {
+        use servery_core::tls_material::check_identity_fits;
         // PEM as it is written: 64 base64 characters and a newline per line.
         let line = format!("{}\n", "A".repeat(64));
         let pem = line.repeat((PEM_CAP as usize) / line.len());
         assert!(pem.len() as u64 <= PEM_CAP);
-        let frame = Setup {
-            tls: Some(TlsPem {
-                cert_pem: pem.clone(),
-                key_pem: pem,
-            }),
-            auth: vec!["user:password".into()],
-        }
-        .encode();
-        assert!(frame.len() - 4 <= MAX_SETUP, "{} bytes", frame.len());
+        let err = check_identity_fits(&pem, &pem).expect_err("two full files");
+        assert!(err.to_string().contains("at most"), "{err}");
+        // A long chain (a hundred kilobytes) with its key is still handed over.
+        let chain = line.repeat(100 * 1024 / line.len());
+        check_identity_fits(&chain, &line.repeat(40)).expect("fits");
     }
 
     #[test]

@@ -41,7 +41,10 @@ pub(crate) fn get_tls_material(r: &mut Reader<'_>) -> Result<TlsMaterial, ProtoE
     let mut ticket_keys: Vec<TicketKey> = Vec::with_capacity(usize::from(count));
     for _ in 0..count {
         let generation = r.u64()?;
-        if ticket_keys.last().is_some_and(|k| k.generation <= generation) {
+        if ticket_keys
+            .last()
+            .is_some_and(|k| k.generation <= generation)
+        {
             return Err(ProtoError::InvalidValue {
                 field: "ticket key generation",
                 value: generation,

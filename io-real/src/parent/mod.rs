@@ -17,6 +17,7 @@ mod site;
 mod spawn;
 mod status;
 mod systemd;
+mod tls_material;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -63,6 +64,8 @@ pub enum ParentError {
     HostGone,
     #[error(transparent)]
     Tftp(#[from] crate::tftp::TftpError),
+    #[error("cannot prepare the TLS material: {0}")]
+    TlsMaterial(String),
 }
 
 /// How long the exit waits for the singleton services to finish their stops (an mDNS
@@ -392,6 +395,10 @@ fn serve(
         ready_services,
     );
     let mut parent = Parent::new(config, Platform::Posix, seed);
+    if let Some(identity) = &site.identity {
+        let material = tls_material::start(identity, clock.now());
+        parent.start_tls(material.map_err(ParentError::TlsMaterial)?);
+    }
     let journal = journal.map(|(journal, loaded)| {
         parent.restore_dav_locks(clock.now(), loaded.take());
         journal
@@ -409,6 +416,13 @@ fn serve(
         log_writer,
         services,
         tftp_replies,
+        tls_files: match (&args.site.tls_cert, &args.site.tls_key) {
+            (Some(cert), Some(key)) => Some(tls_material::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
         info: ServiceInfo {
             pid: std::process::id(),
             urls,

@@ -57,6 +57,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         }),
         "broker": broker_json(parent, now),
         "singletons": singletons_json(parent, &info.services),
+        "tls": super::tls_material::status_json(parent, now),
     });
     if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {
         map.extend(more);
@@ -332,6 +333,7 @@ pub fn status_text(v: &Value) -> String {
             );
         }
     }
+    super::tls_material::status_text(v, &mut out);
     if let Some(f) = v.get("last_failure").filter(|f| !f.is_null()) {
         let g = |k: &str| f.get(k).map(plain).unwrap_or_default();
         let _ = writeln!(

@@ -102,6 +102,17 @@ impl ParentIo for SimWorld {
             ParentAction::Singleton(action) => return self.singleton(action),
             // The simulated host keeps no journal: its parent never restarts.
             ParentAction::PersistDavLocks(_) => return,
+            // The randomness a ticket key is minted from: the simulated host's own.
+            ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
+                let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
+                for chunk in bytes.chunks_mut(8) {
+                    let draw = self.rng.next_u64().to_be_bytes();
+                    chunk.copy_from_slice(&draw[..chunk.len()]);
+                }
+                let input = servery_core::tls_material::TlsInput::TicketEntropy(Box::new(bytes));
+                self.inbox.push_back(Event::Tls(input));
+                return;
+            }
             ParentAction::Supervisor(action) => action,
         };
         match action {
@@ -395,6 +406,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::Singleton(_) => return (7, 0),
         // 8 is `GenerationCommitted`'s.
         ParentAction::PersistDavLocks(locks) => return (13, locks.len() as u64),
+        ParentAction::Tls(_) => return (15, 0),
         ParentAction::Supervisor(action) => action,
     };
     match action {
