@@ -179,6 +179,20 @@ fn serial(der: &[u8]) -> Vec<u8> {
     at[head..head + len].to_vec()
 }
 
+/// Requests answered per worker id, once they add up to `total` (heartbeats bring them).
+fn requests_total(s: &Served, total: u64) -> std::collections::BTreeMap<u64, u64> {
+    wait_until(Duration::from_secs(10), &format!("{total} requests counted"), || {
+        let counts: std::collections::BTreeMap<u64, u64> = s.server.status()["workers"]
+            .as_array()?
+            .iter()
+            .filter_map(|w| Some((w["id"].as_u64()?, w["requests"].as_u64()?)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        (counts.values().sum::<u64>() == total).then_some(counts)
+    })
+    .0
+}
+
 fn status_tls(s: &Served) -> Value {
     s.server.status()["tls"].clone()
 }
@@ -192,12 +206,20 @@ fn resumption_across_workers_recycle_and_reload(version: &'static rustls::Suppor
     let s = serve(name, 1);
     // Each worker issues tickets to its own client while it is kept busy by that
     // client's download (`--max-connections 1`: a busy worker accepts nothing).
+    // The status's per-worker request counts say which worker served each step.
     let by_first = client(&s, version);
     let first_busy = occupy(&s, &by_first);
     assert_eq!(kind(&first_busy), Some(HandshakeKind::Full));
+    let first = requests_total(&s, 1);
     let by_second = client(&s, version);
     let second_busy = occupy(&s, &by_second);
     assert_eq!(kind(&second_busy), Some(HandshakeKind::Full));
+    let counts = requests_total(&s, 2);
+    let second = *counts
+        .keys()
+        .find(|w| !first.contains_key(w))
+        .expect("the second download is the other worker's");
+    let first = *first.keys().next().expect("one worker");
     // Only the first worker can accept now: it opens the second worker's ticket.
     drop(first_busy);
     let mut crossed = open(&s, &by_second);
@@ -206,9 +228,11 @@ fn resumption_across_workers_recycle_and_reload(version: &'static rustls::Suppor
     write!(crossed, "GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("write");
     let mut started = [0u8; 1024];
     assert!(crossed.read(&mut started).expect("download starts") > 0);
+    assert_eq!(requests_total(&s, 4)[&first], 3, "served by the first worker");
     // And the other way round.
     drop(second_busy);
     resumes(&s, &by_first, "first → second");
+    assert_eq!(requests_total(&s, 5)[&second], 2, "served by the second worker");
     drop(crossed);
     let issued_by_one = by_first;
     for i in 0..20 {
