@@ -93,7 +93,9 @@ fn serve(name: &str, serial: u64) -> Served {
 /// certificate.
 fn client(s: &Served, version: &'static rustls::SupportedProtocolVersion) -> Arc<ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(served_certificate(s).into()).expect("trust anchor");
+    roots
+        .add(served_certificate(s).into())
+        .expect("trust anchor");
     let mut config =
         ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_protocol_versions(&[version])
@@ -163,7 +165,9 @@ fn serial(der: &[u8]) -> Vec<u8> {
             return (tag, 2, first);
         }
         let n = first & 0x7f;
-        let len = b[2..2 + n].iter().fold(0usize, |a, &x| (a << 8) | x as usize);
+        let len = b[2..2 + n]
+            .iter()
+            .fold(0usize, |a, &x| (a << 8) | x as usize);
         (tag, 2 + n, len)
     }
     let (_, cert_head, _) = header(der);
@@ -181,15 +185,19 @@ fn serial(der: &[u8]) -> Vec<u8> {
 
 /// Requests answered per worker id, once they add up to `total` (heartbeats bring them).
 fn requests_total(s: &Served, total: u64) -> std::collections::BTreeMap<u64, u64> {
-    wait_until(Duration::from_secs(10), &format!("{total} requests counted"), || {
-        let counts: std::collections::BTreeMap<u64, u64> = s.server.status()["workers"]
-            .as_array()?
-            .iter()
-            .filter_map(|w| Some((w["id"].as_u64()?, w["requests"].as_u64()?)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
-        (counts.values().sum::<u64>() == total).then_some(counts)
-    })
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{total} requests counted"),
+        || {
+            let counts: std::collections::BTreeMap<u64, u64> = s.server.status()["workers"]
+                .as_array()?
+                .iter()
+                .filter_map(|w| Some((w["id"].as_u64()?, w["requests"].as_u64()?)))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            (counts.values().sum::<u64>() == total).then_some(counts)
+        },
+    )
     .0
 }
 
@@ -197,7 +205,9 @@ fn status_tls(s: &Served) -> Value {
     s.server.status()["tls"].clone()
 }
 
-fn resumption_across_workers_recycle_and_reload(version: &'static rustls::SupportedProtocolVersion) {
+fn resumption_across_workers_recycle_and_reload(
+    version: &'static rustls::SupportedProtocolVersion,
+) {
     let name = if version == &rustls::version::TLS13 {
         "resume13"
     } else {
@@ -223,16 +233,32 @@ fn resumption_across_workers_recycle_and_reload(version: &'static rustls::Suppor
     // Only the first worker can accept now: it opens the second worker's ticket.
     drop(first_busy);
     let mut crossed = open(&s, &by_second);
-    assert_eq!(kind(&crossed), Some(HandshakeKind::Resumed), "second → first");
+    assert_eq!(
+        kind(&crossed),
+        Some(HandshakeKind::Resumed),
+        "second → first"
+    );
     hello(&mut crossed);
-    write!(crossed, "GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("write");
+    write!(
+        crossed,
+        "GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .expect("write");
     let mut started = [0u8; 1024];
     assert!(crossed.read(&mut started).expect("download starts") > 0);
-    assert_eq!(requests_total(&s, 4)[&first], 3, "served by the first worker");
+    assert_eq!(
+        requests_total(&s, 4)[&first],
+        3,
+        "served by the first worker"
+    );
     // And the other way round.
     drop(second_busy);
     resumes(&s, &by_first, "first → second");
-    assert_eq!(requests_total(&s, 5)[&second], 2, "served by the second worker");
+    assert_eq!(
+        requests_total(&s, 5)[&second],
+        2,
+        "served by the second worker"
+    );
     drop(crossed);
     let issued_by_one = by_first;
     for i in 0..20 {
@@ -289,7 +315,10 @@ fn new_certificate_files_reach_new_connections_while_an_open_download_finishes()
     let tls = status_tls(&s);
     assert_eq!(tls["subject"], "CN=serial 1", "{tls}");
     assert_eq!(tls["identity_generation"], 1, "{tls}");
-    assert!(tls["not_after"].as_str().is_some_and(|t| t.len() >= 20), "{tls}");
+    assert!(
+        tls["not_after"].as_str().is_some_and(|t| t.len() >= 20),
+        "{tls}"
+    );
 
     // A download under way on the old certificate's session.
     let mut open_download = occupy(&s, &accept_any(&[b"http/1.1"]));
@@ -355,13 +384,20 @@ fn a_bad_pair_on_reload_keeps_the_old_certificate_and_says_why() {
     // A key of another certificate: refused too, with its own reason.
     let (_, other_key) = certificate(8);
     install(&s.key, &other_key);
-    let refused = s.server.ctl(&json!({"cmd": "reload"})).expect_err("mismatch");
+    let refused = s
+        .server
+        .ctl(&json!({"cmd": "reload"}))
+        .expect_err("mismatch");
     assert!(refused.contains("does not match"), "{refused}");
     assert_eq!(serial(&served_certificate(&s)), [7]);
 
     // The text status names the certificate and the reason.
     let socket = s.server.socket.to_str().expect("utf-8").to_owned();
-    let run = run_servery(&["ctl", "--socket", &socket, "status"], &[], Duration::from_secs(20));
+    let run = run_servery(
+        &["ctl", "--socket", &socket, "status"],
+        &[],
+        Duration::from_secs(20),
+    );
     assert!(run.stdout.contains("tls: CN=serial 7"), "{}", run.stdout);
     assert!(run.stdout.contains("tls last error:"), "{}", run.stdout);
 }
