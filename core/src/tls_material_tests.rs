@@ -372,4 +372,93 @@ mod parent {
         );
         p.check_invariants().expect("invariants");
     }
+
+    fn spawned(acts: &[ParentAction]) -> Vec<WorkerId> {
+        acts.iter()
+            .filter_map(|a| match a {
+                ParentAction::Supervisor(Action::Spawn { worker, .. }) => Some(*worker),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_worker_that_crashes_during_a_hand_off_is_replaced_with_the_new_material() {
+        let mut p = tls_parent(2);
+        p.handle(Instant::ZERO, Event::Start);
+        actions(&mut p);
+        serve(&mut p, WorkerId(1));
+        serve(&mut p, WorkerId(2));
+        actions(&mut p);
+        p.handle(
+            at(HOUR),
+            Event::Tls(TlsInput::Identity {
+                cert_pem: "NEW".into(),
+                key_pem: "NEWKEY".into(),
+                summary: summary(),
+            }),
+        );
+        actions(&mut p);
+        // Worker 2 dies before it read the new identity.
+        p.handle(at(HOUR), Event::ChannelClosed { worker: WorkerId(2) });
+        p.handle(
+            at(HOUR),
+            Event::Exited {
+                worker: WorkerId(2),
+                status: crate::supervisor::ExitStatus::Signal(9),
+            },
+        );
+        let mut acts = actions(&mut p);
+        // The replacement may wait out a backoff.
+        let mut t = at(HOUR);
+        while spawned(&acts).is_empty() {
+            t = p.poll_timeout().expect("a deadline for the restart");
+            p.handle_timeout(t);
+            acts = actions(&mut p);
+        }
+        let replacement = spawned(&acts)[0];
+        assert!(
+            material_sent_to(&acts)
+                .iter()
+                .any(|&(w, identity, _)| w == replacement && identity == 2),
+            "{acts:?}"
+        );
+        p.check_invariants().expect("invariants");
+    }
+
+    #[test]
+    fn a_reload_during_a_rotation_starts_its_workers_with_the_current_keys_and_hands_them_the_next()
+    {
+        let mut p = tls_parent(1);
+        p.handle(Instant::ZERO, Event::Start);
+        actions(&mut p);
+        serve(&mut p, WorkerId(1));
+        actions(&mut p);
+        p.handle_timeout(at(6 * HOUR));
+        let acts = actions(&mut p);
+        assert!(acts.contains(&ParentAction::Tls(TlsAction::MintTicketKey)));
+        // The reload arrives before the randomness does.
+        p.handle(
+            at(6 * HOUR),
+            Event::Command(crate::supervisor::Command::Reload {
+                id: crate::ids::ReloadId(1),
+                config: Box::new(RawConfig::default()),
+            }),
+        );
+        let acts = actions(&mut p);
+        let new = spawned(&acts);
+        assert_eq!(new.len(), 1);
+        assert_eq!(material_sent_to(&acts), [(new[0], 1, 1)], "the current key");
+        p.handle(
+            at(6 * HOUR),
+            Event::Tls(TlsInput::TicketEntropy(Box::new(entropy(9)))),
+        );
+        let acts = actions(&mut p);
+        assert_eq!(
+            material_sent_to(&acts),
+            [(WorkerId(1), 1, 2), (new[0], 1, 2)],
+            "the old generation and the new one both get the next key"
+        );
+        p.check_invariants().expect("invariants");
+    }
 }
