@@ -307,9 +307,13 @@ mod parent {
         p
     }
 
-    fn serve(p: &mut Parent, w: WorkerId) {
+    /// Every worker prepared, then (after the quorum's COMMIT) ready.
+    fn serve(p: &mut Parent, workers: &[WorkerId]) {
         for message in [WorkerMessage::Prepared, WorkerMessage::Ready] {
-            p.handle(Instant::ZERO, Event::Message { worker: w, message });
+            for &w in workers {
+                let message = message.clone();
+                p.handle(Instant::ZERO, Event::Message { worker: w, message });
+            }
         }
     }
 
@@ -338,8 +342,7 @@ mod parent {
         let mut p = tls_parent(2);
         p.handle(Instant::ZERO, Event::Start);
         actions(&mut p);
-        serve(&mut p, WorkerId(1));
-        serve(&mut p, WorkerId(2));
+        serve(&mut p, &[WorkerId(1), WorkerId(2)]);
         actions(&mut p);
         p.handle(
             at(HOUR),
@@ -387,8 +390,7 @@ mod parent {
         let mut p = tls_parent(2);
         p.handle(Instant::ZERO, Event::Start);
         actions(&mut p);
-        serve(&mut p, WorkerId(1));
-        serve(&mut p, WorkerId(2));
+        serve(&mut p, &[WorkerId(1), WorkerId(2)]);
         actions(&mut p);
         p.handle(
             at(HOUR),
@@ -400,7 +402,12 @@ mod parent {
         );
         actions(&mut p);
         // Worker 2 dies before it read the new identity.
-        p.handle(at(HOUR), Event::ChannelClosed { worker: WorkerId(2) });
+        p.handle(
+            at(HOUR),
+            Event::ChannelClosed {
+                worker: WorkerId(2),
+            },
+        );
         p.handle(
             at(HOUR),
             Event::Exited {
@@ -410,12 +417,15 @@ mod parent {
         );
         let mut acts = actions(&mut p);
         // The replacement may wait out a backoff.
-        let mut t = at(HOUR);
-        while spawned(&acts).is_empty() {
-            t = p.poll_timeout().expect("a deadline for the restart");
+        for _ in 0..100 {
+            if !spawned(&acts).is_empty() {
+                break;
+            }
+            let t = p.poll_timeout().expect("a deadline for the restart");
             p.handle_timeout(t);
-            acts = actions(&mut p);
+            acts.extend(actions(&mut p));
         }
+        assert!(!spawned(&acts).is_empty(), "no replacement: {acts:?}");
         let replacement = spawned(&acts)[0];
         assert!(
             material_sent_to(&acts)
@@ -432,7 +442,7 @@ mod parent {
         let mut p = tls_parent(1);
         p.handle(Instant::ZERO, Event::Start);
         actions(&mut p);
-        serve(&mut p, WorkerId(1));
+        serve(&mut p, &[WorkerId(1)]);
         actions(&mut p);
         p.handle_timeout(at(6 * HOUR));
         let acts = actions(&mut p);
