@@ -72,8 +72,8 @@ impl WorkerBudget {
 }
 
 /// How every worker serves: the options passed on its command line (nothing secret), and
-/// the encoded setup preamble with the TLS identity and credentials (see
-/// [`crate::worker::setup`]). Fixed for the life of the parent.
+/// the encoded setup preamble with the credentials (see [`crate::worker::setup`]). Fixed
+/// for the life of the parent; the TLS identity is not here but in the core's material.
 #[derive(Clone, Default)]
 pub struct WorkerSite {
     pub flags: SiteFlags,
