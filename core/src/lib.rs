@@ -21,6 +21,7 @@ pub mod singletons;
 pub mod supervisor;
 pub mod tftp;
 pub mod time;
+pub mod tls_material;
 pub mod worker;
 pub mod write_flow;
 

@@ -23,6 +23,7 @@ use crate::rng::CoreRng;
 use crate::singletons::{SingletonAction, SingletonKind, Singletons};
 use crate::supervisor::{Action, Command, Event, Platform, Supervisor};
 use crate::time::{Instant, earliest};
+use crate::tls_material::{TlsAction, TlsState};
 
 /// What the parent asks its driver to do: the supervisor's actions as they are (wrapped,
 /// not copied, so a new action needs no second definition), and the singletons'.
@@ -44,6 +45,8 @@ pub enum ParentAction {
     /// ask for renewal info). Its challenge publications never appear here: the parent
     /// puts them in the broker itself, before the answer goes out.
     Acme(AcmeAction),
+    /// What the TLS material machine asks of the driver (decision 0025).
+    Tls(TlsAction),
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -68,6 +71,8 @@ pub struct Parent {
     /// When the parent last took a step (handled an event or its deadlines).
     last_step: Option<Instant>,
     actions: VecDeque<ParentAction>,
+    /// The identity and session-ticket keys, when serving TLS ([`Parent::start_tls`]).
+    tls: Option<TlsState>,
 }
 
 impl Parent {
@@ -86,7 +91,18 @@ impl Parent {
             pending_exit: None,
             last_step: None,
             actions: VecDeque::new(),
+            tls: None,
         }
+    }
+
+    /// Serve TLS with this material, before the first event: every worker then gets it as
+    /// its first message, and again whenever it changes.
+    pub fn start_tls(&mut self, tls: TlsState) {
+        self.tls = Some(tls);
+    }
+
+    pub fn tls(&self) -> Option<&TlsState> {
+        self.tls.as_ref()
     }
 
     pub fn supervisor(&self) -> &Supervisor {
@@ -168,6 +184,11 @@ impl Parent {
                         message: "features cannot change on reload (their owners are started once); restart servery to change them".into(),
                     }));
             }
+            Event::Tls(input) => {
+                if let Some(tls) = &mut self.tls {
+                    tls.handle(now, input);
+                }
+            }
             event => self.supervisor.handle(now, event),
         }
         self.pump();
@@ -182,6 +203,9 @@ impl Parent {
         {
             acme.handle_timeout(now);
         }
+        if let Some(tls) = &mut self.tls {
+            tls.handle_timeout(now);
+        }
         self.pump();
     }
 
@@ -189,9 +213,10 @@ impl Parent {
         let (due, period) = self.supervisor.poll_timeout_and_watch_period();
         let watch = self.last_step.zip(period).map(|(t, period)| t + period);
         let acme = self.acme.as_ref().and_then(CertManager::poll_timeout);
+        let tls = self.tls.as_ref().and_then(TlsState::poll_timeout);
         earliest(
             earliest(due, self.broker.poll_timeout()),
-            earliest(watch, acme),
+            earliest(watch, earliest(acme, tls)),
         )
     }
 
@@ -216,7 +241,12 @@ impl Parent {
     }
 
     fn pump(&mut self) {
+        self.pump_tls();
         while let Some(action) = self.supervisor.poll_action() {
+            let spawned = match &action {
+                Action::Spawn { worker, .. } => Some(*worker),
+                _ => None,
+            };
             match &action {
                 Action::WorkerGone { worker } => {
                     self.broker.revoke_worker(*worker);
@@ -235,6 +265,15 @@ impl Parent {
                 _ => {}
             }
             self.actions.push_back(ParentAction::Supervisor(action));
+            // A new worker's first message is the TLS material: it serves the current
+            // identity and keys from its first handshake, whenever it was started.
+            if let (Some(worker), Some(tls)) = (spawned, &self.tls) {
+                self.actions
+                    .push_back(ParentAction::Supervisor(Action::Send {
+                        worker,
+                        message: ParentMessage::TlsMaterial(Box::new(tls.material())),
+                    }));
+            }
             if let Some(config) = self.reloaded_limits() {
                 self.broker.set_limits(config);
             }
@@ -279,6 +318,27 @@ impl Parent {
         }
     }
 
+    /// The TLS machine's requests, and its material to every connected worker when it
+    /// changed.
+    fn pump_tls(&mut self) {
+        let Some(tls) = &mut self.tls else {
+            return;
+        };
+        while let Some(action) = tls.poll_action() {
+            self.actions.push_back(ParentAction::Tls(action));
+        }
+        if tls.take_changed() {
+            let material = tls.material();
+            for worker in self.supervisor.connected_workers() {
+                self.actions
+                    .push_back(ParentAction::Supervisor(Action::Send {
+                        worker,
+                        message: ParentMessage::TlsMaterial(Box::new(material.clone())),
+                    }));
+            }
+        }
+    }
+
     fn reloaded_limits(&self) -> Option<crate::config::BrokerLimits> {
         let limits = self.supervisor.config().broker();
         (limits != self.broker_limits()).then(|| limits.clone())
@@ -303,6 +363,9 @@ impl Parent {
             .is_some_and(|a| matches!(a.phase(), crate::acme::Phase::Validating { .. }));
         if !self.broker.challenges().is_empty() && !validating {
             return Err("ACME challenges published with no order being validated".into());
+        }
+        if let Some(tls) = &self.tls {
+            tls.check_invariants()?;
         }
         for holder in self.broker.holders() {
             if holder != PARENT_CLIENT && !self.supervisor.is_connected(holder) {

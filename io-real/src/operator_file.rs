@@ -18,11 +18,10 @@ use std::path::{Path, PathBuf};
 ///
 /// A certificate is 1–2 KiB of PEM (ECDSA) or 2–3 KiB (RSA 4096), a chain of a leaf and
 /// its intermediates rarely exceeds 10 KiB, and even an RSA 16384 key is about 12 KiB; a
-/// 256 KiB file is more than twenty times any real chain. The cap is also what keeps the
-/// identity deliverable: both halves travel to every worker in the setup preamble, which
-/// a worker refuses above 1 MiB (`worker::setup::MAX_SETUP`), and two files at the cap,
-/// JSON-escaped (a `\n` per 64-character line, about 3 %), stay near 530 KiB of it. A
-/// larger cap would let a file the parent accepted fail every worker instead.
+/// 256 KiB file is more than twenty times any real chain. Both halves travel to every
+/// worker in one control frame (`servery_core::tls_material`), 256 KiB in all: a pair that
+/// does not fit is refused by name (`check_identity_fits`), at startup as a configuration
+/// error and on a reload as the reload's refusal, never as a failure of every worker.
 pub const PEM_CAP: u64 = 256 * 1024;
 
 /// Why an operator's file was not read.
@@ -187,21 +186,17 @@ mod tests {
     }
 
     #[test]
-    fn two_pem_files_at_the_cap_fit_the_setup_preamble_every_worker_reads() {
-        use crate::worker::setup::{MAX_SETUP, Setup, TlsPem};
+    fn a_certificate_and_key_too_large_for_the_control_channel_are_refused_by_name() {
+        use servery_core::tls_material::check_identity_fits;
         // PEM as it is written: 64 base64 characters and a newline per line.
         let line = format!("{}\n", "A".repeat(64));
         let pem = line.repeat((PEM_CAP as usize) / line.len());
         assert!(pem.len() as u64 <= PEM_CAP);
-        let frame = Setup {
-            tls: Some(TlsPem {
-                cert_pem: pem.clone(),
-                key_pem: pem,
-            }),
-            auth: vec!["user:password".into()],
-        }
-        .encode();
-        assert!(frame.len() - 4 <= MAX_SETUP, "{} bytes", frame.len());
+        let err = check_identity_fits(&pem, &pem).expect_err("two full files");
+        assert!(err.to_string().contains("at most"), "{err}");
+        // A long chain (a hundred kilobytes) with its key is still handed over.
+        let chain = line.repeat(100 * 1024 / line.len());
+        check_identity_fits(&chain, &line.repeat(40)).expect("fits");
     }
 
     #[test]

@@ -238,17 +238,35 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
     assert_eq!(status, 404);
     let (status, _) = http_get(plain, "/hello.txt").expect("GET");
     assert_eq!(status, 308);
-    // Running workers keep the placeholder until replaced; workers started now serve it.
-    assert!(
-        !by_pebble(&served_leaf(server.addr)),
-        "placeholder before a recycle"
-    );
-    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    // The running workers take the issued certificate at once: no recycle, no restart.
+    let pids = |s: &Value| {
+        let mut p = worker_pids(s);
+        p.sort_unstable();
+        p
+    };
+    let before = server.status();
     let (leaf, _) = wait_until(
         Duration::from_secs(20),
-        "pebble's certificate served",
+        "pebble's certificate served by the running workers",
         || Some(served_leaf(server.addr)).filter(|d| by_pebble(d)),
     );
+    let after = server.status();
+    assert_eq!(pids(&after), pids(&before), "{after}");
+    assert_eq!(after["restarts"], 0, "{after}");
+    // A forced renewal: a new serial, served by the same workers.
+    server
+        .ctl(&json!({"cmd": "acme-renew"}))
+        .expect("acme-renew");
+    let renewed = wait_acme(&server, "renewed", Duration::from_secs(60), |a| {
+        a["state"] == "valid" && a["serial"] != issued["serial"]
+    });
+    assert_eq!(renewed["orders"], 2, "{renewed}");
+    let (leaf, _) = wait_until(
+        Duration::from_secs(20),
+        "the renewed certificate served by the running workers",
+        || Some(served_leaf(server.addr)).filter(|d| by_pebble(d) && *d != leaf),
+    );
+    assert_eq!(pids(&server.status()), pids(&before));
     let mode = std::fs::metadata(state.join("certificate.pem"))
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     assert_eq!(mode.ok(), Some(0o600));
@@ -260,7 +278,7 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
         a["state"] == "valid"
     });
     assert_eq!(again["orders"], 0, "no new order: {again}");
-    assert_eq!(again["serial"], issued["serial"]);
+    assert_eq!(again["serial"], renewed["serial"]);
     assert_eq!(
         served_leaf(server.addr),
         leaf,

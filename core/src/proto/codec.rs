@@ -34,6 +34,8 @@ const BROKER_REPLY: u8 = 0x04;
 /// A DAV lock list continued in the next frame: the first parts of a split `Locks` reply,
 /// whose last part is an ordinary `BROKER_REPLY` frame to the same request.
 const LOCKS_PART: u8 = 0x05;
+/// The TLS material every worker serves with (`proto::tls_wire`).
+const TLS_MATERIAL: u8 = 0x06;
 const PREPARED: u8 = 0x41;
 const STARTUP_FAILED: u8 = 0x42;
 const READY: u8 = 0x43;
@@ -321,6 +323,7 @@ fn parent_what(msg: &ParentMessage) -> &'static str {
         ParentMessage::Commit => "COMMIT",
         ParentMessage::Drain { .. } => "DRAIN",
         ParentMessage::Broker { .. } => "a broker reply",
+        ParentMessage::TlsMaterial(_) => "the TLS material",
     }
 }
 
@@ -344,7 +347,19 @@ fn put_parent(w: &mut Writer<'_>, msg: &ParentMessage) {
             w.u64(*deadline_ms);
         }
         ParentMessage::Broker { id, reply } => put_broker_reply(w, *id, reply),
+        ParentMessage::TlsMaterial(material) => {
+            w.u8(TLS_MATERIAL);
+            super::tls_wire::put_tls_material(w, material);
+        }
     }
+}
+
+/// The payload bytes a TLS material message needs.
+pub fn tls_material_len(material: &crate::tls_material::TlsMaterial) -> usize {
+    measure(|w| {
+        w.u8(TLS_MATERIAL);
+        super::tls_wire::put_tls_material(w, material);
+    })
 }
 
 fn put_broker_reply(w: &mut Writer<'_>, id: u64, reply: &BrokerReply) {

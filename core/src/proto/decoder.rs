@@ -26,6 +26,9 @@ fn decode_parent(payload: &[u8]) -> Result<ParentFrame, ProtoError> {
             id: r.u64()?,
             reply: get_reply(&mut r)?,
         },
+        TLS_MATERIAL => {
+            ParentMessage::TlsMaterial(Box::new(crate::proto::tls_wire::get_tls_material(&mut r)?))
+        }
         LOCKS_PART => {
             let id = r.u64()?;
             let locks = get_locks(&mut r)?;

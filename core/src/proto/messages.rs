@@ -19,6 +19,10 @@ pub enum ParentMessage {
     Drain { deadline_ms: u64 },
     /// The answer to the worker's broker request `id`.
     Broker { id: u64, reply: BrokerReply },
+    /// What the worker serves TLS with from now on, whole: the first message to a worker
+    /// of a TLS parent (before HELLO), and again whenever the identity or the ticket keys
+    /// change. Handshakes begun before it keep what they started with.
+    TlsMaterial(Box<crate::tls_material::TlsMaterial>),
 }
 
 /// Worker → parent.

@@ -12,12 +12,13 @@ mod messages;
 mod stats_wire;
 #[cfg(test)]
 mod stats_wire_tests;
+mod tls_wire;
 mod wire;
 
 pub use codec::{
     FrameDecoder, MAX_FRAME_DEFAULT, MAX_FRAMES_PER_MESSAGE, TRUNCATION_MARKER,
     check_lock_reportable, check_reply, check_request, check_worker, encode_parent,
-    encode_parent_within, encode_worker, encode_worker_within,
+    encode_parent_within, encode_worker, encode_worker_within, tls_material_len,
 };
 pub use messages::{
     BrokerReply, BrokerRequest, DavDepth, DavLockInfo, ParentMessage, Rejection, RequestStats,

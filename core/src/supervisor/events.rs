@@ -69,6 +69,8 @@ impl Supervisor {
             }
             // The parent's certificate manager takes these before they reach here.
             Event::Acme { .. } => {}
+            // The parent's TLS material machine takes these (`crate::parent`).
+            Event::Tls(_) => {}
         }
     }
 

@@ -154,6 +154,14 @@ impl Supervisor {
         self.workers.get(&worker).is_some_and(|w| !w.gone)
     }
 
+    /// Every worker whose channel is still trusted, in id order.
+    pub fn connected_workers(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.workers
+            .iter()
+            .filter(|(_, w)| !w.gone)
+            .map(|(id, _)| *id)
+    }
+
     /// Workers not yet reaped.
     pub fn live_workers(&self) -> usize {
         self.workers.len()

@@ -306,6 +306,9 @@ pub enum Event {
         /// Boxed: a certificate is large, and every other event is small.
         event: Box<crate::acme::AcmeEvent>,
     },
+    /// For the parent's TLS material ([`crate::tls_material`]): a new identity, or the
+    /// randomness a ticket key was asked for with.
+    Tls(crate::tls_material::TlsInput),
 }
 
 /// What the supervisor asks the driver to do.

@@ -91,6 +91,29 @@ pub async fn serve_plain(
     .await;
 }
 
+/// [`serve_connection_over`] for a TLS connection on an accepted socket: like
+/// [`serve_plain`], a response known to be the last is held for the close, so that the
+/// response's last record, the close_notify and the FIN leave together.
+pub async fn serve_tls(
+    site: Arc<Site>,
+    io: crate::tls::TlsStream<PlainStream>,
+    drain: watch::Receiver<bool>,
+    requests: Arc<AtomicU64>,
+    activity: Arc<Activity>,
+) {
+    let last = io.get_ref().0.last_response();
+    serve(
+        site,
+        io,
+        drain,
+        requests,
+        Transport::Tls,
+        Some(last),
+        activity,
+    )
+    .await;
+}
+
 /// What carries a connection's bytes, as far as responses care. The site cannot see it
 /// from the stream type, so the connection tags every request with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

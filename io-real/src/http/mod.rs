@@ -40,7 +40,7 @@ pub mod validate;
 pub mod watchdog;
 
 pub use body::Body;
-pub use conn::{Transport, serve_connection, serve_connection_over, serve_plain};
+pub use conn::{Transport, serve_connection, serve_connection_over, serve_plain, serve_tls};
 pub use error::{HttpError, error_response};
 /// How long after its last change a file's bytes may be kept in the per-worker file cache.
 pub use file_cache::SETTLE as FILE_CACHE_SETTLE;

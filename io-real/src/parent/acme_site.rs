@@ -9,7 +9,6 @@ use super::services::acme::args::AcmeSettings;
 use super::services::acme::{facts, store::StateDir};
 use super::site::{PreparedSite, SiteIssue, fingerprint};
 use crate::tls::Identity;
-use crate::worker::setup::{Setup, TlsPem};
 
 pub fn prepare(
     mut site: PreparedSite,
@@ -34,16 +33,14 @@ pub fn prepare(
             (id.cert_pem, id.key_pem)
         }
     };
-    let mut setup = Setup::read_from(&site.worker.setup_frame[..])
-        .map_err(|e| issue("--acme", e.to_string()))?;
-    let identity = Identity::from_pem(cert_pem.clone(), key_pem.clone());
+    let identity = Identity::from_pem(cert_pem, key_pem);
     site.fingerprint = identity
         .certificates()
         .ok()
         .and_then(|c| c.into_iter().next())
         .map(|leaf| fingerprint(&leaf));
-    setup.tls = Some(TlsPem { cert_pem, key_pem });
-    site.worker.setup_frame = setup.encode();
+    // The parent's TLS material starts with it and hands it to every worker.
+    site.identity = Some(identity);
     site.worker.flags.tls = true;
     site.worker.flags.acme_http_listeners = Some(u32::try_from(bind_count).unwrap_or(u32::MAX));
     site.worker.flags.https_port = https_port;

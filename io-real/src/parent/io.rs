@@ -149,6 +149,8 @@ pub struct RealIo {
     /// A batch is with the writer (it takes one at a time: the queue stays in the core).
     log_busy: bool,
     tftp_replies: crate::tftp::TftpReplies,
+    /// `--tls-cert/--tls-key`, read again on every reload.
+    tls_files: Option<super::tls_material::TlsFiles>,
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
     metrics_waiters: Vec<oneshot::Sender<Box<super::metrics::Snapshot>>>,
@@ -187,6 +189,8 @@ pub struct RealIoParts {
     pub services: super::services::ServiceHost,
     /// Where broker answers to the parent's own client (TFTP writes) go.
     pub tftp_replies: crate::tftp::TftpReplies,
+    /// `--tls-cert/--tls-key`, read again on every reload.
+    pub tls_files: Option<super::tls_material::TlsFiles>,
     pub info: ServiceInfo,
     pub notifier: super::systemd::Notifier,
     pub acme: Option<super::services::acme::AcmeLink>,
@@ -212,6 +216,7 @@ impl RealIo {
             services: Some(p.services),
             log_busy: false,
             tftp_replies: p.tftp_replies,
+            tls_files: p.tls_files,
             info: p.info,
             status_waiters: Vec::new(),
             metrics_waiters: Vec::new(),
@@ -501,8 +506,32 @@ impl RealIo {
                 None
             }
             Inbound::Reload(raw, reply) => {
+                // The certificate files are read again with every reload whose
+                // configuration is valid. A bad pair refuses the reload, so nothing
+                // changes; a good one reaches the core before the reload, so the new
+                // generation starts with it and the old one is handed it at once.
+                if let Some(files) = &self.tls_files
+                    && raw.as_ref().is_ok_and(|raw| raw.validate().is_ok())
+                {
+                    match super::tls_material::reread(files) {
+                        Ok(identity) => self.inbox.push_back(Event::Tls(identity)),
+                        Err(e) => {
+                            let reason = super::tls_material::refusal(files, &e);
+                            tracing::error!(error = %reason, "reload refused");
+                            self.notifier.reload_rejected(&reason);
+                            if let Some(reply) = reply {
+                                let _ = reply.send(Err(reason.clone()));
+                            }
+                            let refused = servery_core::tls_material::TlsInput::Refused { reason };
+                            return Some(Wakeup::Event(now, Event::Tls(refused)));
+                        }
+                    }
+                }
                 let event = self.reload(raw, reply);
-                Some(Wakeup::Event(now, event))
+                self.inbox.push_back(event);
+                self.inbox
+                    .pop_front()
+                    .map(|event| Wakeup::Event(now, event))
             }
             Inbound::LogWritten => {
                 self.log_busy = false;
@@ -596,6 +625,18 @@ impl ParentIo for RealIo {
                 return;
             }
             ParentAction::Acme(action) => return self.perform_acme(action),
+            ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
+                match super::tls_material::entropy() {
+                    Ok(bytes) => {
+                        let input =
+                            servery_core::tls_material::TlsInput::TicketEntropy(Box::new(bytes));
+                        self.inbox.push_back(Event::Tls(input));
+                    }
+                    // The current key keeps sealing; the core asks again.
+                    Err(_) => tracing::error!("cannot read OS randomness for a ticket key"),
+                }
+                return;
+            }
             ParentAction::Supervisor(action) => action,
         };
         super::lifecycle_log::action(&action);

@@ -18,13 +18,18 @@ impl RealIo {
         }
     }
 
-    /// The one place a new TLS identity takes effect. Workers started from now on get it
-    /// in their setup preamble. Workers already running keep the identity they started
-    /// with until they are replaced (`ctl recycle` replaces them one at a time, without a
-    /// failed request); a live hand-off to running workers belongs here too.
+    /// The one place a new TLS identity takes effect: the core's TLS material takes it
+    /// and hands it to every connected worker at once (and to every worker started
+    /// later), so new handshakes get it without a restart and open connections keep
+    /// theirs (decision 0025).
     fn install_identity(&mut self, cert_pem: String, key_pem: String) {
-        match self.launcher.set_identity(cert_pem, key_pem) {
-            Ok(()) => tracing::info!("new TLS identity installed for workers started from now on"),
+        let identity = crate::tls::Identity::from_pem(cert_pem, key_pem);
+        match crate::parent::tls_material::offer(identity) {
+            Ok(input) => {
+                tracing::info!("new TLS identity from ACME handed to every worker");
+                self.inbox
+                    .push_back(servery_core::supervisor::Event::Tls(input));
+            }
             Err(e) => tracing::error!(error = %e, "cannot install the new TLS identity"),
         }
     }

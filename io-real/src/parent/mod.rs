@@ -18,6 +18,7 @@ mod site;
 mod spawn;
 mod status;
 mod systemd;
+mod tls_material;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -64,6 +65,8 @@ pub enum ParentError {
     HostGone,
     #[error(transparent)]
     Tftp(#[from] crate::tftp::TftpError),
+    #[error("cannot prepare the TLS material: {0}")]
+    TlsMaterial(String),
 }
 
 /// How long the exit waits for the singleton services to finish their stops (an mDNS
@@ -476,6 +479,10 @@ fn serve(
     if let Some(manager) = acme_manager {
         parent = parent.with_acme(manager);
     }
+    if let Some(identity) = &site.identity {
+        let material = tls_material::start(identity, clock.now());
+        parent.start_tls(material.map_err(ParentError::TlsMaterial)?);
+    }
     let journal = journal.map(|(journal, loaded)| {
         parent.restore_dav_locks(clock.now(), loaded.take());
         journal
@@ -493,6 +500,13 @@ fn serve(
         log_writer,
         services,
         tftp_replies,
+        tls_files: match (&args.site.tls_cert, &args.site.tls_key) {
+            (Some(cert), Some(key)) => Some(tls_material::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
         info: ServiceInfo {
             pid: std::process::id(),
             urls,

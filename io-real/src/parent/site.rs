@@ -15,7 +15,7 @@ use crate::http::dav::args::DavArgs;
 use crate::http::policy::Credential;
 use crate::tls::{Identity, TlsError};
 use crate::worker::args::SiteFlags;
-use crate::worker::setup::{Setup, TlsPem};
+use crate::worker::setup::Setup;
 
 /// One problem with the serving options, reported like a core validation issue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub struct PreparedSite {
     pub worker: WorkerSite,
     /// `sha256` fingerprint of the leaf certificate, `AB:CD:…`, when serving TLS.
     pub fingerprint: Option<String>,
+    /// The identity the parent's TLS material starts with (it reaches the workers as
+    /// their first control message, not in the setup preamble).
+    pub identity: Option<Identity>,
     /// Subject alternative names of a generated certificate.
     pub self_signed_names: Vec<String>,
     pub auth_users: usize,
@@ -79,7 +82,7 @@ pub fn prepare(
     } else if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let loaded = Identity::from_files(cert, key).and_then(|id| {
             // Validated here so that a bad pair stops us before binding.
-            id.server_config().map(|_| id)
+            id.certified().map(|_| id)
         });
         match loaded {
             Ok(id) => Some(id),
@@ -94,6 +97,14 @@ pub fn prepare(
     } else {
         None
     };
+    if let Some(id) = &identity
+        && let Err(e) = servery_core::tls_material::check_identity_fits(&id.cert_pem, &id.key_pem)
+    {
+        issues.push(SiteIssue {
+            flag: "--tls-cert",
+            message: e.to_string(),
+        });
+    }
     if !issues.is_empty() {
         return Err(issues);
     }
@@ -102,23 +113,15 @@ pub fn prepare(
         Some(fingerprint(&leaf))
     });
     let setup = Setup {
-        tls: identity.map(|id| TlsPem {
-            cert_pem: id.cert_pem,
-            key_pem: id.key_pem,
-        }),
         auth: args.auth.clone(),
     };
     let setup_frame = setup.encode();
     if setup_frame.len() > 4 + crate::worker::setup::MAX_SETUP {
         // Every worker would refuse it and fail to start: say so now, as configuration.
         return Err(vec![SiteIssue {
-            flag: if setup.auth.is_empty() {
-                "--tls-cert"
-            } else {
-                "--auth"
-            },
+            flag: "--auth",
             message: format!(
-                "the TLS identity and credentials take {} bytes; workers accept at most {} (fewer or shorter --auth entries, or a smaller certificate chain)",
+                "the credentials take {} bytes; workers accept at most {} (fewer or shorter --auth entries)",
                 setup_frame.len() - 4,
                 crate::worker::setup::MAX_SETUP
             ),
@@ -129,7 +132,7 @@ pub fn prepare(
         worker: WorkerSite {
             flags: SiteFlags {
                 show_hidden,
-                tls: setup.tls.is_some(),
+                tls: identity.is_some(),
                 cors: args.cors,
                 spa: args.spa,
                 cache: args.cache,
@@ -145,6 +148,7 @@ pub fn prepare(
             setup_frame,
         },
         fingerprint,
+        identity,
         self_signed_names,
         auth_users: args.auth.len(),
     })
@@ -333,7 +337,7 @@ mod tests {
         assert_eq!(site.scheme(), "https");
         assert!(site.fingerprint.as_ref().is_some_and(|f| f.len() == 95));
         let setup = Setup::read_from(&site.worker.setup_frame[..]).expect("decodes");
-        assert!(setup.tls.is_some());
+        assert!(site.identity.is_some());
         assert_eq!(setup.auth, ["a:b"]);
         assert!(
             site.worker.flags.max_compress_size.is_none(),

@@ -72,8 +72,8 @@ impl WorkerBudget {
 }
 
 /// How every worker serves: the options passed on its command line (nothing secret), and
-/// the encoded setup preamble with the TLS identity and credentials (see
-/// [`crate::worker::setup`]). Fixed for the life of the parent.
+/// the encoded setup preamble with the credentials (see [`crate::worker::setup`]). Fixed
+/// for the life of the parent; the TLS identity is not here but in the core's material.
 #[derive(Clone, Default)]
 pub struct WorkerSite {
     pub flags: SiteFlags,
@@ -141,24 +141,6 @@ impl Launcher {
             access_log,
             log_format: crate::parent::ops_args::LogFormat::Text,
         }
-    }
-
-    /// Workers started from now on serve this identity (the setup preamble is re-encoded
-    /// with it; the rest of the setup is unchanged).
-    pub fn set_identity(&mut self, cert_pem: String, key_pem: String) -> Result<(), String> {
-        let mut setup = crate::worker::setup::Setup::read_from(&self.site.setup_frame[..])
-            .map_err(|e| e.to_string())?;
-        setup.tls = Some(crate::worker::setup::TlsPem { cert_pem, key_pem });
-        let frame = setup.encode();
-        if frame.len() > 4 + crate::worker::setup::MAX_SETUP {
-            return Err(format!(
-                "the setup with this identity takes {} bytes; workers accept at most {}",
-                frame.len() - 4,
-                crate::worker::setup::MAX_SETUP
-            ));
-        }
-        self.site.setup_frame = frame;
-        Ok(())
     }
 
     /// Workers log as the parent does (`--log-format`).

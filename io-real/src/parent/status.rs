@@ -60,6 +60,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         "broker": broker_json(parent, now),
         "singletons": singletons_json(parent, &info.services),
         "acme": parent.acme().map(|m| super::services::acme::status_json(&m.status())),
+        "tls": super::tls_material::status_json(parent, now),
     });
     if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {
         map.extend(more);
@@ -352,6 +353,7 @@ pub fn status_text(v: &Value) -> String {
     if let Some(a) = v.get("acme").filter(|a| !a.is_null()) {
         let _ = writeln!(out, "{}", super::services::acme::status_line(a));
     }
+    super::tls_material::status_text(v, &mut out);
     if let Some(f) = v.get("last_failure").filter(|f| !f.is_null()) {
         let g = |k: &str| f.get(k).map(plain).unwrap_or_default();
         let _ = writeln!(

@@ -12,12 +12,13 @@ use crate::http::Deadlines;
 use crate::write::args::{DEFAULT_MAX_UPLOAD_SIZE, UploadWorkerArgs};
 
 /// How every worker serves, as the parent passes it on their command lines (nothing
-/// secret: the TLS identity and credentials travel in the setup preamble). Written by
+/// secret: the credentials travel in the setup preamble, the TLS identity in the parent's
+/// first control message). Written by
 /// [`SiteFlags::to_args`] and read back by [`WorkerArgs::parse`], one definition for both.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SiteFlags {
     pub show_hidden: bool,
-    /// Serve TLS with the identity the parent sends in the setup preamble.
+    /// Serve TLS with the identity the parent sends (`ParentMessage::TlsMaterial`).
     pub tls: bool,
     pub cors: bool,
     pub spa: bool,

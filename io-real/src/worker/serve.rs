@@ -36,10 +36,8 @@ use crate::clock::Clock;
 use crate::fdpass;
 use crate::http::conn::FIRST_REQUEST_GRACE;
 use crate::http::policy::Credential;
-use crate::http::{
-    Activity, PlainStream, Site, SiteConfig, Transport, serve_connection_over, serve_plain,
-};
-use crate::tls::{self, Identity, TlsAcceptor, TlsStream};
+use crate::http::{Activity, PlainStream, Site, SiteConfig, serve_plain, serve_tls};
+use crate::tls::{self, ServingTls, TlsAcceptor, TlsStream};
 
 /// How long the frames still queued (a startup failure's text above all) may take to
 /// reach the parent before the worker exits anyway.
@@ -137,7 +135,11 @@ pub(super) async fn run(
         cleartext_listeners: args.site.acme_http_listeners.unwrap_or(0) as usize,
         setup,
         site: None,
-        tls: None,
+        tls: if args.site.tls {
+            ServingTls::new().ok().map(Arc::new)
+        } else {
+            None
+        },
         listeners,
         max_connections: args.max_connections.max(1),
         admission: Admission::default(),
@@ -223,13 +225,15 @@ struct Worker {
     life: WorkerLifecycle,
     fault: TestFault,
     site_config: SiteConfig,
-    /// Whether the parent started us to serve TLS (the identity comes in `setup`).
+    /// Whether the parent started us to serve TLS (the identity comes in the parent's
+    /// first message, [`ParentMessage::TlsMaterial`]).
     tls_wanted: bool,
     /// How many of the listeners, the last ones, serve cleartext anyway (ACME HTTP-01).
     cleartext_listeners: usize,
     setup: Setup,
     site: Option<Arc<Site>>,
-    tls: Option<TlsAcceptor>,
+    /// The certificate and ticket keys, swapped in place as the parent sends new ones.
+    tls: Option<Arc<ServingTls>>,
     listeners: Vec<TcpListener>,
     max_connections: u32,
     /// The connections held, to choose one to close when full.
@@ -383,9 +387,29 @@ impl Worker {
         loop {
             match self.decoder.next_parent_message() {
                 Ok(Some(ParentMessage::Broker { id, reply })) => self.broker.on_reply(id, reply),
+                Ok(Some(ParentMessage::TlsMaterial(material))) => self.tls_material(&material),
                 Ok(Some(message)) => self.life.on_message(self.clock.now(), &message),
                 Ok(None) => return,
                 Err(e) => return self.control_closed(&format!("malformed frame: {e}")),
+            }
+        }
+    }
+
+    /// New TLS material: new handshakes use it; open connections keep their sessions.
+    fn tls_material(&mut self, material: &servery_core::tls_material::TlsMaterial) {
+        let Some(tls) = &self.tls else {
+            return;
+        };
+        match tls.apply(material) {
+            Ok(()) => tracing::info!(
+                worker = self.id,
+                identity_generation = material.identity.generation,
+                ticket_key_generation = tls.ticketer().sealing_generation(),
+                "TLS material in use"
+            ),
+            // The parent validated it: only a damaged message gets here.
+            Err(e) => {
+                tracing::error!(worker = self.id, error = %e, "TLS identity refused; the previous one stays")
             }
         }
     }
@@ -416,9 +440,8 @@ impl Worker {
             tokio::time::sleep(delay).await;
         }
         let mut config = self.site_config.clone();
-        match prepare_policy(&mut config, self.tls_wanted, &self.setup) {
-            Ok(tls) => self.tls = tls,
-            Err(message) => return self.life.startup_failed(message),
+        if let Err(message) = prepare_policy(&mut config, self.tls_wanted, &self.tls, &self.setup) {
+            return self.life.startup_failed(message);
         }
         match tokio::task::spawn_blocking(move || Site::open(config)).await {
             Ok(Ok(site)) => {
@@ -483,16 +506,19 @@ impl Worker {
                     serve_plain(site, stream, drain, requests, activity).await;
                 });
             }
-            Some(acceptor) => {
+            Some(tls) => {
+                let acceptor = tls.acceptor();
                 tokio::spawn(async move {
                     let _closed = closed;
                     let limit = site.deadlines().tls_handshake;
+                    // Under TLS too the stream holds the last response's tail for the
+                    // FIN: the close_notify then leaves with the last record.
+                    let stream = PlainStream::new(stream);
                     let handshake = handshake(&acceptor, stream, drain.clone(), &activity, limit);
                     let Some(stream) = handshake.await else {
                         return;
                     };
-                    let tls = Transport::Tls;
-                    serve_connection_over(site, stream, drain, requests, tls, activity).await;
+                    serve_tls(site, stream, drain, requests, activity).await;
                 });
             }
         }
@@ -582,11 +608,11 @@ fn crash() -> ! {
 /// worker may also close it to make room ([`Admission`]).
 async fn handshake(
     acceptor: &TlsAcceptor,
-    stream: TcpStream,
+    stream: PlainStream,
     mut drain: watch::Receiver<bool>,
     activity: &Activity,
     limit: Duration,
-) -> Option<TlsStream<TcpStream>> {
+) -> Option<TlsStream<PlainStream>> {
     let grace = async {
         let _ = drain.wait_for(|&d| d).await;
         tokio::time::sleep(FIRST_REQUEST_GRACE).await;
@@ -611,13 +637,15 @@ async fn handshake(
     }
 }
 
-/// The access policy and TLS acceptor from the setup preamble. The parent validated both
-/// before starting anyone, so an error here means the preamble was damaged.
+/// The access policy from the setup preamble, and the check that a TLS worker has its
+/// identity (the parent's first message). The parent validated both before starting
+/// anyone, so an error here means a damaged preamble or message.
 fn prepare_policy(
     config: &mut SiteConfig,
     tls_wanted: bool,
+    tls: &Option<Arc<ServingTls>>,
     setup: &Setup,
-) -> Result<Option<TlsAcceptor>, String> {
+) -> Result<(), String> {
     config.auth = setup
         .auth
         .iter()
@@ -627,14 +655,10 @@ fn prepare_policy(
                 .map_err(|e| format!("--auth entry {}: {e}", i + 1))
         })
         .collect::<Result<_, _>>()?;
-    match (&setup.tls, tls_wanted) {
-        (Some(pem), true) => {
-            let identity = Identity::from_pem(pem.cert_pem.clone(), pem.key_pem.clone());
-            let config = identity.server_config().map_err(|e| e.to_string())?;
-            Ok(Some(tls::acceptor(config)))
-        }
-        (None, true) => Err("started for TLS but the parent sent no identity".into()),
-        (_, false) => Ok(None),
+    match (tls, tls_wanted) {
+        (Some(tls), true) if tls.has_identity() => Ok(()),
+        (_, true) => Err("started for TLS but the parent sent no identity".into()),
+        (_, false) => Ok(()),
     }
 }
 

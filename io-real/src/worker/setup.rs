@@ -18,35 +18,19 @@ use serde::{Deserialize, Serialize};
 /// Larger preambles are refused: a certificate chain and a few credentials fit easily.
 pub const MAX_SETUP: usize = 1024 * 1024;
 
-/// The secrets a worker serves with.
+/// The secrets a worker serves with. (The TLS identity is not here: it changes while
+/// the worker serves, so it comes as the parent's first control message and again on
+/// every change; see `servery_core::tls_material`.)
 #[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Setup {
-    /// The TLS identity (certificate chain and private key, PEM), when serving HTTPS.
-    pub tls: Option<TlsPem>,
     /// `--auth` values as given (validated by the parent before anything started).
     pub auth: Vec<String>,
-}
-
-/// A TLS identity as PEM text.
-#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct TlsPem {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl std::fmt::Debug for TlsPem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsPem")
-            .field("key_pem", &"<redacted>")
-            .finish_non_exhaustive()
-    }
 }
 
 impl std::fmt::Debug for Setup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key or a password, even in a debug log.
         f.debug_struct("Setup")
-            .field("tls", &self.tls.is_some())
             .field("auth_entries", &self.auth.len())
             .finish()
     }
@@ -96,11 +80,7 @@ mod tests {
     #[test]
     fn round_trips_and_leaves_what_follows() {
         let setup = Setup {
-            tls: Some(TlsPem {
-                cert_pem: "C".into(),
-                key_pem: "K".into(),
-            }),
-            auth: vec!["a:b".into()],
+            auth: vec!["a:K".into()],
         };
         let mut wire = setup.encode();
         wire.extend_from_slice(b"HELLO");

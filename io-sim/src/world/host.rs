@@ -104,6 +104,17 @@ impl ParentIo for SimWorld {
             ParentAction::PersistDavLocks(_) => return,
             // No scenario runs a certificate manager yet: nothing asks for ACME I/O.
             ParentAction::Acme(_) => return,
+            // The randomness a ticket key is minted from: the simulated host's own.
+            ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
+                let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
+                for chunk in bytes.chunks_mut(8) {
+                    let draw = self.rng.next_u64().to_be_bytes();
+                    chunk.copy_from_slice(&draw[..chunk.len()]);
+                }
+                let input = servery_core::tls_material::TlsInput::TicketEntropy(Box::new(bytes));
+                self.inbox.push_back(Event::Tls(input));
+                return;
+            }
             ParentAction::Supervisor(action) => action,
         };
         match action {
@@ -398,6 +409,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         // 8 is `GenerationCommitted`'s.
         ParentAction::PersistDavLocks(locks) => return (13, locks.len() as u64),
         ParentAction::Acme(_) => return (17, 0),
+        ParentAction::Tls(_) => return (15, 0),
         ParentAction::Supervisor(action) => action,
     };
     match action {

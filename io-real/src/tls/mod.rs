@@ -10,8 +10,21 @@
 //!   [`crate::http::serve_connection_over`] and [`crate::http::Transport::Tls`] (which is
 //!   what lets `SiteConfig::hsts` add `Strict-Transport-Security`).
 //!
+//! - A worker serves with [`ServingTls`]: the certificate ([`SwappableIdentity`]) and the
+//!   session-ticket keys ([`ParentTicketer`]) the parent sends, swapped in place for new
+//!   handshakes whenever it sends new ones (decision 0025).
+//!
 //! PEM parsing uses `rustls-pki-types` (re-exported by rustls), which understands PKCS#8
 //! (`PRIVATE KEY`), PKCS#1 RSA (`RSA PRIVATE KEY`) and SEC1 EC (`EC PRIVATE KEY`) keys.
+
+mod resolver;
+mod serving;
+pub mod summary;
+mod tickets;
+
+pub use resolver::SwappableIdentity;
+pub use serving::ServingTls;
+pub use tickets::ParentTicketer;
 
 use std::fmt;
 use std::io;
@@ -23,7 +36,6 @@ use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite};
 pub use tokio_rustls::TlsAcceptor;
@@ -121,6 +133,9 @@ pub enum TlsError {
     /// The client did not complete a handshake within the handshake timeout.
     #[error("TLS handshake timed out")]
     HandshakeTimeout,
+    /// The pair is valid but too large to hand to the workers.
+    #[error("{0}")]
+    Oversized(String),
 }
 
 /// A certificate chain (leaf first) and its private key, as PEM text.
@@ -228,18 +243,27 @@ impl Identity {
         }
     }
 
-    /// Validates the pair and builds the server configuration: TLS 1.2 and 1.3, no client
-    /// certificates, ALPN `h2` then `http/1.1`.
+    /// Validates the pair and builds a server configuration for it alone: TLS 1.2 and
+    /// 1.3, no client certificates, ALPN `h2` then `http/1.1`, tickets sealed with a key of
+    /// this process (a worker serves with [`ServingTls`] instead).
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let certified = self.certified_key(&provider)?;
-        let mut config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(TlsError::Config)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(Single(Arc::new(certified))));
-        config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
-        Ok(Arc::new(config))
+        let ticketer = rustls::crypto::ring::Ticketer::new().map_err(TlsError::Config)?;
+        serving::server_config(
+            Arc::new(SwappableIdentity::new(self.certified()?)),
+            ticketer,
+        )
+    }
+
+    /// Validates the pair and loads it for signing, each failure with its own error.
+    pub fn certified(&self) -> Result<Arc<CertifiedKey>, TlsError> {
+        let provider = rustls::crypto::ring::default_provider();
+        self.certified_key(&provider).map(Arc::new)
+    }
+
+    /// What the status shows of the leaf certificate (validate first: this only reads).
+    pub fn summary(&self) -> Option<servery_core::tls_material::CertSummary> {
+        let leaf = self.certificates().ok()?.into_iter().next()?;
+        summary::summarize(&leaf)
     }
 
     /// Parses both halves and checks they belong together, each failure with its own error.
@@ -279,16 +303,6 @@ fn pem_error(source_name: &str, e: pem::Error) -> TlsError {
     TlsError::Pem {
         source_name: source_name.to_owned(),
         detail: e.to_string(),
-    }
-}
-
-/// Serves one certificate whatever the SNI name: a file server has one identity.
-#[derive(Debug)]
-struct Single(Arc<CertifiedKey>);
-
-impl ResolvesServerCert for Single {
-    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(&self.0))
     }
 }
 
