@@ -327,6 +327,13 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("admin", &["127.0.0.1:9999"]),
         ("log_format", &["json"]),
         ("tftp_bind", &["127.0.0.2"]),
+        ("acme", &["files.example.org", "www.example.org"]),
+        ("acme_directory", &["https://acme.example.org/directory"]),
+        ("acme_directory_ca", &["/etc/servery/ca.pem"]),
+        ("acme_email", &["ops@example.org"]),
+        ("acme_dir", &["/var/lib/servery/acme"]),
+        ("acme_eab_kid", &["kid-1"]),
+        ("acme_eab_hmac", &["c2VjcmV0"]),
     ];
     if let Some((_, values)) = SAMPLES.iter().find(|(k, _)| *k == setting.key) {
         return Some(values.iter().map(|v| (*v).to_owned()).collect());
