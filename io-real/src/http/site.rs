@@ -112,6 +112,9 @@ pub struct SiteConfig {
     pub meter: Option<Arc<super::meter::RequestMeter>>,
     /// The deadline of every connection state (see [`super::watchdog`]).
     pub deadlines: Deadlines,
+    /// `Alt-Svc` on responses not sent over HTTP/3, when HTTP/3 is served
+    /// (`crate::http3::alt_svc`).
+    pub alt_svc: Option<HeaderValue>,
 }
 
 impl Default for SiteConfig {
@@ -136,6 +139,7 @@ impl Default for SiteConfig {
             access_log: None,
             meter: None,
             deadlines: Deadlines::default(),
+            alt_svc: None,
         }
     }
 }
@@ -165,6 +169,7 @@ pub struct Site {
     access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     meter: Option<Arc<super::meter::RequestMeter>>,
     deadlines: Deadlines,
+    alt_svc: Option<HeaderValue>,
 }
 
 impl Site {
@@ -214,6 +219,7 @@ impl Site {
             access_log: config.access_log,
             meter: config.meter,
             deadlines: config.deadlines,
+            alt_svc: config.alt_svc,
         })
     }
 
@@ -321,6 +327,11 @@ impl Site {
                 header::STRICT_TRANSPORT_SECURITY,
                 HeaderValue::from_static(policy::HSTS),
             );
+        }
+        if let Some(alt_svc) = &self.alt_svc
+            && parts.version != http::Version::HTTP_3
+        {
+            headers.insert(header::ALT_SVC, alt_svc.clone());
         }
         if parts.method == Method::HEAD {
             // Headers (including Content-Length) stay as a GET would send them.
