@@ -187,3 +187,48 @@ async fn take_lock(passed: &OwnedFd) -> io::Result<File> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memfd() -> OwnedFd {
+        rustix::fs::memfd_create("test-slot", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd")
+    }
+
+    #[tokio::test]
+    async fn a_slot_lock_is_held_by_one_worker_until_it_lets_go() {
+        // Both "workers" got the same descriptor from the parent, as over SCM_RIGHTS.
+        let passed = memfd();
+        let first = take_lock(&passed).await.expect("first");
+        let second = take_lock(&passed);
+        tokio::pin!(second);
+        let waited = tokio::time::timeout(LOCK_POLL * 5, &mut second).await;
+        assert!(waited.is_err(), "the replacement waits while the slot is held");
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), second)
+            .await
+            .expect("taken once released")
+            .expect("lock");
+    }
+
+    #[test]
+    fn passed_descriptors_are_sorted_by_kind_and_a_lone_socket_is_an_error() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("udp");
+        let port = udp.local_addr().expect("addr").port();
+        let passed = classify(vec![
+            OwnedFd::from(tcp),
+            OwnedFd::from(udp.try_clone().expect("dup")),
+            memfd(),
+        ])
+        .expect("classify");
+        assert_eq!(passed.listeners.len(), 1);
+        assert_eq!(passed.quic.len(), 1);
+        assert_eq!(passed.quic[0].port(), Some(port));
+        assert!(matches!(
+            classify(vec![OwnedFd::from(udp)]),
+            Err(QuicSetupError::MissingLock)
+        ));
+    }
+}

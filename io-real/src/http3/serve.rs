@@ -199,7 +199,9 @@ async fn within(
     match tokio::time::timeout(limit, write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("{what}: {e}")),
-        Err(_) => Err(format!("{what}: the client took nothing within the send deadline")),
+        Err(_) => Err(format!(
+            "{what}: the client took nothing within the send deadline"
+        )),
     }
 }
 

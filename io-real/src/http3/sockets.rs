@@ -76,11 +76,9 @@ impl QuicSockets {
             for slot in &mut bound {
                 let socket =
                     bind_reuseport(addr).map_err(|source| QuicBindError::Bind { addr, source })?;
-                let lock = rustix::fs::memfd_create(
-                    "servery-quic-slot",
-                    rustix::fs::MemfdFlags::CLOEXEC,
-                )
-                .map_err(|e| QuicBindError::Lock(e.into()))?;
+                let lock =
+                    rustix::fs::memfd_create("servery-quic-slot", rustix::fs::MemfdFlags::CLOEXEC)
+                        .map_err(|e| QuicBindError::Lock(e.into()))?;
                 slot.push(SlotSocket { socket, lock });
             }
         }

@@ -293,8 +293,13 @@ mod tests {
         assert_eq!(issues[0].flag, "--http3");
         assert!(issues[0].message.contains("needs TLS"), "{issues:?}");
         args.tls_self_signed = true;
-        prepare(&args, &dav_off(), false, &["127.0.0.1".parse().expect("ip")])
-            .expect("with TLS it is fine");
+        prepare(
+            &args,
+            &dav_off(),
+            false,
+            &["127.0.0.1".parse().expect("ip")],
+        )
+        .expect("with TLS it is fine");
     }
 
     #[test]

@@ -110,7 +110,9 @@ impl H3 {
     ) -> Result<Reply, Miss> {
         match tokio::time::timeout(bound, self.exchange(method, path, headers)).await {
             Ok(result) => result,
-            Err(_) => Err(Miss::Failed(format!("no answer to {path} within {bound:?}"))),
+            Err(_) => Err(Miss::Failed(format!(
+                "no answer to {path} within {bound:?}"
+            ))),
         }
     }
 
