@@ -141,6 +141,35 @@ fn files_ranges_validators_and_missing_files_over_http3() {
 }
 
 #[test]
+fn uploads_over_http3_land_whole() {
+    let tree = Tree::new("h3-upload");
+    let (cert, flags) = identity(&tree);
+    let server = start(&tree, 1, &flags, &["--upload"]);
+    let config = h3_client::config(&cert);
+    let body = big_body();
+    runtime().block_on(async {
+        let mut h3 = h3_client::connect(server.addr, loopback(), &config, REQUEST_BOUND)
+            .await
+            .expect("connect");
+        let length = body.len().to_string();
+        let put = h3
+            .send(
+                "PUT",
+                "/sub/put.bin",
+                &[("content-length", &length)],
+                &body,
+                REQUEST_BOUND,
+            )
+            .await
+            .expect("PUT");
+        assert_eq!(put.status, 201, "{put:?}");
+        let back = h3.get("/sub/put.bin", REQUEST_BOUND).await.expect("GET");
+        assert!(back.body == body, "the upload reads back whole");
+    });
+    assert!(std::fs::read(tree.root().join("sub/put.bin")).expect("on disk") == body);
+}
+
+#[test]
 fn tcp_responses_advertise_http3_on_the_same_port() {
     let tree = Tree::new("h3-altsvc");
     let (_, flags) = identity(&tree);

@@ -204,7 +204,10 @@ mod tests {
         let second = take_lock(&passed);
         tokio::pin!(second);
         let waited = tokio::time::timeout(LOCK_POLL * 5, &mut second).await;
-        assert!(waited.is_err(), "the replacement waits while the slot is held");
+        assert!(
+            waited.is_err(),
+            "the replacement waits while the slot is held"
+        );
         drop(first);
         tokio::time::timeout(Duration::from_secs(5), second)
             .await

@@ -108,7 +108,20 @@ impl H3 {
         headers: &[(&str, &str)],
         bound: Duration,
     ) -> Result<Reply, Miss> {
-        match tokio::time::timeout(bound, self.exchange(method, path, headers)).await {
+        self.send(method, path, headers, &[], bound).await
+    }
+
+    /// [`Self::request`] with a request body (sent in 16 KiB DATA frames).
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        bound: Duration,
+    ) -> Result<Reply, Miss> {
+        let exchange = self.exchange(method, path, headers, body);
+        match tokio::time::timeout(bound, exchange).await {
             Ok(result) => result,
             Err(_) => Err(Miss::Failed(format!(
                 "no answer to {path} within {bound:?}"
@@ -125,6 +138,7 @@ impl H3 {
         method: &str,
         path: &str,
         headers: &[(&str, &str)],
+        body: &[u8],
     ) -> Result<Reply, Miss> {
         let mut req = http::Request::builder()
             .method(method)
@@ -134,6 +148,10 @@ impl H3 {
         }
         let req = req.body(()).map_err(|e| Miss::Failed(e.to_string()))?;
         let mut stream = self.send.send_request(req).await.map_err(classify)?;
+        for chunk in body.chunks(16 * 1024) {
+            let chunk = Bytes::copy_from_slice(chunk);
+            stream.send_data(chunk).await.map_err(classify)?;
+        }
         stream.finish().await.map_err(classify)?;
         let response = stream.recv_response().await.map_err(classify)?;
         let mut body = Vec::new();
