@@ -141,6 +141,43 @@ fn files_ranges_validators_and_missing_files_over_http3() {
 }
 
 #[test]
+fn an_idle_client_that_keeps_pinging_does_not_hold_up_a_recycle() {
+    let tree = Tree::new("h3-idle");
+    let (cert, flags) = identity(&tree);
+    let server = start(&tree, 1, &flags, &[]);
+    let config = h3_client::config_pinging(&cert, Some(Duration::from_millis(300)));
+    let rt = runtime();
+    let h3 = rt.block_on(async {
+        let mut h3 = h3_client::connect(server.addr, loopback(), &config, REQUEST_BOUND)
+            .await
+            .expect("connect");
+        h3.get("/hello.txt", REQUEST_BOUND).await.expect("hello");
+        h3
+    });
+    let before = worker_ids(&server.status());
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    // Far below the 30 s drain deadline: GOAWAY, one second's grace, close.
+    let (_, took) = wait_until(Duration::from_secs(10), "the recycle to end", || {
+        let s = server.status();
+        let ids = worker_ids(&s);
+        (s["recycle_in_flight"] == false
+            && !ids.is_empty()
+            && ids.iter().all(|i| !before.contains(i)))
+        .then_some(())
+    });
+    eprintln!("MEASURED recycle with an idle pinging HTTP/3 client: {took:?}");
+    let closed =
+        rt.block_on(async { tokio::time::timeout(REQUEST_BOUND, h3.connection.closed()).await });
+    let reason = closed.expect("the idle connection was closed");
+    let h3_no_error = |c: &quinn::ApplicationClose| c.error_code == quinn::VarInt::from_u32(0x100);
+    assert!(
+        matches!(&reason, quinn::ConnectionError::ApplicationClosed(c) if h3_no_error(c))
+            || matches!(reason, quinn::ConnectionError::LocallyClosed),
+        "closed cleanly (H3_NO_ERROR, by either side after GOAWAY): {reason:?}"
+    );
+}
+
+#[test]
 fn uploads_over_http3_land_whole() {
     let tree = Tree::new("h3-upload");
     let (cert, flags) = identity(&tree);

@@ -103,6 +103,14 @@ pub async fn serve_connection(
                 shutdown(&mut h3).await;
             }
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            // After GOAWAY with nothing in flight, a client that neither closes nor sends
+            // another request within the grace is not waited for (h3 ends `accept` only
+            // on the client's GOAWAY or close): otherwise an idle client sending PINGs
+            // would hold the worker's drain to its deadline.
+            () = tokio::time::sleep(FIRST_REQUEST_GRACE), if going_away && in_flight.is_empty() => {
+                connection.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+                return;
+            }
         }
     }
     while in_flight.join_next().await.is_some() {}

@@ -16,6 +16,14 @@ pub const IDLE: Duration = Duration::from_secs(2);
 
 /// A client configuration that trusts `cert` only, offering ALPN `h3`.
 pub fn config(cert: &CertificateDer<'static>) -> quinn::ClientConfig {
+    config_pinging(cert, None)
+}
+
+/// [`config`], sending a PING every `keep_alive` so an idle connection never times out.
+pub fn config_pinging(
+    cert: &CertificateDer<'static>,
+    keep_alive: Option<Duration>,
+) -> quinn::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.clone()).expect("trust anchor");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -29,6 +37,7 @@ pub fn config(cert: &CertificateDer<'static>) -> quinn::ClientConfig {
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport.max_idle_timeout(Some(IDLE.try_into().expect("idle timeout")));
+    transport.keep_alive_interval(keep_alive);
     config.transport_config(Arc::new(transport));
     config
 }
@@ -36,6 +45,7 @@ pub fn config(cert: &CertificateDer<'static>) -> quinn::ClientConfig {
 /// One HTTP/3 connection.
 pub struct H3 {
     pub local: IpAddr,
+    pub connection: quinn::Connection,
     send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
     driver: tokio::task::JoinHandle<()>,
     _endpoint: quinn::Endpoint,
@@ -82,7 +92,7 @@ pub async fn connect(
         Ok(Err(e)) => return Err(Miss::Retry(format!("handshake: {e}"))),
         Err(_) => return Err(Miss::Retry("handshake timed out".into())),
     };
-    let setup = h3::client::new(h3_quinn::Connection::new(connection));
+    let setup = h3::client::new(h3_quinn::Connection::new(connection.clone()));
     let (mut driver, send) = match tokio::time::timeout(bound, setup).await {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => return Err(Miss::Retry(format!("h3 setup: {e}"))),
@@ -93,6 +103,7 @@ pub async fn connect(
     });
     Ok(H3 {
         local,
+        connection,
         send,
         driver,
         _endpoint: endpoint,
