@@ -149,14 +149,9 @@ impl Parent {
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let watch = self
-            .last_step
-            .zip(self.supervisor.watch_period())
-            .map(|(t, period)| t + period);
-        earliest(
-            earliest(self.supervisor.poll_timeout(), self.broker.poll_timeout()),
-            watch,
-        )
+        let (due, period) = self.supervisor.poll_timeout_and_watch_period();
+        let watch = self.last_step.zip(period).map(|(t, period)| t + period);
+        earliest(earliest(due, self.broker.poll_timeout()), watch)
     }
 
     /// A step at `now`. The machine has not changed since the last one, so

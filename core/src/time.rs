@@ -27,8 +27,15 @@ impl Instant {
     }
 }
 
+/// `d` in nanoseconds, saturating at `u64::MAX`: the same as converting `as_nanos()`,
+/// in 64-bit arithmetic (every deadline is a sum like this, and the 128-bit product
+/// was most of what computing the next one cost). If the seconds alone overflow, so
+/// does the whole.
 fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }
 
 impl Add<Duration> for Instant {
@@ -62,5 +69,31 @@ pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,
         (None, b) => b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adding_a_duration_saturates_exactly_where_its_nanoseconds_leave_u64() {
+        let max = u64::MAX;
+        let cases = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::new(1, 999_999_999),
+            Duration::from_nanos(max),
+            Duration::from_nanos(max) + Duration::from_nanos(1),
+            Duration::new(max / 1_000_000_000, 0),
+            Duration::new(max / 1_000_000_000 + 1, 0),
+            Duration::MAX,
+        ];
+        for d in cases {
+            let wide = u64::try_from(d.as_nanos()).unwrap_or(max);
+            assert_eq!(nanos(d), wide, "{d:?}");
+            assert_eq!(Instant::ZERO + d, Instant(wide), "{d:?}");
+        }
+        assert_eq!(Instant(max - 1) + Duration::from_nanos(5), Instant(max));
     }
 }

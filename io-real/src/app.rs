@@ -2,11 +2,11 @@
 
 use std::ffi::OsString;
 
-use clap::Parser;
+use clap::FromArgMatches;
 
 use crate::cli::{Cli, Sub, WORKER_SUBCOMMAND};
 use crate::worker::WorkerArgs;
-use crate::{ctl, logging, parent, worker};
+use crate::{ctl, logging, parent, settings, worker};
 
 pub fn main() -> i32 {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -20,7 +20,10 @@ pub fn main() -> i32 {
             }
         }
     }
-    let cli = match Cli::try_parse_from(&argv) {
+    let cli = match settings::command()
+        .try_get_matches_from(&argv)
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => {
             // Usage errors exit 2, like configuration errors: nothing was started.
@@ -28,9 +31,21 @@ pub fn main() -> i32 {
             return e.exit_code();
         }
     };
-    logging::init(cli.serve.ops.log_format);
-    match cli.command {
-        Some(Sub::Ctl(args)) => ctl::run(args),
-        None => parent::run(cli.serve, argv),
+    if let Some(Sub::Ctl(args)) = cli.command {
+        logging::init(cli.serve.ops.log_format);
+        return ctl::run(args);
+    }
+    match settings::load(&argv) {
+        Ok(loaded) => {
+            logging::init(loaded.cli.serve.ops.log_format);
+            parent::run(loaded)
+        }
+        Err(e) => {
+            tell!("servery: invalid configuration (nothing was started):");
+            for problem in e.problems() {
+                tell!("  - {problem}");
+            }
+            crate::EXIT_CONFIG
+        }
     }
 }

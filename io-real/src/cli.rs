@@ -3,7 +3,6 @@
 //! the defaults of the recovery policy and the budgets come from `servery-core`, so the
 //! help text and the core can never disagree.
 
-use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -12,6 +11,7 @@ use servery_core::RawConfig;
 use servery_core::config::{RawBudgets, RawConnections, RawRecovery};
 
 use crate::http::SiteConfig;
+use crate::settings::LIVE;
 
 const AFTER_HELP: &str = "\
 Control socket:
@@ -25,7 +25,9 @@ Control socket:
 
 Signals:
   SIGTERM / SIGINT stop gracefully (drain, then exit); SIGHUP reloads the configuration
-  from the original command line and environment (same as `servery ctl reload`).
+  from the original command line and environment and the --config file read again (same
+  as `servery ctl reload`). Options marked [reloadable] may change on reload; a reload
+  that changes any other is rejected and the running generation keeps serving.
 
 systemd:
   Started with LISTEN_FDS (socket activation), servery serves on the passed sockets
@@ -43,12 +45,13 @@ Exit codes:
   3 the first generation failed to start, 4 the crash restart limit was exceeded.";
 
 /// Share a directory over HTTP from supervised worker processes.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "servery",
     version,
     args_conflicts_with_subcommands = true,
-    after_help = AFTER_HELP
+    after_help = AFTER_HELP,
+    group = crate::settings::live_group()
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -57,16 +60,7 @@ pub struct Cli {
     pub serve: ServeArgs,
 }
 
-impl Cli {
-    /// Re-read the configuration a running parent was started with, from its original
-    /// arguments and the current environment (SIGHUP and `ctl reload`).
-    pub fn reparse(argv: &[OsString]) -> Result<RawConfig, String> {
-        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
-        Ok(cli.serve.raw_config())
-    }
-}
-
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Sub {
     /// Talk to a running servery over its control socket.
     Ctl(CtlArgs),
@@ -123,7 +117,7 @@ pub struct ServeArgs {
     pub port: Option<u16>,
 
     /// Worker processes: a number, or `auto` for one per available CPU.
-    #[arg(long, value_name = "N|auto", env = "SERVERY_WORKERS", default_value = "1", value_parser = parse_workers, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N|auto", env = "SERVERY_WORKERS", default_value = "1", value_parser = parse_workers, allow_negative_numbers = true, group = LIVE)]
     pub workers: Workers,
 
     /// Serve and list dot-files.
@@ -138,6 +132,17 @@ pub struct ServeArgs {
     /// if not) without binding anything.
     #[arg(long)]
     pub check_config: bool,
+
+    /// Read settings from this TOML file: `key = value`, the keys being the long options
+    /// without `--` and with `_` for `-` (`max_connections = 64`). The command line and
+    /// the environment override it; a reload reads it again.
+    #[arg(long, value_name = "FILE", env = "SERVERY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Print the effective settings as TOML (accepted back by --config), each with where
+    /// its value came from, and exit without binding anything.
+    #[arg(long, conflicts_with = "check_config")]
+    pub print_config: bool,
 
     #[command(flatten)]
     pub site: SiteArgs,
@@ -253,49 +258,49 @@ fn budgets() -> RawBudgets {
 #[command(next_help_heading = "Recovery policy (durations in seconds)")]
 pub struct RecoveryArgs {
     /// First crash-replacement delay; doubles per consecutive crash of a slot.
-    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BACKOFF_INITIAL", default_value_t = rec().restart_backoff_initial, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BACKOFF_INITIAL", default_value_t = rec().restart_backoff_initial, allow_negative_numbers = true, group = LIVE)]
     pub restart_backoff_initial: f64,
     /// Cap of the crash-replacement delay.
-    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BACKOFF_MAX", default_value_t = rec().restart_backoff_max, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BACKOFF_MAX", default_value_t = rec().restart_backoff_max, allow_negative_numbers = true, group = LIVE)]
     pub restart_backoff_max: f64,
     /// A worker ready this long resets its slot's backoff and crash run.
-    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_STABLE_PERIOD", default_value_t = rec().restart_stable_period, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_STABLE_PERIOD", default_value_t = rec().restart_stable_period, allow_negative_numbers = true, group = LIVE)]
     pub restart_stable_period: f64,
     /// Crash replacements allowed per window (0: the first crash fails the service).
-    #[arg(long, value_name = "N", env = "SERVERY_WORKER_RESTART_LIMIT", default_value_t = rec().worker_restart_limit, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_WORKER_RESTART_LIMIT", default_value_t = rec().worker_restart_limit, allow_negative_numbers = true, group = LIVE)]
     pub worker_restart_limit: i64,
     /// The sliding window of the restart limit.
-    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_RESTART_WINDOW", default_value_t = rec().worker_restart_window, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_RESTART_WINDOW", default_value_t = rec().worker_restart_window, allow_negative_numbers = true, group = LIVE)]
     pub worker_restart_window: f64,
     /// Recycle a worker after this age (0: off).
-    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_MAX_AGE", default_value_t = rec().worker_max_age, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_MAX_AGE", default_value_t = rec().worker_max_age, allow_negative_numbers = true, group = LIVE)]
     pub worker_max_age: f64,
     /// Fraction in [0, 1] by which the max age is shortened at random per worker.
-    #[arg(long, value_name = "FRACTION", env = "SERVERY_WORKER_MAX_AGE_JITTER", default_value_t = rec().worker_max_age_jitter, allow_negative_numbers = true)]
+    #[arg(long, value_name = "FRACTION", env = "SERVERY_WORKER_MAX_AGE_JITTER", default_value_t = rec().worker_max_age_jitter, allow_negative_numbers = true, group = LIVE)]
     pub worker_max_age_jitter: f64,
     /// Recycle a worker after this many requests (0: off).
-    #[arg(long, value_name = "N", env = "SERVERY_MAX_REQUESTS_PER_WORKER", default_value_t = rec().max_requests_per_worker, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_REQUESTS_PER_WORKER", default_value_t = rec().max_requests_per_worker, allow_negative_numbers = true, group = LIVE)]
     pub max_requests_per_worker: i64,
     /// Fraction in [0, 1] by which the request limit is lowered at random per worker.
-    #[arg(long, value_name = "FRACTION", env = "SERVERY_MAX_REQUESTS_JITTER", default_value_t = rec().max_requests_jitter, allow_negative_numbers = true)]
+    #[arg(long, value_name = "FRACTION", env = "SERVERY_MAX_REQUESTS_JITTER", default_value_t = rec().max_requests_jitter, allow_negative_numbers = true, group = LIVE)]
     pub max_requests_jitter: f64,
     /// Failed recycle replacements in a row before recycling is suspended.
-    #[arg(long, value_name = "N", env = "SERVERY_RECYCLE_RETRY_LIMIT", default_value_t = rec().recycle_retry_limit, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_RECYCLE_RETRY_LIMIT", default_value_t = rec().recycle_retry_limit, allow_negative_numbers = true, group = LIVE)]
     pub recycle_retry_limit: i64,
     /// How often workers report they are alive.
-    #[arg(long, value_name = "SECS", env = "SERVERY_HEARTBEAT_INTERVAL", default_value_t = rec().heartbeat_interval, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_HEARTBEAT_INTERVAL", default_value_t = rec().heartbeat_interval, allow_negative_numbers = true, group = LIVE)]
     pub heartbeat_interval: f64,
     /// A worker silent this long is terminated and replaced.
-    #[arg(long, value_name = "SECS", env = "SERVERY_HEARTBEAT_TIMEOUT", default_value_t = rec().heartbeat_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_HEARTBEAT_TIMEOUT", default_value_t = rec().heartbeat_timeout, allow_negative_numbers = true, group = LIVE)]
     pub heartbeat_timeout: f64,
     /// A worker not ready this long after spawning has failed to start.
-    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_START_TIMEOUT", default_value_t = rec().worker_start_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_START_TIMEOUT", default_value_t = rec().worker_start_timeout, allow_negative_numbers = true, group = LIVE)]
     pub worker_start_timeout: f64,
     /// How long a draining worker may finish in-flight requests.
-    #[arg(long, value_name = "SECS", env = "SERVERY_DRAIN_TIMEOUT", default_value_t = rec().drain_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_DRAIN_TIMEOUT", default_value_t = rec().drain_timeout, allow_negative_numbers = true, group = LIVE)]
     pub drain_timeout: f64,
     /// Between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "SECS", env = "SERVERY_FORCE_TIMEOUT", default_value_t = rec().force_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_FORCE_TIMEOUT", default_value_t = rec().force_timeout, allow_negative_numbers = true, group = LIVE)]
     pub force_timeout: f64,
 }
 
@@ -304,17 +309,17 @@ pub struct RecoveryArgs {
 #[command(next_help_heading = "Per-worker budgets")]
 pub struct BudgetArgs {
     /// Connections one worker admits at once (more wait in the shared backlog).
-    #[arg(long, value_name = "N", env = "SERVERY_MAX_CONNECTIONS", default_value_t = budgets().max_connections, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_CONNECTIONS", default_value_t = budgets().max_connections, allow_negative_numbers = true, group = LIVE)]
     pub max_connections: i64,
     /// Threads one worker may use for blocking file-system work.
-    #[arg(long, value_name = "N", env = "SERVERY_MAX_BLOCKING_THREADS", default_value_t = budgets().max_blocking_threads, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_BLOCKING_THREADS", default_value_t = budgets().max_blocking_threads, allow_negative_numbers = true, group = LIVE)]
     pub max_blocking_threads: i64,
     /// Encoded bytes one worker's compression cache may retain.
-    #[arg(long, value_name = "BYTES", env = "SERVERY_COMPRESSION_CACHE_SIZE", default_value_t = budgets().compression_cache_size, allow_negative_numbers = true)]
+    #[arg(long, value_name = "BYTES", env = "SERVERY_COMPRESSION_CACHE_SIZE", default_value_t = budgets().compression_cache_size, allow_negative_numbers = true, group = LIVE)]
     pub compression_cache_size: i64,
     /// Bytes of small files' contents one worker may keep in memory; each hit is checked
     /// against the file with one stat. 0 disables it.
-    #[arg(long, value_name = "BYTES", env = "SERVERY_FILE_CACHE_SIZE", default_value_t = budgets().file_cache_size, allow_negative_numbers = true)]
+    #[arg(long, value_name = "BYTES", env = "SERVERY_FILE_CACHE_SIZE", default_value_t = budgets().file_cache_size, allow_negative_numbers = true, group = LIVE)]
     pub file_cache_size: i64,
 }
 
@@ -328,22 +333,22 @@ fn conn() -> RawConnections {
 #[command(next_help_heading = "Connection deadlines (seconds)")]
 pub struct ConnectionArgs {
     /// From accepting a connection to its first complete request head, in total.
-    #[arg(long, value_name = "SECS", env = "SERVERY_REQUEST_HEAD_TIMEOUT", default_value_t = conn().request_head_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_REQUEST_HEAD_TIMEOUT", default_value_t = conn().request_head_timeout, allow_negative_numbers = true, group = LIVE)]
     pub request_head_timeout: f64,
     /// With no request in progress: the end of the last response to the next complete
     /// request head (HTTP/1), or no open stream (HTTP/2, closed with GOAWAY).
-    #[arg(long, value_name = "SECS", env = "SERVERY_KEEP_ALIVE_TIMEOUT", default_value_t = conn().keep_alive_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_KEEP_ALIVE_TIMEOUT", default_value_t = conn().keep_alive_timeout, allow_negative_numbers = true, group = LIVE)]
     pub keep_alive_timeout: f64,
     /// From accepting a TLS connection to the end of its handshake.
-    #[arg(long, value_name = "SECS", env = "SERVERY_TLS_HANDSHAKE_TIMEOUT", default_value_t = conn().tls_handshake_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_TLS_HANDSHAKE_TIMEOUT", default_value_t = conn().tls_handshake_timeout, allow_negative_numbers = true, group = LIVE)]
     pub tls_handshake_timeout: f64,
     /// A request in progress that moves no byte either way this long ends its connection
     /// (a client that stopped reading its download).
-    #[arg(long, value_name = "SECS", env = "SERVERY_SEND_TIMEOUT", default_value_t = conn().send_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_SEND_TIMEOUT", default_value_t = conn().send_timeout, allow_negative_numbers = true, group = LIVE)]
     pub send_timeout: f64,
     /// An upload body that delivers no byte this long is answered 408 and its reservation
     /// and lease are released (below the broker's lease lifetime).
-    #[arg(long, value_name = "SECS", env = "SERVERY_BODY_TIMEOUT", default_value_t = conn().body_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_BODY_TIMEOUT", default_value_t = conn().body_timeout, allow_negative_numbers = true, group = LIVE)]
     pub body_timeout: f64,
 }
 

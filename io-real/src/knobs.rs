@@ -134,6 +134,21 @@ pub fn flag_for_field(field: &str) -> Option<String> {
         })
 }
 
+/// The core field a setting's file key sets, when it sets one that a reload carries
+/// (`drain_timeout` → `recovery.drain_timeout`).
+pub fn field_for_key(key: &str) -> Option<&'static str> {
+    KNOBS
+        .iter()
+        .find(|k| k.key == key)
+        .map(|k| k.field)
+        .or_else(|| {
+            FLAG_ONLY
+                .iter()
+                .find(|(_, flag)| flag.trim_start_matches("--").replace('-', "_") == key)
+                .map(|(field, _)| *field)
+        })
+}
+
 /// Apply `set` (a JSON object of name → value) to `raw`, reporting every bad entry.
 pub fn apply_overrides(raw: &mut RawConfig, set: &Map<String, Value>) -> Result<(), Vec<String>> {
     let mut errors = Vec::new();

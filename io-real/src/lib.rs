@@ -34,6 +34,7 @@ pub mod operator_file;
 pub mod os;
 pub mod out;
 pub mod parent;
+pub mod settings;
 pub mod tftp;
 pub mod tls;
 pub mod worker;

@@ -662,7 +662,7 @@ impl SimWorld {
             dav.serving.remove(&(worker, conn));
         }
         if let Some(p) = self.procs.get_mut(&worker)
-            && p.serving.remove(&conn).is_some()
+            && p.serving.remove(conn).is_some()
         {
             p.life.connection_closed(now);
         }

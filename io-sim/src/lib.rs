@@ -8,14 +8,17 @@
 //! [`rng::SimRng`], so a seed replays bit-for-bit.
 #![forbid(unsafe_code)]
 
+mod conns;
 mod dav;
 mod fs;
 pub mod labels;
 mod outcome;
 mod plan;
+mod proc_table;
 mod process;
 pub mod rng;
 mod trace;
+mod uploads;
 mod world;
 
 pub use outcome::{

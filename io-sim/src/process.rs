@@ -7,35 +7,18 @@ use std::collections::{BTreeMap, VecDeque};
 use servery_core::broker::{BrokerClient, Completion};
 use servery_core::driver::{WorkerIo, dispatch_worker};
 use servery_core::proto::{
-    BrokerReply, BrokerRequest, FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, Rejection,
-    TargetKey, WorkerMessage, encode_worker,
+    BrokerRequest, FrameDecoder, MAX_FRAME_DEFAULT, ParentMessage, TargetKey, WorkerMessage,
+    encode_worker,
 };
 use servery_core::supervisor::ExitStatus;
 use servery_core::worker::WorkerLifecycle;
-use servery_core::write_flow::{
-    Existing, WriteAction, WriteEvent, WriteFailure, WriteFlow, WriteOptions,
-};
 use servery_core::{Instant, ValidConfig, WorkerId};
 
+use crate::conns::Conns;
 use crate::labels;
-use crate::outcome::{UploadEnd, UploadRecord};
 use crate::plan::{Behavior, FaultKind};
-use crate::world::{ConnKind, SimEvent, SimWorld};
-
-/// An upload in a simulated worker: the core's write flow, driven against the simulated
-/// file system and the broker (the same machine io-real drives), and what this driver
-/// needs to carry its actions out.
-#[derive(Debug, Clone)]
-pub(crate) struct Upload {
-    target: u8,
-    writer: u64,
-    arrived_ms: u64,
-    flow: WriteFlow,
-    temp: Option<u64>,
-    chunks_left: u64,
-    /// A WebDAV PUT's write: its record in the DAV log.
-    dav: Option<usize>,
-}
+use crate::uploads::Upload;
+use crate::world::{ConnKind, FRAME_CAPACITY, SimEvent, SimWorld};
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Waiting {
@@ -61,7 +44,7 @@ pub(crate) struct Proc {
     pub accepting: bool,
     pub parent_closed: bool,
     pub eof_seen: bool,
-    pub serving: BTreeMap<u64, ConnKind>,
+    pub(crate) serving: Conns,
     pub uploads: BTreeMap<u64, Upload>,
     pub(crate) waiting: BTreeMap<u64, Waiting>,
     pub log_backlog: VecDeque<String>,
@@ -104,7 +87,7 @@ impl Proc {
             accepting: false,
             parent_closed: false,
             eof_seen: false,
-            serving: BTreeMap::new(),
+            serving: Conns::default(),
             uploads: BTreeMap::new(),
             waiting: BTreeMap::new(),
             log_backlog: VecDeque::new(),
@@ -124,7 +107,7 @@ impl Proc {
         }
     }
 
-    fn runnable(&self) -> bool {
+    pub(crate) fn runnable(&self) -> bool {
         self.alive && !self.paused
     }
 
@@ -168,7 +151,7 @@ impl WorkerIo for SimWorker<'_> {
         if self.proc().is_none_or(|p| p.eof_seen) {
             return;
         }
-        let mut bytes = Vec::with_capacity(32);
+        let mut bytes = Vec::with_capacity(FRAME_CAPACITY);
         if let Err(e) = encode_worker(&message, &mut bytes) {
             let worker = self.worker;
             self.world
@@ -259,7 +242,7 @@ impl SimWorld {
                 break;
             };
             if !p.eof_seen {
-                let mut bytes = Vec::with_capacity(32);
+                let mut bytes = Vec::with_capacity(FRAME_CAPACITY);
                 match encode_worker(&message, &mut bytes) {
                     Ok(()) => self.send_up(worker, bytes),
                     Err(e) => {
@@ -499,8 +482,15 @@ impl SimWorld {
                 p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
             };
             let can_take = |p: &Proc| could_take(p) && now >= p.accept_fails_until;
-            let count = self.procs.values().filter(|p| can_take(p)).count();
-            if count == 0 {
+            // Which workers can take one, in id order, gathered in one pass into a
+            // buffer the world keeps (no allocation per connection).
+            let mut takers = core::mem::take(&mut self.takers);
+            takers.clear();
+            takers.extend(self.procs.values().filter(|p| can_take(p)).map(|p| p.id));
+            let count = takers.len();
+            let pick = (count > 0).then(|| takers[self.rng.range(0, count as u64 - 1) as usize]);
+            self.takers = takers;
+            let Some(pick) = pick else {
                 // Out of descriptors: accept fails and the connections stay queued.
                 if self.procs.values().any(could_take) {
                     let queued: Vec<u64> = self.backlog.iter().map(|(c, _)| *c).collect();
@@ -509,16 +499,6 @@ impl SimWorld {
                         .coverage
                         .insert(labels::EVERY_WORKER_OUT_OF_DESCRIPTORS);
                 }
-                return;
-            }
-            let k = self.rng.range(0, count as u64 - 1) as usize;
-            let Some(pick) = self
-                .procs
-                .values()
-                .filter(|p| can_take(p))
-                .nth(k)
-                .map(|p| p.id)
-            else {
                 return;
             };
             let Some((conn, kind)) = self.backlog.pop_front() else {
@@ -547,46 +527,12 @@ impl SimWorld {
         }
     }
 
-    /// The write flow on `conn`: reservation, target lease, temp file, rename. `dav`: a
-    /// WebDAV PUT that passed its lock check (its record in the DAV log).
-    pub(crate) fn start_upload(
-        &mut self,
-        worker: WorkerId,
-        conn: u64,
-        target: u8,
-        writer: u64,
-        arrived_ms: u64,
-        dav: Option<usize>,
-    ) {
-        let bytes = self.spec.workload.upload_chunks * 4;
-        let Some(p) = self.procs.get_mut(&worker) else {
-            return;
-        };
-        p.uploads.insert(
-            conn,
-            Upload {
-                target,
-                writer,
-                arrived_ms,
-                flow: WriteFlow::new(WriteOptions {
-                    reserve: Some(bytes),
-                    overwrite: true,
-                    create_only: false,
-                }),
-                temp: None,
-                chunks_left: 0,
-                dav,
-            },
-        );
-        self.drive_upload(worker, conn);
-    }
-
     pub(crate) fn request_done(&mut self, worker: WorkerId, conn: u64) {
         let now = self.now;
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
-        if !p.runnable() || p.wedged || p.serving.remove(&conn).is_none() {
+        if !p.runnable() || p.wedged || p.serving.remove(conn).is_none() {
             if p.alive && (p.paused || p.wedged) {
                 // The request stalls with its worker; it fails when the worker is killed.
             }
@@ -692,279 +638,5 @@ impl SimWorld {
             Waiting::Upload(conn) => self.upload_reply(worker, conn, reply),
             Waiting::Dav(conn) => self.dav_reply(worker, conn, reply),
         }
-    }
-
-    fn upload_reply(&mut self, worker: WorkerId, conn: u64, reply: Option<BrokerReply>) {
-        let Some(u) = self
-            .procs
-            .get_mut(&worker)
-            .and_then(|p| p.uploads.get_mut(&conn))
-        else {
-            return;
-        };
-        let event = match reply {
-            None => WriteEvent::NoAnswer,
-            Some(BrokerReply::Granted { id, .. }) => u.flow.granted(id),
-            Some(BrokerReply::Rejected(r)) => WriteEvent::Refused(r),
-            Some(_) => WriteEvent::Refused(Rejection::Saturated),
-        };
-        u.flow.handle(event);
-        self.drive_upload(worker, conn);
-    }
-
-    /// Carries out what the upload's write flow asks, until it waits for the broker or
-    /// for the next chunk, or ends.
-    fn drive_upload(&mut self, worker: WorkerId, conn: u64) {
-        let now = self.now;
-        loop {
-            let Some(p) = self.procs.get_mut(&worker) else {
-                return;
-            };
-            let Some(u) = p.uploads.get_mut(&conn) else {
-                return;
-            };
-            let Some(action) = u.flow.next_action() else {
-                return;
-            };
-            let event = match action {
-                WriteAction::Reserve { bytes } => {
-                    match p
-                        .client
-                        .request(now, BrokerRequest::ReserveUpload { bytes })
-                    {
-                        Ok(id) => {
-                            p.waiting.insert(id, Waiting::Upload(conn));
-                            self.pump(worker);
-                            return;
-                        }
-                        Err(_) => WriteEvent::Refused(Rejection::Saturated),
-                    }
-                }
-                WriteAction::Lease => {
-                    let target = u.target;
-                    match p
-                        .client
-                        .request(now, BrokerRequest::AcquireLease { key: key(target) })
-                    {
-                        Ok(rid) => {
-                            p.waiting.insert(rid, Waiting::Upload(conn));
-                            self.pump(worker);
-                            return;
-                        }
-                        Err(_) => WriteEvent::Refused(Rejection::Saturated),
-                    }
-                }
-                WriteAction::Inspect => {
-                    WriteEvent::Target(if self.fs.files.contains_key(&u.target) {
-                        Existing::File
-                    } else {
-                        Existing::Nothing
-                    })
-                }
-                WriteAction::CreateTemp => {
-                    u.chunks_left = self.spec.workload.upload_chunks;
-                    let (target, writer) = (u.target, u.writer);
-                    u.temp = Some(self.fs.create_temp(worker, target, writer));
-                    if let Some(&(other, _)) = self.holders.get(&target)
-                        && (other != worker || self.procs.get(&other).is_some_and(|o| o.alive))
-                    {
-                        self.violation(format!(
-                            "{worker} leased target {target} while {other} holds it"
-                        ));
-                    }
-                    self.holders.insert(target, (worker, conn));
-                    self.last_holder = Some(worker);
-                    WriteEvent::TempCreated
-                }
-                WriteAction::Stream => {
-                    let (lo, hi) = self.spec.workload.chunk_ms;
-                    let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
-                    self.schedule_in(d, SimEvent::UploadStep { worker, conn });
-                    return;
-                }
-                // The simulated lease has no renewal to make: it is the one granted.
-                WriteAction::ConfirmLease => match u.flow.lease() {
-                    Some(id) => WriteEvent::Leased(id),
-                    None => WriteEvent::Refused(Rejection::NotFound),
-                },
-                WriteAction::Publish { .. } => {
-                    let (target, temp) = (u.target, u.temp);
-                    // Publish under the lease: the oracle must agree that we hold it.
-                    if self.holders.get(&target).map(|h| h.0) != Some(worker) {
-                        self.violation(format!(
-                            "{worker} publishes target {target} without holding it"
-                        ));
-                    }
-                    if self.now < self.rename_fails_until {
-                        // rename(2) fails (EIO): the target keeps what it had, the temp file
-                        // is still ours to remove (500).
-                        WriteEvent::Failed(WriteFailure::Io)
-                    } else {
-                        let replaced = self.fs.files.contains_key(&target);
-                        if let Some(temp) = temp {
-                            self.fs.rename(temp);
-                        }
-                        if let Some(u) = self
-                            .procs
-                            .get_mut(&worker)
-                            .and_then(|p| p.uploads.get_mut(&conn))
-                        {
-                            u.temp = None;
-                        }
-                        WriteEvent::Published { replaced }
-                    }
-                }
-                WriteAction::RemoveTemp => {
-                    if let Some(temp) = u.temp.take() {
-                        self.fs.remove_temp(temp);
-                    }
-                    continue;
-                }
-                WriteAction::ReleaseLease(id) => {
-                    let target = u.target;
-                    if self
-                        .holders
-                        .get(&target)
-                        .is_some_and(|h| h.0 == worker && h.1 == conn)
-                    {
-                        self.holders.remove(&target);
-                    }
-                    p.client.release(now, BrokerRequest::ReleaseLease { id });
-                    continue;
-                }
-                WriteAction::ReleaseReservation(id) => {
-                    p.client
-                        .release(now, BrokerRequest::ReleaseReservation { id });
-                    continue;
-                }
-                WriteAction::Finish(result) => {
-                    let end = match result {
-                        Ok(_) => UploadEnd::Ok,
-                        Err(WriteFailure::Busy) => UploadEnd::Conflict,
-                        Err(WriteFailure::BrokerUnavailable | WriteFailure::Abandoned) => {
-                            UploadEnd::FailedClosed
-                        }
-                        Err(WriteFailure::NoSpace) => UploadEnd::NoSpace,
-                        Err(WriteFailure::Io) => UploadEnd::IoError,
-                        Err(_) => UploadEnd::Saturated,
-                    };
-                    self.finish_upload(worker, conn, end);
-                    return;
-                }
-            };
-            if let Some(u) = self
-                .procs
-                .get_mut(&worker)
-                .and_then(|p| p.uploads.get_mut(&conn))
-            {
-                u.flow.handle(event);
-            }
-        }
-    }
-
-    pub(crate) fn upload_step(&mut self, worker: WorkerId, conn: u64) {
-        let Some(p) = self.procs.get_mut(&worker) else {
-            return;
-        };
-        if !p.runnable() || p.wedged {
-            return;
-        }
-        let Some(u) = p.uploads.get_mut(&conn) else {
-            return;
-        };
-        let Some(temp) = u.temp else {
-            return;
-        };
-        if u.chunks_left == 0 {
-            let target = u.target;
-            let before = self.fs.files.get(&target).cloned();
-            u.flow.handle(WriteEvent::Streamed);
-            self.drive_upload(worker, conn);
-            // A rename that failed published nothing and left no temporary file.
-            if self.fs.has_temp(temp) || self.fs.files.get(&target) != before.as_ref() {
-                return;
-            }
-            if self.now < self.rename_fails_until {
-                self.out.coverage.insert(labels::RENAME_FAILED_CLEANED);
-            }
-            return;
-        }
-        if self.now < self.disk_full_until {
-            // write(2) on the temp file: ENOSPC. The upload ends (507) and its temp file
-            // goes with it.
-            u.flow.handle(WriteEvent::Failed(WriteFailure::NoSpace));
-            self.drive_upload(worker, conn);
-            if !self.fs.has_temp(temp) {
-                self.out.coverage.insert(labels::UPLOAD_ENOSPC_CLEANED);
-            }
-            return;
-        }
-        u.chunks_left -= 1;
-        let chunk = [(u.writer % 251) as u8; 4];
-        self.fs.append(temp, &chunk);
-        let (lo, hi) = self.spec.workload.chunk_ms;
-        let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
-        self.schedule_in(d, SimEvent::UploadStep { worker, conn });
-    }
-
-    /// The worker is going away (or its parent is): the write stops where it is, and the
-    /// flow gives back what it holds.
-    fn abort_upload(&mut self, worker: WorkerId, conn: u64) {
-        let Some(u) = self
-            .procs
-            .get_mut(&worker)
-            .and_then(|p| p.uploads.get_mut(&conn))
-        else {
-            return;
-        };
-        u.flow.handle(WriteEvent::Failed(WriteFailure::Abandoned));
-        self.drive_upload(worker, conn);
-    }
-
-    /// Release what the upload held (in `finally`), answer the client, close the conn.
-    fn finish_upload(&mut self, worker: WorkerId, conn: u64, end: UploadEnd) {
-        let now = self.now;
-        let Some(p) = self.procs.get_mut(&worker) else {
-            return;
-        };
-        let Some(u) = p.uploads.remove(&conn) else {
-            return;
-        };
-        // The flow gave back the lease and the reservation before its Finish.
-        // Replies to releases need no one waiting; the client drops them.
-        p.serving.remove(&conn);
-        p.life.connection_closed(now);
-        if self.waited_emfile.remove(&conn) && end == UploadEnd::Ok {
-            self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
-        }
-        if let Some(rec) = u.dav {
-            // A WebDAV PUT: its own log, not the uploads'.
-            self.dav_write_ended(rec, end);
-            self.pump(worker);
-            self.dispatch();
-            return;
-        }
-        match end {
-            UploadEnd::Ok => {
-                self.out.uploads.ok += 1;
-                self.out
-                    .upload_oks
-                    .push((u.target, now.as_nanos() / 1_000_000));
-            }
-            UploadEnd::NoSpace => self.out.uploads.no_space += 1,
-            UploadEnd::IoError => self.out.uploads.io_error += 1,
-            UploadEnd::Conflict => self.out.uploads.conflict += 1,
-            UploadEnd::Saturated => self.out.uploads.saturated += 1,
-            UploadEnd::FailedClosed => self.out.uploads.failed_closed += 1,
-            UploadEnd::Lost => {}
-        }
-        self.out.upload_log.push(UploadRecord {
-            target: u.target,
-            started_ms: u.arrived_ms,
-            ended_ms: now.as_nanos() / 1_000_000,
-            end,
-        });
-        self.pump(worker);
-        self.dispatch();
     }
 }

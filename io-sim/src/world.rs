@@ -2,8 +2,7 @@
 //! clients, file system and log writer, all drawn from one seeded stream.
 
 use core::time::Duration;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use servery_core::config::LogPolicy;
 use servery_core::driver::{ParentIo, RunEnd, Wakeup};
@@ -22,6 +21,7 @@ use crate::fs::SimFs;
 use crate::labels;
 use crate::outcome::{Injected, Outcome, StatusAnswer, UploadEnd, UploadRecord, WorkerExit};
 use crate::plan::{Behavior, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo};
+use crate::proc_table::ProcTable;
 use crate::process::{Proc, key};
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -29,6 +29,9 @@ use crate::trace::Trace;
 mod channels;
 mod faults;
 mod host;
+mod queue;
+
+use queue::EventQueue;
 
 /// Something that happens at a point of virtual time.
 #[derive(Debug, Clone)]
@@ -130,29 +133,6 @@ impl SimEvent {
     }
 }
 
-struct Scheduled {
-    at: Instant,
-    seq: u64,
-    event: SimEvent,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
-}
-
 /// A client connection waiting in, or taken from, the shared listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConnKind {
@@ -172,15 +152,16 @@ pub struct SimWorld {
     pub(crate) spec: SimSpec,
     pub(crate) now: Instant,
     pub(crate) rng: SimRng,
-    queue: BinaryHeap<Reverse<Scheduled>>,
-    seq: u64,
+    queue: EventQueue,
     inbox: VecDeque<Event>,
-    pub(crate) procs: BTreeMap<WorkerId, Proc>,
+    pub(crate) procs: ProcTable,
     decoders: BTreeMap<WorkerId, FrameDecoder>,
     next_pid: u32,
     spawn_index: u64,
     pub(crate) listener_open: bool,
     pub(crate) backlog: VecDeque<(u64, ConnKind)>,
+    /// The workers that can take a connection, while one is being handed out.
+    pub(crate) takers: Vec<WorkerId>,
     pub(crate) next_conn: u64,
     pub(crate) fs: SimFs,
     /// The write-flow oracle: who holds each target right now, as workers believe.
@@ -244,6 +225,10 @@ impl core::fmt::Debug for SimWorld {
     }
 }
 
+/// What a control frame's buffer starts with: a heartbeat (about 40 bytes with its
+/// counters) and every other frame of a plain run fit without growing it.
+pub(crate) const FRAME_CAPACITY: usize = 64;
+
 pub(crate) fn ms(d: Duration) -> Instant {
     Instant::from_nanos(d.as_nanos() as u64)
 }
@@ -256,15 +241,15 @@ impl SimWorld {
         let mut w = SimWorld {
             now: Instant::ZERO,
             rng,
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: EventQueue::default(),
             inbox: VecDeque::new(),
-            procs: BTreeMap::new(),
+            procs: ProcTable::default(),
             decoders: BTreeMap::new(),
             next_pid: 1000,
             spawn_index: 0,
             listener_open: true,
             backlog: VecDeque::new(),
+            takers: Vec::new(),
             next_conn: 0,
             fs: SimFs::default(),
             holders: BTreeMap::new(),
@@ -341,12 +326,7 @@ impl SimWorld {
     }
 
     pub(crate) fn schedule_at(&mut self, at: Instant, event: SimEvent) {
-        self.seq += 1;
-        self.queue.push(Reverse(Scheduled {
-            at,
-            seq: self.seq,
-            event,
-        }));
+        self.queue.push(at, event);
     }
 
     pub(crate) fn schedule_in(&mut self, d: Duration, event: SimEvent) {
@@ -559,15 +539,15 @@ impl SimWorld {
             self.schedule_in(lat, SimEvent::ToWorkerEof { worker: w });
         }
         let end = ms(self.spec.end_by);
-        while let Some(Reverse(s)) = self.queue.pop() {
-            if s.at > end {
+        while let Some((at, event)) = self.queue.pop() {
+            if at > end {
                 break;
             }
             if !self.procs.values().any(|p| p.alive) {
                 break;
             }
-            self.now = s.at;
-            match s.event {
+            self.now = at;
+            match event {
                 SimEvent::ClientArrival
                 | SimEvent::UploadArrival
                 | SimEvent::DavClientArrival

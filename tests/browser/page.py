@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The directory page in headless Chromium, as a person would use it.
+"""The directory page in headless Chromium, as a person would use it, checked by axe-core
+for accessibility (WCAG 2.1 A and AA, and axe's best practices) along the way.
 
 Run by tests/tests/browser.rs against a servery started with --workers 4 --upload --dav:
 
@@ -21,6 +22,7 @@ import time
 import urllib.request
 import zipfile
 
+import axe_core_python
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
@@ -41,6 +43,26 @@ HOSTILE = [
     "rtl\u202egpj.exe",
     "new\nline.txt",
 ]
+
+
+# axe-core, the accessibility checker most audits use, as shipped in a PyPI wheel.
+AXE = open(os.path.join(os.path.dirname(axe_core_python.__file__), "axe.min.js")).read()
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
+
+
+def accessible(driver, where):
+    """axe-core finds no violation of WCAG 2.1 A/AA or its best practices on the page as
+    it is now (injected through the driver, so the page's CSP stays as served)."""
+    if not driver.execute_script("return typeof axe !== 'undefined'"):
+        driver.execute_script(AXE)
+    found = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {runOnly: {type: 'tag', values: arguments[0]}})"
+        ".then(r => done(r.violations)).catch(e => done(String(e)));", AXE_TAGS)
+    assert isinstance(found, list), f"axe did not run on {where}: {found}"
+    report = [f"{v['id']} ({v['impact']}): {v['help']} at "
+              f"{[n['target'] for n in v['nodes'][:3]]}" for v in found]
+    assert not report, f"accessibility violations on {where}:\n" + "\n".join(report)
 
 
 def step(name):
@@ -159,6 +181,12 @@ def main():
         readme = driver.find_element(By.CSS_SELECTOR, "article.readme")
         assert "<script>alert(1)</script>" in readme.text, readme.text
         no_alert(driver)
+        accessible(driver, "a folder with a README")
+        code = driver.find_element(By.CSS_SELECTOR, "aside.qr img")
+        wait(driver, "the QR code drawn (the page's policy lets data: images in)",
+             lambda d: d.execute_script(
+                 "return arguments[0].complete && arguments[0].naturalWidth >= 168", code))
+        assert code.get_attribute("alt").startswith("QR code of http://"), code.get_attribute("alt")
         size = driver.find_element(By.CSS_SELECTOR, "th.size a")
         size.click()
         wait(driver, "sorted by size",
@@ -181,6 +209,7 @@ def main():
         link = driver.find_element(By.CSS_SELECTOR, "#list td.name a")
         assert link.text == "deep/large.bin", link.text
         assert link.get_attribute("href") == base + "/docs/deep/large.bin"
+        accessible(driver, "search results")
 
         step("screenshots of the page")
         driver.get(base + "/")
@@ -191,6 +220,7 @@ def main():
         bg = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
         assert bg == "rgb(21, 23, 26)", f"dark background: {bg}"
         shoot(driver, shots, "dark")
+        accessible(driver, "the root in the dark theme")
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
         driver.set_window_size(390, 844)
         shoot(driver, shots, "phone")
@@ -235,6 +265,7 @@ def main():
         overall = driver.find_element(By.ID, "up-all")
         assert overall.get_attribute("value") == overall.get_attribute("max")
         wait(driver, "uploads listed", lambda d: all(n in rows(d) for n in list(uploads) + ["album"]))
+        accessible(driver, "the page after uploads (queue and progress bars)")
         for name, data in uploads.items():
             assert sha(f"{root}/{name}") == hashlib.sha256(data).hexdigest(), name
         assert open(f"{root}/album/a.txt", "rb").read() == b"alpha"

@@ -33,7 +33,7 @@ fn the_page_works_in_a_browser() {
     );
     let tree = Tree::new("browser");
     let mut args: Vec<&str> = FAST.to_vec();
-    args.extend(["--upload", "--dav", "--allow-overwrite"]);
+    args.extend(["--upload", "--dav", "--allow-overwrite", "--qr"]);
     let server = Server::start(&tree, 4, &args, &[]);
     server.wait_ready(4, Duration::from_secs(30));
     let work = tree.dir.join("work");

@@ -287,10 +287,10 @@ fn a_stalled_service_holds_up_no_hang_verdict_no_restart_no_reload_and_no_stop()
         "MEASURED crash → replacement ready with mDNS stalled: {:?}",
         killed.elapsed()
     );
-    assert_eq!(
-        after["not_running_ms"], 0,
-        "the driver never stalled: {after}"
-    );
+    // A driver held up by the stalled service would miss its deadlines by the stall (an
+    // hour); a loaded machine makes it a few milliseconds late, which is not the service.
+    let late = after["not_running_ms"].as_u64().expect("not_running_ms");
+    assert!(late < 250, "the driver never stalled: {after}");
 
     // A silent worker (in the other slot) is judged hung on its heartbeat deadline.
     let other_slot = &status["workers"][0]["slot"];
@@ -432,6 +432,25 @@ fn an_independent_browser_sees_the_advertisement_after_ready_updated_in_place_an
         });
         assert!(seen > ready_at, "{ty} was advertised before READY");
     }
+    // What the daemon sent is in the status: each instance announced on the namespace's
+    // interface, and no failure.
+    let (mdns, _) = wait_until(
+        Duration::from_secs(10),
+        "both announcements in the status",
+        || {
+            let mdns = server.status()["singletons"]["mdns"]["service"].take();
+            let on: Vec<String> = mdns["detail"]["announced_on"]
+                .as_array()?
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            let both = ["._http._tcp.local.@", "._webdav._tcp.local.@"]
+                .iter()
+                .all(|ty| on.iter().any(|a| a.contains(ty)));
+            both.then_some(mdns)
+        },
+    );
+    assert_eq!(mdns["failures"], 0, "{mdns}");
     let reloaded_at = Instant::now();
     let answer = server.ctl(&json!({"cmd": "reload"})).expect("reload");
     assert_eq!(answer["generation"], 2, "{answer}");

@@ -194,3 +194,34 @@ fn readme_and_search() {
     assert!(!found.contains("needle-hidden"));
     assert!(found.contains("1 found"));
 }
+
+#[test]
+fn with_qr_the_page_shows_the_code_of_the_folders_lan_address() {
+    let tree = Tree::new("page-qr");
+    let mut server = start(&tree, &["--qr"]);
+    let (line, _) = server.wait_stdout("servery: scan to open ", Duration::from_secs(20));
+    let base = line
+        .trim_start_matches("servery: scan to open ")
+        .split(' ')
+        .next()
+        .expect("a URL")
+        .to_owned();
+    assert!(base.starts_with("http://") && base.ends_with('/'), "{line}");
+    let page = String::from_utf8_lossy(&get(server.addr, "/sub/").body).into_owned();
+    let url = format!("{base}sub/");
+    assert!(
+        page.contains(&format!("<a href=\"{url}\">{url}</a>")),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("alt=\"QR code of {url}\"")),
+        "{page}"
+    );
+    assert!(page.contains("src=\"data:image/svg+xml;base64,"), "{page}");
+    drop(server);
+
+    let plain = Tree::new("page-no-qr");
+    let server = start(&plain, &[]);
+    let page = String::from_utf8_lossy(&get(server.addr, "/sub/").body).into_owned();
+    assert!(!page.contains("class=\"qr"), "no code without --qr: {page}");
+}

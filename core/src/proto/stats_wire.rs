@@ -15,25 +15,44 @@ const CELLS: usize = METHODS.len() * STATUS_CLASSES.len();
 pub const MAX_STATS_LEN: usize = 1 + CELLS * 10 + 8 + 1 + DURATION_BUCKETS * 9 + 8;
 
 pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
-    let cells = s.requests.iter().flatten().filter(|n| **n > 0).count();
+    // Every heartbeat carries these, and most counters are zero: the scans stop at the
+    // last counter set, counted first (in a simulated run, where beats are most of the
+    // frames, full scans were a tenth of the time).
+    let flat = s.requests.as_flattened();
+    // Whether any is set, first: an OR over the table is cheaper than counting it.
+    let cells = if flat.iter().fold(0, |any, n| any | n) == 0 {
+        0
+    } else {
+        flat.iter().filter(|n| **n > 0).count()
+    };
     w.u8(u8::try_from(cells).unwrap_or(u8::MAX));
+    let mut left = cells;
     for (m, row) in s.requests.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
         for (c, &n) in row.iter().enumerate() {
             if n > 0 {
                 // Both indices are below 16 by the tables' sizes.
                 w.u8(m as u8);
                 w.u8(c as u8);
                 w.u64(n);
+                left -= 1;
             }
         }
     }
     w.u64(s.bytes_sent);
     let buckets = s.duration_buckets.iter().filter(|n| **n > 0).count();
     w.u8(u8::try_from(buckets).unwrap_or(u8::MAX));
+    let mut left = buckets;
     for (b, &n) in s.duration_buckets.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
         if n > 0 {
             w.u8(b as u8);
             w.u64(n);
+            left -= 1;
         }
     }
     w.u64(s.duration_sum_us);

@@ -7,11 +7,41 @@ impl Supervisor {
     /// the real driver in debug builds.
     pub fn check_invariants(&self) -> Result<(), String> {
         let n = self.config.workers() as usize;
-        let replacements = self
-            .workers
-            .values()
-            .filter(|w| w.role == Role::Replacement)
-            .count();
+        // One pass over the workers gathers what the rules below judge (they run after
+        // every simulated step, so a pass per rule, and one per slot, was most of a
+        // sweep's checking); the rules are then judged in their order, so a broken
+        // state reports the same first error as it would rule by rule.
+        let mut replacements = 0usize;
+        let mut serving = 0usize;
+        let mut inline = [0u32; 16];
+        let mut spilled = Vec::new();
+        let members: &mut [u32] = if self.slots.len() <= inline.len() {
+            &mut inline[..self.slots.len()]
+        } else {
+            spilled.resize(self.slots.len(), 0);
+            &mut spilled
+        };
+        let mut broken_worker = None;
+        for w in self.workers.values() {
+            match w.role {
+                Role::Replacement => {
+                    replacements += 1;
+                    serving += 1;
+                }
+                Role::Member => {
+                    serving += 1;
+                    if w.generation == self.committed
+                        && let Some(count) = members.get_mut(w.slot.0 as usize)
+                    {
+                        *count += 1;
+                    }
+                }
+                _ => {}
+            }
+            if broken_worker.is_none() {
+                broken_worker = self.broken_worker(w);
+            }
+        }
         if replacements > 1 {
             return Err(format!("{replacements} recycle replacements alive"));
         }
@@ -28,25 +58,17 @@ impl Supervisor {
         {
             return Err("a replacement is alive without a recycle in flight".into());
         }
-        if self.rollout.is_none() && self.stopping.is_none() && self.state == ServiceState::Ready {
-            let serving = self.serving_workers();
-            if serving > n + 1 {
-                return Err(format!(
-                    "{serving} serving workers exceed N + 1 = {}",
-                    n + 1
-                ));
-            }
+        if self.rollout.is_none()
+            && self.stopping.is_none()
+            && self.state == ServiceState::Ready
+            && serving > n + 1
+        {
+            return Err(format!(
+                "{serving} serving workers exceed N + 1 = {}",
+                n + 1
+            ));
         }
-        for (i, s) in self.slots.iter().enumerate() {
-            let members = self
-                .workers
-                .values()
-                .filter(|w| {
-                    w.role == Role::Member
-                        && w.slot.0 as usize == i
-                        && w.generation == self.committed
-                })
-                .count();
+        for (i, (s, &members)) in self.slots.iter().zip(members.iter()).enumerate() {
             if members > 1 {
                 return Err(format!("slot {i} has {members} members"));
             }
@@ -59,18 +81,8 @@ impl Supervisor {
                 }
             }
         }
-        for w in self.workers.values() {
-            if w.state == WorkerState::Ready && !w.committed {
-                return Err(format!("{} is ready without COMMIT", w.id));
-            }
-            if w.role == Role::Candidate
-                && self
-                    .rollout
-                    .as_ref()
-                    .is_none_or(|r| !r.candidates.contains(&w.id))
-            {
-                return Err(format!("{} is a candidate outside a rollout", w.id));
-            }
+        if let Some(broken) = broken_worker {
+            return Err(broken);
         }
         if (self.state == ServiceState::Failed) != self.failure.is_some() {
             return Err("failed state and failure record disagree".into());
@@ -82,5 +94,21 @@ impl Supervisor {
             return Err("stopping with a rollout or recycle in flight".into());
         }
         Ok(())
+    }
+
+    /// What is wrong with `w` on its own, if anything.
+    fn broken_worker(&self, w: &Worker) -> Option<String> {
+        if w.state == WorkerState::Ready && !w.committed {
+            return Some(format!("{} is ready without COMMIT", w.id));
+        }
+        if w.role == Role::Candidate
+            && self
+                .rollout
+                .as_ref()
+                .is_none_or(|r| !r.candidates.contains(&w.id))
+        {
+            return Some(format!("{} is a candidate outside a rollout", w.id));
+        }
+        None
     }
 }

@@ -1,12 +1,23 @@
 //! Deadlines: the next one due, and what happens when it passes (start, heartbeat,
 //! drain and force timeouts, respawns, age recycling, retries).
 
+use core::time::Duration;
+
 use super::*;
 
 impl Supervisor {
     pub fn poll_timeout(&self) -> Option<Instant> {
+        self.poll_timeout_and_watch_period().0
+    }
+
+    /// [`Supervisor::poll_timeout`] and [`Supervisor::watch_period`] from one pass over
+    /// the workers: the parent wants both before and after every step.
+    pub fn poll_timeout_and_watch_period(&self) -> (Option<Instant>, Option<Duration>) {
         let mut next = None;
+        let mut watch: Option<Duration> = None;
         for w in self.workers.values() {
+            let period = w.heartbeat_timeout.saturating_sub(w.heartbeat_interval) / 2;
+            watch = Some(watch.map_or(period, |p| p.min(period)));
             if !w.kill_sent {
                 next = earliest(next, w.kill_at);
             }
@@ -21,7 +32,7 @@ impl Supervisor {
         if let Some(rec) = &self.recycle {
             next = earliest(next, rec.retry_at);
         }
-        next
+        (next, watch.map(|p| p.max(Duration::from_millis(1))))
     }
 
     /// The heartbeat deadline is judged in every state in which a worker beats: prepared

@@ -39,11 +39,7 @@ impl Supervisor {
     /// worker. A worker frozen with the parent then still has at least that long, once
     /// both run again, to be heard.
     pub fn watch_period(&self) -> Option<Duration> {
-        self.workers
-            .values()
-            .map(|w| w.heartbeat_timeout.saturating_sub(w.heartbeat_interval) / 2)
-            .min()
-            .map(|p| p.max(Duration::from_millis(1)))
+        self.poll_timeout_and_watch_period().1
     }
 
     /// Everything the parent noticed it did not run, summed (for logs and status).

@@ -64,7 +64,7 @@ pub struct AccessLogArgs {
     /// Batches of lines (each from one worker, up to 64 KiB: the default bounds the
     /// queue to 16 MiB) the parent holds for the writer; when full, the overflow policy
     /// decides.
-    #[arg(long, value_name = "N", env = "SERVERY_ACCESS_LOG_QUEUE", default_value_t = servery_core::config::RawBroker::default().log_queue_capacity, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_ACCESS_LOG_QUEUE", default_value_t = servery_core::config::RawBroker::default().log_queue_capacity, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub access_log_queue: i64,
 }
 

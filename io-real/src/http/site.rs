@@ -106,6 +106,8 @@ pub struct SiteConfig {
     pub dav: Option<DavConfig>,
     /// Folder archives (`?archive=zip|tar.gz`) and their limits; `None` with `--no-archive`.
     pub archive: Option<page::archive::Limits>,
+    /// `--qr`: the LAN address of the root, whose folders' codes the page shows.
+    pub qr_url: Option<String>,
     /// Record one access-log line per request (`--access-log`).
     pub access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     /// Count every answered request for the parent's metrics.
@@ -136,6 +138,7 @@ impl Default for SiteConfig {
             uploads: None,
             dav: None,
             archive: Some(page::archive::Limits::default()),
+            qr_url: None,
             access_log: None,
             meter: None,
             deadlines: Deadlines::default(),
@@ -166,6 +169,7 @@ pub struct Site {
     uploads: Option<Uploads>,
     dav: Option<Dav>,
     archive: Option<page::archive::Limits>,
+    qr_url: Option<String>,
     access_log: Option<Arc<crate::access_log::recorder::Recorder>>,
     meter: Option<Arc<super::meter::RequestMeter>>,
     deadlines: Deadlines,
@@ -216,6 +220,7 @@ impl Site {
             uploads,
             dav,
             archive: config.archive,
+            qr_url: config.qr_url,
             access_log: config.access_log,
             meter: config.meter,
             deadlines: config.deadlines,
@@ -426,6 +431,7 @@ impl Site {
                     readme.as_deref(),
                     want_body,
                     self.page_features(),
+                    self.qr_url.as_deref(),
                 )
             }
         }
@@ -803,6 +809,7 @@ fn listing_response(
     readme: Option<&str>,
     want_body: bool,
     features: Features,
+    qr_base: Option<&str>,
 ) -> Result<Response<Body>, HttpError> {
     let accept = joined_values(&parts.headers, header::ACCEPT);
     let query = listing::parse_query(parts.uri.query(), accept.as_deref());
@@ -820,6 +827,7 @@ fn listing_response(
             query: &query,
             features,
             readme,
+            qr_base,
         });
         ("text/html; charset=utf-8", html, page::PAGE_CSP)
     };

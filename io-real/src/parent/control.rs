@@ -366,8 +366,7 @@ async fn status(ctx: &ControlContext) -> Result<Value, Value> {
 }
 
 async fn reload(request: &Value, ctx: &ControlContext) -> Result<Value, Value> {
-    let mut raw =
-        (ctx.reparse)().map_err(|e| refuse(format!("cannot re-read the configuration: {e}")))?;
+    let mut raw = (ctx.reparse)().map_err(|e| refuse(format!("reload rejected: {e}")))?;
     match request.get("set") {
         None | Some(Value::Null) => {}
         Some(Value::Object(set)) => knobs::apply_overrides(&mut raw, set)

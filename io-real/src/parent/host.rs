@@ -92,7 +92,8 @@ impl Signals {
         })
     }
 
-    /// SIGTERM/SIGINT stop; SIGHUP reloads from the original command line and environment;
+    /// SIGTERM/SIGINT stop; SIGHUP reloads from the original command line and environment
+    /// and the `--config` file read again;
     /// SIGUSR1 reopens the access log.
     pub async fn forward(mut self, events: InboundTx, reparse: Reparse) {
         loop {
@@ -115,7 +116,7 @@ impl Signals {
                         Inbound::Reload(Box::new(raw), None)
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "SIGHUP: cannot re-read the configuration");
+                        tracing::warn!(error = %e, "SIGHUP: reload rejected; the running generation keeps serving");
                         continue;
                     }
                 },

@@ -18,7 +18,6 @@ mod spawn;
 mod status;
 mod systemd;
 
-use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,10 +29,11 @@ use servery_core::{ConfigError, ValidConfig};
 
 pub use cleanup::{remove_worker_temp_files, temp_prefix};
 pub use control::{default_path as default_control_socket, trusted_uid};
-pub use status::{config_text, status_text};
+pub use status::{config_json, config_text, status_text};
 
-use crate::cli::{Cli, ServeArgs};
+use crate::cli::ServeArgs;
 use crate::clock::Clock;
+use crate::settings::Loaded;
 use crate::{EXIT_CONFIG, EXIT_RUNTIME, knobs};
 use cleanup::Cleaner;
 use control::{ControlContext, ControlError, Reparse, SocketFile};
@@ -73,7 +73,22 @@ pub enum ParentError {
 const SERVICES_FINISH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `servery [DIR] …`: returns the process exit code.
-pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
+pub fn run(loaded: Loaded) -> i32 {
+    let args = loaded.cli.serve.clone();
+    if args.print_config {
+        say!(
+            "{}",
+            crate::settings::print_toml(&loaded.effective).trim_end()
+        );
+        for e in loaded.file_errors() {
+            tell!("servery: {e}");
+        }
+        return if loaded.file_errors().is_empty() {
+            0
+        } else {
+            EXIT_CONFIG
+        };
+    }
     // Every check runs before any is reported, so one run lists every problem.
     let config = args.raw_config().validate();
     let root = resolve_root(args.dir.as_deref());
@@ -94,6 +109,7 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
                 .map_err(|e| format!("{}: {e}", p.display())),
         }
     });
+    let file_errors = loaded.file_errors();
     let (config, root, site, journal, access_log) = match (
         config,
         root,
@@ -101,11 +117,14 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         journal.transpose(),
         access_log.transpose(),
     ) {
-        (Ok(config), Ok(root), Ok(site), Ok(journal), Ok(log)) => {
+        (Ok(config), Ok(root), Ok(site), Ok(journal), Ok(log)) if file_errors.is_empty() => {
             (config, root, site, journal, log.flatten())
         }
         (config, root, site, journal, access_log) => {
             tell!("servery: invalid configuration (nothing was started):");
+            for e in file_errors {
+                tell!("  - {e}");
+            }
             if let Err(e) = &config {
                 report_config_error(e);
             }
@@ -126,6 +145,11 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
     };
     if args.check_config {
         say!("servery: configuration is valid");
+        say!(
+            "{}",
+            crate::settings::print_toml(&loaded.effective).trim_end()
+        );
+        say!("# Validated, with the aggregates");
         say!("root = {}", root.display());
         say!("show_hidden = {}", args.show_hidden);
         let bind: Vec<String> = args.bind.iter().map(ToString::to_string).collect();
@@ -154,7 +178,7 @@ pub fn run(args: ServeArgs, argv: Vec<OsString>) -> i32 {
         }
         return 0;
     }
-    match serve(&args, argv, config, root, site, journal, access_log) {
+    match serve(&args, loaded, config, root, site, journal, access_log) {
         Ok(code) => code,
         Err(e) => {
             tell!("servery: {e}");
@@ -216,7 +240,7 @@ fn entropy() -> std::io::Result<[u8; 32]> {
 
 fn serve(
     args: &ServeArgs,
-    argv: Vec<OsString>,
+    loaded: Loaded,
     config: ValidConfig,
     root: PathBuf,
     site: site::PreparedSite,
@@ -268,7 +292,10 @@ fn serve(
     let poll = DriverPoll::new().map_err(ParentError::Runtime)?;
     let events_tx = poll.sender();
     let state = Arc::new(ControlState::default());
-    let reparse: Reparse = Arc::new(move || Cli::reparse(&argv));
+    // A reload reads the configuration again as the parent was started: same command
+    // line and environment, the file as it is now (settings/reload.rs).
+    let started_settings = Arc::new(loaded.effective.clone());
+    let reparse: Reparse = Arc::new(move || loaded.reload());
     {
         let _enter = host.handle().enter();
         let signals = Signals::register().map_err(ParentError::Runtime)?;
@@ -339,6 +366,21 @@ fn serve(
             ),
         }
     }
+    let service_site = services::Site {
+        addrs: addrs.clone(),
+        tls: args.site.tls(),
+        dav: config.features().webdav,
+        root_name: root
+            .file_name()
+            .map_or_else(|| "servery".into(), |n| n.to_string_lossy().into_owned()),
+        host_name: services::context::host_name(),
+    };
+    let mut site = site;
+    // The page's code is of the address the terminal's code shows (decision 0020).
+    site.worker.flags.qr_url = args
+        .discovery
+        .qr
+        .then(|| service_site.lan_url(&services::context::interfaces()));
     let launcher = Launcher::new(
         exe,
         root.clone(),
@@ -396,15 +438,7 @@ fn serve(
     }
     let services = services::ServiceHost::start(
         host.handle(),
-        services::Site {
-            addrs: addrs.clone(),
-            tls: args.site.tls(),
-            dav: config.features().webdav,
-            root_name: root
-                .file_name()
-                .map_or_else(|| "servery".into(), |n| n.to_string_lossy().into_owned()),
-            host_name: services::context::host_name(),
-        },
+        service_site,
         &servery_core::singletons::SingletonKind::enabled_by(config.features()),
         ready_services,
     );
@@ -433,6 +467,7 @@ fn serve(
             root: root.display().to_string(),
             access_log: log_stats,
             services: service_reports,
+            settings: started_settings,
         },
         notifier,
     });

@@ -20,6 +20,8 @@ pub struct ServiceInfo {
     pub access_log: Option<std::sync::Arc<crate::access_log::writer::WriterStats>>,
     /// The singleton services' own reports (I/O outcomes).
     pub services: super::services::Reports,
+    /// The settings as the parent was started (`config.settings`).
+    pub settings: std::sync::Arc<Vec<crate::settings::Effective>>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -42,7 +44,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         "listen": info.urls,
         "root": info.root,
         "control_socket": info.control_socket,
-        "config": config_json(parent.supervisor().config()),
+        "config": config_with_settings(parent.supervisor().config(), info),
         "access_log": info.access_log.as_ref().map(|w| {
             use std::sync::atomic::Ordering::Relaxed;
             let log = parent.broker().log();
@@ -83,6 +85,7 @@ fn singletons_json(parent: &Parent, services: &super::services::Reports) -> Valu
                     "pending": r.pending.load(Relaxed),
                     "failures": r.failures.load(Relaxed),
                     "last_error": r.last_error.lock().ok().and_then(|l| l.clone()),
+                    "detail": r.detail.lock().ok().and_then(|d| d.clone()),
                 })
             });
             let value = json!({
@@ -161,6 +164,16 @@ fn core_status_json(s: &Status) -> Value {
     })
 }
 
+/// [`config_json`] with every setting by its file key (`settings/status.rs`).
+fn config_with_settings(c: &ValidConfig, info: &ServiceInfo) -> Value {
+    let mut config = config_json(c);
+    let settings = crate::settings::settings_json(&info.settings, &config);
+    if let Value::Object(map) = &mut config {
+        map.insert("settings".into(), settings);
+    }
+    config
+}
+
 /// The validated configuration and its exact aggregates.
 pub fn config_json(c: &ValidConfig) -> Value {
     let r = c.recovery();
@@ -210,6 +223,9 @@ pub fn config_json(c: &ValidConfig) -> Value {
             "partial_ttl": secs(k.partial_ttl()),
             "reply_timeout": secs(k.reply_timeout()),
             "queue_capacity": k.queue_capacity(),
+            "max_dav_locks": k.max_dav_locks(),
+            "max_dav_lock_timeout": secs(k.max_dav_lock_timeout()),
+            "log_queue_capacity": k.log_queue_capacity(),
         },
         "uploads": {
             "enabled": c.features().uploads,

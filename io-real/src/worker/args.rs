@@ -32,6 +32,8 @@ pub struct SiteFlags {
     pub no_archive: bool,
     pub archive_max_entries: Option<u64>,
     pub archive_max_size: Option<u64>,
+    /// `--qr`: the LAN address of the root, for the code in the page.
+    pub qr_url: Option<String>,
 }
 
 impl SiteFlags {
@@ -56,6 +58,9 @@ impl SiteFlags {
         }
         if let Some(n) = self.archive_max_size {
             args.extend(["--archive-max-size".to_owned(), n.to_string()]);
+        }
+        if let Some(url) = &self.qr_url {
+            args.extend(["--qr-url".to_owned(), url.clone()]);
         }
         args
     }
@@ -94,6 +99,13 @@ impl SiteFlags {
                 self.dav_propfind_max_entries = Some(number(name, value()?)?)
             }
             "--cache" => self.cache = Some(number(name, value()?)?),
+            "--qr-url" => {
+                let url = value()?;
+                let url = url
+                    .to_str()
+                    .ok_or_else(|| format!("{name}: {url:?} is not UTF-8"))?;
+                self.qr_url = Some(url.to_owned());
+            }
             "--max-compress-size" => self.max_compress_size = Some(number(name, value()?)?),
             _ => return Ok(false),
         }
@@ -313,6 +325,7 @@ mod tests {
             no_archive: true,
             archive_max_entries: Some(9),
             archive_max_size: Some(1 << 30),
+            qr_url: Some("http://192.168.1.5:8000/".into()),
         };
         let mut args: Vec<String> = REQUIRED.iter().map(|s| s.to_string()).collect();
         args.extend(flags.to_args());

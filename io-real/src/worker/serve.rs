@@ -133,6 +133,7 @@ pub(super) async fn run(
                 worker_id: args.worker_id,
             }),
             archive: crate::http::page::args::limits(&args.site),
+            qr_url: args.site.qr_url.clone(),
             deadlines: args.deadlines,
             alt_svc,
             ..Default::default()

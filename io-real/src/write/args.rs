@@ -50,31 +50,32 @@ pub struct UploadArgs {
         long,
         value_name = "BYTES",
         env = "SERVERY_MAX_UPLOAD_SIZE",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        group = crate::settings::LIVE
     )]
     pub max_upload_size: Option<i64>,
     /// Files one multipart POST may create; the request is refused (413) before the one
     /// past the limit is written.
-    #[arg(long, value_name = "N", env = "SERVERY_MAX_UPLOAD_FILES", default_value_t = uploads().max_upload_files, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_UPLOAD_FILES", default_value_t = uploads().max_upload_files, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub max_upload_files: i64,
     /// How long an upload waits for a target another upload is writing (0: 409 at once).
-    #[arg(long, value_name = "SECS", env = "SERVERY_WRITE_LOCK_TIMEOUT", default_value_t = uploads().write_lock_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_WRITE_LOCK_TIMEOUT", default_value_t = uploads().write_lock_timeout, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub write_lock_timeout: f64,
     /// Uploads in progress at once, service-wide; more get 503 before their body is read.
-    #[arg(long, value_name = "N", env = "SERVERY_MAX_ACTIVE_UPLOADS", default_value_t = broker().max_active_uploads, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_ACTIVE_UPLOADS", default_value_t = broker().max_active_uploads, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub max_active_uploads: i64,
     /// Bytes reserved by uploads in progress at once, service-wide.
-    #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_UPLOAD_BYTES", default_value_t = broker().max_upload_bytes, allow_negative_numbers = true)]
+    #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_UPLOAD_BYTES", default_value_t = broker().max_upload_bytes, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub max_upload_bytes: i64,
     /// Resumable uploads held at once, service-wide.
-    #[arg(long, value_name = "N", env = "SERVERY_MAX_PARTIAL_UPLOADS", default_value_t = broker().max_partial_uploads, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_PARTIAL_UPLOADS", default_value_t = broker().max_partial_uploads, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub max_partial_uploads: i64,
     /// How long a worker waits for the broker's answer before failing the request (503).
-    #[arg(long, value_name = "SECS", env = "SERVERY_BROKER_REPLY_TIMEOUT", default_value_t = broker().reply_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_BROKER_REPLY_TIMEOUT", default_value_t = broker().reply_timeout, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub broker_reply_timeout: f64,
     /// Broker requests one worker may have waiting for an answer; one more gets 503 at
     /// once instead of queueing behind a stalled broker.
-    #[arg(long, value_name = "N", env = "SERVERY_BROKER_QUEUE_CAPACITY", default_value_t = broker().queue_capacity, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_BROKER_QUEUE_CAPACITY", default_value_t = broker().queue_capacity, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub broker_queue_capacity: i64,
 }
 

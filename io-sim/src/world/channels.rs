@@ -38,7 +38,7 @@ impl SimWorld {
             self.schedule_at(at, SimEvent::ToWorkerEof { worker });
             return;
         }
-        let mut bytes = Vec::with_capacity(32);
+        let mut bytes = Vec::with_capacity(FRAME_CAPACITY);
         if let Err(e) = encode_parent(message, &mut bytes) {
             // The core promises every message it sends fits the channel's frames.
             return self.violation(format!(
@@ -125,7 +125,7 @@ impl SimWorld {
             self.out.coverage.insert(labels::DIED_WITH_READY_IN_FLIGHT);
         }
         let cause = p.cause;
-        let conns: Vec<(u64, ConnKind)> = core::mem::take(&mut p.serving).into_iter().collect();
+        let conns = p.serving.take_all();
         p.uploads.clear();
         let lost_logs = p.log_backlog.len() as u64;
         p.log_backlog.clear();

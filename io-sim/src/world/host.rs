@@ -37,7 +37,7 @@ impl ParentIo for SimWorld {
                 }
                 continue;
             }
-            let next = self.queue.peek().map(|Reverse(s)| s.at);
+            let next = self.queue.peek_at();
             let end = ms(self.spec.end_by);
             // A stalled parent's timers cannot fire before it runs again.
             let deadline = match (deadline, self.parent_stalled_until) {
@@ -60,16 +60,16 @@ impl ParentIo for SimWorld {
                 }
                 _ => {}
             }
-            let Some(Reverse(s)) = self.queue.pop() else {
+            let Some((at, event)) = self.queue.pop() else {
                 continue;
             };
-            if s.at > end {
+            if at > end {
                 self.out.stalled =
                     Some(format!("still running at the {:?} bound", self.spec.end_by));
                 return Wakeup::HostFailed;
             }
-            self.now = self.now.max(s.at);
-            if let Some(wakeup) = self.step(s.event) {
+            self.now = self.now.max(at);
+            if let Some(wakeup) = self.step(event) {
                 return wakeup;
             }
         }

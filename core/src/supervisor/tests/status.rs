@@ -86,6 +86,39 @@ fn broken_states_are_reported_by_the_invariant_check() {
         w.committed = false;
     }
     assert!(h.sup.check_invariants().is_err(), "ready without commit");
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    if let Some(w) = h.sup.workers.get_mut(&ws[1]) {
+        w.slot = Slot(0);
+    }
+    assert_eq!(
+        h.sup.check_invariants(),
+        Err("slot 0 has 2 members".to_string()),
+        "two members of one slot"
+    );
 }
 
 // ----- hangs in every live state -----------------------------------------------------
+
+#[test]
+fn the_watch_period_follows_the_tightest_live_worker() {
+    // Defaults: heartbeats every 1 s, silence judged at 5 s → (5 − 1) / 2 = 2 s.
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    assert_eq!(h.sup.watch_period(), Some(Duration::from_secs(2)));
+    // A reload to a 3 s timeout: while its candidates live beside the old workers, the
+    // parent must wake often enough for the tighter of the two, (3 − 1) / 2 = 1 s.
+    let mut next = RawConfig {
+        workers: 2,
+        ..RawConfig::default()
+    };
+    next.recovery.heartbeat_timeout = 3.0;
+    h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(next),
+    }));
+    assert!(h.sup.rollout_in_flight());
+    assert_eq!(h.sup.watch_period(), Some(Duration::from_secs(1)));
+    let (due, watch) = h.sup.poll_timeout_and_watch_period();
+    assert_eq!((due, watch), (h.sup.poll_timeout(), h.sup.watch_period()));
+}

@@ -21,11 +21,11 @@ pub struct DavArgs {
     #[arg(long, env = "SERVERY_DAV", value_parser = clap::builder::BoolishValueParser::new())]
     pub dav: bool,
     /// Locks held at once, service-wide; one more LOCK gets 503.
-    #[arg(long, value_name = "N", env = "SERVERY_DAV_MAX_LOCKS", default_value_t = broker().max_dav_locks, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", env = "SERVERY_DAV_MAX_LOCKS", default_value_t = broker().max_dav_locks, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub dav_max_locks: i64,
     /// The longest lock a client may take or refresh to, in seconds (a longer or
     /// `Infinite` Timeout is granted this).
-    #[arg(long, value_name = "SECS", env = "SERVERY_DAV_LOCK_TIMEOUT_MAX", default_value_t = broker().max_dav_lock_timeout, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_DAV_LOCK_TIMEOUT_MAX", default_value_t = broker().max_dav_lock_timeout, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub dav_lock_timeout_max: f64,
     /// Resources one PROPFIND with Depth infinity may answer for; beyond, 403
     /// propfind-finite-depth.

@@ -41,6 +41,9 @@ pub struct Page<'a> {
     pub features: Features,
     /// The directory's README, already rendered and sanitised.
     pub readme: Option<&'a str>,
+    /// `--qr`: the LAN address of the root (`http://HOST:PORT/`), the page then shows the
+    /// code of this directory's address.
+    pub qr_base: Option<&'a str>,
 }
 
 /// Escapes text for HTML element content and quoted attribute values.
@@ -198,6 +201,7 @@ pub fn render(page: &Page<'_>) -> String {
         query,
         features,
         readme,
+        qr_base,
     } = *page;
     let title = format!("Index of {}", dir_title(segments));
     let mut html = String::with_capacity(2048 + entries.len() * 330);
@@ -247,7 +251,10 @@ pub fn render(page: &Page<'_>) -> String {
             "<article class=\"readme card\" aria-label=\"README\">{readme}</article>"
         );
     }
-    // A QR code of the page's address (`--qr`) would go here, as an `<aside>`.
+    if let Some(base) = qr_base {
+        let url = format!("{}{}", base.trim_end_matches('/'), dir_href(segments));
+        html.push_str(&super::qr::aside(&url).unwrap_or_default());
+    }
     push_tail(&mut html);
     html
 }
@@ -396,6 +403,7 @@ mod tests {
             query: &ListingQuery::default(),
             features,
             readme: None,
+            qr_base: None,
         })
     }
 
@@ -531,6 +539,7 @@ mod tests {
             query: &q,
             features: Features::default(),
             readme: None,
+            qr_base: None,
         });
         assert!(html.contains("aria-sort=\"ascending\"><a href=\"?sort=size&amp;order=desc\""));
         assert!(html.contains("<a href=\"?sort=name&amp;order=asc\""));

@@ -8,22 +8,29 @@
 //! records in place and announces the new SRV/TXT with the cache-flush bit, so a browser
 //! sees the one instance update, never a gap (no goodbye is sent) and never two (the name
 //! is the same). Stop sends the goodbyes (TTL 0) once, then ends the daemon.
+//!
+//! The daemon reports what happens on its own thread only through its monitor channel (its
+//! socket errors otherwise go to a log nobody reads): a thread of ours follows it for the
+//! daemon's life and turns errors and name conflicts into warnings and the service's
+//! `ctl status` failures, and announcements into the interfaces the status lists.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use mdns_sd::{Receiver, ServiceDaemon, ServiceInfo};
+use mdns_sd::{DaemonEvent, Receiver, ServiceDaemon, ServiceInfo};
 use servery_core::Generation;
 
-use super::{Pending, Service, ServiceContext, ServiceError};
+use super::{Pending, Service, ServiceContext, ServiceError, ServiceReport};
 
 /// How long a stop waits for the daemon to confirm each step.
 const REPLY: Duration = Duration::from_secs(1);
 
-#[derive(Default)]
 pub struct MdnsService {
     daemon: Option<ServiceDaemon>,
     /// The instances registered, by full name.
     registered: Vec<String>,
+    report: Arc<ServiceReport>,
 }
 
 impl std::fmt::Debug for MdnsService {
@@ -94,12 +101,97 @@ async fn reply<T: Send + 'static>(rx: Receiver<T>) -> Result<T, ServiceError> {
         .map_err(|_| ServiceError::MdnsTimeout(REPLY))
 }
 
+/// What the daemon told us so far, shown as the service's detail in `ctl status`.
+#[derive(Debug, Default)]
+struct Heard {
+    /// `instance@host:interface` for every announcement sent.
+    announced_on: BTreeSet<String>,
+    /// Instances the daemon renamed after a conflict: (asked for, now advertised as).
+    renamed: Vec<(String, String)>,
+}
+
+impl Heard {
+    /// Takes one daemon event: errors and conflicts are failures (an operator must learn
+    /// that nobody can find the share under its name); returns whether the detail changed.
+    fn take(&mut self, event: DaemonEvent, report: &ServiceReport) -> bool {
+        match event {
+            DaemonEvent::Error(e) => {
+                tracing::warn!(error = %e, "mDNS: the daemon failed");
+                report.record_failure(format!("daemon: {e}"));
+                false
+            }
+            DaemonEvent::NameChange(change) => {
+                tracing::warn!(asked = %change.original, now = %change.new_name,
+                    "mDNS: name conflict on the network; advertised under a new name");
+                report.record_failure(format!(
+                    "name conflict: {} is advertised as {}",
+                    change.original, change.new_name
+                ));
+                self.renamed.push((change.original, change.new_name));
+                true
+            }
+            DaemonEvent::Announce(instance, on) => {
+                tracing::debug!(%instance, %on, "mDNS: announced");
+                self.announced_on.insert(format!("{instance}@{on}"))
+            }
+            _ => false,
+        }
+    }
+
+    fn detail(&self) -> serde_json::Value {
+        serde_json::json!({
+            "announced_on": self.announced_on,
+            "renamed": self.renamed.iter()
+                .map(|(asked, now)| serde_json::json!({"asked": asked, "now": now}))
+                .collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Follows the daemon's events until it shuts down (its end of the channel goes).
+fn follow(events: Receiver<DaemonEvent>, report: Arc<ServiceReport>) {
+    let mut heard = Heard::default();
+    while let Ok(event) = events.recv() {
+        if heard.take(event, &report)
+            && let Ok(mut detail) = report.detail.lock()
+        {
+            *detail = Some(heard.detail());
+        }
+    }
+}
+
+/// The daemon in `slot`, started (with a thread following its events) if it is not yet.
+fn running<'a>(
+    slot: &'a mut Option<ServiceDaemon>,
+    report: &Arc<ServiceReport>,
+) -> Result<&'a ServiceDaemon, ServiceError> {
+    let daemon = match slot.take() {
+        Some(daemon) => daemon,
+        None => {
+            let daemon = ServiceDaemon::new()?;
+            let events = daemon.monitor()?;
+            let report = Arc::clone(report);
+            std::thread::Builder::new()
+                .name("mdns-events".into())
+                .spawn(move || follow(events, report))
+                .map_err(ServiceError::Thread)?;
+            daemon
+        }
+    };
+    Ok(slot.insert(daemon))
+}
+
 impl MdnsService {
+    pub fn new(report: Arc<ServiceReport>) -> Self {
+        Self {
+            daemon: None,
+            registered: Vec::new(),
+            report,
+        }
+    }
+
     fn announce(&mut self, ctx: &ServiceContext) -> Result<(), ServiceError> {
-        let daemon = match &self.daemon {
-            Some(daemon) => daemon,
-            None => self.daemon.insert(ServiceDaemon::new()?),
-        };
+        let daemon = running(&mut self.daemon, &self.report)?;
         for info in instances(ctx)? {
             let name = info.get_fullname().to_owned();
             daemon.register(info)?;
@@ -174,6 +266,61 @@ mod tests {
                 host_name: "box".into(),
             }),
         }
+    }
+
+    #[test]
+    fn daemon_errors_and_conflicts_are_failures_and_announcements_are_listed() {
+        let report = ServiceReport::default();
+        let mut heard = Heard::default();
+        let announce =
+            |on: &str| DaemonEvent::Announce("share on box._http._tcp.local.".into(), on.into());
+        assert!(heard.take(announce("box.local.:eth0"), &report));
+        assert!(
+            !heard.take(announce("box.local.:eth0"), &report),
+            "a repeat changes nothing"
+        );
+        assert!(!heard.take(DaemonEvent::IpAdd("10.0.0.1".parse().expect("ip")), &report));
+        assert_eq!(
+            report.failures.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+
+        assert!(!heard.take(
+            DaemonEvent::Error(mdns_sd::Error::Msg("send failed".into())),
+            &report
+        ));
+        assert_eq!(
+            report.failures.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        let last = report
+            .last_error
+            .lock()
+            .expect("lock")
+            .clone()
+            .expect("an error");
+        assert!(last.contains("send failed"), "{last}");
+
+        let change = mdns_sd::DnsNameChange {
+            original: "share on box._http._tcp.local.".into(),
+            new_name: "share on box (2)._http._tcp.local.".into(),
+            rr_type: mdns_sd::RRType::SRV,
+            intf_name: "eth0".into(),
+        };
+        assert!(heard.take(DaemonEvent::NameChange(change), &report));
+        assert_eq!(
+            report.failures.load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        let detail = heard.detail();
+        assert_eq!(
+            detail["announced_on"][0],
+            "share on box._http._tcp.local.@box.local.:eth0"
+        );
+        assert_eq!(
+            detail["renamed"][0]["now"],
+            "share on box (2)._http._tcp.local."
+        );
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub enum ServiceError {
     Qr(#[from] qrcode::types::QrError),
     #[error("cannot write to standard output: {0}")]
     Output(#[source] std::io::Error),
+    #[error("cannot start a thread: {0}")]
+    Thread(#[source] std::io::Error),
     #[error("a blocking task failed: {0}")]
     Blocking(#[from] tokio::task::JoinError),
     #[error("TFTP: {0}")]
@@ -68,10 +70,14 @@ pub enum ServiceError {
 
 /// The service that owns `kind`, built from the parent's fixed settings, or `None` for a
 /// kind this binary has no service for (its feature has no flag, so it cannot be on).
-fn service_for(kind: SingletonKind, _site: &Site) -> Option<Box<dyn Service>> {
+fn service_for(
+    kind: SingletonKind,
+    _site: &Site,
+    report: &Arc<ServiceReport>,
+) -> Option<Box<dyn Service>> {
     match kind {
         SingletonKind::AccessLog => Some(Box::new(access_log::AccessLogService)),
-        SingletonKind::Mdns => Some(Box::new(mdns::MdnsService::default())),
+        SingletonKind::Mdns => Some(Box::new(mdns::MdnsService::new(Arc::clone(report)))),
         SingletonKind::Qr => Some(Box::new(qr::QrService)),
         // TFTP's service holds a socket bound before serving: it comes in ready-made.
         SingletonKind::Tftp | SingletonKind::Acme | SingletonKind::Http3 => None,
@@ -86,6 +92,20 @@ pub struct ServiceReport {
     pub pending: AtomicU64,
     pub failures: AtomicU64,
     pub last_error: Mutex<Option<String>>,
+    /// What the service itself says it is doing, beyond its actions' outcomes (mDNS: the
+    /// interfaces it announced on, the name it won), as it last reported it.
+    pub detail: Mutex<Option<serde_json::Value>>,
+}
+
+impl ServiceReport {
+    /// A failure the service found between actions (a daemon's error event), counted and
+    /// shown like a failed action.
+    pub fn record_failure(&self, message: String) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(message);
+        }
+    }
 }
 
 /// Every enabled service's report, by kind.
@@ -143,7 +163,11 @@ impl ServiceHost {
         let stalls = stall::Stalls::from_env();
         let mut lanes = BTreeMap::new();
         for &kind in kinds {
-            let Some(service) = ready.remove(&kind).or_else(|| service_for(kind, &site)) else {
+            let report = Arc::new(ServiceReport::default());
+            let Some(service) = ready
+                .remove(&kind)
+                .or_else(|| service_for(kind, &site, &report))
+            else {
                 tracing::warn!(
                     kind = kind.name(),
                     "no service for this singleton in this binary"
@@ -151,7 +175,6 @@ impl ServiceHost {
                 continue;
             };
             let (tx, rx) = mpsc::unbounded_channel();
-            let report = Arc::new(ServiceReport::default());
             rt.spawn(run(
                 kind,
                 service,
@@ -257,10 +280,7 @@ async fn run(
             Ok(()) => tracing::debug!(kind = kind.name(), op = op.name(), "singleton service done"),
             Err(e) => {
                 tracing::warn!(kind = kind.name(), op = op.name(), error = %e, "singleton service failed");
-                report.failures.fetch_add(1, Ordering::Relaxed);
-                if let Ok(mut last) = report.last_error.lock() {
-                    *last = Some(format!("{}: {e}", op.name()));
-                }
+                report.record_failure(format!("{}: {e}", op.name()));
             }
         }
         if matches!(op, Op::Stop) {

@@ -1,0 +1,53 @@
+//! A reload reads the configuration again: the command line and the environment as the
+//! parent was started, the `--config` file as it is now. A setting outside [`super::LIVE`]
+//! is read once at start by something a new generation of workers does not replace (a
+//! listener, the TLS identity, a parent-owned service), so a reload that changes one is
+//! rejected, naming it, and the running generation keeps serving.
+
+use servery_core::RawConfig;
+
+use super::file::Given;
+use super::load::{Effective, Loaded, load};
+
+impl Loaded {
+    /// The configuration for a reload of a parent started with `self`, or why the reload
+    /// is rejected (every reason at once).
+    pub fn reload(&self) -> Result<RawConfig, String> {
+        let now = load(&self.argv).map_err(|e| e.to_string())?;
+        let mut problems: Vec<String> = now.file_errors().to_vec();
+        problems.extend(fixed_changes(&self.effective, &now.effective));
+        if problems.is_empty() {
+            Ok(now.cli.serve.raw_config())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
+/// Every setting a reload may not change that `now` changes from `started`.
+pub fn fixed_changes(started: &[Effective], now: &[Effective]) -> Vec<String> {
+    started
+        .iter()
+        .filter(|s| !s.setting.reloadable)
+        .filter_map(|s| {
+            let n = now.iter().find(|n| n.setting.id == s.setting.id)?;
+            (n.value != s.value).then(|| {
+                format!(
+                    "{} cannot change on reload (it is fixed while servery runs; restart to change it): {} -> {}",
+                    s.setting.key,
+                    shown(s),
+                    shown(n)
+                )
+            })
+        })
+        .collect()
+}
+
+fn shown(e: &Effective) -> String {
+    match &e.value {
+        Given::Switch(on) => on.to_string(),
+        Given::Values(_) if e.setting.secret => "<not shown>".into(),
+        Given::Values(v) if v.is_empty() => "unset".into(),
+        Given::Values(v) => v.join(","),
+    }
+}

@@ -1,0 +1,176 @@
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::CommandFactory;
+
+use super::file::{FileRead, parse};
+use super::*;
+
+/// Arguments of the serving command that are actions, not settings.
+const ACTIONS: &[&str] = &["help", "version", "check_config", "print_config", CONFIG_ID];
+
+#[test]
+fn every_serving_argument_is_a_setting_with_a_unique_key_and_variable() {
+    let mut cmd = crate::cli::Cli::command();
+    cmd.build();
+    let settings = table();
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        assert!(
+            ACTIONS.contains(&id) || settings.iter().any(|s| s.id == id),
+            "--{id} has no environment variable, so it is no setting: give it one"
+        );
+    }
+    let keys: BTreeSet<_> = settings.iter().map(|s| &s.key).collect();
+    let envs: BTreeSet<_> = settings.iter().map(|s| &s.env).collect();
+    assert_eq!(keys.len(), settings.len());
+    assert_eq!(envs.len(), settings.len());
+    for s in &settings {
+        assert!(s.env.starts_with("SERVERY_"), "{}", s.env);
+    }
+    // The reloadable group names real settings, and the budgets are among them.
+    let live: Vec<_> = settings
+        .iter()
+        .filter(|s| s.reloadable)
+        .map(|s| &*s.key)
+        .collect();
+    assert!(
+        live.contains(&"max_connections") && live.contains(&"workers"),
+        "{live:?}"
+    );
+    assert!(
+        !live.contains(&"port") && !live.contains(&"tftp_timeout"),
+        "{live:?}"
+    );
+}
+
+#[test]
+fn help_marks_the_reloadable_settings() {
+    let help = command().render_long_help().to_string();
+    // The option's line and its help text's line.
+    let line = |flag: &str| {
+        help.lines()
+            .skip_while(|l| !l.trim_start().starts_with(flag))
+            .take(2)
+            .collect::<String>()
+    };
+    assert!(line("--drain-timeout").contains("[reloadable]"), "{help}");
+    assert!(!line("--port <PORT>").contains("[reloadable]"), "{help}");
+}
+
+fn read(text: &str) -> FileRead {
+    let mut cmd = command();
+    cmd.build();
+    let mut out = FileRead {
+        path: PathBuf::from("s.toml"),
+        ..FileRead::default()
+    };
+    parse(text, &table(), &cmd, &mut out);
+    out
+}
+
+#[test]
+fn file_values_are_checked_by_the_flags_own_parsers_and_every_problem_is_kept() {
+    let out = read(
+        "port = 70000\nworkers = \"auto\"\nbind = \"::1\"\naccess_log_format = \"xml\"\n\
+         cors = 1\ndav_propfind_max_entries = 0\nmax_conections = 1\n[x]\n",
+    );
+    let errors = out.errors.join("\n");
+    for needle in [
+        "s.toml:1: port: invalid value '70000'",
+        "s.toml:4: access_log_format: invalid value 'xml'",
+        "s.toml:5: cors: expected true or false, got an integer",
+        "s.toml:6: dav_propfind_max_entries: invalid value '0'",
+        "s.toml:7: max_conections: no such setting (did you mean `max_connections`?)",
+        "s.toml:8: x: tables are not read",
+    ] {
+        assert!(errors.contains(needle), "{needle}:\n{errors}");
+    }
+    assert_eq!(out.errors.len(), 6, "{errors}");
+    let ids: Vec<_> = out.values.iter().map(|v| v.id.as_str()).collect();
+    assert_eq!(ids, ["bind", "workers"]);
+}
+
+#[test]
+fn suggestions_are_near_misses_only() {
+    let t = table();
+    assert_eq!(suggest(&t, "max-upload-size"), Some("max_upload_size"));
+    assert_eq!(suggest(&t, "prot"), Some("port"));
+    assert_eq!(suggest(&t, "drain_timout"), Some("drain_timeout"));
+    assert_eq!(suggest(&t, "colour"), None);
+}
+
+#[test]
+fn a_reload_refuses_changes_to_fixed_settings_only() {
+    let argv = |more: &[&str]| -> Vec<OsString> {
+        std::iter::once("servery")
+            .chain(more.iter().copied())
+            .map(Into::into)
+            .collect()
+    };
+    let started = load(&argv(&["--port", "8000", "--max-connections", "5"])).expect("loads");
+    let live = load(&argv(&["--port", "8000", "--max-connections", "6"])).expect("loads");
+    assert!(reload::fixed_changes(&started.effective, &live.effective).is_empty());
+    let fixed = load(&argv(&["--port", "8001", "--cors"])).expect("loads");
+    let changes = reload::fixed_changes(&started.effective, &fixed.effective);
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(
+        changes[0].starts_with("port cannot change on reload"),
+        "{changes:?}"
+    );
+    assert!(changes[0].ends_with("8000 -> 8001"), "{changes:?}");
+    assert!(changes[1].starts_with("cors "), "{changes:?}");
+}
+
+#[test]
+fn every_reloadable_setting_sets_a_field_the_status_shows() {
+    // What a reload changes is shown from the core's committed configuration, so a
+    // setting marked reloadable must reach it (`knobs::field_for_key`).
+    let valid = servery_core::RawConfig::default()
+        .validate()
+        .expect("valid");
+    let rendered = crate::parent::config_json(&valid);
+    for s in table().iter().filter(|s| s.reloadable) {
+        let field = crate::knobs::field_for_key(&s.key)
+            .unwrap_or_else(|| panic!("{}: reloadable but sets no core field", s.key));
+        assert!(
+            status::lookup(&rendered, field).is_some(),
+            "{}: {field} is not in the status's config",
+            s.key
+        );
+    }
+}
+
+#[test]
+fn every_reload_override_is_a_reloadable_setting() {
+    // `ctl reload --set` changes only what a reload may change.
+    let settings = table();
+    for knob in crate::knobs::KNOBS {
+        let s = by_key(&settings, knob.key).unwrap_or_else(|| panic!("{}: no setting", knob.key));
+        assert!(
+            s.reloadable,
+            "{} can be --set but is not reloadable",
+            knob.key
+        );
+    }
+}
+
+#[test]
+fn file_values_join_a_command_line_that_ends_with_positionals() {
+    let dir = std::env::temp_dir().join(format!("sv-settings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("s.toml");
+    std::fs::write(&file, "port = 8123\ndir = \"/elsewhere\"\n").expect("write");
+    let argv: Vec<OsString> = vec![
+        "servery".into(),
+        "--config".into(),
+        file.clone().into(),
+        "--".into(),
+        "/srv".into(),
+    ];
+    let loaded = load(&argv).expect("loads");
+    assert_eq!(loaded.cli.serve.port, Some(8123));
+    assert_eq!(loaded.cli.serve.dir, Some(PathBuf::from("/srv")));
+    let _ = std::fs::remove_dir_all(dir);
+}
