@@ -235,6 +235,10 @@ pub struct SiteArgs {
     /// still served).
     #[arg(long, value_name = "BYTES", env = "SERVERY_MAX_COMPRESS_SIZE", default_value_t = SiteConfig::default().max_compress_size)]
     pub max_compress_size: u64,
+    /// Also serve HTTP/3 (QUIC) on the same UDP port, advertised to TCP clients by
+    /// `Alt-Svc`; needs TLS (--tls-cert/--tls-key or --tls-self-signed).
+    #[arg(long, env = "SERVERY_HTTP3", value_parser = clap::builder::BoolishValueParser::new())]
+    pub http3: bool,
 }
 
 impl SiteArgs {

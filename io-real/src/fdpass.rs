@@ -12,8 +12,9 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
 
-/// More listeners than this in one service is a configuration no one needs.
-pub const MAX_FDS: usize = 16;
+/// More descriptors than this for one worker (its listeners, and its slot's HTTP/3 sockets
+/// with their locks) is a configuration no one needs.
+pub const MAX_FDS: usize = 64;
 
 /// Errors of the descriptor-passing layer.
 #[derive(Debug, thiserror::Error)]

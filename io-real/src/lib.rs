@@ -27,6 +27,7 @@ pub mod clock;
 pub mod ctl;
 pub mod fdpass;
 pub mod http;
+pub mod http3;
 pub mod knobs;
 pub mod logging;
 pub mod operator_file;

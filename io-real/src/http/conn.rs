@@ -363,7 +363,7 @@ pub(crate) fn mark_if_draining(response: &mut Response<Body>, version: Version, 
 }
 
 /// What an access-log line says about a request, taken before the request is handed on.
-struct Logged {
+pub(crate) struct Logged {
     started: std::time::Instant,
     time: std::time::SystemTime,
     peer: Option<std::net::SocketAddr>,
@@ -375,7 +375,7 @@ struct Logged {
 }
 
 impl Logged {
-    fn of<B>(req: &Request<B>, activity: &Activity) -> Logged {
+    pub(crate) fn of<B>(req: &Request<B>, activity: &Activity) -> Logged {
         let headers = req.headers();
         Logged {
             started: std::time::Instant::now(),
@@ -392,7 +392,7 @@ impl Logged {
         }
     }
 
-    async fn record<B>(
+    pub(crate) async fn record<B>(
         self,
         recorder: &crate::access_log::recorder::Recorder,
         response: &Response<B>,

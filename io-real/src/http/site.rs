@@ -116,6 +116,9 @@ pub struct SiteConfig {
     pub deadlines: Deadlines,
     /// ACME HTTP-01 challenges, and cleartext redirected to HTTPS (`--acme`).
     pub acme: Option<super::acme_challenge::AcmeResponder>,
+    /// `Alt-Svc` on responses not sent over HTTP/3, when HTTP/3 is served
+    /// (`crate::http3::alt_svc`).
+    pub alt_svc: Option<HeaderValue>,
 }
 
 impl Default for SiteConfig {
@@ -142,6 +145,7 @@ impl Default for SiteConfig {
             meter: None,
             deadlines: Deadlines::default(),
             acme: None,
+            alt_svc: None,
         }
     }
 }
@@ -173,6 +177,7 @@ pub struct Site {
     meter: Option<Arc<super::meter::RequestMeter>>,
     deadlines: Deadlines,
     acme: Option<super::acme_challenge::AcmeResponder>,
+    alt_svc: Option<HeaderValue>,
 }
 
 impl Site {
@@ -224,6 +229,7 @@ impl Site {
             meter: config.meter,
             deadlines: config.deadlines,
             acme: config.acme,
+            alt_svc: config.alt_svc,
         })
     }
 
@@ -339,6 +345,11 @@ impl Site {
                 header::STRICT_TRANSPORT_SECURITY,
                 HeaderValue::from_static(policy::HSTS),
             );
+        }
+        if let Some(alt_svc) = &self.alt_svc
+            && parts.version != http::Version::HTTP_3
+        {
+            headers.insert(header::ALT_SVC, alt_svc.clone());
         }
         if parts.method == Method::HEAD {
             // Headers (including Content-Length) stay as a GET would send them.

@@ -67,6 +67,8 @@ pub enum ParentError {
     Tftp(#[from] crate::tftp::TftpError),
     #[error("cannot prepare the TLS material: {0}")]
     TlsMaterial(String),
+    #[error(transparent)]
+    Quic(#[from] crate::http3::sockets::QuicBindError),
 }
 
 /// How long the exit waits for the singleton services to finish their stops (an mDNS
@@ -240,6 +242,7 @@ fn print_site(args: &ServeArgs, site: &site::PreparedSite) {
     }
     say!("site.security_headers = {}", !s.no_security_headers);
     say!("site.hsts = {}", s.hsts && s.tls());
+    say!("site.http3 = {}", s.http3);
     say!("site.max_compress_size = {}", s.max_compress_size);
 }
 
@@ -313,6 +316,13 @@ fn serve(
         .filter_map(|l| l.local_addr().ok())
         .collect();
     let port = addrs.first().map_or(0, |a| a.port());
+    let quic = match args.site.http3 {
+        true => Some(crate::http3::sockets::QuicSockets::bind(
+            &addrs,
+            config.workers(),
+        )?),
+        false => None,
+    };
     let socket_path = socket_place.socket(port);
     let control_listener = control::bind(&socket_path)?;
     let _socket_file = SocketFile(socket_path.clone());
@@ -355,6 +365,12 @@ fn serve(
         .collect();
     for url in &urls {
         say!("servery: listening on {url}");
+    }
+    for addr in quic.iter().flat_map(|q| q.local_addrs()) {
+        say!(
+            "servery: HTTP/3 on udp {addr} ({} sockets, one per worker slot)",
+            quic.as_ref().map_or(0, |q| q.slots())
+        );
     }
     if let Some(fp) = &site.fingerprint {
         say!("servery: TLS certificate sha256 {fp}");
@@ -412,7 +428,8 @@ fn serve(
         args.upload.clone(),
         args.access_log.worker_args(),
     )
-    .with_log_format(args.ops.log_format);
+    .with_log_format(args.ops.log_format)
+    .with_quic(quic);
     let log_writer = match &args.access_log.access_log {
         Some(path) => {
             let written = events_tx.clone();

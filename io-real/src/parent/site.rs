@@ -66,6 +66,12 @@ pub fn prepare(
             });
         }
     }
+    if args.http3 && !args.tls() {
+        issues.push(SiteIssue {
+            flag: "--http3",
+            message: "HTTP/3 needs TLS (QUIC is always encrypted): add --tls-cert and --tls-key, or --tls-self-signed".into(),
+        });
+    }
     let mut self_signed_names = Vec::new();
     let identity = if args.tls_self_signed {
         self_signed_names = self_signed_names_for(bind);
@@ -278,7 +284,26 @@ mod tests {
             no_security_headers: false,
             hsts: false,
             max_compress_size: crate::http::SiteConfig::default().max_compress_size,
+            http3: false,
         }
+    }
+
+    #[test]
+    fn http3_without_tls_names_its_flag_and_the_rule() {
+        let mut args = site_args();
+        args.http3 = true;
+        let issues = prepare(&args, &dav_off(), false, &[]).expect_err("no TLS");
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].flag, "--http3");
+        assert!(issues[0].message.contains("needs TLS"), "{issues:?}");
+        args.tls_self_signed = true;
+        prepare(
+            &args,
+            &dav_off(),
+            false,
+            &["127.0.0.1".parse().expect("ip")],
+        )
+        .expect("with TLS it is fine");
     }
 
     #[test]

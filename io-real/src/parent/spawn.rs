@@ -123,6 +123,8 @@ pub struct Launcher {
     /// What workers are told about the access log (`crate::access_log::args`).
     access_log: Vec<String>,
     log_format: crate::parent::ops_args::LogFormat,
+    /// `--http3`: every slot's UDP socket, handed to its workers with the listeners.
+    quic: Option<crate::http3::sockets::QuicSockets>,
 }
 
 impl Launcher {
@@ -140,7 +142,14 @@ impl Launcher {
             upload,
             access_log,
             log_format: crate::parent::ops_args::LogFormat::Text,
+            quic: None,
         }
+    }
+
+    /// Workers also get their slot's HTTP/3 sockets.
+    pub fn with_quic(mut self, sockets: Option<crate::http3::sockets::QuicSockets>) -> Self {
+        self.quic = sockets;
+        self
     }
 
     /// Workers log as the parent does (`--log-format`).
@@ -182,7 +191,12 @@ impl Launcher {
         let (ours, theirs) = UnixStream::pair().map_err(SpawnError::Channel)?;
         // The descriptors wait in the socket buffer until the child reads them, ahead of
         // HELLO, which the driver writes later on the same stream.
-        let fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
+        // The listeners first, then the slot's UDP sockets each with its lock (the worker
+        // tells them apart by socket type).
+        let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
+        if let Some(quic) = &self.quic {
+            fds.extend(quic.for_slot(u64::from(slot.0), config.workers()));
+        }
         fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
         ours.set_nonblocking(true).map_err(SpawnError::Channel)?;
 

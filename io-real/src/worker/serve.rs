@@ -6,7 +6,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,11 +50,20 @@ pub(super) async fn run(
 ) -> Result<i32, WorkerError> {
     // Before anything else: TERM must reach the lifecycle, not kill us mid-request.
     let mut sigterm = signal(SignalKind::terminate()).map_err(WorkerError::Runtime)?;
-    let listeners = fdpass::recv_fds(control.as_fd())?
+    let passed = crate::http3::endpoint::classify(fdpass::recv_fds(control.as_fd())?)
+        .map_err(|e| WorkerError::Channel(io::Error::other(e)))?;
+    let listeners = passed
+        .listeners
         .into_iter()
         .map(listener)
         .collect::<io::Result<Vec<_>>>()
         .map_err(WorkerError::Channel)?;
+    // TCP responses advertise HTTP/3 when this worker has a slot socket to serve it on.
+    let alt_svc = passed
+        .quic
+        .first()
+        .and_then(|s| s.port())
+        .map(crate::http3::alt_svc);
     // Still a blocking socket: the preamble follows the listeners, before any frame.
     let setup = Setup::read_from(&control)?;
     control
@@ -85,6 +94,7 @@ pub(super) async fn run(
         .clone()
         .map(|recorder| tokio::spawn(async move { recorder.run(std::future::pending()).await }));
     let (closed_tx, closed_rx) = unbounded_channel();
+    let (quic_tx, quic_rx) = unbounded_channel();
     let meter = Arc::new(crate::http::meter::RequestMeter::default());
     let mut worker = Worker {
         id: args.worker_id,
@@ -129,6 +139,7 @@ pub(super) async fn run(
                     https_port: args.site.https_port.unwrap_or(443),
                 }
             }),
+            alt_svc,
             ..Default::default()
         },
         tls_wanted: args.site.tls,
@@ -141,6 +152,12 @@ pub(super) async fn run(
             None
         },
         listeners,
+        quic: Quic {
+            sockets: passed.quic,
+            config: None,
+            incoming_tx: quic_tx,
+            incoming: quic_rx,
+        },
         max_connections: args.max_connections.max(1),
         admission: Admission::default(),
         drain: watch::channel(false).0,
@@ -172,8 +189,8 @@ pub(super) async fn run(
 /// How long an exiting worker waits for the parent to take its last access-log lines.
 const LOG_DRAIN_BOUND: Duration = Duration::from_secs(5);
 
-fn listener(fd: OwnedFd) -> io::Result<TcpListener> {
-    TcpListener::from_std(prepare_listener(std::net::TcpListener::from(fd))?)
+fn listener(listener: std::net::TcpListener) -> io::Result<TcpListener> {
+    TcpListener::from_std(prepare_listener(listener)?)
 }
 
 /// Whether an accepted socket starts with the listener's `TCP_NODELAY` (Linux copies it
@@ -199,6 +216,20 @@ impl Drop for ClosedGuard {
     fn drop(&mut self) {
         let _ = self.0.send(self.1);
     }
+}
+
+/// The close of a connection [`Admission`] does not hold (an HTTP/3 connection: the
+/// lifecycle counts it, but it is never closed to make room, having no idle state of its
+/// own to judge). [`Admission::closed`] ignores an index it never gave out.
+const NOT_ADMITTED: usize = usize::MAX;
+
+/// `--http3`: this worker's slot sockets until it starts accepting, the QUIC
+/// configuration, and the connections its endpoints pass to the lifecycle task.
+struct Quic {
+    sockets: Vec<crate::http3::endpoint::SlotSocket>,
+    config: Option<quinn::ServerConfig>,
+    incoming_tx: UnboundedSender<quinn::Incoming>,
+    incoming: UnboundedReceiver<quinn::Incoming>,
 }
 
 /// The first connection ready on any listener, and whether that listener is one of the
@@ -235,6 +266,7 @@ struct Worker {
     /// The certificate and ticket keys, swapped in place as the parent sends new ones.
     tls: Option<Arc<ServingTls>>,
     listeners: Vec<TcpListener>,
+    quic: Quic,
     max_connections: u32,
     /// The connections held, to choose one to close when full.
     admission: Admission,
@@ -324,6 +356,7 @@ impl Worker {
                     self.life.handle_timeout(self.clock.now(), in_flight);
                 }
                 (accepted, cleartext) = accept_any(&self.listeners, self.cleartext_listeners), if can_accept => self.admit(accepted, cleartext).await,
+                Some(incoming) = self.quic.incoming.recv(), if can_accept => self.admit_quic(incoming),
             }
         }
     }
@@ -443,6 +476,21 @@ impl Worker {
         if let Err(message) = prepare_policy(&mut config, self.tls_wanted, &self.tls, &self.setup) {
             return self.life.startup_failed(message);
         }
+        if !self.quic.sockets.is_empty() {
+            // QUIC shares the TCP side's configuration, so its swappable certificate
+            // and the parent's ticket keys (decision 0025), with ALPN h3.
+            let quic = match &self.tls {
+                Some(tls) => {
+                    crate::http3::endpoint::server_config(&tls.server_config(), &config.deadlines)
+                        .map_err(|e| e.to_string())
+                }
+                None => Err("given HTTP/3 sockets but no TLS identity".to_owned()),
+            };
+            match quic {
+                Ok(quic) => self.quic.config = Some(quic),
+                Err(message) => return self.life.startup_failed(message),
+            }
+        }
         match tokio::task::spawn_blocking(move || Site::open(config)).await {
             Ok(Ok(site)) => {
                 self.site = Some(Arc::new(site));
@@ -524,6 +572,23 @@ impl Worker {
         }
     }
 
+    /// An HTTP/3 connection: counted like an accepted TCP connection (the drain waits for
+    /// it), served on its own task.
+    fn admit_quic(&mut self, incoming: quinn::Incoming) {
+        let Some(site) = self.site.clone() else {
+            incoming.refuse();
+            return;
+        };
+        self.life.connection_opened();
+        let closed = ClosedGuard(self.closed_tx.clone(), NOT_ADMITTED);
+        let drain = self.drain.subscribe();
+        let requests = Arc::clone(&self.requests);
+        tokio::spawn(async move {
+            let _closed = closed;
+            crate::http3::serve::serve_connection(site, incoming, drain, requests).await;
+        });
+    }
+
     /// One more heartbeat as the worker exits, with every request it answered since the
     /// last: the parent's totals then lose none of a recycled worker's requests.
     fn last_heartbeat(&mut self) {
@@ -572,6 +637,16 @@ impl WorkerIo for Worker {
 
     fn start_accepting(&mut self) {
         tracing::info!(worker = self.id, "accepting");
+        if let Some(config) = &self.quic.config {
+            for socket in std::mem::take(&mut self.quic.sockets) {
+                tokio::spawn(crate::http3::endpoint::run(
+                    socket,
+                    config.clone(),
+                    self.quic.incoming_tx.clone(),
+                    self.drain.subscribe(),
+                ));
+            }
+        }
     }
 
     fn stop_accepting(&mut self) {
@@ -584,6 +659,11 @@ impl WorkerIo for Worker {
         // connections go to a worker that still accepts.
         self.listeners.clear();
         let _ = self.drain.send(true);
+        // HTTP/3 connections not admitted yet are refused (the client retries), and the
+        // endpoints stop passing new ones once they see the drain.
+        while let Ok(incoming) = self.quic.incoming.try_recv() {
+            incoming.refuse();
+        }
         if self.fault.exit_during_drain() {
             tracing::error!(worker = self.id, "test fault: exiting mid-drain");
             std::process::exit(1);

@@ -1,0 +1,35 @@
+//! HTTP/3 (`--http3`): the same site served over QUIC (quinn, h3 and h3-quinn), on UDP
+//! sockets the parent binds per worker slot and hands to each worker with its TCP
+//! listeners (decision 0027).
+//!
+//! - [`sockets`]: the parent binds one `SO_REUSEPORT` socket per slot and keeps them.
+//! - [`endpoint`]: a worker takes its slot's socket over (a lock orders the old and new
+//!   worker of a slot) and runs a quinn endpoint on it.
+//! - [`serve`]: one connection's requests, answered by the worker's `Site`.
+
+pub mod endpoint;
+pub mod serve;
+pub mod sockets;
+
+use http::HeaderValue;
+
+/// The ALPN protocol of HTTP/3 (RFC 9114).
+pub const ALPN_H3: &[u8] = b"h3";
+
+/// How long a client may remember that HTTP/3 is offered (`ma`, seconds): a day.
+pub const ALT_SVC_MAX_AGE: u32 = 86_400;
+
+/// The `Alt-Svc` value TCP responses carry when HTTP/3 is served on `port`.
+pub fn alt_svc(port: u16) -> HeaderValue {
+    // Digits and fixed ASCII only: always a valid header value.
+    HeaderValue::try_from(format!("h3=\":{port}\"; ma={ALT_SVC_MAX_AGE}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("clear"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn alt_svc_names_the_port_and_the_max_age() {
+        assert_eq!(super::alt_svc(8443), "h3=\":8443\"; ma=86400");
+    }
+}

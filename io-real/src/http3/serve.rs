@@ -1,0 +1,238 @@
+//! One QUIC connection's HTTP/3 requests, answered by the same [`Site`] as TCP.
+//!
+//! The request body is the h3 receive stream behind hyper's `Body` trait ([`RecvBody`]);
+//! the response body is streamed frame by frame onto the h3 send stream, each write
+//! bounded by the send deadline, so a file is never held whole in memory and a client that
+//! stops reading cannot hold a request forever.
+//!
+//! Drain: when the worker drains, the connection sends GOAWAY (h3's `shutdown`), answers
+//! the requests it already took, then waits briefly for the client to close and closes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http::{Request, Response, Version};
+use http_body_util::BodyExt;
+use hyper::body::Frame;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::http::conn::{FIRST_REQUEST_GRACE, Logged, MAX_REQUEST_HEAD};
+use crate::http::{Activity, Site, Transport, error_response, validate};
+
+type H3Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
+type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// H3_NO_ERROR: the code a connection closes with when all went well.
+const H3_NO_ERROR: u32 = 0x100;
+
+/// Serves one incoming QUIC connection until it ends. The handshake is bounded by the
+/// TLS handshake deadline, as on TCP.
+pub async fn serve_connection(
+    site: Arc<Site>,
+    incoming: quinn::Incoming,
+    mut drain: watch::Receiver<bool>,
+    requests: Arc<AtomicU64>,
+) {
+    let peer = incoming.remote_address();
+    let limit = site.deadlines().tls_handshake;
+    let connecting = match incoming.accept() {
+        Ok(connecting) => connecting,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "QUIC connection not accepted");
+            return;
+        }
+    };
+    let connection = match tokio::time::timeout(limit, connecting).await {
+        Ok(Ok(connection)) => connection,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "QUIC handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "QUIC handshake timed out");
+            return;
+        }
+    };
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(MAX_REQUEST_HEAD as u64);
+    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(connection.clone()));
+    let mut h3 = match tokio::time::timeout(limit, built).await {
+        Ok(Ok(h3)) => h3,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "HTTP/3 connection setup failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let activity = Activity::with_peer(tokio::time::Instant::now(), Some(peer));
+    let mut in_flight = JoinSet::new();
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            accepted = h3.accept() => match accepted {
+                Ok(Some(resolver)) => {
+                    let site = Arc::clone(&site);
+                    let requests = Arc::clone(&requests);
+                    let activity = Arc::clone(&activity);
+                    in_flight.spawn(async move {
+                        match resolver.resolve_request().await {
+                            Ok((req, stream)) => answer(site, req, stream, requests, activity).await,
+                            Err(e) => tracing::debug!(error = %e, "HTTP/3 request refused"),
+                        }
+                    });
+                }
+                // GOAWAY exchanged and every request answered.
+                Ok(None) => break,
+                Err(e) => {
+                    if !e.is_h3_no_error() {
+                        tracing::debug!(%peer, error = %e, "HTTP/3 connection ended");
+                    }
+                    break;
+                }
+            },
+            () = draining(&mut drain), if !going_away => {
+                going_away = true;
+                // The requests already taken are answered; later ones are refused, which
+                // tells the client to send them elsewhere.
+                shutdown(&mut h3).await;
+            }
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            // After GOAWAY with nothing in flight, a client that neither closes nor sends
+            // another request within the grace is not waited for (h3 ends `accept` only
+            // on the client's GOAWAY or close): otherwise an idle client sending PINGs
+            // would hold the worker's drain to its deadline.
+            () = tokio::time::sleep(FIRST_REQUEST_GRACE), if going_away && in_flight.is_empty() => {
+                connection.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+                return;
+            }
+        }
+    }
+    while in_flight.join_next().await.is_some() {}
+    // The client closes once it has read everything; past the grace, we do.
+    let _ = tokio::time::timeout(FIRST_REQUEST_GRACE, connection.closed()).await;
+    connection.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+}
+
+/// Resolves once the worker drains (a dropped sender counts), holding no borrow of the
+/// value across the caller's awaits.
+pub(super) async fn draining(drain: &mut watch::Receiver<bool>) {
+    let _ = drain.wait_for(|&d| d).await;
+}
+
+async fn shutdown(h3: &mut H3Connection) {
+    if let Err(e) = h3.shutdown(1).await {
+        tracing::debug!(error = %e, "HTTP/3 GOAWAY not sent");
+    }
+}
+
+/// Answers one request: validated and handled as a TCP request is, the response streamed.
+async fn answer(
+    site: Arc<Site>,
+    req: Request<()>,
+    stream: h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>,
+    requests: Arc<AtomicU64>,
+    activity: Arc<Activity>,
+) {
+    let (mut send, recv) = stream.split();
+    let (mut parts, ()) = req.into_parts();
+    parts.version = Version::HTTP_3;
+    // QUIC is always encrypted: HSTS applies as on TLS.
+    parts.extensions.insert(Transport::Tls);
+    let req = Request::from_parts(parts, RecvBody(recv));
+    let logged = site.recorder().map(|_| Logged::of(&req, &activity));
+    let metered = site.meter().map(|_| {
+        let method = servery_core::request_stats::method_index(req.method().as_str());
+        (method, std::time::Instant::now())
+    });
+    let response = match validate::check(&req) {
+        Ok(()) => site.handle(req).await,
+        Err(refused) => error_response(&refused.into()),
+    };
+    if let (Some(logged), Some(recorder)) = (logged, site.recorder()) {
+        logged.record(recorder, &response).await;
+    }
+    if let (Some((method, started)), Some(meter)) = (metered, site.meter()) {
+        let bytes = hyper::body::Body::size_hint(response.body()).exact();
+        meter.record(
+            method,
+            response.status().as_u16(),
+            bytes.unwrap_or(0),
+            started.elapsed(),
+        );
+    }
+    requests.fetch_add(1, Ordering::Relaxed);
+    let send_limit = site.deadlines().send;
+    if let Err(why) = respond(&mut send, response, send_limit).await {
+        tracing::debug!(why, "HTTP/3 response cut short");
+        send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+    }
+}
+
+/// Writes the head, then the body as it comes, each write within `limit`.
+async fn respond(
+    send: &mut SendHalf,
+    response: Response<crate::http::Body>,
+    limit: Duration,
+) -> Result<(), String> {
+    let (head, mut body) = response.into_parts();
+    let head = Response::from_parts(head, ());
+    within(limit, "head", send.send_response(head)).await?;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("reading the body: {e}"))?;
+        match frame.into_data() {
+            Ok(data) if data.is_empty() => {}
+            Ok(data) => within(limit, "body", send.send_data(data)).await?,
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    return within(limit, "trailers", send.send_trailers(trailers)).await;
+                }
+            }
+        }
+    }
+    within(limit, "end", send.finish()).await
+}
+
+/// One write of a response, bounded by the send deadline.
+async fn within(
+    limit: Duration,
+    what: &str,
+    write: impl Future<Output = Result<(), h3::error::StreamError>>,
+) -> Result<(), String> {
+    match tokio::time::timeout(limit, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!(
+            "{what}: the client took nothing within the send deadline"
+        )),
+    }
+}
+
+/// An HTTP/3 request body as hyper's `Body`, for the handlers that read one (uploads,
+/// WebDAV); GET and HEAD never poll it.
+struct RecvBody(RecvHalf);
+
+impl hyper::body::Body for RecvBody {
+    type Data = Bytes;
+    type Error = h3::error::StreamError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.0.poll_recv_data(cx) {
+            Poll::Ready(Ok(Some(mut buf))) => {
+                let bytes = buf.copy_to_bytes(buf.remaining());
+                Poll::Ready(Some(Ok(Frame::data(bytes))))
+            }
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The parent's side of `--http3`: one `SO_REUSEPORT` UDP socket per worker slot on every
+//! address the TCP listeners use, bound before any worker exists and held for the life of
+//! the parent, each with a lock that says which worker of the slot reads it.
+//!
+//! Why per slot, and why the parent holds them (decision 0027): the kernel picks a socket
+//! of a reuseport group by a hash of the datagram's 4-tuple over the group's sockets. That
+//! choice is stable for a connection only while the group does not change. The parent
+//! keeps every slot's socket open across the death, recycle or reload of the workers that
+//! read it, so the group never changes: a connection keeps landing on its slot's socket,
+//! a worker's death loses only the connections its slot carried, and its replacement reads
+//! the same socket.
+//!
+//! Why a lock: a recycle or reload starts the replacement before the old worker drains.
+//! Two processes reading one socket would each take the other's datagrams, so the old
+//! worker holds the slot's lock (an exclusive `flock` on a memfd the parent made, through
+//! an open file description of its own) until its QUIC connections have finished, and the
+//! replacement starts reading only once it has the lock. The kernel releases it when the
+//! holder dies, `kill -9` included.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::net::{AddressFamily, SocketType, ipproto, sockopt};
+
+/// Errors binding the HTTP/3 sockets.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuicBindError {
+    #[error("cannot listen for HTTP/3 on udp {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot listen for HTTP/3 on udp {addr}: the port is already in use by another program"
+    )]
+    InUse { addr: SocketAddr },
+    #[error("cannot make the HTTP/3 slot lock: {0}")]
+    Lock(#[source] io::Error),
+}
+
+/// One slot's socket and its lock.
+#[derive(Debug)]
+struct SlotSocket {
+    socket: UdpSocket,
+    lock: OwnedFd,
+}
+
+/// Every slot's sockets, in slot order per address.
+#[derive(Debug, Default)]
+pub struct QuicSockets {
+    /// `slots[i]` holds slot `i`'s socket on every address.
+    slots: Vec<Vec<SlotSocket>>,
+}
+
+impl QuicSockets {
+    /// Binds `slots` sockets on each of `addrs` (the TCP listeners' addresses, so the same
+    /// ports). A UDP port another program already uses is an error rather than a share:
+    /// with `SO_REUSEPORT` set by the same user the kernel would otherwise let us join its
+    /// group and split its datagrams with it.
+    pub fn bind(addrs: &[SocketAddr], slots: u32) -> Result<Self, QuicBindError> {
+        let slots = slots.max(1) as usize;
+        let mut bound: Vec<Vec<SlotSocket>> = (0..slots).map(|_| Vec::new()).collect();
+        for &addr in addrs {
+            // Nobody may be there: a plain bind (no SO_REUSEPORT) succeeds only on a free
+            // port, and is closed again before ours are bound.
+            match UdpSocket::bind(addr) {
+                Ok(probe) => drop(probe),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    return Err(QuicBindError::InUse { addr });
+                }
+                Err(source) => return Err(QuicBindError::Bind { addr, source }),
+            }
+            for slot in &mut bound {
+                let socket =
+                    bind_reuseport(addr).map_err(|source| QuicBindError::Bind { addr, source })?;
+                let lock =
+                    rustix::fs::memfd_create("servery-quic-slot", rustix::fs::MemfdFlags::CLOEXEC)
+                        .map_err(|e| QuicBindError::Lock(e.into()))?;
+                slot.push(SlotSocket { socket, lock });
+            }
+        }
+        Ok(QuicSockets { slots: bound })
+    }
+
+    /// How many slots have sockets.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The local addresses of slot 0's sockets (one per address bound).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.slots
+            .first()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.socket.local_addr().ok())
+            .collect()
+    }
+
+    /// The descriptors a worker of `slot` is handed, socket then lock for each, when its
+    /// generation runs `workers` workers: its own slot's, and those of the slots beyond
+    /// `workers` that map onto it (a reload to fewer workers must leave no socket
+    /// unread, or the kernel would keep hashing connections to it).
+    pub fn for_slot(&self, slot: u64, workers: u32) -> Vec<BorrowedFd<'_>> {
+        let workers = u64::from(workers.max(1));
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i as u64 % workers == slot)
+            .flat_map(|(_, sockets)| sockets.iter())
+            .flat_map(|s| [s.socket.as_fd(), s.lock.as_fd()])
+            .collect()
+    }
+}
+
+/// A non-blocking UDP socket with `SO_REUSEPORT`, bound to `addr`.
+fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::INET,
+        SocketAddr::V6(_) => AddressFamily::INET6,
+    };
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        Some(ipproto::UDP),
+    )?;
+    sockopt::set_socket_reuseport(&fd, true)?;
+    rustix::net::bind(&fd, &addr)?;
+    Ok(UdpSocket::from(fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lo() -> SocketAddr {
+        "127.0.0.1:0".parse().expect("addr")
+    }
+
+    #[test]
+    fn every_slot_gets_a_socket_on_the_same_port_and_a_taken_port_is_refused() {
+        // A port of our own to bind on (UDP 0 would give each socket a different port).
+        let free = UdpSocket::bind(lo()).expect("probe");
+        let addr = free.local_addr().expect("addr");
+        drop(free);
+        let sockets = QuicSockets::bind(&[addr], 3).expect("bind");
+        assert_eq!(sockets.slots(), 3);
+        for slot in &sockets.slots {
+            assert_eq!(slot[0].socket.local_addr().expect("addr"), addr);
+            assert!(sockopt::socket_reuseport(&slot[0].socket).expect("getsockopt"));
+        }
+        // Another program (no SO_REUSEPORT) cannot join; and we refuse to join theirs.
+        assert!(UdpSocket::bind(addr).is_err());
+        let err = QuicSockets::bind(&[addr], 1).expect_err("in use");
+        assert!(matches!(err, QuicBindError::InUse { .. }), "{err}");
+    }
+
+    #[test]
+    fn slots_beyond_the_worker_count_are_shared_out_so_none_is_left_unread() {
+        let free = UdpSocket::bind(lo()).expect("probe");
+        let addr = free.local_addr().expect("addr");
+        drop(free);
+        let sockets = QuicSockets::bind(&[addr], 4).expect("bind");
+        // Four slots, a generation of four: one socket (and its lock) each.
+        for slot in 0..4 {
+            assert_eq!(sockets.for_slot(slot, 4).len(), 2);
+        }
+        // A generation of three: slot 0 also reads slot 3's socket.
+        assert_eq!(sockets.for_slot(0, 3).len(), 4);
+        assert_eq!(sockets.for_slot(1, 3).len(), 2);
+        let total: usize = (0..3).map(|s| sockets.for_slot(s, 3).len()).sum();
+        assert_eq!(total, 8, "every socket handed to exactly one slot");
+        // A generation of six: the slots without a socket serve TCP only.
+        assert!(sockets.for_slot(5, 6).is_empty());
+    }
+}
