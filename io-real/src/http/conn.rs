@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use http::{HeaderValue, Method, Request, Response, Version, header};
+use http::{HeaderValue, Request, Response, Version, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -15,10 +15,9 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::body::Body;
-use super::error::error_response;
+use super::pipeline::Arrival;
 use super::plain_stream::{LastResponse, PlainStream};
 use super::site::Site;
-use super::validate;
 use super::watchdog::{Activity, Metered, Unanswered, Verdict, Watch, finishing};
 
 /// The largest request head (request line and header fields) accepted, in bytes. A larger
@@ -185,26 +184,11 @@ async fn serve<IO>(
             // spares the extension map's allocation on most requests.
             req.extensions_mut().insert(transport);
         }
-        let logged = site.recorder().map(|_| Logged::of(&req, &activity_in));
-        let metered = site.meter().map(|_| {
-            let method = servery_core::request_stats::method_index(req.method().as_str());
-            (method, std::time::Instant::now())
-        });
+        let arrival = Arrival::of(&site, &req, &activity_in);
         async move {
             let version = req.version();
             let client_closes = last.is_some() && asks_to_close(&req);
-            let mut response = match validate::check(&req) {
-                Ok(()) => site.handle(req).await,
-                Err(refused) => error_response(&refused.into()),
-            };
-            if let (Some(logged), Some(recorder)) = (logged, site.recorder()) {
-                logged.record(recorder, &response).await;
-            }
-            if let (Some((method, started)), Some(meter)) = (metered, site.meter()) {
-                let bytes = hyper::body::Body::size_hint(response.body()).exact();
-                let status = response.status().as_u16();
-                meter.record(method, status, bytes.unwrap_or(0), started.elapsed());
-            }
+            let mut response = arrival.answer(&site, req).await;
             mark_if_draining(&mut response, version, is_draining(&draining));
             if let Some(last) = last
                 && is_last_response(client_closes, &response)
@@ -359,75 +343,6 @@ pub(crate) fn mark_if_draining(response: &mut Response<Body>, version: Version, 
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-}
-
-/// What an access-log line says about a request, taken before the request is handed on.
-pub(crate) struct Logged {
-    started: std::time::Instant,
-    time: std::time::SystemTime,
-    peer: Option<std::net::SocketAddr>,
-    method: Method,
-    target: String,
-    version: Version,
-    referer: Option<http::HeaderValue>,
-    user_agent: Option<http::HeaderValue>,
-}
-
-impl Logged {
-    pub(crate) fn of<B>(req: &Request<B>, activity: &Activity) -> Logged {
-        let headers = req.headers();
-        Logged {
-            started: std::time::Instant::now(),
-            time: std::time::SystemTime::now(),
-            peer: activity.peer(),
-            method: req.method().clone(),
-            target: req
-                .uri()
-                .path_and_query()
-                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
-            version: req.version(),
-            referer: headers.get(http::header::REFERER).cloned(),
-            user_agent: headers.get(http::header::USER_AGENT).cloned(),
-        }
-    }
-
-    pub(crate) async fn record<B>(
-        self,
-        recorder: &crate::access_log::recorder::Recorder,
-        response: &Response<B>,
-    ) {
-        let bytes = response
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let protocol = match self.version {
-            Version::HTTP_10 => "HTTP/1.0",
-            Version::HTTP_2 => "HTTP/2.0",
-            Version::HTTP_3 => "HTTP/3.0",
-            _ => "HTTP/1.1",
-        };
-        let record = crate::access_log::format::Record {
-            time: self.time,
-            remote: self.peer,
-            user: None,
-            method: self.method.as_str(),
-            target: &self.target,
-            protocol,
-            status: response.status().as_u16(),
-            bytes,
-            duration: self.started.elapsed(),
-            referer: self.referer.as_ref().map(|v| v.as_bytes()),
-            user_agent: self.user_agent.as_ref().map(|v| v.as_bytes()),
-            worker: recorder.worker,
-            generation: recorder.generation,
-        };
-        if !recorder.try_record(&record) {
-            // The buffer is full: the rare path, boxed so every request's future stays
-            // small.
-            Box::pin(recorder.record(&record)).await;
-        }
     }
 }
 

@@ -21,8 +21,9 @@ use hyper::body::Frame;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::http::conn::{FIRST_REQUEST_GRACE, Logged, MAX_REQUEST_HEAD};
-use crate::http::{Activity, Site, Transport, error_response, validate};
+use crate::http::conn::{FIRST_REQUEST_GRACE, MAX_REQUEST_HEAD};
+use crate::http::pipeline::Arrival;
+use crate::http::{Activity, Site, Transport};
 
 type H3Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
 type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
@@ -145,27 +146,7 @@ async fn answer(
     // QUIC is always encrypted: HSTS applies as on TLS.
     parts.extensions.insert(Transport::Tls);
     let req = Request::from_parts(parts, RecvBody(recv));
-    let logged = site.recorder().map(|_| Logged::of(&req, &activity));
-    let metered = site.meter().map(|_| {
-        let method = servery_core::request_stats::method_index(req.method().as_str());
-        (method, std::time::Instant::now())
-    });
-    let response = match validate::check(&req) {
-        Ok(()) => site.handle(req).await,
-        Err(refused) => error_response(&refused.into()),
-    };
-    if let (Some(logged), Some(recorder)) = (logged, site.recorder()) {
-        logged.record(recorder, &response).await;
-    }
-    if let (Some((method, started)), Some(meter)) = (metered, site.meter()) {
-        let bytes = hyper::body::Body::size_hint(response.body()).exact();
-        meter.record(
-            method,
-            response.status().as_u16(),
-            bytes.unwrap_or(0),
-            started.elapsed(),
-        );
-    }
+    let response = Arrival::of(&site, &req, &activity).answer(&site, req).await;
     requests.fetch_add(1, Ordering::Relaxed);
     let send_limit = site.deadlines().send;
     if let Err(why) = respond(&mut send, response, send_limit).await {

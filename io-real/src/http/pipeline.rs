@@ -1,0 +1,122 @@
+//! What every transport does with a request once it is read (HTTP/1.1 and HTTP/2 in
+//! [`super::conn`], HTTP/3 in `crate::http3`): check it, hand it to the site, log it and
+//! count it. One place, so a step added here is taken by every protocol.
+
+use bytes::Bytes;
+use http::{Method, Request, Response, Version};
+
+use super::body::Body;
+use super::error::error_response;
+use super::site::Site;
+use super::validate;
+use super::watchdog::Activity;
+
+/// What is taken from a request as it arrives, before it is handed on: the access log's
+/// fields and the metrics' method and start time, each only when that is on.
+pub(crate) struct Arrival {
+    logged: Option<Logged>,
+    metered: Option<(usize, std::time::Instant)>,
+}
+
+impl Arrival {
+    pub(crate) fn of<B>(site: &Site, req: &Request<B>, activity: &Activity) -> Arrival {
+        Arrival {
+            logged: site.recorder().map(|_| Logged::of(req, activity)),
+            metered: site.meter().map(|_| {
+                let method = servery_core::request_stats::method_index(req.method().as_str());
+                (method, std::time::Instant::now())
+            }),
+        }
+    }
+
+    /// The response to `req`: refused if malformed, else the site's answer; logged and
+    /// counted once it is known.
+    pub(crate) async fn answer<B>(self, site: &Site, req: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        let response = match validate::check(&req) {
+            Ok(()) => site.handle(req).await,
+            Err(refused) => error_response(&refused.into()),
+        };
+        if let (Some(logged), Some(recorder)) = (self.logged, site.recorder()) {
+            logged.record(recorder, &response).await;
+        }
+        if let (Some((method, started)), Some(meter)) = (self.metered, site.meter()) {
+            let bytes = hyper::body::Body::size_hint(response.body()).exact();
+            let status = response.status().as_u16();
+            meter.record(method, status, bytes.unwrap_or(0), started.elapsed());
+        }
+        response
+    }
+}
+
+/// What an access-log line says about a request, taken before the request is handed on.
+struct Logged {
+    started: std::time::Instant,
+    time: std::time::SystemTime,
+    peer: Option<std::net::SocketAddr>,
+    method: Method,
+    target: String,
+    version: Version,
+    referer: Option<http::HeaderValue>,
+    user_agent: Option<http::HeaderValue>,
+}
+
+impl Logged {
+    fn of<B>(req: &Request<B>, activity: &Activity) -> Logged {
+        let headers = req.headers();
+        Logged {
+            started: std::time::Instant::now(),
+            time: std::time::SystemTime::now(),
+            peer: activity.peer(),
+            method: req.method().clone(),
+            target: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
+            version: req.version(),
+            referer: headers.get(http::header::REFERER).cloned(),
+            user_agent: headers.get(http::header::USER_AGENT).cloned(),
+        }
+    }
+
+    async fn record<B>(
+        self,
+        recorder: &crate::access_log::recorder::Recorder,
+        response: &Response<B>,
+    ) {
+        let bytes = response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let protocol = match self.version {
+            Version::HTTP_10 => "HTTP/1.0",
+            Version::HTTP_2 => "HTTP/2.0",
+            Version::HTTP_3 => "HTTP/3.0",
+            _ => "HTTP/1.1",
+        };
+        let record = crate::access_log::format::Record {
+            time: self.time,
+            remote: self.peer,
+            user: None,
+            method: self.method.as_str(),
+            target: &self.target,
+            protocol,
+            status: response.status().as_u16(),
+            bytes,
+            duration: self.started.elapsed(),
+            referer: self.referer.as_ref().map(|v| v.as_bytes()),
+            user_agent: self.user_agent.as_ref().map(|v| v.as_bytes()),
+            worker: recorder.worker,
+            generation: recorder.generation,
+        };
+        if !recorder.try_record(&record) {
+            // The buffer is full: the rare path, boxed so every request's future stays
+            // small.
+            Box::pin(recorder.record(&record)).await;
+        }
+    }
+}
