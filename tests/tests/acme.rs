@@ -260,13 +260,19 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
     let renewed = wait_acme(&server, "renewed", Duration::from_secs(60), |a| {
         a["state"] == "valid" && a["serial"] != issued["serial"]
     });
-    assert_eq!(renewed["orders"], 2, "{renewed}");
+    // At least the forced order (a retry under load, or a renewal window the CA's ARI
+    // answer put in the past, may add one).
+    assert!(renewed["orders"].as_u64() >= Some(2), "{renewed}");
     let (leaf, _) = wait_until(
         Duration::from_secs(20),
         "the renewed certificate served by the running workers",
         || Some(served_leaf(server.addr)).filter(|d| by_pebble(d) && *d != leaf),
     );
     assert_eq!(pids(&server.status()), pids(&before));
+    let stored = wait_acme(&server, "settled", Duration::from_secs(60), |a| {
+        a["state"] == "valid"
+    });
+    let leaf = served_leaf(server.addr);
     let mode = std::fs::metadata(state.join("certificate.pem"))
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     assert_eq!(mode.ok(), Some(0o600));
@@ -278,7 +284,7 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
         a["state"] == "valid"
     });
     assert_eq!(again["orders"], 0, "no new order: {again}");
-    assert_eq!(again["serial"], renewed["serial"]);
+    assert_eq!(again["serial"], stored["serial"]);
     assert_eq!(
         served_leaf(server.addr),
         leaf,
