@@ -371,6 +371,13 @@ fn a_bad_pair_on_reload_keeps_the_old_certificate_and_says_why() {
     );
     let status = s.server.status();
     assert_eq!(status["generation"], 1, "nothing rolled out: {status}");
+    // A rejected reload like any other: the core reports it.
+    assert!(
+        status["last_reload_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no private key")),
+        "{status}"
+    );
     let tls = &status["tls"];
     assert_eq!(tls["identity_generation"], 1, "{tls}");
     assert!(

@@ -510,20 +510,22 @@ impl RealIo {
                 // configuration is valid. A bad pair refuses the reload, so nothing
                 // changes; a good one reaches the core before the reload, so the new
                 // generation starts with it and the old one is handed it at once.
+                let mut raw = raw;
                 if let Some(files) = &self.tls_files
                     && raw.as_ref().is_ok_and(|raw| raw.validate().is_ok())
                 {
                     match super::tls_material::reread(files) {
                         Ok(identity) => self.inbox.push_back(Event::Tls(identity)),
                         Err(e) => {
+                            // The TLS material keeps the reason for its status; the core
+                            // rejects the reload (counted, answered, told to systemd).
                             let reason = super::tls_material::refusal(files, &e);
                             tracing::error!(error = %reason, "reload refused");
-                            self.notifier.reload_rejected(&reason);
-                            if let Some(reply) = reply {
-                                let _ = reply.send(Err(reason.clone()));
-                            }
-                            let refused = servery_core::tls_material::TlsInput::Refused { reason };
-                            return Some(Wakeup::Event(now, Event::Tls(refused)));
+                            let refused = servery_core::tls_material::TlsInput::Refused {
+                                reason: reason.clone(),
+                            };
+                            self.inbox.push_back(Event::Tls(refused));
+                            raw = Err(reason);
                         }
                     }
                 }
