@@ -263,7 +263,7 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
     // At least the forced order (a retry under load, or a renewal window the CA's ARI
     // answer put in the past, may add one).
     assert!(renewed["orders"].as_u64() >= Some(2), "{renewed}");
-    let (leaf, _) = wait_until(
+    wait_until(
         Duration::from_secs(20),
         "the renewed certificate served by the running workers",
         || Some(served_leaf(server.addr)).filter(|d| by_pebble(d) && *d != leaf),
