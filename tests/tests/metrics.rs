@@ -198,10 +198,11 @@ fn a_prometheus_server_scrapes_the_admin_listener_and_counts_the_requests() {
 #[test]
 fn readyz_is_503_while_starting_and_draining_and_200_when_ready() {
     let tree = Tree::new("metrics-readyz");
-    // Slow to prepare at first, and deaf to SIGTERM while draining: both states last
-    // long enough to be seen.
-    let fault = "generation=1 slow-boot=2500\n* wedged-drain";
-    let (server, admin) = start(&tree, 1, &[("SERVERY_TEST_FAULT", fault)]);
+    // One worker slow to prepare, the other deaf to the drain: both service states last
+    // long enough to be seen (a worker takes the first rule that matches it, so the two
+    // faults go to two workers).
+    let fault = "slot=0 slow-boot=2500\nslot=1 wedged-drain";
+    let (server, admin) = start(&tree, 2, &[("SERVERY_TEST_FAULT", fault)]);
     assert_eq!(status_of(admin, "/livez"), 200, "alive while starting");
     let starting = status_of(admin, "/readyz");
     let state = server.status()["state"].clone();
