@@ -57,7 +57,8 @@ pub struct WorkerLifecycle {
     in_flight: u32,
     requests: u64,
     /// The request counters the next heartbeat carries, as the driver last gave them.
-    stats: RequestStats,
+    /// Boxed as a heartbeat carries them, so each beat copies them straight into its own box.
+    stats: Box<RequestStats>,
     actions: VecDeque<WorkerAction>,
 }
 
@@ -80,7 +81,7 @@ impl WorkerLifecycle {
             channel_open: true,
             in_flight: 0,
             requests: 0,
-            stats: RequestStats::default(),
+            stats: Box::default(),
             actions: VecDeque::new(),
         }
     }
@@ -177,7 +178,7 @@ impl WorkerLifecycle {
 
     /// The worker's request counters since it started, for the heartbeats from now on.
     pub fn set_stats(&mut self, stats: RequestStats) {
-        self.stats = stats;
+        *self.stats = stats;
     }
 
     /// A heartbeat with what the worker knows now, for a driver that sends one last
@@ -186,7 +187,7 @@ impl WorkerLifecycle {
         WorkerMessage::Heartbeat {
             requests: self.requests,
             connections: self.in_flight,
-            stats: Box::new(self.stats.clone()),
+            stats: self.stats.clone(),
         }
     }
 
@@ -291,7 +292,7 @@ impl WorkerLifecycle {
             self.send(WorkerMessage::Heartbeat {
                 requests: self.requests,
                 connections,
-                stats: Box::new(self.stats.clone()),
+                stats: self.stats.clone(),
             });
             self.next_beat = Some(now + self.heartbeat_interval);
         }

@@ -42,7 +42,11 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
         }
     }
     w.u64(s.bytes_sent);
-    let buckets = s.duration_buckets.iter().filter(|n| **n > 0).count();
+    let buckets = if s.duration_buckets.iter().fold(0, |any, n| any | n) == 0 {
+        0
+    } else {
+        s.duration_buckets.iter().filter(|n| **n > 0).count()
+    };
     w.u8(u8::try_from(buckets).unwrap_or(u8::MAX));
     let mut left = buckets;
     for (b, &n) in s.duration_buckets.iter().enumerate() {
@@ -58,8 +62,16 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
     w.u64(s.duration_sum_us);
 }
 
+#[cfg(test)]
 pub(super) fn get_stats(r: &mut Reader<'_>) -> Result<RequestStats, ProtoError> {
     let mut s = RequestStats::default();
+    get_stats_into(r, &mut s)?;
+    Ok(s)
+}
+
+/// Reads counters into `s`, which starts with every counter zero: a heartbeat's box is
+/// filled where it lies instead of being built aside and copied in.
+pub(super) fn get_stats_into(r: &mut Reader<'_>, s: &mut RequestStats) -> Result<(), ProtoError> {
     let cells = usize::from(r.u8()?);
     if cells > CELLS {
         return Err(invalid("request cells", cells as u64));
@@ -96,7 +108,7 @@ pub(super) fn get_stats(r: &mut Reader<'_>) -> Result<RequestStats, ProtoError> 
         s.duration_buckets[b] = nonzero(r.u64()?)?;
     }
     s.duration_sum_us = r.u64()?;
-    Ok(s)
+    Ok(())
 }
 
 /// A listed counter is never zero (the encoder leaves those out).

@@ -14,10 +14,12 @@ impl Supervisor {
     /// the workers: the parent wants both before and after every step.
     pub fn poll_timeout_and_watch_period(&self) -> (Option<Instant>, Option<Duration>) {
         let mut next = None;
-        let mut watch: Option<Duration> = None;
+        // The tightest worker's margin beyond one interval, halved once at the end:
+        // halving (rounding down) keeps the order, so the least half is half the least.
+        let mut margin: Option<Duration> = None;
         for w in self.workers.values() {
-            let period = w.heartbeat_timeout.saturating_sub(w.heartbeat_interval) / 2;
-            watch = Some(watch.map_or(period, |p| p.min(period)));
+            let m = w.heartbeat_timeout.saturating_sub(w.heartbeat_interval);
+            margin = Some(margin.map_or(m, |least| least.min(m)));
             if !w.kill_sent {
                 next = earliest(next, w.kill_at);
             }
@@ -32,7 +34,7 @@ impl Supervisor {
         if let Some(rec) = &self.recycle {
             next = earliest(next, rec.retry_at);
         }
-        (next, watch.map(|p| p.max(Duration::from_millis(1))))
+        (next, margin.map(|m| (m / 2).max(Duration::from_millis(1))))
     }
 
     /// The heartbeat deadline is judged in every state in which a worker beats: prepared
