@@ -47,17 +47,11 @@ fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
         PREPARED => WorkerMessage::Prepared,
         STARTUP_FAILED => WorkerMessage::StartupFailed { error: r.string()? },
         READY => WorkerMessage::Ready,
-        HEARTBEAT => {
-            let requests = r.u64()?;
-            let connections = r.u32()?;
-            let mut stats = Box::default();
-            crate::proto::stats_wire::get_stats_into(&mut r, &mut stats)?;
-            WorkerMessage::Heartbeat {
-                requests,
-                connections,
-                stats,
-            }
-        }
+        HEARTBEAT => WorkerMessage::Heartbeat {
+            requests: r.u64()?,
+            connections: r.u32()?,
+            stats: std::sync::Arc::new(crate::proto::stats_wire::get_stats(&mut r)?),
+        },
         BROKER_REQUEST => WorkerMessage::Broker {
             id: r.u64()?,
             request: get_request(&mut r)?,

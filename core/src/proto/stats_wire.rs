@@ -62,16 +62,8 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
     w.u64(s.duration_sum_us);
 }
 
-#[cfg(test)]
 pub(super) fn get_stats(r: &mut Reader<'_>) -> Result<RequestStats, ProtoError> {
     let mut s = RequestStats::default();
-    get_stats_into(r, &mut s)?;
-    Ok(s)
-}
-
-/// Reads counters into `s`, which starts with every counter zero: a heartbeat's box is
-/// filled where it lies instead of being built aside and copied in.
-pub(super) fn get_stats_into(r: &mut Reader<'_>, s: &mut RequestStats) -> Result<(), ProtoError> {
     let cells = usize::from(r.u8()?);
     if cells > CELLS {
         return Err(invalid("request cells", cells as u64));
@@ -108,7 +100,7 @@ pub(super) fn get_stats_into(r: &mut Reader<'_>, s: &mut RequestStats) -> Result
         s.duration_buckets[b] = nonzero(r.u64()?)?;
     }
     s.duration_sum_us = r.u64()?;
-    Ok(())
+    Ok(s)
 }
 
 /// A listed counter is never zero (the encoder leaves those out).

@@ -39,7 +39,7 @@ use crate::config::ValidConfig;
 use crate::ids::{Generation, ReloadId, Slot, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
-use crate::time::{Instant, earliest};
+use crate::time::Instant;
 use table::WorkerTable;
 use worker::Worker;
 
