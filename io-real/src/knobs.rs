@@ -52,7 +52,8 @@ impl CoreField {
 ///
 /// - `key => section.field;` the value as parsed (the types agree);
 /// - `key => section.field via convert;` through `convert` (`Workers::count`);
-/// - `key => section.field = |args| expr;` worked out from the struct (not overridable);
+/// - `key => section.field = |args| expr;` worked out from the struct (`args` is
+///   `&self`; not overridable);
 /// - `group field_name: Type;` a flattened struct with its own declaration.
 macro_rules! core_fields {
     (impl $ty:ty { $($body:tt)* }) => {
@@ -79,9 +80,9 @@ macro_rules! core_fields {
         $raw.$($seg).+ = $conv($s.$key);
         $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
     };
-    (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+ = $derive:expr; $($rest:tt)*) => {
-        let derive: fn(&Self) -> _ = $derive;
-        $raw.$($seg).+ = derive($s);
+    (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+ = |$a:ident| $derive:expr; $($rest:tt)*) => {
+        let $a = $s;
+        $raw.$($seg).+ = $derive;
         $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
     };
     (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+; $($rest:tt)*) => {
@@ -94,33 +95,33 @@ macro_rules! core_fields {
         $crate::knobs::core_fields!(@list $all $($rest)*);
     };
     (@list $all:ident $key:ident => $($seg:ident).+ via $conv:path; $($rest:tt)*) => {
-        $all.push($crate::knobs::CoreField {
+        $all.extend([$crate::knobs::CoreField {
             key: stringify!($key),
             path: &[$(stringify!($seg)),+],
             set: Some(|raw, value| {
                 raw.$($seg).+ = $conv($crate::knobs::from_json(stringify!($key), value)?);
                 Ok(())
             }),
-        });
+        }]);
         $crate::knobs::core_fields!(@list $all $($rest)*);
     };
-    (@list $all:ident $key:ident => $($seg:ident).+ = $derive:expr; $($rest:tt)*) => {
-        $all.push($crate::knobs::CoreField {
+    (@list $all:ident $key:ident => $($seg:ident).+ = |$a:ident| $derive:expr; $($rest:tt)*) => {
+        $all.extend([$crate::knobs::CoreField {
             key: stringify!($key),
             path: &[$(stringify!($seg)),+],
             set: None,
-        });
+        }]);
         $crate::knobs::core_fields!(@list $all $($rest)*);
     };
     (@list $all:ident $key:ident => $($seg:ident).+; $($rest:tt)*) => {
-        $all.push($crate::knobs::CoreField {
+        $all.extend([$crate::knobs::CoreField {
             key: stringify!($key),
             path: &[$(stringify!($seg)),+],
             set: Some(|raw, value| {
                 raw.$($seg).+ = $crate::knobs::from_json(stringify!($key), value)?;
                 Ok(())
             }),
-        });
+        }]);
         $crate::knobs::core_fields!(@list $all $($rest)*);
     };
 }

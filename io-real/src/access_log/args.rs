@@ -70,7 +70,7 @@ pub struct AccessLogArgs {
 
 crate::knobs::core_fields! {
     impl AccessLogArgs {
-        access_log => features.access_log = |a: &AccessLogArgs| a.access_log.is_some();
+        access_log => features.access_log = |a| a.access_log.is_some();
         access_log_overflow => broker.log_policy via Overflow::policy;
         access_log_queue => broker.log_queue_capacity;
     }

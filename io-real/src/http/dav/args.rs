@@ -43,6 +43,6 @@ crate::knobs::core_fields! {
         dav => features.webdav;
         dav_max_locks => broker.max_dav_locks;
         dav_lock_timeout_max => broker.max_dav_lock_timeout;
-        state_dir => features.dav_persistent_locks = |a: &DavArgs| a.dav && a.state_dir.is_some();
+        state_dir => features.dav_persistent_locks = |a| a.dav && a.state_dir.is_some();
     }
 }

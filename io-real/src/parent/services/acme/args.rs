@@ -100,7 +100,7 @@ pub struct AcmeSettings {
 
 crate::knobs::core_fields! {
     impl AcmeArgs {
-        acme => features.acme = |a: &AcmeArgs| a.enabled();
+        acme => features.acme = |a| a.enabled();
     }
 }
 
