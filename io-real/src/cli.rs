@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use serde::{Deserialize, Serialize};
 use servery_core::RawConfig;
 use servery_core::config::{RawBudgets, RawConnections, RawRecovery};
 
@@ -85,6 +86,31 @@ impl Workers {
     }
 }
 
+/// Serialized as written on the command line: the count, or `auto`.
+impl Serialize for Workers {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Workers::Auto => s.serialize_str("auto"),
+            Workers::Count(n) => s.serialize_i64(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Workers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Count(i64),
+            Word(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Count(n) => Ok(Workers::Count(n)),
+            Written::Word(w) => parse_workers(&w).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 fn parse_workers(s: &str) -> Result<Workers, String> {
     if s.eq_ignore_ascii_case("auto") {
         return Ok(Workers::Auto);
@@ -95,7 +121,7 @@ fn parse_workers(s: &str) -> Result<Workers, String> {
 }
 
 /// Options of the server itself.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct ServeArgs {
     /// Directory to serve [default: the current directory].
     #[arg(value_name = "DIR", env = "SERVERY_DIR")]
@@ -145,45 +171,57 @@ pub struct ServeArgs {
     pub print_config: bool,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub site: SiteArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub recovery: RecoveryArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub budgets: BudgetArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub connections: ConnectionArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub upload: crate::write::args::UploadArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub dav: crate::http::dav::args::DavArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub page: crate::http::page::args::PageArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub access_log: crate::access_log::args::AccessLogArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub ops: crate::parent::ops_args::OpsArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub discovery: crate::parent::services::args::DiscoveryArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub tftp: crate::tftp::args::TftpArgs,
 
     #[command(flatten)]
+    #[serde(flatten)]
     pub acme: crate::parent::services::acme::args::AcmeArgs,
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
 /// the parent (a reload re-reads the original command line, so these cannot change).
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[command(next_help_heading = "Serving")]
 pub struct SiteArgs {
     /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
@@ -257,7 +295,7 @@ fn budgets() -> RawBudgets {
 }
 
 /// The recovery policy. Durations are seconds (fractions allowed).
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[command(next_help_heading = "Recovery policy (durations in seconds)")]
 pub struct RecoveryArgs {
     /// First crash-replacement delay; doubles per consecutive crash of a slot.
@@ -308,7 +346,7 @@ pub struct RecoveryArgs {
 }
 
 /// Per-worker resource budgets.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[command(next_help_heading = "Per-worker budgets")]
 pub struct BudgetArgs {
     /// Connections one worker admits at once (more wait in the shared backlog).
@@ -332,7 +370,7 @@ fn conn() -> RawConnections {
 
 /// Deadlines that keep a peer that stops talking from holding a connection slot: every
 /// connection is under one of them in every state (docs/operations.md).
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[command(next_help_heading = "Connection deadlines (seconds)")]
 pub struct ConnectionArgs {
     /// From accepting a connection to its first complete request head, in total.
@@ -355,57 +393,66 @@ pub struct ConnectionArgs {
     pub body_timeout: f64,
 }
 
-impl ConnectionArgs {
-    fn raw(&self) -> RawConnections {
-        RawConnections {
-            request_head_timeout: self.request_head_timeout,
-            keep_alive_timeout: self.keep_alive_timeout,
-            tls_handshake_timeout: self.tls_handshake_timeout,
-            send_timeout: self.send_timeout,
-            body_timeout: self.body_timeout,
-        }
+crate::knobs::core_fields! {
+    impl RecoveryArgs {
+        restart_backoff_initial => recovery.restart_backoff_initial;
+        restart_backoff_max => recovery.restart_backoff_max;
+        restart_stable_period => recovery.restart_stable_period;
+        worker_restart_limit => recovery.worker_restart_limit;
+        worker_restart_window => recovery.worker_restart_window;
+        worker_max_age => recovery.worker_max_age;
+        worker_max_age_jitter => recovery.worker_max_age_jitter;
+        max_requests_per_worker => recovery.max_requests_per_worker;
+        max_requests_jitter => recovery.max_requests_jitter;
+        recycle_retry_limit => recovery.recycle_retry_limit;
+        heartbeat_interval => recovery.heartbeat_interval;
+        heartbeat_timeout => recovery.heartbeat_timeout;
+        worker_start_timeout => recovery.worker_start_timeout;
+        drain_timeout => recovery.drain_timeout;
+        force_timeout => recovery.force_timeout;
+    }
+}
+
+crate::knobs::core_fields! {
+    impl BudgetArgs {
+        max_connections => budgets.max_connections;
+        max_blocking_threads => budgets.max_blocking_threads;
+        compression_cache_size => budgets.compression_cache_size;
+        file_cache_size => budgets.file_cache_size;
+    }
+}
+
+crate::knobs::core_fields! {
+    impl ConnectionArgs {
+        request_head_timeout => connections.request_head_timeout;
+        keep_alive_timeout => connections.keep_alive_timeout;
+        tls_handshake_timeout => connections.tls_handshake_timeout;
+        send_timeout => connections.send_timeout;
+        body_timeout => connections.body_timeout;
+    }
+}
+
+// The core's part of the settings: which field each one sets, declared once per struct.
+crate::knobs::core_fields! {
+    impl ServeArgs {
+        workers => workers via Workers::count;
+        group recovery: RecoveryArgs;
+        group budgets: BudgetArgs;
+        group connections: ConnectionArgs;
+        group upload: crate::write::args::UploadArgs;
+        group dav: crate::http::dav::args::DavArgs;
+        group access_log: crate::access_log::args::AccessLogArgs;
+        group discovery: crate::parent::services::args::DiscoveryArgs;
+        group tftp: crate::tftp::args::TftpArgs;
+        group acme: crate::parent::services::acme::args::AcmeArgs;
     }
 }
 
 impl ServeArgs {
     /// The configuration as written; [`RawConfig::validate`] decides whether it is valid.
     pub fn raw_config(&self) -> RawConfig {
-        let r = &self.recovery;
-        let b = &self.budgets;
-        let mut raw = RawConfig {
-            workers: self.workers.count(),
-            recovery: RawRecovery {
-                restart_backoff_initial: r.restart_backoff_initial,
-                restart_backoff_max: r.restart_backoff_max,
-                restart_stable_period: r.restart_stable_period,
-                worker_restart_limit: r.worker_restart_limit,
-                worker_restart_window: r.worker_restart_window,
-                worker_max_age: r.worker_max_age,
-                worker_max_age_jitter: r.worker_max_age_jitter,
-                max_requests_per_worker: r.max_requests_per_worker,
-                max_requests_jitter: r.max_requests_jitter,
-                recycle_retry_limit: r.recycle_retry_limit,
-                heartbeat_interval: r.heartbeat_interval,
-                heartbeat_timeout: r.heartbeat_timeout,
-                worker_start_timeout: r.worker_start_timeout,
-                drain_timeout: r.drain_timeout,
-                force_timeout: r.force_timeout,
-            },
-            budgets: RawBudgets {
-                max_connections: b.max_connections,
-                max_blocking_threads: b.max_blocking_threads,
-                compression_cache_size: b.compression_cache_size,
-                file_cache_size: b.file_cache_size,
-            },
-            connections: self.connections.raw(),
-            ..RawConfig::default()
-        };
-        self.upload.apply(&mut raw);
-        self.dav.apply(&mut raw);
-        self.access_log.apply(&mut raw);
-        self.discovery.apply(&mut raw);
-        raw.features.acme = self.acme.enabled();
-        self.tftp.apply(&mut raw);
+        let mut raw = RawConfig::default();
+        self.apply(&mut raw);
         raw
     }
 }

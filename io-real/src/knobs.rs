@@ -1,161 +1,177 @@
-//! The numeric settings by name: one table that maps the names a user writes (`--set
-//! restart_backoff_initial=0.5`, `recovery.restart_backoff_initial`, the flag) onto
-//! [`RawConfig`] fields. `ctl reload` overrides go through it, and configuration errors use
-//! it to name the flag next to the core's field name.
+//! The settings the core sees, by name. Each `Args` struct declares, next to its
+//! `#[arg]`s, which core field each of its settings sets ([`core_fields!`]); that one
+//! declaration is the mapping to [`RawConfig`] (`apply`), and everything here derives
+//! from it: `ctl reload --set` overrides (a reloadable setting, by its key, its flag or
+//! its core field name), the flag named next to a core field in validation errors, and
+//! the core field through which a reloadable setting's committed value is found (status,
+//! and what new workers receive).
 
 use serde_json::{Map, Value};
 use servery_core::RawConfig;
 
-#[derive(Clone, Copy)]
-enum Slot {
-    Real(fn(&mut RawConfig) -> &mut f64),
-    Count(fn(&mut RawConfig) -> &mut i64),
-}
+/// How an override writes one core field from a JSON value.
+pub type Setter = fn(&mut RawConfig, &Value) -> Result<(), String>;
 
-/// One setting.
+/// One setting the core sees.
 #[derive(Clone, Copy)]
-pub struct Knob {
-    /// The short name (`restart_backoff_initial`).
+pub struct CoreField {
+    /// The setting's key (`restart_backoff_initial`): its file key, its flag without `--`.
     pub key: &'static str,
-    /// The core's field name, as validation reports it (`recovery.restart_backoff_initial`).
-    pub field: &'static str,
-    slot: Slot,
+    /// The core field, by segment (`["recovery", "restart_backoff_initial"]`).
+    pub path: &'static [&'static str],
+    /// Writes an override; `None` for a field worked out from other values (a feature
+    /// that is on when a path is given), which only the command line sets.
+    pub set: Option<Setter>,
 }
 
-impl core::fmt::Debug for Knob {
+impl core::fmt::Debug for CoreField {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.field)
+        f.write_str(&self.field())
     }
 }
 
-impl Knob {
+impl CoreField {
+    /// The core's field name, as validation reports it (`recovery.drain_timeout`).
+    pub fn field(&self) -> String {
+        self.path.join(".")
+    }
+
+    fn is(&self, field: &str) -> bool {
+        field.split('.').eq(self.path.iter().copied())
+    }
+
     /// The command-line flag that sets it.
     pub fn flag(&self) -> String {
         format!("--{}", self.key.replace('_', "-"))
     }
-
-    fn apply(&self, raw: &mut RawConfig, value: &Value) -> Result<(), String> {
-        match self.slot {
-            Slot::Real(get) => match value.as_f64() {
-                Some(v) => *get(raw) = v,
-                None => return Err(format!("{}: expected a number, got {value}", self.key)),
-            },
-            Slot::Count(get) => match (value.as_i64(), value.as_str()) {
-                (Some(v), _) => *get(raw) = v,
-                (None, Some(s)) if self.key == "workers" && s.eq_ignore_ascii_case("auto") => {
-                    *get(raw) = crate::cli::Workers::Auto.count();
-                }
-                _ => return Err(format!("{}: expected an integer, got {value}", self.key)),
-            },
-        }
-        Ok(())
-    }
 }
 
-macro_rules! knobs {
-    ($( $kind:ident($ty:ty) $key:ident => $field:literal, |$c:ident| $place:expr; )*) => {
-        /// Every numeric setting a reload may override.
-        pub const KNOBS: &[Knob] = &[
-            $( Knob { key: stringify!($key), field: $field, slot: Slot::$kind({
-                fn get($c: &mut RawConfig) -> &mut $ty { &mut $place }
-                get
-            }) }, )*
-        ];
+/// Declares which core field each setting of an `Args` struct sets, and generates from
+/// that `apply` (the struct's part of [`RawConfig`]) and `core_fields` (the list the rest
+/// of this module reads). Entries:
+///
+/// - `key => section.field;` the value as parsed (the types agree);
+/// - `key => section.field via convert;` through `convert` (`Workers::count`);
+/// - `key => section.field = |args| expr;` worked out from the struct (`args` is
+///   `&self`; not overridable);
+/// - `group field_name: Type;` a flattened struct with its own declaration.
+macro_rules! core_fields {
+    (impl $ty:ty { $($body:tt)* }) => {
+        impl $ty {
+            /// Writes this struct's settings into the core's configuration.
+            pub fn apply(&self, raw: &mut servery_core::RawConfig) {
+                $crate::knobs::core_fields!(@apply self raw $($body)*);
+            }
+
+            /// The core field each of this struct's settings sets.
+            pub fn core_fields() -> Vec<$crate::knobs::CoreField> {
+                let mut all = Vec::new();
+                $crate::knobs::core_fields!(@list all $($body)*);
+                all
+            }
+        }
+    };
+    (@apply $s:ident $raw:ident) => {};
+    (@apply $s:ident $raw:ident group $g:ident : $gty:ty; $($rest:tt)*) => {
+        $s.$g.apply($raw);
+        $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
+    };
+    (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+ via $conv:path; $($rest:tt)*) => {
+        $raw.$($seg).+ = $conv($s.$key);
+        $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
+    };
+    (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+ = |$a:ident| $derive:expr; $($rest:tt)*) => {
+        let $a = $s;
+        $raw.$($seg).+ = $derive;
+        $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
+    };
+    (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+; $($rest:tt)*) => {
+        $raw.$($seg).+ = $s.$key;
+        $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
+    };
+    (@list $all:ident) => {};
+    (@list $all:ident group $g:ident : $gty:ty; $($rest:tt)*) => {
+        $all.extend(<$gty>::core_fields());
+        $crate::knobs::core_fields!(@list $all $($rest)*);
+    };
+    (@list $all:ident $key:ident => $($seg:ident).+ via $conv:path; $($rest:tt)*) => {
+        $all.extend([$crate::knobs::CoreField {
+            key: stringify!($key),
+            path: &[$(stringify!($seg)),+],
+            set: Some(|raw, value| {
+                raw.$($seg).+ = $conv($crate::knobs::from_json(stringify!($key), value)?);
+                Ok(())
+            }),
+        }]);
+        $crate::knobs::core_fields!(@list $all $($rest)*);
+    };
+    (@list $all:ident $key:ident => $($seg:ident).+ = |$a:ident| $derive:expr; $($rest:tt)*) => {
+        $all.extend([$crate::knobs::CoreField {
+            key: stringify!($key),
+            path: &[$(stringify!($seg)),+],
+            set: None,
+        }]);
+        $crate::knobs::core_fields!(@list $all $($rest)*);
+    };
+    (@list $all:ident $key:ident => $($seg:ident).+; $($rest:tt)*) => {
+        $all.extend([$crate::knobs::CoreField {
+            key: stringify!($key),
+            path: &[$(stringify!($seg)),+],
+            set: Some(|raw, value| {
+                raw.$($seg).+ = $crate::knobs::from_json(stringify!($key), value)?;
+                Ok(())
+            }),
+        }]);
+        $crate::knobs::core_fields!(@list $all $($rest)*);
     };
 }
+pub(crate) use core_fields;
 
-knobs! {
-    Count(i64) workers => "workers", |c| c.workers;
-    Real(f64) restart_backoff_initial => "recovery.restart_backoff_initial", |c| c.recovery.restart_backoff_initial;
-    Real(f64) restart_backoff_max => "recovery.restart_backoff_max", |c| c.recovery.restart_backoff_max;
-    Real(f64) restart_stable_period => "recovery.restart_stable_period", |c| c.recovery.restart_stable_period;
-    Count(i64) worker_restart_limit => "recovery.worker_restart_limit", |c| c.recovery.worker_restart_limit;
-    Real(f64) worker_restart_window => "recovery.worker_restart_window", |c| c.recovery.worker_restart_window;
-    Real(f64) worker_max_age => "recovery.worker_max_age", |c| c.recovery.worker_max_age;
-    Real(f64) worker_max_age_jitter => "recovery.worker_max_age_jitter", |c| c.recovery.worker_max_age_jitter;
-    Count(i64) max_requests_per_worker => "recovery.max_requests_per_worker", |c| c.recovery.max_requests_per_worker;
-    Real(f64) max_requests_jitter => "recovery.max_requests_jitter", |c| c.recovery.max_requests_jitter;
-    Count(i64) recycle_retry_limit => "recovery.recycle_retry_limit", |c| c.recovery.recycle_retry_limit;
-    Real(f64) heartbeat_interval => "recovery.heartbeat_interval", |c| c.recovery.heartbeat_interval;
-    Real(f64) heartbeat_timeout => "recovery.heartbeat_timeout", |c| c.recovery.heartbeat_timeout;
-    Real(f64) worker_start_timeout => "recovery.worker_start_timeout", |c| c.recovery.worker_start_timeout;
-    Real(f64) drain_timeout => "recovery.drain_timeout", |c| c.recovery.drain_timeout;
-    Real(f64) force_timeout => "recovery.force_timeout", |c| c.recovery.force_timeout;
-    Count(i64) max_connections => "budgets.max_connections", |c| c.budgets.max_connections;
-    Count(i64) max_blocking_threads => "budgets.max_blocking_threads", |c| c.budgets.max_blocking_threads;
-    Count(i64) compression_cache_size => "budgets.compression_cache_size", |c| c.budgets.compression_cache_size;
-    Count(i64) file_cache_size => "budgets.file_cache_size", |c| c.budgets.file_cache_size;
-    Count(i64) max_active_uploads => "broker.max_active_uploads", |c| c.broker.max_active_uploads;
-    Count(i64) max_upload_bytes => "broker.max_upload_bytes", |c| c.broker.max_upload_bytes;
-    Count(i64) max_partial_uploads => "broker.max_partial_uploads", |c| c.broker.max_partial_uploads;
-    Real(f64) broker_reply_timeout => "broker.reply_timeout", |c| c.broker.reply_timeout;
-    Count(i64) broker_queue_capacity => "broker.queue_capacity", |c| c.broker.queue_capacity;
-    Count(i64) dav_max_locks => "broker.max_dav_locks", |c| c.broker.max_dav_locks;
-    Count(i64) access_log_queue => "broker.log_queue_capacity", |c| c.broker.log_queue_capacity;
-    Real(f64) dav_lock_timeout_max => "broker.max_dav_lock_timeout", |c| c.broker.max_dav_lock_timeout;
-    Real(f64) request_head_timeout => "connections.request_head_timeout", |c| c.connections.request_head_timeout;
-    Real(f64) keep_alive_timeout => "connections.keep_alive_timeout", |c| c.connections.keep_alive_timeout;
-    Real(f64) tls_handshake_timeout => "connections.tls_handshake_timeout", |c| c.connections.tls_handshake_timeout;
-    Real(f64) send_timeout => "connections.send_timeout", |c| c.connections.send_timeout;
-    Real(f64) body_timeout => "connections.body_timeout", |c| c.connections.body_timeout;
-    Count(i64) max_upload_files => "uploads.max_upload_files", |c| c.uploads.max_upload_files;
-    Real(f64) write_lock_timeout => "uploads.write_lock_timeout", |c| c.uploads.write_lock_timeout;
+/// An override's value as the field's type.
+pub fn from_json<T: serde::de::DeserializeOwned>(key: &str, value: &Value) -> Result<T, String> {
+    serde_json::from_value(value.clone()).map_err(|e| format!("{key}: {e}, got {value}"))
 }
 
-/// The setting a user means by `name`: the short name, the core's field name or the flag.
-pub fn find(name: &str) -> Option<&'static Knob> {
+/// Every setting the core sees.
+pub fn all() -> Vec<CoreField> {
+    crate::cli::ServeArgs::core_fields()
+}
+
+/// The settings `ctl reload --set` may override: those a reload may change.
+pub fn overridable() -> Vec<CoreField> {
+    let table = crate::settings::table();
+    all()
+        .into_iter()
+        .filter(|f| f.set.is_some())
+        .filter(|f| crate::settings::by_key(&table, f.key).is_some_and(|s| s.reloadable))
+        .collect()
+}
+
+/// The setting a user means by `name`: its key, its core field name or its flag.
+pub fn find(name: &str) -> Option<CoreField> {
     let name = name.trim_start_matches("--").replace('-', "_");
-    KNOBS.iter().find(|k| k.key == name || k.field == name)
+    overridable()
+        .into_iter()
+        .find(|f| f.key == name || f.is(&name))
 }
-
-/// Settings with a flag that a reload cannot override (they are not plain numbers).
-const FLAG_ONLY: &[(&str, &str)] = &[
-    ("uploads.max_upload_size", "--max-upload-size"),
-    ("features.webdav", "--dav"),
-    ("features.dav_persistent_locks", "--state-dir"),
-    ("features.tftp_write", "--tftp-write"),
-    ("tftp.max_transfers", "--tftp-max-transfers"),
-    ("tftp.max_transfer_size", "--tftp-max-size"),
-    ("tftp.retries", "--tftp-retries"),
-    ("tftp.timeout", "--tftp-timeout"),
-];
 
 /// The flag for a field named in a validation error.
 pub fn flag_for_field(field: &str) -> Option<String> {
-    KNOBS
-        .iter()
-        .find(|k| k.field == field)
-        .map(Knob::flag)
-        .or_else(|| {
-            FLAG_ONLY
-                .iter()
-                .find(|(f, _)| *f == field)
-                .map(|(_, flag)| (*flag).to_owned())
-        })
+    all().iter().find(|f| f.is(field)).map(CoreField::flag)
 }
 
-/// The core field a setting's file key sets, when it sets one that a reload carries
-/// (`drain_timeout` → `recovery.drain_timeout`).
-pub fn field_for_key(key: &str) -> Option<&'static str> {
-    KNOBS
-        .iter()
-        .find(|k| k.key == key)
-        .map(|k| k.field)
-        .or_else(|| {
-            FLAG_ONLY
-                .iter()
-                .find(|(_, flag)| flag.trim_start_matches("--").replace('-', "_") == key)
-                .map(|(field, _)| *field)
-        })
+/// The core field a setting's file key sets (`drain_timeout` → `recovery.drain_timeout`).
+pub fn field_for_key(key: &str) -> Option<String> {
+    all().iter().find(|f| f.key == key).map(CoreField::field)
 }
 
 /// Apply `set` (a JSON object of name → value) to `raw`, reporting every bad entry.
 pub fn apply_overrides(raw: &mut RawConfig, set: &Map<String, Value>) -> Result<(), Vec<String>> {
     let mut errors = Vec::new();
     for (name, value) in set {
-        match find(name) {
-            Some(knob) => {
-                if let Err(e) = knob.apply(raw, value) {
+        match find(name).and_then(|f| f.set) {
+            Some(set) => {
+                if let Err(e) = set(raw, value) {
                     errors.push(e);
                 }
             }
@@ -188,26 +204,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_knob_names_a_field_validation_knows() {
-        // Setting each knob to an absurd value must produce an issue for exactly that
-        // field, so the table and the core cannot drift apart silently.
-        for knob in KNOBS {
+    fn every_override_names_a_field_validation_knows() {
+        // Setting each overridable field to an absurd value must produce an issue for
+        // exactly that field, so the declarations and the core cannot drift apart.
+        for f in overridable() {
             let mut raw = RawConfig::default();
-            let bad = if knob.key.ends_with("jitter") {
-                7.0
-            } else {
-                -5.0
-            };
-            knob.apply(&mut raw, &serde_json::json!(bad)).ok();
-            if matches!(knob.slot, Slot::Count(_)) {
-                knob.apply(&mut raw, &serde_json::json!(-5))
-                    .expect("integer");
+            let bad = if f.key.ends_with("jitter") { 7.0 } else { -5.0 };
+            let set = f.set.expect("overridable");
+            if set(&mut raw, &serde_json::json!(bad)).is_err() {
+                set(&mut raw, &serde_json::json!(-5)).expect("an integer");
             }
-            let err = raw.validate().expect_err(knob.key);
+            let err = raw.validate().expect_err(f.key);
             assert!(
-                err.issues().iter().any(|i| i.field == knob.field),
+                err.issues().iter().any(|i| f.is(i.field)),
                 "{}: {err}",
-                knob.key
+                f.key
+            );
+        }
+    }
+
+    #[test]
+    fn every_setting_the_core_sees_is_a_setting_once() {
+        let table = crate::settings::table();
+        let all = all();
+        for f in &all {
+            assert!(
+                crate::settings::by_key(&table, f.key).is_some(),
+                "{}: declared for {} but no such setting",
+                f.key,
+                f.field()
+            );
+            assert_eq!(
+                all.iter().filter(|g| g.key == f.key).count(),
+                1,
+                "{} is declared twice",
+                f.key
             );
         }
     }
@@ -225,14 +256,18 @@ mod tests {
         assert_eq!(raw.recovery.drain_timeout, 3.0);
         assert_eq!(raw.recovery.force_timeout, 0.5);
         assert_eq!(raw.workers, 3);
+        let auto = parse_pairs(&["workers=auto".into()]).expect("pairs");
+        apply_overrides(&mut raw, &auto).expect("auto");
+        assert_eq!(raw.workers, crate::cli::Workers::Auto.count());
 
         let set = parse_pairs(&[
             "nope=1".into(),
             "workers=1.5".into(),
             "drain_timeout=x".into(),
+            "tftp_max_transfers=3".into(),
         ])
         .expect("pairs");
         let errors = apply_overrides(&mut raw, &set).expect_err("bad");
-        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert_eq!(errors.len(), 4, "{errors:?}");
     }
 }

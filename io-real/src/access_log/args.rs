@@ -1,5 +1,5 @@
 //! The access log's command line: the parent's flags ([`AccessLogArgs`], flattened into
-//! `servery`'s options) and what a worker is told (its line format and overflow policy).
+//! `servery`'s options), which every worker receives (it uses the format and the policy).
 
 use std::path::PathBuf;
 
@@ -9,7 +9,7 @@ use servery_core::config::LogPolicy;
 use super::format::Format;
 
 /// What a full log queue does (`--access-log-overflow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 pub enum Overflow {
     /// Requests wait for room: no line is lost; a slow log slows requests down.
     Block,
@@ -34,7 +34,7 @@ impl Overflow {
 }
 
 /// The access log (`--access-log`).
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "Access log (written by the parent alone)")]
 pub struct AccessLogArgs {
     /// Write one line per request to PATH (`-`: standard output). The parent holds the
@@ -68,24 +68,10 @@ pub struct AccessLogArgs {
     pub access_log_queue: i64,
 }
 
-impl AccessLogArgs {
-    /// Writes the feature and its queue policy into `raw`.
-    pub fn apply(&self, raw: &mut servery_core::RawConfig) {
-        raw.features.access_log = self.access_log.is_some();
-        raw.broker.log_policy = self.access_log_overflow.policy();
-        raw.broker.log_queue_capacity = self.access_log_queue;
-    }
-
-    /// What a worker is started with; empty when the log is off.
-    pub fn worker_args(&self) -> Vec<String> {
-        if self.access_log.is_none() {
-            return Vec::new();
-        }
-        vec![
-            "--access-log-format".to_owned(),
-            self.access_log_format.name().to_owned(),
-            "--access-log-overflow".to_owned(),
-            self.access_log_overflow.name().to_owned(),
-        ]
+crate::knobs::core_fields! {
+    impl AccessLogArgs {
+        access_log => features.access_log = |a| a.access_log.is_some();
+        access_log_overflow => broker.log_policy via Overflow::policy;
+        access_log_queue => broker.log_queue_capacity;
     }
 }

@@ -72,44 +72,6 @@ impl Deadlines {
             body: c.body_timeout(),
         }
     }
-
-    fn fields(&mut self) -> [(&'static str, &mut Duration); 5] {
-        [
-            ("--request-head-timeout-ms", &mut self.request_head),
-            ("--keep-alive-timeout-ms", &mut self.keep_alive),
-            ("--tls-handshake-timeout-ms", &mut self.tls_handshake),
-            ("--send-timeout-ms", &mut self.send),
-            ("--body-timeout-ms", &mut self.body),
-        ]
-    }
-
-    /// The worker's command-line form, read back by [`Deadlines::read`].
-    pub fn to_args(mut self) -> Vec<String> {
-        self.fields()
-            .into_iter()
-            .flat_map(|(flag, d)| [flag.to_owned(), d.as_millis().to_string()])
-            .collect()
-    }
-
-    /// Whether `name` is one of the flags [`Deadlines::to_args`] writes.
-    pub fn knows(name: &str) -> bool {
-        Deadlines::default()
-            .fields()
-            .iter()
-            .any(|(flag, _)| *flag == name)
-    }
-
-    /// Takes `name` and its value if it is one of ours.
-    pub fn read(&mut self, name: &str, value: &str) -> Option<Result<(), String>> {
-        let (flag, slot) = self.fields().into_iter().find(|(flag, _)| *flag == name)?;
-        Some(match value.parse::<u64>() {
-            Ok(ms) if ms > 0 => {
-                *slot = Duration::from_millis(ms);
-                Ok(())
-            }
-            _ => Err(format!("{flag}: {value:?} is not a positive number")),
-        })
-    }
 }
 
 /// What one connection is doing; see the module documentation.
@@ -505,26 +467,5 @@ mod tests {
         a.request_started();
         drop(Unanswered::new(Arc::clone(&a)));
         assert!(!a.in_progress());
-    }
-
-    #[test]
-    fn deadlines_read_back_as_written() {
-        let d = Deadlines {
-            request_head: Duration::from_millis(1500),
-            keep_alive: Duration::from_secs(2),
-            tls_handshake: Duration::from_secs(3),
-            send: Duration::from_secs(4),
-            body: Duration::from_millis(5),
-        };
-        let args = d.to_args();
-        let mut back = Deadlines::default();
-        for pair in args.chunks(2) {
-            back.read(&pair[0], &pair[1]).expect("ours").expect("valid");
-        }
-        assert_eq!(back, d);
-        assert!(back.read("--other", "1").is_none());
-        assert!(Deadlines::knows("--body-timeout-ms") && !Deadlines::knows("--other"));
-        assert!(back.read("--send-timeout-ms", "0").expect("ours").is_err());
-        assert!(back.read("--send-timeout-ms", "x").expect("ours").is_err());
     }
 }

@@ -41,8 +41,8 @@ pub fn prepare(
         .map(|leaf| fingerprint(&leaf));
     // The parent's TLS material starts with it and hands it to every worker.
     site.identity = Some(identity);
-    site.worker.flags.tls = true;
-    site.worker.flags.acme_http_listeners = Some(u32::try_from(bind_count).unwrap_or(u32::MAX));
-    site.worker.flags.https_port = https_port;
+    site.worker.tls = true;
+    site.worker.acme_http_listeners = Some(u32::try_from(bind_count).unwrap_or(u32::MAX));
+    site.worker.https_port = https_port;
     Ok(site)
 }

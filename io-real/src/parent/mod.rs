@@ -96,10 +96,7 @@ pub fn run(loaded: Loaded) -> i32 {
     // Every check runs before any is reported, so one run lists every problem.
     let config = args.raw_config().validate();
     let root = resolve_root(args.dir.as_deref());
-    let site = site::prepare(&args.site, &args.dav, args.show_hidden, &args.bind).map(|mut s| {
-        args.page.pass_on(&mut s.worker.flags);
-        s
-    });
+    let site = site::prepare(&args.site, &args.bind);
     let acme = args
         .acme
         .check(args.site.tls(), args.port)
@@ -417,19 +414,13 @@ fn serve(
     };
     let mut site = site;
     // The page's code is of the address the terminal's code shows (decision 0020).
-    site.worker.flags.qr_url = args
+    site.worker.qr_url = args
         .discovery
         .qr
         .then(|| service_site.lan_url(&services::context::interfaces()));
-    let launcher = Launcher::new(
-        exe,
-        root.clone(),
-        site.worker,
-        args.upload.clone(),
-        args.access_log.worker_args(),
-    )
-    .with_log_format(args.ops.log_format)
-    .with_quic(quic);
+    let launcher = Launcher::new(exe, root.clone(), site.worker, args.clone())
+        .with_log_format(args.ops.log_format)
+        .with_quic(quic);
     let log_writer = match &args.access_log.access_log {
         Some(path) => {
             let written = events_tx.clone();

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use clap::{Args, ValueEnum};
 
 /// How log records are written to standard error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 pub enum LogFormat {
     /// One human-readable line per record.
     #[default]
@@ -24,7 +26,7 @@ impl LogFormat {
 }
 
 /// Health, metrics and logs.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "Operations (health, metrics, logs)")]
 pub struct OpsArgs {
     /// Serve /livez, /readyz and /metrics (Prometheus text format) over plain HTTP on

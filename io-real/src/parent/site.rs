@@ -9,13 +9,10 @@ use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
-use super::spawn::WorkerSite;
 use crate::cli::SiteArgs;
-use crate::http::dav::args::DavArgs;
 use crate::http::policy::Credential;
 use crate::tls::{Identity, TlsError};
-use crate::worker::args::SiteFlags;
-use crate::worker::setup::Setup;
+use crate::worker::setup::{MAX_SETUP, SETTINGS_ROOM, SiteFacts};
 
 /// One problem with the serving options, reported like a core validation issue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +25,8 @@ pub struct SiteIssue {
 /// The serving options, ready to hand to workers.
 #[derive(Debug)]
 pub struct PreparedSite {
-    pub worker: WorkerSite,
+    /// What every worker is told besides its settings.
+    pub worker: SiteFacts,
     /// `sha256` fingerprint of the leaf certificate, `AB:CD:…`, when serving TLS.
     pub fingerprint: Option<String>,
     /// The identity the parent's TLS material starts with (it reaches the workers as
@@ -41,21 +39,12 @@ pub struct PreparedSite {
 
 impl PreparedSite {
     pub fn scheme(&self) -> &'static str {
-        if self.worker.flags.tls {
-            "https"
-        } else {
-            "http"
-        }
+        if self.worker.tls { "https" } else { "http" }
     }
 }
 
 /// Check and prepare the serving options; every issue at once.
-pub fn prepare(
-    args: &SiteArgs,
-    dav: &DavArgs,
-    show_hidden: bool,
-    bind: &[IpAddr],
-) -> Result<PreparedSite, Vec<SiteIssue>> {
+pub fn prepare(args: &SiteArgs, bind: &[IpAddr]) -> Result<PreparedSite, Vec<SiteIssue>> {
     let mut issues = Vec::new();
     for (i, value) in args.auth.iter().enumerate() {
         if let Err(e) = value.parse::<Credential>() {
@@ -118,40 +107,22 @@ pub fn prepare(
         let leaf = id.certificates().ok()?.into_iter().next()?;
         Some(fingerprint(&leaf))
     });
-    let setup = Setup {
-        auth: args.auth.clone(),
-    };
-    let setup_frame = setup.encode();
-    if setup_frame.len() > 4 + crate::worker::setup::MAX_SETUP {
+    // The credentials travel in every worker's setup preamble with the settings.
+    let credentials = serde_json::to_vec(&args.auth).map_or(0, |v| v.len());
+    if credentials > MAX_SETUP - SETTINGS_ROOM {
         // Every worker would refuse it and fail to start: say so now, as configuration.
         return Err(vec![SiteIssue {
             flag: "--auth",
             message: format!(
-                "the credentials take {} bytes; workers accept at most {} (fewer or shorter --auth entries)",
-                setup_frame.len() - 4,
-                crate::worker::setup::MAX_SETUP
+                "the credentials take {credentials} bytes; workers accept at most {} (fewer or shorter --auth entries)",
+                MAX_SETUP - SETTINGS_ROOM
             ),
         }]);
     }
-    let default_compress = crate::http::SiteConfig::default().max_compress_size;
     Ok(PreparedSite {
-        worker: WorkerSite {
-            flags: SiteFlags {
-                show_hidden,
-                tls: identity.is_some(),
-                cors: args.cors,
-                spa: args.spa,
-                cache: args.cache,
-                no_security_headers: args.no_security_headers,
-                hsts: args.hsts,
-                max_compress_size: (args.max_compress_size != default_compress)
-                    .then_some(args.max_compress_size),
-                dav: dav.dav,
-                dav_propfind_max_entries: dav.dav.then_some(dav.dav_propfind_max_entries),
-                // The page's flags are the page's to write (`http::page::args`).
-                ..SiteFlags::default()
-            },
-            setup_frame,
+        worker: SiteFacts {
+            tls: identity.is_some(),
+            ..SiteFacts::default()
         },
         fingerprint,
         identity,
@@ -262,16 +233,6 @@ mod tests {
 
     use super::*;
 
-    fn dav_off() -> DavArgs {
-        DavArgs {
-            dav: false,
-            dav_max_locks: 1,
-            dav_lock_timeout_max: 1.0,
-            dav_propfind_max_entries: 1,
-            state_dir: None,
-        }
-    }
-
     fn site_args() -> SiteArgs {
         SiteArgs {
             tls_cert: None,
@@ -292,18 +253,12 @@ mod tests {
     fn http3_without_tls_names_its_flag_and_the_rule() {
         let mut args = site_args();
         args.http3 = true;
-        let issues = prepare(&args, &dav_off(), false, &[]).expect_err("no TLS");
+        let issues = prepare(&args, &[]).expect_err("no TLS");
         assert_eq!(issues.len(), 1, "{issues:?}");
         assert_eq!(issues[0].flag, "--http3");
         assert!(issues[0].message.contains("needs TLS"), "{issues:?}");
         args.tls_self_signed = true;
-        prepare(
-            &args,
-            &dav_off(),
-            false,
-            &["127.0.0.1".parse().expect("ip")],
-        )
-        .expect("with TLS it is fine");
+        prepare(&args, &["127.0.0.1".parse().expect("ip")]).expect("with TLS it is fine");
     }
 
     #[test]
@@ -327,7 +282,7 @@ mod tests {
         ];
         args.tls_cert = Some(PathBuf::from("/nonexistent/c.pem"));
         args.tls_key = Some(PathBuf::from("/nonexistent/k.pem"));
-        let issues = prepare(&args, &dav_off(), false, &[]).expect_err("invalid");
+        let issues = prepare(&args, &[]).expect_err("invalid");
         let flags: Vec<_> = issues.iter().map(|i| i.flag).collect();
         assert_eq!(flags, ["--auth", "--auth", "--tls-cert"], "{issues:?}");
         assert!(!format!("{issues:?}").contains("secret"));
@@ -341,7 +296,7 @@ mod tests {
         args.auth = (0..20_000)
             .map(|i| format!("user{i}:sha256:{hash}"))
             .collect();
-        let issues = prepare(&args, &dav_off(), false, &[]).expect_err("too large");
+        let issues = prepare(&args, &[]).expect_err("too large");
         assert_eq!(issues.len(), 1, "{issues:?}");
         assert_eq!(issues[0].flag, "--auth");
         assert!(
@@ -349,7 +304,7 @@ mod tests {
             "{issues:?}"
         );
         args.auth.truncate(100);
-        assert!(prepare(&args, &dav_off(), false, &[]).is_ok());
+        assert!(prepare(&args, &[]).is_ok());
     }
 
     #[test]
@@ -357,16 +312,10 @@ mod tests {
         let mut args = site_args();
         args.tls_self_signed = true;
         args.auth = vec!["a:b".into()];
-        let site =
-            prepare(&args, &dav_off(), true, &["127.0.0.1".parse().expect("ip")]).expect("valid");
+        let site = prepare(&args, &["127.0.0.1".parse().expect("ip")]).expect("valid");
         assert_eq!(site.scheme(), "https");
         assert!(site.fingerprint.as_ref().is_some_and(|f| f.len() == 95));
-        let setup = Setup::read_from(&site.worker.setup_frame[..]).expect("decodes");
         assert!(site.identity.is_some());
-        assert_eq!(setup.auth, ["a:b"]);
-        assert!(
-            site.worker.flags.max_compress_size.is_none(),
-            "defaults are not passed"
-        );
+        assert!(site.worker.tls, "workers are told to serve TLS");
     }
 }

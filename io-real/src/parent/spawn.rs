@@ -18,11 +18,11 @@ use servery_core::{Generation, Slot, ValidConfig, WorkerId};
 use tokio::runtime::Handle;
 
 use super::io::{Inbound, InboundTx};
-use crate::cli::WORKER_SUBCOMMAND;
+use crate::cli::{ServeArgs, WORKER_SUBCOMMAND};
 use crate::fdpass::{self, FdPassError};
-use crate::http::Deadlines;
-use crate::worker::args::SiteFlags;
-use crate::write::args::UploadArgs;
+use crate::settings::LiveFields;
+use crate::worker::args::WorkerArgs;
+use crate::worker::setup::{Setup, SiteFacts};
 
 /// Set (to anything) to start workers from the path the parent was started from rather
 /// than `/proc/self/exe`; see [`Launcher::program`].
@@ -37,6 +37,8 @@ pub enum SpawnError {
     Channel(#[source] io::Error),
     #[error("cannot pass the listeners: {0}")]
     PassListeners(#[source] FdPassError),
+    #[error("cannot give the worker its generation's settings: {0}")]
+    Settings(String),
     #[error("cannot start {exe}: {source}", exe = .exe.display())]
     Exec {
         exe: PathBuf,
@@ -45,52 +47,12 @@ pub enum SpawnError {
     },
 }
 
-/// The per-worker budgets a worker process is started with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkerBudget {
-    pub max_connections: u32,
-    pub max_blocking_threads: u32,
-    pub compression_cache_size: u64,
-    pub file_cache_size: u64,
-    /// Async threads per worker: the CPUs shared out among the workers, at least one.
-    /// The workers are the parallelism; more async threads than a worker's share of the
-    /// CPUs only adds cross-thread wake-ups (measured in docs/benchmarks.md) and memory.
-    pub runtime_threads: u32,
-}
-
-impl WorkerBudget {
-    pub fn of(config: &ValidConfig) -> Self {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        WorkerBudget {
-            max_connections: config.budgets().max_connections(),
-            max_blocking_threads: config.budgets().max_blocking_threads(),
-            compression_cache_size: config.budgets().compression_cache_size(),
-            file_cache_size: config.budgets().file_cache_size(),
-            runtime_threads: cpus.div_ceil(config.workers().max(1)).max(1),
-        }
-    }
-}
-
-/// How every worker serves: the options passed on its command line (nothing secret), and
-/// the encoded setup preamble with the credentials (see [`crate::worker::setup`]). Fixed
-/// for the life of the parent; the TLS identity is not here but in the core's material.
-#[derive(Clone, Default)]
-pub struct WorkerSite {
-    pub flags: SiteFlags,
-    /// [`crate::worker::setup::Setup::encode`], written before HELLO.
-    pub setup_frame: Vec<u8>,
-}
-
-impl std::fmt::Debug for WorkerSite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerSite")
-            .field("flags", &self.flags)
-            .field(
-                "setup_frame",
-                &format_args!("<{} bytes>", self.setup_frame.len()),
-            )
-            .finish()
-    }
+/// Async threads per worker: the CPUs shared out among the workers, at least one. The
+/// workers are the parallelism; more async threads than a worker's share of the CPUs only
+/// adds cross-thread wake-ups (measured in docs/benchmarks.md) and memory.
+pub fn runtime_threads(config: &ValidConfig) -> u32 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    cpus.div_ceil(config.workers().max(1)).max(1)
 }
 
 /// The parent's side of one running worker.
@@ -117,30 +79,24 @@ pub struct WorkerStart<'a> {
 pub struct Launcher {
     exe: PathBuf,
     root: PathBuf,
-    site: WorkerSite,
-    /// The upload flags the parent was started with (`crate::write::args`).
-    upload: UploadArgs,
-    /// What workers are told about the access log (`crate::access_log::args`).
-    access_log: Vec<String>,
+    facts: SiteFacts,
+    /// The settings as the parent started; each worker gets them with its generation's
+    /// values of the reloadable ones.
+    serve: ServeArgs,
+    live: LiveFields,
     log_format: crate::parent::ops_args::LogFormat,
     /// `--http3`: every slot's UDP socket, handed to its workers with the listeners.
     quic: Option<crate::http3::sockets::QuicSockets>,
 }
 
 impl Launcher {
-    pub fn new(
-        exe: PathBuf,
-        root: PathBuf,
-        site: WorkerSite,
-        upload: UploadArgs,
-        access_log: Vec<String>,
-    ) -> Self {
+    pub fn new(exe: PathBuf, root: PathBuf, facts: SiteFacts, serve: ServeArgs) -> Self {
         Launcher {
             exe,
             root,
-            site,
-            upload,
-            access_log,
+            facts,
+            serve,
+            live: LiveFields::of_table(),
             log_format: crate::parent::ops_args::LogFormat::Text,
             quic: None,
         }
@@ -202,32 +158,26 @@ impl Launcher {
 
         // Everything per-generation follows from the configuration the core's Spawn
         // carried: the parent keeps no table of generations.
-        let budget = WorkerBudget::of(config);
+        let committed = super::status::config_json(config);
+        let setup = Setup {
+            root: self.root.clone(),
+            runtime_threads: runtime_threads(config),
+            partial_ttl: config.broker().partial_ttl(),
+            facts: self.facts.clone(),
+            settings: self
+                .live
+                .for_generation(&self.serve, &committed)
+                .map_err(SpawnError::Settings)?,
+        };
+        let identity = WorkerArgs {
+            worker_id: worker.0,
+            slot: u64::from(slot.0),
+            generation: generation.0,
+        };
         let mut cmd = tokio::process::Command::new(self.program());
         cmd.arg0(&self.exe)
             .arg(WORKER_SUBCOMMAND)
-            .arg("--root")
-            .arg(&self.root)
-            .arg("--worker-id")
-            .arg(worker.0.to_string())
-            .arg("--slot")
-            .arg(slot.0.to_string())
-            .arg("--generation")
-            .arg(generation.0.to_string())
-            .arg("--max-connections")
-            .arg(budget.max_connections.to_string())
-            .arg("--max-blocking-threads")
-            .arg(budget.max_blocking_threads.to_string())
-            .arg("--compression-cache-size")
-            .arg(budget.compression_cache_size.to_string())
-            .arg("--file-cache-size")
-            .arg(budget.file_cache_size.to_string())
-            .arg("--runtime-threads")
-            .arg(budget.runtime_threads.to_string());
-        cmd.args(self.site.flags.to_args());
-        cmd.args(self.upload.worker_args(config));
-        cmd.args(&self.access_log);
-        cmd.args(Deadlines::of(config).to_args());
+            .args(identity.to_args());
         // The service manager talks to the parent alone.
         cmd.env_remove("NOTIFY_SOCKET");
         cmd.env(crate::logging::FORMAT_ENV, self.log_format.name());
@@ -253,7 +203,7 @@ impl Launcher {
             channel: ours,
             // First on the stream after the listeners, ahead of HELLO (the worker reads it
             // before decoding frames).
-            setup_frame: self.site.setup_frame.clone(),
+            setup_frame: setup.encode(),
         })
     }
 }

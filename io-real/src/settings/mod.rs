@@ -19,6 +19,7 @@ mod load;
 mod print;
 mod reload;
 mod status;
+mod worker;
 
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ pub use file::FileRead;
 pub use load::{Effective, LoadError, Loaded, Source, load};
 pub use print::print_toml;
 pub use status::settings_json;
+pub use worker::{LiveFields, as_map};
 
 /// The clap group of the settings a reload may change: `group = LIVE` on an argument is
 /// how its description says so. Every other setting is fixed for the life of the parent

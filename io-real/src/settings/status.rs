@@ -17,7 +17,7 @@ pub fn settings_json(started: &[Effective], committed: &Value) -> Value {
             .reloadable
             .then(|| crate::knobs::field_for_key(&e.setting.key))
             .flatten()
-            .and_then(|field| lookup(committed, field));
+            .and_then(|field| lookup(committed, &field));
         let value = live.unwrap_or_else(|| started_value(e));
         out.insert(e.setting.key.clone(), value);
     }

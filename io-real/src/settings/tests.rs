@@ -135,7 +135,7 @@ fn every_reloadable_setting_sets_a_field_the_status_shows() {
         let field = crate::knobs::field_for_key(&s.key)
             .unwrap_or_else(|| panic!("{}: reloadable but sets no core field", s.key));
         assert!(
-            status::lookup(&rendered, field).is_some(),
+            status::lookup(&rendered, &field).is_some(),
             "{}: {field} is not in the status's config",
             s.key
         );
@@ -144,15 +144,20 @@ fn every_reloadable_setting_sets_a_field_the_status_shows() {
 
 #[test]
 fn every_reload_override_is_a_reloadable_setting() {
-    // `ctl reload --set` changes only what a reload may change.
+    // `ctl reload --set` changes only what a reload may change, and every reloadable
+    // setting the core sees can be overridden.
     let settings = table();
-    for knob in crate::knobs::KNOBS {
-        let s = by_key(&settings, knob.key).unwrap_or_else(|| panic!("{}: no setting", knob.key));
+    let overridable = crate::knobs::overridable();
+    for s in settings.iter().filter(|s| s.reloadable) {
         assert!(
-            s.reloadable,
-            "{} can be --set but is not reloadable",
-            knob.key
+            overridable.iter().any(|f| f.key == s.key),
+            "{} is reloadable but cannot be --set",
+            s.key
         );
+    }
+    for f in &overridable {
+        let s = by_key(&settings, f.key).unwrap_or_else(|| panic!("{}: no setting", f.key));
+        assert!(s.reloadable, "{} can be --set but is not reloadable", f.key);
     }
 }
 
@@ -173,4 +178,49 @@ fn file_values_join_a_command_line_that_ends_with_positionals() {
     assert_eq!(loaded.cli.serve.port, Some(8123));
     assert_eq!(loaded.cli.serve.dir, Some(PathBuf::from("/srv")));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn every_setting_reaches_every_worker_with_its_generations_value() {
+    // Workers receive the settings whole (`worker::setup`): every setting must be a key
+    // of that value, so a group flattened into the command but not into the value, or a
+    // setting kept out of it, fails here.
+    let argv: Vec<OsString> = [
+        "servery",
+        "--max-connections",
+        "5",
+        "--cors",
+        "--cache",
+        "60",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    let started = load(&argv).expect("loads");
+    let start = as_map(&started.cli.serve).expect("a map");
+    for s in table() {
+        assert!(
+            start.contains_key(&s.key),
+            "{} does not reach the workers: it is not a key of the settings they receive",
+            s.key
+        );
+    }
+    // A reload to another generation: its reloadable values reach new workers, the
+    // fixed ones are the started ones.
+    let mut raw = started.cli.serve.raw_config();
+    raw.budgets.max_connections = 7;
+    raw.recovery.drain_timeout = 3.5;
+    let generation = raw.validate().expect("valid");
+    let committed = crate::parent::config_json(&generation);
+    let worker = LiveFields::of_table()
+        .for_generation(&started.cli.serve, &committed)
+        .expect("the worker's settings");
+    assert_eq!(worker.budgets.max_connections, 7);
+    assert_eq!(worker.recovery.drain_timeout, 3.5);
+    assert!(worker.site.cors);
+    assert_eq!(worker.site.cache, Some(60));
+    let got = as_map(&worker).expect("a map");
+    for s in table().iter().filter(|s| !s.reloadable) {
+        assert_eq!(got.get(&s.key), start.get(&s.key), "{}", s.key);
+    }
 }

@@ -10,7 +10,7 @@ fn defaults() -> RawTftp {
 }
 
 /// TFTP (`--tftp`): served by the parent alone, whatever the worker count.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "TFTP (served by the parent)")]
 pub struct TftpArgs {
     /// Serve the root over TFTP (RFC 1350 with the blksize, tsize, timeout and windowsize
@@ -50,18 +50,18 @@ pub struct TftpArgs {
     pub tftp_timeout: f64,
 }
 
-impl TftpArgs {
-    pub fn apply(&self, raw: &mut servery_core::RawConfig) {
-        raw.features.tftp = self.tftp;
-        raw.features.tftp_write = self.tftp_write;
-        raw.tftp = RawTftp {
-            max_transfers: self.tftp_max_transfers,
-            max_transfer_size: self.tftp_max_size,
-            retries: self.tftp_retries,
-            timeout: self.tftp_timeout,
-        };
+crate::knobs::core_fields! {
+    impl TftpArgs {
+        tftp => features.tftp;
+        tftp_write => features.tftp_write;
+        tftp_max_transfers => tftp.max_transfers;
+        tftp_max_size => tftp.max_transfer_size;
+        tftp_retries => tftp.retries;
+        tftp_timeout => tftp.timeout;
     }
+}
 
+impl TftpArgs {
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::new(self.tftp_bind, self.tftp_port)
     }

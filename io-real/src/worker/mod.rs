@@ -15,6 +15,7 @@ pub mod fault;
 pub mod fault;
 mod serve;
 pub mod setup;
+pub mod site_config;
 
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -64,7 +65,11 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
         .try_clone_to_owned()
         .map(UnixStream::from)
         .map_err(WorkerError::Channel)?;
-    let threads = match args.runtime_threads {
+    // The listeners, then the preamble: the parent sends both ahead of any frame. They
+    // are read before the runtime exists because its size is in the preamble.
+    let fds = crate::fdpass::recv_fds(control.as_fd())?;
+    let setup = setup::Setup::read_from(&control)?;
+    let threads = match setup.runtime_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
         n => n as usize,
     };
@@ -80,7 +85,7 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
         b
     };
     let rt = builder
-        .max_blocking_threads(args.max_blocking_threads.max(1) as usize)
+        .max_blocking_threads(site_config::max_blocking_threads(&setup))
         .thread_name("servery-worker")
         .enable_all()
         .build()
@@ -88,7 +93,7 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
     // On a runtime thread, not on this one: on the multi-thread runtime `block_on` polls
     // its future here, outside the runtime's threads, so every accepted connection and
     // every broker reply the lifecycle loop hands on would cross to another thread.
-    let code = match rt.block_on(rt.spawn(serve::run(args, control, fault))) {
+    let code = match rt.block_on(rt.spawn(serve::run(args, setup, fds, control, fault))) {
         Ok(served) => served?,
         // A panic ends the worker as it would have on this thread.
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

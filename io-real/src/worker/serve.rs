@@ -6,7 +6,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,7 +33,6 @@ use super::control_writer::ControlWriter;
 use super::fault::TestFault;
 use super::setup::Setup;
 use crate::clock::Clock;
-use crate::fdpass;
 use crate::http::conn::FIRST_REQUEST_GRACE;
 use crate::http::policy::Credential;
 use crate::http::{Activity, PlainStream, Site, SiteConfig, serve_plain, serve_tls};
@@ -43,14 +42,18 @@ use crate::tls::{self, ServingTls, TlsAcceptor, TlsStream};
 /// reach the parent before the worker exits anyway.
 const FLUSH_BOUND: Duration = Duration::from_secs(1);
 
+/// Serves until the lifecycle ends. `fds` are the descriptors the parent passed and
+/// `setup` its preamble, both read from `control` before the runtime started.
 pub(super) async fn run(
     args: WorkerArgs,
+    setup: Setup,
+    fds: Vec<OwnedFd>,
     control: UnixStream,
     fault: TestFault,
 ) -> Result<i32, WorkerError> {
     // Before anything else: TERM must reach the lifecycle, not kill us mid-request.
     let mut sigterm = signal(SignalKind::terminate()).map_err(WorkerError::Runtime)?;
-    let passed = crate::http3::endpoint::classify(fdpass::recv_fds(control.as_fd())?)
+    let passed = crate::http3::endpoint::classify(fds)
         .map_err(|e| WorkerError::Channel(io::Error::other(e)))?;
     let listeners = passed
         .listeners
@@ -64,8 +67,6 @@ pub(super) async fn run(
         .first()
         .and_then(|s| s.port())
         .map(crate::http3::alt_svc);
-    // Still a blocking socket: the preamble follows the listeners, before any frame.
-    let setup = Setup::read_from(&control)?;
     control
         .set_nonblocking(true)
         .map_err(WorkerError::Channel)?;
@@ -77,14 +78,15 @@ pub(super) async fn run(
     // writer, its replies come back through `frames`.
     let broker = {
         let out = Arc::clone(&out);
-        let (capacity, reply_timeout) = args.upload.broker_client();
+        let (capacity, reply_timeout) = setup.settings.upload.broker_client();
         BrokerHandle::new(capacity, reply_timeout, move |frame| out.send(frame))
     };
     let flusher = tokio::spawn(flusher);
-    let recorder = args.access_log.map(|(format, policy)| {
+    let log = &setup.settings.access_log;
+    let recorder = log.access_log.is_some().then(|| {
         Arc::new(crate::access_log::recorder::Recorder::new(
-            format,
-            policy,
+            log.access_log_format,
+            log.access_log_overflow.policy(),
             args.worker_id,
             args.generation,
             broker.clone(),
@@ -96,57 +98,26 @@ pub(super) async fn run(
     let (closed_tx, closed_rx) = unbounded_channel();
     let (quic_tx, quic_rx) = unbounded_channel();
     let meter = Arc::new(crate::http::meter::RequestMeter::default());
+    let tls_wanted = setup.facts.tls;
+    let max_connections = super::site_config::max_connections(&setup);
     let mut worker = Worker {
         id: args.worker_id,
         clock: Clock::start(),
         life: WorkerLifecycle::new(),
         fault,
-        site_config: SiteConfig {
-            root: args.root.clone(),
-            show_hidden: args.site.show_hidden,
-            compression_cache_size: args.compression_cache_size,
-            file_cache_size: args.file_cache_size,
-            max_compress_size: args
-                .site
-                .max_compress_size
-                .unwrap_or(SiteConfig::default().max_compress_size),
-            cors: args.site.cors,
-            spa: args.site.spa,
-            cache_max_age: args.site.cache,
-            security_headers: !args.site.no_security_headers,
-            hsts: args.site.hsts,
-            uploads: args
-                .upload
-                .config(args.worker_id, &broker, args.deadlines.body),
-            access_log: recorder.clone(),
-            meter: Some(Arc::clone(&meter)),
-            dav: args.site.dav.then(|| crate::http::dav::DavConfig {
-                broker: broker.clone(),
-                max_propfind_entries: usize::try_from(
-                    args.site
-                        .dav_propfind_max_entries
-                        .unwrap_or(crate::http::dav::args::DEFAULT_PROPFIND_MAX_ENTRIES),
-                )
-                .unwrap_or(usize::MAX),
-                worker_id: args.worker_id,
-            }),
-            archive: crate::http::page::args::limits(&args.site),
-            qr_url: args.site.qr_url.clone(),
-            deadlines: args.deadlines,
-            acme: args.site.acme_http_listeners.map(|_| {
-                crate::http::acme_challenge::AcmeResponder {
-                    broker: broker.clone(),
-                    https_port: args.site.https_port.unwrap_or(443),
-                }
-            }),
+        site_config: super::site_config::site_config(
+            args.worker_id,
+            &setup,
+            &broker,
+            recorder.clone(),
+            &meter,
             alt_svc,
-            ..Default::default()
-        },
-        tls_wanted: args.site.tls,
-        cleartext_listeners: args.site.acme_http_listeners.unwrap_or(0) as usize,
+        ),
+        tls_wanted,
+        cleartext_listeners: setup.facts.acme_http_listeners.unwrap_or(0) as usize,
         setup,
         site: None,
-        tls: if args.site.tls {
+        tls: if tls_wanted {
             ServingTls::new().ok().map(Arc::new)
         } else {
             None
@@ -158,7 +129,7 @@ pub(super) async fn run(
             incoming_tx: quic_tx,
             incoming: quic_rx,
         },
-        max_connections: args.max_connections.max(1),
+        max_connections,
         admission: Admission::default(),
         drain: watch::channel(false).0,
         requests: Arc::new(AtomicU64::new(0)),
@@ -727,6 +698,8 @@ fn prepare_policy(
     setup: &Setup,
 ) -> Result<(), String> {
     config.auth = setup
+        .settings
+        .site
         .auth
         .iter()
         .enumerate()

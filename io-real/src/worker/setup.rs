@@ -1,38 +1,76 @@
-//! The worker's setup preamble: what a worker needs that must not appear on its command
-//! line. The parent writes it on the control channel right after the listeners and before
-//! any protocol frame (HELLO); the worker reads it before it starts its frame decoder.
+//! The worker's setup preamble: everything a worker is started with apart from who it is
+//! (its id, slot and generation, on its command line for `ps` and the fault hooks). The
+//! parent writes it on the control channel right after the listeners and before any
+//! protocol frame (HELLO); the worker reads it before it starts its runtime.
+//!
+//! The settings travel whole: the parent's parsed [`ServeArgs`], with every reloadable
+//! setting's value taken from the generation the core spawned the worker for
+//! ([`crate::settings::for_generation`]). A setting added to any `Args` struct therefore
+//! reaches every worker, and a reload that changes it reaches new workers, without a
+//! second spelling of it on a command line (decision 0024, addendum).
 //!
 //! Why the control channel and not a file or an argument: a command line and the
-//! environment are readable by every process of the same user (`ps`, `/proc/PID/cmdline`);
-//! a temporary file holding a private key outlives a parent killed with SIGKILL, which
-//! would break "stop leaves no temporary file". The socketpair has no name in the file
-//! system, is shared by exactly the parent and this one worker, and already carries
-//! everything else the worker is told, in order.
+//! environment are readable by every process of the same user (`ps`, `/proc/PID/cmdline`),
+//! and the settings include the `--auth` credentials; a temporary file outlives a parent
+//! killed with SIGKILL, which would break "stop leaves no temporary file". The socketpair
+//! has no name in the file system, is shared by exactly the parent and this one worker,
+//! and already carries everything else the worker is told, in order.
 //!
 //! Frame: a u32 big-endian length, then that many bytes of JSON ([`Setup`]).
 
 use std::io::{self, Read};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Larger preambles are refused: a certificate chain and a few credentials fit easily.
+use crate::cli::ServeArgs;
+
+/// Larger preambles are refused: the settings and a few thousand credentials fit easily.
 pub const MAX_SETUP: usize = 1024 * 1024;
 
-/// The secrets a worker serves with. (The TLS identity is not here: it changes while
-/// the worker serves, so it comes as the parent's first control message and again on
-/// every change; see `servery_core::tls_material`.)
-#[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+/// Room kept in [`MAX_SETUP`] for everything but the credentials (the settings are a few
+/// KiB), so the parent can refuse too many `--auth` entries before starting anyone.
+pub const SETTINGS_ROOM: usize = 64 * 1024;
+
+/// What the parent works out for every worker that is not a setting's value.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SiteFacts {
+    /// Serve TLS with the identity the parent sends (`ParentMessage::TlsMaterial`).
+    pub tls: bool,
+    /// `--qr`: the LAN address of the root, for the code in the page.
+    pub qr_url: Option<String>,
+    /// With `--acme`: how many of the listeners (the last ones) are the cleartext
+    /// HTTP-01 listeners, and the HTTPS port they redirect to.
+    pub acme_http_listeners: Option<u32>,
+    pub https_port: Option<u16>,
+}
+
+/// Everything a worker serves with. (The TLS identity is not here: it changes while the
+/// worker serves, so it comes as the parent's first control message and again on every
+/// change; see `servery_core::tls_material`.)
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Setup {
-    /// `--auth` values as given (validated by the parent before anything started).
-    pub auth: Vec<String>,
+    /// The served directory, resolved by the parent.
+    pub root: PathBuf,
+    /// Async runtime threads: the CPUs shared out among the generation's workers.
+    pub runtime_threads: u32,
+    /// How long a resumable upload's partial file is kept (the core's, not a setting).
+    pub partial_ttl: Duration,
+    pub facts: SiteFacts,
+    /// The settings of the worker's generation.
+    pub settings: ServeArgs,
 }
 
 impl std::fmt::Debug for Setup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the key or a password, even in a debug log.
+        // Never a password, even in a debug log.
         f.debug_struct("Setup")
-            .field("auth_entries", &self.auth.len())
-            .finish()
+            .field("root", &self.root)
+            .field("runtime_threads", &self.runtime_threads)
+            .field("facts", &self.facts)
+            .field("auth_entries", &self.settings.site.auth.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -51,7 +89,8 @@ pub enum SetupError {
 impl Setup {
     /// The preamble as written on the channel.
     pub fn encode(&self) -> Vec<u8> {
-        // Serializing plain strings cannot fail.
+        // Every value is plain data, and finite once validated (NaN would become null and
+        // the worker would refuse the preamble, naming it).
         let body = serde_json::to_vec(self).unwrap_or_default();
         let mut frame = Vec::with_capacity(4 + body.len());
         frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -76,16 +115,31 @@ impl Setup {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    fn setup(args: &[&str]) -> Setup {
+        let cli =
+            crate::cli::Cli::try_parse_from(std::iter::once("servery").chain(args.iter().copied()))
+                .expect("parses");
+        Setup {
+            root: "/srv".into(),
+            runtime_threads: 1,
+            partial_ttl: Duration::from_secs(60),
+            facts: SiteFacts::default(),
+            settings: cli.serve,
+        }
+    }
 
     #[test]
     fn round_trips_and_leaves_what_follows() {
-        let setup = Setup {
-            auth: vec!["a:K".into()],
-        };
+        let setup = setup(&["--auth", "a:K", "--cache", "60", "--workers", "auto"]);
         let mut wire = setup.encode();
         wire.extend_from_slice(b"HELLO");
         let mut r = &wire[..];
-        assert_eq!(Setup::read_from(&mut r).expect("decode"), setup);
+        let back = Setup::read_from(&mut r).expect("decode");
+        assert_eq!(back.settings.site.auth, ["a:K"]);
+        assert_eq!(back.settings.site.cache, Some(60));
+        assert_eq!(back.settings.workers, crate::cli::Workers::Auto);
         assert_eq!(r, b"HELLO");
         assert!(!format!("{setup:?}").contains('K'), "Debug hides secrets");
     }
@@ -97,11 +151,15 @@ mod tests {
             Setup::read_from(&huge[..]),
             Err(SetupError::TooLarge(_))
         ));
-        let mut short = Setup::default().encode();
+        let mut short = setup(&[]).encode();
         short.pop();
         assert!(matches!(
             Setup::read_from(&short[..]),
             Err(SetupError::Io(_))
         ));
+        assert!(
+            setup(&[]).encode().len() < SETTINGS_ROOM,
+            "the settings fit their room"
+        );
     }
 }

@@ -1,6 +1,5 @@
-//! The write flow's command line: the parent's upload flags ([`UploadArgs`], flattened
-//! into `servery`'s options) and what a worker is started with ([`UploadWorkerArgs`],
-//! flattened into `servery __worker`'s).
+//! The write flow's command line: the upload flags ([`UploadArgs`], flattened into
+//! `servery`'s options), which every worker receives with its generation's values.
 //!
 //! The global budgets (`--max-active-uploads`, `--max-upload-bytes`,
 //! `--max-partial-uploads`), the broker's reply timeout and its per-worker queue bound
@@ -8,8 +7,7 @@
 //! the parent's broker enforces them for the whole service, never per worker. The
 //! per-request limits (`--max-upload-size`, `--max-upload-files`, `--write-lock-timeout`)
 //! are `RawConfig.uploads` fields, so validation checks them against the budgets and
-//! `--check-config` shows them. What shapes how each worker writes is passed to it on its
-//! command line (nothing here is secret).
+//! `--check-config` shows them.
 
 use std::time::Duration;
 
@@ -32,7 +30,7 @@ fn uploads() -> RawUploads {
 }
 
 /// Uploads (`--upload`) and their global budgets.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "Uploads (budgets are global, owned by the parent's broker)")]
 pub struct UploadArgs {
     /// Accept uploads: `PUT /path` (resumable with Content-Range) and multipart/form-data
@@ -79,47 +77,17 @@ pub struct UploadArgs {
     pub broker_queue_capacity: i64,
 }
 
-impl UploadArgs {
-    /// Writes the global budgets and the feature into `raw`.
-    pub fn apply(&self, raw: &mut servery_core::RawConfig) {
-        raw.features.uploads = self.upload;
-        raw.broker.max_active_uploads = self.max_active_uploads;
-        raw.broker.max_upload_bytes = self.max_upload_bytes;
-        raw.broker.max_partial_uploads = self.max_partial_uploads;
-        raw.broker.reply_timeout = self.broker_reply_timeout;
-        raw.broker.queue_capacity = self.broker_queue_capacity;
-        raw.uploads.max_upload_size = self.max_upload_size;
-        raw.uploads.max_upload_files = self.max_upload_files;
-        raw.uploads.write_lock_timeout = self.write_lock_timeout;
-    }
-
-    /// The worker arguments for a validated configuration; empty when uploads are off.
-    pub fn worker_args(&self, config: &ValidConfig) -> Vec<String> {
-        if !self.upload {
-            return Vec::new();
-        }
-        let b = config.broker();
-        let u = config.uploads();
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).to_string();
-        let mut args = vec![
-            "--upload".to_owned(),
-            "--max-upload-size".to_owned(),
-            u.max_upload_size().to_string(),
-            "--max-upload-files".to_owned(),
-            u.max_upload_files().to_string(),
-            "--write-lock-timeout-ms".to_owned(),
-            ms(u.write_lock_timeout()),
-            "--broker-queue-capacity".to_owned(),
-            b.queue_capacity().to_string(),
-            "--broker-reply-timeout-ms".to_owned(),
-            ms(b.reply_timeout()),
-            "--partial-ttl-ms".to_owned(),
-            ms(b.partial_ttl()),
-        ];
-        if self.allow_overwrite {
-            args.push("--allow-overwrite".to_owned());
-        }
-        args
+crate::knobs::core_fields! {
+    impl UploadArgs {
+        upload => features.uploads;
+        max_upload_size => uploads.max_upload_size;
+        max_upload_files => uploads.max_upload_files;
+        write_lock_timeout => uploads.write_lock_timeout;
+        max_active_uploads => broker.max_active_uploads;
+        max_upload_bytes => broker.max_upload_bytes;
+        max_partial_uploads => broker.max_partial_uploads;
+        broker_reply_timeout => broker.reply_timeout;
+        broker_queue_capacity => broker.queue_capacity;
     }
 }
 
@@ -140,35 +108,27 @@ impl UploadArgs {
     }
 }
 
-/// How a worker writes, as the parent starts it (read by `worker::args`).
-#[derive(Debug, Clone)]
-pub struct UploadWorkerArgs {
-    pub upload: bool,
-    pub allow_overwrite: bool,
-    pub max_upload_size: u64,
-    pub max_upload_files: u32,
-    pub write_lock_timeout_ms: u64,
-    pub broker_queue_capacity: u32,
-    pub broker_reply_timeout_ms: u64,
-    pub partial_ttl_ms: u64,
-}
-
-impl UploadWorkerArgs {
+/// How a worker writes: its settings are the generation's (`worker::setup`), validated.
+impl UploadArgs {
     /// The broker client's outstanding-request bound and reply timeout.
     pub fn broker_client(&self) -> (u32, Duration) {
         (
-            self.broker_queue_capacity.max(1),
-            Duration::from_millis(self.broker_reply_timeout_ms),
+            u32::try_from(self.broker_queue_capacity)
+                .unwrap_or(u32::MAX)
+                .max(1),
+            crate::worker::site_config::secs(self.broker_reply_timeout),
         )
     }
 
     /// The site's upload configuration, when uploads are on. `body_timeout` is the
-    /// connection deadline for a body that stops delivering bytes.
-    pub fn config(
+    /// connection deadline for a body that stops delivering bytes; `partial_ttl` how long
+    /// a resumable upload's partial file is kept.
+    pub fn worker_config(
         &self,
         worker_id: u64,
         broker: &BrokerHandle,
         body_timeout: Duration,
+        partial_ttl: Duration,
     ) -> Option<UploadConfig> {
         // The broker round-trip measurement, when asked for (docs/benchmarks.md); only
         // in builds with the `test-hooks` feature.
@@ -178,11 +138,15 @@ impl UploadWorkerArgs {
             settings: WriteSettings {
                 worker_id,
                 allow_overwrite: self.allow_overwrite,
-                max_upload_size: self.max_upload_size,
-                max_upload_files: self.max_upload_files,
+                // The generation's value: the core resolved the default.
+                max_upload_size: self
+                    .max_upload_size
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(DEFAULT_MAX_UPLOAD_SIZE),
+                max_upload_files: u32::try_from(self.max_upload_files).unwrap_or(u32::MAX),
                 body_timeout,
-                write_lock_timeout: Duration::from_millis(self.write_lock_timeout_ms),
-                partial_ttl: Duration::from_millis(self.partial_ttl_ms),
+                write_lock_timeout: crate::worker::site_config::secs(self.write_lock_timeout),
+                partial_ttl,
             },
             broker: broker.clone(),
         })

@@ -13,7 +13,7 @@ fn broker() -> RawBroker {
 }
 
 /// WebDAV (`--dav`) and its lock table.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "WebDAV (locks are held by the parent's broker)")]
 pub struct DavArgs {
     /// Answer WebDAV (classes 1 and 2: PROPFIND, LOCK, UNLOCK); with --upload also PUT,
@@ -38,12 +38,11 @@ pub struct DavArgs {
     pub state_dir: Option<std::path::PathBuf>,
 }
 
-impl DavArgs {
-    /// Writes the feature and the lock table's limits into `raw`.
-    pub fn apply(&self, raw: &mut servery_core::RawConfig) {
-        raw.features.webdav = self.dav;
-        raw.features.dav_persistent_locks = self.dav && self.state_dir.is_some();
-        raw.broker.max_dav_locks = self.dav_max_locks;
-        raw.broker.max_dav_lock_timeout = self.dav_lock_timeout_max;
+crate::knobs::core_fields! {
+    impl DavArgs {
+        dav => features.webdav;
+        dav_max_locks => broker.max_dav_locks;
+        dav_lock_timeout_max => broker.max_dav_lock_timeout;
+        state_dir => features.dav_persistent_locks = |a| a.dav && a.state_dir.is_some();
     }
 }

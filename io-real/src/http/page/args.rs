@@ -1,13 +1,12 @@
 //! The directory page's command line: folder archives and their limits, flattened into
-//! `servery`'s options and passed on to workers (`SiteFlags`).
+//! `servery`'s options and received by every worker.
 
 use clap::Args;
 
 use super::archive::{DEFAULT_MAX_ENTRIES, DEFAULT_MAX_SIZE, Limits};
-use crate::worker::args::SiteFlags;
 
 /// Folder archives (`?archive=zip|tar.gz`).
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "Directory page")]
 pub struct PageArgs {
     /// Do not offer folders as zip or tar.gz archives (`?archive=` is then refused, 403).
@@ -24,20 +23,11 @@ pub struct PageArgs {
 }
 
 impl PageArgs {
-    /// Writes what workers need into their flags (defaults are left out).
-    pub fn pass_on(&self, flags: &mut SiteFlags) {
-        flags.no_archive = self.no_archive;
-        flags.archive_max_entries =
-            (self.archive_max_entries != DEFAULT_MAX_ENTRIES).then_some(self.archive_max_entries);
-        flags.archive_max_size =
-            (self.archive_max_size != DEFAULT_MAX_SIZE).then_some(self.archive_max_size);
+    /// The archive limits a worker serves with; `None` when archives are off.
+    pub fn limits(&self) -> Option<Limits> {
+        (!self.no_archive).then_some(Limits {
+            max_entries: self.archive_max_entries,
+            max_size: self.archive_max_size,
+        })
     }
-}
-
-/// The archive limits a worker serves with, from its flags; `None` when archives are off.
-pub fn limits(flags: &SiteFlags) -> Option<Limits> {
-    (!flags.no_archive).then_some(Limits {
-        max_entries: flags.archive_max_entries.unwrap_or(DEFAULT_MAX_ENTRIES),
-        max_size: flags.archive_max_size.unwrap_or(DEFAULT_MAX_SIZE),
-    })
 }

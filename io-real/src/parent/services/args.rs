@@ -3,7 +3,7 @@
 use clap::Args;
 
 /// `--qr` and `--discoverable`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "Discovery (done by the parent alone, for any number of workers)")]
 pub struct DiscoveryArgs {
     /// Print the LAN URL and a QR code of it to standard output once the service is ready,
@@ -18,10 +18,9 @@ pub struct DiscoveryArgs {
     pub discoverable: bool,
 }
 
-impl DiscoveryArgs {
-    /// Writes the features into `raw`.
-    pub fn apply(&self, raw: &mut servery_core::RawConfig) {
-        raw.features.qr = self.qr;
-        raw.features.mdns = self.discoverable;
+crate::knobs::core_fields! {
+    impl DiscoveryArgs {
+        qr => features.qr;
+        discoverable => features.mdns;
     }
 }

@@ -10,7 +10,7 @@ use servery_core::acme::{ManagerConfig, RetryPolicy};
 pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 
 /// `--acme` and its settings.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 #[command(next_help_heading = "ACME certificates (obtained and renewed by the parent)")]
 pub struct AcmeArgs {
     /// Serve HTTPS with a certificate for these DNS names from an ACME CA (RFC 8555,
@@ -96,6 +96,12 @@ pub struct AcmeSettings {
     pub eab: Option<(String, Vec<u8>)>,
     pub http_port: u16,
     pub manager: ManagerConfig,
+}
+
+crate::knobs::core_fields! {
+    impl AcmeArgs {
+        acme => features.acme = |a| a.enabled();
+    }
 }
 
 impl AcmeArgs {
