@@ -380,7 +380,7 @@ fn a_forced_renewal_under_load_fails_no_request_and_a_client_sees_the_new_serial
 
     // Load: wrk's keep-alive connections, and a loop of new connections, each a full
     // handshake that shows the certificate served at that moment.
-    let load = wrk(server.addr, 6);
+    let load = wrk(server.addr, 8);
     let seen = Arc::new(Mutex::new(Handshakes::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
@@ -417,7 +417,7 @@ fn a_forced_renewal_under_load_fails_no_request_and_a_client_sees_the_new_serial
         a["state"] == "valid" && a["serial"] != issued["serial"]
     });
     let new_leaf = {
-        let seen = Arc::clone(&seen);
+        let (seen, first) = (Arc::clone(&seen), first.clone());
         move || {
             let s = seen.lock().expect("lock");
             s.leaves.iter().find(|l| **l != first).cloned()
