@@ -73,6 +73,11 @@ pub struct Parent {
     actions: VecDeque<ParentAction>,
     /// The identity and session-ticket keys, when serving TLS ([`Parent::start_tls`]).
     tls: Option<TlsState>,
+    /// What [`Parent::poll_timeout`] answers: worked out once whenever the machine
+    /// changes ([`Parent::settle`]) rather than on every call. The driver asks for it
+    /// before each wait and after each wake-up, and each step begins by judging lateness
+    /// against it, so a step used to walk every worker's deadlines several times.
+    deadline: Option<Instant>,
 }
 
 impl Parent {
@@ -92,13 +97,16 @@ impl Parent {
             last_step: None,
             actions: VecDeque::new(),
             tls: None,
+            deadline: None,
         }
+        .settled()
     }
 
     /// Serve TLS with this material, before the first event: every worker then gets it as
     /// its first message, and again whenever it changes.
     pub fn start_tls(&mut self, tls: TlsState) {
         self.tls = Some(tls);
+        self.settle();
     }
 
     pub fn tls(&self) -> Option<&TlsState> {
@@ -125,7 +133,7 @@ impl Parent {
             .take()
             .unwrap_or_else(|| CoreRng::from_seed([0; 32]));
         self.acme = Some(CertManager::new(config, rng));
-        self
+        self.settled()
     }
 
     pub fn acme(&self) -> Option<&CertManager> {
@@ -139,7 +147,9 @@ impl Parent {
         now: Instant,
         locks: Vec<crate::proto::DavLockInfo>,
     ) -> usize {
-        self.broker.restore_dav_locks(now, locks)
+        let restored = self.broker.restore_dav_locks(now, locks);
+        self.settle();
+        restored
     }
 
     pub fn poll_action(&mut self) -> Option<ParentAction> {
@@ -192,6 +202,7 @@ impl Parent {
             event => self.supervisor.handle(now, event),
         }
         self.pump();
+        self.settle();
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -207,9 +218,21 @@ impl Parent {
             tls.handle_timeout(now);
         }
         self.pump();
+        self.settle();
     }
 
+    /// The next deadline: when [`Parent::handle_timeout`] is due, at the latest.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        debug_assert_eq!(
+            self.deadline,
+            self.next_deadline(),
+            "the kept deadline is the one the machine's state gives"
+        );
+        self.deadline
+    }
+
+    /// Work the next deadline out from every machine's state (kept in `deadline`).
+    fn next_deadline(&self) -> Option<Instant> {
         let (due, period) = self.supervisor.poll_timeout_and_watch_period();
         let watch = self.last_step.zip(period).map(|(t, period)| t + period);
         let acme = self.acme.as_ref().and_then(CertManager::poll_timeout);
@@ -236,8 +259,20 @@ impl Parent {
     /// Up to `max` access-log records for the sole log writer.
     pub fn take_log_batch(&mut self, max: usize) -> Vec<String> {
         let batch = self.broker.take_log_batch(max);
+        // Taking records moves no deadline (the broker's expiries stay, and the step's
+        // own pump already took every action that could), so the kept one stands.
         self.pump();
         batch
+    }
+
+    /// The machine may have changed: keep its next deadline.
+    fn settle(&mut self) {
+        self.deadline = self.next_deadline();
+    }
+
+    fn settled(mut self) -> Self {
+        self.settle();
+        self
     }
 
     fn pump(&mut self) {

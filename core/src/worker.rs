@@ -12,6 +12,7 @@ use crate::ids::{Generation, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::request_stats::RequestStats;
 use crate::time::{Instant, earliest};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -57,7 +58,8 @@ pub struct WorkerLifecycle {
     in_flight: u32,
     requests: u64,
     /// The request counters the next heartbeat carries, as the driver last gave them.
-    stats: RequestStats,
+    /// Shared with the heartbeats that carry them: a beat does not copy them.
+    stats: Arc<RequestStats>,
     actions: VecDeque<WorkerAction>,
 }
 
@@ -80,7 +82,7 @@ impl WorkerLifecycle {
             channel_open: true,
             in_flight: 0,
             requests: 0,
-            stats: RequestStats::default(),
+            stats: Arc::default(),
             actions: VecDeque::new(),
         }
     }
@@ -177,7 +179,7 @@ impl WorkerLifecycle {
 
     /// The worker's request counters since it started, for the heartbeats from now on.
     pub fn set_stats(&mut self, stats: RequestStats) {
-        self.stats = stats;
+        self.stats = Arc::new(stats);
     }
 
     /// A heartbeat with what the worker knows now, for a driver that sends one last
@@ -186,7 +188,7 @@ impl WorkerLifecycle {
         WorkerMessage::Heartbeat {
             requests: self.requests,
             connections: self.in_flight,
-            stats: Box::new(self.stats.clone()),
+            stats: Arc::clone(&self.stats),
         }
     }
 
@@ -291,7 +293,7 @@ impl WorkerLifecycle {
             self.send(WorkerMessage::Heartbeat {
                 requests: self.requests,
                 connections,
-                stats: Box::new(self.stats.clone()),
+                stats: Arc::clone(&self.stats),
             });
             self.next_beat = Some(now + self.heartbeat_interval);
         }

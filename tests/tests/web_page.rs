@@ -225,3 +225,79 @@ fn with_qr_the_page_shows_the_code_of_the_folders_lan_address() {
     let page = String::from_utf8_lossy(&get(server.addr, "/sub/").body).into_owned();
     assert!(!page.contains("class=\"qr"), "no code without --qr: {page}");
 }
+
+/// A file name that is not UTF-8 (a Latin-1 `é`, byte 0xE9) is listed as text, with U+FFFD
+/// for that byte, and its link names the exact bytes; two names that differ only in such
+/// bytes are two files, compressed answers included.
+#[cfg(unix)]
+#[test]
+fn names_that_are_not_utf8_are_listed_and_served_by_their_bytes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tree = Tree::new("page-bytes");
+    let text = |tag: &str| format!("{tag} ").repeat(400);
+    let named = |bytes: &[u8]| tree.root().join(OsStr::from_bytes(bytes));
+    std::fs::write(named(b"caf\xe9.txt"), text("latin1-e-acute")).expect("write");
+    std::fs::write(named(b"caf\xe8.txt"), text("latin1-e-grave")).expect("write");
+    std::fs::create_dir(named(b"d\xfcr")).expect("mkdir");
+    std::fs::write(named(b"d\xfcr/inner.txt"), "inner").expect("write");
+    let server = start(&tree, &[]);
+
+    let page = get(server.addr, "/");
+    assert_eq!(page.status, 200);
+    let html = String::from_utf8(page.body).expect("the page is UTF-8");
+    for (href, shown) in [
+        ("./caf%E9.txt", "caf\u{FFFD}.txt"),
+        ("./caf%E8.txt", "caf\u{FFFD}.txt"),
+        ("./d%FCr/", "d\u{FFFD}r/"),
+    ] {
+        assert!(
+            html.contains(&format!("href=\"{href}\">{shown}</a>")),
+            "{href}: {html}"
+        );
+    }
+    let json = request(server.addr, "GET", "/?format=json", b"", &[]);
+    let json = String::from_utf8(json.body).expect("UTF-8 JSON");
+    assert!(json.contains("\"href\":\"caf%E9.txt\""), "{json}");
+
+    for (path, tag) in [
+        ("/caf%E9.txt", "latin1-e-acute"),
+        ("/caf%E8.txt", "latin1-e-grave"),
+    ] {
+        let reply = get(server.addr, path);
+        assert_eq!(
+            (reply.status, reply.body),
+            (200, text(tag).into_bytes()),
+            "{path}"
+        );
+    }
+    // Compressed twice each: the second answer of each comes from the encoded cache.
+    let gzip = |path: &str| {
+        request(
+            server.addr,
+            "GET",
+            path,
+            b"",
+            &[("Accept-Encoding", "gzip")],
+        )
+    };
+    let first = [gzip("/caf%E9.txt"), gzip("/caf%E8.txt")];
+    let again = [gzip("/caf%E9.txt"), gzip("/caf%E8.txt")];
+    assert_eq!(first[0].header("content-encoding"), Some("gzip"));
+    assert_ne!(first[0].body, first[1].body, "two files, two encodings");
+    assert_eq!(
+        (&first[0].body, &first[1].body),
+        (&again[0].body, &again[1].body)
+    );
+
+    let inner = get(server.addr, "/d%FCr/");
+    let inner_html = String::from_utf8(inner.body).expect("UTF-8");
+    assert!(
+        inner_html.contains("<li aria-current=\"page\">d\u{FFFD}r</li>"),
+        "{inner_html}"
+    );
+    assert_eq!(get(server.addr, "/d%FCr/inner.txt").body, b"inner");
+    // Writers keep to UTF-8 names: an upload to such a path is refused, not written.
+    let put = request(server.addr, "PUT", "/new%FF.txt", b"x", &[]);
+    assert!(matches!(put.status, 400 | 403 | 405), "{}", put.status);
+}

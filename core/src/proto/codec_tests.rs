@@ -57,7 +57,7 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
                 WorkerMessage::Heartbeat {
                     requests,
                     connections,
-                    stats: Box::new(stats),
+                    stats: std::sync::Arc::new(stats),
                 }
             }),
         (any::<u64>(), request()).prop_map(|(id, request)| WorkerMessage::Broker { id, request }),

@@ -50,7 +50,7 @@ fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
         HEARTBEAT => WorkerMessage::Heartbeat {
             requests: r.u64()?,
             connections: r.u32()?,
-            stats: Box::new(crate::proto::stats_wire::get_stats(&mut r)?),
+            stats: std::sync::Arc::new(crate::proto::stats_wire::get_stats(&mut r)?),
         },
         BROKER_REQUEST => WorkerMessage::Broker {
             id: r.u64()?,

@@ -2,6 +2,7 @@
 
 use crate::ids::{Generation, LeaseId, WorkerId};
 pub use crate::request_stats::RequestStats;
+use std::sync::Arc;
 
 /// Parent → worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,11 +36,12 @@ pub enum WorkerMessage {
     /// Accepting after COMMIT.
     Ready,
     /// Sent from the serving runtime, so a wedged runtime stops beating. `stats` are the
-    /// worker's request counters since it started (boxed: most messages are small).
+    /// worker's request counters since it started (behind a pointer: most messages are
+    /// small; shared, so a beat carries the worker's counters without copying them).
     Heartbeat {
         requests: u64,
         connections: u32,
-        stats: Box<RequestStats>,
+        stats: Arc<RequestStats>,
     },
     /// A request to the parent-owned state broker.
     Broker { id: u64, request: BrokerRequest },

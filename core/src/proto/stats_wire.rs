@@ -42,7 +42,11 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
         }
     }
     w.u64(s.bytes_sent);
-    let buckets = s.duration_buckets.iter().filter(|n| **n > 0).count();
+    let buckets = if s.duration_buckets.iter().fold(0, |any, n| any | n) == 0 {
+        0
+    } else {
+        s.duration_buckets.iter().filter(|n| **n > 0).count()
+    };
     w.u8(u8::try_from(buckets).unwrap_or(u8::MAX));
     let mut left = buckets;
     for (b, &n) in s.duration_buckets.iter().enumerate() {

@@ -14,13 +14,14 @@ mod restart;
 mod rollout;
 mod status;
 mod stop;
+mod table;
 mod tally;
 mod timers;
 mod types;
 mod watch;
 mod worker;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 pub use restart::{RestartDecision, RestartWindow, SlotHistory, backoff};
 pub use status::{ExitRecord, FailureRecord, Status, WorkerStatus};
@@ -38,7 +39,8 @@ use crate::config::ValidConfig;
 use crate::ids::{Generation, ReloadId, Slot, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
-use crate::time::{Instant, earliest};
+use crate::time::Instant;
+use table::WorkerTable;
 use worker::Worker;
 
 /// One position in the committed generation.
@@ -81,7 +83,7 @@ pub struct Supervisor {
     failure: Option<(FailureReason, String)>,
     committed: Generation,
     next_worker: u64,
-    workers: BTreeMap<WorkerId, Worker>,
+    workers: WorkerTable,
     slots: Vec<SlotEntry>,
     window: RestartWindow,
     rollout: Option<Rollout>,
@@ -109,7 +111,7 @@ impl Supervisor {
             failure: None,
             committed: Generation(0),
             next_worker: 1,
-            workers: BTreeMap::new(),
+            workers: WorkerTable::default(),
             slots: Vec::new(),
             window: RestartWindow::default(),
             rollout: None,

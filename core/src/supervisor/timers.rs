@@ -13,47 +13,57 @@ impl Supervisor {
     /// [`Supervisor::poll_timeout`] and [`Supervisor::watch_period`] from one pass over
     /// the workers: the parent wants both before and after every step.
     pub fn poll_timeout_and_watch_period(&self) -> (Option<Instant>, Option<Duration>) {
-        let mut next = None;
-        let mut watch: Option<Duration> = None;
+        let mut next = Soonest::NONE;
+        // The tightest worker's margin beyond one interval, halved once at the end:
+        // halving (rounding down) keeps the order, so the least half is half the least.
+        let mut margin: Option<Duration> = None;
         for w in self.workers.values() {
-            let period = w.heartbeat_timeout.saturating_sub(w.heartbeat_interval) / 2;
-            watch = Some(watch.map_or(period, |p| p.min(period)));
+            let m = w.heartbeat_timeout.saturating_sub(w.heartbeat_interval);
+            margin = Some(margin.map_or(m, |least| least.min(m)));
             if !w.kill_sent {
-                next = earliest(next, w.kill_at);
+                next.consider(w.kill_at);
             }
             if w.ending.is_some() && w.state != WorkerState::Draining {
                 continue;
             }
-            next = earliest(next, self.worker_deadline(w));
+            self.worker_deadline(w, &mut next);
         }
         for s in &self.slots {
-            next = earliest(next, s.respawn_at);
+            next.consider(s.respawn_at);
         }
         if let Some(rec) = &self.recycle {
-            next = earliest(next, rec.retry_at);
+            next.consider(rec.retry_at);
         }
-        (next, watch.map(|p| p.max(Duration::from_millis(1))))
+        (
+            next.get(),
+            margin.map(|m| (m / 2).max(Duration::from_millis(1))),
+        )
     }
 
     /// The heartbeat deadline is judged in every state in which a worker beats: prepared
     /// (waiting for its quorum), ready, and draining.
-    pub(super) fn worker_deadline(&self, w: &Worker) -> Option<Instant> {
-        let beat = Some(w.last_beat + w.heartbeat_timeout);
+    fn worker_deadline(&self, w: &Worker, next: &mut Soonest) {
+        let beat = w.last_beat + w.heartbeat_timeout;
         match w.state {
-            WorkerState::Spawning => Some(w.start_deadline()),
-            WorkerState::Prepared => earliest(Some(w.start_deadline()), beat),
+            WorkerState::Spawning => next.at(w.start_deadline()),
+            WorkerState::Prepared => {
+                next.at(w.start_deadline());
+                next.at(beat);
+            }
             WorkerState::Ready => {
-                let age = (w.role == Role::Member
+                next.at(beat);
+                if w.role == Role::Member
                     && w.recycle_due.is_none()
-                    && self.recycling_suspended.is_none())
-                .then_some(w.age_deadline)
-                .flatten();
-                earliest(beat, age)
+                    && self.recycling_suspended.is_none()
+                {
+                    next.consider(w.age_deadline);
+                }
             }
             WorkerState::Draining if !w.term_sent && !w.kill_sent => {
-                earliest(w.drain_deadline, beat)
+                next.consider(w.drain_deadline);
+                next.at(beat);
             }
-            _ => None,
+            _ => {}
         }
     }
 
@@ -144,5 +154,63 @@ impl Supervisor {
             }
         }
         self.try_start_recycle(now);
+    }
+}
+
+/// The earliest of the deadlines it was shown, if any: what folding them with
+/// [`crate::time::earliest`] gives, kept as a number and a flag rather than an `Option` per step (the
+/// parent works its next deadline out after every step).
+#[derive(Debug, Clone, Copy)]
+struct Soonest {
+    nanos: u64,
+    any: bool,
+}
+
+impl Soonest {
+    const NONE: Soonest = Soonest {
+        nanos: u64::MAX,
+        any: false,
+    };
+
+    fn at(&mut self, t: Instant) {
+        self.nanos = self.nanos.min(t.as_nanos());
+        self.any = true;
+    }
+
+    fn consider(&mut self, t: Option<Instant>) {
+        if let Some(t) = t {
+            self.at(t);
+        }
+    }
+
+    fn get(self) -> Option<Instant> {
+        self.any.then_some(Instant::from_nanos(self.nanos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::time::earliest;
+
+    proptest! {
+        #[test]
+        fn the_soonest_is_what_earliest_folds_to(
+            deadlines in proptest::collection::vec(
+                proptest::option::of(prop_oneof![Just(u64::MAX), Just(0u64), any::<u64>()]),
+                0..12,
+            )
+        ) {
+            let mut soonest = Soonest::NONE;
+            let mut folded = None;
+            for d in deadlines {
+                let d = d.map(Instant::from_nanos);
+                soonest.consider(d);
+                folded = earliest(folded, d);
+            }
+            prop_assert_eq!(soonest.get(), folded);
+        }
     }
 }

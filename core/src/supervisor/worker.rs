@@ -55,7 +55,7 @@ pub struct Worker {
     pub last_beat: Instant,
     pub requests: u64,
     /// Its request counters, as its latest heartbeat gave them.
-    pub stats: Box<crate::request_stats::RequestStats>,
+    pub stats: std::sync::Arc<crate::request_stats::RequestStats>,
     pub request_limit: Option<u64>,
     pub age_deadline: Option<Instant>,
     pub recycle_due: Option<ExitReason>,
@@ -93,7 +93,7 @@ impl Worker {
             ready_at: None,
             last_beat: now,
             requests: 0,
-            stats: Box::default(),
+            stats: std::sync::Arc::default(),
             request_limit: None,
             age_deadline: None,
             recycle_due: None,

@@ -14,6 +14,20 @@ pub struct Entry {
     pub size: u64,
     /// Last modification, seconds since the Unix epoch.
     pub mtime: u64,
+    /// The name percent-encoded from its exact bytes, present only when the name is not
+    /// UTF-8: then `name` shows U+FFFD where its bytes are not text, and only this names
+    /// the file in a URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub href: Option<String>,
+}
+
+impl Entry {
+    /// The entry's name as one percent-encoded URL segment.
+    pub fn url_segment(&self) -> String {
+        self.href
+            .clone()
+            .unwrap_or_else(|| super::path::encode_segment(&self.name))
+    }
 }
 
 /// Sort key for `?sort=`.
@@ -143,6 +157,7 @@ mod tests {
             is_dir,
             size,
             mtime,
+            href: None,
         }
     }
 

@@ -123,9 +123,14 @@ pub(super) struct FoundFile {
 }
 
 /// A file's path below the root as the encoded cache and digests key it; made only when
-/// one of them is asked.
+/// one of them is asked. Exact for every name: a path that is not UTF-8 is keyed by its
+/// percent-encoded bytes after a NUL, which no text path holds (a NUL is refused in a
+/// request), so two names that differ only in bytes that are not text never share a key.
 pub(super) fn key_path(rel: &Path) -> String {
-    rel.to_string_lossy().into_owned()
+    match rel.to_str() {
+        Some(text) => text.to_owned(),
+        None => format!("\0{}", super::path::encode_os_name(rel.as_os_str())),
+    }
 }
 
 /// Which representation of a file is sent.
@@ -395,15 +400,19 @@ impl OpenFile {
 
 /// Lists a directory. Entries whose target cannot be resolved inside the root (dangling
 /// links, links that escape) and entries that are neither files nor directories are left
-/// out, since they could not be served anyway. Non-UTF-8 names are skipped: they could not
-/// be requested.
+/// out, since they could not be served anyway. A name that is not UTF-8 is listed with
+/// U+FFFD for what is not text and linked by its exact bytes.
 pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entry>, HttpError> {
     let mut entries = Vec::new();
     for dir_entry in root.read_dir(rel).map_err(HttpError::from_io)? {
         let dir_entry = dir_entry.map_err(HttpError::Internal)?;
-        let Ok(name) = dir_entry.file_name().into_string() else {
-            tracing::debug!(dir = %rel.display(), "skipping non-UTF-8 name in listing");
-            continue;
+        let os_name = dir_entry.file_name();
+        let (name, href) = match os_name.to_str() {
+            Some(text) => (text.to_owned(), None),
+            None => (
+                os_name.to_string_lossy().into_owned(),
+                Some(super::path::encode_os_name(&os_name)),
+            ),
         };
         if (!show_hidden && is_hidden(&name))
             || crate::write::is_private(&name)
@@ -411,7 +420,7 @@ pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entr
         {
             continue;
         }
-        let Ok(meta) = root.metadata(rel.join(&name)) else {
+        let Ok(meta) = root.metadata(rel.join(&os_name)) else {
             continue;
         };
         if !(meta.is_dir() || meta.is_file()) {
@@ -427,6 +436,7 @@ pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entr
             is_dir: meta.is_dir(),
             size: if meta.is_dir() { 0 } else { meta.len() },
             mtime,
+            href,
         });
     }
     Ok(entries)

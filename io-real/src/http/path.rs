@@ -19,11 +19,16 @@
 //!    absolute symlinks are refused even when they point back inside, which is the price of
 //!    not trusting the link text.
 //!
-//! Names must be UTF-8: a name that is not can neither be requested nor listed.
+//! File names are bytes on Unix, and a name that is not UTF-8 (a file written by an older
+//! system in Latin-1, say) can still be read: [`RequestPath::parse_any`] keeps such a segment's
+//! bytes for the file system and shows it with U+FFFD in place of what is not text, and its
+//! links percent-encode the bytes themselves. Everything that writes or speaks a UTF-8
+//! protocol (uploads, WebDAV, TFTP) uses [`RequestPath::parse`], which refuses such a path.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, percent_encode};
 
 /// Why a request path was refused before touching the file system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -52,7 +57,11 @@ pub enum PathError {
 /// A decoded, normalised request path, relative to the served root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestPath {
+    /// Each segment as text: exact when it is UTF-8, with U+FFFD for what is not.
     segments: Vec<String>,
+    /// The exact bytes of every segment, kept only when one of them is not UTF-8 (the
+    /// common path allocates nothing more).
+    raw: Option<Vec<OsString>>,
     trailing_slash: bool,
 }
 
@@ -66,7 +75,44 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 
 /// Percent-encodes one path segment (a file name) for use in a URL.
 pub fn encode_segment(name: &str) -> String {
-    utf8_percent_encode(name, SEGMENT).to_string()
+    encode_segment_bytes(name.as_bytes())
+}
+
+/// Percent-encodes a file name's exact bytes, UTF-8 or not, for use in a URL.
+pub fn encode_segment_bytes(name: &[u8]) -> String {
+    percent_encode(name, SEGMENT).to_string()
+}
+
+/// A file name's bytes (Unix keeps names as bytes; elsewhere they are text).
+fn name_bytes(name: &std::ffi::OsStr) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(unix)]
+    {
+        std::borrow::Cow::Borrowed(std::os::unix::ffi::OsStrExt::as_bytes(name))
+    }
+    #[cfg(not(unix))]
+    {
+        match name.to_string_lossy() {
+            std::borrow::Cow::Borrowed(s) => std::borrow::Cow::Borrowed(s.as_bytes()),
+            std::borrow::Cow::Owned(s) => std::borrow::Cow::Owned(s.into_bytes()),
+        }
+    }
+}
+
+/// Percent-encodes a file name as the file system gave it.
+pub fn encode_os_name(name: &std::ffi::OsStr) -> String {
+    encode_segment_bytes(&name_bytes(name))
+}
+
+/// The file name for decoded bytes; `None` where names must be text (not Unix).
+fn os_name(bytes: Vec<u8>) -> Option<OsString> {
+    #[cfg(unix)]
+    {
+        Some(std::os::unix::ffi::OsStringExt::from_vec(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        String::from_utf8(bytes).ok().map(OsString::from)
+    }
 }
 
 /// Whether a file name is hidden by default.
@@ -75,10 +121,24 @@ pub fn is_hidden(name: &str) -> bool {
 }
 
 impl RequestPath {
-    /// Decodes and normalises the path component of a request target.
+    /// Decodes and normalises the path component of a request target; every segment must
+    /// be UTF-8 ([`PathError::NotUtf8`] otherwise). For whatever writes or names a resource
+    /// in a text protocol.
     pub fn parse(raw: &str, show_hidden: bool) -> Result<Self, PathError> {
+        let path = Self::parse_any(raw, show_hidden)?;
+        if path.raw.is_some() {
+            return Err(PathError::NotUtf8);
+        }
+        Ok(path)
+    }
+
+    /// As [`Self::parse`], but a segment that is not UTF-8 names the file with those exact
+    /// bytes (for reading: GET, HEAD and listings).
+    pub fn parse_any(raw: &str, show_hidden: bool) -> Result<Self, PathError> {
         let rest = raw.strip_prefix('/').ok_or(PathError::NotAbsolute)?;
         let mut segments: Vec<String> = Vec::new();
+        // Filled (with every segment so far) at the first segment that is not UTF-8.
+        let mut raw_names: Option<Vec<OsString>> = None;
         let mut trailing_slash = true;
         for raw_segment in rest.split('/') {
             let bytes: Vec<u8> = percent_decode_str(raw_segment).collect();
@@ -88,19 +148,38 @@ impl RequestPath {
             if bytes.contains(&0) {
                 return Err(PathError::Nul);
             }
-            let segment = String::from_utf8(bytes).map_err(|_| PathError::NotUtf8)?;
+            let (segment, exact) = match String::from_utf8(bytes) {
+                Ok(text) => (text, None),
+                Err(e) => {
+                    let bytes = e.into_bytes();
+                    let shown = String::from_utf8_lossy(&bytes).into_owned();
+                    (shown, Some(os_name(bytes).ok_or(PathError::NotUtf8)?))
+                }
+            };
+            if exact.is_some() && raw_names.is_none() {
+                raw_names = Some(segments.iter().map(OsString::from).collect());
+            }
             // A path ending in `.`/`..` names a directory just like one ending in `/`.
             trailing_slash = matches!(segment.as_str(), "" | "." | "..");
             match segment.as_str() {
                 "" | "." => {}
                 ".." => {
                     segments.pop().ok_or(PathError::EscapesRoot)?;
+                    if let Some(names) = &mut raw_names {
+                        names.pop();
+                    }
                 }
-                _ => segments.push(segment),
+                _ => {
+                    if let Some(names) = &mut raw_names {
+                        names.push(exact.unwrap_or_else(|| OsString::from(&segment)));
+                    }
+                    segments.push(segment);
+                }
             }
         }
         // Checked after normalisation: `/.git/../a` never touches `.git`, while
-        // `/a/../.git` does and must be refused.
+        // `/a/../.git` does and must be refused. (U+FFFD never makes a name hidden or
+        // private: both tests look at leading ASCII.)
         if !show_hidden && segments.iter().any(|s| is_hidden(s)) {
             return Err(PathError::Hidden);
         }
@@ -111,13 +190,23 @@ impl RequestPath {
         }
         Ok(Self {
             segments,
+            raw: raw_names,
             trailing_slash,
         })
     }
 
-    /// The decoded, normalised segments; empty for the root.
+    /// The decoded, normalised segments as text (U+FFFD for bytes that are not UTF-8,
+    /// only from [`Self::parse_any`]); empty for the root.
     pub fn segments(&self) -> &[String] {
         &self.segments
+    }
+
+    /// Segment `i` percent-encoded from its exact bytes, for a link.
+    pub fn encoded_segment(&self, i: usize) -> String {
+        match &self.raw {
+            Some(names) => encode_os_name(&names[i]),
+            None => encode_segment(&self.segments[i]),
+        }
     }
 
     /// Whether the request named a directory form (`/dir/`).
@@ -135,7 +224,10 @@ impl RequestPath {
         if self.segments.is_empty() {
             return PathBuf::from(".");
         }
-        self.segments.iter().collect()
+        match &self.raw {
+            Some(names) => names.iter().collect(),
+            None => self.segments.iter().collect(),
+        }
     }
 
     /// The last segment, used for content-type lookup.
@@ -146,9 +238,15 @@ impl RequestPath {
     /// The canonical directory URL (`/a/b/`), percent-encoded and always starting with a
     /// single `/`, so a redirect can never become protocol-relative (`//host/`).
     pub fn dir_href(&self) -> String {
+        self.href_through(self.segments.len())
+    }
+
+    /// The directory URL of the first `n` segments (`/` for none), percent-encoded from
+    /// their exact bytes.
+    pub fn href_through(&self, n: usize) -> String {
         let mut href = String::from("/");
-        for segment in &self.segments {
-            href.push_str(&encode_segment(segment));
+        for i in 0..n {
+            href.push_str(&self.encoded_segment(i));
             href.push('/');
         }
         href
@@ -222,6 +320,91 @@ mod tests {
         assert_eq!(parse("/%FF"), Err(PathError::NotUtf8));
         assert_eq!(parse("*"), Err(PathError::NotAbsolute));
         assert_eq!(parse(""), Err(PathError::NotAbsolute));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn names_that_are_not_utf8_are_read_by_their_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = RequestPath::parse_any("/d%C3%A9j%C3%A0/caf%E9.txt", false).expect("parses");
+        assert_eq!(p.segments(), ["déjà", "caf\u{FFFD}.txt"]);
+        assert_eq!(
+            p.relative().as_os_str().as_bytes(),
+            b"d\xC3\xA9j\xC3\xA0/caf\xE9.txt"
+        );
+        assert_eq!(p.dir_href(), "/d%C3%A9j%C3%A0/caf%E9.txt/");
+        assert_eq!(p.href_through(1), "/d%C3%A9j%C3%A0/");
+        // `..` drops the exact bytes with the text.
+        let up = RequestPath::parse_any("/%FF/../a/%FE%FD/", false).expect("parses");
+        assert_eq!(up.relative().as_os_str().as_bytes(), b"a/\xFE\xFD");
+        assert_eq!(up.dir_href(), "/a/%FE%FD/");
+        // The same rules as any name: hidden, separators, NUL.
+        assert_eq!(
+            RequestPath::parse_any("/.%FF", false),
+            Err(PathError::Hidden)
+        );
+        assert_eq!(
+            RequestPath::parse_any("/%FF%2F", false),
+            Err(PathError::EncodedSeparator)
+        );
+        assert_eq!(
+            RequestPath::parse_any("/%FF%00", false),
+            Err(PathError::Nul)
+        );
+        // Writers and text protocols still refuse them; UTF-8 paths are the same either way.
+        assert_eq!(parse("/a/%FF"), Err(PathError::NotUtf8));
+        assert_eq!(RequestPath::parse_any("/a%20b/c", false), parse("/a%20b/c"));
+    }
+
+    #[cfg(unix)]
+    mod any_bytes {
+        use super::*;
+        use proptest::prelude::*;
+        use std::os::unix::ffi::OsStrExt;
+
+        /// A file name Unix allows: any bytes but `/` and NUL (and not `\\`, which servery
+        /// refuses everywhere), not hidden, not `.`/`..`.
+        fn name() -> impl Strategy<Value = Vec<u8>> {
+            proptest::collection::vec(any::<u8>(), 1..12).prop_filter("a plain name", |n| {
+                !n.iter().any(|&b| b == b'/' || b == 0 || b == b'\\') && n[0] != b'.'
+            })
+        }
+
+        proptest! {
+            /// Whatever the bytes, the link servery writes for a path names those bytes.
+            #[test]
+            fn links_name_the_exact_bytes(names in proptest::collection::vec(name(), 0..5)) {
+                let href: String = names
+                    .iter()
+                    .map(|n| format!("/{}", encode_segment_bytes(n)))
+                    .collect();
+                let href = if href.is_empty() { "/".to_owned() } else { href };
+                let Ok(path) = RequestPath::parse_any(&href, false) else {
+                    // Only a servery-private name may be refused.
+                    let private = names.iter().any(|n| {
+                        crate::write::is_private(&String::from_utf8_lossy(n))
+                    });
+                    prop_assert!(private, "{href} refused");
+                    return Ok(());
+                };
+                let joined = names.join(&b'/');
+                let exact = if names.is_empty() { b".".to_vec() } else { joined };
+                let relative = path.relative();
+                prop_assert_eq!(relative.as_os_str().as_bytes(), &exact[..]);
+                let again = RequestPath::parse_any(&path.dir_href(), false).expect("own link");
+                prop_assert_eq!(again.relative(), path.relative());
+                prop_assert_eq!(
+                    RequestPath::parse(&href, false).is_ok(),
+                    names.iter().all(|n| std::str::from_utf8(n).is_ok())
+                );
+            }
+
+            /// Any request target at all: an answer, never a panic.
+            #[test]
+            fn any_target_is_answered(raw in "/[%0-9A-Fa-f./\\\\a-z\u{80}-\u{10FFFF}]{0,40}") {
+                let _ = RequestPath::parse_any(&raw, true);
+            }
+        }
     }
 
     #[test]

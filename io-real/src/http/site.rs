@@ -369,7 +369,8 @@ impl Site {
         {
             return Ok(response);
         }
-        let path = RequestPath::parse(parts.uri.path(), self.show_hidden)?;
+        // Reading names a file by its exact bytes, UTF-8 or not.
+        let path = RequestPath::parse_any(parts.uri.path(), self.show_hidden)?;
         let want_body = parts.method == Method::GET;
         let runtime = Handle::try_current().map_err(|_| HttpError::Unavailable)?;
         let lookup = Lookup {
@@ -422,7 +423,7 @@ impl Site {
                     })
                     .await?;
                     let text = page::render::render_search(
-                        path.segments(),
+                        &path,
                         &results.0,
                         &results.1,
                         self.page_features(),
@@ -835,7 +836,7 @@ fn listing_response(
         )
     } else {
         let html = page::render::render(&page::render::Page {
-            segments: path.segments(),
+            dir: path,
             entries: &entries,
             query: &query,
             features,

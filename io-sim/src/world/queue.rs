@@ -111,4 +111,40 @@ mod tests {
         assert_eq!(order, [1, 3, 4, 0, 2]);
         assert_eq!(q.peek_at(), None);
     }
+
+    /// Random pushes and pops against the plainest queue there is: every pending event
+    /// with its time and schedule number, the least of both taken each time.
+    #[test]
+    fn events_leave_as_a_sorted_list_would_give_them() {
+        let mut rng = crate::rng::SimRng::new(7);
+        for _ in 0..200 {
+            let mut q = EventQueue::default();
+            let mut plain: Vec<(u64, u64, usize)> = Vec::new();
+            let mut scheduled = 0u64;
+            for _ in 0..rng.range(1, 300) {
+                if rng.chance(0.6) {
+                    // Few distinct times, so that many events share one.
+                    let at = rng.range(0, 40);
+                    let id = scheduled as usize;
+                    scheduled += 1;
+                    q.push(Instant::from_nanos(at), SimEvent::Fault(id));
+                    plain.push((at, scheduled, id));
+                } else {
+                    let expected = plain
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, (at, seq, _))| (*at, *seq))
+                        .map(|(i, _)| i)
+                        .map(|i| plain.remove(i));
+                    let got = q.pop().map(|(at, e)| match e {
+                        SimEvent::Fault(id) => (at.as_nanos(), id),
+                        _ => (u64::MAX, usize::MAX),
+                    });
+                    assert_eq!(got, expected.map(|(at, _, id)| (at, id)));
+                }
+                let least = plain.iter().map(|(at, _, _)| *at).min();
+                assert_eq!(q.peek_at().map(Instant::as_nanos), least);
+            }
+        }
+    }
 }

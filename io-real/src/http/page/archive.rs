@@ -136,7 +136,7 @@ pub fn scan(
         let mut names: Vec<String> = Vec::new();
         for entry in root.read_dir(&dir)? {
             let Ok(name) = entry?.file_name().into_string() else {
-                continue; // not UTF-8: neither listed nor served
+                continue; // not UTF-8: left out of archives (decision 0030)
             };
             if (!show_hidden && is_hidden(&name))
                 || crate::write::is_private(&name)

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use super::assets;
 use super::text::{human_size, kind_of, utc_date, utc_iso};
 use crate::http::listing::{Entry, ListingQuery, Order, SortKey};
-use crate::http::path::encode_segment;
+use crate::http::path::{RequestPath, encode_segment};
 
 /// What the page offers besides browsing; each switch mirrors a flag.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,8 +32,8 @@ pub struct Features {
 /// One directory page.
 #[derive(Debug, Clone, Copy)]
 pub struct Page<'a> {
-    /// The decoded segments of the directory's path; empty for the root.
-    pub segments: &'a [String],
+    /// The directory's path (its segments as text, its links from the exact bytes).
+    pub dir: &'a RequestPath,
     /// The entries, already sorted.
     pub entries: &'a [Entry],
     /// The sort the entries are in (drives the column headers).
@@ -114,16 +114,6 @@ pub fn display_name(name: &str) -> String {
     out
 }
 
-/// The directory's link (`/a/b/`), every segment percent-encoded.
-pub fn dir_href(segments: &[String]) -> String {
-    let mut href = String::from("/");
-    for segment in segments {
-        href.push_str(&encode_segment(segment));
-        href.push('/');
-    }
-    href
-}
-
 /// The decoded path shown to the reader (`/a/b/`), made safe for HTML.
 fn dir_title(segments: &[String]) -> String {
     let mut shown = String::from("/");
@@ -135,7 +125,8 @@ fn dir_title(segments: &[String]) -> String {
 }
 
 /// The page's head and the header bar (breadcrumbs, search), up to the opened `<main>`.
-pub fn push_head(html: &mut String, segments: &[String], title: &str, features: Features) {
+pub fn push_head(html: &mut String, dir: &RequestPath, title: &str, features: Features) {
+    let segments = dir.segments();
     let _ = write!(
         html,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -150,7 +141,7 @@ pub fn push_head(html: &mut String, segments: &[String], title: &str, features: 
          <header class=\"top\"><nav class=\"crumbs\" aria-label=\"Breadcrumb\"><ol>",
         css = assets::STYLE.href(),
         js = assets::SCRIPT.href(),
-        dir = html_escape(&dir_href(segments)),
+        dir = html_escape(&dir.dir_href()),
         upload = if features.upload { " data-upload" } else { "" },
         dav = if features.dav_writes { " data-dav" } else { "" },
     );
@@ -171,7 +162,7 @@ pub fn push_head(html: &mut String, segments: &[String], title: &str, features: 
             let _ = write!(
                 html,
                 "<li><a href=\"{}\">{}</a></li>",
-                dir_href(&segments[..=i]),
+                dir.href_through(i + 1),
                 display_name(segment)
             );
         }
@@ -196,16 +187,16 @@ pub fn push_tail(html: &mut String) {
 /// Renders the directory page.
 pub fn render(page: &Page<'_>) -> String {
     let Page {
-        segments,
+        dir,
         entries,
         query,
         features,
         readme,
         qr_base,
     } = *page;
-    let title = format!("Index of {}", dir_title(segments));
+    let title = format!("Index of {}", dir_title(dir.segments()));
     let mut html = String::with_capacity(2048 + entries.len() * 330);
-    push_head(&mut html, segments, &title, features);
+    push_head(&mut html, dir, &title, features);
     let _ = write!(html, "<h1>{title}</h1>\n<div class=\"tools\">");
     html.push_str(
         "<div class=\"filter\" hidden><label for=\"filter\">Filter</label> \
@@ -232,7 +223,7 @@ pub fn render(page: &Page<'_>) -> String {
         header_cell("Size", "size", SortKey::Size, query),
         header_cell("Modified", "time", SortKey::Mtime, query),
     );
-    if !segments.is_empty() {
+    if !dir.is_root() {
         html.push_str(
             "<tr class=\"k-up\"><td class=\"name\"><a href=\"../\">Parent folder</a></td>\
              <td class=\"size\"></td><td class=\"time\"></td></tr>\n",
@@ -252,7 +243,7 @@ pub fn render(page: &Page<'_>) -> String {
         );
     }
     if let Some(base) = qr_base {
-        let url = format!("{}{}", base.trim_end_matches('/'), dir_href(segments));
+        let url = format!("{}{}", base.trim_end_matches('/'), dir.dir_href());
         html.push_str(&super::qr::aside(&url).unwrap_or_default());
     }
     push_tail(&mut html);
@@ -261,7 +252,7 @@ pub fn render(page: &Page<'_>) -> String {
 
 /// Renders the results of a recursive search below the directory.
 pub fn render_search(
-    segments: &[String],
+    dir: &RequestPath,
     needle: &str,
     results: &super::search::Results,
     features: Features,
@@ -269,10 +260,10 @@ pub fn render_search(
     let title = format!(
         "Search for “{}” in {}",
         display_name(needle),
-        dir_title(segments)
+        dir_title(dir.segments())
     );
     let mut html = String::with_capacity(2048 + results.hits.len() * 360);
-    push_head(&mut html, segments, &title, features);
+    push_head(&mut html, dir, &title, features);
     let _ = write!(
         html,
         "<h1>{title}</h1>\n<div class=\"tools\"><p><a href=\"./\">Back to the folder</a></p>\
@@ -329,7 +320,7 @@ fn push_upload(html: &mut String) {
 /// One table row. The name cell links to the entry; the size and time cells show human
 /// values with the exact ones in `title`.
 pub fn push_row(html: &mut String, e: &Entry) {
-    let href = format!("./{}", encode_segment(&e.name));
+    let href = format!("./{}", e.url_segment());
     push_row_at(html, e, &href, &e.name);
 }
 
@@ -393,12 +384,19 @@ mod tests {
             is_dir,
             size,
             mtime,
+            href: None,
         }
+    }
+
+    /// The request path of a directory with these (decoded) segments.
+    fn dir_of(segments: &[String]) -> RequestPath {
+        let encoded: Vec<String> = segments.iter().map(|s| encode_segment(s)).collect();
+        RequestPath::parse_any(&format!("/{}", encoded.join("/")), true).expect("a path")
     }
 
     fn page(segments: &[String], entries: &[Entry], features: Features) -> String {
         render(&Page {
-            segments,
+            dir: &dir_of(segments),
             entries,
             query: &ListingQuery::default(),
             features,
@@ -447,6 +445,31 @@ mod tests {
         assert!(html.contains("<li aria-current=\"page\">&lt;d&gt;</li>"));
     }
 
+    #[cfg(unix)]
+    #[test]
+    fn names_that_are_not_utf8_show_as_text_and_link_by_their_bytes() {
+        let dir = RequestPath::parse_any("/caf%E9/sub", true).expect("a path");
+        let mut file = entry("r\u{FFFD}sum\u{FFFD}.txt", false, 1, 0);
+        file.href = Some("r%E9sum%E9.txt".into());
+        let html = render(&Page {
+            dir: &dir,
+            entries: &[file],
+            query: &ListingQuery::default(),
+            features: Features::default(),
+            readme: None,
+            qr_base: None,
+        });
+        assert!(
+            html.contains("href=\"./r%E9sum%E9.txt\">r\u{FFFD}sum\u{FFFD}.txt</a>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<li><a href=\"/caf%E9/\">caf\u{FFFD}</a></li>"),
+            "{html}"
+        );
+        assert!(html.contains("data-dir=\"/caf%E9/sub/\""), "{html}");
+    }
+
     #[test]
     fn search_results_link_below_the_folder() {
         let results = crate::http::page::search::Results {
@@ -456,7 +479,12 @@ mod tests {
             }],
             cut_short: true,
         };
-        let html = render_search(&["d".to_owned()], "<x>", &results, Features::default());
+        let html = render_search(
+            &dir_of(&["d".to_owned()]),
+            "<x>",
+            &results,
+            Features::default(),
+        );
         assert!(
             html.contains("href=\"./a%20b/%3Cx%3E.txt\">a b/&lt;x&gt;.txt</a>"),
             "{html}"
@@ -534,7 +562,7 @@ mod tests {
             json: false,
         };
         let html = render(&Page {
-            segments: &[],
+            dir: &dir_of(&[]),
             entries: &[],
             query: &q,
             features: Features::default(),

@@ -136,6 +136,7 @@ pub fn search(
                         is_dir: meta.is_dir(),
                         size: if meta.is_file() { meta.len() } else { 0 },
                         mtime,
+                        href: None,
                     },
                 });
             }
