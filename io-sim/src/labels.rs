@@ -116,6 +116,14 @@ pub const DAV_LOCK_EXPIRED: &str = "a dav lock expired";
 pub const DAV_STALE_TOKEN_REFUSED: &str =
     "a dav write with an ended lock's token failed its precondition";
 
+// The certificate manager and the TLS hand-off (`crate::certs`).
+/// The simulated CA issued a certificate the plan got wrong (older, expired, a name
+/// missing).
+pub const CA_MISISSUED: &str = "the ca issued a wrong certificate";
+/// A worker spawned after a renewal was installed got the renewed identity first.
+pub const WORKER_STARTED_WITH_RENEWED_IDENTITY: &str =
+    "a worker started after a renewal got the renewed identity";
+
 /// Every label above.
 pub const ALL: &[&str] = &[
     LEASE_REVOKED_ON_DEATH,
@@ -172,4 +180,6 @@ pub const ALL: &[&str] = &[
     DAV_LOCK_UNLOCKED,
     DAV_LOCK_EXPIRED,
     DAV_STALE_TOKEN_REFUSED,
+    CA_MISISSUED,
+    WORKER_STARTED_WITH_RENEWED_IDENTITY,
 ];

@@ -8,6 +8,7 @@
 //! [`rng::SimRng`], so a seed replays bit-for-bit.
 #![forbid(unsafe_code)]
 
+pub mod certs;
 mod conns;
 mod dav;
 mod fs;
@@ -42,6 +43,10 @@ pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     let mut world = SimWorld::new(spec);
     let seed = world.rng_seed();
     let mut parent = Parent::new(config, platform, seed);
+    if let Some((acme, tls)) = world.certs_parent() {
+        parent = parent.with_acme(acme);
+        parent.start_tls(tls);
+    }
     let end = driver::run(&mut parent, &mut world, servery_core::Instant::ZERO);
     Ok(world.finish(end))
 }

@@ -309,6 +309,8 @@ pub struct Outcome {
     pub upload_log: Vec<UploadRecord>,
     /// WebDAV requests and the broker's lock table (empty without a DAV workload).
     pub dav: DavOutcome,
+    /// The certificate manager and the workers' identities (with a certificate plan).
+    pub certs: crate::certs::CertOutcome,
     /// Coverage labels reached (see [`crate::labels`] and the scenarios' goals).
     pub coverage: BTreeSet<&'static str>,
     pub events: u64,

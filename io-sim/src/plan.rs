@@ -127,6 +127,9 @@ pub struct Workload {
     /// WebDAV lock clients and writers; `None` (the default) models no WebDAV at all,
     /// and a run draws, schedules and traces exactly what it did before DAV existed.
     pub dav: Option<DavWorkload>,
+    /// TLS with an ACME certificate manager and a simulated CA; `None` (the default)
+    /// serves cleartext, and a run draws, schedules and traces what it did before.
+    pub certs: Option<crate::certs::CertPlan>,
 }
 
 impl Default for Workload {
@@ -143,6 +146,7 @@ impl Default for Workload {
             log_write_rate: 50_000.0,
             until: Duration::from_secs(3600),
             dav: None,
+            certs: None,
         }
     }
 }

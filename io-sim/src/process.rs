@@ -332,6 +332,10 @@ impl SimWorld {
             if p.wedged {
                 break;
             }
+            self.certs_worker_message(worker, &m);
+            let Some(p) = self.procs.get_mut(&worker) else {
+                return;
+            };
             match m {
                 ParentMessage::Broker { id, reply } => {
                     if let Some(c) = p.client.on_reply(now, id, reply) {
@@ -540,14 +544,17 @@ impl SimWorld {
         }
         p.life.request_served();
         p.life.connection_closed(now);
-        self.out.requests.ok += 1;
-        if self.waited_emfile.remove(&conn) {
-            self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
-        }
         let crash_after = match p.behavior {
             Behavior::CrashAfterRequests(n) => p.life.requests() >= n,
             _ => false,
         };
+        // Over TLS, a worker holding no identity fails the handshake.
+        if self.certs_served(worker) {
+            self.out.requests.ok += 1;
+        }
+        if self.waited_emfile.remove(&conn) {
+            self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
+        }
         if self.spec.workload.access_log {
             self.out.log.produced += 1;
             self.append_log(worker, "GET / 200".to_string());

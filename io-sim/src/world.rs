@@ -102,6 +102,8 @@ pub(crate) enum SimEvent {
     DavClientStep {
         client: usize,
     },
+    /// The CA, the state directory or the operator, for the certificate manager.
+    Cert(crate::certs::CertStep),
 }
 
 impl SimEvent {
@@ -129,6 +131,7 @@ impl SimEvent {
             SimEvent::DavClientArrival => (20, 0),
             SimEvent::DavWriteArrival => (21, 0),
             SimEvent::DavClientStep { client } => (22, *client as u64),
+            SimEvent::Cert(step) => (23, step.code()),
         }
     }
 }
@@ -153,7 +156,7 @@ pub struct SimWorld {
     pub(crate) now: Instant,
     pub(crate) rng: SimRng,
     queue: EventQueue,
-    inbox: VecDeque<Event>,
+    pub(crate) inbox: VecDeque<Event>,
     pub(crate) procs: ProcTable,
     decoders: BTreeMap<WorkerId, FrameDecoder>,
     next_pid: u32,
@@ -213,6 +216,8 @@ pub struct SimWorld {
     /// WebDAV clients, workers' DAV requests and the lock-table oracle (with a DAV
     /// workload only).
     pub(crate) dav: Option<DavSim>,
+    /// The CA and the workers' identities (with a certificate plan only).
+    pub(crate) certs: Option<crate::certs::CertSim>,
     pub(crate) trace: Trace,
     pub(crate) out: Outcome,
 }
@@ -280,6 +285,7 @@ impl SimWorld {
             spins: 0,
             proc_bound: workers + 1,
             dav: None,
+            certs: None,
             trace,
             out: Outcome {
                 seed: spec.seed,
@@ -318,6 +324,7 @@ impl SimWorld {
             w.schedule_in(Duration::from_secs_f64(d), SimEvent::UploadArrival);
         }
         w.dav_start();
+        w.certs_start();
         w
     }
 
@@ -505,6 +512,7 @@ impl SimWorld {
             SimEvent::DavClientArrival => self.dav_client_arrival(),
             SimEvent::DavWriteArrival => self.dav_write_arrival(),
             SimEvent::DavClientStep { client } => self.dav_client_step(client),
+            SimEvent::Cert(step) => self.cert_step(step),
         }
         None
     }

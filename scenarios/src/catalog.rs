@@ -10,6 +10,7 @@ use servery_sim::{
     Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
 };
 
+use crate::catalog_certs as certs;
 use crate::catalog_chaos as chaos_;
 use crate::catalog_dav as dav;
 use crate::catalog_io_faults as io;
@@ -41,6 +42,10 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "clock jump replaced nobody healthy",
     "dav lock survived crash, recycle, reload",
     "dav lock table saturated, then granted again",
+    "certificate renewed on time",
+    "ca failures retried at the cap, then renewed",
+    "tls hand-off survived a worker crash",
+    "reload during a renewal handed off",
 ];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -293,6 +298,34 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "dav-lock-table-saturation",
         about: "a burst of LOCKs beyond broker.max_dav_locks: the table never exceeds its limit, a LOCK is Saturated exactly when it is full, no lock is lost or outlives its UNLOCK or timeout, and once the burst's locks end the table grants up to its limit again",
         build: dav::lock_table_saturation,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "acme-renewal-on-time",
+        about: "the certificate manager renews at two thirds of the lifetime (or inside the CA's ARI window), twice, across a recycle: every live worker holds the new identity within 50 ms, a worker started later gets it first, no request fails or meets an expired certificate",
+        build: certs::renewal_on_time,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "acme-ca-failures-retry",
+        about: "the CA is unreachable, refuses, fails validation or goes silent across the renewal, and may then issue a wrong certificate: retries wait a jittered, capped backoff, the old certificate stays in service, a wrong one is never installed, and it is renewed before it expires",
+        build: certs::ca_failures_retry,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "tls-handoff-worker-crash",
+        about: "kill -9 of a worker around each of two forced renewals (ctl acme-renew): the replacement's first message is the current identity, every live worker holds each new one within 50 ms, no handshake fails",
+        build: certs::handoff_worker_crash,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "acme-reload-during-renewal",
+        about: "a reload to a new worker count lands while a slow CA handles a forced renewal: candidates start with the identity current at their spawn and get the renewed one within 50 ms; zero failed requests",
+        build: certs::reload_during_renewal,
         kinds: &[],
         no_swarm: None,
     },

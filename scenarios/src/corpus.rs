@@ -310,6 +310,14 @@ pub fn plan_digest(spec: &SimSpec) -> String {
         let max_locks = spec.config.broker.max_dav_locks;
         out.push_str(&format!(",max_locks:{max_locks}"));
     }
+    if let Some(c) = &w.certs {
+        out.push_str(&format!(
+            " certs=life:{},outages:{},renew:{}",
+            ms(c.lifetime),
+            c.outages.len(),
+            c.renew_now.len()
+        ));
+    }
     if !spec.faults.is_empty() {
         let faults: Vec<String> = spec
             .faults

@@ -1,8 +1,10 @@
 //! ACME against a real CA: pebble (with pebble-challtestsrv answering its DNS, every name
 //! on loopback) validates servery's HTTP-01 answers on its cleartext port and issues.
 //! Issuance from nothing, a restart that reuses the stored account and certificate
-//! without an order, and a failing validation that keeps the certificate in service,
-//! reports the error and retries.
+//! without an order, a forced renewal under load (wrk's keep-alive connections and a
+//! loop of new TLS connections: no request fails, the served serial changes), and a
+//! failing validation that keeps the certificate in service, reports the error and
+//! retries.
 
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -290,6 +292,177 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
         leaf,
         "the stored certificate is served from the start"
     );
+}
+
+/// What a loop of new TLS connections saw: requests answered 200, requests that failed
+/// (with why), and each distinct leaf certificate in the order it first appeared.
+#[derive(Default)]
+struct Handshakes {
+    ok: u64,
+    failed: Vec<String>,
+    leaves: Vec<Vec<u8>>,
+}
+
+/// One `GET /hello.txt` on a new TLS connection (`Connection: close`): the leaf it was
+/// served with, or why it failed.
+fn get_on_new_connection(addr: SocketAddr) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Write};
+    let mut tls = tls_client::connect(addr, "localhost", tls_client::accept_any(&[b"http/1.1"]))?;
+    let leaf = tls
+        .conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .ok_or("no certificate")?;
+    tls.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    let read = tls.read_to_end(&mut answer);
+    let whole = answer.starts_with(b"HTTP/1.1 200") && answer.ends_with(HELLO);
+    match (whole, read) {
+        (true, _) => Ok(leaf),
+        (false, Err(e)) => Err(format!("read: {e}")),
+        (false, Ok(_)) => Err(format!("answer: {:?}", String::from_utf8_lossy(&answer))),
+    }
+}
+
+/// wrk's keep-alive load for `seconds`: (requests, and what it reported as errors).
+fn wrk(addr: SocketAddr, seconds: u32) -> std::thread::JoinHandle<(u64, Vec<String>)> {
+    need("wrk");
+    let url = format!("https://127.0.0.1:{}/hello.txt", addr.port());
+    std::thread::spawn(move || {
+        let out = Command::new("wrk")
+            .args([
+                "-t2",
+                "-c8",
+                &format!("-d{seconds}s"),
+                "--timeout",
+                "2s",
+                &url,
+            ])
+            .output()
+            .expect("run wrk");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "wrk: {text}");
+        let requests = text
+            .lines()
+            .find_map(|l| l.trim().split_once(" requests in "))
+            .and_then(|(n, _)| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no request count in wrk's report: {text}"));
+        let errors = text
+            .lines()
+            .filter(|l| l.contains("Socket errors") || l.contains("Non-2xx"))
+            .map(str::to_owned)
+            .collect();
+        (requests, errors)
+    })
+}
+
+#[test]
+fn a_forced_renewal_under_load_fails_no_request_and_a_client_sees_the_new_serial() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let tree = Tree::new("acme-load");
+    let ca = start_ca(&tree.dir.clone());
+    let state = tree.dir.join("acme-state");
+    let args = ca.args(&state, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(&tree, 2, &args, &[]);
+    let issued = wait_acme(&server, "issued", Duration::from_secs(60), |a| {
+        a["state"] == "valid"
+    });
+    let (first, _) = wait_until(
+        Duration::from_secs(20),
+        "pebble's certificate served",
+        || Some(served_leaf(server.addr)).filter(|d| by_pebble(d)),
+    );
+
+    // Load: wrk's keep-alive connections, and a loop of new connections, each a full
+    // handshake that shows the certificate served at that moment.
+    let load = wrk(server.addr, 8);
+    let seen = Arc::new(Mutex::new(Handshakes::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let looping = {
+        let (seen, stop, addr) = (Arc::clone(&seen), Arc::clone(&stop), server.addr);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let result = get_on_new_connection(addr);
+                let mut s = seen.lock().expect("lock");
+                match result {
+                    Ok(leaf) => {
+                        s.ok += 1;
+                        if !s.leaves.contains(&leaf) {
+                            s.leaves.push(leaf);
+                        }
+                    }
+                    Err(why) => s.failed.push(why),
+                }
+            }
+        })
+    };
+    let handshakes = |n: u64| {
+        let seen = Arc::clone(&seen);
+        move || {
+            let s = seen.lock().expect("lock");
+            (s.ok >= n).then_some(())
+        }
+    };
+    wait_until(Duration::from_secs(5), "the load under way", handshakes(20));
+
+    server
+        .ctl(&json!({"cmd": "acme-renew"}))
+        .expect("acme-renew");
+    let renewed = wait_acme(&server, "renewed", Duration::from_secs(30), |a| {
+        a["state"] == "valid" && a["serial"] != issued["serial"]
+    });
+    let new_leaf = {
+        let (seen, first) = (Arc::clone(&seen), first.clone());
+        move || {
+            let s = seen.lock().expect("lock");
+            s.leaves.iter().find(|l| **l != first).cloned()
+        }
+    };
+    let (second, _) = wait_until(
+        Duration::from_secs(10),
+        "a new connection served the renewed certificate",
+        new_leaf,
+    );
+    // Some more load on the renewed certificate, then stop.
+    let after = seen.lock().expect("lock").ok;
+    wait_until(
+        Duration::from_secs(5),
+        "load after the renewal",
+        handshakes(after + 20),
+    );
+    assert!(
+        !load.is_finished(),
+        "the renewal outlasted the load: lengthen wrk's run"
+    );
+    stop.store(true, Ordering::Relaxed);
+    looping.join().expect("the loop");
+    let (wrk_requests, wrk_errors) = load.join().expect("wrk");
+
+    let s = seen.lock().expect("lock");
+    assert!(
+        s.failed.is_empty(),
+        "new connections failed: {:?}",
+        s.failed
+    );
+    assert!(wrk_errors.is_empty(), "wrk: {wrk_errors:?}");
+    assert!(wrk_requests > 100, "wrk made only {wrk_requests} requests");
+    assert!(by_pebble(&second), "the new leaf is pebble's");
+    assert_eq!(
+        s.leaves,
+        vec![first, second],
+        "the old certificate, then the renewed one, and no other"
+    );
+    assert_eq!(
+        served_leaf(server.addr),
+        s.leaves[1],
+        "{renewed}: the renewed certificate is served"
+    );
+    assert_eq!(server.status()["restarts"], 0);
 }
 
 #[test]

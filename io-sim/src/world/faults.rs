@@ -182,7 +182,7 @@ impl SimWorld {
                 | SimEvent::Stop
                 | SimEvent::Liveness
                 | SimEvent::LogWriterDone { .. }
-        )
+        ) || matches!(event, SimEvent::Cert(step) if step.for_the_parent())
     }
 
     /// The stalled parent runs again: what reached it meanwhile sits in its channels,

@@ -102,8 +102,7 @@ impl ParentIo for SimWorld {
             ParentAction::Singleton(action) => return self.singleton(action),
             // The simulated host keeps no journal: its parent never restarts.
             ParentAction::PersistDavLocks(_) => return,
-            // No scenario runs a certificate manager yet: nothing asks for ACME I/O.
-            ParentAction::Acme(_) => return,
+            ParentAction::Acme(action) => return self.acme_action(now, action),
             // The randomness a ticket key is minted from: the simulated host's own.
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
                 let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
@@ -398,6 +397,9 @@ impl ParentIo for SimWorld {
         self.out.leases_at_exit = broker.leases().count() + broker.reservation_count();
         if self.dav.is_some() {
             self.dav_observe(now, parent);
+        }
+        if self.certs.is_some() {
+            self.certs_observe(now, parent);
         }
     }
 }
