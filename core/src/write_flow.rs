@@ -47,6 +47,8 @@ pub enum WriteFailure {
     PreconditionFailed,
     /// The target is a directory.
     IsDirectory,
+    /// What the operation works on does not exist (a tree operation's source).
+    NotFound,
     /// The content could not be had (client gone, body too large or stalled).
     Source,
     /// The file system is full (or the quota is).
