@@ -272,6 +272,18 @@ impl Broker {
             }
             BrokerRequest::ReleaseReservation { id } => self.release_reservation(owner, id),
             BrokerRequest::AcquireLease { key } => self.acquire_lease(now, owner, key),
+            BrokerRequest::DavWriteLease {
+                key,
+                resource,
+                reach,
+                submitted,
+            } => {
+                if self.dav.write_allowed(now, &resource, reach, &submitted) {
+                    self.acquire_lease(now, owner, key)
+                } else {
+                    BrokerReply::Rejected(Rejection::Locked)
+                }
+            }
             BrokerRequest::RenewLease { id } => self.renew(now, owner, id),
             BrokerRequest::ReleaseLease { id } => self.release_lease(owner, id),
             BrokerRequest::ReservePartial { key, bytes } => {
