@@ -70,7 +70,7 @@ fn run(
         }
         taken += 1;
         assert!(taken < 100, "the flow ends");
-        let must_hold = |held: &Vec<LeaseId>| {
+        let must_hold = |held: &[LeaseId]| {
             let need = if matches!(op, TreeOp::Copy { .. } | TreeOp::Move) {
                 2
             } else {

@@ -5,19 +5,23 @@ use std::sync::{Arc, Mutex};
 
 use servery_core::broker::{Broker, Owner};
 use servery_core::config::RawConfig;
-use servery_core::proto::{
-    DavDepth, FrameDecoder, MAX_FRAME_DEFAULT, TargetKey, WorkerMessage,
-};
+use servery_core::proto::{DavDepth, FrameDecoder, MAX_FRAME_DEFAULT, TargetKey, WorkerMessage};
 use servery_core::rng::CoreRng;
 use servery_core::{Generation, Instant, WorkerId};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::*;
 
-/// The worker's client wired to a core broker in this task; returns the client and the
-/// log of requests the broker received.
-fn wired() -> (BrokerHandle, Arc<Mutex<Vec<BrokerRequest>>>, Arc<Mutex<Broker>>) {
-    let limits = RawConfig::default().validate().expect("valid").broker().clone();
+type Log = Arc<Mutex<Vec<BrokerRequest>>>;
+
+/// The worker's client wired to a core broker in this task; returns the client, the log
+/// of requests the broker received, and the broker.
+fn wired() -> (BrokerHandle, Log, Arc<Mutex<Broker>>) {
+    let limits = RawConfig::default()
+        .validate()
+        .expect("valid")
+        .broker()
+        .clone();
     let broker = Arc::new(Mutex::new(Broker::new(limits, CoreRng::from_seed([3; 32]))));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (tx, mut rx) = unbounded_channel::<Vec<u8>>();
@@ -103,8 +107,7 @@ async fn a_dav_write_lease_is_one_round_trip() {
         }
     };
     seen.lock().expect("log").clear();
-    let refused =
-        Grant::lease_checked(&handle, &key(), Duration::ZERO, Some(&check(vec![]))).await;
+    let refused = Grant::lease_checked(&handle, &key(), Duration::ZERO, Some(&check(vec![]))).await;
     assert!(matches!(refused, Err(WriteError::Locked)), "{refused:?}");
     let granted = Grant::lease_checked(&handle, &key(), Duration::ZERO, Some(&check(vec![token])))
         .await
