@@ -272,13 +272,11 @@ impl Broker {
             }
             BrokerRequest::ReleaseReservation { id } => self.release_reservation(owner, id),
             BrokerRequest::AcquireLease { key } => self.acquire_lease(now, owner, key),
-            BrokerRequest::DavWriteLease {
-                key,
-                resource,
-                reach,
-                submitted,
-            } => {
-                if self.dav.write_allowed(now, &resource, reach, &submitted) {
+            BrokerRequest::DavWriteLease { key, check } => {
+                if self
+                    .dav
+                    .write_allowed(now, &check.resource, check.reach, &check.submitted)
+                {
                     self.acquire_lease(now, owner, key)
                 } else {
                     BrokerReply::Rejected(Rejection::Locked)

@@ -503,18 +503,13 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(15);
             w.str(token);
         }
-        BrokerRequest::DavWriteLease {
-            key,
-            resource,
-            reach,
-            submitted,
-        } => {
+        BrokerRequest::DavWriteLease { key, check } => {
             w.u8(16);
             put_key(w, key);
-            w.str(resource);
-            w.bool(reach.membership);
-            w.bool(reach.tree);
-            let submitted = &submitted[..submitted.len().min(MAX_SUBMITTED_TOKENS)];
+            w.str(&check.resource);
+            w.bool(check.reach.membership);
+            w.bool(check.reach.tree);
+            let submitted = &check.submitted[..check.submitted.len().min(MAX_SUBMITTED_TOKENS)];
             w.u8(submitted.len() as u8);
             for token in submitted {
                 w.u128(token.0);
@@ -585,9 +580,11 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
                 .collect::<Result<_, _>>()?;
             BrokerRequest::DavWriteLease {
                 key,
-                resource,
-                reach,
-                submitted,
+                check: Box::new(DavWriteCheck {
+                    resource,
+                    reach,
+                    submitted,
+                }),
             }
         }
         t => return Err(ProtoError::UnknownTag(t)),

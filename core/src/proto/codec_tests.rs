@@ -49,9 +49,11 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
             .prop_map(|(key, resource, (membership, tree), tokens)| {
                 BrokerRequest::DavWriteLease {
                     key,
-                    resource,
-                    reach: crate::proto::DavReach { membership, tree },
-                    submitted: tokens.into_iter().map(LeaseId).collect(),
+                    check: Box::new(crate::proto::DavWriteCheck {
+                        resource,
+                        reach: crate::proto::DavReach { membership, tree },
+                        submitted: tokens.into_iter().map(LeaseId).collect(),
+                    }),
                 }
             }),
     ]

@@ -120,11 +120,8 @@ pub enum BrokerRequest {
     /// then asks [`BrokerRequest::DavQuery`] to name the locks in its 423).
     DavWriteLease {
         key: TargetKey,
-        /// The canonical path the write changes.
-        resource: String,
-        reach: DavReach,
-        /// The lock tokens the client submitted (at most [`MAX_SUBMITTED_TOKENS`]).
-        submitted: Vec<LeaseId>,
+        /// Boxed: it would make every message the channels carry larger.
+        check: Box<DavWriteCheck>,
     },
     /// One access-log record for the parent's sole log handle.
     AppendLog {
@@ -144,6 +141,16 @@ pub enum BrokerRequest {
 /// The most lock tokens one [`BrokerRequest::DavWriteLease`] carries; a request that
 /// submits more is checked the slower way (queries, then a plain lease).
 pub const MAX_SUBMITTED_TOKENS: usize = 64;
+
+/// The lock check of a [`BrokerRequest::DavWriteLease`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavWriteCheck {
+    /// The canonical path the write changes.
+    pub resource: String,
+    pub reach: DavReach,
+    /// The lock tokens the client submitted (at most [`MAX_SUBMITTED_TOKENS`]).
+    pub submitted: Vec<LeaseId>,
+}
 
 /// What a WebDAV write changes, for the lock check (RFC 4918 §7.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use servery_core::LeaseId;
-use servery_core::proto::{BrokerReply, BrokerRequest, DavReach, Rejection, TargetKey};
+use servery_core::proto::{
+    BrokerReply, BrokerRequest, DavReach, DavWriteCheck, Rejection, TargetKey,
+};
 
 use super::WriteError;
 use crate::worker::broker::BrokerHandle;
@@ -118,9 +120,11 @@ impl Grant {
             None => BrokerRequest::AcquireLease { key: key.clone() },
             Some(c) => BrokerRequest::DavWriteLease {
                 key: key.clone(),
-                resource: c.resource.clone(),
-                reach: c.reach,
-                submitted: c.submitted.clone(),
+                check: Box::new(DavWriteCheck {
+                    resource: c.resource.clone(),
+                    reach: c.reach,
+                    submitted: c.submitted.clone(),
+                }),
             },
         };
         let give_up = tokio::time::Instant::now() + wait;
