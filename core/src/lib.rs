@@ -22,6 +22,7 @@ pub mod supervisor;
 pub mod tftp;
 pub mod time;
 pub mod tls_material;
+pub mod tree_flow;
 pub mod worker;
 pub mod write_flow;
 

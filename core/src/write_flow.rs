@@ -47,6 +47,10 @@ pub enum WriteFailure {
     PreconditionFailed,
     /// The target is a directory.
     IsDirectory,
+    /// What the operation works on does not exist (a tree operation's source).
+    NotFound,
+    /// The write would break a WebDAV lock whose token was not submitted.
+    Locked,
     /// The content could not be had (client gone, body too large or stalled).
     Source,
     /// The file system is full (or the quota is).
@@ -67,6 +71,7 @@ impl WriteFailure {
             Rejection::NotFound | Rejection::NotOwner | Rejection::Revoked => {
                 WriteFailure::LeaseLost
             }
+            Rejection::Locked => WriteFailure::Locked,
         }
     }
 }

@@ -21,8 +21,10 @@
 //!   lock's root, which holds when a lock that applies to the root has it (else 412).
 //!   Then `Reach::MEMBER`: every lock that applies to the file, and every lock rooted at
 //!   its parent (membership), needs a submitted token of its root, else 423. The real
-//!   worker asks once more for the `If` (three queries); here one answer per path serves
-//!   both.
+//!   worker now sends this check with its target lease (`DavWriteLease`, one request,
+//!   decision 0029) and queries only to evaluate an `If` header or to name the locks of
+//!   a refusal; this model still decides from query answers, by the same rule (the
+//!   broker's `write_check_tests` compare the two).
 
 use core::time::Duration;
 use std::collections::BTreeMap;

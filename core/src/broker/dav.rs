@@ -9,7 +9,7 @@ use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::{Generation, LeaseId};
-use crate::proto::{DavDepth, DavLockInfo, Rejection};
+use crate::proto::{DavDepth, DavLockInfo, DavReach, Rejection};
 use crate::time::Instant;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +33,16 @@ pub struct DavTable {
 /// Whether `a` is `b` or one of its ancestors.
 fn covers_path(a: &str, b: &str) -> bool {
     a == b || a == "/" || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
+}
+
+/// The collection `path` is a member of; `None` for the root.
+fn parent_path(path: &str) -> Option<&str> {
+    match path.rfind('/') {
+        _ if path == "/" => None,
+        Some(0) => Some("/"),
+        Some(i) => Some(&path[..i]),
+        None => None,
+    }
 }
 
 impl DavTable {
@@ -170,6 +180,34 @@ impl DavTable {
             restored.push((l.token, expires_at));
         }
         restored
+    }
+
+    /// Whether a write that changes `reach` of `resource` breaks no live lock: for every
+    /// lock protecting what it changes (one that applies to the resource, one below it
+    /// when the whole tree changes, one rooted at its parent collection when its
+    /// membership does), a token of a lock with the same root was submitted (RFC 4918
+    /// §7.4: one token per lock root is enough). The worker's own check of a query's
+    /// answer judges the same way.
+    pub fn write_allowed(
+        &self,
+        now: Instant,
+        resource: &str,
+        reach: DavReach,
+        submitted: &[LeaseId],
+    ) -> bool {
+        let parent = parent_path(resource);
+        let protecting = |l: &DavLock| {
+            l.expires_at > now
+                && (l.resource == resource
+                    || (l.depth == DavDepth::Infinity && covers_path(&l.resource, resource))
+                    || (reach.tree && covers_path(resource, &l.resource))
+                    || (reach.membership && parent == Some(l.resource.as_str())))
+        };
+        self.locks.values().filter(|l| protecting(l)).all(|lock| {
+            self.locks.iter().any(|(token, l)| {
+                l.resource == lock.resource && protecting(l) && submitted.contains(token)
+            })
+        })
     }
 
     pub fn query(&self, now: Instant, resource: &str) -> Vec<DavLockInfo> {
@@ -342,3 +380,7 @@ mod tests {
         .expect("free after unlock");
     }
 }
+
+#[cfg(test)]
+#[path = "dav_write_check_tests.rs"]
+mod write_check_tests;

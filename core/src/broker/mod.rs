@@ -272,6 +272,16 @@ impl Broker {
             }
             BrokerRequest::ReleaseReservation { id } => self.release_reservation(owner, id),
             BrokerRequest::AcquireLease { key } => self.acquire_lease(now, owner, key),
+            BrokerRequest::DavWriteLease { key, check } => {
+                if self
+                    .dav
+                    .write_allowed(now, &check.resource, check.reach, &check.submitted)
+                {
+                    self.acquire_lease(now, owner, key)
+                } else {
+                    BrokerReply::Rejected(Rejection::Locked)
+                }
+            }
             BrokerRequest::RenewLease { id } => self.renew(now, owner, id),
             BrokerRequest::ReleaseLease { id } => self.release_lease(owner, id),
             BrokerRequest::ReservePartial { key, bytes } => {

@@ -312,6 +312,7 @@ fn request_what(request: &BrokerRequest) -> &'static str {
         }
         BrokerRequest::DavLock { .. } => "a DAV lock request",
         BrokerRequest::DavQuery { .. } => "a DAV query",
+        BrokerRequest::DavWriteLease { .. } => "a DAV write lease",
         BrokerRequest::AppendLog { .. } => "an access-log record",
         _ => "a broker request",
     }
@@ -502,6 +503,18 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(15);
             w.str(token);
         }
+        BrokerRequest::DavWriteLease { key, check } => {
+            w.u8(16);
+            put_key(w, key);
+            w.str(&check.resource);
+            w.bool(check.reach.membership);
+            w.bool(check.reach.tree);
+            let submitted = &check.submitted[..check.submitted.len().min(MAX_SUBMITTED_TOKENS)];
+            w.u8(submitted.len() as u8);
+            for token in submitted {
+                w.u128(token.0);
+            }
+        }
     }
 }
 
@@ -548,6 +561,32 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
         },
         14 => BrokerRequest::LogDroppedLocally { lines: r.u64()? },
         15 => BrokerRequest::AcmeChallenge { token: r.string()? },
+        16 => {
+            let key = get_key(r)?;
+            let resource = r.string()?;
+            let reach = DavReach {
+                membership: r.bool()?,
+                tree: r.bool()?,
+            };
+            let n = r.u8()?;
+            if n as usize > MAX_SUBMITTED_TOKENS {
+                return Err(ProtoError::InvalidValue {
+                    field: "submitted tokens",
+                    value: n.into(),
+                });
+            }
+            let submitted = (0..n)
+                .map(|_| r.u128().map(LeaseId))
+                .collect::<Result<_, _>>()?;
+            BrokerRequest::DavWriteLease {
+                key,
+                check: Box::new(DavWriteCheck {
+                    resource,
+                    reach,
+                    submitted,
+                }),
+            }
+        }
         t => return Err(ProtoError::UnknownTag(t)),
     })
 }
@@ -560,6 +599,7 @@ fn put_rejection(w: &mut Writer<'_>, rej: Rejection) {
         Rejection::NotFound => 4,
         Rejection::NotOwner => 5,
         Rejection::Revoked => 6,
+        Rejection::Locked => 7,
     });
 }
 
@@ -571,6 +611,7 @@ fn get_rejection(r: &mut Reader<'_>) -> Result<Rejection, ProtoError> {
         4 => Rejection::NotFound,
         5 => Rejection::NotOwner,
         6 => Rejection::Revoked,
+        7 => Rejection::Locked,
         v => {
             return Err(ProtoError::InvalidValue {
                 field: "rejection",

@@ -40,6 +40,22 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
         ".{0,40}".prop_map(|record| BrokerRequest::AppendLog { record }),
         any::<u64>().prop_map(|lines| BrokerRequest::LogDroppedLocally { lines }),
         ".{0,50}".prop_map(|token| BrokerRequest::AcmeChallenge { token }),
+        (
+            key(),
+            ".{0,20}",
+            any::<(bool, bool)>(),
+            proptest::collection::vec(any::<u128>(), 0..=crate::proto::MAX_SUBMITTED_TOKENS)
+        )
+            .prop_map(|(key, resource, (membership, tree), tokens)| {
+                BrokerRequest::DavWriteLease {
+                    key,
+                    check: Box::new(crate::proto::DavWriteCheck {
+                        resource,
+                        reach: crate::proto::DavReach { membership, tree },
+                        submitted: tokens.into_iter().map(LeaseId).collect(),
+                    }),
+                }
+            }),
     ]
 }
 

@@ -116,6 +116,15 @@ pub enum BrokerRequest {
     DavQuery {
         resource: String,
     },
+    /// The target lease of a WebDAV write, granted only when the write breaks no lock
+    /// whose token the client did not submit: the lock check and the lease answered
+    /// together, in one round trip. A missing token is [`Rejection::Locked`] (the worker
+    /// then asks [`BrokerRequest::DavQuery`] to name the locks in its 423).
+    DavWriteLease {
+        key: TargetKey,
+        /// Boxed: it would make every message the channels carry larger.
+        check: Box<DavWriteCheck>,
+    },
     /// One access-log record for the parent's sole log handle.
     AppendLog {
         record: String,
@@ -129,6 +138,29 @@ pub enum BrokerRequest {
     AcmeChallenge {
         token: String,
     },
+}
+
+/// The most lock tokens one [`BrokerRequest::DavWriteLease`] carries; a request that
+/// submits more is checked the slower way (queries, then a plain lease).
+pub const MAX_SUBMITTED_TOKENS: usize = 64;
+
+/// The lock check of a [`BrokerRequest::DavWriteLease`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavWriteCheck {
+    /// The canonical path the write changes.
+    pub resource: String,
+    pub reach: DavReach,
+    /// The lock tokens the client submitted (at most [`MAX_SUBMITTED_TOKENS`]).
+    pub submitted: Vec<LeaseId>,
+}
+
+/// What a WebDAV write changes, for the lock check (RFC 4918 §7.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DavReach {
+    /// It adds or removes the resource as a member of its parent collection.
+    pub membership: bool,
+    /// It changes everything below the resource.
+    pub tree: bool,
 }
 
 /// Why the broker said no. Every rejection is deterministic: the same tables and the same
@@ -147,16 +179,19 @@ pub enum Rejection {
     NotOwner,
     /// The worker has been revoked (its channel closed or it was reaped).
     Revoked,
+    /// A WebDAV write would break a lock whose token was not submitted.
+    Locked,
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 6] = [
+    pub const ALL: [Rejection; 7] = [
         Rejection::Busy,
         Rejection::Saturated,
         Rejection::TooLarge,
         Rejection::NotFound,
         Rejection::NotOwner,
         Rejection::Revoked,
+        Rejection::Locked,
     ];
 
     /// The name metrics and logs give it.
@@ -168,6 +203,7 @@ impl Rejection {
             Rejection::NotFound => "not_found",
             Rejection::NotOwner => "not_owner",
             Rejection::Revoked => "revoked",
+            Rejection::Locked => "locked",
         }
     }
 }

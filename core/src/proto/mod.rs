@@ -21,8 +21,8 @@ pub use codec::{
     encode_parent_within, encode_worker, encode_worker_within, tls_material_len,
 };
 pub use messages::{
-    BrokerReply, BrokerRequest, DavDepth, DavLockInfo, ParentMessage, Rejection, RequestStats,
-    TargetKey, WorkerMessage,
+    BrokerReply, BrokerRequest, DavDepth, DavLockInfo, DavReach, DavWriteCheck,
+    MAX_SUBMITTED_TOKENS, ParentMessage, Rejection, RequestStats, TargetKey, WorkerMessage,
 };
 pub use stats_wire::MAX_STATS_LEN;
 

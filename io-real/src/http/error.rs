@@ -282,6 +282,7 @@ fn write_status(e: &WriteError) -> StatusCode {
         | WriteError::RangeMismatch { .. }
         | WriteError::Moved => StatusCode::CONFLICT,
         WriteError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+        WriteError::Locked => StatusCode::LOCKED,
         WriteError::TooLarge { .. } | WriteError::TooManyFiles { .. } => {
             StatusCode::PAYLOAD_TOO_LARGE
         }

@@ -97,7 +97,7 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         ended: None,
         limit,
     };
-    let written = write_file(writer, &target, &mut reservation, false, &mut source).await;
+    let written = write_file(writer, &target, &mut reservation, false, None, &mut source).await;
     match written {
         Ok(_) => {
             let Some(block) = source.final_ack else {

@@ -85,7 +85,7 @@ enum Kind {
 impl Kind {
     fn of(request: &BrokerRequest) -> Kind {
         match request {
-            BrokerRequest::AcquireLease { .. } => Kind::Lease,
+            BrokerRequest::AcquireLease { .. } | BrokerRequest::DavWriteLease { .. } => Kind::Lease,
             BrokerRequest::ReserveUpload { .. } => Kind::Reservation,
             BrokerRequest::ReservePartial { .. } | BrokerRequest::AdoptPartial { .. } => {
                 Kind::Partial

@@ -16,10 +16,10 @@ use super::publish::{Published, publish};
 use super::stream::{BATCH, ChunkSource, copy};
 use super::target::{Existing, Target};
 use super::temp::TempFile;
-use super::{Grant, WriteError, Writer, blocking, temp};
+use super::{Grant, LockCheck, WriteError, Writer, blocking, temp};
 
 /// The flow's summary of an error; the error itself is kept for the answer.
-fn failure(e: &WriteError) -> WriteFailure {
+pub(crate) fn failure(e: &WriteError) -> WriteFailure {
     match e {
         WriteError::Saturated => WriteFailure::Saturated,
         WriteError::TooLarge { .. } | WriteError::TooManyFiles { .. } => WriteFailure::TooLarge,
@@ -34,6 +34,7 @@ fn failure(e: &WriteError) -> WriteFailure {
         | WriteError::Body(_)
         | WriteError::BadRequest(_) => WriteFailure::Source,
         WriteError::ShuttingDown => WriteFailure::Abandoned,
+        WriteError::Locked => WriteFailure::Locked,
         WriteError::Io(e) if super::is_out_of_space(e) => WriteFailure::NoSpace,
         _ => WriteFailure::Io,
     }
@@ -57,18 +58,20 @@ fn error_of(f: WriteFailure) -> WriteError {
         WriteFailure::PreconditionFailed => WriteError::PreconditionFailed,
         WriteFailure::IsDirectory => WriteError::IsDirectory,
         WriteFailure::Abandoned => WriteError::ShuttingDown,
+        WriteFailure::Locked => WriteError::Locked,
         _ => WriteError::Io(std::io::Error::other("write failed")),
     }
 }
 
 /// Writes `source` to `target`. The caller holds `reservation` (taken before any byte of
 /// the body was read); the target lease is taken here, before any byte of this file's
-/// content is read.
+/// content is read, together with the WebDAV lock `check` when there is one.
 pub async fn write_file<S: ChunkSource>(
     w: &Writer,
     target: &Target,
     reservation: &mut Grant,
     if_none_match_star: bool,
+    check: Option<&LockCheck>,
     source: &mut S,
 ) -> Result<Published, WriteError> {
     let mut flow = WriteFlow::new(WriteOptions {
@@ -92,7 +95,8 @@ pub async fn write_file<S: ChunkSource>(
                 )
             }
             WriteAction::Lease => {
-                match Grant::lease(&w.broker, &target.key, w.settings.write_lock_timeout).await {
+                let wait = w.settings.write_lock_timeout;
+                match Grant::lease_checked(&w.broker, &target.key, wait, check).await {
                     Ok(grant) => {
                         let id = grant.id();
                         lease = Some(grant);

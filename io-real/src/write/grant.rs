@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use servery_core::LeaseId;
-use servery_core::proto::{BrokerReply, BrokerRequest, Rejection, TargetKey};
+use servery_core::proto::{
+    BrokerReply, BrokerRequest, DavReach, DavWriteCheck, Rejection, TargetKey,
+};
 
 use super::WriteError;
 use crate::worker::broker::BrokerHandle;
@@ -49,7 +51,19 @@ fn rejected(rejection: Rejection, limit: u64) -> WriteError {
         Rejection::Saturated => WriteError::Saturated,
         Rejection::TooLarge => WriteError::TooLarge { limit },
         Rejection::NotFound | Rejection::NotOwner | Rejection::Revoked => WriteError::LeaseLost,
+        Rejection::Locked => WriteError::Locked,
     }
+}
+
+/// The WebDAV lock check a write's lease comes with: the broker grants the lease only if
+/// the write breaks no lock whose token was submitted, in the same round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockCheck {
+    /// The canonical resource path the write changes.
+    pub resource: String,
+    pub reach: DavReach,
+    /// The tokens the client submitted (at most `MAX_SUBMITTED_TOKENS`).
+    pub submitted: Vec<LeaseId>,
 }
 
 impl Grant {
@@ -91,11 +105,33 @@ impl Grant {
         key: &TargetKey,
         wait: Duration,
     ) -> Result<Grant, WriteError> {
+        Grant::lease_checked(broker, key, wait, None).await
+    }
+
+    /// [`Grant::lease`], granted only if `check` (when given) passes: one request
+    /// carries both, a refused check is [`WriteError::Locked`].
+    pub async fn lease_checked(
+        broker: &BrokerHandle,
+        key: &TargetKey,
+        wait: Duration,
+        check: Option<&LockCheck>,
+    ) -> Result<Grant, WriteError> {
+        let request = match check {
+            None => BrokerRequest::AcquireLease { key: key.clone() },
+            Some(c) => BrokerRequest::DavWriteLease {
+                key: key.clone(),
+                check: Box::new(DavWriteCheck {
+                    resource: c.resource.clone(),
+                    reach: c.reach,
+                    submitted: c.submitted.clone(),
+                }),
+            },
+        };
         let give_up = tokio::time::Instant::now() + wait;
         let mut pause = FIRST_PAUSE;
         loop {
             let reply = broker
-                .call(BrokerRequest::AcquireLease { key: key.clone() })
+                .call(request.clone())
                 .await
                 .map_err(WriteError::Broker)?;
             match reply {
@@ -204,3 +240,7 @@ impl Drop for Grant {
         self.broker.release(self.release_request());
     }
 }
+
+#[cfg(test)]
+#[path = "grant_tests.rs"]
+mod tests;

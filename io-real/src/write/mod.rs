@@ -41,7 +41,7 @@ use tokio::runtime::Handle;
 use crate::worker::broker::BrokerHandle;
 
 pub use file::write_file;
-pub use grant::Grant;
+pub use grant::{Grant, LockCheck};
 pub use stream::ChunkSource;
 pub use target::Target;
 
@@ -163,6 +163,10 @@ pub enum WriteError {
     /// A grant expired or was revoked under us (a stalled write outlived its lease): 503.
     #[error("the lease was lost during the upload")]
     LeaseLost,
+    /// The broker's lock check refused a WebDAV write: it would break a lock whose token
+    /// was not submitted. 423 (the WebDAV layer names the locks).
+    #[error("the target is locked")]
+    Locked,
     /// The worker's blocking pool is shutting down: 503.
     #[error("the worker is shutting down")]
     ShuttingDown,

@@ -106,6 +106,7 @@ fn rejected(r: Rejection) -> HttpError {
         Rejection::NotFound | Rejection::NotOwner | Rejection::Revoked => {
             HttpError::Dav(DavError::NoSuchLock)
         }
+        Rejection::Locked => HttpError::Dav(DavError::Locked(Vec::new())),
     }
 }
 

@@ -13,10 +13,10 @@ use super::super::error::HttpError;
 use super::super::path::RequestPath;
 use super::locks::{self, Reach};
 use super::resource::{self, DavPath};
-use super::tree::{self, Outcome};
 use super::xml;
 use super::{Dav, DavError, blocking, single, uri_authority, uri_path, xml_response};
 use crate::write::{ChunkSource, Grant, WriteError, Writer, target, write_file};
+use servery_core::tree_flow::{TreeDone, TreeOp};
 
 /// The content of a resource a LOCK creates (RFC 4918 §7.3): nothing.
 struct Nothing;
@@ -27,21 +27,21 @@ impl ChunkSource for Nothing {
     }
 }
 
-fn created_or_replaced(outcome: Outcome) -> Response<Body> {
+fn created_or_replaced(outcome: TreeDone) -> Response<Body> {
     let mut response = Response::new(body::empty());
     match outcome {
-        Outcome::Created => {
+        TreeDone::Created | TreeDone::Deleted => {
             *response.status_mut() = StatusCode::CREATED;
             response
                 .headers_mut()
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(0));
         }
-        Outcome::Replaced => *response.status_mut() = StatusCode::NO_CONTENT,
+        TreeDone::Replaced => *response.status_mut() = StatusCode::NO_CONTENT,
     }
     response
 }
 
-fn io_error(e: io::Error) -> HttpError {
+pub(super) fn io_error(e: io::Error) -> HttpError {
     match e.kind() {
         io::ErrorKind::AlreadyExists => HttpError::Dav(DavError::Exists),
         _ if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
@@ -54,7 +54,7 @@ fn io_error(e: io::Error) -> HttpError {
 impl Dav {
     /// The broker lease on `path`'s target key: writes to one resource, by any worker,
     /// happen one at a time.
-    async fn lease(&self, writer: &Writer, path: &DavPath) -> Result<Grant, HttpError> {
+    pub(super) async fn lease(&self, writer: &Writer, path: &DavPath) -> Result<Grant, HttpError> {
         let Some(parent) = path.parent() else {
             return Err(HttpError::Forbidden);
         };
@@ -183,7 +183,7 @@ impl Dav {
         })
         .await?;
         let mut reservation = Grant::reserve_upload(&writer.broker, 0).await?;
-        write_file(writer, &target, &mut reservation, true, &mut Nothing).await?;
+        write_file(writer, &target, &mut reservation, true, None, &mut Nothing).await?;
         Ok(())
     }
 
@@ -230,11 +230,9 @@ impl Dav {
             return Err(HttpError::Dav(DavError::Exists));
         }
         seen.require(path, Reach::MEMBER, &submitted).await?;
-        let lease = self.lease(writer, path).await?;
-        let (root, at) = (Arc::clone(&self.root), path.clone());
-        blocking(move || tree::make_collection(&root, &at).map_err(io_error)).await?;
-        lease.release().await;
-        Ok(created_or_replaced(Outcome::Created))
+        self.run_tree(writer, TreeOp::MakeCollection, None, Some(path), false)
+            .await?;
+        Ok(created_or_replaced(TreeDone::Created))
     }
 
     pub(super) async fn delete(
@@ -255,14 +253,8 @@ impl Dav {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
         seen.require(path, Reach::TREE, &submitted).await?;
-        let lease = self.lease(writer, path).await?;
-        let (root, at, worker) = (
-            Arc::clone(&self.root),
-            path.clone(),
-            writer.settings.worker_id,
-        );
-        blocking(move || tree::delete(&root, &at, worker).map_err(io_error)).await?;
-        lease.release().await;
+        self.run_tree(writer, TreeOp::Delete, Some(path), None, true)
+            .await?;
         self.locks.end_within(path).await;
         let mut response = Response::new(body::empty());
         *response.status_mut() = StatusCode::NO_CONTENT;
@@ -316,33 +308,21 @@ impl Dav {
             seen.require(from, Reach::TREE, &submitted).await?;
         }
         seen.require(&to, Reach::TREE, &submitted).await?;
-        // Leases in one global order, so two workers moving in opposite directions wait
-        // for each other instead of deadlocking until the lease timeout.
-        let mut leased = if moving { vec![from, &to] } else { vec![&to] };
-        leased.sort_by_key(|p| p.resource());
-        let mut leases = Vec::with_capacity(leased.len());
-        for p in leased {
-            leases.push(self.lease(writer, p).await?);
-        }
-        let (root, src, dst, worker) = (
-            Arc::clone(&self.root),
-            from.clone(),
-            to.clone(),
-            writer.settings.worker_id,
-        );
-        let outcome = blocking(move || {
-            if moving {
-                tree::rename(&root, &src, &dst, worker)
-            } else {
-                tree::copy(&root, &src, &dst, infinity, worker)
-            }
-            .map_err(io_error)
-        })
-        .await?;
-        for lease in leases {
-            lease.release().await;
-        }
-        if outcome == Outcome::Replaced {
+        let op = if moving {
+            TreeOp::Move
+        } else {
+            TreeOp::Copy { infinity }
+        };
+        let outcome = self
+            .run_tree(
+                writer,
+                op,
+                Some(from),
+                Some(&to),
+                overwrite && writer.settings.allow_overwrite,
+            )
+            .await?;
+        if outcome == TreeDone::Replaced {
             self.locks.end_within(&to).await;
         }
         if moving {

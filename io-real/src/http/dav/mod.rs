@@ -15,6 +15,7 @@ pub mod propfind;
 pub mod props;
 pub mod resource;
 pub mod tree;
+mod tree_run;
 pub mod xml;
 pub mod xml_write;
 
@@ -34,10 +35,11 @@ use super::error::{HttpError, error_response};
 use super::path::RequestPath;
 use super::upload::{Uploads, WORKER_HEADER};
 use crate::worker::broker::BrokerHandle;
-use crate::write::{WriteError, Writer};
+use crate::write::{LockCheck, WriteError, Writer};
 use if_header::{IfHeader, ResourceState};
 use locks::Locks;
 use resource::DavPath;
+use servery_core::proto::{DavReach, MAX_SUBMITTED_TOKENS};
 
 /// Every method a WebDAV share answers, for `Allow`.
 pub const ALLOW: &str =
@@ -224,6 +226,32 @@ impl Dav {
                     "PUT" | "POST" => {
                         let mut seen = self.locks.seen();
                         let submitted = self.preconditions(parts, &path, &mut seen).await?;
+                        let uploads = uploads.ok_or(HttpError::Dav(DavError::ReadOnly))?;
+                        if method == "PUT"
+                            && !parts.headers.contains_key(header::CONTENT_RANGE)
+                            && submitted.len() <= MAX_SUBMITTED_TOKENS
+                        {
+                            // The lock check rides on the target lease: one round trip.
+                            let check = LockCheck {
+                                resource: path.resource(),
+                                reach: DavReach {
+                                    membership: true,
+                                    tree: false,
+                                },
+                                submitted: submitted.clone(),
+                            };
+                            return match uploads.put_checked(parts, body, &check).await {
+                                Ok(response) => Ok(response),
+                                // Refused: one query more names the locks for the 423.
+                                Err(_) => match seen
+                                    .require(&path, locks::Reach::MEMBER, &submitted)
+                                    .await
+                                {
+                                    Err(e) => Err(e),
+                                    Ok(()) => Err(HttpError::Dav(DavError::Locked(Vec::new()))),
+                                },
+                            };
+                        }
                         let reach = if method == "PUT" {
                             locks::Reach::MEMBER
                         } else {
@@ -232,7 +260,6 @@ impl Dav {
                             locks::Reach::INSIDE
                         };
                         seen.require(&path, reach, &submitted).await?;
-                        let uploads = uploads.ok_or(HttpError::Dav(DavError::ReadOnly))?;
                         Ok(uploads.handle(parts, body).await)
                     }
                     "PROPPATCH" => {

@@ -1,10 +1,10 @@
-//! MKCOL, DELETE, COPY and MOVE on the file system, so that no client ever sees half of
-//! one (decision 0018):
+//! The file-system steps of MKCOL, DELETE, COPY and MOVE (decisions 0018 and 0029); the
+//! order they run in is the core's tree flow, driven by [`super::tree_run`]:
 //!
-//! - A copy is built under a private staging name (`.servery-tmp-<worker>-…`) in the
+//! - A copy is built under a private staging name (`.servery-tmp-<worker>-copy-…`) in the
 //!   destination's directory and renamed into place once complete.
 //! - Whatever a DELETE, MOVE or overwriting COPY removes is first renamed away to a private
-//!   name, in one step, then deleted.
+//!   trash name, in one step, then deleted.
 //!
 //! A worker that dies in between leaves only private names behind, which nothing serves and
 //! which the parent's cleanup of that worker removes. Blocking.
@@ -14,6 +14,8 @@ use std::io;
 
 use cap_std::fs::Dir;
 use rustix::io::Errno;
+
+use servery_core::write_flow::Existing;
 
 use super::props;
 use super::resource::DavPath;
@@ -65,104 +67,93 @@ fn fastrand_u64() -> u64 {
     h.finish()
 }
 
-/// `MKCOL`: a new empty collection.
-pub fn make_collection(root: &Dir, path: &DavPath) -> io::Result<()> {
-    let placed = place(root, path)?;
-    placed.dir.create_dir(&placed.name)
+/// What a name in a directory holds, never following a symlink there.
+pub fn existing(placed: &Placed) -> io::Result<Existing> {
+    match placed.dir.symlink_metadata(&placed.name) {
+        Ok(meta) if meta.is_dir() => Ok(Existing::Directory),
+        Ok(_) => Ok(Existing::File),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Existing::Nothing),
+        Err(e) => Err(e),
+    }
 }
 
-/// Renames `name` in `dir` away to a private name and deletes it there. Returns whether
-/// there was anything to remove.
-fn discard(dir: &Dir, name: &str, worker: u64) -> io::Result<bool> {
-    let trash = private_name(worker, "trash");
-    match dir.rename(name, dir, &trash) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e),
+/// The private staging name of a copy of `source` beside `dest`: an empty collection, or
+/// an empty file, created with `O_EXCL`.
+pub fn create_staging(source: &Placed, dest: &Placed, worker: u64) -> io::Result<String> {
+    let staging = private_name(worker, "copy");
+    if source.dir.metadata(&source.name)?.is_dir() {
+        dest.dir.create_dir(&staging)?;
+    } else {
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        dest.dir.open_with(&staging, &options)?;
     }
-    let removed = match dir.symlink_metadata(&trash) {
-        Ok(meta) if meta.is_dir() => dir.remove_dir_all(&trash),
-        _ => dir.remove_file(&trash),
+    Ok(staging)
+}
+
+/// Fills the staging name with the source's content, or its members when `infinity`.
+pub fn fill_staging(
+    source: &Placed,
+    dest: &Placed,
+    staging: &str,
+    infinity: bool,
+) -> io::Result<()> {
+    if !source.dir.metadata(&source.name)?.is_dir() {
+        source.dir.copy(&source.name, &dest.dir, staging)?;
+        return Ok(());
+    }
+    if infinity {
+        let from = source.dir.open_dir(&source.name)?;
+        let to = dest.dir.open_dir(staging)?;
+        copy_members(&from, &to, 1)?;
+    }
+    Ok(())
+}
+
+/// Renames `placed` away to a private trash name in its directory, in one step. `None`
+/// when there was nothing there.
+pub fn trash(placed: &Placed, worker: u64) -> io::Result<Option<String>> {
+    let trash = private_name(worker, "trash");
+    match placed.dir.rename(&placed.name, &placed.dir, &trash) {
+        Ok(()) => Ok(Some(trash)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes a private name (a trash or staging tree). A failure is only logged: the name is
+/// out of sight already, and the parent's cleanup of this worker gets the rest.
+pub fn remove_private(dir: &Dir, name: &str) {
+    let removed = match dir.symlink_metadata(name) {
+        Ok(meta) if meta.is_dir() => dir.remove_dir_all(name),
+        Ok(_) => dir.remove_file(name),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     };
     if let Err(e) = removed {
-        // Out of sight already; the parent's cleanup of this worker gets the rest.
-        tracing::warn!(error = %e, "cannot finish deleting a removed resource");
+        tracing::warn!(error = %e, "cannot finish deleting a private tree");
     }
-    Ok(true)
 }
 
-/// `DELETE`: the resource (a whole collection at once) and its dead properties.
-pub fn delete(root: &Dir, path: &DavPath, worker: u64) -> io::Result<()> {
-    let placed = place(root, path)?;
-    if !discard(&placed.dir, &placed.name, worker)? {
-        return Err(io::Error::from(io::ErrorKind::NotFound));
-    }
-    props::remove(root, path)
+/// Whether an error is `rename(2)`'s EXDEV: the two names are on different file systems.
+pub fn is_cross_device(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(Errno::XDEV.raw_os_error())
 }
 
-/// Whether a destination existed (and was replaced).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Created,
-    Replaced,
-}
-
-/// `COPY`: `from` to `to` (whose parent exists), the collection's members too when
-/// `infinity`. The caller has checked `Overwrite`; an existing `to` is replaced.
-pub fn copy(
-    root: &Dir,
-    from: &DavPath,
-    to: &DavPath,
-    infinity: bool,
-    worker: u64,
-) -> io::Result<Outcome> {
-    let source = place(root, from)?;
-    let dest = place(root, to)?;
-    let staging = private_name(worker, "copy");
-    let built = copy_entry(
-        &source.dir,
-        source.name.as_ref(),
-        &dest.dir,
-        staging.as_ref(),
-        infinity,
-        0,
-    );
-    if let Err(e) = built {
-        let _ = discard(&dest.dir, &staging, worker);
-        return Err(e);
-    }
-    let replaced = discard(&dest.dir, &dest.name, worker)?;
-    dest.dir.rename(&staging, &dest.dir, &dest.name)?;
-    props::copy(root, from, to, worker)?;
-    Ok(if replaced {
-        Outcome::Replaced
-    } else {
-        Outcome::Created
-    })
-}
-
-/// `MOVE`: one rename (a copy and a delete across file systems); an existing `to` is
-/// replaced. Dead properties go along.
-pub fn rename(root: &Dir, from: &DavPath, to: &DavPath, worker: u64) -> io::Result<Outcome> {
-    let source = place(root, from)?;
-    let dest = place(root, to)?;
-    // The source must exist before anything at the destination is given up.
-    source.dir.symlink_metadata(&source.name)?;
-    let replaced = discard(&dest.dir, &dest.name, worker)?;
-    match source.dir.rename(&source.name, &dest.dir, &dest.name) {
-        Ok(()) => props::rename(root, from, to)?,
-        Err(e) if e.raw_os_error() == Some(Errno::XDEV.raw_os_error()) => {
-            copy(root, from, to, true, worker)?;
-            discard(&source.dir, &source.name, worker)?;
-            props::remove(root, from)?;
+fn copy_members(from: &Dir, to: &Dir, depth: usize) -> io::Result<()> {
+    for entry in from.entries()? {
+        let name = entry?.file_name();
+        // Temporaries and partial uploads belong to their writers; property sidecars
+        // describe members and go with them. A name that is not UTF-8 is copied too.
+        if let Some(text) = name.to_str()
+            && is_private(text)
+            && !props::is_sidecar(text)
+        {
+            continue;
         }
-        Err(e) => return Err(e),
+        copy_entry(from, &name, to, &name, depth)?;
     }
-    Ok(if replaced {
-        Outcome::Replaced
-    } else {
-        Outcome::Created
-    })
+    Ok(())
 }
 
 fn copy_entry(
@@ -170,7 +161,6 @@ fn copy_entry(
     from: &OsStr,
     to_dir: &Dir,
     to: &OsStr,
-    infinity: bool,
     depth: usize,
 ) -> io::Result<()> {
     let meta = from_dir.metadata(from)?;
@@ -182,24 +172,7 @@ fn copy_entry(
         return Err(io::Error::other("collection nested too deep to copy"));
     }
     to_dir.create_dir(to)?;
-    if !infinity {
-        return Ok(());
-    }
-    let sub_from = from_dir.open_dir(from)?;
-    let sub_to = to_dir.open_dir(to)?;
-    for entry in sub_from.entries()? {
-        let name = entry?.file_name();
-        // Temporaries and partial uploads belong to their writers; property sidecars
-        // describe members and go with them. A name that is not UTF-8 is copied too.
-        if let Some(text) = name.to_str()
-            && is_private(text)
-            && !props::is_sidecar(text)
-        {
-            continue;
-        }
-        copy_entry(&sub_from, &name, &sub_to, &name, true, depth + 1)?;
-    }
-    Ok(())
+    copy_members(&from_dir.open_dir(from)?, &to_dir.open_dir(to)?, depth + 1)
 }
 
 #[cfg(test)]
@@ -222,55 +195,44 @@ mod tests {
     }
 
     #[test]
-    fn copy_move_delete_leave_nothing_private_behind() {
+    fn staging_copies_members_but_not_private_files_and_trash_goes() {
         let tmp = std::env::temp_dir().join(format!("servery-tree-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(tmp.join("a/b")).expect("mkdir");
         std::fs::write(tmp.join("a/b/f"), b"one").expect("write");
         std::fs::write(tmp.join("a/g"), b"two").expect("write");
         std::fs::write(tmp.join("a/.servery-tmp-9-x"), b"in flight").expect("write");
+        std::fs::write(tmp.join("a/.servery-props.g"), b"{}").expect("write");
         let root = Dir::open_ambient_dir(&tmp, cap_std::ambient_authority()).expect("root");
-        props::save(
-            &root,
-            &p("/a/g"),
-            &[props::Stored {
-                namespace: "urn:x".into(),
-                local: "p".into(),
-                xml: "v".into(),
-                lang: None,
-            }],
-            1,
-        )
-        .expect("props");
+        let (from, to) = (
+            place(&root, &p("/a")).expect("a"),
+            place(&root, &p("/c")).expect("c"),
+        );
+        assert_eq!(existing(&from).expect("a"), Existing::Directory);
+        assert_eq!(existing(&to).expect("c"), Existing::Nothing);
 
+        let staging = create_staging(&from, &to, 1).expect("staging");
+        assert!(staging.starts_with(".servery-tmp-1-copy-"), "{staging}");
+        fill_staging(&from, &to, &staging, true).expect("fill");
         assert_eq!(
-            copy(&root, &p("/a"), &p("/c"), true, 1).expect("copy"),
-            Outcome::Created
+            names(&tmp.join(&staging)),
+            [".servery-props.g", "b", "g"],
+            "members and sidecars, no temporaries"
         );
-        assert_eq!(std::fs::read(tmp.join("c/b/f")).expect("copied"), b"one");
-        assert_eq!(names(&tmp.join("c")), [".servery-props.g", "b", "g"]);
         assert_eq!(
-            copy(&root, &p("/a"), &p("/c"), false, 1).expect("copy"),
-            Outcome::Replaced
+            std::fs::read(tmp.join(&staging).join("b/f")).expect("f"),
+            b"one"
         );
-        assert!(
-            names(&tmp.join("c")).is_empty(),
-            "depth 0 copies the collection alone"
-        );
+        let shallow = create_staging(&from, &to, 1).expect("staging");
+        fill_staging(&from, &to, &shallow, false).expect("fill");
+        assert!(names(&tmp.join(&shallow)).is_empty(), "depth 0: no members");
 
-        assert_eq!(
-            rename(&root, &p("/a/g"), &p("/c/h"), 1).expect("move"),
-            Outcome::Created
-        );
-        assert_eq!(names(&tmp.join("c")), [".servery-props.h", "h"]);
-        assert!(rename(&root, &p("/nope"), &p("/c/h"), 1).is_err());
-        assert!(tmp.join("c/h").exists(), "a failed move gives nothing up");
-
-        delete(&root, &p("/a"), 1).expect("delete");
-        assert!(delete(&root, &p("/a"), 1).is_err());
-        make_collection(&root, &p("/m")).expect("mkcol");
-        assert!(make_collection(&root, &p("/m")).is_err());
-        assert_eq!(names(&tmp), ["c", "m"]);
+        let trashed = trash(&from, 1).expect("trash").expect("there");
+        assert!(!tmp.join("a").exists());
+        assert_eq!(trash(&from, 1).expect("again"), None);
+        remove_private(&root, &trashed);
+        remove_private(&root, &shallow);
+        assert_eq!(names(&tmp), [staging]);
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }

@@ -35,7 +35,9 @@ use crate::worker::broker::BrokerHandle;
 use crate::write::partial::{self, ChunkOutcome, ContentRange};
 use crate::write::publish::Published;
 use crate::write::target::{self, check_name};
-use crate::write::{ChunkSource, Grant, WriteError, WriteSettings, Writer, blocking, write_file};
+use crate::write::{
+    ChunkSource, Grant, LockCheck, WriteError, WriteSettings, Writer, blocking, write_file,
+};
 use multipart::{Event, Parser};
 
 /// The response header naming the worker that handled an upload.
@@ -197,7 +199,7 @@ impl Uploads {
         B::Error: Display,
     {
         let result = match parts.method.as_str() {
-            "PUT" => self.put(parts, body).await,
+            "PUT" => self.put(parts, body, None).await,
             "POST" => self.post(parts, body).await,
             _ => {
                 drop(body);
@@ -217,6 +219,32 @@ impl Uploads {
             }
         };
         self.with_worker(response)
+    }
+
+    /// A WebDAV PUT of a whole file whose lock check rides on its lease request ([`LockCheck`]):
+    /// answered like [`Uploads::handle`], except that a refused check comes back as
+    /// [`WriteError::Locked`] for the WebDAV layer to explain.
+    pub async fn put_checked<B>(
+        &self,
+        parts: &Parts,
+        body: B,
+        check: &LockCheck,
+    ) -> Result<Response<Body>, WriteError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: Display,
+    {
+        let response = match self.put(parts, body, Some(check)).await {
+            Ok(response) => response,
+            Err(WriteError::Locked) => return Err(WriteError::Locked),
+            Err(e) => {
+                if e.is_unavailable() {
+                    tracing::warn!(path = parts.uri.path(), error = %e, "upload refused");
+                }
+                error_response(&HttpError::Write(e))
+            }
+        };
+        Ok(self.with_worker(response))
     }
 
     /// Says which worker answered.
@@ -240,7 +268,12 @@ impl Uploads {
         })
     }
 
-    async fn put<B>(&self, parts: &Parts, body: B) -> Result<Response<Body>, WriteError>
+    async fn put<B>(
+        &self,
+        parts: &Parts,
+        body: B,
+        check: Option<&LockCheck>,
+    ) -> Result<Response<Body>, WriteError>
     where
         B: hyper::body::Body<Data = Bytes> + Send + Unpin,
         B::Error: Display,
@@ -290,6 +323,7 @@ impl Uploads {
                     &target,
                     &mut reservation,
                     none_match,
+                    check,
                     &mut source,
                 )
                 .await?;
@@ -385,6 +419,7 @@ impl Uploads {
                         &target,
                         &mut reservation,
                         false,
+                        None,
                         &mut PartSource(&mut form),
                     )
                     .await?;
