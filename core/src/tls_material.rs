@@ -13,6 +13,13 @@
 //!   Nothing else retires a key: a reload, a recycle or a worker's crash leaves the keys
 //!   as they are, so a client resumes on whichever worker of whichever generation accepts
 //!   it, as long as its ticket is inside its lifetime.
+//! - **Stateless-reset key.** One key for the life of the parent, from randomness the
+//!   driver supplies at startup, handed to every worker with the rest: a worker that gets
+//!   a QUIC packet for a connection it does not know (its slot's previous worker died)
+//!   answers with a stateless reset the client can verify, so the client learns at once
+//!   that the connection is gone (RFC 9000 §10.3; decision 0027). It never rotates: a
+//!   reset token is bound to a connection ID for that connection's life, and a worker
+//!   with a different key would send resets nobody accepts.
 //! - **Randomness** comes from the driver: the machine asks for it with
 //!   [`TlsAction::MintTicketKey`] and takes it back as [`TlsInput::TicketEntropy`]; the
 //!   old key keeps sealing meanwhile, so a late answer costs nothing.
@@ -32,6 +39,8 @@ pub const TICKET_KEY_NAME_LEN: usize = 16;
 pub const TICKET_SECRET_LEN: usize = 32;
 /// What one [`TlsInput::TicketEntropy`] carries: a name and a secret.
 pub const TICKET_ENTROPY_LEN: usize = TICKET_KEY_NAME_LEN + TICKET_SECRET_LEN;
+/// Bytes of the QUIC stateless-reset key (an HMAC-SHA256 key).
+pub const STATELESS_RESET_KEY_LEN: usize = 32;
 /// The most keys a material message may hold. The default policy keeps two; a policy
 /// whose lifetime spans more rotations than this keeps the newest ones.
 pub const MAX_TICKET_KEYS: usize = 4;
@@ -76,6 +85,16 @@ impl fmt::Debug for TicketKey {
     }
 }
 
+/// The key every worker derives QUIC stateless-reset tokens from.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StatelessResetKey(pub [u8; STATELESS_RESET_KEY_LEN]);
+
+impl fmt::Debug for StatelessResetKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StatelessResetKey(<redacted>)")
+    }
+}
+
 /// A certificate chain (leaf first) and its private key as PEM, with the generation it
 /// was accepted as.
 #[derive(Clone, PartialEq, Eq)]
@@ -102,6 +121,8 @@ pub struct TlsMaterial {
     pub ticket_keys: Vec<TicketKey>,
     /// The ticket lifetime clients are told, in seconds.
     pub ticket_lifetime_secs: u32,
+    /// The same for the life of the parent.
+    pub stateless_reset_key: StatelessResetKey,
 }
 
 /// What the status shows of an identity (the driver parses certificates; the core does
@@ -175,6 +196,7 @@ pub struct TlsState {
     /// Newest first.
     keys: Vec<KeptKey>,
     key_generation: u64,
+    reset_key: StatelessResetKey,
     /// When the outstanding mint request was made.
     mint_asked: Option<Instant>,
     changed: bool,
@@ -185,8 +207,9 @@ pub struct TlsState {
 }
 
 impl TlsState {
-    /// The material at startup: the first identity and the first key's randomness, both
-    /// in hand before any worker starts, so the first worker already has them.
+    /// The material at startup: the first identity, the first ticket key's randomness and
+    /// the stateless-reset key's, all in hand before any worker starts, so the first
+    /// worker already has them.
     pub fn new(
         now: Instant,
         policy: TicketPolicy,
@@ -194,6 +217,7 @@ impl TlsState {
         key_pem: String,
         summary: CertSummary,
         entropy: [u8; TICKET_ENTROPY_LEN],
+        reset_key_entropy: [u8; STATELESS_RESET_KEY_LEN],
     ) -> Result<Self, TlsRefusal> {
         let mut state = TlsState {
             policy,
@@ -205,6 +229,7 @@ impl TlsState {
             summary,
             keys: Vec::new(),
             key_generation: 0,
+            reset_key: StatelessResetKey(reset_key_entropy),
             mint_asked: None,
             changed: true,
             actions: Vec::new(),
@@ -300,6 +325,7 @@ impl TlsState {
             ticket_keys: self.keys.iter().map(|k| k.key.clone()).collect(),
             ticket_lifetime_secs: u32::try_from(self.policy.ticket_lifetime.as_secs())
                 .unwrap_or(u32::MAX),
+            stateless_reset_key: self.reset_key.clone(),
         }
     }
 
@@ -401,6 +427,7 @@ pub fn check_identity_fits(cert_pem: &str, key_pem: &str) -> Result<(), TlsRefus
         },
         ticket_keys: vec![key; MAX_TICKET_KEYS],
         ticket_lifetime_secs: 0,
+        stateless_reset_key: StatelessResetKey([0; STATELESS_RESET_KEY_LEN]),
     };
     let len = crate::proto::tls_material_len(&material);
     let max = crate::proto::MAX_FRAME_DEFAULT;

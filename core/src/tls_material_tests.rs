@@ -31,6 +31,7 @@ fn state(policy: TicketPolicy) -> TlsState {
         "KEY".into(),
         summary(),
         entropy(1),
+        [7; STATELESS_RESET_KEY_LEN],
     )
     .expect("fits")
 }
@@ -163,7 +164,8 @@ fn an_identity_the_channel_cannot_carry_is_refused_and_the_old_one_kept() {
             "C".repeat(MAX_FRAME_DEFAULT),
             String::new(),
             summary(),
-            entropy(1)
+            entropy(1),
+            [7; STATELESS_RESET_KEY_LEN],
         )
         .is_err()
     );
@@ -181,7 +183,7 @@ fn the_material_round_trips_the_channel_and_hides_its_secrets_from_debug() {
     assert_eq!(decoder.next_parent_message(), Ok(Some(message.clone())));
     let shown = format!("{message:?}");
     assert!(
-        !shown.contains("KEY") && !shown.contains("[2, 2"),
+        !shown.contains("KEY") && !shown.contains("[2, 2") && !shown.contains("[7, 7"),
         "{shown}"
     );
 }
@@ -246,6 +248,9 @@ proptest! {
                 s.handle(now, TlsInput::TicketEntropy(Box::new(entropy(3))));
             }
             s.check_invariants().map_err(TestCaseError::fail)?;
+            // Rotations never touch the stateless-reset key: tokens already given out
+            // stay verifiable for their connections' lives.
+            prop_assert_eq!(s.material().stateless_reset_key.0, [7; STATELESS_RESET_KEY_LEN]);
             let kept = generations(&s);
             last_sealed.insert(kept[0], now);
             for (generation, sealed) in &last_sealed {

@@ -93,6 +93,85 @@ mod tests {
     }
 }
 
+/// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic/socket.h; libc defines it for Android only).
+/// MIPS, PA-RISC and SPARC number their socket options differently; the program is not
+/// attached there.
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(any(
+        target_arch = "mips",
+        target_arch = "mips64",
+        target_arch = "sparc",
+        target_arch = "sparc64"
+    ))
+))]
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// Attaches the classic-BPF `program` (opcode, jump-if-true, jump-if-false, constant per
+/// instruction) to the reuseport group `socket` belongs to: the kernel runs it on every
+/// datagram for the group's address and delivers the datagram to the socket whose index
+/// (the order sockets joined the group) it returns, or by its hash for an index past the
+/// end. The socket must already be bound; every socket of the group shares the program,
+/// including those bound later.
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(any(
+        target_arch = "mips",
+        target_arch = "mips64",
+        target_arch = "sparc",
+        target_arch = "sparc64"
+    ))
+))]
+pub fn attach_reuseport_cbpf(socket: impl AsFd, program: &[(u16, u8, u8, u32)]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut filter: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+        .collect();
+    let len = u16::try_from(filter.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: filter.as_mut_ptr(),
+    };
+    let size = libc::socklen_t::try_from(size_of::<libc::sock_fprog>()).unwrap_or(0);
+    // SAFETY: the descriptor is borrowed for the length of the call, so it stays open;
+    // `fprog` is a live `sock_fprog` and `size` is exactly its size; its `filter` points
+    // at `len` initialised instructions in `filter`, which outlives the call. The kernel
+    // checks and copies the program during the call and keeps no pointer to our memory.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&raw const fprog).cast(),
+            size,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere there is no reuseport program: the kernel's hash alone picks the socket.
+#[cfg(not(all(
+    any(target_os = "linux", target_os = "android"),
+    not(any(
+        target_arch = "mips",
+        target_arch = "mips64",
+        target_arch = "sparc",
+        target_arch = "sparc64"
+    ))
+)))]
+pub fn attach_reuseport_cbpf(
+    _socket: impl AsFd,
+    _program: &[(u16, u8, u8, u32)],
+) -> io::Result<()> {
+    Ok(())
+}
+
 /// A listening socket the service manager passed us (systemd socket activation), with
 /// the name `LISTEN_FDNAMES` gave it (`FileDescriptorName=`, default `unknown`).
 #[derive(Debug)]

@@ -17,8 +17,12 @@ use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 use servery_tests::*;
 
+#[path = "http3/admission.rs"]
+mod admission;
 #[path = "support/h3_client.rs"]
 mod h3_client;
+#[path = "http3/steering.rs"]
+mod steering;
 
 const REQUEST_BOUND: Duration = Duration::from_secs(5);
 

@@ -1,12 +1,13 @@
 //! The TLS material message on the wire: the identity (generation, certificate PEM, key
 //! PEM), the ticket lifetime, then the ticket keys newest first (generation, 16-byte
-//! name, 32-byte secret). The decoder accepts what the encoder writes and nothing else:
+//! name, 32-byte secret), then the 32-byte stateless-reset key. The decoder accepts what the encoder writes and nothing else:
 //! no keys, more than [`MAX_TICKET_KEYS`], or keys out of order is a malformed frame.
 
 use super::ProtoError;
 use super::wire::{Reader, Writer};
 use crate::tls_material::{
-    IdentityPem, MAX_TICKET_KEYS, TICKET_KEY_NAME_LEN, TICKET_SECRET_LEN, TicketKey, TlsMaterial,
+    IdentityPem, MAX_TICKET_KEYS, STATELESS_RESET_KEY_LEN, StatelessResetKey, TICKET_KEY_NAME_LEN,
+    TICKET_SECRET_LEN, TicketKey, TlsMaterial,
 };
 
 pub(crate) fn put_tls_material(w: &mut Writer<'_>, m: &TlsMaterial) {
@@ -22,6 +23,9 @@ pub(crate) fn put_tls_material(w: &mut Writer<'_>, m: &TlsMaterial) {
         w.u128(u128::from_be_bytes(hi.try_into().unwrap_or_default()));
         w.u128(u128::from_be_bytes(lo.try_into().unwrap_or_default()));
     }
+    let (hi, lo) = m.stateless_reset_key.0.split_at(16);
+    w.u128(u128::from_be_bytes(hi.try_into().unwrap_or_default()));
+    w.u128(u128::from_be_bytes(lo.try_into().unwrap_or_default()));
 }
 
 pub(crate) fn get_tls_material(r: &mut Reader<'_>) -> Result<TlsMaterial, ProtoError> {
@@ -60,9 +64,13 @@ pub(crate) fn get_tls_material(r: &mut Reader<'_>) -> Result<TlsMaterial, ProtoE
             secret,
         });
     }
+    let mut reset_key = [0u8; STATELESS_RESET_KEY_LEN];
+    reset_key[..16].copy_from_slice(&r.u128()?.to_be_bytes());
+    reset_key[16..].copy_from_slice(&r.u128()?.to_be_bytes());
     Ok(TlsMaterial {
         identity,
         ticket_keys,
         ticket_lifetime_secs,
+        stateless_reset_key: StatelessResetKey(reset_key),
     })
 }

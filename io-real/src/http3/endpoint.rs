@@ -30,16 +30,26 @@ pub enum QuicSetupError {
     Classify(#[source] io::Error),
     #[error("the TLS configuration cannot serve QUIC: {0}")]
     Tls(String),
+    #[error("cannot read the slot socket's index from its lock: {0}")]
+    Index(#[source] io::Error),
 }
 
-/// One slot socket handed to this worker, with its lock (not yet taken).
+/// One slot socket handed to this worker, with its lock (not yet taken) and its index in
+/// its reuseport group (which the parent wrote into the lock's memfd).
 #[derive(Debug)]
 pub struct SlotSocket {
     socket: UdpSocket,
     lock: OwnedFd,
+    index: u32,
 }
 
 impl SlotSocket {
+    /// The socket's index in its reuseport group: what the connection IDs issued on it
+    /// name, so the steering program sends their packets here.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
     /// The UDP port, for `Alt-Svc`.
     pub fn port(&self) -> Option<u16> {
         self.socket.local_addr().ok().map(|a| a.port())
@@ -62,9 +72,11 @@ pub fn classify(fds: Vec<OwnedFd>) -> Result<Passed, QuicSetupError> {
         match sockopt::socket_type(&fd) {
             Ok(SocketType::DGRAM) => {
                 let lock = fds.next().ok_or(QuicSetupError::MissingLock)?;
+                let index = read_index(&lock)?;
                 passed.quic.push(SlotSocket {
                     socket: UdpSocket::from(fd),
                     lock,
+                    index,
                 });
             }
             Ok(_) => passed.listeners.push(std::net::TcpListener::from(fd)),
@@ -72,6 +84,35 @@ pub fn classify(fds: Vec<OwnedFd>) -> Result<Passed, QuicSetupError> {
         }
     }
     Ok(passed)
+}
+
+/// The index the parent wrote at the start of a slot lock's memfd.
+fn read_index(lock: &OwnedFd) -> Result<u32, QuicSetupError> {
+    let mut bytes = [0u8; 4];
+    let read =
+        rustix::io::pread(lock, &mut bytes, 0).map_err(|e| QuicSetupError::Index(e.into()))?;
+    if read != bytes.len() {
+        return Err(QuicSetupError::Index(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the slot lock holds no index",
+        )));
+    }
+    Ok(u32::from_le_bytes(bytes))
+}
+
+/// The endpoint configuration of the slot socket at `index`: connection IDs that name it
+/// (`super::steering`), and stateless-reset tokens from the parent's key, the same in
+/// every worker, so a slot's next worker can reset its predecessor's connections
+/// (RFC 9000 §10.3): their clients learn at once that the connection is gone instead of
+/// waiting out their idle timeout.
+pub fn endpoint_config(
+    reset_key: &servery_core::tls_material::StatelessResetKey,
+    index: u32,
+) -> quinn::EndpointConfig {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &reset_key.0);
+    let mut config = quinn::EndpointConfig::new(Arc::new(key));
+    config.cid_generator(move || Box::new(super::steering::SlotCidGenerator::new(index)));
+    config
 }
 
 /// The QUIC server configuration: the worker's TLS configuration with ALPN `h3`.
@@ -105,6 +146,7 @@ pub fn server_config(
 /// them and counts them as connections).
 pub async fn run(
     slot: SlotSocket,
+    endpoint_config: quinn::EndpointConfig,
     config: quinn::ServerConfig,
     incoming: UnboundedSender<quinn::Incoming>,
     mut drain: watch::Receiver<bool>,
@@ -122,7 +164,7 @@ pub async fn run(
         () = super::serve::draining(&mut drain) => return,
     };
     let endpoint = match quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+        endpoint_config,
         Some(config),
         slot.socket,
         Arc::new(quinn::TokioRuntime),
@@ -133,7 +175,7 @@ pub async fn run(
             return;
         }
     };
-    tracing::debug!(?port, "HTTP/3 endpoint serving");
+    tracing::debug!(?port, index = slot.index, "HTTP/3 endpoint serving");
     loop {
         tokio::select! {
             next = endpoint.accept() => match next {
@@ -193,7 +235,10 @@ mod tests {
     use super::*;
 
     fn memfd() -> OwnedFd {
-        rustix::fs::memfd_create("test-slot", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd")
+        let fd =
+            rustix::fs::memfd_create("test-slot", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd");
+        rustix::io::pwrite(&fd, &7u32.to_le_bytes(), 0).expect("index");
+        fd
     }
 
     #[tokio::test]
@@ -229,6 +274,13 @@ mod tests {
         assert_eq!(passed.listeners.len(), 1);
         assert_eq!(passed.quic.len(), 1);
         assert_eq!(passed.quic[0].port(), Some(port));
+        assert_eq!(passed.quic[0].index(), 7);
+        let empty =
+            rustix::fs::memfd_create("no-index", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd");
+        assert!(matches!(
+            classify(vec![OwnedFd::from(udp.try_clone().expect("dup")), empty]),
+            Err(QuicSetupError::Index(_))
+        ));
         assert!(matches!(
             classify(vec![OwnedFd::from(udp)]),
             Err(QuicSetupError::MissingLock)

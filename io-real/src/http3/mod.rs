@@ -2,14 +2,20 @@
 //! sockets the parent binds per worker slot and hands to each worker with its TCP
 //! listeners (decision 0027).
 //!
+//! - [`activation`]: under socket activation, a port servery cannot bind UDP on is a
+//!   configuration error.
 //! - [`sockets`]: the parent binds one `SO_REUSEPORT` socket per slot and keeps them.
 //! - [`endpoint`]: a worker takes its slot's socket over (a lock orders the old and new
 //!   worker of a slot) and runs a quinn endpoint on it.
 //! - [`serve`]: one connection's requests, answered by the worker's `Site`.
+//! - [`steering`]: connection IDs that name their slot socket, and the reuseport program
+//!   that sends each packet to the socket its connection ID names.
 
+pub mod activation;
 pub mod endpoint;
 pub mod serve;
 pub mod sockets;
+pub mod steering;
 
 use http::HeaderValue;
 

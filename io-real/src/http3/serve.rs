@@ -39,6 +39,7 @@ pub async fn serve_connection(
     incoming: quinn::Incoming,
     mut drain: watch::Receiver<bool>,
     requests: Arc<AtomicU64>,
+    activity: Arc<Activity>,
 ) {
     let peer = incoming.remote_address();
     let limit = site.deadlines().tls_handshake;
@@ -71,7 +72,6 @@ pub async fn serve_connection(
         }
         Err(_) => return,
     };
-    let activity = Activity::with_peer(tokio::time::Instant::now(), Some(peer));
     let mut in_flight = JoinSet::new();
     let mut going_away = false;
     loop {
@@ -101,6 +101,12 @@ pub async fn serve_connection(
                 going_away = true;
                 // The requests already taken are answered; later ones are refused, which
                 // tells the client to send them elsewhere.
+                shutdown(&mut h3).await;
+            }
+            // The worker is full and this connection was the longest idle with no
+            // request in progress (`worker::admission`): it goes as on a drain.
+            () = activity.evicted(), if !going_away => {
+                going_away = true;
                 shutdown(&mut h3).await;
             }
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}

@@ -16,6 +16,12 @@
 //! an open file description of its own) until its QUIC connections have finished, and the
 //! replacement starts reading only once it has the lock. The kernel releases it when the
 //! holder dies, `kill -9` included.
+//!
+//! Steering (`super::steering`): each address's sockets form one reuseport group with a
+//! classic-BPF program that sends a packet to the socket its connection ID names. The
+//! socket's index in the group is written into its lock's memfd, so the worker that reads
+//! it issues IDs naming it. Sockets are only ever added, at the group's end, so an index
+//! keeps naming the same socket for the parent's life.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -39,6 +45,12 @@ pub enum QuicBindError {
     InUse { addr: SocketAddr },
     #[error("cannot make the HTTP/3 slot lock: {0}")]
     Lock(#[source] io::Error),
+    #[error("cannot attach the HTTP/3 steering program on udp {addr}: {source}")]
+    Steering {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// One slot's socket and its lock.
@@ -51,7 +63,10 @@ struct SlotSocket {
 /// Every slot's sockets, in slot order per address.
 #[derive(Debug, Default)]
 pub struct QuicSockets {
-    /// `slots[i]` holds slot `i`'s socket on every address.
+    /// The addresses bound, as bound (a port 0 resolved), in the order of each slot's
+    /// sockets.
+    addrs: Vec<SocketAddr>,
+    /// `slots[i]` holds slot `i`'s socket on every address: the `i`-th of each group.
     slots: Vec<Vec<SlotSocket>>,
 }
 
@@ -61,8 +76,6 @@ impl QuicSockets {
     /// with `SO_REUSEPORT` set by the same user the kernel would otherwise let us join its
     /// group and split its datagrams with it.
     pub fn bind(addrs: &[SocketAddr], slots: u32) -> Result<Self, QuicBindError> {
-        let slots = slots.max(1) as usize;
-        let mut bound: Vec<Vec<SlotSocket>> = (0..slots).map(|_| Vec::new()).collect();
         for &addr in addrs {
             // Nobody may be there: a plain bind (no SO_REUSEPORT) succeeds only on a free
             // port, and is closed again before ours are bound.
@@ -73,16 +86,41 @@ impl QuicSockets {
                 }
                 Err(source) => return Err(QuicBindError::Bind { addr, source }),
             }
-            for slot in &mut bound {
+        }
+        let mut sockets = QuicSockets {
+            addrs: addrs.to_vec(),
+            slots: Vec::new(),
+        };
+        sockets.grow(slots.max(1))?;
+        Ok(sockets)
+    }
+
+    /// Binds sockets for slots up to `slots` (a reload that raised `--workers`): each new
+    /// one joins the end of its address's group, so the indices the running workers'
+    /// connection IDs name stay theirs. Nothing happens when there are enough already.
+    pub fn grow(&mut self, slots: u32) -> Result<(), QuicBindError> {
+        while self.slots.len() < slots as usize {
+            let index = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+            let mut slot = Vec::with_capacity(self.addrs.len());
+            for &addr in &self.addrs {
                 let socket =
                     bind_reuseport(addr).map_err(|source| QuicBindError::Bind { addr, source })?;
+                if index == 0 {
+                    // The group exists once its first socket is bound; its program then
+                    // serves every socket that joins later.
+                    crate::os::attach_reuseport_cbpf(&socket, &super::steering::program())
+                        .map_err(|source| QuicBindError::Steering { addr, source })?;
+                }
                 let lock =
                     rustix::fs::memfd_create("servery-quic-slot", rustix::fs::MemfdFlags::CLOEXEC)
                         .map_err(|e| QuicBindError::Lock(e.into()))?;
+                rustix::io::pwrite(&lock, &index.to_le_bytes(), 0)
+                    .map_err(|e| QuicBindError::Lock(e.into()))?;
                 slot.push(SlotSocket { socket, lock });
             }
+            self.slots.push(slot);
         }
-        Ok(QuicSockets { slots: bound })
+        Ok(())
     }
 
     /// How many slots have sockets.
@@ -157,6 +195,58 @@ mod tests {
         assert!(UdpSocket::bind(addr).is_err());
         let err = QuicSockets::bind(&[addr], 1).expect_err("in use");
         assert!(matches!(err, QuicBindError::InUse { .. }), "{err}");
+    }
+
+    /// Which of the slot sockets on `addr` receives `payload`, sent from `from`.
+    fn receiver(sockets: &QuicSockets, from: &UdpSocket, payload: &[u8]) -> usize {
+        let addr = sockets.local_addrs()[0];
+        from.send_to(payload, addr).expect("send");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut buf = [0u8; 64];
+        loop {
+            for (i, slot) in sockets.slots.iter().enumerate() {
+                slot[0].socket.set_nonblocking(true).expect("nonblocking");
+                if let Ok((n, _)) = slot[0].socket.recv_from(&mut buf) {
+                    assert_eq!(&buf[..n], payload);
+                    return i;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing received");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn short_header_packets_reach_the_socket_their_connection_id_names() {
+        use crate::http3::steering::{INDEX_BYTE, UNSTEERED};
+        let free = UdpSocket::bind(lo()).expect("probe");
+        let addr = free.local_addr().expect("addr");
+        drop(free);
+        let mut sockets = QuicSockets::bind(&[addr], 2).expect("bind");
+        // A reload's new slot joins the group as the next index, under the same program.
+        sockets.grow(3).expect("grow");
+        let short = |index: u8| {
+            let mut packet = vec![0x40; 24];
+            packet[1 + INDEX_BYTE] = index;
+            packet
+        };
+        // Several client addresses: the 4-tuple hash alone would send each to one socket
+        // whatever its packets say.
+        for _ in 0..4 {
+            let client = UdpSocket::bind(lo()).expect("client");
+            for index in [2u8, 0, 1, 2, 1, 0] {
+                assert_eq!(
+                    receiver(&sockets, &client, &short(index)),
+                    usize::from(index)
+                );
+            }
+            // Long headers, IDs naming no socket and runts go by the hash: one socket
+            // for everything one client sends.
+            let by_hash = receiver(&sockets, &client, &[0xc0; 24]);
+            for other in [short(3), short(UNSTEERED), vec![0x40]] {
+                assert_eq!(receiver(&sockets, &client, &other), by_hash);
+            }
+        }
     }
 
     #[test]

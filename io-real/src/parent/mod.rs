@@ -283,6 +283,16 @@ fn serve(
     // Both read (and clear) the environment, before any thread exists.
     let notifier = systemd::Notifier::from_env();
     let inherited = crate::os::inherited_listeners().map_err(ParentError::Inherited)?;
+    if args.site.http3 {
+        let addrs: Vec<_> = inherited
+            .iter()
+            .filter_map(|i| i.listener.local_addr().ok())
+            .collect();
+        if let Some(addr) = crate::http3::activation::unbindable(&addrs) {
+            tell!("servery: {}", crate::http3::activation::refusal(addr));
+            return Ok(EXIT_CONFIG);
+        }
+    }
     let exe = std::env::current_exe().map_err(ParentError::CurrentExe)?;
     let seed = entropy().map_err(ParentError::Entropy)?;
     // The default socket's directory is checked (or made) before anything is bound: a

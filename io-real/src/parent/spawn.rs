@@ -129,7 +129,7 @@ impl Launcher {
     }
 
     pub fn launch(
-        &self,
+        &mut self,
         rt: &Handle,
         events: &InboundTx,
         start: WorkerStart<'_>,
@@ -149,6 +149,14 @@ impl Launcher {
         // HELLO, which the driver writes later on the same stream.
         // The listeners first, then the slot's UDP sockets each with its lock (the worker
         // tells them apart by socket type).
+        if let Some(quic) = &mut self.quic {
+            // A generation with more workers than there are slot sockets (a reload that
+            // raised `--workers`): its new slots' sockets join their groups now, as the
+            // next indices, which the steering program already serves.
+            if let Err(e) = quic.grow(config.workers()) {
+                tracing::error!(%slot, error = %e, "no HTTP/3 socket for the new slot; it serves TCP only");
+            }
+        }
         let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
         if let Some(quic) = &self.quic {
             fds.extend(quic.for_slot(u64::from(slot.0), config.workers()));

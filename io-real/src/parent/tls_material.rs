@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use servery_core::Instant;
 use servery_core::parent::Parent;
 use servery_core::tls_material::{
-    CertSummary, TICKET_ENTROPY_LEN, TicketPolicy, TlsInput, TlsState, check_identity_fits,
+    CertSummary, STATELESS_RESET_KEY_LEN, TICKET_ENTROPY_LEN, TicketPolicy, TlsInput, TlsState,
+    check_identity_fits,
 };
 
 use crate::tls::{Identity, TlsError};
@@ -34,6 +35,10 @@ pub fn entropy() -> Result<[u8; TICKET_ENTROPY_LEN], ring::error::Unspecified> {
 /// The material the first workers start with.
 pub fn start(identity: &Identity, now: Instant) -> Result<TlsState, String> {
     let bytes = entropy().map_err(|_| "cannot read OS randomness for a ticket key".to_owned())?;
+    let mut reset_key = [0u8; STATELESS_RESET_KEY_LEN];
+    SystemRandom::new()
+        .fill(&mut reset_key)
+        .map_err(|_| "cannot read OS randomness for the stateless-reset key".to_owned())?;
     TlsState::new(
         now,
         TicketPolicy::default(),
@@ -41,6 +46,7 @@ pub fn start(identity: &Identity, now: Instant) -> Result<TlsState, String> {
         identity.key_pem.clone(),
         identity.summary().unwrap_or_default(),
         bytes,
+        reset_key,
     )
     .map_err(|e| e.to_string())
 }

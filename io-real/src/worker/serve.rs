@@ -126,6 +126,7 @@ pub(super) async fn run(
         quic: Quic {
             sockets: passed.quic,
             config: None,
+            reset_key: None,
             incoming_tx: quic_tx,
             incoming: quic_rx,
         },
@@ -189,16 +190,13 @@ impl Drop for ClosedGuard {
     }
 }
 
-/// The close of a connection [`Admission`] does not hold (an HTTP/3 connection: the
-/// lifecycle counts it, but it is never closed to make room, having no idle state of its
-/// own to judge). [`Admission::closed`] ignores an index it never gave out.
-const NOT_ADMITTED: usize = usize::MAX;
-
 /// `--http3`: this worker's slot sockets until it starts accepting, the QUIC
 /// configuration, and the connections its endpoints pass to the lifecycle task.
 struct Quic {
     sockets: Vec<crate::http3::endpoint::SlotSocket>,
     config: Option<quinn::ServerConfig>,
+    /// The parent's stateless-reset key, from the TLS material.
+    reset_key: Option<servery_core::tls_material::StatelessResetKey>,
     incoming_tx: UnboundedSender<quinn::Incoming>,
     incoming: UnboundedReceiver<quinn::Incoming>,
 }
@@ -404,6 +402,10 @@ impl Worker {
         let Some(tls) = &self.tls else {
             return;
         };
+        // The same for the parent's life: kept from the first material for the endpoints.
+        self.quic
+            .reset_key
+            .get_or_insert_with(|| material.stateless_reset_key.clone());
         match tls.apply(material) {
             Ok(()) => tracing::info!(
                 worker = self.id,
@@ -543,20 +545,29 @@ impl Worker {
         }
     }
 
-    /// An HTTP/3 connection: counted like an accepted TCP connection (the drain waits for
-    /// it), served on its own task.
+    /// An HTTP/3 connection: admitted as a TCP connection is (`admission`): counted (the
+    /// drain waits for it), and when the worker is full the longest-idle connection
+    /// without a request in progress, TCP or HTTP/3, is asked to close to make room; an
+    /// HTTP/3 one closes with GOAWAY, then H3_NO_ERROR.
     fn admit_quic(&mut self, incoming: quinn::Incoming) {
         let Some(site) = self.site.clone() else {
             incoming.refuse();
             return;
         };
+        let closing = u32::try_from(self.admission.closing()).unwrap_or(u32::MAX);
+        if self.life.in_flight().saturating_sub(closing) >= self.max_connections {
+            self.admission.make_room();
+        }
         self.life.connection_opened();
-        let closed = ClosedGuard(self.closed_tx.clone(), NOT_ADMITTED);
+        let activity =
+            Activity::with_peer(tokio::time::Instant::now(), Some(incoming.remote_address()));
+        let index = self.admission.admit(Arc::clone(&activity));
+        let closed = ClosedGuard(self.closed_tx.clone(), index);
         let drain = self.drain.subscribe();
         let requests = Arc::clone(&self.requests);
         tokio::spawn(async move {
             let _closed = closed;
-            crate::http3::serve::serve_connection(site, incoming, drain, requests).await;
+            crate::http3::serve::serve_connection(site, incoming, drain, requests, activity).await;
         });
     }
 
@@ -608,10 +619,12 @@ impl WorkerIo for Worker {
 
     fn start_accepting(&mut self) {
         tracing::info!(worker = self.id, "accepting");
-        if let Some(config) = &self.quic.config {
+        if let (Some(config), Some(reset_key)) = (&self.quic.config, &self.quic.reset_key) {
             for socket in std::mem::take(&mut self.quic.sockets) {
+                let endpoint = crate::http3::endpoint::endpoint_config(reset_key, socket.index());
                 tokio::spawn(crate::http3::endpoint::run(
                     socket,
+                    endpoint,
                     config.clone(),
                     self.quic.incoming_tx.clone(),
                     self.drain.subscribe(),

@@ -24,6 +24,15 @@ pub fn config_pinging(
     cert: &CertificateDer<'static>,
     keep_alive: Option<Duration>,
 ) -> quinn::ClientConfig {
+    config_with(cert, keep_alive, IDLE)
+}
+
+/// [`config`] with its own idle timeout.
+pub fn config_with(
+    cert: &CertificateDer<'static>,
+    keep_alive: Option<Duration>,
+    idle: Duration,
+) -> quinn::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.clone()).expect("trust anchor");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -36,7 +45,7 @@ pub fn config_pinging(
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS");
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
-    transport.max_idle_timeout(Some(IDLE.try_into().expect("idle timeout")));
+    transport.max_idle_timeout(Some(idle.try_into().expect("idle timeout")));
     transport.keep_alive_interval(keep_alive);
     config.transport_config(Arc::new(transport));
     config
@@ -48,7 +57,7 @@ pub struct H3 {
     pub connection: quinn::Connection,
     send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
     driver: tokio::task::JoinHandle<()>,
-    _endpoint: quinn::Endpoint,
+    endpoint: quinn::Endpoint,
 }
 
 impl Drop for H3 {
@@ -106,11 +115,21 @@ pub async fn connect(
         connection,
         send,
         driver,
-        _endpoint: endpoint,
+        endpoint,
     })
 }
 
 impl H3 {
+    /// Moves the connection to a new local socket on `local` (port chosen by the system),
+    /// as a NAT rebinding or a migration would: the server sees the same connection from
+    /// a new address.
+    pub fn rebind(&self, local: IpAddr) -> std::io::Result<SocketAddr> {
+        let socket = std::net::UdpSocket::bind(SocketAddr::new(local, 0))?;
+        let addr = socket.local_addr()?;
+        self.endpoint.rebind(socket)?;
+        Ok(addr)
+    }
+
     /// `METHOD path` with `headers`, read whole, within `bound`.
     pub async fn request(
         &mut self,
@@ -163,7 +182,14 @@ impl H3 {
             let chunk = Bytes::copy_from_slice(chunk);
             stream.send_data(chunk).await.map_err(classify)?;
         }
-        stream.finish().await.map_err(classify)?;
+        // A server that has its answer may stop reading the request before its end
+        // (quinn's STOP_SENDING when the request is dropped unread); RFC 9114 §4.1.2:
+        // clients must not discard a complete response for that. The response, or the
+        // real error, comes next.
+        match stream.finish().await {
+            Err(StreamError::RemoteTerminate { .. }) | Ok(()) => {}
+            Err(e) => return Err(classify(e)),
+        }
         let response = stream.recv_response().await.map_err(classify)?;
         let mut body = Vec::new();
         while let Some(mut chunk) = stream.recv_data().await.map_err(classify)? {
