@@ -11,7 +11,7 @@ use servery_core::parent::Parent;
 use servery_core::proto::ParentMessage;
 use servery_core::supervisor::Event;
 use servery_core::tls_material::{
-    CertSummary, TICKET_ENTROPY_LEN, TicketPolicy, TlsInput, TlsState,
+    CertSummary, STATELESS_RESET_KEY_LEN, TICKET_ENTROPY_LEN, TicketPolicy, TlsInput, TlsState,
 };
 use servery_core::{Instant, WorkerId};
 
@@ -158,6 +158,12 @@ impl SimWorld {
             chunk.copy_from_slice(&draw[..chunk.len()]);
         }
         let facts = stored.map(|s| s.facts);
+        // The simulated workers serve no QUIC: the reset key only has to exist, and taking it
+        // from the ticket entropy keeps every seed's draws (and so its trace) as they were.
+        let mut reset_key = [0u8; STATELESS_RESET_KEY_LEN];
+        for (byte, from) in reset_key.iter_mut().zip(entropy.iter().cycle()) {
+            *byte = *from;
+        }
         let tls = TlsState::new(
             Instant::ZERO,
             TicketPolicy::default(),
@@ -165,6 +171,7 @@ impl SimWorld {
             key_pem,
             summary(facts.as_ref()),
             entropy,
+            reset_key,
         )
         .ok()?;
         Some((config, tls))
