@@ -110,6 +110,22 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "upload-io-faults",
         "an upload workload: a full tmpfs is tests/io_faults.rs; a failing rename cannot be made from outside",
     ),
+    (
+        "acme-renewal-on-time",
+        "a simulated CA and clock run months of certificate life in seconds: the real renewal against pebble (issuance, a forced renewal under load, failures that keep the certificate) is tests/acme.rs",
+    ),
+    (
+        "acme-ca-failures-retry",
+        "CA outages drawn by the simulator: the real refused validation that keeps the certificate and retries is tests/acme.rs",
+    ),
+    (
+        "tls-handoff-worker-crash",
+        "a worker killed at a drawn instant of a hand-off: the real hand-off to running workers is tests/acme.rs and tests/tls_resumption.rs",
+    ),
+    (
+        "acme-reload-during-renewal",
+        "a reload at a drawn instant of a renewal: the real certificate re-read on reload is tests/tls_resumption.rs",
+    ),
 ];
 
 /// Spawns the behaviour table covers: later spawns, slots and generations are healthy
