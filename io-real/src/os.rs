@@ -5,6 +5,41 @@
 use std::io;
 use std::os::fd::AsFd;
 
+/// `setsockopt(socket, level, name, value)` with `value`'s size as the option length.
+///
+/// # Safety
+/// `value` must be the type the kernel expects for `level`/`name`, and every pointer it
+/// holds must point at memory that is valid, initialised and large enough for the
+/// length it declares, for the length of the call. (The descriptor is borrowed for the
+/// call, so it stays open; the kernel copies the value and keeps no pointer to it.)
+#[cfg(any(target_os = "linux", target_os = "android"))]
+unsafe fn set_socket_option<T>(
+    socket: impl AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::socklen_t::try_from(size_of::<T>())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "socket option too large"))?;
+    // SAFETY: `value` is a live `T` of exactly `len` bytes; the caller vouches for its type
+    // and for whatever it points at.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_fd().as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_ref(value).cast(),
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Have the kernel hand a listener's connection to `accept` only once the client's first
 /// bytes have arrived, or after about `seconds` without any (the connection is then
 /// accepted as usual, and the header-read timeout takes over).
@@ -17,26 +52,9 @@ use std::os::fd::AsFd;
 /// std's `set_deferaccept` is unstable and rustix has no setter, hence the raw call.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn set_defer_accept(listener: impl AsFd, seconds: u32) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let value = libc::c_int::try_from(seconds).unwrap_or(libc::c_int::MAX);
-    let len = libc::socklen_t::try_from(size_of::<libc::c_int>()).unwrap_or(0);
-    // SAFETY: the descriptor is borrowed for the length of the call, so it stays open;
-    // the option value points at a live `c_int` and `len` is exactly its size; the kernel
-    // copies the value and keeps no pointer to it.
-    let rc = unsafe {
-        libc::setsockopt(
-            listener.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&raw const value).cast(),
-            len,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // SAFETY: TCP_DEFER_ACCEPT takes a `c_int`, which holds no pointer.
+    unsafe { set_socket_option(listener, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, &value) }
 }
 
 /// Other systems have no such option (the BSDs' accept filters are set up differently);
@@ -123,7 +141,6 @@ const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
     ))
 ))]
 pub fn attach_reuseport_cbpf(socket: impl AsFd, program: &[(u16, u8, u8, u32)]) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let mut filter: Vec<libc::sock_filter> = program
         .iter()
         .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
@@ -134,25 +151,10 @@ pub fn attach_reuseport_cbpf(socket: impl AsFd, program: &[(u16, u8, u8, u32)]) 
         len,
         filter: filter.as_mut_ptr(),
     };
-    let size = libc::socklen_t::try_from(size_of::<libc::sock_fprog>()).unwrap_or(0);
-    // SAFETY: the descriptor is borrowed for the length of the call, so it stays open;
-    // `fprog` is a live `sock_fprog` and `size` is exactly its size; its `filter` points
-    // at `len` initialised instructions in `filter`, which outlives the call. The kernel
-    // checks and copies the program during the call and keeps no pointer to our memory.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_ATTACH_REUSEPORT_CBPF,
-            (&raw const fprog).cast(),
-            size,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // SAFETY: SO_ATTACH_REUSEPORT_CBPF takes a `sock_fprog`, whose `filter` points at `len`
+    // initialised instructions in `filter`, which outlives the call. The kernel checks and
+    // copies the program during the call and keeps no pointer to our memory.
+    unsafe { set_socket_option(socket, libc::SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &fprog) }
 }
 
 /// Elsewhere there is no reuseport program: the kernel's hash alone picks the socket.
