@@ -186,6 +186,20 @@ fn acme_status(server: &Server) -> Value {
     server.status()["acme"].clone()
 }
 
+/// A CA, servery (`workers` of them) on `tree` with its ACME state directory, and the
+/// status once the first certificate is in service.
+fn serving_an_issued_certificate(tree: &Tree, workers: u32) -> (Ca, PathBuf, Server, Value) {
+    let ca = start_ca(&tree.dir.clone());
+    let state = tree.dir.join("acme-state");
+    let args = ca.args(&state, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(tree, workers, &args, &[]);
+    let issued = wait_acme(&server, "issued", Duration::from_secs(60), |a| {
+        a["state"] == "valid"
+    });
+    (ca, state, server, issued)
+}
+
 fn wait_acme(server: &Server, what: &str, bound: Duration, ok: impl Fn(&Value) -> bool) -> Value {
     let (a, _) = wait_until(bound, what, || {
         let a = acme_status(server);
@@ -216,14 +230,7 @@ fn by_pebble(der: &[u8]) -> bool {
 #[test]
 fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
     let tree = Tree::new("acme-issue");
-    let ca = start_ca(&tree.dir.clone());
-    let state = tree.dir.join("acme-state");
-    let args = ca.args(&state, &[]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(&tree, 2, &args, &[]);
-    let issued = wait_acme(&server, "issued", Duration::from_secs(60), |a| {
-        a["state"] == "valid"
-    });
+    let (ca, state, server, issued) = serving_an_issued_certificate(&tree, 2);
     assert_eq!(issued["orders"], 1, "{issued}");
     assert!(
         issued["serial"].is_string() && issued["next_attempt"].is_i64(),
@@ -281,6 +288,8 @@ fn issuance_from_nothing_then_a_restart_reuses_the_account_and_certificate() {
     drop(server);
     port_free(ca.http_port);
 
+    let args = ca.args(&state, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start(&tree, 1, &args, &[]);
     let again = wait_acme(&server, "loaded", Duration::from_secs(20), |a| {
         a["state"] == "valid"
@@ -364,14 +373,8 @@ fn a_forced_renewal_under_load_fails_no_request_and_a_client_sees_the_new_serial
     use std::sync::{Arc, Mutex};
 
     let tree = Tree::new("acme-load");
-    let ca = start_ca(&tree.dir.clone());
-    let state = tree.dir.join("acme-state");
-    let args = ca.args(&state, &[]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(&tree, 2, &args, &[]);
-    let issued = wait_acme(&server, "issued", Duration::from_secs(60), |a| {
-        a["state"] == "valid"
-    });
+    // The CA stays up for the whole test.
+    let (_ca, _state, server, issued) = serving_an_issued_certificate(&tree, 2);
     let (first, _) = wait_until(
         Duration::from_secs(20),
         "pebble's certificate served",
@@ -468,14 +471,7 @@ fn a_forced_renewal_under_load_fails_no_request_and_a_client_sees_the_new_serial
 #[test]
 fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
     let tree = Tree::new("acme-fail");
-    let ca = start_ca(&tree.dir.clone());
-    let state = tree.dir.join("acme-state");
-    let args = ca.args(&state, &[]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(&tree, 1, &args, &[]);
-    let issued = wait_acme(&server, "issued", Duration::from_secs(60), |a| {
-        a["state"] == "valid"
-    });
+    let (ca, state, server, issued) = serving_an_issued_certificate(&tree, 1);
     drop(server);
     port_free(ca.http_port);
     // Nothing answers there: the CA cannot validate.
