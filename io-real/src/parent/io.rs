@@ -406,6 +406,7 @@ impl RealIo {
                 (e.token(), read, e.is_writable())
             })
             .collect();
+        let before = self.inbox.len();
         for (token, read, write) in ready {
             if token == WAKE {
                 continue;
@@ -418,6 +419,7 @@ impl RealIo {
                 self.read_channel(worker);
             }
         }
+        ends_last(&mut self.inbox, before);
         true
     }
 
@@ -486,7 +488,14 @@ impl RealIo {
         match inbound {
             Inbound::Event(Event::Exited { worker, status }) => {
                 self.pids.remove(&worker);
-                // Whatever the worker wrote before it died is reported before its death.
+                // Whatever any worker wrote before this death was learned is reported
+                // before it: a READY another candidate sent while this one served and
+                // crashed completes the first rollout, and the crash is then a member's
+                // (the real crash-loop run once judged it a startup failure for want of
+                // reading the other channel first). The dying worker's own words too.
+                if !self.poll_channels(Some(core::time::Duration::ZERO)) {
+                    return Some(Wakeup::HostFailed);
+                }
                 self.read_channel(worker);
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     channel.read_closed = true;
@@ -548,6 +557,26 @@ impl RealIo {
             }
         }
     }
+}
+
+/// Within what one poll read (the inbox from `from` on), every channel's end goes after
+/// every message, keeping each kind in order. A message found in the same poll as another
+/// worker's end was sent before that end was seen; handling the end first would judge the
+/// service on less than it already knows. Each worker's own end stays after its messages.
+fn ends_last(inbox: &mut VecDeque<Event>, from: usize) {
+    let is_end = |e: &Event| {
+        matches!(
+            e,
+            Event::ChannelClosed { .. } | Event::ProtocolViolation { .. }
+        )
+    };
+    if !inbox.range(from..).any(is_end) {
+        return;
+    }
+    let read: Vec<Event> = inbox.drain(from..).collect();
+    let (ends, messages): (Vec<Event>, Vec<Event>) = read.into_iter().partition(is_end);
+    inbox.extend(messages);
+    inbox.extend(ends);
 }
 
 impl ParentIo for RealIo {
@@ -743,5 +772,45 @@ impl ParentIo for RealIo {
                 let _ = waiter.send(snapshot.clone());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servery_core::proto::WorkerMessage;
+
+    fn ready(worker: u64) -> Event {
+        Event::Message {
+            worker: WorkerId(worker),
+            message: WorkerMessage::Ready,
+        }
+    }
+
+    fn closed(worker: u64) -> Event {
+        Event::ChannelClosed {
+            worker: WorkerId(worker),
+        }
+    }
+
+    #[test]
+    fn a_poll_reports_every_message_before_any_channel_end() {
+        let mut inbox: VecDeque<Event> = [closed(7), ready(1), closed(1), ready(2), ready(3)]
+            .into_iter()
+            .collect();
+        ends_last(&mut inbox, 1);
+        let order: Vec<Event> = inbox.into_iter().collect();
+        assert_eq!(
+            order,
+            vec![closed(7), ready(1), ready(2), ready(3), closed(1)],
+            "what came before the poll stays first; one worker's end still follows its messages"
+        );
+    }
+
+    #[test]
+    fn a_poll_without_ends_keeps_its_order() {
+        let mut inbox: VecDeque<Event> = [ready(2), ready(1)].into_iter().collect();
+        ends_last(&mut inbox, 0);
+        assert_eq!(inbox, VecDeque::from(vec![ready(2), ready(1)]));
     }
 }
