@@ -1,7 +1,7 @@
 //! What one run of a policy under a workload measured, from the simulation's outcome.
 
 use servery_core::supervisor::ExitReason;
-use servery_sim::Outcome;
+use servery_sim::{FaultKind, Outcome};
 
 use crate::research::workload::{Draw, SERVICE_S, Workload};
 
@@ -13,6 +13,9 @@ pub struct RunMetrics {
     pub x: Option<f64>,
     /// Requests served over requests offered.
     pub availability: f64,
+    /// Requests answered within the workload's `latency_bound_s` of their arrival, over
+    /// requests offered.
+    pub served_within_bound: f64,
     /// ∫ (N − ready) dt over the run.
     pub capacity_seconds_lost: f64,
     /// From each injected fault to its worker's reaping.
@@ -33,6 +36,13 @@ pub struct RunMetrics {
     pub ready: Vec<(f64, u32)>,
     /// When each boot after the initial generation began (s): restarts and recycles.
     pub boot_times: Vec<f64>,
+}
+
+fn hung(reason: Option<ExitReason>) -> bool {
+    matches!(
+        reason,
+        Some(ExitReason::HealthFailure | ExitReason::DrainHang)
+    )
 }
 
 fn recycle(reason: Option<ExitReason>) -> bool {
@@ -73,6 +83,11 @@ pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics 
         .filter_map(|i| {
             let w = i.worker?;
             let exit = o.exits.iter().find(|e| e.worker == w)?;
+            // A pause is detected only when its worker is ended as hung; one that ended
+            // first was rightly let be, and its worker's later exit is another story.
+            if i.kind == FaultKind::PauseWorker && !hung(exit.reason) {
+                return None;
+            }
             Some((exit.at_ms.saturating_sub(i.at_ms)) as f64 / 1000.0)
         })
         .collect();
@@ -94,10 +109,16 @@ pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics 
     };
     let offered =
         (r.ok + r.failed_fault + r.failed_forced + r.refused + r.stranded) as f64 + unsent;
-    let availability = if offered == 0.0 {
-        1.0
+    let bound_us = (w.latency_bound_s * 1e6) as u64;
+    let in_time = o
+        .request_latency_us
+        .iter()
+        .filter(|&&us| us <= bound_us)
+        .count() as f64;
+    let (availability, served_within_bound) = if offered == 0.0 {
+        (1.0, 1.0)
     } else {
-        r.ok as f64 / offered
+        (r.ok as f64 / offered, in_time / offered)
     };
     let useful = r.ok as f64 * SERVICE_S;
     let amplification = if useful > 0.0 {
@@ -109,6 +130,7 @@ pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics 
         seed,
         x: draw.x,
         availability,
+        served_within_bound,
         capacity_seconds_lost: lost,
         detect_s,
         recover_s,
