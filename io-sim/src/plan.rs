@@ -55,6 +55,14 @@ pub enum Fault {
     CrashWorker { pick: u64 },
     /// `SIGSTOP` of a live ready worker.
     HangWorker { pick: u64 },
+    /// `SIGSTOP` of a live ready worker, then `SIGCONT` `duration` later (a GC storm, a
+    /// stuck syscall, swapping): while stopped it sends, reads and serves nothing and
+    /// takes no connection; what reached it meanwhile (control frames, its timers, the
+    /// ends of the requests it holds) it handles on resuming, in the order it arrived.
+    /// A TERM sent meanwhile stays pending until the resume (POSIX); KILL ends it at once.
+    /// Under the Windows model it is `NtSuspendProcess` / `NtResumeProcess`: there is
+    /// no TERM to hold, and `TerminateProcess` ends it at once, as KILL does.
+    PauseWorker { pick: u64, duration: Duration },
     /// The worker writes garbage on its control channel.
     MalformedFrame { pick: u64 },
     /// Crash the worker that holds the most recent lease, if any.
@@ -307,10 +315,11 @@ pub enum FaultKind {
     RenameFails,
     CrashDavGranter,
     CrashAfterUptime,
+    PauseWorker,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 23] = [
+    pub const ALL: [FaultKind; 24] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -334,6 +343,7 @@ impl FaultKind {
         FaultKind::RenameFails,
         FaultKind::CrashDavGranter,
         FaultKind::CrashAfterUptime,
+        FaultKind::PauseWorker,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -366,6 +376,7 @@ impl FaultKind {
             FaultKind::RenameFails => "rename-fails",
             FaultKind::CrashDavGranter => "crash-dav-granter",
             FaultKind::CrashAfterUptime => "crash-after-uptime",
+            FaultKind::PauseWorker => "pause-worker",
         }
     }
 
@@ -389,6 +400,7 @@ impl FaultKind {
                 | FaultKind::ControlWriteFails
                 | FaultKind::CrashDavGranter
                 | FaultKind::CrashAfterUptime
+                | FaultKind::PauseWorker
         )
     }
 
@@ -420,6 +432,7 @@ impl FaultKind {
             FaultKind::RenameFails => l::RENAME_FAILED_CLEANED,
             FaultKind::CrashDavGranter => l::DAV_LOCK_OUTLIVED_GRANTER,
             FaultKind::CrashAfterUptime => l::CRASHED_AFTER_UPTIME,
+            FaultKind::PauseWorker => l::PAUSED_WORKER_RESUMED,
         }
     }
 }
@@ -439,6 +452,7 @@ impl Fault {
         match self {
             Fault::CrashWorker { .. } => FaultKind::CrashWorker,
             Fault::HangWorker { .. } => FaultKind::HangWorker,
+            Fault::PauseWorker { .. } => FaultKind::PauseWorker,
             Fault::MalformedFrame { .. } => FaultKind::MalformedFrame,
             Fault::CrashLeaseHolder => FaultKind::CrashLeaseHolder,
             Fault::CrashParent => FaultKind::CrashParent,

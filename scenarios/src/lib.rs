@@ -13,6 +13,7 @@ mod catalog_certs;
 mod catalog_chaos;
 mod catalog_dav;
 mod catalog_io_faults;
+mod catalog_pauses;
 mod catalog_rollouts;
 mod catalog_writes;
 mod checks;
