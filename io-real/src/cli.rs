@@ -408,7 +408,11 @@ crate::knobs::core_fields! {
 
 // The serving options reach workers whole; none is a core field.
 crate::knobs::core_fields! {
-    impl SiteArgs {}
+    impl SiteArgs {
+        // The parent owns the QUIC sockets across generations, as a singleton (status
+        // shows it); workers serve the connections.
+        http3 => features.http3;
+    }
 }
 
 impl ServeArgs {

@@ -300,13 +300,11 @@ mod tests {
     }
 
     /// Core fields no setting writes: the core's defaults are what runs. The lease and
-    /// partial-upload lifetimes and the lease table's size have no flag (yet); the HTTP/3
-    /// feature flag has no parent service behind it (workers serve HTTP/3 themselves).
+    /// partial-upload lifetimes and the lease table's size have no flag (yet).
     const NOT_SETTINGS: &[&str] = &[
         "broker.lease_ttl",
         "broker.max_leases",
         "broker.partial_ttl",
-        "features.http3",
     ];
 
     #[test]

@@ -158,7 +158,15 @@ fn an_idle_client_that_keeps_pinging_does_not_hold_up_a_recycle() {
         h3.get("/hello.txt", REQUEST_BOUND).await.expect("hello");
         h3
     });
-    let before = worker_ids(&server.status());
+    let status = server.status();
+    let before = worker_ids(&status);
+    // The parent owns the QUIC sockets across generations: status shows that singleton.
+    let h3_singleton = &status["singletons"]["http3"];
+    assert_eq!(
+        (&h3_singleton["state"], &h3_singleton["generation"]),
+        (&json!("running"), &json!(1)),
+        "{status}"
+    );
     server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
     // Far below the 30 s drain deadline: GOAWAY, one second's grace, close.
     let (_, took) = wait_until(Duration::from_secs(10), "the recycle to end", || {
