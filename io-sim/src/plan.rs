@@ -130,6 +130,10 @@ pub struct Workload {
     /// TLS with an ACME certificate manager and a simulated CA; `None` (the default)
     /// serves cleartext, and a run draws, schedules and traces what it did before.
     pub certs: Option<crate::certs::CertPlan>,
+    /// WebDAV tree requests (MOVE, COPY, DELETE of collections) one at a time, with
+    /// workers killed between steps; `None` (the default): none, and a run draws,
+    /// schedules and traces what it did before.
+    pub dav_tree: Option<crate::dav_tree::DavTreePlan>,
 }
 
 impl Default for Workload {
@@ -147,6 +151,7 @@ impl Default for Workload {
             until: Duration::from_secs(3600),
             dav: None,
             certs: None,
+            dav_tree: None,
         }
     }
 }
@@ -307,10 +312,13 @@ pub enum FaultKind {
     RenameFails,
     CrashDavGranter,
     CrashAfterUptime,
+    /// A worker carrying out a WebDAV tree request is killed before a step the plan
+    /// names ([`crate::TreeOpPlan::kill_before`]).
+    CrashDavTreeStep,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 23] = [
+    pub const ALL: [FaultKind; 24] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -334,6 +342,7 @@ impl FaultKind {
         FaultKind::RenameFails,
         FaultKind::CrashDavGranter,
         FaultKind::CrashAfterUptime,
+        FaultKind::CrashDavTreeStep,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -366,6 +375,7 @@ impl FaultKind {
             FaultKind::RenameFails => "rename-fails",
             FaultKind::CrashDavGranter => "crash-dav-granter",
             FaultKind::CrashAfterUptime => "crash-after-uptime",
+            FaultKind::CrashDavTreeStep => "crash-dav-tree-step",
         }
     }
 
@@ -389,6 +399,7 @@ impl FaultKind {
                 | FaultKind::ControlWriteFails
                 | FaultKind::CrashDavGranter
                 | FaultKind::CrashAfterUptime
+                | FaultKind::CrashDavTreeStep
         )
     }
 
@@ -420,6 +431,7 @@ impl FaultKind {
             FaultKind::RenameFails => l::RENAME_FAILED_CLEANED,
             FaultKind::CrashDavGranter => l::DAV_LOCK_OUTLIVED_GRANTER,
             FaultKind::CrashAfterUptime => l::CRASHED_AFTER_UPTIME,
+            FaultKind::CrashDavTreeStep => l::DAV_TREE_KILL_SWEPT,
         }
     }
 }

@@ -104,6 +104,8 @@ pub(crate) enum SimEvent {
     },
     /// The CA, the state directory or the operator, for the certificate manager.
     Cert(crate::certs::CertStep),
+    /// The WebDAV tree client sends its next request.
+    DavTreeSend,
 }
 
 impl SimEvent {
@@ -132,6 +134,7 @@ impl SimEvent {
             SimEvent::DavWriteArrival => (21, 0),
             SimEvent::DavClientStep { client } => (22, *client as u64),
             SimEvent::Cert(step) => (23, step.code()),
+            SimEvent::DavTreeSend => (24, 0),
         }
     }
 }
@@ -147,6 +150,10 @@ pub(crate) enum ConnKind {
     },
     /// A WebDAV request: its record in [`crate::Outcome::dav`]'s log.
     Dav {
+        rec: usize,
+    },
+    /// A WebDAV tree request: its record in [`crate::Outcome::dav_tree`].
+    DavTree {
         rec: usize,
     },
 }
@@ -218,6 +225,9 @@ pub struct SimWorld {
     pub(crate) dav: Option<DavSim>,
     /// The CA and the workers' identities (with a certificate plan only).
     pub(crate) certs: Option<crate::certs::CertSim>,
+    /// The WebDAV tree, its client and the tree requests workers carry out (with a tree
+    /// workload only).
+    pub(crate) dav_tree: Option<crate::dav_tree::DavTreeSim>,
     pub(crate) trace: Trace,
     pub(crate) out: Outcome,
 }
@@ -286,6 +296,7 @@ impl SimWorld {
             proc_bound: workers + 1,
             dav: None,
             certs: None,
+            dav_tree: None,
             trace,
             out: Outcome {
                 seed: spec.seed,
@@ -325,6 +336,7 @@ impl SimWorld {
         }
         w.dav_start();
         w.certs_start();
+        w.dav_tree_start();
         w
     }
 
@@ -513,6 +525,7 @@ impl SimWorld {
             SimEvent::DavWriteArrival => self.dav_write_arrival(),
             SimEvent::DavClientStep { client } => self.dav_client_step(client),
             SimEvent::Cert(step) => self.cert_step(step),
+            SimEvent::DavTreeSend => self.dav_tree_send(),
         }
         None
     }
@@ -559,7 +572,8 @@ impl SimWorld {
                 SimEvent::ClientArrival
                 | SimEvent::UploadArrival
                 | SimEvent::DavClientArrival
-                | SimEvent::DavWriteArrival => {
+                | SimEvent::DavWriteArrival
+                | SimEvent::DavTreeSend => {
                     // Clients keep trying; the listener is gone with the parent or
                     // orphaned workers, which must not accept.
                     self.client_after_parent();
@@ -572,6 +586,7 @@ impl SimWorld {
         self.out.processes_alive_at_end = self.live_count();
         self.out.requests.stranded += self.backlog.len() as u64;
         self.out.temp_files_at_end = self.fs.temp_count();
+        self.dav_tree_finish();
         self.out.torn_files = self
             .fs
             .files
