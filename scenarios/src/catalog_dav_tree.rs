@@ -240,7 +240,7 @@ fn leases_and_names_held(t: &TreeOutcome) -> Result<(), String> {
     }
     if let Some((at, n)) = t.idle_leases.first() {
         return Err(format!(
-            "at {} ms the broker held {n} tree leases while no tree request was in flight \
+            "at {} ms the broker held {n} tree lease(s) while no tree request was in flight \
              (leaked)",
             at / 1_000_000
         ));
