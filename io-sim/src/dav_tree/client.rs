@@ -12,7 +12,7 @@ use super::{
     DavTreePlan, TreeEnd, TreeMethod, TreeOpPlan, TreeRecord, TreeSnapshot, TreeStep,
     TreeStepFails, ns,
 };
-use crate::tree::{SimTree, is_private};
+use crate::tree::SimTree;
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
 /// How many of each oracle finding are kept.
@@ -298,7 +298,7 @@ impl SimWorld {
         }
         for (path, owner) in privates {
             let gone = owner.is_none_or(|w| !sup.is_connected(w));
-            if gone && is_private(&path) && out.stale_private.len() < KEEP {
+            if gone && out.stale_private.len() < KEEP {
                 out.stale_private.push((at, path, owner.map_or(0, |w| w.0)));
             }
         }
