@@ -84,7 +84,7 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
     ),
     (
         "dav-move-crash-between-steps",
-        "a worker killed just before a chosen step of a MOVE/COPY/DELETE cannot be arranged from outside the process, and no real test does it: tests/webdav.rs runs tree operations without crashes (litmus copymove, rclone, cadaver); the per-step outcomes are checked against a model file system by core's tree_flow_tests and here in the simulator",
+        "a tree-request workload whose client picks requests from the simulated tree: the real counterpart is tests/webdav_tree_crash.rs, which kills a real worker before six chosen steps of MOVE, COPY and DELETE (SERVERY_TEST_FAULT=kill-before-tree-step) and checks the tree, the cleanup, the broker's leases and the retry",
     ),
     (
         "singleton-lifecycle",
