@@ -24,11 +24,22 @@ def release_command():
     return ["cargo", "build", "--release", "-p", "servery"]
 
 
+def shell_env():
+    """The environment without what cargo sets for a test or build script that runs this
+    (CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...): build scripts such as ring's watch some of
+    them, and a build started from a test would otherwise rebuild ring and everything
+    above it, and the next build from a shell would rebuild it all back."""
+    inherited = ("CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_")
+    exact = ("CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR")
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(inherited) and k not in exact}
+
+
 def release_executable(*target):
     """The executable cargo builds for `target` (e.g. "--bin", "servery")."""
     out = subprocess.run(
         [*release_command(), "-q", *target, "--message-format=json-render-diagnostics"],
-        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        cwd=ROOT, check=True, capture_output=True, text=True, env=shell_env()).stdout
     for line in out.splitlines():
         msg = json.loads(line)
         if msg.get("reason") == "compiler-artifact" and msg.get("executable"):

@@ -120,103 +120,77 @@ fn parse_workers(s: &str) -> Result<Workers, String> {
         .map_err(|_| format!("expected a number of workers or `auto`, got `{s}`"))
 }
 
-/// Options of the server itself.
-#[derive(Debug, Clone, Args, Serialize, Deserialize)]
-pub struct ServeArgs {
-    /// Directory to serve [default: the current directory].
-    #[arg(value_name = "DIR", env = "SERVERY_DIR")]
-    pub dir: Option<PathBuf>,
+// The server's own options, and the groups flattened into it; each group's core fields
+// are its own `core_fields!` declaration, and the macro lists every group once for both.
+crate::knobs::settings_struct! {
+    /// Options of the server itself.
+    #[derive(Debug, Clone, Args, Serialize, Deserialize)]
+    pub struct ServeArgs {
+        /// Directory to serve [default: the current directory].
+        #[arg(value_name = "DIR", env = "SERVERY_DIR")]
+        pub dir: Option<PathBuf>,
 
-    /// Address to listen on; repeat (or separate with commas) for several, all on one port.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        env = "SERVERY_BIND",
-        value_delimiter = ',',
-        default_value = "127.0.0.1"
-    )]
-    pub bind: Vec<IpAddr>,
+        /// Address to listen on; repeat (or separate with commas) for several, all on one
+        /// port.
+        #[arg(
+            long,
+            value_name = "ADDR",
+            env = "SERVERY_BIND",
+            value_delimiter = ',',
+            default_value = "127.0.0.1"
+        )]
+        pub bind: Vec<IpAddr>,
 
-    /// Port to listen on. Without it servery tries 8000 and scans forward to 8099 while
-    /// the port is busy; 0 picks a free ephemeral port.
-    #[arg(long, env = "SERVERY_PORT")]
-    pub port: Option<u16>,
+        /// Port to listen on. Without it servery tries 8000 and scans forward to 8099 while
+        /// the port is busy; 0 picks a free ephemeral port.
+        #[arg(long, env = "SERVERY_PORT")]
+        pub port: Option<u16>,
 
-    /// Worker processes: a number, or `auto` for one per available CPU.
-    #[arg(long, value_name = "N|auto", env = "SERVERY_WORKERS", default_value = "1", value_parser = parse_workers, allow_negative_numbers = true, group = LIVE)]
-    pub workers: Workers,
+        /// Worker processes: a number, or `auto` for one per available CPU.
+        #[arg(long, value_name = "N|auto", env = "SERVERY_WORKERS", default_value = "1", value_parser = parse_workers, allow_negative_numbers = true, group = LIVE)]
+        pub workers: Workers,
 
-    /// Serve and list dot-files.
-    #[arg(long, env = "SERVERY_SHOW_HIDDEN", value_parser = clap::builder::BoolishValueParser::new())]
-    pub show_hidden: bool,
+        /// Serve and list dot-files.
+        #[arg(long, env = "SERVERY_SHOW_HIDDEN", value_parser = clap::builder::BoolishValueParser::new())]
+        pub show_hidden: bool,
 
-    /// Unix socket for `servery ctl` (see "Control socket" below).
-    #[arg(long, value_name = "PATH", env = "SERVERY_CONTROL_SOCKET")]
-    pub control_socket: Option<PathBuf>,
+        /// Unix socket for `servery ctl` (see "Control socket" below).
+        #[arg(long, value_name = "PATH", env = "SERVERY_CONTROL_SOCKET")]
+        pub control_socket: Option<PathBuf>,
 
-    /// Validate the configuration, print it with its aggregates, and exit (0 if valid, 2
-    /// if not) without binding anything.
-    #[arg(long)]
-    pub check_config: bool,
+        /// Validate the configuration, print it with its aggregates, and exit (0 if valid, 2
+        /// if not) without binding anything.
+        #[arg(long)]
+        pub check_config: bool,
 
-    /// Read settings from this TOML file: `key = value`, the keys being the long options
-    /// without `--` and with `_` for `-` (`max_connections = 64`). The command line and
-    /// the environment override it; a reload reads it again.
-    #[arg(long, value_name = "FILE", env = "SERVERY_CONFIG")]
-    pub config: Option<PathBuf>,
+        /// Read settings from this TOML file: `key = value`, the keys being the long options
+        /// without `--` and with `_` for `-` (`max_connections = 64`). The command line and
+        /// the environment override it; a reload reads it again.
+        #[arg(long, value_name = "FILE", env = "SERVERY_CONFIG")]
+        pub config: Option<PathBuf>,
 
-    /// Print the effective settings as TOML (accepted back by --config), each with where
-    /// its value came from, and exit without binding anything.
-    #[arg(long, conflicts_with = "check_config")]
-    pub print_config: bool,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub site: SiteArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub recovery: RecoveryArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub budgets: BudgetArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub connections: ConnectionArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub upload: crate::write::args::UploadArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub dav: crate::http::dav::args::DavArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub page: crate::http::page::args::PageArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub access_log: crate::access_log::args::AccessLogArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub ops: crate::parent::ops_args::OpsArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub discovery: crate::parent::services::args::DiscoveryArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub tftp: crate::tftp::args::TftpArgs,
-
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub acme: crate::parent::services::acme::args::AcmeArgs,
+        /// Print the effective settings as TOML (accepted back by --config), each with where
+        /// its value came from, and exit without binding anything.
+        #[arg(long, conflicts_with = "check_config")]
+        pub print_config: bool,
+    }
+    flatten {
+        site: SiteArgs,
+        recovery: RecoveryArgs,
+        budgets: BudgetArgs,
+        connections: ConnectionArgs,
+        upload: crate::write::args::UploadArgs,
+        dav: crate::http::dav::args::DavArgs,
+        page: crate::http::page::args::PageArgs,
+        access_log: crate::access_log::args::AccessLogArgs,
+        ops: crate::parent::ops_args::OpsArgs,
+        discovery: crate::parent::services::args::DiscoveryArgs,
+        tftp: crate::tftp::args::TftpArgs,
+        acme: crate::parent::services::acme::args::AcmeArgs,
+    }
+    core_fields {
+        workers => workers via Workers::count;
+    }
 }
 
 /// How files are served: TLS, access policy and response headers. Fixed for the life of
@@ -432,20 +406,9 @@ crate::knobs::core_fields! {
     }
 }
 
-// The core's part of the settings: which field each one sets, declared once per struct.
+// The serving options reach workers whole; none is a core field.
 crate::knobs::core_fields! {
-    impl ServeArgs {
-        workers => workers via Workers::count;
-        group recovery: RecoveryArgs;
-        group budgets: BudgetArgs;
-        group connections: ConnectionArgs;
-        group upload: crate::write::args::UploadArgs;
-        group dav: crate::http::dav::args::DavArgs;
-        group access_log: crate::access_log::args::AccessLogArgs;
-        group discovery: crate::parent::services::args::DiscoveryArgs;
-        group tftp: crate::tftp::args::TftpArgs;
-        group acme: crate::parent::services::acme::args::AcmeArgs;
-    }
+    impl SiteArgs {}
 }
 
 impl ServeArgs {

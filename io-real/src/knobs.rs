@@ -55,7 +55,21 @@ impl CoreField {
 /// - `key => section.field = |args| expr;` worked out from the struct (`args` is
 ///   `&self`; not overridable);
 /// - `group field_name: Type;` a flattened struct with its own declaration.
+///
+/// A struct with no setting the core sees declares so with an empty body, which a
+/// [`settings_struct!`] that flattens it needs.
 macro_rules! core_fields {
+    (impl $ty:ty {}) => {
+        impl $ty {
+            /// No setting of this struct reaches the core.
+            pub fn apply(&self, _raw: &mut servery_core::RawConfig) {}
+
+            /// None: no setting of this struct reaches the core.
+            pub fn core_fields() -> Vec<$crate::knobs::CoreField> {
+                Vec::new()
+            }
+        }
+    };
     (impl $ty:ty { $($body:tt)* }) => {
         impl $ty {
             /// Writes this struct's settings into the core's configuration.
@@ -126,6 +140,48 @@ macro_rules! core_fields {
     };
 }
 pub(crate) use core_fields;
+
+/// A struct of settings made of fields of its own and of flattened `Args` structs
+/// (groups), each group named once: the macro writes each group's field
+/// (`#[command(flatten)]` for clap, `#[serde(flatten)]` for what workers receive) and its
+/// `group` line of [`core_fields!`], so a group cannot be flattened into the command
+/// without its settings reaching the core, or the reverse. Every group declares its core
+/// fields (possibly none: `core_fields! { impl T {} }`), or this does not build.
+///
+/// ```text
+/// settings_struct! {
+///     #[derive(Args, Serialize, Deserialize)]
+///     pub struct ServeArgs { /* own fields, as in any struct */ }
+///     flatten { recovery: RecoveryArgs, budgets: BudgetArgs }
+///     core_fields { workers => workers via Workers::count; }
+/// }
+/// ```
+macro_rules! settings_struct {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident { $($own:tt)* }
+        flatten { $($group:ident : $gty:ty),* $(,)? }
+        core_fields { $($fields:tt)* }
+    ) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $($own)*
+            $(
+                #[command(flatten)]
+                #[serde(flatten)]
+                pub $group: $gty,
+            )*
+        }
+
+        $crate::knobs::core_fields! {
+            impl $name {
+                $($fields)*
+                $(group $group: $gty;)*
+            }
+        }
+    };
+}
+pub(crate) use settings_struct;
 
 /// An override's value as the field's type.
 pub fn from_json<T: serde::de::DeserializeOwned>(key: &str, value: &Value) -> Result<T, String> {
@@ -241,6 +297,51 @@ mod tests {
                 f.key
             );
         }
+    }
+
+    /// Core fields no setting writes: the core's defaults are what runs. The lease and
+    /// partial-upload lifetimes and the lease table's size have no flag (yet); the HTTP/3
+    /// feature flag has no parent service behind it (workers serve HTTP/3 themselves).
+    const NOT_SETTINGS: &[&str] = &[
+        "broker.lease_ttl",
+        "broker.max_leases",
+        "broker.partial_ttl",
+        "features.http3",
+    ];
+
+    #[test]
+    fn every_field_of_the_core_is_set_by_exactly_one_setting() {
+        // Every field the raw configuration has, by path (serde names each one).
+        fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(map) => {
+                    for (k, v) in map {
+                        let path = if prefix.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{prefix}.{k}")
+                        };
+                        leaves(&path, v, out);
+                    }
+                }
+                _ => out.push(prefix.to_owned()),
+            }
+        }
+        let mut paths = Vec::new();
+        let raw = serde_json::to_value(RawConfig::default()).expect("serializes");
+        leaves("", &raw, &mut paths);
+        let all = all();
+        let mut unset = Vec::new();
+        for path in &paths {
+            let by: Vec<_> = all.iter().filter(|f| f.is(path)).map(|f| f.key).collect();
+            match by.len() {
+                0 => unset.push(path.as_str()),
+                1 => {}
+                _ => panic!("{path} is set by several settings: {by:?}"),
+            }
+        }
+        // A group left out of `ServeArgs` would leave its fields here.
+        assert_eq!(unset, NOT_SETTINGS);
     }
 
     #[test]

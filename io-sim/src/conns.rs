@@ -43,13 +43,13 @@ mod tests {
     #[test]
     fn connections_stay_in_order_whatever_order_they_come_and_go() {
         let mut c = Conns::default();
-        c.insert(5, ConnKind::Get);
+        c.insert(5, ConnKind::Get { arrived_ns: 0 });
         c.insert(2, ConnKind::Dav { rec: 1 });
-        c.insert(9, ConnKind::Get);
+        c.insert(9, ConnKind::Get { arrived_ns: 0 });
         assert_eq!(c.len(), 3);
-        assert_eq!(c.remove(5), Some(ConnKind::Get));
+        assert_eq!(c.remove(5), Some(ConnKind::Get { arrived_ns: 0 }));
         assert_eq!(c.remove(5), None, "gone once removed");
-        c.insert(7, ConnKind::Get);
+        c.insert(7, ConnKind::Get { arrived_ns: 0 });
         let all: Vec<u64> = c.take_all().into_iter().map(|(conn, _)| conn).collect();
         assert_eq!(all, [2, 7, 9]);
         assert_eq!(c.len(), 0);

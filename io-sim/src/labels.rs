@@ -29,6 +29,12 @@ pub const SLOW_BOOT_FINISHED: &str = "slow boot finished";
 pub const CRASHED_AFTER_REQUESTS: &str = "crashed after serving requests";
 /// A worker crashed at the end of the lifetime its workload drew.
 pub const CRASHED_AFTER_UPTIME: &str = "crashed after its drawn lifetime";
+/// A worker a pause fault stopped was continued, alive, and ran on.
+pub const PAUSED_WORKER_RESUMED: &str = "paused worker resumed";
+/// A worker a pause fault stopped was killed before its pause ended.
+pub const PAUSED_WORKER_KILLED: &str = "paused worker killed before it resumed";
+/// A paused worker resumed with a TERM pending and ran its handler then.
+pub const PAUSED_WORKER_RAN_PENDING_TERM: &str = "paused worker ran a pending term on resuming";
 pub const WEDGED_DRAIN_KILLED: &str = "wedged drain killed";
 pub const EXITED_DURING_DRAIN: &str = "exited during drain";
 /// A spawn failed, and the supervisor then spawned the slot again, rejected the reload,
@@ -167,6 +173,9 @@ pub const ALL: &[&str] = &[
     SLOW_BOOT_FINISHED,
     CRASHED_AFTER_REQUESTS,
     CRASHED_AFTER_UPTIME,
+    PAUSED_WORKER_RESUMED,
+    PAUSED_WORKER_KILLED,
+    PAUSED_WORKER_RAN_PENDING_TERM,
     WEDGED_DRAIN_KILLED,
     EXITED_DURING_DRAIN,
     SPAWN_FAILURE_HANDLED,

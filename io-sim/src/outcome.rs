@@ -252,6 +252,9 @@ pub struct Outcome {
     /// When the parent exited or crashed (ms of virtual time).
     pub parent_gone_ms: u64,
     pub requests: RequestStats,
+    /// Each plain request answered (`requests.ok`), in the order answered: µs from its
+    /// arrival at the listener to its answer. Failed and refused requests have none.
+    pub request_latency_us: Vec<u64>,
     pub uploads: UploadStats,
     /// Each successful upload: its target and when it was answered (ms).
     pub upload_oks: Vec<(u8, u64)>,
@@ -285,6 +288,8 @@ pub struct Outcome {
     pub hangs_injected: u64,
     /// Workers a hang fault stopped: (worker id, ms of virtual time).
     pub hangs: Vec<(u64, u64)>,
+    /// Workers a pause fault stopped: (worker id, ms stopped, ms its resume is due).
+    pub pauses: Vec<(u64, u64, u64)>,
     /// Every worker the parent reaped, in order.
     pub exits: Vec<WorkerExit>,
     /// Spawns the host refused ([`crate::Behavior::SpawnFails`]).

@@ -55,6 +55,14 @@ pub enum Fault {
     CrashWorker { pick: u64 },
     /// `SIGSTOP` of a live ready worker.
     HangWorker { pick: u64 },
+    /// `SIGSTOP` of a live ready worker, then `SIGCONT` `duration` later (a GC storm, a
+    /// stuck syscall, swapping): while stopped it sends, reads and serves nothing and
+    /// takes no connection; what reached it meanwhile (control frames, its timers, the
+    /// ends of the requests it holds) it handles on resuming, in the order it arrived.
+    /// A TERM sent meanwhile stays pending until the resume (POSIX); KILL ends it at once.
+    /// Under the Windows model it is `NtSuspendProcess` / `NtResumeProcess`: there is
+    /// no TERM to hold, and `TerminateProcess` ends it at once, as KILL does.
+    PauseWorker { pick: u64, duration: Duration },
     /// The worker writes garbage on its control channel.
     MalformedFrame { pick: u64 },
     /// Crash the worker that holds the most recent lease, if any.
@@ -312,13 +320,14 @@ pub enum FaultKind {
     RenameFails,
     CrashDavGranter,
     CrashAfterUptime,
+    PauseWorker,
     /// A worker carrying out a WebDAV tree request is killed before a step the plan
     /// names ([`crate::TreeOpPlan::kill_before`]).
     CrashDavTreeStep,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 24] = [
+    pub const ALL: [FaultKind; 25] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -342,6 +351,7 @@ impl FaultKind {
         FaultKind::RenameFails,
         FaultKind::CrashDavGranter,
         FaultKind::CrashAfterUptime,
+        FaultKind::PauseWorker,
         FaultKind::CrashDavTreeStep,
     ];
 
@@ -375,6 +385,7 @@ impl FaultKind {
             FaultKind::RenameFails => "rename-fails",
             FaultKind::CrashDavGranter => "crash-dav-granter",
             FaultKind::CrashAfterUptime => "crash-after-uptime",
+            FaultKind::PauseWorker => "pause-worker",
             FaultKind::CrashDavTreeStep => "crash-dav-tree-step",
         }
     }
@@ -399,6 +410,7 @@ impl FaultKind {
                 | FaultKind::ControlWriteFails
                 | FaultKind::CrashDavGranter
                 | FaultKind::CrashAfterUptime
+                | FaultKind::PauseWorker
                 | FaultKind::CrashDavTreeStep
         )
     }
@@ -431,6 +443,7 @@ impl FaultKind {
             FaultKind::RenameFails => l::RENAME_FAILED_CLEANED,
             FaultKind::CrashDavGranter => l::DAV_LOCK_OUTLIVED_GRANTER,
             FaultKind::CrashAfterUptime => l::CRASHED_AFTER_UPTIME,
+            FaultKind::PauseWorker => l::PAUSED_WORKER_RESUMED,
             FaultKind::CrashDavTreeStep => l::DAV_TREE_KILL_SWEPT,
         }
     }
@@ -451,6 +464,7 @@ impl Fault {
         match self {
             Fault::CrashWorker { .. } => FaultKind::CrashWorker,
             Fault::HangWorker { .. } => FaultKind::HangWorker,
+            Fault::PauseWorker { .. } => FaultKind::PauseWorker,
             Fault::MalformedFrame { .. } => FaultKind::MalformedFrame,
             Fault::CrashLeaseHolder => FaultKind::CrashLeaseHolder,
             Fault::CrashParent => FaultKind::CrashParent,

@@ -39,6 +39,12 @@ pub(crate) struct Proc {
     down: FrameDecoder,
     pub alive: bool,
     pub paused: bool,
+    /// While a pause that ends ([`crate::Fault::PauseWorker`]) stops it: what reached it
+    /// meanwhile, in order, for it to handle on resuming. `None` when it runs, and for a
+    /// stop it never comes back from ([`crate::Fault::HangWorker`]).
+    pub(crate) held: Option<Vec<SimEvent>>,
+    /// A TERM arrived while it was paused: its handler runs on the resume.
+    pub term_pending: bool,
     pub wedged: bool,
     /// The misbehaviour the process is charged with, once it misbehaved (the first,
     /// when two hit it): what its failed requests are counted against.
@@ -84,6 +90,8 @@ impl Proc {
             down: FrameDecoder::new(MAX_FRAME_DEFAULT),
             alive: true,
             paused: false,
+            held: None,
+            term_pending: false,
             wedged: false,
             cause: None,
             accepting: false,
@@ -396,6 +404,11 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
+        // A paused process runs its TERM handler when it is continued.
+        if p.alive && p.held.is_some() {
+            p.term_pending = true;
+            return;
+        }
         // A stopped process does not run its TERM handler; a wedged one ignores it.
         if !p.runnable() || p.wedged || p.behavior == Behavior::WedgedDrain {
             return;
@@ -444,7 +457,8 @@ impl SimWorld {
             let d = self.rng.exp(1.0 / rate);
             self.schedule_in(Duration::from_secs_f64(d), SimEvent::ClientArrival);
         }
-        self.arrive(ConnKind::Get);
+        let arrived_ns = self.now.as_nanos();
+        self.arrive(ConnKind::Get { arrived_ns });
     }
 
     pub(crate) fn upload_arrival(&mut self) {
@@ -526,7 +540,9 @@ impl SimWorld {
         p.serving.insert(conn, kind);
         p.life.connection_opened();
         match kind {
-            ConnKind::Get => self.schedule_in(service, SimEvent::RequestDone { worker, conn }),
+            ConnKind::Get { .. } => {
+                self.schedule_in(service, SimEvent::RequestDone { worker, conn })
+            }
             ConnKind::Upload {
                 target,
                 writer,
@@ -542,12 +558,14 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
-        if !p.runnable() || p.wedged || p.serving.remove(conn).is_none() {
-            if p.alive && (p.paused || p.wedged) {
-                // The request stalls with its worker; it fails when the worker is killed.
-            }
+        // A stopped or wedged worker's request stalls with it: it fails when the worker
+        // is killed (a paused worker's is held, and ends when the worker resumes).
+        if !p.runnable() || p.wedged {
             return;
         }
+        let Some(kind) = p.serving.remove(conn) else {
+            return;
+        };
         p.life.request_served();
         p.life.connection_closed(now);
         let crash_after = match p.behavior {
@@ -557,6 +575,10 @@ impl SimWorld {
         // Over TLS, a worker holding no identity fails the handshake.
         if self.certs_served(worker) {
             self.out.requests.ok += 1;
+            if let ConnKind::Get { arrived_ns } = kind {
+                let waited = now.as_nanos().saturating_sub(arrived_ns) / 1_000;
+                self.out.request_latency_us.push(waited);
+            }
         }
         if self.waited_emfile.remove(&conn) {
             self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);

@@ -29,6 +29,7 @@ use crate::trace::Trace;
 mod channels;
 mod faults;
 mod host;
+mod pause;
 mod queue;
 
 use queue::EventQueue;
@@ -104,6 +105,10 @@ pub(crate) enum SimEvent {
     },
     /// The CA, the state directory or the operator, for the certificate manager.
     Cert(crate::certs::CertStep),
+    /// A worker a pause fault stopped is continued (`SIGCONT`).
+    WorkerResumes {
+        worker: WorkerId,
+    },
     /// The WebDAV tree client sends its next request.
     DavTreeSend,
 }
@@ -134,7 +139,23 @@ impl SimEvent {
             SimEvent::DavWriteArrival => (21, 0),
             SimEvent::DavClientStep { client } => (22, *client as u64),
             SimEvent::Cert(step) => (23, step.code()),
-            SimEvent::DavTreeSend => (24, 0),
+            SimEvent::WorkerResumes { worker } => (24, worker.0),
+            SimEvent::DavTreeSend => (25, 0),
+        }
+    }
+
+    /// The worker process this event is addressed to, when it is one only that process
+    /// acts on (what a paused process holds until it resumes).
+    fn for_a_worker(&self) -> Option<WorkerId> {
+        match self {
+            SimEvent::ToWorker { worker, .. }
+            | SimEvent::ToWorkerEof { worker }
+            | SimEvent::WorkerTimer { worker, .. }
+            | SimEvent::BootDone { worker }
+            | SimEvent::Crash { worker }
+            | SimEvent::RequestDone { worker, .. }
+            | SimEvent::UploadStep { worker, .. } => Some(*worker),
+            _ => None,
         }
     }
 }
@@ -142,20 +163,17 @@ impl SimEvent {
 /// A client connection waiting in, or taken from, the shared listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConnKind {
-    Get,
+    /// A plain request, offered at this point of the run (ns).
+    Get { arrived_ns: u64 },
     Upload {
         target: u8,
         writer: u64,
         arrived_ms: u64,
     },
     /// A WebDAV request: its record in [`crate::Outcome::dav`]'s log.
-    Dav {
-        rec: usize,
-    },
+    Dav { rec: usize },
     /// A WebDAV tree request: its record in [`crate::Outcome::dav_tree`].
-    DavTree {
-        rec: usize,
-    },
+    DavTree { rec: usize },
 }
 
 pub struct SimWorld {
@@ -220,6 +238,8 @@ pub struct SimWorld {
     last_wait_at: Instant,
     spins: u32,
     pub(crate) proc_bound: usize,
+    /// Workers stopped by a pause that ends (each holds what reaches it meanwhile).
+    pub(crate) pausing: usize,
     /// WebDAV clients, workers' DAV requests and the lock-table oracle (with a DAV
     /// workload only).
     pub(crate) dav: Option<DavSim>,
@@ -294,6 +314,7 @@ impl SimWorld {
             last_wait_at: Instant::ZERO,
             spins: 0,
             proc_bound: workers + 1,
+            pausing: 0,
             dav: None,
             certs: None,
             dav_tree: None,
@@ -419,6 +440,16 @@ impl SimWorld {
             self.held.push(event);
             return None;
         }
+        let event = if self.pausing > 0 {
+            self.hold_for_paused(event)?
+        } else {
+            event
+        };
+        self.step_now(event)
+    }
+
+    /// Carry out one simulation event (the trace has recorded it).
+    fn step_now(&mut self, event: SimEvent) -> Option<Wakeup> {
         match event {
             SimEvent::ToParent {
                 worker,
@@ -525,6 +556,7 @@ impl SimWorld {
             SimEvent::DavWriteArrival => self.dav_write_arrival(),
             SimEvent::DavClientStep { client } => self.dav_client_step(client),
             SimEvent::Cert(step) => self.cert_step(step),
+            SimEvent::WorkerResumes { worker } => self.worker_resumes(worker),
             SimEvent::DavTreeSend => self.dav_tree_send(),
         }
         None

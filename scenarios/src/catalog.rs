@@ -16,6 +16,7 @@ use crate::catalog_chaos as chaos_;
 use crate::catalog_dav as dav;
 use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
+use crate::catalog_pauses as pauses;
 use crate::catalog_rollouts as rollouts;
 use crate::catalog_writes as writes;
 use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
@@ -63,6 +64,8 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "ca failures retried at the cap, then renewed",
     "tls hand-off survived a worker crash",
     "reload during a renewal handed off",
+    "pause waited out, its requests answered late",
+    "pause past the deadline ended as hung",
 ];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -351,6 +354,13 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "a reload to a new worker count lands while a slow CA handles a forced renewal: candidates start with the identity current at their spawn and get the renewed one within 50 ms; zero failed requests",
         build: certs::reload_during_renewal,
         kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "pause",
+        about: "SIGSTOP then SIGCONT of ready workers for 0.2-5 s around the 2 s heartbeat timeout: a pause that ends before its deadline is waited out (no restart, its requests answered late, none failed); a longer one is ended as hung and replaced",
+        build: pauses::pause,
+        kinds: &[FaultKind::PauseWorker],
         no_swarm: None,
     },
 ];

@@ -14,6 +14,7 @@ mod catalog_chaos;
 mod catalog_dav;
 mod catalog_dav_tree;
 mod catalog_io_faults;
+mod catalog_pauses;
 mod catalog_rollouts;
 mod catalog_writes;
 mod checks;

@@ -127,6 +127,7 @@ fn compare_json_has_the_documented_shape() {
             "peak_processes",
             "peak_memory_mb",
             "amplification",
+            "served_within_bound",
         ] {
             let m = &e["metrics"][metric];
             assert!(m["mean"].is_number(), "{metric}: {m}");
@@ -141,6 +142,7 @@ fn compare_json_has_the_documented_shape() {
     assert_eq!(diffs.len(), 1);
     assert_eq!(diffs[0]["baseline"], "seed-defaults");
     assert!(diffs[0]["metrics"]["availability"]["ci"].is_array());
+    assert!(diffs[0]["metrics"]["served_within_bound"]["ci"].is_array());
 }
 
 #[test]
@@ -225,6 +227,16 @@ fn each_workload_reaches_its_interesting_states_across_seeds() {
     assert!(any("seed-defaults", "poison-request", &|m| m.restarts >= 4.0));
     assert!(any("seed-defaults", "hang", &|m| !m.detect_s.is_empty()
         && m.detect_s.iter().all(|d| *d >= 4.0)));
+    // Requests that waited out a crash storm's outage in the listener were served, but
+    // late: availability counts them, the latency bound does not.
+    assert!(any("kubernetes-kep4603", "crash-storm", &|m| m
+        .served_within_bound
+        < m.availability - 0.01));
+    assert!(cells.iter().all(|c| {
+        c.runs
+            .iter()
+            .all(|m| m.served_within_bound <= m.availability)
+    }));
     assert!(cells.iter().all(|c| c.runs.len() == 6));
     assert!(cells.iter().any(|c| c.class == FaultClass::Permanent));
     assert!(
@@ -267,4 +279,26 @@ fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
     assert!(grid.contains("crash-storm-short,1,10,1,"), "{grid}");
     assert!(grid.contains("crash-storm-short,5,60,0,"), "{grid}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The hang workload's pauses straddle the heartbeat timeout: across a few seeds, some
+/// worker resumes from a pause and runs on, and some is ended as hung for one.
+#[test]
+fn hang_pauses_are_both_waited_out_and_ended_as_hung() {
+    let w = short("hang");
+    let policy = load_policy("seed-defaults");
+    let (mut resumed, mut ended) = (false, false);
+    for seed in 0..4 {
+        let draw = w.draw(seed);
+        let o = servery_sim::simulate(w.spec(&policy, seed, Platform::Posix, &draw))
+            .unwrap_or_else(|e| panic!("{e}"));
+        resumed |= o
+            .coverage
+            .contains(servery_sim::labels::PAUSED_WORKER_RESUMED);
+        ended |= o
+            .exits
+            .iter()
+            .any(|e| e.reason == Some(servery_core::supervisor::ExitReason::HealthFailure));
+    }
+    assert!(resumed && ended, "resumed {resumed}, ended as hung {ended}");
 }

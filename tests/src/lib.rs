@@ -127,9 +127,32 @@ pub fn servery_bin() -> PathBuf {
     .clone()
 }
 
+/// `cargo` as a shell would run it. A test process inherits the variables cargo sets for
+/// the test (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, ...), and build scripts such as
+/// ring's rerun when one of those they watch differs from the last build: a cargo run
+/// from a test would rebuild ring and everything above it, and the next cargo run from a
+/// shell would rebuild it all back.
+pub fn cargo_command(cargo: &std::ffi::OsStr) -> Command {
+    let mut cmd = Command::new(cargo);
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || name.starts_with("CARGO_BIN_")
+            || matches!(
+                name,
+                "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR"
+            )
+        {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
 /// Build the binary with the test hooks; where cargo put it.
 fn build_with_hooks(cargo: &std::ffi::OsStr, release: bool) -> PathBuf {
-    let mut cmd = Command::new(cargo);
+    let mut cmd = cargo_command(cargo);
     cmd.args(["build", "-q", "-p", "servery", "--bin", "servery"])
         .args([
             "--features",

@@ -130,6 +130,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "acme-reload-during-renewal",
         "a reload at a drawn instant of a renewal: the real certificate re-read on reload is tests/tls_resumption.rs",
     ),
+    (
+        "pause",
+        "its predicate reads each request's latency, which this adapter's outcome does not record; the real SIGSTOP past the heartbeat timeout is the driven `hang`",
+    ),
 ];
 
 /// Spawns the behaviour table covers: later spawns, slots and generations are healthy

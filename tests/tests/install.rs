@@ -1,14 +1,14 @@
 //! `cargo install --path io-real` installs a `servery` that runs and serves.
 //!
-//! Installing from a clean target directory is a full build (minutes), too slow for every
-//! test run; this test reuses the test build's own target directory (`--debug`, the dev
-//! profile the tests are built with, `--offline --locked`: the dependencies already
-//! built), so what it checks is the installation — the package's binary target, its
-//! default features, that the installed file runs from somewhere else — not the compiler.
-//! It runs when `SERVERY_CHECK_INSTALL=1` (`scripts/test` sets it): it builds the package
-//! without the test hooks, which took 137 s on top of a test build on a loaded 2-core
-//! machine — more than a normal test run should spend. The hook-less binary it leaves in
-//! `target/<profile>/servery` is noticed and replaced by the next test's `servery_bin`.
+//! Installing from a clean target directory is a full release build (minutes), too slow to
+//! repeat: this test installs with the arguments of the shipped build (on x86_64 Linux the
+//! `release-static` alias's target and static flag, read from `.cargo/config.toml`;
+//! elsewhere a plain release build) into this test build's own target directory,
+//! `--offline --locked`. After the release-binary check has built that binary (`scripts/test`
+//! runs it first) cargo finds every artifact fresh and only installs, so what this checks is
+//! the installation — the package's binary target, its default features, that the
+//! installed file runs from somewhere else — not the compiler. It runs when
+//! `SERVERY_CHECK_INSTALL=1` (`scripts/test` sets it).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -27,6 +27,52 @@ fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The arguments that make `cargo install` build what `cargo release-static` builds: the
+/// alias's words from its `--target` on (the static flag travels with the target it is
+/// confined to). None off x86_64 Linux, where the shipped build is a plain release build.
+fn shipped_build_args(workspace: &Path) -> Vec<String> {
+    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        return Vec::new();
+    }
+    let config = std::fs::read_to_string(workspace.join(".cargo/config.toml"))
+        .expect("read .cargo/config.toml");
+    let alias = config
+        .split_once("release-static = [")
+        .and_then(|(_, rest)| rest.split_once("\n]"))
+        .map(|(list, _)| list)
+        .expect("the release-static alias in .cargo/config.toml");
+    let words: Vec<String> = alias
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    let from = words
+        .iter()
+        .position(|w| w == "--target")
+        .expect("the release-static alias names its --target");
+    words[from..].to_vec()
+}
+
+#[test]
+fn the_shipped_build_arguments_are_read_from_the_alias() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let args = shipped_build_args(&workspace);
+    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        assert_eq!(args.len(), 4, "{args:?}");
+        assert_eq!(
+            args[..3],
+            ["--target", "x86_64-unknown-linux-gnu", "--config"]
+        );
+        assert!(
+            args[3].contains("+crt-static") && args[3].ends_with(']'),
+            "the static flag is not whole: {args:?}"
+        );
+    } else {
+        assert!(args.is_empty());
+    }
+}
+
 #[test]
 fn cargo_install_gives_a_servery_that_serves() {
     if std::env::var_os("SERVERY_CHECK_INSTALL").is_none_or(|v| v != "1") {
@@ -38,9 +84,11 @@ fn cargo_install_gives_a_servery_that_serves() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let started = Instant::now();
-    let mut install = Command::new(&cargo);
+    let mut install = cargo_command(&cargo);
     install
-        .args(["install", "--debug", "--offline", "--locked", "--path"])
+        .args(["install", "--offline", "--locked"])
+        .args(shipped_build_args(&workspace))
+        .arg("--path")
         .arg(workspace.join("io-real"))
         .arg("--root")
         .arg(&root)

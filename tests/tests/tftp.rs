@@ -389,12 +389,13 @@ fn check_config_shows_the_settings_and_a_bad_limit_names_its_flag() {
         Duration::from_secs(20),
     );
     assert_eq!(ok.status.code(), Some(0), "{}", ok.stderr);
-    assert!(
-        ok.stdout
-            .contains("tftp = udp 127.0.0.1:0 writes=false max_transfers=16"),
-        "{}",
-        ok.stdout
-    );
+    for line in [
+        "tftp_socket = udp 127.0.0.1:0\n",
+        "features.tftp_write = false\n",
+        "tftp.max_transfers = 16\n",
+    ] {
+        assert!(ok.stdout.contains(line), "{line}: {}", ok.stdout);
+    }
     let bad = servery_tests::run_servery(
         &[
             root,

@@ -297,6 +297,40 @@ fn names_that_are_not_utf8_are_listed_and_served_by_their_bytes() {
         "{inner_html}"
     );
     assert_eq!(get(server.addr, "/d%FCr/inner.txt").body, b"inner");
+
+    // The search finds them by their text and links them by their bytes.
+    let found = get(server.addr, "/?q=inner");
+    let found = String::from_utf8(found.body).expect("UTF-8");
+    assert!(
+        found.contains("href=\"./d%FCr/inner.txt\">d\u{FFFD}r/inner.txt</a>"),
+        "{found}"
+    );
+    // The tar.gz holds every name by its exact bytes: curl fetches it (the body is
+    // chunked), GNU tar lists its names as they are.
+    let tgz = std::process::Command::new("curl")
+        .args(["-sf", "--max-time", "20"])
+        .arg(format!("http://{}/?archive=tar.gz", server.addr))
+        .output()
+        .expect("curl (Debian package curl)");
+    assert!(tgz.status.success(), "{tgz:?}");
+    let mut tar = std::process::Command::new("tar")
+        .args(["-tzf", "-", "--quoting-style=literal"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("GNU tar (Debian package tar)");
+    std::io::Write::write_all(&mut tar.stdin.take().expect("stdin"), &tgz.stdout).expect("pipe");
+    let listed = tar.wait_with_output().expect("tar ran");
+    assert!(listed.status.success(), "{listed:?}");
+    let names: Vec<&[u8]> = listed.stdout.split(|b| *b == b'\n').collect();
+    for name in [&b"caf\xe9.txt"[..], b"caf\xe8.txt", b"d\xfcr/inner.txt"] {
+        assert!(
+            names.iter().any(|n| n.ends_with(name)),
+            "{:?} not in {:?}",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(&listed.stdout)
+        );
+    }
     // Writers keep to UTF-8 names: an upload to such a path is refused, not written.
     let put = request(server.addr, "PUT", "/new%FF.txt", b"x", &[]);
     assert!(matches!(put.status, 400 | 403 | 405), "{}", put.status);

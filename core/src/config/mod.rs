@@ -10,6 +10,7 @@ mod raw;
 mod tftp;
 mod valid;
 mod validate;
+mod written;
 
 pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,

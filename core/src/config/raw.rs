@@ -4,6 +4,11 @@
 
 /// What the access-log queue does when it is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum LogPolicy {
     /// Workers wait for room: no record is lost, logging can slow requests down.
     #[default]
@@ -16,7 +21,7 @@ pub enum LogPolicy {
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(
     feature = "serde",
-    derive(serde::Deserialize),
+    derive(serde::Deserialize, serde::Serialize),
     serde(default, deny_unknown_fields)
 )]
 pub struct RawRecovery {
@@ -66,6 +71,7 @@ impl Default for RawRecovery {
 
 /// Per-worker resource budgets as written.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawBudgets {
     pub max_connections: i64,
     pub max_blocking_threads: i64,
@@ -86,6 +92,7 @@ impl Default for RawBudgets {
 
 /// Broker limits as written. These are service-global, never multiplied by workers.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawBroker {
     /// Outstanding broker requests per worker before the worker fails closed.
     pub queue_capacity: i64,
@@ -125,6 +132,7 @@ impl Default for RawBroker {
 /// one of these deadlines in every state, so a peer that stops talking cannot hold a
 /// worker's connection slot (see docs/operations.md, "Connection deadlines").
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawConnections {
     /// From accepting a connection to its first complete request head (one total
     /// deadline: silent peers and byte-at-a-time heads alike).
@@ -156,6 +164,7 @@ impl Default for RawConnections {
 
 /// Per-request upload limits as written (the service-wide budgets are [`RawBroker`]'s).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawUploads {
     /// The largest single upload in bytes; `None` means 1 GiB or `broker.max_upload_bytes`,
     /// whichever is smaller. A value above `broker.max_upload_bytes` is an error.
@@ -183,6 +192,7 @@ impl Default for RawUploads {
 
 /// Features whose state or lifecycle the parent owns.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawFeatures {
     pub uploads: bool,
     pub webdav: bool,
@@ -199,6 +209,7 @@ pub struct RawFeatures {
 
 /// A whole configuration as written.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawConfig {
     pub workers: i64,
     pub recovery: RawRecovery,

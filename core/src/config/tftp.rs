@@ -7,6 +7,7 @@ use super::validate::Checker;
 
 /// As written.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawTftp {
     /// Transfers in progress at once; one more is answered with an ERROR ("busy").
     pub max_transfers: i64,

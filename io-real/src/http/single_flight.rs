@@ -13,12 +13,9 @@
 //!
 //! The structure is runtime-agnostic (a plain future and `Waker`s, no tokio) and takes its
 //! locks from the private `sync` shim module, so loom can check it exhaustively:
-//! `RUSTFLAGS="--cfg servery_loom" cargo test -p servery --lib --release single_flight`
-//! (see the `sync` module for the cfg's name).
+//! `cargo test -p servery --lib --features loom single_flight` (see the `sync` module).
 //!
 //! Lock order: the map lock is never held while taking a flight's lock, and vice versa.
-// `servery_loom` is not a cfg rustc knows; it is set by hand for the model-checking run.
-#![allow(unexpected_cfgs)]
 
 use std::collections::HashMap;
 use std::fmt;
@@ -241,7 +238,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
-#[cfg(all(test, not(servery_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -322,7 +319,7 @@ mod tests {
 }
 
 /// Model checks: every interleaving of concurrent callers, as loom explores them.
-#[cfg(all(test, servery_loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::*;
     use loom::sync::atomic::{AtomicUsize, Ordering};

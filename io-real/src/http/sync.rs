@@ -1,12 +1,10 @@
 //! The synchronization primitives [`super::single_flight`] uses: `std`'s, or loom's when the
-//! crate is built with `RUSTFLAGS="--cfg servery_loom"` so loom can explore every
-//! interleaving. The cfg has its own name rather than the customary `loom` because tokio
-//! also reacts to `--cfg loom` (it compiles out `net` and `signal`), which would break the
-//! rest of this crate.
-// `servery_loom` is not a cfg rustc knows; it is set by hand for the model-checking run.
-#![allow(unexpected_cfgs)]
+//! crate is built with the `loom` feature so loom can explore every interleaving. A feature,
+//! not the customary `--cfg loom`: tokio also reacts to that cfg (it compiles out `net` and
+//! `signal`, which the rest of this crate needs), and a RUSTFLAGS cfg rebuilds every
+//! dependency.
 
-#[cfg(servery_loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
-#[cfg(not(servery_loom))]
+#[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};

@@ -3,6 +3,7 @@
 
 mod acme_site;
 pub(crate) mod admin;
+mod check_config;
 mod cleanup;
 mod control;
 mod dav_journal;
@@ -169,38 +170,8 @@ pub fn run(loaded: Loaded) -> i32 {
         }
     };
     if args.check_config {
-        say!("servery: configuration is valid");
-        say!(
-            "{}",
-            crate::settings::print_toml(&loaded.effective).trim_end()
-        );
-        say!("# Validated, with the aggregates");
-        say!("root = {}", root.display());
-        say!("show_hidden = {}", args.show_hidden);
-        let bind: Vec<String> = args.bind.iter().map(ToString::to_string).collect();
-        say!("bind = {}", bind.join(", "));
-        match args.port {
-            Some(port) => say!("port = {port}"),
-            None => say!(
-                "port = {} (scanning to {} while busy)",
-                listeners::DEFAULT_PORT,
-                listeners::DEFAULT_PORT + listeners::PORT_SCAN - 1
-            ),
-        }
-        say!("{}", config_text(&config).trim_end());
-        print_site(&args, &site);
-        if args.tftp.tftp {
-            let t = config.tftp();
-            say!(
-                "tftp = udp {} writes={} max_transfers={} max_transfer_size={} retries={} timeout={:?}",
-                args.tftp.addr(),
-                args.tftp.tftp_write,
-                t.max_transfers(),
-                t.max_transfer_size(),
-                t.retries(),
-                t.timeout()
-            );
-        }
+        let report = check_config::report(&loaded.effective, &args, &root, &config, &site);
+        say!("{}", report.trim_end());
         return 0;
     }
     match serve(&args, loaded, config, root, site, journal, access_log, acme) {
@@ -210,37 +181,6 @@ pub fn run(loaded: Loaded) -> i32 {
             EXIT_RUNTIME
         }
     }
-}
-
-/// The serving options as `--check-config` shows them (never a secret).
-fn print_site(args: &ServeArgs, site: &site::PreparedSite) {
-    let s = &args.site;
-    let tls = match (&s.tls_cert, s.tls_self_signed) {
-        (Some(cert), _) => format!("certificate {}", cert.display()),
-        (None, true) => format!("self-signed for {}", site.self_signed_names.join(", ")),
-        (None, false) if args.acme.enabled() => format!(
-            "ACME for {} from {} (cleartext HTTP-01 on port {})",
-            args.acme.acme.join(", "),
-            args.acme.acme_directory,
-            args.acme.acme_http_port
-        ),
-        (None, false) => "off".into(),
-    };
-    say!("site.tls = {tls}");
-    if let Some(fp) = &site.fingerprint {
-        say!("site.tls_sha256 = {fp}");
-    }
-    say!("site.auth_users = {}", site.auth_users);
-    say!("site.cors = {}", s.cors);
-    say!("site.spa = {}", s.spa);
-    match s.cache {
-        Some(secs) => say!("site.cache = max-age={secs}"),
-        None => say!("site.cache = no-cache"),
-    }
-    say!("site.security_headers = {}", !s.no_security_headers);
-    say!("site.hsts = {}", s.hsts && s.tls());
-    say!("site.http3 = {}", s.http3);
-    say!("site.max_compress_size = {}", s.max_compress_size);
 }
 
 fn report_config_error(e: &ConfigError) {

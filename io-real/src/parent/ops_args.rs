@@ -45,3 +45,8 @@ pub struct OpsArgs {
     )]
     pub log_format: LogFormat,
 }
+
+// Read by the parent when it starts (listeners, logging); none is a core field.
+crate::knobs::core_fields! {
+    impl OpsArgs {}
+}

@@ -176,71 +176,25 @@ fn config_with_settings(c: &ValidConfig, info: &ServiceInfo) -> Value {
     config
 }
 
-/// The validated configuration and its exact aggregates.
+/// The validated configuration and its exact aggregates: the core's own fields, each
+/// under its [`RawConfig`](servery_core::RawConfig) path (the path `core_fields!` maps a
+/// setting to, and validation names), as serde renders the configuration as written
+/// ([`ValidConfig::as_written`]); no field is named here.
 pub fn config_json(c: &ValidConfig) -> Value {
-    let r = c.recovery();
-    let b = c.budgets();
-    let n = c.connections();
-    let k = c.broker();
-    let u = c.uploads();
-    let secs = |d: Duration| d.as_secs_f64();
-    json!({
-        "workers": c.workers(),
-        "recovery": {
-            "restart_backoff_initial": secs(r.restart_backoff_initial()),
-            "restart_backoff_max": secs(r.restart_backoff_max()),
-            "restart_stable_period": secs(r.restart_stable_period()),
-            "worker_restart_limit": r.worker_restart_limit(),
-            "worker_restart_window": secs(r.worker_restart_window()),
-            "worker_max_age": r.worker_max_age().map_or(0.0, secs),
-            "worker_max_age_jitter": r.worker_max_age_jitter(),
-            "max_requests_per_worker": r.max_requests_per_worker().unwrap_or(0),
-            "max_requests_jitter": r.max_requests_jitter(),
-            "recycle_retry_limit": r.recycle_retry_limit(),
-            "heartbeat_interval": secs(r.heartbeat_interval()),
-            "heartbeat_timeout": secs(r.heartbeat_timeout()),
-            "worker_start_timeout": secs(r.worker_start_timeout()),
-            "drain_timeout": secs(r.drain_timeout()),
-            "force_timeout": secs(r.force_timeout()),
-        },
-        "budgets": {
-            "max_connections": b.max_connections(),
-            "max_blocking_threads": b.max_blocking_threads(),
-            "compression_cache_size": b.compression_cache_size(),
-            "file_cache_size": b.file_cache_size(),
-        },
-        "connections": {
-            "request_head_timeout": secs(n.request_head_timeout()),
-            "keep_alive_timeout": secs(n.keep_alive_timeout()),
-            "tls_handshake_timeout": secs(n.tls_handshake_timeout()),
-            "send_timeout": secs(n.send_timeout()),
-            "body_timeout": secs(n.body_timeout()),
-        },
-        "broker": {
-            "max_active_uploads": k.max_active_uploads(),
-            "max_upload_bytes": k.max_upload_bytes(),
-            "max_partial_uploads": k.max_partial_uploads(),
-            "max_leases": k.max_leases(),
-            "lease_ttl": secs(k.lease_ttl()),
-            "partial_ttl": secs(k.partial_ttl()),
-            "reply_timeout": secs(k.reply_timeout()),
-            "queue_capacity": k.queue_capacity(),
-            "max_dav_locks": k.max_dav_locks(),
-            "max_dav_lock_timeout": secs(k.max_dav_lock_timeout()),
-            "log_queue_capacity": k.log_queue_capacity(),
-        },
-        "uploads": {
-            "enabled": c.features().uploads,
-            "max_upload_size": u.max_upload_size(),
-            "max_upload_files": u.max_upload_files(),
-            "write_lock_timeout": secs(u.write_lock_timeout()),
-        },
-        "aggregate_connection_limit": c.aggregate_connection_limit(),
-        "aggregate_compression_cache_size": c.aggregate_compression_cache_size(),
-        "recycling_overlap_compression_bound": c.recycling_overlap_compression_bound(),
-        "aggregate_file_cache_size": c.aggregate_file_cache_size(),
-        "recycling_overlap_file_cache_bound": c.recycling_overlap_file_cache_bound(),
-    })
+    // Numbers, booleans and unit enums: serializing cannot fail, but would show as such.
+    let mut config = serde_json::to_value(c.as_written())
+        .unwrap_or_else(|e| json!({ "error": format!("cannot render the configuration: {e}") }));
+    if let Value::Object(map) = &mut config {
+        for (name, value) in c.aggregates() {
+            map.insert(name.into(), value.into());
+        }
+        // Shown since before the features had a section of their own; kept for readers
+        // of `uploads.enabled`.
+        if let Some(Value::Object(uploads)) = map.get_mut("uploads") {
+            uploads.insert("enabled".into(), c.features().uploads.into());
+        }
+    }
+    config
 }
 
 /// The validated configuration as `key = value` lines (for `--check-config`).

@@ -108,6 +108,7 @@ impl SimWorld {
     /// The process ends (crash, kill, or its own exit).
     pub(crate) fn process_died(&mut self, worker: WorkerId, status: ExitStatus) {
         let lat = self.latency();
+        self.paused_worker_died(worker);
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
@@ -136,8 +137,8 @@ impl SimWorld {
         let mut tree_lost = Vec::new();
         for (_, kind) in conns {
             match (kind, cause) {
-                (ConnKind::Get, Some(_)) => self.out.requests.failed_fault += 1,
-                (ConnKind::Get, None) => self.out.requests.failed_forced += 1,
+                (ConnKind::Get { .. }, Some(_)) => self.out.requests.failed_fault += 1,
+                (ConnKind::Get { .. }, None) => self.out.requests.failed_forced += 1,
                 (ConnKind::Upload { .. }, Some(_)) => self.out.uploads.failed_fault += 1,
                 (ConnKind::Upload { .. }, None) => self.out.uploads.failed_forced += 1,
                 (ConnKind::DavTree { rec }, cause) => {

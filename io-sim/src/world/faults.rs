@@ -89,6 +89,11 @@ impl SimWorld {
                     }
                 }
             }
+            Fault::PauseWorker { pick, duration } => {
+                if let Some(w) = self.pick_live(pick, true) {
+                    self.pause(w, duration);
+                }
+            }
             Fault::MalformedFrame { pick } => {
                 if let Some(w) = self.pick_live(pick, true) {
                     self.injected(FaultKind::MalformedFrame, Some(w));

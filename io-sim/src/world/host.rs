@@ -205,7 +205,7 @@ impl ParentIo for SimWorld {
                     if p.wedged {
                         self.out.coverage.insert(labels::WEDGED_DRAIN_KILLED);
                     }
-                    if p.paused {
+                    if p.paused && p.held.is_none() {
                         self.out.coverage.insert(labels::HUNG_WORKER_KILLED);
                         let hung_at = self.out.hangs.iter().find(|h| h.0 == worker.0);
                         if hung_at.is_some_and(|&(_, at)| {

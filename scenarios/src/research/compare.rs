@@ -106,6 +106,8 @@ pub const SCALARS: &[Scalar] = &[
     ("amplification", |m| {
         Some(m.amplification).filter(|a| a.is_finite())
     }),
+    // Last, so every metric before it keeps its bootstrap stream.
+    ("served_within_bound", |m| Some(m.served_within_bound)),
 ];
 
 fn mean_of(xs: &[f64]) -> Option<f64> {

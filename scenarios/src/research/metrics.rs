@@ -1,7 +1,7 @@
 //! What one run of a policy under a workload measured, from the simulation's outcome.
 
 use servery_core::supervisor::ExitReason;
-use servery_sim::Outcome;
+use servery_sim::{FaultKind, Injected, Outcome};
 
 use crate::research::workload::{Draw, SERVICE_S, Workload};
 
@@ -13,6 +13,9 @@ pub struct RunMetrics {
     pub x: Option<f64>,
     /// Requests served over requests offered.
     pub availability: f64,
+    /// Requests answered within the workload's `latency_bound_s` of their arrival, over
+    /// requests offered.
+    pub served_within_bound: f64,
     /// ∫ (N − ready) dt over the run.
     pub capacity_seconds_lost: f64,
     /// From each injected fault to its worker's reaping.
@@ -33,6 +36,13 @@ pub struct RunMetrics {
     pub ready: Vec<(f64, u32)>,
     /// When each boot after the initial generation began (s): restarts and recycles.
     pub boot_times: Vec<f64>,
+}
+
+fn hung(reason: Option<ExitReason>) -> bool {
+    matches!(
+        reason,
+        Some(ExitReason::HealthFailure | ExitReason::DrainHang)
+    )
 }
 
 fn recycle(reason: Option<ExitReason>) -> bool {
@@ -73,6 +83,20 @@ pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics 
         .filter_map(|i| {
             let w = i.worker?;
             let exit = o.exits.iter().find(|e| e.worker == w)?;
+            // A pause is detected only when its worker is ended as hung for it: one that
+            // ended first was rightly let be, and its worker's exit (maybe for a later
+            // pause) is another story.
+            let later_pause = |j: &&Injected| {
+                j.kind == FaultKind::PauseWorker
+                    && j.worker == Some(w)
+                    && i.at_ms < j.at_ms
+                    && j.at_ms <= exit.at_ms
+            };
+            if i.kind == FaultKind::PauseWorker
+                && (!hung(exit.reason) || o.injected.iter().any(|j| later_pause(&j)))
+            {
+                return None;
+            }
             Some((exit.at_ms.saturating_sub(i.at_ms)) as f64 / 1000.0)
         })
         .collect();
@@ -94,10 +118,16 @@ pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics 
     };
     let offered =
         (r.ok + r.failed_fault + r.failed_forced + r.refused + r.stranded) as f64 + unsent;
-    let availability = if offered == 0.0 {
-        1.0
+    let bound_us = (w.latency_bound_s * 1e6) as u64;
+    let in_time = o
+        .request_latency_us
+        .iter()
+        .filter(|&&us| us <= bound_us)
+        .count() as f64;
+    let (availability, served_within_bound) = if offered == 0.0 {
+        (1.0, 1.0)
     } else {
-        r.ok as f64 / offered
+        (r.ok as f64 / offered, in_time / offered)
     };
     let useful = r.ok as f64 * SERVICE_S;
     let amplification = if useful > 0.0 {
@@ -109,6 +139,7 @@ pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics 
         seed,
         x: draw.x,
         availability,
+        served_within_bound,
         capacity_seconds_lost: lost,
         detect_s,
         recover_s,
@@ -200,6 +231,30 @@ mod tests {
             (m.peak_memory_mb - peak).abs() < 1e-6,
             "{}",
             m.peak_memory_mb
+        );
+    }
+
+    #[test]
+    fn served_within_bound_counts_answers_no_slower_than_the_bound_over_all_offered() {
+        let text = "name = \"w\"\nfault_class = \"none\"\nduration_s = 60.0\nlatency_bound_s = 0.5\n[faults]\nkind = \"steady\"\n";
+        let w = crate::research::workload::from_text(std::path::Path::new("w"), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let o = Outcome {
+            requests: servery_sim::RequestStats {
+                ok: 4,
+                failed_fault: 1,
+                ..Default::default()
+            },
+            // Two answered within 0.5 s (the bound itself counts), two late.
+            request_latency_us: vec![3_000, 500_000, 500_001, 30_000_000],
+            ..Outcome::default()
+        };
+        let m = measure(&w, &w.draw(0), 0, &o);
+        assert!((m.availability - 0.8).abs() < 1e-12, "{}", m.availability);
+        assert!(
+            (m.served_within_bound - 0.4).abs() < 1e-12,
+            "{}",
+            m.served_within_bound
         );
     }
 }

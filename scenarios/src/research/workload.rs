@@ -66,13 +66,12 @@ pub enum FaultModel {
         retry_gap_s: f64,
     },
     /// Pauses arrive at `rate_per_s` (Poisson) in live ready workers, lengths
-    /// exponential with mean `pause_mean_s`; those of at least `modelled_above_s` are
-    /// injected as a stop the worker never comes back from by itself (the heartbeat
-    /// timeout must end it), shorter ones cost latency only and are not modelled.
+    /// exponential with mean `pause_mean_s`: each a `SIGSTOP` and, that long after, a
+    /// `SIGCONT`. A pause shorter than the policy's heartbeat timeout costs the requests
+    /// the worker holds their latency; a longer one gets the worker killed first.
     Hang {
         rate_per_s: f64,
         pause_mean_s: f64,
-        modelled_above_s: f64,
     },
 }
 
@@ -98,6 +97,10 @@ pub struct Workload {
     pub memory_base_mb: f64,
     #[serde(default)]
     pub memory_growth_mb_per_s: f64,
+    /// A request answered within this long of its arrival counts as served within the
+    /// bound (`served_within_bound`).
+    #[serde(default = "default_latency_bound")]
+    pub latency_bound_s: f64,
     pub faults: FaultModel,
 }
 
@@ -112,6 +115,10 @@ fn default_boot_cost() -> f64 {
 }
 fn default_memory() -> f64 {
     50.0
+}
+/// One second: far above a healthy answer (1–20 ms), well below a client's patience.
+fn default_latency_bound() -> f64 {
+    1.0
 }
 
 /// Mean service time of a simulated request (the simulator's default 1–20 ms).
@@ -190,17 +197,14 @@ impl Workload {
             FaultModel::Hang {
                 rate_per_s,
                 pause_mean_s,
-                modelled_above_s,
             } => {
                 let mut t = rng.exp(1.0 / rate_per_s);
                 let mut first = f64::INFINITY;
                 while t < self.duration_s {
-                    let pause = rng.exp(*pause_mean_s);
+                    let duration = secs(rng.exp(*pause_mean_s));
                     let pick = rng.next_u64();
-                    if pause >= *modelled_above_s {
-                        first = first.min(t);
-                        faults.push((secs(t), Fault::HangWorker { pick }));
-                    }
+                    first = first.min(t);
+                    faults.push((secs(t), Fault::PauseWorker { pick, duration }));
                     t += rng.exp(1.0 / rate_per_s);
                 }
                 (None, first)
@@ -295,6 +299,9 @@ impl Workload {
         }
         if !(self.memory_base_mb >= 0.0 && self.memory_growth_mb_per_s >= 0.0) {
             return bad("memory_base_mb", "memory sizes and growth must be >= 0");
+        }
+        if !positive(self.latency_bound_s) {
+            return bad("latency_bound_s", "must be > 0");
         }
         match &self.faults {
             FaultModel::CrashStorm { outage_s, start_s } if !range(*outage_s) || *start_s < 0.0 => {

@@ -14,6 +14,7 @@
 //! over `flate2`, both maintained and already written for a blocking writer; the async
 //! `async_zip` would have needed an adapter from our files anyway.
 
+use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -105,8 +106,11 @@ pub enum ArchiveError {
 /// One file or folder to archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
-    /// The name inside the archive: `top/a/b.txt`, folders ending in `/`.
+    /// The name inside the archive as text: `top/a/b.txt`, folders ending in `/`. A byte
+    /// of a file name that is not UTF-8 is written `%XX` here (zip names are text).
     pub name: String,
+    /// The same name from the file names' exact bytes (tar names are bytes).
+    pub exact: PathBuf,
     /// Where it is, relative to the served root.
     pub path: PathBuf,
     pub is_dir: bool,
@@ -125,31 +129,32 @@ pub fn scan(
 ) -> Result<Result<Vec<Member>, ArchiveError>, io::Error> {
     let mut members = vec![Member {
         name: format!("{top}/"),
+        exact: PathBuf::from(top),
         path: rel.to_path_buf(),
         is_dir: true,
         size: 0,
         mtime: mtime_of(&root.metadata(rel)?),
     }];
-    let mut pending = vec![(rel.to_path_buf(), format!("{top}/"))];
+    // (directory, its text prefix, its exact prefix)
+    let mut pending = vec![(rel.to_path_buf(), format!("{top}/"), PathBuf::from(top))];
     let mut total: u64 = 0;
-    while let Some((dir, prefix)) = pending.pop() {
-        let mut names: Vec<String> = Vec::new();
+    while let Some((dir, prefix, exact_prefix)) = pending.pop() {
+        let mut names: Vec<(String, OsString)> = Vec::new();
         for entry in root.read_dir(&dir)? {
-            let Ok(name) = entry?.file_name().into_string() else {
-                continue; // not UTF-8: left out of archives (decision 0030)
-            };
-            if (!show_hidden && is_hidden(&name))
-                || crate::write::is_private(&name)
-                || name.contains('\\')
+            let os_name = entry?.file_name();
+            let shown = os_name.to_string_lossy();
+            if (!show_hidden && is_hidden(&shown))
+                || crate::write::is_private(&shown)
+                || shown.contains('\\')
             {
                 continue;
             }
-            names.push(name);
+            names.push((text_form(&os_name), os_name));
         }
         names.sort();
         let mut subdirs = Vec::new();
-        for name in names {
-            let path = dir.join(&name);
+        for (name, os_name) in names {
+            let path = dir.join(&os_name);
             let Ok(link) = root.symlink_metadata(&path) else {
                 continue;
             };
@@ -167,6 +172,7 @@ pub fn scan(
             }
             let member = Member {
                 name: format!("{prefix}{name}{}", if meta.is_dir() { "/" } else { "" }),
+                exact: exact_prefix.join(&os_name),
                 path: path.clone(),
                 is_dir: meta.is_dir(),
                 size: if meta.is_file() { meta.len() } else { 0 },
@@ -179,7 +185,7 @@ pub fn scan(
                 }));
             }
             if member.is_dir {
-                subdirs.push((path, member.name.clone()));
+                subdirs.push((path, member.name.clone(), member.exact.clone()));
             }
             members.push(member);
             if members.len() as u64 > limits.max_entries {
@@ -192,6 +198,25 @@ pub fn scan(
         pending.extend(subdirs.into_iter().rev());
     }
     Ok(Ok(members))
+}
+
+/// A file name as zip entry text: itself when it is UTF-8; otherwise each byte that is not
+/// part of a UTF-8 character as `%XX` (U+FFFD would make different names equal and say
+/// nothing of the bytes). A tool that unpacks the zip gets a readable, distinct name; the
+/// tar.gz keeps the exact bytes.
+fn text_form(name: &std::ffi::OsStr) -> String {
+    if let Some(text) = name.to_str() {
+        return text.to_owned();
+    }
+    let bytes = name.as_encoded_bytes();
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn mtime_of(meta: &cap_std::fs::Metadata) -> u64 {
@@ -277,12 +302,12 @@ fn write_tar_gz<W: Write>(root: &Dir, members: &[Member], out: W) -> io::Result<
             header.set_entry_type(tar::EntryType::Directory);
             header.set_mode(0o755);
             header.set_size(0);
-            tar.append_data(&mut header, &m.name, io::empty())?;
+            tar.append_data(&mut header, &m.exact, io::empty())?;
         } else {
             header.set_entry_type(tar::EntryType::Regular);
             header.set_mode(0o644);
             header.set_size(m.size);
-            tar.append_data(&mut header, &m.name, open(root, m)?)?;
+            tar.append_data(&mut header, &m.exact, open(root, m)?)?;
         }
     }
     let mut out = tar.into_inner()?.finish()?;
@@ -293,7 +318,14 @@ fn write_zip<W: Write>(root: &Dir, members: &[Member], out: W) -> io::Result<()>
     use zip::CompressionMethod;
     use zip::write::SimpleFileOptions;
     let mut zip = zip::ZipWriter::new_stream(out);
+    let mut written = std::collections::HashSet::new();
     for m in members {
+        // A name whose `%XX` text form is also another file's real name: the first in
+        // name order is archived, the other left out of the zip (the tar.gz has both).
+        if !written.insert(m.name.as_str()) {
+            tracing::info!(name = %m.name, "left out of a zip: two files have this name as text");
+            continue;
+        }
         let options = SimpleFileOptions::default().last_modified_time(zip_time(m.mtime));
         if m.is_dir {
             zip.add_directory(m.name.as_str(), options.unix_permissions(0o755))
@@ -552,6 +584,66 @@ mod tests {
             }
         }
         assert_eq!(got, want);
+    }
+
+    /// A name that is not UTF-8 keeps its exact bytes in the tar.gz and reads `%XX` in the
+    /// zip; when that text is also another file's real name, the zip keeps the first.
+    #[test]
+    fn names_that_are_not_utf8_are_archived() {
+        use std::os::unix::ffi::OsStrExt;
+        let guard = tempdir::Guard::new();
+        let p = &guard.0;
+        std::fs::create_dir_all(p.join("d")).expect("mkdir");
+        let raw = std::ffi::OsStr::from_bytes(b"caf\xE9.txt");
+        std::fs::write(p.join("d").join(raw), b"raw").expect("write");
+        std::fs::write(p.join("d/caf%E9.txt"), b"text").expect("write");
+        std::fs::write(p.join("d/\u{e9}t\u{e9}.txt"), b"utf8").expect("write");
+        let root = Dir::open_ambient_dir(p, cap_std::ambient_authority()).expect("open");
+        let members = scan(&root, Path::new("d"), "d", false, Limits::default())
+            .expect("io")
+            .expect("within limits");
+        assert_eq!(
+            names(&members),
+            ["d/", "d/caf%E9.txt", "d/caf%E9.txt", "d/\u{e9}t\u{e9}.txt"]
+        );
+
+        let mut tgz = Vec::new();
+        write_tar_gz(&root, &members, &mut tgz).expect("tar.gz");
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(&tgz[..]));
+        let mut got: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for entry in tar.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            if entry.header().entry_type().is_file() {
+                let name = entry.path_bytes().into_owned();
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes).expect("bytes");
+                got.push((name, bytes));
+            }
+        }
+        got.sort();
+        let want: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (b"d/caf%E9.txt".to_vec(), b"text".to_vec()),
+            (b"d/caf\xE9.txt".to_vec(), b"raw".to_vec()),
+            ("d/\u{e9}t\u{e9}.txt".as_bytes().to_vec(), b"utf8".to_vec()),
+        ];
+        assert_eq!(got, want, "the tar.gz has every file by its exact bytes");
+
+        let mut zipped = Vec::new();
+        write_zip(&root, &members, &mut zipped).expect("zip");
+        let mut zip = zip::ZipArchive::new(io::Cursor::new(zipped)).expect("reads");
+        let mut got = Vec::new();
+        for i in 0..zip.len() {
+            let mut file = zip.by_index(i).expect("member");
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).expect("bytes");
+            got.push((file.name().expect("name").to_string(), bytes));
+        }
+        let want: Vec<(String, Vec<u8>)> = vec![
+            ("d/".into(), Vec::new()),
+            ("d/caf%E9.txt".into(), b"text".to_vec()),
+            ("d/\u{e9}t\u{e9}.txt".into(), b"utf8".to_vec()),
+        ];
+        assert_eq!(got, want, "the real name wins its text in the zip");
     }
 
     #[test]

@@ -31,3 +31,8 @@ impl PageArgs {
         })
     }
 }
+
+// Read by the workers that build the page; none is a core field.
+crate::knobs::core_fields! {
+    impl PageArgs {}
+}

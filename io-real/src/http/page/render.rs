@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use super::assets;
 use super::text::{human_size, kind_of, utc_date, utc_iso};
 use crate::http::listing::{Entry, ListingQuery, Order, SortKey};
-use crate::http::path::{RequestPath, encode_segment};
+use crate::http::path::RequestPath;
 
 /// What the page offers besides browsing; each switch mirrors a flag.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -282,13 +282,7 @@ pub fn render_search(
          <th scope=\"col\" class=\"time\">Modified</th></tr></thead>\n<tbody>\n"
     );
     for hit in &results.hits {
-        let mut href = String::from("./");
-        for (i, segment) in hit.path.split('/').enumerate() {
-            if i > 0 {
-                href.push('/');
-            }
-            href.push_str(&encode_segment(segment));
-        }
+        let href = format!("./{}", hit.href);
         push_row_at(&mut html, &hit.entry, &href, &hit.path);
     }
     html.push_str("</tbody></table>\n");
@@ -377,6 +371,7 @@ fn header_cell(label: &str, class: &str, key: SortKey, q: &ListingQuery) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::path::encode_segment;
 
     fn entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
         Entry {
@@ -475,6 +470,7 @@ mod tests {
         let results = crate::http::page::search::Results {
             hits: vec![crate::http::page::search::Hit {
                 path: "a b/<x>.txt".into(),
+                href: "a%20b/%3Cx%3E.txt".into(),
                 entry: entry("<x>.txt", false, 1, 0),
             }],
             cut_short: true,

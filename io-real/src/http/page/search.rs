@@ -16,7 +16,7 @@ use cap_std::fs::Dir;
 use percent_encoding::percent_decode_str;
 
 use crate::http::listing::Entry;
-use crate::http::path::is_hidden;
+use crate::http::path::{encode_os_name, is_hidden};
 
 /// Entries one search looks at.
 pub const MAX_VISITED: usize = 100_000;
@@ -27,10 +27,13 @@ pub const MAX_TIME: Duration = Duration::from_secs(2);
 /// Longest search text accepted (characters).
 pub const MAX_QUERY: usize = 200;
 
-/// One match: its path below the searched directory (`a/b/name`) and its listing entry.
+/// One match: its path below the searched directory (`a/b/name`, as text), the same path
+/// as a relative URL from each name's exact bytes (`a/b/name`, percent-encoded), and its
+/// listing entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
     pub path: String,
+    pub href: String,
     pub entry: Entry,
 }
 
@@ -80,22 +83,26 @@ pub fn search(
     let needle = needle.to_lowercase();
     let mut results = Results::default();
     let mut visited = 0usize;
-    let mut pending: VecDeque<(PathBuf, String)> =
-        VecDeque::from([(rel.to_path_buf(), String::new())]);
-    while let Some((dir, prefix)) = pending.pop_front() {
+    // (directory, its text prefix, its URL prefix)
+    let mut pending: VecDeque<(PathBuf, String, String)> =
+        VecDeque::from([(rel.to_path_buf(), String::new(), String::new())]);
+    while let Some((dir, prefix, href_prefix)) = pending.pop_front() {
         let Ok(read) = root.read_dir(&dir) else {
             continue;
         };
-        let mut names: Vec<String> = read
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|name| {
+        let mut names: Vec<(String, std::ffi::OsString)> = read
+            .filter_map(|e| {
+                let os = e.ok()?.file_name();
+                Some((os.to_string_lossy().into_owned(), os))
+            })
+            .filter(|(name, _)| {
                 (show_hidden || !is_hidden(name))
                     && !crate::write::is_private(name)
                     && !name.contains('\\')
             })
             .collect();
         names.sort();
-        for name in names {
+        for (name, os_name) in names {
             visited += 1;
             if visited > bounds.max_visited
                 || results.hits.len() >= bounds.max_hits
@@ -104,7 +111,7 @@ pub fn search(
                 results.cut_short = true;
                 return Ok(results);
             }
-            let path = dir.join(&name);
+            let path = dir.join(&os_name);
             let Ok(link) = root.symlink_metadata(&path) else {
                 continue;
             };
@@ -119,9 +126,11 @@ pub fn search(
             if !(meta.is_dir() || meta.is_file()) {
                 continue;
             }
+            let segment = encode_os_name(&os_name);
             let below = format!("{prefix}{name}");
+            let href = format!("{href_prefix}{segment}");
             if meta.is_dir() && followable {
-                pending.push_back((path, format!("{below}/")));
+                pending.push_back((path, format!("{below}/"), format!("{href}/")));
             }
             if name.to_lowercase().contains(&needle) {
                 let mtime = meta
@@ -129,14 +138,16 @@ pub fn search(
                     .ok()
                     .and_then(|t| t.into_std().duration_since(UNIX_EPOCH).ok())
                     .map_or(0, |d| d.as_secs());
+                let exact = os_name.to_str().is_none().then_some(segment);
                 results.hits.push(Hit {
                     path: below,
+                    href,
                     entry: Entry {
                         name,
                         is_dir: meta.is_dir(),
                         size: if meta.is_file() { meta.len() } else { 0 },
                         mtime,
-                        href: None,
+                        href: exact,
                     },
                 });
             }
@@ -212,6 +223,33 @@ mod tests {
             !search(&root, Path::new("top"), "report", false, late)
                 .expect("io")
                 .cut_short
+        );
+        let _ = std::fs::remove_dir_all(p);
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_found_by_text_and_linked_by_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let (p, root) = tree("bytes");
+        let dir = std::ffi::OsStr::from_bytes(b"r\xE9ports");
+        std::fs::create_dir(p.join("top").join(dir)).expect("mkdir");
+        let file = std::ffi::OsStr::from_bytes(b"report-caf\xE9.txt");
+        std::fs::write(p.join("top").join(dir).join(file), b"c").expect("write");
+        let r = search(&root, Path::new("top"), "caf", false, Bounds::standard()).expect("io");
+        assert_eq!(paths(&r), ["r\u{FFFD}ports/report-caf\u{FFFD}.txt"]);
+        let hit = &r.hits[0];
+        assert_eq!(hit.href, "r%E9ports/report-caf%E9.txt");
+        assert_eq!(hit.entry.href.as_deref(), Some("report-caf%E9.txt"));
+        let r = search(&root, Path::new("top"), "report", false, Bounds::standard()).expect("io");
+        let hrefs: Vec<&str> = r.hits.iter().map(|h| h.href.as_str()).collect();
+        assert_eq!(
+            hrefs,
+            [
+                "Report.txt",
+                "r%E9ports/report-caf%E9.txt",
+                "a/deep/report-2.txt"
+            ],
+            "breadth first; UTF-8 names keep their plain links"
         );
         let _ = std::fs::remove_dir_all(p);
     }

@@ -1,0 +1,246 @@
+//! A validated configuration in the form it is written: the inverse of
+//! [`RawConfig::validate`]. Views that show a configuration (the `config` of a status, a
+//! configuration check) render this form, so every field they show is a [`RawConfig`]
+//! field under its own name — the name a setting is mapped to and validation reports —
+//! and a field added to [`RawConfig`] cannot be left out: the struct literals below are
+//! exhaustive, so it does not build until the field is filled in here.
+
+use core::time::Duration;
+
+use super::valid::ValidConfig;
+use super::{RawBroker, RawBudgets, RawConfig, RawConnections, RawRecovery, RawUploads};
+use super::{RawFeatures, RawTftp};
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A count as written (`i64`); a value no `i64` holds cannot have passed validation.
+fn count(n: impl Into<u64>) -> i64 {
+    i64::try_from(n.into()).unwrap_or(i64::MAX)
+}
+
+impl ValidConfig {
+    /// The configuration as written that validates to this one: seconds for durations,
+    /// `0` for a limit that is off, the resolved value for one that was left to a default
+    /// (`uploads.max_upload_size`).
+    pub fn as_written(&self) -> RawConfig {
+        let r = self.recovery();
+        let b = self.budgets();
+        let k = self.broker();
+        let n = self.connections();
+        let u = self.uploads();
+        let t = self.tftp();
+        let RawFeatures {
+            uploads,
+            webdav,
+            dav_persistent_locks,
+            access_log,
+            mdns,
+            qr,
+            tftp,
+            tftp_write,
+            acme,
+            http3,
+        } = self.features().clone();
+        RawConfig {
+            workers: count(self.workers()),
+            recovery: RawRecovery {
+                restart_backoff_initial: secs(r.restart_backoff_initial()),
+                restart_backoff_max: secs(r.restart_backoff_max()),
+                restart_stable_period: secs(r.restart_stable_period()),
+                worker_restart_limit: count(r.worker_restart_limit()),
+                worker_restart_window: secs(r.worker_restart_window()),
+                worker_max_age: r.worker_max_age().map_or(0.0, secs),
+                worker_max_age_jitter: r.worker_max_age_jitter(),
+                max_requests_per_worker: r.max_requests_per_worker().map_or(0, count),
+                max_requests_jitter: r.max_requests_jitter(),
+                recycle_retry_limit: count(r.recycle_retry_limit()),
+                heartbeat_interval: secs(r.heartbeat_interval()),
+                heartbeat_timeout: secs(r.heartbeat_timeout()),
+                worker_start_timeout: secs(r.worker_start_timeout()),
+                drain_timeout: secs(r.drain_timeout()),
+                force_timeout: secs(r.force_timeout()),
+            },
+            budgets: RawBudgets {
+                max_connections: count(b.max_connections()),
+                max_blocking_threads: count(b.max_blocking_threads()),
+                compression_cache_size: count(b.compression_cache_size()),
+                file_cache_size: count(b.file_cache_size()),
+            },
+            broker: RawBroker {
+                queue_capacity: count(k.queue_capacity()),
+                reply_timeout: secs(k.reply_timeout()),
+                max_leases: count(k.max_leases()),
+                max_dav_locks: count(k.max_dav_locks()),
+                max_active_uploads: count(k.max_active_uploads()),
+                max_upload_bytes: count(k.max_upload_bytes()),
+                max_partial_uploads: count(k.max_partial_uploads()),
+                partial_ttl: secs(k.partial_ttl()),
+                lease_ttl: secs(k.lease_ttl()),
+                max_dav_lock_timeout: secs(k.max_dav_lock_timeout()),
+                log_queue_capacity: count(k.log_queue_capacity()),
+                log_policy: k.log_policy(),
+            },
+            connections: RawConnections {
+                request_head_timeout: secs(n.request_head_timeout()),
+                keep_alive_timeout: secs(n.keep_alive_timeout()),
+                tls_handshake_timeout: secs(n.tls_handshake_timeout()),
+                send_timeout: secs(n.send_timeout()),
+                body_timeout: secs(n.body_timeout()),
+            },
+            uploads: RawUploads {
+                max_upload_size: Some(count(u.max_upload_size())),
+                max_upload_files: count(u.max_upload_files()),
+                write_lock_timeout: secs(u.write_lock_timeout()),
+            },
+            features: RawFeatures {
+                uploads,
+                webdav,
+                dav_persistent_locks,
+                access_log,
+                mdns,
+                qr,
+                tftp,
+                tftp_write,
+                acme,
+                http3,
+            },
+            tftp: RawTftp {
+                max_transfers: count(t.max_transfers()),
+                max_transfer_size: count(t.max_transfer_size()),
+                retries: count(t.retries()),
+                timeout: secs(t.timeout()),
+            },
+        }
+    }
+
+    /// The bounds validation works out from several fields, by name: what no single
+    /// setting says (`workers * max_connections`, ...). Not part of [`RawConfig`].
+    pub fn aggregates(&self) -> [(&'static str, u64); 5] {
+        [
+            (
+                "aggregate_connection_limit",
+                self.aggregate_connection_limit(),
+            ),
+            (
+                "aggregate_compression_cache_size",
+                self.aggregate_compression_cache_size(),
+            ),
+            (
+                "recycling_overlap_compression_bound",
+                self.recycling_overlap_compression_bound(),
+            ),
+            (
+                "aggregate_file_cache_size",
+                self.aggregate_file_cache_size(),
+            ),
+            (
+                "recycling_overlap_file_cache_bound",
+                self.recycling_overlap_file_cache_bound(),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::RawConfig;
+    use crate::config::LogPolicy;
+
+    /// Every field away from its default (and valid), so a field written back from the
+    /// wrong source, or not at all, changes the result.
+    fn unusual() -> RawConfig {
+        let mut raw = RawConfig {
+            workers: 3,
+            ..RawConfig::default()
+        };
+        let r = &mut raw.recovery;
+        r.restart_backoff_initial = 0.5;
+        r.restart_backoff_max = 31.0;
+        r.restart_stable_period = 32.0;
+        r.worker_restart_limit = 6;
+        r.worker_restart_window = 61.0;
+        r.worker_max_age = 600.0;
+        r.worker_max_age_jitter = 0.2;
+        r.max_requests_per_worker = 1000;
+        r.max_requests_jitter = 0.3;
+        r.recycle_retry_limit = 4;
+        r.heartbeat_interval = 1.5;
+        r.heartbeat_timeout = 6.0;
+        r.worker_start_timeout = 33.0;
+        r.drain_timeout = 34.0;
+        r.force_timeout = 2.0;
+        let b = &mut raw.budgets;
+        b.max_connections = 100;
+        b.max_blocking_threads = 8;
+        b.compression_cache_size = 1000;
+        b.file_cache_size = 2000;
+        let k = &mut raw.broker;
+        k.queue_capacity = 65;
+        k.reply_timeout = 2.5;
+        k.max_leases = 4000;
+        k.max_dav_locks = 4001;
+        k.max_active_uploads = 63;
+        k.max_upload_bytes = 1 << 34;
+        k.max_partial_uploads = 255;
+        k.partial_ttl = 3600.0;
+        k.lease_ttl = 62.0;
+        k.max_dav_lock_timeout = 1800.0;
+        k.log_queue_capacity = 257;
+        k.log_policy = LogPolicy::Drop;
+        let n = &mut raw.connections;
+        n.request_head_timeout = 29.0;
+        n.keep_alive_timeout = 28.0;
+        n.tls_handshake_timeout = 9.0;
+        n.send_timeout = 59.0;
+        n.body_timeout = 19.0;
+        raw.uploads.max_upload_size = Some(1 << 20);
+        raw.uploads.max_upload_files = 999;
+        raw.uploads.write_lock_timeout = 0.25;
+        let f = &mut raw.features;
+        (f.uploads, f.webdav, f.dav_persistent_locks, f.access_log) = (true, true, true, true);
+        (f.mdns, f.qr, f.tftp, f.tftp_write) = (true, true, true, true);
+        (f.acme, f.http3) = (true, true);
+        raw.tftp.max_transfers = 17;
+        raw.tftp.max_transfer_size = 1 << 29;
+        raw.tftp.retries = 6;
+        raw.tftp.timeout = 3.0;
+        raw
+    }
+
+    #[test]
+    fn a_configuration_as_written_is_the_one_that_was_validated() {
+        for raw in [RawConfig::default(), unusual()] {
+            let valid = raw.validate().expect("valid");
+            let written = valid.as_written();
+            assert_eq!(written.validate().as_ref(), Ok(&valid));
+            // Written explicitly, the only change is the resolved default upload size.
+            let mut expected = raw.clone();
+            expected.uploads.max_upload_size = Some(valid.uploads().max_upload_size() as i64);
+            assert_eq!(written, expected);
+        }
+    }
+
+    #[test]
+    fn the_unusual_configuration_differs_from_the_default_in_every_field() {
+        let (a, b) = (RawConfig::default(), unusual());
+        assert_ne!(a.workers, b.workers);
+        // Fields compared through their debug form: a field left at its default would
+        // not catch a mix-up with another field of the same default.
+        let pairs = |x: &RawConfig| format!("{x:?}");
+        let (a, b) = (pairs(&a), pairs(&b));
+        let fields = |s: &str| -> Vec<String> {
+            s.split([',', '{', '}'])
+                .filter_map(|p| p.split_once(':'))
+                .filter(|(_, v)| !v.trim().starts_with("Raw"))
+                .map(|(k, v)| format!("{}={}", k.trim(), v.trim()))
+                .collect()
+        };
+        let (fa, fb) = (fields(&a), fields(&b));
+        assert_eq!(fa.len(), fb.len());
+        for (x, y) in fa.iter().zip(&fb) {
+            assert_ne!(x, y, "{x} is left at its default");
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! `--check-config`: the settings as `--print-config` shows them, then what was worked
+//! out from them — the validated configuration (each core field under its path, with
+//! the aggregates) and what preparing the serving options found. The second part names
+//! no setting again: a line there is either the core's (`config_text`) or derived here,
+//! and a test holds it to that.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use servery_core::ValidConfig;
+
+use super::listeners::{DEFAULT_PORT, PORT_SCAN};
+use super::site::PreparedSite;
+use super::status::config_text;
+use crate::cli::ServeArgs;
+use crate::settings::Effective;
+
+/// The whole report, for a configuration that is valid.
+pub fn report(
+    effective: &[Effective],
+    args: &ServeArgs,
+    root: &Path,
+    config: &ValidConfig,
+    site: &PreparedSite,
+) -> String {
+    let mut out = String::from("servery: configuration is valid\n");
+    out.push_str(crate::settings::print_toml(effective).trim_end());
+    out.push_str("\n# Validated, with the aggregates\n");
+    for (key, value) in derived(args, root, site) {
+        let _ = writeln!(out, "{key} = {value}");
+    }
+    out.push_str(&config_text(config));
+    out
+}
+
+/// What preparing the settings worked out, that no setting states (never a secret).
+fn derived(args: &ServeArgs, root: &Path, site: &PreparedSite) -> Vec<(&'static str, String)> {
+    let s = &args.site;
+    // The directory as served: `dir`, resolved.
+    let mut lines = vec![("root", root.display().to_string())];
+    if args.port.is_none() {
+        // What the unset `port` means.
+        let last = DEFAULT_PORT + PORT_SCAN - 1;
+        let scan = format!("{DEFAULT_PORT} (scanning to {last} while busy)");
+        lines.push(("port", scan));
+    }
+    // Where the certificate comes from: one of three settings, or none.
+    let tls = match (&s.tls_cert, s.tls_self_signed) {
+        (Some(cert), _) => format!("certificate {}", cert.display()),
+        (None, true) => format!("self-signed for {}", site.self_signed_names.join(", ")),
+        (None, false) if args.acme.enabled() => format!(
+            "ACME for {} from {} (cleartext HTTP-01 on port {})",
+            args.acme.acme.join(", "),
+            args.acme.acme_directory,
+            args.acme.acme_http_port
+        ),
+        (None, false) => "off".into(),
+    };
+    lines.push(("site.tls", tls));
+    if let Some(fp) = &site.fingerprint {
+        lines.push(("site.tls_sha256", fp.clone()));
+    }
+    // How many users `--auth` admits: its values are secrets, the count is not.
+    lines.push(("site.auth_users", site.auth_users.to_string()));
+    // Whether the header is sent: `--hsts` does nothing without TLS.
+    lines.push(("site.hsts_sent", (s.hsts && s.tls()).to_string()));
+    if args.tftp.tftp {
+        // The socket the TFTP service binds, from `tftp_bind` and `tftp_port`.
+        lines.push(("tftp_socket", format!("udp {}", args.tftp.addr())));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{Source, by_key, table};
+
+    fn loaded(args: &[&str]) -> crate::settings::Loaded {
+        let argv: Vec<std::ffi::OsString> = std::iter::once("servery")
+            .chain(args.iter().copied())
+            .map(Into::into)
+            .collect();
+        crate::settings::load(&argv).expect("loads")
+    }
+
+    #[test]
+    fn the_validated_part_repeats_no_setting_it_was_given() {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_str().expect("utf-8");
+        for args in [
+            &[dir][..],
+            &[dir, "--port", "0", "--tls-self-signed", "--hsts", "--tftp"],
+            &[dir, "--auth", "alice:s3cret-pw", "--cors", "--cache", "60"],
+        ] {
+            let loaded = loaded(args);
+            let serve = &loaded.cli.serve;
+            let site = super::super::site::prepare(&serve.site, &serve.bind).expect("site");
+            let config = serve.raw_config().validate().expect("valid");
+            let root = Path::new(dir);
+            let table = table();
+            for (key, _) in derived(serve, root, &site) {
+                // A derived line may stand for a setting left unset (what it means),
+                // never repeat one that has a value.
+                if let Some(setting) = by_key(&table, key) {
+                    let e = loaded.effective.iter().find(|e| e.setting == *setting);
+                    assert!(
+                        e.is_some_and(|e| e.source == Source::Unset),
+                        "{key} is a setting with a value, already shown above: {args:?}"
+                    );
+                }
+            }
+            let report = report(&loaded.effective, serve, root, &config, &site);
+            let validated = report
+                .split_once("# Validated, with the aggregates\n")
+                .expect("two parts")
+                .1;
+            assert!(!report.contains("s3cret-pw"), "a secret shown: {report}");
+            for line in validated.lines() {
+                let key = line.split(" = ").next().unwrap_or(line);
+                assert!(
+                    key.strip_prefix("site.")
+                        .is_none_or(|k| by_key(&table, k).is_none()),
+                    "{line}: a setting rendered by hand ({args:?})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_core_field_is_shown_under_the_path_its_setting_sets() {
+        // `workers` 3 and uploads on, so counts and features are not all defaults.
+        let loaded = loaded(&["--workers", "3", "--upload", "--max-upload-files", "7"]);
+        let config = loaded.cli.serve.raw_config().validate().expect("valid");
+        let json = super::super::config_json(&config);
+        let text = config_text(&config);
+        let fields = crate::knobs::all();
+        assert!(fields.len() > 30, "{fields:?}");
+        for f in fields {
+            let field = f.field();
+            let shown = json.pointer(&format!("/{}", f.path.join("/")));
+            assert!(
+                shown
+                    .as_ref()
+                    .is_some_and(|v| !v.is_object() && !v.is_null()),
+                "{field} (set by {}) is not in the status config: {json}",
+                f.flag()
+            );
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{field} = ")));
+            assert_eq!(
+                line.map(str::to_owned),
+                shown.map(ToString::to_string),
+                "{field} (set by {}) in --check-config:\n{text}",
+                f.flag()
+            );
+        }
+        for (path, value) in [("workers", "3"), ("uploads.max_upload_files", "7")] {
+            assert!(text.contains(&format!("{path} = {value}\n")), "{text}");
+        }
+        assert!(text.contains("features.uploads = true\n"), "{text}");
+    }
+}
