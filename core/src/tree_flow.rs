@@ -113,6 +113,48 @@ pub enum TreeAction {
     Finish(Result<TreeDone, WriteFailure>),
 }
 
+/// The stable name of each kind of [`TreeAction`], in the flow's order: what logs and
+/// test faults call a step.
+pub const STEPS: [&str; 14] = [
+    "lease",
+    "inspect",
+    "create-staging",
+    "fill-staging",
+    "confirm-leases",
+    "trash-destination",
+    "trash-source",
+    "place",
+    "properties",
+    "untrash",
+    "remove-trash",
+    "remove-staging",
+    "release-lease",
+    "finish",
+];
+
+impl TreeAction {
+    /// This action's step name (one of [`STEPS`]).
+    pub fn step(&self) -> &'static str {
+        let i = match self {
+            TreeAction::Lease(_) => 0,
+            TreeAction::Inspect => 1,
+            TreeAction::CreateStaging => 2,
+            TreeAction::FillStaging { .. } => 3,
+            TreeAction::ConfirmLeases => 4,
+            TreeAction::TrashDestination => 5,
+            TreeAction::TrashSource => 6,
+            TreeAction::Place(_) => 7,
+            TreeAction::Properties => 8,
+            TreeAction::Untrash => 9,
+            TreeAction::RemoveTrash => 10,
+            TreeAction::RemoveStaging => 11,
+            TreeAction::ReleaseLease(_) => 12,
+            TreeAction::Finish(_) => 13,
+        };
+        STEPS[i]
+    }
+}
+
 /// What happened to the last action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TreeEvent {

@@ -122,6 +122,28 @@ pub const DAV_LOCK_EXPIRED: &str = "a dav lock expired";
 pub const DAV_STALE_TOKEN_REFUSED: &str =
     "a dav write with an ended lock's token failed its precondition";
 
+// WebDAV tree requests (`crate::dav_tree`).
+/// A worker killed between two steps of a tree request had its private names swept by
+/// the parent and its leases revoked (the goal of `FaultKind::CrashDavTreeStep`).
+pub const DAV_TREE_KILL_SWEPT: &str = "a worker killed mid tree request was swept";
+/// A worker was killed just before this step of a tree request (by `TreeStep` order).
+pub const DAV_TREE_KILLED_BEFORE: [&str; 14] = [
+    "dav tree: killed before a lease",
+    "dav tree: killed before looking",
+    "dav tree: killed before staging a copy",
+    "dav tree: killed before filling the copy",
+    "dav tree: killed before confirming the leases",
+    "dav tree: killed before moving the destination aside",
+    "dav tree: killed before moving the source aside",
+    "dav tree: killed before placing",
+    "dav tree: killed before the properties",
+    "dav tree: killed before putting the destination back",
+    "dav tree: killed before removing the trash",
+    "dav tree: killed before removing the copy",
+    "dav tree: killed before giving a lease back",
+    "dav tree: killed before answering",
+];
+
 // The certificate manager and the TLS hand-off (`crate::certs`).
 /// The simulated CA issued a certificate the plan got wrong (older, expired, a name
 /// missing).
@@ -191,4 +213,19 @@ pub const ALL: &[&str] = &[
     DAV_STALE_TOKEN_REFUSED,
     CA_MISISSUED,
     WORKER_STARTED_WITH_RENEWED_IDENTITY,
+    DAV_TREE_KILL_SWEPT,
+    DAV_TREE_KILLED_BEFORE[0],
+    DAV_TREE_KILLED_BEFORE[1],
+    DAV_TREE_KILLED_BEFORE[2],
+    DAV_TREE_KILLED_BEFORE[3],
+    DAV_TREE_KILLED_BEFORE[4],
+    DAV_TREE_KILLED_BEFORE[5],
+    DAV_TREE_KILLED_BEFORE[6],
+    DAV_TREE_KILLED_BEFORE[7],
+    DAV_TREE_KILLED_BEFORE[8],
+    DAV_TREE_KILLED_BEFORE[9],
+    DAV_TREE_KILLED_BEFORE[10],
+    DAV_TREE_KILLED_BEFORE[11],
+    DAV_TREE_KILLED_BEFORE[12],
+    DAV_TREE_KILLED_BEFORE[13],
 ];

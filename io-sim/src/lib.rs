@@ -11,6 +11,7 @@
 pub mod certs;
 mod conns;
 mod dav;
+mod dav_tree;
 mod fs;
 pub mod labels;
 mod outcome;
@@ -19,9 +20,14 @@ mod proc_table;
 mod process;
 pub mod rng;
 mod trace;
+pub mod tree;
 mod uploads;
 mod world;
 
+pub use dav_tree::{
+    DavTreePlan, TreeEnd, TreeMethod, TreeOpPlan, TreeOutcome, TreeRecord, TreeSnapshot, TreeStep,
+    TreeStepFails,
+};
 pub use outcome::{
     DavAnswer, DavEnd, DavLockDecision, DavLockRecord, DavOp, DavOutcome, DavRecord, Injected,
     LogStats, Outcome, RequestStats, StatusAnswer, UploadEnd, UploadRecord, UploadStats,

@@ -282,6 +282,8 @@ pub struct Outcome {
     pub singleton_starts: u32,
     pub singleton_stops: u32,
     pub singleton_switches: u32,
+    /// WebDAV tree requests and what the oracle saw ([`crate::DavTreePlan`]).
+    pub dav_tree: crate::dav_tree::TreeOutcome,
     pub crash_faults: u64,
     pub hangs_injected: u64,
     /// Workers a hang fault stopped: (worker id, ms of virtual time).

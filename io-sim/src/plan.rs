@@ -138,6 +138,10 @@ pub struct Workload {
     /// TLS with an ACME certificate manager and a simulated CA; `None` (the default)
     /// serves cleartext, and a run draws, schedules and traces what it did before.
     pub certs: Option<crate::certs::CertPlan>,
+    /// WebDAV tree requests (MOVE, COPY, DELETE of collections) one at a time, with
+    /// workers killed between steps; `None` (the default): none, and a run draws,
+    /// schedules and traces what it did before.
+    pub dav_tree: Option<crate::dav_tree::DavTreePlan>,
 }
 
 impl Default for Workload {
@@ -155,6 +159,7 @@ impl Default for Workload {
             until: Duration::from_secs(3600),
             dav: None,
             certs: None,
+            dav_tree: None,
         }
     }
 }
@@ -316,10 +321,13 @@ pub enum FaultKind {
     CrashDavGranter,
     CrashAfterUptime,
     PauseWorker,
+    /// A worker carrying out a WebDAV tree request is killed before a step the plan
+    /// names ([`crate::TreeOpPlan::kill_before`]).
+    CrashDavTreeStep,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 24] = [
+    pub const ALL: [FaultKind; 25] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -344,6 +352,7 @@ impl FaultKind {
         FaultKind::CrashDavGranter,
         FaultKind::CrashAfterUptime,
         FaultKind::PauseWorker,
+        FaultKind::CrashDavTreeStep,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -377,6 +386,7 @@ impl FaultKind {
             FaultKind::CrashDavGranter => "crash-dav-granter",
             FaultKind::CrashAfterUptime => "crash-after-uptime",
             FaultKind::PauseWorker => "pause-worker",
+            FaultKind::CrashDavTreeStep => "crash-dav-tree-step",
         }
     }
 
@@ -401,6 +411,7 @@ impl FaultKind {
                 | FaultKind::CrashDavGranter
                 | FaultKind::CrashAfterUptime
                 | FaultKind::PauseWorker
+                | FaultKind::CrashDavTreeStep
         )
     }
 
@@ -433,6 +444,7 @@ impl FaultKind {
             FaultKind::CrashDavGranter => l::DAV_LOCK_OUTLIVED_GRANTER,
             FaultKind::CrashAfterUptime => l::CRASHED_AFTER_UPTIME,
             FaultKind::PauseWorker => l::PAUSED_WORKER_RESUMED,
+            FaultKind::CrashDavTreeStep => l::DAV_TREE_KILL_SWEPT,
         }
     }
 }

@@ -26,6 +26,8 @@ pub(crate) enum Waiting {
     Log,
     /// A WebDAV request on this connection (see `crate::dav`).
     Dav(u64),
+    /// A WebDAV tree request on this connection (see `crate::dav_tree`).
+    DavTree(u64),
 }
 
 #[derive(Debug)]
@@ -484,6 +486,9 @@ impl SimWorld {
             if let ConnKind::Dav { rec } = kind {
                 self.dav_record_end(rec, crate::outcome::DavEnd::Refused);
             }
+            if let ConnKind::DavTree { rec } = kind {
+                self.dav_tree_ended(rec, crate::dav_tree::TreeEnd::Refused);
+            }
             return;
         }
         self.next_conn += 1;
@@ -544,6 +549,7 @@ impl SimWorld {
                 arrived_ms,
             } => self.start_upload(worker, conn, target, writer, arrived_ms, None),
             ConnKind::Dav { rec } => self.dav_accept(worker, conn, rec),
+            ConnKind::DavTree { rec } => self.dav_tree_accept(worker, conn, rec),
         }
     }
 
@@ -666,6 +672,7 @@ impl SimWorld {
             }
             Waiting::Upload(conn) => self.upload_reply(worker, conn, reply),
             Waiting::Dav(conn) => self.dav_reply(worker, conn, reply),
+            Waiting::DavTree(conn) => self.dav_tree_reply(worker, conn, reply),
         }
     }
 }

@@ -109,6 +109,8 @@ pub(crate) enum SimEvent {
     WorkerResumes {
         worker: WorkerId,
     },
+    /// The WebDAV tree client sends its next request.
+    DavTreeSend,
 }
 
 impl SimEvent {
@@ -138,6 +140,7 @@ impl SimEvent {
             SimEvent::DavClientStep { client } => (22, *client as u64),
             SimEvent::Cert(step) => (23, step.code()),
             SimEvent::WorkerResumes { worker } => (24, worker.0),
+            SimEvent::DavTreeSend => (25, 0),
         }
     }
 
@@ -169,6 +172,8 @@ pub(crate) enum ConnKind {
     },
     /// A WebDAV request: its record in [`crate::Outcome::dav`]'s log.
     Dav { rec: usize },
+    /// A WebDAV tree request: its record in [`crate::Outcome::dav_tree`].
+    DavTree { rec: usize },
 }
 
 pub struct SimWorld {
@@ -240,6 +245,9 @@ pub struct SimWorld {
     pub(crate) dav: Option<DavSim>,
     /// The CA and the workers' identities (with a certificate plan only).
     pub(crate) certs: Option<crate::certs::CertSim>,
+    /// The WebDAV tree, its client and the tree requests workers carry out (with a tree
+    /// workload only).
+    pub(crate) dav_tree: Option<crate::dav_tree::DavTreeSim>,
     pub(crate) trace: Trace,
     pub(crate) out: Outcome,
 }
@@ -309,6 +317,7 @@ impl SimWorld {
             pausing: 0,
             dav: None,
             certs: None,
+            dav_tree: None,
             trace,
             out: Outcome {
                 seed: spec.seed,
@@ -348,6 +357,7 @@ impl SimWorld {
         }
         w.dav_start();
         w.certs_start();
+        w.dav_tree_start();
         w
     }
 
@@ -547,6 +557,7 @@ impl SimWorld {
             SimEvent::DavClientStep { client } => self.dav_client_step(client),
             SimEvent::Cert(step) => self.cert_step(step),
             SimEvent::WorkerResumes { worker } => self.worker_resumes(worker),
+            SimEvent::DavTreeSend => self.dav_tree_send(),
         }
         None
     }
@@ -593,7 +604,8 @@ impl SimWorld {
                 SimEvent::ClientArrival
                 | SimEvent::UploadArrival
                 | SimEvent::DavClientArrival
-                | SimEvent::DavWriteArrival => {
+                | SimEvent::DavWriteArrival
+                | SimEvent::DavTreeSend => {
                     // Clients keep trying; the listener is gone with the parent or
                     // orphaned workers, which must not accept.
                     self.client_after_parent();
@@ -606,6 +618,7 @@ impl SimWorld {
         self.out.processes_alive_at_end = self.live_count();
         self.out.requests.stranded += self.backlog.len() as u64;
         self.out.temp_files_at_end = self.fs.temp_count();
+        self.dav_tree_finish();
         self.out.torn_files = self
             .fs
             .files

@@ -5,6 +5,7 @@ use core::time::Duration;
 
 use servery_core::config::RawConfig;
 use servery_core::supervisor::{ExitReason, FailureReason};
+use servery_sim::labels;
 use servery_sim::rng::SimRng;
 use servery_sim::{
     Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
@@ -13,6 +14,7 @@ use servery_sim::{
 use crate::catalog_certs as certs;
 use crate::catalog_chaos as chaos_;
 use crate::catalog_dav as dav;
+use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
 use crate::catalog_pauses as pauses;
 use crate::catalog_rollouts as rollouts;
@@ -43,6 +45,21 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "clock jump replaced nobody healthy",
     "dav lock survived crash, recycle, reload",
     "dav lock table saturated, then granted again",
+    "dav tree requests killed between steps showed no half tree",
+    labels::DAV_TREE_KILLED_BEFORE[0],
+    labels::DAV_TREE_KILLED_BEFORE[1],
+    labels::DAV_TREE_KILLED_BEFORE[2],
+    labels::DAV_TREE_KILLED_BEFORE[3],
+    labels::DAV_TREE_KILLED_BEFORE[4],
+    labels::DAV_TREE_KILLED_BEFORE[5],
+    labels::DAV_TREE_KILLED_BEFORE[6],
+    labels::DAV_TREE_KILLED_BEFORE[7],
+    labels::DAV_TREE_KILLED_BEFORE[8],
+    labels::DAV_TREE_KILLED_BEFORE[9],
+    labels::DAV_TREE_KILLED_BEFORE[10],
+    labels::DAV_TREE_KILLED_BEFORE[11],
+    labels::DAV_TREE_KILLED_BEFORE[12],
+    labels::DAV_TREE_KILLED_BEFORE[13],
     "certificate renewed on time",
     "ca failures retried at the cap, then renewed",
     "tls hand-off survived a worker crash",
@@ -302,6 +319,13 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "a burst of LOCKs beyond broker.max_dav_locks: the table never exceeds its limit, a LOCK is Saturated exactly when it is full, no lock is lost or outlives its UNLOCK or timeout, and once the burst's locks end the table grants up to its limit again",
         build: dav::lock_table_saturation,
         kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "dav-move-crash-between-steps",
+        about: "MOVE, COPY (Depth infinity) and DELETE of small collections, the worker killed just before a seeded step of the core's tree flow: clients never see half a tree or a lost source, a success leaves the whole result, every lease is back once the parent lets the worker go, and its cleanup leaves no staging copy or trash",
+        build: dav_tree::move_crash_between_steps,
+        kinds: &[FaultKind::CrashDavTreeStep],
         no_swarm: None,
     },
     Scenario {

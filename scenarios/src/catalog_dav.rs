@@ -20,7 +20,7 @@ use crate::catalog::{at, expect, fault, secs, spec, workers};
 use crate::{Ctx, End, Expect, Plan, fast_config};
 
 /// A service that speaks WebDAV and takes writes (PUT goes through the upload write flow).
-fn dav_config(workers: i64) -> RawConfig {
+pub(crate) fn dav_config(workers: i64) -> RawConfig {
     let mut c = fast_config(workers);
     c.features.uploads = true;
     c.features.webdav = true;

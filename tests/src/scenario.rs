@@ -83,6 +83,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "a WebDAV lock workload against a tiny table: the real lock table's limits are tests/webdav.rs and the broker's unit tests",
     ),
     (
+        "dav-move-crash-between-steps",
+        "a tree-request workload whose client picks requests from the simulated tree: the real counterpart is tests/webdav_tree_crash.rs, which kills a real worker before six chosen steps of MOVE, COPY and DELETE (SERVERY_TEST_FAULT=kill-before-tree-step) and checks the tree, the cleanup, the broker's leases and the retry",
+    ),
+    (
         "singleton-lifecycle",
         "it turns on TFTP and HTTP/3, which are not in the binary yet; the access log, QR and mDNS singletons are driven for real by tests/singletons.rs",
     ),

@@ -17,8 +17,13 @@
 //! - `crash-after-requests=K`: abort once K requests have been served.
 //! - `wedged-drain`: ignore SIGTERM and never finish a drain.
 //! - `exit-during-drain`: exit abruptly as soon as told to drain.
+//! - `kill-before-tree-step=STEP[:N]`: abort just before the `N`-th (from 0, default 0)
+//!   action named `STEP` of a WebDAV tree request (MOVE, COPY, DELETE, MKCOL); the step
+//!   names are the core's `tree_flow::STEPS`.
 
 use std::time::Duration;
+
+pub use crate::http::dav::TreeKill;
 
 /// The environment variable the worker reads.
 pub const ENV: &str = "SERVERY_TEST_FAULT";
@@ -37,6 +42,7 @@ pub enum Fault {
     CrashAfterRequests(u64),
     WedgedDrain,
     ExitDuringDrain,
+    KillBeforeTreeStep(TreeKill),
 }
 
 /// The fault this worker runs with, if any, as the questions the worker asks of it.
@@ -99,6 +105,13 @@ impl TestFault {
     pub fn exit_during_drain(&self) -> bool {
         self.0 == Some(Fault::ExitDuringDrain)
     }
+
+    pub fn kill_before_tree_step(&self) -> Option<TreeKill> {
+        match &self.0 {
+            Some(Fault::KillBeforeTreeStep(kill)) => Some(kill.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// Which process this is, for a rule's condition.
@@ -134,6 +147,18 @@ impl Fault {
             }
             ("wedged-drain", None) => Ok(Fault::WedgedDrain),
             ("exit-during-drain", None) => Ok(Fault::ExitDuringDrain),
+            ("kill-before-tree-step", Some(arg)) => {
+                let (step, nth) = arg.split_once(':').unwrap_or((arg, "0"));
+                let step = servery_core::tree_flow::STEPS
+                    .into_iter()
+                    .find(|s| *s == step.trim())
+                    .ok_or_else(|| format!("{ENV}: `{s}` names no tree step"))?;
+                let nth = nth
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{ENV}: `{s}` needs STEP[:N]"))?;
+                Ok(Fault::KillBeforeTreeStep(TreeKill { step, nth }))
+            }
             _ => Err(format!("{ENV}: unknown fault `{s}`")),
         }
     }
@@ -221,6 +246,22 @@ mod tests {
         assert!(Fault::parse("crash-after-requests=x").is_err());
         assert!(Fault::parse("slow-boot").is_err());
         assert!(Fault::parse("explode").is_err());
+        assert_eq!(
+            Fault::parse("kill-before-tree-step=release-lease:1"),
+            Ok(Fault::KillBeforeTreeStep(TreeKill {
+                step: "release-lease",
+                nth: 1
+            }))
+        );
+        assert_eq!(
+            Fault::parse("kill-before-tree-step=place"),
+            Ok(Fault::KillBeforeTreeStep(TreeKill {
+                step: "place",
+                nth: 0
+            }))
+        );
+        assert!(Fault::parse("kill-before-tree-step=nowhere").is_err());
+        assert!(Fault::parse("kill-before-tree-step=place:x").is_err());
     }
 
     #[test]

@@ -22,6 +22,7 @@ use std::os::unix::net::UnixStream;
 
 pub use args::WorkerArgs;
 use fault::TestFault;
+pub(crate) use serve::crash;
 
 /// Errors that end a worker before its lifecycle runs.
 #[derive(Debug, thiserror::Error)]

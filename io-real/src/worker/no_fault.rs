@@ -40,4 +40,9 @@ impl TestFault {
     pub fn exit_during_drain(&self) -> bool {
         false
     }
+
+    #[inline(always)]
+    pub fn kill_before_tree_step(&self) -> Option<crate::http::dav::TreeKill> {
+        None
+    }
 }

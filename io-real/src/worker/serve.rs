@@ -100,19 +100,23 @@ pub(super) async fn run(
     let meter = Arc::new(crate::http::meter::RequestMeter::default());
     let tls_wanted = setup.facts.tls;
     let max_connections = super::site_config::max_connections(&setup);
+    let mut site_config = super::site_config::site_config(
+        args.worker_id,
+        &setup,
+        &broker,
+        recorder.clone(),
+        &meter,
+        alt_svc,
+    );
+    if let Some(dav) = site_config.dav.as_mut() {
+        dav.tree_kill = fault.kill_before_tree_step();
+    }
     let mut worker = Worker {
         id: args.worker_id,
         clock: Clock::start(),
         life: WorkerLifecycle::new(),
         fault,
-        site_config: super::site_config::site_config(
-            args.worker_id,
-            &setup,
-            &broker,
-            recorder.clone(),
-            &meter,
-            alt_svc,
-        ),
+        site_config,
         tls_wanted,
         cleartext_listeners: setup.facts.acme_http_listeners.unwrap_or(0) as usize,
         setup,
@@ -656,7 +660,7 @@ impl WorkerIo for Worker {
 }
 
 /// Die the way a crashing worker does (SIGABRT), without leaving a core file behind.
-fn crash() -> ! {
+pub(crate) fn crash() -> ! {
     let no_core = rustix::process::Rlimit {
         current: Some(0),
         maximum: Some(0),

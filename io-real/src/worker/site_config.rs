@@ -60,6 +60,7 @@ pub fn site_config(
             max_propfind_entries: usize::try_from(s.dav.dav_propfind_max_entries)
                 .unwrap_or(usize::MAX),
             worker_id,
+            tree_kill: None,
         }),
         archive: s.page.limits(),
         qr_url: setup.facts.qr_url.clone(),

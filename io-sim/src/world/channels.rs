@@ -134,12 +134,20 @@ impl SimWorld {
         p.up_clock = eof_at;
         self.out.log.lost_with_worker += lost_logs;
         let mut dav_lost = Vec::new();
+        let mut tree_lost = Vec::new();
         for (_, kind) in conns {
             match (kind, cause) {
                 (ConnKind::Get { .. }, Some(_)) => self.out.requests.failed_fault += 1,
                 (ConnKind::Get { .. }, None) => self.out.requests.failed_forced += 1,
                 (ConnKind::Upload { .. }, Some(_)) => self.out.uploads.failed_fault += 1,
                 (ConnKind::Upload { .. }, None) => self.out.uploads.failed_forced += 1,
+                (ConnKind::DavTree { rec }, cause) => {
+                    tree_lost.push(rec);
+                    match cause {
+                        Some(_) => self.out.requests.failed_fault += 1,
+                        None => self.out.requests.failed_forced += 1,
+                    }
+                }
                 (ConnKind::Dav { rec }, cause) => {
                     dav_lost.push(rec);
                     match cause {
@@ -169,6 +177,9 @@ impl SimWorld {
         self.holders.retain(|_, (w, _)| *w != worker);
         if self.dav.is_some() {
             self.dav_lost(worker, dav_lost);
+        }
+        if self.dav_tree.is_some() {
+            self.dav_tree_lost(worker, tree_lost);
         }
         self.out.last_process_exit_ms = self.now.as_nanos() / 1_000_000;
         let code = match status {

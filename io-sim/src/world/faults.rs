@@ -18,7 +18,7 @@ impl SimWorld {
     }
 
     /// A planned fault took effect on `worker` (`None`: on the parent).
-    pub(super) fn injected(&mut self, kind: FaultKind, worker: Option<WorkerId>) {
+    pub(crate) fn injected(&mut self, kind: FaultKind, worker: Option<WorkerId>) {
         let targets = worker.map_or_else(Vec::new, |w| {
             self.holders
                 .iter()

@@ -226,10 +226,14 @@ impl ParentIo for SimWorld {
                     if let ConnKind::Dav { rec } = kind {
                         self.dav_record_end(rec, crate::outcome::DavEnd::Refused);
                     }
+                    if let ConnKind::DavTree { rec } = kind {
+                        self.dav_tree_ended(rec, crate::dav_tree::TreeEnd::Refused);
+                    }
                 }
             }
             Action::WorkerGone { worker } => {
                 self.fs.remove_temps_of(worker);
+                self.dav_tree_cleanup(worker);
                 let lat = self.latency();
                 if let Some(p) = self.procs.get_mut(&worker) {
                     p.parent_closed = true;
@@ -400,6 +404,9 @@ impl ParentIo for SimWorld {
         }
         if self.certs.is_some() {
             self.certs_observe(now, parent);
+        }
+        if self.dav_tree.is_some() {
+            self.dav_tree_observe(now, parent);
         }
     }
 }

@@ -19,6 +19,8 @@ mod tree_run;
 pub mod xml;
 pub mod xml_write;
 
+pub use tree_run::TreeKill;
+
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +125,8 @@ pub struct Dav {
     max_propfind_entries: usize,
     body_timeout: Duration,
     worker: HeaderValue,
+    /// A test fault: abort before this step of a tree request (`None` outside tests).
+    tree_kill: Option<TreeKill>,
 }
 
 /// What a share needs for WebDAV.
@@ -131,6 +135,9 @@ pub struct DavConfig {
     pub broker: BrokerHandle,
     pub max_propfind_entries: usize,
     pub worker_id: u64,
+    /// `SERVERY_TEST_FAULT=kill-before-tree-step=…` (builds with the `test-hooks`
+    /// feature): the worker aborts just before this step of a tree request.
+    pub tree_kill: Option<TreeKill>,
 }
 
 impl Dav {
@@ -149,6 +156,7 @@ impl Dav {
             max_propfind_entries: config.max_propfind_entries.max(1),
             body_timeout,
             worker: HeaderValue::from(config.worker_id),
+            tree_kill: config.tree_kill,
         }
     }
 

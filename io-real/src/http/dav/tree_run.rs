@@ -16,6 +16,17 @@ use super::tree::{self, Placed};
 use super::{Dav, DavError, blocking, props};
 use crate::write::{Grant, WriteError, Writer, file::failure};
 
+/// A test fault (`SERVERY_TEST_FAULT=kill-before-tree-step=STEP[:N]`, only in builds with
+/// the `test-hooks` feature): the worker aborts just before the `nth` (from 0) action
+/// named `step` of a tree request, so the black-box tests can crash a real worker
+/// between any two steps of the flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeKill {
+    /// One of [`servery_core::tree_flow::STEPS`].
+    pub step: &'static str,
+    pub nth: u32,
+}
+
 /// The flow's summary of an error; the error itself is kept for the answer.
 fn failure_of(e: &HttpError) -> WriteFailure {
     match e {
@@ -279,7 +290,20 @@ impl Dav {
             trash_source: None,
             error: None,
         };
+        // The test fault's count of the actions taken so far, per step.
+        let mut taken = [0u32; servery_core::tree_flow::STEPS.len()];
         while let Some(action) = flow.next_action() {
+            if let Some(kill) = &self.tree_kill {
+                let step = action.step();
+                let i = servery_core::tree_flow::STEPS
+                    .iter()
+                    .position(|s| *s == step)
+                    .unwrap_or(0);
+                if step == kill.step && taken[i] == kill.nth {
+                    crate::worker::crash();
+                }
+                taken[i] += 1;
+            }
             let event = match action {
                 TreeAction::Lease(side) => run.lease(side).await,
                 TreeAction::Inspect => run.inspect().await,
