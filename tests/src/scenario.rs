@@ -694,6 +694,17 @@ impl Watch {
             }
         }
         o.max_live_processes = o.max_live_processes.max(live);
+        // The committed generation's ready workers, as the simulator records them: known
+        // to the poll's answer, so a change is timed late by at most a poll.
+        if s["workers"].is_array() {
+            let ready = workers
+                .iter()
+                .filter(|w| w["role"] == "member" && w["state"] == "ready")
+                .count() as u32;
+            if o.ready_changes.last().map_or(0, |c| c.1) != ready {
+                o.ready_changes.push((virtual_ms(now), ready));
+            }
+        }
         for (slot, n) in members_by_slot {
             if n > 1 {
                 o.violations

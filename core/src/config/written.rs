@@ -3,13 +3,13 @@
 //! configuration check) render this form, so every field they show is a [`RawConfig`]
 //! field under its own name — the name a setting is mapped to and validation reports —
 //! and a field added to [`RawConfig`] cannot be left out: the struct literals below are
-//! exhaustive, so it does not build until the field is filled in here.
+//! exhaustive, so it does not build until the field is filled in here (the features are
+//! validated as written, one type for both, and are copied whole).
 
 use core::time::Duration;
 
 use super::valid::ValidConfig;
-use super::{RawBroker, RawBudgets, RawConfig, RawConnections, RawRecovery, RawUploads};
-use super::{RawFeatures, RawTftp};
+use super::{RawBroker, RawBudgets, RawConfig, RawConnections, RawRecovery, RawTftp, RawUploads};
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
@@ -31,18 +31,6 @@ impl ValidConfig {
         let n = self.connections();
         let u = self.uploads();
         let t = self.tftp();
-        let RawFeatures {
-            uploads,
-            webdav,
-            dav_persistent_locks,
-            access_log,
-            mdns,
-            qr,
-            tftp,
-            tftp_write,
-            acme,
-            http3,
-        } = self.features().clone();
         RawConfig {
             workers: count(self.workers()),
             recovery: RawRecovery {
@@ -94,18 +82,8 @@ impl ValidConfig {
                 max_upload_files: count(u.max_upload_files()),
                 write_lock_timeout: secs(u.write_lock_timeout()),
             },
-            features: RawFeatures {
-                uploads,
-                webdav,
-                dav_persistent_locks,
-                access_log,
-                mdns,
-                qr,
-                tftp,
-                tftp_write,
-                acme,
-                http3,
-            },
+            // The features are kept as they were written.
+            features: self.features().clone(),
             tftp: RawTftp {
                 max_transfers: count(t.max_transfers()),
                 max_transfer_size: count(t.max_transfer_size()),
