@@ -27,7 +27,7 @@ fn kill_all(ctx: &Ctx, spec: &mut servery_sim::SimSpec, t: core::time::Duration,
 pub(crate) fn correlated_crash_counted_once(ctx: &mut Ctx) -> Plan {
     let n = workers(ctx, 3, 5);
     let mut config = fast_config(n);
-    let bursts = ctx.rng.range(0, 3) != 0;
+    let bursts = ctx.rng.range(0, 3) != 3;
     let r = &mut config.recovery;
     r.worker_restart_limit = 2;
     r.restart_burst_window = if bursts { BURST } else { 0.0 };
