@@ -116,7 +116,11 @@ impl RawConfig {
             r.worker_restart_window,
             false,
         );
-        let burst = c.seconds("recovery.restart_burst_window", r.restart_burst_window, true);
+        let burst = c.seconds(
+            "recovery.restart_burst_window",
+            r.restart_burst_window,
+            true,
+        );
         if !burst.is_zero() && !window.is_zero() && burst >= window {
             c.fail(
                 "recovery.restart_burst_window",

@@ -233,7 +233,9 @@ mod tests {
         let off = burst_policy(0.0);
         let mut w = RestartWindow::default();
         let mut slots = vec![SlotHistory::default(); 6];
-        let last = slots.iter_mut().map(|s| w.decide(Instant::ZERO, &off, s, false));
+        let last = slots
+            .iter_mut()
+            .map(|s| w.decide(Instant::ZERO, &off, s, false));
         assert_eq!(
             last.last(),
             Some(RestartDecision::GiveUp(FailureReason::RestartLimit))
