@@ -287,6 +287,10 @@ pub struct RecoveryArgs {
     /// The sliding window of the restart limit.
     #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_RESTART_WINDOW", default_value_t = rec().worker_restart_window, allow_negative_numbers = true, group = LIVE)]
     pub worker_restart_window: f64,
+    /// Crashes of different workers within this long of the first count once against the
+    /// restart limit's window (0: each counts; below worker_restart_window).
+    #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BURST_WINDOW", default_value_t = rec().restart_burst_window, allow_negative_numbers = true, group = LIVE)]
+    pub restart_burst_window: f64,
     /// Recycle a worker after this age (0: off).
     #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_MAX_AGE", default_value_t = rec().worker_max_age, allow_negative_numbers = true, group = LIVE)]
     pub worker_max_age: f64,
@@ -374,6 +378,7 @@ crate::knobs::core_fields! {
         restart_stable_period => recovery.restart_stable_period;
         worker_restart_limit => recovery.worker_restart_limit;
         worker_restart_window => recovery.worker_restart_window;
+        restart_burst_window => recovery.restart_burst_window;
         worker_max_age => recovery.worker_max_age;
         worker_max_age_jitter => recovery.worker_max_age_jitter;
         max_requests_per_worker => recovery.max_requests_per_worker;

@@ -122,7 +122,9 @@ impl RestartBudget {
         // unstable restarts it doubles over.
         let backoff = (r.restart_backoff_initial * 2f64.powi(limit.min(31) as i32))
             .min(r.restart_backoff_max);
-        let settle = detect + backoff + boot_max.as_secs_f64() + 0.5;
+        // A fault whose crash lands inside an earlier one's burst is not counted alone.
+        let settle =
+            (detect + backoff + boot_max.as_secs_f64() + 0.5).max(r.restart_burst_window + detect);
         let reload = reload_at.map(|at| {
             let at = at.as_secs_f64();
             (

@@ -11,6 +11,7 @@ use servery_sim::{
     Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
 };
 
+use crate::catalog_bursts as bursts;
 use crate::catalog_certs as certs;
 use crate::catalog_chaos as chaos_;
 use crate::catalog_dav as dav;
@@ -66,6 +67,8 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "reload during a renewal handed off",
     "pause waited out, its requests answered late",
     "pause past the deadline ended as hung",
+    "correlated crashes counted once stayed ready",
+    "burst window still halted a loop",
 ];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -361,6 +364,20 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "SIGSTOP then SIGCONT of ready workers for 0.2-5 s around the 2 s heartbeat timeout: a pause that ends before its deadline is waited out (no restart, its requests answered late, none failed); a longer one is ended as hung and replaced",
         build: pauses::pause,
         kinds: &[FaultKind::PauseWorker],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "correlated-crash-counted-once",
+        about: "every worker killed at once, twice, with a restart limit below N: with restart_burst_window each wave counts once and the service stays ready; without it the limit fails the service",
+        build: bursts::correlated_crash_counted_once,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "burst-window-still-halts-a-loop",
+        about: "every worker killed at once and every replacement crashing, with restart_burst_window on and a window the capped backoff cannot fill: the per-slot run of unstable restarts still fails the service",
+        build: bursts::burst_window_still_halts_a_loop,
+        kinds: &[FaultKind::CrashWorker, FaultKind::CrashAfterRequests],
         no_swarm: None,
     },
 ];

@@ -86,6 +86,8 @@ driven! {
     parent_death => "parent-death";
     parent_stall => "parent-stall";
     clock_jump => "clock-jump";
+    correlated_crash_counted_once => "correlated-crash-counted-once";
+    burst_window_still_halts_a_loop => "burst-window-still-halts-a-loop";
 }
 
 #[test]

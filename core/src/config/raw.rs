@@ -31,6 +31,9 @@ pub struct RawRecovery {
     pub restart_stable_period: f64,
     pub worker_restart_limit: i64,
     pub worker_restart_window: f64,
+    /// Crashes of different slots within this long of a burst's first crash count once
+    /// against the restart window (0: every crash counts).
+    pub restart_burst_window: f64,
     pub worker_max_age: f64,
     pub worker_max_age_jitter: f64,
     pub max_requests_per_worker: i64,
@@ -52,6 +55,7 @@ impl Default for RawRecovery {
             restart_stable_period: 30.0,
             worker_restart_limit: 5,
             worker_restart_window: 60.0,
+            restart_burst_window: 0.0,
             worker_max_age: 0.0,
             worker_max_age_jitter: 0.1,
             max_requests_per_worker: 0,

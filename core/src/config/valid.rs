@@ -14,6 +14,7 @@ pub struct RecoveryPolicy {
     pub(super) restart_stable_period: Duration,
     pub(super) worker_restart_limit: u32,
     pub(super) worker_restart_window: Duration,
+    pub(super) restart_burst_window: Duration,
     pub(super) worker_max_age: Option<Duration>,
     pub(super) worker_max_age_jitter: f64,
     pub(super) max_requests_per_worker: Option<u64>,
@@ -42,6 +43,10 @@ impl RecoveryPolicy {
     }
     pub fn worker_restart_window(&self) -> Duration {
         self.worker_restart_window
+    }
+    /// Zero when every crash counts against the window on its own.
+    pub fn restart_burst_window(&self) -> Duration {
+        self.restart_burst_window
     }
     /// `None` when age recycling is off.
     pub fn worker_max_age(&self) -> Option<Duration> {

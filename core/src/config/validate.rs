@@ -116,6 +116,20 @@ impl RawConfig {
             r.worker_restart_window,
             false,
         );
+        let burst = c.seconds(
+            "recovery.restart_burst_window",
+            r.restart_burst_window,
+            true,
+        );
+        if !burst.is_zero() && !window.is_zero() && burst >= window {
+            c.fail(
+                "recovery.restart_burst_window",
+                format!(
+                    "must be < recovery.worker_restart_window ({}): one burst would outlast the window it is counted in (got {})",
+                    r.worker_restart_window, r.restart_burst_window
+                ),
+            );
+        }
         let max_age = c.seconds("recovery.worker_max_age", r.worker_max_age, true);
         let age_jitter = c.fraction("recovery.worker_max_age_jitter", r.worker_max_age_jitter);
         let max_requests = c.count(
@@ -327,6 +341,7 @@ impl RawConfig {
                 restart_stable_period: stable,
                 worker_restart_limit: limit,
                 worker_restart_window: window,
+                restart_burst_window: burst,
                 worker_max_age: (!max_age.is_zero()).then_some(max_age),
                 worker_max_age_jitter: age_jitter,
                 max_requests_per_worker: (max_requests > 0).then_some(max_requests),

@@ -39,6 +39,7 @@ impl ValidConfig {
                 restart_stable_period: secs(r.restart_stable_period()),
                 worker_restart_limit: count(r.worker_restart_limit()),
                 worker_restart_window: secs(r.worker_restart_window()),
+                restart_burst_window: secs(r.restart_burst_window()),
                 worker_max_age: r.worker_max_age().map_or(0.0, secs),
                 worker_max_age_jitter: r.worker_max_age_jitter(),
                 max_requests_per_worker: r.max_requests_per_worker().map_or(0, count),
@@ -139,6 +140,7 @@ mod tests {
         r.restart_stable_period = 32.0;
         r.worker_restart_limit = 6;
         r.worker_restart_window = 61.0;
+        r.restart_burst_window = 0.75;
         r.worker_max_age = 600.0;
         r.worker_max_age_jitter = 0.2;
         r.max_requests_per_worker = 1000;

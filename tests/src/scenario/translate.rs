@@ -14,6 +14,7 @@ pub(super) fn knobs(c: &RawConfig) -> Vec<(String, Value)> {
         ("restart_stable_period", secs(r.restart_stable_period)),
         ("worker_restart_limit", json!(r.worker_restart_limit)),
         ("worker_restart_window", secs(r.worker_restart_window)),
+        ("restart_burst_window", secs(r.restart_burst_window)),
         ("worker_max_age", secs(r.worker_max_age)),
         ("worker_max_age_jitter", json!(r.worker_max_age_jitter)),
         ("max_requests_per_worker", json!(r.max_requests_per_worker)),
