@@ -392,9 +392,15 @@ impl ChunkFlow {
     }
 
     /// The partial reservation is ours and recorded: append, unless all of the chunk
-    /// is held already (a retransmission).
+    /// is held already (a retransmission), or all of the upload is.
     fn take_chunk(&mut self) {
-        if self.options.end < self.have {
+        if self.have >= self.options.total {
+            // Every byte is held already: a worker killed after the last chunk was synced
+            // but before it was published, or a publication that failed, left the whole
+            // upload. Answering "incomplete" would leave the client nothing it could
+            // send (a chunk ends below the total), so it is published now.
+            self.go(Stage::Confirming, ChunkAction::ConfirmLease);
+        } else if self.options.end < self.have {
             self.finish(Ok(ChunkDone::Incomplete { have: self.have }), true);
         } else {
             self.go(Stage::Opening, ChunkAction::OpenAt { at: self.have });
