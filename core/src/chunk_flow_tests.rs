@@ -87,6 +87,8 @@ fn run(
 ) -> Option<ChunkAnswer> {
     let mut flow = ChunkFlow::new(options(send, overwrite));
     let mut taken = 0;
+    // The lease was confirmed after the last byte was written.
+    let mut confirmed = false;
     while let Some(action) = flow.next_action() {
         let crash = crash_after == Some(taken);
         taken += 1;
@@ -170,6 +172,7 @@ fn run(
                 }
                 let data = fs.data.as_mut().expect("copying into no partial file");
                 data.extend_from_slice(new);
+                confirmed = false;
                 if crash {
                     broker.reap();
                     return None;
@@ -185,9 +188,13 @@ fn run(
                 }
             }
             ChunkAction::Sync => ChunkEvent::Synced,
-            ChunkAction::ConfirmLease => ChunkEvent::Granted(broker.leases[0]),
+            ChunkAction::ConfirmLease => {
+                confirmed = true;
+                ChunkEvent::Granted(broker.leases[0])
+            }
             ChunkAction::Publish { overwrite } => {
                 assert!(!broker.leases.is_empty(), "published without the lease");
+                assert!(confirmed, "published without confirming the lease");
                 if fs.target.is_some() && !overwrite {
                     ChunkEvent::Failed(WriteFailure::Exists)
                 } else {
