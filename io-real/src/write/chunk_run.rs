@@ -62,8 +62,8 @@ fn answer(
     }
 }
 
-/// Receives one chunk of a resumable upload. `Ok` also for a chunk cut short by its
-/// client: what arrived is kept and the caller reports how much is held.
+/// Receives one chunk of a resumable upload. A chunk cut short by its client keeps what
+/// arrived (the answer is the body's error; `bytes */total` then tells how much is held).
 pub async fn chunk<S: ChunkSource>(
     w: &Writer,
     target: Target,
