@@ -10,6 +10,7 @@
 
 pub mod acme;
 pub mod broker;
+pub mod chunk_flow;
 pub mod config;
 pub mod driver;
 pub mod ids;

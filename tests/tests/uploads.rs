@@ -746,6 +746,51 @@ fn an_interrupted_resumable_upload_resumes_from_the_308_range() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// A worker killed after its last chunk reached the disk but before the rename leaves a
+/// partial that holds every byte. The client, told nothing, resends its last chunk: that
+/// publishes what is held (before, it was answered 308 with the whole range, and a chunk
+/// cannot start at the total, so the upload was stuck until the partial expired).
+#[test]
+fn a_partial_holding_every_byte_is_published_by_the_next_chunk() {
+    let tree = Tree::new("up-whole-partial");
+    let server = start(&tree, 2, &[]);
+    let addr = server.addr;
+    let content = body(7, 40_000);
+    let total = content.len();
+    let r = chunk(addr, "/whole.bin", &content, 0, 30_000);
+    assert_eq!(r.status, 308, "{r:?}");
+    // The rest reaches the partial file as a killed writer's last chunk would have.
+    let partial = std::fs::read_dir(tree.root())
+        .expect("ls")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let n = p.file_name().unwrap_or_default().to_string_lossy();
+            n.starts_with(".servery-partial-") && !n.ends_with(".meta")
+        })
+        .expect("the partial file");
+    let mut data = std::fs::read(&partial).expect("read the partial");
+    assert_eq!(data.len(), 30_000);
+    data.extend_from_slice(&content[30_000..]);
+    std::fs::write(&partial, &data).expect("complete the partial");
+    assert_eq!(held(addr, "/whole.bin", total) as usize, total);
+
+    let r = chunk(addr, "/whole.bin", &content, 30_000, total);
+    assert_eq!(r.status, 201, "{r:?}");
+    let written = std::fs::read(tree.root().join("whole.bin")).expect("published");
+    assert!(
+        written == content,
+        "not byte-exact ({} bytes)",
+        written.len()
+    );
+    wait_released(&server);
+    wait_until(
+        Duration::from_secs(5),
+        "the partial reservation released",
+        || (broker(&server)["partials"] == 0).then_some(()),
+    );
+}
+
 #[test]
 fn a_busy_target_waits_up_to_the_write_lock_timeout() {
     let tree = Tree::new("up-wait");

@@ -48,7 +48,7 @@ fn fail(e: WriteError, error: &mut Option<WriteError>) -> WriteEvent {
 }
 
 /// The answer for a failure the flow decided on its own (from what is at the target).
-fn error_of(f: WriteFailure) -> WriteError {
+pub(crate) fn error_of(f: WriteFailure) -> WriteError {
     match f {
         WriteFailure::Saturated => WriteError::Saturated,
         WriteFailure::Busy => WriteError::Busy,

@@ -22,6 +22,7 @@
 //! temporary one ([`partial`]).
 
 pub mod args;
+mod chunk_run;
 pub mod file;
 pub mod grant;
 pub mod partial;

@@ -24,6 +24,10 @@
 //! the `Range` held); one that starts before them has its overlap dropped (a client that
 //! resends a whole chunk after an interruption). When the last byte arrives, the partial
 //! file is published like a temporary file and the reservation released.
+//!
+//! The order of these steps, and what each way out keeps or gives back, is the core's
+//! [`servery_core::chunk_flow`]; [`super::chunk_run`] performs it. This module holds the
+//! files: their names, what they say, and how they are read and written.
 
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -34,13 +38,13 @@ use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use rustix::fs::{AtFlags, FileType, OFlags};
 use serde::{Deserialize, Serialize};
 use servery_core::LeaseId;
-use servery_core::proto::{BrokerRequest, TargetKey};
+use servery_core::chunk_flow::{Held as FlowHeld, Recorded};
+use servery_core::proto::TargetKey;
 use sha2::{Digest, Sha256};
 
-use super::publish::{Published, publish};
-use super::stream::{ChunkSource, RESUMABLE_BATCH, copy};
-use super::target::{Existing, Target};
-use super::{Grant, PRIVATE_PREFIX, WriteError, Writer, blocking, temp};
+pub use super::chunk_run::{ChunkOutcome, chunk};
+use super::target::Target;
+use super::{PRIVATE_PREFIX, WriteError, temp};
 
 /// A parsed `Content-Range` of a resumable `PUT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,7 +177,7 @@ fn remove(dir: &Dir, name: &str) -> io::Result<()> {
 }
 
 /// Forgets everything held for `key`. Blocking.
-fn discard(dir: &Dir, key: &TargetKey) -> io::Result<()> {
+pub(super) fn discard(dir: &Dir, key: &TargetKey) -> io::Result<()> {
     let (data, meta) = names(key);
     remove(dir, &meta)?;
     remove(dir, &data)
@@ -193,7 +197,7 @@ fn write_meta(dir: &Arc<Dir>, worker: u64, key: &TargetKey, meta: &Meta) -> io::
 
 /// Opens (creating if needed, never through a symlink) the partial file for appending at
 /// `at`. Blocking.
-fn open_data(dir: &Dir, key: &TargetKey, at: u64) -> io::Result<File> {
+pub(super) fn open_data(dir: &Dir, key: &TargetKey, at: u64) -> io::Result<File> {
     let (data, _) = names(key);
     let mut options = OpenOptions::new();
     options
@@ -219,169 +223,31 @@ pub fn held(target: &Target, total: u64, ttl: Duration) -> Result<u64, WriteErro
     Ok(if fresh && same { held.have } else { 0 })
 }
 
-/// What one chunk achieved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChunkOutcome {
-    /// More is needed; `have` bytes are held.
-    Incomplete { have: u64 },
-    /// The last byte arrived and the file is published.
-    Complete(Published),
+/// What is held for `key`, as the chunk flow sees it: `expired` when untouched for
+/// longer than `ttl` (or not a plain file). Blocking.
+pub(super) fn look(dir: &Dir, key: &TargetKey, ttl: Duration) -> io::Result<FlowHeld> {
+    let held = inspect(dir, key)?;
+    Ok(FlowHeld {
+        meta: held.meta.as_ref().map(|m| Recorded {
+            total: m.total,
+            grant: m.grant(),
+        }),
+        data: held.data,
+        have: held.have,
+        expired: held.age.is_some_and(|a| a > ttl),
+    })
 }
 
-/// Receives one chunk of a resumable upload. `Ok` also for a chunk cut short by its
-/// client: what arrived is kept and the caller reports how much is held.
-pub async fn chunk<S: ChunkSource>(
-    w: &Writer,
-    target: Target,
-    range: (u64, u64, u64),
-    if_none_match_star: bool,
-    source: &mut S,
-) -> Result<ChunkOutcome, WriteError> {
-    let (start, end, total) = range;
-    let settings = Arc::clone(&w.settings);
-    let mut reservation = Grant::reserve_upload(&w.broker, end - start + 1).await?;
-    let mut lease = Grant::lease(&w.broker, &target.key, settings.write_lock_timeout).await?;
-
-    let t = target.clone();
-    let ttl = settings.partial_ttl;
-    let overwrite = settings.allow_overwrite;
-    let held = blocking(move || {
-        match t.existing()? {
-            Existing::Directory => return Err(WriteError::IsDirectory),
-            Existing::File if if_none_match_star => return Err(WriteError::PreconditionFailed),
-            Existing::File if !overwrite => return Err(WriteError::Exists),
-            _ => {}
-        }
-        let mut held = inspect(&t.dir, &t.key)?;
-        let orphan_data = held.data && held.meta.is_none();
-        if orphan_data || held.age.is_some_and(|a| a > ttl) {
-            tracing::info!(target = %t.name, "discarding an abandoned partial upload");
-            discard(&t.dir, &t.key)?;
-            held = Held::default();
-        }
-        Ok(held)
-    })
-    .await?;
-    if let Some(meta) = &held.meta
-        && meta.total != total
-    {
-        return Err(WriteError::RangeMismatch {
-            total,
-            held: meta.total,
-        });
-    }
-    let have = held.have;
-    if start > have {
-        return Err(WriteError::RangeGap { start, have });
-    }
-
-    let partial = take_partial(w, &target, total, held.meta.as_ref()).await?;
-    if end < have {
-        // All of it is held already (a retransmission): nothing to read.
-        partial.keep();
-        return Ok(ChunkOutcome::Incomplete { have });
-    }
-
-    let t = target.clone();
-    let file = blocking(move || Ok(open_data(&t.dir, &t.key, have)?)).await?;
-    let copied = copy(
-        source,
-        file,
-        have - start,
-        RESUMABLE_BATCH,
-        &mut [&mut lease, &mut reservation],
-        &w.broker,
-    )
-    .await;
-    let have = have + copied.written;
-    if let Some(file) = copied.file {
-        // What we report as held should be on disk first.
-        blocking(move || Ok(file.sync_data()?)).await?;
-    }
-    if let Err(e) = copied.result {
-        partial.keep();
-        return Err(e);
-    }
-    if have < total {
-        partial.keep();
-        return Ok(ChunkOutcome::Incomplete { have });
-    }
-    // As for a whole file: never publish under a lease that may have lapsed.
-    if let Err(e) = lease.renew_if_due().await {
-        partial.keep();
-        return Err(e);
-    }
-
-    let root = Arc::clone(&w.root);
-    let t = target.clone();
-    let overwrite = overwrite && !if_none_match_star;
-    // The lease and the partial reservation go into the blocking job: if hyper drops this
-    // handler while the rename runs, they are still given back only after it.
-    let (result, lease) = blocking(move || {
-        let lease = lease;
-        let (data, meta) = names(&t.key);
-        let file = open_data(&t.dir, &t.key, total)?;
-        let result = publish(&root, &t, &file, &data, overwrite);
-        match result {
-            Ok(_) | Err(WriteError::Exists | WriteError::IsDirectory) => {
-                // Published, or never publishable: either way nothing is left to resume.
-                remove(&t.dir, &meta)?;
-                remove(&t.dir, &data)?;
-                drop(partial);
-            }
-            Err(_) => partial.keep(),
-        }
-        Ok((result, lease))
-    })
-    .await?;
-    lease.release().await;
-    result.map(ChunkOutcome::Complete)
-}
-
-/// The broker's partial reservation for `target`, however it has to be obtained (see the
-/// module doc), with the meta file naming it.
-async fn take_partial(
-    w: &Writer,
-    target: &Target,
-    total: u64,
-    meta: Option<&Meta>,
-) -> Result<Grant, WriteError> {
-    let recorded = meta.and_then(Meta::grant);
-    let grant = if meta.is_some() {
-        match Grant::partial(&w.broker, &target.key, total, true).await {
-            Ok(Some(grant)) => grant,
-            Ok(None) => {
-                // Another live worker owns it and is idle on it (we hold the lease).
-                if let Some(id) = recorded {
-                    w.broker.release(BrokerRequest::ReleasePartial { id });
-                }
-                Grant::partial(&w.broker, &target.key, total, false)
-                    .await?
-                    .ok_or(WriteError::Busy)?
-            }
-            Err(WriteError::LeaseLost) => Grant::partial(&w.broker, &target.key, total, false)
-                .await?
-                .ok_or(WriteError::Busy)?,
-            Err(e) => return Err(e),
-        }
-    } else {
-        Grant::partial(&w.broker, &target.key, total, false)
-            .await?
-            .ok_or(WriteError::Busy)?
+/// Records `grant` as the partial reservation of the `total`-byte upload to `target`.
+/// Blocking.
+pub(super) fn record(target: &Target, worker: u64, total: u64, grant: LeaseId) -> io::Result<()> {
+    let meta = Meta {
+        v: 1,
+        total,
+        grant: format!("{:x}", grant.0),
+        name: target.name.clone(),
     };
-    if recorded != Some(grant.id()) {
-        let dir = Arc::clone(&target.dir);
-        let key = target.key.clone();
-        let worker = w.settings.worker_id;
-        let meta = Meta {
-            v: 1,
-            total,
-            grant: format!("{:x}", grant.id().0),
-            name: target.name.clone(),
-        };
-        blocking(move || Ok(write_meta(&dir, worker, &key, &meta)?)).await?;
-    }
-    Ok(grant)
+    write_meta(&target.dir, worker, &target.key, &meta)
 }
 
 #[cfg(test)]
