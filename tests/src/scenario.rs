@@ -202,9 +202,19 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
     let mut timeline = timeline.into_iter().peekable();
 
     let w = &spec.workload;
+    // Clients come once the first generation is committed (or the start has failed).
+    // Sent earlier, they wait in the listener's backlog and reach the first worker to
+    // accept the moment it does: a real worker can then serve its crash-after-requests
+    // quota and die within a millisecond of its COMMIT, before a sibling slower to be
+    // scheduled has sent its READY — a start that failed, by the seed's rule that a
+    // first-generation worker lost before readiness fails the service, where the
+    // simulator (whose READYs arrive within a message latency) sees a crash loop.
+    let load_from = first_commit_or_failure(&mut server, t0);
+    log.push(format!("{load_from:?}: clients start"));
     let load = Paced::start(
         server.addr,
         t0,
+        load_from,
         w.request_rate / SCALE,
         scale(w.until),
         seed,
@@ -780,10 +790,24 @@ struct Paced {
 
 const CLIENTS: u64 = 4;
 
+/// When (since `t0`) the first generation was committed or the service left `starting`
+/// (failed, stopped, or the parent is gone), as far as a status poll can tell; bounded.
+fn first_commit_or_failure(server: &mut Server, t0: Instant) -> Duration {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && server.try_exit().is_none() {
+        match crate::ctl_at(&server.socket, &json!({"cmd": "status"})) {
+            Ok(s) if s["state"] != "starting" => break,
+            _ => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    t0.elapsed()
+}
+
 impl Paced {
     fn start(
         addr: std::net::SocketAddr,
         t0: Instant,
+        from: Duration,
         rate: f64,
         until: Duration,
         seed: u64,
@@ -796,7 +820,7 @@ impl Paced {
                 let mean_gap = CLIENTS as f64 / rate.max(0.001);
                 std::thread::spawn(move || {
                     let mut samples = Vec::new();
-                    let mut next = Duration::from_secs_f64(rng.exp(mean_gap));
+                    let mut next = from + Duration::from_secs_f64(rng.exp(mean_gap));
                     while !stop.load(Ordering::Relaxed) && next < until {
                         let now = t0.elapsed();
                         if next > now {
