@@ -6,6 +6,12 @@ this repository; skipped and said so otherwise).
 Loopback only, bounded in time (wrk, one thread, 16 connections, SECONDS per row).
 
     scripts/bench-listing.py [--seconds 5] [--entries 10000] [--binary PATH]
+    scripts/bench-listing.py --archive [--files 1000] [--file-mib 1] [--rounds 3]
+
+With --archive it measures folder downloads instead: a folder of FILES files of FILE_MIB
+MiB of random bytes each (1 GiB by default), fetched whole as a zip by curl, ROUNDS
+times per server in turn (servery `?archive=zip`; dufs `--allow-archive`, `?zip`;
+miniserve `--enable-zip`, `?download=zip`), MB/s of archive received, the median.
 
 Without --binary the release build is used (scripts/release_binary.py builds it).
 Each server gets the same tree; requests carry no Accept-Encoding (every server answers
@@ -59,13 +65,67 @@ def servers(binary, root):
     return out
 
 
+def archive_servers(binary, root):
+    """(server, path of the folder's zip) for every server installed."""
+    out = []
+    p = bench_http.free_port()
+    out.append((bench_http.Server("servery", [binary, root, "--port", str(p), "--workers", "2"], p),
+                "/folder/?archive=zip"))
+    if shutil.which("dufs"):
+        p = bench_http.free_port()
+        cmd = ["dufs", root, "-b", "127.0.0.1", "-p", str(p), "--allow-archive"]
+        out.append((bench_http.Server("dufs", cmd, p), "/folder?zip"))
+    else:
+        print("dufs: not installed, skipped", file=sys.stderr)
+    if shutil.which("miniserve"):
+        p = bench_http.free_port()
+        cmd = ["miniserve", root, "-i", "127.0.0.1", "-p", str(p), "--enable-zip"]
+        out.append((bench_http.Server("miniserve", cmd, p), "/folder/?download=zip"))
+    else:
+        print("miniserve: not installed, skipped", file=sys.stderr)
+    return out
+
+
+def archive(binary, files, mib, rounds):
+    import statistics
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "root")
+        folder = os.path.join(root, "folder")
+        os.makedirs(folder)
+        with open(os.path.join(root, "1k.bin"), "wb") as f:
+            f.write(b"x" * 1024)
+        for i in range(files):
+            with open(os.path.join(folder, f"file-{i:05}.bin"), "wb") as f:
+                f.write(os.urandom(mib << 20))
+        print(f"| server | zip of {files:,} files, {files * mib:,} MiB: MB/s (bytes) |")
+        print("|---|---|")
+        for srv, path in archive_servers(binary, root):
+            with srv:
+                url = f"http://127.0.0.1:{srv.port}{path}"
+                speeds, size = [], 0
+                for _ in range(rounds):
+                    out = subprocess.run(
+                        ["curl", "-sf", "--max-time", "300", "-o", "/dev/null", "-w",
+                         "%{size_download} %{time_total}", url],
+                        capture_output=True, text=True, check=True).stdout.split()
+                    size, took = int(out[0]), float(out[1])
+                    speeds.append(size / took / 1e6)
+                print(f"| {srv.name} | {statistics.median(speeds):,.0f} ({size:,}) |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--binary")
+    ap.add_argument("--archive", action="store_true")
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--file-mib", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     binary = args.binary or bench_http.release_binary()
+    if args.archive:
+        return archive(binary, args.files, args.file_mib, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
         make_tree(root, args.entries)
