@@ -789,14 +789,21 @@ fn restart_limit_zero(ctx: &mut Ctx) -> Plan {
     Plan { spec, expect: e }
 }
 
-fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
-    let n = workers(ctx, 1, 2);
+/// `n` workers whose replacements all crash after their first request, with a backoff
+/// at a 1.5 s cap that a 2 s window of limit 3 can never fill: only the per-slot run of
+/// unstable restarts can halt it. `tune` adjusts the recovery settings further.
+pub(crate) fn capped_crash_loop(
+    ctx: &mut Ctx,
+    n: i64,
+    tune: impl FnOnce(&mut servery_core::config::RawRecovery),
+) -> (RawConfig, SimSpec) {
     let mut config = fast_config(n);
     let r = &mut config.recovery;
     r.restart_backoff_initial = 1.5;
     r.restart_backoff_max = 1.5;
     r.worker_restart_window = 2.0;
     r.worker_restart_limit = 3;
+    tune(r);
     let mut spec = spec(ctx, config.clone(), 30.0);
     spec.workload.request_rate = 40.0;
     let first_replacement = n as u64;
@@ -807,6 +814,12 @@ fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
             Behavior::Healthy
         }
     });
+    (config, spec)
+}
+
+fn backoff_at_cap(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 2);
+    let (config, mut spec) = capped_crash_loop(ctx, n, |_| {});
     let crashed = fault(
         ctx.kinds,
         &mut spec,

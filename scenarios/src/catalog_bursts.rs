@@ -3,9 +3,9 @@
 //! still halted by its run of unstable restarts.
 
 use servery_core::supervisor::FailureReason;
-use servery_sim::{Behavior, Fault, FaultKind};
+use servery_sim::{Fault, FaultKind};
 
-use crate::catalog::{at, behave, expect, fault, spec, workers};
+use crate::catalog::{at, capped_crash_loop, expect, fault, spec, workers};
 use crate::{Ctx, End, Plan, fast_config};
 
 /// Crashes of different slots this close to a burst's first count once (virtual seconds).
@@ -68,23 +68,7 @@ pub(crate) fn correlated_crash_counted_once(ctx: &mut Ctx) -> Plan {
 /// one burst and the window alone would never halt; the per-slot run still must.
 pub(crate) fn burst_window_still_halts_a_loop(ctx: &mut Ctx) -> Plan {
     let n = workers(ctx, 2, 4);
-    let mut config = fast_config(n);
-    let r = &mut config.recovery;
-    r.restart_backoff_initial = 1.5;
-    r.restart_backoff_max = 1.5;
-    r.worker_restart_window = 2.0;
-    r.worker_restart_limit = 3;
-    r.restart_burst_window = 1.0;
-    let mut spec = spec(ctx, config.clone(), 30.0);
-    spec.workload.request_rate = 40.0;
-    let first_replacement = n as u64;
-    spec.behavior = behave(ctx.kinds, move |info, _| {
-        if info.index >= first_replacement {
-            Behavior::CrashAfterRequests(1)
-        } else {
-            Behavior::Healthy
-        }
-    });
+    let (config, mut spec) = capped_crash_loop(ctx, n, |r| r.restart_burst_window = 1.0);
     let t = at(ctx, 1.0, 3.0);
     let killed = kill_all(ctx, &mut spec, t, n);
     if !killed || !ctx.kinds.has(FaultKind::CrashAfterRequests) {
