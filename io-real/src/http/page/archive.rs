@@ -554,36 +554,51 @@ mod tests {
             ("d/inside-link".into(), b"out".to_vec()),
             ("d/sub/b.bin".into(), vec![7u8; 3000]),
         ];
+        let files = |entries: Vec<(String, Vec<u8>)>| -> Vec<(String, Vec<u8>)> {
+            entries
+                .into_iter()
+                .filter(|(n, _)| !n.ends_with('/'))
+                .collect()
+        };
+        assert_eq!(files(unzip(&root, &members)), want);
+        let untarred: Vec<(String, Vec<u8>)> = untar(&root, &members)
+            .into_iter()
+            .map(|(name, bytes)| (String::from_utf8(name).expect("UTF-8 names"), bytes))
+            .collect();
+        assert_eq!(untarred, want);
+    }
+
+    /// Every entry of the zip of `members`, folders with no bytes.
+    fn unzip(root: &Dir, members: &[Member]) -> Vec<(String, Vec<u8>)> {
         let mut zipped = Vec::new();
-        write_zip(&root, &members, &mut zipped).expect("zip");
+        write_zip(root, members, &mut zipped).expect("zip");
         let mut zip = zip::ZipArchive::new(io::Cursor::new(zipped)).expect("reads");
-        let mut got = Vec::new();
-        for i in 0..zip.len() {
-            let mut file = zip.by_index(i).expect("member");
-            if !file.is_dir() {
+        (0..zip.len())
+            .map(|i| {
+                let mut file = zip.by_index(i).expect("member");
                 let mut bytes = Vec::new();
                 file.read_to_end(&mut bytes).expect("bytes");
-                got.push((
-                    file.name().map(|n| n.to_string()).unwrap_or_default(),
-                    bytes,
-                ));
-            }
-        }
-        assert_eq!(got, want);
+                (file.name().expect("name").to_string(), bytes)
+            })
+            .collect()
+    }
+
+    /// Every file of the tar.gz of `members`, by the exact bytes of its name.
+    fn untar(root: &Dir, members: &[Member]) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut tgz = Vec::new();
-        write_tar_gz(&root, &members, &mut tgz).expect("tar.gz");
+        write_tar_gz(root, members, &mut tgz).expect("tar.gz");
         let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(&tgz[..]));
         let mut got = Vec::new();
         for entry in tar.entries().expect("entries") {
             let mut entry = entry.expect("entry");
             if entry.header().entry_type().is_file() {
-                let name = entry.path().expect("path").to_string_lossy().into_owned();
+                let name = entry.path_bytes().into_owned();
                 let mut bytes = Vec::new();
                 entry.read_to_end(&mut bytes).expect("bytes");
                 got.push((name, bytes));
             }
         }
-        assert_eq!(got, want);
+        got
     }
 
     /// A name that is not UTF-8 keeps its exact bytes in the tar.gz and reads `%XX` in the
@@ -607,19 +622,7 @@ mod tests {
             ["d/", "d/caf%E9.txt", "d/caf%E9.txt", "d/\u{e9}t\u{e9}.txt"]
         );
 
-        let mut tgz = Vec::new();
-        write_tar_gz(&root, &members, &mut tgz).expect("tar.gz");
-        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(&tgz[..]));
-        let mut got: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for entry in tar.entries().expect("entries") {
-            let mut entry = entry.expect("entry");
-            if entry.header().entry_type().is_file() {
-                let name = entry.path_bytes().into_owned();
-                let mut bytes = Vec::new();
-                entry.read_to_end(&mut bytes).expect("bytes");
-                got.push((name, bytes));
-            }
-        }
+        let mut got = untar(&root, &members);
         got.sort();
         let want: Vec<(Vec<u8>, Vec<u8>)> = vec![
             (b"d/caf%E9.txt".to_vec(), b"text".to_vec()),
@@ -628,16 +631,7 @@ mod tests {
         ];
         assert_eq!(got, want, "the tar.gz has every file by its exact bytes");
 
-        let mut zipped = Vec::new();
-        write_zip(&root, &members, &mut zipped).expect("zip");
-        let mut zip = zip::ZipArchive::new(io::Cursor::new(zipped)).expect("reads");
-        let mut got = Vec::new();
-        for i in 0..zip.len() {
-            let mut file = zip.by_index(i).expect("member");
-            let mut bytes = Vec::new();
-            file.read_to_end(&mut bytes).expect("bytes");
-            got.push((file.name().expect("name").to_string(), bytes));
-        }
+        let got = unzip(&root, &members);
         let want: Vec<(String, Vec<u8>)> = vec![
             ("d/".into(), Vec::new()),
             ("d/caf%E9.txt".into(), b"text".to_vec()),
