@@ -725,18 +725,7 @@ fn an_interrupted_resumable_upload_resumes_from_the_308_range() {
     let r = chunk(addr, "/resume.bin", &content, from, total);
     assert_eq!(r.status, 201, "{r:?}");
     assert_ne!(r.worker(), Some(writer));
-    let written = std::fs::read(tree.root().join("resume.bin")).expect("published");
-    assert!(
-        written == content,
-        "not byte-exact ({} bytes)",
-        written.len()
-    );
-    wait_released(&server);
-    wait_until(
-        Duration::from_secs(5),
-        "the partial reservation released",
-        || (broker(&server)["partials"] == 0).then_some(()),
-    );
+    published_whole(&tree, &server, "resume.bin", &content);
     let leftovers: Vec<_> = std::fs::read_dir(tree.root())
         .expect("ls")
         .flatten()
@@ -777,17 +766,23 @@ fn a_partial_holding_every_byte_is_published_by_the_next_chunk() {
 
     let r = chunk(addr, "/whole.bin", &content, 30_000, total);
     assert_eq!(r.status, 201, "{r:?}");
-    let written = std::fs::read(tree.root().join("whole.bin")).expect("published");
+    published_whole(&tree, &server, "whole.bin", &content);
+}
+
+/// `name` holds exactly `content`, and the broker has let go of the upload's lease and its
+/// partial reservation.
+fn published_whole(tree: &Tree, server: &Server, name: &str, content: &[u8]) {
+    let written = std::fs::read(tree.root().join(name)).expect("published");
     assert!(
         written == content,
         "not byte-exact ({} bytes)",
         written.len()
     );
-    wait_released(&server);
+    wait_released(server);
     wait_until(
         Duration::from_secs(5),
         "the partial reservation released",
-        || (broker(&server)["partials"] == 0).then_some(()),
+        || (broker(server)["partials"] == 0).then_some(()),
     );
 }
 
