@@ -667,26 +667,8 @@ fn failures_keep_the_partial_only_where_its_bytes_are_resumable() {
             let event = if failing(&a) {
                 ChunkEvent::Failed(WriteFailure::NoSpace)
             } else {
-                match a {
-                    ChunkAction::Reserve { .. } => ChunkEvent::Granted(LeaseId(1)),
-                    ChunkAction::Lease | ChunkAction::ConfirmLease => {
-                        ChunkEvent::Granted(LeaseId(2))
-                    }
-                    ChunkAction::TakePartial { .. } => ChunkEvent::Granted(LeaseId(3)),
-                    ChunkAction::InspectTarget => ChunkEvent::Target(Existing::Nothing),
-                    ChunkAction::InspectPartial => ChunkEvent::Held(Held::default()),
-                    ChunkAction::Record(_) => ChunkEvent::Recorded,
-                    ChunkAction::OpenAt { .. } => ChunkEvent::Opened,
-                    ChunkAction::Copy { .. } => ChunkEvent::Copied {
-                        written: TOTAL,
-                        file: true,
-                        result: Ok(()),
-                    },
-                    ChunkAction::Sync => ChunkEvent::Synced,
-                    ChunkAction::Publish { .. } => ChunkEvent::Published { replaced: false },
-                    ChunkAction::RemovePartial => ChunkEvent::Removed,
-                    _ => continue,
-                }
+                let Some(event) = success(&a) else { continue };
+                event
             };
             flow.handle(event);
         }
@@ -724,24 +706,14 @@ fn a_target_that_appeared_is_never_replaced_and_nothing_is_left_to_resume() {
     let mut taken = Vec::new();
     while let Some(a) = flow.next_action() {
         taken.push(a);
-        flow.handle(match a {
-            ChunkAction::Reserve { .. } => ChunkEvent::Granted(LeaseId(1)),
-            ChunkAction::Lease | ChunkAction::ConfirmLease => ChunkEvent::Granted(LeaseId(2)),
-            ChunkAction::TakePartial { .. } => ChunkEvent::Granted(LeaseId(3)),
-            ChunkAction::InspectTarget => ChunkEvent::Target(Existing::Nothing),
-            ChunkAction::InspectPartial => ChunkEvent::Held(Held::default()),
-            ChunkAction::Record(_) => ChunkEvent::Recorded,
-            ChunkAction::OpenAt { .. } => ChunkEvent::Opened,
-            ChunkAction::Copy { .. } => ChunkEvent::Copied {
-                written: TOTAL,
-                file: true,
-                result: Ok(()),
-            },
-            ChunkAction::Sync => ChunkEvent::Synced,
+        let event = match a {
             ChunkAction::Publish { .. } => ChunkEvent::Failed(WriteFailure::Exists),
-            ChunkAction::RemovePartial => ChunkEvent::Removed,
-            _ => continue,
-        });
+            a => {
+                let Some(event) = success(&a) else { continue };
+                event
+            }
+        };
+        flow.handle(event);
     }
     assert_eq!(
         &taken[taken.len() - 5..],
@@ -768,4 +740,28 @@ fn an_upload_held_whole_is_published_by_its_next_chunk() {
     assert_eq!(a, Ok(ChunkDone::Complete(Published::Created)));
     assert_eq!(fs.target, Some(upload()));
     assert_eq!((fs.data, fs.meta, broker.partial), (None, None, None));
+}
+
+/// What a whole first chunk into an empty place meets at each step when all goes well
+/// (the reservation is grant 1, the target lease 2, the partial 3); `None` for an action
+/// nothing answers.
+fn success(a: &ChunkAction) -> Option<ChunkEvent> {
+    Some(match a {
+        ChunkAction::Reserve { .. } => ChunkEvent::Granted(LeaseId(1)),
+        ChunkAction::Lease | ChunkAction::ConfirmLease => ChunkEvent::Granted(LeaseId(2)),
+        ChunkAction::TakePartial { .. } => ChunkEvent::Granted(LeaseId(3)),
+        ChunkAction::InspectTarget => ChunkEvent::Target(Existing::Nothing),
+        ChunkAction::InspectPartial => ChunkEvent::Held(Held::default()),
+        ChunkAction::Record(_) => ChunkEvent::Recorded,
+        ChunkAction::OpenAt { .. } => ChunkEvent::Opened,
+        ChunkAction::Copy { .. } => ChunkEvent::Copied {
+            written: TOTAL,
+            file: true,
+            result: Ok(()),
+        },
+        ChunkAction::Sync => ChunkEvent::Synced,
+        ChunkAction::Publish { .. } => ChunkEvent::Published { replaced: false },
+        ChunkAction::RemovePartial => ChunkEvent::Removed,
+        _ => return None,
+    })
 }
