@@ -2,7 +2,7 @@
 //! connections that never send a byte (cleartext, h2c, after a TLS handshake, after the
 //! HTTP/2 preface), heads sent a byte at a time, idle keep-alive, a client that stops
 //! reading its download, a full worker under a flood of silent connections, stalled upload
-//! bodies, malformed `Host` and `Transfer-Encoding`, too many files in one form, and
+//! bodies, malformed `Host` and `Transfer-Encoding`, a `Content-Length` too large to represent, too many files in one form, and
 //! inconsistent upload limits. Every wait is bounded; every test fails without its defence.
 
 use std::io::{ErrorKind, Read, Write};
@@ -430,6 +430,96 @@ fn host_and_transfer_encoding_follow_rfc_9112() {
         "stored without decoding"
     );
     assert!(!tree.root().join("cc.bin").exists());
+}
+
+/// hyper refuses 2^64 − 2 and 2^64 − 1 itself, as `431`; servery answers them `413` with
+/// its reason, whole or with the digits cut across reads, and leaves hyper's `431` to
+/// heads that really are too large — including one after a request that carried the
+/// same digits legitimately.
+#[test]
+fn a_content_length_too_large_to_represent_is_413_with_its_reason() {
+    let tree = Tree::new("length");
+    let server = Server::start(&tree, 1, &["--upload"], &[]);
+    for value in ["18446744073709551615", "18446744073709551614"] {
+        let head = format!("PUT /big.bin HTTP/1.1\r\nHost: a\r\nContent-Length: {value}\r\n\r\n");
+        let got = exchange(server.addr, head.as_bytes());
+        let text = String::from_utf8_lossy(&got);
+        assert_eq!(status_of(&got), 413, "{value}: {text}");
+        assert!(
+            text.contains("Content-Length larger than the server can take"),
+            "{text}"
+        );
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+    }
+    // The digits cut across two reads.
+    let mut s = raw(server.addr);
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 1844674407")
+        .expect("write");
+    s.flush().expect("flush");
+    std::thread::sleep(Duration::from_millis(100));
+    s.write_all(b"3709551615\r\n\r\n").expect("write");
+    let got = wait_closed(s, Duration::from_secs(10), "split").0;
+    assert_eq!(status_of(&got), 413, "{}", String::from_utf8_lossy(&got));
+    assert!(!tree.root().join("big.bin").exists());
+
+    // A head over the size bound is still hyper's 431 ...
+    let big = format!(
+        "GET /hello.txt HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(70 * 1024)
+    );
+    assert_eq!(status_of(&exchange(server.addr, big.as_bytes())), 431);
+    // ... and so is one with too many fields after a request that carried the digits;
+    // while a later request on the same connection with the length is 413.
+    let mut many = String::from("GET /hello.txt HTTP/1.1\r\nHost: a\r\n");
+    for i in 0..120 {
+        many.push_str(&format!("X-F{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    let overflow =
+        "GET /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n";
+    for (second, want) in [(many.as_str(), 431), (overflow, 413)] {
+        let mut s = raw(server.addr);
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nX-Note: 18446744073709551615\r\n\r\n")
+            .expect("write");
+        let first = read_one_response(&mut s);
+        assert_eq!(status_of(&first), 200);
+        s.write_all(second.as_bytes()).expect("write");
+        let got = wait_closed(s, Duration::from_secs(10), "keep-alive").0;
+        assert_eq!(status_of(&got), want, "{}", String::from_utf8_lossy(&got));
+    }
+}
+
+/// Reads one response with a `Content-Length` body off a keep-alive connection.
+fn read_one_response(s: &mut TcpStream) -> Vec<u8> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len: usize = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("content-length");
+            if got.len() >= end + 4 + len {
+                return got;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no whole response"
+        );
+        match s.read(&mut buf) {
+            Ok(0) => panic!("closed early: {}", String::from_utf8_lossy(&got)),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("read: {e}"),
+        }
+    }
 }
 
 #[test]

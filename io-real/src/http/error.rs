@@ -141,6 +141,7 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         HttpError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         HttpError::Internal(_) | HttpError::Root { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         HttpError::Message(MessageError::UnsupportedTransferCoding) => StatusCode::NOT_IMPLEMENTED,
+        HttpError::Message(MessageError::ContentLengthTooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
         HttpError::Message(_) => StatusCode::BAD_REQUEST,
         HttpError::Write(e) => write_status(e),
         HttpError::Dav(e) => dav_status(e),
@@ -155,18 +156,7 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
     {
         return dav_error_response(status, condition);
     }
-    let reason = status.canonical_reason().unwrap_or("Error");
-    let text = match err {
-        // What exactly is wrong with the message: a fixed text, nothing from the peer.
-        HttpError::Message(why) => format!("{} {reason}: {why}\n", status.as_u16()),
-        HttpError::CrossSite | HttpError::Archive(_) => {
-            format!("{} {reason}: {err}\n", status.as_u16())
-        }
-        HttpError::Dav(why @ (DavError::ReadOnly | DavError::OverwriteOff)) => {
-            format!("{} {reason}: {why}\n", status.as_u16())
-        }
-        _ => format!("{} {reason}\n", status.as_u16()),
-    };
+    let text = error_text(err, status);
     let mut response = Response::new(body::full(text.clone()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -215,6 +205,46 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         _ => {}
     }
     response
+}
+
+/// The one-line body of an error's response.
+fn error_text(err: &HttpError, status: StatusCode) -> String {
+    let reason = status.canonical_reason().unwrap_or("Error");
+    match err {
+        // What exactly is wrong with the message: a fixed text, nothing from the peer.
+        HttpError::Message(why) => format!("{} {reason}: {why}\n", status.as_u16()),
+        HttpError::CrossSite | HttpError::Archive(_) => {
+            format!("{} {reason}: {err}\n", status.as_u16())
+        }
+        HttpError::Dav(why @ (DavError::ReadOnly | DavError::OverwriteOff)) => {
+            format!("{} {reason}: {why}\n", status.as_u16())
+        }
+        _ => format!("{} {reason}\n", status.as_u16()),
+    }
+}
+
+/// [`error_response`] as the bytes of a whole HTTP/1.1 message, for the one answer servery
+/// writes below hyper (a `Content-Length` hyper refuses before servery sees the request,
+/// see `super::length_overflow`). Only for errors without a DAV body.
+pub fn message_bytes(err: &HttpError) -> Vec<u8> {
+    let response = error_response(err);
+    let status = response.status();
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\n",
+        status.as_str(),
+        status.canonical_reason().unwrap_or("Error")
+    )
+    .into_bytes();
+    for (name, value) in response.headers() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    out.extend_from_slice(format!("date: {date}\r\n\r\n").as_bytes());
+    out.extend_from_slice(error_text(err, status).as_bytes());
+    out
 }
 
 /// The status of a refused WebDAV request (RFC 4918 §8–§11).

@@ -32,6 +32,10 @@ pub enum MessageError {
     /// A transfer coding other than `chunked`: 501 (RFC 9112 §6.1).
     #[error("unsupported transfer coding")]
     UnsupportedTransferCoding,
+    /// A `Content-Length` too large to represent (2^64 − 2 or 2^64 − 1, which hyper keeps
+    /// for itself): 413. Noticed below hyper, see `super::length_overflow`.
+    #[error("Content-Length larger than the server can take")]
+    ContentLengthTooLarge,
 }
 
 /// Checks one request's `Host` and `Transfer-Encoding` by the rules above. HTTP/2 carries

@@ -34,6 +34,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::body::Body;
+use super::error::{HttpError, message_bytes};
+use super::length_overflow::LengthScan;
+use super::validate::MessageError;
 
 /// The deadlines, as a worker is started with them (see `servery --help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,29 +248,80 @@ impl Activity {
     }
 }
 
-/// A connection's stream, counting the reads and writes that move bytes.
+/// A connection's stream, counting the reads and writes that move bytes, and answering a
+/// `Content-Length` hyper refuses as servery would ([`super::length_overflow`]).
 #[derive(Debug)]
 pub struct Metered<IO> {
     io: IO,
     activity: Arc<Activity>,
+    length_scan: LengthScan,
+    /// servery's answer written in place of hyper's `431`, and how much of it is out.
+    replacement: Option<(Vec<u8>, usize)>,
 }
 
 impl<IO> Metered<IO> {
     pub fn new(io: IO, activity: Arc<Activity>) -> Self {
-        Metered { io, activity }
+        Metered {
+            io,
+            activity,
+            length_scan: LengthScan::default(),
+            replacement: None,
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> Metered<IO> {
+    /// `Some` when this write is hyper refusing a `Content-Length` it cannot represent
+    /// (servery's `413` goes out in its place, and hyper's `len` bytes count as written),
+    /// or comes after that answer (dropped: the connection closes); `None` otherwise.
+    fn poll_replaced(
+        &mut self,
+        cx: &mut Context<'_>,
+        first: &[u8],
+        len: usize,
+    ) -> Option<Poll<io::Result<usize>>> {
+        if self.replacement.is_none() {
+            let started = self.activity.started.load(Ordering::Acquire);
+            if !self.length_scan.is_refusal_of_length(started, first) {
+                return None;
+            }
+            let refusal = HttpError::Message(MessageError::ContentLengthTooLarge);
+            self.replacement = Some((message_bytes(&refusal), 0));
+        }
+        let (bytes, at) = self.replacement.as_mut()?;
+        while *at < bytes.len() {
+            match Pin::new(&mut self.io).poll_write(cx, &bytes[*at..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Some(Poll::Ready(Err(io::ErrorKind::WriteZero.into())));
+                }
+                Poll::Ready(Ok(n)) => {
+                    *at += n;
+                    self.activity.moved();
+                }
+                Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
+                Poll::Pending => return Some(Poll::Pending),
+            }
+        }
+        Some(Poll::Ready(Ok(len)))
     }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Metered<IO> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.moved();
+            this.activity.moved();
+            // A request head (no request in progress), never a body.
+            let started = this.activity.started.load(Ordering::Acquire);
+            if this.activity.finished.load(Ordering::Acquire) >= started {
+                this.length_scan.feed(started, &buf.filled()[before..]);
+            }
         }
         polled
     }
@@ -279,6 +333,11 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.length_scan.seen()
+            && let Some(polled) = self.poll_replaced(cx, buf, buf.len())
+        {
+            return polled;
+        }
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.moved();
@@ -291,6 +350,16 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.length_scan.seen() {
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            let len = bufs.iter().map(|b| b.len()).sum();
+            if let Some(polled) = self.poll_replaced(cx, first, len) {
+                return polled;
+            }
+        }
         let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.moved();
