@@ -91,20 +91,147 @@ impl ServingTls {
 }
 
 /// TLS 1.2 and 1.3 on ring, no client certificates, the given resolver and ticketer,
-/// ALPN `h2` then `http/1.1`, no early data.
+/// ALPN `h2` then `http/1.1`, no early data, AES-128-GCM first ([`by_preference`]).
 pub fn server_config(
     resolver: Arc<dyn rustls::server::ResolvesServerCert>,
     ticketer: Arc<dyn rustls::server::ProducesTickets>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|s| by_preference(s.suite()));
+    let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Config)?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    config.ignore_client_order = true;
     config.ticketer = ticketer;
     // No 0-RTT: see the module documentation.
     config.max_early_data_size = 0;
     Ok(Arc::new(config))
+}
+
+/// The server's order of the cipher suites ring offers, whatever the client's: AES-128-GCM
+/// (with SHA-256), then AES-256-GCM (SHA-384), then ChaCha20-Poly1305. The hash is most of
+/// the difference: SHA-256 runs on the CPU's SHA extensions where it has them, SHA-384 never
+/// does, and a handshake (a resumed one above all) is mostly key schedule. OpenSSL clients
+/// list AES-256 first, so by their order every handshake paid SHA-384. Go's TLS and Caddy
+/// make the same choice (decision 0025).
+fn by_preference(suite: rustls::CipherSuite) -> u8 {
+    use rustls::CipherSuite as S;
+    match suite {
+        S::TLS13_AES_128_GCM_SHA256
+        | S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 0,
+        S::TLS13_AES_256_GCM_SHA384
+        | S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+        | S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => 1,
+        _ => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::{CipherSuite, ClientConfig, ClientConnection, ServerConnection};
+
+    /// The suite a client offering `suites` (in its order) and any certificate gets.
+    fn negotiated(suites: &[rustls::SupportedCipherSuite]) -> CipherSuite {
+        let material =
+            crate::tls::Identity::self_signed(&["localhost".to_owned()]).expect("self-signed");
+        let server = material.server_config().expect("server config");
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = suites.to_vec();
+        let client = ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAny))
+            .with_no_client_auth();
+        let mut client =
+            ClientConnection::new(Arc::new(client), "localhost".try_into().expect("name"))
+                .expect("client");
+        let mut server = ServerConnection::new(server).expect("server");
+        for _ in 0..10 {
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).expect("client writes");
+            server.read_tls(&mut &wire[..]).expect("server reads");
+            server.process_new_packets().expect("server handshake");
+            let mut wire = Vec::new();
+            server.write_tls(&mut wire).expect("server writes");
+            client.read_tls(&mut &wire[..]).expect("client reads");
+            client.process_new_packets().expect("client handshake");
+            if !client.is_handshaking() && !server.is_handshaking() {
+                break;
+            }
+        }
+        server.negotiated_cipher_suite().expect("a suite").suite()
+    }
+
+    #[test]
+    fn aes_128_is_chosen_over_the_clients_order_and_others_still_work() {
+        use rustls::crypto::ring::cipher_suite as cs;
+        // OpenSSL's order: AES-256 first.
+        let openssl = [
+            cs::TLS13_AES_256_GCM_SHA384,
+            cs::TLS13_CHACHA20_POLY1305_SHA256,
+            cs::TLS13_AES_128_GCM_SHA256,
+        ];
+        assert_eq!(negotiated(&openssl), CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let tls12 = [
+            cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        ];
+        assert_eq!(
+            negotiated(&tls12),
+            CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        );
+        // A client that offers only ChaCha20 (no AES hardware) gets it.
+        assert_eq!(
+            negotiated(&[cs::TLS13_CHACHA20_POLY1305_SHA256]),
+            CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
+        );
+    }
+
+    #[derive(Debug)]
+    struct AcceptAny;
+
+    impl rustls::client::danger::ServerCertVerifier for AcceptAny {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
 }
