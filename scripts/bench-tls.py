@@ -2,7 +2,10 @@
 """HTTPS benchmark: servery against nginx and Caddy in their default TLS configurations,
 one run, the same ECDSA P-256 certificate, 2 workers each (Caddy is one process).
 
-    scripts/bench-tls.py [--seconds 5] [--rounds 3] [--servery PATH]
+    scripts/bench-tls.py [--seconds 5] [--rounds 3] [--servery PATH]...
+
+--servery may be given more than once (an A/B of two builds, alternated with the peers
+round by round); each is compared with every other server.
 
 Three rows, each a 1 KiB file:
   keep-alive   wrk, one TLS connection per client for the whole run;
@@ -142,13 +145,13 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conns", type=int, default=16)
-    ap.add_argument("--servery", default=None,
-                    help="servery binary (default: the release build, built if stale)")
+    ap.add_argument("--servery", action="append", default=None,
+                    help="servery binary, repeatable (default: the release build, built if stale)")
     args = ap.parse_args()
     for tool in ("wrk", "openssl"):
         if not shutil.which(tool):
             sys.exit(f"{tool} is required")
-    args.servery = args.servery or release_binary()
+    binaries = args.servery or [release_binary()]
     tmp = tempfile.mkdtemp(prefix="servery-bench-tls-")
     root = os.path.join(tmp, "root")
     os.mkdir(root)
@@ -156,10 +159,13 @@ def main():
         f.write(os.urandom(1024))
     bench_http.let_settle([os.path.join(root, "1k.bin")])
     cert, key = certificate(tmp)
-    p = free_port()
-    servers = [Server("servery (2 workers)",
-                      [args.servery, root, "--port", str(p), "--bind", "127.0.0.1", "--workers", "2",
-                       "--tls-cert", cert, "--tls-key", key], p)]
+    servers = []
+    for path in binaries:
+        p = free_port()
+        name = "servery (2 workers)" if len(binaries) == 1 else f"servery {os.path.basename(path)}"
+        servers.append(Server(name, [path, root, "--port", str(p), "--bind", "127.0.0.1",
+                                     "--workers", "2", "--tls-cert", cert, "--tls-key", key], p))
+    ours_n = len(servers)
     for make, tool in ((nginx, "nginx"), (caddy, "caddy")):
         if shutil.which(tool):
             servers.append(make(root, tmp, cert, key))
@@ -182,10 +188,13 @@ def main():
         errs = sum(r[k][2] for r in runs for k in rows)
         cells = " | ".join(f"{med[name][k][0]:.0f} [{med[name][k][1]:.0f}]" for k in rows)
         print(f"| {name} | {cells} |" + (f" non-2xx {errs}" if errs else ""))
-    ours = med[servers[0].name]
-    for name in list(med)[1:]:
-        ratios = " | ".join(f"{ours[k][0] / med[name][k][0]:.2f}×" for k in rows)
-        print(f"| servery / {name} | {ratios} |")
+    for s in servers[:ours_n]:
+        ours = med[s.name]
+        for name in med:
+            if name == s.name:
+                continue
+            ratios = " | ".join(f"{ours[k][0] / med[name][k][0]:.2f}×" for k in rows)
+            print(f"| {s.name} / {name} | {ratios} |")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
