@@ -490,6 +490,24 @@ fn saturation_answers_503_before_the_body_and_recovers() {
     assert_eq!(first.response().expect("first").status, 201);
     assert_eq!(put(server.addr, "/b2.bin", &body(4, 50_000)).status, 201);
     wait_released(&server);
+    drop(first);
+    drop(server);
+
+    // Leases: one target written at a time, service-wide (`--max-write-leases`).
+    let server = start(&tree, 2, &["--max-write-leases", "1"]);
+    let holder = body(5, 60_000);
+    let mut first = stalled_put(server.addr, "/l1.bin", &holder, 1000, &[]);
+    wait_until(Duration::from_secs(10), "one lease held", || {
+        (lease_count(&broker(&server)) == 1).then_some(())
+    });
+    let mut second = Conn::open(server.addr);
+    second.send(&head("PUT", "/l2.bin", 10, &[])).expect("send");
+    let r = second.response().expect("answered before the body");
+    assert_eq!(r.status, 503, "{r:?}");
+    first.send(&holder[1000..]).expect("rest");
+    assert_eq!(first.response().expect("first").status, 201);
+    assert_eq!(put(server.addr, "/l2.bin", b"0123456789").status, 201);
+    wait_released(&server);
 }
 
 #[test]
@@ -631,6 +649,49 @@ fn chunk(addr: SocketAddr, path: &str, content: &[u8], from: usize, to: usize) -
         &content[from..to],
         &[("Content-Range", &range)],
     )
+}
+
+/// `--upload-partial-ttl`: a resumable upload nobody resumes is forgotten once its
+/// lifetime has passed — the broker gives its place back, and the next chunk finds
+/// nothing held — while one resumed in time keeps its bytes.
+#[test]
+fn a_resumable_upload_left_longer_than_its_partial_ttl_is_forgotten() {
+    let tree = Tree::new("up-partial-ttl");
+    let server = start(&tree, 2, &["--upload-partial-ttl", "2"]);
+    let addr = server.addr;
+    let content = body(9, 30_000);
+    let total = content.len();
+
+    assert_eq!(chunk(addr, "/kept.bin", &content, 0, 10_000).status, 308);
+    assert_eq!(
+        chunk(addr, "/kept.bin", &content, 10_000, 20_000).status,
+        308
+    );
+    let r = chunk(addr, "/left.bin", &content, 0, 10_000);
+    assert_eq!(r.status, 308, "{r:?}");
+    let sent = Instant::now();
+    assert_eq!(broker(&server)["partials"], 2);
+    // `kept` is resumed before its lifetime ends, `left` is not.
+    assert_eq!(
+        chunk(addr, "/kept.bin", &content, 20_000, total).status,
+        201
+    );
+    wait_until(Duration::from_secs(15), "the partial forgotten", || {
+        (broker(&server)["partials"] == 0).then_some(())
+    });
+    assert!(
+        sent.elapsed() >= Duration::from_secs(1),
+        "forgotten after {:?}, before its lifetime",
+        sent.elapsed()
+    );
+    assert_eq!(held(addr, "/left.bin", total), 0);
+    let r = chunk(addr, "/left.bin", &content, 10_000, 20_000);
+    assert_eq!(r.status, 409, "a chunk after the lifetime is a gap: {r:?}");
+    assert_eq!(
+        std::fs::read(tree.root().join("kept.bin")).expect("kept"),
+        content
+    );
+    assert!(!tree.root().join("left.bin").exists());
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! `servery`'s options), which every worker receives with its generation's values.
 //!
 //! The global budgets (`--max-active-uploads`, `--max-upload-bytes`,
-//! `--max-partial-uploads`), the broker's reply timeout and its per-worker queue bound
-//! are `RawConfig.broker` fields:
+//! `--max-partial-uploads`, `--max-write-leases`), the lease and partial-upload lifetimes,
+//! the broker's reply timeout and its per-worker queue bound are `RawConfig.broker` fields:
 //! the parent's broker enforces them for the whole service, never per worker. The
 //! per-request limits (`--max-upload-size`, `--max-upload-files`, `--write-lock-timeout`)
 //! are `RawConfig.uploads` fields, so validation checks them against the budgets and
@@ -68,6 +68,19 @@ pub struct UploadArgs {
     /// Resumable uploads held at once, service-wide.
     #[arg(long, value_name = "N", env = "SERVERY_MAX_PARTIAL_UPLOADS", default_value_t = broker().max_partial_uploads, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub max_partial_uploads: i64,
+    /// Write leases held at once, service-wide: one per upload, WebDAV write or TFTP write
+    /// in progress; one more gets 503 before its body is read.
+    #[arg(long, value_name = "N", env = "SERVERY_MAX_WRITE_LEASES", default_value_t = broker().max_leases, allow_negative_numbers = true, group = crate::settings::LIVE)]
+    pub max_write_leases: i64,
+    /// How long a write lease lasts unless its worker renews it. A worker that dies frees
+    /// its leases at once; this bounds one that hangs. More than --broker-reply-timeout,
+    /// and than --body-timeout when uploads are on.
+    #[arg(long, value_name = "SECS", env = "SERVERY_WRITE_LEASE_TTL", default_value_t = broker().lease_ttl, allow_negative_numbers = true, group = crate::settings::LIVE)]
+    pub write_lease_ttl: f64,
+    /// How long a resumable upload nobody resumes is kept: its partial file and its share
+    /// of the budgets (86400: a day).
+    #[arg(long, value_name = "SECS", env = "SERVERY_UPLOAD_PARTIAL_TTL", default_value_t = broker().partial_ttl, allow_negative_numbers = true, group = crate::settings::LIVE)]
+    pub upload_partial_ttl: f64,
     /// How long a worker waits for the broker's answer before failing the request (503).
     #[arg(long, value_name = "SECS", env = "SERVERY_BROKER_REPLY_TIMEOUT", default_value_t = broker().reply_timeout, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub broker_reply_timeout: f64,
@@ -86,6 +99,9 @@ crate::knobs::core_fields! {
         max_active_uploads => broker.max_active_uploads;
         max_upload_bytes => broker.max_upload_bytes;
         max_partial_uploads => broker.max_partial_uploads;
+        max_write_leases => broker.max_leases;
+        write_lease_ttl => broker.lease_ttl;
+        upload_partial_ttl => broker.partial_ttl;
         broker_reply_timeout => broker.reply_timeout;
         broker_queue_capacity => broker.queue_capacity;
     }
