@@ -20,9 +20,10 @@
 //! Steering (`super::steering`): each address's sockets form one reuseport group with a
 //! classic-BPF program that sends a packet to the socket its connection ID names. The
 //! socket's index in the group is written into its lock's memfd, so the worker that reads
-//! it issues IDs naming it. Sockets are only ever added, at the group's end, so an index
-//! keeps naming the same socket for the parent's life.
+//! it issues IDs naming it. Sockets are only ever added or removed at the group's end, so
+//! an index keeps naming the same socket while anyone reads it.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -60,6 +61,14 @@ struct SlotSocket {
     lock: OwnedFd,
 }
 
+/// One slot's sockets (one per address), and the workers they were handed to that the
+/// core has not yet said are gone.
+#[derive(Debug)]
+struct Slot {
+    sockets: Vec<SlotSocket>,
+    holders: BTreeSet<u64>,
+}
+
 /// Every slot's sockets, in slot order per address.
 #[derive(Debug, Default)]
 pub struct QuicSockets {
@@ -67,7 +76,7 @@ pub struct QuicSockets {
     /// sockets.
     addrs: Vec<SocketAddr>,
     /// `slots[i]` holds slot `i`'s socket on every address: the `i`-th of each group.
-    slots: Vec<Vec<SlotSocket>>,
+    slots: Vec<Slot>,
 }
 
 impl QuicSockets {
@@ -118,7 +127,10 @@ impl QuicSockets {
                     .map_err(|e| QuicBindError::Lock(e.into()))?;
                 slot.push(SlotSocket { socket, lock });
             }
-            self.slots.push(slot);
+            self.slots.push(Slot {
+                sockets: slot,
+                holders: BTreeSet::new(),
+            });
         }
         Ok(())
     }
@@ -133,24 +145,46 @@ impl QuicSockets {
         self.slots
             .first()
             .into_iter()
-            .flatten()
+            .flat_map(|slot| &slot.sockets)
             .filter_map(|s| s.socket.local_addr().ok())
             .collect()
     }
 
-    /// The descriptors a worker of `slot` is handed, socket then lock for each, when its
+    /// The descriptors `worker` of `slot` is handed, socket then lock for each, when its
     /// generation runs `workers` workers: its own slot's, and those of the slots beyond
     /// `workers` that map onto it (a reload to fewer workers must leave no socket
-    /// unread, or the kernel would keep hashing connections to it).
-    pub fn for_slot(&self, slot: u64, workers: u32) -> Vec<BorrowedFd<'_>> {
+    /// unread, or the kernel would keep hashing connections to it). The worker holds
+    /// them until [`QuicSockets::worker_gone`].
+    pub fn for_worker(&mut self, worker: u64, slot: u64, workers: u32) -> Vec<BorrowedFd<'_>> {
         let workers = u64::from(workers.max(1));
+        let mine = |i: usize| i as u64 % workers == slot;
+        for (_, s) in self.slots.iter_mut().enumerate().filter(|(i, _)| mine(*i)) {
+            s.holders.insert(worker);
+        }
         self.slots
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i as u64 % workers == slot)
-            .flat_map(|(_, sockets)| sockets.iter())
+            .filter(|(i, _)| mine(*i))
+            .flat_map(|(_, slot)| slot.sockets.iter())
             .flat_map(|s| [s.socket.as_fd(), s.lock.as_fd()])
             .collect()
+    }
+
+    /// The core let `worker` go: it holds its sockets no more. Sockets at the end of the
+    /// groups that no live worker holds are closed (all but slot 0's, which keeps the
+    /// port and the steering program). A socket nobody reads would still get its share of
+    /// new connections from the kernel's hash, and they would go unanswered: after a
+    /// reload that raised `--workers` was rejected, its new slots' sockets were exactly
+    /// that. Only the end of a group is ever removed, so every other socket keeps its
+    /// index (the kernel fills a gap with the last socket), and a slot whose worker is
+    /// being replaced gets its socket back, at the same index, when it is spawned.
+    pub fn worker_gone(&mut self, worker: u64) {
+        for slot in &mut self.slots {
+            slot.holders.remove(&worker);
+        }
+        while self.slots.len() > 1 && self.slots.last().is_some_and(|s| s.holders.is_empty()) {
+            self.slots.pop();
+        }
     }
 }
 
@@ -188,8 +222,8 @@ mod tests {
         let sockets = QuicSockets::bind(&[addr], 3).expect("bind");
         assert_eq!(sockets.slots(), 3);
         for slot in &sockets.slots {
-            assert_eq!(slot[0].socket.local_addr().expect("addr"), addr);
-            assert!(sockopt::socket_reuseport(&slot[0].socket).expect("getsockopt"));
+            assert_eq!(slot.sockets[0].socket.local_addr().expect("addr"), addr);
+            assert!(sockopt::socket_reuseport(&slot.sockets[0].socket).expect("getsockopt"));
         }
         // Another program (no SO_REUSEPORT) cannot join; and we refuse to join theirs.
         assert!(UdpSocket::bind(addr).is_err());
@@ -205,8 +239,11 @@ mod tests {
         let mut buf = [0u8; 64];
         loop {
             for (i, slot) in sockets.slots.iter().enumerate() {
-                slot[0].socket.set_nonblocking(true).expect("nonblocking");
-                if let Ok((n, _)) = slot[0].socket.recv_from(&mut buf) {
+                slot.sockets[0]
+                    .socket
+                    .set_nonblocking(true)
+                    .expect("nonblocking");
+                if let Ok((n, _)) = slot.sockets[0].socket.recv_from(&mut buf) {
                     assert_eq!(&buf[..n], payload);
                     return i;
                 }
@@ -254,17 +291,52 @@ mod tests {
         let free = UdpSocket::bind(lo()).expect("probe");
         let addr = free.local_addr().expect("addr");
         drop(free);
-        let sockets = QuicSockets::bind(&[addr], 4).expect("bind");
+        let mut sockets = QuicSockets::bind(&[addr], 4).expect("bind");
         // Four slots, a generation of four: one socket (and its lock) each.
         for slot in 0..4 {
-            assert_eq!(sockets.for_slot(slot, 4).len(), 2);
+            assert_eq!(sockets.for_worker(slot + 1, slot, 4).len(), 2);
         }
         // A generation of three: slot 0 also reads slot 3's socket.
-        assert_eq!(sockets.for_slot(0, 3).len(), 4);
-        assert_eq!(sockets.for_slot(1, 3).len(), 2);
-        let total: usize = (0..3).map(|s| sockets.for_slot(s, 3).len()).sum();
+        assert_eq!(sockets.for_worker(10, 0, 3).len(), 4);
+        assert_eq!(sockets.for_worker(11, 1, 3).len(), 2);
+        let total: usize = (0..3).map(|s| sockets.for_worker(20 + s, s, 3).len()).sum();
         assert_eq!(total, 8, "every socket handed to exactly one slot");
         // A generation of six: the slots without a socket serve TCP only.
-        assert!(sockets.for_slot(5, 6).is_empty());
+        assert!(sockets.for_worker(30, 5, 6).is_empty());
+    }
+
+    /// A reload from two workers to four is rejected: its new slots' workers are gone and
+    /// nobody else holds their sockets, which leave the groups, so the kernel spreads new
+    /// connections over the sockets read. A socket before one still held stays (removing
+    /// it would move the last socket into its index), and so does slot 0's.
+    #[test]
+    fn sockets_nobody_holds_leave_the_end_of_the_group() {
+        let free = UdpSocket::bind(lo()).expect("probe");
+        let addr = free.local_addr().expect("addr");
+        drop(free);
+        let mut sockets = QuicSockets::bind(&[addr], 2).expect("bind");
+        let _ = sockets.for_worker(1, 0, 2);
+        let _ = sockets.for_worker(2, 1, 2);
+        sockets.grow(4).expect("grow");
+        let _ = sockets.for_worker(3, 2, 4);
+        let _ = sockets.for_worker(4, 3, 4);
+        // Slot 2's candidate goes first: slot 3's still holds the end, so nothing moves.
+        sockets.worker_gone(3);
+        assert_eq!(sockets.slots(), 4);
+        sockets.worker_gone(4);
+        assert_eq!(sockets.slots(), 2);
+        for _ in 0..8 {
+            let client = UdpSocket::bind(lo()).expect("client");
+            assert!(receiver(&sockets, &client, &[0xc0; 24]) < 2);
+        }
+        // Slot 1's worker dies: its socket, now at the end, is closed while it has no
+        // reader and comes back, at its index, for the replacement.
+        sockets.worker_gone(2);
+        assert_eq!(sockets.slots(), 1);
+        sockets.worker_gone(1);
+        assert_eq!(sockets.slots(), 1, "slot 0's socket keeps the port");
+        sockets.grow(2).expect("grow");
+        assert_eq!(sockets.for_worker(5, 1, 2).len(), 2);
+        assert_eq!(sockets.slots(), 2);
     }
 }

@@ -339,6 +339,7 @@ impl RealIo {
             let _ = self.poll.poll.registry().deregister(&mut channel.stream);
         }
         self.cleaner.clean(worker);
+        self.launcher.worker_gone(worker);
     }
     /// Read everything the worker's channel holds now, queueing its messages (and its
     /// end, if it ended) in order.

@@ -114,6 +114,14 @@ impl Launcher {
         self
     }
 
+    /// The core let `worker` go: the HTTP/3 sockets only it read are closed where that
+    /// leaves no gap (see `QuicSockets::worker_gone`).
+    pub fn worker_gone(&mut self, worker: WorkerId) {
+        if let Some(quic) = &mut self.quic {
+            quic.worker_gone(worker.0);
+        }
+    }
+
     /// What to execute: on Linux the very binary this parent runs, even if an upgrade
     /// has replaced or deleted the file since, so workers always speak the parent's
     /// protocol version; elsewhere the path it was started from. [`WORKER_PROGRAM_ENV`]
@@ -158,8 +166,8 @@ impl Launcher {
             }
         }
         let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
-        if let Some(quic) = &self.quic {
-            fds.extend(quic.for_slot(u64::from(slot.0), config.workers()));
+        if let Some(quic) = &mut self.quic {
+            fds.extend(quic.for_worker(worker.0, u64::from(slot.0), config.workers()));
         }
         fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
         ours.set_nonblocking(true).map_err(SpawnError::Channel)?;

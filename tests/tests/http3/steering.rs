@@ -1,7 +1,8 @@
 //! Steering by connection ID and the shared stateless-reset key (decision 0027): a client
 //! whose address changes keeps its connection whichever worker serves it; a killed
 //! worker's clients are told by its replacement that their connections are gone; a reload
-//! that adds workers serves HTTP/3 on the new slots too, steered alike.
+//! that adds workers serves HTTP/3 on the new slots too, steered alike, and one that is
+//! rejected leaves no socket behind that nobody reads.
 
 use super::*;
 
@@ -155,4 +156,51 @@ fn a_reload_from_two_to_three_workers_serves_http3_on_the_new_slot_with_steering
             .collect();
         assert_eq!(by.len(), 1, "connection {c} was served by {by:?}");
     }
+}
+
+/// A reload to three workers is rejected (the new slot's worker refuses to start). The
+/// socket bound for that slot is read by nobody, yet the kernel's hash would still send
+/// it its share of new connections, which would never be answered; it leaves the group
+/// when its worker is gone, and every new connection reaches one of the two workers.
+#[test]
+fn a_rejected_reload_to_more_workers_leaves_no_socket_unread() {
+    let tree = Tree::new("h3-grow-rejected");
+    let (cert, flags) = identity(&tree);
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = Server::start(
+        &tree,
+        2,
+        &args,
+        &[("SERVERY_TEST_FAULT", "slot=2,generation=2 fail-startup")],
+    );
+    server.wait_ready(2, Duration::from_secs(20));
+    let before = worker_ids(&server.status());
+    let refused = server.ctl(&json!({"cmd": "reload", "set": {"workers": 3}}));
+    assert!(
+        refused.is_err(),
+        "the reload should be rejected: {refused:?}"
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "the first generation alone",
+        || (worker_ids(&server.status()) == before).then_some(()),
+    );
+    let config = h3_client::config(&cert);
+    // One attempt each: a second from a new port would be hashed afresh and could hide
+    // a socket nobody reads.
+    let unanswered: Vec<IpAddr> = runtime().block_on(async {
+        let mut unanswered = Vec::new();
+        for c in 1..=24 {
+            let local = ip(13, c);
+            match h3_client::connect(server.addr, local, &config, REQUEST_BOUND).await {
+                Ok(mut h3) => {
+                    let reply = h3.get("/hello.txt", REQUEST_BOUND).await.expect("hello");
+                    assert_eq!(reply.status, 200);
+                }
+                Err(_) => unanswered.push(local),
+            }
+        }
+        unanswered
+    });
+    assert!(unanswered.is_empty(), "never answered: {unanswered:?}");
 }
