@@ -1,14 +1,15 @@
 //! The parent's side of `--http3`: one `SO_REUSEPORT` UDP socket per worker slot on every
-//! address the TCP listeners use, bound before any worker exists and held for the life of
-//! the parent, each with a lock that says which worker of the slot reads it.
+//! address the TCP listeners use, bound before any worker exists, each with a lock that
+//! says which worker of the slot reads it.
 //!
 //! Why per slot, and why the parent holds them (decision 0027): the kernel picks a socket
 //! of a reuseport group by a hash of the datagram's 4-tuple over the group's sockets. That
 //! choice is stable for a connection only while the group does not change. The parent
-//! keeps every slot's socket open across the death, recycle or reload of the workers that
-//! read it, so the group never changes: a connection keeps landing on its slot's socket,
+//! keeps a slot's socket open across the recycle or reload of the workers that read it, so
+//! the group does not change under them: a connection keeps landing on its slot's socket,
 //! a worker's death loses only the connections its slot carried, and its replacement reads
-//! the same socket.
+//! the same socket. Sockets at the end of a group that no live worker holds (a rejected
+//! reload's new slots) are closed ([`QuicSockets::worker_gone`]); slot 0's never is.
 //!
 //! Why a lock: a recycle or reload starts the replacement before the old worker drains.
 //! Two processes reading one socket would each take the other's datagrams, so the old
