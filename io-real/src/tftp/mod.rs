@@ -1,5 +1,6 @@
 //! The parent's TFTP service (`--tftp`): one UDP listener on the host runtime and a
-//! bounded pool of transfers, each on a socket of its own. The protocol itself (codec,
+//! bounded pool of transfers, each on a socket of its own (reads on the runtime's blocking
+//! pool, see `read`). The protocol itself (codec,
 //! option negotiation, the transfer machines) is pure and lives in
 //! `servery_core::tftp`; this module moves datagrams and file bytes.
 //!
@@ -9,8 +10,8 @@
 //!   on the given runtime and returns at once;
 //! - [`RunningTftp::stop`] when it stops: returns at once (it never blocks the driver
 //!   thread); the listener closes and every transfer sends its client an ERROR and ends
-//!   within one scheduling round of the host runtime. Dropping a [`RunningTftp`] stops it
-//!   the same way.
+//!   within one scheduling round of the host runtime (a read, which runs on its blocking
+//!   pool, within a tenth of a second). Dropping a [`RunningTftp`] stops it the same way.
 //!
 //! Nothing here depends on the generation: the root, the hidden-file policy and the
 //! limits are fixed for the parent's life, so a generation switch changes nothing.

@@ -45,6 +45,17 @@ pub async fn send_error(socket: &UdpSocket, code: ErrorCode, message: &str) {
     }
 }
 
+/// [`send_error`] on a blocking socket (a read transfer's, see `super::read`).
+pub fn send_error_blocking(socket: &std::net::UdpSocket, code: ErrorCode, message: &str) {
+    let packet = Packet::Error {
+        code,
+        message: message.into(),
+    };
+    if let Err(e) = socket.send(&packet.to_vec()) {
+        tracing::debug!(error = %e, "cannot send a TFTP ERROR");
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub enum Direction {
     Read,
@@ -69,7 +80,16 @@ pub async fn run(ctx: Context, local: SocketAddr, peer: SocketAddr, dir: Directi
         return;
     }
     let ending = match dir {
-        Direction::Read => super::read::run(&ctx, &socket, req).await,
+        // On the blocking pool: see `super::read` for why.
+        Direction::Read => match socket.into_std() {
+            Ok(socket) => {
+                let ctx = ctx.clone();
+                tokio::task::spawn_blocking(move || super::read::run(&ctx, &socket, req))
+                    .await
+                    .unwrap_or_else(|e| Ending::Io(std::io::Error::other(e)))
+            }
+            Err(e) => Ending::Io(e),
+        },
         Direction::Write => super::write::run(&ctx, &socket, req).await,
     };
     let elapsed = started.elapsed();
