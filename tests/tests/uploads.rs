@@ -435,6 +435,15 @@ fn a_killed_parent_publishes_no_half_written_file() {
     );
 }
 
+/// A PUT of `len` bytes that sends only its head and must be answered 503 at once.
+fn refused_before_the_body(addr: SocketAddr, path: &str, len: usize) -> Reply {
+    let mut c = Conn::open(addr);
+    c.send(&head("PUT", path, len, &[])).expect("send");
+    let r = c.response().expect("answered before the body");
+    assert_eq!(r.status, 503, "{r:?}");
+    r
+}
+
 #[test]
 fn saturation_answers_503_before_the_body_and_recovers() {
     let tree = Tree::new("up-sat");
@@ -446,12 +455,7 @@ fn saturation_answers_503_before_the_body_and_recovers() {
         (reservations(&broker(&server)) == 1).then_some(())
     });
     // Head only: the answer must come without a byte of body.
-    let mut second = Conn::open(server.addr);
-    second
-        .send(&head("PUT", "/second.bin", 10, &[]))
-        .expect("send");
-    let r = second.response().expect("answered before the body");
-    assert_eq!(r.status, 503, "{r:?}");
+    let r = refused_before_the_body(server.addr, "/second.bin", 10);
     assert_eq!(r.header("retry-after"), Some("1"));
     assert!(!tree.root().join("second.bin").exists());
     first.send(&holder[1000..]).expect("rest");
@@ -477,12 +481,7 @@ fn saturation_answers_503_before_the_body_and_recovers() {
     wait_until(Duration::from_secs(10), "60 000 bytes reserved", || {
         (broker(&server)["reservations"]["bytes"] == 60_000).then_some(())
     });
-    let mut second = Conn::open(server.addr);
-    second
-        .send(&head("PUT", "/b2.bin", 50_000, &[]))
-        .expect("send");
-    let r = second.response().expect("answered before the body");
-    assert_eq!(r.status, 503, "{r:?}");
+    let r = refused_before_the_body(server.addr, "/b2.bin", 50_000);
     assert!(r.header("retry-after").is_some());
     // What still fits is accepted alongside.
     assert_eq!(put(server.addr, "/b3.bin", &body(3, 40_000)).status, 201);
@@ -500,10 +499,7 @@ fn saturation_answers_503_before_the_body_and_recovers() {
     wait_until(Duration::from_secs(10), "one lease held", || {
         (lease_count(&broker(&server)) == 1).then_some(())
     });
-    let mut second = Conn::open(server.addr);
-    second.send(&head("PUT", "/l2.bin", 10, &[])).expect("send");
-    let r = second.response().expect("answered before the body");
-    assert_eq!(r.status, 503, "{r:?}");
+    refused_before_the_body(server.addr, "/l2.bin", 10);
     first.send(&holder[1000..]).expect("rest");
     assert_eq!(first.response().expect("first").status, 201);
     assert_eq!(put(server.addr, "/l2.bin", b"0123456789").status, 201);

@@ -214,12 +214,15 @@ mod tests {
         "127.0.0.1:0".parse().expect("addr")
     }
 
+    /// A UDP port of our own to bind on (port 0 would give each socket a different one).
+    fn free_addr() -> SocketAddr {
+        let free = UdpSocket::bind(lo()).expect("probe");
+        free.local_addr().expect("addr")
+    }
+
     #[test]
     fn every_slot_gets_a_socket_on_the_same_port_and_a_taken_port_is_refused() {
-        // A port of our own to bind on (UDP 0 would give each socket a different port).
-        let free = UdpSocket::bind(lo()).expect("probe");
-        let addr = free.local_addr().expect("addr");
-        drop(free);
+        let addr = free_addr();
         let sockets = QuicSockets::bind(&[addr], 3).expect("bind");
         assert_eq!(sockets.slots(), 3);
         for slot in &sockets.slots {
@@ -257,9 +260,7 @@ mod tests {
     #[test]
     fn short_header_packets_reach_the_socket_their_connection_id_names() {
         use crate::http3::steering::{INDEX_BYTE, UNSTEERED};
-        let free = UdpSocket::bind(lo()).expect("probe");
-        let addr = free.local_addr().expect("addr");
-        drop(free);
+        let addr = free_addr();
         let mut sockets = QuicSockets::bind(&[addr], 2).expect("bind");
         // A reload's new slot joins the group as the next index, under the same program.
         sockets.grow(3).expect("grow");
@@ -289,9 +290,7 @@ mod tests {
 
     #[test]
     fn slots_beyond_the_worker_count_are_shared_out_so_none_is_left_unread() {
-        let free = UdpSocket::bind(lo()).expect("probe");
-        let addr = free.local_addr().expect("addr");
-        drop(free);
+        let addr = free_addr();
         let mut sockets = QuicSockets::bind(&[addr], 4).expect("bind");
         // Four slots, a generation of four: one socket (and its lock) each.
         for slot in 0..4 {
@@ -312,9 +311,7 @@ mod tests {
     /// it would move the last socket into its index), and so does slot 0's.
     #[test]
     fn sockets_nobody_holds_leave_the_end_of_the_group() {
-        let free = UdpSocket::bind(lo()).expect("probe");
-        let addr = free.local_addr().expect("addr");
-        drop(free);
+        let addr = free_addr();
         let mut sockets = QuicSockets::bind(&[addr], 2).expect("bind");
         let _ = sockets.for_worker(1, 0, 2);
         let _ = sockets.for_worker(2, 1, 2);

@@ -135,20 +135,24 @@ fn by_preference(suite: rustls::CipherSuite) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustls::{CipherSuite, ClientConfig, ClientConnection, ServerConnection};
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::{CipherSuite, ClientConfig, ClientConnection, RootCertStore, ServerConnection};
 
-    /// The suite a client offering `suites` (in its order) and any certificate gets.
+    /// The suite a client offering `suites` (in its order) gets.
     fn negotiated(suites: &[rustls::SupportedCipherSuite]) -> CipherSuite {
         let material =
             crate::tls::Identity::self_signed(&["localhost".to_owned()]).expect("self-signed");
         let server = material.server_config().expect("server config");
+        let mut roots = RootCertStore::empty();
+        let cert = CertificateDer::from_pem_slice(material.cert_pem.as_bytes()).expect("pem");
+        roots.add(cert).expect("root");
         let mut provider = rustls::crypto::ring::default_provider();
         provider.cipher_suites = suites.to_vec();
         let client = ClientConfig::builder_with_provider(Arc::new(provider))
             .with_safe_default_protocol_versions()
             .expect("versions")
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAny))
+            .with_root_certificates(roots)
             .with_no_client_auth();
         let mut client =
             ClientConnection::new(Arc::new(client), "localhost".try_into().expect("name"))
@@ -193,45 +197,5 @@ mod tests {
             negotiated(&[cs::TLS13_CHACHA20_POLY1305_SHA256]),
             CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
         );
-    }
-
-    #[derive(Debug)]
-    struct AcceptAny;
-
-    impl rustls::client::danger::ServerCertVerifier for AcceptAny {
-        fn verify_server_cert(
-            &self,
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &[rustls::pki_types::CertificateDer<'_>],
-            _: &rustls::pki_types::ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            rustls::crypto::ring::default_provider()
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
     }
 }
