@@ -14,6 +14,7 @@ use servery_sim::{
 use crate::catalog_bursts as bursts;
 use crate::catalog_certs as certs;
 use crate::catalog_chaos as chaos_;
+use crate::catalog_chunks as chunks;
 use crate::catalog_dav as dav;
 use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
@@ -61,6 +62,30 @@ pub const COVERAGE_GOALS: &[&str] = &[
     labels::DAV_TREE_KILLED_BEFORE[11],
     labels::DAV_TREE_KILLED_BEFORE[12],
     labels::DAV_TREE_KILLED_BEFORE[13],
+    "resumable chunks killed between steps stayed whole and resumable",
+    labels::CHUNK_KILLED_BEFORE[0],
+    labels::CHUNK_KILLED_BEFORE[1],
+    labels::CHUNK_KILLED_BEFORE[2],
+    labels::CHUNK_KILLED_BEFORE[3],
+    labels::CHUNK_KILLED_BEFORE[4],
+    labels::CHUNK_KILLED_BEFORE[5],
+    labels::CHUNK_KILLED_BEFORE[6],
+    labels::CHUNK_KILLED_BEFORE[7],
+    labels::CHUNK_KILLED_BEFORE[8],
+    labels::CHUNK_KILLED_BEFORE[9],
+    labels::CHUNK_KILLED_BEFORE[10],
+    labels::CHUNK_KILLED_BEFORE[11],
+    labels::CHUNK_KILLED_BEFORE[12],
+    labels::CHUNK_KILLED_BEFORE[13],
+    labels::CHUNK_KILLED_BEFORE[14],
+    labels::CHUNK_KILLED_BEFORE[15],
+    labels::CHUNK_KILLED_BEFORE[16],
+    labels::CHUNK_KILLED_BEFORE[17],
+    labels::CHUNK_KILLED_BEFORE[18],
+    labels::CHUNK_KILLED_BEFORE[19],
+    labels::CHUNK_KILLED_BEFORE[20],
+    labels::CHUNK_STALE_DISCARDED,
+    labels::CHUNK_TAKEN_OVER,
     "certificate renewed on time",
     "ca failures retried at the cap, then renewed",
     "tls hand-off survived a worker crash",
@@ -329,6 +354,13 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "MOVE, COPY (Depth infinity) and DELETE of small collections, the worker killed just before a seeded step of the core's tree flow: clients never see half a tree or a lost source, a success leaves the whole result, every lease is back once the parent lets the worker go, and its cleanup leaves no staging copy or trash",
         build: dav_tree::move_crash_between_steps,
         kinds: &[FaultKind::CrashDavTreeStep],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "resumable-chunk-crash-between-steps",
+        about: "a client uploads files in chunks (Content-Range), resuming from the held range it asks for after a lost answer, and the worker carrying a chunk is killed just before a seeded step of the core's chunk flow (or inside the meta write or the append): the target is never seen half written, every held byte is the client's and the partial never goes back except by a documented discard, a Complete leaves the whole file byte-exact, no grant or temp file outlives its worker's cleanup, every upload completes and nothing is left",
+        build: chunks::resumable_chunk_crash_between_steps,
+        kinds: &[FaultKind::CrashChunkStep],
         no_swarm: None,
     },
     Scenario {
