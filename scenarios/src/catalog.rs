@@ -5,7 +5,6 @@ use core::time::Duration;
 
 use servery_core::config::RawConfig;
 use servery_core::supervisor::{ExitReason, FailureReason};
-use servery_sim::labels;
 use servery_sim::rng::SimRng;
 use servery_sim::{
     Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
@@ -23,82 +22,7 @@ use crate::catalog_rollouts as rollouts;
 use crate::catalog_writes as writes;
 use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
 
-/// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
-pub const COVERAGE_GOALS: &[&str] = &[
-    "crash loop reached failed",
-    "recycle aborted kept the old worker",
-    "lease revoked on death",
-    "hang killed",
-    "log queue dropped under the drop policy",
-    "crash between prepare and commit",
-    "reload rejected kept the old generation",
-    "malformed frame replaced worker",
-    "wedged drain killed",
-    "same-target conflict",
-    "broker saturation rejected",
-    "parent death drained workers",
-    "backoff at cap halted",
-    "recycled by age",
-    "recycled by request count",
-    "replacement failed then halted",
-    "parent stall survived",
-    "hang while draining killed",
-    "spawn failures recovered",
-    "clock jump replaced nobody healthy",
-    "dav lock survived crash, recycle, reload",
-    "dav lock table saturated, then granted again",
-    "dav tree requests killed between steps showed no half tree",
-    labels::DAV_TREE_KILLED_BEFORE[0],
-    labels::DAV_TREE_KILLED_BEFORE[1],
-    labels::DAV_TREE_KILLED_BEFORE[2],
-    labels::DAV_TREE_KILLED_BEFORE[3],
-    labels::DAV_TREE_KILLED_BEFORE[4],
-    labels::DAV_TREE_KILLED_BEFORE[5],
-    labels::DAV_TREE_KILLED_BEFORE[6],
-    labels::DAV_TREE_KILLED_BEFORE[7],
-    labels::DAV_TREE_KILLED_BEFORE[8],
-    labels::DAV_TREE_KILLED_BEFORE[9],
-    labels::DAV_TREE_KILLED_BEFORE[10],
-    labels::DAV_TREE_KILLED_BEFORE[11],
-    labels::DAV_TREE_KILLED_BEFORE[12],
-    labels::DAV_TREE_KILLED_BEFORE[13],
-    dav_tree::MKCOL_CREATED,
-    dav_tree::MKCOL_KILLED,
-    dav_tree::COPY_DEPTH0_DONE,
-    dav_tree::COPY_DEPTH0_KILLED,
-    "resumable chunks killed between steps stayed whole and resumable",
-    labels::CHUNK_KILLED_BEFORE[0],
-    labels::CHUNK_KILLED_BEFORE[1],
-    labels::CHUNK_KILLED_BEFORE[2],
-    labels::CHUNK_KILLED_BEFORE[3],
-    labels::CHUNK_KILLED_BEFORE[4],
-    labels::CHUNK_KILLED_BEFORE[5],
-    labels::CHUNK_KILLED_BEFORE[6],
-    labels::CHUNK_KILLED_BEFORE[7],
-    labels::CHUNK_KILLED_BEFORE[8],
-    labels::CHUNK_KILLED_BEFORE[9],
-    labels::CHUNK_KILLED_BEFORE[10],
-    labels::CHUNK_KILLED_BEFORE[11],
-    labels::CHUNK_KILLED_BEFORE[12],
-    labels::CHUNK_KILLED_BEFORE[13],
-    labels::CHUNK_KILLED_BEFORE[14],
-    labels::CHUNK_KILLED_BEFORE[15],
-    labels::CHUNK_KILLED_BEFORE[16],
-    labels::CHUNK_KILLED_BEFORE[17],
-    labels::CHUNK_KILLED_BEFORE[18],
-    labels::CHUNK_KILLED_BEFORE[19],
-    labels::CHUNK_KILLED_BEFORE[20],
-    labels::CHUNK_STALE_DISCARDED,
-    labels::CHUNK_TAKEN_OVER,
-    "certificate renewed on time",
-    "ca failures retried at the cap, then renewed",
-    "tls hand-off survived a worker crash",
-    "reload during a renewal handed off",
-    "pause waited out, its requests answered late",
-    "pause past the deadline ended as hung",
-    "correlated crashes counted once stayed ready",
-    "burst window still halted a loop",
-];
+pub use crate::goals::COVERAGE_GOALS;
 
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {

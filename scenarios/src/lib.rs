@@ -21,6 +21,7 @@ mod catalog_rollouts;
 mod catalog_writes;
 mod checks;
 pub mod corpus;
+mod goals;
 pub mod research;
 mod sweep;
 
