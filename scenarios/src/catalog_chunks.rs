@@ -29,13 +29,14 @@ pub(crate) fn resumable_chunk_crash_between_steps(ctx: &mut Ctx) -> Plan {
     // Every chunk may cost a worker: the restart limit is not what this scenario tests.
     config.recovery.worker_restart_limit = 60;
     let kill_on = ctx.kinds.has(FaultKind::CrashChunkStep);
-    let total = ctx.rng.range(64, 512);
+    // Each upload its own length: a partial or meta file another upload left is met by
+    // one of a different total.
+    let totals: Vec<u64> = (0..3).map(|_| ctx.rng.range(64, 512)).collect();
     let mut spec = spec(ctx, config.clone(), 16.0);
     spec.workload.request_rate = 0.0;
     spec.workload.resumable = Some(ResumablePlan {
-        uploads: 3,
-        total,
-        chunk: ((total / 6).max(1), (total / 2).max(1)),
+        chunk_parts: (6, 2),
+        totals,
         kill_chance: if kill_on { KILL_CHANCE } else { 0.0 },
         kill_steps: ChunkStep::ALL.to_vec(),
         faults_until: secs(FAULTS_UNTIL),

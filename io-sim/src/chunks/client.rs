@@ -23,7 +23,7 @@ pub(crate) struct ChunkSim {
     pub(super) plan: ResumablePlan,
     pub(super) ttl: Duration,
     seed: u64,
-    /// The upload the client is on (from 0), and its bytes.
+    /// The upload the client is on (from 0), and its bytes (as many as its total).
     pub(super) upload: u32,
     pub(super) content: Vec<u8>,
     /// Where the client's next chunk starts: what it was last told is held.
@@ -55,10 +55,10 @@ impl SimWorld {
         };
         let seed = self.spec.seed;
         let ttl = self.spec.config.broker.partial_ttl;
-        self.out.chunks.planned = plan.uploads;
+        self.out.chunks.planned = plan.totals.len() as u32;
         let start = crate::world::ms(plan.start);
         self.chunks = Some(ChunkSim {
-            content: content(seed, 0, plan.total),
+            content: content(seed, 0, plan.totals.first().copied().unwrap_or(0)),
             plan,
             ttl: Duration::from_secs_f64(ttl.max(0.0)),
             seed,
@@ -86,17 +86,22 @@ impl SimWorld {
         let Some(c) = self.chunks.as_mut() else {
             return;
         };
-        if c.upload >= c.plan.uploads || c.requests_this_upload >= c.plan.max_requests {
+        if c.upload as usize >= c.plan.totals.len() || c.requests_this_upload >= c.plan.max_requests
+        {
             return;
         }
-        let (upload, from, total) = (c.upload, c.from, c.plan.total);
+        let (upload, from, total) = (c.upload, c.from, c.content.len() as u64);
         let plan = c.plan.clone();
         let ask = c.ask_next;
         let held_back = c.held_back.take();
         let (request, kill_before) = if ask {
             (ChunkRequest::Query, None)
         } else {
-            let size = self.rng.range(plan.chunk.0, plan.chunk.1).max(1);
+            let (most, fewest) = plan.chunk_parts;
+            let size = self
+                .rng
+                .range(total / most.max(1), total / fewest.max(1))
+                .max(1);
             let (kill, step, nth) = match held_back {
                 Some((step, nth)) => (true, step, nth),
                 None => {
@@ -200,7 +205,8 @@ impl SimWorld {
                 }
                 self.out.chunks.completed += 1;
                 c.upload += 1;
-                c.content = content(c.seed, c.upload, c.plan.total);
+                let total = c.plan.totals.get(c.upload as usize).copied().unwrap_or(0);
+                c.content = content(c.seed, c.upload, total);
                 c.from = 0;
                 c.told = 0;
                 c.requests_this_upload = 0;

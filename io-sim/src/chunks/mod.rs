@@ -126,12 +126,11 @@ impl ChunkStep {
 /// The resumable-upload workload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResumablePlan {
-    /// Files uploaded one after the other, each of this many bytes (one total for the
-    /// run: see decision 0034 on a meta file left by a finished upload).
-    pub uploads: u32,
-    pub total: u64,
-    /// A chunk's length (uniform).
-    pub chunk: (u64, u64),
+    /// Files uploaded one after the other: their lengths.
+    pub totals: Vec<u64>,
+    /// A chunk's length (uniform) from the upload's total divided by `.0` to the total
+    /// divided by `.1`.
+    pub chunk_parts: (u64, u64),
     /// The chance a chunk request's worker is killed before a step, and the steps drawn
     /// from (uniformly).
     pub kill_chance: f64,

@@ -52,7 +52,7 @@ impl SimWorld {
         let Some(c) = self.chunks.as_mut() else {
             return;
         };
-        let total = c.plan.total;
+        let total = c.content.len() as u64;
         let (start, end) = match request {
             ChunkRequest::Query => {
                 let have = self.chunk_held(total);
@@ -179,7 +179,7 @@ impl SimWorld {
             let Some(c) = self.chunks.as_mut() else {
                 return;
             };
-            let total = c.plan.total;
+            let total = c.content.len() as u64;
             let Some(run) = c.serving.get_mut(&(worker, conn)) else {
                 return;
             };
