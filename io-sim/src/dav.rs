@@ -16,15 +16,15 @@
 //!   (`NotFound` → 409).
 //! - UNLOCK: `DavQuery` of the path; a lock that applies there with the token, else 409;
 //!   then `DavUnlock`.
-//! - PUT: `DavQuery` of the file and of its parent collection (and of the lock root its
-//!   `If` names, when that is neither). A token is submitted in a tagged `If` naming its
-//!   lock's root, which holds when a lock that applies to the root has it (else 412).
-//!   Then `Reach::MEMBER`: every lock that applies to the file, and every lock rooted at
-//!   its parent (membership), needs a submitted token of its root, else 423. The real
-//!   worker now sends this check with its target lease (`DavWriteLease`, one request,
-//!   decision 0029) and queries only to evaluate an `If` header or to name the locks of
-//!   a refusal; this model still decides from query answers, by the same rule (the
-//!   broker's `write_check_tests` compare the two).
+//! - PUT: a token is submitted in a tagged `If` naming its lock's root, which holds when
+//!   a lock that applies to the root has it: `DavQuery` of the root, else 412. Then the
+//!   write flow (reservation, target lease, temp file, rename) with the lock check in its
+//!   lease request (`DavWriteLease`, one request, decision 0029): the broker grants the
+//!   lease only if every lock the PUT would break (`Reach::MEMBER`: the file's, and
+//!   those rooted at its collection) has its token submitted. A refusal (`Locked`) is
+//!   answered 423 after `DavQuery` of the file and of its collection, which name the
+//!   locks in the real worker's answer. A PUT without a token asks nothing before its
+//!   write flow.
 
 use core::time::Duration;
 use std::collections::BTreeMap;
@@ -32,7 +32,8 @@ use std::collections::BTreeMap;
 use servery_core::broker::ClientError;
 use servery_core::parent::Parent;
 use servery_core::proto::{
-    BrokerReply, BrokerRequest, DavDepth, DavLockInfo, Rejection, WorkerMessage,
+    BrokerReply, BrokerRequest, DavDepth, DavLockInfo, DavReach, DavWriteCheck, Rejection,
+    WorkerMessage,
 };
 use servery_core::{Instant, LeaseId, WorkerId};
 
@@ -91,6 +92,11 @@ enum Stage {
     Locking,
     Refreshing,
     Unlocking,
+    /// A PUT the broker refused for a lock: asking which locks apply to each path of
+    /// `ask`, to name them in the 423.
+    Naming {
+        ask: Vec<String>,
+    },
 }
 
 #[derive(Debug)]
@@ -466,22 +472,19 @@ impl SimWorld {
                     got: Vec::new(),
                 },
             ),
-            DavOp::Put => {
-                let parent = parent_of(&resource).to_owned();
-                let mut ask = vec![resource.clone(), parent];
-                if let Some(root) = r.lock_root
-                    && !ask.iter().any(|p| p == root)
-                {
-                    ask.push(root.to_owned());
-                }
-                (
-                    BrokerRequest::DavQuery { resource },
+            DavOp::Put => match (r.lock_root, r.token) {
+                // The `If` names a lock root: is it locked with that token?
+                (Some(root), Some(_)) => (
+                    BrokerRequest::DavQuery {
+                        resource: root.to_owned(),
+                    },
                     Stage::Querying {
-                        ask,
+                        ask: vec![root.to_owned()],
                         got: Vec::new(),
                     },
-                )
-            }
+                ),
+                _ => return self.dav_start_write(worker, conn, rec, Vec::new()),
+            },
         };
         self.dav_ask(worker, conn, rec, request, stage);
     }
@@ -529,10 +532,22 @@ impl SimWorld {
         let Some(reply) = reply else {
             return self.dav_answer(worker, conn, rec, DavEnd::FailedClosed);
         };
-        if let Some(r) = self.out.dav.log.get_mut(rec) {
+        // A refusal's naming comes after the decision, which rests on what came before.
+        if !matches!(stage, Stage::Naming { .. })
+            && let Some(r) = self.out.dav.log.get_mut(rec)
+        {
             r.answered_ns = ns(self.now);
         }
         let end = match (stage, reply) {
+            (Stage::Naming { mut ask }, BrokerReply::Locks(_)) => {
+                ask.remove(0);
+                if let Some(next) = ask.first().cloned() {
+                    let request = BrokerRequest::DavQuery { resource: next };
+                    return self.dav_ask(worker, conn, rec, request, Stage::Naming { ask });
+                }
+                DavEnd::Locked
+            }
+            (Stage::Naming { .. }, _) => DavEnd::Locked,
             (Stage::Querying { mut ask, mut got }, BrokerReply::Locks(locks)) => {
                 let path = ask.remove(0);
                 got.push((path, locks));
@@ -619,42 +634,87 @@ impl SimWorld {
             DavOp::Put => {
                 let if_fails =
                     matches!((root, token), (Some(root), Some(token)) if !if_holds(root, token));
-                let parent = parent_of(&resource);
-                let mut protecting: Vec<&DavLockInfo> = on(&resource)
-                    .into_iter()
-                    .filter(|l| applies(l, &resource))
-                    .collect();
-                protecting.extend(on(parent).into_iter().filter(|l| l.resource == parent));
-                let satisfied = |lock: &DavLockInfo| {
-                    protecting
-                        .iter()
-                        .any(|l| l.resource == lock.resource && Some(l.token.0) == token)
-                };
-                let refused = if if_fails {
-                    Some(DavEnd::PreconditionFailed)
-                } else if !protecting.iter().all(|l| satisfied(l)) {
-                    Some(DavEnd::Locked)
-                } else {
-                    None
-                };
-                if let Some(r) = self.out.dav.log.get_mut(rec) {
-                    r.allowed = Some(refused.is_none());
+                if if_fails {
+                    if let Some(r) = self.out.dav.log.get_mut(rec) {
+                        r.allowed = Some(false);
+                    }
+                    return self.dav_answer(worker, conn, rec, DavEnd::PreconditionFailed);
                 }
-                if let Some(end) = refused {
-                    return self.dav_answer(worker, conn, rec, end);
-                }
-                let Some(i) = DAV_FILES.iter().position(|f| *f == resource) else {
-                    self.violation(format!("a DAV PUT of {resource}, which is no file"));
-                    return self.dav_answer(worker, conn, rec, DavEnd::FailedClosed);
-                };
-                self.next_conn += 1;
-                let writer = self.next_conn;
-                let arrived_ms = self.out.dav.log[rec].arrived_ns / 1_000_000;
-                let target = DAV_TARGET_BASE + i as u8;
-                self.start_upload(worker, conn, target, writer, arrived_ms, Some(rec));
+                let submitted = token.map(LeaseId).into_iter().collect();
+                self.dav_start_write(worker, conn, rec, submitted);
             }
             DavOp::Lock { .. } => {}
         }
+    }
+
+    /// A PUT whose `If` holds (or that has none): the write flow, its lease request
+    /// carrying the lock check with the tokens submitted.
+    fn dav_start_write(
+        &mut self,
+        worker: WorkerId,
+        conn: u64,
+        rec: usize,
+        submitted: Vec<LeaseId>,
+    ) {
+        let Some(r) = self.out.dav.log.get(rec) else {
+            return;
+        };
+        let resource = r.resource.clone();
+        let Some(i) = DAV_FILES.iter().position(|f| *f == resource) else {
+            self.violation(format!("a DAV PUT of {resource}, which is no file"));
+            return self.dav_answer(worker, conn, rec, DavEnd::FailedClosed);
+        };
+        let check = DavWriteCheck {
+            resource,
+            reach: DavReach {
+                membership: true,
+                tree: false,
+            },
+            submitted,
+        };
+        self.next_conn += 1;
+        let writer = self.next_conn;
+        let arrived_ms = r.arrived_ns / 1_000_000;
+        let target = DAV_TARGET_BASE + i as u8;
+        self.start_upload(worker, conn, target, writer, arrived_ms, Some((rec, check)));
+    }
+
+    /// A PUT's lease request (with its lock check) goes to the broker.
+    pub(crate) fn dav_lease_asked(&mut self, rec: usize) {
+        let now = self.now;
+        if let Some(r) = self.out.dav.log.get_mut(rec)
+            && r.asked_ns == 0
+        {
+            r.asked_ns = ns(now);
+        }
+    }
+
+    /// The broker answered a PUT's lease request: granted, or busy (another write holds
+    /// the target), means the lock check passed; `Locked` that it did not.
+    pub(crate) fn dav_lease_answered(&mut self, rec: usize, reply: Option<&BrokerReply>) {
+        let now = self.now;
+        let Some(r) = self.out.dav.log.get_mut(rec) else {
+            return;
+        };
+        let allowed = match reply {
+            Some(BrokerReply::Granted { .. } | BrokerReply::Rejected(Rejection::Busy)) => true,
+            Some(BrokerReply::Rejected(Rejection::Locked)) => false,
+            _ => return,
+        };
+        r.answered_ns = ns(now);
+        r.allowed = Some(allowed);
+    }
+
+    /// The broker refused a PUT's lease for a lock: the worker asks which locks apply to
+    /// the file and its collection, to name them in its 423.
+    pub(crate) fn dav_write_locked(&mut self, worker: WorkerId, conn: u64, rec: usize) {
+        let Some(r) = self.out.dav.log.get(rec) else {
+            return;
+        };
+        let resource = r.resource.clone();
+        let ask = vec![resource.clone(), parent_of(&resource).to_owned()];
+        let request = BrokerRequest::DavQuery { resource };
+        self.dav_ask(worker, conn, rec, request, Stage::Naming { ask });
     }
 
     /// Answer the client and close the connection.

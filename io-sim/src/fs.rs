@@ -1,9 +1,11 @@
 //! A tiny simulated file system for the write flow: private temp files, atomic rename,
-//! and the parent's cleanup of a dead worker's temp files.
+//! the parent's cleanup of a dead worker's temp files, and the partial and meta files of
+//! resumable uploads (which belong to the client, not a worker: the cleanup leaves them).
 
 use std::collections::BTreeMap;
 
-use servery_core::WorkerId;
+use servery_core::chunk_flow::Recorded;
+use servery_core::{Instant, WorkerId};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TempFile {
@@ -20,6 +22,31 @@ pub struct SimFs {
     /// Published files: target → (writer, content).
     pub files: BTreeMap<u8, (u64, Vec<u8>)>,
     pub renames: u64,
+    /// Resumable uploads held for a target: `.servery-partial-…` and its `.meta`.
+    pub partials: BTreeMap<u8, PartialFiles>,
+}
+
+/// The partial file and the meta file of one target's resumable upload, and when each
+/// was last written (their `mtime`, which the real worker reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialFiles {
+    pub meta: Option<Recorded>,
+    pub meta_touched: Instant,
+    pub data: Option<Vec<u8>>,
+    pub data_touched: Instant,
+}
+
+impl PartialFiles {
+    /// How long the upload has been untouched: the partial file's age, or the meta
+    /// file's when there is no partial file (as `write::partial::inspect` reads them).
+    pub fn age_at(&self, now: Instant) -> core::time::Duration {
+        let touched = if self.data.is_some() {
+            self.data_touched
+        } else {
+            self.meta_touched
+        };
+        now.saturating_since(touched)
+    }
 }
 
 impl SimFs {
@@ -75,5 +102,26 @@ impl SimFs {
 
     pub fn temp_count(&self) -> usize {
         self.temps.len()
+    }
+
+    /// The owners of the private temp files there are now.
+    pub fn temp_owners(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.temps.values().map(|t| t.owner)
+    }
+
+    /// The temp file (holding `meta`) goes whole over `target`'s meta file (`rename(2)`).
+    pub fn rename_meta(&mut self, temp: u64, target: u8, meta: Recorded, now: Instant) -> bool {
+        if self.temps.remove(&temp).is_none() {
+            return false;
+        }
+        let p = self.partials.entry(target).or_insert(PartialFiles {
+            meta: None,
+            meta_touched: now,
+            data: None,
+            data_touched: now,
+        });
+        p.meta = Some(meta);
+        p.meta_touched = now;
+        true
     }
 }

@@ -144,6 +144,40 @@ pub const DAV_TREE_KILLED_BEFORE: [&str; 14] = [
     "dav tree: killed before answering",
 ];
 
+// Resumable uploads (`crate::chunks`).
+/// A worker killed between two steps of a chunk had its private temp files swept by the
+/// parent and its leases and reservations revoked (the goal of
+/// `FaultKind::CrashChunkStep`).
+pub const CHUNK_KILL_SWEPT: &str = "a worker killed mid chunk was swept";
+/// A partial left untouched past the partial TTL was discarded by the next chunk.
+pub const CHUNK_STALE_DISCARDED: &str = "a stale partial upload was discarded";
+/// A chunk took the partial reservation over from another live worker idle on it.
+pub const CHUNK_TAKEN_OVER: &str = "a chunk took the partial reservation over";
+/// A worker was killed just before this step of a chunk (by `ChunkStep` order).
+pub const CHUNK_KILLED_BEFORE: [&str; 21] = [
+    "chunk: killed before reserving",
+    "chunk: killed before the lease",
+    "chunk: killed before looking at the target",
+    "chunk: killed before looking at the partial",
+    "chunk: killed before discarding a stale partial",
+    "chunk: killed before taking the partial reservation",
+    "chunk: killed before taking the partial over",
+    "chunk: killed before recording the meta file",
+    "chunk: killed with the meta file's temp not yet renamed",
+    "chunk: killed before opening the partial",
+    "chunk: killed before appending",
+    "chunk: killed with part of the chunk appended",
+    "chunk: killed before syncing",
+    "chunk: killed before confirming the lease",
+    "chunk: killed before publishing",
+    "chunk: killed before removing the partial",
+    "chunk: killed before keeping the partial reservation",
+    "chunk: killed before giving the partial reservation back",
+    "chunk: killed before giving the lease back",
+    "chunk: killed before giving the reservation back",
+    "chunk: killed before answering",
+];
+
 // The certificate manager and the TLS hand-off (`crate::certs`).
 /// The simulated CA issued a certificate the plan got wrong (older, expired, a name
 /// missing).
@@ -228,4 +262,28 @@ pub const ALL: &[&str] = &[
     DAV_TREE_KILLED_BEFORE[11],
     DAV_TREE_KILLED_BEFORE[12],
     DAV_TREE_KILLED_BEFORE[13],
+    CHUNK_KILL_SWEPT,
+    CHUNK_STALE_DISCARDED,
+    CHUNK_TAKEN_OVER,
+    CHUNK_KILLED_BEFORE[0],
+    CHUNK_KILLED_BEFORE[1],
+    CHUNK_KILLED_BEFORE[2],
+    CHUNK_KILLED_BEFORE[3],
+    CHUNK_KILLED_BEFORE[4],
+    CHUNK_KILLED_BEFORE[5],
+    CHUNK_KILLED_BEFORE[6],
+    CHUNK_KILLED_BEFORE[7],
+    CHUNK_KILLED_BEFORE[8],
+    CHUNK_KILLED_BEFORE[9],
+    CHUNK_KILLED_BEFORE[10],
+    CHUNK_KILLED_BEFORE[11],
+    CHUNK_KILLED_BEFORE[12],
+    CHUNK_KILLED_BEFORE[13],
+    CHUNK_KILLED_BEFORE[14],
+    CHUNK_KILLED_BEFORE[15],
+    CHUNK_KILLED_BEFORE[16],
+    CHUNK_KILLED_BEFORE[17],
+    CHUNK_KILLED_BEFORE[18],
+    CHUNK_KILLED_BEFORE[19],
+    CHUNK_KILLED_BEFORE[20],
 ];

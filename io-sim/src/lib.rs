@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod certs;
+mod chunks;
 mod conns;
 mod dav;
 mod dav_tree;
@@ -24,6 +25,10 @@ pub mod tree;
 mod uploads;
 mod world;
 
+pub use chunks::{
+    ChunkEnd, ChunkOutcome, ChunkRecord, ChunkRequest, ChunkStep, ResumablePlan,
+    TARGET as RESUMABLE_TARGET, content as resumable_content,
+};
 pub use dav_tree::{
     DavTreePlan, TreeEnd, TreeMethod, TreeOpPlan, TreeOutcome, TreeRecord, TreeSnapshot, TreeStep,
     TreeStepFails,

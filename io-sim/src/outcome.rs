@@ -284,6 +284,8 @@ pub struct Outcome {
     pub singleton_switches: u32,
     /// WebDAV tree requests and what the oracle saw ([`crate::DavTreePlan`]).
     pub dav_tree: crate::dav_tree::TreeOutcome,
+    /// Resumable uploads and what the oracle saw ([`crate::ResumablePlan`]).
+    pub chunks: crate::chunks::ChunkOutcome,
     pub crash_faults: u64,
     pub hangs_injected: u64,
     /// Workers a hang fault stopped: (worker id, ms of virtual time).

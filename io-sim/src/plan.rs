@@ -142,6 +142,10 @@ pub struct Workload {
     /// workers killed between steps; `None` (the default): none, and a run draws,
     /// schedules and traces what it did before.
     pub dav_tree: Option<crate::dav_tree::DavTreePlan>,
+    /// Resumable uploads (chunks with `Content-Range`) one request at a time, with
+    /// workers killed between steps; `None` (the default): none, and a run draws,
+    /// schedules and traces what it did before.
+    pub resumable: Option<crate::chunks::ResumablePlan>,
 }
 
 impl Default for Workload {
@@ -160,6 +164,7 @@ impl Default for Workload {
             dav: None,
             certs: None,
             dav_tree: None,
+            resumable: None,
         }
     }
 }
@@ -324,10 +329,13 @@ pub enum FaultKind {
     /// A worker carrying out a WebDAV tree request is killed before a step the plan
     /// names ([`crate::TreeOpPlan::kill_before`]).
     CrashDavTreeStep,
+    /// A worker carrying out a chunk of a resumable upload is killed before a step the
+    /// plan names ([`crate::ChunkRecord::kill_before`]).
+    CrashChunkStep,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 25] = [
+    pub const ALL: [FaultKind; 26] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -353,6 +361,7 @@ impl FaultKind {
         FaultKind::CrashAfterUptime,
         FaultKind::PauseWorker,
         FaultKind::CrashDavTreeStep,
+        FaultKind::CrashChunkStep,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -387,6 +396,7 @@ impl FaultKind {
             FaultKind::CrashAfterUptime => "crash-after-uptime",
             FaultKind::PauseWorker => "pause-worker",
             FaultKind::CrashDavTreeStep => "crash-dav-tree-step",
+            FaultKind::CrashChunkStep => "crash-chunk-step",
         }
     }
 
@@ -412,6 +422,7 @@ impl FaultKind {
                 | FaultKind::CrashAfterUptime
                 | FaultKind::PauseWorker
                 | FaultKind::CrashDavTreeStep
+                | FaultKind::CrashChunkStep
         )
     }
 
@@ -445,6 +456,7 @@ impl FaultKind {
             FaultKind::CrashAfterUptime => l::CRASHED_AFTER_UPTIME,
             FaultKind::PauseWorker => l::PAUSED_WORKER_RESUMED,
             FaultKind::CrashDavTreeStep => l::DAV_TREE_KILL_SWEPT,
+            FaultKind::CrashChunkStep => l::CHUNK_KILL_SWEPT,
         }
     }
 }

@@ -28,6 +28,8 @@ pub(crate) enum Waiting {
     Dav(u64),
     /// A WebDAV tree request on this connection (see `crate::dav_tree`).
     DavTree(u64),
+    /// A chunk of a resumable upload on this connection (see `crate::chunks`).
+    Chunk(u64),
 }
 
 #[derive(Debug)]
@@ -489,6 +491,9 @@ impl SimWorld {
             if let ConnKind::DavTree { rec } = kind {
                 self.dav_tree_ended(rec, crate::dav_tree::TreeEnd::Refused);
             }
+            if let ConnKind::Chunk { rec } = kind {
+                self.chunk_ended(rec, crate::chunks::ChunkEnd::Refused);
+            }
             return;
         }
         self.next_conn += 1;
@@ -550,6 +555,7 @@ impl SimWorld {
             } => self.start_upload(worker, conn, target, writer, arrived_ms, None),
             ConnKind::Dav { rec } => self.dav_accept(worker, conn, rec),
             ConnKind::DavTree { rec } => self.dav_tree_accept(worker, conn, rec),
+            ConnKind::Chunk { rec } => self.chunk_accept(worker, conn, rec),
         }
     }
 
@@ -673,6 +679,7 @@ impl SimWorld {
             Waiting::Upload(conn) => self.upload_reply(worker, conn, reply),
             Waiting::Dav(conn) => self.dav_reply(worker, conn, reply),
             Waiting::DavTree(conn) => self.dav_tree_reply(worker, conn, reply),
+            Waiting::Chunk(conn) => self.chunk_reply(worker, conn, reply),
         }
     }
 }

@@ -5,7 +5,7 @@
 use core::time::Duration;
 
 use servery_core::WorkerId;
-use servery_core::proto::{BrokerReply, BrokerRequest, Rejection};
+use servery_core::proto::{BrokerReply, BrokerRequest, DavWriteCheck, Rejection};
 use servery_core::write_flow::{
     Existing, WriteAction, WriteEvent, WriteFailure, WriteFlow, WriteOptions,
 };
@@ -26,13 +26,17 @@ pub(crate) struct Upload {
     flow: WriteFlow,
     temp: Option<u64>,
     chunks_left: u64,
-    /// A WebDAV PUT's write: its record in the DAV log.
-    dav: Option<usize>,
+    /// A WebDAV PUT's write: its record in the DAV log, and the lock check its lease
+    /// request carries (`DavWriteLease`, as the real worker's).
+    dav: Option<(usize, DavWriteCheck)>,
+    /// The lease request is the one awaiting an answer.
+    leasing: bool,
 }
 
 impl SimWorld {
     /// The write flow on `conn`: reservation, target lease, temp file, rename. `dav`: a
-    /// WebDAV PUT that passed its lock check (its record in the DAV log).
+    /// WebDAV PUT (its record in the DAV log), whose lock check goes with its lease
+    /// request.
     pub(crate) fn start_upload(
         &mut self,
         worker: WorkerId,
@@ -40,7 +44,7 @@ impl SimWorld {
         target: u8,
         writer: u64,
         arrived_ms: u64,
-        dav: Option<usize>,
+        dav: Option<(usize, DavWriteCheck)>,
     ) {
         let bytes = self.spec.workload.upload_chunks * 4;
         let Some(p) = self.procs.get_mut(&worker) else {
@@ -60,12 +64,25 @@ impl SimWorld {
                 temp: None,
                 chunks_left: 0,
                 dav,
+                leasing: false,
             },
         );
         self.drive_upload(worker, conn);
     }
 
     pub(crate) fn upload_reply(&mut self, worker: WorkerId, conn: u64, reply: Option<BrokerReply>) {
+        let Some(u) = self
+            .procs
+            .get_mut(&worker)
+            .and_then(|p| p.uploads.get_mut(&conn))
+        else {
+            return;
+        };
+        if core::mem::take(&mut u.leasing)
+            && let Some((rec, _)) = u.dav
+        {
+            self.dav_lease_answered(rec, reply.as_ref());
+        }
         let Some(u) = self
             .procs
             .get_mut(&worker)
@@ -112,13 +129,21 @@ impl SimWorld {
                     }
                 }
                 WriteAction::Lease => {
-                    let target = u.target;
-                    match p
-                        .client
-                        .request(now, BrokerRequest::AcquireLease { key: key(target) })
-                    {
+                    let key = key(u.target);
+                    let request = match &u.dav {
+                        Some((_, check)) => BrokerRequest::DavWriteLease {
+                            key,
+                            check: Box::new(check.clone()),
+                        },
+                        None => BrokerRequest::AcquireLease { key },
+                    };
+                    match p.client.request(now, request) {
                         Ok(rid) => {
+                            u.leasing = true;
                             p.waiting.insert(rid, Waiting::Upload(conn));
+                            if let Some((rec, _)) = u.dav {
+                                self.dav_lease_asked(rec);
+                            }
                             self.pump(worker);
                             return;
                         }
@@ -207,6 +232,14 @@ impl SimWorld {
                     p.client
                         .release(now, BrokerRequest::ReleaseReservation { id });
                     continue;
+                }
+                WriteAction::Finish(Err(WriteFailure::Locked)) if u.dav.is_some() => {
+                    // A WebDAV PUT the broker refused for a lock: the worker names the
+                    // locks of its 423 (`crate::dav`).
+                    if let Some((rec, _)) = p.uploads.remove(&conn).and_then(|u| u.dav) {
+                        self.dav_write_locked(worker, conn, rec);
+                    }
+                    return;
                 }
                 WriteAction::Finish(result) => {
                     let end = match result {
@@ -308,7 +341,7 @@ impl SimWorld {
         if self.waited_emfile.remove(&conn) && end == UploadEnd::Ok {
             self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
         }
-        if let Some(rec) = u.dav {
+        if let Some((rec, _)) = u.dav {
             // A WebDAV PUT: its own log, not the uploads'.
             self.dav_write_ended(rec, end);
             self.pump(worker);

@@ -111,6 +111,13 @@ pub(crate) enum SimEvent {
     },
     /// The WebDAV tree client sends its next request.
     DavTreeSend,
+    /// The resumable-upload client sends its next request.
+    ChunkSend,
+    /// A chunk's bytes have reached the worker writing them.
+    ChunkCopied {
+        worker: WorkerId,
+        conn: u64,
+    },
 }
 
 impl SimEvent {
@@ -141,6 +148,8 @@ impl SimEvent {
             SimEvent::Cert(step) => (23, step.code()),
             SimEvent::WorkerResumes { worker } => (24, worker.0),
             SimEvent::DavTreeSend => (25, 0),
+            SimEvent::ChunkSend => (26, 0),
+            SimEvent::ChunkCopied { worker, conn } => (27, worker.0 << 32 | conn),
         }
     }
 
@@ -154,7 +163,8 @@ impl SimEvent {
             | SimEvent::BootDone { worker }
             | SimEvent::Crash { worker }
             | SimEvent::RequestDone { worker, .. }
-            | SimEvent::UploadStep { worker, .. } => Some(*worker),
+            | SimEvent::UploadStep { worker, .. }
+            | SimEvent::ChunkCopied { worker, .. } => Some(*worker),
             _ => None,
         }
     }
@@ -174,6 +184,8 @@ pub(crate) enum ConnKind {
     Dav { rec: usize },
     /// A WebDAV tree request: its record in [`crate::Outcome::dav_tree`].
     DavTree { rec: usize },
+    /// A request of a resumable upload: its record in [`crate::Outcome::chunks`].
+    Chunk { rec: usize },
 }
 
 pub struct SimWorld {
@@ -248,6 +260,9 @@ pub struct SimWorld {
     /// The WebDAV tree, its client and the tree requests workers carry out (with a tree
     /// workload only).
     pub(crate) dav_tree: Option<crate::dav_tree::DavTreeSim>,
+    /// The resumable-upload client and the chunks workers carry out (with a resumable
+    /// plan only).
+    pub(crate) chunks: Option<crate::chunks::ChunkSim>,
     pub(crate) trace: Trace,
     pub(crate) out: Outcome,
 }
@@ -318,6 +333,7 @@ impl SimWorld {
             dav: None,
             certs: None,
             dav_tree: None,
+            chunks: None,
             trace,
             out: Outcome {
                 seed: spec.seed,
@@ -358,6 +374,7 @@ impl SimWorld {
         w.dav_start();
         w.certs_start();
         w.dav_tree_start();
+        w.chunks_start();
         w
     }
 
@@ -558,6 +575,8 @@ impl SimWorld {
             SimEvent::Cert(step) => self.cert_step(step),
             SimEvent::WorkerResumes { worker } => self.worker_resumes(worker),
             SimEvent::DavTreeSend => self.dav_tree_send(),
+            SimEvent::ChunkSend => self.chunk_send(),
+            SimEvent::ChunkCopied { worker, conn } => self.chunk_copied(worker, conn),
         }
         None
     }
@@ -605,7 +624,8 @@ impl SimWorld {
                 | SimEvent::UploadArrival
                 | SimEvent::DavClientArrival
                 | SimEvent::DavWriteArrival
-                | SimEvent::DavTreeSend => {
+                | SimEvent::DavTreeSend
+                | SimEvent::ChunkSend => {
                     // Clients keep trying; the listener is gone with the parent or
                     // orphaned workers, which must not accept.
                     self.client_after_parent();
@@ -619,11 +639,14 @@ impl SimWorld {
         self.out.requests.stranded += self.backlog.len() as u64;
         self.out.temp_files_at_end = self.fs.temp_count();
         self.dav_tree_finish();
+        self.chunks_finish();
         self.out.torn_files = self
             .fs
             .files
-            .values()
-            .filter(|(writer, bytes)| {
+            .iter()
+            // The resumable uploads' target is judged by their own oracle.
+            .filter(|(target, _)| **target != crate::chunks::TARGET)
+            .filter(|(_, (writer, bytes))| {
                 bytes.len() as u64 != self.spec.workload.upload_chunks * 4
                     || bytes.iter().any(|b| *b != (*writer % 251) as u8)
             })

@@ -5,7 +5,6 @@ use core::time::Duration;
 
 use servery_core::config::RawConfig;
 use servery_core::supervisor::{ExitReason, FailureReason};
-use servery_sim::labels;
 use servery_sim::rng::SimRng;
 use servery_sim::{
     Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
@@ -14,6 +13,7 @@ use servery_sim::{
 use crate::catalog_bursts as bursts;
 use crate::catalog_certs as certs;
 use crate::catalog_chaos as chaos_;
+use crate::catalog_chunks as chunks;
 use crate::catalog_dav as dav;
 use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
@@ -22,54 +22,7 @@ use crate::catalog_rollouts as rollouts;
 use crate::catalog_writes as writes;
 use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
 
-/// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
-pub const COVERAGE_GOALS: &[&str] = &[
-    "crash loop reached failed",
-    "recycle aborted kept the old worker",
-    "lease revoked on death",
-    "hang killed",
-    "log queue dropped under the drop policy",
-    "crash between prepare and commit",
-    "reload rejected kept the old generation",
-    "malformed frame replaced worker",
-    "wedged drain killed",
-    "same-target conflict",
-    "broker saturation rejected",
-    "parent death drained workers",
-    "backoff at cap halted",
-    "recycled by age",
-    "recycled by request count",
-    "replacement failed then halted",
-    "parent stall survived",
-    "hang while draining killed",
-    "spawn failures recovered",
-    "clock jump replaced nobody healthy",
-    "dav lock survived crash, recycle, reload",
-    "dav lock table saturated, then granted again",
-    "dav tree requests killed between steps showed no half tree",
-    labels::DAV_TREE_KILLED_BEFORE[0],
-    labels::DAV_TREE_KILLED_BEFORE[1],
-    labels::DAV_TREE_KILLED_BEFORE[2],
-    labels::DAV_TREE_KILLED_BEFORE[3],
-    labels::DAV_TREE_KILLED_BEFORE[4],
-    labels::DAV_TREE_KILLED_BEFORE[5],
-    labels::DAV_TREE_KILLED_BEFORE[6],
-    labels::DAV_TREE_KILLED_BEFORE[7],
-    labels::DAV_TREE_KILLED_BEFORE[8],
-    labels::DAV_TREE_KILLED_BEFORE[9],
-    labels::DAV_TREE_KILLED_BEFORE[10],
-    labels::DAV_TREE_KILLED_BEFORE[11],
-    labels::DAV_TREE_KILLED_BEFORE[12],
-    labels::DAV_TREE_KILLED_BEFORE[13],
-    "certificate renewed on time",
-    "ca failures retried at the cap, then renewed",
-    "tls hand-off survived a worker crash",
-    "reload during a renewal handed off",
-    "pause waited out, its requests answered late",
-    "pause past the deadline ended as hung",
-    "correlated crashes counted once stayed ready",
-    "burst window still halted a loop",
-];
+pub use crate::goals::COVERAGE_GOALS;
 
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
@@ -326,9 +279,16 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "dav-move-crash-between-steps",
-        about: "MOVE, COPY (Depth infinity) and DELETE of small collections, the worker killed just before a seeded step of the core's tree flow: clients never see half a tree or a lost source, a success leaves the whole result, every lease is back once the parent lets the worker go, and its cleanup leaves no staging copy or trash",
+        about: "MOVE, COPY (Depth infinity and 0), DELETE and MKCOL of small collections, the worker killed just before a seeded step of the core's tree flow: clients never see half a tree or a lost source, a success leaves the whole result, every lease is back once the parent lets the worker go, and its cleanup leaves no staging copy or trash",
         build: dav_tree::move_crash_between_steps,
         kinds: &[FaultKind::CrashDavTreeStep],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "resumable-chunk-crash-between-steps",
+        about: "a client uploads files in chunks (Content-Range), resuming from the held range it asks for after a lost answer, and the worker carrying a chunk is killed just before a seeded step of the core's chunk flow (or inside the meta write or the append): the target is never seen half written, every held byte is the client's and the partial never goes back except by a documented discard, a Complete leaves the whole file byte-exact, no grant or temp file outlives its worker's cleanup, every upload completes and nothing is left",
+        build: chunks::resumable_chunk_crash_between_steps,
+        kinds: &[FaultKind::CrashChunkStep],
         no_swarm: None,
     },
     Scenario {

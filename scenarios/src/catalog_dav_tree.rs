@@ -1,5 +1,5 @@
-//! WebDAV tree operations under crashes: a client MOVEs, COPYs (Depth infinity) and
-//! DELETEs small collections one request at a time, and the worker carrying a request out
+//! WebDAV tree operations under crashes: a client MOVEs, COPYs (Depth infinity and
+//! Depth 0), DELETEs and MKCOLs small collections one request at a time, and the worker carrying a request out
 //! is killed just before a step of the core's tree flow that the seed picks.
 //!
 //! The predicates judge the simulator's record (`Outcome::dav_tree`): the visible tree
@@ -121,14 +121,35 @@ fn is_collection(t: &Option<Visible>) -> bool {
     t.as_ref().is_some_and(|t| t.get("") == Some(&None))
 }
 
+/// Just a collection, no members: what MKCOL makes and a Depth-0 COPY of one copies.
+fn empty_collection() -> Option<Visible> {
+    Some(Visible::from([(String::new(), None)]))
+}
+
+/// The resource a request creates or replaces: its destination; a MKCOL's own path.
+fn destination(r: &TreeRecord) -> &str {
+    match r.method {
+        TreeMethod::Mkcol => &r.from,
+        _ => r.to.as_deref().unwrap_or(""),
+    }
+}
+
 /// The trees a client may find while request `r` runs or after its worker died, per the
 /// WebDAV guide's table (A the source, B an existing destination): before; after; the
 /// destination given up when a collection was involved (moved aside, not yet replaced);
 /// a MOVE across file systems with the copy placed and the source not yet gone. The
-/// first is the state before, the second the one a success must leave.
+/// first is the state before, the second the one a success must leave. A MKCOL shows
+/// nothing or the new empty collection; a Depth-0 COPY of a collection copies it without
+/// its members.
 fn allowed(before: &Visible, r: &TreeRecord) -> Vec<Visible> {
     let a = subtree(before, &r.from);
     let mut states = vec![before.clone()];
+    if r.method == TreeMethod::Mkcol {
+        if a.is_none() {
+            states.push(with(before, &[(&r.from, &empty_collection())]));
+        }
+        return states;
+    }
     if a.is_none() {
         return states;
     }
@@ -147,6 +168,11 @@ fn allowed(before: &Visible, r: &TreeRecord) -> Vec<Visible> {
             }
         }
         TreeMethod::Copy => states.push(with(before, &[(to, &a)])),
+        TreeMethod::CopyDepth0 if is_collection(&a) => {
+            states.push(with(before, &[(to, &empty_collection())]));
+        }
+        TreeMethod::CopyDepth0 => states.push(with(before, &[(to, &a)])),
+        TreeMethod::Mkcol => {}
     }
     if r.method != TreeMethod::Delete && b.is_some() && (is_collection(&a) || is_collection(&b)) {
         states.push(with(before, &[(to, &none)]));
@@ -182,9 +208,20 @@ pub(crate) fn tree_held(o: &mut Outcome) -> Result<(), String> {
     if t.ops.is_empty() {
         return Err("the tree client sent no request".into());
     }
+    let mut reached = Vec::new();
     for (i, r) in t.ops.iter().enumerate() {
         let before = state.clone();
         let states = allowed(&before, r);
+        let done = matches!(r.end, Some(TreeEnd::Done(_)));
+        match (r.method, r.killed_before) {
+            (TreeMethod::Mkcol, Some(_)) => reached.push(MKCOL_KILLED),
+            (TreeMethod::CopyDepth0, Some(_)) => reached.push(COPY_DEPTH0_KILLED),
+            (TreeMethod::Mkcol, None) if done => reached.push(MKCOL_CREATED),
+            (TreeMethod::CopyDepth0, None) if done && is_collection(&subtree(&before, &r.from)) => {
+                reached.push(COPY_DEPTH0_DONE)
+            }
+            _ => {}
+        }
         for s in by_op.get(&i).into_iter().flatten() {
             if !states.contains(&s.visible) {
                 return Err(format!(
@@ -201,7 +238,7 @@ pub(crate) fn tree_held(o: &mut Outcome) -> Result<(), String> {
         let want = match r.end {
             Some(TreeEnd::Done(done)) => {
                 let after = states.get(1).unwrap_or(&before);
-                let created = subtree(&before, r.to.as_deref().unwrap_or("")).is_none();
+                let created = subtree(&before, destination(r)).is_none();
                 let answer_ok = match (r.method, done) {
                     (TreeMethod::Delete, TreeDone::Deleted) => true,
                     (TreeMethod::Delete, _) | (_, TreeDone::Deleted) => false,
@@ -227,8 +264,17 @@ pub(crate) fn tree_held(o: &mut Outcome) -> Result<(), String> {
             ));
         }
     }
-    leases_and_names_held(t)
+    leases_and_names_held(t)?;
+    o.coverage.extend(reached);
+    Ok(())
 }
+
+/// Coverage goals: MKCOL and Depth-0 COPY answered and killed between steps.
+pub(crate) const MKCOL_CREATED: &str = "dav tree: a MKCOL created a collection";
+pub(crate) const MKCOL_KILLED: &str = "dav tree: a MKCOL's worker was killed between steps";
+pub(crate) const COPY_DEPTH0_DONE: &str = "dav tree: a Depth-0 COPY of a collection succeeded";
+pub(crate) const COPY_DEPTH0_KILLED: &str =
+    "dav tree: a Depth-0 COPY's worker was killed between steps";
 
 fn leases_and_names_held(t: &TreeOutcome) -> Result<(), String> {
     if let Some((at, name, w)) = t.stale_leases.first() {

@@ -12,6 +12,7 @@ mod catalog;
 mod catalog_bursts;
 mod catalog_certs;
 mod catalog_chaos;
+mod catalog_chunks;
 mod catalog_dav;
 mod catalog_dav_tree;
 mod catalog_io_faults;
@@ -20,6 +21,7 @@ mod catalog_rollouts;
 mod catalog_writes;
 mod checks;
 pub mod corpus;
+mod goals;
 pub mod research;
 mod sweep;
 

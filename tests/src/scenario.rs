@@ -87,6 +87,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "a tree-request workload whose client picks requests from the simulated tree: the real counterpart is tests/webdav_tree_crash.rs, which kills a real worker before six chosen steps of MOVE, COPY and DELETE (SERVERY_TEST_FAULT=kill-before-tree-step) and checks the tree, the cleanup, the broker's leases and the retry",
     ),
     (
+        "resumable-chunk-crash-between-steps",
+        "a resumable-upload workload whose worker is killed before a drawn step of the chunk flow: the real counterparts are tests/uploads.rs, an_interrupted_resumable_upload_resumes_from_the_308_range (a client cut off mid-chunk, a kill -9 of the worker writing the next chunk, the resume from the 308 range through another worker, byte-exact, nothing left) and a_partial_holding_every_byte_is_published_by_the_next_chunk",
+    ),
+    (
         "singleton-lifecycle",
         "it turns on TFTP and HTTP/3, which are not in the binary yet; the access log, QR and mDNS singletons are driven for real by tests/singletons.rs",
     ),

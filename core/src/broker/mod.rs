@@ -160,6 +160,14 @@ impl Broker {
             .map(|l| l.owner)
     }
 
+    pub fn reservations(&self) -> impl Iterator<Item = (&LeaseId, &Reservation)> {
+        self.reservations.iter()
+    }
+
+    pub fn partials(&self) -> impl Iterator<Item = (&LeaseId, &Partial)> {
+        self.partials.iter()
+    }
+
     pub fn reservation_count(&self) -> usize {
         self.reservations.len()
     }

@@ -127,17 +127,19 @@ impl SimWorld {
         let exists = |n: &str| visible.contains_key(n);
         let collection = |n: &str| visible.get(n) == Some(&None);
         let step = op.kill_before.map(|(s, _)| s);
-        let mut method = match self.rng.range(0, 2) {
+        let mut method = match self.rng.range(0, 4) {
             0 => TreeMethod::Move,
             1 => TreeMethod::Copy,
-            _ => TreeMethod::Delete,
+            2 => TreeMethod::Delete,
+            3 => TreeMethod::Mkcol,
+            _ => TreeMethod::CopyDepth0,
         };
         let mut cross_device = op.cross_device;
         let mut overwrite = op.overwrite;
         let mut wants_destination = false;
         match step {
             Some(TreeStep::CreateStaging | TreeStep::FillStaging | TreeStep::RemoveStaging) => {
-                if method == TreeMethod::Delete {
+                if matches!(method, TreeMethod::Delete | TreeMethod::Mkcol) {
                     method = TreeMethod::Copy;
                 }
                 if method == TreeMethod::Move {
@@ -145,19 +147,29 @@ impl SimWorld {
                 }
             }
             Some(TreeStep::TrashDestination | TreeStep::Untrash) => {
-                if method == TreeMethod::Delete {
+                if matches!(method, TreeMethod::Delete | TreeMethod::Mkcol) {
                     method = TreeMethod::Move;
                 }
                 overwrite = true;
                 wants_destination = true;
             }
             Some(TreeStep::TrashSource) => {
-                if method == TreeMethod::Copy {
+                if matches!(
+                    method,
+                    TreeMethod::Copy | TreeMethod::CopyDepth0 | TreeMethod::Mkcol
+                ) {
                     method = TreeMethod::Delete;
                 }
                 if method == TreeMethod::Move {
                     cross_device = true;
                 }
+            }
+            // A MKCOL has no properties to carry and nothing to move aside.
+            Some(TreeStep::Properties) if method == TreeMethod::Mkcol => {
+                method = TreeMethod::Copy;
+            }
+            Some(TreeStep::RemoveTrash) if method == TreeMethod::Mkcol => {
+                method = TreeMethod::Delete;
             }
             _ => {}
         }
@@ -175,9 +187,15 @@ impl SimWorld {
         let collections: Vec<&'static str> =
             names.iter().copied().filter(|n| collection(n)).collect();
         let existing: Vec<&'static str> = names.iter().copied().filter(|n| exists(n)).collect();
-        let from = pick(&mut self.rng, collections.clone())
-            .or_else(|| pick(&mut self.rng, existing.clone()))
-            .unwrap_or(names.first().copied().unwrap_or("/"));
+        let absent: Vec<&'static str> = names.iter().copied().filter(|n| !exists(n)).collect();
+        let from = if method == TreeMethod::Mkcol {
+            // A name that is free, so that most MKCOLs create (one taken: 405).
+            pick(&mut self.rng, absent).or_else(|| pick(&mut self.rng, existing.clone()))
+        } else {
+            pick(&mut self.rng, collections.clone())
+                .or_else(|| pick(&mut self.rng, existing.clone()))
+        }
+        .unwrap_or(names.first().copied().unwrap_or("/"));
         let others: Vec<&'static str> = names.iter().filter(|n| **n != from).copied().collect();
         let occupied: Vec<&'static str> = others.iter().copied().filter(|n| exists(n)).collect();
         let to = if wants_destination {
@@ -188,7 +206,8 @@ impl SimWorld {
         TreeRecord {
             method,
             from: from.to_owned(),
-            to: (method != TreeMethod::Delete).then(|| to.unwrap_or("/").to_owned()),
+            to: (!matches!(method, TreeMethod::Delete | TreeMethod::Mkcol))
+                .then(|| to.unwrap_or("/").to_owned()),
             overwrite,
             cross_device: cross_device && method == TreeMethod::Move,
             fails,

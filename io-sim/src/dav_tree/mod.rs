@@ -1,6 +1,6 @@
 //! WebDAV's tree operations in the simulation, opt-in through [`crate::Workload::dav_tree`]:
-//! a client that sends MOVE, COPY (Depth infinity) and DELETE of small collections one at
-//! a time, workers that carry each out by driving the core's [`servery_core::tree_flow`]
+//! a client that sends MOVE, COPY (Depth infinity and Depth 0), DELETE and MKCOL of small
+//! collections one at a time, workers that carry each out by driving the core's [`servery_core::tree_flow`]
 //! — the machine the real worker drives (`io-real/src/http/dav/tree_run.rs`) — against
 //! the simulated tree ([`crate::tree`]) with target leases from the broker, and a plan
 //! that kills the worker before a chosen step of the flow.
@@ -92,6 +92,10 @@ pub enum TreeMethod {
     /// COPY with `Depth: infinity`.
     Copy,
     Delete,
+    /// MKCOL of `from`.
+    Mkcol,
+    /// COPY with `Depth: 0`: a collection is copied without its members.
+    CopyDepth0,
 }
 
 /// A file-system call that fails on purpose, to reach the flow's way back.

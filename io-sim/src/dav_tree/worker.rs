@@ -47,7 +47,9 @@ impl SimWorld {
         let op = match r.method {
             TreeMethod::Move => TreeOp::Move,
             TreeMethod::Copy => TreeOp::Copy { infinity: true },
+            TreeMethod::CopyDepth0 => TreeOp::Copy { infinity: false },
             TreeMethod::Delete => TreeOp::Delete,
+            TreeMethod::Mkcol => TreeOp::MakeCollection,
         };
         // The global lease order of the real driver: the canonical paths' order.
         let source_first = r.to.as_ref().is_none_or(|to| r.from < *to);
@@ -125,7 +127,11 @@ impl SimWorld {
             if r.kill_before == Some((step, nth)) {
                 return self.dav_tree_kill(worker, rec, step);
             }
-            let (from, to) = (r.from.as_str(), r.to.as_deref());
+            // A MKCOL's one resource is its destination.
+            let (from, to) = match r.method {
+                TreeMethod::Mkcol => (r.from.as_str(), Some(r.from.as_str())),
+                _ => (r.from.as_str(), r.to.as_deref()),
+            };
             let tree = &mut t.tree;
             let event = match action {
                 TreeAction::Lease(side) => {

@@ -135,6 +135,7 @@ impl SimWorld {
         self.out.log.lost_with_worker += lost_logs;
         let mut dav_lost = Vec::new();
         let mut tree_lost = Vec::new();
+        let mut chunks_lost = Vec::new();
         for (_, kind) in conns {
             match (kind, cause) {
                 (ConnKind::Get { .. }, Some(_)) => self.out.requests.failed_fault += 1,
@@ -143,6 +144,13 @@ impl SimWorld {
                 (ConnKind::Upload { .. }, None) => self.out.uploads.failed_forced += 1,
                 (ConnKind::DavTree { rec }, cause) => {
                     tree_lost.push(rec);
+                    match cause {
+                        Some(_) => self.out.requests.failed_fault += 1,
+                        None => self.out.requests.failed_forced += 1,
+                    }
+                }
+                (ConnKind::Chunk { rec }, cause) => {
+                    chunks_lost.push(rec);
                     match cause {
                         Some(_) => self.out.requests.failed_fault += 1,
                         None => self.out.requests.failed_forced += 1,
@@ -180,6 +188,9 @@ impl SimWorld {
         }
         if self.dav_tree.is_some() {
             self.dav_tree_lost(worker, tree_lost);
+        }
+        if self.chunks.is_some() {
+            self.chunks_lost(worker, chunks_lost);
         }
         self.out.last_process_exit_ms = self.now.as_nanos() / 1_000_000;
         let code = match status {

@@ -229,6 +229,9 @@ impl ParentIo for SimWorld {
                     if let ConnKind::DavTree { rec } = kind {
                         self.dav_tree_ended(rec, crate::dav_tree::TreeEnd::Refused);
                     }
+                    if let ConnKind::Chunk { rec } = kind {
+                        self.chunk_ended(rec, crate::chunks::ChunkEnd::Refused);
+                    }
                 }
             }
             Action::WorkerGone { worker } => {
@@ -407,6 +410,9 @@ impl ParentIo for SimWorld {
         }
         if self.dav_tree.is_some() {
             self.dav_tree_observe(now, parent);
+        }
+        if self.chunks.is_some() {
+            self.chunks_observe(now, parent);
         }
     }
 }
