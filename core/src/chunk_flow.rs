@@ -258,9 +258,15 @@ impl ChunkFlow {
                 _ => self.go(Stage::InspectingPartial, ChunkAction::InspectPartial),
             },
             (Stage::InspectingPartial, E::Held(held)) => {
-                // Bytes without a meta file have no total to check them against.
+                // Bytes without a meta file have no total to check them against. A meta
+                // file without bytes holds nothing anyone could resume (a writer killed
+                // after recording it and before the first byte, or after publishing and
+                // before removing it), so its total binds no one: an upload of another
+                // length replaces it rather than waiting out its lifetime.
                 let orphan_data = held.data && held.meta.is_none();
-                if orphan_data || held.expired {
+                let orphan_meta =
+                    !held.data && held.meta.is_some_and(|m| m.total != self.options.total);
+                if orphan_data || orphan_meta || held.expired {
                     self.go(Stage::Discarding, ChunkAction::DiscardStale);
                 } else {
                     self.held = held;

@@ -630,6 +630,29 @@ fn the_answers_of_today() {
         first(Existing::Nothing, stale, false),
         Some(ChunkAction::DiscardStale)
     );
+    // So is a meta file of another total with no bytes behind it (its writer was killed
+    // after publishing and before removing it): it holds nothing to resume.
+    let meta_alone = Held {
+        data: false,
+        have: 0,
+        ..other_total
+    };
+    assert_eq!(
+        first(Existing::File, meta_alone, false),
+        Some(ChunkAction::DiscardStale)
+    );
+    // Of the same total it is adopted as before.
+    let same_total = Held {
+        meta: Some(Recorded {
+            total: TOTAL,
+            grant: None,
+        }),
+        ..meta_alone
+    };
+    assert_ne!(
+        first(Existing::Nothing, same_total, false),
+        Some(ChunkAction::DiscardStale)
+    );
 }
 
 #[test]
