@@ -16,7 +16,7 @@ pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
     RawFeatures, RawRecovery, RawUploads,
 };
-pub use tftp::{RawTftp, TftpLimits};
+pub use tftp::{MAX_TRANSFERS as MAX_TFTP_TRANSFERS, RawTftp, TftpLimits};
 pub use valid::{
     BrokerLimits, Budgets, ConnectionLimits, Features, RecoveryPolicy, UploadLimits, ValidConfig,
 };

@@ -5,6 +5,10 @@ use core::time::Duration;
 
 use super::validate::Checker;
 
+/// The most transfers `tftp.max_transfers` may allow. Each read holds a thread of the
+/// parent's for its whole length, so the parent sizes its blocking pool by this.
+pub const MAX_TRANSFERS: i64 = 4096;
+
 /// As written.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -60,7 +64,8 @@ const MAX_TIMEOUT_SECS: f64 = 255.0;
 
 impl RawTftp {
     pub(super) fn check(&self, c: &mut Checker) -> TftpLimits {
-        let max_transfers = c.count("tftp.max_transfers", self.max_transfers, 1, 4096) as u32;
+        let max_transfers =
+            c.count("tftp.max_transfers", self.max_transfers, 1, MAX_TRANSFERS) as u32;
         let max_transfer_size = c.count(
             "tftp.max_transfer_size",
             self.max_transfer_size,

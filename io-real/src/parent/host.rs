@@ -14,6 +14,12 @@ use tokio::sync::oneshot;
 use super::control::Reparse;
 use super::io::{Inbound, InboundTx};
 
+/// The host runtime's blocking pool: tokio's default for the parent's own blocking work
+/// (file cleanup, TFTP writes' disk batches) plus one thread for every TFTP read the limit
+/// allows, each of which holds its thread for the whole transfer (`crate::tftp`). Threads
+/// are made on demand; this is only the ceiling.
+const BLOCKING_THREADS: usize = 512 + servery_core::config::MAX_TFTP_TRANSFERS as usize;
+
 #[derive(Debug)]
 pub struct Host {
     handle: Handle,
@@ -30,6 +36,7 @@ impl Host {
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
+                    .max_blocking_threads(BLOCKING_THREADS)
                     .build()
                 {
                     Ok(rt) => rt,

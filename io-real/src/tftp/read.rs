@@ -1,8 +1,8 @@
 //! One read transfer: the file goes to the client from a socket of its own (the transfer's
 //! TID), driven by the core's [`Sender`].
 //!
-//! A read runs on a thread of the host runtime's blocking pool, with a blocking socket,
-//! as tftpd-hpa's transfer process does: a lock-step transfer is one round trip per
+//! A read runs on a thread of the host runtime's blocking pool with a blocking socket, as
+//! tftpd-hpa's transfer process does: a lock-step transfer is one round trip per
 //! block, and a receive that blocks is woken by the kernel directly when the ACK lands,
 //! where the runtime would first try the receive (the ACK is rarely there yet), wait in
 //! `epoll_wait`, and receive again — two more system calls per block, 45,000 times in a

@@ -80,7 +80,10 @@ pub async fn run(ctx: Context, local: SocketAddr, peer: SocketAddr, dir: Directi
         return;
     }
     let ending = match dir {
-        // On the blocking pool: see `super::read` for why.
+        // On the host runtime's blocking pool, sized for every transfer the limit allows
+        // on top of the parent's other blocking work (`crate::parent::host`); see
+        // `super::read` for why a read blocks. Shutting the runtime down waits for it, so
+        // a read in progress tells its client the service stopped.
         Direction::Read => match socket.into_std() {
             Ok(socket) => {
                 let ctx = ctx.clone();
