@@ -78,13 +78,18 @@ def nginx(root, tmp, cert, key):
     port = free_port()
     conf = os.path.join(tmp, "nginx-tls.conf")
     # Only what serving TLS needs; every ssl_* setting at its default (session tickets on,
-    # keys made once by the master and shared by its workers).
+    # keys made once by the master and shared by its workers) except `ssl_protocols`:
+    # nginx 1.22 (Debian's) defaults to TLS 1.2 and below, so without it every client
+    # resumes with a TLS 1.2 abbreviated handshake, which has no key exchange at all, while
+    # servery and Caddy resume TLS 1.3 (with one). Debian's packaged nginx.conf and
+    # nginx 1.23.4 and later enable TLS 1.3, as here.
     with open(conf, "w") as f:
         f.write(f"""worker_processes 2; daemon off; pid {conf}.pid; error_log /dev/null;
 events {{ worker_connections 4096; }}
 http {{ access_log off; sendfile on; tcp_nopush on; tcp_nodelay on; keepalive_requests 100000;
   client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp}; uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
-  server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {cert}; ssl_certificate_key {key};
+  server {{ listen 127.0.0.1:{port} ssl; ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_certificate {cert}; ssl_certificate_key {key};
     root {root}; }} }}
 """)
     return Server("nginx (2 workers)", ["nginx", "-c", conf], port)
@@ -131,12 +136,13 @@ def measure(srv, seconds, conns):
     row = {}
     for name, close in (("keep-alive", False), ("resumed", True)):
         r = wrk(url, seconds, conns, close=close, pid=srv.proc.pid)
-        row[name] = (r["rps"], r["cpu_us"], r["non2xx"], r["socket_errors"])
+        row[name] = (r["rps"], r["cpu_us"], r["non2xx"], r["socket_errors"], r["client_us"])
     cpu0 = tree_cpu_s(srv.proc.pid)
     t0 = time.time()
     rps = s_time(srv.port, seconds)
     n = rps * (time.time() - t0)
-    row["full"] = (rps, (tree_cpu_s(srv.proc.pid) - cpu0) * 1e6 / n if n else float("nan"), 0, "")
+    row["full"] = (rps, (tree_cpu_s(srv.proc.pid) - cpu0) * 1e6 / n if n else float("nan"), 0, "",
+                   float("nan"))
     return row
 
 
@@ -178,15 +184,21 @@ def main():
                 results[srv.name].append(measure(srv, args.seconds, args.conns))
     rows = ("keep-alive", "resumed", "full")
     print(f"HTTPS 1 KiB, ECDSA P-256, median of {args.rounds} rounds × {args.seconds} s, "
-          f"wrk -t1 -c{args.conns}, s_time ×2; req/s [server CPU µs/request]")
+          f"wrk -t1 -c{args.conns}, s_time ×2; req/s [server CPU µs/request, "
+          f"and wrk's where wrk is the client]")
     print("| server | " + " | ".join(rows) + " |")
     print("|---|" + "---|" * len(rows))
     med = {}
     for name, runs in results.items():
         med[name] = {k: (statistics.median(r[k][0] for r in runs),
-                         statistics.median(r[k][1] for r in runs)) for k in rows}
+                         statistics.median(r[k][1] for r in runs),
+                         statistics.median(r[k][4] for r in runs)) for k in rows}
         errs = sum(r[k][2] for r in runs for k in rows)
-        cells = " | ".join(f"{med[name][k][0]:.0f} [{med[name][k][1]:.0f}]" for k in rows)
+
+        def cell(m):
+            client = "" if m[2] != m[2] else f" / {m[2]:.0f}"
+            return f"{m[0]:.0f} [{m[1]:.0f}{client}]"
+        cells = " | ".join(cell(med[name][k]) for k in rows)
         print(f"| {name} | {cells} |" + (f" non-2xx {errs}" if errs else ""))
     for s in servers[:ours_n]:
         ours = med[s.name]
