@@ -719,15 +719,10 @@ impl SimWorld {
 
     /// Answer the client and close the connection.
     fn dav_answer(&mut self, worker: WorkerId, conn: u64, rec: usize, end: DavEnd) {
-        let now = self.now;
         if let Some(dav) = self.dav.as_mut() {
             dav.serving.remove(&(worker, conn));
         }
-        if let Some(p) = self.procs.get_mut(&worker)
-            && p.serving.remove(conn).is_some()
-        {
-            p.life.connection_closed(now);
-        }
+        self.close_served(worker, conn);
         self.dav_record_end(rec, end);
         self.pump(worker);
         self.dispatch();

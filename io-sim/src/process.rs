@@ -559,6 +559,17 @@ impl SimWorld {
         }
     }
 
+    /// Closes connection `conn` of `worker` once a write it served (a DAV request's, a
+    /// chunk's, a tree request's) is answered.
+    pub(crate) fn close_served(&mut self, worker: WorkerId, conn: u64) {
+        let now = self.now;
+        if let Some(p) = self.procs.get_mut(&worker)
+            && p.serving.remove(conn).is_some()
+        {
+            p.life.connection_closed(now);
+        }
+    }
+
     pub(crate) fn request_done(&mut self, worker: WorkerId, conn: u64) {
         let now = self.now;
         let Some(p) = self.procs.get_mut(&worker) else {

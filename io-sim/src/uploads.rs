@@ -71,11 +71,7 @@ impl SimWorld {
     }
 
     pub(crate) fn upload_reply(&mut self, worker: WorkerId, conn: u64, reply: Option<BrokerReply>) {
-        let Some(u) = self
-            .procs
-            .get_mut(&worker)
-            .and_then(|p| p.uploads.get_mut(&conn))
-        else {
+        let Some(u) = self.upload_mut(worker, conn) else {
             return;
         };
         if core::mem::take(&mut u.leasing)
@@ -83,11 +79,7 @@ impl SimWorld {
         {
             self.dav_lease_answered(rec, reply.as_ref());
         }
-        let Some(u) = self
-            .procs
-            .get_mut(&worker)
-            .and_then(|p| p.uploads.get_mut(&conn))
-        else {
+        let Some(u) = self.upload_mut(worker, conn) else {
             return;
         };
         let event = match reply {
@@ -98,6 +90,12 @@ impl SimWorld {
         };
         u.flow.handle(event);
         self.drive_upload(worker, conn);
+    }
+
+    fn upload_mut(&mut self, worker: WorkerId, conn: u64) -> Option<&mut Upload> {
+        self.procs
+            .get_mut(&worker)
+            .and_then(|p| p.uploads.get_mut(&conn))
     }
 
     /// Carries out what the upload's write flow asks, until it waits for the broker or

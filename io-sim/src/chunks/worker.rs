@@ -16,7 +16,6 @@ use core::time::Duration;
 
 use servery_core::chunk_flow::{ChunkAction, ChunkEvent, ChunkFlow, ChunkOptions, Held, Recorded};
 use servery_core::proto::{BrokerReply, BrokerRequest, Rejection};
-use servery_core::supervisor::ExitStatus;
 use servery_core::write_flow::{Existing, WriteFailure};
 use servery_core::{LeaseId, WorkerId};
 
@@ -430,26 +429,18 @@ impl SimWorld {
         if let Some(r) = self.out.chunks.requests.get_mut(rec) {
             r.killed_before = Some(step);
         }
-        self.out.coverage.insert(step.killed_label());
         if let Some(c) = self.chunks.as_mut() {
             c.killed.push(worker);
         }
-        self.out.crash_faults += 1;
-        self.injected(FaultKind::CrashChunkStep, Some(worker));
-        self.process_died(worker, ExitStatus::Signal(9));
+        self.kill_before_step(worker, step.killed_label(), FaultKind::CrashChunkStep);
     }
 
     /// Answer the client and close the connection.
     fn chunk_answer(&mut self, worker: WorkerId, conn: u64, rec: usize, end: ChunkEnd) {
-        let now = self.now;
         if let Some(c) = self.chunks.as_mut() {
             c.serving.remove(&(worker, conn));
         }
-        if let Some(p) = self.procs.get_mut(&worker)
-            && p.serving.remove(conn).is_some()
-        {
-            p.life.connection_closed(now);
-        }
+        self.close_served(worker, conn);
         self.chunk_ended(rec, end);
         self.pump(worker);
         self.dispatch();

@@ -10,7 +10,6 @@
 //! dead properties are not modelled (the step runs, and a kill before it is a boundary).
 
 use servery_core::proto::{BrokerReply, BrokerRequest, Rejection};
-use servery_core::supervisor::ExitStatus;
 use servery_core::tree_flow::{
     Placing, Side, TreeAction, TreeEvent, TreeFlow, TreeOp, TreeOptions,
 };
@@ -276,26 +275,18 @@ impl SimWorld {
         if let Some(r) = self.out.dav_tree.ops.get_mut(rec) {
             r.killed_before = Some(step);
         }
-        self.out.coverage.insert(step.killed_label());
         if let Some(t) = self.dav_tree.as_mut() {
             t.killed.push(worker);
         }
-        self.out.crash_faults += 1;
-        self.injected(FaultKind::CrashDavTreeStep, Some(worker));
-        self.process_died(worker, ExitStatus::Signal(9));
+        self.kill_before_step(worker, step.killed_label(), FaultKind::CrashDavTreeStep);
     }
 
     /// Answer the client and close the connection.
     fn dav_tree_answer(&mut self, worker: WorkerId, conn: u64, rec: usize, end: TreeEnd) {
-        let now = self.now;
         if let Some(t) = self.dav_tree.as_mut() {
             t.serving.remove(&(worker, conn));
         }
-        if let Some(p) = self.procs.get_mut(&worker)
-            && p.serving.remove(conn).is_some()
-        {
-            p.life.connection_closed(now);
-        }
+        self.close_served(worker, conn);
         self.dav_tree_ended(rec, end);
         self.pump(worker);
         self.dispatch();

@@ -17,6 +17,20 @@ impl SimWorld {
         Some(live[(pick % live.len() as u64) as usize])
     }
 
+    /// The plan kills `worker` just before a step of a write it serves (a tree request's,
+    /// a chunk's): the step's coverage `label`, one crash fault of `kind`, and `kill -9`.
+    pub(crate) fn kill_before_step(
+        &mut self,
+        worker: WorkerId,
+        label: &'static str,
+        kind: FaultKind,
+    ) {
+        self.out.coverage.insert(label);
+        self.out.crash_faults += 1;
+        self.injected(kind, Some(worker));
+        self.process_died(worker, ExitStatus::Signal(9));
+    }
+
     /// A planned fault took effect on `worker` (`None`: on the parent).
     pub(crate) fn injected(&mut self, kind: FaultKind, worker: Option<WorkerId>) {
         let targets = worker.map_or_else(Vec::new, |w| {
