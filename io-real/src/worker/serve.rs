@@ -133,6 +133,7 @@ pub(super) async fn run(
             reset_key: None,
             incoming_tx: quic_tx,
             incoming: quic_rx,
+            endpoints: Vec::new(),
         },
         max_connections,
         admission: Admission::default(),
@@ -164,6 +165,10 @@ pub(super) async fn run(
 
 /// How long an exiting worker waits for the parent to take its last access-log lines.
 const LOG_DRAIN_BOUND: Duration = Duration::from_secs(5);
+
+/// How long an exiting worker waits for its HTTP/3 endpoints to send what their closed
+/// connections queued (a closing period is three probe timeouts: milliseconds on a LAN).
+const ENDPOINT_CLOSE_BOUND: Duration = Duration::from_secs(1);
 
 fn listener(listener: std::net::TcpListener) -> io::Result<TcpListener> {
     TcpListener::from_std(prepare_listener(listener)?)
@@ -203,6 +208,8 @@ struct Quic {
     reset_key: Option<servery_core::tls_material::StatelessResetKey>,
     incoming_tx: UnboundedSender<quinn::Incoming>,
     incoming: UnboundedReceiver<quinn::Incoming>,
+    /// The endpoints' tasks, which the worker lets finish before it exits.
+    endpoints: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The first connection ready on any listener, and whether that listener is one of the
@@ -278,6 +285,7 @@ impl Worker {
                         return std::future::pending().await;
                     }
                     tracing::info!(worker = self.id, code, "exiting");
+                    self.endpoints_closed().await;
                     self.last_heartbeat();
                     return code;
                 }
@@ -575,6 +583,17 @@ impl Worker {
         });
     }
 
+    /// Lets the HTTP/3 endpoints finish (at most [`ENDPOINT_CLOSE_BOUND`]). A connection
+    /// closed during the drain has only queued its CONNECTION_CLOSE: the endpoint's task
+    /// sends it. A worker that exited first left its clients to learn from the slot's next
+    /// worker, by a stateless reset, what should have been a clean close.
+    async fn endpoints_closed(&mut self) {
+        let by = tokio::time::Instant::now() + ENDPOINT_CLOSE_BOUND;
+        for endpoint in std::mem::take(&mut self.quic.endpoints) {
+            let _ = tokio::time::timeout_at(by, endpoint).await;
+        }
+    }
+
     /// One more heartbeat as the worker exits, with every request it answered since the
     /// last: the parent's totals then lose none of a recycled worker's requests.
     fn last_heartbeat(&mut self) {
@@ -626,13 +645,15 @@ impl WorkerIo for Worker {
         if let (Some(config), Some(reset_key)) = (&self.quic.config, &self.quic.reset_key) {
             for socket in std::mem::take(&mut self.quic.sockets) {
                 let endpoint = crate::http3::endpoint::endpoint_config(reset_key, socket.index());
-                tokio::spawn(crate::http3::endpoint::run(
-                    socket,
-                    endpoint,
-                    config.clone(),
-                    self.quic.incoming_tx.clone(),
-                    self.drain.subscribe(),
-                ));
+                self.quic
+                    .endpoints
+                    .push(tokio::spawn(crate::http3::endpoint::run(
+                        socket,
+                        endpoint,
+                        config.clone(),
+                        self.quic.incoming_tx.clone(),
+                        self.drain.subscribe(),
+                    )));
             }
         }
     }
