@@ -45,45 +45,42 @@ def make_tree(root, entries):
                 f.write(b"x" * (i % 4096))
 
 
-def servers(binary, root):
+# Each server: its command without the port, the flag that takes the port, the flags its
+# folder archive needs, the listing's HTML and JSON paths (None: it has no JSON), and the
+# folder's zip.
+def peers(binary, root):
+    return [
+        ("servery", [binary, root, "--workers", "2"], "--port", [],
+         "/", "/?format=json", "/folder/?archive=zip"),
+        ("dufs", ["dufs", root, "-b", "127.0.0.1"], "-p", ["--allow-archive"],
+         "/", "/?json", "/folder?zip"),
+        ("miniserve", ["miniserve", root, "-i", "127.0.0.1"], "-p", ["--enable-zip"],
+         "/", None, "/folder/?download=zip"),
+    ]
+
+
+def installed(binary, root, archive):
+    """(name, server, entry) for servery and every peer installed."""
     out = []
-    p = bench_http.free_port()
-    out.append((bench_http.Server("servery", [binary, root, "--port", str(p), "--workers", "2"], p),
-                "/", "/?format=json"))
-    if shutil.which("dufs"):
+    for entry in peers(binary, root):
+        name, cmd, port_flag, archive_flags = entry[:4]
+        if name != "servery" and not shutil.which(name):
+            print(f"{name}: not installed, skipped", file=sys.stderr)
+            continue
         p = bench_http.free_port()
-        out.append((bench_http.Server("dufs", ["dufs", root, "-b", "127.0.0.1", "-p", str(p)], p),
-                    "/", "/?json"))
-    else:
-        print("dufs: not installed, skipped", file=sys.stderr)
-    if shutil.which("miniserve"):
-        p = bench_http.free_port()
-        out.append((bench_http.Server("miniserve", ["miniserve", root, "-i", "127.0.0.1", "-p", str(p)], p),
-                    "/", None))
-    else:
-        print("miniserve: not installed, skipped", file=sys.stderr)
+        cmd = cmd + [port_flag, str(p)] + (archive_flags if archive else [])
+        out.append((bench_http.Server(name, cmd, p), entry))
     return out
+
+
+def servers(binary, root):
+    """(server, HTML path, JSON path or None) for every server installed."""
+    return [(srv, e[4], e[5]) for srv, e in installed(binary, root, archive=False)]
 
 
 def archive_servers(binary, root):
     """(server, path of the folder's zip) for every server installed."""
-    out = []
-    p = bench_http.free_port()
-    out.append((bench_http.Server("servery", [binary, root, "--port", str(p), "--workers", "2"], p),
-                "/folder/?archive=zip"))
-    if shutil.which("dufs"):
-        p = bench_http.free_port()
-        cmd = ["dufs", root, "-b", "127.0.0.1", "-p", str(p), "--allow-archive"]
-        out.append((bench_http.Server("dufs", cmd, p), "/folder?zip"))
-    else:
-        print("dufs: not installed, skipped", file=sys.stderr)
-    if shutil.which("miniserve"):
-        p = bench_http.free_port()
-        cmd = ["miniserve", root, "-i", "127.0.0.1", "-p", str(p), "--enable-zip"]
-        out.append((bench_http.Server("miniserve", cmd, p), "/folder/?download=zip"))
-    else:
-        print("miniserve: not installed, skipped", file=sys.stderr)
-    return out
+    return [(srv, e[6]) for srv, e in installed(binary, root, archive=True)]
 
 
 def archive(binary, files, mib, rounds):

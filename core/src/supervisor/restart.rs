@@ -170,23 +170,37 @@ mod tests {
         });
         let mut w = RestartWindow::default();
         let mut slot = SlotHistory::default();
+        let attempts = replacements_until_halt(&p, &mut w, &mut slot, |w, _| {
+            assert!(w.recent() <= 2);
+        });
+        assert_eq!(attempts, 5);
+    }
+
+    /// Replaces a slot that crashes again 100 ms after each backoff ends until the window
+    /// gives up (it must, by the restart limit, within five), calling `between` after each
+    /// replacement with the time of the crash that asked for it; how many there were.
+    fn replacements_until_halt(
+        p: &RecoveryPolicy,
+        w: &mut RestartWindow,
+        slot: &mut SlotHistory,
+        mut between: impl FnMut(&mut RestartWindow, Instant),
+    ) -> usize {
         let mut t = Instant::ZERO;
         let mut attempts = 0;
         loop {
-            match w.decide(t, &p, &mut slot, false) {
+            match w.decide(t, p, slot, false) {
                 RestartDecision::Replace { after } => {
                     attempts += 1;
+                    between(w, t);
                     t = t + after + Duration::from_millis(100);
-                    assert!(w.recent() <= 2);
                 }
                 RestartDecision::GiveUp(r) => {
                     assert_eq!(r, FailureReason::RestartLimit);
-                    break;
+                    return attempts;
                 }
             }
             assert!(attempts <= 5, "did not halt");
         }
-        assert_eq!(attempts, 5);
     }
 
     #[test]
@@ -297,25 +311,12 @@ mod tests {
         });
         let mut w = RestartWindow::default();
         let mut slots = vec![SlotHistory::default(); 4];
-        let mut t = Instant::ZERO;
-        let mut attempts = 0;
         // Slot 0 loops; slot 1 crashes once inside each of its bursts.
-        loop {
-            let (loops, rest) = slots.split_at_mut(1);
-            match w.decide(t, &p, &mut loops[0], false) {
-                RestartDecision::Replace { after } => {
-                    attempts += 1;
-                    let d = w.decide(t + Duration::from_secs(1), &p, &mut rest[0], true);
-                    assert!(matches!(d, RestartDecision::Replace { .. }));
-                    t = t + after + Duration::from_millis(100);
-                }
-                RestartDecision::GiveUp(r) => {
-                    assert_eq!(r, FailureReason::RestartLimit);
-                    break;
-                }
-            }
-            assert!(attempts <= 5, "did not halt");
-        }
+        let (loops, rest) = slots.split_at_mut(1);
+        let attempts = replacements_until_halt(&p, &mut w, &mut loops[0], |w, t| {
+            let d = w.decide(t + Duration::from_secs(1), &p, &mut rest[0], true);
+            assert!(matches!(d, RestartDecision::Replace { .. }));
+        });
         assert_eq!(attempts, 5);
     }
 
