@@ -84,9 +84,12 @@ pub fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
             send_error(socket, ErrorCode::NotDefined, "server shutting down");
             return Ending::Stopped;
         }
-        let mut out = match socket.recv(&mut incoming) {
+        let received = socket.recv(&mut incoming);
+        // One clock read per datagram, for the ACK and the deadline alike.
+        let now = epoch.core_now();
+        let mut out = match received {
             Ok(n) => match Packet::decode(&incoming[..n]) {
-                Ok(Packet::Ack { block }) => sender.on_ack(epoch.core_now(), block),
+                Ok(Packet::Ack { block }) => sender.on_ack(now, block),
                 Ok(Packet::Error { code, message }) => {
                     return Ending::PeerError(code, message);
                 }
@@ -104,7 +107,6 @@ pub fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
             // ICMP port unreachable surfaces here: the client is gone.
             Err(e) => return Ending::Io(e),
         };
-        let now = epoch.core_now();
         if sender.deadline().is_some_and(|deadline| now >= deadline) {
             out.extend(sender.on_timeout(now));
         }
