@@ -286,8 +286,11 @@ impl Parent {
                 Action::WorkerGone { worker } => {
                     self.broker.revoke_worker(*worker);
                 }
+                // The supervisor has just taken the generation's configuration as its own
+                // (one commit per step), so its listener set is the generation's.
                 Action::GenerationCommitted { generation, .. } if self.pending_exit.is_none() => {
-                    self.singletons.committed(*generation);
+                    self.singletons
+                        .committed(*generation, self.supervisor.config().listen());
                 }
                 // Nothing is accepted from here on: what advertises the service goes now,
                 // not after the drain (decision 0020).

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use crate::config::Features;
+use crate::config::{Features, Listen};
 use crate::ids::Generation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,15 +67,18 @@ impl SingletonKind {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SingletonAction {
+    /// `listen`: the listener set the generation serves on (what a service advertises).
     Start {
         kind: SingletonKind,
         generation: Generation,
+        listen: Listen,
     },
     /// Move to `to` in one step: the service never describes two generations at once.
     Switch {
         kind: SingletonKind,
         from: Generation,
         to: Generation,
+        listen: Listen,
     },
     Stop {
         kind: SingletonKind,
@@ -140,7 +143,8 @@ impl Singletons {
         self.actions.pop_front()
     }
 
-    pub fn committed(&mut self, generation: Generation) {
+    /// `generation` is committed and serves on `listen`.
+    pub fn committed(&mut self, generation: Generation, listen: Listen) {
         for e in &mut self.entries {
             match e.state {
                 SingletonState::NotStarted => {
@@ -149,6 +153,7 @@ impl Singletons {
                     self.actions.push_back(SingletonAction::Start {
                         kind: e.kind,
                         generation,
+                        listen,
                     });
                 }
                 SingletonState::Running(from) if from < generation => {
@@ -158,6 +163,7 @@ impl Singletons {
                         kind: e.kind,
                         from,
                         to: generation,
+                        listen,
                     });
                 }
                 _ => {}
@@ -217,12 +223,13 @@ mod tests {
     #[test]
     fn start_once_switch_atomically_stop_once() {
         let mut s = Singletons::new(&[SingletonKind::Mdns, SingletonKind::AccessLog]);
-        s.committed(Generation(1));
-        s.committed(Generation(1));
-        s.committed(Generation(2));
+        let moved = Listen { port: Some(9) };
+        s.committed(Generation(1), Listen::default());
+        s.committed(Generation(1), Listen::default());
+        s.committed(Generation(2), moved);
         s.stop();
         s.stop();
-        s.committed(Generation(3));
+        s.committed(Generation(3), moved);
         let got: Vec<_> = std::iter::from_fn(|| s.poll_action()).collect();
         assert_eq!(got.len(), 6);
         assert_eq!(
@@ -230,7 +237,8 @@ mod tests {
             SingletonAction::Switch {
                 kind: SingletonKind::Mdns,
                 from: Generation(1),
-                to: Generation(2)
+                to: Generation(2),
+                listen: moved,
             }
         );
         assert_eq!(s.counts().count(), 2);
@@ -242,7 +250,7 @@ mod tests {
     #[test]
     fn closing_the_listeners_stops_what_invites_clients_and_the_exit_stops_the_rest() {
         let mut s = Singletons::new(&[SingletonKind::AccessLog, SingletonKind::Mdns]);
-        s.committed(Generation(1));
+        s.committed(Generation(1), Listen::default());
         let _: Vec<_> = std::iter::from_fn(|| s.poll_action()).collect();
         s.listeners_closed();
         assert_eq!(
@@ -253,13 +261,14 @@ mod tests {
         );
         assert_eq!(s.poll_action(), None, "the access log runs until the exit");
         // A generation committed after that moves only what still runs.
-        s.committed(Generation(2));
+        s.committed(Generation(2), Listen::default());
         assert_eq!(
             s.poll_action(),
             Some(SingletonAction::Switch {
                 kind: SingletonKind::AccessLog,
                 from: Generation(1),
-                to: Generation(2)
+                to: Generation(2),
+                listen: Listen::default(),
             })
         );
         s.stop();

@@ -142,8 +142,11 @@ crate::knobs::settings_struct! {
         pub bind: Vec<IpAddr>,
 
         /// Port to listen on. Without it servery tries 8000 and scans forward to 8099 while
-        /// the port is busy; 0 picks a free ephemeral port.
-        #[arg(long, env = "SERVERY_PORT")]
+        /// the port is busy; 0 picks a free ephemeral port. A reload that changes it binds
+        /// the new port before the new generation starts and closes the old one when that
+        /// generation commits (not with --http3, --acme or sockets from the service
+        /// manager, which fix the port).
+        #[arg(long, env = "SERVERY_PORT", group = LIVE)]
         pub port: Option<u16>,
 
         /// Worker processes: a number, or `auto` for one per available CPU.
@@ -190,6 +193,7 @@ crate::knobs::settings_struct! {
     }
     core_fields {
         workers => workers via Workers::count;
+        port => listen.port;
     }
 }
 

@@ -79,6 +79,11 @@ pub const CLIENT_BEFORE_ORPHAN_EOF: &str = "a client arrived before an orphan sa
 pub const CRASH_HIT_RELOAD_CANDIDATE: &str = "a crash fault hit a reload candidate";
 pub const RELOAD_REJECTED: &str = "reload rejected";
 pub const RELOAD_COMMITTED: &str = "reload committed";
+/// A reload to a port another program holds was rejected before any candidate started.
+pub const PORT_BUSY_RELOAD_REJECTED: &str = "a reload to a busy port rejected with nothing started";
+/// A reload moved the listeners: its generation committed on the new set and the parent
+/// released the old one.
+pub const LISTENERS_MOVED: &str = "a reload moved the listeners and released the old set";
 /// A later generation's HELLO carried a heartbeat interval other than the previous
 /// generation's.
 pub const CANDIDATE_OWN_TIMINGS: &str = "a reload candidate got its own heartbeat timings";
@@ -228,6 +233,8 @@ pub const ALL: &[&str] = &[
     CRASH_HIT_RELOAD_CANDIDATE,
     RELOAD_REJECTED,
     RELOAD_COMMITTED,
+    PORT_BUSY_RELOAD_REJECTED,
+    LISTENERS_MOVED,
     CANDIDATE_OWN_TIMINGS,
     RESUMED_WITH_OVERDUE_BEATS,
     LIMIT_FAILED_COMMITTED_SERVICE,

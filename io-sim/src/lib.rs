@@ -15,6 +15,7 @@ mod dav;
 mod dav_tree;
 mod fs;
 pub mod labels;
+mod listen_sets;
 mod outcome;
 mod plan;
 mod proc_table;

@@ -97,6 +97,8 @@ pub enum Fault {
     /// `kill -9` of the worker that answered the most recent granted WebDAV LOCK, if it
     /// still lives (the lock belongs to the client and must outlive it).
     CrashDavGranter,
+    /// From now on another program holds `port`: binding it fails (`EADDRINUSE`).
+    PortBusy { port: u16 },
 }
 
 /// Operator commands at moments of the run.
@@ -332,10 +334,12 @@ pub enum FaultKind {
     /// A worker carrying out a chunk of a resumable upload is killed before a step the
     /// plan names ([`crate::ChunkRecord::kill_before`]).
     CrashChunkStep,
+    /// A reload's new port is held by another program ([`Fault::PortBusy`]).
+    PortBusy,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 26] = [
+    pub const ALL: [FaultKind; 27] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -362,6 +366,7 @@ impl FaultKind {
         FaultKind::PauseWorker,
         FaultKind::CrashDavTreeStep,
         FaultKind::CrashChunkStep,
+        FaultKind::PortBusy,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -397,6 +402,7 @@ impl FaultKind {
             FaultKind::PauseWorker => "pause-worker",
             FaultKind::CrashDavTreeStep => "crash-dav-tree-step",
             FaultKind::CrashChunkStep => "crash-chunk-step",
+            FaultKind::PortBusy => "port-busy",
         }
     }
 
@@ -457,6 +463,7 @@ impl FaultKind {
             FaultKind::PauseWorker => l::PAUSED_WORKER_RESUMED,
             FaultKind::CrashDavTreeStep => l::DAV_TREE_KILL_SWEPT,
             FaultKind::CrashChunkStep => l::CHUNK_KILL_SWEPT,
+            FaultKind::PortBusy => l::PORT_BUSY_RELOAD_REJECTED,
         }
     }
 }
@@ -488,6 +495,7 @@ impl Fault {
             Fault::DiskFull(_) => FaultKind::DiskFull,
             Fault::RenameFails(_) => FaultKind::RenameFails,
             Fault::CrashDavGranter => FaultKind::CrashDavGranter,
+            Fault::PortBusy { .. } => FaultKind::PortBusy,
         }
     }
 }

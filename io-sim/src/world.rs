@@ -199,6 +199,8 @@ pub struct SimWorld {
     next_pid: u32,
     spawn_index: u64,
     pub(crate) listener_open: bool,
+    /// The listener sets the parent holds, as the core's actions opened and closed them.
+    pub(crate) listeners: crate::listen_sets::ListenSets,
     pub(crate) backlog: VecDeque<(u64, ConnKind)>,
     /// The workers that can take a connection, while one is being handed out.
     pub(crate) takers: Vec<WorkerId>,
@@ -298,6 +300,7 @@ impl SimWorld {
             next_pid: 1000,
             spawn_index: 0,
             listener_open: true,
+            listeners: crate::listen_sets::ListenSets::bound_at_start(spec.config.listen),
             backlog: VecDeque::new(),
             takers: Vec::new(),
             next_conn: 0,

@@ -17,6 +17,7 @@ use crate::catalog_chunks as chunks;
 use crate::catalog_dav as dav;
 use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
+use crate::catalog_listeners as listeners;
 use crate::catalog_pauses as pauses;
 use crate::catalog_rollouts as rollouts;
 use crate::catalog_writes as writes;
@@ -143,6 +144,13 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "an invalid or failing reload: the old generation keeps serving and the reason is reported",
         build: rollouts::reload_invalid,
         kinds: &[FaultKind::FailStartup, FaultKind::HangAtBoot],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "reload-port-change",
+        about: "reloads that move the listeners to another port: bound before any candidate, a busy port rejected with nothing started, a failed generation's set given back, no set held past its last use",
+        build: listeners::reload_port_change,
+        kinds: &[FaultKind::PortBusy, FaultKind::FailStartup],
         no_swarm: None,
     },
     Scenario {

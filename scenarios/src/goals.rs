@@ -80,4 +80,6 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "pause past the deadline ended as hung",
     "correlated crashes counted once stayed ready",
     "burst window still halted a loop",
+    labels::PORT_BUSY_RELOAD_REJECTED,
+    labels::LISTENERS_MOVED,
 ];

@@ -16,6 +16,7 @@ mod catalog_chunks;
 mod catalog_dav;
 mod catalog_dav_tree;
 mod catalog_io_faults;
+mod catalog_listeners;
 mod catalog_pauses;
 mod catalog_rollouts;
 mod catalog_writes;

@@ -91,6 +91,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "a resumable-upload workload whose worker is killed before a drawn step of the chunk flow: the real counterparts are tests/uploads.rs, an_interrupted_resumable_upload_resumes_from_the_308_range (a client cut off mid-chunk, a kill -9 of the worker writing the next chunk, the resume from the 308 range through another worker, byte-exact, nothing left) and a_partial_holding_every_byte_is_published_by_the_next_chunk",
     ),
     (
+        "reload-port-change",
+        "its clients keep dialling one address, and a real client of a moved port has to follow it (the old port stops accepting when its generation drains): the real counterparts are tests/recycle.rs, a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused (the new port serves after the commit, the old one closes once generation 1 has drained, a port another program holds is refused with no worker started or stopped), and tests/singletons.rs, whose mDNS browser sees the advertisement move to the new port with the new generation",
+    ),
+    (
         "singleton-lifecycle",
         "it turns on TFTP and HTTP/3, which are not in the binary yet; the access log, QR and mDNS singletons are driven for real by tests/singletons.rs",
     ),

@@ -376,3 +376,91 @@ fn a_worker_that_hangs_before_its_recycle_drains_it_is_ended_on_its_heartbeat_de
     let (code, body) = http_get(server.addr, "/hello.txt").expect("served after the recycle");
     assert_eq!((code, body.as_slice()), (200, HELLO));
 }
+
+/// A port no one listens on now (bound and let go; the kernel does not hand an ephemeral
+/// port out again at once).
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    probe.local_addr().expect("addr").port()
+}
+
+#[test]
+fn a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused() {
+    let tree = Tree::new("portmove");
+    let mut server = Server::start(&tree, WORKERS as u32, FAST, &[]);
+    let (first, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    let old = server.addr;
+    assert_eq!(http_get(old, "/hello.txt").map(|r| r.0), Ok(200));
+
+    // The new port is bound before generation 2 starts and serves once the reload is
+    // answered; the old one stops accepting when generation 1 has drained.
+    let port = free_port();
+    let moved = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let answer = server
+        .ctl(&json!({"cmd": "reload", "set": {"port": port}}))
+        .expect("reload");
+    assert_eq!(answer["generation"], 2, "{answer}");
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    assert_eq!(
+        status["listen"],
+        json!([format!("http://{moved}/")]),
+        "{status}"
+    );
+    assert_eq!(status["config"]["listen"]["port"], port, "{status}");
+    assert_eq!(
+        http_get(moved, "/hello.txt"),
+        Ok((200, HELLO.to_vec())),
+        "the new port serves"
+    );
+    let old_pids = worker_pids(&first);
+    wait_until(
+        DRAIN_TIMEOUT + FORCE_TIMEOUT + Duration::from_secs(2),
+        "generation 1 drained and the old port closed",
+        || {
+            (old_pids.iter().all(|&pid| !alive(pid)) && std::net::TcpStream::connect(old).is_err())
+                .then_some(())
+        },
+    );
+    let (line, _) = server.wait_stdout("servery: stopped listening on", Duration::from_secs(5));
+    assert!(line.contains(&old.to_string()), "{line}");
+    assert!(
+        server.stdout().iter().any(|l| l.starts_with(&format!(
+            "servery: listening on http://{moved}/ (for reload"
+        ))),
+        "{:?}",
+        server.stdout()
+    );
+
+    // A port another program holds: the reload is refused before any worker starts, and
+    // generation 2 serves on where it was.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let busy = holder.local_addr().expect("addr").port();
+    let before = worker_ids(&server.status());
+    let refused = server
+        .ctl(&json!({"cmd": "reload", "set": {"port": busy}}))
+        .expect_err("a busy port is refused");
+    assert!(
+        refused.contains(&format!("port {busy}")) && refused.contains("in use"),
+        "{refused}"
+    );
+    let status = server.status();
+    assert_eq!(
+        worker_ids(&status),
+        before,
+        "no worker was started or stopped"
+    );
+    assert_eq!(status["generation"], 2, "{status}");
+    assert_eq!(
+        status["listen"],
+        json!([format!("http://{moved}/")]),
+        "{status}"
+    );
+    assert_eq!(http_get(moved, "/hello.txt").map(|r| r.0), Ok(200));
+    drop(holder);
+
+    // The stop closes the moved listeners like any.
+    server.signal(Sig::TERM);
+    let (exit, _) = server.wait_exit(DRAIN_TIMEOUT + FORCE_TIMEOUT + START_MARGIN);
+    assert_eq!(exit.code(), Some(0), "{}", server.stderr());
+    assert!(std::net::TcpStream::connect(moved).is_err());
+}

@@ -6,12 +6,14 @@
 //! [`ValidConfig`], and it reports every problem at once, each naming its field and the
 //! rule it breaks.
 
+mod listen;
 mod raw;
 mod tftp;
 mod valid;
 mod validate;
 mod written;
 
+pub use listen::Listen;
 pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
     RawFeatures, RawRecovery, RawUploads,

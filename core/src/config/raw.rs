@@ -223,6 +223,8 @@ pub struct RawConfig {
     pub uploads: RawUploads,
     pub features: RawFeatures,
     pub tftp: super::RawTftp,
+    /// The listener set (the port); see [`super::Listen`].
+    pub listen: super::Listen,
 }
 
 impl Default for RawConfig {
@@ -236,6 +238,7 @@ impl Default for RawConfig {
             uploads: RawUploads::default(),
             features: RawFeatures::default(),
             tftp: super::RawTftp::default(),
+            listen: super::Listen::default(),
         }
     }
 }

@@ -225,6 +225,7 @@ pub struct ValidConfig {
     pub(super) uploads: UploadLimits,
     pub(super) features: Features,
     pub(super) tftp: super::TftpLimits,
+    pub(super) listen: super::Listen,
     pub(super) aggregate_connection_limit: u64,
     pub(super) aggregate_compression_cache_size: u64,
     pub(super) recycling_overlap_compression_bound: u64,
@@ -235,6 +236,10 @@ pub struct ValidConfig {
 impl ValidConfig {
     pub fn workers(&self) -> u32 {
         self.workers.get()
+    }
+    /// The listener set this generation's workers accept on.
+    pub fn listen(&self) -> super::Listen {
+        self.listen
     }
     pub fn recovery(&self) -> &RecoveryPolicy {
         &self.recovery

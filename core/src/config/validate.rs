@@ -390,6 +390,7 @@ impl RawConfig {
             },
             features: self.features.clone(),
             tftp,
+            listen: self.listen,
             aggregate_connection_limit: agg_conn,
             aggregate_compression_cache_size: agg_cache,
             recycling_overlap_compression_bound: overlap,

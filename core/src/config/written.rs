@@ -85,6 +85,7 @@ impl ValidConfig {
             },
             // The features are kept as they were written.
             features: self.features().clone(),
+            listen: self.listen(),
             tftp: RawTftp {
                 max_transfers: count(t.max_transfers()),
                 max_transfer_size: count(t.max_transfer_size()),
@@ -186,6 +187,7 @@ mod tests {
         raw.tftp.max_transfer_size = 1 << 29;
         raw.tftp.retries = 6;
         raw.tftp.timeout = 3.0;
+        raw.listen.port = Some(8123);
         raw
     }
 
@@ -213,7 +215,8 @@ mod tests {
         let fields = |s: &str| -> Vec<String> {
             s.split([',', '{', '}'])
                 .filter_map(|p| p.split_once(':'))
-                .filter(|(_, v)| !v.trim().starts_with("Raw"))
+                // A section's type name is not a field's value.
+                .filter(|(_, v)| !v.trim().starts_with("Raw") && v.trim() != "Listen")
                 .map(|(k, v)| format!("{}={}", k.trim(), v.trim()))
                 .collect()
         };

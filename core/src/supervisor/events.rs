@@ -71,6 +71,11 @@ impl Supervisor {
             Event::Acme { .. } => {}
             // The parent's TLS material machine takes these (`crate::parent`).
             Event::Tls(_) => {}
+            Event::ListenersBound {
+                reload,
+                listen,
+                result,
+            } => self.listeners_bound(now, reload, listen, result),
         }
     }
 

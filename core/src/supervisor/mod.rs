@@ -35,7 +35,7 @@ pub use types::{
 };
 pub use worker::Role;
 
-use crate::config::ValidConfig;
+use crate::config::{Listen, ValidConfig};
 use crate::ids::{Generation, ReloadId, Slot, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
@@ -90,6 +90,8 @@ pub struct Supervisor {
     recycle: Option<Recycle>,
     recycling_suspended: Option<String>,
     pending_reload: Option<(ReloadId, ValidConfig)>,
+    /// A reload that changes the listener set, waiting for the set to be bound.
+    binding: Option<(ReloadId, ValidConfig)>,
     last_reload_error: Option<String>,
     last_failure: Option<FailureRecord>,
     recent_exits: VecDeque<ExitRecord>,
@@ -118,6 +120,7 @@ impl Supervisor {
             recycle: None,
             recycling_suspended: None,
             pending_reload: None,
+            binding: None,
             last_reload_error: None,
             last_failure: None,
             recent_exits: VecDeque::new(),

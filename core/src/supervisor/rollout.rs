@@ -104,7 +104,12 @@ impl Supervisor {
             }
         }
         self.committed = rollout.generation;
-        self.config = rollout.config;
+        let old = core::mem::replace(&mut self.config, rollout.config);
+        if old.listen() != self.config.listen() {
+            self.actions.push_back(Action::ReleaseListeners {
+                listen: old.listen(),
+            });
+        }
         if rollout.reload.is_none() {
             self.state = ServiceState::Ready;
         } else {
@@ -125,15 +130,77 @@ impl Supervisor {
         if self.state != ServiceState::Ready {
             return self.reject_reload(id, "the service is not ready yet".into());
         }
-        if self.rollout.is_some() || self.pending_reload.is_some() {
+        if self.rollout.is_some() || self.pending_reload.is_some() || self.binding.is_some() {
             return self.reject_reload(id, "a reload is already in progress".into());
         }
+        if config.listen() != self.config.listen() {
+            // Bound before any candidate exists: a port that cannot be had rejects the
+            // reload with nothing started.
+            self.actions.push_back(Action::BindListeners {
+                reload: id,
+                listen: config.listen(),
+            });
+            self.binding = Some((id, config));
+            return;
+        }
+        self.roll_out_reload(now, id, config);
+    }
+
+    fn roll_out_reload(&mut self, now: Instant, id: ReloadId, config: ValidConfig) {
         if self.recycle.is_some() {
             // One overlap at a time: the reload starts when the recycle completes.
             self.pending_reload = Some((id, config));
         } else {
             self.start_rollout(now, config, Some(id));
         }
+    }
+
+    /// The driver's answer to `BindListeners`.
+    pub(super) fn listeners_bound(
+        &mut self,
+        now: Instant,
+        reload: ReloadId,
+        listen: Listen,
+        result: Result<(), String>,
+    ) {
+        let waiting = self
+            .binding
+            .take_if(|(id, config)| *id == reload && config.listen() == listen);
+        match (waiting, result) {
+            (Some((id, _)), Err(e)) => {
+                self.reject_reload(id, format!("cannot listen on the new {listen}: {e}"))
+            }
+            (Some((id, config)), Ok(())) => self.roll_out_reload(now, id, config),
+            // Its reload was answered meanwhile (a stop): nobody will start on the set.
+            (None, Ok(())) if !self.uses_listen(listen) => {
+                self.actions.push_back(Action::ReleaseListeners { listen })
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// A reload is being bound, waits for a recycle, or rolls out.
+    pub fn reload_in_flight(&self) -> bool {
+        self.rollout.as_ref().is_some_and(|r| r.reload.is_some())
+            || self.pending_reload.is_some()
+            || self.binding.is_some()
+    }
+
+    /// Whether a generation that may still start workers uses `listen`.
+    fn uses_listen(&self, listen: Listen) -> bool {
+        self.config.listen() == listen
+            || self
+                .rollout
+                .as_ref()
+                .is_some_and(|r| r.config.listen() == listen)
+            || self
+                .pending_reload
+                .as_ref()
+                .is_some_and(|(_, c)| c.listen() == listen)
+            || self
+                .binding
+                .as_ref()
+                .is_some_and(|(_, c)| c.listen() == listen)
     }
 
     pub(super) fn reject_reload(&mut self, reload: ReloadId, message: String) {
@@ -152,6 +219,10 @@ impl Supervisor {
         };
         for id in rollout.candidates {
             self.retire(now, id, ExitReason::CleanExit);
+        }
+        let listen = rollout.config.listen();
+        if !self.uses_listen(listen) {
+            self.actions.push_back(Action::ReleaseListeners { listen });
         }
         self.reject_reload(
             reload,

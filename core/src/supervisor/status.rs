@@ -84,8 +84,7 @@ impl super::Supervisor {
             failure: self.failure.clone(),
             recycling_suspended: self.recycling_suspended.clone(),
             recycle_in_flight: self.recycle.is_some(),
-            reload_in_flight: self.rollout.as_ref().is_some_and(|r| r.reload.is_some())
-                || self.pending_reload.is_some(),
+            reload_in_flight: self.reload_in_flight(),
             last_reload_error: self.last_reload_error.clone(),
         }
     }

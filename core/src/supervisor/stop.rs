@@ -24,9 +24,11 @@ impl Supervisor {
         }
         self.actions.push_back(Action::CloseListeners);
         // A reload still waiting or rolling out gets its answer: nobody waits forever.
+        // Every set closes now; one still being bound is released when its answer comes.
+        let binding = self.binding.take().map(|(id, _)| id);
         let waiting = self.pending_reload.take().map(|(id, _)| id);
         let rolling = self.rollout.take().and_then(|r| r.reload);
-        for id in waiting.into_iter().chain(rolling) {
+        for id in binding.into_iter().chain(waiting).chain(rolling) {
             self.reject_reload(id, "the service is stopping".into());
         }
         self.recycle = None;

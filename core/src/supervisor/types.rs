@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use crate::config::{RawConfig, ValidConfig};
+use crate::config::{Listen, RawConfig, ValidConfig};
 use crate::ids::{Generation, ReloadId, Slot, WorkerId};
 use crate::proto::{ParentMessage, ProtoError, WorkerMessage};
 
@@ -309,6 +309,12 @@ pub enum Event {
     /// For the parent's TLS material ([`crate::tls_material`]): a new identity, or the
     /// randomness a ticket key was asked for with.
     Tls(crate::tls_material::TlsInput),
+    /// The answer to [`Action::BindListeners`]: the set is bound, or why it is not.
+    ListenersBound {
+        reload: ReloadId,
+        listen: Listen,
+        result: Result<(), String>,
+    },
 }
 
 /// What the supervisor asks the driver to do.
@@ -328,19 +334,20 @@ pub enum Action {
         message: ParentMessage,
     },
     /// POSIX only: TERM to the worker's process group.
-    Terminate {
-        worker: WorkerId,
-    },
+    Terminate { worker: WorkerId },
     /// KILL (POSIX, to the process group) or TerminateProcess (Windows).
-    Kill {
-        worker: WorkerId,
-    },
+    Kill { worker: WorkerId },
+    /// Close every listener set: nothing is accepted from here on (a stop or a failure).
     CloseListeners,
+    /// Bind the listener set `listen` for a reload that changes it, and answer with
+    /// [`Event::ListenersBound`]; the reload's candidates are started on it only then.
+    BindListeners { reload: ReloadId, listen: Listen },
+    /// No generation will start a worker on `listen` again: close the parent's copy (the
+    /// workers still holding theirs close them as they exit).
+    ReleaseListeners { listen: Listen },
     /// The worker's channel closed or it was reaped: revoke what it held. Emitted exactly
     /// once per worker, always before any replacement in its slot is spawned.
-    WorkerGone {
-        worker: WorkerId,
-    },
+    WorkerGone { worker: WorkerId },
     /// A generation is committed and serving; `reload` names the reload it answers
     /// (none for the first generation).
     GenerationCommitted {
@@ -360,16 +367,9 @@ pub enum Action {
         message: String,
     },
     /// A reload was refused or its candidate generation failed; the old one serves on.
-    ReloadRejected {
-        reload: ReloadId,
-        message: String,
-    },
+    ReloadRejected { reload: ReloadId, message: String },
     /// Recycling is suspended after repeated replacement failures.
-    RecyclingSuspended {
-        message: String,
-    },
+    RecyclingSuspended { message: String },
     /// Every worker is reaped; the parent should exit with this code.
-    Exit {
-        code: i32,
-    },
+    Exit { code: i32 },
 }

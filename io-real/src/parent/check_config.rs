@@ -129,8 +129,16 @@ mod tests {
 
     #[test]
     fn every_core_field_is_shown_under_the_path_its_setting_sets() {
-        // `workers` 3 and uploads on, so counts and features are not all defaults.
-        let loaded = loaded(&["--workers", "3", "--upload", "--max-upload-files", "7"]);
+        // `workers` 3, uploads on and a port, so counts and features are not all defaults.
+        let loaded = loaded(&[
+            "--workers",
+            "3",
+            "--upload",
+            "--max-upload-files",
+            "7",
+            "--port",
+            "8123",
+        ]);
         let config = loaded.cli.serve.raw_config().validate().expect("valid");
         let json = super::super::config_json(&config);
         let text = config_text(&config);

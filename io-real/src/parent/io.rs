@@ -8,7 +8,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SendError, Sender, TryRecvError};
@@ -134,7 +133,7 @@ pub struct RealIo {
     /// Events waiting to be handed to the driver, in order: the driver's own (Spawned,
     /// SpawnFailed) and what was read from the channels.
     inbox: VecDeque<Event>,
-    listeners: Vec<TcpListener>,
+    listeners: super::listener_sets::ListenerSets,
     launcher: Launcher,
     cleaner: Cleaner,
     channels: HashMap<WorkerId, Channel>,
@@ -177,7 +176,7 @@ pub struct RealIoParts {
     pub clock: Clock,
     pub rt: Handle,
     pub poll: DriverPoll,
-    pub listeners: Vec<TcpListener>,
+    pub listeners: super::listener_sets::ListenerSets,
     pub launcher: Launcher,
     pub cleaner: Cleaner,
     pub control: Arc<ControlState>,
@@ -295,7 +294,7 @@ impl RealIo {
                     generation,
                     config,
                 },
-                &self.listeners,
+                self.listeners.get(config.listen()),
             )
             .and_then(|launched| {
                 let mut stream = UnixStream::from_std(launched.channel);
@@ -642,7 +641,7 @@ impl ParentIo for RealIo {
             ParentAction::Singleton(action) => {
                 tracing::info!(event = "singleton", ?action, "singleton");
                 if let Some(services) = &self.services {
-                    services.perform(action);
+                    services.perform(action, |listen| self.listeners.addrs(listen));
                 }
                 return;
             }
@@ -695,8 +694,35 @@ impl ParentIo for RealIo {
             }
             Action::Terminate { worker } => self.signal_group(worker, Signal::TERM),
             Action::Kill { worker } => self.signal_group(worker, Signal::KILL),
+            Action::BindListeners { reload, listen } => {
+                let result = self.listeners.bind(listen).map_err(|e| e.to_string());
+                match &result {
+                    Ok(()) => {
+                        for url in self.listeners.urls(listen) {
+                            say!("servery: listening on {url} (for reload {})", reload.0);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(%listen, error = %e, "cannot bind the reload's listeners")
+                    }
+                }
+                // The bind is done here, on this thread: the core has its answer next step.
+                self.inbox.push_back(Event::ListenersBound {
+                    reload,
+                    listen,
+                    result,
+                });
+            }
+            Action::ReleaseListeners { listen } => {
+                let urls = self.listeners.urls(listen);
+                if self.listeners.release(listen) {
+                    for url in urls {
+                        say!("servery: stopped listening on {url}");
+                    }
+                }
+            }
             Action::CloseListeners => {
-                self.listeners.clear();
+                self.listeners.close_all();
                 self.control.closing.store(true, Ordering::Release);
                 self.notifier.stopping();
             }
@@ -758,7 +784,8 @@ impl ParentIo for RealIo {
             panic!("core invariant violated: {e}");
         }
         if !self.status_waiters.is_empty() {
-            let status = status_json(parent, now, &self.info);
+            let listen = self.listeners.urls(parent.supervisor().config().listen());
+            let status = status_json(parent, now, &self.info, &listen);
             for waiter in self.status_waiters.drain(..) {
                 let _ = waiter.send(status.clone());
             }

@@ -49,6 +49,17 @@ pub fn action(action: &Action) {
         Action::CloseListeners => {
             tracing::info!(event = "close_listeners", "closing the listeners")
         }
+        Action::BindListeners { reload, listen } => tracing::info!(
+            event = "bind_listeners",
+            reload = reload.0,
+            %listen,
+            "binding the reload's listeners"
+        ),
+        Action::ReleaseListeners { listen } => tracing::info!(
+            event = "release_listeners",
+            %listen,
+            "closing the parent's copy of listeners no generation starts on again"
+        ),
         Action::WorkerGone { worker } => tracing::debug!(
             event = "worker_gone",
             worker = worker.0,

@@ -10,6 +10,7 @@ mod dav_journal;
 mod host;
 mod io;
 mod lifecycle_log;
+mod listener_sets;
 mod listeners;
 mod local_broker;
 mod metrics;
@@ -238,6 +239,8 @@ fn serve(
     // The default socket's directory is checked (or made) before anything is bound: a
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
+    let inherited_given = !inherited.is_empty();
+    let acme_given = acme.is_some();
     let (listeners, admin_listener) = if inherited.is_empty() {
         let mut listeners = listeners::bind_all(&args.bind, args.port)?;
         if let Some(acme) = &acme {
@@ -282,7 +285,20 @@ fn serve(
     // A reload reads the configuration again as the parent was started: same command
     // line and environment, the file as it is now (settings/reload.rs).
     let started_settings = Arc::new(loaded.effective.clone());
-    let reparse: Reparse = Arc::new(move || loaded.reload());
+    // What fixes the port for this run (decision 0035): the listeners a reload would move
+    // are otherwise bound by the core's `BindListeners`.
+    let port_fixed_by = if !inherited_given {
+        if args.site.http3 {
+            Some("with --http3 (its UDP sockets are bound once, one per worker slot)")
+        } else if acme_given {
+            Some("with --acme (the certificate's HTTP-01 and HTTPS ports are fixed)")
+        } else {
+            None
+        }
+    } else {
+        Some("with sockets from the service manager (change them in its socket unit)")
+    };
+    let reparse: Reparse = Arc::new(move || loaded.reload(port_fixed_by));
     {
         let _enter = host.handle().enter();
         let signals = Signals::register().map_err(ParentError::Runtime)?;
@@ -362,15 +378,11 @@ fn serve(
             .map_or_else(|| "servery".into(), |n| n.to_string_lossy().into_owned()),
         host_name: services::context::host_name(),
     };
-    let mut site = site;
-    // The page's code is of the address the terminal's code shows (decision 0020).
-    site.worker.qr_url = args
-        .discovery
-        .qr
-        .then(|| service_site.lan_url(&services::context::interfaces()));
+    let scheme = site.scheme();
     let launcher = Launcher::new(exe, root.clone(), site.worker, args.clone())
         .with_log_format(args.ops.log_format)
-        .with_quic(quic);
+        .with_quic(quic)
+        .with_qr(args.discovery.qr.then(|| service_site.clone()));
     let log_writer = match &args.access_log.access_log {
         Some(path) => {
             let written = events_tx.clone();
@@ -446,6 +458,12 @@ fn serve(
         journal
     });
     let service_reports = services.reports();
+    let listeners = listener_sets::ListenerSets::new(
+        args.bind.clone(),
+        scheme,
+        parent.supervisor().config().listen(),
+        listeners,
+    );
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
@@ -467,7 +485,6 @@ fn serve(
         },
         info: ServiceInfo {
             pid: std::process::id(),
-            urls,
             control_socket: socket_path.display().to_string(),
             root: root.display().to_string(),
             access_log: log_stats,

@@ -87,6 +87,9 @@ pub struct Launcher {
     log_format: crate::parent::ops_args::LogFormat,
     /// `--http3`: every slot's UDP socket, handed to its workers with the listeners.
     quic: Option<crate::http3::sockets::QuicSockets>,
+    /// `--qr`: the site whose LAN URL the page's code shows, on the port of the
+    /// listeners each worker is given.
+    qr: Option<super::services::Site>,
 }
 
 impl Launcher {
@@ -99,7 +102,14 @@ impl Launcher {
             live: LiveFields::of_table(),
             log_format: crate::parent::ops_args::LogFormat::Text,
             quic: None,
+            qr: None,
         }
+    }
+
+    /// Workers' pages show a QR code of the LAN URL of the listeners they are given.
+    pub fn with_qr(mut self, site: Option<super::services::Site>) -> Self {
+        self.qr = site;
+        self
     }
 
     /// Workers also get their slot's HTTP/3 sockets.
@@ -175,11 +185,24 @@ impl Launcher {
         // Everything per-generation follows from the configuration the core's Spawn
         // carried: the parent keeps no table of generations.
         let committed = super::status::config_json(config);
+        let mut facts = self.facts.clone();
+        if let Some(site) = &self.qr {
+            // The page's code is of the address the terminal's code shows (decision 0020),
+            // on this worker's port (decision 0035).
+            let site = super::services::Site {
+                addrs: listeners
+                    .iter()
+                    .filter_map(|l| l.local_addr().ok())
+                    .collect(),
+                ..site.clone()
+            };
+            facts.qr_url = Some(site.lan_url(&super::services::context::interfaces()));
+        }
         let setup = Setup {
             root: self.root.clone(),
             runtime_threads: runtime_threads(config),
             partial_ttl: config.broker().partial_ttl(),
-            facts: self.facts.clone(),
+            facts,
             settings: self
                 .live
                 .for_generation(&self.serve, &committed)

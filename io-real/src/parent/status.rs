@@ -13,7 +13,6 @@ use servery_core::{Instant, ValidConfig};
 #[derive(Debug, Clone)]
 pub struct ServiceInfo {
     pub pid: u32,
-    pub urls: Vec<String>,
     pub control_socket: String,
     pub root: String,
     /// The access-log writer's counters, when the log is on.
@@ -32,7 +31,8 @@ fn at_ms(t: Instant) -> u64 {
     t.as_nanos() / 1_000_000
 }
 
-pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
+/// `listen`: the URLs of the committed generation's listeners.
+pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[String]) -> Value {
     let status = parent.supervisor().status(now);
     let mut value = core_status_json(&status);
     let extra = json!({
@@ -41,7 +41,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo) -> Value {
         // Time the parent noticed it did not run (a frozen host, a stopped parent): not
         // counted as any worker's silence (decision 0017).
         "not_running_ms": ms(parent.supervisor().time_not_running()),
-        "listen": info.urls,
+        "listen": listen,
         "root": info.root,
         "control_socket": info.control_socket,
         "config": config_with_settings(parent.supervisor().config(), info),

@@ -40,7 +40,7 @@ fn every_serving_argument_is_a_setting_with_a_unique_key_and_variable() {
         "{live:?}"
     );
     assert!(
-        !live.contains(&"port") && !live.contains(&"tftp_timeout"),
+        live.contains(&"port") && !live.contains(&"bind") && !live.contains(&"tftp_timeout"),
         "{live:?}"
     );
 }
@@ -56,7 +56,8 @@ fn help_marks_the_reloadable_settings() {
             .collect::<String>()
     };
     assert!(line("--drain-timeout").contains("[reloadable]"), "{help}");
-    assert!(!line("--port <PORT>").contains("[reloadable]"), "{help}");
+    assert!(line("--port <PORT>").contains("[reloadable]"), "{help}");
+    assert!(!line("--bind <ADDR>").contains("[reloadable]"), "{help}");
 }
 
 fn read(text: &str) -> FileRead {
@@ -109,17 +110,28 @@ fn a_reload_refuses_changes_to_fixed_settings_only() {
             .map(Into::into)
             .collect()
     };
-    let started = load(&argv(&["--port", "8000", "--max-connections", "5"])).expect("loads");
-    let live = load(&argv(&["--port", "8000", "--max-connections", "6"])).expect("loads");
+    let started = load(&argv(&["--bind", "127.0.0.1", "--max-connections", "5"])).expect("loads");
+    let live = load(&argv(&[
+        "--bind",
+        "127.0.0.1",
+        "--max-connections",
+        "6",
+        "--port",
+        "9",
+    ]))
+    .expect("loads");
     assert!(reload::fixed_changes(&started.effective, &live.effective).is_empty());
-    let fixed = load(&argv(&["--port", "8001", "--cors"])).expect("loads");
+    let fixed = load(&argv(&["--bind", "127.0.0.2", "--cors"])).expect("loads");
     let changes = reload::fixed_changes(&started.effective, &fixed.effective);
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert!(
-        changes[0].starts_with("port cannot change on reload"),
+        changes[0].starts_with("bind cannot change on reload"),
         "{changes:?}"
     );
-    assert!(changes[0].ends_with("8000 -> 8001"), "{changes:?}");
+    assert!(
+        changes[0].ends_with("127.0.0.1 -> 127.0.0.2"),
+        "{changes:?}"
+    );
     assert!(changes[1].starts_with("cors "), "{changes:?}");
 }
 

@@ -186,6 +186,10 @@ impl SimWorld {
                     self.process_died(w, ExitStatus::Signal(9));
                 }
             }
+            Fault::PortBusy { port } => {
+                self.injected(FaultKind::PortBusy, None);
+                self.listeners.busy.push(port);
+            }
         }
     }
 

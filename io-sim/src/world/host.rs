@@ -132,6 +132,12 @@ impl ParentIo for SimWorld {
                 self.spawn_index += 1;
                 self.out.spawns = self.spawn_index;
                 self.out.spawn_times_ms.push(now.as_nanos() / 1_000_000);
+                if !self.listeners.is_open(config.listen()) {
+                    self.violation(format!(
+                        "{worker} started on {}, which the parent does not hold",
+                        config.listen()
+                    ));
+                }
                 let behavior = (self.spec.behavior)(&info, &mut self.rng);
                 if let Some(kind) = behavior.kind() {
                     self.out.misbehaving.push((info.index, kind));
@@ -219,7 +225,25 @@ impl ParentIo for SimWorld {
                 }
                 self.process_died(worker, ExitStatus::Signal(9));
             }
+            Action::BindListeners { reload, listen } => {
+                if self.listeners.is_open(listen) || self.listeners.all_closed {
+                    self.violation(format!("{listen} bound while held or after the close"));
+                }
+                let result = self.listeners.bind(reload, listen);
+                // The bind is the parent's own system call: answered in the next step.
+                self.inbox.push_back(Event::ListenersBound {
+                    reload,
+                    listen,
+                    result,
+                });
+            }
+            Action::ReleaseListeners { listen } => {
+                if !self.listeners.release(listen, now) {
+                    self.violation(format!("{listen} released but not held"));
+                }
+            }
             Action::CloseListeners => {
+                self.listeners.close_all();
                 self.listener_open = false;
                 self.out.requests.refused += self.backlog.len() as u64;
                 for (_, kind) in core::mem::take(&mut self.backlog) {
@@ -250,6 +274,9 @@ impl ParentIo for SimWorld {
                 if !self.out.generations_committed.is_empty() {
                     self.out.coverage.insert(labels::RELOAD_COMMITTED);
                 }
+                if self.listeners.released_at == Some(now) {
+                    self.out.coverage.insert(labels::LISTENERS_MOVED);
+                }
                 self.out.generations_committed.push(generation.0);
             }
             Action::ServiceFailed { reason, message } => {
@@ -265,7 +292,10 @@ impl ParentIo for SimWorld {
                 self.out.failure = Some(reason);
                 self.out.failure_message = Some(message);
             }
-            Action::ReloadRejected { message, .. } => {
+            Action::ReloadRejected { message, reload } => {
+                if self.listeners.was_refused(reload) {
+                    self.out.coverage.insert(labels::PORT_BUSY_RELOAD_REJECTED);
+                }
                 self.spawn_failure_given_up(false);
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
@@ -276,6 +306,9 @@ impl ParentIo for SimWorld {
                 self.out.recycling_suspended = true;
             }
             Action::Exit { .. } => {
+                if !self.listeners.open().is_empty() {
+                    self.violation(format!("parent exits holding {:?}", self.listeners.open()));
+                }
                 self.out.exit_at_ms = Some(now.as_nanos() / 1_000_000);
                 if self.live_count() > 0 {
                     self.violation(format!(
@@ -307,6 +340,7 @@ impl ParentIo for SimWorld {
         }
         let sup = parent.supervisor();
         let broker = parent.broker();
+        self.judge_listeners(sup);
         if !self.status_asked.is_empty() {
             let status = sup.status(now);
             for asked in std::mem::take(&mut self.status_asked) {
@@ -440,6 +474,28 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         Action::RecyclingSuspended { .. } => (11, 0),
         Action::ReloadStarted { generation, .. } => (14, generation.0),
         Action::Exit { code } => (12, *code as u64),
+        Action::BindListeners { listen, .. } => (18, listen.port.map_or(1 << 16, u64::from)),
+        Action::ReleaseListeners { listen } => (19, listen.port.map_or(1 << 16, u64::from)),
+    }
+}
+
+impl SimWorld {
+    /// After every step: until the close, the parent holds the committed generation's set,
+    /// and besides it only a reload's while one is in flight (a set held past its last
+    /// use is a leak; a set missing is one workers could not be started on).
+    fn judge_listeners(&mut self, sup: &servery_core::supervisor::Supervisor) {
+        if self.listeners.all_closed {
+            return;
+        }
+        let committed = sup.config().listen();
+        let held = self.listeners.open();
+        let extra = held.iter().filter(|l| **l != committed).count();
+        if !held.contains(&committed) || extra > usize::from(sup.reload_in_flight()) {
+            self.violation(format!(
+                "the parent holds {held:?} with {committed} committed (reload in flight: {})",
+                sup.reload_in_flight()
+            ));
+        }
     }
 }
 

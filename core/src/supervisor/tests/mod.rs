@@ -163,6 +163,7 @@ fn drains(acts: &[Action]) -> Vec<WorkerId> {
 
 mod hangs;
 mod lifecycle;
+mod listeners;
 mod protocol;
 mod recycle_reload;
 mod status;

@@ -24,12 +24,14 @@ mod stall;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use servery_core::Generation;
+use servery_core::config::Listen;
 use servery_core::singletons::{SingletonAction, SingletonKind};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -207,20 +209,38 @@ impl ServiceHost {
     }
 
     /// Queue the core's action for its service; never waits. The log line is the record
-    /// of the core's decision, written as it is made.
-    pub fn perform(&self, action: SingletonAction) {
-        let context = |generation| ServiceContext {
-            generation,
-            site: Arc::clone(&self.site),
+    /// of the core's decision, written as it is made. `addrs`: the addresses of the
+    /// listener set the action's generation serves on (what a service describes).
+    pub fn perform(&self, action: SingletonAction, addrs: impl FnOnce(Listen) -> Vec<SocketAddr>) {
+        let context = |generation, listen| {
+            let addrs = addrs(listen);
+            let site = if addrs == self.site.addrs || addrs.is_empty() {
+                Arc::clone(&self.site)
+            } else {
+                Arc::new(Site {
+                    addrs,
+                    ..Site::clone(&self.site)
+                })
+            };
+            ServiceContext { generation, site }
         };
         let (kind, op) = match action {
-            SingletonAction::Start { kind, generation } => {
+            SingletonAction::Start {
+                kind,
+                generation,
+                listen,
+            } => {
                 tracing::info!(kind = kind.name(), %generation, "singleton started");
-                (kind, Op::Start(context(generation)))
+                (kind, Op::Start(context(generation, listen)))
             }
-            SingletonAction::Switch { kind, from, to } => {
+            SingletonAction::Switch {
+                kind,
+                from,
+                to,
+                listen,
+            } => {
                 tracing::info!(kind = kind.name(), %from, %to, "singleton switched");
-                (kind, Op::Switch(from, context(to)))
+                (kind, Op::Switch(from, context(to, listen)))
             }
             SingletonAction::Stop { kind } => {
                 tracing::info!(kind = kind.name(), "singleton stopped");

@@ -1,0 +1,175 @@
+//! A reload that moves the listeners: the set is bound before any candidate exists, every
+//! candidate starts on it, and the parent's copy of a set closes exactly when no
+//! generation will start a worker on it again (decision 0035).
+
+use super::*;
+use crate::config::Listen;
+
+const MOVED: Listen = Listen { port: Some(9001) };
+
+fn reload_to(h: &mut Harness, id: u64, listen: Listen) -> Vec<Action> {
+    let mut next = RawConfig {
+        workers: 2,
+        listen,
+        ..RawConfig::default()
+    };
+    next.recovery.drain_timeout = 3.0;
+    h.on(Event::Command(Command::Reload {
+        id: ReloadId(id),
+        config: Box::new(next),
+    }))
+}
+
+fn bound(h: &mut Harness, id: u64, listen: Listen, result: Result<(), String>) -> Vec<Action> {
+    h.on(Event::ListenersBound {
+        reload: ReloadId(id),
+        listen,
+        result,
+    })
+}
+
+fn releases(acts: &[Action]) -> Vec<Listen> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::ReleaseListeners { listen } => Some(*listen),
+            _ => None,
+        })
+        .collect()
+}
+
+fn rejection(acts: &[Action]) -> Option<&str> {
+    acts.iter().find_map(|a| match a {
+        Action::ReloadRejected { message, .. } => Some(message.as_str()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_new_port_is_bound_before_any_candidate_and_the_old_set_is_released_at_the_commit() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let acts = reload_to(&mut h, 1, MOVED);
+    assert_eq!(
+        acts,
+        vec![Action::BindListeners {
+            reload: ReloadId(1),
+            listen: MOVED
+        }],
+        "nothing starts before the new set is bound"
+    );
+    assert!(h.sup.status(h.now).reload_in_flight);
+    assert!(
+        rejection(&reload_to(&mut h, 2, Listen { port: Some(9002) }))
+            .is_some_and(|m| m.contains("already in progress")),
+        "one reload at a time, binding included"
+    );
+    let acts = bound(&mut h, 1, MOVED, Ok(()));
+    let listens: Vec<Listen> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::Spawn { config, .. } => Some(config.listen()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        listens,
+        vec![MOVED; 2],
+        "every candidate starts on the new set"
+    );
+    assert!(
+        releases(&acts).is_empty(),
+        "the old set serves until the commit"
+    );
+    let acts = h.boot(&acts);
+    assert_eq!(
+        releases(&acts),
+        vec![Listen::default()],
+        "released once, at the commit"
+    );
+    assert_eq!(h.sup.config().listen(), MOVED);
+    // A reload that keeps the port binds nothing and releases nothing.
+    let acts = reload_to(&mut h, 3, MOVED);
+    assert_eq!(spawns(&acts), 2);
+    let acts = h.boot(&acts);
+    assert!(releases(&acts).is_empty(), "{acts:?}");
+    assert!(
+        !acts
+            .iter()
+            .any(|a| matches!(a, Action::BindListeners { .. }))
+    );
+}
+
+#[test]
+fn a_port_that_cannot_be_bound_rejects_the_reload_with_nothing_started() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let before = h.start();
+    reload_to(&mut h, 1, MOVED);
+    let acts = bound(&mut h, 1, MOVED, Err("address in use".into()));
+    assert_eq!(spawns(&acts), 0);
+    assert!(releases(&acts).is_empty(), "nothing was bound");
+    let message = rejection(&acts).expect("rejected");
+    assert!(
+        message.contains("port 9001") && message.contains("address in use"),
+        "{message}"
+    );
+    assert_eq!(h.members(), before, "the committed generation serves on");
+    assert!(!h.sup.status(h.now).reload_in_flight);
+    // The next attempt binds again.
+    assert_eq!(
+        reload_to(&mut h, 2, MOVED),
+        vec![Action::BindListeners {
+            reload: ReloadId(2),
+            listen: MOVED
+        }]
+    );
+}
+
+#[test]
+fn a_failed_candidate_generation_releases_the_set_it_was_bound_for() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    reload_to(&mut h, 1, MOVED);
+    let acts = bound(&mut h, 1, MOVED, Ok(()));
+    let candidate = acts
+        .iter()
+        .find_map(|a| match a {
+            Action::Spawn { worker, .. } => Some(*worker),
+            _ => None,
+        })
+        .expect("a candidate");
+    let acts = h.on(Event::Exited {
+        worker: candidate,
+        status: ExitStatus::Code(1),
+    });
+    assert!(rejection(&acts).is_some(), "{acts:?}");
+    assert_eq!(releases(&acts), vec![MOVED]);
+    assert_eq!(h.sup.config().listen(), Listen::default());
+}
+
+#[test]
+fn a_stop_while_binding_answers_the_reload_and_releases_the_set_once_bound() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    reload_to(&mut h, 1, MOVED);
+    let acts = h.on(Event::Command(Command::Stop));
+    assert!(acts.contains(&Action::CloseListeners));
+    assert!(rejection(&acts).is_some_and(|m| m.contains("stopping")));
+    let acts = bound(&mut h, 1, MOVED, Ok(()));
+    assert_eq!(acts, vec![Action::ReleaseListeners { listen: MOVED }]);
+    assert!(bound(&mut h, 1, MOVED, Err("busy".into())).is_empty());
+}
+
+#[test]
+fn an_answer_for_another_reload_or_set_is_not_taken_for_the_one_waiting() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    reload_to(&mut h, 1, MOVED);
+    let other = Listen { port: Some(7) };
+    assert_eq!(
+        bound(&mut h, 1, other, Ok(())),
+        vec![Action::ReleaseListeners { listen: other }]
+    );
+    assert!(bound(&mut h, 2, MOVED, Err("busy".into())).is_empty());
+    assert!(h.sup.status(h.now).reload_in_flight, "still waiting");
+    assert_eq!(spawns(&bound(&mut h, 1, MOVED, Ok(()))), 2);
+}
