@@ -234,6 +234,17 @@ fn tcp_responses_advertise_http3_on_the_same_port() {
     let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
     let expected = format!("alt-svc: h3=\":{}\"; ma=86400", server.addr.port());
     assert!(head.contains(&expected), "{expected:?} not in:\n{head}");
+    // The UDP sockets are bound once per slot: a reload may not move the port (decision
+    // 0035), and says why.
+    let moved = server.addr.port().wrapping_add(1).max(1);
+    let refused = server
+        .ctl(&servery_tests::serde_json::json!({"cmd": "reload", "set": {"port": moved}}))
+        .expect_err("the port is fixed with --http3");
+    assert!(
+        refused.contains("port cannot change on reload with --http3"),
+        "{refused}"
+    );
+    assert_eq!(server.status()["generation"], 1);
 }
 
 #[test]

@@ -192,11 +192,29 @@ fn qr_prints_the_url_and_its_code_once_per_committed_generation() {
     let mut server = Server::start(&tree, 1, &[FAST, &["--qr"]].concat(), &[]);
     server.wait_ready(1, Duration::from_secs(20));
     server.wait_stdout("servery: scan to open ", Duration::from_secs(10));
-    let answer = server.ctl(&json!({"cmd": "reload"})).expect("reload");
+    // The reload moves the port: generation 2's code, and its workers' page, show the new
+    // address.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|probe| probe.local_addr())
+        .expect("a free port")
+        .port();
+    let moved = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let answer = server
+        .ctl(&json!({"cmd": "reload", "set": {"port": port}}))
+        .expect("reload");
     assert_eq!(answer["generation"], 2, "{answer}");
     server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
-    let url = format!("http://{}/", server.addr);
-    let code = expected_code(&url);
+    let urls = [
+        format!("http://{}/", server.addr),
+        format!("http://{moved}/"),
+    ];
+    let page = http_get(moved, "/").expect("the page on the new port");
+    let page = String::from_utf8_lossy(&page.1).into_owned();
+    assert!(
+        page.contains(&format!("<a href=\"{}\">", urls[1])),
+        "the page's code is of the new address: {page}"
+    );
+    let code = expected_code(&urls[0]);
     let printed = |server: &Server| {
         server
             .stdout()
@@ -221,10 +239,12 @@ fn qr_prints_the_url_and_its_code_once_per_committed_generation() {
         .collect();
     assert_eq!(heads.len(), 2, "a recycle prints none: {stdout:#?}");
     for (n, &at) in heads.iter().enumerate() {
+        let url = &urls[n];
         assert_eq!(
             stdout[at],
             format!("servery: scan to open {url} (generation {})", n + 1)
         );
+        let code = expected_code(url);
         let block = &stdout[at + 1..at + 1 + code.len()];
         assert_eq!(
             block,

@@ -78,6 +78,16 @@ fn socket_activation_serves_on_the_port_the_manager_bound() {
     );
     let status = ctl_at(&tree.socket(), &json!({"cmd": "status"})).expect("status");
     assert_eq!(status["status"]["state"], "ready");
+    // The manager owns the socket: a reload may not move the port (decision 0035).
+    let refused = ctl_at(
+        &tree.socket(),
+        &json!({"cmd": "reload", "set": {"port": free_port()}}),
+    )
+    .expect_err("the port is the manager's");
+    assert!(
+        refused.contains("port cannot change on reload with sockets from the service manager"),
+        "{refused}"
+    );
     drop(group);
 }
 

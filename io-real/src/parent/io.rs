@@ -270,6 +270,10 @@ impl RealIo {
         if let Some(reply) = reply {
             self.reloads.insert(id, reply);
         }
+        let raw = raw.and_then(|config| {
+            self.listeners.refuse_move(config.listen)?;
+            Ok(config)
+        });
         Event::Command(match raw {
             Ok(config) => Command::Reload { id, config },
             Err(message) => Command::ReloadUnreadable { id, message },

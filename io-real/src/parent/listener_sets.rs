@@ -16,6 +16,9 @@ pub struct ListenerSets {
     /// The addresses every set listens on (fixed while servery runs).
     bind: Vec<IpAddr>,
     scheme: &'static str,
+    /// The set bound at start, and what fixes it for the run, if anything does.
+    started: Listen,
+    fixed_by: Option<&'static str>,
 }
 
 impl ListenerSets {
@@ -30,6 +33,28 @@ impl ListenerSets {
             sets: vec![(listen, listeners)],
             bind,
             scheme,
+            started: listen,
+            fixed_by: None,
+        }
+    }
+
+    /// The port cannot move in this run, for `reason` (HTTP/3's per-slot sockets, ACME,
+    /// the service manager's sockets).
+    pub fn with_port_fixed_by(mut self, reason: Option<&'static str>) -> Self {
+        self.fixed_by = reason;
+        self
+    }
+
+    /// Why a reload to `listen` cannot be carried out, if it cannot: checked on the
+    /// reload's whole configuration (file, command line and `ctl reload --set`).
+    pub fn refuse_move(&self, listen: Listen) -> Result<(), String> {
+        match self.fixed_by {
+            Some(reason) if listen != self.started => Err(format!(
+                "port cannot change on reload {reason}; restart to change it: {} -> {}",
+                shown(self.started),
+                shown(listen)
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -76,4 +101,10 @@ impl ListenerSets {
     pub fn close_all(&mut self) {
         self.sets.clear();
     }
+}
+
+fn shown(listen: Listen) -> String {
+    listen
+        .port
+        .map_or_else(|| "unset".into(), |p| p.to_string())
 }

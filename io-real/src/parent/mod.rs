@@ -298,7 +298,7 @@ fn serve(
     } else {
         Some("with sockets from the service manager (change them in its socket unit)")
     };
-    let reparse: Reparse = Arc::new(move || loaded.reload(port_fixed_by));
+    let reparse: Reparse = Arc::new(move || loaded.reload());
     {
         let _enter = host.handle().enter();
         let signals = Signals::register().map_err(ParentError::Runtime)?;
@@ -463,7 +463,8 @@ fn serve(
         scheme,
         parent.supervisor().config().listen(),
         listeners,
-    );
+    )
+    .with_port_fixed_by(port_fixed_by);
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),

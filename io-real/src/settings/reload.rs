@@ -11,21 +11,11 @@ use super::load::{Effective, Loaded, load};
 
 impl Loaded {
     /// The configuration for a reload of a parent started with `self`, or why the reload
-    /// is rejected (every reason at once). `port_fixed_by` names what fixes the port for
-    /// this run, if anything does (HTTP/3's sockets, ACME, the service manager's sockets).
-    pub fn reload(&self, port_fixed_by: Option<&str>) -> Result<RawConfig, String> {
+    /// is rejected (every reason at once).
+    pub fn reload(&self) -> Result<RawConfig, String> {
         let now = load(&self.argv).map_err(|e| e.to_string())?;
         let mut problems: Vec<String> = now.file_errors().to_vec();
         problems.extend(fixed_changes(&self.effective, &now.effective));
-        if let Some(reason) = port_fixed_by
-            && now.cli.serve.port != self.cli.serve.port
-        {
-            problems.push(format!(
-                "port cannot change on reload {reason}; restart to change it: {} -> {}",
-                shown_port(self.cli.serve.port),
-                shown_port(now.cli.serve.port)
-            ));
-        }
         if problems.is_empty() {
             Ok(now.cli.serve.raw_config())
         } else {
@@ -51,10 +41,6 @@ pub fn fixed_changes(started: &[Effective], now: &[Effective]) -> Vec<String> {
             })
         })
         .collect()
-}
-
-fn shown_port(port: Option<u16>) -> String {
-    port.map_or_else(|| "unset".into(), |p| p.to_string())
 }
 
 fn shown(e: &Effective) -> String {
