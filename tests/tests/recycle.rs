@@ -388,18 +388,32 @@ fn free_port() -> u16 {
 fn a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused() {
     let tree = Tree::new("portmove");
     let mut server = Server::start(&tree, WORKERS as u32, FAST, &[]);
-    let (first, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    server.wait_ready(WORKERS, Duration::from_secs(20));
     let old = server.addr;
     assert_eq!(http_get(old, "/hello.txt").map(|r| r.0), Ok(200));
 
-    // The new port is bound before generation 2 starts and serves once the reload is
-    // answered; the old one stops accepting when generation 1 has drained.
+    // Started with `--port 0`: naming the port it got is no move (the same sockets serve
+    // generation 2), not a bind that finds its own port busy.
+    let answer = server
+        .ctl(&json!({"cmd": "reload", "set": {"port": old.port()}}))
+        .expect("the port it already has");
+    assert_eq!(answer["generation"], 2, "{answer}");
+    let (first, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    assert_eq!(
+        first["listen"],
+        json!([format!("http://{old}/")]),
+        "{first}"
+    );
+    assert_eq!(http_get(old, "/hello.txt").map(|r| r.0), Ok(200));
+
+    // The new port is bound before generation 3 starts and serves once the reload is
+    // answered; the old one stops accepting when generation 2 has drained.
     let port = free_port();
     let moved = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let answer = server
         .ctl(&json!({"cmd": "reload", "set": {"port": port}}))
         .expect("reload");
-    assert_eq!(answer["generation"], 2, "{answer}");
+    assert_eq!(answer["generation"], 3, "{answer}");
     let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
     assert_eq!(
         status["listen"],
@@ -415,7 +429,7 @@ fn a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused() {
     let old_pids = worker_pids(&first);
     wait_until(
         DRAIN_TIMEOUT + FORCE_TIMEOUT + Duration::from_secs(2),
-        "generation 1 drained and the old port closed",
+        "generation 2 drained and the old port closed",
         || {
             (old_pids.iter().all(|&pid| !alive(pid)) && std::net::TcpStream::connect(old).is_err())
                 .then_some(())
@@ -432,7 +446,7 @@ fn a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused() {
     );
 
     // A port another program holds: the reload is refused before any worker starts, and
-    // generation 2 serves on where it was.
+    // generation 3 serves on where it was.
     let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let busy = holder.local_addr().expect("addr").port();
     let before = worker_ids(&server.status());
@@ -449,7 +463,7 @@ fn a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused() {
         before,
         "no worker was started or stopped"
     );
-    assert_eq!(status["generation"], 2, "{status}");
+    assert_eq!(status["generation"], 3, "{status}");
     assert_eq!(
         status["listen"],
         json!([format!("http://{moved}/")]),

@@ -86,6 +86,31 @@ impl ListenerSets {
         if self.sets.iter().any(|(l, _)| *l == listen) {
             return Ok(());
         }
+        // A port asked for by number may be the one a held set already listens on (started
+        // without `--port` on 8000, then `port = 8000` written into the file): binding it
+        // again would fail with "address in use", so the new set is the same sockets,
+        // duplicated, and the kernel's socket lives on while either set holds it.
+        if let Some(port) = listen.port.filter(|&p| p != 0)
+            && let Some((_, held)) = self.sets.iter().find(|(_, set)| {
+                !set.is_empty()
+                    && set
+                        .iter()
+                        .all(|l| l.local_addr().is_ok_and(|a| a.port() == port))
+            })
+        {
+            let mut same = Vec::with_capacity(held.len());
+            for socket in held {
+                let dup = socket.try_clone().map_err(|source| BindError::Bind {
+                    addr: socket
+                        .local_addr()
+                        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port))),
+                    source,
+                })?;
+                same.push(dup);
+            }
+            self.sets.push((listen, same));
+            return Ok(());
+        }
         let set = bind_all(&self.bind, listen.port)?;
         self.sets.push((listen, set));
         Ok(())
@@ -107,4 +132,65 @@ fn shown(listen: Listen) -> String {
     listen
         .port
         .map_or_else(|| "unset".into(), |p| p.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpStream;
+
+    use super::*;
+
+    fn loopback() -> Vec<IpAddr> {
+        vec![IpAddr::from([127, 0, 0, 1])]
+    }
+
+    fn started() -> (ListenerSets, u16) {
+        let any = Listen { port: Some(0) };
+        let first = bind_all(&loopback(), any.port).expect("bind");
+        let port = first[0].local_addr().expect("addr").port();
+        (ListenerSets::new(loopback(), "http", any, first), port)
+    }
+
+    #[test]
+    fn naming_the_port_a_held_set_has_reuses_its_sockets() {
+        let (mut sets, port) = started();
+        let named = Listen { port: Some(port) };
+        sets.bind(named)
+            .expect("the held port is not busy for its own parent");
+        assert_eq!(sets.addrs(named), sets.addrs(Listen { port: Some(0) }));
+        // The first key's copy closes; the socket still listens through the second.
+        assert!(sets.release(Listen { port: Some(0) }));
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_ok());
+        sets.close_all();
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    }
+
+    #[test]
+    fn a_port_another_program_holds_is_refused_and_a_free_one_bound() {
+        let (mut sets, _) = started();
+        let other = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let busy = Listen {
+            port: Some(other.local_addr().expect("addr").port()),
+        };
+        let err = sets.bind(busy).expect_err("busy");
+        assert!(err.to_string().contains("in use"), "{err}");
+        assert!(sets.get(busy).is_empty());
+        drop(other);
+        sets.bind(busy).expect("free now");
+        assert_eq!(sets.urls(busy).len(), 1);
+    }
+
+    #[test]
+    fn the_port_fixed_for_the_run_refuses_a_move_only() {
+        let (sets, port) = started();
+        let sets = sets.with_port_fixed_by(Some("with --http3"));
+        assert!(sets.refuse_move(Listen { port: Some(0) }).is_ok());
+        let refused = sets
+            .refuse_move(Listen { port: Some(port) })
+            .expect_err("moved");
+        assert!(
+            refused.starts_with("port cannot change on reload with --http3"),
+            "{refused}"
+        );
+    }
 }
