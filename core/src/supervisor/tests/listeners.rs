@@ -87,6 +87,7 @@ fn a_new_port_is_bound_before_any_candidate_and_the_old_set_is_released_at_the_c
         "released once, at the commit"
     );
     assert_eq!(h.sup.config().listen(), MOVED);
+    assert_eq!(h.sup.tally().reloads_committed, 1);
     // A reload that keeps the port binds nothing and releases nothing.
     let acts = reload_to(&mut h, 3, MOVED);
     assert_eq!(spawns(&acts), 2);
@@ -97,6 +98,53 @@ fn a_new_port_is_bound_before_any_candidate_and_the_old_set_is_released_at_the_c
             .iter()
             .any(|a| matches!(a, Action::BindListeners { .. }))
     );
+    assert_eq!(h.sup.tally().reloads_committed, 2);
+}
+
+#[test]
+fn a_second_reload_is_refused_while_the_first_rolls_out() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    // Rolling out: candidates spawned, not yet ready.
+    assert_eq!(spawns(&reload_to(&mut h, 1, Listen::default())), 2);
+    let second = reload_to(&mut h, 2, Listen::default());
+    assert!(
+        rejection(&second).is_some_and(|m| m.contains("already in progress")),
+        "{second:?}"
+    );
+    assert_eq!(spawns(&second), 0);
+}
+
+#[test]
+fn a_late_answer_never_releases_a_set_a_generation_may_still_start_on() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let late = |h: &mut Harness, listen| releases(&bound(h, 99, listen, Ok(())));
+    // The committed generation's set.
+    assert!(late(&mut h, Listen::default()).is_empty());
+    // The set a reload is being bound for.
+    reload_to(&mut h, 1, MOVED);
+    assert!(late(&mut h, MOVED).is_empty());
+    // The set a reload's candidates are starting on.
+    let acts = bound(&mut h, 1, MOVED, Ok(()));
+    assert_eq!(spawns(&acts), 2);
+    assert!(late(&mut h, MOVED).is_empty());
+    h.boot(&acts);
+    assert_eq!(h.sup.config().listen(), MOVED);
+    // The set of a reload waiting for a recycle.
+    let third = Listen { port: Some(9003) };
+    h.on(Event::Command(Command::Recycle));
+    reload_to(&mut h, 2, third);
+    let acts = bound(&mut h, 2, third, Ok(()));
+    assert_eq!(
+        spawns(&acts),
+        0,
+        "the reload waits for the recycle: {acts:?}"
+    );
+    assert!(h.sup.status(h.now).reload_in_flight);
+    assert!(late(&mut h, third).is_empty());
+    // A set nobody uses is given back.
+    assert_eq!(late(&mut h, Listen::default()), vec![Listen::default()]);
 }
 
 #[test]
