@@ -276,6 +276,15 @@ fn wait_child(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
 // ---------------------------------------------------------------------------------------
 // Waiting
 
+/// A loopback TCP port nobody listens on now (bound and let go; the kernel does not hand
+/// an ephemeral port out again at once).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 /// Poll `condition` until it yields a value, at most `bound`; returns the value and how
 /// long it took. Panics naming `what` when the bound passes.
 pub fn wait_until<T>(

@@ -16,13 +16,6 @@ use servery_tests::*;
 
 const DOMAIN: &str = "files.acme.test";
 
-fn free_tcp() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 fn free_udp() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
@@ -65,7 +58,7 @@ fn start_ca(dir: &Path) -> Ca {
     need("pebble");
     need("pebble-challtestsrv");
     let dns = free_udp();
-    let challtest = free_tcp();
+    let challtest = free_tcp_port();
     let dns_srv = Command::new("pebble-challtestsrv")
         .args([
             "-dns01",
@@ -96,7 +89,12 @@ fn start_ca(dir: &Path) -> Ca {
     let ca_pem = dir.join("pebble-tls.pem");
     std::fs::write(&ca_pem, cert.pem()).expect("write");
     std::fs::write(dir.join("pebble-tls.key"), key.serialize_pem()).expect("write");
-    let (listen, mgmt, http_port, tls_port) = (free_tcp(), free_tcp(), free_tcp(), free_tcp());
+    let (listen, mgmt, http_port, tls_port) = (
+        free_tcp_port(),
+        free_tcp_port(),
+        free_tcp_port(),
+        free_tcp_port(),
+    );
     let config = json!({"pebble": {
         "listenAddress": format!("127.0.0.1:{listen}"),
         "managementListenAddress": format!("127.0.0.1:{mgmt}"),

@@ -377,11 +377,24 @@ fn a_worker_that_hangs_before_its_recycle_drains_it_is_ended_on_its_heartbeat_de
     assert_eq!((code, body.as_slice()), (200, HELLO));
 }
 
-/// A port no one listens on now (bound and let go; the kernel does not hand an ephemeral
-/// port out again at once).
-fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    probe.local_addr().expect("addr").port()
+/// `ctl reload --set port=…` to `addr`'s port, answered with `generation`; the status once
+/// every worker is ready again, listening on `addr` alone.
+fn reload_to_port(
+    server: &Server,
+    addr: std::net::SocketAddr,
+    generation: u64,
+) -> servery_tests::serde_json::Value {
+    let answer = server
+        .ctl(&json!({"cmd": "reload", "set": {"port": addr.port()}}))
+        .expect("reload");
+    assert_eq!(answer["generation"], generation, "{answer}");
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    assert_eq!(
+        status["listen"],
+        json!([format!("http://{addr}/")]),
+        "{status}"
+    );
+    status
 }
 
 #[test]
@@ -394,32 +407,14 @@ fn a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused() {
 
     // Started with `--port 0`: naming the port it got is no move (the same sockets serve
     // generation 2), not a bind that finds its own port busy.
-    let answer = server
-        .ctl(&json!({"cmd": "reload", "set": {"port": old.port()}}))
-        .expect("the port it already has");
-    assert_eq!(answer["generation"], 2, "{answer}");
-    let (first, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
-    assert_eq!(
-        first["listen"],
-        json!([format!("http://{old}/")]),
-        "{first}"
-    );
+    let first = reload_to_port(&server, old, 2);
     assert_eq!(http_get(old, "/hello.txt").map(|r| r.0), Ok(200));
 
     // The new port is bound before generation 3 starts and serves once the reload is
     // answered; the old one stops accepting when generation 2 has drained.
-    let port = free_port();
+    let port = free_tcp_port();
     let moved = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let answer = server
-        .ctl(&json!({"cmd": "reload", "set": {"port": port}}))
-        .expect("reload");
-    assert_eq!(answer["generation"], 3, "{answer}");
-    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
-    assert_eq!(
-        status["listen"],
-        json!([format!("http://{moved}/")]),
-        "{status}"
-    );
+    let status = reload_to_port(&server, moved, 3);
     assert_eq!(status["config"]["listen"]["port"], port, "{status}");
     assert_eq!(
         http_get(moved, "/hello.txt"),

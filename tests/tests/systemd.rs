@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use servery_tests::serde_json::json;
-use servery_tests::{FAST, HELLO, Server, Sig, Tree, ctl_at, http_get, servery_bin, wait_until};
+use servery_tests::{
+    FAST, HELLO, Server, Sig, Tree, ctl_at, free_tcp_port, http_get, servery_bin, wait_until,
+};
 
 /// A process group killed on drop.
 struct Group(Child);
@@ -25,17 +27,10 @@ impl Drop for Group {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 #[test]
 fn socket_activation_serves_on_the_port_the_manager_bound() {
     let tree = Tree::new("sd-activate");
-    let port = free_port();
+    let port = free_tcp_port();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut child = Command::new("systemd-socket-activate")
         .arg("-l")
@@ -81,7 +76,7 @@ fn socket_activation_serves_on_the_port_the_manager_bound() {
     // The manager owns the socket: a reload may not move the port (decision 0035).
     let refused = ctl_at(
         &tree.socket(),
-        &json!({"cmd": "reload", "set": {"port": free_port()}}),
+        &json!({"cmd": "reload", "set": {"port": free_tcp_port()}}),
     )
     .expect_err("the port is the manager's");
     assert!(
