@@ -487,3 +487,10 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_wall_time_reads_as_its_unix_seconds_in_messages() {
+    // The scenarios' certificate predicates name times this way.
+    assert_eq!(UnixTime(1_800_000_000).to_string(), "@1800000000");
+    assert_eq!(UnixTime(-5).to_string(), "@-5");
+}
