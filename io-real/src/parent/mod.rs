@@ -287,16 +287,14 @@ fn serve(
     let started_settings = Arc::new(loaded.effective.clone());
     // What fixes the port for this run (decision 0035): the listeners a reload would move
     // are otherwise bound by the core's `BindListeners`.
-    let port_fixed_by = if !inherited_given {
-        if args.site.http3 {
-            Some("with --http3 (its UDP sockets are bound once, one per worker slot)")
-        } else if acme_given {
-            Some("with --acme (the certificate's HTTP-01 and HTTPS ports are fixed)")
-        } else {
-            None
-        }
-    } else {
+    let port_fixed_by = if inherited_given {
         Some("with sockets from the service manager (change them in its socket unit)")
+    } else if args.site.http3 {
+        Some("with --http3 (its UDP sockets are bound once, one per worker slot)")
+    } else if acme_given {
+        Some("with --acme (the certificate's HTTP-01 and HTTPS ports are fixed)")
+    } else {
+        None
     };
     let reparse: Reparse = Arc::new(move || loaded.reload());
     {

@@ -88,8 +88,9 @@ pub struct Launcher {
     /// `--http3`: every slot's UDP socket, handed to its workers with the listeners.
     quic: Option<crate::http3::sockets::QuicSockets>,
     /// `--qr`: the site whose LAN URL the page's code shows, on the port of the
-    /// listeners each worker is given.
-    qr: Option<super::services::Site>,
+    /// listeners each worker is given, and the interfaces as read at start (not read
+    /// again for every spawn).
+    qr: Option<(super::services::Site, Vec<(std::net::IpAddr, bool)>)>,
 }
 
 impl Launcher {
@@ -108,7 +109,7 @@ impl Launcher {
 
     /// Workers' pages show a QR code of the LAN URL of the listeners they are given.
     pub fn with_qr(mut self, site: Option<super::services::Site>) -> Self {
-        self.qr = site;
+        self.qr = site.map(|site| (site, super::services::context::interfaces()));
         self
     }
 
@@ -186,7 +187,7 @@ impl Launcher {
         // carried: the parent keeps no table of generations.
         let committed = super::status::config_json(config);
         let mut facts = self.facts.clone();
-        if let Some(site) = &self.qr {
+        if let Some((site, interfaces)) = &self.qr {
             // The page's code is of the address the terminal's code shows (decision 0020),
             // on this worker's port (decision 0035).
             let site = super::services::Site {
@@ -196,7 +197,7 @@ impl Launcher {
                     .collect(),
                 ..site.clone()
             };
-            facts.qr_url = Some(site.lan_url(&super::services::context::interfaces()));
+            facts.qr_url = Some(site.lan_url(interfaces));
         }
         let setup = Setup {
             root: self.root.clone(),

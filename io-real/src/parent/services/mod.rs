@@ -212,17 +212,12 @@ impl ServiceHost {
     /// of the core's decision, written as it is made. `addrs`: the addresses of the
     /// listener set the action's generation serves on (what a service describes).
     pub fn perform(&self, action: SingletonAction, addrs: impl FnOnce(Listen) -> Vec<SocketAddr>) {
-        let context = |generation, listen| {
-            let addrs = addrs(listen);
-            let site = if addrs == self.site.addrs || addrs.is_empty() {
-                Arc::clone(&self.site)
-            } else {
-                Arc::new(Site {
-                    addrs,
-                    ..Site::clone(&self.site)
-                })
-            };
-            ServiceContext { generation, site }
+        let context = |generation, listen| ServiceContext {
+            generation,
+            site: Arc::new(Site {
+                addrs: addrs(listen),
+                ..Site::clone(&self.site)
+            }),
         };
         let (kind, op) = match action {
             SingletonAction::Start {
