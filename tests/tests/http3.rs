@@ -250,11 +250,18 @@ fn tcp_responses_advertise_http3_on_the_same_port() {
 #[test]
 fn http3_without_tls_is_a_configuration_error_before_binding() {
     let tree = Tree::new("h3-notls");
-    // A port nobody uses: after the refusal it must still be free (nothing was bound).
-    let port = UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free port")
-        .port();
+    // The test holds the port on both protocols for the whole run, so no other test can
+    // take it: a servery that bound before validating would fail with "address in use"
+    // instead of the configuration error. (Checking afterwards that the port is still free
+    // raced with other tests picking the same free port.)
+    let (tcp, _udp, port) = (0..100)
+        .find_map(|_| {
+            let tcp = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+            let port = tcp.local_addr().ok()?.port();
+            let udp = UdpSocket::bind(("127.0.0.1", port)).ok()?;
+            Some((tcp, udp, port))
+        })
+        .expect("a port free on both TCP and UDP");
     let root = tree.root().display().to_string();
     let finished = run_servery(
         &[&root, "--http3", "--port", &port.to_string()],
@@ -267,8 +274,15 @@ fn http3_without_tls_is_a_configuration_error_before_binding() {
         "the error names the flag and the rule: {}",
         finished.stderr
     );
-    std::net::TcpListener::bind(("127.0.0.1", port)).expect("TCP port still free");
-    UdpSocket::bind(("127.0.0.1", port)).expect("UDP port still free");
+    assert!(
+        !finished.stderr.contains("in use") && !finished.stdout.contains("listening"),
+        "nothing was bound: {finished:?}"
+    );
+    assert!(
+        !tree.socket().exists(),
+        "no control socket before validation"
+    );
+    drop(tcp);
 }
 
 #[test]
