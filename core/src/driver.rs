@@ -153,3 +153,71 @@ pub fn dispatch_worker<I: WorkerIo>(io: &mut I) -> Option<i32> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Generation, WorkerId};
+    use crate::proto::ParentMessage;
+
+    /// A worker host that records what the driver asked of it.
+    struct Recorder {
+        life: WorkerLifecycle,
+        done: Vec<String>,
+    }
+
+    impl WorkerIo for Recorder {
+        fn lifecycle(&mut self) -> &mut WorkerLifecycle {
+            &mut self.life
+        }
+        fn send(&mut self, message: WorkerMessage) {
+            self.done.push(format!("send {message:?}"));
+        }
+        fn prepare(&mut self) {
+            self.done.push("prepare".into());
+        }
+        fn start_accepting(&mut self) {
+            self.done.push("start accepting".into());
+        }
+        fn stop_accepting(&mut self) {
+            self.done.push("stop accepting".into());
+        }
+    }
+
+    #[test]
+    fn the_worker_driver_carries_out_each_action_in_order_and_returns_the_exit_code() {
+        let t = Instant::ZERO;
+        let mut io = Recorder {
+            life: WorkerLifecycle::new(),
+            done: Vec::new(),
+        };
+        io.life.on_message(
+            t,
+            &ParentMessage::Hello {
+                worker: WorkerId(1),
+                generation: Generation(1),
+                heartbeat_interval_ms: 100,
+                drain_timeout_ms: 1000,
+            },
+        );
+        assert_eq!(dispatch_worker(&mut io), None);
+        io.life.prepared(t);
+        io.life.on_message(t, &ParentMessage::Commit);
+        assert_eq!(dispatch_worker(&mut io), None);
+        assert_eq!(
+            io.done,
+            ["prepare", "send Prepared", "start accepting", "send Ready"]
+        );
+        // The parent is gone and nothing is open: the worker stops accepting and exits.
+        io.done.clear();
+        io.life.channel_closed(t);
+        let code = dispatch_worker(&mut io);
+        assert_eq!(io.done.first().map(String::as_str), Some("stop accepting"));
+        assert_eq!(code, Some(0), "{:?}", io.done);
+        assert_eq!(
+            dispatch_worker(&mut io),
+            None,
+            "nothing is left to carry out"
+        );
+    }
+}

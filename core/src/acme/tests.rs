@@ -494,3 +494,24 @@ fn a_wall_time_reads_as_its_unix_seconds_in_messages() {
     assert_eq!(UnixTime(1_800_000_000).to_string(), "@1800000000");
     assert_eq!(UnixTime(-5).to_string(), "@-5");
 }
+
+#[test]
+fn a_certificate_prints_its_facts_and_never_its_key() {
+    let certificate = Certificate {
+        facts: CertFacts {
+            not_before: UnixTime(1),
+            not_after: UnixTime(2),
+            names: vec!["files.example".into()],
+            serial: "0a1b".into(),
+        },
+        cert_pem: "-----BEGIN CERTIFICATE-----".into(),
+        key_pem: "-----BEGIN PRIVATE KEY----- secret".into(),
+    };
+    let printed = format!("{certificate:?}");
+    assert!(
+        printed.contains("files.example") && printed.contains("0a1b"),
+        "{printed}"
+    );
+    assert!(printed.contains("<redacted>"), "{printed}");
+    assert!(!printed.contains("secret"), "{printed}");
+}

@@ -434,3 +434,133 @@ fn blocked_log_appends_of_a_dead_worker_are_discarded_and_counted() {
     assert_eq!(b.log().discarded(), 2);
     assert_eq!(b.log().blocked(), 0);
 }
+
+/// Every counter of [`BrokerStats`] moves by exactly what happened (status and metrics
+/// report them), each from zero so that a counter multiplied instead of added shows.
+#[test]
+fn the_broker_counts_grants_rejections_expiries_and_revocations() {
+    let mut b = broker();
+    let t0 = Instant::ZERO;
+    let at = |ms| t0 + Duration::from_millis(ms);
+    let rejected = |b: &Broker, r: Rejection| {
+        let i = Rejection::ALL.iter().position(|x| *x == r).expect("listed");
+        b.stats().rejected[i]
+    };
+    // One upload reserved, one lease granted, the same key busy for another worker.
+    assert!(matches!(
+        ask(&mut b, t0, 1, BrokerRequest::ReserveUpload { bytes: 10 }),
+        BrokerReply::Granted { .. }
+    ));
+    assert!(matches!(
+        ask(&mut b, t0, 1, BrokerRequest::AcquireLease { key: key(0) }),
+        BrokerReply::Granted { .. }
+    ));
+    assert_eq!(
+        ask(&mut b, t0, 2, BrokerRequest::AcquireLease { key: key(0) }),
+        BrokerReply::Rejected(Rejection::Busy)
+    );
+    // Over the byte budget: too large, counted as such and not as saturation.
+    assert_eq!(
+        ask(
+            &mut b,
+            t0,
+            2,
+            BrokerRequest::ReserveUpload {
+                bytes: MAX_BYTES + 1
+            }
+        ),
+        BrokerReply::Rejected(Rejection::TooLarge)
+    );
+    // The second upload fills the table; the third is refused as saturated.
+    assert!(matches!(
+        ask(&mut b, t0, 2, BrokerRequest::ReserveUpload { bytes: 10 }),
+        BrokerReply::Granted { .. }
+    ));
+    assert_eq!(
+        ask(&mut b, t0, 2, BrokerRequest::ReserveUpload { bytes: 10 }),
+        BrokerReply::Rejected(Rejection::Saturated)
+    );
+    let s = b.stats();
+    assert_eq!(
+        (s.granted, s.busy, s.saturated, s.uploads_reserved),
+        (3, 1, 1, 2),
+        "{s:?}"
+    );
+    assert_eq!(rejected(&b, Rejection::Busy), 1);
+    assert_eq!(rejected(&b, Rejection::Saturated), 1);
+    assert_eq!(rejected(&b, Rejection::TooLarge), 1);
+    assert_eq!(b.reservations().count(), 2, "both reservations are listed");
+    // Worker 1 goes: its lease and its reservation are revoked, two in all.
+    let gone = b.revoke_worker(WorkerId(1));
+    assert_eq!((gone.leases, gone.reservations), (1, 1));
+    assert_eq!(b.stats().revoked, 2);
+    // Worker 2's reservation expires with its TTL.
+    assert_eq!(b.stats().expired, 0);
+    b.handle_timeout(at(TTL.as_millis() as u64 + 1));
+    assert_eq!(b.stats().expired, 1);
+    assert_eq!(b.reservation_count(), 0);
+}
+
+/// A budget admits a request of exactly its size and refuses one byte more, for a whole
+/// upload and for a resumable one.
+#[test]
+fn a_request_of_exactly_the_budget_fits_and_one_byte_more_does_not() {
+    let mut b = broker();
+    let t0 = Instant::ZERO;
+    assert!(matches!(
+        ask(
+            &mut b,
+            t0,
+            1,
+            BrokerRequest::ReserveUpload { bytes: MAX_BYTES }
+        ),
+        BrokerReply::Granted { .. }
+    ));
+    assert_eq!(b.reserved_bytes(), MAX_BYTES);
+    assert!(matches!(
+        ask(
+            &mut b,
+            t0,
+            1,
+            BrokerRequest::ReservePartial {
+                key: key(1),
+                bytes: MAX_BYTES
+            }
+        ),
+        BrokerReply::Granted { .. }
+    ));
+    assert_eq!(b.partial_count(), 1);
+    assert_eq!(b.partials().count(), 1);
+    assert_eq!(
+        ask(
+            &mut b,
+            t0,
+            1,
+            BrokerRequest::ReservePartial {
+                key: key(2),
+                bytes: MAX_BYTES + 1
+            }
+        ),
+        BrokerReply::Rejected(Rejection::TooLarge)
+    );
+    assert_eq!(b.partial_count(), 1);
+}
+
+/// New limits govern the requests after them, and the log queue takes its new size.
+#[test]
+fn new_limits_apply_to_later_requests_and_to_the_log_queue() {
+    let mut b = broker();
+    let t0 = Instant::ZERO;
+    let mut raw = RawConfig::default();
+    raw.broker.max_upload_bytes = 5;
+    raw.broker.log_queue_capacity = 3;
+    raw.broker.log_policy = LogPolicy::Drop;
+    let limits = raw.validate().expect("valid").broker().clone();
+    b.set_limits(limits.clone());
+    assert_eq!(b.limits(), &limits);
+    assert_eq!(b.log().capacity(), 3);
+    assert_eq!(
+        ask(&mut b, t0, 1, BrokerRequest::ReserveUpload { bytes: 6 }),
+        BrokerReply::Rejected(Rejection::TooLarge)
+    );
+}
