@@ -276,12 +276,45 @@ fn wait_child(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
 // ---------------------------------------------------------------------------------------
 // Waiting
 
-/// A loopback TCP port nobody listens on now (bound and let go; the kernel does not hand
-/// an ephemeral port out again at once).
-pub fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
+/// A loopback port free on TCP and on UDP now, for a program a test starts that must be
+/// told its port. A port the kernel handed out with `bind(0)` and taken back is not safe
+/// for that: until the program binds it, the kernel may give the same number to another
+/// test's `bind(0)` or to any client connection as its source port (both come from the
+/// ephemeral range), and the program then fails with "address in use". So the port is
+/// drawn at random from below that range, where neither happens, and checked free on both
+/// protocols; only if the range leaves no room below it does this fall back to `bind(0)`.
+pub fn free_port() -> u16 {
+    use std::hash::BuildHasher;
+    use std::net::{TcpListener, UdpSocket};
+    const FLOOR: u16 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let free = |port: u16| {
+        TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+    };
+    if ephemeral_low > FLOOR + 1_000 {
+        let span = u64::from(ephemeral_low - FLOOR);
+        for _ in 0..1_000 {
+            // Each `RandomState` hashes with fresh keys: a draw nobody else repeats.
+            let draw = std::collections::hash_map::RandomState::new().hash_one(0u8);
+            let port = FLOOR + (draw % span) as u16;
+            if free(port) {
+                return port;
+            }
+        }
+    }
+    (0..100)
+        .find_map(|_| {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()?
+                .port();
+            free(port).then_some(port)
+        })
         .expect("a free port")
 }
 

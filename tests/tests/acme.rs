@@ -6,7 +6,7 @@
 //! failing validation that keeps the certificate in service, reports the error and
 //! retries.
 
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -15,13 +15,6 @@ use serde_json::{Value, json};
 use servery_tests::*;
 
 const DOMAIN: &str = "files.acme.test";
-
-fn free_udp() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 struct Killed(Child);
 
@@ -57,8 +50,8 @@ fn need(program: &str) {
 fn start_ca(dir: &Path) -> Ca {
     need("pebble");
     need("pebble-challtestsrv");
-    let dns = free_udp();
-    let challtest = free_tcp_port();
+    let dns = free_port();
+    let challtest = free_port();
     let dns_srv = Command::new("pebble-challtestsrv")
         .args([
             "-dns01",
@@ -89,12 +82,7 @@ fn start_ca(dir: &Path) -> Ca {
     let ca_pem = dir.join("pebble-tls.pem");
     std::fs::write(&ca_pem, cert.pem()).expect("write");
     std::fs::write(dir.join("pebble-tls.key"), key.serialize_pem()).expect("write");
-    let (listen, mgmt, http_port, tls_port) = (
-        free_tcp_port(),
-        free_tcp_port(),
-        free_tcp_port(),
-        free_tcp_port(),
-    );
+    let (listen, mgmt, http_port, tls_port) = (free_port(), free_port(), free_port(), free_port());
     let config = json!({"pebble": {
         "listenAddress": format!("127.0.0.1:{listen}"),
         "managementListenAddress": format!("127.0.0.1:{mgmt}"),

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use servery_tests::serde_json::{self, Value, json};
-use servery_tests::{FAST, Server, Sig, Tree, free_tcp_port, http_get, wait_until};
+use servery_tests::{FAST, Server, Sig, Tree, free_port, http_get, wait_until};
 
 /// Start servery with the admin listener on an ephemeral loopback port; returns the
 /// server and the admin address (from its banner line).
@@ -138,7 +138,7 @@ impl Prometheus {
             ),
         )
         .expect("write the config");
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(

@@ -412,7 +412,7 @@ fn a_reload_to_another_port_moves_the_listeners_and_a_busy_port_is_refused() {
 
     // The new port is bound before generation 3 starts and serves once the reload is
     // answered; the old one stops accepting when generation 2 has drained.
-    let port = free_tcp_port();
+    let port = free_port();
     let moved = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let status = reload_to_port(&server, moved, 3);
     assert_eq!(status["config"]["listen"]["port"], port, "{status}");

@@ -194,7 +194,7 @@ fn qr_prints_the_url_and_its_code_once_per_committed_generation() {
     server.wait_stdout("servery: scan to open ", Duration::from_secs(10));
     // The reload moves the port: generation 2's code, and its workers' page, show the new
     // address.
-    let port = free_tcp_port();
+    let port = free_port();
     let moved = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let answer = server
         .ctl(&json!({"cmd": "reload", "set": {"port": port}}))

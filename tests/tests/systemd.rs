@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use servery_tests::serde_json::json;
 use servery_tests::{
-    FAST, HELLO, Server, Sig, Tree, ctl_at, free_tcp_port, http_get, servery_bin, wait_until,
+    FAST, HELLO, Server, Sig, Tree, ctl_at, free_port, http_get, servery_bin, wait_until,
 };
 
 /// A process group killed on drop.
@@ -30,7 +30,7 @@ impl Drop for Group {
 #[test]
 fn socket_activation_serves_on_the_port_the_manager_bound() {
     let tree = Tree::new("sd-activate");
-    let port = free_tcp_port();
+    let port = free_port();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut child = Command::new("systemd-socket-activate")
         .arg("-l")
@@ -76,7 +76,7 @@ fn socket_activation_serves_on_the_port_the_manager_bound() {
     // The manager owns the socket: a reload may not move the port (decision 0035).
     let refused = ctl_at(
         &tree.socket(),
-        &json!({"cmd": "reload", "set": {"port": free_tcp_port()}}),
+        &json!({"cmd": "reload", "set": {"port": free_port()}}),
     )
     .expect_err("the port is the manager's");
     assert!(
