@@ -49,6 +49,14 @@ mod tests {
             draws.iter().any(|d| d & u128::from(u64::MAX) != 0),
             "low half never set"
         );
+        let words: Vec<u64> = (0..64).map(|_| r.next_u64()).collect();
+        assert!(
+            words.windows(2).all(|w| w[0] != w[1]) && words.iter().any(|w| w >> 63 == 1),
+            "64-bit draws vary over the whole word: {words:?}"
+        );
+        let mut twin = CoreRng::from_seed([3; 32]);
+        let mut again = CoreRng::from_seed([3; 32]);
+        assert_eq!(twin.next_u64(), again.next_u64(), "a seed replays");
         let units: Vec<f64> = (0..1000).map(|_| r.unit()).collect();
         assert!(units.iter().all(|u| (0.0..1.0).contains(u)));
         assert!(units.iter().any(|u| *u > 0.9) && units.iter().any(|u| *u < 0.1));

@@ -220,6 +220,65 @@ impl Singletons {
 mod tests {
     use super::*;
 
+    /// Each rule of the invariant check, broken alone on an otherwise sound entry.
+    #[test]
+    fn each_broken_rule_is_reported_by_the_invariant_check() {
+        let sound = SingletonEntry {
+            kind: SingletonKind::Mdns,
+            state: SingletonState::Running(Generation(1)),
+            starts: 1,
+            switches: 0,
+            stops: 0,
+        };
+        let check = |e: SingletonEntry| {
+            let mut s = Singletons::new(&[SingletonKind::Mdns]);
+            s.entries[0] = e;
+            s.check_invariants()
+        };
+        assert_eq!(check(sound), Ok(()));
+        let stopped = SingletonEntry {
+            state: SingletonState::Stopped,
+            stops: 1,
+            ..sound
+        };
+        assert_eq!(check(stopped), Ok(()));
+        for (broken, says) in [
+            (SingletonEntry { starts: 2, ..sound }, "started 2"),
+            (
+                SingletonEntry {
+                    stops: 2,
+                    ..stopped
+                },
+                "stopped 2",
+            ),
+            (
+                SingletonEntry {
+                    state: SingletonState::Stopped,
+                    starts: 0,
+                    stops: 1,
+                    ..sound
+                },
+                "started 0 and stopped 1",
+            ),
+            (SingletonEntry { stops: 1, ..sound }, "runs after its stop"),
+            (
+                SingletonEntry {
+                    state: SingletonState::NotStarted,
+                    starts: 0,
+                    switches: 1,
+                    ..sound
+                },
+                "switched before it started",
+            ),
+        ] {
+            let got = check(broken);
+            assert!(
+                got.as_ref().is_err_and(|e| e.contains(says)),
+                "{broken:?}: {got:?}"
+            );
+        }
+    }
+
     #[test]
     fn start_once_switch_atomically_stop_once() {
         let mut s = Singletons::new(&[SingletonKind::Mdns, SingletonKind::AccessLog]);

@@ -186,6 +186,10 @@ fn the_material_round_trips_the_channel_and_hides_its_secrets_from_debug() {
         !shown.contains("KEY") && !shown.contains("[2, 2") && !shown.contains("[7, 7"),
         "{shown}"
     );
+    assert!(
+        shown.contains("StatelessResetKey(<redacted>)"),
+        "the reset key is named, its bytes are not: {shown}"
+    );
 }
 
 #[test]
@@ -308,7 +312,14 @@ mod parent {
             ..RawConfig::default()
         };
         let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [1; 32]);
-        p.start_tls(state(TicketPolicy::default()));
+        let tls = state(TicketPolicy::default());
+        let material = tls.material();
+        p.start_tls(tls);
+        assert_eq!(
+            p.tls().map(TlsState::material),
+            Some(material),
+            "the parent holds what it serves"
+        );
         p
     }
 
