@@ -236,6 +236,11 @@ mod tests {
             s.check_invariants()
         };
         assert_eq!(check(sound), Ok(()));
+        assert_eq!(
+            Singletons::new(&[SingletonKind::Mdns]).check_invariants(),
+            Ok(()),
+            "nothing started, nothing broken"
+        );
         let stopped = SingletonEntry {
             state: SingletonState::Stopped,
             stops: 1,

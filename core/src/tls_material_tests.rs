@@ -187,7 +187,7 @@ fn the_material_round_trips_the_channel_and_hides_its_secrets_from_debug() {
         "{shown}"
     );
     assert!(
-        shown.contains("StatelessResetKey(<redacted>)"),
+        shown.contains("StatelessResetKey(<redacted>)") && shown.contains("IdentityPem"),
         "the reset key is named, its bytes are not: {shown}"
     );
 }

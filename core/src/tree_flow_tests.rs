@@ -95,7 +95,14 @@ fn run(
                 fs.staging = Some(Tree::Partial(c));
                 TreeEvent::Staged
             }
-            TreeAction::FillStaging { .. } => {
+            TreeAction::FillStaging { infinity } => {
+                // Depth 0 copies the collection alone; a deep copy, and a move that
+                // crosses devices, copy all of it.
+                assert_eq!(
+                    infinity,
+                    op != (TreeOp::Copy { infinity: false }),
+                    "{op:?} fills to the wrong depth"
+                );
                 let Some(Tree::Partial(c)) = fs.staging else {
                     panic!("filling no staging");
                 };

@@ -348,6 +348,10 @@ mod tests {
                 WorkerAction::Send(WorkerMessage::Ready)
             ]
         );
+        assert!(w.accepting(), "a committed worker accepts");
+        w.request_served();
+        w.request_served();
+        assert_eq!(w.requests(), 2);
         w.connection_opened();
         let t1 = t + Duration::from_millis(100);
         assert_eq!(w.poll_timeout(), Some(t1));

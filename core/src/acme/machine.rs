@@ -357,3 +357,58 @@ impl CertManager {
         UnixTime(i64::try_from(nanos.div_euclid(1_000_000_000)).unwrap_or(i64::MAX))
     }
 }
+
+#[cfg(test)]
+mod invariant_tests {
+    use super::*;
+
+    fn facts(not_after: i64) -> CertFacts {
+        CertFacts {
+            not_before: UnixTime(0),
+            not_after: UnixTime(not_after),
+            names: vec!["files.example".into()],
+            serial: format!("{not_after:x}"),
+        }
+    }
+
+    /// The two rules, each broken alone on a machine built in that state.
+    #[test]
+    fn each_broken_rule_is_reported_by_the_invariant_check() {
+        let config = ManagerConfig::new(vec!["files.example".into()]);
+        let fresh = || CertManager::new(config.clone(), CoreRng::from_seed([1; 32]));
+        assert_eq!(fresh().check_invariants(), Ok(()));
+        let storing = |not_after| Phase::Storing {
+            order: 1,
+            deadline: Instant::ZERO,
+            certificate: Box::new(Certificate {
+                facts: facts(not_after),
+                cert_pem: String::new(),
+                key_pem: String::new(),
+            }),
+        };
+        let mut newer = fresh();
+        newer.current = Some(facts(100));
+        newer.phase = storing(200);
+        assert_eq!(newer.check_invariants(), Ok(()));
+        let mut older = fresh();
+        older.current = Some(facts(100));
+        older.phase = storing(100);
+        assert!(
+            older
+                .check_invariants()
+                .is_err_and(|e| e.contains("no newer"))
+        );
+        let mut published = fresh();
+        published.published = true;
+        assert!(
+            published
+                .check_invariants()
+                .is_err_and(|e| e.contains("left published in phase loading"))
+        );
+        published.phase = Phase::Validating {
+            order: 1,
+            deadline: Instant::ZERO,
+        };
+        assert_eq!(published.check_invariants(), Ok(()));
+    }
+}

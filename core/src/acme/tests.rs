@@ -515,3 +515,50 @@ fn a_certificate_prints_its_facts_and_never_its_key() {
     assert!(printed.contains("<redacted>"), "{printed}");
     assert!(!printed.contains("secret"), "{printed}");
 }
+
+#[test]
+fn an_order_may_carry_at_most_max_challenges() {
+    let tokens = |n: usize| (0..n).map(|i| challenge(&format!("t{i}"))).collect();
+    for (n, published) in [(MAX_CHALLENGES, true), (MAX_CHALLENGES + 1, false)] {
+        let mut m = manager();
+        m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+        actions(&mut m);
+        m.handle(
+            at(1),
+            wall(1),
+            AcmeEvent::Challenges {
+                order: 1,
+                challenges: tokens(n),
+            },
+        );
+        let acts = actions(&mut m);
+        assert_eq!(
+            matches!(acts.first(), Some(AcmeAction::Publish(c)) if c.len() == n),
+            published,
+            "{n} challenges: {acts:?}"
+        );
+    }
+}
+
+/// The CA's window is drawn from, uniformly: not always its start.
+#[test]
+fn a_renewal_window_is_a_draw_across_it() {
+    let c = facts("0a", T0, T0 + 90 * DAY);
+    let window = Some((UnixTime(T0 + 10 * DAY), UnixTime(T0 + 11 * DAY)));
+    let draws: Vec<i64> = (0..20u8)
+        .map(|seed| {
+            let mut rng = CoreRng::from_seed([seed; 32]);
+            renewal_due(&c, window, Duration::from_secs(DAY as u64), &mut rng).0
+        })
+        .collect();
+    assert!(
+        draws
+            .iter()
+            .all(|d| (T0 + 10 * DAY..=T0 + 11 * DAY).contains(d)),
+        "{draws:?}"
+    );
+    assert!(
+        draws.iter().any(|d| *d > T0 + 10 * DAY + DAY / 10),
+        "every draw at the window's start: {draws:?}"
+    );
+}

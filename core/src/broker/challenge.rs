@@ -40,3 +40,39 @@ impl ChallengeTable {
         self.answers.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn challenge(token: &str) -> Challenge {
+        Challenge {
+            token: token.into(),
+            key_authorization: format!("{token}.thumb"),
+        }
+    }
+
+    #[test]
+    fn an_order_replaces_the_last_one_whole_and_a_withdrawal_leaves_nothing() {
+        let mut t = ChallengeTable::default();
+        assert!(t.is_empty());
+        assert_eq!(t.len(), 0);
+        t.publish(vec![challenge("a"), challenge("b")]);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.answer("a"), Some("a.thumb"));
+        t.publish(vec![challenge("c")]);
+        assert_eq!(
+            (t.len(), t.answer("a")),
+            (1, None),
+            "replaced, not added to"
+        );
+        let many = (0..MAX_CHALLENGES + 3)
+            .map(|i| challenge(&format!("t{i}")))
+            .collect();
+        t.publish(many);
+        assert_eq!(t.len(), MAX_CHALLENGES, "bounded");
+        t.withdraw();
+        assert!(t.is_empty());
+        assert_eq!(t.len(), 0);
+    }
+}

@@ -42,6 +42,11 @@ fn status_reports_each_exit_with_its_reason_code() {
     assert_eq!(exit_reason(&h, ws[1]), Some(ExitReason::CleanExit));
     assert_eq!(exit_reason(&h, ws[0]), Some(ExitReason::ForcedTermination));
     assert_eq!(h.sup.status(h.now).recent_exits.len(), 2);
+    assert_eq!(
+        h.sup.last_exit().map(|e| (e.worker, e.reason)),
+        Some((ws[0], ExitReason::ForcedTermination)),
+        "the latest reaped is the last exit"
+    );
 }
 
 #[test]
