@@ -273,6 +273,12 @@ mod tests {
             .request(t0, BrokerRequest::AcquireLease { key: key() })
             .expect("room");
         assert!(c.poll_outgoing().is_some());
+        assert_eq!(
+            c.handle_timeout(t0 + Duration::from_millis(999)),
+            vec![],
+            "not before its deadline"
+        );
+        assert_eq!(c.outstanding(), 1);
         let failed = c.handle_timeout(t0 + Duration::from_secs(1));
         assert_eq!(
             failed,
