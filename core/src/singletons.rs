@@ -291,6 +291,16 @@ mod tests {
         s.committed(Generation(1), Listen::default());
         s.committed(Generation(1), Listen::default());
         s.committed(Generation(2), moved);
+        assert_eq!(
+            s.states().collect::<Vec<_>>(),
+            [
+                (SingletonKind::Mdns, SingletonState::Running(Generation(2))),
+                (
+                    SingletonKind::AccessLog,
+                    SingletonState::Running(Generation(2))
+                ),
+            ]
+        );
         s.stop();
         s.stop();
         s.committed(Generation(3), moved);

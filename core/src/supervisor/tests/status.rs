@@ -47,6 +47,8 @@ fn status_reports_each_exit_with_its_reason_code() {
         Some((ws[0], ExitReason::ForcedTermination)),
         "the latest reaped is the last exit"
     );
+    let order: Vec<WorkerId> = h.sup.recent_exits().map(|e| e.worker).collect();
+    assert_eq!(order, [ws[1], ws[0]], "oldest first");
 }
 
 #[test]
