@@ -184,6 +184,63 @@ mod tests {
         }
     }
 
+    /// A parent host that answers each `wait` at the deadline it was given, first with an
+    /// event, then with the timer, and records what the loop asked of it.
+    struct AtTheDeadline {
+        waits: usize,
+        calls: Vec<&'static str>,
+    }
+
+    impl ParentIo for AtTheDeadline {
+        fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
+            self.calls.push("wait");
+            self.waits += 1;
+            let Some(at) = deadline else {
+                return Wakeup::HostFailed;
+            };
+            match self.waits {
+                // Nobody has this id: handling it changes nothing.
+                1 => Wakeup::Event(
+                    at,
+                    Event::ChannelClosed {
+                        worker: crate::ids::WorkerId(999),
+                    },
+                ),
+                2 => Wakeup::Timeout(at),
+                _ => Wakeup::HostFailed,
+            }
+        }
+        fn arrived(&mut self) -> Vec<Wakeup> {
+            self.calls.push("arrived");
+            Vec::new()
+        }
+        fn perform(&mut self, _now: Instant, _action: ParentAction) {}
+        fn log_writer_idle(&self) -> bool {
+            true
+        }
+        fn write_log(&mut self, _now: Instant, _batch: Vec<String>) {}
+    }
+
+    /// Deadlines are judged after a timer wakeup only, once what arrived is read: an event
+    /// that comes in at a deadline is handled and its actions carried out, and the deadline
+    /// waits for the timer wakeup that the next `wait` gives at once.
+    #[test]
+    fn a_deadline_is_judged_after_the_timer_wakeup_not_on_an_event() {
+        // The start deadline (1 s) comes before the first watch-period wakeup (29.5 s),
+        // so the first `wait` is given a deadline the supervisor judges.
+        let mut raw = crate::config::RawConfig::default();
+        raw.recovery.worker_start_timeout = 1.0;
+        raw.recovery.heartbeat_timeout = 60.0;
+        let config = raw.validate().expect("valid");
+        let mut parent = Parent::new(config, crate::supervisor::Platform::Posix, [1; 32]);
+        let mut io = AtTheDeadline {
+            waits: 0,
+            calls: Vec::new(),
+        };
+        assert_eq!(run(&mut parent, &mut io, Instant::ZERO), RunEnd::HostFailed);
+        assert_eq!(io.calls, ["wait", "wait", "arrived", "wait"]);
+    }
+
     #[test]
     fn the_worker_driver_carries_out_each_action_in_order_and_returns_the_exit_code() {
         let t = Instant::ZERO;
