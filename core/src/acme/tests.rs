@@ -322,6 +322,24 @@ fn an_attempt_that_never_ends_times_out_and_stale_results_are_ignored() {
     assert!(m.current().is_none());
 }
 
+/// A manager with nothing stored, its first order answered with `challenges`: the manager
+/// and what it then asks for.
+fn first_order_offers(challenges: Vec<Challenge>) -> (CertManager, Vec<AcmeAction>) {
+    let mut m = manager();
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+    actions(&mut m);
+    m.handle(
+        at(1),
+        wall(1),
+        AcmeEvent::Challenges {
+            order: 1,
+            challenges,
+        },
+    );
+    let acts = actions(&mut m);
+    (m, acts)
+}
+
 #[test]
 fn unusable_challenges_are_refused_before_anything_is_published() {
     for bad in [
@@ -338,18 +356,8 @@ fn unusable_challenges_are_refused_before_anything_is_published() {
             key_authorization: format!("{}.x", "a".repeat(MAX_TOKEN + 1)),
         },
     ] {
-        let mut m = manager();
-        m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
-        actions(&mut m);
-        m.handle(
-            at(1),
-            wall(1),
-            AcmeEvent::Challenges {
-                order: 1,
-                challenges: vec![challenge("good"), bad],
-            },
-        );
-        assert!(actions(&mut m).is_empty(), "nothing published");
+        let (m, acts) = first_order_offers(vec![challenge("good"), bad]);
+        assert!(acts.is_empty(), "nothing published");
         assert_eq!(m.status().phase, "retrying");
     }
 }
@@ -520,18 +528,7 @@ fn a_certificate_prints_its_facts_and_never_its_key() {
 fn an_order_may_carry_at_most_max_challenges() {
     let tokens = |n: usize| (0..n).map(|i| challenge(&format!("t{i}"))).collect();
     for (n, published) in [(MAX_CHALLENGES, true), (MAX_CHALLENGES + 1, false)] {
-        let mut m = manager();
-        m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
-        actions(&mut m);
-        m.handle(
-            at(1),
-            wall(1),
-            AcmeEvent::Challenges {
-                order: 1,
-                challenges: tokens(n),
-            },
-        );
-        let acts = actions(&mut m);
+        let (_, acts) = first_order_offers(tokens(n));
         assert_eq!(
             matches!(acts.first(), Some(AcmeAction::Publish(c)) if c.len() == n),
             published,
