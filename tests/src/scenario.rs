@@ -803,9 +803,12 @@ const CLIENTS: u64 = 4;
 fn first_commit_or_failure(server: &mut Server, t0: Instant) -> Duration {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline && server.try_exit().is_none() {
-        match crate::ctl_at(&server.socket, &json!({"cmd": "status"})) {
-            Ok(s) if s["state"] != "starting" => break,
-            _ => std::thread::sleep(Duration::from_millis(2)),
+        let answer = crate::ctl_at(&server.socket, &json!({"cmd": "status"}));
+        match answer.as_ref().map(|a| a["status"]["state"].as_str()) {
+            Ok(Some("starting")) | Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            Ok(Some(_)) => break,
+            // Waiting on a field the answer does not have would wait on nothing.
+            Ok(None) => panic!("a status answer without status.state: {answer:?}"),
         }
     }
     t0.elapsed()
