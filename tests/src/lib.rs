@@ -283,9 +283,12 @@ fn wait_child(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
 /// ephemeral range), and the program then fails with "address in use". So the port is
 /// drawn at random from below that range, where neither happens, and checked free on both
 /// protocols; only if the range leaves no room below it does this fall back to `bind(0)`.
+/// A port is handed out once per test process: two calls whose ports are not bound yet
+/// (a CA's three ports) never get the same one.
 pub fn free_port() -> u16 {
     use std::hash::BuildHasher;
     use std::net::{TcpListener, UdpSocket};
+    static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
     const FLOOR: u16 = 10_000;
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
@@ -294,6 +297,10 @@ pub fn free_port() -> u16 {
     let free = |port: u16| {
         TcpListener::bind(("127.0.0.1", port)).is_ok()
             && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && HANDED_OUT
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(port)
     };
     if ephemeral_low > FLOOR + 1_000 {
         let span = u64::from(ephemeral_low - FLOOR);
@@ -583,6 +590,8 @@ pub struct Server {
     pub spawned: Instant,
     stdout: Arc<Mutex<Vec<(Instant, String)>>>,
     stderr: Arc<Mutex<String>>,
+    /// The threads reading stdout and stderr: done at end of file.
+    readers: Vec<std::thread::JoinHandle<()>>,
     pids: Mutex<BTreeSet<u32>>,
     exit: Option<ExitStatus>,
     _serial: MutexGuard<'static, ()>,
@@ -657,20 +666,21 @@ impl Server {
         let pid = child.id();
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
             let lines = Arc::clone(&stdout);
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
                     lines
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push((Instant::now(), line));
                 }
-            });
+            }));
         }
         if let Some(mut err) = child.stderr.take() {
             let text = Arc::clone(&stderr);
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = err.read(&mut buf) {
                     if n == 0 {
@@ -680,7 +690,7 @@ impl Server {
                         .unwrap_or_else(|p| p.into_inner())
                         .push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
-            });
+            }));
         }
         let mut server = Server {
             child,
@@ -690,6 +700,7 @@ impl Server {
             spawned,
             stdout,
             stderr,
+            readers,
             pids: Mutex::new(BTreeSet::new()),
             exit: None,
             _serial: serial,
@@ -827,7 +838,14 @@ impl Server {
             )
         });
         self.exit = Some(status);
-        (status, self.spawned.elapsed())
+        let exited = self.spawned.elapsed();
+        // What it printed up to its exit: the readers reach the end of the pipes once no
+        // process holds them, which a worker outliving a killed parent may still do.
+        let until = Instant::now() + Duration::from_secs(2);
+        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (status, exited)
     }
 }
 

@@ -217,7 +217,7 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
     // scheduled has sent its READY — a start that failed, by the seed's rule that a
     // first-generation worker lost before readiness fails the service, where the
     // simulator (whose READYs arrive within a message latency) sees a crash loop.
-    let load_from = first_commit_or_failure(&mut server, t0);
+    let load_from = first_commit_or_failure(&mut server, t0, &mut log);
     log.push(format!("{load_from:?}: clients start"));
     let load = Paced::start(
         server.addr,
@@ -800,9 +800,16 @@ const CLIENTS: u64 = 4;
 
 /// When (since `t0`) the first generation was committed or the service left `starting`
 /// (failed, stopped, or the parent is gone), as far as a status poll can tell; bounded.
-fn first_commit_or_failure(server: &mut Server, t0: Instant) -> Duration {
+fn first_commit_or_failure(server: &mut Server, t0: Instant, log: &mut Vec<String>) -> Duration {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline && server.try_exit().is_none() {
+    loop {
+        if server.try_exit().is_some() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            log.push("still starting after 10 s: the clients start anyway".to_owned());
+            break;
+        }
         let answer = crate::ctl_at(&server.socket, &json!({"cmd": "status"}));
         match answer.as_ref().map(|a| a["status"]["state"].as_str()) {
             Ok(Some("starting")) | Err(_) => std::thread::sleep(Duration::from_millis(2)),

@@ -212,11 +212,26 @@ fn a_worker_killed_with_batches_waiting_leaves_only_whole_lines() {
     let victim = servery_tests::worker_pids(&status)[0];
     h2load_n(server.addr, 2000);
     servery_tests::signal_pid(victim, Sig::KILL);
+    // Settled: the victim replaced, nothing queued, and the written count unchanged for
+    // longer than the stalled writer takes with a batch it was handed (the queue empties
+    // when a batch is handed over, before it is written and counted).
+    let mut unchanged_since: Option<(Value, std::time::Instant)> = None;
     let (settled, _) = wait_until(Duration::from_secs(60), "the log to settle", || {
         let s = server.status();
         server.note_pids(&s);
         let log = &s["access_log"];
-        (log["queue"] == 0 && servery_tests::worker_pids(&s).len() == 2).then(|| log.clone())
+        let pids = servery_tests::worker_pids(&s);
+        let quiet = log["queue"] == 0 && pids.len() == 2 && !pids.contains(&victim);
+        let written = log["written"].clone();
+        match &unchanged_since {
+            Some((w, since)) if quiet && *w == written => {
+                (since.elapsed() >= Duration::from_secs(1)).then(|| log.clone())
+            }
+            _ => {
+                unchanged_since = quiet.then(|| (written, std::time::Instant::now()));
+                None
+            }
+        }
     });
     let written = settled["written"].as_u64().unwrap_or(0);
     let lost = settled["lost_with_workers"].as_u64().unwrap_or(0);

@@ -29,7 +29,6 @@ fn a_killed_worker_is_replaced_under_load_losing_at_most_its_in_flight_requests(
 
     let load = Load::start(server.addr, "/hello.txt", HELLO, CLIENTS);
     load.wait_for_more(100, Duration::from_secs(20));
-    let killed_at = Instant::now();
     signal_pid(victim, Sig::KILL);
     let bound = BACKOFF_INITIAL + START_MARGIN;
     let (_, replaced) = wait_until(
@@ -51,7 +50,6 @@ fn a_killed_worker_is_replaced_under_load_losing_at_most_its_in_flight_requests(
          {} ok, {} failed of {:?} of load: {:?}",
         report.ok, report.failed, report.elapsed, report.failures
     );
-    assert!(killed_at.elapsed() >= replaced);
     assert_eq!(status["restarts"], 1, "{status}");
     assert_eq!(
         status["last_failure"]["reason"], "unexpected_exit",

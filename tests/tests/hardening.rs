@@ -222,9 +222,12 @@ fn a_client_that_stops_reading_its_download_is_cut_off() {
     s.set_read_timeout(Some(Duration::from_secs(2)))
         .expect("timeout");
     let (rest, _) = wait_closed(&mut s, Duration::from_secs(30), "stalled download");
+    // What the socket buffers held when the connection was cut is a few MiB; a connection
+    // never cut delivers the whole body (less the first read), so compare with half of it.
     assert!(
-        (rest.len() as u64) < size,
-        "the whole body arrived: the stalled connection was never closed"
+        (rest.len() as u64) < size / 2,
+        "{} of {size} bytes arrived: the stalled connection was never closed",
+        rest.len()
     );
 }
 

@@ -194,7 +194,9 @@ fn readyz_is_503_while_starting_and_draining_and_200_when_ready() {
     // One worker slow to prepare, the other deaf to the drain: both service states last
     // long enough to be seen (a worker takes the first rule that matches it, so the two
     // faults go to two workers).
-    let fault = "slot=0 slow-boot=2500\nslot=1 wedged-drain";
+    // The slow boot outlasts the first requests on a loaded machine, inside FAST's 10 s
+    // start timeout.
+    let fault = "slot=0 slow-boot=6000\nslot=1 wedged-drain";
     let (server, admin) = start(&tree, 2, &[("SERVERY_TEST_FAULT", fault)]);
     assert_eq!(status_of(admin, "/livez"), 200, "alive while starting");
     let starting = status_of(admin, "/readyz");
