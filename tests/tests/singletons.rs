@@ -369,6 +369,9 @@ fn a_stalled_service_holds_up_no_hang_verdict_no_restart_no_reload_and_no_stop()
 struct Browser {
     child: Child,
     events: Arc<Mutex<Vec<(Instant, Value)>>>,
+    /// What python-zeroconf wrote to stderr, read as it comes (an unread pipe that fills
+    /// would stop the browser), for a failure's message.
+    stderr: Arc<Mutex<String>>,
 }
 
 impl Browser {
@@ -391,6 +394,16 @@ impl Browser {
             .spawn()
             .expect("python3 (with the zeroconf package: scripts/python-packages.txt)");
         let events = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let err = child.stderr.take().expect("stderr");
+        let err_sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut text = err_sink.lock().unwrap_or_else(|p| p.into_inner());
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
         let out = child.stdout.take().expect("stdout");
         let sink = Arc::clone(&events);
         std::thread::spawn(move || {
@@ -402,7 +415,11 @@ impl Browser {
                 }
             }
         });
-        let browser = Browser { child, events };
+        let browser = Browser {
+            child,
+            events,
+            stderr,
+        };
         browser.wait_for("the browser to start", |_, e| e["event"] == "browsing");
         browser
     }
@@ -414,14 +431,27 @@ impl Browser {
             .clone()
     }
 
+    /// When the first event `matches` came; bounded generously, since on a busy machine
+    /// the browser's queries and the answers' resolution wait for the CPU too.
     fn wait_for(&self, what: &str, matches: impl Fn(Instant, &Value) -> bool) -> Instant {
-        wait_until(Duration::from_secs(10), what, || {
-            self.events()
-                .into_iter()
-                .find(|(at, e)| matches(*at, e))
-                .map(|(at, _)| at)
-        })
-        .0
+        let bound = Duration::from_secs(30);
+        let start = Instant::now();
+        loop {
+            let events = self.events();
+            if let Some((at, _)) = events.iter().find(|(at, e)| matches(*at, e)) {
+                return *at;
+            }
+            assert!(
+                start.elapsed() < bound,
+                "timed out after {bound:?} waiting for {what}; the browser saw {:?}; its stderr:\n{}",
+                events
+                    .iter()
+                    .map(|(_, e)| e.to_string())
+                    .collect::<Vec<_>>(),
+                self.stderr.lock().unwrap_or_else(|p| p.into_inner())
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 

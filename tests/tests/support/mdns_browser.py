@@ -1,7 +1,7 @@
 """An mDNS/DNS-SD browser servery's code has no part in (python-zeroconf): prints one
 JSON object per event on stdout, `{"event": "Added"|"Updated"|"Removed", "type", "name",
 "port", "txt"}`, after a first `{"event": "browsing"}`. Arguments: the service types.
-Stops by itself after 60 s."""
+Stops by itself after 180 s."""
 import json
 import sys
 import time
@@ -28,7 +28,7 @@ def main():
     ServiceBrowser(zc, types, handlers=[on_change])
     print(json.dumps({"event": "browsing"}), flush=True)
     try:
-        time.sleep(60)
+        time.sleep(180)
     finally:
         zc.close()
 
