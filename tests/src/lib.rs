@@ -288,7 +288,7 @@ fn wait_child(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
 pub fn free_port() -> u16 {
     use std::hash::BuildHasher;
     use std::net::{TcpListener, UdpSocket};
-    static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     const FLOOR: u16 = 10_000;
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
@@ -330,19 +330,48 @@ pub fn free_port() -> u16 {
 pub fn wait_until<T>(
     bound: Duration,
     what: &str,
+    condition: impl FnMut() -> Option<T>,
+) -> (T, Duration) {
+    wait_until_or(bound, condition, || format!("waiting for {what}"))
+}
+
+/// [`wait_until`], with the panic's message made by `describe` when the bound passes (what
+/// was seen meanwhile, say).
+pub fn wait_until_or<T>(
+    bound: Duration,
     mut condition: impl FnMut() -> Option<T>,
+    describe: impl FnOnce() -> String,
 ) -> (T, Duration) {
     let start = Instant::now();
     loop {
         if let Some(v) = condition() {
             return (v, start.elapsed());
         }
-        assert!(
-            start.elapsed() <= bound,
-            "timed out after {bound:?} waiting for {what}"
-        );
+        if start.elapsed() > bound {
+            panic!("timed out after {bound:?} {}", describe());
+        }
         std::thread::sleep(Duration::from_millis(15));
     }
+}
+
+/// A thread appending what `pipe` carries to a shared text until its end of file.
+pub fn capture_text(
+    mut pipe: impl Read + Send + 'static,
+) -> (Arc<Mutex<String>>, std::thread::JoinHandle<()>) {
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&text);
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    (text, reader)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -665,7 +694,6 @@ impl Server {
         let mut child = cmd.spawn().expect("spawn servery");
         let pid = child.id();
         let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
             let lines = Arc::clone(&stdout);
@@ -678,20 +706,14 @@ impl Server {
                 }
             }));
         }
-        if let Some(mut err) = child.stderr.take() {
-            let text = Arc::clone(&stderr);
-            readers.push(std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    text.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            }));
-        }
+        let stderr = match child.stderr.take() {
+            Some(err) => {
+                let (text, reader) = capture_text(err);
+                readers.push(reader);
+                text
+            }
+            None => Arc::default(),
+        };
         let mut server = Server {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),

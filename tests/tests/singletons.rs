@@ -394,16 +394,7 @@ impl Browser {
             .spawn()
             .expect("python3 (with the zeroconf package: scripts/python-packages.txt)");
         let events = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let err = child.stderr.take().expect("stderr");
-        let err_sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut text = err_sink.lock().unwrap_or_else(|p| p.into_inner());
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
+        let (stderr, _) = capture_text(child.stderr.take().expect("stderr"));
         let out = child.stdout.take().expect("stdout");
         let sink = Arc::clone(&events);
         std::thread::spawn(move || {
@@ -434,24 +425,22 @@ impl Browser {
     /// When the first event `matches` came; bounded generously, since on a busy machine
     /// the browser's queries and the answers' resolution wait for the CPU too.
     fn wait_for(&self, what: &str, matches: impl Fn(Instant, &Value) -> bool) -> Instant {
-        let bound = Duration::from_secs(30);
-        let start = Instant::now();
-        loop {
-            let events = self.events();
-            if let Some((at, _)) = events.iter().find(|(at, e)| matches(*at, e)) {
-                return *at;
-            }
-            assert!(
-                start.elapsed() < bound,
-                "timed out after {bound:?} waiting for {what}; the browser saw {:?}; its stderr:\n{}",
-                events
-                    .iter()
-                    .map(|(_, e)| e.to_string())
-                    .collect::<Vec<_>>(),
-                self.stderr.lock().unwrap_or_else(|p| p.into_inner())
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let describe = || {
+            let seen: Vec<String> = self.events().iter().map(|(_, e)| e.to_string()).collect();
+            let stderr = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+            format!("waiting for {what}; the browser saw {seen:?}; its stderr:\n{stderr}")
+        };
+        wait_until_or(
+            Duration::from_secs(30),
+            || {
+                self.events()
+                    .into_iter()
+                    .find(|(at, e)| matches(*at, e))
+                    .map(|(at, _)| at)
+            },
+            describe,
+        )
+        .0
     }
 }
 
