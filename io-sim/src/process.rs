@@ -18,7 +18,7 @@ use crate::conns::Conns;
 use crate::labels;
 use crate::plan::{Behavior, FaultKind};
 use crate::uploads::Upload;
-use crate::world::{ConnKind, FRAME_CAPACITY, SimEvent, SimWorld};
+use crate::world::{ConnKind, SimEvent, SimWorld};
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Waiting {
@@ -163,7 +163,7 @@ impl WorkerIo for SimWorker<'_> {
         if self.proc().is_none_or(|p| p.eof_seen) {
             return;
         }
-        let mut bytes = Vec::with_capacity(FRAME_CAPACITY);
+        let mut bytes = self.world.frame_buffer();
         if let Err(e) = encode_worker(&message, &mut bytes) {
             let worker = self.worker;
             self.world
@@ -254,7 +254,7 @@ impl SimWorld {
                 break;
             };
             if !p.eof_seen {
-                let mut bytes = Vec::with_capacity(FRAME_CAPACITY);
+                let mut bytes = self.frame_buffer();
                 match encode_worker(&message, &mut bytes) {
                     Ok(()) => self.send_up(worker, bytes),
                     Err(e) => {

@@ -204,6 +204,8 @@ pub struct SimWorld {
     pub(crate) backlog: VecDeque<(u64, ConnKind)>,
     /// The workers that can take a connection, while one is being handed out.
     pub(crate) takers: Vec<WorkerId>,
+    /// Buffers of frames the parent has read, kept for the next frames a worker writes.
+    spare_frames: Vec<Vec<u8>>,
     pub(crate) next_conn: u64,
     pub(crate) fs: SimFs,
     /// The write-flow oracle: who holds each target right now, as workers believe.
@@ -285,7 +287,25 @@ pub(crate) fn ms(d: Duration) -> Instant {
     Instant::from_nanos(d.as_nanos() as u64)
 }
 
+/// How many read frames' buffers the world keeps: more than a step's frames in flight.
+const SPARE_FRAMES: usize = 16;
+
 impl SimWorld {
+    /// An empty buffer for a frame a worker writes: one a read frame left, or a new one.
+    pub(crate) fn frame_buffer(&mut self) -> Vec<u8> {
+        self.spare_frames
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
+    }
+
+    /// Keeps a read frame's buffer for a later frame (allocation was a tenth of a run).
+    fn reuse_frame_buffer(&mut self, mut bytes: Vec<u8>) {
+        if self.spare_frames.len() < SPARE_FRAMES {
+            bytes.clear();
+            self.spare_frames.push(bytes);
+        }
+    }
+
     pub fn new(spec: SimSpec) -> Self {
         let rng = SimRng::new(spec.seed);
         let trace = Trace::new(spec.trace);
@@ -303,6 +323,7 @@ impl SimWorld {
             listeners: crate::listen_sets::ListenSets::bound_at_start(spec.config.listen),
             backlog: VecDeque::new(),
             takers: Vec::new(),
+            spare_frames: Vec::new(),
             next_conn: 0,
             fs: SimFs::default(),
             holders: BTreeMap::new(),
@@ -508,6 +529,7 @@ impl SimWorld {
                         }
                     }
                 }
+                self.reuse_frame_buffer(bytes);
             }
             SimEvent::ToParentEof { worker } => {
                 self.inbox.push_back(Event::ChannelClosed { worker })

@@ -47,11 +47,18 @@ fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
         PREPARED => WorkerMessage::Prepared,
         STARTUP_FAILED => WorkerMessage::StartupFailed { error: r.string()? },
         READY => WorkerMessage::Ready,
-        HEARTBEAT => WorkerMessage::Heartbeat {
-            requests: r.u64()?,
-            connections: r.u32()?,
-            stats: std::sync::Arc::new(crate::proto::stats_wire::get_stats(&mut r)?),
-        },
+        HEARTBEAT => {
+            let requests = r.u64()?;
+            let connections = r.u32()?;
+            let mut stats = std::sync::Arc::new(crate::request_stats::RequestStats::default());
+            // A fresh pointer is never shared, so this borrows without copying.
+            crate::proto::stats_wire::get_stats_into(&mut r, std::sync::Arc::make_mut(&mut stats))?;
+            WorkerMessage::Heartbeat {
+                requests,
+                connections,
+                stats,
+            }
+        }
         BROKER_REQUEST => WorkerMessage::Broker {
             id: r.u64()?,
             request: get_request(&mut r)?,

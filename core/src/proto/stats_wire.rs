@@ -62,8 +62,16 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
     w.u64(s.duration_sum_us);
 }
 
+#[cfg(test)]
 pub(super) fn get_stats(r: &mut Reader<'_>) -> Result<RequestStats, ProtoError> {
     let mut s = RequestStats::default();
+    get_stats_into(r, &mut s)?;
+    Ok(s)
+}
+
+/// Decodes into `s`, which must be all zero (a fresh table): the decoder fills the table
+/// where it will live, behind its pointer, instead of building it and copying it there.
+pub(super) fn get_stats_into(r: &mut Reader<'_>, s: &mut RequestStats) -> Result<(), ProtoError> {
     let cells = usize::from(r.u8()?);
     if cells > CELLS {
         return Err(invalid("request cells", cells as u64));
@@ -100,7 +108,7 @@ pub(super) fn get_stats(r: &mut Reader<'_>) -> Result<RequestStats, ProtoError> 
         s.duration_buckets[b] = nonzero(r.u64()?)?;
     }
     s.duration_sum_us = r.u64()?;
-    Ok(s)
+    Ok(())
 }
 
 /// A listed counter is never zero (the encoder leaves those out).
