@@ -284,7 +284,8 @@ fn wait_child(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
 /// drawn at random from below that range, where neither happens, and checked free on both
 /// protocols; only if the range leaves no room below it does this fall back to `bind(0)`.
 /// A port is handed out once per test process: two calls whose ports are not bound yet
-/// (a CA's three ports) never get the same one.
+/// (a CA's three ports) never get the same one; and once per run, since test binaries
+/// run side by side (see [`claim_port_across_processes`]).
 pub fn free_port() -> u16 {
     use std::hash::BuildHasher;
     use std::net::{TcpListener, UdpSocket};
@@ -301,6 +302,7 @@ pub fn free_port() -> u16 {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(port)
+            && claim_port_across_processes(port)
     };
     if ephemeral_low > FLOOR + 1_000 {
         let span = u64::from(ephemeral_low - FLOOR);
@@ -323,6 +325,31 @@ pub fn free_port() -> u16 {
             free(port).then_some(port)
         })
         .expect("a free port")
+}
+
+/// Claims `port` against the other test processes of a run, which may draw the same free
+/// number before either program binds it: an advisory lock on a file named after the
+/// port, held until this process ends (the kernel drops it then, however the process
+/// ends, so a file an earlier run left behind claims nothing).
+fn claim_port_across_processes(port: u16) -> bool {
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("servery-test-ports");
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let path = dir.join(port.to_string());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).push(file);
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 /// Poll `condition` until it yields a value, at most `bound`; returns the value and how

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The workspace's tests, as `cargo test --workspace --no-fail-fast` runs them, but with
+several test executables running side by side.
+
+Most of the real-process tests spend their time waiting on servers, timers and child
+processes rather than computing, so one executable at a time leaves the machine idle
+(see docs/decisions/0036-tests-run-side-by-side.md). This builds every test executable
+with cargo, runs them JOBS at a time (the slowest known ones first, so none starts
+last), prints each one's output whole once it ends (never interleaved with another's)
+with how long it took, and exits non-zero naming every executable that failed. (The
+documentation tests are left to `cargo test --doc`.)
+
+    scripts/run_tests.py [--jobs N] [--bound SECONDS] [--built FILE]
+
+Each executable runs as cargo would run it: in its package's directory, with the
+package's CARGO_* variables. Tests draw their ports through servery_tests::free_port,
+which claims each port across processes, so executables running together never share
+one. An executable still running after --bound seconds is killed and counted failed."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Started first, slowest first: their run time, not the build, bounds the whole phase.
+SLOWEST_FIRST = ("scenarios", "hardening", "gates", "singletons", "tftp", "uploads")
+
+
+def build():
+    """Builds every test executable; returns cargo's messages."""
+    cmd = ["cargo", "test", "--workspace", "--locked", "--no-run",
+           "--message-format=json-render-diagnostics"]
+    return subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
+
+
+def executables(messages):
+    """(label, path, package directory, target name, message) of each test executable."""
+    found = []
+    for line in messages.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+            continue
+        if not msg["profile"]["test"]:
+            continue
+        target = msg["target"]
+        package_dir = os.path.dirname(msg["manifest_path"])
+        package = os.path.basename(package_dir)
+        kind = target["kind"][0]
+        label = f"{package} {kind} {target['name']}"
+        found.append((label, msg["executable"], package_dir, target["name"], msg))
+    return found
+
+
+def package_env(package_dir, msg):
+    """The variables cargo gives a test it runs (the ones these tests read)."""
+    # A package id reads "path+file:///…/tests#servery-tests@0.1.0".
+    name = msg["package_id"].rsplit("#", 1)[-1].split("@", 1)[0]
+    env = dict(os.environ)
+    env.update({
+        "CARGO": shutil.which("cargo") or "cargo",
+        "CARGO_MANIFEST_DIR": package_dir,
+        "CARGO_PKG_NAME": name,
+        "CARGO_CRATE_NAME": msg["target"]["name"].replace("-", "_"),
+    })
+    return env
+
+
+def order(found):
+    """The slowest known executables first, then the rest as cargo listed them."""
+    def rank(entry):
+        name = entry[3]
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
+    return sorted(found, key=rank)
+
+
+def run_one(entry, bound, results, lock):
+    label, exe, package_dir, _, msg = entry
+    started = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen([exe], cwd=package_dir, env=package_env(package_dir, msg),
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=bound)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            code = proc.wait()
+            timed_out = True
+        took = time.monotonic() - started
+        log.seek(0)
+        output = log.read()
+    ok = code == 0 and not timed_out
+    verdict = "ok" if ok else (f"KILLED after {bound} s" if timed_out else f"FAILED (exit {code})")
+    with lock:
+        print(f"---- {label}: {verdict} in {took:.1f} s", flush=True)
+        sys.stdout.write(output)
+        sys.stdout.flush()
+        results.append((label, ok, took))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=3, help="executables at once (default 3)")
+    parser.add_argument("--bound", type=float, default=1200.0,
+                        help="seconds an executable may run before it is killed (default 1200)")
+    parser.add_argument("--built", metavar="FILE",
+                        help="cargo's JSON messages of a build already made (`cargo test "
+                             "--workspace --no-run --message-format=json`), instead of building")
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    if args.built:
+        with open(args.built) as f:
+            messages = f.read()
+    else:
+        messages = build()
+    pending = order(executables(messages))
+    print(f"running {len(pending)} test executables, {args.jobs} at a time", flush=True)
+    results, lock, running = [], threading.Lock(), []
+    while pending or running:
+        running = [t for t in running if t.is_alive()]
+        while pending and len(running) < args.jobs:
+            t = threading.Thread(target=run_one, args=(pending.pop(0), args.bound, results, lock))
+            t.start()
+            running.append(t)
+        if running:
+            running[0].join(timeout=0.2)
+
+    print(f"\ntest executables: {time.monotonic() - started:.0f} s in all; the slowest:")
+    for label, ok, took in sorted(results, key=lambda r: -r[2])[:8]:
+        print(f"  {took:7.1f} s  {label}")
+    failed = [label for label, ok, _ in results if not ok]
+    if failed:
+        print(f"\n{len(failed)} failed:\n  " + "\n  ".join(failed))
+        return 1
+    print(f"all {len(results)} passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
