@@ -233,13 +233,23 @@ impl Parent {
 
     /// Work the next deadline out from every machine's state (kept in `deadline`).
     fn next_deadline(&self) -> Option<Instant> {
-        let (due, period) = self.supervisor.poll_timeout_and_watch_period();
-        let watch = self.last_step.zip(period).map(|(t, period)| t + period);
+        earliest(
+            self.supervisor.poll_timeout(),
+            self.deadlines_but_supervisor(),
+        )
+    }
+
+    /// The earliest deadline of the broker, the watch period, ACME and TLS.
+    fn deadlines_but_supervisor(&self) -> Option<Instant> {
+        let watch = self
+            .last_step
+            .zip(self.supervisor.watch_period())
+            .map(|(t, period)| t + period);
         let acme = self.acme.as_ref().and_then(CertManager::poll_timeout);
         let tls = self.tls.as_ref().and_then(TlsState::poll_timeout);
         earliest(
-            earliest(due, self.broker.poll_timeout()),
-            earliest(watch, earliest(acme, tls)),
+            earliest(self.broker.poll_timeout(), watch),
+            earliest(acme, tls),
         )
     }
 
@@ -265,9 +275,11 @@ impl Parent {
         batch
     }
 
-    /// The machine may have changed: keep its next deadline.
+    /// The machine may have changed: keep its next deadline (what `next_deadline` gives;
+    /// the supervisor skips its pass over the workers while it cannot come first).
     fn settle(&mut self) {
-        self.deadline = self.next_deadline();
+        let others = self.deadlines_but_supervisor();
+        self.deadline = earliest(self.supervisor.poll_timeout_before(others), others);
     }
 
     fn settled(mut self) -> Self {

@@ -5,6 +5,17 @@ use super::*;
 
 impl Supervisor {
     pub fn handle(&mut self, now: Instant, event: Event) {
+        // Any event may bring a deadline forward, but a heartbeat, which says so itself
+        // (see `message`): the floor under the next one is no longer known.
+        if !matches!(
+            event,
+            Event::Message {
+                message: WorkerMessage::Heartbeat { .. },
+                ..
+            }
+        ) {
+            self.due_floor = None;
+        }
         match event {
             Event::Start => self.start(now),
             Event::Spawned { worker, pid } => {
@@ -138,6 +149,9 @@ impl Supervisor {
             WorkerMessage::Heartbeat {
                 requests, stats, ..
             } => {
+                // Its heartbeat deadline moves later, unless the beat is dated before the
+                // last one (never, from a driver, whose time only goes forward).
+                let moved_back = now < w.last_beat;
                 w.last_beat = now;
                 w.requests = w.requests.max(requests);
                 // Totals since the worker started: the latest replaces the one before.
@@ -148,7 +162,10 @@ impl Supervisor {
                     && w.request_limit.is_some_and(|limit| w.requests >= limit)
                 {
                     w.recycle_due = Some(ExitReason::RecycleRequests);
+                    self.due_floor = None;
                     self.try_start_recycle(now);
+                } else if moved_back {
+                    self.due_floor = None;
                 }
             }
             WorkerMessage::Broker { .. } => {}

@@ -101,6 +101,11 @@ pub struct Supervisor {
     not_running: core::time::Duration,
     tally: Tally,
     actions: VecDeque<Action>,
+    /// A time no later than [`Supervisor::poll_timeout`], while one is known: the last
+    /// deadline worked out, kept for as long as nothing has happened that could bring a
+    /// deadline forward (only heartbeats have, which move their worker's later). See
+    /// [`Supervisor::poll_timeout_before`].
+    due_floor: Option<Instant>,
 }
 
 impl Supervisor {
@@ -129,6 +134,7 @@ impl Supervisor {
             not_running: core::time::Duration::ZERO,
             tally: Tally::default(),
             actions: VecDeque::new(),
+            due_floor: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! order, so a new worker nearly always goes at the end.
 
 use core::fmt;
+use core::time::Duration;
 
 use crate::ids::WorkerId;
 
@@ -16,6 +17,10 @@ use super::worker::Worker;
 pub(super) struct WorkerTable {
     /// Ordered by id, each id once.
     workers: Vec<Worker>,
+    /// The least margin [`Worker::beat_margin`] of the workers in the table, kept as they
+    /// come and go: the parent's watch period is worked out from it after every step, and
+    /// a worker's timings never change once it is filed.
+    least_margin: Option<Duration>,
 }
 
 impl WorkerTable {
@@ -44,11 +49,19 @@ impl WorkerTable {
             Ok(i) => self.workers[i] = worker,
             Err(i) => self.workers.insert(i, worker),
         }
+        self.least_margin = self.workers.iter().map(Worker::beat_margin).min();
     }
 
     pub(super) fn remove(&mut self, id: &WorkerId) -> Option<Worker> {
         let i = self.find(*id).ok()?;
-        Some(self.workers.remove(i))
+        let worker = self.workers.remove(i);
+        self.least_margin = self.workers.iter().map(Worker::beat_margin).min();
+        Some(worker)
+    }
+
+    /// The least [`Worker::beat_margin`] of the workers, if there are any.
+    pub(super) fn least_margin(&self) -> Option<Duration> {
+        self.least_margin
     }
 
     /// Every worker, in id order.

@@ -7,19 +7,8 @@ use super::*;
 
 impl Supervisor {
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.poll_timeout_and_watch_period().0
-    }
-
-    /// [`Supervisor::poll_timeout`] and [`Supervisor::watch_period`] from one pass over
-    /// the workers: the parent wants both before and after every step.
-    pub fn poll_timeout_and_watch_period(&self) -> (Option<Instant>, Option<Duration>) {
         let mut next = Soonest::NONE;
-        // The tightest worker's margin beyond one interval, halved once at the end:
-        // halving (rounding down) keeps the order, so the least half is half the least.
-        let mut margin: Option<Duration> = None;
         for w in self.workers.values() {
-            let m = w.heartbeat_timeout.saturating_sub(w.heartbeat_interval);
-            margin = Some(margin.map_or(m, |least| least.min(m)));
             if !w.kill_sent {
                 next.consider(w.kill_at);
             }
@@ -34,10 +23,32 @@ impl Supervisor {
         if let Some(rec) = &self.recycle {
             next.consider(rec.retry_at);
         }
-        (
-            next.get(),
-            margin.map(|m| (m / 2).max(Duration::from_millis(1))),
-        )
+        next.get()
+    }
+
+    /// [`Supervisor::poll_timeout`] and [`Supervisor::watch_period`].
+    pub fn poll_timeout_and_watch_period(&self) -> (Option<Instant>, Option<Duration>) {
+        (self.poll_timeout(), self.watch_period())
+    }
+
+    /// The next deadline as far as it matters before `bound`, which the caller takes the
+    /// earliest of it with: [`Supervisor::poll_timeout`], or a time between `bound` and
+    /// it. `earliest(answer, bound)` is `earliest(poll_timeout(), bound)` either way.
+    ///
+    /// The parent works its deadline out after every step, and most steps are a
+    /// heartbeat, which moves only its worker's deadline, and later; the parent's own
+    /// watch period comes sooner than any. So the last deadline worked out is kept as a
+    /// floor until something could bring one forward, and while the floor is at or past
+    /// `bound` the pass over every worker is not needed.
+    pub fn poll_timeout_before(&mut self, bound: Option<Instant>) -> Option<Instant> {
+        if let (Some(floor), Some(bound)) = (self.due_floor, bound)
+            && floor >= bound
+        {
+            return Some(floor);
+        }
+        let due = self.poll_timeout();
+        self.due_floor = due;
+        due
     }
 
     /// The heartbeat deadline is judged in every state in which a worker beats: prepared
@@ -68,6 +79,7 @@ impl Supervisor {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.due_floor = None;
         let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
         for id in ids {
             let Some(w) = self.workers.get_mut(&id) else {

@@ -18,6 +18,7 @@ impl Supervisor {
         if late.is_zero() {
             return;
         }
+        self.due_floor = None;
         self.not_running += late;
         for w in self.workers.values_mut() {
             w.last_beat = (w.last_beat + late).min(now);
@@ -39,7 +40,10 @@ impl Supervisor {
     /// worker. A worker frozen with the parent then still has at least that long, once
     /// both run again, to be heard.
     pub fn watch_period(&self) -> Option<Duration> {
-        self.poll_timeout_and_watch_period().1
+        // Halving (rounding down) keeps the order, so the least half is half the least.
+        self.workers
+            .least_margin()
+            .map(|m| (m / 2).max(Duration::from_millis(1)))
     }
 
     /// Everything the parent noticed it did not run, summed (for logs and status).

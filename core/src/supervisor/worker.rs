@@ -71,7 +71,8 @@ pub struct Worker {
     pub kill_sent: bool,
     /// The worker's own words about why it failed, or the supervisor's.
     pub error: Option<String>,
-    /// Timings of the configuration it was spawned under.
+    /// Timings of the configuration it was spawned under, set before it is filed in the
+    /// supervisor's table and never changed (the table keeps their least margin).
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
     pub start_timeout: Duration,
@@ -116,6 +117,12 @@ impl Worker {
     /// run meanwhile).
     pub fn start_deadline(&self) -> Instant {
         self.spawned_at + self.start_timeout + self.not_running
+    }
+
+    /// How long `heartbeat_timeout` leaves beyond one `heartbeat_interval`.
+    pub fn beat_margin(&self) -> Duration {
+        self.heartbeat_timeout
+            .saturating_sub(self.heartbeat_interval)
     }
 
     pub fn before_ready(&self) -> bool {

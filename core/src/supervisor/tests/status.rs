@@ -129,3 +129,50 @@ fn the_watch_period_follows_the_tightest_live_worker() {
     let (due, watch) = h.sup.poll_timeout_and_watch_period();
     assert_eq!((due, watch), (h.sup.poll_timeout(), h.sup.watch_period()));
 }
+
+/// Whatever the bound, the earliest of the answer and the bound is the earliest of the
+/// deadline and the bound: with the floor kept across heartbeats, and dropped when a beat
+/// dated before its worker's last one brings that worker's deadline forward.
+#[test]
+fn the_deadline_before_a_bound_decides_as_the_deadline_would() {
+    let at = |secs: f64| Instant::from_nanos((secs * 1e9) as u64);
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    let check = |h: &mut Harness| {
+        let due = h.sup.poll_timeout().expect("live workers have deadlines");
+        for bound in [
+            None,
+            Some(Instant::ZERO),
+            Some(Instant::from_nanos(due.as_nanos() - 1)),
+            Some(due),
+            Some(due + Duration::from_secs(1)),
+        ] {
+            let answer = h.sup.poll_timeout_before(bound);
+            assert_eq!(
+                crate::time::earliest(answer, bound),
+                crate::time::earliest(Some(due), bound),
+                "bound {bound:?}, deadline {due:?}"
+            );
+        }
+    };
+    check(&mut h);
+    // Both beat at 2 s (silence judged at 7 s), and the floor is worked out there.
+    h.now = at(2.0);
+    h.beat(0);
+    assert_eq!(h.sup.poll_timeout_before(None), Some(at(7.0)));
+    // One beats later: its deadline moves on, the other's stays the next.
+    h.now = at(3.0);
+    beat_one(&mut h, ws[0]);
+    check(&mut h);
+    assert_eq!(h.sup.poll_timeout_before(Some(at(6.0))), Some(at(7.0)));
+    // A beat dated before the last of its worker's brings its deadline forward (6.5 s):
+    // the floor no longer holds, and a bound past the new deadline must not hide it.
+    h.now = at(1.5);
+    beat_one(&mut h, ws[1]);
+    assert_eq!(h.sup.poll_timeout(), Some(at(6.5)));
+    assert_eq!(h.sup.poll_timeout_before(Some(at(6.8))), Some(at(6.5)));
+    check(&mut h);
+    h.now = at(3.0);
+    h.advance(Duration::from_secs(1));
+    check(&mut h);
+}
