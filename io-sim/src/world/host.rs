@@ -18,6 +18,7 @@ impl ParentIo for SimWorld {
             self.last_wait_at = self.now;
             self.spins = 0;
         }
+        let end = ms(self.spec.end_by);
         loop {
             if self.halt_pending {
                 self.halt_pending = false;
@@ -38,7 +39,6 @@ impl ParentIo for SimWorld {
                 continue;
             }
             let next = self.queue.peek_at();
-            let end = ms(self.spec.end_by);
             // A stalled parent's timers cannot fire before it runs again.
             let deadline = match (deadline, self.parent_stalled_until) {
                 (Some(d), Some(until)) => Some(d.max(until)),

@@ -1,81 +1,51 @@
 //! The event queue: events in (time, sequence) order, the sequence being the order in
 //! which they were scheduled, so two events at one instant happen as they were planned.
 //!
-//! The queue holds only a 128-bit key per event — the time, then the sequence number
-//! with the index of the event's slot in its low bits — and the events wait in a slab.
-//! The sequence is unique, so the slot bits never decide an order: the key orders
-//! exactly as (time, sequence) would.
-//!
-//! The keys are kept sorted, latest first, so the next event is taken from the end. A
-//! run has a few dozen events pending at most (a client, a request or two per worker,
-//! each worker's timer, the planned faults), and most new events are due within
-//! milliseconds, so their place is a few steps from the end: cheaper than a binary
-//! heap's sifting, whose every level is a branch the processor cannot predict.
+//! Each event waits with its key — the time, then the sequence number — in one vector
+//! kept sorted, latest first, so the next event is taken from the end. A run has a few
+//! dozen events pending at most (a client, a request or two per worker, each worker's
+//! timer, the planned faults), and most new events are due within milliseconds, so their
+//! place is a few steps from the end: cheaper than a binary heap's sifting, whose every
+//! level is a branch the processor cannot predict, and than keys kept apart from the
+//! events, which cost a slot to fill, to empty and to hand back per event.
 
 use servery_core::Instant;
 
 use super::SimEvent;
 
-/// Bits of the key's low word that name the slot; the sequence number has the rest.
-const SLOT_BITS: u32 = 24;
-const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
-/// Sequence numbers fit the 40 bits above the slot: a run schedules far fewer events.
-const MAX_SEQ: u64 = (1 << (64 - SLOT_BITS)) - 1;
+/// When an event is due, then its sequence number: ordered as (time, sequence).
+type Key = (u64, u64);
 
 #[derive(Debug, Default)]
 pub(crate) struct EventQueue {
-    /// Keys, latest first: the next event is the last.
-    keys: Vec<u128>,
-    slots: Vec<Option<SimEvent>>,
-    free: Vec<u32>,
+    /// Pending events, latest first: the next one is the last.
+    pending: Vec<(Key, SimEvent)>,
     seq: u64,
 }
 
 impl EventQueue {
     pub(crate) fn push(&mut self, at: Instant, event: SimEvent) {
         self.seq += 1;
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(event);
-                u64::from(slot)
-            }
-            None => {
-                self.slots.push(Some(event));
-                (self.slots.len() - 1) as u64
-            }
-        };
-        // Neither bound can be reached by a run that ends by its `end_by`; should one
-        // be, two events would no longer keep their order, which must not pass quietly.
-        assert!(
-            slot <= SLOT_MASK && self.seq <= MAX_SEQ,
-            "the simulation's event queue overflowed ({} pending, {} scheduled)",
-            self.keys.len(),
-            self.seq
-        );
-        let key = u128::from(at.as_nanos()) << 64 | u128::from(self.seq << SLOT_BITS | slot);
+        let key = (at.as_nanos(), self.seq);
         // Most events are due soon after now, so their place is found near the end.
-        let mut i = self.keys.len();
-        while i > 0 && self.keys[i - 1] < key {
+        let mut i = self.pending.len();
+        while i > 0 && self.pending[i - 1].0 < key {
             i -= 1;
         }
-        self.keys.insert(i, key);
+        self.pending.insert(i, (key, event));
     }
 
     /// When the next event is due.
     pub(crate) fn peek_at(&self) -> Option<Instant> {
-        self.keys
+        self.pending
             .last()
-            .map(|key| Instant::from_nanos((key >> 64) as u64))
+            .map(|((at, _), _)| Instant::from_nanos(*at))
     }
 
     /// The next event and when it is due.
     pub(crate) fn pop(&mut self) -> Option<(Instant, SimEvent)> {
-        let key = self.keys.pop()?;
-        let at = Instant::from_nanos((key >> 64) as u64);
-        let slot = (key as u64 & SLOT_MASK) as u32;
-        self.free.push(slot);
-        let event = self.slots[slot as usize].take()?;
-        Some((at, event))
+        let ((at, _), event) = self.pending.pop()?;
+        Some((Instant::from_nanos(at), event))
     }
 }
 
@@ -93,8 +63,8 @@ mod tests {
         q.push(t(3), SimEvent::Fault(3));
         assert_eq!(q.peek_at(), Some(t(3)));
         let mut order = Vec::new();
-        // Freed slots are reused by later events, which must still come after those
-        // scheduled earlier at the same time.
+        // An event scheduled after one has left must still come after those scheduled
+        // earlier at the same time.
         let (_, first) = q.pop().expect("four pending");
         order.push(first);
         q.push(t(3), SimEvent::Fault(4));
