@@ -230,3 +230,53 @@ fn oversized_and_malformed_frames_are_typed_errors_and_sticky() {
     dec.push(&[0, 0, 0, 0]);
     assert_eq!(dec.next_worker_message(), Err(ProtoError::EmptyFrame));
 }
+
+/// Beats whose counters have not moved share the table decoded for the first of them; a
+/// beat whose counters moved gets its own, and one with a byte after its counters is
+/// refused rather than shared.
+#[test]
+fn unchanged_counters_decode_to_the_table_already_decoded() {
+    use std::sync::Arc;
+
+    use crate::request_stats::RequestStats;
+
+    let beat = |requests, stats: &RequestStats| WorkerMessage::Heartbeat {
+        requests,
+        connections: 0,
+        stats: Arc::new(stats.clone()),
+    };
+    let busy = RequestStats {
+        bytes_sent: 7,
+        ..RequestStats::default()
+    };
+    let idle = RequestStats::default();
+    let mut bytes = Vec::new();
+    for (n, stats) in [(1, &busy), (2, &busy), (3, &idle), (4, &idle)] {
+        encode_worker(&beat(n, stats), &mut bytes).expect("a heartbeat fits");
+    }
+    let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+    dec.push(&bytes);
+    let mut tables = Vec::new();
+    while let Some(m) = dec.next_worker_message().expect("valid") {
+        let WorkerMessage::Heartbeat { stats, .. } = m else {
+            panic!("only heartbeats were sent: {m:?}");
+        };
+        tables.push(stats);
+    }
+    assert_eq!(tables.len(), 4);
+    assert_eq!((*tables[0] == busy, *tables[2] == idle), (true, true));
+    assert!(Arc::ptr_eq(&tables[0], &tables[1]), "unchanged: shared");
+    assert!(!Arc::ptr_eq(&tables[1], &tables[2]), "changed: decoded");
+    assert!(
+        Arc::ptr_eq(&tables[2], &tables[3]),
+        "unchanged again: shared"
+    );
+
+    let mut frame = Vec::new();
+    encode_worker(&beat(5, &idle), &mut frame).expect("a heartbeat fits");
+    frame.push(0);
+    let len = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) + 1;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    dec.push(&frame);
+    assert_eq!(dec.next_worker_message(), Err(ProtoError::TrailingBytes(1)));
+}

@@ -1,7 +1,10 @@
 //! Frames in: the size-bounded decoder a parent and a worker read each other with, which
 //! rejoins split lock lists and stays failed after a malformed frame.
 
+use std::sync::Arc;
+
 use super::*;
+use crate::request_stats::RequestStats;
 
 /// One frame from the parent: a whole message, or a part of a split lock list.
 enum ParentFrame {
@@ -41,7 +44,17 @@ fn decode_parent(payload: &[u8]) -> Result<ParentFrame, ProtoError> {
     Ok(ParentFrame::Whole(msg))
 }
 
-fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
+/// The counters of the last heartbeat decoded, with the bytes they were decoded from.
+#[derive(Debug)]
+struct LastStats {
+    bytes: Vec<u8>,
+    stats: Arc<RequestStats>,
+}
+
+fn decode_worker(
+    payload: &[u8],
+    last: &mut Option<LastStats>,
+) -> Result<WorkerMessage, ProtoError> {
     let mut r = Reader { buf: payload };
     let msg = match r.u8()? {
         PREPARED => WorkerMessage::Prepared,
@@ -50,13 +63,10 @@ fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
         HEARTBEAT => {
             let requests = r.u64()?;
             let connections = r.u32()?;
-            let mut stats = std::sync::Arc::new(crate::request_stats::RequestStats::default());
-            // A fresh pointer is never shared, so this borrows without copying.
-            crate::proto::stats_wire::get_stats_into(&mut r, std::sync::Arc::make_mut(&mut stats))?;
             WorkerMessage::Heartbeat {
                 requests,
                 connections,
-                stats,
+                stats: get_stats_shared(&mut r, last)?,
             }
         }
         BROKER_REQUEST => WorkerMessage::Broker {
@@ -67,6 +77,41 @@ fn decode_worker(payload: &[u8]) -> Result<WorkerMessage, ProtoError> {
     };
     r.finish()?;
     Ok(msg)
+}
+
+/// A heartbeat's counters, the frame's last field. A worker whose counters have not
+/// moved since its last beat sends the very bytes it sent then, which decode to the very
+/// table: that one is shared again rather than decoded into a new allocation (an idle
+/// worker's beats, and a simulated run's, whose workers keep no counters).
+fn get_stats_shared(
+    r: &mut Reader<'_>,
+    last: &mut Option<LastStats>,
+) -> Result<Arc<RequestStats>, ProtoError> {
+    if let Some(last) = last.as_ref()
+        && r.buf == last.bytes.as_slice()
+    {
+        r.buf = &[];
+        return Ok(Arc::clone(&last.stats));
+    }
+    let from = r.buf;
+    let mut stats = Arc::new(RequestStats::default());
+    // A fresh pointer is never shared, so this borrows without copying.
+    crate::proto::stats_wire::get_stats_into(r, Arc::make_mut(&mut stats))?;
+    let read = &from[..from.len() - r.buf.len()];
+    match last {
+        Some(last) => {
+            last.bytes.clear();
+            last.bytes.extend_from_slice(read);
+            last.stats = Arc::clone(&stats);
+        }
+        None => {
+            *last = Some(LastStats {
+                bytes: read.to_vec(),
+                stats: Arc::clone(&stats),
+            })
+        }
+    }
+    Ok(stats)
 }
 
 /// The first parts of a split lock list, waiting for the last.
@@ -90,6 +135,8 @@ pub struct FrameDecoder {
     failed: Option<ProtoError>,
     /// A lock list being joined from its frames (parent → worker only).
     partial: Option<PartialLocks>,
+    /// The last heartbeat's counters (worker → parent only).
+    last_stats: Option<LastStats>,
 }
 
 impl FrameDecoder {
@@ -100,6 +147,7 @@ impl FrameDecoder {
             max_frame,
             failed: None,
             partial: None,
+            last_stats: None,
         }
     }
 
@@ -172,7 +220,16 @@ impl FrameDecoder {
 
     /// The next whole message a worker sent, if one has fully arrived.
     pub fn next_worker_message(&mut self) -> Result<Option<WorkerMessage>, ProtoError> {
-        self.decode_with(decode_worker)
+        let Some((a, b)) = self.next_payload()? else {
+            return Ok(None);
+        };
+        match decode_worker(&self.buf[a..b], &mut self.last_stats) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) => {
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+        }
     }
 
     /// The next whole message the parent sent, if one has fully arrived. A lock list the
