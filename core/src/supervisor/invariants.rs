@@ -21,8 +21,15 @@ impl Supervisor {
             spilled.resize(self.slots.len(), 0);
             &mut spilled
         };
+        // Slots (the first 64) whose named member the pass met, filed under that slot:
+        // that member is live without a lookup.
+        let mut members_met = 0u64;
         let mut broken_worker = None;
         for w in self.workers.values() {
+            let slot = w.slot.0 as usize;
+            if slot < 64 && self.slots.get(slot).is_some_and(|s| s.member == Some(w.id)) {
+                members_met |= 1 << slot;
+            }
             match w.role {
                 Role::Replacement => {
                     replacements += 1;
@@ -73,7 +80,8 @@ impl Supervisor {
                 return Err(format!("slot {i} has {members} members"));
             }
             if let Some(m) = s.member {
-                if !self.workers.contains_key(&m) {
+                let met = i < 64 && members_met & (1 << i) != 0;
+                if !met && !self.workers.contains_key(&m) {
                     return Err(format!("slot {i} names reaped worker {m}"));
                 }
                 if s.respawn_at.is_some() {

@@ -402,30 +402,7 @@ impl ParentIo for SimWorld {
             }
             _ => {}
         }
-        // Exits since the last one recorded (several may be reaped in one step).
-        let last = self.out.exits.last().map(|e| e.worker);
-        let seen = last
-            .and_then(|w| sup.recent_exits().position(|e| e.worker.0 == w))
-            .map_or(0, |i| i + 1);
-        for exit in sup.recent_exits().skip(seen) {
-            self.out.exits.push(WorkerExit {
-                worker: exit.worker.0,
-                reason: Some(exit.reason),
-                at_ms: exit.at.as_nanos() / 1_000_000,
-            });
-            // A worker a malformed frame hit, ended for it: its slot's next spawn
-            // replaces it.
-            if exit.reason == ExitReason::ProtocolError
-                && self
-                    .out
-                    .injected
-                    .iter()
-                    .any(|i| i.kind == FaultKind::MalformedFrame && i.worker == Some(exit.worker.0))
-            {
-                self.malformed_slots
-                    .push((exit.generation.0, u64::from(exit.slot.0)));
-            }
-        }
+        self.record_exits(sup);
         if sup.recycling_suspended().is_some()
             && sup.ready_workers() == sup.config().workers() as usize
         {
@@ -480,6 +457,37 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
 }
 
 impl SimWorld {
+    /// Exits since the last one recorded (several may be reaped in one step).
+    fn record_exits(&mut self, sup: &servery_core::supervisor::Supervisor) {
+        let last = self.out.exits.last().map(|e| e.worker);
+        // None when the latest is the one recorded last, as after most steps.
+        if sup.last_exit().map(|e| e.worker.0) == last {
+            return;
+        }
+        let seen = last
+            .and_then(|w| sup.recent_exits().position(|e| e.worker.0 == w))
+            .map_or(0, |i| i + 1);
+        for exit in sup.recent_exits().skip(seen) {
+            self.out.exits.push(WorkerExit {
+                worker: exit.worker.0,
+                reason: Some(exit.reason),
+                at_ms: exit.at.as_nanos() / 1_000_000,
+            });
+            // A worker a malformed frame hit, ended for it: its slot's next spawn
+            // replaces it.
+            if exit.reason == ExitReason::ProtocolError
+                && self
+                    .out
+                    .injected
+                    .iter()
+                    .any(|i| i.kind == FaultKind::MalformedFrame && i.worker == Some(exit.worker.0))
+            {
+                self.malformed_slots
+                    .push((exit.generation.0, u64::from(exit.slot.0)));
+            }
+        }
+    }
+
     /// After every step: until the close, the parent holds the committed generation's set,
     /// and besides it only a reload's while one is in flight (a set held past its last
     /// use is a leak; a set missing is one workers could not be started on).
@@ -490,7 +498,7 @@ impl SimWorld {
         let committed = sup.config().listen();
         let held = self.listeners.open();
         let extra = held.iter().filter(|l| **l != committed).count();
-        if !held.contains(&committed) || extra > usize::from(sup.reload_in_flight()) {
+        if extra == held.len() || extra > usize::from(sup.reload_in_flight()) {
             self.violation(format!(
                 "the parent holds {held:?} with {committed} committed (reload in flight: {})",
                 sup.reload_in_flight()
