@@ -188,6 +188,25 @@ pub(crate) enum ConnKind {
     Chunk { rec: usize },
 }
 
+/// What a simulated event wakes the parent's driver for, at the world's `now`: small,
+/// where the driver's [`Wakeup`] is not, since every event's step returns one or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The parent's deadlines are to be judged ([`Wakeup::Timeout`]).
+    Timer,
+    /// The log writer is done ([`Wakeup::LogWritten`]).
+    LogWritten,
+}
+
+impl Wake {
+    pub(crate) fn at(self, now: Instant) -> Wakeup {
+        match self {
+            Wake::Timer => Wakeup::Timeout(now),
+            Wake::LogWritten => Wakeup::LogWritten(now),
+        }
+    }
+}
+
 pub struct SimWorld {
     pub(crate) spec: SimSpec,
     pub(crate) now: Instant,
@@ -471,7 +490,7 @@ impl SimWorld {
 
     /// Process one simulation event. Returns a wakeup for the parent when the event is
     /// the parent's own.
-    fn step(&mut self, event: SimEvent) -> Option<Wakeup> {
+    fn step(&mut self, event: SimEvent) -> Option<Wake> {
         self.out.events += 1;
         let (code, arg) = event.code();
         let now = self.now;
@@ -490,7 +509,7 @@ impl SimWorld {
     }
 
     /// Carry out one simulation event (the trace has recorded it).
-    fn step_now(&mut self, event: SimEvent) -> Option<Wakeup> {
+    fn step_now(&mut self, event: SimEvent) -> Option<Wake> {
         match event {
             SimEvent::ToParent {
                 worker,
@@ -581,11 +600,11 @@ impl SimWorld {
             SimEvent::LogWriterDone { records } => {
                 self.log_busy = false;
                 self.out.log.written += records as u64;
-                return Some(Wakeup::LogWritten(self.now));
+                return Some(Wake::LogWritten);
             }
             SimEvent::Liveness => {
                 self.snapshot_due = true;
-                return Some(Wakeup::Timeout(self.now));
+                return Some(Wake::Timer);
             }
             SimEvent::Stop => {
                 if self.parent_alive {

@@ -248,16 +248,16 @@ impl SimWorld {
         for event in std::mem::take(&mut self.unread) {
             wakeup = wakeup.or(self.step(event));
         }
-        wakeup
+        wakeup.map(|w| w.at(self.now))
     }
 
     /// An operator command reaches the parent. A status request is answered after the
     /// step it wakes the driver for, as the real control socket's is.
-    pub(super) fn command(&mut self, index: usize) -> Option<Wakeup> {
+    pub(super) fn command(&mut self, index: usize) -> Option<Wake> {
         let cmd = match &self.spec.commands[index].1 {
             SimCommand::Status => {
                 self.status_asked.push(self.now);
-                return Some(Wakeup::Timeout(self.now));
+                return Some(Wake::Timer);
             }
             SimCommand::Stop => Command::Stop,
             SimCommand::Recycle => Command::Recycle,

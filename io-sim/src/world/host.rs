@@ -69,8 +69,8 @@ impl ParentIo for SimWorld {
                 return Wakeup::HostFailed;
             }
             self.now = self.now.max(at);
-            if let Some(wakeup) = self.step(event) {
-                return wakeup;
+            if let Some(wake) = self.step(event) {
+                return wake.at(self.now);
             }
         }
     }
