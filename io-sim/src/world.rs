@@ -500,11 +500,10 @@ impl SimWorld {
             self.held.push(event);
             return None;
         }
-        let event = if self.pausing > 0 {
-            self.hold_for_paused(event)?
-        } else {
-            event
-        };
+        if self.pausing > 0 {
+            let event = self.hold_for_paused(event)?;
+            return self.step_now(event);
+        }
         self.step_now(event)
     }
 
