@@ -35,7 +35,12 @@ mod queue;
 use queue::EventQueue;
 
 /// Something that happens at a point of virtual time.
+///
+/// Laid out as a word-sized tag before its fields (`repr(u64)`): an event is moved
+/// several times on its way from the queue to its handler, and with the default
+/// layout each move copied it in five unaligned pieces.
 #[derive(Debug, Clone)]
+#[repr(u64)]
 pub(crate) enum SimEvent {
     /// Bytes a worker wrote reach the parent (`piece`: the write continues in the next
     /// delivery, see [`crate::Fault::ShortWrites`]).
