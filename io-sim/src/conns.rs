@@ -27,6 +27,10 @@ impl Conns {
 
     pub(crate) fn remove(&mut self, conn: u64) -> Option<ConnKind> {
         let i = self.conns.binary_search_by_key(&conn, |(c, _)| *c).ok()?;
+        // Mostly the only one, or the newest: nothing behind it to move.
+        if i + 1 == self.conns.len() {
+            return self.conns.pop().map(|(_, kind)| kind);
+        }
         Some(self.conns.remove(i).1)
     }
 

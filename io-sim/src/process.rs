@@ -123,6 +123,14 @@ impl Proc {
         self.alive && !self.paused
     }
 
+    /// Whether it takes a connection when its `accept` works.
+    fn could_take(&self) -> bool {
+        self.runnable()
+            && self.accepting
+            && !self.wedged
+            && self.serving.len() < self.max_connections
+    }
+
     /// Charge the process with misbehaving as `kind` (unless it already is).
     pub fn misbehaved(&mut self, kind: FaultKind) {
         self.cause.get_or_insert(kind);
@@ -498,29 +506,24 @@ impl SimWorld {
         }
         self.next_conn += 1;
         let conn = self.next_conn;
-        self.backlog.push_back((conn, kind));
+        // Alone in the listener's queue, it goes to a worker at once, drawn as `dispatch`
+        // would draw it, without being queued to be taken straight back.
+        if self.backlog.is_empty()
+            && let Some(pick) = self.pick_taker()
+        {
+            self.accept(pick, conn, kind);
+        } else {
+            self.backlog.push_back((conn, kind));
+        }
         self.dispatch();
     }
 
     /// Hand queued connections to accepting workers, as the shared listener would.
     pub(crate) fn dispatch(&mut self) {
-        let now = self.now;
         while !self.backlog.is_empty() {
-            let could_take = |p: &Proc| {
-                p.runnable() && p.accepting && !p.wedged && p.serving.len() < p.max_connections
-            };
-            let can_take = |p: &Proc| could_take(p) && now >= p.accept_fails_until;
-            // Which workers can take one, in id order, gathered in one pass into a
-            // buffer the world keeps (no allocation per connection).
-            let mut takers = core::mem::take(&mut self.takers);
-            takers.clear();
-            takers.extend(self.procs.values().filter(|p| can_take(p)).map(|p| p.id));
-            let count = takers.len();
-            let pick = (count > 0).then(|| takers[self.rng.range(0, count as u64 - 1) as usize]);
-            self.takers = takers;
-            let Some(pick) = pick else {
+            let Some(pick) = self.pick_taker() else {
                 // Out of descriptors: accept fails and the connections stay queued.
-                if self.procs.values().any(could_take) {
+                if self.procs.values().any(Proc::could_take) {
                     let queued: Vec<u64> = self.backlog.iter().map(|(c, _)| *c).collect();
                     self.waited_emfile.extend(queued);
                     self.out
@@ -534,6 +537,26 @@ impl SimWorld {
             };
             self.accept(pick, conn, kind);
         }
+    }
+
+    /// The worker the listener hands the next connection to: drawn among those that can
+    /// take one now, in id order; none (and no draw) when none can.
+    fn pick_taker(&mut self) -> Option<WorkerId> {
+        let now = self.now;
+        // Gathered in one pass into a buffer the world keeps (no allocation per
+        // connection).
+        let mut takers = core::mem::take(&mut self.takers);
+        takers.clear();
+        takers.extend(
+            self.procs
+                .values()
+                .filter(|p| p.could_take() && now >= p.accept_fails_until)
+                .map(|p| p.id),
+        );
+        let count = takers.len();
+        let pick = (count > 0).then(|| takers[self.rng.range(0, count as u64 - 1) as usize]);
+        self.takers = takers;
+        pick
     }
 
     fn accept(&mut self, worker: WorkerId, conn: u64, kind: ConnKind) {

@@ -498,7 +498,7 @@ impl SimWorld {
         let committed = sup.config().listen();
         let held = self.listeners.open();
         let extra = held.iter().filter(|l| **l != committed).count();
-        if extra == held.len() || extra > usize::from(sup.reload_in_flight()) {
+        if extra == held.len() || (extra > 0 && extra > usize::from(sup.reload_in_flight())) {
             self.violation(format!(
                 "the parent holds {held:?} with {committed} committed (reload in flight: {})",
                 sup.reload_in_flight()
