@@ -219,7 +219,10 @@ pub struct SimWorld {
     queue: EventQueue,
     pub(crate) inbox: VecDeque<Event>,
     pub(crate) procs: ProcTable,
-    decoders: BTreeMap<WorkerId, FrameDecoder>,
+    /// The parent's read end of each worker's channel, by worker id (small sequence
+    /// numbers: an index, not a tree search per frame); made at the first frame and
+    /// dropped at the reap.
+    decoders: Vec<Option<FrameDecoder>>,
     next_pid: u32,
     spawn_index: u64,
     pub(crate) listener_open: bool,
@@ -340,7 +343,7 @@ impl SimWorld {
             queue: EventQueue::default(),
             inbox: VecDeque::new(),
             procs: ProcTable::default(),
-            decoders: BTreeMap::new(),
+            decoders: Vec::new(),
             next_pid: 1000,
             spawn_index: 0,
             listener_open: true,
@@ -524,10 +527,12 @@ impl SimWorld {
                 if piece {
                     self.pieces_up.insert(worker);
                 }
-                let dec = self
-                    .decoders
-                    .entry(worker)
-                    .or_insert_with(|| FrameDecoder::new(MAX_FRAME_DEFAULT));
+                let i = worker.0 as usize;
+                if self.decoders.len() <= i {
+                    self.decoders.resize_with(i + 1, || None);
+                }
+                let dec =
+                    self.decoders[i].get_or_insert_with(|| FrameDecoder::new(MAX_FRAME_DEFAULT));
                 dec.push(&bytes);
                 loop {
                     match dec.next_worker_message() {
@@ -558,7 +563,9 @@ impl SimWorld {
                 self.inbox.push_back(Event::ChannelClosed { worker })
             }
             SimEvent::Reaped { worker, status } => {
-                self.decoders.remove(&worker);
+                if let Some(dec) = self.decoders.get_mut(worker.0 as usize) {
+                    *dec = None;
+                }
                 if self.write_failed.remove(&worker) {
                     self.out.coverage.insert(labels::CONTROL_WRITE_FAILED_ENDED);
                 }

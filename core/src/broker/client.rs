@@ -173,7 +173,12 @@ impl BrokerClient {
                 self.pending.len()
             ));
         }
-        let user = self.pending.values().filter(|p| !p.internal).count();
+        // (Mostly none pending: no walk of an empty tree.)
+        let user = if self.pending.is_empty() {
+            0
+        } else {
+            self.pending.values().filter(|p| !p.internal).count()
+        };
         if user > self.capacity {
             return Err(format!(
                 "{user} outstanding requests exceed capacity {}",

@@ -46,7 +46,7 @@ impl Supervisor {
                 _ => {}
             }
             if broken_worker.is_none() {
-                broken_worker = self.broken_worker(w);
+                broken_worker = self.broken_worker(w).map(|fault| (w.id, fault));
             }
         }
         if replacements > 1 {
@@ -89,8 +89,13 @@ impl Supervisor {
                 }
             }
         }
-        if let Some(broken) = broken_worker {
-            return Err(broken);
+        if let Some((id, fault)) = broken_worker {
+            return Err(match fault {
+                WorkerFault::ReadyWithoutCommit => format!("{id} is ready without COMMIT"),
+                WorkerFault::CandidateOutsideRollout => {
+                    format!("{id} is a candidate outside a rollout")
+                }
+            });
         }
         if (self.state == ServiceState::Failed) != self.failure.is_some() {
             return Err("failed state and failure record disagree".into());
@@ -104,10 +109,11 @@ impl Supervisor {
         Ok(())
     }
 
-    /// What is wrong with `w` on its own, if anything.
-    fn broken_worker(&self, w: &Worker) -> Option<String> {
+    /// What is wrong with `w` on its own, if anything (told in words only for the first
+    /// worker found so: the check runs after every simulated step).
+    fn broken_worker(&self, w: &Worker) -> Option<WorkerFault> {
         if w.state == WorkerState::Ready && !w.committed {
-            return Some(format!("{} is ready without COMMIT", w.id));
+            return Some(WorkerFault::ReadyWithoutCommit);
         }
         if w.role == Role::Candidate
             && self
@@ -115,8 +121,15 @@ impl Supervisor {
                 .as_ref()
                 .is_none_or(|r| !r.candidates.contains(&w.id))
         {
-            return Some(format!("{} is a candidate outside a rollout", w.id));
+            return Some(WorkerFault::CandidateOutsideRollout);
         }
         None
     }
+}
+
+/// What can be wrong with a worker on its own.
+#[derive(Debug, Clone, Copy)]
+enum WorkerFault {
+    ReadyWithoutCommit,
+    CandidateOutsideRollout,
 }
