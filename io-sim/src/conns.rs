@@ -19,6 +19,10 @@ impl Conns {
 
     pub(crate) fn insert(&mut self, conn: u64, kind: ConnKind) {
         // Connection numbers only grow, so this is nearly always the end.
+        if self.conns.last().is_none_or(|(last, _)| *last < conn) {
+            self.conns.push((conn, kind));
+            return;
+        }
         match self.conns.binary_search_by_key(&conn, |(c, _)| *c) {
             Ok(i) => self.conns[i].1 = kind,
             Err(i) => self.conns.insert(i, (conn, kind)),

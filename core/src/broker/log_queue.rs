@@ -97,6 +97,11 @@ impl LogQueue {
     /// Up to `max` records for the writer, and the blocked appends admitted by the room
     /// that made.
     pub fn take(&mut self, max: usize) -> (Vec<String>, Vec<(WorkerId, u64)>) {
+        // Nothing queued, as whenever the parent asks between its steps: nothing to
+        // drain or admit (and no drain to set up and drop).
+        if self.records.is_empty() && self.blocked.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
         let n = max.min(self.records.len());
         let batch: Vec<String> = self.records.drain(..n).collect();
         let mut admitted = Vec::new();
