@@ -523,7 +523,8 @@ impl SimWorld {
                 bytes,
                 piece,
             } => {
-                let mut split = self.pieces_up.remove(&worker);
+                // (Mostly empty: short writes happen only under their fault.)
+                let mut split = !self.pieces_up.is_empty() && self.pieces_up.remove(&worker);
                 if piece {
                     self.pieces_up.insert(worker);
                 }
