@@ -287,9 +287,6 @@ impl SimWorld {
             self.violation(format!("{worker}: {e}"));
             return;
         }
-        let Some(p) = self.procs.get_mut(&worker) else {
-            return;
-        };
         let next = servery_core::time::earliest(p.life.poll_timeout(), p.client.poll_timeout());
         if next != p.timer_at {
             p.timer_at = next;
