@@ -205,11 +205,26 @@ impl CertManager {
                 }
             }
             AcmeEvent::Stored { order } => {
-                let Phase::Storing { order: o, .. } = &self.phase else {
+                let Phase::Storing {
+                    order: o,
+                    certificate,
+                    ..
+                } = &self.phase
+                else {
                     return;
                 };
                 if *o != order {
                     return;
+                }
+                // Judged again: it was judged at issue, and a certificate issued near the
+                // end of its validity can run out while it is written to disk.
+                if let Err(j) = judge(
+                    &certificate.facts,
+                    self.current.as_ref(),
+                    &self.config.domains,
+                    wall,
+                ) {
+                    return self.fail(now, AcmeError::Unacceptable(j));
                 }
                 let Phase::Storing { certificate, .. } =
                     std::mem::replace(&mut self.phase, Phase::Loading)

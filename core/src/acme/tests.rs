@@ -322,6 +322,46 @@ fn an_attempt_that_never_ends_times_out_and_stale_results_are_ignored() {
     assert!(m.current().is_none());
 }
 
+#[test]
+fn a_certificate_that_expires_while_it_is_stored_is_not_installed() {
+    let mut m = manager();
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+    actions(&mut m);
+    m.handle(
+        at(1),
+        wall(1),
+        AcmeEvent::Challenges {
+            order: 1,
+            challenges: vec![challenge("tok1")],
+        },
+    );
+    // Valid when issued, at T0 + 2, for two more seconds only.
+    m.handle(
+        at(2),
+        wall(2),
+        AcmeEvent::Issued {
+            order: 1,
+            certificate: cert("31", T0, T0 + 4),
+        },
+    );
+    actions(&mut m);
+    m.handle(at(4), wall(4), AcmeEvent::Stored { order: 1 });
+    assert!(
+        !actions(&mut m)
+            .iter()
+            .any(|a| matches!(a, AcmeAction::InstallIdentity { .. })),
+        "an expired certificate is not put in service"
+    );
+    assert!(m.current().is_none());
+    assert_eq!(m.status().phase, "retrying");
+    assert!(
+        m.status()
+            .last_error
+            .expect("the attempt failed")
+            .contains("expired")
+    );
+}
+
 /// A manager with nothing stored, its first order answered with `challenges`: the manager
 /// and what it then asks for.
 fn first_order_offers(challenges: Vec<Challenge>) -> (CertManager, Vec<AcmeAction>) {
