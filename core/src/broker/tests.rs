@@ -564,3 +564,74 @@ fn new_limits_apply_to_later_requests_and_to_the_log_queue() {
         BrokerReply::Rejected(Rejection::TooLarge)
     );
 }
+
+/// The broker's own checker notices each table out of step with the others, whether
+/// the broker holds a grant or nothing (where it takes its shortcut past empty tables).
+#[test]
+fn the_invariant_check_notices_each_broken_table() {
+    let t0 = Instant::ZERO;
+    let holding = |request: BrokerRequest| {
+        let mut b = broker();
+        assert!(matches!(
+            ask(&mut b, t0, 1, request),
+            BrokerReply::Granted { .. }
+        ));
+        b.check_invariants().expect("a sound broker passes");
+        b
+    };
+    let lease = || holding(BrokerRequest::AcquireLease { key: key(0) });
+    let reservation = || holding(BrokerRequest::ReserveUpload { bytes: 10 });
+    let partial = || {
+        holding(BrokerRequest::ReservePartial {
+            key: key(0),
+            bytes: 10,
+        })
+    };
+    let broken: [(&str, Broker); 8] = [
+        ("a lease missing from the key index", {
+            let mut b = lease();
+            b.lease_by_key.clear();
+            b
+        }),
+        ("a key index entry without its lease", {
+            let mut b = lease();
+            b.leases.clear();
+            b
+        }),
+        ("a lease without its expiry", {
+            let mut b = lease();
+            b.expiries.clear();
+            b
+        }),
+        ("a lease missing from its owner's grants", {
+            let mut b = lease();
+            b.by_owner.clear();
+            b
+        }),
+        ("reserved bytes that are not the reservations' sum", {
+            let mut b = reservation();
+            b.reserved_bytes += 1;
+            b
+        }),
+        ("a reservation counted in bytes only", {
+            let mut b = reservation();
+            b.reservations.clear();
+            b
+        }),
+        ("a partial upload without its expiry", {
+            let mut b = partial();
+            b.expiries.clear();
+            b
+        }),
+        ("an expiry left with nothing granted", {
+            let mut b = lease();
+            b.leases.clear();
+            b.lease_by_key.clear();
+            b.by_owner.clear();
+            b
+        }),
+    ];
+    for (what, b) in broken {
+        assert!(b.check_invariants().is_err(), "not noticed: {what}");
+    }
+}
