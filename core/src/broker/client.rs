@@ -270,6 +270,35 @@ mod tests {
         c.check_invariants().expect("invariants");
     }
 
+    /// The client's own checker notices a request without its deadline, more user
+    /// requests than the capacity, and a request left pending on a closed channel.
+    #[test]
+    fn the_invariant_check_notices_each_broken_rule() {
+        let t0 = Instant::ZERO;
+        let pending = || {
+            let mut c = BrokerClient::new(2, Duration::from_secs(1));
+            assert!(
+                c.request(t0, BrokerRequest::AcquireLease { key: key() })
+                    .is_ok()
+            );
+            c.check_invariants().expect("a sound client passes");
+            c
+        };
+        let mut no_deadline = pending();
+        no_deadline.deadlines.clear();
+        let mut over_capacity = pending();
+        over_capacity.capacity = 0;
+        let mut closed = pending();
+        closed.closed = true;
+        for (what, c) in [
+            ("a request without its deadline", no_deadline),
+            ("more user requests than the capacity", over_capacity),
+            ("a request pending on a closed channel", closed),
+        ] {
+            assert!(c.check_invariants().is_err(), "not noticed: {what}");
+        }
+    }
+
     #[test]
     fn a_late_grant_is_released_at_once() {
         let mut c = BrokerClient::new(4, Duration::from_secs(1));

@@ -587,7 +587,7 @@ fn the_invariant_check_notices_each_broken_table() {
             bytes: 10,
         })
     };
-    let broken: [(&str, Broker); 8] = [
+    let broken: [(&str, Broker); 9] = [
         ("a lease missing from the key index", {
             let mut b = lease();
             b.lease_by_key.clear();
@@ -621,6 +621,11 @@ fn the_invariant_check_notices_each_broken_table() {
         ("a partial upload without its expiry", {
             let mut b = partial();
             b.expiries.clear();
+            b
+        }),
+        ("reserved bytes with nothing reserved", {
+            let mut b = broker();
+            b.reserved_bytes = 1;
             b
         }),
         ("an expiry left with nothing granted", {

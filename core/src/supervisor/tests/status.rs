@@ -103,6 +103,19 @@ fn broken_states_are_reported_by_the_invariant_check() {
         Err("slot 0 has 2 members".to_string()),
         "two members of one slot"
     );
+    // A slot naming a worker no longer in the table (reaped without the slot hearing of
+    // it), in the first slot and in one the check does not file in its pass.
+    for (workers, slot) in [(2, 0), (2, 1), (66, 65)] {
+        let mut h = harness(Platform::Posix, |c| c.workers = workers);
+        h.start();
+        let member = h.sup.slots[slot].member.expect("a member");
+        h.sup.workers.remove(&member);
+        assert_eq!(
+            h.sup.check_invariants(),
+            Err(format!("slot {slot} names reaped worker {member}")),
+            "a reaped member of slot {slot}"
+        );
+    }
 }
 
 // ----- hangs in every live state -----------------------------------------------------
