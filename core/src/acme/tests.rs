@@ -324,17 +324,7 @@ fn an_attempt_that_never_ends_times_out_and_stale_results_are_ignored() {
 
 #[test]
 fn a_certificate_that_expires_while_it_is_stored_is_not_installed() {
-    let mut m = manager();
-    m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
-    actions(&mut m);
-    m.handle(
-        at(1),
-        wall(1),
-        AcmeEvent::Challenges {
-            order: 1,
-            challenges: vec![challenge("tok1")],
-        },
-    );
+    let (mut m, _) = first_order_offers(vec![challenge("tok1")]);
     // Valid when issued, at T0 + 2, for two more seconds only.
     m.handle(
         at(2),

@@ -587,56 +587,42 @@ fn the_invariant_check_notices_each_broken_table() {
             bytes: 10,
         })
     };
-    let broken: [(&str, Broker); 9] = [
-        ("a lease missing from the key index", {
-            let mut b = lease();
-            b.lease_by_key.clear();
-            b
+    type Breaking = fn(&mut Broker);
+    let broken: [(&str, Broker, Breaking); 9] = [
+        ("a lease missing from the key index", lease(), |b| {
+            b.lease_by_key.clear()
         }),
-        ("a key index entry without its lease", {
-            let mut b = lease();
-            b.leases.clear();
-            b
+        ("a key index entry without its lease", lease(), |b| {
+            b.leases.clear()
         }),
-        ("a lease without its expiry", {
-            let mut b = lease();
-            b.expiries.clear();
-            b
+        ("a lease without its expiry", lease(), |b| {
+            b.expiries.clear()
         }),
-        ("a lease missing from its owner's grants", {
-            let mut b = lease();
-            b.by_owner.clear();
-            b
+        ("a lease missing from its owner's grants", lease(), |b| {
+            b.by_owner.clear()
         }),
-        ("reserved bytes that are not the reservations' sum", {
-            let mut b = reservation();
-            b.reserved_bytes += 1;
-            b
+        (
+            "reserved bytes that are not the reservations' sum",
+            reservation(),
+            |b| b.reserved_bytes += 1,
+        ),
+        ("a reservation counted in bytes only", reservation(), |b| {
+            b.reservations.clear()
         }),
-        ("a reservation counted in bytes only", {
-            let mut b = reservation();
-            b.reservations.clear();
-            b
+        ("a partial upload without its expiry", partial(), |b| {
+            b.expiries.clear()
         }),
-        ("a partial upload without its expiry", {
-            let mut b = partial();
-            b.expiries.clear();
-            b
+        ("reserved bytes with nothing reserved", broker(), |b| {
+            b.reserved_bytes = 1
         }),
-        ("reserved bytes with nothing reserved", {
-            let mut b = broker();
-            b.reserved_bytes = 1;
-            b
-        }),
-        ("an expiry left with nothing granted", {
-            let mut b = lease();
+        ("an expiry left with nothing granted", lease(), |b| {
             b.leases.clear();
             b.lease_by_key.clear();
             b.by_owner.clear();
-            b
         }),
     ];
-    for (what, b) in broken {
+    for (what, mut b, breaking) in broken {
+        breaking(&mut b);
         assert!(b.check_invariants().is_err(), "not noticed: {what}");
     }
 }
