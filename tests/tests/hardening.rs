@@ -1,7 +1,8 @@
 //! What a hostile or broken peer can do to the real binary, over raw sockets on loopback:
 //! connections that never send a byte (cleartext, h2c, after a TLS handshake, after the
 //! HTTP/2 preface), heads sent a byte at a time, idle keep-alive, a client that stops
-//! reading its download, a full worker under a flood of silent connections, stalled upload
+//! reading its download, a full worker under a flood of silent connections, a full worker
+//! whose connections are all busy, stalled upload
 //! bodies, malformed `Host` and `Transfer-Encoding`, a `Content-Length` too large to represent, too many files in one form, and
 //! inconsistent upload limits. Every wait is bounded; every test fails without its defence.
 
@@ -302,6 +303,57 @@ fn a_full_worker_makes_room_for_real_clients_under_a_silent_flood() {
         let _ = f.join();
     }
     eprintln!("served {served} requests under the flood, slowest {worst:?}");
+}
+
+/// A worker at `--max-connections` whose every connection has a request in progress
+/// leaves a new connection in the shared backlog, however recently its last connection
+/// became busy: it asks whether it has room just before each accept. (It once asked only
+/// when its loop came round, so a request started since then let it take the connection
+/// and serve it over its budget, and a sibling with room lost it.)
+#[test]
+fn a_full_worker_whose_connections_are_all_busy_leaves_a_new_one_in_the_backlog() {
+    let tree = Tree::new("busy-full");
+    // Larger than what loopback's socket buffers can hold between the two ends.
+    std::fs::File::create(tree.root().join("large.bin"))
+        .and_then(|f| f.set_len(96 << 20))
+        .expect("large file");
+    let mut args = FAST.to_vec();
+    args.extend(["--max-connections", "1"]);
+    let server = Server::start(&tree, 1, &args, &[]);
+    // Accepted while silent (so the worker could still make room), then busy at once:
+    // a download its client does not read.
+    let mut busy = raw(server.addr);
+    busy.write_all(b"GET /large.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    busy.set_read_timeout(Some(SLACK)).expect("timeout");
+    let mut buf = [0u8; 4096];
+    assert!(busy.read(&mut buf).expect("the download starts") > 0);
+    let mut waiting = raw(server.addr);
+    waiting
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    // An over-budget accept answers within milliseconds; a second is five heartbeats at
+    // FAST's interval, so the worker's loop has come round several times meanwhile.
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .expect("timeout");
+    match waiting.read(&mut buf) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!(
+            "answered while the worker's one connection was busy (served over its budget): {other:?}"
+        ),
+    }
+    // Its one connection gone, the worker takes the waiting one from the backlog.
+    drop(busy);
+    waiting.set_read_timeout(Some(SLACK)).expect("timeout");
+    let mut got = Vec::new();
+    while !got.ends_with(HELLO) {
+        match waiting.read(&mut buf) {
+            Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+            other => panic!("the waiting connection was not served: {other:?} after {got:?}"),
+        }
+    }
+    assert_eq!(status_of(&got), 200);
 }
 
 fn chunked_put_head(path: &str) -> String {

@@ -214,12 +214,22 @@ struct Quic {
 
 /// The first connection ready on any listener, and whether that listener is one of the
 /// last `cleartext` ones (the ACME HTTP-01 listeners of a TLS site).
+///
+/// `has_room` is asked on every poll, just before accepting: a connection's request may
+/// have started since the worker last looked, and a full worker that accepted anyway
+/// would serve over its budget what a sibling with room should have taken from the shared
+/// backlog. Saying no leaves the connection there; the worker looks again on its next
+/// pass (a close, a frame or its heartbeat deadline, whichever comes first).
 async fn accept_any(
     listeners: &[TcpListener],
     cleartext: usize,
+    has_room: impl Fn() -> bool,
 ) -> (io::Result<(TcpStream, SocketAddr)>, bool) {
     let first_cleartext = listeners.len().saturating_sub(cleartext);
     poll_fn(|cx| {
+        if !has_room() {
+            return Poll::Pending;
+        }
         for (i, l) in listeners.iter().enumerate() {
             if let Poll::Ready(r) = l.poll_accept(cx) {
                 return Poll::Ready((r, i >= first_cleartext));
@@ -228,6 +238,18 @@ async fn accept_any(
         Poll::Pending
     })
     .await
+}
+
+/// Whether a worker holding `held` connections may accept another: below the limit (not
+/// counting those already asked to close), or full with one that may be closed to make
+/// room. Read again just before each accept: which connections are idle changes as their
+/// requests start and finish, without the worker's loop hearing of it.
+fn has_room(held: u32, max_connections: u32, admission: &Admission) -> bool {
+    if held < max_connections {
+        return true;
+    }
+    let closing = u32::try_from(admission.closing()).unwrap_or(u32::MAX);
+    held.saturating_sub(closing) < max_connections || admission.can_make_room()
 }
 
 struct Worker {
@@ -306,6 +328,8 @@ impl Worker {
                 .poll_timeout()
                 .map(|t| tokio::time::Instant::from_std(self.clock.to_std(t)));
             let can_accept = self.life.accepting() && !self.listeners.is_empty() && self.has_room();
+            let (held, max, admission) =
+                (self.life.in_flight(), self.max_connections, &self.admission);
             tokio::select! {
                 read = rd.read(&mut buf), if self.control_open => match read {
                     Ok(0) => self.control_closed("EOF"),
@@ -336,21 +360,14 @@ impl Worker {
                     let in_flight = self.life.in_flight();
                     self.life.handle_timeout(self.clock.now(), in_flight);
                 }
-                (accepted, cleartext) = accept_any(&self.listeners, self.cleartext_listeners), if can_accept => self.admit(accepted, cleartext).await,
+                (accepted, cleartext) = accept_any(&self.listeners, self.cleartext_listeners, || has_room(held, max, admission)), if can_accept => self.admit(accepted, cleartext).await,
                 Some(incoming) = self.quic.incoming.recv(), if can_accept => self.admit_quic(incoming),
             }
         }
     }
 
-    /// Whether another connection may be accepted: below the limit (not counting those
-    /// already asked to close), or full with one that may be closed to make room.
     fn has_room(&self) -> bool {
-        let held = self.life.in_flight();
-        if held < self.max_connections {
-            return true;
-        }
-        let closing = u32::try_from(self.admission.closing()).unwrap_or(u32::MAX);
-        held.saturating_sub(closing) < self.max_connections || self.admission.can_make_room()
+        has_room(self.life.in_flight(), self.max_connections, &self.admission)
     }
 
     fn send_message(&self, message: &WorkerMessage) {
@@ -518,6 +535,9 @@ impl Worker {
         if self.life.in_flight().saturating_sub(closing) >= self.max_connections {
             // Full: the longest-waiting connection without a request makes room (chosen
             // before this one is counted, which has not had a chance to send anything).
+            // If none may go any more (a request started between the check and the
+            // accept), this one is served one over the budget rather than reset: it is
+            // out of the shared backlog, and no sibling can take it now.
             self.admission.make_room();
         }
         self.life.connection_opened();
