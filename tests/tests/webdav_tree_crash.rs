@@ -217,11 +217,16 @@ fn a_worker_killed_between_steps_leaves_a_documented_tree_and_nothing_private() 
             "{what}: answered, but its worker was to be killed"
         );
         // The parent lets the worker go, its cleanup sweeps the private names, the
-        // broker holds no lease, and a replacement serves.
+        // broker holds no lease, and a replacement serves: ready as the parent sees it,
+        // since the recycle below recycles only the workers ready when it arrives (one
+        // still starting is new already).
         wait_until(Duration::from_secs(10), &format!("{what}: swept"), || {
             let s = server.status();
             let ids = worker_ids(&s);
-            let replaced = ids.len() == 1 && ids != killed && s["state"] == "ready";
+            let replaced = ids.len() == 1
+                && ids != killed
+                && s["state"] == "ready"
+                && s["workers"][0]["state"] == "ready";
             let leases = s["broker"]["leases"].as_array().map_or(1, Vec::len);
             (replaced && leases == 0 && private_names(&root).is_empty()).then_some(())
         });
