@@ -861,7 +861,9 @@ fn parent_death(ctx: &mut Ctx) -> Plan {
     }
     let mut e = expect(&config, End::ParentDied);
     e.allow_forced = true;
-    e.exit_within = secs(config.recovery.drain_timeout + 0.5);
+    // The drain, then a second for the processes to end (as a stop allows): on real
+    // processes a worker notices the EOF and exits on a loaded machine's schedule.
+    e.exit_within = secs(config.recovery.drain_timeout + 1.0);
     e.extra = Some(|o, e| {
         if o.parent_eof_exits as usize != e.workers {
             return Err(format!(

@@ -231,6 +231,8 @@ async fn serve<IO>(
     let mut drain_seen = false;
     let mut started_at_drain = 0;
     let mut shutting_down = false;
+    // Asked to close, and read once more before it does (see the branch).
+    let mut evicting = false;
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -256,13 +258,22 @@ async fn serve<IO>(
                     }
                 }
             }
-            () = activity.evicted() => {
+            () = activity.evicted(), if !evicting => {
                 // The worker is full and picked this connection; a request that started
-                // since keeps it.
-                if !activity.in_progress() {
+                // since keeps it. So does one whose head already waits in the socket: the
+                // task may not have run since the connection was accepted (a loaded
+                // machine), and closing with the head unread would reset the client. The
+                // connection is therefore read once more before the verdict below.
+                evicting = activity.eviction_stands();
+            }
+            () = tokio::task::yield_now(), if evicting => {
+                // `yield_now` is pending on its first poll, so the connection was polled
+                // (and read what had arrived) since the eviction was seen.
+                if activity.eviction_stands() {
                     tracing::debug!("closing an idle connection to admit a new one");
                     return;
                 }
+                evicting = false;
             }
             // Before a drain nothing needs to know when a request starts (the drain reads
             // the count), so the loop is not woken for it.

@@ -90,6 +90,8 @@ pub struct Activity {
     /// Rung by the worker to close this connection because it is full and this one has no
     /// request in progress.
     evict: Notify,
+    /// How many requests had started when the connection was last asked to close.
+    evicted_at: AtomicU64,
     /// The client's address, when something (the access log) needs it.
     peer: Option<std::net::SocketAddr>,
 }
@@ -144,6 +146,7 @@ impl Activity {
             moved: AtomicU64::new(0),
             finished_at: AtomicU64::new(0),
             evict: Notify::new(),
+            evicted_at: AtomicU64::new(0),
             peer,
         })
     }
@@ -192,7 +195,13 @@ impl Activity {
 
     /// Asks the connection to close (it does so only if no request has started since).
     pub fn evict(&self) {
+        self.evicted_at.store(self.started(), Ordering::Release);
         self.evict.notify_one();
+    }
+
+    /// Whether the last request to close still stands: no request has started since.
+    pub fn eviction_stands(&self) -> bool {
+        self.started() == self.evicted_at.load(Ordering::Acquire)
     }
 
     /// Resolves when [`Activity::evict`] has been called.

@@ -24,8 +24,17 @@ pub struct Admission {
 #[derive(Debug)]
 struct Held {
     activity: Arc<Activity>,
-    /// Asked to close already: not chosen again.
+    /// Asked to close. It closes unless a request starts first; one that did has kept
+    /// the connection, which then counts as held again (and may be chosen again once
+    /// idle).
     evicted: bool,
+}
+
+impl Held {
+    /// Asked to close, and no request has started since: it is closing.
+    fn closing(&self) -> bool {
+        self.evicted && self.activity.eviction_stands()
+    }
 }
 
 impl Admission {
@@ -64,7 +73,7 @@ impl Admission {
 
     /// Connections asked to close that have not yet.
     pub fn closing(&self) -> usize {
-        self.slots.iter().flatten().filter(|h| h.evicted).count()
+        self.slots.iter().flatten().filter(|h| h.closing()).count()
     }
 
     /// The connection to close to make room, if any may be closed.
@@ -73,7 +82,7 @@ impl Admission {
             .iter()
             .enumerate()
             .filter_map(|(i, h)| {
-                let h = h.as_ref().filter(|h| !h.evicted)?;
+                let h = h.as_ref().filter(|h| !h.closing())?;
                 let (since, never) = h.activity.idle_since()?;
                 // Never-requested first, then the longest waiting.
                 Some(((!never, since), i))
@@ -140,5 +149,23 @@ mod tests {
         assert!(reused == old_i || reused == new_i, "indices are reused");
         a.closed(busy_i);
         assert_eq!(a.len(), 1);
+    }
+
+    #[test]
+    fn a_connection_that_starts_a_request_before_closing_is_held_again() {
+        let t0 = Instant::now();
+        let mut a = Admission::default();
+        let slow_head = Activity::new(t0);
+        a.admit(Arc::clone(&slow_head));
+        assert!(a.make_room());
+        assert_eq!(a.closing(), 1);
+        assert!(!a.can_make_room(), "asked once, it is not asked again");
+        // Its head arrives before it acts on the request to close: it stays, and counts
+        // as held, not as closing (else a full worker would admit one more per such
+        // connection).
+        slow_head.request_started();
+        assert!(!slow_head.eviction_stands());
+        assert_eq!(a.closing(), 0);
+        assert!(!a.can_make_room(), "busy now");
     }
 }
