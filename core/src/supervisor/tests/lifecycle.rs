@@ -190,6 +190,13 @@ fn a_drain_that_overruns_is_terminated_then_killed_as_forced() {
     });
     let acts = h.advance(Duration::from_secs(2));
     assert_eq!(terms(&acts), vec![ws[0]]);
+    // A driver sleeps until the next deadline: the KILL's must be it, or the KILL waits
+    // for whatever deadline comes later.
+    assert_eq!(
+        h.sup.poll_timeout(),
+        Some(h.now + Duration::from_millis(500)),
+        "the KILL is the next deadline"
+    );
     let acts = h.advance(Duration::from_millis(500));
     assert_eq!(kills(&acts), vec![ws[0]]);
     let acts = h.on(Event::Exited {
@@ -197,6 +204,34 @@ fn a_drain_that_overruns_is_terminated_then_killed_as_forced() {
         status: ExitStatus::Signal(9),
     });
     assert!(acts.contains(&Action::Exit { code: 0 }));
+}
+
+/// The kept floor under the next deadline ([`Supervisor::poll_timeout_before`]) is only
+/// a shortcut: after heartbeats have moved every deadline later, a bound past the floor
+/// still gets the full answer, never the stale floor.
+#[test]
+fn the_deadline_floor_never_stands_for_a_deadline_that_moved_later() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let far = Some(h.now + Duration::from_secs(3600));
+    let first = h.sup.poll_timeout_before(far);
+    assert_eq!(first, h.sup.poll_timeout());
+    h.now = h.now + Duration::from_secs(1);
+    h.beat(0);
+    let later = h.sup.poll_timeout();
+    assert!(
+        later > first,
+        "the beats moved the deadline: {first:?} → {later:?}"
+    );
+    assert_eq!(h.sup.poll_timeout_before(far), later);
+    // A bound before the floor may be answered by the floor: the caller takes the
+    // earliest of the two, which is the bound either way.
+    let near = Some(h.now);
+    let answer = h.sup.poll_timeout_before(near);
+    assert_eq!(
+        crate::time::earliest(answer, near),
+        crate::time::earliest(later, near)
+    );
 }
 
 #[test]

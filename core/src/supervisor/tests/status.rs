@@ -116,6 +116,19 @@ fn broken_states_are_reported_by_the_invariant_check() {
             "a reaped member of slot {slot}"
         );
     }
+    // The same, with another worker of that slot alive (a retired one, say): meeting a
+    // worker of the slot is not meeting the one the slot names.
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    h.sup.workers.remove(&ws[0]);
+    if let Some(w) = h.sup.workers.get_mut(&ws[1]) {
+        (w.slot, w.role) = (Slot(0), Role::Retired);
+    }
+    assert_eq!(
+        h.sup.check_invariants(),
+        Err(format!("slot 0 names reaped worker {}", ws[0])),
+        "a reaped member beside a live worker of its slot"
+    );
 }
 
 // ----- hangs in every live state -----------------------------------------------------
