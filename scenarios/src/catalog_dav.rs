@@ -346,6 +346,9 @@ fn lock_survived(o: &mut Outcome, e: &Expect, crashed: bool) -> Result<(), Strin
 
 // ----- dav-lock-table-saturation -----------------------------------------------------------
 
+/// The sweep's goal that the drawn burst, not only the calm rounds, filled the table.
+pub(crate) const BURST_FILLED: &str = "dav lock table filled by the drawn burst";
+
 /// Drawn lock clients arrive at this rate until this point, then none.
 const SATURATION_RATE: f64 = 25.0;
 const SATURATION_UNTIL: f64 = 4.0;
@@ -464,14 +467,15 @@ fn table_bounded(o: &mut Outcome) -> Result<(), String> {
             _ => {}
         }
     }
+    // The drawn burst fills the table on almost every seed, but not on all: drawn
+    // exclusive and depth-infinity locks can keep the others out (`Locked`) for the whole
+    // burst. So a full table under the burst is a goal of the sweep, and the calm rounds
+    // below, which fill it on every seed, are each seed's requirement.
     let burst_ns = (SATURATION_UNTIL * 1e9) as u64;
-    if !dav
+    let burst_filled = dav
         .decisions
         .iter()
-        .any(|d| d.answer == DavAnswer::Saturated && d.at_ns < burst_ns)
-    {
-        return Err("the lock table never filled during the burst".into());
-    }
+        .any(|d| d.answer == DavAnswer::Saturated && d.at_ns < burst_ns);
     for l in &dav.locks {
         let name = lock_name(l);
         match (l.gone_ns, l.unlocked_ns) {
@@ -560,6 +564,9 @@ fn table_bounded(o: &mut Outcome) -> Result<(), String> {
                 ));
             }
         }
+    }
+    if burst_filled {
+        o.coverage.insert(BURST_FILLED);
     }
     Ok(())
 }

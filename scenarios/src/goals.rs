@@ -29,6 +29,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "clock jump replaced nobody healthy",
     "dav lock survived crash, recycle, reload",
     "dav lock table saturated, then granted again",
+    crate::catalog_dav::BURST_FILLED,
     "dav tree requests killed between steps showed no half tree",
     labels::DAV_TREE_KILLED_BEFORE[0],
     labels::DAV_TREE_KILLED_BEFORE[1],
