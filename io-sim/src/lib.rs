@@ -21,6 +21,7 @@ mod plan;
 mod proc_table;
 mod process;
 pub mod rng;
+mod takers;
 mod trace;
 pub mod tree;
 mod uploads;

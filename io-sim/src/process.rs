@@ -123,12 +123,25 @@ impl Proc {
         self.alive && !self.paused
     }
 
-    /// Whether it takes a connection when its `accept` works.
-    fn could_take(&self) -> bool {
+    /// Whether it takes a connection when its `accept` works. Whatever changes this
+    /// must be reported to [`crate::takers::Takers::changed`].
+    pub(crate) fn could_take(&self) -> bool {
         self.runnable()
             && self.accepting
             && !self.wedged
             && self.serving.len() < self.max_connections
+    }
+
+    /// Serves `conn`. True when that leaves it no room: it can take no more connections.
+    pub(crate) fn serve(&mut self, conn: u64, kind: ConnKind) -> bool {
+        self.serving.insert(conn, kind);
+        self.serving.len() >= self.max_connections
+    }
+
+    /// Stops serving `conn`: what it was, and whether a worker without room has room now.
+    pub(crate) fn unserve(&mut self, conn: u64) -> (Option<ConnKind>, bool) {
+        let was_full = self.serving.len() >= self.max_connections;
+        (self.serving.remove(conn), was_full)
     }
 
     /// Charge the process with misbehaving as `kind` (unless it already is).
@@ -208,6 +221,7 @@ impl WorkerIo for SimWorker<'_> {
     fn start_accepting(&mut self) {
         if let Some(p) = self.proc() {
             p.accepting = true;
+            self.world.takers.changed();
             self.world.dispatch();
         }
     }
@@ -217,6 +231,10 @@ impl WorkerIo for SimWorker<'_> {
             return;
         };
         p.accepting = false;
+        self.world.takers.changed();
+        let Some(p) = self.proc() else {
+            return;
+        };
         match p.behavior {
             Behavior::WedgedDrain => {
                 p.wedged = true;
@@ -539,21 +557,11 @@ impl SimWorld {
     /// The worker the listener hands the next connection to: drawn among those that can
     /// take one now, in id order; none (and no draw) when none can.
     fn pick_taker(&mut self) -> Option<WorkerId> {
-        let now = self.now;
-        // Gathered in one pass into a buffer the world keeps (no allocation per
-        // connection).
-        let mut takers = core::mem::take(&mut self.takers);
-        takers.clear();
-        takers.extend(
-            self.procs
-                .values()
-                .filter(|p| p.could_take() && now >= p.accept_fails_until)
-                .map(|p| p.id),
-        );
-        let count = takers.len();
-        let pick = (count > 0).then(|| takers[self.rng.range(0, count as u64 - 1) as usize]);
-        self.takers = takers;
-        pick
+        let takers = self.takers.at(self.now, &self.procs);
+        if takers.is_empty() {
+            return None;
+        }
+        Some(takers[self.rng.range(0, takers.len() as u64 - 1) as usize])
     }
 
     fn accept(&mut self, worker: WorkerId, conn: u64, kind: ConnKind) {
@@ -562,7 +570,9 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
-        p.serving.insert(conn, kind);
+        if p.serve(conn, kind) {
+            self.takers.changed();
+        }
         p.life.connection_opened();
         match kind {
             ConnKind::Get { .. } => {
@@ -583,10 +593,15 @@ impl SimWorld {
     /// chunk's, a tree request's) is answered.
     pub(crate) fn close_served(&mut self, worker: WorkerId, conn: u64) {
         let now = self.now;
-        if let Some(p) = self.procs.get_mut(&worker)
-            && p.serving.remove(conn).is_some()
-        {
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        let (served, had_no_room) = p.unserve(conn);
+        if served.is_some() {
             p.life.connection_closed(now);
+        }
+        if had_no_room {
+            self.takers.changed();
         }
     }
 
@@ -600,9 +615,13 @@ impl SimWorld {
         if !p.runnable() || p.wedged {
             return;
         }
-        let Some(kind) = p.serving.remove(conn) else {
+        let (served, had_no_room) = p.unserve(conn);
+        let Some(kind) = served else {
             return;
         };
+        if had_no_room {
+            self.takers.changed();
+        }
         p.life.request_served();
         p.life.connection_closed(now);
         let crash_after = match p.behavior {

@@ -334,8 +334,11 @@ impl SimWorld {
         };
         // The flow gave back the lease and the reservation before its Finish.
         // Replies to releases need no one waiting; the client drops them.
-        p.serving.remove(conn);
+        let (_, had_no_room) = p.unserve(conn);
         p.life.connection_closed(now);
+        if had_no_room {
+            self.takers.changed();
+        }
         if self.waited_emfile.remove(&conn) && end == UploadEnd::Ok {
             self.out.coverage.insert(labels::BACKLOG_WAITED_OUT_EMFILE);
         }

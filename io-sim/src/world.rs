@@ -229,8 +229,8 @@ pub struct SimWorld {
     /// The listener sets the parent holds, as the core's actions opened and closed them.
     pub(crate) listeners: crate::listen_sets::ListenSets,
     pub(crate) backlog: VecDeque<(u64, ConnKind)>,
-    /// The workers that can take a connection, while one is being handed out.
-    pub(crate) takers: Vec<WorkerId>,
+    /// The workers that can take a connection, kept between connections.
+    pub(crate) takers: crate::takers::Takers,
     /// Buffers of frames the parent has read, kept for the next frames a worker writes.
     spare_frames: Vec<Vec<u8>>,
     pub(crate) next_conn: u64,
@@ -349,7 +349,7 @@ impl SimWorld {
             listener_open: true,
             listeners: crate::listen_sets::ListenSets::bound_at_start(spec.config.listen),
             backlog: VecDeque::new(),
-            takers: Vec::new(),
+            takers: crate::takers::Takers::new(),
             spare_frames: Vec::new(),
             next_conn: 0,
             fs: SimFs::default(),

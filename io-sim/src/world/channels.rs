@@ -117,6 +117,7 @@ impl SimWorld {
         }
         p.alive = false;
         p.accepting = false;
+        self.takers.changed();
         if p.prepared_arrives > self.now {
             self.out
                 .coverage

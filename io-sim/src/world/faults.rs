@@ -100,6 +100,7 @@ impl SimWorld {
                     self.injected(FaultKind::HangWorker, Some(w));
                     if let Some(p) = self.procs.get_mut(&w) {
                         p.paused = true;
+                        self.takers.changed();
                     }
                 }
             }
@@ -155,6 +156,7 @@ impl SimWorld {
                 for worker in targets {
                     if let Some(p) = self.procs.get_mut(&worker) {
                         p.accept_fails_until = p.accept_fails_until.max(until);
+                        self.takers.changed();
                         self.schedule_at(until, SimEvent::AcceptRecovers { worker });
                     }
                 }

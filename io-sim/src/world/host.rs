@@ -172,6 +172,7 @@ impl ParentIo for SimWorld {
                 proc.slot = key.1;
                 proc.generation = key.0;
                 self.procs.insert(worker, proc);
+                self.takers.changed();
                 self.inbox.push_back(Event::Spawned { worker, pid });
                 let live = self.live_count();
                 self.out.max_live_processes = self.out.max_live_processes.max(live);

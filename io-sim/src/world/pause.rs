@@ -22,6 +22,7 @@ impl SimWorld {
         };
         p.paused = true;
         p.held = Some(Vec::new());
+        self.takers.changed();
         self.pausing += 1;
         self.out.pauses.push((worker.0, from, until));
         self.injected(FaultKind::PauseWorker, Some(worker));
@@ -56,6 +57,7 @@ impl SimWorld {
             return;
         };
         p.paused = false;
+        self.takers.changed();
         let term = core::mem::take(&mut p.term_pending);
         self.pausing -= 1;
         self.out.coverage.insert(labels::PAUSED_WORKER_RESUMED);
