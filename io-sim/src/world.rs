@@ -433,10 +433,12 @@ impl SimWorld {
         self.spec.platform
     }
 
+    #[inline(always)]
     pub(crate) fn schedule_at(&mut self, at: Instant, event: SimEvent) {
         self.queue.push(at, event);
     }
 
+    #[inline(always)]
     pub(crate) fn schedule_in(&mut self, d: Duration, event: SimEvent) {
         let at = self.now + d;
         self.schedule_at(at, event);
@@ -498,6 +500,7 @@ impl SimWorld {
 
     /// Process one simulation event. Returns a wakeup for the parent when the event is
     /// the parent's own.
+    #[inline(always)]
     fn step(&mut self, event: SimEvent) -> Option<Wake> {
         self.out.events += 1;
         let (code, arg) = event.code();

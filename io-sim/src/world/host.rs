@@ -60,7 +60,10 @@ impl ParentIo for SimWorld {
                 }
                 _ => {}
             }
-            let Some((at, event)) = self.queue.pop() else {
+            // The next event is due at `next`: taken without its time, which `next`
+            // already holds (an event moved out with its time was copied twice over,
+            // in pieces the processor could not forward from store to load).
+            let (Some(at), Some(event)) = (next, self.queue.pop_event()) else {
                 continue;
             };
             if at > end {

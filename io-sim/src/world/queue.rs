@@ -24,6 +24,7 @@ pub(crate) struct EventQueue {
 }
 
 impl EventQueue {
+    #[inline(always)]
     pub(crate) fn push(&mut self, at: Instant, event: SimEvent) {
         self.seq += 1;
         let key = (at.as_nanos(), self.seq);
@@ -42,7 +43,14 @@ impl EventQueue {
             .map(|((at, _), _)| Instant::from_nanos(*at))
     }
 
+    /// The next event, when its time is known already ([`Self::peek_at`]).
+    #[inline(always)]
+    pub(crate) fn pop_event(&mut self) -> Option<SimEvent> {
+        self.pending.pop().map(|(_, event)| event)
+    }
+
     /// The next event and when it is due.
+    #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<(Instant, SimEvent)> {
         let ((at, _), event) = self.pending.pop()?;
         Some((Instant::from_nanos(at), event))
