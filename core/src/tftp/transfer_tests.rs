@@ -163,6 +163,23 @@ fn write_refuses_more_than_the_limit_and_oversized_blocks() {
 }
 
 #[test]
+fn a_write_receives_no_more_than_its_allowance() {
+    use crate::tftp::budget::write_allowance;
+    // Announced 10 bytes under a 50,000-byte limit: its first full block is refused.
+    let allowance = write_allowance(Some(10), 50_000).expect("within the limit");
+    let (mut r, _) = Receiver::start(at(0), params(512, 1), true, 3, allowance.bytes);
+    assert_eq!(
+        r.on_data(at(0), 1, 512),
+        Received::TooLarge,
+        "rule: a write may not receive past the size it announced"
+    );
+    let allowance = write_allowance(Some(10), 50_000).expect("within the limit");
+    let (mut r, _) = Receiver::start(at(0), params(512, 1), true, 3, allowance.bytes);
+    assert!(matches!(r.on_data(at(0), 1, 10), Received::Write { .. }));
+    assert_eq!(r.status(), Status::Complete);
+}
+
+#[test]
 fn a_silent_writer_is_dropped_after_its_retries() {
     let (mut r, _) = Receiver::start(at(0), params(512, 1), true, 1, 600);
     assert_eq!(r.on_timeout(at(1)), Some(Out::Oack));

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use servery_core::tftp::budget::{WriteAllowance, write_allowance};
 use servery_core::tftp::options::{Allowed, negotiate};
 use servery_core::tftp::packet::{ErrorCode, MAX_DATAGRAM, Packet, RawOption, Request};
 use servery_core::tftp::transfer::{Out, Received, Receiver, Status};
@@ -54,11 +55,11 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         .max_transfer_size()
         .min(writer.settings.max_upload_size);
     let announced = negotiation.params.client_tsize;
+    let allowance = match write_allowance(announced, limit) {
+        Ok(allowance) => allowance,
+        Err(_) => return refuse(socket, too_large(limit)).await,
+    };
     if let Some(size) = announced {
-        if size > limit {
-            let refusal = too_large(limit);
-            return refuse(socket, refusal).await;
-        }
         // RFC 2349: the server echoes the size it accepts.
         negotiation.oack.push(RawOption {
             name: "tsize".into(),
@@ -71,20 +72,18 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         Ok(target) => target,
         Err(e) => return refuse(socket, refusal_of(&e, limit)).await,
     };
-    // An announced size reserves what it says; otherwise the limit, as an HTTP upload
-    // without a Content-Length does.
-    let mut reservation =
-        match Grant::reserve_upload(&writer.broker, announced.unwrap_or(limit)).await {
-            Ok(grant) => grant,
-            Err(e) => return refuse(socket, refusal_of(&e, limit)).await,
-        };
+    // What the write reserves is what it may receive (see the core's `budget`).
+    let mut reservation = match Grant::reserve_upload(&writer.broker, allowance.bytes).await {
+        Ok(grant) => grant,
+        Err(e) => return refuse(socket, refusal_of(&e, limit)).await,
+    };
     let with_oack = !negotiation.oack.is_empty();
     let (receiver, first) = Receiver::start(
         ctx.epoch.core_now(),
         negotiation.params,
         with_oack,
         ctx.limits.retries(),
-        limit,
+        allowance.bytes,
     );
     let mut source = Source {
         socket,
@@ -95,9 +94,13 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         stop: ctx.stop.clone(),
         final_ack: None,
         ended: None,
-        limit,
+        allowance,
     };
     let written = write_file(writer, &target, &mut reservation, false, None, &mut source).await;
+    // The reservation goes back before the client hears how the write ended, on every way
+    // out: a client told "done" (or refused) finds the budget free for its next upload,
+    // and the linger below holds nothing of the budget.
+    reservation.release().await;
     match written {
         Ok(_) => {
             let Some(block) = source.final_ack else {
@@ -174,7 +177,8 @@ struct Source<'a> {
     final_ack: Option<u16>,
     /// How the transfer ended, when the source ended it and told the client.
     ended: Option<Ending>,
-    limit: u64,
+    /// What the write reserved: the most it may receive.
+    allowance: WriteAllowance,
 }
 
 impl Source<'_> {
@@ -255,8 +259,15 @@ impl Source<'_> {
                             }
                         }
                         Received::TooLarge => {
-                            let limit = self.limit;
-                            let refusal = too_large(limit);
+                            let limit = self.allowance.bytes;
+                            let refusal = if self.allowance.announced {
+                                Refusal::new(
+                                    ErrorCode::DiskFull,
+                                    format!("more data than the announced size ({limit} bytes)"),
+                                )
+                            } else {
+                                too_large(limit)
+                            };
                             let e = self
                                 .end(
                                     refusal.code,
