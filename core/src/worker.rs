@@ -60,6 +60,9 @@ pub struct WorkerLifecycle {
     /// The request counters the next heartbeat carries, as the driver last gave them.
     /// Shared with the heartbeats that carry them: a beat does not copy them.
     stats: Arc<RequestStats>,
+    /// When the worker hosts an application: the last time its interpreter answered the
+    /// driver's probe. A worker beats only while this is recent (see [`Self::watch_app`]).
+    app_alive_at: Option<Instant>,
     actions: VecDeque<WorkerAction>,
 }
 
@@ -83,6 +86,7 @@ impl WorkerLifecycle {
             in_flight: 0,
             requests: 0,
             stats: Arc::default(),
+            app_alive_at: None,
             actions: VecDeque::new(),
         }
     }
@@ -162,6 +166,33 @@ impl WorkerLifecycle {
             self.send(WorkerMessage::StartupFailed { error });
             self.exit(1);
         }
+    }
+
+    /// The worker hosts an application (Python code) from `now` on. Its interpreter can
+    /// be wedged while the worker's own threads run on: a request stuck in C code holding
+    /// the GIL stops every Python thread of the worker, yet the event loop would go on
+    /// beating. So from now on the worker beats only while the interpreter has answered
+    /// (`app_alive`) within the last heartbeat interval; a wedged interpreter then goes
+    /// silent, and the parent's heartbeat timeout replaces the worker as any hang.
+    pub fn watch_app(&mut self, now: Instant) {
+        self.app_alive_at = Some(now);
+    }
+
+    /// The application's interpreter answered the driver's probe at `at`.
+    pub fn app_alive(&mut self, at: Instant) {
+        if let Some(last) = &mut self.app_alive_at
+            && at > *last
+        {
+            *last = at;
+        }
+    }
+
+    /// Whether the application (when there is one) has answered recently enough for the
+    /// worker to say it is alive at `now`: within two heartbeat intervals, so a probe that
+    /// answered just after the previous beat is not a miss.
+    fn app_answering(&self, now: Instant) -> bool {
+        self.app_alive_at
+            .is_none_or(|t| now.saturating_since(t) <= self.heartbeat_interval * 2)
     }
 
     pub fn connection_opened(&mut self) {
@@ -290,11 +321,15 @@ impl WorkerLifecycle {
             && t <= now
             && self.channel_open
         {
-            self.send(WorkerMessage::Heartbeat {
-                requests: self.requests,
-                connections,
-                stats: Arc::clone(&self.stats),
-            });
+            // A wedged application withholds the beat (the next one is still scheduled,
+            // so an interpreter that comes back beats again at once).
+            if self.app_answering(now) {
+                self.send(WorkerMessage::Heartbeat {
+                    requests: self.requests,
+                    connections,
+                    stats: Arc::clone(&self.stats),
+                });
+            }
             self.next_beat = Some(now + self.heartbeat_interval);
         }
         self.maybe_finish(now);
@@ -367,6 +402,64 @@ mod tests {
         assert_eq!(w.poll_timeout(), Some(deadline));
         w.handle_timeout(deadline, 1);
         assert_eq!(drain_actions(&mut w), [WorkerAction::Exit { code: 0 }]);
+    }
+
+    fn beats(w: &mut WorkerLifecycle) -> usize {
+        drain_actions(w)
+            .iter()
+            .filter(|a| matches!(a, WorkerAction::Send(WorkerMessage::Heartbeat { .. })))
+            .count()
+    }
+
+    #[test]
+    fn a_wedged_application_withholds_heartbeats_until_it_answers_again() {
+        // heartbeat interval 100 ms (hello): the app must have answered within 200 ms.
+        let mut w = WorkerLifecycle::new();
+        let t = Instant::ZERO;
+        w.on_message(t, &hello());
+        w.watch_app(t);
+        w.prepared(t);
+        w.on_message(t, &ParentMessage::Commit);
+        drain_actions(&mut w);
+        let ms = |n| t + Duration::from_millis(n);
+        w.app_alive(ms(150));
+        w.handle_timeout(ms(100), 0);
+        assert_eq!(beats(&mut w), 1, "an answering app beats");
+        w.handle_timeout(ms(200), 0);
+        w.handle_timeout(ms(300), 0);
+        assert_eq!(
+            beats(&mut w),
+            2,
+            "answered 150 ms ago at most: still beating"
+        );
+        w.handle_timeout(ms(400), 0);
+        w.handle_timeout(ms(500), 0);
+        assert_eq!(
+            beats(&mut w),
+            0,
+            "app-liveness rule: an interpreter silent for over two heartbeat intervals must withhold the worker's heartbeats"
+        );
+        assert_eq!(
+            w.poll_timeout(),
+            Some(ms(600)),
+            "the next beat stays scheduled"
+        );
+        w.app_alive(ms(550));
+        w.app_alive(ms(120));
+        w.handle_timeout(ms(600), 0);
+        assert_eq!(
+            beats(&mut w),
+            1,
+            "an interpreter that answers again beats again"
+        );
+        // Without an application nothing is withheld.
+        let mut plain = WorkerLifecycle::new();
+        plain.on_message(t, &hello());
+        plain.prepared(t);
+        plain.on_message(t, &ParentMessage::Commit);
+        drain_actions(&mut plain);
+        plain.handle_timeout(ms(5_000), 0);
+        assert_eq!(beats(&mut plain), 1, "a worker without an app always beats");
     }
 
     #[test]

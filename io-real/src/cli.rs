@@ -190,6 +190,7 @@ crate::knobs::settings_struct! {
         discovery: crate::parent::services::args::DiscoveryArgs,
         tftp: crate::tftp::args::TftpArgs,
         acme: crate::parent::services::acme::args::AcmeArgs,
+        app: crate::app::args::AppArgs,
     }
     core_fields {
         workers => workers via Workers::count;

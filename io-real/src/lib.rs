@@ -25,6 +25,7 @@ pub mod civil_time;
 pub mod cli;
 pub mod clock;
 pub mod ctl;
+pub mod entry;
 pub mod fdpass;
 pub mod http;
 pub mod http3;

@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
 
 fn main() {
-    std::process::exit(servery::app::main())
+    std::process::exit(servery::entry::main())
 }

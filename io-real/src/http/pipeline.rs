@@ -16,6 +16,8 @@ use super::watchdog::Activity;
 pub(crate) struct Arrival {
     logged: Option<Logged>,
     metered: Option<(usize, std::time::Instant)>,
+    /// The client's address, for an application (`REMOTE_ADDR`).
+    peer: Option<std::net::SocketAddr>,
 }
 
 impl Arrival {
@@ -26,6 +28,7 @@ impl Arrival {
                 let method = servery_core::request_stats::method_index(req.method().as_str());
                 (method, std::time::Instant::now())
             }),
+            peer: site.app().and_then(|_| activity.peer()),
         }
     }
 
@@ -33,11 +36,16 @@ impl Arrival {
     /// counted once it is known.
     pub(crate) async fn answer<B>(self, site: &Site, req: Request<B>) -> Response<Body>
     where
-        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
     {
         let response = match validate::check(&req) {
-            Ok(()) => site.handle(req).await,
+            Ok(()) => match site.app().filter(|app| app.takes(req.uri().path())) {
+                // Boxed: the application's future is the rare path of a file server's
+                // requests, and every request's future is as large as its largest await.
+                Some(app) => Box::pin(site.handle_app(app, req, self.peer)).await,
+                None => site.handle(req).await,
+            },
             Err(refused) => error_response(&refused.into()),
         };
         if let (Some(logged), Some(recorder)) = (self.logged, site.recorder()) {

@@ -119,6 +119,8 @@ pub struct SiteConfig {
     /// `Alt-Svc` on responses not sent over HTTP/3, when HTTP/3 is served
     /// (`crate::http3::alt_svc`).
     pub alt_svc: Option<HeaderValue>,
+    /// The application (`--wsgi`) that answers every request not for a static file.
+    pub app: Option<Arc<crate::app::App>>,
 }
 
 impl Default for SiteConfig {
@@ -146,6 +148,7 @@ impl Default for SiteConfig {
             deadlines: Deadlines::default(),
             acme: None,
             alt_svc: None,
+            app: None,
         }
     }
 }
@@ -178,6 +181,7 @@ pub struct Site {
     deadlines: Deadlines,
     acme: Option<super::acme_challenge::AcmeResponder>,
     alt_svc: Option<HeaderValue>,
+    app: Option<Arc<crate::app::App>>,
 }
 
 impl Site {
@@ -230,6 +234,7 @@ impl Site {
             deadlines: config.deadlines,
             acme: config.acme,
             alt_svc: config.alt_svc,
+            app: config.app,
         })
     }
 
@@ -251,6 +256,58 @@ impl Site {
     /// Where this site's requests are counted, when they are.
     pub fn meter(&self) -> Option<&Arc<super::meter::RequestMeter>> {
         self.meter.as_ref()
+    }
+
+    /// The application, when this site hosts one.
+    pub fn app(&self) -> Option<&Arc<crate::app::App>> {
+        self.app.as_ref()
+    }
+
+    /// Answers a request the application takes: under the same authorization and ACME
+    /// answers as files, with the transport's headers (HSTS, Alt-Svc), and otherwise the
+    /// application's response as it made it (its own security headers and CSRF defence:
+    /// servery's are for its own pages and writes).
+    pub async fn handle_app<B>(
+        &self,
+        app: &crate::app::App,
+        req: Request<B>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let (parts, body) = req.into_parts();
+        let acme = match &self.acme {
+            Some(acme) => Box::pin(acme.respond(&parts)).await,
+            None => None,
+        };
+        if let Some(response) = acme {
+            return response;
+        }
+        if !policy::authorized(&self.auth, &parts.headers) {
+            return error_response(&HttpError::Unauthorized);
+        }
+        let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
+        let (head, version) = (parts.method == Method::HEAD, parts.version);
+        let caller = crate::app::Caller { peer, tls };
+        let mut response = app.handle(parts, body, caller).await;
+        let headers = response.headers_mut();
+        if self.hsts && tls {
+            headers.insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(policy::HSTS),
+            );
+        }
+        if let Some(alt_svc) = &self.alt_svc
+            && version != http::Version::HTTP_3
+        {
+            headers.insert(header::ALT_SVC, alt_svc.clone());
+        }
+        if head {
+            *response.body_mut() = body::empty();
+        }
+        response
     }
 
     /// The connection deadlines this site's connections are served under.

@@ -16,7 +16,7 @@ mod local_broker;
 mod metrics;
 pub mod ops_args;
 pub mod services;
-mod site;
+pub(crate) mod site;
 mod spawn;
 mod status;
 mod systemd;
@@ -122,6 +122,15 @@ pub fn run(loaded: Loaded) -> i32 {
     let site = match (site, &acme) {
         (Ok(site), Some(acme)) => acme_site::prepare(site, acme, args.bind.len(), args.port),
         (site, _) => site,
+    };
+    // The application's settings: reported with the serving options' problems.
+    let site = match (site, args.app.check()) {
+        (site, app) if app.is_empty() => site,
+        (Ok(_), app) => Err(app),
+        (Err(mut issues), app) => {
+            issues.extend(app);
+            Err(issues)
+        }
     };
     let journal = match (&root, &args.dav.state_dir) {
         (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),

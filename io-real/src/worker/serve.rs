@@ -356,6 +356,9 @@ impl Worker {
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
                     self.sync_requests();
+                    if let Some(at) = self.site.as_ref().and_then(|s| s.app()).and_then(|a| a.last_alive()) {
+                        self.life.app_alive(at);
+                    }
                     self.life.set_stats(self.meter.snapshot());
                     let in_flight = self.life.in_flight();
                     self.life.handle_timeout(self.clock.now(), in_flight);
@@ -493,6 +496,29 @@ impl Worker {
                 Err(message) => return self.life.startup_failed(message),
             }
         }
+        if let Some(spec) =
+            crate::app::AppSpec::from_settings(&self.setup.settings, config.deadlines.body)
+        {
+            // Imported before PREPARED: an application that cannot start fails this
+            // worker's start, with its traceback, and never receives a request.
+            let (runtime, clock) = (tokio::runtime::Handle::current(), self.clock);
+            let load = move || crate::app::App::load(&spec, runtime, clock);
+            match tokio::task::spawn_blocking(load).await {
+                Ok(Ok(app)) => {
+                    config.app = Some(Arc::new(app));
+                    self.life.watch_app(self.clock.now());
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(worker = self.id, error = %e, "the application cannot start");
+                    return self.life.startup_failed(e.to_string());
+                }
+                Err(e) => {
+                    return self
+                        .life
+                        .startup_failed(format!("loading the application failed: {e}"));
+                }
+            }
+        }
         match tokio::task::spawn_blocking(move || Site::open(config)).await {
             Ok(Ok(site)) => {
                 self.site = Some(Arc::new(site));
@@ -541,8 +567,10 @@ impl Worker {
             self.admission.make_room();
         }
         self.life.connection_opened();
-        // getpeername costs a system call: only the access log wants it.
-        let peer = site.recorder().and_then(|_| stream.peer_addr().ok());
+        // getpeername costs a system call: only the access log and an application want it.
+        let peer = (site.recorder().is_some() || site.app().is_some())
+            .then(|| stream.peer_addr().ok())
+            .flatten();
         let activity = Activity::with_peer(tokio::time::Instant::now(), peer);
         let index = self.admission.admit(Arc::clone(&activity));
         let drain = self.drain.subscribe();

@@ -1,0 +1,464 @@
+//! One WSGI call per request, on the application's pool. The async side and the pool
+//! thread talk through two bounded channels, so back-pressure runs both ways: a client
+//! that sends slowly makes `wsgi.input.read()` wait (without the interpreter's lock), and
+//! one that reads slowly makes the application's next `yield` wait.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Frame;
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyBytes, PyCFunction, PyDict, PyTuple};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use super::environ::RequestHead;
+use super::{Loaded, load, pool};
+use crate::app::pool::Pool;
+use crate::app::{AppError, AppSpec, Caller};
+use crate::clock::Clock;
+use crate::http::body::{self, Body};
+
+/// Response events queued ahead of the client: enough to overlap the application's next
+/// chunk with the socket's write, few enough that a slow reader holds little memory.
+const RESPONSE_QUEUE: usize = 4;
+
+/// Chunks at least this large are handed to the socket as the application's own bytes
+/// object instead of being copied.
+const SHARE_FROM: usize = 16 * 1024;
+
+/// Hop-by-hop headers an application must not set (PEP 3333): the server owns the
+/// connection and the framing.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// A loaded WSGI application and the threads that call it.
+pub(crate) struct Wsgi {
+    loaded: Arc<Loaded>,
+    pool: Pool,
+    runtime: Handle,
+    alive: Arc<AtomicU64>,
+    body_timeout: Duration,
+}
+
+impl std::fmt::Debug for Wsgi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wsgi").field("pool", &self.pool).finish()
+    }
+}
+
+/// What the pool thread tells the request's task.
+enum Out {
+    Head(StatusCode, HeaderMap),
+    /// The head and a regular file to send from `start`, `len` bytes (`wsgi.file_wrapper`).
+    File(StatusCode, HeaderMap, std::fs::File, u64, u64),
+    Chunk(Bytes),
+    /// The application returned: the response is complete.
+    End,
+    /// The application raised after its head was sent: cut the response.
+    Abort,
+}
+
+impl Wsgi {
+    pub(crate) fn load(spec: &AppSpec, runtime: Handle, clock: Clock) -> Result<Wsgi, AppError> {
+        let alive = Arc::new(AtomicU64::new(0));
+        let loaded = load(spec, clock, &alive)?;
+        Ok(Wsgi {
+            loaded: Arc::new(loaded),
+            pool: pool(spec),
+            runtime,
+            alive,
+            body_timeout: spec.body_timeout,
+        })
+    }
+
+    pub(crate) fn last_alive(&self) -> Option<servery_core::Instant> {
+        Some(servery_core::Instant::from_nanos(
+            self.alive.load(Ordering::Acquire),
+        ))
+    }
+
+    pub(crate) async fn handle<B>(
+        &self,
+        parts: http::request::Parts,
+        body: B,
+        caller: Caller,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let head = RequestHead::of(&parts, caller);
+        let input = (!body.is_end_stream()).then(|| {
+            body.map_err(|e| io::Error::other(e.to_string()))
+                .boxed_unsync()
+        });
+        let (out, mut events) = mpsc::channel(RESPONSE_QUEUE);
+        let call = Call {
+            loaded: Arc::clone(&self.loaded),
+            head,
+            input: Arc::new(Mutex::new(input)),
+            out,
+            runtime: self.runtime.clone(),
+            body_timeout: self.body_timeout,
+        };
+        self.pool.run(move || call.run());
+        match events.recv().await {
+            Some(Out::Head(status, headers)) => {
+                response(status, headers, BoxedEvents::body(events))
+            }
+            Some(Out::File(status, headers, file, start, len)) => {
+                let runtime = self.runtime.clone();
+                response(status, headers, body::file(file, start, len, runtime))
+            }
+            // Raised (or returned nothing) before the head: the traceback is logged.
+            _ => {
+                let mut r = Response::new(body::full("Internal Server Error\n"));
+                *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                r
+            }
+        }
+    }
+}
+
+fn response(status: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
+    r
+}
+
+/// The response body: the chunks the pool thread sends, until `End`.
+struct BoxedEvents {
+    events: mpsc::Receiver<Out>,
+    done: bool,
+}
+
+impl BoxedEvents {
+    fn body(events: mpsc::Receiver<Out>) -> Body {
+        http_body_util::combinators::BoxBody::new(BoxedEvents {
+            events,
+            done: false,
+        })
+    }
+}
+
+impl hyper::body::Body for BoxedEvents {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.events.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Out::Chunk(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+            Poll::Ready(Some(Out::End)) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            // Raised mid-response, or the thread is gone without saying the response is
+            // complete: the client must see it cut, not complete.
+            Poll::Ready(Some(_) | None) => {
+                self.done = true;
+                Poll::Ready(Some(Err(io::Error::other(
+                    "the application failed during its response",
+                ))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}
+
+type Input = Arc<Mutex<Option<UnsyncBoxBody<Bytes, io::Error>>>>;
+
+/// One request's call, run on a pool thread.
+struct Call {
+    loaded: Arc<Loaded>,
+    head: RequestHead,
+    input: Input,
+    out: mpsc::Sender<Out>,
+    runtime: Handle,
+    body_timeout: Duration,
+}
+
+impl Call {
+    fn run(self) {
+        let head_sent = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(AtomicBool::new(false));
+        let outcome = Python::attach(|py| self.call(py, &head_sent, &finished));
+        // Whatever the application kept of our callables can send nothing from now on.
+        finished.store(true, Ordering::Release);
+        let last = match outcome {
+            Ok(()) => Out::End,
+            Err(()) if head_sent.load(Ordering::Acquire) => Out::Abort,
+            // Before the head: dropping the sender tells the task to answer 500.
+            Err(()) => return,
+        };
+        let _ = self.out.blocking_send(last);
+    }
+
+    /// The call itself; an exception is logged here with its traceback.
+    fn call(
+        &self,
+        py: Python<'_>,
+        head_sent: &Arc<AtomicBool>,
+        finished: &Arc<AtomicBool>,
+    ) -> Result<(), ()> {
+        let attempt = || -> PyResult<()> {
+            let loaded = &self.loaded;
+            let environ = self.head.environ(py, loaded.base_environ.bind(py))?;
+            let recv = recv_fn(py, &self.input, &self.runtime, self.body_timeout)?;
+            environ.set_item("wsgi.input", loaded.input.bind(py).call1((recv,))?)?;
+            let send_head = send_head_fn(py, &self.out, head_sent, finished)?;
+            let send_body = send_body_fn(py, &self.out, finished)?;
+            let send_file = send_file_fn(py, &self.out, head_sent, finished)?;
+            loaded.call.bind(py).call1((
+                loaded.app.bind(py),
+                environ,
+                send_head,
+                send_body,
+                send_file,
+            ))?;
+            Ok(())
+        };
+        attempt().map_err(|e| {
+            tracing::error!(
+                target: "servery::app",
+                request = %self.head.line(),
+                traceback = %super::describe(py, &e),
+                "the application raised"
+            );
+        })
+    }
+}
+
+/// `recv()`: the next chunk of the request body, `b""` at its end. Waits without the
+/// interpreter's lock, at most the body timeout.
+fn recv_fn<'py>(
+    py: Python<'py>,
+    input: &Input,
+    runtime: &Handle,
+    timeout: Duration,
+) -> PyResult<Bound<'py, PyCFunction>> {
+    let (input, runtime) = (Arc::clone(input), runtime.clone());
+    PyCFunction::new_closure(
+        py,
+        Some(c"recv"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<Py<PyBytes>> {
+            let py = args.py();
+            let next = py.detach(|| {
+                let mut guard = input.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(body) = guard.as_mut() else {
+                    return Ok(None);
+                };
+                let next = runtime.block_on(async {
+                    tokio::time::timeout(timeout, async {
+                        loop {
+                            match body.frame().await {
+                                Some(Ok(frame)) => match frame.into_data() {
+                                    Ok(data) if data.is_empty() => continue,
+                                    Ok(data) => return Ok(Some(data)),
+                                    // Trailers: nothing WSGI can show.
+                                    Err(_) => continue,
+                                },
+                                Some(Err(e)) => return Err(e),
+                                None => return Ok(None),
+                            }
+                        }
+                    })
+                    .await
+                });
+                let next = match next {
+                    Ok(r) => r,
+                    Err(_) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client sent no more of the request body in time",
+                    )),
+                };
+                if !matches!(next, Ok(Some(_))) {
+                    *guard = None;
+                }
+                next
+            });
+            match next {
+                Ok(Some(data)) => Ok(PyBytes::new(py, &data).unbind()),
+                Ok(None) => Ok(PyBytes::new(py, b"").unbind()),
+                Err(e) => Err(pyo3::exceptions::PyOSError::new_err(e.to_string())),
+            }
+        },
+    )
+}
+
+/// `send_head(status, headers)`: True, or False when the client has gone.
+fn send_head_fn<'py>(
+    py: Python<'py>,
+    out: &mpsc::Sender<Out>,
+    head_sent: &Arc<AtomicBool>,
+    finished: &Arc<AtomicBool>,
+) -> PyResult<Bound<'py, PyCFunction>> {
+    let (out, head_sent, finished) = (out.clone(), Arc::clone(head_sent), Arc::clone(finished));
+    PyCFunction::new_closure(
+        py,
+        Some(c"send_head"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
+            let (status, headers) = parse_head(args)?;
+            if finished.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            head_sent.store(true, Ordering::Release);
+            let py = args.py();
+            Ok(py.detach(|| out.blocking_send(Out::Head(status, headers)).is_ok()))
+        },
+    )
+}
+
+/// `send_body(data)`: True, or False when the client has gone.
+fn send_body_fn<'py>(
+    py: Python<'py>,
+    out: &mpsc::Sender<Out>,
+    finished: &Arc<AtomicBool>,
+) -> PyResult<Bound<'py, PyCFunction>> {
+    let (out, finished) = (out.clone(), Arc::clone(finished));
+    PyCFunction::new_closure(
+        py,
+        Some(c"send_body"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
+            let data = args.get_item(0)?;
+            let bytes = data.cast::<PyBytes>()?;
+            let chunk = if bytes.as_bytes().len() >= SHARE_FROM {
+                Bytes::from_owner(data.extract::<PyBackedBytes>()?)
+            } else {
+                Bytes::copy_from_slice(bytes.as_bytes())
+            };
+            if finished.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            let py = args.py();
+            Ok(py.detach(|| out.blocking_send(Out::Chunk(chunk)).is_ok()))
+        },
+    )
+}
+
+/// `send_file(status, headers, filelike)`: True when the file was taken to be sent by the
+/// server (a regular file with a descriptor), False to have the wrapper iterated instead.
+fn send_file_fn<'py>(
+    py: Python<'py>,
+    out: &mpsc::Sender<Out>,
+    head_sent: &Arc<AtomicBool>,
+    finished: &Arc<AtomicBool>,
+) -> PyResult<Bound<'py, PyCFunction>> {
+    let (out, head_sent, finished) = (out.clone(), Arc::clone(head_sent), Arc::clone(finished));
+    PyCFunction::new_closure(
+        py,
+        Some(c"send_file"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
+            let (status, headers) = parse_head(args)?;
+            let filelike = args.get_item(2)?;
+            let Some((file, start, mut len)) = open_again(&filelike) else {
+                return Ok(false);
+            };
+            if let Some(declared) = headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                len = len.min(declared);
+            }
+            if finished.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            head_sent.store(true, Ordering::Release);
+            let py = args.py();
+            // Taken even when the client has gone: there is nothing left to iterate.
+            let _ = py.detach(|| out.blocking_send(Out::File(status, headers, file, start, len)));
+            Ok(true)
+        },
+    )
+}
+
+/// The file behind a file-like object, opened anew through `/proc/self/fd` (a descriptor
+/// of our own, whatever the application does with its object), with its position and
+/// the bytes left from there. `None` for anything but a regular file.
+fn open_again(filelike: &Bound<'_, PyAny>) -> Option<(std::fs::File, u64, u64)> {
+    let fd: i32 = filelike.call_method0("fileno").ok()?.extract().ok()?;
+    let start: u64 = filelike
+        .call_method0("tell")
+        .ok()
+        .and_then(|p| p.extract().ok())
+        .unwrap_or(0);
+    let file = std::fs::File::open(format!("/proc/self/fd/{fd}")).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    Some((file, start, meta.len().saturating_sub(start)))
+}
+
+/// The status line and header list as PEP 3333 has them, checked.
+fn parse_head(args: &Bound<'_, PyTuple>) -> PyResult<(StatusCode, HeaderMap)> {
+    let invalid = |m: String| pyo3::exceptions::PyValueError::new_err(m);
+    let status: String = args.get_item(0)?.extract()?;
+    let code = status
+        .get(..3)
+        .filter(|_| status.len() == 3 || status.as_bytes().get(3) == Some(&b' '))
+        .and_then(|c| c.parse::<u16>().ok())
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .filter(|c| c.as_u16() >= 200 || *c == StatusCode::SWITCHING_PROTOCOLS)
+        .ok_or_else(|| invalid(format!("not a WSGI status line: {status:?}")))?;
+    let list = args.get_item(1)?;
+    let mut headers = HeaderMap::new();
+    for item in list.try_iter()? {
+        let (name, value): (String, String) = item?.extract()?;
+        let name = HeaderName::from_bytes(&latin1_bytes(&name).map_err(invalid)?)
+            .map_err(|e| invalid(format!("header name {name:?}: {e}")))?;
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            return Err(invalid(format!(
+                "the hop-by-hop header {name} is the server's to set (PEP 3333)"
+            )));
+        }
+        let value = HeaderValue::from_bytes(&latin1_bytes(&value).map_err(invalid)?)
+            .map_err(|e| invalid(format!("value of {name}: {e}")))?;
+        headers.append(name, value);
+    }
+    Ok((code, headers))
+}
+
+/// A native string back to its bytes (ISO-8859-1); code points above 255 are an error.
+fn latin1_bytes(s: &str) -> Result<Vec<u8>, String> {
+    s.chars()
+        .map(|c| u8::try_from(u32::from(c)).map_err(|_| format!("{s:?} is not ISO-8859-1")))
+        .collect()
+}
