@@ -26,6 +26,17 @@ pub const TEST_HOOK_MARKERS: &[&str] = &[
     "broker-bench",
 ];
 
+/// What a binary built with the `python` feature contains: the name its WSGI support
+/// module is compiled under (io-real/src/app/python/mod.rs). The tests' binary has it
+/// (the black-box tests of applications need it); the release binary does not.
+pub const PYTHON_MARKER: &str = "servery_wsgi.py";
+
+/// Whether the file at `path` is a build that hosts Python applications.
+pub fn has_python(path: &Path) -> bool {
+    std::fs::read(path)
+        .is_ok_and(|bytes| memchr::memmem::find(&bytes, PYTHON_MARKER.as_bytes()).is_some())
+}
+
 /// Which of [`TEST_HOOK_MARKERS`] the file at `path` contains.
 pub fn test_hooks_in(path: &Path) -> std::io::Result<Vec<&'static str>> {
     let bytes = std::fs::read(path)?;
@@ -64,6 +75,7 @@ pub fn servery_bin() -> PathBuf {
             .is_ok_and(|built| newest_source().is_none_or(|newest| newest <= built));
         let has_hooks = |bin: &Path| {
             test_hooks_in(bin).is_ok_and(|found| found.len() == TEST_HOOK_MARKERS.len())
+                && has_python(bin)
         };
         let bin = match std::env::var_os("CARGO") {
             Some(cargo) if !(fresh && has_hooks(&bin)) => {
@@ -75,7 +87,7 @@ pub fn servery_bin() -> PathBuf {
         assert!(
             has_hooks(&bin),
             "{} is missing or was built without the test hooks: run \
-             `cargo build -p servery --features test-hooks` or set SERVERY_BIN",
+             `cargo build -p servery --features test-hooks,python` or set SERVERY_BIN",
             bin.display()
         );
         bin
@@ -112,7 +124,7 @@ fn build_with_hooks(cargo: &std::ffi::OsStr, release: bool) -> PathBuf {
     cmd.args(["build", "-q", "-p", "servery", "--bin", "servery"])
         .args([
             "--features",
-            "test-hooks",
+            "test-hooks,python",
             "--message-format=json-render-diagnostics",
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"));
@@ -122,7 +134,7 @@ fn build_with_hooks(cargo: &std::ffi::OsStr, release: bool) -> PathBuf {
     let out = cmd.output().expect("run cargo build");
     assert!(
         out.status.success(),
-        "cargo build -p servery --features test-hooks failed:\n{}",
+        "cargo build -p servery --features test-hooks,python failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
