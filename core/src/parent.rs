@@ -833,6 +833,7 @@ mod tests {
                 message: WorkerMessage::Heartbeat {
                     requests: 0,
                     connections: 0,
+                    memory: 0,
                     stats: Default::default(),
                 },
             },

@@ -63,6 +63,8 @@ pub struct WorkerLifecycle {
     /// When the worker hosts an application: the last time its interpreter answered the
     /// driver's probe. A worker beats only while this is recent (see [`Self::watch_app`]).
     app_alive_at: Option<Instant>,
+    /// Resident memory in bytes as the driver last measured it (0: not measured).
+    memory: u64,
     actions: VecDeque<WorkerAction>,
 }
 
@@ -87,6 +89,7 @@ impl WorkerLifecycle {
             requests: 0,
             stats: Arc::default(),
             app_alive_at: None,
+            memory: 0,
             actions: VecDeque::new(),
         }
     }
@@ -213,12 +216,19 @@ impl WorkerLifecycle {
         self.stats = Arc::new(stats);
     }
 
+    /// The worker's resident memory in bytes, measured by the driver, for the heartbeats
+    /// from now on (the parent recycles by it: `worker_max_rss`).
+    pub fn set_memory(&mut self, bytes: u64) {
+        self.memory = bytes;
+    }
+
     /// A heartbeat with what the worker knows now, for a driver that sends one last
     /// beat as it exits, so the parent counts the requests served since the last one.
     pub fn final_heartbeat(&self) -> WorkerMessage {
         WorkerMessage::Heartbeat {
             requests: self.requests,
             connections: self.in_flight,
+            memory: self.memory,
             stats: Arc::clone(&self.stats),
         }
     }
@@ -327,6 +337,7 @@ impl WorkerLifecycle {
                 self.send(WorkerMessage::Heartbeat {
                     requests: self.requests,
                     connections,
+                    memory: self.memory,
                     stats: Arc::clone(&self.stats),
                 });
             }

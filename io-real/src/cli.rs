@@ -308,6 +308,10 @@ pub struct RecoveryArgs {
     /// Fraction in [0, 1] by which the request limit is lowered at random per worker.
     #[arg(long, value_name = "FRACTION", env = "SERVERY_MAX_REQUESTS_JITTER", default_value_t = rec().max_requests_jitter, allow_negative_numbers = true, group = LIVE)]
     pub max_requests_jitter: f64,
+    /// Recycle a worker whose resident memory (RSS) is above this many bytes at two
+    /// heartbeats in a row, replacement first (0: off; else at least 16 MiB).
+    #[arg(long, value_name = "BYTES", env = "SERVERY_WORKER_MAX_RSS", default_value_t = rec().worker_max_rss, allow_negative_numbers = true, group = LIVE)]
+    pub worker_max_rss: i64,
     /// Failed recycle replacements in a row before recycling is suspended.
     #[arg(long, value_name = "N", env = "SERVERY_RECYCLE_RETRY_LIMIT", default_value_t = rec().recycle_retry_limit, allow_negative_numbers = true, group = LIVE)]
     pub recycle_retry_limit: i64,
@@ -388,6 +392,7 @@ crate::knobs::core_fields! {
         worker_max_age_jitter => recovery.worker_max_age_jitter;
         max_requests_per_worker => recovery.max_requests_per_worker;
         max_requests_jitter => recovery.max_requests_jitter;
+        worker_max_rss => recovery.worker_max_rss;
         recycle_retry_limit => recovery.recycle_retry_limit;
         heartbeat_interval => recovery.heartbeat_interval;
         heartbeat_timeout => recovery.heartbeat_timeout;

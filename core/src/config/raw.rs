@@ -38,6 +38,9 @@ pub struct RawRecovery {
     pub worker_max_age_jitter: f64,
     pub max_requests_per_worker: i64,
     pub max_requests_jitter: f64,
+    /// Recycle a worker whose resident memory is above this many bytes at two heartbeats
+    /// in a row (0: off).
+    pub worker_max_rss: i64,
     /// Consecutive failed recycle replacements before recycling is suspended.
     pub recycle_retry_limit: i64,
     pub heartbeat_interval: f64,
@@ -60,6 +63,7 @@ impl Default for RawRecovery {
             worker_max_age_jitter: 0.1,
             max_requests_per_worker: 0,
             max_requests_jitter: 0.1,
+            worker_max_rss: 0,
             recycle_retry_limit: 3,
             // One beat a second costs nothing and five missed beats tell a hang from a
             // long GC-free stall or a loaded box; detection stays under 6 s with

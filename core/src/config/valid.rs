@@ -19,6 +19,7 @@ pub struct RecoveryPolicy {
     pub(super) worker_max_age_jitter: f64,
     pub(super) max_requests_per_worker: Option<u64>,
     pub(super) max_requests_jitter: f64,
+    pub(super) worker_max_rss: Option<u64>,
     pub(super) recycle_retry_limit: u32,
     pub(super) heartbeat_interval: Duration,
     pub(super) heartbeat_timeout: Duration,
@@ -61,6 +62,10 @@ impl RecoveryPolicy {
     }
     pub fn max_requests_jitter(&self) -> f64 {
         self.max_requests_jitter
+    }
+    /// Recycle a worker above this resident memory (bytes) at two beats in a row.
+    pub fn worker_max_rss(&self) -> Option<u64> {
+        self.worker_max_rss
     }
     pub fn recycle_retry_limit(&self) -> u32 {
         self.recycle_retry_limit
@@ -281,5 +286,13 @@ impl ValidConfig {
     /// `(workers + 1) * file_cache_size`: the bound while one recycle overlaps.
     pub fn recycling_overlap_file_cache_bound(&self) -> u64 {
         self.recycling_overlap_file_cache_bound
+    }
+    /// The resident memory the workers may hold while a recycle overlaps an old worker
+    /// with its replacement: `(workers + 1) * worker_max_rss`, the seed's "one worker of
+    /// headroom" (0 when memory recycling is off: no limit bounds it).
+    pub fn recycling_overlap_memory_bound(&self) -> u64 {
+        self.recovery
+            .worker_max_rss
+            .map_or(0, |rss| rss.saturating_mul(u64::from(self.workers()) + 1))
     }
 }

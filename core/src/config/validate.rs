@@ -13,6 +13,9 @@ use super::{ConfigError, ConfigIssue, DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawCon
 const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// More workers than this is a typo on any machine servery targets.
 const MAX_WORKERS: i64 = 1024;
+/// The smallest `worker_max_rss` that is not a typo: a serving worker at rest uses a few
+/// MiB (a Python application's, tens), so a lower limit recycles every worker at once.
+pub const MIN_WORKER_MAX_RSS: u64 = 16 * 1024 * 1024;
 
 pub(super) struct Checker {
     issues: Vec<ConfigIssue>,
@@ -139,6 +142,15 @@ impl RawConfig {
             i64::MAX,
         );
         let req_jitter = c.fraction("recovery.max_requests_jitter", r.max_requests_jitter);
+        let max_rss = c.count("recovery.worker_max_rss", r.worker_max_rss, 0, i64::MAX);
+        if max_rss > 0 && max_rss < MIN_WORKER_MAX_RSS {
+            c.fail(
+                "recovery.worker_max_rss",
+                format!(
+                    "must be 0 (off) or at least {MIN_WORKER_MAX_RSS} bytes: below a worker's memory at rest, every worker would be recycled as soon as it is ready (got {max_rss})"
+                ),
+            );
+        }
         let retry_limit = c.count(
             "recovery.recycle_retry_limit",
             r.recycle_retry_limit,
@@ -346,6 +358,7 @@ impl RawConfig {
                 worker_max_age_jitter: age_jitter,
                 max_requests_per_worker: (max_requests > 0).then_some(max_requests),
                 max_requests_jitter: req_jitter,
+                worker_max_rss: (max_rss > 0).then_some(max_rss),
                 recycle_retry_limit: retry_limit,
                 heartbeat_interval: hb_interval,
                 heartbeat_timeout: hb_timeout,
@@ -409,6 +422,39 @@ pub(super) mod tests {
         match raw.validate() {
             Ok(_) => vec![],
             Err(e) => e.issues().iter().map(|i| i.field).collect(),
+        }
+    }
+
+    #[test]
+    fn a_memory_limit_is_off_or_above_a_worker_at_rest() {
+        let with = |rss: i64| {
+            let mut raw = RawConfig::default();
+            raw.recovery.worker_max_rss = rss;
+            raw
+        };
+        assert_eq!(
+            RawConfig::default()
+                .validate()
+                .map(|c| c.recovery().worker_max_rss()),
+            Ok(None)
+        );
+        assert!(fields(&with(0)).is_empty());
+        let limit = MIN_WORKER_MAX_RSS as i64;
+        let valid = with(limit).validate().expect("the minimum is valid");
+        assert_eq!(valid.recovery().worker_max_rss(), Some(MIN_WORKER_MAX_RSS));
+        // One worker (the default) and its replacement during a recycle.
+        assert_eq!(
+            valid.recycling_overlap_memory_bound(),
+            2 * MIN_WORKER_MAX_RSS
+        );
+        assert_eq!(
+            RawConfig::default()
+                .validate()
+                .map(|c| c.recycling_overlap_memory_bound()),
+            Ok(0)
+        );
+        for bad in [-1, 1, 512, limit - 1] {
+            assert_eq!(fields(&with(bad)), vec!["recovery.worker_max_rss"], "{bad}");
         }
     }
 

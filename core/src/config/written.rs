@@ -44,6 +44,7 @@ impl ValidConfig {
                 worker_max_age_jitter: r.worker_max_age_jitter(),
                 max_requests_per_worker: r.max_requests_per_worker().map_or(0, count),
                 max_requests_jitter: r.max_requests_jitter(),
+                worker_max_rss: r.worker_max_rss().map_or(0, count),
                 recycle_retry_limit: count(r.recycle_retry_limit()),
                 heartbeat_interval: secs(r.heartbeat_interval()),
                 heartbeat_timeout: secs(r.heartbeat_timeout()),
@@ -97,7 +98,7 @@ impl ValidConfig {
 
     /// The bounds validation works out from several fields, by name: what no single
     /// setting says (`workers * max_connections`, ...). Not part of [`RawConfig`].
-    pub fn aggregates(&self) -> [(&'static str, u64); 5] {
+    pub fn aggregates(&self) -> [(&'static str, u64); 6] {
         [
             (
                 "aggregate_connection_limit",
@@ -118,6 +119,10 @@ impl ValidConfig {
             (
                 "recycling_overlap_file_cache_bound",
                 self.recycling_overlap_file_cache_bound(),
+            ),
+            (
+                "recycling_overlap_memory_bound",
+                self.recycling_overlap_memory_bound(),
             ),
         ]
     }
@@ -146,6 +151,7 @@ mod tests {
         r.worker_max_age_jitter = 0.2;
         r.max_requests_per_worker = 1000;
         r.max_requests_jitter = 0.3;
+        r.worker_max_rss = 1 << 30;
         r.recycle_retry_limit = 4;
         r.heartbeat_interval = 1.5;
         r.heartbeat_timeout = 6.0;

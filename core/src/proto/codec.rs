@@ -380,11 +380,13 @@ fn put_worker(w: &mut Writer<'_>, msg: &WorkerMessage) {
         WorkerMessage::Heartbeat {
             requests,
             connections,
+            memory,
             stats,
         } => {
             w.u8(HEARTBEAT);
             w.u64(*requests);
             w.u32(*connections);
+            w.u64(*memory);
             crate::proto::stats_wire::put_stats(w, stats);
         }
         WorkerMessage::Broker { id, request } => put_broker_request(w, *id, request),

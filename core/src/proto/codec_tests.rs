@@ -67,12 +67,14 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
         (
             any::<u64>(),
             any::<u32>(),
+            any::<u64>(),
             crate::proto::stats_wire_tests::stats()
         )
-            .prop_map(|(requests, connections, stats)| {
+            .prop_map(|(requests, connections, memory, stats)| {
                 WorkerMessage::Heartbeat {
                     requests,
                     connections,
+                    memory,
                     stats: std::sync::Arc::new(stats),
                 }
             }),
@@ -168,6 +170,7 @@ fn long_streams_compact_without_losing_a_frame() {
     let beat = |n| WorkerMessage::Heartbeat {
         requests: n,
         connections: 1,
+        memory: 0,
         stats: Default::default(),
     };
     let mut bytes = Vec::new();
@@ -243,6 +246,7 @@ fn unchanged_counters_decode_to_the_table_already_decoded() {
     let beat = |requests, stats: &RequestStats| WorkerMessage::Heartbeat {
         requests,
         connections: 0,
+        memory: 0,
         stats: Arc::new(stats.clone()),
     };
     let busy = RequestStats {

@@ -63,9 +63,11 @@ fn decode_worker(
         HEARTBEAT => {
             let requests = r.u64()?;
             let connections = r.u32()?;
+            let memory = r.u64()?;
             WorkerMessage::Heartbeat {
                 requests,
                 connections,
+                memory,
                 stats: get_stats_shared(&mut r, last)?,
             }
         }

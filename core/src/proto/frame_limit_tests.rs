@@ -403,10 +403,11 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
         Just(WorkerMessage::Prepared),
         Just(WorkerMessage::Ready),
         text().prop_map(|error| WorkerMessage::StartupFailed { error }),
-        (any::<u64>(), any::<u32>()).prop_map(|(requests, connections)| {
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(requests, connections, memory)| {
             WorkerMessage::Heartbeat {
                 requests,
                 connections,
+                memory,
                 stats: Default::default(),
             }
         }),

@@ -41,6 +41,9 @@ pub enum WorkerMessage {
     Heartbeat {
         requests: u64,
         connections: u32,
+        /// The worker's resident memory in bytes as it last measured it (0: unknown), for
+        /// recycling by memory (`worker_max_rss`).
+        memory: u64,
         stats: Arc<RequestStats>,
     },
     /// A request to the parent-owned state broker.

@@ -147,7 +147,10 @@ impl Supervisor {
                 self.fault(now, id, ExitReason::StartupFailure, error);
             }
             WorkerMessage::Heartbeat {
-                requests, stats, ..
+                requests,
+                memory,
+                stats,
+                ..
             } => {
                 // Its heartbeat deadline moves later, unless the beat is dated before the
                 // last one (never, from a driver, whose time only goes forward).
@@ -156,12 +159,25 @@ impl Supervisor {
                 w.requests = w.requests.max(requests);
                 // Totals since the worker started: the latest replaces the one before.
                 w.stats = stats;
+                w.memory = memory;
+                // Above the limit at two beats in a row: one large request's passing
+                // peak does not recycle a worker, memory that stays does.
+                let over = w.memory_limit.is_some_and(|max| memory > max);
+                let memory_stays = over && w.memory_over;
+                w.memory_over = over;
+                let due = if w.request_limit.is_some_and(|limit| w.requests >= limit) {
+                    Some(ExitReason::RecycleRequests)
+                } else if memory_stays {
+                    Some(ExitReason::RecycleMemory)
+                } else {
+                    None
+                };
                 if w.state == WorkerState::Ready
                     && w.role == Role::Member
                     && w.recycle_due.is_none()
-                    && w.request_limit.is_some_and(|limit| w.requests >= limit)
+                    && let Some(due) = due
                 {
-                    w.recycle_due = Some(ExitReason::RecycleRequests);
+                    w.recycle_due = Some(due);
                     self.due_floor = None;
                     self.try_start_recycle(now);
                 } else if moved_back {
@@ -216,6 +232,7 @@ impl Supervisor {
         w.request_limit = policy.max_requests_per_worker().map(|max| {
             ((max as f64 * (1.0 - policy.max_requests_jitter() * req_draw)).ceil() as u64).max(1)
         });
+        w.memory_limit = policy.worker_max_rss();
         match w.role {
             Role::Candidate => {
                 let done = self.rollout.as_ref().is_some_and(|r| {

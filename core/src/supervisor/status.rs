@@ -38,6 +38,8 @@ pub struct WorkerStatus {
     pub state: WorkerState,
     pub role: Role,
     pub requests: u64,
+    /// Resident memory in bytes, as its latest heartbeat gave it (0: not measured).
+    pub memory: u64,
     pub age: Duration,
 }
 
@@ -74,6 +76,7 @@ impl super::Supervisor {
                     state: w.state,
                     role: w.role,
                     requests: w.requests,
+                    memory: w.memory,
                     age: now.saturating_since(w.spawned_at),
                 })
                 .collect(),

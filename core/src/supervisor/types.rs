@@ -124,6 +124,8 @@ pub enum ExitReason {
     RecycleRequests,
     /// Recycled on operator request (`ctl recycle`).
     RecycleManual,
+    /// Recycled above `worker_max_rss` at two heartbeats in a row.
+    RecycleMemory,
     /// Did not exit by its drain deadline and was killed.
     ForcedTermination,
     /// Stopped heartbeating while draining: ended like a hung worker (TERM then KILL on
@@ -132,7 +134,7 @@ pub enum ExitReason {
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 10] = [
+    pub const ALL: [ExitReason; 11] = [
         ExitReason::CleanExit,
         ExitReason::UnexpectedExit,
         ExitReason::StartupFailure,
@@ -141,6 +143,7 @@ impl ExitReason {
         ExitReason::RecycleAge,
         ExitReason::RecycleRequests,
         ExitReason::RecycleManual,
+        ExitReason::RecycleMemory,
         ExitReason::ForcedTermination,
         ExitReason::DrainHang,
     ];
@@ -159,9 +162,21 @@ impl ExitReason {
             ExitReason::RecycleAge => "recycle_age",
             ExitReason::RecycleRequests => "recycle_requests",
             ExitReason::RecycleManual => "recycle_manual",
+            ExitReason::RecycleMemory => "recycle_memory",
             ExitReason::ForcedTermination => "forced_termination",
             ExitReason::DrainHang => "drain_hang",
         }
+    }
+
+    /// A zero-downtime recycle: its replacement was ready before it drained.
+    pub fn is_recycle(self) -> bool {
+        matches!(
+            self,
+            ExitReason::RecycleAge
+                | ExitReason::RecycleRequests
+                | ExitReason::RecycleManual
+                | ExitReason::RecycleMemory
+        )
     }
 
     /// Reasons that count against the restart limit.

@@ -57,6 +57,12 @@ pub struct Worker {
     /// Its request counters, as its latest heartbeat gave them.
     pub stats: std::sync::Arc<crate::request_stats::RequestStats>,
     pub request_limit: Option<u64>,
+    /// Resident memory in bytes, as its latest heartbeat gave it (0: not measured).
+    pub memory: u64,
+    /// `worker_max_rss` as it was when the worker became ready.
+    pub memory_limit: Option<u64>,
+    /// Its previous heartbeat was above `worker_max_rss` too.
+    pub memory_over: bool,
     pub age_deadline: Option<Instant>,
     pub recycle_due: Option<ExitReason>,
     /// COMMIT was sent.
@@ -96,6 +102,9 @@ impl Worker {
             requests: 0,
             stats: std::sync::Arc::default(),
             request_limit: None,
+            memory: 0,
+            memory_limit: None,
+            memory_over: false,
             age_deadline: None,
             recycle_due: None,
             committed: false,

@@ -268,10 +268,7 @@ pub fn classic_text(openmetrics: &str) -> String {
 }
 
 fn is_recycle(reason: ExitReason) -> bool {
-    matches!(
-        reason,
-        ExitReason::RecycleAge | ExitReason::RecycleRequests | ExitReason::RecycleManual
-    )
+    reason.is_recycle()
 }
 
 fn clamp(n: u64) -> i64 {

@@ -143,6 +143,7 @@ fn core_status_json(s: &Status) -> Value {
             "state": w.state.name(),
             "role": w.role.name(),
             "requests": w.requests,
+            "rss_bytes": w.memory,
             "age_ms": ms(w.age),
         })).collect::<Vec<_>>(),
         "restarts": s.restarts,
@@ -242,8 +243,8 @@ pub fn status_text(v: &Value) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>9}",
-        "worker", "slot", "pid", "gen", "state", "role", "requests", "age"
+        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>9} {:>9}",
+        "worker", "slot", "pid", "gen", "state", "role", "requests", "rss", "age"
     );
     for w in v
         .get("workers")
@@ -253,9 +254,15 @@ pub fn status_text(v: &Value) -> String {
     {
         let f = |k: &str| w.get(k).map(plain).unwrap_or_default();
         let age = w.get("age_ms").and_then(Value::as_u64).unwrap_or(0);
+        let rss = w.get("rss_bytes").and_then(Value::as_u64).unwrap_or(0);
+        let rss = if rss == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.1}M", rss as f64 / f64::from(1 << 20))
+        };
         let _ = writeln!(
             out,
-            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>8.1}s",
+            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>9} {:>8.1}s",
             format!("w{}", f("id")),
             f("slot"),
             f("pid"),
@@ -263,6 +270,7 @@ pub fn status_text(v: &Value) -> String {
             f("state"),
             f("role"),
             f("requests"),
+            rss,
             age as f64 / 1000.0
         );
     }

@@ -359,6 +359,7 @@ impl Worker {
                     if let Some(at) = self.site.as_ref().and_then(|s| s.app()).and_then(|a| a.last_alive()) {
                         self.life.app_alive(at);
                     }
+                    self.life.set_memory(super::memory::resident_bytes());
                     self.life.set_stats(self.meter.snapshot());
                     let in_flight = self.life.in_flight();
                     self.life.handle_timeout(self.clock.now(), in_flight);

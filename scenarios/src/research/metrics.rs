@@ -46,10 +46,7 @@ fn hung(reason: Option<ExitReason>) -> bool {
 }
 
 fn recycle(reason: Option<ExitReason>) -> bool {
-    matches!(
-        reason,
-        Some(ExitReason::RecycleAge | ExitReason::RecycleRequests | ExitReason::RecycleManual)
-    )
+    reason.is_some_and(ExitReason::is_recycle)
 }
 
 pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics {

@@ -210,6 +210,7 @@ pub fn status_of(s: &Value) -> Option<Status> {
                 state: WorkerState::from_name(&name(&w["state"]))?,
                 role: Role::from_name(&name(&w["role"]))?,
                 requests: w["requests"].as_u64()?,
+                memory: w["rss_bytes"].as_u64().unwrap_or(0),
                 age: Duration::from_millis(w["age_ms"].as_u64()?),
             })
         })

@@ -60,6 +60,7 @@ fn posix_hang_is_terminated_then_killed_windows_is_killed_at_once() {
             WorkerMessage::Heartbeat {
                 requests: 1,
                 connections: 0,
+                memory: 0,
                 stats: Default::default(),
             },
         );
@@ -271,6 +272,7 @@ fn request_limits_respect_the_jitter_band() {
                 WorkerMessage::Heartbeat {
                     requests: n,
                     connections: 0,
+                    memory: 0,
                     stats: Default::default(),
                 },
             );
@@ -347,6 +349,7 @@ fn reason_codes_and_what_counts_against_the_limit() {
         (RecycleAge, "recycle_age", false),
         (RecycleRequests, "recycle_requests", false),
         (RecycleManual, "recycle_manual", false),
+        (RecycleMemory, "recycle_memory", false),
         (ForcedTermination, "forced_termination", false),
         (DrainHang, "drain_hang", false),
     ] {
@@ -359,7 +362,7 @@ fn reason_codes_and_what_counts_against_the_limit() {
             "{code}: a failure is a fault or a drain hang"
         );
     }
-    assert_eq!(ExitReason::ALL.len(), 10, "every reason is listed");
+    assert_eq!(ExitReason::ALL.len(), 11, "every reason is listed");
     assert_eq!(Platform::Posix.name(), "posix");
     assert_eq!(Platform::Windows.name(), "windows");
     assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");

@@ -97,6 +97,7 @@ impl Harness {
                 WorkerMessage::Heartbeat {
                     requests,
                     connections: 0,
+                    memory: 0,
                     stats: Default::default(),
                 },
             ));
@@ -144,6 +145,7 @@ fn beat_one(h: &mut Harness, w: WorkerId) -> Vec<Action> {
         WorkerMessage::Heartbeat {
             requests: 0,
             connections: 0,
+            memory: 0,
             stats: Default::default(),
         },
     )

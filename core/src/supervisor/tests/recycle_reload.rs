@@ -14,6 +14,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 9,
             connections: 0,
+            memory: 0,
             stats: Default::default(),
         },
     );
@@ -23,6 +24,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 10,
             connections: 0,
+            memory: 0,
             stats: Default::default(),
         },
     );
@@ -34,6 +36,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 50,
             connections: 0,
+            memory: 0,
             stats: Default::default(),
         },
     );
@@ -73,6 +76,89 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
     assert!(h.sup.last_failure().is_none(), "recycling is not a failure");
 }
 
+fn beat_with_memory(memory: u64) -> WorkerMessage {
+    WorkerMessage::Heartbeat {
+        requests: 1,
+        connections: 0,
+        memory,
+        stats: Default::default(),
+    }
+}
+
+#[test]
+fn memory_that_stays_above_the_limit_recycles_and_a_passing_peak_does_not() {
+    const MAX: u64 = 64 << 20;
+    let mut h = harness(Platform::Posix, |r| {
+        r.workers = 1;
+        r.recovery.worker_max_rss = MAX as i64;
+    });
+    let ws = h.start();
+    // Above once, then below: a passing peak.
+    assert_eq!(
+        spawns(&h.msg(ws[0], beat_with_memory(MAX + 1))),
+        0,
+        "memory rule: a single beat above worker_max_rss must not recycle"
+    );
+    assert_eq!(
+        spawns(&h.msg(ws[0], beat_with_memory(MAX - 1))),
+        0,
+        "memory rule: one beat above the limit then one below must not recycle"
+    );
+    assert_eq!(spawns(&h.msg(ws[0], beat_with_memory(MAX + 1))), 0);
+    assert_eq!(
+        spawns(&h.msg(ws[0], beat_with_memory(MAX))),
+        0,
+        "at the limit is not above"
+    );
+    assert_eq!(spawns(&h.msg(ws[0], beat_with_memory(MAX + 1))), 0);
+    // Above at two beats in a row: a zero-downtime recycle, replacement first.
+    let acts = h.msg(ws[0], beat_with_memory(2 * MAX));
+    assert_eq!(
+        spawns(&acts),
+        1,
+        "memory rule: two beats in a row above worker_max_rss must start a recycle"
+    );
+    assert!(h.sup.recycle_in_flight());
+    assert_eq!(h.sup.live_workers(), 2, "never more than N + 1");
+    let rep = WorkerId(2);
+    h.on(Event::Spawned {
+        worker: rep,
+        pid: 7,
+    });
+    h.msg(rep, WorkerMessage::Prepared);
+    let acts = h.msg(rep, WorkerMessage::Ready);
+    assert!(
+        acts.contains(&Action::Send {
+            worker: ws[0],
+            message: ParentMessage::Drain { deadline_ms: 3000 }
+        }),
+        "the old worker drains once its replacement is ready"
+    );
+    h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Code(0),
+    });
+    assert!(h.sup.last_failure().is_none(), "recycling is not a failure");
+    let status = h.sup.status(h.now);
+    assert!(
+        status
+            .recent_exits
+            .iter()
+            .any(|e| e.worker == ws[0] && e.reason == ExitReason::RecycleMemory),
+        "ended as recycle_memory: {:?}",
+        status.recent_exits
+    );
+}
+
+#[test]
+fn without_a_memory_limit_no_amount_of_memory_recycles() {
+    let mut h = harness(Platform::Posix, |r| r.workers = 1);
+    let ws = h.start();
+    for _ in 0..5 {
+        assert_eq!(spawns(&h.msg(ws[0], beat_with_memory(u64::MAX))), 0);
+    }
+}
+
 #[test]
 fn failed_recycle_replacements_suspend_recycling_and_keep_the_old_worker() {
     let mut h = harness(Platform::Posix, |r| {
@@ -87,6 +173,7 @@ fn failed_recycle_replacements_suspend_recycling_and_keep_the_old_worker() {
         WorkerMessage::Heartbeat {
             requests: 5,
             connections: 0,
+            memory: 0,
             stats: Default::default(),
         },
     );
@@ -345,6 +432,7 @@ fn no_recycle_starts_while_a_reload_rolls_out() {
         WorkerMessage::Heartbeat {
             requests: 50,
             connections: 0,
+            memory: 0,
             stats: Default::default(),
         },
     );
@@ -370,6 +458,7 @@ fn serving_workers_count_the_recycle_overlap() {
         WorkerMessage::Heartbeat {
             requests: 10,
             connections: 0,
+            memory: 0,
             stats: Default::default(),
         },
     );

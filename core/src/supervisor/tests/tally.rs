@@ -14,6 +14,7 @@ fn beat_with(h: &mut Harness, w: WorkerId, gets: u64) -> Vec<Action> {
         WorkerMessage::Heartbeat {
             requests: gets,
             connections: 0,
+            memory: 0,
             stats: std::sync::Arc::new(stats),
         },
     )
