@@ -7,3 +7,4 @@ pub mod budget;
 pub mod options;
 pub mod packet;
 pub mod transfer;
+pub mod window;

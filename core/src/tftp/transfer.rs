@@ -13,6 +13,7 @@
 use core::time::Duration;
 
 use super::options::Negotiated;
+use super::window::{PACE_GAP, Pacing};
 use crate::time::Instant;
 
 /// What the driver sends next.
@@ -75,11 +76,20 @@ impl Retry {
     }
 }
 
-/// A read: the file goes out in blocks of `blksize`.
+/// A read: the file goes out in blocks of `blksize`, a window at a time, each window in
+/// bursts that back off on timeouts (see [`super::window`]).
 #[derive(Debug, Clone)]
 pub struct Sender {
     blksize: u64,
-    window: u64,
+    pacing: Pacing,
+    /// The highest block sent so far: an ACK up to it is progress.
+    sent: u64,
+    /// The last block of the window being sent.
+    window_end: u64,
+    /// When the window's next burst goes out (`None`: the window is all out), and its
+    /// first block.
+    next_burst_at: Option<Instant>,
+    next_block: u64,
     size: u64,
     /// The index of the final block: the first one shorter than `blksize` (possibly empty).
     last: u64,
@@ -101,9 +111,13 @@ impl Sender {
         max_retries: u32,
     ) -> (Self, Vec<Out>) {
         let blksize = u64::from(params.blksize.max(1));
-        let sender = Sender {
+        let mut sender = Sender {
             blksize,
-            window: u64::from(params.windowsize.max(1)),
+            pacing: Pacing::new(u64::from(params.windowsize)),
+            sent: 0,
+            window_end: 0,
+            next_burst_at: None,
+            next_block: 1,
             size,
             last: size / blksize + 1,
             oack_pending: oack,
@@ -111,7 +125,7 @@ impl Sender {
             retry: Retry::new(now, params.timeout, max_retries),
             status: Status::Running,
         };
-        let out = sender.window_out();
+        let out = sender.window_out(now);
         (sender, out)
     }
 
@@ -119,8 +133,17 @@ impl Sender {
         self.status
     }
 
+    /// The retransmission deadline, or the next burst's time when that comes first.
     pub fn deadline(&self) -> Option<Instant> {
-        (self.status == Status::Running).then_some(self.retry.deadline)
+        (self.status == Status::Running).then(|| match self.next_burst_at {
+            Some(at) => at.min(self.retry.deadline),
+            None => self.retry.deadline,
+        })
+    }
+
+    /// Blocks sent back to back now (see [`super::window`]).
+    pub fn burst(&self) -> u64 {
+        self.pacing.burst()
     }
 
     /// Blocks acknowledged so far.
@@ -128,12 +151,23 @@ impl Sender {
         self.acked
     }
 
-    fn window_out(&self) -> Vec<Out> {
+    /// Starts the window after what was acknowledged: its first burst.
+    fn window_out(&mut self, now: Instant) -> Vec<Out> {
         if self.oack_pending {
             return vec![Out::Oack];
         }
-        let end = (self.acked + self.window).min(self.last);
-        (self.acked + 1..=end)
+        self.window_end = (self.acked + self.pacing.window()).min(self.last);
+        self.burst_out(now, self.acked + 1)
+    }
+
+    /// Blocks `first..` of the window, one burst of them; the next burst is due after a
+    /// pause if the window is not all out.
+    fn burst_out(&mut self, now: Instant, first: u64) -> Vec<Out> {
+        let end = (first + self.pacing.burst() - 1).min(self.window_end);
+        self.sent = self.sent.max(end);
+        self.next_block = end + 1;
+        self.next_burst_at = (end < self.window_end).then(|| now + PACE_GAP);
+        (first..=end)
             .map(|index| {
                 let offset = (index - 1) * self.blksize;
                 let len = self.size.saturating_sub(offset).min(self.blksize) as usize;
@@ -157,32 +191,47 @@ impl Sender {
             self.oack_pending = false;
         } else {
             // Which outstanding block this names: the one whose low 16 bits match, at most
-            // a window ahead of what was acknowledged.
+            // as far ahead of what was acknowledged as what was sent.
             let ahead = u64::from(block.wrapping_sub(self.acked as u16));
-            let outstanding = (self.acked + self.window).min(self.last) - self.acked;
-            if ahead == 0 || ahead > outstanding {
+            if ahead == 0 || ahead > self.sent - self.acked {
                 return Vec::new();
             }
             self.acked += ahead;
+            if self.acked == self.window_end {
+                self.pacing.acknowledged_whole();
+            }
         }
         self.retry.progressed(now);
         if self.acked == self.last {
             self.status = Status::Complete;
+            self.next_burst_at = None;
             return Vec::new();
         }
-        self.window_out()
+        self.window_out(now)
     }
 
-    /// The deadline passed with no progress: resend the window, or give up.
+    /// A deadline passed: the window's next burst is due, or, with no progress by the
+    /// retransmission deadline, the window goes out again in smaller bursts (or the
+    /// transfer gives up).
     pub fn on_timeout(&mut self, now: Instant) -> Vec<Out> {
-        if self.status != Status::Running || now < self.retry.deadline {
+        if self.status != Status::Running {
             return Vec::new();
+        }
+        if now < self.retry.deadline {
+            return match self.next_burst_at {
+                Some(at) if now >= at => self.burst_out(now, self.next_block),
+                _ => Vec::new(),
+            };
         }
         if !self.retry.expired(now) {
             self.status = Status::TimedOut;
+            self.next_burst_at = None;
             return Vec::new();
         }
-        self.window_out()
+        if !self.oack_pending {
+            self.pacing.timed_out();
+        }
+        self.window_out(now)
     }
 }
 

@@ -98,11 +98,67 @@ fn block_numbers_roll_over_to_zero() {
 fn silence_retransmits_then_gives_up() {
     let (mut s, _) = Sender::start(at(0), params(512, 2), 5000, false, 2);
     assert!(s.on_timeout(at(0)).is_empty(), "not yet");
-    assert_eq!(blocks(&s.on_timeout(at(1))), vec![1, 2]);
-    assert_eq!(blocks(&s.on_timeout(at(2))), vec![1, 2]);
+    // Each retransmission starts the window again in a burst backed off (see `window`).
+    assert_eq!(blocks(&s.on_timeout(at(1))), vec![1]);
+    assert_eq!(blocks(&s.on_timeout(at(2))), vec![1]);
     assert!(s.on_timeout(at(3)).is_empty());
     assert_eq!(s.status(), Status::TimedOut);
     assert_eq!(s.deadline(), None);
+}
+
+fn ms(ms: u64) -> Instant {
+    Instant::ZERO + Duration::from_millis(ms)
+}
+
+#[test]
+fn after_a_timeout_the_window_goes_out_in_smaller_bursts_with_pauses() {
+    use crate::tftp::window::PACE_GAP;
+    let (mut s, out) = Sender::start(at(0), params(512, 4), 100_000, false, 5);
+    assert_eq!(
+        blocks(&out),
+        vec![1, 2, 3, 4],
+        "no loss yet: the window at once"
+    );
+    assert_eq!(s.deadline(), Some(at(1)), "nothing paced without a loss");
+    // Block 4 was lost (a client buffer that holds three): the client re-acknowledges 0
+    // at most; our timer fires.
+    assert_eq!(
+        blocks(&s.on_timeout(at(1))),
+        vec![1, 2],
+        "rule: a timeout halves the burst the window is resent in"
+    );
+    let pause = at(1) + PACE_GAP;
+    assert_eq!(
+        s.deadline(),
+        Some(pause),
+        "the next burst is due after the pause"
+    );
+    assert!(
+        s.on_timeout(ms(1001)).is_empty(),
+        "not before the pause ends"
+    );
+    assert_eq!(
+        blocks(&s.on_timeout(pause)),
+        vec![3, 4],
+        "rule: the rest of the window follows after the pause, the window kept whole"
+    );
+    assert_eq!(
+        s.deadline(),
+        Some(at(2)),
+        "all out: only the retry deadline"
+    );
+    // The client's ACK of the whole window: the next one goes out in bursts of two.
+    assert_eq!(blocks(&s.on_ack(at(1), 4)), vec![5, 6]);
+    assert_eq!(s.burst(), 2);
+}
+
+#[test]
+fn an_ack_of_a_block_sent_before_the_back_off_is_progress() {
+    let (mut s, _) = Sender::start(at(0), params(512, 8), 100_000, false, 5);
+    assert_eq!(blocks(&s.on_timeout(at(1))), vec![1, 2, 3, 4]);
+    // The first window's ACK arrives late: it names block 8, sent before the timeout.
+    assert_eq!(blocks(&s.on_ack(at(1), 8)), vec![9, 10, 11, 12]);
+    assert_eq!(s.acked(), 8);
 }
 
 #[test]

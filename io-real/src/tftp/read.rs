@@ -27,6 +27,8 @@ use super::transfer::{Context, Ending, send_error_blocking as send_error};
 /// The longest one receive waits before the transfer looks at the stop flag and at its
 /// retransmission deadline (the TFTP timeouts are whole seconds).
 const SLICE: Duration = Duration::from_millis(100);
+/// The shortest receive wait (a zero timeout would mean "block for ever").
+const MIN_WAIT: Duration = Duration::from_micros(100);
 
 pub fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
     if let Err(e) = socket
@@ -79,14 +81,28 @@ pub fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         return ending;
     }
     let mut incoming = vec![0u8; MAX_DATAGRAM];
+    let mut wait = SLICE;
+    let mut now = epoch.core_now();
     loop {
         if *ctx.stop.borrow() {
             send_error(socket, ErrorCode::NotDefined, "server shutting down");
             return Ending::Stopped;
         }
+        // A window sent in bursts (after a loss, see the core's `window`) wakes for its
+        // next burst; otherwise the receive waits its slice, and the timeout is set again
+        // only when it changes.
+        let want = sender
+            .deadline()
+            .map_or(SLICE, |at| at.saturating_since(now).clamp(MIN_WAIT, SLICE));
+        if want != wait {
+            if let Err(e) = socket.set_read_timeout(Some(want)) {
+                return Ending::Io(e);
+            }
+            wait = want;
+        }
         let received = socket.recv(&mut incoming);
         // One clock read per datagram, for the ACK and the deadline alike.
-        let now = epoch.core_now();
+        now = epoch.core_now();
         let mut out = match received {
             Ok(n) => match Packet::decode(&incoming[..n]) {
                 Ok(Packet::Ack { block }) => sender.on_ack(now, block),
