@@ -374,6 +374,11 @@ pub struct ConnectionArgs {
     /// (a client that stopped reading its download).
     #[arg(long, value_name = "SECS", env = "SERVERY_SEND_TIMEOUT", default_value_t = conn().send_timeout, allow_negative_numbers = true, group = LIVE)]
     pub send_timeout: f64,
+    /// The slowest a client may take a response (bytes a second, averaged while the
+    /// response waits on it): slower counts as idle for a full worker, and slower for
+    /// --send-timeout ends the connection. 0: only the rule that something moves.
+    #[arg(long, value_name = "BYTES", env = "SERVERY_MIN_SEND_RATE", default_value_t = conn().min_send_rate, allow_negative_numbers = true, group = LIVE)]
+    pub min_send_rate: i64,
     /// An upload body that delivers no byte this long is answered 408 and its reservation
     /// and lease are released (below the broker's lease lifetime).
     #[arg(long, value_name = "SECS", env = "SERVERY_BODY_TIMEOUT", default_value_t = conn().body_timeout, allow_negative_numbers = true, group = LIVE)]
@@ -417,6 +422,7 @@ crate::knobs::core_fields! {
         keep_alive_timeout => connections.keep_alive_timeout;
         tls_handshake_timeout => connections.tls_handshake_timeout;
         send_timeout => connections.send_timeout;
+        min_send_rate => connections.min_send_rate;
         body_timeout => connections.body_timeout;
     }
 }

@@ -153,6 +153,11 @@ pub struct RawConnections {
     /// A request in progress that moves no byte either way for this long (a peer that
     /// stopped reading its response) ends its connection.
     pub send_timeout: f64,
+    /// The slowest a client may take a response, in bytes a second, averaged while the
+    /// response waits on it: one slower than this for `send_timeout` is closed, and one
+    /// slower than this at all counts as idle when its worker is full (decision 0041).
+    /// `0` keeps only the rule that something moves.
+    pub min_send_rate: i64,
     /// An upload body that delivers no byte for this long is answered 408 and its
     /// reservation and lease are released at once. Must stay below `broker.lease_ttl`.
     pub body_timeout: f64,
@@ -165,6 +170,7 @@ impl Default for RawConnections {
             keep_alive_timeout: 30.0,
             tls_handshake_timeout: 10.0,
             send_timeout: 60.0,
+            min_send_rate: 2048,
             body_timeout: 20.0,
         }
     }

@@ -174,6 +174,7 @@ pub struct ConnectionLimits {
     pub(super) keep_alive_timeout: Duration,
     pub(super) tls_handshake_timeout: Duration,
     pub(super) send_timeout: Duration,
+    pub(super) min_send_rate: u64,
     pub(super) body_timeout: Duration,
 }
 
@@ -189,6 +190,10 @@ impl ConnectionLimits {
     }
     pub fn send_timeout(&self) -> Duration {
         self.send_timeout
+    }
+    /// Bytes a second; `0` is off.
+    pub fn min_send_rate(&self) -> u64 {
+        self.min_send_rate
     }
     pub fn body_timeout(&self) -> Duration {
         self.body_timeout

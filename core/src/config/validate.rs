@@ -255,6 +255,8 @@ impl RawConfig {
             false,
         );
         let send_timeout = c.seconds("connections.send_timeout", n.send_timeout, false);
+        // A gigabyte a second is beyond any floor worth setting; larger is a typo.
+        let min_send_rate = c.count("connections.min_send_rate", n.min_send_rate, 0, 1 << 30);
         let body_timeout = c.seconds("connections.body_timeout", n.body_timeout, false);
         // Only uploads hold leases while reading a body.
         if self.features.uploads
@@ -394,6 +396,7 @@ impl RawConfig {
                 keep_alive_timeout: keep_alive,
                 tls_handshake_timeout: handshake,
                 send_timeout,
+                min_send_rate,
                 body_timeout,
             },
             uploads: UploadLimits {
@@ -657,21 +660,28 @@ pub(super) mod tests {
         assert_eq!(n.keep_alive_timeout(), Duration::from_secs(30));
         assert_eq!(n.tls_handshake_timeout(), Duration::from_secs(10));
         assert_eq!(n.send_timeout(), Duration::from_secs(60));
+        assert_eq!(n.min_send_rate(), 2048);
         assert_eq!(n.body_timeout(), Duration::from_secs(20));
         let mut raw = RawConfig::default();
         raw.connections.request_head_timeout = 0.0;
         raw.connections.keep_alive_timeout = f64::NAN;
         raw.connections.tls_handshake_timeout = -1.0;
         raw.connections.send_timeout = 0.0;
+        raw.connections.min_send_rate = -1;
         assert_eq!(
             fields(&raw),
             vec![
                 "connections.request_head_timeout",
                 "connections.keep_alive_timeout",
                 "connections.tls_handshake_timeout",
-                "connections.send_timeout"
+                "connections.send_timeout",
+                "connections.min_send_rate"
             ]
         );
+        let mut raw = RawConfig::default();
+        raw.connections.min_send_rate = 0;
+        let off = raw.validate().expect("0 turns the floor off");
+        assert_eq!(off.connections().min_send_rate(), 0);
         let mut raw = RawConfig::default();
         raw.features.uploads = true;
         raw.connections.body_timeout = 60.0;

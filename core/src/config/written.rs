@@ -77,6 +77,7 @@ impl ValidConfig {
                 keep_alive_timeout: secs(n.keep_alive_timeout()),
                 tls_handshake_timeout: secs(n.tls_handshake_timeout()),
                 send_timeout: secs(n.send_timeout()),
+                min_send_rate: count(n.min_send_rate()),
                 body_timeout: secs(n.body_timeout()),
             },
             uploads: RawUploads {
@@ -181,6 +182,7 @@ mod tests {
         n.keep_alive_timeout = 28.0;
         n.tls_handshake_timeout = 9.0;
         n.send_timeout = 59.0;
+        n.min_send_rate = 511;
         n.body_timeout = 19.0;
         raw.uploads.max_upload_size = Some(1 << 20);
         raw.uploads.max_upload_files = 999;

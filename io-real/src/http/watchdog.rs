@@ -13,10 +13,19 @@
 //! | no request yet (silent, slow head, TLS or h2 preface with nothing after) | `request_head_timeout` from the accept, in total |
 //! | between requests (HTTP/1 keep-alive, HTTP/2 with no open stream) | `keep_alive_timeout` from the last response's end to the next complete head |
 //! | a request in progress that moves no byte either way | `send_timeout` without progress |
+//! | a response its client takes slower than `min_send_rate` (a zero HTTP/2 window, a trickle) | `send_timeout` of waiting on the client |
 //!
 //! The TLS handshake has its own bound (`tls_handshake_timeout`), and a request body that
 //! stalls is ended by the upload path (`body_timeout`, 408). The worker also reads the
-//! activity to pick which connection to close when it is full ([`Activity::idle_since`]).
+//! activity to pick which connection to close when it is full ([`Activity::idle_since`],
+//! [`Activity::held_since`]).
+//!
+//! A response waits on its client (decision 0041) from the moment hyper has its body,
+//! except while the body itself waits on its source (a file read on the blocking pool, an
+//! archive being written, an application's stream): that time is the server's, so the
+//! body measures it and the rate rule leaves it out. Bytes are counted as they reach the
+//! socket, so a client that pings or acknowledges settings does not pass for one that
+//! reads.
 
 use std::io;
 use std::pin::Pin;
@@ -45,6 +54,8 @@ pub struct Deadlines {
     pub keep_alive: Duration,
     pub tls_handshake: Duration,
     pub send: Duration,
+    /// Bytes a second; `0` leaves only the rule that something moves.
+    pub min_send_rate: u64,
     pub body: Duration,
 }
 
@@ -59,6 +70,7 @@ impl Default for Deadlines {
             keep_alive: Duration::from_secs(30),
             tls_handshake: Duration::from_secs(10),
             send: Duration::from_secs(60),
+            min_send_rate: 2048,
             body: Duration::from_secs(20),
         })
     }
@@ -72,8 +84,25 @@ impl Deadlines {
             keep_alive: c.keep_alive_timeout(),
             tls_handshake: c.tls_handshake_timeout(),
             send: c.send_timeout(),
+            min_send_rate: c.min_send_rate(),
             body: c.body_timeout(),
         }
+    }
+
+    /// How often a connection is looked at: often enough that a response its client stops
+    /// taking counts as idle within a second or two, and that a request's start is seen
+    /// that soon after it (the timer is never reset per request).
+    fn tick(&self) -> Duration {
+        (self.send / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// Whether `bytes` taken in `span` of waiting is slower than the floor (with the floor
+    /// off, whether nothing was taken).
+    fn too_slow(&self, bytes: u64, span: Duration) -> bool {
+        if self.min_send_rate == 0 {
+            return bytes == 0;
+        }
+        (bytes as f64) < self.min_send_rate as f64 * span.as_secs_f64()
     }
 }
 
@@ -94,6 +123,17 @@ pub struct Activity {
     evicted_at: AtomicU64,
     /// The client's address, when something (the access log) needs it.
     peer: Option<std::net::SocketAddr>,
+    /// Bytes written to the socket. Only the connection's own task writes them.
+    written: AtomicU64,
+    /// Response bodies that hyper holds (created, not yet dropped).
+    bodies: AtomicU64,
+    /// Of those, the ones waiting on their source (last polled and pending).
+    source_waiting: AtomicU64,
+    /// Nanoseconds bodies spent waiting on their source, summed when each wait ends.
+    source_ns: AtomicU64,
+    /// Since when the client has taken its response slower than the floor, as nanoseconds
+    /// after `accepted_at` plus one; 0 when it has not. Set by the connection's timer.
+    held_since: AtomicU64,
 }
 
 /// What the connection's timer decided.
@@ -114,6 +154,9 @@ pub enum Expiry {
     Idle,
     /// A request in progress moved no byte for `send_timeout`.
     Stalled,
+    /// A response waited on a client taking it slower than `min_send_rate` for
+    /// `send_timeout` (a zero HTTP/2 window, a trickle of reads).
+    TooSlow,
 }
 
 /// The connection task's memory between two looks at its [`Activity`].
@@ -121,6 +164,18 @@ pub enum Expiry {
 pub struct Watch {
     moved: u64,
     moved_seen_at: Instant,
+    /// The last look while a response was waiting to be sent.
+    last: Option<Sample>,
+    /// Where the client started taking its response slower than the floor.
+    held: Option<Sample>,
+}
+
+/// The response counters at one look.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    written: u64,
+    source_ns: u64,
 }
 
 impl Watch {
@@ -128,6 +183,8 @@ impl Watch {
         Watch {
             moved: activity.moved.load(Ordering::Relaxed),
             moved_seen_at: activity.accepted_at,
+            last: None,
+            held: None,
         }
     }
 }
@@ -148,6 +205,11 @@ impl Activity {
             evict: Notify::new(),
             evicted_at: AtomicU64::new(0),
             peer,
+            written: AtomicU64::new(0),
+            bodies: AtomicU64::new(0),
+            source_waiting: AtomicU64::new(0),
+            source_ns: AtomicU64::new(0),
+            held_since: AtomicU64::new(0),
         })
     }
 
@@ -193,6 +255,24 @@ impl Activity {
         Some((self.accepted_at + Duration::from_nanos(ns), false))
     }
 
+    /// Since when a request in progress has had its response taken slower than the floor
+    /// (an HTTP/2 stream at a zero window, a client reading a trickle): for a full worker
+    /// such a connection is idle too, after those that have no request in progress.
+    pub fn held_since(&self) -> Option<Instant> {
+        match self.held_since.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.accepted_at + Duration::from_nanos(ns - 1)),
+        }
+    }
+
+    fn set_held(&self, since: Option<Instant>) {
+        let ns = since.map_or(0, |at| {
+            let after = at.saturating_duration_since(self.accepted_at).as_nanos();
+            u64::try_from(after).unwrap_or(u64::MAX - 1) + 1
+        });
+        self.held_since.store(ns, Ordering::Relaxed);
+    }
+
     /// Asks the connection to close (it does so only if no request has started since).
     pub fn evict(&self) {
         self.evicted_at.store(self.started(), Ordering::Release);
@@ -218,6 +298,7 @@ impl Activity {
                 // earliest (its head's bytes move the count in any case).
                 watch.moved = moved;
                 watch.moved_seen_at = now;
+                self.not_responding(watch);
                 let limit = if never {
                     deadlines.request_head
                 } else {
@@ -231,7 +312,9 @@ impl Activity {
                         Expiry::Idle
                     })
                 } else {
-                    Verdict::Recheck(at)
+                    // Looked at again within a tick, so that a request starting meanwhile
+                    // is judged from then on, not from this state's deadline.
+                    Verdict::Recheck(at.min(now + deadlines.tick()))
                 }
             }
             None => {
@@ -242,9 +325,77 @@ impl Activity {
                 if now >= watch.moved_seen_at + deadlines.send {
                     return Verdict::Expired(Expiry::Stalled);
                 }
-                // Progress is sampled, so a stall is noticed within a quarter of the
-                // deadline after it passes; the request may also end in between.
-                Verdict::Recheck(now + deadlines.send / 4)
+                if self.pace(watch, deadlines, now) {
+                    return Verdict::Expired(Expiry::TooSlow);
+                }
+                // Progress is sampled, so a stall is noticed within a tick after it
+                // passes; the request may also end in between.
+                Verdict::Recheck(now + deadlines.tick())
+            }
+        }
+    }
+
+    /// No response is waiting on the client: nothing to judge, nothing held.
+    fn not_responding(&self, watch: &mut Watch) {
+        watch.last = None;
+        watch.held = None;
+        self.set_held(None);
+    }
+
+    /// The rate rule for a request in progress: whether its response has waited on a
+    /// client slower than the floor for `send_timeout`. Marks the connection held (see
+    /// [`Activity::held_since`]) from the first look at which the client took less than
+    /// the floor since the look before, and releases it once the client has caught up on
+    /// average since then; time the bodies waited on their source is left out.
+    fn pace(&self, watch: &mut Watch, deadlines: &Deadlines, now: Instant) -> bool {
+        if self.bodies.load(Ordering::Acquire) == 0 {
+            // The service is still working on the response (or reading the request
+            // body): the server's time, under the stall rule only.
+            self.not_responding(watch);
+            return false;
+        }
+        // The count first: a wait that ended before it was read has its time in the sum.
+        let waiting = self.source_waiting.load(Ordering::Acquire) > 0;
+        let sample = Sample {
+            at: now,
+            written: self.written.load(Ordering::Relaxed),
+            source_ns: self.source_ns.load(Ordering::Relaxed),
+        };
+        let Some(last) = watch.last.replace(sample) else {
+            return false;
+        };
+        if waiting {
+            // A body waits on its source: not the client's doing, and the wait is not in
+            // `source_ns` yet, so the client is neither held nor judged at this look.
+            self.set_held(None);
+            return false;
+        }
+        let client_time = |from: &Sample| {
+            now.saturating_duration_since(from.at)
+                .saturating_sub(Duration::from_nanos(
+                    sample.source_ns.wrapping_sub(from.source_ns),
+                ))
+        };
+        let taken = |from: &Sample| sample.written.wrapping_sub(from.written);
+        match watch.held {
+            None => {
+                if sample.source_ns == last.source_ns
+                    && deadlines.too_slow(taken(&last), client_time(&last))
+                {
+                    watch.held = Some(last);
+                    self.set_held(Some(last.at));
+                }
+                false
+            }
+            Some(held) => {
+                let waited = client_time(&held);
+                if !deadlines.too_slow(taken(&held), waited) {
+                    watch.held = None;
+                    self.set_held(None);
+                    return false;
+                }
+                self.set_held(Some(held.at));
+                waited >= deadlines.send
             }
         }
     }
@@ -254,6 +405,14 @@ impl Activity {
     fn moved(&self) {
         let n = self.moved.load(Ordering::Relaxed);
         self.moved.store(n.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// `n` more bytes went to the socket (one writer too, as [`Activity::moved`]).
+    fn wrote(&self, n: usize) {
+        let was = self.written.load(Ordering::Relaxed);
+        self.written
+            .store(was.wrapping_add(n as u64), Ordering::Relaxed);
+        self.moved();
     }
 }
 
@@ -348,8 +507,10 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
             return polled;
         }
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.moved();
+        if let Poll::Ready(Ok(n)) = polled
+            && n > 0
+        {
+            self.activity.wrote(n);
         }
         polled
     }
@@ -370,8 +531,10 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
             }
         }
         let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.moved();
+        if let Poll::Ready(Ok(n)) = polled
+            && n > 0
+        {
+            self.activity.wrote(n);
         }
         polled
     }
@@ -390,14 +553,31 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
 }
 
 /// A response body that marks its request finished when hyper drops it: after its last
-/// byte was written, or when the stream or connection was abandoned.
+/// byte was written, or when the stream or connection was abandoned. While hyper holds
+/// it the connection has a response waiting on its client, except while the body waits
+/// on its own source, which it times (the rate rule leaves that time out).
 struct Finishing {
     inner: Body,
     activity: Arc<Activity>,
+    /// Since when the body has waited on its source (its last poll was pending).
+    source_wait: Option<std::time::Instant>,
+}
+
+impl Finishing {
+    fn source_wait_over(&mut self) {
+        if let Some(since) = self.source_wait.take() {
+            let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            // Added before the count drops, so a look that sees no wait sees its time.
+            self.activity.source_ns.fetch_add(ns, Ordering::Relaxed);
+            self.activity.source_waiting.fetch_sub(1, Ordering::Release);
+        }
+    }
 }
 
 impl Drop for Finishing {
     fn drop(&mut self) {
+        self.source_wait_over();
+        self.activity.bodies.fetch_sub(1, Ordering::Release);
         self.activity.request_finished();
     }
 }
@@ -410,7 +590,17 @@ impl hyper::body::Body for Finishing {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if polled.is_pending() {
+            if self.source_wait.is_none() {
+                // Counted before it is timed, so a look never misses a wait under way.
+                self.activity.source_waiting.fetch_add(1, Ordering::Acquire);
+                self.source_wait = Some(std::time::Instant::now());
+            }
+        } else {
+            self.source_wait_over();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -424,9 +614,11 @@ impl hyper::body::Body for Finishing {
 
 /// `body`, marking its request finished when hyper is done with it.
 pub fn finishing(body: Body, activity: Arc<Activity>) -> Body {
+    activity.bodies.fetch_add(1, Ordering::AcqRel);
     BoxBody::new(Finishing {
         inner: body,
         activity,
+        source_wait: None,
     })
 }
 
@@ -467,6 +659,7 @@ mod tests {
             keep_alive: Duration::from_secs(5),
             tls_handshake: Duration::from_secs(10),
             send: Duration::from_secs(60),
+            min_send_rate: 1000,
             body: Duration::from_secs(20),
         }
     }
@@ -537,6 +730,157 @@ mod tests {
             a.verdict(&mut w, &d, now + Duration::from_secs(60)),
             Verdict::Expired(Expiry::Stalled)
         );
+    }
+
+    /// A request whose response hyper holds (and never polls: an HTTP/2 stream at a zero
+    /// window), and its watch after a first look at `t0`.
+    fn responding(t0: Instant) -> (Arc<Activity>, Watch, Body) {
+        let a = Activity::new(t0);
+        let mut w = Watch::new(&a);
+        a.request_started();
+        let body = finishing(
+            crate::http::body::empty(),
+            Unanswered::new(Arc::clone(&a)).answered(),
+        );
+        assert!(matches!(
+            a.verdict(&mut w, &deadlines(), t0),
+            Verdict::Recheck(_)
+        ));
+        (a, w, body)
+    }
+
+    #[test]
+    fn a_response_at_a_zero_window_is_held_at_once_and_cut_after_the_send_deadline() {
+        let t0 = Instant::now();
+        let (a, mut w, body) = responding(t0);
+        let d = deadlines();
+        let s = Duration::from_secs;
+        // The client pings every second: bytes move both ways, but it takes no response.
+        for i in 1..60 {
+            a.moved();
+            a.wrote(17);
+            assert_eq!(
+                a.verdict(&mut w, &d, t0 + s(i)),
+                Verdict::Recheck(t0 + s(i + 1)),
+                "looked at every second while a response waits"
+            );
+            assert_eq!(
+                a.held_since(),
+                Some(t0),
+                "held since the look before the first slow one"
+            );
+            assert_eq!(a.idle_since(), None, "still a request in progress");
+        }
+        assert_eq!(
+            a.verdict(&mut w, &d, t0 + s(60)),
+            Verdict::Expired(Expiry::TooSlow)
+        );
+        drop(body);
+        assert_eq!(a.held_since(), Some(t0));
+        // (Idle since the drop: past its keep-alive deadline by now, which is beside the
+        // point here.)
+        let _ = a.verdict(&mut w, &d, t0 + s(61));
+        assert_eq!(
+            a.held_since(),
+            None,
+            "nothing held once the response is gone"
+        );
+    }
+
+    #[test]
+    fn a_client_slower_than_the_floor_on_average_is_cut_however_it_bunches_its_reads() {
+        let t0 = Instant::now();
+        let (a, mut w, _body) = responding(t0);
+        let d = deadlines();
+        let s = Duration::from_secs;
+        // 900 bytes a second against a floor of 1,000, taken in bursts every 10 s (as a
+        // kernel's socket buffer wakes its writer): a burst does not release it.
+        let mut cut = None;
+        for i in 1..=80 {
+            if i % 10 == 0 {
+                a.wrote(9_000);
+            }
+            if let Verdict::Expired(why) = a.verdict(&mut w, &d, t0 + s(i)) {
+                cut = Some((i, why));
+                break;
+            }
+        }
+        assert_eq!(cut, Some((60, Expiry::TooSlow)), "held from the look at t0");
+    }
+
+    #[test]
+    fn a_client_at_the_floor_is_released_and_never_cut() {
+        let t0 = Instant::now();
+        let (a, mut w, _body) = responding(t0);
+        let d = deadlines();
+        let s = Duration::from_secs;
+        // 1,100 bytes a second in bursts every 5 s: held between bursts at most.
+        for i in 1..=300 {
+            if i % 5 == 0 {
+                a.wrote(5_500);
+                assert!(matches!(
+                    a.verdict(&mut w, &d, t0 + s(i)),
+                    Verdict::Recheck(_)
+                ));
+                assert_eq!(a.held_since(), None, "caught up at {i} s");
+            } else {
+                assert!(matches!(
+                    a.verdict(&mut w, &d, t0 + s(i)),
+                    Verdict::Recheck(_)
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn time_a_body_waits_on_its_source_is_not_the_clients() {
+        let t0 = Instant::now();
+        let (a, mut w, _body) = responding(t0);
+        let d = deadlines();
+        let s = Duration::from_secs;
+        // An application thinking for minutes: nothing written, never held, never cut.
+        a.source_waiting.store(1, Ordering::Relaxed);
+        for i in 1..200 {
+            assert!(matches!(
+                a.verdict(&mut w, &d, t0 + s(i)),
+                Verdict::Recheck(_)
+            ));
+            assert_eq!(a.held_since(), None);
+            a.moved();
+        }
+        // Its wait ends and is accounted; then it streams 100 bytes every second it is not
+        // waiting, which is its own pace (each second half waiting): the client keeps up.
+        a.source_ns
+            .fetch_add(s(200).as_nanos() as u64, Ordering::Relaxed);
+        a.source_waiting.store(0, Ordering::Relaxed);
+        for i in 200..400 {
+            a.source_ns.fetch_add(999_000_000, Ordering::Relaxed);
+            a.wrote(10);
+            assert!(
+                matches!(a.verdict(&mut w, &d, t0 + s(i)), Verdict::Recheck(_)),
+                "cut at {i} s"
+            );
+            a.moved();
+        }
+    }
+
+    #[test]
+    fn with_the_floor_off_only_a_client_that_takes_nothing_is_held() {
+        let t0 = Instant::now();
+        let (a, mut w, _body) = responding(t0);
+        let d = Deadlines {
+            min_send_rate: 0,
+            ..deadlines()
+        };
+        let s = Duration::from_secs;
+        a.wrote(1);
+        a.verdict(&mut w, &d, t0 + s(1));
+        assert_eq!(a.held_since(), None, "one byte a second is progress");
+        a.verdict(&mut w, &d, t0 + s(2));
+        assert_eq!(a.held_since(), Some(t0 + s(1)));
+        a.wrote(1);
+        a.verdict(&mut w, &d, t0 + s(3));
+        assert_eq!(a.held_since(), None);
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! `mod_reqtimeout` defend the same way). When the worker is full, a new connection is
 //! still accepted if some connection has no request in progress; the one to close is the
 //! longest-waiting connection that has never completed a request head, or, if none, the
-//! longest-idle keep-alive connection. A connection with a request in progress is never
-//! chosen: its client is being served.
+//! longest-idle keep-alive connection, or, if none, the one whose client has taken its
+//! response slower than `min_send_rate` for longest (an HTTP/2 stream at a zero window, a
+//! trickle of reads: decision 0041). Any other connection with a request in progress is
+//! never chosen: its client is being served.
 
 use std::sync::Arc;
 
@@ -83,9 +85,14 @@ impl Admission {
             .enumerate()
             .filter_map(|(i, h)| {
                 let h = h.as_ref().filter(|h| !h.closing())?;
-                let (since, never) = h.activity.idle_since()?;
-                // Never-requested first, then the longest waiting.
-                Some(((!never, since), i))
+                // Never-requested first, then idle, then held by a slow client; the
+                // longest waiting first within each.
+                let key = match h.activity.idle_since() {
+                    Some((since, true)) => (0, since),
+                    Some((since, false)) => (1, since),
+                    None => (2, h.activity.held_since()?),
+                };
+                Some((key, i))
             })
             .min_by_key(|(key, _)| *key)
             .map(|(_, i)| i)
@@ -149,6 +156,37 @@ mod tests {
         assert!(reused == old_i || reused == new_i, "indices are reused");
         a.closed(busy_i);
         assert_eq!(a.len(), 1);
+    }
+
+    #[test]
+    fn a_response_its_client_does_not_take_is_closed_after_every_idle_connection() {
+        use crate::http::watchdog::{Deadlines, Unanswered, Watch, finishing};
+        let t0 = Instant::now();
+        let mut a = Admission::default();
+        // A response at a zero window: held once the connection's timer has looked twice.
+        let stuck = Activity::new(t0);
+        let mut watch = Watch::new(&stuck);
+        stuck.request_started();
+        let _body = finishing(
+            crate::http::body::empty(),
+            Unanswered::new(Arc::clone(&stuck)).answered(),
+        );
+        let d = Deadlines::default();
+        let stuck_i = a.admit(Arc::clone(&stuck));
+        assert!(!a.can_make_room(), "busy until its timer sees it held");
+        for s in 1..=2 {
+            stuck.verdict(&mut watch, &d, t0 + Duration::from_secs(s));
+        }
+        assert!(stuck.held_since().is_some());
+        let idle = Activity::new(t0 + Duration::from_secs(5));
+        idle.request_started();
+        drop(Unanswered::new(Arc::clone(&idle)));
+        let idle_i = a.admit(idle);
+        assert_eq!(a.victim(), Some(idle_i), "an idle connection goes first");
+        assert!(a.make_room());
+        assert_eq!(a.victim(), Some(stuck_i), "then the held one");
+        assert!(a.make_room());
+        assert_eq!(a.closing(), 2);
     }
 
     #[test]

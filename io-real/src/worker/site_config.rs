@@ -37,6 +37,7 @@ pub fn site_config(
         keep_alive: secs(c.keep_alive_timeout),
         tls_handshake: secs(c.tls_handshake_timeout),
         send: secs(c.send_timeout),
+        min_send_rate: count(c.min_send_rate),
         body: secs(c.body_timeout),
     };
     SiteConfig {
