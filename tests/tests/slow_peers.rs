@@ -260,3 +260,229 @@ fn downloads_read_at_a_trickle_are_cut_and_do_not_hold_the_worker() {
         r.join();
     }
 }
+
+/// Start servery with the admin listener on an ephemeral loopback port; the server and
+/// the admin address (from its banner line).
+fn start_with_admin(tree: &Tree, args: &[&str]) -> (Server, SocketAddr) {
+    let mut all = FAST.to_vec();
+    all.extend_from_slice(args);
+    all.extend(["--admin", "127.0.0.1:0"]);
+    let mut server = Server::start(tree, 1, &all, &[]);
+    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
+    let addr = line
+        .rsplit_once("http://")
+        .map(|(_, a)| a.trim_end_matches('/'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    (server, addr)
+}
+
+/// `n` threads that each hold a silent connection to `addr` until it is closed, then open
+/// another, until `stop`.
+fn silent_flood(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let stop = Arc::clone(stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                    else {
+                        continue;
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+                    let mut buf = [0u8; 16];
+                    while !stop.load(Ordering::Relaxed) && !closed(&s.read(&mut buf)) {}
+                }
+            })
+        })
+        .collect()
+}
+
+/// The third case: 24 silent connections (reopened as fast as they are closed)
+/// against the admin listener's 16 made `/livez` fail 12 of 14 probes. The listener now
+/// closes a silent one to admit a probe, so every probe is answered within the bound an
+/// orchestrator would give it.
+#[test]
+fn silent_connections_to_the_admin_listener_do_not_make_livez_fail() {
+    let tree = Tree::new("admin-silent");
+    let (server, admin) = start_with_admin(&tree, &[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = silent_flood(admin, 24, &stop);
+    // Let the flood fill the listener first.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut worst = Duration::ZERO;
+    for probe in 0..14 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(http_get(admin, "/livez"));
+        });
+        let start = Instant::now();
+        match rx.recv_timeout(Duration::from_secs(3)) {
+            Ok(got) => assert_eq!(
+                got.map(|(status, _)| status),
+                Ok(200),
+                "probe {probe} under the flood"
+            ),
+            Err(_) => panic!("probe {probe}: /livez not answered within 3 s under the flood"),
+        }
+        worst = worst.max(start.elapsed());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop.store(true, Ordering::Relaxed);
+    flood.into_iter().for_each(|f| {
+        let _ = f.join();
+    });
+    eprintln!("14 probes answered past 24 silent connections, slowest {worst:?}");
+    drop(server);
+}
+
+/// A connection to the admin listener that never sends a byte is closed at the head
+/// deadline, and one that stops after a request at the keep-alive deadline.
+#[test]
+fn admin_connections_are_under_the_deadlines() {
+    let tree = Tree::new("admin-deadlines");
+    let (_server, admin) = start_with_admin(
+        &tree,
+        &["--request-head-timeout", "1", "--keep-alive-timeout", "1"],
+    );
+    let silent = raw(admin);
+    let start = Instant::now();
+    wait_until(
+        Duration::from_secs(5),
+        "a silent admin connection closed",
+        || closed(&(&silent).read(&mut [0u8; 16])).then_some(()),
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "closed early"
+    );
+    let mut idle = raw(admin);
+    idle.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut got = Vec::new();
+    wait_until(Duration::from_secs(5), "the answer, then the close", || {
+        let mut buf = [0u8; 1024];
+        let read = idle.read(&mut buf);
+        got.extend_from_slice(&buf[..*read.as_ref().unwrap_or(&0)]);
+        closed(&read).then_some(())
+    });
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+/// The status of the response whose head starts `s`, waiting at most `bound` for it.
+fn status_line(s: &mut TcpStream, bound: Duration) -> Option<String> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    while start.elapsed() < bound && !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+/// The fourth case: archive downloads whose clients stop reading held every
+/// blocking thread, and listings stopped. Archives now hold at most a quarter of
+/// `--max-blocking-threads` (2 of 8 here); past that they are answered 503 with
+/// `Retry-After` at once, and listings keep being served.
+#[test]
+fn stalled_archive_downloads_leave_threads_for_listings() {
+    let tree = Tree::new("archives");
+    std::fs::create_dir_all(tree.root().join("d")).expect("mkdir");
+    // Stored, not deflated (not a compressible type), and larger than the socket buffers.
+    std::fs::File::create(tree.root().join("d/big.bin"))
+        .and_then(|f| f.set_len(64 << 20))
+        .expect("big file");
+    let mut args = FAST.to_vec();
+    args.extend(["--max-blocking-threads", "8"]);
+    let server = Server::start(&tree, 1, &args, &[]);
+    let mut stalled = Vec::new();
+    let mut refused = 0;
+    for _ in 0..8 {
+        let mut s = raw(server.addr);
+        s.write_all(b"GET /d/?archive=zip HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("request");
+        let head = status_line(&mut s, Duration::from_secs(5)).expect("an answer");
+        if head.starts_with("HTTP/1.1 503") {
+            assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+            refused += 1;
+        } else {
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            // Its client reads no more: the writer fills the buffers and waits.
+            stalled.push(s);
+        }
+    }
+    for path in ["/", "/d/", "/d/?format=json"] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let addr = server.addr;
+        std::thread::spawn(move || {
+            let _ = tx.send(http_get(addr, path));
+        });
+        let start = Instant::now();
+        match rx.recv_timeout(Duration::from_secs(2)) {
+            Ok(Ok((200, _))) => {}
+            Ok(other) => panic!("{path}: {other:?}"),
+            Err(_) => panic!("{path}: not listed within 2 s while archives stall"),
+        }
+        eprintln!("{path} listed in {:?}", start.elapsed());
+    }
+    assert_eq!(
+        (stalled.len(), refused),
+        (2, 6),
+        "a quarter of 8 threads for archives"
+    );
+    drop(stalled);
+}
+
+/// Searches take a blocking thread for as long as their walk (bounded by 2 s); many at once
+/// held every thread and queued the rest, and a listing waited behind them all. They now
+/// hold at most the share of long work (2 of 8 threads here); the others are answered 503
+/// at once, and a listing is served within a second.
+#[test]
+fn concurrent_searches_do_not_hold_listings_back() {
+    let tree = Tree::new("searches");
+    // 100,000 names: the most one search looks at.
+    for d in 0..100 {
+        let dir = tree.root().join(format!("t/d{d}"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for f in 0..1000 {
+            std::fs::File::create(dir.join(format!("file{f}.txt"))).expect("file");
+        }
+    }
+    let mut args = FAST.to_vec();
+    args.extend(["--max-blocking-threads", "8"]);
+    let server = Server::start(&tree, 1, &args, &[]);
+    let addr = server.addr;
+    let searches: Vec<_> = (0..40)
+        .map(|_| std::thread::spawn(move || http_get(addr, "/t/?q=nothing-is-called-this")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let took = served_within(addr, Duration::from_secs(10), "a request for a file");
+    let start = Instant::now();
+    let listed = http_get(addr, "/t/d7/?format=json");
+    let listing = start.elapsed();
+    let statuses: Vec<u16> = searches
+        .into_iter()
+        .map(|s| s.join().expect("search").map_or(0, |(status, _)| status))
+        .collect();
+    eprintln!("file in {took:?}, listing in {listing:?} past 40 searches: {statuses:?}");
+    assert_eq!(listed.map(|(status, _)| status), Ok(200));
+    assert!(
+        listing < Duration::from_secs(1),
+        "a listing took {listing:?} while searches ran"
+    );
+    assert!(statuses.contains(&200), "some searches ran: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "{statuses:?}"
+    );
+}

@@ -100,6 +100,9 @@ impl HttpError {
             | io::ErrorKind::InvalidFilename => Self::NotFound,
             // cap-std reports escapes from the root (e.g. through a symlink) as PermissionDenied.
             io::ErrorKind::PermissionDenied => Self::Forbidden,
+            // Long work refused because its share of the blocking threads is full
+            // (`long_work`): 503 with `Retry-After`.
+            io::ErrorKind::ResourceBusy => Self::Unavailable,
             _ if is_symlink_loop(&e) => Self::NotFound,
             _ => Self::Internal(e),
         }
@@ -420,6 +423,10 @@ mod tests {
             HttpError::Forbidden
         ));
         assert!(matches!(kind(io::ErrorKind::Other), HttpError::Internal(_)));
+        assert!(matches!(
+            kind(io::ErrorKind::ResourceBusy),
+            HttpError::Unavailable
+        ));
     }
 
     #[test]

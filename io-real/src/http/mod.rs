@@ -24,6 +24,7 @@ pub mod error;
 mod file_cache;
 mod length_overflow;
 pub mod listing;
+pub mod long_work;
 pub(crate) mod lookup;
 mod lru;
 pub mod meter;

@@ -8,26 +8,28 @@
 //! - `/metrics`: the core's counters in the Prometheus text format ([`super::metrics`]).
 //!
 //! Anything else is refused: an unknown path 404, a method other than GET/HEAD 405, a
-//! request head over [`MAX_HEAD`] 431 (hyper's own answer). The listener takes at most
-//! [`MAX_CONNECTIONS`] connections at a time and gives each [`HEAD_TIMEOUT`] to send its
-//! request head, so a scraper gone wrong cannot hold the parent's runtime.
+//! request head over [`MAX_HEAD`] 431 (hyper's own answer).
+//!
+//! Its connections are under the main listener's deadlines, in every state, by the same
+//! watchdog ([`crate::http::watchdog`]); the head and keep-alive deadlines are at most
+//! [`HEAD_TIMEOUT`]. It holds at most [`MAX_CONNECTIONS`] at a time and, when full, closes
+//! the longest-waiting one that never sent a request, else the longest-idle one, to admit
+//! a new one, as a full worker does (decision 0042): silent connections cannot make a
+//! liveness probe fail and an orchestrator kill a healthy service.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::oneshot;
 
+use super::admin_conn::{Connections, serve_connection};
 use super::io::{Inbound, InboundTx};
 use super::metrics::Snapshot;
+use crate::http::Deadlines;
+use crate::http::body::{self, Body};
 
 /// How long the driver loop may take to answer before `/livez` says it is not alive.
 pub const LOOP_ANSWER_BOUND: Duration = Duration::from_secs(2);
@@ -55,8 +57,13 @@ pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener
     Ok(listener)
 }
 
-/// Serve the admin listener until the host runtime stops. Must run on the host runtime.
-pub async fn serve(listener: std::net::TcpListener, events: InboundTx) {
+/// How often a full listener with no connection it may close looks again (requests
+/// finish without telling it).
+const FULL_RECHECK: Duration = Duration::from_millis(50);
+
+/// Serve the admin listener until the host runtime stops, under the main listener's
+/// `deadlines`. Must run on the host runtime.
+pub async fn serve(listener: std::net::TcpListener, events: InboundTx, deadlines: Deadlines) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -64,11 +71,21 @@ pub async fn serve(listener: std::net::TcpListener, events: InboundTx) {
             return;
         }
     };
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let deadlines = Deadlines {
+        request_head: deadlines.request_head.min(HEAD_TIMEOUT),
+        keep_alive: deadlines.keep_alive.min(HEAD_TIMEOUT),
+        ..deadlines
+    };
+    let mut held = Connections::new(MAX_CONNECTIONS);
     loop {
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
+        if !held.has_room() {
+            // Every connection is answering a request: the next waits in the backlog.
+            tokio::select! {
+                () = held.one_closed() => {}
+                () = tokio::time::sleep(FULL_RECHECK) => {}
+            }
+            continue;
+        }
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -76,27 +93,15 @@ pub async fn serve(listener: std::net::TcpListener, events: InboundTx) {
                 continue;
             }
         };
+        let admitted = held.admit();
         let events = events.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = service_fn(move |req| answer(req, events.clone()));
-            let served = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEAD_TIMEOUT)
-                .max_buf_size(MAX_HEAD)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "admin connection ended with an error");
-            }
-        });
+        tokio::spawn(serve_connection(stream, admitted, deadlines, move |req| {
+            answer(req, events.clone())
+        }));
     }
 }
 
-async fn answer(
-    req: Request<Incoming>,
-    events: InboundTx,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(req: Request<Incoming>, events: InboundTx) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
     let openmetrics = req
         .headers()
@@ -137,7 +142,7 @@ async fn answer(
             } else {
                 (super::metrics::classic_text(&body), CLASSIC_TYPE)
             };
-            let mut response = Response::new(Full::new(Bytes::from(body)));
+            let mut response = Response::new(body::full(body));
             response
                 .headers_mut()
                 .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(kind));
@@ -153,8 +158,8 @@ async fn ask_loop(events: &InboundTx) -> Option<Box<Snapshot>> {
     tokio::time::timeout(LOOP_ANSWER_BOUND, rx).await.ok()?.ok()
 }
 
-fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
+fn text(status: StatusCode, text: &str) -> Response<Body> {
+    let mut response = Response::new(body::full(text.to_owned()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

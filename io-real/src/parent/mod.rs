@@ -3,6 +3,7 @@
 
 mod acme_site;
 pub(crate) mod admin;
+mod admin_conn;
 mod check_config;
 mod cleanup;
 mod control;
@@ -325,8 +326,11 @@ fn serve(
         if let Ok(addr) = listener.local_addr() {
             say!("servery: admin (livez, readyz, metrics) on http://{addr}/");
         }
-        host.handle()
-            .spawn(admin::serve(listener, events_tx.clone()));
+        host.handle().spawn(admin::serve(
+            listener,
+            events_tx.clone(),
+            crate::http::Deadlines::of(&config),
+        ));
     }
 
     let urls: Vec<String> = addrs

@@ -32,6 +32,7 @@ pub fn site_config(
 ) -> SiteConfig {
     let s = &setup.settings;
     let c = &s.connections;
+    crate::http::long_work::configure(max_blocking_threads(setup));
     let deadlines = Deadlines {
         request_head: secs(c.request_head_timeout),
         keep_alive: secs(c.keep_alive_timeout),

@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use super::text::civil;
 use crate::http::body::Body;
 use crate::http::compress;
+use crate::http::long_work::Permit;
 use crate::http::mime;
 use crate::http::path::is_hidden;
 
@@ -227,16 +228,19 @@ fn mtime_of(meta: &cap_std::fs::Metadata) -> u64 {
 }
 
 /// Starts writing the archive of `members` on the blocking pool and returns the body
-/// that streams it.
+/// that streams it. The writer keeps `place` (its place in the worker's share of long
+/// work) until it ends: when the archive is written, or when its client has gone.
 pub fn stream(
     format: Format,
     root: Arc<Dir>,
     members: Vec<Member>,
+    place: Permit,
     runtime: &tokio::runtime::Handle,
 ) -> Body {
     let (tx, rx) = mpsc::channel(IN_FLIGHT);
     let errors = tx.clone();
     runtime.spawn_blocking(move || {
+        let _place = place;
         let out = ChannelWriter {
             tx,
             buf: Vec::with_capacity(CHUNK),

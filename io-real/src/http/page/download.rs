@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 use super::archive::{self, ArchiveError, Format, Limits};
 use crate::http::body::{self, Body};
 use crate::http::error::HttpError;
+use crate::http::long_work;
 use crate::http::path::RequestPath;
 
 /// One archive request.
@@ -26,7 +27,10 @@ pub struct Download<'a> {
 }
 
 /// Scans the directory (on the blocking pool), refuses a folder over `limits`, and
-/// streams the archive or answers its head.
+/// streams the archive or answers its head. The walk and the writer hold a blocking
+/// thread each for as long as they take (the writer as long as its client takes to read),
+/// so an archive first takes a place in the worker's share of long work: when the share
+/// is full it is answered `503` with `Retry-After` before any thread is taken.
 pub async fn respond(
     download: Download<'_>,
     limits: Option<Limits>,
@@ -43,6 +47,7 @@ pub async fn respond(
     let Some(limits) = limits else {
         return Err(HttpError::Archive(ArchiveError::Off));
     };
+    let place = long_work::try_start().ok_or(HttpError::Unavailable)?;
     let top = path.file_name().unwrap_or("files").to_owned();
     let scan_root = Arc::clone(root);
     let scan_top = top.clone();
@@ -53,7 +58,7 @@ pub async fn respond(
         .map_err(HttpError::from_io)?
         .map_err(HttpError::Archive)?;
     let body = if want_body {
-        archive::stream(format, Arc::clone(root), members, runtime)
+        archive::stream(format, Arc::clone(root), members, place, runtime)
     } else {
         body::empty()
     };

@@ -16,6 +16,7 @@ use cap_std::fs::Dir;
 use percent_encoding::percent_decode_str;
 
 use crate::http::listing::Entry;
+use crate::http::long_work;
 use crate::http::path::{encode_os_name, is_hidden};
 
 /// Entries one search looks at.
@@ -55,19 +56,24 @@ pub fn query(raw: Option<&str>) -> Option<String> {
 }
 
 /// The bounds of one search.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Bounds {
     pub max_visited: usize,
     pub max_hits: usize,
     pub deadline: Instant,
+    /// Its place among the long work that may hold a blocking thread at once
+    /// ([`long_work`]); `None` when the share was full, and the search is refused.
+    pub place: Option<long_work::Permit>,
 }
 
 impl Bounds {
+    /// The standard bounds, with a place in the worker's share of long work if one is free.
     pub fn standard() -> Self {
         Bounds {
             max_visited: MAX_VISITED,
             max_hits: MAX_HITS,
             deadline: Instant::now() + MAX_TIME,
+            place: long_work::try_start(),
         }
     }
 }
@@ -80,6 +86,11 @@ pub fn search(
     show_hidden: bool,
     bounds: Bounds,
 ) -> io::Result<Results> {
+    // A search takes its blocking thread for up to `MAX_TIME`: past the share it is
+    // refused (503, `Retry-After`) before it walks, so short work keeps its threads.
+    if bounds.place.is_none() {
+        return Err(long_work::busy());
+    }
     let needle = needle.to_lowercase();
     let mut results = Results::default();
     let mut visited = 0usize;
@@ -217,6 +228,7 @@ mod tests {
             deadline: Instant::now(),
             max_visited: usize::MAX,
             max_hits: usize::MAX,
+            place: long_work::try_start(),
         };
         // The clock is read every 64 entries: a tiny tree finishes before the first look.
         assert!(
