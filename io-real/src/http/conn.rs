@@ -54,7 +54,8 @@ pub const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 ///
 /// Every state of the connection is under a deadline (the site's [`Deadlines`]; see
 /// [`super::watchdog`]), and the connection closes when its [`Activity`] is evicted while
-/// no request is in progress.
+/// no request is in progress, or while its response waits on a client slower than the
+/// floor (decision 0041), unless a request has started since.
 pub async fn serve_connection<IO>(
     site: Arc<Site>,
     io: IO,
