@@ -65,6 +65,8 @@ pub struct WorkerLifecycle {
     app_alive_at: Option<Instant>,
     /// Resident memory in bytes as the driver last measured it (0: not measured).
     memory: u64,
+    /// Periodic heartbeats sent so far (for a simulator's oracle of what was reported).
+    beats_sent: u64,
     actions: VecDeque<WorkerAction>,
 }
 
@@ -90,6 +92,7 @@ impl WorkerLifecycle {
             stats: Arc::default(),
             app_alive_at: None,
             memory: 0,
+            beats_sent: 0,
             actions: VecDeque::new(),
         }
     }
@@ -112,6 +115,11 @@ impl WorkerLifecycle {
 
     pub fn in_flight(&self) -> u32 {
         self.in_flight
+    }
+
+    /// The periodic heartbeats sent so far (not the final one).
+    pub fn beats_sent(&self) -> u64 {
+        self.beats_sent
     }
 
     pub fn accepting(&self) -> bool {
@@ -334,6 +342,7 @@ impl WorkerLifecycle {
             // A wedged application withholds the beat (the next one is still scheduled,
             // so an interpreter that comes back beats again at once).
             if self.app_answering(now) {
+                self.beats_sent += 1;
                 self.send(WorkerMessage::Heartbeat {
                     requests: self.requests,
                     connections,

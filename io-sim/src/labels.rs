@@ -191,8 +191,18 @@ pub const CA_MISISSUED: &str = "the ca issued a wrong certificate";
 pub const WORKER_STARTED_WITH_RENEWED_IDENTITY: &str =
     "a worker started after a renewal got the renewed identity";
 
+/// A worker whose application's interpreter wedged stopped beating and was replaced.
+pub const APP_WEDGE_REPLACED: &str = "a worker whose application wedged was replaced";
+/// A worker was recycled because its memory stayed above `worker_max_rss`.
+pub const RECYCLED_BY_MEMORY: &str = "recycled by memory";
+/// A passing memory peak above `worker_max_rss` at one beat recycled nothing.
+pub const MEMORY_PEAK_PASSED: &str = "a passing memory peak recycled nothing";
+
 /// Every label above.
 pub const ALL: &[&str] = &[
+    APP_WEDGE_REPLACED,
+    RECYCLED_BY_MEMORY,
+    MEMORY_PEAK_PASSED,
     LEASE_REVOKED_ON_DEATH,
     LOG_DROPPED,
     BROKER_SATURATED,

@@ -41,8 +41,8 @@ pub use outcome::{
     WorkerExit,
 };
 pub use plan::{
-    Behavior, BehaviorFn, DAV_COLLECTIONS, DAV_FILES, DAV_TARGET_BASE, DavClientPlan, DavDraw,
-    DavWorkload, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo, Workload,
+    AppModel, Behavior, BehaviorFn, DAV_COLLECTIONS, DAV_FILES, DAV_TARGET_BASE, DavClientPlan,
+    DavDraw, DavWorkload, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo, Workload,
 };
 pub use world::SimWorld;
 

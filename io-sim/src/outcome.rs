@@ -290,6 +290,12 @@ pub struct Outcome {
     pub hangs_injected: u64,
     /// Workers a hang fault stopped: (worker id, ms of virtual time).
     pub hangs: Vec<(u64, u64)>,
+    /// Workers whose application wedged ([`crate::Behavior::AppWedgesAfterRequests`]):
+    /// (worker id, ms of virtual time).
+    pub app_wedges: Vec<(u64, u64)>,
+    /// With an application ([`crate::Workload::app`]): per worker, the most heartbeats
+    /// in a row it sent reporting memory above `worker_max_rss`.
+    pub memory_streaks: std::collections::BTreeMap<u64, u32>,
     /// Workers a pause fault stopped: (worker id, ms stopped, ms its resume is due).
     pub pauses: Vec<(u64, u64, u64)>,
     /// Every worker the parent reaped, in order.

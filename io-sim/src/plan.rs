@@ -34,6 +34,10 @@ pub enum Behavior {
     /// Crashes (`SIGSEGV`) this long after its boot finished, whatever it is doing then:
     /// a lifetime drawn by the workload (aging, a slow crash loop).
     CrashAfter(Duration),
+    /// Hosts an application ([`Workload::app`]) whose interpreter wedges once this many
+    /// requests were served (a request stuck in C code holding the GIL): the process runs
+    /// on and accepts, but its requests never finish and its probe stops answering.
+    AppWedgesAfterRequests(u64),
 }
 
 /// What the scenario knows when it picks a behavior for a new process.
@@ -148,6 +152,24 @@ pub struct Workload {
     /// workers killed between steps; `None` (the default): none, and a run draws,
     /// schedules and traces what it did before.
     pub resumable: Option<crate::chunks::ResumablePlan>,
+    /// The workers host an application ([`AppModel`]); `None` (the default): they serve
+    /// files, and a run draws, schedules and traces what it did before.
+    pub app: Option<AppModel>,
+}
+
+/// What the simulated workers' application does to their lifecycle: its interpreter is
+/// probed (a worker beats only while it answers), and its memory grows with the requests
+/// it served, with passing peaks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppModel {
+    /// Resident bytes of a worker that served nothing.
+    pub memory_base: u64,
+    /// Bytes each served request adds for good (a leak).
+    pub memory_per_request: u64,
+    /// At each heartbeat, the chance of a passing peak: this beat only, the memory
+    /// reported is `peak_bytes` more.
+    pub peak_chance: f64,
+    pub peak_bytes: u64,
 }
 
 impl Default for Workload {
@@ -167,6 +189,7 @@ impl Default for Workload {
             certs: None,
             dav_tree: None,
             resumable: None,
+            app: None,
         }
     }
 }
@@ -336,10 +359,12 @@ pub enum FaultKind {
     CrashChunkStep,
     /// A reload's new port is held by another program ([`Fault::PortBusy`]).
     PortBusy,
+    /// An application's interpreter wedges ([`Behavior::AppWedgesAfterRequests`]).
+    AppWedge,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 27] = [
+    pub const ALL: [FaultKind; 28] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -367,6 +392,7 @@ impl FaultKind {
         FaultKind::CrashDavTreeStep,
         FaultKind::CrashChunkStep,
         FaultKind::PortBusy,
+        FaultKind::AppWedge,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -403,6 +429,7 @@ impl FaultKind {
             FaultKind::CrashDavTreeStep => "crash-dav-tree-step",
             FaultKind::CrashChunkStep => "crash-chunk-step",
             FaultKind::PortBusy => "port-busy",
+            FaultKind::AppWedge => "app-wedge",
         }
     }
 
@@ -429,6 +456,7 @@ impl FaultKind {
                 | FaultKind::PauseWorker
                 | FaultKind::CrashDavTreeStep
                 | FaultKind::CrashChunkStep
+                | FaultKind::AppWedge
         )
     }
 
@@ -464,6 +492,7 @@ impl FaultKind {
             FaultKind::CrashDavTreeStep => l::DAV_TREE_KILL_SWEPT,
             FaultKind::CrashChunkStep => l::CHUNK_KILL_SWEPT,
             FaultKind::PortBusy => l::PORT_BUSY_RELOAD_REJECTED,
+            FaultKind::AppWedge => l::APP_WEDGE_REPLACED,
         }
     }
 }
@@ -515,6 +544,7 @@ impl Behavior {
             Behavior::ExitDuringDrain => FaultKind::ExitDuringDrain,
             Behavior::SpawnFails(_) => FaultKind::SpawnFails,
             Behavior::CrashAfter(_) => FaultKind::CrashAfterUptime,
+            Behavior::AppWedgesAfterRequests(_) => FaultKind::AppWedge,
         })
     }
 }

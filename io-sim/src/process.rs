@@ -48,6 +48,10 @@ pub(crate) struct Proc {
     /// A TERM arrived while it was paused: its handler runs on the resume.
     pub term_pending: bool,
     pub wedged: bool,
+    /// Its application's interpreter is wedged ([`Behavior::AppWedgesAfterRequests`]).
+    pub app_wedged: bool,
+    /// Heartbeats in a row it sent reporting memory above `worker_max_rss`.
+    pub memory_over_streak: u32,
     /// The misbehaviour the process is charged with, once it misbehaved (the first,
     /// when two hit it): what its failed requests are counted against.
     pub cause: Option<FaultKind>,
@@ -95,6 +99,8 @@ impl Proc {
             held: None,
             term_pending: false,
             wedged: false,
+            app_wedged: false,
+            memory_over_streak: 0,
             cause: None,
             accepting: false,
             parent_closed: false,
@@ -326,7 +332,36 @@ impl SimWorld {
         }
         p.timer_at = None;
         let conns = p.serving.len() as u32;
-        p.life.handle_timeout(now, conns);
+        if let Some(app) = &self.spec.workload.app {
+            // The driver's observations of its application: the probe's answer (none
+            // while wedged) and the memory, with a passing peak now and then.
+            if !p.app_wedged {
+                p.life.app_alive(now);
+            }
+            let peak = self.rng.unit() < app.peak_chance;
+            let memory = app.memory_base
+                + app.memory_per_request * p.life.requests()
+                + if peak { app.peak_bytes } else { 0 };
+            p.life.set_memory(memory);
+            let beats = p.life.beats_sent();
+            p.life.handle_timeout(now, conns);
+            if p.life.beats_sent() > beats {
+                // The oracle: what the parent was told, beat by beat.
+                let limit = self.spec.config.recovery.worker_max_rss;
+                if limit > 0 && memory > limit as u64 {
+                    p.memory_over_streak += 1;
+                    let most = self.out.memory_streaks.entry(worker.0).or_insert(0);
+                    *most = (*most).max(p.memory_over_streak);
+                } else {
+                    if p.memory_over_streak == 1 {
+                        self.out.coverage.insert(labels::MEMORY_PEAK_PASSED);
+                    }
+                    p.memory_over_streak = 0;
+                }
+            }
+        } else {
+            p.life.handle_timeout(now, conns);
+        }
         let failed = p.client.handle_timeout(now);
         for c in failed {
             self.completion(worker, c);
@@ -449,6 +484,10 @@ impl SimWorld {
         };
         if !p.runnable() {
             return;
+        }
+        if self.spec.workload.app.is_some() {
+            // The application imported: its interpreter is probed from now on.
+            p.life.watch_app(now);
         }
         match p.behavior.clone() {
             Behavior::FailStartup(error) => {
@@ -611,8 +650,9 @@ impl SimWorld {
             return;
         };
         // A stopped or wedged worker's request stalls with it: it fails when the worker
-        // is killed (a paused worker's is held, and ends when the worker resumes).
-        if !p.runnable() || p.wedged {
+        // is killed (a paused worker's is held, and ends when the worker resumes). So does
+        // one whose application is wedged: the request never leaves the interpreter.
+        if !p.runnable() || p.wedged || p.app_wedged {
             return;
         }
         let (served, had_no_room) = p.unserve(conn);
@@ -628,6 +668,17 @@ impl SimWorld {
             Behavior::CrashAfterRequests(n) => p.life.requests() >= n,
             _ => false,
         };
+        if let Behavior::AppWedgesAfterRequests(n) = p.behavior
+            && p.life.requests() >= n
+            && !p.app_wedged
+        {
+            // The next request sticks in the interpreter, holding its lock.
+            p.app_wedged = true;
+            p.misbehaved(FaultKind::AppWedge);
+            self.out
+                .app_wedges
+                .push((worker.0, now.as_nanos() / 1_000_000));
+        }
         // Over TLS, a worker holding no identity fails the handshake.
         if self.certs_served(worker) {
             self.out.requests.ok += 1;

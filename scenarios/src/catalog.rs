@@ -10,6 +10,7 @@ use servery_sim::{
     Behavior, BehaviorFn, Fault, FaultKind, Outcome, SimCommand, SimSpec, SpawnInfo, Workload,
 };
 
+use crate::catalog_apps as apps;
 use crate::catalog_bursts as bursts;
 use crate::catalog_certs as certs;
 use crate::catalog_chaos as chaos_;
@@ -113,6 +114,20 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "request-count recycling with jitter under load: zero failed requests",
         build: rollouts::request_recycle,
         kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "memory-recycle",
+        about: "an application leaking memory with passing peaks: recycled by worker_max_rss after two beats above it, never one; zero failed requests, never more than N + 1 workers",
+        build: apps::memory_recycle,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "app-wedge",
+        about: "an application's interpreter wedges holding its lock while the worker runs on: its beats stop and it is replaced as a hang",
+        build: apps::app_wedge,
+        kinds: &[FaultKind::AppWedge],
         no_swarm: None,
     },
     Scenario {

@@ -55,6 +55,14 @@ pub const SCALE: f64 = 0.25;
 /// catalog is driven; a new scenario must be added here or work with the adapter.
 pub const NOT_DRIVEN: &[(&str, &str)] = &[
     (
+        "memory-recycle",
+        "an application's memory model: the real leaking application recycled by memory on one worker is tests/apps.rs",
+    ),
+    (
+        "app-wedge",
+        "an application's interpreter wedged: the real request spinning in C while holding the GIL is tests/apps.rs",
+    ),
+    (
         "shutdown-deadlines",
         "needs requests that run for seconds inside a worker; a static file server has no such endpoint",
     ),

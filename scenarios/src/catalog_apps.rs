@@ -1,0 +1,148 @@
+//! Applications in the workers: recycling by memory (a leak with passing peaks) and an
+//! interpreter that wedges holding its lock. The real-process counterparts are
+//! tests/apps.rs (a leaking Flask application on one worker; a request spinning in C).
+
+use servery_sim::{AppModel, Behavior};
+
+use crate::catalog::{behave, expect, spec, workers};
+use crate::{Ctx, End, Plan, fast_config};
+use servery_core::supervisor::ExitReason;
+use servery_sim::labels;
+
+const MIB: u64 = 1 << 20;
+/// `worker_max_rss` in the memory scenario, and a worker's memory at rest.
+const MEMORY_LIMIT: u64 = 64 * MIB;
+const MEMORY_AT_REST: u64 = 24 * MIB;
+/// The most heartbeats in a row a worker may report above the limit: two for the rule,
+/// then the recycles queued before its own (one at a time, at most three other workers,
+/// each a boot and a drain of milliseconds), its replacement's boot and its own drain,
+/// all within a heartbeat interval or two.
+const MEMORY_STREAK_BOUND: u32 = 6;
+
+pub(crate) fn memory_recycle(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 4);
+    let mut config = fast_config(n);
+    config.recovery.worker_max_rss = MEMORY_LIMIT as i64;
+    let mut spec = spec(ctx, config.clone(), 30.0);
+    let rate = 40.0;
+    spec.workload.request_rate = rate;
+    // A worker crosses the limit after 2 to 8 seconds of its share of the load.
+    let seconds = 2.0 + ctx.rng.unit() * 6.0;
+    let per_worker = rate / n as f64 * seconds;
+    let per_request = ((MEMORY_LIMIT - MEMORY_AT_REST) as f64 / per_worker) as u64;
+    spec.workload.app = Some(AppModel {
+        memory_base: MEMORY_AT_REST,
+        memory_per_request: per_request.max(1),
+        peak_chance: 0.05 + ctx.rng.unit() * 0.15,
+        peak_bytes: MEMORY_LIMIT,
+    });
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, e| {
+        let mut recycled = 0;
+        for exit in &o.exits {
+            if exit.reason != Some(ExitReason::RecycleMemory) {
+                continue;
+            }
+            recycled += 1;
+            let streak = o.memory_streaks.get(&exit.worker).copied().unwrap_or(0);
+            if streak < 2 {
+                return Err(format!(
+                    "memory rule: worker {} was recycled by memory after {streak} heartbeat(s) above worker_max_rss; it takes two in a row",
+                    exit.worker
+                ));
+            }
+        }
+        if let Some((worker, streak)) = o
+            .memory_streaks
+            .iter()
+            .find(|(_, s)| **s > MEMORY_STREAK_BOUND)
+        {
+            return Err(format!(
+                "memory rule: worker {worker} reported memory above worker_max_rss at {streak} heartbeats in a row without being recycled (bound {MEMORY_STREAK_BOUND})"
+            ));
+        }
+        if recycled == 0 {
+            return Err("no worker was recycled by memory".into());
+        }
+        if o.max_live_processes > e.workers + 1 {
+            return Err(format!(
+                "{} processes at once while recycling by memory (N + 1 = {})",
+                o.max_live_processes,
+                e.workers + 1
+            ));
+        }
+        o.coverage.insert(labels::RECYCLED_BY_MEMORY);
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+/// `fast_config`'s timings, for the wedge's bound.
+const HEARTBEAT_INTERVAL: f64 = 0.5;
+const HEARTBEAT_TIMEOUT: f64 = 2.0;
+const FORCE_TIMEOUT: f64 = 0.5;
+/// From the wedge to the reap: the probe's last answer counts for two intervals, the
+/// worker's timer may fire up to an interval after, then the parent's heartbeat timeout
+/// from the last beat, TERM and at most the force timeout, and the reap.
+const WEDGE_BOUND_MS: u64 =
+    ((3.0 * HEARTBEAT_INTERVAL + HEARTBEAT_TIMEOUT + FORCE_TIMEOUT + 0.25) * 1000.0) as u64;
+
+pub(crate) fn app_wedge(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 4);
+    let config = fast_config(n);
+    let r = &config.recovery;
+    debug_assert!(
+        r.heartbeat_interval == HEARTBEAT_INTERVAL
+            && r.heartbeat_timeout == HEARTBEAT_TIMEOUT
+            && r.force_timeout == FORCE_TIMEOUT
+    );
+    let mut spec = spec(ctx, config.clone(), 20.0);
+    spec.workload.app = Some(AppModel {
+        memory_base: MEMORY_AT_REST,
+        memory_per_request: 0,
+        peak_chance: 0.0,
+        peak_bytes: 0,
+    });
+    let after = ctx.rng.range(3, 40);
+    // The first three spawns may wedge (the restart limit is five in thirty seconds).
+    spec.behavior = behave(ctx.kinds, move |info, rng| {
+        if info.index < 3 && rng.chance(0.6) {
+            Behavior::AppWedgesAfterRequests(after)
+        } else {
+            Behavior::Healthy
+        }
+    });
+    let mut e = expect(&config, End::Ready);
+    e.extra = Some(|o, _| {
+        for &(worker, wedged_at) in &o.app_wedges {
+            let Some(exit) = o.exits.iter().find(|x| x.worker == worker) else {
+                return Err(format!(
+                    "app-liveness rule: worker {worker}'s application wedged at {wedged_at} ms and the worker was never ended"
+                ));
+            };
+            // (A stop before the bound ends it sooner: the TERM finds a worker whose own
+            // threads run, and it exits at once.)
+            let took = exit.at_ms.saturating_sub(wedged_at);
+            if took > WEDGE_BOUND_MS {
+                return Err(format!(
+                    "app-liveness rule: worker {worker}'s application wedged at {wedged_at} ms and the worker was reaped {took} ms later (bound {WEDGE_BOUND_MS} ms)"
+                ));
+            }
+            match exit.reason {
+                Some(ExitReason::HealthFailure) => {
+                    o.coverage.insert(labels::APP_WEDGE_REPLACED);
+                }
+                // Ended otherwise before its silence ran out (the stop, a recycle).
+                Some(ExitReason::CleanExit | ExitReason::ForcedTermination) => {}
+                other => {
+                    return Err(format!(
+                        "app-liveness rule: worker {worker}'s application wedged; it ended as {other:?}, not as a hang (health_failure)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
