@@ -12,8 +12,8 @@
 //! `CONTENT_LENGTH`), so the validator's rule that `read()` has one argument holds without
 //! help. The `/info` view reports the key, and the test checks servery set it.
 //!
-//! One test is ignored as a known, open bug of the server (Django's `Set-Cookie` values
-//! keep their leading space, which HTTP/2 forbids); its comment says what and where.
+//! Django's `Set-Cookie` values start with a space, which HTTP/2 forbids: a test holds
+//! servery to trimming it.
 //!
 //! Requests go through curl, a client nobody here wrote. Each test says SKIPPED and
 //! passes when the interpreter the binary embeds lacks Django (scripts/test installs the
@@ -526,17 +526,13 @@ fn head_and_concurrent_requests_to_django_on_kept_alive_connections() {
     assert!(!stderr.contains("AssertionError"), "{stderr}");
 }
 
-/// KNOWN BUG, open (reported with the benchmark, not fixed here: the WSGI adapter is
-/// another owner's): servery passes a WSGI header value on as the application gave it, and
-/// Django gives every `Set-Cookie` with a leading space. On HTTP/1.1 that space is
+/// Django gives every `Set-Cookie` value with a leading space. On HTTP/1.1 that is
 /// optional white space and harmless; on HTTP/2 "a field value MUST NOT start or end with
 /// an ASCII whitespace character" and a response carrying one "MUST be treated as
-/// malformed" (RFC 9113 §8.2.1), so a strict HTTP/2 client refuses the response of every
-/// Django view that sets a cookie (sessions, CSRF). gunicorn strips header values; the
-/// fix belongs where the adapter checks the head (`parse_head`). Run it with
-/// `cargo test -p servery-tests --test apps_django -- --ignored`.
+/// malformed" (RFC 9113 §8.2.1), so a strict HTTP/2 client would refuse every Django view
+/// that sets a cookie (sessions, CSRF). servery trims the white space around WSGI header
+/// values, as gunicorn does.
 #[test]
-#[ignore = "KNOWN BUG (open): WSGI header values keep surrounding white space, malformed on HTTP/2 (RFC 9113 §8.2.1)"]
 fn django_cookies_reach_an_http2_client_without_surrounding_white_space() {
     if !django_available() {
         return;

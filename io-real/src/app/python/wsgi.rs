@@ -449,7 +449,11 @@ fn parse_head(args: &Bound<'_, PyTuple>) -> PyResult<(StatusCode, HeaderMap)> {
                 "the hop-by-hop header {name} is the server's to set (PEP 3333)"
             )));
         }
-        let value = HeaderValue::from_bytes(&latin1_bytes(&value).map_err(invalid)?)
+        // Optional whitespace around a field value is not part of it (RFC 9110 §5.5), and
+        // HTTP/2 and HTTP/3 refuse a value that starts or ends with it: Django's cookies
+        // come as " name=value".
+        let value = value.trim_matches([' ', '\t']);
+        let value = HeaderValue::from_bytes(&latin1_bytes(value).map_err(invalid)?)
             .map_err(|e| invalid(format!("value of {name}: {e}")))?;
         headers.append(name, value);
     }
