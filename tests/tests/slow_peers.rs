@@ -393,7 +393,8 @@ fn status_line(s: &mut TcpStream, bound: Duration) -> Option<String> {
 /// The fourth case: archive downloads whose clients stop reading held every
 /// blocking thread, and listings stopped. Archives now hold at most a quarter of
 /// `--max-blocking-threads` (2 of 8 here); past that they are answered 503 with
-/// `Retry-After` at once, and listings keep being served.
+/// `Retry-After` at once, and listings keep being served. A WebDAV walk of the whole tree
+/// is long work too; a walk of one level is not.
 #[test]
 fn stalled_archive_downloads_leave_threads_for_listings() {
     let tree = Tree::new("archives");
@@ -403,7 +404,7 @@ fn stalled_archive_downloads_leave_threads_for_listings() {
         .and_then(|f| f.set_len(64 << 20))
         .expect("big file");
     let mut args = FAST.to_vec();
-    args.extend(["--max-blocking-threads", "8"]);
+    args.extend(["--max-blocking-threads", "8", "--dav"]);
     let server = Server::start(&tree, 1, &args, &[]);
     let mut stalled = Vec::new();
     let mut refused = 0;
@@ -440,6 +441,19 @@ fn stalled_archive_downloads_leave_threads_for_listings() {
         (2, 6),
         "a quarter of 8 threads for archives"
     );
+    for (depth, status) in [("infinity", "503"), ("1", "207")] {
+        let mut s = raw(server.addr);
+        write!(
+            s,
+            "PROPFIND /d/ HTTP/1.1\r\nHost: x\r\nDepth: {depth}\r\nContent-Length: 0\r\n\r\n"
+        )
+        .expect("request");
+        let head = status_line(&mut s, Duration::from_secs(5)).expect("an answer");
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "PROPFIND Depth {depth}: {head}"
+        );
+    }
     drop(stalled);
 }
 

@@ -10,6 +10,7 @@ use servery_core::proto::DavLockInfo;
 
 use super::super::body::Body;
 use super::super::error::HttpError;
+use super::super::long_work;
 use super::super::mime;
 use super::locks::{self, Reach};
 use super::props::{self, Stored};
@@ -183,7 +184,15 @@ impl Dav {
         );
         let start = path.clone();
         let wants_quota = matches!(&request, Propfind::Prop(names) if names.iter().any(|n| n.namespace == DAV_NS && QUOTA.contains(&n.local.as_str())));
+        // A walk of the whole tree holds its blocking thread for as long as the tree is
+        // large: long work, under the worker's share of the pool (decision 0042); a walk
+        // of one level is as short as a listing.
+        let place = match depth {
+            None => Some(long_work::try_start().ok_or(HttpError::Unavailable)?),
+            Some(_) => None,
+        };
         let (found, quota) = blocking(move || {
+            let _place = place;
             let found = walk(&root, &start, depth, max, show_hidden)?;
             Ok((found, if wants_quota { quota(&root) } else { None }))
         })
