@@ -480,3 +480,73 @@ fn a_leaking_application_on_one_worker_is_recycled_by_memory_without_a_failed_re
         "peak {peak} B above limit + leak rate x (two beats + a start) = {bound:.0} B"
     );
 }
+
+#[test]
+fn an_application_over_tls_and_http2_is_logged_like_files_and_keeps_servery_headers_off() {
+    if !flask_available() {
+        return;
+    }
+    let tree = app_tree("apptls", FLASK_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let log = tree.dir.join("access.log");
+    let log_arg = log.to_str().expect("utf-8").to_owned();
+    let args = app_args(
+        app_dir,
+        &["--tls-self-signed", "--hsts", "--access-log", &log_arg],
+    );
+    let server = Server::start(&tree, 2, &args, &[]);
+    server.wait_ready(2, BOUND);
+    let https = |path: &str, extra: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-s", "-k", "--http2", "--max-time", "20", "-D", "-"])
+            .args(extra)
+            .arg(format!("https://{}{path}", server.addr))
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let answer = https("/environ", &[]);
+    assert!(answer.starts_with("HTTP/2 200"), "{answer}");
+    let lower = answer.to_ascii_lowercase();
+    assert!(
+        lower.contains("strict-transport-security"),
+        "HSTS over TLS: {answer}"
+    );
+    assert!(
+        !lower.contains("x-frame-options"),
+        "servery's page headers are not added to the application's: {answer}"
+    );
+    assert!(answer.contains("\"wsgi.url_scheme\":\"https\""), "{answer}");
+    assert!(
+        answer.contains("\"SERVER_PROTOCOL\":\"HTTP/2\""),
+        "{answer}"
+    );
+    let posted = https(
+        "/json",
+        &[
+            "-H",
+            "content-type: application/json",
+            "--data",
+            "{\"n\": 7}",
+        ],
+    );
+    assert!(
+        posted.contains("\"n\":7") || posted.contains("\"n\": 7"),
+        "{posted}"
+    );
+    // Every application request has its access-log line, as a file's does.
+    let (lines, _) = wait_until(BOUND, "the application's access-log lines", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let found: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("/environ") || l.contains("POST /json"))
+            .map(str::to_owned)
+            .collect();
+        (found.len() == 2).then_some(found)
+    });
+    assert!(
+        lines.iter().all(|l| l.contains("HTTP/2.0\" 200")),
+        "logged with protocol and status: {lines:?}"
+    );
+}
