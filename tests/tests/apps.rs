@@ -75,6 +75,12 @@ def version():
 
 LEAKED = []
 
+@flask_app.get("/segfault")
+def segfault():
+    # What a broken extension does: read through a null pointer.
+    import ctypes
+    return ctypes.string_at(0)
+
 @flask_app.get("/leak")
 def leak():
     # A MiB a request, written so its pages are resident, and kept for good.
@@ -548,5 +554,48 @@ fn an_application_over_tls_and_http2_is_logged_like_files_and_keeps_servery_head
     assert!(
         lines.iter().all(|l| l.contains("HTTP/2.0\" 200")),
         "logged with protocol and status: {lines:?}"
+    );
+}
+
+#[test]
+fn an_application_that_segfaults_on_every_request_hits_the_restart_limit() {
+    if !flask_available() {
+        return;
+    }
+    let tree = app_tree("segfault", FLASK_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let mut server = Server::start(&tree, 1, &app_args(app_dir, &[]), &[]);
+    server.wait_ready(1, BOUND);
+    let addr = server.addr;
+    // Each request kills the worker that takes it; a replacement comes up after its
+    // backoff; the sixth crash within the window is one more than the limit of five.
+    let started = Instant::now();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut sent = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 500 {
+                let _ = curl(addr, "/segfault", &["--max-time", "5"]);
+                sent += 1;
+            }
+            sent
+        })
+    };
+    let (status, took) = server.wait_exit(Duration::from_secs(120));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = client.join().expect("client");
+    eprintln!(
+        "MEASURED segfaulting application → exit {:?} {took:?} after spawn, {sent} requests, {:?} after the first",
+        status.code(),
+        started.elapsed()
+    );
+    assert_eq!(status.code(), Some(4), "stderr:\n{}", server.stderr());
+    let stderr = server.stderr();
+    assert!(stderr.contains("restart_limit_exceeded"), "{stderr}");
+    assert!(
+        stderr.contains("signal 11"),
+        "the workers died of SIGSEGV: {stderr}"
     );
 }
