@@ -174,3 +174,46 @@ pub(super) async fn serve_connection<F, Fut>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::watchdog::Unanswered;
+
+    #[test]
+    fn a_full_listener_closes_the_silent_then_the_idle_never_the_busy() {
+        let mut held = Connections::new(3);
+        let (busy, _busy_closed) = held.admit();
+        busy.request_started();
+        let _answering = Unanswered::new(Arc::clone(&busy));
+        let (idle, _idle_closed) = held.admit();
+        idle.request_started();
+        drop(Unanswered::new(Arc::clone(&idle)));
+        let (silent, _silent_closed) = held.admit();
+        assert!(held.has_room(), "full, with connections it may close");
+        // A fourth closes the one that never sent a request, then the idle one.
+        let (fourth, _fourth_closed) = held.admit();
+        assert!(silent.eviction_stands() && held.held[2].closing());
+        // The fourth is served and idle from now on, after the first idle one.
+        fourth.request_started();
+        drop(Unanswered::new(Arc::clone(&fourth)));
+        let (_fifth, _fifth_closed) = held.admit();
+        assert!(held.held[1].closing(), "then the longest idle");
+        assert!(
+            !held.held[3].evicted,
+            "not the idle one that was served since"
+        );
+        assert!(!held.held[0].evicted, "never the one answering");
+        // The two asked to close do not count, and there are connections it may close.
+        assert!(held.has_room());
+    }
+
+    #[test]
+    fn a_connection_whose_task_ended_is_forgotten() {
+        let mut held = Connections::new(1);
+        let (gone, closed) = held.admit();
+        drop((gone, closed));
+        assert!(held.has_room());
+        assert!(held.held.is_empty());
+    }
+}
