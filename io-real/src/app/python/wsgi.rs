@@ -466,3 +466,97 @@ fn latin1_bytes(s: &str) -> Result<Vec<u8>, String> {
         .map(|c| u8::try_from(u32::from(c)).map_err(|_| format!("{s:?} is not ISO-8859-1")))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use pyo3::types::PyList;
+
+    /// `parse_head` on `(status, [(name, value), ...])` as an application gives them.
+    fn head(status: &str, headers: &[(&str, &str)]) -> Result<(StatusCode, HeaderMap), String> {
+        Python::initialize();
+        Python::attach(|py| {
+            let list = PyList::empty(py);
+            for (k, v) in headers {
+                list.append((*k, *v)).map_err(|e| e.to_string())?;
+            }
+            let args = PyTuple::new(
+                py,
+                [
+                    status
+                        .into_pyobject(py)
+                        .map_err(|e| e.to_string())?
+                        .into_any(),
+                    list.into_any(),
+                ],
+            )
+            .map_err(|e| e.to_string())?;
+            parse_head(&args).map_err(|e| e.to_string())
+        })
+    }
+
+    #[test]
+    fn status_lines_are_checked() {
+        assert_eq!(head("200 OK", &[]).map(|h| h.0), Ok(StatusCode::OK));
+        assert_eq!(head("404", &[]).map(|h| h.0), Ok(StatusCode::NOT_FOUND));
+        assert_eq!(
+            head("599 Whatever Reason", &[]).map(|h| h.0.as_u16()),
+            Ok(599)
+        );
+        for bad in [
+            "",
+            "OK",
+            "20 OK",
+            "2000 OK",
+            "200OK",
+            "abc def",
+            "099 Low",
+            "100 Continue",
+        ] {
+            assert!(head(bad, &[]).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn headers_are_checked_trimmed_and_kept_in_order() {
+        let (_, h) = head(
+            "200 OK",
+            &[
+                ("Set-Cookie", " a=1"),
+                ("Set-Cookie", "b=2\t"),
+                ("X-Latin", "caf\u{e9}"),
+            ],
+        )
+        .expect("valid");
+        let cookies: Vec<_> = h.get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(h["x-latin"].as_bytes(), b"caf\xe9");
+        for (name, value) in [
+            ("Connection", "close"),
+            ("Transfer-Encoding", "chunked"),
+            ("Bad Name", "v"),
+            ("X-Newline", "a\nb"),
+            ("X-Wide", "\u{263a}"),
+        ] {
+            assert!(
+                head("200 OK", &[(name, value)]).is_err(),
+                "{name}: {value:?} accepted"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn native_strings_round_trip_their_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let native: String = bytes.iter().map(|&b| char::from(b)).collect();
+            prop_assert_eq!(latin1_bytes(&native), Ok(bytes));
+        }
+
+        #[test]
+        fn a_code_point_above_255_is_refused(s in "\\PC*", c in (256u32..0x11_0000).prop_filter_map("a scalar value", char::from_u32)) {
+            let with = format!("{s}{c}");
+            prop_assert!(latin1_bytes(&with).is_err());
+        }
+    }
+}
