@@ -321,13 +321,25 @@ fn a_full_worker_whose_connections_are_all_busy_leaves_a_new_one_in_the_backlog(
     args.extend(["--max-connections", "1"]);
     let server = Server::start(&tree, 1, &args, &[]);
     // Accepted while silent (so the worker could still make room), then busy at once:
-    // a download its client does not read.
+    // a download its client reads steadily (about 4 MiB/s, so it lasts the test and stays
+    // above --min-send-rate: a client that stopped reading would count as idle).
     let mut busy = raw(server.addr);
     busy.write_all(b"GET /large.bin HTTP/1.1\r\nHost: x\r\n\r\n")
         .expect("write");
     busy.set_read_timeout(Some(SLACK)).expect("timeout");
     let mut buf = [0u8; 4096];
     assert!(busy.read(&mut buf).expect("the download starts") > 0);
+    let reading = Arc::new(AtomicBool::new(true));
+    let reader = {
+        let reading = Arc::clone(&reading);
+        std::thread::spawn(move || {
+            let mut chunk = vec![0u8; 64 * 1024];
+            while reading.load(Ordering::Relaxed) && matches!(busy.read(&mut chunk), Ok(n) if n > 0)
+            {
+                std::thread::sleep(Duration::from_millis(15));
+            }
+        })
+    };
     let mut waiting = raw(server.addr);
     waiting
         .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -344,7 +356,8 @@ fn a_full_worker_whose_connections_are_all_busy_leaves_a_new_one_in_the_backlog(
         ),
     }
     // Its one connection gone, the worker takes the waiting one from the backlog.
-    drop(busy);
+    reading.store(false, Ordering::Relaxed);
+    reader.join().expect("reader");
     waiting.set_read_timeout(Some(SLACK)).expect("timeout");
     let mut got = Vec::new();
     while !got.ends_with(HELLO) {
