@@ -12,6 +12,11 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// What a pool thread runs its loop inside: the embedded interpreter keeps one thread
+/// state per thread for the thread's life this way, instead of making and dropping one
+/// for every call.
+pub type ThreadScope = fn(&mut (dyn FnMut() + Send));
+
 #[derive(Debug, Clone)]
 pub struct Pool {
     inner: Arc<Inner>,
@@ -21,6 +26,7 @@ struct Inner {
     state: Mutex<State>,
     work: Condvar,
     max: usize,
+    scope: Option<ThreadScope>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -38,12 +44,19 @@ struct State {
 
 impl Pool {
     /// A pool of at most `max` threads (at least one), none started yet.
-    pub fn new(max: usize) -> Pool {
+    #[cfg(test)]
+    fn new(max: usize) -> Pool {
+        Pool::with_scope(max, None)
+    }
+
+    /// A pool whose threads run their loop inside `scope`.
+    pub fn with_scope(max: usize, scope: Option<ThreadScope>) -> Pool {
         Pool {
             inner: Arc::new(Inner {
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
                 max: max.max(1),
+                scope,
             }),
         }
     }
@@ -62,7 +75,10 @@ impl Pool {
             let inner = Arc::clone(&self.inner);
             let spawned = std::thread::Builder::new()
                 .name("servery-app".into())
-                .spawn(move || work(&inner));
+                .spawn(move || match inner.scope {
+                    Some(scope) => scope(&mut || work(&inner)),
+                    None => work(&inner),
+                });
             match spawned {
                 Ok(_) => state.started += 1,
                 // Out of threads: the queued call waits for one that runs.

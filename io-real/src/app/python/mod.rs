@@ -180,7 +180,12 @@ fn start_probe(clock: Clock, alive: Arc<AtomicU64>) {
     }
 }
 
-/// `Pool` sized for the spec.
+/// `Pool` sized for the spec, whose threads each keep one interpreter thread state for
+/// their life: attached once, and released (`detach`) for everything but the calls, which
+/// then re-take the lock with that state instead of making and dropping one each.
 fn pool(spec: &AppSpec) -> Pool {
-    Pool::new(spec.threads)
+    fn attached(run: &mut (dyn FnMut() + Send)) {
+        Python::attach(|py| py.detach(run));
+    }
+    Pool::with_scope(spec.threads, Some(attached))
 }
