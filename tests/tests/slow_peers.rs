@@ -394,7 +394,7 @@ fn status_line(s: &mut TcpStream, bound: Duration) -> Option<String> {
 /// blocking thread, and listings stopped. Archives now hold at most a quarter of
 /// `--max-blocking-threads` (2 of 8 here); past that they are answered 503 with
 /// `Retry-After` at once, and listings keep being served. A WebDAV walk of the whole tree
-/// is long work too; a walk of one level is not.
+/// and a copy of a tree are long work too; a walk of one level is not.
 #[test]
 fn stalled_archive_downloads_leave_threads_for_listings() {
     let tree = Tree::new("archives");
@@ -404,7 +404,9 @@ fn stalled_archive_downloads_leave_threads_for_listings() {
         .and_then(|f| f.set_len(64 << 20))
         .expect("big file");
     let mut args = FAST.to_vec();
-    args.extend(["--max-blocking-threads", "8", "--dav"]);
+    args.extend(["--max-blocking-threads", "8", "--dav", "--upload"]);
+    std::fs::create_dir_all(tree.root().join("small")).expect("mkdir");
+    std::fs::write(tree.root().join("small/a.txt"), b"a").expect("file");
     let server = Server::start(&tree, 1, &args, &[]);
     let mut stalled = Vec::new();
     let mut refused = 0;
@@ -454,7 +456,28 @@ fn stalled_archive_downloads_leave_threads_for_listings() {
             "PROPFIND Depth {depth}: {head}"
         );
     }
+    let copy = |addr| {
+        let mut s = raw(addr);
+        s.write_all(
+            b"COPY /small/ HTTP/1.1\r\nHost: x\r\nDestination: http://x/copy/\r\nContent-Length: 0\r\n\r\n",
+        )
+        .expect("request");
+        status_line(&mut s, Duration::from_secs(5)).expect("an answer")
+    };
+    let refused = copy(server.addr);
+    assert!(refused.starts_with("HTTP/1.1 503"), "COPY: {refused}");
+    assert!(!tree.root().join("copy").exists(), "nothing made");
+    // The stalled clients go: their writers end, the share is free, the copy is made.
     drop(stalled);
+    wait_until(
+        Duration::from_secs(10),
+        "the copy once the share is free",
+        || copy(server.addr).starts_with("HTTP/1.1 201").then_some(()),
+    );
+    assert_eq!(
+        std::fs::read(tree.root().join("copy/a.txt")).ok(),
+        Some(b"a".to_vec())
+    );
 }
 
 /// Searches take a blocking thread for as long as their walk (bounded by 2 s); many at once

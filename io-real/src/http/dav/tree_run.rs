@@ -11,6 +11,7 @@ use servery_core::tree_flow::{
 use servery_core::write_flow::WriteFailure;
 
 use super::super::error::HttpError;
+use super::super::long_work;
 use super::resource::DavPath;
 use super::tree::{self, Placed};
 use super::{Dav, DavError, blocking, props};
@@ -67,6 +68,9 @@ struct Run<'a> {
     trash_dest: Option<String>,
     trash_source: Option<String>,
     error: Option<HttpError>,
+    /// A copy's place in the worker's share of long blocking work, from its staging to
+    /// the end of its filling.
+    long_work: Option<long_work::Permit>,
 }
 
 impl Run<'_> {
@@ -289,6 +293,7 @@ impl Dav {
             trash_dest: None,
             trash_source: None,
             error: None,
+            long_work: None,
         };
         // The test fault's count of the actions taken so far, per step.
         let mut taken = [0u32; servery_core::tree_flow::STEPS.len()];
@@ -308,23 +313,33 @@ impl Dav {
                 TreeAction::Lease(side) => run.lease(side).await,
                 TreeAction::Inspect => run.inspect().await,
                 TreeAction::CreateStaging => {
-                    let worker = run.worker();
-                    match run.fs(move |s, d| tree::create_staging(s, d, worker)).await {
-                        Ok(name) => {
-                            run.staging = Some(name);
-                            TreeEvent::Staged
+                    // Filling the copy holds a blocking thread for as long as the tree is
+                    // large: long work, which first takes a place in the worker's share
+                    // (decision 0042), or is answered 503 before anything is made.
+                    match long_work::try_start() {
+                        None => run.fail(HttpError::Unavailable),
+                        Some(place) => {
+                            run.long_work = Some(place);
+                            let worker = run.worker();
+                            match run.fs(move |s, d| tree::create_staging(s, d, worker)).await {
+                                Ok(name) => {
+                                    run.staging = Some(name);
+                                    TreeEvent::Staged
+                                }
+                                Err(event) => event,
+                            }
                         }
-                        Err(event) => event,
                     }
                 }
                 TreeAction::FillStaging { infinity } => {
                     let Some(staging) = run.staging.clone() else {
                         return Err(HttpError::Internal(std::io::Error::other("no staging")));
                     };
-                    match run
+                    let filled = run
                         .fs(move |s, d| tree::fill_staging(s, d, &staging, infinity))
-                        .await
-                    {
+                        .await;
+                    run.long_work = None;
+                    match filled {
                         Ok(()) => TreeEvent::Filled,
                         Err(event) => event,
                     }
