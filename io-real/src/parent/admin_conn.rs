@@ -148,6 +148,8 @@ pub(super) async fn serve_connection<F, Fut>(
     let mut watch = Watch::new(&activity);
     let watchdog = tokio::time::sleep_until(Instant::now());
     tokio::pin!(watchdog);
+    // Asked to close, and read once more before it does (see the branches).
+    let mut evicting = false;
     loop {
         tokio::select! {
             served = conn.as_mut() => {
@@ -165,11 +167,20 @@ pub(super) async fn serve_connection<F, Fut>(
                     }
                 }
             }
-            () = activity.evicted() => {
+            () = activity.evicted(), if !evicting => {
+                // As a worker's connection (`http/conn.rs`): a probe's head may be in the
+                // socket unread, because this task has not run since the accept, and
+                // closing then would reset the probe. So it is read once more first.
+                evicting = activity.eviction_stands();
+            }
+            () = tokio::task::yield_now(), if evicting => {
+                // `yield_now` is pending on its first poll, so the connection has been
+                // polled (and has read what had arrived) since the eviction was seen.
                 if activity.eviction_stands() {
                     tracing::debug!("closing an idle admin connection to admit a new one");
                     return;
                 }
+                evicting = false;
             }
         }
     }
