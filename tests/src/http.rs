@@ -165,3 +165,41 @@ impl Load {
         }
     }
 }
+
+/// What curl (a client nobody here wrote) got: its exit code, the status and the body.
+#[derive(Debug)]
+pub struct CurlAnswer {
+    pub exit: Option<i32>,
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// `curl -s ARGS http://ADDR/PATH`, bounded by `--max-time 20`.
+pub fn curl(addr: SocketAddr, path: &str, args: &[&str]) -> CurlAnswer {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "20", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(format!("http://{addr}{path}"))
+        .output()
+        .expect("run curl");
+    let mut body = out.stdout;
+    let split = body.iter().rposition(|&b| b == b'\n').unwrap_or(0);
+    let status = String::from_utf8_lossy(&body[split + 1..])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    body.truncate(split);
+    CurlAnswer {
+        exit: out.status.code(),
+        status,
+        body,
+    }
+}
+
+/// A 200 answer's body as JSON (panics naming the path otherwise).
+pub fn curl_json(addr: SocketAddr, path: &str, args: &[&str]) -> serde_json::Value {
+    let a = curl(addr, path, args);
+    let text = String::from_utf8_lossy(&a.body);
+    assert_eq!(a.status, 200, "{path}: {text}");
+    serde_json::from_slice(&a.body).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
+}

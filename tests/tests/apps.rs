@@ -139,29 +139,14 @@ fn app_args<'a>(tree_dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     .concat()
 }
 
-/// curl's answer: (status, body). Bounded by `--max-time`.
+/// curl's answer: (status, body).
 fn curl(addr: std::net::SocketAddr, path: &str, args: &[&str]) -> (u16, Vec<u8>) {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "20", "-w", "\n%{http_code}"])
-        .args(args)
-        .arg(format!("http://{addr}{path}"))
-        .output()
-        .expect("run curl");
-    let mut body = out.stdout;
-    let split = body.iter().rposition(|&b| b == b'\n').unwrap_or(0);
-    let code = String::from_utf8_lossy(&body[split + 1..])
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    body.truncate(split);
-    (code, body)
+    let a = servery_tests::curl(addr, path, args);
+    (a.status, a.body)
 }
 
 fn json_body(addr: std::net::SocketAddr, path: &str, args: &[&str]) -> Value {
-    let (code, body) = curl(addr, path, args);
-    assert_eq!(code, 200, "{path}: {}", String::from_utf8_lossy(&body));
-    servery_tests::serde_json::from_slice(&body)
-        .unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&body)))
+    curl_json(addr, path, args)
 }
 
 #[test]

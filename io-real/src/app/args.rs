@@ -19,8 +19,31 @@ pub struct AppArgs {
     /// worker's start with the application's traceback. With DIR given, requests under
     /// --static-prefix are answered from DIR and never reach Python. Needs a build with
     /// the `python` feature.
-    #[arg(long, value_name = "MODULE:NAME", env = "SERVERY_WSGI")]
+    #[arg(
+        long,
+        value_name = "MODULE:NAME",
+        env = "SERVERY_WSGI",
+        conflicts_with = "asgi"
+    )]
     pub wsgi: Option<String>,
+    /// Serve an ASGI 3 application (HTTP and lifespan), `MODULE:NAME`
+    /// (`myproject.asgi:application`), on one asyncio loop per worker; its lifespan
+    /// startup runs before the worker reports ready, its shutdown after it drains. As with
+    /// --wsgi, static files under --static-prefix never reach Python.
+    #[arg(long, value_name = "MODULE:NAME", env = "SERVERY_ASGI")]
+    pub asgi: Option<String>,
+    /// ASGI lifespan: `auto` (run it; an application that does not support it is served
+    /// anyway), `on` (its failure fails the worker's start), `off`.
+    #[arg(long, value_name = "auto|on|off", env = "SERVERY_LIFESPAN", default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub lifespan: String,
+    /// How long lifespan startup or shutdown may take, in seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "SERVERY_LIFESPAN_TIMEOUT",
+        default_value_t = 30.0
+    )]
+    pub lifespan_timeout: f64,
     /// Directories put at the front of Python's module search path (repeat, or separate
     /// with commas), before the application is imported.
     #[arg(
@@ -44,19 +67,37 @@ pub struct AppArgs {
 impl AppArgs {
     /// Whether the workers host an application.
     pub fn enabled(&self) -> bool {
-        self.wsgi.is_some()
+        self.target().is_some()
+    }
+
+    /// `--wsgi` or `--asgi`, with the flag that names it.
+    pub fn target(&self) -> Option<(&'static str, &str)> {
+        match (&self.wsgi, &self.asgi) {
+            (Some(t), _) => Some(("--wsgi", t)),
+            (None, Some(t)) => Some(("--asgi", t)),
+            (None, None) => None,
+        }
     }
 
     /// Every problem with the application's settings, each naming its flag; none when
     /// no application is asked for.
     pub fn check(&self) -> Vec<SiteIssue> {
         let mut issues = Vec::new();
-        let Some(target) = &self.wsgi else {
+        let Some((flag, target)) = self.target() else {
             return issues;
         };
+        if !(self.lifespan_timeout.is_finite() && self.lifespan_timeout > 0.0) {
+            issues.push(SiteIssue {
+                flag: "--lifespan-timeout",
+                message: format!(
+                    "must be a number of seconds above 0, got {}",
+                    self.lifespan_timeout
+                ),
+            });
+        }
         if !super::PYTHON_BUILT_IN {
             issues.push(SiteIssue {
-                flag: "--wsgi",
+                flag,
                 message: "this build of servery has no Python: build it with \
                           `--features python` (needs Python 3.9 or later with its shared \
                           library)"
@@ -65,7 +106,7 @@ impl AppArgs {
         }
         if let Err(rule) = super::Target::parse(target) {
             issues.push(SiteIssue {
-                flag: "--wsgi",
+                flag,
                 message: rule,
             });
         }

@@ -72,10 +72,22 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// Which protocol the application speaks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Interface {
+    Wsgi,
+    /// ASGI 3, with how its lifespan runs (`auto`, `on`, `off`) and may take.
+    Asgi {
+        lifespan: &'static str,
+        lifespan_timeout: Duration,
+    },
+}
+
 /// Everything a worker needs to load and call its application.
 #[derive(Debug, Clone)]
 pub struct AppSpec {
     pub target: Target,
+    pub interface: Interface,
     pub factory: bool,
     /// Put in front of `sys.path`, in this order, before the import.
     pub app_dirs: Vec<PathBuf>,
@@ -94,9 +106,24 @@ impl AppSpec {
     /// The application the settings ask for, if any.
     pub fn from_settings(settings: &crate::cli::ServeArgs, body_timeout: Duration) -> Option<Self> {
         let app = &settings.app;
-        let target = Target::parse(app.wsgi.as_deref()?).ok()?;
+        let (flag, target) = app.target()?;
+        let target = Target::parse(target).ok()?;
+        let interface = if flag == "--asgi" {
+            Interface::Asgi {
+                lifespan: match app.lifespan.as_str() {
+                    "on" => "on",
+                    "off" => "off",
+                    _ => "auto",
+                },
+                lifespan_timeout: Duration::try_from_secs_f64(app.lifespan_timeout)
+                    .unwrap_or(Duration::from_secs(30)),
+            }
+        } else {
+            Interface::Wsgi
+        };
         Some(AppSpec {
             target,
+            interface,
             factory: app.app_factory,
             app_dirs: app.app_dir.clone(),
             threads: usize::try_from(settings.budgets.max_blocking_threads)
@@ -133,7 +160,15 @@ pub struct Caller {
 pub struct App {
     static_prefix: Option<String>,
     #[cfg(feature = "python")]
-    host: python::Wsgi,
+    host: Host,
+}
+
+/// The adapter the application runs under.
+#[cfg(feature = "python")]
+#[derive(Debug)]
+enum Host {
+    Wsgi(python::Wsgi),
+    Asgi(python::Asgi),
 }
 
 impl App {
@@ -147,7 +182,26 @@ impl App {
     ) -> Result<App, AppError> {
         #[cfg(feature = "python")]
         {
-            let host = python::Wsgi::load(spec, runtime, clock)?;
+            let host = match spec.interface {
+                Interface::Wsgi => Host::Wsgi(python::Wsgi::load(spec, runtime, clock)?),
+                Interface::Asgi {
+                    lifespan,
+                    lifespan_timeout,
+                } => {
+                    let mode = match lifespan {
+                        "on" => python::LifespanMode::On,
+                        "off" => python::LifespanMode::Off,
+                        _ => python::LifespanMode::Auto,
+                    };
+                    Host::Asgi(python::Asgi::load(
+                        spec,
+                        runtime,
+                        clock,
+                        mode,
+                        lifespan_timeout,
+                    )?)
+                }
+            };
             Ok(App {
                 static_prefix: spec.static_prefix.clone(),
                 host,
@@ -167,8 +221,9 @@ impl App {
     /// When the interpreter last answered the liveness probe, in the worker's clock.
     pub fn last_alive(&self) -> Option<servery_core::Instant> {
         #[cfg(feature = "python")]
-        {
-            self.host.last_alive()
+        match &self.host {
+            Host::Wsgi(w) => w.last_alive(),
+            Host::Asgi(a) => a.last_alive(),
         }
         #[cfg(not(feature = "python"))]
         None
@@ -184,11 +239,23 @@ impl App {
         B::Error: std::fmt::Display,
     {
         #[cfg(feature = "python")]
-        {
-            self.host.handle(parts, body, caller).await
+        match &self.host {
+            Host::Wsgi(w) => w.handle(parts, body, caller).await,
+            Host::Asgi(a) => a.handle(parts, body, caller).await,
         }
         #[cfg(not(feature = "python"))]
         crate::http::error::error_response(&crate::http::HttpError::Unavailable)
+    }
+}
+
+impl App {
+    /// Runs the application's shutdown (ASGI lifespan) once the worker has drained, bounded
+    /// by its timeout. Blocking: call it from a blocking thread.
+    pub fn shutdown(&self) {
+        #[cfg(feature = "python")]
+        if let Host::Asgi(a) = &self.host {
+            a.shutdown();
+        }
     }
 }
 

@@ -307,6 +307,7 @@ impl Worker {
                         return std::future::pending().await;
                     }
                     tracing::info!(worker = self.id, code, "exiting");
+                    self.app_shutdown().await;
                     self.endpoints_closed().await;
                     self.last_heartbeat();
                     return code;
@@ -630,6 +631,16 @@ impl Worker {
             let _closed = closed;
             crate::http3::serve::serve_connection(site, incoming, drain, requests, activity).await;
         });
+    }
+
+    /// The application's shutdown (ASGI lifespan), once the drain has finished every
+    /// request: bounded by the lifespan timeout, and by the parent's KILL past the drain
+    /// deadline. A worker that never prepared has nothing to shut down.
+    async fn app_shutdown(&mut self) {
+        let Some(app) = self.site.as_ref().and_then(|s| s.app()).cloned() else {
+            return;
+        };
+        let _ = tokio::task::spawn_blocking(move || app.shutdown()).await;
     }
 
     /// Lets the HTTP/3 endpoints finish (at most [`ENDPOINT_CLOSE_BOUND`]). A connection

@@ -1,6 +1,7 @@
 //! CPython in the worker: the interpreter started once, the application imported while
 //! the worker prepares, the liveness probe, and the WSGI calls ([`wsgi`]).
 
+mod asgi;
 mod environ;
 mod wsgi;
 
@@ -16,6 +17,7 @@ use super::pool::Pool;
 use super::{AppError, AppSpec};
 use crate::clock::Clock;
 
+pub(super) use asgi::{Asgi, LifespanMode};
 pub(super) use wsgi::Wsgi;
 
 /// How often the probe thread takes the interpreter's lock. The worker beats only while
@@ -43,8 +45,7 @@ fn load(spec: &AppSpec, clock: Clock, alive: &Arc<AtomicU64>) -> Result<Loaded, 
         detail,
     };
     let loaded = Python::attach(|py| -> Result<Loaded, String> {
-        prepend_paths(py, spec).map_err(|e| describe(py, &e))?;
-        let app = import(py, spec).map_err(|e| describe(py, &e))?;
+        let app = load_app(py, spec)?;
         let support = support_module(py).map_err(|e| describe(py, &e))?;
         let base_environ = base_environ(py, spec, &support).map_err(|e| describe(py, &e))?;
         let attr = |name: &str| {
@@ -63,6 +64,27 @@ fn load(spec: &AppSpec, clock: Clock, alive: &Arc<AtomicU64>) -> Result<Loaded, 
     .map_err(failed)?;
     start_probe(clock, Arc::clone(alive));
     Ok(loaded)
+}
+
+/// The application object, imported with `--app-dir` and the working directory in front
+/// of `sys.path`; a failure as Python prints it.
+fn load_app<'py>(py: Python<'py>, spec: &AppSpec) -> Result<Bound<'py, PyAny>, String> {
+    prepend_paths(py, spec).map_err(|e| describe(py, &e))?;
+    import(py, spec).map_err(|e| describe(py, &e))
+}
+
+/// A Python callable that writes its one argument to servery's log.
+fn log_fn(py: Python<'_>) -> PyResult<Bound<'_, PyCFunction>> {
+    PyCFunction::new_closure(
+        py,
+        Some(c"log"),
+        None,
+        |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            let line: String = args.get_item(0)?.extract()?;
+            tracing::warn!(target: "servery::app", "{line}");
+            Ok(())
+        },
+    )
 }
 
 /// `--app-dir` entries in front of `sys.path`, then the working directory (as gunicorn
@@ -97,7 +119,7 @@ fn import<'py>(py: Python<'py>, spec: &AppSpec) -> PyResult<Bound<'py, PyAny>> {
     if !app.is_callable() {
         let what = app.get_type().name()?;
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "{} is a {what}, not a callable WSGI application",
+            "{} is a {what}, not a callable application",
             spec.target
         )));
     }
@@ -123,16 +145,7 @@ fn base_environ<'py>(
     environ.set_item("wsgi.run_once", false)?;
     environ.set_item("wsgi.input_terminated", true)?;
     environ.set_item("SCRIPT_NAME", "")?;
-    let log = PyCFunction::new_closure(
-        py,
-        Some(c"log"),
-        None,
-        |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
-            let line: String = args.get_item(0)?.extract()?;
-            tracing::warn!(target: "servery::app", "{line}");
-            Ok(())
-        },
-    )?;
+    let log = log_fn(py)?;
     let errors = support.getattr("Errors")?.call1((log,))?;
     environ.set_item("wsgi.errors", errors)?;
     environ.set_item("wsgi.file_wrapper", support.getattr("FileWrapper")?)?;

@@ -1,0 +1,674 @@
+//! ASGI 3 (HTTP and lifespan) on one asyncio loop per worker, in a thread of its own.
+//!
+//! The tokio side never takes the interpreter's lock: it queues what happened for the
+//! loop ([`Bridge`]) and writes a byte to a socket the loop watches; the loop takes the
+//! queue and resolves what waits on it. Each request ([`Exchange`]) crosses with bounded
+//! queues both ways: at most [`BODY_QUEUE`] request chunks ahead of `receive()`, and
+//! [`RESPONSE_QUEUE`] response events ahead of the socket, so a slow client or a slow
+//! application holds little memory and makes the other side wait.
+
+use std::collections::VecDeque;
+use std::ffi::CString;
+use std::io::{self, Write as _};
+use std::os::fd::IntoRawFd;
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version, header};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Frame;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyCFunction, PyDict, PyList, PyModule, PyTuple};
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, mpsc};
+
+use super::describe;
+use crate::app::{AppError, AppSpec, Caller};
+use crate::clock::Clock;
+use crate::http::body::{self, Body};
+
+/// Request-body chunks queued ahead of the application's `receive()`.
+const BODY_QUEUE: usize = 2;
+/// Response events queued ahead of the client.
+const RESPONSE_QUEUE: usize = 4;
+
+/// What `recv` answers (the numbers the support module names).
+const CHUNK: u8 = 0;
+const LAST: u8 = 1;
+const PENDING: u8 = 2;
+const GONE: u8 = 3;
+/// Which of a request's waits a wake is for.
+const WAKE_RECEIVE: u8 = 0;
+const WAKE_SEND: u8 = 1;
+
+/// The Python half (ASGI's message flow and lifespan), in Python.
+const SUPPORT_SOURCE: &str = include_str!("asgi_support.py");
+
+/// How the worker runs lifespan (`--lifespan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LifespanMode {
+    Auto,
+    On,
+    Off,
+}
+
+impl LifespanMode {
+    fn name(self) -> &'static str {
+        match self {
+            LifespanMode::Auto => "auto",
+            LifespanMode::On => "on",
+            LifespanMode::Off => "off",
+        }
+    }
+}
+
+/// A loaded ASGI application and its loop.
+pub(crate) struct Asgi {
+    bridge: Arc<Bridge>,
+    lifespan: Option<Py<PyAny>>,
+    event_loop: Py<PyAny>,
+    runtime: Handle,
+    alive: Arc<AtomicU64>,
+    lifespan_timeout: Duration,
+}
+
+impl std::fmt::Debug for Asgi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asgi").finish_non_exhaustive()
+    }
+}
+
+/// The queue the loop takes, and the socket that wakes it.
+struct Bridge {
+    inbox: Mutex<Inbox>,
+    wake: UnixStream,
+    next: AtomicU64,
+}
+
+#[derive(Default)]
+struct Inbox {
+    new: Vec<Arc<Exchange>>,
+    woken: Vec<(u64, u8)>,
+    /// A byte is on its way to the loop and it has not taken the queue since.
+    signalled: bool,
+}
+
+impl Bridge {
+    fn lock(&self) -> MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queue `change` for the loop, and wake it unless a wake is already on its way.
+    fn notify(&self, change: impl FnOnce(&mut Inbox)) {
+        let mut inbox = self.lock();
+        change(&mut inbox);
+        if !inbox.signalled {
+            inbox.signalled = true;
+            drop(inbox);
+            // A full socket already holds a wake the loop has not read: enough.
+            let _ = (&self.wake).write(&[1]);
+        }
+    }
+
+    fn wake(&self, id: u64, which: u8) {
+        self.notify(|inbox| inbox.woken.push((id, which)));
+    }
+}
+
+/// One request between the tokio side and the loop.
+struct Exchange {
+    id: u64,
+    head: AsgiHead,
+    input: Mutex<Input>,
+    /// The loop took a chunk: the body pump may read the next.
+    room: Notify,
+    out: mpsc::Sender<Out>,
+    /// `send` waits for room in `out`.
+    send_waits: AtomicBool,
+    bridge: Arc<Bridge>,
+    runtime: Handle,
+}
+
+#[derive(Default)]
+struct Input {
+    chunks: VecDeque<Bytes>,
+    ended: bool,
+    /// The client went away, or the response is complete: `receive()` says disconnect.
+    gone: bool,
+    /// `receive()` waits for one of the above.
+    waits: bool,
+}
+
+impl Exchange {
+    fn input(&self) -> MutexGuard<'_, Input> {
+        self.input.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Something `receive()` may wait for happened: wake it if it waits.
+    fn input_changed(&self, input: &mut Input) {
+        if std::mem::take(&mut input.waits) {
+            self.bridge.wake(self.id, WAKE_RECEIVE);
+        }
+    }
+
+    fn gone(&self) {
+        let mut input = self.input();
+        input.gone = true;
+        self.input_changed(&mut input);
+    }
+}
+
+enum Out {
+    Head(StatusCode, HeaderMap),
+    Chunk(Bytes, bool),
+    /// The application raised, or returned without finishing its response.
+    Fail,
+}
+
+/// The parts of a request its scope is made of.
+struct AsgiHead {
+    method: String,
+    path: Vec<u8>,
+    raw_path: Vec<u8>,
+    query: Vec<u8>,
+    version: &'static str,
+    headers: Vec<(Vec<u8>, Vec<u8>)>,
+    server: Option<(String, u16)>,
+    caller: Caller,
+}
+
+impl AsgiHead {
+    fn of(parts: &http::request::Parts, caller: Caller) -> AsgiHead {
+        let raw_path = parts.uri.path().as_bytes().to_vec();
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+        let server = host.and_then(|h| {
+            let (name, port) = h.rsplit_once(':')?;
+            Some((name.to_owned(), port.parse().ok()?))
+        });
+        AsgiHead {
+            method: parts.method.as_str().to_owned(),
+            path: percent_encoding::percent_decode(&raw_path).collect(),
+            raw_path,
+            query: parts.uri.query().unwrap_or("").as_bytes().to_vec(),
+            version: match parts.version {
+                Version::HTTP_10 => "1.0",
+                Version::HTTP_2 => "2",
+                Version::HTTP_3 => "3",
+                _ => "1.1",
+            },
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+            server,
+            caller,
+        }
+    }
+
+    fn scope<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let scope = PyDict::new(py);
+        scope.set_item("type", "http")?;
+        let asgi = PyDict::new(py);
+        asgi.set_item("version", "3.0")?;
+        asgi.set_item("spec_version", "2.3")?;
+        scope.set_item("asgi", asgi)?;
+        scope.set_item("http_version", self.version)?;
+        scope.set_item("method", self.method.as_str())?;
+        scope.set_item("scheme", if self.caller.tls { "https" } else { "http" })?;
+        scope.set_item("path", String::from_utf8_lossy(&self.path))?;
+        scope.set_item("raw_path", PyBytes::new(py, &self.raw_path))?;
+        scope.set_item("query_string", PyBytes::new(py, &self.query))?;
+        scope.set_item("root_path", "")?;
+        let headers = PyList::empty(py);
+        for (k, v) in &self.headers {
+            headers.append((PyBytes::new(py, k), PyBytes::new(py, v)))?;
+        }
+        scope.set_item("headers", headers)?;
+        match &self.caller.peer {
+            Some(peer) => scope.set_item("client", (peer.ip().to_string(), peer.port()))?,
+            None => scope.set_item("client", py.None())?,
+        }
+        match &self.server {
+            Some((host, port)) => scope.set_item("server", (host.as_str(), *port))?,
+            None => scope.set_item("server", py.None())?,
+        }
+        Ok(scope)
+    }
+}
+
+impl Asgi {
+    pub(crate) fn load(
+        spec: &AppSpec,
+        runtime: Handle,
+        clock: Clock,
+        lifespan: LifespanMode,
+        lifespan_timeout: Duration,
+    ) -> Result<Asgi, AppError> {
+        Python::initialize();
+        let failed = |detail: String| AppError::Load {
+            target: spec.target.clone(),
+            detail,
+        };
+        let (loop_end, wake) = UnixStream::pair().map_err(|e| failed(e.to_string()))?;
+        wake.set_nonblocking(true)
+            .map_err(|e| failed(e.to_string()))?;
+        let bridge = Arc::new(Bridge {
+            inbox: Mutex::new(Inbox::default()),
+            wake,
+            next: AtomicU64::new(1),
+        });
+        let (event_loop, lifespan_obj) = Python::attach(|py| -> Result<_, String> {
+            let app = super::load_app(py, spec)?;
+            let source = CString::new(SUPPORT_SOURCE).map_err(|e| e.to_string())?;
+            let support = PyModule::from_code(py, &source, c"servery_asgi.py", c"servery_asgi")
+                .map_err(|e| describe(py, &e))?;
+            let asyncio = PyModule::import(py, "asyncio").map_err(|e| describe(py, &e))?;
+            let event_loop = asyncio
+                .call_method0("new_event_loop")
+                .map_err(|e| describe(py, &e))?;
+            let take = take_fn(py, &bridge).map_err(|e| describe(py, &e))?;
+            let log = super::log_fn(py).map_err(|e| describe(py, &e))?;
+            let fd = loop_end.into_raw_fd();
+            let bridge_obj = support
+                .getattr("Bridge")
+                .and_then(|b| b.call1((&event_loop, app, take, log, fd)))
+                .map_err(|e| describe(py, &e))?;
+            let lifespan_obj = support
+                .getattr("Lifespan")
+                .and_then(|l| l.call1((bridge_obj, lifespan.name())))
+                .map_err(|e| describe(py, &e))?;
+            Ok((event_loop.unbind(), lifespan_obj.unbind()))
+        })
+        .map_err(failed)?;
+        let runner = Python::attach(|py| event_loop.clone_ref(py));
+        std::thread::Builder::new()
+            .name("servery-asgi-loop".into())
+            .spawn(move || {
+                Python::attach(|py| {
+                    if let Err(e) = runner.bind(py).call_method0("run_forever") {
+                        tracing::error!(error = %describe(py, &e), "the application's event loop ended");
+                    }
+                })
+            })
+            .map_err(|e| failed(e.to_string()))?;
+        let alive = Arc::new(AtomicU64::new(0));
+        let asgi = Asgi {
+            bridge,
+            lifespan: (lifespan != LifespanMode::Off).then_some(lifespan_obj),
+            event_loop,
+            runtime,
+            alive: Arc::clone(&alive),
+            lifespan_timeout,
+        };
+        if let Err(detail) = asgi.run_lifespan("startup") {
+            return Err(failed(format!("lifespan startup: {detail}")));
+        }
+        super::start_probe(clock, alive);
+        Ok(asgi)
+    }
+
+    /// Runs the lifespan's `startup` or `shutdown` on the loop and waits for it, at most
+    /// the lifespan timeout. Blocking.
+    fn run_lifespan(&self, phase: &str) -> Result<(), String> {
+        let Some(lifespan) = &self.lifespan else {
+            return Ok(());
+        };
+        Python::attach(|py| {
+            let coroutine = lifespan.bind(py).call_method0(phase)?;
+            let asyncio = PyModule::import(py, "asyncio")?;
+            let future = asyncio.call_method1(
+                "run_coroutine_threadsafe",
+                (coroutine, self.event_loop.bind(py)),
+            )?;
+            // `result` waits on a condition: the interpreter's lock is let go meanwhile.
+            future.call_method1("result", (self.lifespan_timeout.as_secs_f64(),))?;
+            Ok(())
+        })
+        .map_err(|e: PyErr| Python::attach(|py| describe(py, &e)))
+    }
+
+    /// Lifespan shutdown, once the worker drained: bounded by the lifespan timeout, and
+    /// reported when it fails or overruns.
+    pub(crate) fn shutdown(&self) {
+        match self.run_lifespan("shutdown") {
+            Ok(()) => tracing::info!("the application's lifespan shutdown completed"),
+            Err(e) => tracing::error!(error = %e, "the application's lifespan shutdown failed"),
+        }
+    }
+
+    pub(crate) fn last_alive(&self) -> Option<servery_core::Instant> {
+        Some(servery_core::Instant::from_nanos(
+            self.alive.load(Ordering::Acquire),
+        ))
+    }
+
+    pub(crate) async fn handle<B>(
+        &self,
+        parts: http::request::Parts,
+        body: B,
+        caller: Caller,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let (out, mut events) = mpsc::channel(RESPONSE_QUEUE);
+        let exchange = Arc::new(Exchange {
+            id: self.bridge.next.fetch_add(1, Ordering::Relaxed),
+            head: AsgiHead::of(&parts, caller),
+            input: Mutex::new(Input::default()),
+            room: Notify::new(),
+            out,
+            send_waits: AtomicBool::new(false),
+            bridge: Arc::clone(&self.bridge),
+            runtime: self.runtime.clone(),
+        });
+        if body.is_end_stream() {
+            exchange.input().ended = true;
+        } else {
+            let body = body
+                .map_err(|e| io::Error::other(e.to_string()))
+                .boxed_unsync();
+            tokio::spawn(pump(Arc::clone(&exchange), body));
+        }
+        self.bridge
+            .notify(|inbox| inbox.new.push(Arc::clone(&exchange)));
+        let guard = GoneGuard(Arc::clone(&exchange));
+        match events.recv().await {
+            Some(Out::Head(status, headers)) => {
+                let mut r =
+                    Response::new(http_body_util::combinators::BoxBody::new(ResponseBody {
+                        events,
+                        exchange: guard,
+                        done: false,
+                    }));
+                *r.status_mut() = status;
+                *r.headers_mut() = headers;
+                r
+            }
+            _ => {
+                let mut r = Response::new(body::full("Internal Server Error\n"));
+                *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                r
+            }
+        }
+    }
+}
+
+/// Tells the loop the request is over (complete, or its client gone) when the response
+/// is dropped, so a `receive()` waiting for the disconnect returns.
+struct GoneGuard(Arc<Exchange>);
+
+impl Drop for GoneGuard {
+    fn drop(&mut self) {
+        self.0.gone();
+    }
+}
+
+/// Reads the request body into the exchange, at most [`BODY_QUEUE`] chunks ahead.
+async fn pump(exchange: Arc<Exchange>, mut body: UnsyncBoxBody<Bytes, io::Error>) {
+    loop {
+        loop {
+            let notified = exchange.room.notified();
+            if exchange.input().chunks.len() < BODY_QUEUE {
+                break;
+            }
+            notified.await;
+        }
+        let next = body.frame().await;
+        let mut input = exchange.input();
+        match next {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data()
+                    && !data.is_empty()
+                {
+                    input.chunks.push_back(data);
+                    exchange.input_changed(&mut input);
+                }
+            }
+            Some(Err(_)) => {
+                input.gone = true;
+                exchange.input_changed(&mut input);
+                return;
+            }
+            None => {
+                input.ended = true;
+                exchange.input_changed(&mut input);
+                return;
+            }
+        }
+    }
+}
+
+/// The response body: the events the loop sends, until the last chunk.
+struct ResponseBody {
+    events: mpsc::Receiver<Out>,
+    exchange: GoneGuard,
+    done: bool,
+}
+
+impl hyper::body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        loop {
+            if self.done {
+                return Poll::Ready(None);
+            }
+            let event = match self.events.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(event) => event,
+            };
+            let exchange = &self.exchange.0;
+            if exchange.send_waits.swap(false, Ordering::AcqRel) {
+                exchange.bridge.wake(exchange.id, WAKE_SEND);
+            }
+            match event {
+                Some(Out::Chunk(data, last)) => {
+                    if last {
+                        self.done = true;
+                        self.exchange.0.gone();
+                    }
+                    if data.is_empty() {
+                        continue;
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Out::Head(..)) => continue,
+                Some(Out::Fail) | None => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(io::Error::other(
+                        "the application failed during its response",
+                    ))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}
+
+/// `take()`: the new requests (as the support module's `serve` arguments) and the wakes.
+fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, PyCFunction>> {
+    let bridge = Arc::clone(bridge);
+    PyCFunction::new_closure(
+        py,
+        Some(c"take"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<Py<PyTuple>> {
+            let py = args.py();
+            let (new, woken) = {
+                let mut inbox = bridge.lock();
+                inbox.signalled = false;
+                (
+                    std::mem::take(&mut inbox.new),
+                    std::mem::take(&mut inbox.woken),
+                )
+            };
+            let requests = PyList::empty(py);
+            for exchange in new {
+                let scope = exchange.head.scope(py)?;
+                requests.append((
+                    exchange.id,
+                    scope,
+                    recv_fn(py, &exchange)?,
+                    send_start_fn(py, &exchange)?,
+                    send_body_fn(py, &exchange)?,
+                    finish_fn(py, &exchange)?,
+                ))?;
+            }
+            let wakes = PyList::empty(py);
+            for (id, which) in woken {
+                wakes.append((id, which))?;
+            }
+            Ok(PyTuple::new(py, [requests.into_any(), wakes.into_any()])?.unbind())
+        },
+    )
+}
+
+/// `recv(after_body)`: `(kind, data)`, never waiting; on `PENDING` the request is woken
+/// when there is something to receive.
+fn recv_fn<'py>(py: Python<'py>, exchange: &Arc<Exchange>) -> PyResult<Bound<'py, PyCFunction>> {
+    let exchange = Arc::clone(exchange);
+    PyCFunction::new_closure(
+        py,
+        Some(c"recv"),
+        None,
+        move |args: &Bound<'_, PyTuple>,
+              _: Option<&Bound<'_, PyDict>>|
+              -> PyResult<(u8, Py<PyBytes>)> {
+            let py = args.py();
+            let after_body: bool = args.get_item(0)?.extract()?;
+            let mut input = exchange.input();
+            let (kind, data) = if after_body {
+                if input.gone {
+                    (GONE, Bytes::new())
+                } else {
+                    input.waits = true;
+                    (PENDING, Bytes::new())
+                }
+            } else if let Some(data) = input.chunks.pop_front() {
+                exchange.room.notify_one();
+                let last = input.ended && input.chunks.is_empty();
+                (if last { LAST } else { CHUNK }, data)
+            } else if input.ended {
+                (LAST, Bytes::new())
+            } else if input.gone {
+                (GONE, Bytes::new())
+            } else {
+                input.waits = true;
+                (PENDING, Bytes::new())
+            };
+            drop(input);
+            Ok((kind, PyBytes::new(py, &data).unbind()))
+        },
+    )
+}
+
+fn send_start_fn<'py>(
+    py: Python<'py>,
+    exchange: &Arc<Exchange>,
+) -> PyResult<Bound<'py, PyCFunction>> {
+    let exchange = Arc::clone(exchange);
+    PyCFunction::new_closure(
+        py,
+        Some(c"send_start"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            let invalid = |m: String| pyo3::exceptions::PyValueError::new_err(m);
+            let status: u16 = args.get_item(0)?.extract()?;
+            let status = StatusCode::from_u16(status)
+                .ok()
+                .filter(|s| s.as_u16() >= 200)
+                .ok_or_else(|| invalid(format!("not a response status: {status}")))?;
+            let mut headers = HeaderMap::new();
+            for item in args.get_item(1)?.try_iter()? {
+                let (name, value): (Vec<u8>, Vec<u8>) = item?.extract()?;
+                let name = HeaderName::from_bytes(&name)
+                    .map_err(|e| invalid(format!("header name: {e}")))?;
+                let value = HeaderValue::from_bytes(value.trim_ascii())
+                    .map_err(|e| invalid(format!("value of {name}: {e}")))?;
+                headers.append(name, value);
+            }
+            // The first event: the queue has room, or the client is gone.
+            let _ = exchange.out.try_send(Out::Head(status, headers));
+            Ok(())
+        },
+    )
+}
+
+/// `send_body(data, more)`: True when taken (or the client is gone), False when the
+/// queue is full: the request is woken when there is room.
+fn send_body_fn<'py>(
+    py: Python<'py>,
+    exchange: &Arc<Exchange>,
+) -> PyResult<Bound<'py, PyCFunction>> {
+    let exchange = Arc::clone(exchange);
+    PyCFunction::new_closure(
+        py,
+        Some(c"send_body"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
+            let data: Vec<u8> = args.get_item(0)?.extract()?;
+            let more: bool = args.get_item(1)?.extract()?;
+            // Marked before trying, so a slot freed in between still wakes the sender.
+            exchange.send_waits.store(true, Ordering::Release);
+            match exchange.out.try_send(Out::Chunk(Bytes::from(data), !more)) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
+                    exchange.send_waits.store(false, Ordering::Release);
+                    Ok(true)
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
+            }
+        },
+    )
+}
+
+/// `finish(exception or None)`: the application returned or raised; a response it did not
+/// complete is cut (or answered 500 when it had not started).
+fn finish_fn<'py>(py: Python<'py>, exchange: &Arc<Exchange>) -> PyResult<Bound<'py, PyCFunction>> {
+    let exchange = Arc::clone(exchange);
+    PyCFunction::new_closure(
+        py,
+        Some(c"finish"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            let py = args.py();
+            let raised = args.get_item(0)?;
+            if !raised.is_none() {
+                let err = PyErr::from_value(raised);
+                tracing::error!(
+                    target: "servery::app",
+                    request = %format!("{} {}", exchange.head.method, String::from_utf8_lossy(&exchange.head.path)),
+                    traceback = %describe(py, &err),
+                    "the application raised"
+                );
+            }
+            // After a complete response this is read by nobody (the body is done).
+            if let Err(mpsc::error::TrySendError::Full(_)) = exchange.out.try_send(Out::Fail) {
+                let out = exchange.out.clone();
+                exchange.runtime.spawn(async move {
+                    let _ = out.send(Out::Fail).await;
+                });
+            }
+            Ok(())
+        },
+    )
+}

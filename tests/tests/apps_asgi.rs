@@ -1,0 +1,282 @@
+//! ASGI applications in the workers (`--asgi`), against the real binary: Starlette and
+//! FastAPI served with lifespan startup before ready and shutdown after the drain, request
+//! bodies and streamed responses, a lifespan that fails (the first generation exits 3
+//! with the application's traceback; a reload with it leaves the old code serving), and a
+//! client that hangs up on a stream the application notices as a disconnect.
+//!
+//! Requests go through curl. Each test says SKIPPED and passes when the interpreter the
+//! binary embeds lacks the framework (scripts/test installs the pinned versions).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use servery_tests::serde_json::json;
+use servery_tests::*;
+
+const BOUND: Duration = Duration::from_secs(30);
+
+/// A Starlette application; its lifespan writes `events.log` beside the module, so a test
+/// sees startup and shutdown, and what the stream saw of a disconnect.
+const STARLETTE_APP: &str = r#"
+import asyncio, os
+from contextlib import asynccontextmanager
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.routing import Route
+
+EVENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "events.log")
+
+def note(what):
+    with open(EVENTS, "a") as log:
+        log.write("%s %d\n" % (what, os.getpid()))
+
+@asynccontextmanager
+async def lifespan(app):
+    if os.environ.get("FAIL_STARTUP") or os.path.exists(EVENTS + ".fail"):
+        raise RuntimeError("the database is not there")
+    note("startup")
+    yield {"greeting": "hello from the lifespan"}
+    note("shutdown")
+
+async def hello(request):
+    return PlainTextResponse("hello from starlette\n")
+
+async def state(request):
+    return JSONResponse({"greeting": request.state.greeting, "pid": os.getpid()})
+
+async def echo(request):
+    body = await request.body()
+    return JSONResponse({"len": len(body), "sum": sum(body) % 65521,
+                         "scheme": request.url.scheme, "query": request.url.query,
+                         "client": request.client.host, "path": request.url.path})
+
+async def stream(request):
+    async def chunks():
+        for i in range(50):
+            yield ("chunk %d\n" % i) * 100
+            await asyncio.sleep(0)
+    return StreamingResponse(chunks(), media_type="text/plain")
+
+async def endless(request):
+    async def chunks():
+        try:
+            while True:
+                yield b"x" * 65536
+                await asyncio.sleep(0.01)
+        finally:
+            note("stream ended")
+    return StreamingResponse(chunks(), media_type="application/octet-stream")
+
+async def boom(request):
+    raise RuntimeError("boom in a coroutine")
+
+app = Starlette(routes=[
+    Route("/hello", hello), Route("/state", state), Route("/echo", echo, methods=["POST"]),
+    Route("/stream", stream), Route("/endless", endless), Route("/boom", boom),
+], lifespan=lifespan)
+"#;
+
+const FASTAPI_APP: &str = r#"
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+app = FastAPI()
+
+class Item(BaseModel):
+    name: str
+    price: float
+    tags: list[str] = []
+
+@app.get("/items/{item_id}")
+async def read_item(item_id: int, q: str | None = None):
+    return {"item_id": item_id, "q": q}
+
+@app.post("/items")
+async def create_item(item: Item):
+    return {"name": item.name, "total": item.price * 2, "tags": item.tags}
+"#;
+
+fn available(module: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 cannot import {module} (scripts/test installs it)");
+    }
+    ok
+}
+
+fn app_tree(name: &str, module: &str, source: &str) -> Tree {
+    let tree = Tree::new(name);
+    std::fs::create_dir_all(tree.dir.join("app")).expect("app dir");
+    std::fs::write(tree.dir.join(format!("app/{module}.py")), source).expect("write app");
+    tree
+}
+
+fn args<'a>(target: &'a str, app_dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    [FAST, &["--asgi", target, "--app-dir", app_dir], extra].concat()
+}
+
+fn events(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("app/events.log")).unwrap_or_default()
+}
+
+#[test]
+fn starlette_runs_its_lifespan_around_serving_bodies_and_streams() {
+    if !available("starlette") {
+        return;
+    }
+    let tree = app_tree("starlette", "star", STARLETTE_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let mut server = Server::start(&tree, 2, &args("star:app", app_dir, &[]), &[]);
+    server.wait_ready(2, BOUND);
+    assert_eq!(
+        events(&tree.dir).matches("startup").count(),
+        2,
+        "each worker ran its lifespan startup before it was ready"
+    );
+    let addr = server.addr;
+    let a = curl(addr, "/hello", &[]);
+    assert_eq!(
+        (a.status, a.body.as_slice()),
+        (200, &b"hello from starlette\n"[..])
+    );
+    let state = curl_json(addr, "/state", &[]);
+    assert_eq!(state["greeting"], "hello from the lifespan", "{state}");
+
+    // A 2 MiB body, streamed to the coroutine.
+    let body: Vec<u8> = (0..2 * 1024 * 1024u32).map(|i| (i % 253) as u8).collect();
+    let file = tree.dir.join("body.bin");
+    std::fs::write(&file, &body).expect("write body");
+    let data = format!("@{}", file.display());
+    let got = curl_json(addr, "/echo?x=1", &["--data-binary", &data]);
+    let sum = body.iter().map(|&b| u64::from(b)).sum::<u64>() % 65521;
+    assert_eq!(got["len"], body.len(), "{got}");
+    assert_eq!(got["sum"], sum, "{got}");
+    assert_eq!(got["query"], "x=1", "{got}");
+    assert_eq!(got["client"], "127.0.0.1", "{got}");
+
+    let a = curl(addr, "/stream", &[]);
+    let want: String = (0..50)
+        .map(|i| format!("chunk {i}\n").repeat(100))
+        .collect();
+    assert_eq!(a.status, 200);
+    assert!(
+        a.body == want.as_bytes(),
+        "streamed body differs ({} bytes)",
+        a.body.len()
+    );
+
+    // An exception before the response starts: 500, the traceback in the log.
+    assert_eq!(curl(addr, "/boom", &[]).status, 500);
+
+    // A client that hangs up on an endless stream: the application's generator ends.
+    let cut = curl(
+        addr,
+        "/endless",
+        &["--max-filesize", "1000000", "--max-time", "5"],
+    );
+    assert_ne!(cut.exit, Some(0), "curl stopped the endless stream");
+    wait_until(BOUND, "the stream to notice its client left", || {
+        events(&tree.dir).contains("stream ended").then_some(())
+    });
+
+    server.signal(Sig::TERM);
+    let (status, _) = server.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(0), "{}", server.stderr());
+    assert_eq!(
+        events(&tree.dir).matches("shutdown").count(),
+        2,
+        "each worker ran its lifespan shutdown after draining: {}",
+        events(&tree.dir)
+    );
+    let stderr = server.stderr();
+    assert!(stderr.contains("boom in a coroutine"), "{stderr}");
+}
+
+#[test]
+fn a_failing_lifespan_startup_fails_the_start_and_a_reload_keeps_the_old_code() {
+    if !available("starlette") {
+        return;
+    }
+    // At start: exit 3 with the application's words.
+    let tree = app_tree("lifespanfail", "star", STARLETTE_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let mut server = Server::start(
+        &tree,
+        1,
+        &args("star:app", app_dir, &[]),
+        &[("FAIL_STARTUP", "1")],
+    );
+    let (status, _) = server.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(3), "{}", server.stderr());
+    let stderr = server.stderr();
+    assert!(stderr.contains("the database is not there"), "{stderr}");
+    assert!(stderr.contains("lifespan startup"), "{stderr}");
+    drop(server);
+
+    // On reload: the new generation fails its lifespan, the old one serves on.
+    let server = Server::start(&tree, 1, &args("star:app", app_dir, &[]), &[]);
+    server.wait_ready(1, BOUND);
+    std::fs::write(tree.dir.join("app/events.log.fail"), "").expect("arm the failure");
+    let _ = server.ctl(&json!({"cmd": "reload"}));
+    wait_until(BOUND, "the failed reload to be given up", || {
+        let s = server.status();
+        (s.to_string().contains("the database is not there") && s["state"] == "ready").then_some(())
+    });
+    for _ in 0..5 {
+        assert_eq!(
+            curl(server.addr, "/hello", &[]).status,
+            200,
+            "the old code serves"
+        );
+    }
+}
+
+#[test]
+fn fastapi_validates_and_answers_json() {
+    if !available("fastapi") {
+        return;
+    }
+    let tree = app_tree("fastapi", "fast", FASTAPI_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let server = Server::start(&tree, 2, &args("fast:app", app_dir, &[]), &[]);
+    server.wait_ready(2, BOUND);
+    let addr = server.addr;
+    let got = curl_json(addr, "/items/42?q=servery", &[]);
+    assert_eq!(got, json!({"item_id": 42, "q": "servery"}));
+    let got = curl_json(
+        addr,
+        "/items",
+        &[
+            "-H",
+            "content-type: application/json",
+            "--data",
+            r#"{"name": "bolt", "price": 1.25, "tags": ["a", "b"]}"#,
+        ],
+    );
+    assert_eq!(
+        got,
+        json!({"name": "bolt", "total": 2.5, "tags": ["a", "b"]})
+    );
+    // FastAPI's own validation: 422 with its error document.
+    let bad = curl(
+        addr,
+        "/items",
+        &[
+            "-H",
+            "content-type: application/json",
+            "--data",
+            r#"{"name": 1}"#,
+        ],
+    );
+    assert_eq!(bad.status, 422, "{}", String::from_utf8_lossy(&bad.body));
+    assert_eq!(curl(addr, "/items/not-a-number", &[]).status, 422);
+    assert_eq!(curl(addr, "/nowhere", &[]).status, 404);
+}
