@@ -334,6 +334,11 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("acme_dir", &["/var/lib/servery/acme"]),
         ("acme_eab_kid", &["kid-1"]),
         ("acme_eab_hmac", &["c2VjcmV0"]),
+        ("wsgi", &["myproject.wsgi:application"]),
+        ("asgi", &["myproject.asgi:application"]),
+        ("app_dir", &["/srv/app", "/srv/lib"]),
+        ("static_prefix", &["/assets/"]),
+        ("lifespan", &["on"]),
     ];
     if let Some((_, values)) = SAMPLES.iter().find(|(k, _)| *k == setting.key) {
         return Some(values.iter().map(|v| (*v).to_owned()).collect());
