@@ -136,6 +136,9 @@ pub trait WorkerIo {
     /// Admit no more, and tell open connections to finish (HTTP/1 `Connection: close`,
     /// HTTP/2 GOAWAY).
     fn stop_accepting(&mut self);
+    /// Run the application's shutdown (ASGI lifespan), then tell the lifecycle
+    /// `app_shut_down` (possibly later: it takes the application's time).
+    fn shut_down_app(&mut self);
 }
 
 /// Carries out, in order, every action the worker's lifecycle has queued. Returns the exit
@@ -148,6 +151,7 @@ pub fn dispatch_worker<I: WorkerIo>(io: &mut I) -> Option<i32> {
             WorkerAction::Prepare => io.prepare(),
             WorkerAction::StartAccepting => io.start_accepting(),
             WorkerAction::StopAccepting => io.stop_accepting(),
+            WorkerAction::ShutDownApp => io.shut_down_app(),
             WorkerAction::Exit { code } => return Some(code),
         }
     }
@@ -181,6 +185,9 @@ mod tests {
         }
         fn stop_accepting(&mut self) {
             self.done.push("stop accepting".into());
+        }
+        fn shut_down_app(&mut self) {
+            self.done.push("shut down the application".into());
         }
     }
 

@@ -40,9 +40,21 @@ pub enum WorkerAction {
     /// Stop admission; tell open connections to finish (HTTP/1 `Connection: close`,
     /// HTTP/2 GOAWAY).
     StopAccepting,
+    /// Every request of the drain is finished: run the application's shutdown (ASGI
+    /// lifespan) and report `app_shut_down` when it has.
+    ShutDownApp,
     Exit {
         code: i32,
     },
+}
+
+/// Where the application's shutdown is (for a worker whose application has one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AppShutdown {
+    /// Due once the drain has finished every request.
+    Pending,
+    Running,
+    Done,
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +79,8 @@ pub struct WorkerLifecycle {
     memory: u64,
     /// Periodic heartbeats sent so far (for a simulator's oracle of what was reported).
     beats_sent: u64,
+    /// The application's shutdown, when it has one.
+    app_shutdown: Option<AppShutdown>,
     actions: VecDeque<WorkerAction>,
 }
 
@@ -93,6 +107,7 @@ impl WorkerLifecycle {
             app_alive_at: None,
             memory: 0,
             beats_sent: 0,
+            app_shutdown: None,
             actions: VecDeque::new(),
         }
     }
@@ -187,6 +202,22 @@ impl WorkerLifecycle {
     /// silent, and the parent's heartbeat timeout replaces the worker as any hang.
     pub fn watch_app(&mut self, now: Instant) {
         self.app_alive_at = Some(now);
+    }
+
+    /// The application has a shutdown to run when the worker drains (ASGI lifespan). It
+    /// runs once every request of the drain is finished, while the worker still beats, and
+    /// the worker exits when it is done, or at the drain deadline, whichever comes first:
+    /// a shutdown that overruns is cut with the drain.
+    pub fn app_has_shutdown(&mut self) {
+        self.app_shutdown = Some(AppShutdown::Pending);
+    }
+
+    /// The application's shutdown finished (or failed: either way it is over).
+    pub fn app_shut_down(&mut self, now: Instant) {
+        if self.app_shutdown == Some(AppShutdown::Running) {
+            self.app_shutdown = Some(AppShutdown::Done);
+            self.maybe_finish(now);
+        }
     }
 
     /// The application's interpreter answered the driver's probe at `at`.
@@ -286,10 +317,23 @@ impl WorkerLifecycle {
     }
 
     fn maybe_finish(&mut self, now: Instant) {
-        if self.phase == Phase::Draining
-            && (self.in_flight == 0 || self.drain_deadline.is_some_and(|d| d <= now))
-        {
-            self.exit(0);
+        if self.phase != Phase::Draining {
+            return;
+        }
+        if self.drain_deadline.is_some_and(|d| d <= now) {
+            // Time is up, for the requests and the application's shutdown alike.
+            return self.exit(0);
+        }
+        if self.in_flight > 0 {
+            return;
+        }
+        match self.app_shutdown {
+            Some(AppShutdown::Pending) => {
+                self.app_shutdown = Some(AppShutdown::Running);
+                self.actions.push_back(WorkerAction::ShutDownApp);
+            }
+            Some(AppShutdown::Running) => {}
+            Some(AppShutdown::Done) | None => self.exit(0),
         }
     }
 
@@ -480,6 +524,78 @@ mod tests {
         drain_actions(&mut plain);
         plain.handle_timeout(ms(5_000), 0);
         assert_eq!(beats(&mut plain), 1, "a worker without an app always beats");
+    }
+
+    #[test]
+    fn the_application_shuts_down_after_the_last_request_and_before_the_exit() {
+        let mut w = WorkerLifecycle::new();
+        let t = Instant::ZERO;
+        let ms = |n| t + Duration::from_millis(n);
+        w.on_message(t, &hello());
+        w.app_has_shutdown();
+        w.prepared(t);
+        w.on_message(t, &ParentMessage::Commit);
+        w.connection_opened();
+        drain_actions(&mut w);
+        w.on_message(ms(10), &ParentMessage::Drain { deadline_ms: 1000 });
+        assert_eq!(drain_actions(&mut w), [WorkerAction::StopAccepting]);
+        assert_eq!(
+            drain_actions(&mut w),
+            [],
+            "shutdown rule: the application's shutdown must wait for the requests in flight"
+        );
+        w.connection_closed(ms(20));
+        assert_eq!(
+            drain_actions(&mut w),
+            [WorkerAction::ShutDownApp],
+            "shutdown rule: the last request's end starts the application's shutdown, not the exit"
+        );
+        // Still draining, so still beating while the shutdown runs.
+        w.handle_timeout(ms(110), 0);
+        let acts = drain_actions(&mut w);
+        assert!(
+            !acts.contains(&WorkerAction::Exit { code: 0 }),
+            "shutdown rule: the worker must not exit while its application shuts down"
+        );
+        assert!(
+            matches!(
+                acts[..],
+                [WorkerAction::Send(WorkerMessage::Heartbeat { .. })]
+            ),
+            "a worker shutting its application down beats: {acts:?}"
+        );
+        w.app_shut_down(ms(150));
+        assert_eq!(
+            drain_actions(&mut w),
+            [WorkerAction::Exit { code: 0 }],
+            "shutdown rule: the end of the application's shutdown ends the worker"
+        );
+
+        // One that overruns is cut at the drain deadline.
+        let mut w = WorkerLifecycle::new();
+        w.on_message(t, &hello());
+        w.app_has_shutdown();
+        w.prepared(t);
+        w.on_message(t, &ParentMessage::Commit);
+        drain_actions(&mut w);
+        w.on_message(ms(10), &ParentMessage::Drain { deadline_ms: 1000 });
+        assert_eq!(
+            drain_actions(&mut w),
+            [WorkerAction::StopAccepting, WorkerAction::ShutDownApp]
+        );
+        assert_eq!(w.poll_timeout(), Some(ms(100)), "beats go on");
+        w.handle_timeout(ms(500), 0);
+        assert!(
+            !drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
+            "shutdown rule: the worker must not exit while its application shuts down"
+        );
+        w.handle_timeout(ms(1010), 0);
+        assert!(
+            drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
+            "shutdown rule: a shutdown past the drain deadline is cut"
+        );
+        w.app_shut_down(ms(1020));
+        assert_eq!(drain_actions(&mut w), [], "nothing after the exit");
     }
 
     #[test]

@@ -179,6 +179,14 @@ impl SimWorker<'_> {
 }
 
 impl WorkerIo for SimWorker<'_> {
+    fn shut_down_app(&mut self) {
+        // A simulated application's shutdown takes no time of its own.
+        let now = self.world.now;
+        if let Some(p) = self.proc() {
+            p.life.app_shut_down(now);
+        }
+    }
+
     fn lifecycle(&mut self) -> &mut WorkerLifecycle {
         let Some(p) = self.world.procs.get_mut(&self.worker) else {
             unreachable!("a worker is dispatched only while it exists");

@@ -38,6 +38,7 @@ async def lifespan(app):
         raise RuntimeError("the database is not there")
     note("startup")
     yield {"greeting": "hello from the lifespan"}
+    await asyncio.sleep(float(os.environ.get("SHUTDOWN_SECS", "0")))
     note("shutdown")
 
 async def hello(request):
@@ -279,4 +280,79 @@ fn fastapi_validates_and_answers_json() {
     assert_eq!(bad.status, 422, "{}", String::from_utf8_lossy(&bad.body));
     assert_eq!(curl(addr, "/items/not-a-number", &[]).status, 422);
     assert_eq!(curl(addr, "/nowhere", &[]).status, 404);
+}
+
+/// FAST with another drain timeout.
+fn with_drain(drain: &'static str, target: &'static str, app_dir: &str) -> Vec<String> {
+    let mut args: Vec<String> = FAST.iter().map(|a| (*a).to_owned()).collect();
+    if let Some(i) = args.iter().position(|a| a == "--drain-timeout") {
+        args[i + 1] = drain.to_owned();
+    }
+    args.extend([
+        "--asgi".into(),
+        target.into(),
+        "--app-dir".into(),
+        app_dir.into(),
+    ]);
+    args
+}
+
+#[test]
+fn a_lifespan_shutdown_runs_while_the_worker_beats_and_one_past_the_drain_is_cut() {
+    if !available("starlette") {
+        return;
+    }
+    let tree = app_tree("slowshutdown", "star", STARLETTE_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+
+    // Three seconds of shutdown, twice the heartbeat timeout, inside a ten-second drain:
+    // it completes, and nobody is judged hung.
+    let args = with_drain("10", "star:app", app_dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut server = Server::start(&tree, 1, &args, &[("SHUTDOWN_SECS", "3")]);
+    server.wait_ready(1, BOUND);
+    server.signal(Sig::TERM);
+    let (status, took) = server.wait_exit(BOUND);
+    eprintln!(
+        "MEASURED a 3 s lifespan shutdown → exit {:?} {took:?} after spawn",
+        status.code()
+    );
+    assert_eq!(status.code(), Some(0), "{}", server.stderr());
+    assert!(
+        events(&tree.dir).contains("shutdown"),
+        "the shutdown completed"
+    );
+    let stderr = server.stderr();
+    assert!(!stderr.contains("drain_hang"), "{stderr}");
+    assert!(stderr.contains("lifespan shutdown completed"), "{stderr}");
+    drop(server);
+
+    // Sixty seconds of shutdown in a two-second drain: cut at the deadline, and said.
+    let _ = std::fs::remove_file(tree.dir.join("app/events.log"));
+    let args = with_drain("2", "star:app", app_dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut server = Server::start(&tree, 1, &args, &[("SHUTDOWN_SECS", "60")]);
+    server.wait_ready(1, BOUND);
+    let stopped = std::time::Instant::now();
+    server.signal(Sig::TERM);
+    let (status, _) = server.wait_exit(BOUND);
+    let took = stopped.elapsed();
+    eprintln!(
+        "MEASURED a 60 s lifespan shutdown in a 2 s drain → exit {:?} {took:?} after the stop",
+        status.code()
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "cut, not waited for: {took:?}"
+    );
+    assert!(
+        !events(&tree.dir).contains("shutdown"),
+        "it never completed"
+    );
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("shutdown was cut at the drain deadline"),
+        "{stderr}"
+    );
 }

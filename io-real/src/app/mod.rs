@@ -249,6 +249,16 @@ impl App {
 }
 
 impl App {
+    /// Whether the application has a shutdown to run when its worker drains.
+    pub fn has_shutdown(&self) -> bool {
+        #[cfg(feature = "python")]
+        {
+            matches!(&self.host, Host::Asgi(a) if a.has_lifespan())
+        }
+        #[cfg(not(feature = "python"))]
+        false
+    }
+
     /// Runs the application's shutdown (ASGI lifespan) once the worker has drained, bounded
     /// by its timeout. Blocking: call it from a blocking thread.
     pub fn shutdown(&self) {

@@ -96,6 +96,7 @@ pub(super) async fn run(
         .clone()
         .map(|recorder| tokio::spawn(async move { recorder.run(std::future::pending()).await }));
     let (closed_tx, closed_rx) = unbounded_channel();
+    let (app_down_tx, app_down_rx) = unbounded_channel();
     let (quic_tx, quic_rx) = unbounded_channel();
     let meter = Arc::new(crate::http::meter::RequestMeter::default());
     let tls_wanted = setup.facts.tls;
@@ -142,6 +143,9 @@ pub(super) async fn run(
         meter,
         closed_tx,
         closed_rx,
+        app_down_tx,
+        app_down_rx,
+        app_shutting_down: false,
         out,
         prepare_due: false,
         control_open: true,
@@ -278,6 +282,11 @@ struct Worker {
     meter: Arc<crate::http::meter::RequestMeter>,
     closed_tx: UnboundedSender<usize>,
     closed_rx: UnboundedReceiver<usize>,
+    /// The application's shutdown has finished (`shut_down_app`).
+    app_down_tx: UnboundedSender<()>,
+    app_down_rx: UnboundedReceiver<()>,
+    /// It runs now.
+    app_shutting_down: bool,
     out: Arc<ControlWriter>,
     /// The lifecycle asked to prepare: `run` awaits it after the dispatch.
     prepare_due: bool,
@@ -307,7 +316,12 @@ impl Worker {
                         return std::future::pending().await;
                     }
                     tracing::info!(worker = self.id, code, "exiting");
-                    self.app_shutdown().await;
+                    if self.app_shutting_down {
+                        tracing::error!(
+                            worker = self.id,
+                            "the application's shutdown was cut at the drain deadline"
+                        );
+                    }
                     self.endpoints_closed().await;
                     self.last_heartbeat();
                     return code;
@@ -343,6 +357,10 @@ impl Worker {
                     if !self.fault.wedged_drain() {
                         self.life.terminate(self.clock.now());
                     }
+                }
+                Some(()) = self.app_down_rx.recv() => {
+                    self.app_shutting_down = false;
+                    self.life.app_shut_down(self.clock.now());
                 }
                 Some(index) = self.closed_rx.recv() => {
                     // Every close that is already queued, in one pass.
@@ -507,8 +525,11 @@ impl Worker {
             let load = move || crate::app::App::load(&spec, runtime, clock);
             match tokio::task::spawn_blocking(load).await {
                 Ok(Ok(app)) => {
-                    config.app = Some(Arc::new(app));
                     self.life.watch_app(self.clock.now());
+                    if app.has_shutdown() {
+                        self.life.app_has_shutdown();
+                    }
+                    config.app = Some(Arc::new(app));
                 }
                 Ok(Err(e)) => {
                     tracing::error!(worker = self.id, error = %e, "the application cannot start");
@@ -633,16 +654,6 @@ impl Worker {
         });
     }
 
-    /// The application's shutdown (ASGI lifespan), once the drain has finished every
-    /// request: bounded by the lifespan timeout, and by the parent's KILL past the drain
-    /// deadline. A worker that never prepared has nothing to shut down.
-    async fn app_shutdown(&mut self) {
-        let Some(app) = self.site.as_ref().and_then(|s| s.app()).cloned() else {
-            return;
-        };
-        let _ = tokio::task::spawn_blocking(move || app.shutdown()).await;
-    }
-
     /// Lets the HTTP/3 endpoints finish (at most [`ENDPOINT_CLOSE_BOUND`]). A connection
     /// closed during the drain has only queued its CONNECTION_CLOSE: the endpoint's task
     /// sends it. A worker that exited first left its clients to learn from the slot's next
@@ -716,6 +727,20 @@ impl WorkerIo for Worker {
                     )));
             }
         }
+    }
+
+    fn shut_down_app(&mut self) {
+        // On a blocking thread (it runs the application's code), while this task goes on
+        // beating; the lifecycle hears of its end through `app_down`.
+        let Some(app) = self.site.as_ref().and_then(|s| s.app()).cloned() else {
+            return self.life.app_shut_down(self.clock.now());
+        };
+        self.app_shutting_down = true;
+        let done = self.app_down_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            app.shutdown();
+            let _ = done.send(());
+        });
     }
 
     fn stop_accepting(&mut self) {

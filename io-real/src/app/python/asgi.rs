@@ -338,6 +338,10 @@ impl Asgi {
         .map_err(|e: PyErr| Python::attach(|py| describe(py, &e)))
     }
 
+    pub(crate) fn has_lifespan(&self) -> bool {
+        self.lifespan.is_some()
+    }
+
     /// Lifespan shutdown, once the worker drained: bounded by the lifespan timeout, and
     /// reported when it fails or overruns.
     pub(crate) fn shutdown(&self) {
