@@ -64,6 +64,12 @@ const FULL_RECHECK: Duration = Duration::from_millis(50);
 /// Serve the admin listener until the host runtime stops, under the main listener's
 /// `deadlines`. Must run on the host runtime.
 pub async fn serve(listener: std::net::TcpListener, events: InboundTx, deadlines: Deadlines) {
+    // As the main listeners (decision 0010): a connection is accepted once its client has
+    // spoken, or after a second. A probe then arrives with its request head, and silent
+    // connections reach the listener no faster than they can be closed to make room.
+    if let Err(e) = crate::os::set_defer_accept(&listener, super::listeners::DEFER_ACCEPT_SECS) {
+        tracing::warn!(error = %e, "TCP_DEFER_ACCEPT not set on the admin listener");
+    }
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
