@@ -356,3 +356,46 @@ fn a_lifespan_shutdown_runs_while_the_worker_beats_and_one_past_the_drain_is_cut
         "{stderr}"
     );
 }
+
+/// A bare ASGI application, no framework: which event loop runs it.
+const BARE_APP: &str = r#"
+import asyncio
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    kind = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": kind.encode()})
+"#;
+
+#[test]
+fn the_event_loop_is_uvloop_when_asked_or_installed_and_asyncio_when_asked() {
+    let tree = app_tree("loops", "bare", BARE_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let has_uvloop = available("uvloop");
+    for (choice, expected) in [
+        ("asyncio", "asyncio"),
+        ("auto", if has_uvloop { "uvloop" } else { "asyncio" }),
+        ("uvloop", "uvloop"),
+    ] {
+        if choice == "uvloop" && !has_uvloop {
+            continue;
+        }
+        let server = Server::start(
+            &tree,
+            1,
+            &args("bare:app", app_dir, &["--loop", choice]),
+            &[],
+        );
+        server.wait_ready(1, BOUND);
+        let a = curl(server.addr, "/", &[]);
+        assert_eq!(
+            (a.status, String::from_utf8_lossy(&a.body).into_owned()),
+            (200, expected.to_owned()),
+            "--loop {choice}"
+        );
+    }
+}

@@ -339,6 +339,7 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("app_dir", &["/srv/app", "/srv/lib"]),
         ("static_prefix", &["/assets/"]),
         ("lifespan", &["on"]),
+        ("loop", &["uvloop"]),
     ];
     if let Some((_, values)) = SAMPLES.iter().find(|(k, _)| *k == setting.key) {
         return Some(values.iter().map(|v| (*v).to_owned()).collect());

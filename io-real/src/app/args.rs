@@ -36,6 +36,10 @@ pub struct AppArgs {
     /// anyway), `on` (its failure fails the worker's start), `off`.
     #[arg(long, value_name = "auto|on|off", env = "SERVERY_LIFESPAN", default_value = "auto", value_parser = ["auto", "on", "off"])]
     pub lifespan: String,
+    /// The ASGI event loop: `auto` (uvloop when it is installed, else asyncio's),
+    /// `asyncio` or `uvloop` (its absence then fails the worker's start).
+    #[arg(long = "loop", id = "event_loop", value_name = "auto|asyncio|uvloop", env = "SERVERY_LOOP", default_value = "auto", value_parser = ["auto", "asyncio", "uvloop"])]
+    pub event_loop: String,
     /// How long lifespan startup or shutdown may take, in seconds.
     #[arg(
         long,

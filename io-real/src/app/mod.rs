@@ -80,6 +80,8 @@ pub enum Interface {
     Asgi {
         lifespan: &'static str,
         lifespan_timeout: Duration,
+        /// `auto`, `asyncio` or `uvloop`.
+        event_loop: &'static str,
     },
 }
 
@@ -117,6 +119,11 @@ impl AppSpec {
                 },
                 lifespan_timeout: Duration::try_from_secs_f64(app.lifespan_timeout)
                     .unwrap_or(Duration::from_secs(30)),
+                event_loop: match app.event_loop.as_str() {
+                    "asyncio" => "asyncio",
+                    "uvloop" => "uvloop",
+                    _ => "auto",
+                },
             }
         } else {
             Interface::Wsgi
@@ -187,6 +194,7 @@ impl App {
                 Interface::Asgi {
                     lifespan,
                     lifespan_timeout,
+                    event_loop,
                 } => {
                     let mode = match lifespan {
                         "on" => python::LifespanMode::On,
@@ -199,6 +207,7 @@ impl App {
                         clock,
                         mode,
                         lifespan_timeout,
+                        event_loop,
                     )?)
                 }
             };

@@ -254,6 +254,7 @@ impl Asgi {
         clock: Clock,
         lifespan: LifespanMode,
         lifespan_timeout: Duration,
+        event_loop: &str,
     ) -> Result<Asgi, AppError> {
         Python::initialize();
         let failed = |detail: String| AppError::Load {
@@ -273,10 +274,7 @@ impl Asgi {
             let source = CString::new(SUPPORT_SOURCE).map_err(|e| e.to_string())?;
             let support = PyModule::from_code(py, &source, c"servery_asgi.py", c"servery_asgi")
                 .map_err(|e| describe(py, &e))?;
-            let asyncio = PyModule::import(py, "asyncio").map_err(|e| describe(py, &e))?;
-            let event_loop = asyncio
-                .call_method0("new_event_loop")
-                .map_err(|e| describe(py, &e))?;
+            let event_loop = new_event_loop(py, event_loop)?;
             let take = take_fn(py, &bridge).map_err(|e| describe(py, &e))?;
             let log = super::log_fn(py).map_err(|e| describe(py, &e))?;
             let fd = loop_end.into_raw_fd();
@@ -408,6 +406,27 @@ impl Asgi {
             }
         }
     }
+}
+
+/// A new event loop of the kind `--loop` names: uvloop's when it is asked for (or, with
+/// `auto`, when it is installed), else asyncio's.
+fn new_event_loop<'py>(py: Python<'py>, kind: &str) -> Result<Bound<'py, PyAny>, String> {
+    if kind != "asyncio" {
+        match PyModule::import(py, "uvloop") {
+            Ok(uvloop) => {
+                return uvloop
+                    .call_method0("new_event_loop")
+                    .map_err(|e| describe(py, &e));
+            }
+            Err(e) if kind == "uvloop" => {
+                return Err(format!("--loop uvloop: {}", describe(py, &e)));
+            }
+            Err(_) => {}
+        }
+    }
+    PyModule::import(py, "asyncio")
+        .and_then(|asyncio| asyncio.call_method0("new_event_loop"))
+        .map_err(|e| describe(py, &e))
 }
 
 /// Tells the loop the request is over (complete, or its client gone) when the response

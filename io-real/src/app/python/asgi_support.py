@@ -150,6 +150,13 @@ class Lifespan:
                         fut.set_exception(e)
             if not isinstance(e, Exception):
                 raise
+        else:
+            # Returned without a word (an application that ignores the lifespan scope):
+            # nothing to wait for, at startup or shutdown.
+            self.unsupported = True
+            for fut in (self.startup_done, self.shutdown_done):
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
 
     async def startup(self):
         self.startup_done = self.bridge.loop.create_future()
