@@ -186,36 +186,6 @@ fn django_available() -> bool {
     ok
 }
 
-/// What curl made of one request: its exit code, the status and the body.
-#[derive(Debug)]
-struct Answer {
-    exit: Option<i32>,
-    status: u16,
-    body: Vec<u8>,
-}
-
-/// One request through curl, bounded by `--max-time`.
-fn curl(addr: SocketAddr, path: &str, args: &[&str]) -> Answer {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "20", "-w", "\n%{http_code}"])
-        .args(args)
-        .arg(format!("http://{addr}{path}"))
-        .output()
-        .expect("run curl");
-    let mut body = out.stdout;
-    let split = body.iter().rposition(|&b| b == b'\n').unwrap_or(0);
-    let status = String::from_utf8_lossy(&body[split + 1..])
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    body.truncate(split);
-    Answer {
-        exit: out.status.code(),
-        status,
-        body,
-    }
-}
-
 /// A complete 200 answer's body as JSON.
 fn json_body(addr: SocketAddr, path: &str, args: &[&str]) -> Value {
     let a = curl(addr, path, args);

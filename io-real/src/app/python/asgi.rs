@@ -31,7 +31,7 @@ use tokio::sync::{Notify, mpsc};
 use super::describe;
 use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
-use crate::http::body::{self, Body};
+use crate::http::body::Body;
 
 /// Request-body chunks queued ahead of the application's `receive()`.
 const BODY_QUEUE: usize = 2;
@@ -350,9 +350,7 @@ impl Asgi {
     }
 
     pub(crate) fn last_alive(&self) -> Option<servery_core::Instant> {
-        Some(servery_core::Instant::from_nanos(
-            self.alive.load(Ordering::Acquire),
-        ))
+        super::last_alive(&self.alive)
     }
 
     pub(crate) async fn handle<B>(
@@ -399,11 +397,7 @@ impl Asgi {
                 *r.headers_mut() = headers;
                 r
             }
-            _ => {
-                let mut r = Response::new(body::full("Internal Server Error\n"));
-                *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                r
-            }
+            _ => super::internal_error(),
         }
     }
 }

@@ -193,6 +193,25 @@ fn start_probe(clock: Clock, alive: Arc<AtomicU64>) {
     }
 }
 
+/// When the interpreter last answered the probe, in the worker's clock.
+fn last_alive(alive: &AtomicU64) -> Option<servery_core::Instant> {
+    Some(servery_core::Instant::from_nanos(
+        alive.load(Ordering::Acquire),
+    ))
+}
+
+/// The answer to a request whose application raised (or gave nothing) before its response
+/// started: the traceback is in the log, the client gets a plain 500.
+fn internal_error() -> http::Response<crate::http::body::Body> {
+    let mut r = http::Response::new(crate::http::body::full("Internal Server Error\n"));
+    *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
 /// `Pool` sized for the spec, whose threads each keep one interpreter thread state for
 /// their life: attached once, and released (`detach`) for everything but the calls, which
 /// then re-take the lock with that state instead of making and dropping one each.

@@ -90,9 +90,7 @@ impl Wsgi {
     }
 
     pub(crate) fn last_alive(&self) -> Option<servery_core::Instant> {
-        Some(servery_core::Instant::from_nanos(
-            self.alive.load(Ordering::Acquire),
-        ))
+        super::last_alive(&self.alive)
     }
 
     pub(crate) async fn handle<B>(
@@ -129,15 +127,7 @@ impl Wsgi {
                 response(status, headers, body::file(file, start, len, runtime))
             }
             // Raised (or returned nothing) before the head: the traceback is logged.
-            _ => {
-                let mut r = Response::new(body::full("Internal Server Error\n"));
-                *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
-                r
-            }
+            _ => super::internal_error(),
         }
     }
 }
