@@ -372,9 +372,26 @@ pub(crate) fn open_beneath(root: &Dir, rel: &Path) -> std::io::Result<(File, std
         &mut options,
         rustix::fs::OFlags::NONBLOCK.bits() as i32,
     );
-    let file = root.open_with(rel, &options)?.into_std();
+    let file = root
+        .open_with(rel, &options)
+        .map_err(not_openable)?
+        .into_std();
     let meta = file.metadata()?;
     Ok((file, meta))
+}
+
+/// `open` of a Unix socket (or of a device with no driver behind it) fails with ENXIO:
+/// like a FIFO, it is something in the tree that is not a file to serve, so it is refused
+/// (403), not reported as a server error.
+fn not_openable(e: std::io::Error) -> std::io::Error {
+    #[cfg(unix)]
+    if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) {
+        return std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "not a file that can be served (a socket or a device)",
+        );
+    }
+    e
 }
 
 fn open_regular(root: &Dir, rel: &Path, name: &str) -> Result<OpenFile, HttpError> {
