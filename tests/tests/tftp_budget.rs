@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use servery_tests::{Server, Tree, serde_json::Value, wait_until};
+use servery_tests::serde_json::{self, Value};
+use servery_tests::{Server, Tree, wait_until};
 
 #[path = "support/tftp_client.rs"]
 mod tftp_client;
@@ -187,4 +188,38 @@ fn a_write_gives_its_reservation_back_at_once_however_it_ends() {
     wait_for_no_reservation(&server, "a timed-out write");
     let put = request(server.addr, "PUT", "/after.txt", b"y", &[]);
     assert!(matches!(put.status, 200 | 201 | 204), "{}", put.status);
+}
+
+#[test]
+fn with_auth_the_start_says_tftp_has_none() {
+    let tree = Tree::new("tftpb-auth");
+    let (server, addr) = start_servery(&tree, 1, &["--auth", "alice:secret"]);
+    let said = format!(
+        "TFTP has no authentication: --auth does not apply to it, and anyone who can reach udp {addr} can read"
+    );
+    wait_until(WAIT, "the warning in the log", || {
+        server
+            .stderr()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains(&said))
+            .then_some(())
+    });
+    let status = server.status();
+    let warnings = status["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains(&said))),
+        "ctl status must carry the warning: {status}"
+    );
+    // HTTP itself still asks.
+    let asked = servery_tests::http_get(server.addr, "/hello.txt").map(|(status, _)| status);
+    assert_eq!(asked, Ok(401));
+
+    // Without --auth there is nothing to warn about (one server at a time in a test).
+    drop(server);
+    let tree = Tree::new("tftpb-noauth");
+    let (server, _) = start_servery(&tree, 1, &[]);
+    assert_eq!(server.status()["warnings"], serde_json::json!([]));
+    assert!(!server.stderr().contains("TFTP has no authentication"));
 }

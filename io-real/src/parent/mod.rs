@@ -413,6 +413,11 @@ fn serve(
         .as_ref()
         .map(|w| std::sync::Arc::clone(w.stats()));
     let cleaner = Cleaner::start(root.clone()).map_err(ParentError::Runtime)?;
+    let warnings = crate::tftp::no_auth_warnings(
+        tftp_socket.as_ref(),
+        !args.site.auth.is_empty(),
+        args.tftp.tftp_write,
+    );
     let tftp = match tftp_socket {
         Some(socket) => crate::tftp::TftpSlot::ready(
             socket,
@@ -423,6 +428,7 @@ fn serve(
                     .tftp_write
                     .then(|| args.upload.parent_write_settings(&config)),
                 root_path: root.clone(),
+                http_auth: !args.site.auth.is_empty(),
             },
             crate::tftp::ServedRoot::open(&root, args.show_hidden)
                 .map_err(crate::tftp::TftpError::Root)?,
@@ -502,6 +508,7 @@ fn serve(
             access_log: log_stats,
             services: service_reports,
             settings: started_settings,
+            warnings,
         },
         notifier,
         acme: acme_link,

@@ -21,6 +21,9 @@ pub struct ServiceInfo {
     pub services: super::services::Reports,
     /// The settings as the parent was started (`config.settings`).
     pub settings: std::sync::Arc<Vec<crate::settings::Effective>>,
+    /// What the operator must know about how servery runs (TFTP without authentication
+    /// beside `--auth`), said at start and kept here.
+    pub warnings: Vec<String>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -61,6 +64,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[
         "singletons": singletons_json(parent, &info.services),
         "acme": parent.acme().map(|m| super::services::acme::status_json(&m.status())),
         "tls": super::tls_material::status_json(parent, now),
+        "warnings": info.warnings,
     });
     if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {
         map.extend(more);
@@ -240,6 +244,14 @@ pub fn status_text(v: &Value) -> String {
         for url in urls {
             let _ = writeln!(out, "listening on {}", plain(url));
         }
+    }
+    for warning in v
+        .get("warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let _ = writeln!(out, "warning: {}", plain(warning));
     }
     let _ = writeln!(
         out,

@@ -90,6 +90,28 @@ pub struct TftpSettings {
     /// left (killed mid-write) before the first request is taken. Only with writes: the
     /// prefix is the parent's own, which no worker cleanup ever removes.
     pub root_path: std::path::PathBuf,
+    /// HTTP requires authentication (`--auth`): TFTP has none, which the start says.
+    pub http_auth: bool,
+}
+
+/// What the start's log and `ctl status` say when `--auth` is set with `--tftp`: the
+/// protocol has no authentication, so `--auth` does not cover it. Empty otherwise.
+pub fn no_auth_warnings(
+    socket: Option<&std::net::UdpSocket>,
+    http_auth: bool,
+    writes: bool,
+) -> Vec<String> {
+    let Some(addr) = socket
+        .filter(|_| http_auth)
+        .and_then(|s| s.local_addr().ok())
+    else {
+        return Vec::new();
+    };
+    let what = if writes { "read and write" } else { "read" };
+    vec![format!(
+        "TFTP has no authentication: --auth does not apply to it, and anyone who can reach \
+         udp {addr} can {what} the served root"
+    )]
 }
 
 #[derive(Debug)]

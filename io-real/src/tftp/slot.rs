@@ -72,6 +72,11 @@ impl Service for TftpSlot {
             else {
                 return Ok(());
             };
+            let warnings = super::no_auth_warnings(
+                Some(&socket),
+                settings.http_auth,
+                settings.writes.is_some(),
+            );
             let running = TftpService::start(
                 socket,
                 settings,
@@ -80,6 +85,9 @@ impl Service for TftpSlot {
                 &Handle::current(),
             )?;
             say!("servery: TFTP on udp {}", running.local_addr());
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
             tracing::info!(generation = %ctx.generation, "TFTP started");
             self.state = State::Running(running);
             Ok(())
