@@ -19,6 +19,7 @@ pub mod proto;
 pub mod request_stats;
 pub mod rng;
 pub mod singletons;
+pub mod state_dir;
 pub mod supervisor;
 pub mod tftp;
 pub mod time;

@@ -146,7 +146,7 @@ impl Parent {
         &mut self,
         now: Instant,
         locks: Vec<crate::proto::DavLockInfo>,
-    ) -> usize {
+    ) -> crate::broker::DavRestore {
         let restored = self.broker.restore_dav_locks(now, locks);
         self.settle();
         restored
@@ -532,7 +532,7 @@ mod tests {
         });
         let mut left = journal.clone();
         left[0].expires_in_ms = 4_000;
-        assert_eq!(again.restore_dav_locks(Instant::ZERO, left), 1);
+        assert_eq!(again.restore_dav_locks(Instant::ZERO, left).restored, 1);
         dav(&mut again, w2, Instant::ZERO, 1, lock_request("/a", 1_000));
         assert!(actions(&mut again).iter().any(|a| matches!(
             a,

@@ -26,6 +26,18 @@ use crate::proto::{self, BrokerReply, BrokerRequest, Rejection, TargetKey};
 use crate::rng::CoreRng;
 use crate::time::Instant;
 
+/// What a restore of journalled locks kept and what it dropped, for the log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DavRestore {
+    pub restored: usize,
+    /// Dropped: the table was full (`max_dav_locks`).
+    pub over_table_limit: usize,
+    /// Kept, their time left cut to `max_dav_lock_timeout`.
+    pub timeout_capped: usize,
+    /// Dropped: a token already in the table.
+    pub skipped: usize,
+}
+
 /// Who holds a grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Owner {
@@ -189,14 +201,42 @@ impl Broker {
         self.dav.take_changed()
     }
 
-    /// Puts journalled locks back at startup, with their expiries armed; returns how many.
-    pub fn restore_dav_locks(&mut self, now: Instant, locks: Vec<proto::DavLockInfo>) -> usize {
+    /// Puts journalled locks back at startup, with their expiries armed, under the limits a
+    /// LOCK has: no lock longer than `max_dav_lock_timeout` (a longer one is cut to it),
+    /// no more than `max_dav_locks` in the table (those with the most time left are kept:
+    /// the likeliest still in use; ties by token). A journal is a file anyone who could
+    /// write the state directory could have edited, so it gets no more than a client does.
+    pub fn restore_dav_locks(
+        &mut self,
+        now: Instant,
+        mut locks: Vec<proto::DavLockInfo>,
+    ) -> DavRestore {
+        let mut report = DavRestore::default();
+        let cap = ms(self.limits.max_dav_lock_timeout());
+        locks.retain(|l| l.expires_in_ms > 0);
+        for l in &mut locks {
+            if l.expires_in_ms > cap {
+                l.expires_in_ms = cap;
+                report.timeout_capped += 1;
+            }
+        }
+        locks.sort_by(|a, b| {
+            b.expires_in_ms
+                .cmp(&a.expires_in_ms)
+                .then(a.token.cmp(&b.token))
+        });
+        let room = (self.limits.max_dav_locks() as usize).saturating_sub(self.dav.live(now));
+        report.over_table_limit = locks.len().saturating_sub(room);
+        locks.truncate(room);
+        let offered = locks.len();
         let restored = self.dav.restore(now, locks);
         for (token, expires_at) in &restored {
             self.expiries.insert((*expires_at, Kind::Dav, *token));
         }
         self.dav.take_changed();
-        restored.len()
+        report.restored = restored.len();
+        report.skipped = offered - restored.len();
+        report
     }
 
     /// The ACME challenges workers answer (published by the parent's certificate manager).

@@ -626,3 +626,57 @@ fn the_invariant_check_notices_each_broken_table() {
         assert!(b.check_invariants().is_err(), "not noticed: {what}");
     }
 }
+
+fn journalled(token: u128, resource: &str, expires_in_ms: u64) -> proto::DavLockInfo {
+    proto::DavLockInfo {
+        token: LeaseId(token),
+        resource: resource.into(),
+        depth: proto::DavDepth::Zero,
+        owner: String::new(),
+        exclusive: true,
+        expires_in_ms,
+        generation: Generation(0),
+    }
+}
+
+#[test]
+fn a_restored_journal_gets_the_limits_a_lock_gets() {
+    let mut raw = RawConfig::default();
+    raw.broker.max_dav_locks = 3;
+    let limits = raw.validate().expect("valid").broker().clone();
+    let cap = ms(limits.max_dav_lock_timeout());
+    let mut b = Broker::new(limits, CoreRng::from_seed([9; 32]));
+    let t0 = Instant::ZERO;
+    // Ten locks for a table of three, one of them "until the year 9999".
+    let mut locks: Vec<_> = (1..=10u128)
+        .map(|i| journalled(i, &format!("/r{i}"), 1_000 * i as u64))
+        .collect();
+    locks.push(journalled(99, "/forever", 253_402_300_799_000));
+    let report = b.restore_dav_locks(t0, locks);
+    assert_eq!(
+        report,
+        DavRestore {
+            restored: 3,
+            over_table_limit: 8,
+            timeout_capped: 1,
+            skipped: 0
+        },
+        "rule: a restore fills the table no further than max_dav_locks and says what it dropped"
+    );
+    assert_eq!(b.dav().live(t0), 3);
+    let forever = b.dav().get(LeaseId(99)).expect("kept: the most time left");
+    assert_eq!(
+        forever.expires_at,
+        t0 + Duration::from_millis(cap),
+        "rule: a restored lock lasts no longer than max_dav_lock_timeout"
+    );
+    assert!(b.dav().contains(LeaseId(10)) && b.dav().contains(LeaseId(9)));
+    assert!(
+        !b.dav().contains(LeaseId(1)),
+        "the least time left is dropped"
+    );
+    b.check_invariants().expect("invariants");
+    // Its expiry is armed at the cap, not at the year 9999.
+    b.handle_timeout(t0 + Duration::from_millis(cap));
+    assert!(b.dav().is_empty(), "every restored lock expired by the cap");
+}

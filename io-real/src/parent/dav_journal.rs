@@ -8,8 +8,8 @@
 //! stepped between the two parents shortens or lengthens the locks by the step; a lock is
 //! never kept past the expiry the journal names.
 
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,6 +19,9 @@ use servery_core::{Generation, LeaseId};
 
 const FILE: &str = "dav-locks.json";
 const VERSION: u32 = 1;
+
+/// `O_NOFOLLOW`: journal files are never opened through a symbolic link.
+const NO_FOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
 
 /// A journal larger than this is not read (the lock table's own bounds keep a real one
 /// far below it).
@@ -67,9 +70,16 @@ impl Journal {
         let dir = dir
             .canonicalize()
             .map_err(|e| format!("{}: {e}", dir.display()))?;
-        if !dir.is_dir() {
+        let meta = std::fs::metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !meta.is_dir() {
             return Err(format!("{} is not a directory", dir.display()));
         }
+        let facts = servery_core::state_dir::DirFacts {
+            mode: meta.mode() & 0o7777,
+            owner: meta.uid(),
+        };
+        servery_core::state_dir::judge(facts, rustix::process::geteuid().as_raw())
+            .map_err(|refusal| format!("{} {refusal}", dir.display()))?;
         if dir.starts_with(root) {
             return Err(format!(
                 "{} is inside the served directory, where the lock journal would be served",
@@ -92,19 +102,39 @@ impl Journal {
 
     fn load(&self) -> Result<Loaded, String> {
         let path = self.path();
-        let text = match std::fs::metadata(&path) {
+        // Not through a symbolic link: what is read is the file in the directory itself.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(NO_FOLLOW)
+            .open(&path);
+        let mut file = match opened {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(Loaded::default());
             }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-            Ok(meta) if meta.len() > MAX_JOURNAL => {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
                 return Err(format!(
-                    "{} is larger than {MAX_JOURNAL} bytes",
+                    "{} is a symbolic link; servery follows none in the state directory",
                     path.display()
                 ));
             }
-            Ok(_) => std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Ok(file) => file,
         };
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if !meta.is_file() {
+            return Err(format!("{} is not a regular file", path.display()));
+        }
+        if meta.len() > MAX_JOURNAL {
+            return Err(format!(
+                "{} is larger than {MAX_JOURNAL} bytes",
+                path.display()
+            ));
+        }
+        let mut text = Vec::new();
+        file.read_to_end(&mut text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let stored: Stored = serde_json::from_slice(&text).map_err(|e| {
             format!(
                 "{} is not a lock journal ({e}); remove it to start without its locks",
@@ -170,10 +200,18 @@ impl Journal {
     fn write_stored(&self, stored: &Stored) -> io::Result<()> {
         let text = serde_json::to_vec(stored).map_err(io::Error::other)?;
         let temp = self.dir.join(format!(".{FILE}.{}", std::process::id()));
+        // A fresh file of our own: whatever has the name (a leftover, a planted link) is
+        // unlinked first, not followed, and O_EXCL with O_NOFOLLOW makes the create fail
+        // rather than write through anything put there in between. The rename replaces a
+        // link at the journal's name with the file itself.
+        match std::fs::remove_file(&temp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut file = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(NO_FOLLOW)
             .mode(0o600)
             .open(&temp)?;
         file.write_all(&text)?;
@@ -265,6 +303,39 @@ mod tests {
         assert!(err.contains("not a lock journal"), "{err}");
         let err = Journal::open(&root.join("state"), &root).expect_err("inside root");
         assert!(err.contains("inside the served directory"), "{err}");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn planted_links_are_not_followed_and_an_open_directory_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("servery-journal-ln-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).expect("root");
+        let victim = base.join("victim");
+        std::fs::write(&victim, b"precious").expect("victim");
+        let state = base.join("state");
+        let (journal, _) = Journal::open(&state, &root).expect("fresh");
+
+        // A link at the temporary file's name: the store replaces the link, not the victim.
+        let temp = state.join(format!(".{FILE}.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &temp).expect("plant at the temporary name");
+        journal.store(&[]).expect("store");
+        assert_eq!(std::fs::read(&victim).expect("victim"), b"precious");
+
+        // A link at the journal's name: the start refuses it, and the victim is untouched.
+        std::fs::remove_file(journal.path()).expect("remove the journal");
+        std::os::unix::fs::symlink(&victim, journal.path()).expect("plant at the journal");
+        let err = Journal::open(&state, &root).expect_err("a planted journal link");
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read(&victim).expect("victim"), b"precious");
+
+        // A directory others can write is refused before anything in it is read.
+        std::fs::remove_file(journal.path()).expect("remove the link");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = Journal::open(&state, &root).expect_err("world-writable");
+        assert!(err.contains("writable by other users"), "{err}");
         let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -471,7 +471,18 @@ fn serve(
         parent.start_tls(material.map_err(ParentError::TlsMaterial)?);
     }
     let journal = journal.map(|(journal, loaded)| {
-        parent.restore_dav_locks(clock.now(), loaded.take());
+        let report = parent.restore_dav_locks(clock.now(), loaded.take());
+        if report.over_table_limit + report.timeout_capped + report.skipped > 0 {
+            // The journal asked for more than a LOCK may have: say what was not kept.
+            tracing::warn!(
+                path = %journal.path().display(),
+                restored = report.restored,
+                dropped_table_full = report.over_table_limit,
+                dropped_duplicate = report.skipped,
+                timeout_capped = report.timeout_capped,
+                "the lock journal held more than the lock limits allow: the locks past --dav-max-locks were dropped and those past --dav-lock-timeout-max cut to it"
+            );
+        }
         journal
     });
     let service_reports = services.reports();

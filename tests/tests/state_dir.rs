@@ -1,0 +1,176 @@
+//! The state directory (`--state-dir`, issue 34): one that other users can write, or that
+//! servery's user does not own, is refused before anything binds; a journal file planted
+//! as a symbolic link is not followed; a journal restores no more locks, and no longer
+//! ones, than LOCK grants, and says what it dropped.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use servery_tests::{FAST, OtherUser, Server, Tree, run_servery, wait_until};
+
+fn run_with_state_dir(tree: &Tree, state: &Path) -> servery_tests::Finished {
+    run_servery(
+        &[
+            tree.root().to_str().expect("utf-8"),
+            "--port",
+            "0",
+            "--dav",
+            "--state-dir",
+            state.to_str().expect("utf-8"),
+        ],
+        &[],
+        Duration::from_secs(20),
+    )
+}
+
+fn refused(done: &servery_tests::Finished, rule: &str) {
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("--state-dir") && done.stderr.contains(rule),
+        "the error must name the field and the rule ({rule}): {}",
+        done.stderr
+    );
+    assert!(!done.stdout.contains("listening"), "{}", done.stdout);
+}
+
+#[test]
+fn a_state_dir_other_users_can_write_is_refused_before_anything_binds() {
+    let tree = Tree::new("state-open");
+    let state = tree.dir.join("state");
+    std::fs::create_dir(&state).expect("state dir");
+    for mode in [0o777, 0o1777, 0o775] {
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        refused(
+            &run_with_state_dir(&tree, &state),
+            "writable by other users",
+        );
+    }
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let server = Server::start(
+        &tree,
+        1,
+        &[
+            FAST,
+            &["--dav", "--state-dir", state.to_str().expect("utf-8")],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(server.status()["broker"]["dav_locks_persistent"], true);
+}
+
+#[test]
+fn a_state_dir_of_another_user_is_refused_and_a_planted_link_is_not_followed() {
+    let tree = Tree::new("state-other");
+    let state = tree.dir.join("state");
+    std::fs::create_dir(&state).expect("state dir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let victim = tree.dir.join("victim");
+    std::fs::write(&victim, b"precious").expect("victim");
+    match OtherUser::create() {
+        Ok(other) => {
+            // The other user's own private directory: it could plant anything there.
+            rustix::fs::chown(
+                &state,
+                Some(rustix::fs::Uid::from_raw(other.uid)),
+                Some(rustix::fs::Gid::from_raw(other.gid)),
+            )
+            .expect("chown");
+            let planted = other
+                .command("ln")
+                .arg("-s")
+                .arg(&victim)
+                .arg(state.join("dav-locks.json"))
+                .status()
+                .expect("ln as the other user");
+            assert!(planted.success());
+            refused(&run_with_state_dir(&tree, &state), "is owned by uid");
+            assert_eq!(std::fs::read(&victim).expect("victim"), b"precious");
+            rustix::fs::chown(
+                &state,
+                Some(rustix::fs::Uid::ROOT),
+                Some(rustix::fs::Gid::ROOT),
+            )
+            .expect("chown back");
+        }
+        Err(why) => {
+            eprintln!("NOTICE: the other-user case is skipped: {why}");
+            std::os::unix::fs::symlink(&victim, state.join("dav-locks.json")).expect("plant");
+        }
+    }
+    // Ours now, private, but the link is still there: it is refused, not followed.
+    let done = run_with_state_dir(&tree, &state);
+    refused(&done, "symbolic link");
+    assert_eq!(std::fs::read(&victim).expect("victim"), b"precious");
+}
+
+#[test]
+fn a_journal_restores_no_more_than_lock_grants_and_says_what_it_dropped() {
+    let tree = Tree::new("state-limits");
+    let state = tree.dir.join("state");
+    std::fs::create_dir(&state).expect("state dir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    // Twenty valid locks for a table of five, one of them until the year 9999.
+    let mut locks: Vec<String> = (1..=19u64)
+        .map(|i| {
+            format!(
+                r#"{{"token":"{i:032x}","resource":"/r{i}","depth_infinity":false,"owner":"","exclusive":true,"expires_unix_ms":{}}}"#,
+                now_ms + 30_000 + i
+            )
+        })
+        .collect();
+    locks.push(
+        r#"{"token":"000000000000000000000000000000ff","resource":"/forever","depth_infinity":false,"owner":"","exclusive":true,"expires_unix_ms":253402300799000}"#
+            .into(),
+    );
+    std::fs::write(
+        state.join("dav-locks.json"),
+        format!(r#"{{"version":1,"locks":[{}]}}"#, locks.join(",")),
+    )
+    .expect("journal");
+    let server = Server::start(
+        &tree,
+        1,
+        &[
+            FAST,
+            &[
+                "--dav",
+                "--dav-max-locks",
+                "5",
+                "--dav-lock-timeout-max",
+                "60",
+                "--state-dir",
+                state.to_str().expect("utf-8"),
+            ],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(
+        server.status()["broker"]["dav_locks"],
+        5,
+        "the table's limit"
+    );
+    let (line, _) = wait_until(
+        Duration::from_secs(5),
+        "the log of what was dropped",
+        || {
+            server
+                .stderr()
+                .lines()
+                .find(|l| l.contains("the lock journal held more"))
+                .map(str::to_owned)
+        },
+    );
+    assert!(
+        line.contains("WARN")
+            && line.contains("dropped_table_full=15")
+            && line.contains("timeout_capped=1"),
+        "the log says what was dropped: {line}"
+    );
+}
