@@ -9,6 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use servery_tests::{FAST, OtherUser, Server, Tree, run_servery, wait_until};
 
+#[path = "support/http_client.rs"]
+mod http_client;
+
 fn run_with_state_dir(tree: &Tree, state: &Path) -> servery_tests::Finished {
     run_servery(
         &[
@@ -172,5 +175,95 @@ fn a_journal_restores_no_more_than_lock_grants_and_says_what_it_dropped() {
             && line.contains("dropped_table_full=15")
             && line.contains("timeout_capped=1"),
         "the log says what was dropped: {line}"
+    );
+}
+
+const LOCKINFO: &str = r#"<?xml version="1.0" encoding="utf-8"?>
+<D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype><D:owner><D:href>mailto:tester@example.com</D:href></D:owner></D:lockinfo>"#;
+
+/// A small tmpfs (mode 0700) over `dir` for the life of the guard.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_lock_the_journal_cannot_hold_is_refused_and_a_restart_keeps_every_lock_granted() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("NOTICE: skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let tree = Tree::new("state-full");
+    let state = tree.dir.join("state");
+    std::fs::create_dir(&state).expect("state dir");
+    let Some(_fs) = Tmpfs::mount(&state, "8k") else {
+        eprintln!("NOTICE: skipped: this machine refuses a tmpfs mount");
+        return;
+    };
+    for i in 0..100 {
+        std::fs::write(tree.root().join(format!("f{i}.txt")), b"x").expect("file");
+    }
+    let args = [
+        FAST,
+        &["--dav", "--state-dir", state.to_str().expect("utf-8")],
+    ]
+    .concat();
+    let mut server = Server::start(&tree, 1, &args, &[]);
+    let (mut granted, mut refused) = (0, 0);
+    for i in 0..100 {
+        let reply = http_client::request(
+            server.addr,
+            "LOCK",
+            &format!("/f{i}.txt"),
+            LOCKINFO.as_bytes(),
+            &[
+                ("Timeout", "Second-600"),
+                ("Depth", "0"),
+                ("Content-Type", "application/xml"),
+            ],
+        );
+        match reply.status {
+            200 => granted += 1,
+            503 => refused += 1,
+            other => panic!("LOCK /f{i}.txt: {other}"),
+        }
+    }
+    assert!(
+        granted > 0 && refused > 0,
+        "an 8 KiB journal holds some locks, not 100: {granted} granted, {refused} refused"
+    );
+    // The table holds what was granted, no more: nothing ran ahead of the journal.
+    wait_until(
+        Duration::from_secs(5),
+        "the refused locks to leave the table",
+        || (server.status()["broker"]["dav_locks"] == granted).then_some(()),
+    );
+    server.kill_parent();
+    drop(server);
+    let server = Server::start(&tree, 1, &args, &[]);
+    assert_eq!(
+        server.status()["broker"]["dav_locks"],
+        granted,
+        "every lock answered 200 survives kill -9 of the parent"
     );
 }

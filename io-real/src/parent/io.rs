@@ -142,6 +142,9 @@ pub struct RealIo {
     pids: HashMap<WorkerId, u32>,
     control: Arc<ControlState>,
     journal: Option<super::dav_journal::Journal>,
+    /// The last id used for an UNLOCK of a lock the journal could not hold (counting down
+    /// from the top, away from the parent's own client's request ids).
+    journal_unlocks: u64,
     log_writer: Option<crate::access_log::writer::LogWriter>,
     /// The singleton services (`None` once finished).
     services: Option<super::services::ServiceHost>,
@@ -211,6 +214,7 @@ impl RealIo {
             pids: HashMap::new(),
             control: p.control,
             journal: p.journal,
+            journal_unlocks: 0,
             log_writer: p.log_writer,
             services: Some(p.services),
             log_busy: false,
@@ -652,10 +656,23 @@ impl ParentIo for RealIo {
             ParentAction::PersistDavLocks(locks) => {
                 // On this thread, before the answers queued after it are written: a LOCK
                 // is only answered once its lock is on disk.
-                if let Some(journal) = &self.journal
-                    && let Err(e) = journal.store(&locks)
+                if let Some(journal) = &mut self.journal
+                    && let Err((e, dropped)) = journal.persist(&locks)
                 {
-                    tracing::error!(error = %e, path = %journal.path().display(), "cannot journal the WebDAV locks");
+                    tracing::error!(error = %e, path = %journal.path().display(), refused = dropped.len(), "cannot journal the WebDAV locks: the locks not on disk are refused (503) and dropped");
+                    // The table drops what the journal does not hold; its answer, addressed
+                    // to the parent's own client under an id no request of its uses, is
+                    // ignored there.
+                    for token in dropped {
+                        self.journal_unlocks = self.journal_unlocks.wrapping_sub(1);
+                        self.inbox.push_back(Event::Message {
+                            worker: servery_core::parent::PARENT_CLIENT,
+                            message: servery_core::proto::WorkerMessage::Broker {
+                                id: self.journal_unlocks,
+                                request: servery_core::proto::BrokerRequest::DavUnlock { token },
+                            },
+                        });
+                    }
                 }
                 return;
             }
@@ -685,7 +702,15 @@ impl ParentIo for RealIo {
             Action::Send { worker, message } if worker == servery_core::parent::PARENT_CLIENT => {
                 self.tftp_replies.deliver(message)
             }
-            Action::Send { worker, message } => {
+            Action::Send {
+                worker,
+                mut message,
+            } => {
+                if let (Some(journal), servery_core::proto::ParentMessage::Broker { reply, .. }) =
+                    (&mut self.journal, &mut message)
+                {
+                    journal.screen(reply);
+                }
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     // The core sends only what fits the frames (it refuses a broker answer
                     // that would not), so this cannot fail; were it to, nothing is sent
