@@ -198,8 +198,16 @@ pub const RECYCLED_BY_MEMORY: &str = "recycled by memory";
 /// A passing memory peak above `worker_max_rss` at one beat recycled nothing.
 pub const MEMORY_PEAK_PASSED: &str = "a passing memory peak recycled nothing";
 
+/// An application's shutdown ran after the drain's last request and the worker exited
+/// when it ended.
+pub const APP_SHUTDOWN_COMPLETED: &str = "an application's shutdown completed inside the drain";
+/// An application's shutdown overran the drain deadline and was cut there.
+pub const APP_SHUTDOWN_CUT: &str = "an application's shutdown was cut at the drain deadline";
+
 /// Every label above.
 pub const ALL: &[&str] = &[
+    APP_SHUTDOWN_COMPLETED,
+    APP_SHUTDOWN_CUT,
     APP_WEDGE_REPLACED,
     RECYCLED_BY_MEMORY,
     MEMORY_PEAK_PASSED,

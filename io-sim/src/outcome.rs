@@ -224,6 +224,17 @@ pub struct Injected {
     pub targets: Vec<u8>,
 }
 
+/// An application shutdown a simulated worker started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppShutdownRecord {
+    pub worker: u64,
+    /// When it started, and how long it takes when it is not cut (ms).
+    pub started_ms: u64,
+    pub takes_ms: u64,
+    /// Connections the worker still held when it started.
+    pub in_flight: u32,
+}
+
 /// A worker the parent reaped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerExit {
@@ -296,6 +307,10 @@ pub struct Outcome {
     /// With an application ([`crate::Workload::app`]): per worker, the most heartbeats
     /// in a row it sent reporting memory above `worker_max_rss`.
     pub memory_streaks: std::collections::BTreeMap<u64, u32>,
+    /// Per worker, when it stopped accepting (ms of virtual time): its drain began.
+    pub drains_started: std::collections::BTreeMap<u64, u64>,
+    /// Each application shutdown a worker started ([`crate::AppModel::shutdown_ms`]).
+    pub app_shutdowns: Vec<AppShutdownRecord>,
     /// Workers a pause fault stopped: (worker id, ms stopped, ms its resume is due).
     pub pauses: Vec<(u64, u64, u64)>,
     /// Every worker the parent reaped, in order.

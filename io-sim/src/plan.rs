@@ -170,6 +170,9 @@ pub struct AppModel {
     /// reported is `peak_bytes` more.
     pub peak_chance: f64,
     pub peak_bytes: u64,
+    /// The application has a shutdown (ASGI lifespan) that takes this long (ms, uniform);
+    /// `None`: none.
+    pub shutdown_ms: Option<(u64, u64)>,
 }
 
 impl Default for Workload {

@@ -180,11 +180,36 @@ impl SimWorker<'_> {
 
 impl WorkerIo for SimWorker<'_> {
     fn shut_down_app(&mut self) {
-        // A simulated application's shutdown takes no time of its own.
         let now = self.world.now;
-        if let Some(p) = self.proc() {
-            p.life.app_shut_down(now);
-        }
+        let shutdown = self
+            .world
+            .spec
+            .workload
+            .app
+            .as_ref()
+            .and_then(|a| a.shutdown_ms);
+        let Some((lo, hi)) = shutdown else {
+            if let Some(p) = self.proc() {
+                p.life.app_shut_down(now);
+            }
+            return;
+        };
+        let takes = self.world.rng.range(lo, hi);
+        let worker = self.worker;
+        let in_flight = self.proc().map_or(0, |p| p.serving.len() as u32);
+        self.world
+            .out
+            .app_shutdowns
+            .push(crate::outcome::AppShutdownRecord {
+                worker: worker.0,
+                started_ms: now.as_nanos() / 1_000_000,
+                takes_ms: takes,
+                in_flight,
+            });
+        self.world.schedule_in(
+            Duration::from_millis(takes),
+            SimEvent::AppShutDown { worker },
+        );
     }
 
     fn lifecycle(&mut self) -> &mut WorkerLifecycle {
@@ -241,10 +266,14 @@ impl WorkerIo for SimWorker<'_> {
     }
 
     fn stop_accepting(&mut self) {
+        let now_ms = self.world.now.as_nanos() / 1_000_000;
         let Some(p) = self.proc() else {
             return;
         };
         p.accepting = false;
+        if self.world.spec.workload.app.is_some() {
+            self.world.out.drains_started.insert(self.worker.0, now_ms);
+        }
         self.world.takers.changed();
         let Some(p) = self.proc() else {
             return;
@@ -370,6 +399,14 @@ impl SimWorld {
         } else {
             p.life.handle_timeout(now, conns);
         }
+        if p.life.poll_timeout().is_some_and(|t| t <= now) {
+            // A deadline the lifecycle judged and left due would fire again at once,
+            // forever, at this instant: the run could never move on.
+            self.violation(format!(
+                "{worker}: a deadline at or before {now} is still due after its timeout was handled"
+            ));
+            return;
+        }
         let failed = p.client.handle_timeout(now);
         for c in failed {
             self.completion(worker, c);
@@ -485,6 +522,19 @@ impl SimWorld {
         self.pump(worker);
     }
 
+    /// A worker's application finished its shutdown ([`crate::AppModel::shutdown_ms`]).
+    pub(crate) fn app_shut_down(&mut self, worker: WorkerId) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&worker) else {
+            return;
+        };
+        if !p.runnable() {
+            return;
+        }
+        p.life.app_shut_down(now);
+        self.pump(worker);
+    }
+
     pub(crate) fn worker_boot_done(&mut self, worker: WorkerId) {
         let now = self.now;
         let Some(p) = self.procs.get_mut(&worker) else {
@@ -493,9 +543,12 @@ impl SimWorld {
         if !p.runnable() {
             return;
         }
-        if self.spec.workload.app.is_some() {
+        if let Some(app) = &self.spec.workload.app {
             // The application imported: its interpreter is probed from now on.
             p.life.watch_app(now);
+            if app.shutdown_ms.is_some() {
+                p.life.app_has_shutdown();
+            }
         }
         match p.behavior.clone() {
             Behavior::FailStartup(error) => {

@@ -123,6 +123,10 @@ pub(crate) enum SimEvent {
         worker: WorkerId,
         conn: u64,
     },
+    /// A worker's application has finished its shutdown.
+    AppShutDown {
+        worker: WorkerId,
+    },
 }
 
 impl SimEvent {
@@ -155,6 +159,7 @@ impl SimEvent {
             SimEvent::DavTreeSend => (25, 0),
             SimEvent::ChunkSend => (26, 0),
             SimEvent::ChunkCopied { worker, conn } => (27, worker.0 << 32 | conn),
+            SimEvent::AppShutDown { worker } => (28, worker.0),
         }
     }
 
@@ -169,7 +174,8 @@ impl SimEvent {
             | SimEvent::Crash { worker }
             | SimEvent::RequestDone { worker, .. }
             | SimEvent::UploadStep { worker, .. }
-            | SimEvent::ChunkCopied { worker, .. } => Some(*worker),
+            | SimEvent::ChunkCopied { worker, .. }
+            | SimEvent::AppShutDown { worker } => Some(*worker),
             _ => None,
         }
     }
@@ -636,6 +642,7 @@ impl SimWorld {
             SimEvent::DavTreeSend => self.dav_tree_send(),
             SimEvent::ChunkSend => self.chunk_send(),
             SimEvent::ChunkCopied { worker, conn } => self.chunk_copied(worker, conn),
+            SimEvent::AppShutDown { worker } => self.app_shut_down(worker),
         }
         None
     }

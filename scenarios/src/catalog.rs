@@ -131,6 +131,13 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "app-shutdown",
+        about: "an application's shutdown (ASGI lifespan) on every drain, some overrunning it: it starts after the last request, the worker exits when it ends, or at the drain deadline, cut",
+        build: apps::app_shutdown,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
         name: "manual-recycle",
         about: "ctl recycle under load: every worker replaced once, one at a time, zero failed requests",
         build: rollouts::manual_recycle,

@@ -35,6 +35,7 @@ pub(crate) fn memory_recycle(ctx: &mut Ctx) -> Plan {
         memory_per_request: per_request.max(1),
         peak_chance: 0.05 + ctx.rng.unit() * 0.15,
         peak_bytes: MEMORY_LIMIT,
+        shutdown_ms: None,
     });
     let mut e = expect(&config, End::Ready);
     e.zero_failed = true;
@@ -103,6 +104,7 @@ pub(crate) fn app_wedge(ctx: &mut Ctx) -> Plan {
         memory_per_request: 0,
         peak_chance: 0.0,
         peak_bytes: 0,
+        shutdown_ms: None,
     });
     let after = ctx.rng.range(3, 40);
     // The first three spawns may wedge (the restart limit is five in thirty seconds).
@@ -140,6 +142,80 @@ pub(crate) fn app_wedge(ctx: &mut Ctx) -> Plan {
                         "app-liveness rule: worker {worker}'s application wedged; it ended as {other:?}, not as a hang (health_failure)"
                     ));
                 }
+            }
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+/// The drain timeout of the shutdown scenario (`fast_config`'s).
+const DRAIN_MS: u64 = 3_000;
+/// How late after its due time a worker's exit may be reaped: its own timer's, the
+/// control channel's and the reap's delays.
+const EXIT_SLACK_MS: u64 = 250;
+
+pub(crate) fn app_shutdown(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 4);
+    let config = fast_config(n);
+    debug_assert!((config.recovery.drain_timeout * 1000.0) as u64 == DRAIN_MS);
+    let mut spec = spec(ctx, config.clone(), 12.0);
+    // Some shutdowns finish inside the drain, some overrun it.
+    spec.workload.app = Some(AppModel {
+        memory_base: MEMORY_AT_REST,
+        memory_per_request: 0,
+        peak_chance: 0.0,
+        peak_bytes: 0,
+        shutdown_ms: Some((10, 2 * DRAIN_MS)),
+    });
+    for _ in 0..ctx.rng.range(1, 2) {
+        let t = crate::catalog::at(ctx, 1.0, 10.0);
+        spec.commands.push((t, servery_sim::SimCommand::Recycle));
+    }
+    let mut e = expect(&config, End::Ready);
+    // A shutdown cut at the deadline may leave the old worker's end to the drain rules.
+    e.allow_forced = true;
+    e.extra = Some(|o, _| {
+        if o.app_shutdowns.is_empty() {
+            return Err("no worker ran its application's shutdown".into());
+        }
+        for s in &o.app_shutdowns {
+            if s.in_flight > 0 {
+                return Err(format!(
+                    "shutdown rule: worker {} started its application's shutdown with {} request(s) still in flight",
+                    s.worker, s.in_flight
+                ));
+            }
+            let Some(exit) = o.exits.iter().find(|x| x.worker == s.worker) else {
+                continue;
+            };
+            let Some(&drain) = o.drains_started.get(&s.worker) else {
+                return Err(format!("worker {} shut down without a drain", s.worker));
+            };
+            let deadline = drain + DRAIN_MS;
+            let done = s.started_ms + s.takes_ms;
+            if done <= deadline {
+                if exit.at_ms < done {
+                    return Err(format!(
+                        "shutdown rule: worker {} exited at {} ms, before its application's shutdown ended at {done} ms",
+                        s.worker, exit.at_ms
+                    ));
+                }
+                if exit.at_ms > done + EXIT_SLACK_MS {
+                    return Err(format!(
+                        "shutdown rule: worker {} exited at {} ms, long after its application's shutdown ended at {done} ms",
+                        s.worker, exit.at_ms
+                    ));
+                }
+                o.coverage.insert(labels::APP_SHUTDOWN_COMPLETED);
+            } else {
+                if exit.at_ms + 1 < deadline || exit.at_ms > deadline + EXIT_SLACK_MS {
+                    return Err(format!(
+                        "shutdown rule: worker {}'s application shutdown overran its drain deadline ({deadline} ms) and the worker exited at {} ms, not at the deadline",
+                        s.worker, exit.at_ms
+                    ));
+                }
+                o.coverage.insert(labels::APP_SHUTDOWN_CUT);
             }
         }
         Ok(())

@@ -59,6 +59,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "an application's memory model: the real leaking application recycled by memory on one worker is tests/apps.rs",
     ),
     (
+        "app-shutdown",
+        "an application's lifespan shutdown: the real one completing and one cut at the drain deadline are tests/apps_asgi.rs",
+    ),
+    (
         "app-wedge",
         "an application's interpreter wedged: the real request spinning in C while holding the GIL is tests/apps.rs",
     ),
