@@ -39,6 +39,7 @@ pub struct AppArgs {
     /// The ASGI event loop: `auto` (uvloop when it is installed, else asyncio's),
     /// `asyncio` or `uvloop` (its absence then fails the worker's start).
     #[arg(long = "loop", id = "event_loop", value_name = "auto|asyncio|uvloop", env = "SERVERY_LOOP", default_value = "auto", value_parser = ["auto", "asyncio", "uvloop"])]
+    #[serde(rename = "loop")]
     pub event_loop: String,
     /// How long lifespan startup or shutdown may take, in seconds.
     #[arg(
