@@ -159,6 +159,9 @@ fn a_write_gives_its_reservation_back_at_once_however_it_ends() {
             "an HTTP upload right after a finished TFTP write: {}",
             put.status
         );
+        // The PUT's own reservation goes back after its answer (the worker sends the
+        // release without waiting): the next round's write must not race it.
+        wait_for_no_reservation(&server, "the HTTP upload");
     }
     wait_for_no_reservation(&server, "finished writes");
 
