@@ -399,3 +399,89 @@ fn the_event_loop_is_uvloop_when_asked_or_installed_and_asyncio_when_asked() {
         );
     }
 }
+
+/// A minimal Django project served through Django's own ASGI handler.
+const DJANGO_SETTINGS: &str = r#"
+SECRET_KEY = "servery-test-only"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "djasgi.urls"
+INSTALLED_APPS = []
+MIDDLEWARE = []
+DATABASES = {}
+USE_TZ = True
+"#;
+
+const DJANGO_URLS: &str = r#"
+import json
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.urls import path
+
+async def hello(request):
+    return HttpResponse("hello from django over asgi\n", content_type="text/plain")
+
+async def echo(request):
+    body = request.body
+    return JsonResponse({"len": len(body), "method": request.method,
+                         "q": request.GET.get("q"), "scheme": request.scheme})
+
+def stream(request):
+    return StreamingHttpResponse((("line %d\n" % i).encode() for i in range(1000)),
+                                 content_type="text/plain")
+
+urlpatterns = [path("hello", hello), path("echo", echo), path("stream", stream)]
+"#;
+
+const DJANGO_ASGI: &str = r#"
+import os
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djasgi.settings")
+from django.core.asgi import get_asgi_application
+application = get_asgi_application()
+"#;
+
+#[test]
+fn django_serves_through_its_asgi_handler_without_lifespan_support() {
+    if !available("django") {
+        return;
+    }
+    let tree = Tree::new("django-asgi");
+    let package = tree.dir.join("app/djasgi");
+    std::fs::create_dir_all(&package).expect("package dir");
+    for (name, text) in [
+        ("__init__.py", ""),
+        ("settings.py", DJANGO_SETTINGS),
+        ("urls.py", DJANGO_URLS),
+        ("asgi.py", DJANGO_ASGI),
+    ] {
+        std::fs::write(package.join(name), text).expect("write the project");
+    }
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    // `auto`: Django's handler refuses the lifespan scope, and is served without it.
+    let server = Server::start(
+        &tree,
+        2,
+        &args("djasgi.asgi:application", app_dir, &[]),
+        &[],
+    );
+    server.wait_ready(2, BOUND);
+    let addr = server.addr;
+    let a = curl(addr, "/hello", &[]);
+    assert_eq!(
+        (a.status, a.body.as_slice()),
+        (200, &b"hello from django over asgi\n"[..])
+    );
+    let got = curl_json(addr, "/echo?q=servery", &["--data-binary", "0123456789"]);
+    assert_eq!(got["len"], 10, "{got}");
+    assert_eq!(got["method"], "POST", "{got}");
+    assert_eq!(got["q"], "servery", "{got}");
+    let a = curl(addr, "/stream", &[]);
+    let want: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(a.status, 200);
+    assert!(
+        a.body == want.as_bytes(),
+        "streamed body differs ({} bytes)",
+        a.body.len()
+    );
+    assert_eq!(curl(addr, "/nowhere", &[]).status, 404);
+}
