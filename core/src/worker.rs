@@ -212,6 +212,12 @@ impl WorkerLifecycle {
         self.app_shutdown = Some(AppShutdown::Pending);
     }
 
+    /// Whether the application's shutdown was running when the worker ended: it was cut
+    /// at the drain deadline.
+    pub fn app_shutdown_cut(&self) -> bool {
+        self.phase == Phase::Done && self.app_shutdown == Some(AppShutdown::Running)
+    }
+
     /// The application's shutdown finished (or failed: either way it is over).
     pub fn app_shut_down(&mut self, now: Instant) {
         if self.app_shutdown == Some(AppShutdown::Running) {
@@ -589,11 +595,13 @@ mod tests {
             !drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
             "shutdown rule: the worker must not exit while its application shuts down"
         );
+        assert!(!w.app_shutdown_cut());
         w.handle_timeout(ms(1010), 0);
         assert!(
             drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
             "shutdown rule: a shutdown past the drain deadline is cut"
         );
+        assert!(w.app_shutdown_cut(), "the cut is reported");
         w.app_shut_down(ms(1020));
         assert_eq!(drain_actions(&mut w), [], "nothing after the exit");
     }

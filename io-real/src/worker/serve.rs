@@ -145,7 +145,6 @@ pub(super) async fn run(
         closed_rx,
         app_down_tx,
         app_down_rx,
-        app_shutting_down: false,
         out,
         prepare_due: false,
         control_open: true,
@@ -285,8 +284,6 @@ struct Worker {
     /// The application's shutdown has finished (`shut_down_app`).
     app_down_tx: UnboundedSender<()>,
     app_down_rx: UnboundedReceiver<()>,
-    /// It runs now.
-    app_shutting_down: bool,
     out: Arc<ControlWriter>,
     /// The lifecycle asked to prepare: `run` awaits it after the dispatch.
     prepare_due: bool,
@@ -316,7 +313,7 @@ impl Worker {
                         return std::future::pending().await;
                     }
                     tracing::info!(worker = self.id, code, "exiting");
-                    if self.app_shutting_down {
+                    if self.life.app_shutdown_cut() {
                         tracing::error!(
                             worker = self.id,
                             "the application's shutdown was cut at the drain deadline"
@@ -359,7 +356,6 @@ impl Worker {
                     }
                 }
                 Some(()) = self.app_down_rx.recv() => {
-                    self.app_shutting_down = false;
                     self.life.app_shut_down(self.clock.now());
                 }
                 Some(index) = self.closed_rx.recv() => {
@@ -735,7 +731,6 @@ impl WorkerIo for Worker {
         let Some(app) = self.site.as_ref().and_then(|s| s.app()).cloned() else {
             return self.life.app_shut_down(self.clock.now());
         };
-        self.app_shutting_down = true;
         let done = self.app_down_tx.clone();
         tokio::task::spawn_blocking(move || {
             app.shutdown();
