@@ -202,14 +202,17 @@ struct Call {
 
 impl Call {
     fn run(self) {
-        let head_sent = Arc::new(AtomicBool::new(false));
-        let finished = Arc::new(AtomicBool::new(false));
-        let outcome = Python::attach(|py| self.call(py, &head_sent, &finished));
+        let outlet = Outlet {
+            out: self.out.clone(),
+            head_sent: Arc::new(AtomicBool::new(false)),
+            finished: Arc::new(AtomicBool::new(false)),
+        };
+        let outcome = Python::attach(|py| self.call(py, &outlet));
         // Whatever the application kept of our callables can send nothing from now on.
-        finished.store(true, Ordering::Release);
+        outlet.finished.store(true, Ordering::Release);
         let last = match outcome {
             Ok(()) => Out::End,
-            Err(()) if head_sent.load(Ordering::Acquire) => Out::Abort,
+            Err(()) if outlet.head_sent.load(Ordering::Acquire) => Out::Abort,
             // Before the head: dropping the sender tells the task to answer 500.
             Err(()) => return,
         };
@@ -217,20 +220,15 @@ impl Call {
     }
 
     /// The call itself; an exception is logged here with its traceback.
-    fn call(
-        &self,
-        py: Python<'_>,
-        head_sent: &Arc<AtomicBool>,
-        finished: &Arc<AtomicBool>,
-    ) -> Result<(), ()> {
+    fn call(&self, py: Python<'_>, outlet: &Outlet) -> Result<(), ()> {
         let attempt = || -> PyResult<()> {
             let loaded = &self.loaded;
             let environ = self.head.environ(py, loaded.base_environ.bind(py))?;
             let recv = recv_fn(py, &self.input, &self.runtime, self.body_timeout)?;
             environ.set_item("wsgi.input", loaded.input.bind(py).call1((recv,))?)?;
-            let send_head = send_head_fn(py, &self.out, head_sent, finished)?;
-            let send_body = send_body_fn(py, &self.out, finished)?;
-            let send_file = send_file_fn(py, &self.out, head_sent, finished)?;
+            let send_head = send_head_fn(py, outlet)?;
+            let send_body = send_body_fn(py, outlet)?;
+            let send_file = send_file_fn(py, outlet)?;
             loaded.call.bind(py).call1((
                 loaded.app.bind(py),
                 environ,
@@ -309,37 +307,47 @@ fn recv_fn<'py>(
     )
 }
 
+/// What a call's Python-facing functions send through: the response queue, whether the
+/// head went out (an exception after it cuts the response instead of answering 500), and
+/// whether the call is over (whatever the application kept of them sends nothing then).
+#[derive(Clone)]
+struct Outlet {
+    out: mpsc::Sender<Out>,
+    head_sent: Arc<AtomicBool>,
+    finished: Arc<AtomicBool>,
+}
+
+impl Outlet {
+    /// Queues `event`, waiting for room without the interpreter's lock; false when the
+    /// call is over or the client has gone.
+    fn send(&self, py: Python<'_>, event: Out) -> bool {
+        if self.finished.load(Ordering::Acquire) {
+            return false;
+        }
+        if matches!(event, Out::Head(..) | Out::File(..)) {
+            self.head_sent.store(true, Ordering::Release);
+        }
+        py.detach(|| self.out.blocking_send(event).is_ok())
+    }
+}
+
 /// `send_head(status, headers)`: True, or False when the client has gone.
-fn send_head_fn<'py>(
-    py: Python<'py>,
-    out: &mpsc::Sender<Out>,
-    head_sent: &Arc<AtomicBool>,
-    finished: &Arc<AtomicBool>,
-) -> PyResult<Bound<'py, PyCFunction>> {
-    let (out, head_sent, finished) = (out.clone(), Arc::clone(head_sent), Arc::clone(finished));
+fn send_head_fn<'py>(py: Python<'py>, outlet: &Outlet) -> PyResult<Bound<'py, PyCFunction>> {
+    let outlet = outlet.clone();
     PyCFunction::new_closure(
         py,
         Some(c"send_head"),
         None,
         move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
             let (status, headers) = parse_head(args)?;
-            if finished.load(Ordering::Acquire) {
-                return Ok(false);
-            }
-            head_sent.store(true, Ordering::Release);
-            let py = args.py();
-            Ok(py.detach(|| out.blocking_send(Out::Head(status, headers)).is_ok()))
+            Ok(outlet.send(args.py(), Out::Head(status, headers)))
         },
     )
 }
 
 /// `send_body(data)`: True, or False when the client has gone.
-fn send_body_fn<'py>(
-    py: Python<'py>,
-    out: &mpsc::Sender<Out>,
-    finished: &Arc<AtomicBool>,
-) -> PyResult<Bound<'py, PyCFunction>> {
-    let (out, finished) = (out.clone(), Arc::clone(finished));
+fn send_body_fn<'py>(py: Python<'py>, outlet: &Outlet) -> PyResult<Bound<'py, PyCFunction>> {
+    let outlet = outlet.clone();
     PyCFunction::new_closure(
         py,
         Some(c"send_body"),
@@ -352,24 +360,15 @@ fn send_body_fn<'py>(
             } else {
                 Bytes::copy_from_slice(bytes.as_bytes())
             };
-            if finished.load(Ordering::Acquire) {
-                return Ok(false);
-            }
-            let py = args.py();
-            Ok(py.detach(|| out.blocking_send(Out::Chunk(chunk)).is_ok()))
+            Ok(outlet.send(args.py(), Out::Chunk(chunk)))
         },
     )
 }
 
 /// `send_file(status, headers, filelike)`: True when the file was taken to be sent by the
 /// server (a regular file with a descriptor), False to have the wrapper iterated instead.
-fn send_file_fn<'py>(
-    py: Python<'py>,
-    out: &mpsc::Sender<Out>,
-    head_sent: &Arc<AtomicBool>,
-    finished: &Arc<AtomicBool>,
-) -> PyResult<Bound<'py, PyCFunction>> {
-    let (out, head_sent, finished) = (out.clone(), Arc::clone(head_sent), Arc::clone(finished));
+fn send_file_fn<'py>(py: Python<'py>, outlet: &Outlet) -> PyResult<Bound<'py, PyCFunction>> {
+    let outlet = outlet.clone();
     PyCFunction::new_closure(
         py,
         Some(c"send_file"),
@@ -387,14 +386,10 @@ fn send_file_fn<'py>(
             {
                 len = len.min(declared);
             }
-            if finished.load(Ordering::Acquire) {
-                return Ok(false);
-            }
-            head_sent.store(true, Ordering::Release);
-            let py = args.py();
-            // Taken even when the client has gone: there is nothing left to iterate.
-            let _ = py.detach(|| out.blocking_send(Out::File(status, headers, file, start, len)));
-            Ok(true)
+            // Taken even when the client has gone (there is nothing left to iterate); not
+            // once the call is over.
+            let _ = outlet.send(args.py(), Out::File(status, headers, file, start, len));
+            Ok(!outlet.finished.load(Ordering::Acquire))
         },
     )
 }
