@@ -1,8 +1,9 @@
 //! ASGI applications in the workers (`--asgi`), against the real binary: Starlette and
 //! FastAPI served with lifespan startup before ready and shutdown after the drain, request
-//! bodies and streamed responses, a lifespan that fails (the first generation exits 3
-//! with the application's traceback; a reload with it leaves the old code serving), and a
-//! client that hangs up on a stream the application notices as a disconnect.
+//! bodies, streamed responses and files sent by path (`http.response.pathsend`), a
+//! lifespan that fails (the first generation exits 3 with the application's traceback; a
+//! reload with it leaves the old code serving), and a client that hangs up on a stream the
+//! application notices as a disconnect. WebSockets: `apps_websocket.rs`.
 //!
 //! Requests go through curl. Each test says SKIPPED and passes when the interpreter the
 //! binary embeds lacks the framework (scripts/test installs the pinned versions).
@@ -23,7 +24,7 @@ import asyncio, os
 from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 EVENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "events.log")
@@ -73,10 +74,22 @@ async def endless(request):
 async def boom(request):
     raise RuntimeError("boom in a coroutine")
 
-app = Starlette(routes=[
+async def download(request):
+    return FileResponse(os.path.join(os.path.dirname(EVENTS), "big.bin"))
+
+inner = Starlette(routes=[
     Route("/hello", hello), Route("/state", state), Route("/echo", echo, methods=["POST"]),
     Route("/stream", stream), Route("/endless", endless), Route("/boom", boom),
+    Route("/download", download),
 ], lifespan=lifespan)
+
+async def app(scope, receive, send):
+    # Notes a file the server is asked to send itself (http.response.pathsend).
+    async def watched(message):
+        if message["type"] == "http.response.pathsend":
+            note("pathsend")
+        await send(message)
+    await inner(scope, receive, watched)
 "#;
 
 const FASTAPI_APP: &str = r#"
@@ -171,6 +184,16 @@ fn starlette_runs_its_lifespan_around_serving_bodies_and_streams() {
         "streamed body differs ({} bytes)",
         a.body.len()
     );
+
+    // Starlette's FileResponse hands its file to the server (http.response.pathsend).
+    let big: Vec<u8> = (0..3 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(tree.dir.join("app/big.bin"), &big).expect("write big.bin");
+    let a = curl(addr, "/download", &[]);
+    assert_eq!(a.status, 200);
+    assert!(a.body == big, "the file differs ({} bytes)", a.body.len());
+    assert!(events(&tree.dir).contains("pathsend"), "sent by path");
 
     // An exception before the response starts: 500, the traceback in the log.
     assert_eq!(curl(addr, "/boom", &[]).status, 500);

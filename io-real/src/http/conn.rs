@@ -18,6 +18,7 @@ use super::body::Body;
 use super::pipeline::Arrival;
 use super::plain_stream::{LastResponse, PlainStream};
 use super::site::Site;
+use super::tunnel::Tunnel;
 use super::watchdog::{Activity, Metered, Unanswered, Verdict, Watch, finishing};
 
 /// The largest request head (request line and header fields) accepted, in bytes. A larger
@@ -161,6 +162,12 @@ async fn serve<IO>(
     // the loop compares counts, not wake-ups.
     let arrived = Arc::new(Notify::new());
     let is_h2 = Arc::new(AtomicBool::new(false));
+    // Only an application takes a connection over (a WebSocket); a file server's
+    // requests never carry the tunnel.
+    let tunnel = site
+        .app()
+        .map(|_| Tunnel::new(drain.clone(), Arc::clone(&activity), deadlines.send));
+    let tunnel_in = tunnel.clone();
     let (activity_in, arrived_in, is_h2_in) = (
         Arc::clone(&activity),
         Arc::clone(&arrived),
@@ -184,6 +191,11 @@ async fn serve<IO>(
             // Cleartext is what a request without the tag means; tagging only the others
             // spares the extension map's allocation on most requests.
             req.extensions_mut().insert(transport);
+        }
+        if let Some(tunnel) = &tunnel_in
+            && req.headers().contains_key(header::UPGRADE)
+        {
+            req.extensions_mut().insert(Arc::clone(tunnel));
         }
         let arrival = Arrival::of(&site, &req, &activity_in);
         async move {
@@ -217,7 +229,9 @@ async fn serve<IO>(
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_REQUEST_HEAD as u32);
     let io = Metered::new(io, Arc::clone(&activity));
-    let conn = builder.serve_connection(TokioIo::new(io), service);
+    // With upgrades: a request that asks for one (only an application's WebSocket takes
+    // it) gets the socket once its 101 response is written.
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
 
     let mut watch = Watch::new(&activity);
@@ -241,7 +255,7 @@ async fn serve<IO>(
                     // Peers resetting or timing out is routine; nothing to act on.
                     tracing::debug!(error = %err, "connection ended with an error");
                 }
-                return;
+                break;
             }
             () = watchdog.as_mut() => {
                 match activity.verdict(&mut watch, &deadlines, Instant::now()) {
@@ -308,6 +322,11 @@ async fn serve<IO>(
                 shutting_down = true;
             }
         }
+    }
+    // An upgraded connection lives on in its session: it is still this connection,
+    // counted until the session ends.
+    if let Some(tunnel) = &tunnel {
+        tunnel.finished().await;
     }
 }
 

@@ -38,6 +38,7 @@ pub mod range;
 pub mod single_flight;
 pub mod site;
 mod sync;
+pub mod tunnel;
 pub mod upload;
 pub mod validate;
 pub mod watchdog;

@@ -1,4 +1,4 @@
-//! ASGI 3 (HTTP and lifespan) on one asyncio loop per worker, in a thread of its own.
+//! ASGI 3 (HTTP, WebSocket in [`super::websocket`], and lifespan) on one asyncio loop per worker, in a thread of its own.
 //!
 //! The tokio side never takes the interpreter's lock: it queues what happened for the
 //! loop ([`Bridge`]) and writes a byte to a socket the loop watches; the loop takes the
@@ -29,6 +29,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, mpsc};
 
 use super::describe;
+use super::websocket::Socket;
 use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
 use crate::http::body::Body;
@@ -44,8 +45,8 @@ const LAST: u8 = 1;
 const PENDING: u8 = 2;
 const GONE: u8 = 3;
 /// Which of a request's waits a wake is for.
-const WAKE_RECEIVE: u8 = 0;
-const WAKE_SEND: u8 = 1;
+pub(super) const WAKE_RECEIVE: u8 = 0;
+pub(super) const WAKE_SEND: u8 = 1;
 
 /// The Python half (ASGI's message flow and lifespan), in Python.
 const SUPPORT_SOURCE: &str = include_str!("asgi_support.py");
@@ -85,15 +86,16 @@ impl std::fmt::Debug for Asgi {
 }
 
 /// The queue the loop takes, and the socket that wakes it.
-struct Bridge {
+pub(super) struct Bridge {
     inbox: Mutex<Inbox>,
     wake: UnixStream,
     next: AtomicU64,
 }
 
 #[derive(Default)]
-struct Inbox {
+pub(super) struct Inbox {
     new: Vec<Arc<Exchange>>,
+    pub(super) sockets: Vec<Arc<Socket>>,
     woken: Vec<(u64, u8)>,
     /// A byte is on its way to the loop and it has not taken the queue since.
     signalled: bool,
@@ -104,8 +106,12 @@ impl Bridge {
         self.inbox.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    pub(super) fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Queue `change` for the loop, and wake it unless a wake is already on its way.
-    fn notify(&self, change: impl FnOnce(&mut Inbox)) {
+    pub(super) fn notify(&self, change: impl FnOnce(&mut Inbox)) {
         let mut inbox = self.lock();
         change(&mut inbox);
         if !inbox.signalled {
@@ -116,7 +122,7 @@ impl Bridge {
         }
     }
 
-    fn wake(&self, id: u64, which: u8) {
+    pub(super) fn wake(&self, id: u64, which: u8) {
         self.notify(|inbox| inbox.woken.push((id, which)));
     }
 }
@@ -167,12 +173,14 @@ impl Exchange {
 enum Out {
     Head(StatusCode, HeaderMap),
     Chunk(Bytes, bool),
+    /// `http.response.pathsend`: the rest of the response is this file, `len` bytes.
+    File(std::fs::File, u64),
     /// The application raised, or returned without finishing its response.
     Fail,
 }
 
 /// The parts of a request its scope is made of.
-struct AsgiHead {
+pub(super) struct AsgiHead {
     method: String,
     path: Vec<u8>,
     raw_path: Vec<u8>,
@@ -180,11 +188,11 @@ struct AsgiHead {
     version: &'static str,
     headers: Vec<(Vec<u8>, Vec<u8>)>,
     server: Option<(String, u16)>,
-    caller: Caller,
+    pub(super) caller: Caller,
 }
 
 impl AsgiHead {
-    fn of(parts: &http::request::Parts, caller: Caller) -> AsgiHead {
+    pub(super) fn of(parts: &http::request::Parts, caller: Caller) -> AsgiHead {
         let raw_path = parts.uri.path().as_bytes().to_vec();
         let host = parts
             .headers
@@ -216,7 +224,12 @@ impl AsgiHead {
         }
     }
 
-    fn scope<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// The request's path, for the log.
+    pub(super) fn target(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.raw_path)
+    }
+
+    pub(super) fn scope<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let scope = PyDict::new(py);
         scope.set_item("type", "http")?;
         let asgi = PyDict::new(py);
@@ -230,6 +243,11 @@ impl AsgiHead {
         scope.set_item("raw_path", PyBytes::new(py, &self.raw_path))?;
         scope.set_item("query_string", PyBytes::new(py, &self.query))?;
         scope.set_item("root_path", "")?;
+        // Starlette's FileResponse then hands its file to the server instead of reading
+        // it through the loop.
+        let extensions = PyDict::new(py);
+        extensions.set_item("http.response.pathsend", PyDict::new(py))?;
+        scope.set_item("extensions", extensions)?;
         let headers = PyList::empty(py);
         for (k, v) in &self.headers {
             headers.append((PyBytes::new(py, k), PyBytes::new(py, v)))?;
@@ -363,9 +381,12 @@ impl Asgi {
         B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
     {
+        if let Some(tunnel) = super::websocket::wanted(&parts) {
+            return super::websocket::handle(&self.bridge, parts, caller, tunnel).await;
+        }
         let (out, mut events) = mpsc::channel(RESPONSE_QUEUE);
         let exchange = Arc::new(Exchange {
-            id: self.bridge.next.fetch_add(1, Ordering::Relaxed),
+            id: self.bridge.next_id(),
             head: AsgiHead::of(&parts, caller),
             input: Mutex::new(Input::default()),
             room: Notify::new(),
@@ -392,6 +413,7 @@ impl Asgi {
                         events,
                         exchange: guard,
                         done: false,
+                        file: None,
                     }));
                 *r.status_mut() = status;
                 *r.headers_mut() = headers;
@@ -473,6 +495,8 @@ struct ResponseBody {
     events: mpsc::Receiver<Out>,
     exchange: GoneGuard,
     done: bool,
+    /// The file `http.response.pathsend` named, sent to the end of the response.
+    file: Option<Body>,
 }
 
 impl hyper::body::Body for ResponseBody {
@@ -486,6 +510,14 @@ impl hyper::body::Body for ResponseBody {
         loop {
             if self.done {
                 return Poll::Ready(None);
+            }
+            if let Some(file) = &mut self.file {
+                let polled = Pin::new(file).poll_frame(cx);
+                if let Poll::Ready(None | Some(Err(_))) = &polled {
+                    self.done = true;
+                    self.exchange.0.gone();
+                }
+                return polled;
             }
             let event = match self.events.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -505,6 +537,10 @@ impl hyper::body::Body for ResponseBody {
                         continue;
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Out::File(file, len)) => {
+                    let runtime = self.exchange.0.runtime.clone();
+                    self.file = Some(crate::http::body::file(file, 0, len, runtime));
                 }
                 Some(Out::Head(..)) => continue,
                 Some(Out::Fail) | None => {
@@ -531,12 +567,13 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
         None,
         move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<Py<PyTuple>> {
             let py = args.py();
-            let (new, woken) = {
+            let (new, woken, sockets) = {
                 let mut inbox = bridge.lock();
                 inbox.signalled = false;
                 (
                     std::mem::take(&mut inbox.new),
                     std::mem::take(&mut inbox.woken),
+                    std::mem::take(&mut inbox.sockets),
                 )
             };
             let requests = PyList::empty(py);
@@ -548,6 +585,7 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
                     recv_fn(py, &exchange)?,
                     send_start_fn(py, &exchange)?,
                     send_body_fn(py, &exchange)?,
+                    send_path_fn(py, &exchange)?,
                     finish_fn(py, &exchange)?,
                 ))?;
             }
@@ -555,7 +593,15 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
             for (id, which) in woken {
                 wakes.append((id, which))?;
             }
-            Ok(PyTuple::new(py, [requests.into_any(), wakes.into_any()])?.unbind())
+            let opened = PyList::empty(py);
+            for socket in sockets {
+                opened.append(super::websocket::serve_args(py, &socket)?)?;
+            }
+            Ok(PyTuple::new(
+                py,
+                [requests.into_any(), wakes.into_any(), opened.into_any()],
+            )?
+            .unbind())
         },
     )
 }
@@ -648,6 +694,40 @@ fn send_body_fn<'py>(
             // Marked before trying, so a slot freed in between still wakes the sender.
             exchange.send_waits.store(true, Ordering::Release);
             match exchange.out.try_send(Out::Chunk(Bytes::from(data), !more)) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
+                    exchange.send_waits.store(false, Ordering::Release);
+                    Ok(true)
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
+            }
+        },
+    )
+}
+
+/// `send_path(path)`: `http.response.pathsend`, the response's end. True when taken (or
+/// the client is gone), False when the queue is full (the request is woken when there is
+/// room); raises `OSError` for a file that cannot be opened, or is not a regular file.
+fn send_path_fn<'py>(
+    py: Python<'py>,
+    exchange: &Arc<Exchange>,
+) -> PyResult<Bound<'py, PyCFunction>> {
+    let exchange = Arc::clone(exchange);
+    PyCFunction::new_closure(
+        py,
+        Some(c"send_path"),
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
+            let path: std::path::PathBuf = args.get_item(0)?.extract()?;
+            let file = std::fs::File::open(&path)?;
+            let meta = file.metadata()?;
+            if !meta.is_file() {
+                return Err(pyo3::exceptions::PyOSError::new_err(format!(
+                    "http.response.pathsend: {} is not a regular file",
+                    path.display()
+                )));
+            }
+            exchange.send_waits.store(true, Ordering::Release);
+            match exchange.out.try_send(Out::File(file, meta.len())) {
                 Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
                     exchange.send_waits.store(false, Ordering::Release);
                     Ok(true)

@@ -1,4 +1,4 @@
-# The Python side of servery's ASGI adapter (ASGI 3: HTTP and lifespan), compiled once per
+# The Python side of servery's ASGI adapter (ASGI 3: HTTP, WebSocket and lifespan), compiled once per
 # worker and run on the worker's one asyncio loop, in a thread of its own.
 #
 # Rust never takes the interpreter's lock on its own threads to talk to the loop: it
@@ -9,12 +9,31 @@
 # wake this request, and the coroutine waits on a future the wake resolves.
 
 import asyncio
+import os
 import socket
 
 PENDING = 2
 CHUNK = 0
 LAST = 1
 GONE = 3
+
+# A WebSocket's `recv` answers (websocket.rs names the same numbers).
+WS_TEXT = 0
+WS_BINARY = 1
+WS_DISCONNECT = 2
+WS_PENDING = 3
+# What its `send` is asked to do, and what it answers.
+WS_ACCEPT = 0
+WS_SEND_TEXT = 1
+WS_SEND_BINARY = 2
+WS_CLOSE = 3
+WS_TAKEN = 0
+WS_FULL = 1
+WS_GONE = 2
+
+
+class ClientDisconnected(OSError):
+    """Raised by a WebSocket's send() once its client has gone (ASGI: an IOError)."""
 
 
 class Bridge:
@@ -35,20 +54,22 @@ class Bridge:
                 pass
         except BlockingIOError:
             pass
-        new, woken = self.take()
+        new, woken, sockets = self.take()
         for key in woken:
             fut = self.waiters.pop(key, None)
             if fut is not None and not fut.done():
                 fut.set_result(None)
         for request in new:
             self.loop.create_task(self.serve(*request))
+        for socket_args in sockets:
+            self.loop.create_task(self.serve_websocket(*socket_args))
 
     def wait(self, ident, kind):
         fut = self.loop.create_future()
         self.waiters[(ident, kind)] = fut
         return fut
 
-    async def serve(self, ident, scope, recv, send_start, send_body, finish):
+    async def serve(self, ident, scope, recv, send_start, send_body, send_path, finish):
         scope["state"] = dict(self.state)
         body_done = False
 
@@ -73,10 +94,13 @@ class Bridge:
                 await self.wait(ident, 0)
 
         started = False
+        complete = False
 
         async def send(message):
-            nonlocal started
+            nonlocal started, complete
             kind = message["type"]
+            if complete:
+                raise RuntimeError("%s sent after the response was complete" % (kind,))
             if kind == "http.response.start":
                 if started:
                     raise RuntimeError("http.response.start sent twice")
@@ -87,10 +111,18 @@ class Bridge:
                     raise RuntimeError("http.response.body before http.response.start")
                 body = message.get("body", b"")
                 more = message.get("more_body", False)
+                complete = not more
                 while not send_body(body, more):
                     await self.wait(ident, 1)
             elif kind == "http.response.pathsend":
-                raise RuntimeError("http.response.pathsend is not offered by this server")
+                if not started:
+                    raise RuntimeError("http.response.pathsend before http.response.start")
+                path = os.fspath(message["path"])
+                if not os.path.isabs(path):
+                    raise ValueError("http.response.pathsend needs an absolute path")
+                complete = True
+                while not send_path(path):
+                    await self.wait(ident, 1)
             else:
                 raise RuntimeError("unknown ASGI message type %r" % (kind,))
 
@@ -102,6 +134,76 @@ class Bridge:
                 raise
         else:
             # A response left unfinished is cut: the client must not wait for it.
+            finish(None)
+
+
+    async def serve_websocket(self, ident, scope, recv, send_op, finish):
+        scope["state"] = dict(self.state)
+        connected = False
+        accepted = False
+        closed = False
+
+        async def receive():
+            nonlocal connected
+            if not connected:
+                connected = True
+                return {"type": "websocket.connect"}
+            while True:
+                kind, payload = recv()
+                if kind == WS_TEXT:
+                    return {"type": "websocket.receive", "text": payload}
+                if kind == WS_BINARY:
+                    return {"type": "websocket.receive", "bytes": payload}
+                if kind == WS_DISCONNECT:
+                    code, reason = payload
+                    return {"type": "websocket.disconnect", "code": code, "reason": reason}
+                await self.wait(ident, 0)
+
+        async def send(message):
+            nonlocal accepted, closed
+            kind = message["type"]
+            if kind == "websocket.accept":
+                if accepted or closed:
+                    raise RuntimeError("websocket.accept after the handshake was answered")
+                op = (WS_ACCEPT, message.get("subprotocol"), list(message.get("headers") or ()))
+                accepted = True
+            elif kind == "websocket.send":
+                if not accepted:
+                    raise RuntimeError("websocket.send before websocket.accept")
+                if closed:
+                    raise RuntimeError("websocket.send after websocket.close")
+                data = message.get("bytes")
+                if data is not None:
+                    op = (WS_SEND_BINARY, data, None)
+                elif message.get("text") is not None:
+                    op = (WS_SEND_TEXT, message["text"], None)
+                else:
+                    raise ValueError("websocket.send needs bytes or text")
+            elif kind == "websocket.close":
+                if closed:
+                    raise RuntimeError("websocket.close sent twice")
+                closed = True
+                op = (WS_CLOSE, message.get("code", 1000), message.get("reason") or "")
+            else:
+                raise RuntimeError("unknown ASGI WebSocket message type %r" % (kind,))
+            while True:
+                answer = send_op(*op)
+                if answer == WS_TAKEN:
+                    return
+                if answer == WS_GONE:
+                    raise ClientDisconnected("the WebSocket's client has gone")
+                await self.wait(ident, 1)
+
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnected:
+            # The client left while the application was sending: nothing went wrong here.
+            finish(None)
+        except BaseException as e:
+            finish(e)
+            if not isinstance(e, Exception):
+                raise
+        else:
             finish(None)
 
 

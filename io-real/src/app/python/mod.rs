@@ -3,6 +3,7 @@
 
 mod asgi;
 mod environ;
+mod websocket;
 mod wsgi;
 
 use std::ffi::CString;
