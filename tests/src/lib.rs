@@ -14,6 +14,7 @@ pub mod scenario;
 mod server;
 mod tree;
 mod waiting;
+mod wrk;
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ pub use procs::*;
 pub use server::*;
 pub use tree::*;
 pub use waiting::*;
+pub use wrk::*;
 
 pub use serde_json;
 

@@ -332,50 +332,10 @@ fn get_on_new_connection(addr: SocketAddr) -> Result<Vec<u8>, String> {
 
 /// wrk's keep-alive load, running until [`Wrk::stop`] (or a minute, a bound far past
 /// any renewal): a fixed duration would have to guess how long a loaded machine takes.
-struct Wrk {
-    pid: u32,
-    report: std::thread::JoinHandle<(u64, Vec<String>)>,
-}
-
-impl Wrk {
-    fn start(addr: SocketAddr) -> Wrk {
-        need("wrk");
-        let url = format!("https://127.0.0.1:{}/hello.txt", addr.port());
-        let child = Command::new("wrk")
-            .args(["-t2", "-c8", "-d60s", "--timeout", "2s", &url])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("run wrk");
-        let pid = child.id();
-        let report = std::thread::spawn(move || {
-            let out = child.wait_with_output().expect("wrk's report");
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(out.status.success(), "wrk: {text}");
-            let requests = text
-                .lines()
-                .find_map(|l| l.trim().split_once(" requests in "))
-                .and_then(|(n, _)| n.trim().parse().ok())
-                .unwrap_or_else(|| panic!("no request count in wrk's report: {text}"));
-            let errors = text
-                .lines()
-                .filter(|l| l.contains("Socket errors") || l.contains("Non-2xx"))
-                .map(str::to_owned)
-                .collect();
-            (requests, errors)
-        });
-        Wrk { pid, report }
-    }
-
-    fn is_finished(&self) -> bool {
-        self.report.is_finished()
-    }
-
-    /// SIGINT: wrk stops its connections and prints its report (exit status 0).
-    /// Returns (requests, what it reported as errors).
-    fn stop(self) -> (u64, Vec<String>) {
-        signal_pid(self.pid, Sig::INT);
-        self.report.join().expect("wrk")
-    }
+fn wrk_load(addr: SocketAddr) -> Wrk {
+    need("wrk");
+    let url = format!("https://127.0.0.1:{}/hello.txt", addr.port());
+    Wrk::start(&url, &["-t2", "-c8", "-d60s", "--timeout", "2s"])
 }
 
 #[test]
@@ -394,7 +354,7 @@ fn a_forced_renewal_under_load_fails_no_request_and_a_client_sees_the_new_serial
 
     // Load: wrk's keep-alive connections, and a loop of new connections, each a full
     // handshake that shows the certificate served at that moment.
-    let load = Wrk::start(server.addr);
+    let load = wrk_load(server.addr);
     let seen = Arc::new(Mutex::new(Handshakes::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
@@ -452,7 +412,11 @@ fn a_forced_renewal_under_load_fails_no_request_and_a_client_sees_the_new_serial
     assert!(!load.is_finished(), "the renewal outlasted wrk's minute");
     stop.store(true, Ordering::Relaxed);
     looping.join().expect("the loop");
-    let (wrk_requests, wrk_errors) = load.stop();
+    let WrkReport {
+        requests: wrk_requests,
+        errors: wrk_errors,
+        ..
+    } = load.stop();
 
     let s = seen.lock().expect("lock");
     assert!(
