@@ -31,6 +31,7 @@ pub mod http;
 pub mod http3;
 pub mod knobs;
 pub mod logging;
+pub mod open_files;
 pub mod operator_file;
 pub mod os;
 pub mod out;

@@ -42,6 +42,9 @@ pub struct Launch {
     pub watchdog_pid: bool,
     /// Run servery inside this network namespace (through `nsenter`, which execs it).
     pub netns: Option<std::sync::Arc<netns::Netns>>,
+    /// Start servery with this open-file limit, (soft, hard), through `prlimit`, which
+    /// execs it.
+    pub open_files: Option<(u64, u64)>,
 }
 
 /// A running `servery` parent. Dropping it kills its process group and every worker it
@@ -109,6 +112,15 @@ impl Server {
                     .arg("WATCHDOG_PID=$$ && export WATCHDOG_PID && exec \"$0\" \"$@\"")
                     .arg(servery_bin());
                 sh
+            }
+            (None, None) if launch.open_files.is_some() => {
+                let mut prlimit = Command::new("prlimit");
+                let (soft, hard) = launch.open_files.unwrap_or_default();
+                prlimit
+                    .arg(format!("--nofile={soft}:{hard}"))
+                    .arg("--")
+                    .arg(servery_bin());
+                prlimit
             }
             (None, None) => Command::new(servery_bin()),
             (Some(_), Some(_)) => panic!("a umask and another user at once are not supported"),

@@ -70,10 +70,26 @@ impl Supervisor {
             }
             Event::Exited { worker, status } => self.reaped(now, worker, Some(status)),
             Event::Command(Command::Stop) => self.begin_stop(now, 0),
+            Event::Command(Command::Interrupt) => match self.stopping {
+                None => self.begin_stop(now, 0),
+                Some(_) => self.force_stop(),
+            },
             Event::Command(Command::Reload { id, config }) => match config.validate() {
                 Ok(config) => self.reload(now, id, config),
                 Err(e) => self.reject_reload(id, e.to_string()),
             },
+            Event::Command(Command::Resize { id, mut config, by }) => {
+                let workers = i64::from(self.config().workers()) + i64::from(by);
+                if workers < 1 {
+                    self.reject_reload(id, "a service runs one worker at least".into());
+                } else {
+                    config.workers = workers;
+                    match config.validate() {
+                        Ok(config) => self.reload(now, id, config),
+                        Err(e) => self.reject_reload(id, e.to_string()),
+                    }
+                }
+            }
             Event::Command(Command::Recycle) => self.recycle_all(now),
             Event::Command(Command::ReloadUnreadable { id, message }) => {
                 self.reject_reload(id, message)

@@ -14,6 +14,15 @@ impl Supervisor {
         self.begin_stop(now, reason.exit_code());
     }
 
+    /// A second interrupt while stopping: the operator will not wait for the drain. Every
+    /// worker still there is killed now; the stop completes as they are reaped.
+    pub(super) fn force_stop(&mut self) {
+        let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
+        for worker in ids {
+            self.actions.push_back(Action::Kill { worker });
+        }
+    }
+
     pub(super) fn begin_stop(&mut self, now: Instant, code: i32) {
         if self.stopping.is_some() {
             return;

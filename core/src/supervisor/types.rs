@@ -267,11 +267,22 @@ impl fmt::Display for ExitStatus {
 pub enum Command {
     /// Graceful stop. Idempotent.
     Stop,
+    /// An interrupt (Ctrl-C, SIGINT): a graceful stop, and when the service is already
+    /// stopping, a forced one — every worker left is killed at once.
+    Interrupt,
     /// Validate this configuration and roll a new generation onto it. `id` names the
     /// request in the answer.
     Reload {
         id: ReloadId,
         config: Box<RawConfig>,
+    },
+    /// A reload to `config` with the committed generation's worker count changed by `by`
+    /// (SIGTTIN +1, SIGTTOU -1): the count is the core's to know. Fewer than one worker is
+    /// rejected like an invalid configuration.
+    Resize {
+        id: ReloadId,
+        config: Box<RawConfig>,
+        by: i32,
     },
     /// Recycle every worker of the committed generation, one at a time.
     Recycle,

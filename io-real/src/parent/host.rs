@@ -79,13 +79,18 @@ impl Drop for Host {
 
 /// The signals the parent handles. Registered before any worker exists, so a SIGTERM
 /// that arrives early still stops the service gracefully instead of killing the parent
-/// and orphaning its workers.
+/// and orphaning its workers. Every signal whose default would stop or kill the parent is
+/// either given a meaning or ignored here (docs/operations.md has the table).
 #[derive(Debug)]
 pub struct Signals {
     term: Signal,
     int: Signal,
+    quit: Signal,
     hup: Signal,
     usr1: Signal,
+    usr2: Signal,
+    ttin: Signal,
+    ttou: Signal,
 }
 
 impl Signals {
@@ -94,32 +99,58 @@ impl Signals {
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            quit: signal(SignalKind::quit())?,
             hup: signal(SignalKind::hangup())?,
             usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+            ttin: signal(SignalKind::from_raw(rustix::process::Signal::TTIN.as_raw()))?,
+            ttou: signal(SignalKind::from_raw(rustix::process::Signal::TTOU.as_raw()))?,
         })
     }
 
-    /// SIGTERM/SIGINT stop; SIGHUP reloads from the original command line and environment
-    /// and the `--config` file read again;
-    /// SIGUSR1 reopens the access log.
+    /// SIGTERM and SIGQUIT stop gracefully; SIGINT too, and a second one kills the workers
+    /// left (the core decides which it is); SIGHUP reloads from the original command line
+    /// and environment and the `--config` file read again; SIGTTIN and SIGTTOU reload
+    /// with one worker more or fewer; SIGUSR1 reopens the access log; SIGUSR2 is ignored
+    /// (said in the log: servery reloads in place, it does not re-execute itself).
     pub async fn forward(mut self, events: InboundTx, reparse: Reparse) {
+        let stop = || Inbound::Event(Event::Command(Command::Stop));
         loop {
             let inbound = tokio::select! {
                 _ = self.term.recv() => {
                     tracing::info!("SIGTERM: stopping");
-                    Inbound::Event(Event::Command(Command::Stop))
+                    stop()
+                }
+                _ = self.quit.recv() => {
+                    tracing::info!("SIGQUIT: stopping");
+                    stop()
                 }
                 _ = self.int.recv() => {
-                    tracing::info!("SIGINT: stopping");
-                    Inbound::Event(Event::Command(Command::Stop))
+                    tracing::info!("SIGINT: stopping (a second one stops at once)");
+                    Inbound::Event(Event::Command(Command::Interrupt))
                 }
                 _ = self.usr1.recv() => {
                     tracing::info!("SIGUSR1: reopening the access log");
                     Inbound::ReopenLogs
                 }
+                _ = self.usr2.recv() => {
+                    tracing::warn!(
+                        "SIGUSR2 ignored: servery does not re-execute itself; SIGHUP or \
+                         `servery ctl reload` rolls a new generation without downtime"
+                    );
+                    continue;
+                }
                 _ = self.hup.recv() => {
                     tracing::info!("SIGHUP: reloading");
                     Inbound::Reload(reparse().map(Box::new), None)
+                }
+                _ = self.ttin.recv() => {
+                    tracing::info!("SIGTTIN: reloading with one worker more");
+                    Inbound::Resize(reparse().map(Box::new), 1)
+                }
+                _ = self.ttou.recv() => {
+                    tracing::info!("SIGTTOU: reloading with one worker fewer");
+                    Inbound::Resize(reparse().map(Box::new), -1)
                 }
             };
             if events.send(inbound).is_err() {

@@ -47,6 +47,8 @@ pub enum Inbound {
     /// waits for its outcome. Either way the core judges it, so every reload is counted
     /// and answered alike.
     Reload(Result<Box<RawConfig>, String>, Option<ReloadReply>),
+    /// A reload with the committed worker count changed by this much (SIGTTIN, SIGTTOU).
+    Resize(Result<Box<RawConfig>, String>, i32),
     /// The access-log writer finished the batch it was given.
     LogWritten,
     /// SIGUSR1 or `ctl reopen-logs`: reopen the access log.
@@ -521,6 +523,19 @@ impl RealIo {
             Inbound::Metrics(reply) => {
                 self.metrics_waiters.push(reply);
                 None
+            }
+            Inbound::Resize(raw, by) => {
+                // As a reload (below), with the count the core holds changed by `by`.
+                let event = match self.reload(raw, None) {
+                    Event::Command(Command::Reload { id, config }) => {
+                        Event::Command(Command::Resize { id, config, by })
+                    }
+                    refused => refused,
+                };
+                self.inbox.push_back(event);
+                self.inbox
+                    .pop_front()
+                    .map(|event| Wakeup::Event(now, event))
             }
             Inbound::Reload(raw, reply) => {
                 // The certificate files are read again with every reload whose

@@ -12,6 +12,11 @@ pub const PORT_SCAN: u16 = 100;
 /// past it the header-read timeout decides, as for any slow client.
 pub const DEFER_ACCEPT_SECS: u32 = 1;
 
+/// The listen backlog asked for: connections the kernel completes before a worker
+/// accepts them. The kernel caps it at `net.core.somaxconn` (4,096 on current Linux);
+/// the standard library's 128 overflows under a burst of connections.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BindError {
@@ -78,8 +83,12 @@ fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
     let mut port = port;
     for &ip in addrs {
         let addr = SocketAddr::new(ip, port);
+        // An IPv6 wildcard listener would also take the port on every IPv4 address
+        // (dual stack) and collide with the IPv4 listeners beside it: it takes IPv6 alone
+        // then, as nginx's listeners do. Alone, it keeps the system's dual-stack default.
+        let v6only = ip.is_ipv6() && addrs.iter().any(IpAddr::is_ipv4);
         let listener =
-            TcpListener::bind(addr).map_err(|source| BindError::Bind { addr, source })?;
+            listen_on(addr, v6only).map_err(|source| BindError::Bind { addr, source })?;
         if let Err(e) = crate::os::set_defer_accept(&listener, DEFER_ACCEPT_SECS) {
             // Only a cost, never a fault: connections are then accepted when established.
             tracing::warn!(%addr, error = %e, "TCP_DEFER_ACCEPT not set");
@@ -93,6 +102,49 @@ fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
         listeners.push(listener);
     }
     Ok(listeners)
+}
+
+/// A listening socket on `addr`: `SO_REUSEADDR` (a restart binds while the old
+/// connections are in TIME_WAIT), close-on-exec, [`LISTEN_BACKLOG`], and `IPV6_V6ONLY`
+/// when asked.
+fn listen_on(addr: SocketAddr, v6only: bool) -> io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
+    let family = if addr.is_ipv6() {
+        AddressFamily::INET6
+    } else {
+        AddressFamily::INET
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    if v6only {
+        sockopt::set_ipv6_v6only(&fd, true)?;
+    }
+    rustix::net::bind(&fd, &addr)?;
+    rustix::net::listen(&fd, LISTEN_BACKLOG)?;
+    Ok(TcpListener::from(fd))
+}
+
+/// What binding these addresses on one port would refuse, as far as it can be known
+/// without trying: an address twice, or a wildcard address beside another address of its
+/// family (the wildcard holds the port on all of them). `0.0.0.0` beside `::` is fine:
+/// the IPv6 listener then takes IPv6 alone.
+pub fn conflicting_binds(addrs: &[IpAddr]) -> Option<String> {
+    for (i, a) in addrs.iter().enumerate() {
+        for b in &addrs[i + 1..] {
+            if a == b {
+                return Some(format!("{a} is given twice"));
+            }
+            let same_family = a.is_ipv4() == b.is_ipv4();
+            if same_family && (a.is_unspecified() || b.is_unspecified()) {
+                let (wildcard, other) = if a.is_unspecified() { (a, b) } else { (b, a) };
+                return Some(format!(
+                    "{wildcard} already listens on every address of its family, {other} \
+                     included: give one or the other"
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// The listeners a service manager passed (socket activation), instead of binding: the
@@ -162,5 +214,41 @@ mod tests {
         for listener in bind_all(&[lo], Some(0)).expect("bind") {
             crate::os::assert_defers_accept(&listener);
         }
+    }
+
+    #[test]
+    fn both_wildcards_share_a_port_and_each_family_answers() {
+        let v4: IpAddr = "0.0.0.0".parse().expect("ip");
+        let v6: IpAddr = "::".parse().expect("ip");
+        if TcpListener::bind("[::1]:0").is_err() {
+            eprintln!("SKIPPED: no IPv6 on this host");
+            return;
+        }
+        let listeners = bind_all(&[v4, v6], Some(0)).expect("0.0.0.0 and :: on one port");
+        let port = listeners[0].local_addr().expect("addr").port();
+        for (target, listener) in [("127.0.0.1", &listeners[0]), ("::1", &listeners[1])] {
+            let addr = SocketAddr::new(target.parse().expect("ip"), port);
+            let client = std::net::TcpStream::connect(addr).expect("connect");
+            // TCP_DEFER_ACCEPT: the connection is handed over once it has spoken.
+            std::io::Write::write_all(&mut &client, b"x").expect("write");
+            let (_, peer) = listener.accept().expect("accept");
+            assert_eq!(
+                peer.is_ipv4(),
+                target.contains('.'),
+                "{target} reached {peer}"
+            );
+        }
+    }
+
+    #[test]
+    fn binds_that_would_collide_are_named_before_binding() {
+        let ips = |list: &[&str]| -> Vec<IpAddr> {
+            list.iter().map(|a| a.parse().expect("ip")).collect()
+        };
+        assert_eq!(conflicting_binds(&ips(&["0.0.0.0", "::"])), None);
+        assert_eq!(conflicting_binds(&ips(&["127.0.0.1", "::1"])), None);
+        assert!(conflicting_binds(&ips(&["0.0.0.0", "127.0.0.1"])).is_some());
+        assert!(conflicting_binds(&ips(&["::1", "::"])).is_some());
+        assert!(conflicting_binds(&ips(&["127.0.0.1", "127.0.0.1"])).is_some());
     }
 }

@@ -133,6 +133,18 @@ pub fn run(loaded: Loaded) -> i32 {
             Err(issues)
         }
     };
+    // What bind would refuse, known now: reported with the other problems.
+    let site = match (site, listeners::conflicting_binds(&args.bind)) {
+        (site, None) => site,
+        (site, Some(message)) => {
+            let mut issues = site.err().unwrap_or_default();
+            issues.push(site::SiteIssue {
+                flag: "--bind",
+                message,
+            });
+            Err(issues)
+        }
+    };
     let journal = match (&root, &args.dav.state_dir) {
         (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),
         _ => None,
@@ -203,6 +215,30 @@ fn report_config_error(e: &ConfigError) {
     }
 }
 
+/// Raises the open-file limit the workers inherit to the hard limit, and says so when it
+/// still allows fewer connections per worker than `--max-connections` (each worker then
+/// holds at most what it allows: `crate::open_files`).
+fn warn_of_open_file_limit(max_connections: i64) {
+    use crate::open_files;
+    let limit = open_files::raise_to_hard_limit();
+    let configured = u32::try_from(max_connections.max(1)).unwrap_or(u32::MAX);
+    let allowed = open_files::bounded_connections(configured, limit);
+    if let Some(limit) = limit
+        && allowed < configured
+    {
+        tracing::warn!(
+            max_connections = configured,
+            open_file_limit = limit,
+            connections_per_worker = allowed,
+            "--max-connections {configured} needs up to {needed} open files a worker, and \
+             the open-file limit (RLIMIT_NOFILE, hard) is {limit}: each worker holds at \
+             most {allowed} connections. Raise the limit (LimitNOFILE= in the unit, \
+             `ulimit -Hn`) or lower --max-connections.",
+            needed = open_files::needed_for(configured),
+        );
+    }
+}
+
 fn resolve_root(dir: Option<&Path>) -> Result<PathBuf, String> {
     let dir = dir.unwrap_or(Path::new("."));
     let root = dir
@@ -231,6 +267,7 @@ fn serve(
     access_log: Option<std::fs::File>,
     acme: Option<services::acme::args::AcmeSettings>,
 ) -> Result<i32, ParentError> {
+    warn_of_open_file_limit(args.budgets.max_connections);
     // Both read (and clear) the environment, before any thread exists.
     let notifier = systemd::Notifier::from_env();
     let inherited = crate::os::inherited_listeners().map_err(ParentError::Inherited)?;

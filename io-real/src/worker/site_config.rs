@@ -84,7 +84,9 @@ pub fn max_blocking_threads(setup: &Setup) -> usize {
     count::<usize>(setup.settings.budgets.max_blocking_threads).max(1)
 }
 
-/// Connections the worker admits at once (at least one).
+/// Connections the worker admits at once (at least one): `--max-connections`, lowered
+/// to what the worker's open-file limit allows (the parent said so at start).
 pub fn max_connections(setup: &Setup) -> u32 {
-    count::<u32>(setup.settings.budgets.max_connections).max(1)
+    let configured = count::<u32>(setup.settings.budgets.max_connections).max(1);
+    crate::open_files::bounded_connections(configured, crate::open_files::soft_limit())
 }

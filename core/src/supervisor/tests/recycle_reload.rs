@@ -464,3 +464,80 @@ fn serving_workers_count_the_recycle_overlap() {
     );
     assert_eq!(h.sup.serving_workers(), 3, "N + 1 during a recycle");
 }
+
+#[test]
+fn a_resize_reloads_with_the_committed_count_changed_and_never_below_one() {
+    let mut h = harness(Platform::Posix, |c| c.workers = 1);
+    h.start();
+    // The configuration a signal's reload reads again says 1 worker; the resize counts
+    // from the committed generation's, whatever the file says.
+    let from_file = || {
+        let mut raw = RawConfig {
+            workers: 1,
+            ..RawConfig::default()
+        };
+        raw.recovery.drain_timeout = 3.0;
+        Box::new(raw)
+    };
+    let acts = h.on(Event::Command(Command::Resize {
+        id: ReloadId(1),
+        config: from_file(),
+        by: 1,
+    }));
+    assert_eq!(spawns(&acts), 2, "a generation of two");
+    h.boot(&acts);
+    assert_eq!(h.sup.config().workers(), 2);
+    let acts = h.on(Event::Command(Command::Resize {
+        id: ReloadId(2),
+        config: from_file(),
+        by: 1,
+    }));
+    assert_eq!(spawns(&acts), 3, "two and one more");
+    h.boot(&acts);
+    assert_eq!(h.sup.config().workers(), 3);
+
+    let mut one = harness(Platform::Posix, |c| c.workers = 1);
+    one.start();
+    let acts = one.on(Event::Command(Command::Resize {
+        id: ReloadId(3),
+        config: from_file(),
+        by: -1,
+    }));
+    assert_eq!(spawns(&acts), 0);
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::ReloadRejected { reload, message }
+            if *reload == ReloadId(3) && message.contains("one worker at least"))),
+        "{acts:?}"
+    );
+    assert_eq!(one.sup.config().workers(), 1);
+}
+
+#[test]
+fn a_second_interrupt_kills_the_draining_workers_and_the_stop_completes() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    let first = h.on(Event::Command(Command::Interrupt));
+    assert!(
+        !first.iter().any(|a| matches!(a, Action::Kill { .. })),
+        "the first interrupt drains: {first:?}"
+    );
+    let second = h.on(Event::Command(Command::Interrupt));
+    for w in &ws {
+        assert!(
+            second.contains(&Action::Kill { worker: *w }),
+            "{w:?} killed at once: {second:?}"
+        );
+    }
+    let mut last = Vec::new();
+    for w in &ws {
+        last = h.on(Event::Exited {
+            worker: *w,
+            status: ExitStatus::Signal(9),
+        });
+    }
+    assert!(
+        last.iter().any(|a| matches!(a, Action::Exit { code: 0 })),
+        "the service exits as stopped: {last:?}"
+    );
+}
