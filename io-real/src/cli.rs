@@ -312,6 +312,10 @@ pub struct RecoveryArgs {
     /// heartbeats in a row, replacement first (0: off; else at least 16 MiB).
     #[arg(long, value_name = "BYTES", env = "SERVERY_WORKER_MAX_RSS", default_value_t = rec().worker_max_rss, allow_negative_numbers = true, group = LIVE)]
     pub worker_max_rss: i64,
+    /// The fewest ready workers with which the service answers `/readyz` 200 (below
+    /// `--workers` it is `degraded`; below this, not ready).
+    #[arg(long, value_name = "N", env = "SERVERY_MIN_READY_WORKERS", default_value_t = rec().min_ready_workers, allow_negative_numbers = true, group = LIVE)]
+    pub min_ready_workers: i64,
     /// Failed recycle replacements in a row before recycling is suspended.
     #[arg(long, value_name = "N", env = "SERVERY_RECYCLE_RETRY_LIMIT", default_value_t = rec().recycle_retry_limit, allow_negative_numbers = true, group = LIVE)]
     pub recycle_retry_limit: i64,
@@ -399,6 +403,7 @@ crate::knobs::core_fields! {
         max_requests_jitter => recovery.max_requests_jitter;
         worker_max_rss => recovery.worker_max_rss;
         recycle_retry_limit => recovery.recycle_retry_limit;
+        min_ready_workers => recovery.min_ready_workers;
         heartbeat_interval => recovery.heartbeat_interval;
         heartbeat_timeout => recovery.heartbeat_timeout;
         worker_start_timeout => recovery.worker_start_timeout;

@@ -306,3 +306,58 @@ fn bad_input_on_the_admin_listener_is_refused_and_files_are_still_served() {
     assert_eq!(status_of(admin, "/livez"), 200, "the listener serves on");
     assert_eq!(status_of(server.addr, "/hello.txt"), 200);
 }
+
+/// Readiness tells capacity: a crashed worker waiting out a long backoff leaves the
+/// service `degraded` (still taking traffic: one worker serves), with the ready-workers
+/// gauge at 1; `/readyz` says so, and 200 again once the slot is filled. A minimum above
+/// `--workers` is a configuration error naming the field.
+#[test]
+fn readiness_reports_capacity_and_a_crash_degrades_it() {
+    let tree = Tree::new("readiness");
+    let (server, admin) = start(&tree, 2, &[("SERVERY_RESTART_BACKOFF_INITIAL", "4")]);
+    let (status, _) = server.wait_ready(2, Duration::from_secs(30));
+    assert_eq!(status["readiness"], "ready", "{status}");
+    assert_eq!(
+        status["capacity"],
+        json!({"ready_workers": 2, "workers": 2, "min_ready_workers": 1})
+    );
+    let victim = servery_tests::worker_pids(&status)[0];
+    servery_tests::signal_pid(victim, Sig::KILL);
+    let (body, _) = wait_until(Duration::from_secs(10), "a degraded /readyz", || {
+        let (code, body) = http_get(admin, "/readyz").ok()?;
+        let body = String::from_utf8_lossy(&body).into_owned();
+        (code == 200 && body.starts_with("degraded")).then_some(body)
+    });
+    assert_eq!(body, "degraded: 1 of 2 workers ready\n");
+    assert_eq!(server.status()["readiness"], "degraded");
+    let text = metrics(admin);
+    assert_eq!(sample(&text, "servery_ready_workers"), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, "servery_readiness{readiness=\"degraded\"}"),
+        Some(1.0)
+    );
+    wait_until(Duration::from_secs(30), "the slot filled again", || {
+        http_get(admin, "/readyz")
+            .ok()
+            .filter(|(code, body)| *code == 200 && body == b"ready\n")
+    });
+
+    let done = servery_tests::run_servery(
+        &[
+            "--check-config",
+            "--workers",
+            "2",
+            "--min-ready-workers",
+            "3",
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("recovery.min_ready_workers")
+            && done.stderr.contains("at most `workers`"),
+        "{}",
+        done.stderr
+    );
+}

@@ -43,6 +43,9 @@ pub struct RawRecovery {
     pub worker_max_rss: i64,
     /// Consecutive failed recycle replacements before recycling is suspended.
     pub recycle_retry_limit: i64,
+    /// The fewest ready workers with which the service still calls itself ready
+    /// (`/readyz`); between this and `workers` it is degraded.
+    pub min_ready_workers: i64,
     pub heartbeat_interval: f64,
     pub heartbeat_timeout: f64,
     pub worker_start_timeout: f64,
@@ -65,6 +68,7 @@ impl Default for RawRecovery {
             max_requests_jitter: 0.1,
             worker_max_rss: 0,
             recycle_retry_limit: 3,
+            min_ready_workers: 1,
             // One beat a second costs nothing and five missed beats tell a hang from a
             // long GC-free stall or a loaded box; detection stays under 6 s with
             // force_timeout.

@@ -21,6 +21,7 @@ pub struct RecoveryPolicy {
     pub(super) max_requests_jitter: f64,
     pub(super) worker_max_rss: Option<u64>,
     pub(super) recycle_retry_limit: u32,
+    pub(super) min_ready_workers: u32,
     pub(super) heartbeat_interval: Duration,
     pub(super) heartbeat_timeout: Duration,
     pub(super) worker_start_timeout: Duration,
@@ -66,6 +67,11 @@ impl RecoveryPolicy {
     /// Recycle a worker above this resident memory (bytes) at two beats in a row.
     pub fn worker_max_rss(&self) -> Option<u64> {
         self.worker_max_rss
+    }
+
+    /// The fewest ready workers with which the service is still ready (`/readyz`).
+    pub fn min_ready_workers(&self) -> u32 {
+        self.min_ready_workers
     }
     pub fn recycle_retry_limit(&self) -> u32 {
         self.recycle_retry_limit

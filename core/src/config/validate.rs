@@ -151,6 +151,20 @@ impl RawConfig {
                 ),
             );
         }
+        let min_ready = c.count(
+            "recovery.min_ready_workers",
+            r.min_ready_workers,
+            1,
+            MAX_WORKERS,
+        ) as u32;
+        if min_ready > workers {
+            c.fail(
+                "recovery.min_ready_workers",
+                format!(
+                    "must be at most `workers` ({workers}): the service could never be ready (got {min_ready})"
+                ),
+            );
+        }
         let retry_limit = c.count(
             "recovery.recycle_retry_limit",
             r.recycle_retry_limit,
@@ -362,6 +376,7 @@ impl RawConfig {
                 max_requests_jitter: req_jitter,
                 worker_max_rss: (max_rss > 0).then_some(max_rss),
                 recycle_retry_limit: retry_limit,
+                min_ready_workers: min_ready,
                 heartbeat_interval: hb_interval,
                 heartbeat_timeout: hb_timeout,
                 worker_start_timeout: start_timeout,

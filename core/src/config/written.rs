@@ -46,6 +46,7 @@ impl ValidConfig {
                 max_requests_jitter: r.max_requests_jitter(),
                 worker_max_rss: r.worker_max_rss().map_or(0, count),
                 recycle_retry_limit: count(r.recycle_retry_limit()),
+                min_ready_workers: count(r.min_ready_workers()),
                 heartbeat_interval: secs(r.heartbeat_interval()),
                 heartbeat_timeout: secs(r.heartbeat_timeout()),
                 worker_start_timeout: secs(r.worker_start_timeout()),

@@ -24,7 +24,7 @@ mod worker;
 use std::collections::VecDeque;
 
 pub use restart::{RestartDecision, RestartWindow, SlotHistory, backoff};
-pub use status::{ExitRecord, FailureRecord, Status, WorkerStatus};
+pub use status::{Capacity, ExitRecord, FailureRecord, Readiness, Status, WorkerStatus};
 pub use tally::Tally;
 
 /// How many reaped workers the status remembers.

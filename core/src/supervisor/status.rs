@@ -43,9 +43,53 @@ pub struct WorkerStatus {
     pub age: Duration,
 }
 
+/// How much of the configured service serves now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Workers accepting requests (at most `wanted`: a recycle's overlap is not extra
+    /// capacity anyone planned for).
+    pub ready: u32,
+    /// `workers`, as the committed generation has it.
+    pub wanted: u32,
+    /// `min_ready_workers`: below it the service is not ready.
+    pub minimum: u32,
+}
+
+/// What the service can do for a client now: `/readyz`, `ctl status`, the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Serving with every worker.
+    Ready,
+    /// Serving, with fewer workers than `workers` but at least `min_ready_workers`
+    /// (crashed ones waiting out their backoff, a hang being replaced).
+    Degraded,
+    /// Not serving enough to be sent traffic: starting, stopping, failed, or below
+    /// `min_ready_workers`.
+    Unready,
+}
+
+impl Readiness {
+    pub fn name(self) -> &'static str {
+        match self {
+            Readiness::Ready => "ready",
+            Readiness::Degraded => "degraded",
+            Readiness::Unready => "unready",
+        }
+    }
+
+    /// Whether `/readyz` answers 200: ready, or degraded above the minimum.
+    pub fn takes_traffic(self) -> bool {
+        self != Readiness::Unready
+    }
+
+    pub const ALL: [Readiness; 3] = [Readiness::Ready, Readiness::Degraded, Readiness::Unready];
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Status {
     pub state: ServiceState,
+    pub readiness: Readiness,
+    pub capacity: Capacity,
     pub generation: Generation,
     pub workers: Vec<WorkerStatus>,
     pub restarts: u64,
@@ -61,9 +105,39 @@ pub struct Status {
 }
 
 impl super::Supervisor {
+    /// Workers accepting requests, against those configured.
+    pub fn capacity(&self) -> Capacity {
+        let wanted = self.config.workers();
+        let ready = self
+            .workers
+            .values()
+            .filter(|w| w.state == WorkerState::Ready)
+            .count();
+        Capacity {
+            ready: u32::try_from(ready).unwrap_or(u32::MAX).min(wanted),
+            wanted,
+            minimum: self.config.recovery().min_ready_workers(),
+        }
+    }
+
+    /// Whether the service takes traffic, and with all of its workers: only a service in
+    /// the `ready` state can, and then by how many of its workers accept.
+    pub fn readiness(&self) -> Readiness {
+        let capacity = self.capacity();
+        if self.state != ServiceState::Ready || capacity.ready < capacity.minimum {
+            Readiness::Unready
+        } else if capacity.ready < capacity.wanted {
+            Readiness::Degraded
+        } else {
+            Readiness::Ready
+        }
+    }
+
     pub fn status(&self, now: Instant) -> Status {
         Status {
             state: self.state,
+            readiness: self.readiness(),
+            capacity: self.capacity(),
             generation: self.committed,
             workers: self
                 .workers

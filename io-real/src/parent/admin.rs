@@ -136,11 +136,8 @@ async fn answer(req: Request<Incoming>, events: InboundTx) -> Result<Response<Bo
     };
     Ok(match path {
         "/livez" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if snapshot.ready() => text(StatusCode::OK, "ready\n"),
-        "/readyz" => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!("not ready: {}\n", snapshot.state.name()),
-        ),
+        "/readyz" if snapshot.ready() => text(StatusCode::OK, &snapshot.readiness_text()),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, &snapshot.readiness_text()),
         _ => {
             let body = snapshot.render();
             let (body, kind) = if openmetrics {

@@ -19,7 +19,7 @@ use servery_core::broker::BrokerStats;
 use servery_core::parent::Parent;
 use servery_core::proto::Rejection;
 use servery_core::request_stats::{DURATION_BOUNDS_US, METHODS, RequestStats, STATUS_CLASSES};
-use servery_core::supervisor::{ExitReason, ServiceState, Tally, WorkerState};
+use servery_core::supervisor::{ExitReason, Readiness, ServiceState, Tally, WorkerState};
 
 use super::status::ServiceInfo;
 
@@ -35,6 +35,8 @@ pub struct AccessLogCounts {
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub state: ServiceState,
+    pub readiness: servery_core::supervisor::Readiness,
+    pub capacity: servery_core::supervisor::Capacity,
     pub generation: u64,
     pub workers_by_state: [usize; WorkerState::ALL.len()],
     pub tally: Tally,
@@ -52,6 +54,8 @@ impl Snapshot {
         let log = broker.log();
         Snapshot {
             state: sup.state(),
+            readiness: sup.readiness(),
+            capacity: sup.capacity(),
             generation: sup.generation().0,
             workers_by_state: sup.workers_by_state(),
             tally: sup.tally().clone(),
@@ -73,10 +77,25 @@ impl Snapshot {
         }
     }
 
-    /// Whether `/readyz` says yes: the committed generation serves, and the service is
-    /// neither starting nor stopping nor failed.
+    /// Whether `/readyz` says yes: the committed generation serves with at least
+    /// `min_ready_workers` ready (the service is neither starting nor stopping nor
+    /// failed).
     pub fn ready(&self) -> bool {
-        self.state == ServiceState::Ready
+        self.readiness.takes_traffic()
+    }
+
+    /// `/readyz`'s body: the readiness and the capacity behind it.
+    pub fn readiness_text(&self) -> String {
+        let c = self.capacity;
+        let workers = format!("{} of {} workers ready", c.ready, c.wanted);
+        match self.readiness {
+            Readiness::Ready => "ready\n".to_owned(),
+            Readiness::Degraded => format!("degraded: {workers}\n"),
+            Readiness::Unready if self.state == ServiceState::Ready => {
+                format!("not ready: {workers} (minimum {})\n", c.minimum)
+            }
+            Readiness::Unready => format!("not ready: {}\n", self.state.name()),
+        }
     }
 
     /// The counters in the OpenMetrics text format, which `prometheus-client` writes and
@@ -99,8 +118,33 @@ impl Snapshot {
         }
         r.register(
             "service_state",
-            "1 for the state the service is in (ready: /readyz answers 200)",
+            "1 for the lifecycle state the service is in",
             state,
+        );
+        let readiness = labelled_gauge();
+        for s in Readiness::ALL {
+            readiness
+                .get_or_create(&vec![("readiness", s.name())])
+                .set(i64::from(s == self.readiness));
+        }
+        r.register(
+            "readiness",
+            "1 for what the service can do now (ready or degraded: /readyz answers 200)",
+            readiness,
+        );
+        let ready_workers = Gauge::<i64>::default();
+        ready_workers.set(i64::from(self.capacity.ready));
+        r.register(
+            "ready_workers",
+            "Workers accepting requests (at most the configured workers)",
+            ready_workers,
+        );
+        let wanted = Gauge::<i64>::default();
+        wanted.set(i64::from(self.capacity.wanted));
+        r.register(
+            "configured_workers",
+            "The workers the committed generation runs",
+            wanted,
         );
         let generation = Gauge::<i64>::default();
         generation.set(clamp(self.generation));

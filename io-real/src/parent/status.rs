@@ -138,6 +138,12 @@ fn broker_json(parent: &Parent, now: Instant) -> Value {
 fn core_status_json(s: &Status) -> Value {
     json!({
         "state": s.state.name(),
+        "readiness": s.readiness.name(),
+        "capacity": {
+            "ready_workers": s.capacity.ready,
+            "workers": s.capacity.wanted,
+            "min_ready_workers": s.capacity.minimum,
+        },
         "generation": s.generation.0,
         "workers": s.workers.iter().map(|w| json!({
             "id": w.id.0,
@@ -231,10 +237,19 @@ fn flatten(out: &mut String, prefix: &str, v: &Value) {
 pub fn status_text(v: &Value) -> String {
     let s = |k: &str| v.get(k).map(plain).unwrap_or_default();
     let mut out = String::new();
+    let capacity = |k: &str| {
+        v.get("capacity")
+            .and_then(|c| c.get(k))
+            .map(plain)
+            .unwrap_or_default()
+    };
     let _ = writeln!(
         out,
-        "state {}  generation {}  restarts {} ({} in window)  pid {}",
+        "state {} ({}, {} of {} workers ready)  generation {}  restarts {} ({} in window)  pid {}",
         s("state"),
+        s("readiness"),
+        capacity("ready_workers"),
+        capacity("workers"),
         s("generation"),
         s("restarts"),
         s("recent_restarts"),

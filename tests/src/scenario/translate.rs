@@ -230,8 +230,18 @@ pub fn status_of(s: &Value) -> Option<Status> {
             at: servery_core::Instant::from_nanos(f["at_ms"].as_u64()? * 1_000_000),
         }),
     };
+    let capacity = &s["capacity"];
+    let count = |k: &str| capacity[k].as_u64().map(|n| n as u32);
     Some(Status {
         state,
+        readiness: servery_core::supervisor::Readiness::ALL
+            .into_iter()
+            .find(|r| s["readiness"] == r.name())?,
+        capacity: servery_core::supervisor::Capacity {
+            ready: count("ready_workers")?,
+            wanted: count("workers")?,
+            minimum: count("min_ready_workers")?,
+        },
         generation: Generation(s["generation"].as_u64()?),
         workers,
         restarts: s["restarts"].as_u64()?,

@@ -202,3 +202,41 @@ fn the_deadline_before_a_bound_decides_as_the_deadline_would() {
     h.advance(Duration::from_secs(1));
     check(&mut h);
 }
+
+#[test]
+fn readiness_follows_the_ready_workers_against_the_configured_and_the_minimum() {
+    for (minimum, after_one_crash) in [(1, Readiness::Degraded), (2, Readiness::Unready)] {
+        let mut h = harness(Platform::Posix, |r| {
+            r.recovery.min_ready_workers = minimum;
+            // A long backoff: the crashed slot stays empty while the test looks.
+            r.recovery.restart_backoff_initial = 10.0;
+        });
+        assert_eq!(h.sup.readiness(), Readiness::Unready, "not started");
+        let ws = h.start();
+        assert_eq!(h.sup.readiness(), Readiness::Ready);
+        assert_eq!(
+            h.sup.capacity(),
+            Capacity {
+                ready: 2,
+                wanted: 2,
+                minimum: minimum as u32
+            }
+        );
+        h.on(Event::Exited {
+            worker: ws[0],
+            status: ExitStatus::Signal(9),
+        });
+        assert_eq!(h.sup.capacity().ready, 1);
+        assert_eq!(h.sup.readiness(), after_one_crash, "minimum {minimum}");
+        h.on(Event::Exited {
+            worker: ws[1],
+            status: ExitStatus::Signal(9),
+        });
+        assert_eq!(h.sup.status(h.now).readiness, Readiness::Unready);
+        assert_eq!(
+            h.sup.state(),
+            ServiceState::Ready,
+            "still in service, serving nothing"
+        );
+    }
+}
