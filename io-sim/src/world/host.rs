@@ -491,7 +491,7 @@ impl SimWorld {
             Event::Exited { worker, .. } | Event::SpawnFailed { worker, .. } => {
                 self.oracle.reaped_read(now, *worker)
             }
-            Event::Command(Command::Stop) => self.oracle.stopping(),
+            Event::Command(Command::Stop | Command::Interrupt) => self.oracle.stopping(),
             _ => {}
         }
     }
