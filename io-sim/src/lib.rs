@@ -16,6 +16,7 @@ mod dav_tree;
 mod fs;
 pub mod labels;
 mod listen_sets;
+mod oracle;
 mod outcome;
 mod plan;
 mod proc_table;

@@ -301,6 +301,9 @@ pub struct SimWorld {
     /// plan only).
     pub(crate) chunks: Option<crate::chunks::ChunkSim>,
     pub(crate) trace: Trace,
+    /// Capacity, backoff and restart-accounting rules, judged from the parent's orders
+    /// and reads ([`crate::oracle`]).
+    pub(crate) oracle: crate::oracle::LifecycleOracle,
     pub(crate) out: Outcome,
 }
 
@@ -392,6 +395,7 @@ impl SimWorld {
             dav_tree: None,
             chunks: None,
             trace,
+            oracle: crate::oracle::LifecycleOracle::default(),
             out: Outcome {
                 seed: spec.seed,
                 ..Outcome::default()

@@ -127,6 +127,7 @@ impl SimWorld {
                 if self.parent_alive && self.parent_stalled_until.is_none() {
                     self.injected(FaultKind::StallParent, None);
                     let until = self.now + duration;
+                    self.oracle.parent_gap(self.now, until);
                     self.parent_stalled_until = Some(until);
                     self.stalled_since = self.now;
                     self.schedule_at(until, SimEvent::ParentResumes);
@@ -172,6 +173,7 @@ impl SimWorld {
                     }
                     // Everything due meanwhile happens at the resume, in the order it
                     // was due: the queue keeps its order, the clock moves on.
+                    self.oracle.parent_gap(self.now, self.now + duration);
                     self.now = self.now + duration;
                 }
             }

@@ -25,6 +25,7 @@ impl ParentIo for SimWorld {
                 return Wakeup::Crashed;
             }
             if let Some(event) = self.inbox.pop_front() {
+                self.parent_reads(&event);
                 return Wakeup::Event(self.now, event);
             }
             if !self.unread.is_empty() {
@@ -82,10 +83,13 @@ impl ParentIo for SimWorld {
         // Besides same-instant events, what waited in a resumed parent's channels.
         let now = self.now;
         let woke = self.read_unread();
-        let mut arrived: Vec<Wakeup> = self
-            .inbox
-            .drain(..)
-            .map(|e| Wakeup::Event(now, e))
+        let events: Vec<Event> = self.inbox.drain(..).collect();
+        let mut arrived: Vec<Wakeup> = events
+            .into_iter()
+            .map(|e| {
+                self.parent_reads(&e);
+                Wakeup::Event(now, e)
+            })
             .collect();
         arrived.extend(woke);
         arrived
@@ -135,6 +139,8 @@ impl ParentIo for SimWorld {
                 self.spawn_index += 1;
                 self.out.spawns = self.spawn_index;
                 self.out.spawn_times_ms.push(now.as_nanos() / 1_000_000);
+                self.oracle
+                    .spawned(now, worker, u64::from(slot.0), generation.0, &config);
                 if !self.listeners.is_open(config.listen()) {
                     self.violation(format!(
                         "{worker} started on {}, which the parent does not hold",
@@ -191,7 +197,11 @@ impl ParentIo for SimWorld {
                     ParentMessage::Broker { id, reply } if self.dav.is_some() => {
                         self.dav_wiretap_reply(now, worker, *id, reply)
                     }
-                    ParentMessage::Drain { .. } => self.ending(worker),
+                    ParentMessage::Drain { .. } => {
+                        self.oracle.drain_sent(now, worker);
+                        self.ending(worker)
+                    }
+                    ParentMessage::Commit => self.oracle.commit_sent(worker),
                     &ParentMessage::Hello {
                         generation,
                         heartbeat_interval_ms,
@@ -202,6 +212,7 @@ impl ParentIo for SimWorld {
                 self.send_down(worker, &message);
             }
             Action::Terminate { worker } => {
+                self.oracle.ended(worker);
                 self.ending(worker);
                 self.out.terms_sent += 1;
                 if self.spec.platform == Platform::Windows {
@@ -210,6 +221,7 @@ impl ParentIo for SimWorld {
                 self.worker_terminate(worker);
             }
             Action::Kill { worker } => {
+                self.oracle.ended(worker);
                 self.ending(worker);
                 if let Some(p) = self.procs.get(&worker).filter(|p| p.alive) {
                     if p.wedged {
@@ -247,6 +259,7 @@ impl ParentIo for SimWorld {
                 }
             }
             Action::CloseListeners => {
+                self.oracle.stopping();
                 self.listeners.close_all();
                 self.listener_open = false;
                 self.out.requests.refused += self.backlog.len() as u64;
@@ -275,6 +288,7 @@ impl ParentIo for SimWorld {
                 }
             }
             Action::GenerationCommitted { generation, .. } => {
+                self.oracle.generation_committed(generation.0);
                 if !self.out.generations_committed.is_empty() {
                     self.out.coverage.insert(labels::RELOAD_COMMITTED);
                 }
@@ -284,6 +298,7 @@ impl ParentIo for SimWorld {
                 self.out.generations_committed.push(generation.0);
             }
             Action::ServiceFailed { reason, message } => {
+                self.oracle.service_failed(now, reason);
                 self.spawn_failure_given_up(true);
                 self.out.failure_at_ms = Some(now.as_nanos() / 1_000_000);
                 if reason == FailureReason::RestartLimit
@@ -345,6 +360,10 @@ impl ParentIo for SimWorld {
         let sup = parent.supervisor();
         let broker = parent.broker();
         self.judge_listeners(sup);
+        self.oracle.judge_step(now, sup);
+        for breach in self.oracle.take_violations() {
+            self.violation(breach);
+        }
         if !self.status_asked.is_empty() {
             let status = sup.status(now);
             for asked in std::mem::take(&mut self.status_asked) {
@@ -461,6 +480,22 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
 }
 
 impl SimWorld {
+    /// The parent's driver takes `event` in: what the lifecycle oracle learns from it.
+    fn parent_reads(&mut self, event: &Event) {
+        let now = self.now;
+        match event {
+            Event::Message {
+                worker,
+                message: WorkerMessage::Ready,
+            } => self.oracle.ready_read(now, *worker),
+            Event::Exited { worker, .. } | Event::SpawnFailed { worker, .. } => {
+                self.oracle.reaped_read(now, *worker)
+            }
+            Event::Command(Command::Stop | Command::Interrupt) => self.oracle.stopping(),
+            _ => {}
+        }
+    }
+
     /// Exits since the last one recorded (several may be reaped in one step).
     fn record_exits(&mut self, sup: &servery_core::supervisor::Supervisor) {
         let last = self.out.exits.last().map(|e| e.worker);

@@ -1,0 +1,449 @@
+//! The lifecycle oracle: rules about capacity, backoff and restart accounting, judged
+//! after every step of every run from what the parent's driver sees — the spawns, COMMITs,
+//! DRAINs, TERMs and KILLs the parent orders, the READYs and reaps it reads — and never
+//! from the supervisor's own bookkeeping, so a supervisor that breaks a rule cannot also
+//! vouch for it.
+//!
+//! - **capacity rule**: a ready worker of the committed generation is drained (outside a
+//!   stop) only once what replaces it is ready: in a recycle, a newer worker of its slot
+//!   whose READY the parent has read; in a reload, every worker of the new generation.
+//! - **surge rule (N + 1)**: no generation ever has more than its N workers + 1 that the
+//!   parent has not begun to end.
+//! - **backoff rule**: a lost member's replacement is spawned no earlier than its reap +
+//!   the policy's delay for that attempt, and no later than that + [`SLACK`] (unless the
+//!   parent itself did not run meanwhile); a failed recycle replacement's retry likewise.
+//! - **restart accounting rule**: every lost member (crash, startup failure, hang,
+//!   malformed frame, exit) is one attempt against the restart window, counted once; the
+//!   service fails exactly when the policy says ([`restarts`]), and its status reports the
+//!   same count.
+
+mod restarts;
+
+use core::time::Duration;
+use std::collections::BTreeMap;
+
+use servery_core::config::{RecoveryPolicy, ValidConfig};
+use servery_core::supervisor::{FailureReason, Supervisor};
+use servery_core::{Instant, WorkerId};
+
+use restarts::{RestartModel, SlotRun, Verdict, delay};
+
+/// How late after its due time a replacement may be spawned. The simulated parent wakes
+/// at its deadline to the nanosecond; a millisecond allows for the order of events at one
+/// instant without letting any real lateness through.
+pub(crate) const SLACK: Duration = Duration::from_millis(1);
+
+/// A worker as the parent's orders and reads show it.
+#[derive(Debug, Clone)]
+struct Tracked {
+    generation: u64,
+    slot: u64,
+    commit_sent: bool,
+    /// When the parent read its READY (after its COMMIT, before any drain).
+    ready_at: Option<Instant>,
+    /// The parent sent it DRAIN: retired politely.
+    drained: bool,
+    /// The parent sent it DRAIN, TERM or KILL.
+    ended: bool,
+}
+
+impl Tracked {
+    fn serving(&self) -> bool {
+        self.ready_at.is_some() && !self.ended
+    }
+}
+
+/// A spawn the policy calls for.
+#[derive(Debug, Clone)]
+struct Due {
+    /// No earlier than this.
+    at: Instant,
+    /// Why, for the message.
+    why: String,
+    /// When the wait began (a gap in the parent's running after it excuses lateness).
+    since: Instant,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct LifecycleOracle {
+    workers: BTreeMap<u64, Tracked>,
+    /// Each generation's worker count and recovery policy, from its first spawn.
+    generations: BTreeMap<u64, (u32, RecoveryPolicy)>,
+    committed: Option<u64>,
+    /// The parent began to stop, or the policy says the service has failed.
+    over: bool,
+    model: RestartModel,
+    runs: BTreeMap<u64, SlotRun>,
+    /// Failed replacements of the recycle in flight, by slot.
+    replacement_failures: BTreeMap<u64, u32>,
+    /// By (generation, slot).
+    due: BTreeMap<(u64, u64), Due>,
+    /// The policy's verdict that the service must fail, not yet seen carried out.
+    must_fail: Option<(Instant, String)>,
+    /// A member was lost since the status was last compared.
+    recount: bool,
+    /// When the parent did not run: stalls and clock jumps (from, to).
+    gaps: Vec<(Instant, Instant)>,
+    violations: Vec<String>,
+}
+
+fn ms(t: Instant) -> u64 {
+    t.as_nanos() / 1_000_000
+}
+
+impl LifecycleOracle {
+    /// Breaches found since the last call.
+    pub(crate) fn take_violations(&mut self) -> Vec<String> {
+        core::mem::take(&mut self.violations)
+    }
+
+    /// The parent did not run from `from` to `to` (a stall, a clock jump).
+    pub(crate) fn parent_gap(&mut self, from: Instant, to: Instant) {
+        self.gaps.push((from, to));
+    }
+
+    pub(crate) fn spawned(
+        &mut self,
+        now: Instant,
+        id: WorkerId,
+        slot: u64,
+        generation: u64,
+        c: &ValidConfig,
+    ) {
+        // The latest spawn's: a rejected reload's generation number is used again by
+        // the next reload, perhaps with another worker count.
+        let n = c.workers();
+        self.generations
+            .insert(generation, (n, c.recovery().clone()));
+        if !self.over && self.committed == Some(generation) {
+            self.judge_spawn_time(now, id, generation, slot);
+        }
+        self.workers.insert(
+            id.0,
+            Tracked {
+                generation,
+                slot,
+                commit_sent: false,
+                ready_at: None,
+                drained: false,
+                ended: false,
+            },
+        );
+        let unended = self
+            .workers
+            .values()
+            .filter(|w| w.generation == generation && !w.ended)
+            .count();
+        if unended > n as usize + 1 {
+            self.violations.push(format!(
+                "surge rule (N + 1): spawning {id} at {} ms gives generation {generation} {unended} workers not being ended, more than its {n} + 1",
+                ms(now)
+            ));
+        }
+    }
+
+    fn judge_spawn_time(&mut self, now: Instant, id: WorkerId, generation: u64, slot: u64) {
+        let Some(due) = self.due.remove(&(generation, slot)) else {
+            // A recycle's first replacement: its failures count from here.
+            if self.other_unretired(id.0, generation, slot).is_some() {
+                self.replacement_failures.insert(slot, 0);
+            }
+            return;
+        };
+        if now < due.at {
+            self.violations.push(format!(
+                "backoff rule: {id} (slot {slot}) spawned at {} ms, before {} ms: {}",
+                ms(now),
+                ms(due.at),
+                due.why
+            ));
+        } else if now > due.at + SLACK && !self.gap_between(due.since, now) {
+            self.violations.push(format!(
+                "backoff rule: {id} (slot {slot}) spawned at {} ms, later than {} ms + {SLACK:?}: {}",
+                ms(now),
+                ms(due.at),
+                due.why
+            ));
+        }
+    }
+
+    fn gap_between(&self, from: Instant, to: Instant) -> bool {
+        self.gaps.iter().any(|&(a, b)| b >= from && a <= to)
+    }
+
+    /// A worker of (generation, slot) besides `id` that the parent has neither drained nor
+    /// seen reaped: the oldest such.
+    fn other_unretired(&self, id: u64, generation: u64, slot: u64) -> Option<u64> {
+        self.workers
+            .iter()
+            .find(|&(&k, w)| k != id && w.generation == generation && w.slot == slot && !w.drained)
+            .map(|(&k, _)| k)
+    }
+
+    pub(crate) fn commit_sent(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id.0) {
+            w.commit_sent = true;
+        }
+    }
+
+    /// The parent read `id`'s READY at `now`.
+    pub(crate) fn ready_read(&mut self, now: Instant, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id.0)
+            && w.commit_sent
+            && !w.drained
+            && w.ready_at.is_none()
+        {
+            w.ready_at = Some(now);
+        }
+    }
+
+    /// The parent sent `id` TERM or KILL.
+    pub(crate) fn ended(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id.0) {
+            w.ended = true;
+        }
+    }
+
+    /// The parent sent `id` DRAIN: judge the capacity rule.
+    pub(crate) fn drain_sent(&mut self, now: Instant, id: WorkerId) {
+        let Some(w) = self.workers.get(&id.0).cloned() else {
+            return;
+        };
+        if !self.over && self.committed == Some(w.generation) && w.serving() {
+            self.judge_capacity(now, id, &w);
+        }
+        if let Some(w) = self.workers.get_mut(&id.0) {
+            w.drained = true;
+            w.ended = true;
+        }
+    }
+
+    fn judge_capacity(&mut self, now: Instant, id: WorkerId, w: &Tracked) {
+        let serving_of = |generation: u64| {
+            self.workers
+                .iter()
+                .filter(|&(&k, o)| k != id.0 && o.generation == generation && o.serving())
+                .count()
+        };
+        let newer = self
+            .workers
+            .values()
+            .filter(|o| o.generation > w.generation && !o.ended)
+            .map(|o| o.generation)
+            .max();
+        if let Some(next) = newer {
+            let need = self.generations.get(&next).map_or(0, |g| g.0) as usize;
+            let ready = serving_of(next);
+            if ready < need {
+                self.violations.push(format!(
+                    "capacity rule: {id} (generation {}, slot {}) was drained at {} ms while {ready} of generation {next}'s {need} workers had sent READY; a reload drains the old generation only after the new one is all ready",
+                    w.generation,
+                    w.slot,
+                    ms(now)
+                ));
+            }
+            return;
+        }
+        let replaced = self.workers.iter().any(|(&k, o)| {
+            k > id.0 && o.generation == w.generation && o.slot == w.slot && o.serving()
+        });
+        if !replaced {
+            let n = self.generations.get(&w.generation).map_or(0, |g| g.0);
+            self.violations.push(format!(
+                "capacity rule: {id} (generation {}, slot {}) was drained at {} ms before a replacement of its slot had sent READY, leaving {} of {n} workers ready; a recycle drains the old worker only after its replacement's READY",
+                w.generation,
+                w.slot,
+                ms(now),
+                serving_of(w.generation)
+            ));
+        }
+    }
+
+    /// A generation was committed: slots start afresh (the window does not).
+    pub(crate) fn generation_committed(&mut self, generation: u64) {
+        self.committed = Some(generation);
+        // Workers of a rejected attempt at the same generation number, being ended: they
+        // were never members, and their reaps are no losses.
+        for w in self.workers.values_mut() {
+            if w.generation == generation && w.ended {
+                w.drained = true;
+            }
+        }
+        self.runs.clear();
+        self.replacement_failures.clear();
+        self.due.retain(|&(g, _), _| g >= generation);
+    }
+
+    /// The parent began to stop (it closed its listeners).
+    pub(crate) fn stopping(&mut self) {
+        self.over = true;
+        self.due.clear();
+    }
+
+    /// The parent read that `id` was reaped (or that its spawn failed) at `now`.
+    pub(crate) fn reaped_read(&mut self, now: Instant, id: WorkerId) {
+        let Some(w) = self.workers.remove(&id.0) else {
+            return;
+        };
+        if self.over || self.committed != Some(w.generation) || w.drained {
+            return;
+        }
+        match self.other_unretired(id.0, w.generation, w.slot) {
+            Some(other) if other < id.0 => self.replacement_failed(now, id, &w),
+            other => self.member_lost(now, id, &w, other.is_none()),
+        }
+    }
+
+    fn member_lost(&mut self, now: Instant, id: WorkerId, w: &Tracked, empty: bool) {
+        let Some((_, policy)) = self.generations.get(&w.generation).cloned() else {
+            return;
+        };
+        let stable = w
+            .ready_at
+            .is_some_and(|r| now.saturating_since(r) >= policy.restart_stable_period());
+        let run = self.runs.entry(w.slot).or_default();
+        let in_a_row = run.in_a_row;
+        let verdict = self.model.lost(now, &policy, run, stable);
+        self.recount = true;
+        self.replacement_failures.remove(&w.slot);
+        match verdict {
+            Verdict::Replace(wait) => {
+                if empty {
+                    let why = format!(
+                        "{id} was lost at {} ms, replacement {} of slot {} in a row, so the policy waits {wait:?}",
+                        ms(now),
+                        if stable { 1 } else { in_a_row + 1 },
+                        w.slot
+                    );
+                    self.due.insert(
+                        (w.generation, w.slot),
+                        Due {
+                            at: now + wait,
+                            why,
+                            since: now,
+                        },
+                    );
+                } else {
+                    // Its recycle's replacement takes the slot.
+                    self.due.remove(&(w.generation, w.slot));
+                }
+            }
+            Verdict::Disabled | Verdict::LimitReached { .. } => {
+                let why = match verdict {
+                    Verdict::LimitReached {
+                        in_window,
+                        in_a_row,
+                    } => format!(
+                        "{id} lost at {} ms with {in_window} attempts in the restart window and {in_a_row} unstable replacements of slot {} in a row, at a limit of {}",
+                        ms(now),
+                        w.slot,
+                        policy.worker_restart_limit()
+                    ),
+                    _ => format!("{id} lost at {} ms with worker_restart_limit 0", ms(now)),
+                };
+                self.must_fail = Some((now, why));
+                self.over = true;
+                self.due.clear();
+            }
+        }
+    }
+
+    fn replacement_failed(&mut self, now: Instant, id: WorkerId, w: &Tracked) {
+        let Some((_, policy)) = self.generations.get(&w.generation).cloned() else {
+            return;
+        };
+        let failures = self.replacement_failures.entry(w.slot).or_default();
+        *failures += 1;
+        let failures = *failures;
+        if failures >= policy.recycle_retry_limit() {
+            self.due.remove(&(w.generation, w.slot));
+            return;
+        }
+        let wait = delay(&policy, failures - 1);
+        self.due.insert(
+            (w.generation, w.slot),
+            Due {
+                at: now + wait,
+                why: format!(
+                    "recycle replacement {id} failed at {} ms, failure {failures} of this recycle, so the retry waits {wait:?}",
+                    ms(now)
+                ),
+                since: now,
+            },
+        );
+    }
+
+    /// The parent declared the service failed for `reason`.
+    pub(crate) fn service_failed(&mut self, now: Instant, reason: FailureReason) {
+        let restarts = matches!(
+            reason,
+            FailureReason::RestartLimit | FailureReason::RestartsDisabled
+        );
+        match (self.must_fail.take(), restarts) {
+            (Some(_), true) | (None, false) => {}
+            (None, true) => self.violations.push(format!(
+                "restart accounting rule: the service failed at {} ms for {reason:?}, but the policy allows the restart: {} attempts in the window, {} replacements granted",
+                ms(now),
+                self.model.in_window(),
+                self.model.granted
+            )),
+            (Some((_, why)), false) => self.violations.push(format!(
+                "restart accounting rule: the service failed at {} ms for {reason:?}, where the restart limit should have failed it: {why}",
+                ms(now)
+            )),
+        }
+        self.over = true;
+        self.due.clear();
+    }
+
+    /// After a step: the supervisor's count against the policy's, and spawns now overdue.
+    pub(crate) fn judge_step(&mut self, now: Instant, sup: &Supervisor) {
+        if let Some((at, why)) = self.must_fail.take_if(|(at, _)| *at <= now)
+            && sup.failure().is_none()
+        {
+            self.violations.push(format!(
+                "restart accounting rule: the service still runs at {} ms, but the policy gives up at {} ms: {why}",
+                ms(now),
+                ms(at)
+            ));
+        }
+        if core::mem::take(&mut self.recount) {
+            let status = sup.status(now);
+            let tallied: u64 = sup.tally().restarts.iter().sum();
+            let granted = self.model.granted;
+            if status.restarts != granted
+                || tallied != granted
+                || status.recent_restarts != self.model.in_window()
+            {
+                self.violations.push(format!(
+                    "restart accounting rule: at {} ms the status counts {} restarts ({} by reason, {} in the window); the members lost so far call for {granted} ({} in the window)",
+                    ms(now),
+                    status.restarts,
+                    tallied,
+                    status.recent_restarts,
+                    self.model.in_window()
+                ));
+            }
+        }
+        let overdue: Vec<(u64, u64)> = self
+            .due
+            .iter()
+            .filter(|(_, d)| now > d.at + SLACK && !self.gap_between(d.since, now))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in overdue {
+            if let Some(d) = self.due.remove(&key) {
+                self.violations.push(format!(
+                    "backoff rule: slot {} still has no replacement at {} ms, due at {} ms + {SLACK:?}: {}",
+                    key.1,
+                    ms(now),
+                    ms(d.at),
+                    d.why
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
