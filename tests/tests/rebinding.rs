@@ -231,6 +231,7 @@ fn the_admin_listener_answers_its_probes_whatever_they_name() {
         .map(|(_, a)| a.trim_end_matches('/'))
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    server.wait_ready(1, Duration::from_secs(20));
     for path in ["/livez", "/readyz", "/metrics"] {
         let (status, text) = exchange(admin, "GET", path, "prometheus.monitoring.svc", b"");
         assert_eq!(status, 200, "{path}: {text}");
