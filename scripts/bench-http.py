@@ -148,7 +148,7 @@ def answers(port, bound=15.0):
     while time.time() < end:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
-                c.sendall(b"GET /1k.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                c.sendall(b"GET /1k.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 if c.recv(64).startswith(b"HTTP/1.1 200"):
                     return
         except OSError:

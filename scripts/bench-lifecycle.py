@@ -221,7 +221,7 @@ def free_port():
 
 def http_ok(port, path="/1k.bin", expect=1024):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
-        c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        c.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
         data = b""
         while True:
             chunk = c.recv(65536)

@@ -256,6 +256,18 @@ pub struct SiteArgs {
     /// `Alt-Svc`; needs TLS (--tls-cert/--tls-key or --tls-self-signed).
     #[arg(long, env = "SERVERY_HTTP3", value_parser = clap::builder::BoolishValueParser::new())]
     pub http3: bool,
+    /// Also answer requests for this host name (any port); repeat for several, `*.NAME`
+    /// for every name under NAME. Others get 421 (DNS-rebinding defence). Checked when
+    /// every listener is on the loopback or any --allowed-host is given; IP addresses,
+    /// localhost, the --acme domains, the certificate's names and the name --qr and
+    /// --discoverable advertise always pass. `*` turns the check off.
+    #[arg(long, value_name = "NAME", env = "SERVERY_ALLOWED_HOST", value_delimiter = ',', value_parser = parse_allowed_host)]
+    pub allowed_host: Vec<String>,
+}
+
+/// An `--allowed-host` value, kept as written once it is known to be a pattern.
+fn parse_allowed_host(s: &str) -> Result<String, String> {
+    crate::http::host::Pattern::parse(s).map(|_| s.to_owned())
 }
 
 impl SiteArgs {

@@ -319,6 +319,7 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("tls_key", &["/etc/servery/key.pem"]),
         ("auth", &["alice:secret", "bob:sha256:00"]),
         ("cache", &["60"]),
+        ("allowed_host", &["files.example.org", "*.lan.example.org"]),
         ("max_upload_size", &["1000"]),
         ("state_dir", &["/var/lib/servery"]),
         ("access_log", &["/var/log/servery.log"]),

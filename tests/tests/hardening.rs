@@ -115,10 +115,10 @@ fn an_http2_connection_idle_after_its_stream_gets_goaway_at_the_keep_alive_deadl
     let server = Server::start(&tree, 1, DEADLINES, &[]);
     let mut s = raw(server.addr);
     // Preface, empty SETTINGS, then one GET / on stream 1 (HPACK: :method GET, :scheme
-    // http, :path /, :authority "x").
+    // http, :path /, :authority "localhost").
     s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
         .expect("preface");
-    s.write_all(b"\0\0\x06\x01\x05\0\0\0\x01\x82\x86\x84\x41\x01x")
+    s.write_all(b"\0\0\x0e\x01\x05\0\0\0\x01\x82\x86\x84\x41\x09localhost")
         .expect("request");
     let (got, took) = wait_closed(&mut s, SLACK, "idle h2 connection");
     let types = frame_types(&got);
@@ -142,7 +142,7 @@ fn a_head_sent_a_byte_at_a_time_is_bounded_in_total() {
     let server = Server::start(&tree, 1, DEADLINES, &[]);
     let mut s = raw(server.addr);
     let start = Instant::now();
-    let head = b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let head = b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
     for byte in head.iter().cycle() {
         if s.write_all(&[*byte]).is_err() {
             break;
@@ -168,7 +168,7 @@ fn an_idle_keep_alive_connection_is_closed_after_its_deadline() {
     let tree = Tree::new("idle");
     let server = Server::start(&tree, 1, DEADLINES, &[]);
     let mut s = raw(server.addr);
-    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .expect("write");
     // The response arrives; then nothing is sent and the server closes.
     let (got, took) = wait_closed(&mut s, SLACK, "idle keep-alive");
@@ -214,7 +214,7 @@ fn a_client_that_stops_reading_its_download_is_cut_off() {
         .expect("large file");
     let server = Server::start(&tree, 1, DEADLINES, &[]);
     let mut s = raw(server.addr);
-    s.write_all(b"GET /large.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .expect("write");
     // Read the head and a little (however long a busy machine takes to start it), then
     // stop reading for longer than the deadline.
@@ -324,7 +324,7 @@ fn a_full_worker_whose_connections_are_all_busy_leaves_a_new_one_in_the_backlog(
     // a download its client reads steadily (about 4 MiB/s, so it lasts the test and stays
     // above --min-send-rate: a client that stopped reading would count as idle).
     let mut busy = raw(server.addr);
-    busy.write_all(b"GET /large.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+    busy.write_all(b"GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .expect("write");
     busy.set_read_timeout(Some(SLACK)).expect("timeout");
     let mut buf = [0u8; 4096];
@@ -342,7 +342,7 @@ fn a_full_worker_whose_connections_are_all_busy_leaves_a_new_one_in_the_backlog(
     };
     let mut waiting = raw(server.addr);
     waiting
-        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .expect("write");
     // An over-budget accept answers within milliseconds; a second is five heartbeats at
     // FAST's interval, so the worker's loop has come round several times meanwhile.
@@ -370,7 +370,7 @@ fn a_full_worker_whose_connections_are_all_busy_leaves_a_new_one_in_the_backlog(
 }
 
 fn chunked_put_head(path: &str) -> String {
-    format!("PUT {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    format!("PUT {path} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n")
 }
 
 #[test]
@@ -409,7 +409,7 @@ fn a_stalled_upload_is_answered_408_and_frees_its_budget_at_once() {
         .map(|path| {
             let body = "data";
             let request = format!(
-                "PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "PUT {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
             status_of(&exchange(server.addr, request.as_bytes()))
@@ -472,16 +472,16 @@ fn host_and_transfer_encoding_follow_rfc_9112() {
     let server = Server::start(&tree, 1, &["--upload"], &[]);
     let cases: &[(&[u8], u16)] = &[
         (b"GET /hello.txt HTTP/1.1\r\n\r\n", 400),
-        (b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400),
+        (b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nHost: localhost\r\n\r\n", 400),
         (b"GET /hello.txt HTTP/1.1\r\nHost: a b/c\r\n\r\n", 400),
         (b"GET /hello.txt HTTP/1.0\r\n\r\n", 200),
         (b"GET /hello.txt HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close\r\n\r\n", 200),
         (
-            b"PUT /gz.bin HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"PUT /gz.bin HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
             501,
         ),
         (
-            b"PUT /cc.bin HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"PUT /cc.bin HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
             400,
         ),
     ];
@@ -511,7 +511,8 @@ fn a_content_length_too_large_to_represent_is_413_with_its_reason() {
     let tree = Tree::new("length");
     let server = Server::start(&tree, 1, &["--upload"], &[]);
     for value in ["18446744073709551615", "18446744073709551614"] {
-        let head = format!("PUT /big.bin HTTP/1.1\r\nHost: a\r\nContent-Length: {value}\r\n\r\n");
+        let head =
+            format!("PUT /big.bin HTTP/1.1\r\nHost: localhost\r\nContent-Length: {value}\r\n\r\n");
         let got = exchange(server.addr, head.as_bytes());
         let text = String::from_utf8_lossy(&got);
         assert_eq!(status_of(&got), 413, "{value}: {text}");
@@ -526,7 +527,7 @@ fn a_content_length_too_large_to_represent_is_413_with_its_reason() {
     }
     // The digits cut across two reads.
     let mut s = raw(server.addr);
-    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 1844674407")
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1844674407")
         .expect("write");
     s.flush().expect("flush");
     std::thread::sleep(Duration::from_millis(100));
@@ -537,23 +538,24 @@ fn a_content_length_too_large_to_represent_is_413_with_its_reason() {
 
     // A head over the size bound is still hyper's 431 ...
     let big = format!(
-        "GET /hello.txt HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\n\r\n",
         "x".repeat(70 * 1024)
     );
     assert_eq!(status_of(&exchange(server.addr, big.as_bytes())), 431);
     // ... and so is one with too many fields after a request that carried the digits;
     // while a later request on the same connection with the length is 413.
-    let mut many = String::from("GET /hello.txt HTTP/1.1\r\nHost: a\r\n");
+    let mut many = String::from("GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n");
     for i in 0..120 {
         many.push_str(&format!("X-F{i}: v\r\n"));
     }
     many.push_str("\r\n");
-    let overflow =
-        "GET /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n";
+    let overflow = "GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 18446744073709551615\r\n\r\n";
     for (second, want) in [(many.as_str(), 431), (overflow, 413)] {
         let mut s = raw(server.addr);
-        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nX-Note: 18446744073709551615\r\n\r\n")
-            .expect("write");
+        s.write_all(
+            b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nX-Note: 18446744073709551615\r\n\r\n",
+        )
+        .expect("write");
         let first = read_one_response(&mut s);
         assert_eq!(status_of(&first), 200);
         s.write_all(second.as_bytes()).expect("write");
@@ -605,7 +607,7 @@ fn one_form_creates_at_most_max_upload_files() {
     }
     body.push_str(&format!("--{boundary}--\r\n"));
     let request = format!(
-        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let got = exchange(server.addr, request.as_bytes());

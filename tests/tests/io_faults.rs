@@ -39,7 +39,7 @@ fn put(addr: std::net::SocketAddr, path: &str, body: &[u8]) -> u16 {
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     let head = format!(
-        "PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "PUT {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).expect("head");

@@ -49,7 +49,7 @@ fn under_a_low_open_file_limit_half_sent_requests_cannot_keep_a_real_one_out() {
     let held: Vec<TcpStream> = (0..300)
         .filter_map(|_| {
             let mut s = TcpStream::connect_timeout(&server.addr, Duration::from_secs(2)).ok()?;
-            s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n")
+            s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n")
                 .ok()?;
             Some(s)
         })

@@ -208,7 +208,7 @@ fn keep_alive_client(
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
         while !stop.load(Ordering::Relaxed) {
-            if let Err(e) = s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n") {
+            if let Err(e) = s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n") {
                 failures.push(format!("write after {ok} ok: {e}"));
                 continue 'connections;
             }

@@ -269,7 +269,7 @@ fn get_with(addr: std::net::SocketAddr, path: &str, headers: &str) -> (u16, Stri
         .expect("timeout");
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Connection: close\r\n\r\n"
     )
     .expect("write");
     let mut raw = Vec::new();

@@ -79,8 +79,11 @@ fn a_second_interrupt_stops_at_once_instead_of_waiting_for_the_drain() {
         .and_then(|f| f.set_len(256 << 20))
         .expect("large file");
     let mut stalled = std::net::TcpStream::connect(server.addr).expect("connect");
-    std::io::Write::write_all(&mut stalled, b"GET /large.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("request");
+    std::io::Write::write_all(
+        &mut stalled,
+        b"GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .expect("request");
     wait_until(BOUND, "the download to start", || {
         let mut b = [0u8; 1];
         std::io::Read::read(&mut stalled, &mut b)

@@ -71,8 +71,8 @@ impl H2Client {
         hello.extend(frame(6, 0x4, 0, 0));
         hello.extend([0, 4, 0, 0, 0, 0]);
         // HEADERS on stream 1, END_STREAM | END_HEADERS: :method GET, :scheme http,
-        // :authority "x" (indexed names), :path /large.bin (literal, not indexed).
-        let block = b"\x82\x86\x41\x01x\x04\x0a/large.bin";
+        // :authority "localhost" (indexed names), :path /large.bin (literal, not indexed).
+        let block = b"\x82\x86\x41\x09localhost\x04\x0a/large.bin";
         hello.extend(frame(block.len(), 0x1, 0x5, 1));
         hello.extend_from_slice(block);
         s.write_all(&hello).expect("preface and request");
@@ -357,7 +357,7 @@ fn admin_connections_are_under_the_deadlines() {
         "closed early"
     );
     let mut idle = raw(admin);
-    idle.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+    idle.write_all(b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .expect("request");
     let mut got = Vec::new();
     wait_until(Duration::from_secs(5), "the answer, then the close", || {
@@ -412,7 +412,7 @@ fn stalled_archive_downloads_leave_threads_for_listings() {
     let mut refused = 0;
     for _ in 0..8 {
         let mut s = raw(server.addr);
-        s.write_all(b"GET /d/?archive=zip HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(b"GET /d/?archive=zip HTTP/1.1\r\nHost: localhost\r\n\r\n")
             .expect("request");
         let head = status_line(&mut s, Duration::from_secs(5)).expect("an answer");
         if head.starts_with("HTTP/1.1 503") {
@@ -447,7 +447,7 @@ fn stalled_archive_downloads_leave_threads_for_listings() {
         let mut s = raw(server.addr);
         write!(
             s,
-            "PROPFIND /d/ HTTP/1.1\r\nHost: x\r\nDepth: {depth}\r\nContent-Length: 0\r\n\r\n"
+            "PROPFIND /d/ HTTP/1.1\r\nHost: localhost\r\nDepth: {depth}\r\nContent-Length: 0\r\n\r\n"
         )
         .expect("request");
         let head = status_line(&mut s, Duration::from_secs(5)).expect("an answer");
@@ -459,7 +459,7 @@ fn stalled_archive_downloads_leave_threads_for_listings() {
     let copy = |addr| {
         let mut s = raw(addr);
         s.write_all(
-            b"COPY /small/ HTTP/1.1\r\nHost: x\r\nDestination: http://x/copy/\r\nContent-Length: 0\r\n\r\n",
+            b"COPY /small/ HTTP/1.1\r\nHost: localhost\r\nDestination: http://localhost/copy/\r\nContent-Length: 0\r\n\r\n",
         )
         .expect("request");
         status_line(&mut s, Duration::from_secs(5)).expect("an answer")

@@ -31,7 +31,7 @@ fn raw_get(addr: SocketAddr, path: &str) -> Vec<u8> {
         .expect("timeout");
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     )
     .expect("send");
     let mut out = Vec::new();
@@ -87,7 +87,10 @@ fn foreign_pages_cannot_upload_or_delete_but_clients_without_browsers_can() {
     let root = tree.root();
     let foreign: [&[(&str, &str)]; 3] = [
         &[("Origin", "http://127.0.0.1:1")],
-        &[("Origin", "http://test"), ("Sec-Fetch-Site", "same-site")],
+        &[
+            ("Origin", "http://localhost"),
+            ("Sec-Fetch-Site", "same-site"),
+        ],
         &[("Sec-Fetch-Site", "cross-site")],
     ];
     for headers in foreign {
@@ -105,7 +108,10 @@ fn foreign_pages_cannot_upload_or_delete_but_clients_without_browsers_can() {
         assert_eq!(request(addr, "GET", "/hello.txt", b"", headers).status, 200);
     }
     // The page itself (same origin), and curl (no browser headers).
-    let own = [("Origin", "http://test"), ("Sec-Fetch-Site", "same-origin")];
+    let own = [
+        ("Origin", "http://localhost"),
+        ("Sec-Fetch-Site", "same-origin"),
+    ];
     assert_eq!(request(addr, "PUT", "/own.txt", b"own", &own).status, 201);
     assert_eq!(request(addr, "PUT", "/curl.txt", b"curl", &[]).status, 201);
     assert_eq!(request(addr, "DELETE", "/curl.txt", b"", &own).status, 204);

@@ -36,6 +36,10 @@ pub enum HttpError {
     /// A browser page from another origin tried to change the tree (decision 0022).
     #[error("cross-site request refused")]
     CrossSite,
+    /// The request names a host this server does not answer for (`Host` or
+    /// `:authority`; DNS rebinding, decision 0046).
+    #[error("this server does not answer for that host name (see --allowed-host)")]
+    Misdirected,
     /// A folder archive was refused: over its limits, or archives are off.
     #[error("archive refused: {0}")]
     Archive(super::page::archive::ArchiveError),
@@ -137,6 +141,7 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         HttpError::Forbidden | HttpError::CrossSite | HttpError::Archive(_) => {
             StatusCode::FORBIDDEN
         }
+        HttpError::Misdirected => StatusCode::MISDIRECTED_REQUEST,
         HttpError::NotFound => StatusCode::NOT_FOUND,
         HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         HttpError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
@@ -216,7 +221,7 @@ fn error_text(err: &HttpError, status: StatusCode) -> String {
     match err {
         // What exactly is wrong with the message: a fixed text, nothing from the peer.
         HttpError::Message(why) => format!("{} {reason}: {why}\n", status.as_u16()),
-        HttpError::CrossSite | HttpError::Archive(_) => {
+        HttpError::CrossSite | HttpError::Misdirected | HttpError::Archive(_) => {
             format!("{} {reason}: {err}\n", status.as_u16())
         }
         HttpError::Dav(why @ (DavError::ReadOnly | DavError::OverwriteOff)) => {

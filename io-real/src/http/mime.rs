@@ -86,9 +86,54 @@ pub fn add_security_headers(headers: &mut HeaderMap) {
 /// would break the user's own pages.
 pub const GENERATED_PAGE_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:";
 
+/// The policy of a user's file a browser would run, on a site others can write
+/// (decision 0047): rendered, but with no script, form, plugin, pop-up or navigation of
+/// the page that opened it, and in an origin of its own (no `allow-same-origin`), so it
+/// can neither read the site nor write to it as the site.
+pub const SANDBOX_CSP: &str = "sandbox";
+
+/// Whether a browser runs content of this type when it opens it: HTML, and every XML
+/// type (XHTML and SVG run scripts; any XML document can pull in XSLT that makes HTML).
+/// Other types are shown inert (images, media, text), handed to a viewer without the
+/// site's origin (PDF), or, under `nosniff`, downloaded.
+pub fn is_active(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "text/html"
+        || essence.ends_with("/xml")
+        || essence.ends_with("+xml")
+        || essence == "text/xsl"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_types_a_browser_runs_are_active() {
+        for (name, active) in [
+            ("evil.html", true),
+            ("evil.HTM", true),
+            ("evil.svg", true),
+            ("feed.xml", true),
+            ("a.txt", false),
+            ("a.js", false),
+            ("a.css", false),
+            ("a.png", false),
+            ("a.pdf", false),
+            ("a.json", false),
+            ("a.unknown", false),
+        ] {
+            assert_eq!(is_active(content_type(name)), active, "{name}");
+        }
+        assert!(is_active("application/XHTML+XML; charset=utf-8"));
+        assert!(is_active("text/xsl"));
+        assert!(!is_active("application/manifest+json"));
+    }
 
     #[test]
     fn by_extension() {

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, Version};
 
 use super::body::Body;
-use super::error::error_response;
+use super::error::{HttpError, error_response};
 use super::site::Site;
 use super::validate;
 use super::watchdog::Activity;
@@ -32,14 +32,18 @@ impl Arrival {
         }
     }
 
-    /// The response to `req`: refused if malformed, else the site's answer; logged and
-    /// counted once it is known.
+    /// The response to `req`: refused if malformed or addressed to a host name this
+    /// server does not answer for (before any handler, the application's included), else
+    /// the site's answer; logged and counted once it is known.
     pub(crate) async fn answer<B>(self, site: &Site, req: Request<B>) -> Response<Body>
     where
         B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
     {
         let response = match validate::check(&req) {
+            Ok(()) if site.allowed_hosts().is_some_and(|h| !h.allow_request(&req)) => {
+                error_response(&HttpError::Misdirected)
+            }
             Ok(()) => match site.app().filter(|app| app.takes(req.uri().path())) {
                 // Boxed: the application's future is the rare path of a file server's
                 // requests, and every request's future is as large as its largest await.

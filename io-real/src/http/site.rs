@@ -29,7 +29,7 @@ use super::digest::{self, DigestAlg};
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::{ALLOW, HttpError, error_response};
 use super::file_cache::FileCache;
-use super::listing::{self, Entry};
+use super::listing;
 use super::lookup::{
     CompressSettings, Content, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
     key_path, list as list_directory,
@@ -60,7 +60,7 @@ pub const ENCODE_IN_MEMORY_MAX: u64 = 1024 * 1024;
 
 /// Headers a file response usually carries, the security headers included: the size its
 /// header map starts with.
-const FILE_RESPONSE_HEADERS: usize = 12;
+const FILE_RESPONSE_HEADERS: usize = 13;
 
 /// What to serve and how. Construct with `..Default::default()` so new fields do not break
 /// callers.
@@ -121,6 +121,11 @@ pub struct SiteConfig {
     pub alt_svc: Option<HeaderValue>,
     /// The application (`--wsgi`) that answers every request not for a static file.
     pub app: Option<Arc<crate::app::App>>,
+    /// The host names requests must name (decision 0046); `None` answers any.
+    pub allowed_hosts: Option<Arc<super::host::AllowedHosts>>,
+    /// Serve files a browser would run (HTML, SVG, XML) in a sandbox, because others can
+    /// write them (decision 0047).
+    pub sandbox_active_files: bool,
 }
 
 impl Default for SiteConfig {
@@ -149,6 +154,8 @@ impl Default for SiteConfig {
             acme: None,
             alt_svc: None,
             app: None,
+            allowed_hosts: None,
+            sandbox_active_files: false,
         }
     }
 }
@@ -182,6 +189,8 @@ pub struct Site {
     acme: Option<super::acme_challenge::AcmeResponder>,
     alt_svc: Option<HeaderValue>,
     app: Option<Arc<crate::app::App>>,
+    allowed_hosts: Option<Arc<super::host::AllowedHosts>>,
+    sandbox_active_files: bool,
 }
 
 impl Site {
@@ -235,6 +244,8 @@ impl Site {
             acme: config.acme,
             alt_svc: config.alt_svc,
             app: config.app,
+            allowed_hosts: config.allowed_hosts,
+            sandbox_active_files: config.sandbox_active_files,
         })
     }
 
@@ -256,6 +267,11 @@ impl Site {
     /// Where this site's requests are counted, when they are.
     pub fn meter(&self) -> Option<&Arc<super::meter::RequestMeter>> {
         self.meter.as_ref()
+    }
+
+    /// The host names requests must name, when they are checked.
+    pub fn allowed_hosts(&self) -> Option<&super::host::AllowedHosts> {
+        self.allowed_hosts.as_deref()
     }
 
     /// The application, when this site hosts one.
@@ -485,7 +501,7 @@ impl Site {
                         &results.1,
                         self.page_features(),
                     );
-                    return page_response(text, want_body);
+                    return page::response::page(text, want_body);
                 }
                 let (entries, readme) = blocking(&runtime, move || {
                     let entries = list_directory(&root, &rel, show_hidden)?;
@@ -495,7 +511,7 @@ impl Site {
                     Ok((entries, readme))
                 })
                 .await?;
-                listing_response(
+                page::response::listing(
                     parts,
                     &path,
                     entries,
@@ -546,6 +562,14 @@ impl Site {
             policy::cache_control(self.cache_max_age, !self.auth.is_empty())
         };
         head.set(header::CACHE_CONTROL, cache_control);
+        let content_type = mime::content_type(&original.name);
+        // On a 304 too: a cache refreshes the stored response's fields from it.
+        if self.sandbox_active_files && mime::is_active(content_type) {
+            head.set(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(mime::SANDBOX_CSP),
+            );
+        }
         let range_applies = match conditional::evaluate(&parts.method, &parts.headers, &validators)
         {
             Precondition::Failed => return Err(HttpError::PreconditionFailed),
@@ -557,10 +581,7 @@ impl Site {
             }
             Precondition::Proceed { range_applies } => range_applies,
         };
-        head.set(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(mime::content_type(&original.name)),
-        );
+        head.set(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         head.set(header::ETAG, validators.etag());
         head.set(header::LAST_MODIFIED, validators.last_modified());
         head.set(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
@@ -873,66 +894,6 @@ impl Head {
     }
 }
 
-fn listing_response(
-    parts: &Parts,
-    path: &RequestPath,
-    mut entries: Vec<Entry>,
-    readme: Option<&str>,
-    want_body: bool,
-    features: Features,
-    qr_base: Option<&str>,
-) -> Result<Response<Body>, HttpError> {
-    let accept = joined_values(&parts.headers, header::ACCEPT);
-    let query = listing::parse_query(parts.uri.query(), accept.as_deref());
-    listing::sort(&mut entries, query.sort, query.order);
-    let (content_type, text, csp) = if query.json {
-        (
-            "application/json",
-            listing::render_json(&entries).map_err(internal)?,
-            mime::GENERATED_PAGE_CSP,
-        )
-    } else {
-        let html = page::render::render(&page::render::Page {
-            dir: path,
-            entries: &entries,
-            query: &query,
-            features,
-            readme,
-            qr_base,
-        });
-        ("text/html; charset=utf-8", html, page::PAGE_CSP)
-    };
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, content_type)
-        .header(header::CONTENT_LENGTH, text.len())
-        .header(header::VARY, "Accept")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header(header::CONTENT_SECURITY_POLICY, csp)
-        .body(if want_body {
-            body::full(text)
-        } else {
-            body::empty()
-        })
-        .map_err(internal)
-}
-
-/// A generated page (search results) with the page's policy.
-fn page_response(text: String, want_body: bool) -> Result<Response<Body>, HttpError> {
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
-        .header(header::CONTENT_LENGTH, text.len())
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header(header::CONTENT_SECURITY_POLICY, page::PAGE_CSP)
-        .body(if want_body {
-            body::full(text)
-        } else {
-            body::empty()
-        })
-        .map_err(internal)
-}
-
 /// A header that must appear once and be visible ASCII; anything else counts as absent.
 /// A `Content-Length` value in one allocation (`HeaderValue::from(u64)` takes two).
 fn content_length(len: u64) -> HeaderValue {
@@ -960,7 +921,7 @@ fn single_value(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 }
 
 /// All field lines of a list-valued header, joined as one list.
-fn joined_values(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
+pub(super) fn joined_values(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
     let parts: Vec<&str> = headers
         .get_all(name)
         .iter()

@@ -246,6 +246,7 @@ mod tests {
             hsts: false,
             max_compress_size: crate::http::SiteConfig::default().max_compress_size,
             http3: false,
+            allowed_host: Vec::new(),
         }
     }
 

@@ -14,6 +14,19 @@ pub fn summarize(leaf_der: &[u8]) -> Option<CertSummary> {
     })
 }
 
+/// The DNS names (subject alternative names) of a PEM chain's leaf, lower-cased; none
+/// when the chain has no certificate or its leaf names none.
+pub fn dns_names(cert_pem: &str) -> Vec<String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    match CertificateDer::pem_slice_iter(cert_pem.as_bytes()).next() {
+        Some(Ok(leaf)) => crate::parent::services::acme::facts::facts_of_der(&leaf)
+            .map(|facts| facts.names)
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,6 +43,14 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         assert!(s.not_after_unix > now, "{s:?}");
+    }
+
+    #[test]
+    fn the_leafs_dns_names_and_none_from_nonsense() {
+        let id = Identity::self_signed(&["a.test".into(), "127.0.0.1".into()]).expect("gen");
+        let names = dns_names(&id.cert_pem);
+        assert!(names.contains(&"a.test".to_owned()), "{names:?}");
+        assert!(dns_names("not a certificate").is_empty());
     }
 
     proptest! {

@@ -101,6 +101,10 @@ pub(super) async fn run(
     let meter = Arc::new(crate::http::meter::RequestMeter::default());
     let tls_wanted = setup.facts.tls;
     let max_connections = super::site_config::max_connections(&setup);
+    let listening: Vec<_> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
     let mut site_config = super::site_config::site_config(
         args.worker_id,
         &setup,
@@ -108,6 +112,7 @@ pub(super) async fn run(
         recorder.clone(),
         &meter,
         alt_svc,
+        &listening,
     );
     if let Some(dav) = site_config.dav.as_mut() {
         dav.tree_kill = fault.kill_before_tree_step();
@@ -455,12 +460,19 @@ impl Worker {
             .reset_key
             .get_or_insert_with(|| material.stateless_reset_key.clone());
         match tls.apply(material) {
-            Ok(()) => tracing::info!(
-                worker = self.id,
-                identity_generation = material.identity.generation,
-                ticket_key_generation = tls.ticketer().sealing_generation(),
-                "TLS material in use"
-            ),
+            Ok(()) => {
+                // The names of the certificate served now pass the Host check.
+                if let Some(hosts) = &self.site_config.allowed_hosts {
+                    let names = crate::tls::summary::dns_names(&material.identity.cert_pem);
+                    hosts.set_certificate_names(&names);
+                }
+                tracing::info!(
+                    worker = self.id,
+                    identity_generation = material.identity.generation,
+                    ticket_key_generation = tls.ticketer().sealing_generation(),
+                    "TLS material in use"
+                )
+            }
             // The parent validated it: only a damaged message gets here.
             Err(e) => {
                 tracing::error!(worker = self.id, error = %e, "TLS identity refused; the previous one stays")

@@ -3,12 +3,14 @@
 //! per-worker setting is read after its `#[arg]` declares it. The core validated every
 //! value before the parent started anyone, so the conversions below only change types.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::broker::BrokerHandle;
 use super::setup::Setup;
 use crate::access_log::recorder::Recorder;
+use crate::http::host::{AllowedHosts, Pattern};
 use crate::http::meter::RequestMeter;
 use crate::http::{Deadlines, SiteConfig};
 
@@ -29,6 +31,7 @@ pub fn site_config(
     access_log: Option<Arc<Recorder>>,
     meter: &Arc<RequestMeter>,
     alt_svc: Option<http::HeaderValue>,
+    listening: &[SocketAddr],
 ) -> SiteConfig {
     let s = &setup.settings;
     let c = &s.connections;
@@ -75,8 +78,39 @@ pub fn site_config(
                 https_port: setup.facts.https_port.unwrap_or(443),
             }),
         alt_svc,
+        allowed_hosts: allowed_hosts(setup, listening).map(Arc::new),
+        // Whoever may write may plant a page (`--dav` and `--tftp-write` write only with
+        // `--upload`).
+        sandbox_active_files: s.upload.upload,
         ..Default::default()
     }
+}
+
+/// The host names requests must give (decision 0046), or `None` when any passes: a
+/// listener off the loopback (a wildcard, a LAN address, a socket from the service
+/// manager bound so) is reached by names servery cannot know, so there the check waits
+/// for the operator to list them; `*` among them turns it off everywhere.
+fn allowed_hosts(setup: &Setup, listening: &[SocketAddr]) -> Option<AllowedHosts> {
+    let s = &setup.settings;
+    let mut names: Vec<Pattern> = s
+        .site
+        .allowed_host
+        .iter()
+        .filter_map(|written| Pattern::parse(written).ok())
+        .collect();
+    let loopback_only = !listening.is_empty() && listening.iter().all(|a| a.ip().is_loopback());
+    if names.contains(&Pattern::Any) || (names.is_empty() && !loopback_only) {
+        return None;
+    }
+    names.extend(s.acme.acme.iter().filter_map(|d| Pattern::parse(d).ok()));
+    if s.discovery.discoverable {
+        let advertised = crate::parent::services::context::mdns_host_of(
+            &crate::parent::services::context::host_name(),
+        );
+        names.extend(Pattern::parse(&advertised).ok());
+    }
+    // `--qr`'s address is an IP address, which always passes.
+    Some(AllowedHosts::new(names))
 }
 
 /// The blocking threads the worker's runtime may use (at least one).

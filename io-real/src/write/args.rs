@@ -35,7 +35,9 @@ fn uploads() -> RawUploads {
 pub struct UploadArgs {
     /// Accept uploads: `PUT /path` (resumable with Content-Range) and multipart/form-data
     /// `POST` to a directory. Works with any number of workers: writes to one target
-    /// serialize through the parent's lease table.
+    /// serialize through the parent's lease table. HTML, SVG and XML files are then
+    /// served under `Content-Security-Policy: sandbox` (a page someone uploaded never runs
+    /// as the site).
     #[arg(long, env = "SERVERY_UPLOAD", value_parser = clap::builder::BoolishValueParser::new())]
     pub upload: bool,
     /// Let uploads replace existing files (off: 409 Conflict).

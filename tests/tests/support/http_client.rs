@@ -103,7 +103,8 @@ impl Conn {
 
 /// A request head with a `Content-Length`.
 pub fn head(method: &str, path: &str, length: usize, extra: &[(&str, &str)]) -> Vec<u8> {
-    let mut h = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {length}\r\n");
+    let mut h =
+        format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {length}\r\n");
     for (k, v) in extra {
         h.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -12,6 +12,7 @@ pub mod download;
 pub mod qr;
 pub mod readme;
 pub mod render;
+pub(crate) mod response;
 pub mod search;
 pub mod text;
 

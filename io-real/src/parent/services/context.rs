@@ -90,21 +90,25 @@ impl Site {
 
     /// `HOST.local.`, with anything a DNS label may not hold replaced by `-`.
     pub fn mdns_host(&self) -> String {
-        let label: String = self
-            .host_name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        let label = truncate(label.trim_matches('-'), 63);
-        let label = if label.is_empty() { "servery" } else { label };
-        format!("{label}.local.")
+        mdns_host_of(&self.host_name)
     }
+}
+
+/// The mDNS host name `--discoverable` advertises for a machine named `host_name`.
+pub fn mdns_host_of(host_name: &str) -> String {
+    let label: String = host_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let label = truncate(label.trim_matches('-'), 63);
+    let label = if label.is_empty() { "servery" } else { label };
+    format!("{label}.local.")
 }
 
 fn link_local(ip: &IpAddr) -> bool {
