@@ -7,7 +7,9 @@
 
 use http::request::Parts;
 use http::{HeaderMap, Version, header};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString};
 
 use crate::app::Caller;
@@ -20,7 +22,7 @@ pub(super) struct RequestHead {
     query: String,
     protocol: &'static str,
     /// `HTTP_*` variables, combined as RFC 9110 §5.3 allows (cookies with `; `).
-    headers: Vec<(String, Vec<u8>)>,
+    headers: Vec<(Key, Vec<u8>)>,
     content_type: Option<Vec<u8>>,
     content_length: Option<Vec<u8>>,
     server_name: String,
@@ -62,7 +64,9 @@ impl RequestHead {
         format!("{} {}", self.method, String::from_utf8_lossy(&self.path))
     }
 
-    /// The environ: the worker's constant keys, then this request's.
+    /// The environ: the worker's constant keys, then this request's. The keys, and the
+    /// values that repeat from request to request, are strings made once per worker
+    /// (interned, their hashes kept), not once per request.
     pub(super) fn environ<'py>(
         &self,
         py: Python<'py>,
@@ -70,30 +74,99 @@ impl RequestHead {
     ) -> PyResult<Bound<'py, PyDict>> {
         let environ = base.copy()?;
         let text = |bytes: &[u8]| latin1(py, bytes);
-        environ.set_item("REQUEST_METHOD", self.method.as_str())?;
-        environ.set_item("PATH_INFO", text(&self.path))?;
-        environ.set_item("QUERY_STRING", self.query.as_str())?;
-        environ.set_item("SERVER_PROTOCOL", self.protocol)?;
-        environ.set_item("SERVER_NAME", self.server_name.as_str())?;
-        environ.set_item("SERVER_PORT", self.server_port.as_str())?;
-        environ.set_item(
-            "wsgi.url_scheme",
-            if self.caller.tls { "https" } else { "http" },
-        )?;
+        let method = match self.method.as_str() {
+            "GET" => intern!(py, "GET").clone(),
+            "POST" => intern!(py, "POST").clone(),
+            "HEAD" => intern!(py, "HEAD").clone(),
+            other => PyString::new(py, other),
+        };
+        environ.set_item(intern!(py, "REQUEST_METHOD"), method)?;
+        environ.set_item(intern!(py, "PATH_INFO"), text(&self.path))?;
+        let query = match self.query.as_str() {
+            "" => intern!(py, "").clone(),
+            query => PyString::new(py, query),
+        };
+        environ.set_item(intern!(py, "QUERY_STRING"), query)?;
+        let protocol = match self.protocol {
+            "HTTP/1.0" => intern!(py, "HTTP/1.0"),
+            "HTTP/2" => intern!(py, "HTTP/2"),
+            "HTTP/3" => intern!(py, "HTTP/3"),
+            _ => intern!(py, "HTTP/1.1"),
+        };
+        environ.set_item(intern!(py, "SERVER_PROTOCOL"), protocol)?;
+        environ.set_item(intern!(py, "SERVER_NAME"), self.server_name.as_str())?;
+        environ.set_item(intern!(py, "SERVER_PORT"), self.server_port.as_str())?;
+        let scheme = if self.caller.tls {
+            intern!(py, "https")
+        } else {
+            intern!(py, "http")
+        };
+        environ.set_item(intern!(py, "wsgi.url_scheme"), scheme)?;
         if let Some(peer) = self.caller.peer {
-            environ.set_item("REMOTE_ADDR", peer.ip().to_string())?;
-            environ.set_item("REMOTE_PORT", peer.port().to_string())?;
+            environ.set_item(intern!(py, "REMOTE_ADDR"), peer.ip().to_string())?;
+            environ.set_item(intern!(py, "REMOTE_PORT"), peer.port().to_string())?;
         }
         if let Some(v) = &self.content_type {
-            environ.set_item("CONTENT_TYPE", text(v))?;
+            environ.set_item(intern!(py, "CONTENT_TYPE"), text(v))?;
         }
         if let Some(v) = &self.content_length {
-            environ.set_item("CONTENT_LENGTH", text(v))?;
+            environ.set_item(intern!(py, "CONTENT_LENGTH"), text(v))?;
         }
         for (name, value) in &self.headers {
-            environ.set_item(name.as_str(), text(value))?;
+            match name {
+                Key::Common(i) => environ.set_item(common_key(py, *i), text(value))?,
+                Key::Other(name) => environ.set_item(name.as_str(), text(value))?,
+            }
         }
         Ok(environ)
+    }
+}
+
+/// An `HTTP_*` variable's name: one of the headers most requests carry (an index into
+/// [`COMMON`], its Python string made once), or any other.
+#[derive(Debug, PartialEq)]
+enum Key {
+    Common(usize),
+    Other(String),
+}
+
+/// The headers browsers, clients and proxies send on most requests, with their variables.
+const COMMON: [(&str, &str); 16] = [
+    ("host", "HTTP_HOST"),
+    ("user-agent", "HTTP_USER_AGENT"),
+    ("accept", "HTTP_ACCEPT"),
+    ("accept-encoding", "HTTP_ACCEPT_ENCODING"),
+    ("accept-language", "HTTP_ACCEPT_LANGUAGE"),
+    ("connection", "HTTP_CONNECTION"),
+    ("cookie", "HTTP_COOKIE"),
+    ("referer", "HTTP_REFERER"),
+    ("origin", "HTTP_ORIGIN"),
+    ("cache-control", "HTTP_CACHE_CONTROL"),
+    ("authorization", "HTTP_AUTHORIZATION"),
+    ("if-none-match", "HTTP_IF_NONE_MATCH"),
+    ("if-modified-since", "HTTP_IF_MODIFIED_SINCE"),
+    ("x-forwarded-for", "HTTP_X_FORWARDED_FOR"),
+    ("x-forwarded-proto", "HTTP_X_FORWARDED_PROTO"),
+    ("x-requested-with", "HTTP_X_REQUESTED_WITH"),
+];
+
+/// The interned Python string of `COMMON[i]`'s variable.
+fn common_key(py: Python<'_>, i: usize) -> &Bound<'_, PyString> {
+    static KEYS: [PyOnceLock<Py<PyString>>; COMMON.len()] =
+        [const { PyOnceLock::new() }; COMMON.len()];
+    KEYS[i]
+        .get_or_init(py, || PyString::intern(py, COMMON[i].1).unbind())
+        .bind(py)
+}
+
+/// A header's variable name.
+fn variable(name: &str) -> Key {
+    match COMMON.iter().position(|(header, _)| *header == name) {
+        Some(i) => Key::Common(i),
+        None => Key::Other(format!(
+            "HTTP_{}",
+            name.to_ascii_uppercase().replace('-', "_")
+        )),
     }
 }
 
@@ -112,8 +185,8 @@ fn latin1<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
 /// `HTTP_*` variables. A header whose name has an underscore is left out: its variable
 /// could not be told from the dashed header's, which a proxy in front may have vetted
 /// (`X_Forwarded_For` posing as `X-Forwarded-For`); nginx and gunicorn drop them too.
-fn http_variables(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = Vec::with_capacity(headers.keys_len());
+fn http_variables(headers: &HeaderMap) -> Vec<(Key, Vec<u8>)> {
+    let mut out: Vec<(Key, Vec<u8>)> = Vec::with_capacity(headers.keys_len());
     for name in headers.keys() {
         if name == header::CONTENT_TYPE
             || name == header::CONTENT_LENGTH
@@ -129,11 +202,7 @@ fn http_variables(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
             }
             value.extend_from_slice(v.as_bytes());
         }
-        let key = format!(
-            "HTTP_{}",
-            name.as_str().to_ascii_uppercase().replace('-', "_")
-        );
-        out.push((key, value));
+        out.push((variable(name.as_str()), value));
     }
     out
 }
@@ -217,7 +286,10 @@ mod tests {
         let vars = http_variables(&p.headers);
         let get = |k: &str| {
             vars.iter()
-                .find(|(n, _)| n == k)
+                .find(|(n, _)| match n {
+                    Key::Common(i) => COMMON[*i].1 == k,
+                    Key::Other(n) => n == k,
+                })
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
         };
         assert_eq!(get("HTTP_ACCEPT").as_deref(), Some("a,b"));
@@ -232,6 +304,14 @@ mod tests {
             get("HTTP_CONTENT_TYPE").is_none(),
             "CONTENT_TYPE has its own key"
         );
+    }
+
+    #[test]
+    fn the_common_headers_variables_are_the_ones_the_rule_gives() {
+        for (header, variable) in COMMON {
+            let by_rule = format!("HTTP_{}", header.to_ascii_uppercase().replace('-', "_"));
+            assert_eq!(by_rule, variable, "the table's variable for {header}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyDict, PyList, PyModule, PyTuple};
 
-use super::pool::Pool;
+use super::pool::{Pool, Scopes};
 use super::{AppError, AppSpec};
 use crate::clock::Clock;
 
@@ -215,10 +215,21 @@ fn internal_error() -> http::Response<crate::http::body::Body> {
 
 /// `Pool` sized for the spec, whose threads each keep one interpreter thread state for
 /// their life: attached once, and released (`detach`) for everything but the calls, which
-/// then re-take the lock with that state instead of making and dropping one each.
+/// then re-take the lock with that state instead of making and dropping one each. A run of
+/// back-to-back calls takes the lock once (decision 0049); each call still lets it go
+/// whenever it waits.
 fn pool(spec: &AppSpec) -> Pool {
     fn attached(run: &mut (dyn FnMut() + Send)) {
         Python::attach(|py| py.detach(run));
     }
-    Pool::with_scope(spec.threads, Some(attached))
+    fn locked(run: &mut dyn FnMut()) {
+        Python::attach(|_py| run());
+    }
+    Pool::with_scopes(
+        spec.threads,
+        Some(Scopes {
+            thread: attached,
+            batch: locked,
+        }),
+    )
 }

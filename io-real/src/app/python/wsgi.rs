@@ -17,7 +17,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Frame;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyCFunction, PyDict, PyTuple};
+use pyo3::types::PyBytes;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
@@ -70,6 +70,9 @@ enum Out {
     /// The head and a regular file to send from `start`, `len` bytes (`wsgi.file_wrapper`).
     File(StatusCode, HeaderMap, std::fs::File, u64, u64),
     Chunk(Bytes),
+    /// The head and the whole body at once (an iterable of one bytes object): the task
+    /// answers with it without waiting for anything more.
+    Whole(StatusCode, HeaderMap, Bytes),
     /// The application returned: the response is complete.
     End,
     /// The application raised after its head was sent: cut the response.
@@ -112,15 +115,24 @@ impl Wsgi {
         let call = Call {
             loaded: Arc::clone(&self.loaded),
             head,
-            input: Arc::new(Mutex::new(input)),
-            out,
-            runtime: self.runtime.clone(),
-            body_timeout: self.body_timeout,
+            channel: Channel {
+                outlet: Outlet {
+                    out,
+                    head_sent: AtomicBool::new(false),
+                    finished: AtomicBool::new(false),
+                },
+                input: Mutex::new(input),
+                runtime: self.runtime.clone(),
+                body_timeout: self.body_timeout,
+            },
         };
         self.pool.run(move || call.run());
         match events.recv().await {
             Some(Out::Head(status, headers)) => {
                 response(status, headers, BoxedEvents::body(events))
+            }
+            Some(Out::Whole(status, headers, bytes)) => {
+                response(status, headers, body::full(bytes))
             }
             Some(Out::File(status, headers, file, start, len)) => {
                 let runtime = self.runtime.clone();
@@ -188,210 +200,251 @@ impl hyper::body::Body for BoxedEvents {
     }
 }
 
-type Input = Arc<Mutex<Option<UnsyncBoxBody<Bytes, io::Error>>>>;
+type Input = Mutex<Option<UnsyncBoxBody<Bytes, io::Error>>>;
 
 /// One request's call, run on a pool thread.
 struct Call {
     loaded: Arc<Loaded>,
     head: RequestHead,
-    input: Input,
-    out: mpsc::Sender<Out>,
-    runtime: Handle,
-    body_timeout: Duration,
+    channel: Channel,
 }
 
 impl Call {
     fn run(self) {
-        let outlet = Outlet {
-            out: self.out.clone(),
-            head_sent: Arc::new(AtomicBool::new(false)),
-            finished: Arc::new(AtomicBool::new(false)),
-        };
-        let outcome = Python::attach(|py| self.call(py, &outlet));
-        // Whatever the application kept of our callables can send nothing from now on.
-        outlet.finished.store(true, Ordering::Release);
-        let last = match outcome {
-            Ok(()) => Out::End,
-            Err(()) if outlet.head_sent.load(Ordering::Acquire) => Out::Abort,
-            // Before the head: dropping the sender tells the task to answer 500.
-            Err(()) => return,
-        };
-        let _ = self.out.blocking_send(last);
-    }
-
-    /// The call itself; an exception is logged here with its traceback.
-    fn call(&self, py: Python<'_>, outlet: &Outlet) -> Result<(), ()> {
-        let attempt = || -> PyResult<()> {
-            let loaded = &self.loaded;
-            let environ = self.head.environ(py, loaded.base_environ.bind(py))?;
-            let recv = recv_fn(py, &self.input, &self.runtime, self.body_timeout)?;
-            environ.set_item("wsgi.input", loaded.input.bind(py).call1((recv,))?)?;
-            let send_head = send_head_fn(py, outlet)?;
-            let send_body = send_body_fn(py, outlet)?;
-            let send_file = send_file_fn(py, outlet)?;
-            loaded.call.bind(py).call1((
-                loaded.app.bind(py),
-                environ,
-                send_head,
-                send_body,
-                send_file,
-            ))?;
-            Ok(())
-        };
-        attempt().map_err(|e| {
-            tracing::error!(
-                target: "servery::app",
-                request = %self.head.line(),
-                traceback = %super::describe(py, &e),
-                "the application raised"
-            );
-        })
-    }
-}
-
-/// `recv()`: the next chunk of the request body, `b""` at its end. Waits without the
-/// interpreter's lock, at most the body timeout.
-fn recv_fn<'py>(
-    py: Python<'py>,
-    input: &Input,
-    runtime: &Handle,
-    timeout: Duration,
-) -> PyResult<Bound<'py, PyCFunction>> {
-    let (input, runtime) = (Arc::clone(input), runtime.clone());
-    PyCFunction::new_closure(
-        py,
-        Some(c"recv"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<Py<PyBytes>> {
-            let py = args.py();
-            let next = py.detach(|| {
-                let mut guard = input.lock().unwrap_or_else(PoisonError::into_inner);
-                let Some(body) = guard.as_mut() else {
-                    return Ok(None);
-                };
-                let next = runtime.block_on(async {
-                    tokio::time::timeout(timeout, async {
-                        loop {
-                            match body.frame().await {
-                                Some(Ok(frame)) => match frame.into_data() {
-                                    Ok(data) if data.is_empty() => continue,
-                                    Ok(data) => return Ok(Some(data)),
-                                    // Trailers: nothing WSGI can show.
-                                    Err(_) => continue,
-                                },
-                                Some(Err(e)) => return Err(e),
-                                None => return Ok(None),
-                            }
-                        }
-                    })
-                    .await
-                });
-                let next = match next {
-                    Ok(r) => r,
-                    Err(_) => Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "the client sent no more of the request body in time",
-                    )),
-                };
-                if !matches!(next, Ok(Some(_))) {
-                    *guard = None;
+        let Call {
+            loaded,
+            head,
+            channel,
+        } = self;
+        Python::attach(|py| {
+            let channel = match Py::new(py, channel) {
+                Ok(c) => c,
+                Err(e) => return log_raised(py, &head, &e),
+            };
+            let outcome = call(py, &loaded, &head, &channel);
+            let channel = channel.get();
+            let outlet = &channel.outlet;
+            // Whatever the application kept of the channel can send nothing from now on.
+            let whole = outlet.finished.swap(true, Ordering::AcqRel);
+            let last = match outcome {
+                // The task has the response already.
+                Ok(()) if whole => return,
+                Ok(()) => Out::End,
+                Err(e) => {
+                    log_raised(py, &head, &e);
+                    if !outlet.head_sent.load(Ordering::Acquire) {
+                        // Before the head: dropping the sender tells the task to answer 500.
+                        return;
+                    }
+                    Out::Abort
                 }
-                next
-            });
-            match next {
-                Ok(Some(data)) => Ok(PyBytes::new(py, &data).unbind()),
-                Ok(None) => Ok(PyBytes::new(py, b"").unbind()),
-                Err(e) => Err(pyo3::exceptions::PyOSError::new_err(e.to_string())),
-            }
-        },
-    )
+            };
+            outlet.queue(py, last);
+        });
+    }
 }
 
-/// What a call's Python-facing functions send through: the response queue, whether the
-/// head went out (an exception after it cuts the response instead of answering 500), and
-/// whether the call is over (whatever the application kept of them sends nothing then).
-#[derive(Clone)]
+/// The call itself.
+fn call(
+    py: Python<'_>,
+    loaded: &Loaded,
+    head: &RequestHead,
+    channel: &Py<Channel>,
+) -> PyResult<()> {
+    let environ = head.environ(py, loaded.base_environ.bind(py))?;
+    let recv = channel.bind(py).getattr(pyo3::intern!(py, "recv"))?;
+    environ.set_item(
+        pyo3::intern!(py, "wsgi.input"),
+        loaded.input.bind(py).call1((recv,))?,
+    )?;
+    loaded
+        .call
+        .bind(py)
+        .call1((loaded.app.bind(py), environ, channel.bind(py)))?;
+    Ok(())
+}
+
+/// An exception of the application, logged with its traceback.
+fn log_raised(py: Python<'_>, head: &RequestHead, e: &PyErr) {
+    tracing::error!(
+        target: "servery::app",
+        request = %head.line(),
+        traceback = %super::describe(py, e),
+        "the application raised"
+    );
+}
+
+/// What a call's Python side reads the request body from and sends the response through:
+/// one object per call, its methods the functions of the support module's `call`.
+#[pyclass(frozen, module = "servery_wsgi")]
+struct Channel {
+    outlet: Outlet,
+    input: Input,
+    runtime: Handle,
+    body_timeout: Duration,
+}
+
+#[pymethods]
+impl Channel {
+    /// The next chunk of the request body, `b""` at its end. Waits without the
+    /// interpreter's lock, at most the body timeout.
+    fn recv(&self, py: Python<'_>) -> PyResult<Py<PyBytes>> {
+        let next = py.detach(|| {
+            let mut guard = self.input.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(body) = guard.as_mut() else {
+                return Ok(None);
+            };
+            let next = self.runtime.block_on(async {
+                tokio::time::timeout(self.body_timeout, async {
+                    loop {
+                        match body.frame().await {
+                            Some(Ok(frame)) => match frame.into_data() {
+                                Ok(data) if data.is_empty() => continue,
+                                Ok(data) => return Ok(Some(data)),
+                                // Trailers: nothing WSGI can show.
+                                Err(_) => continue,
+                            },
+                            Some(Err(e)) => return Err(e),
+                            None => return Ok(None),
+                        }
+                    }
+                })
+                .await
+            });
+            let next = match next {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client sent no more of the request body in time",
+                )),
+            };
+            if !matches!(next, Ok(Some(_))) {
+                *guard = None;
+            }
+            next
+        });
+        match next {
+            Ok(Some(data)) => Ok(PyBytes::new(py, &data).unbind()),
+            Ok(None) => Ok(PyBytes::new(py, b"").unbind()),
+            Err(e) => Err(pyo3::exceptions::PyOSError::new_err(e.to_string())),
+        }
+    }
+
+    /// The head: True, or False when the client has gone.
+    fn send_head(
+        &self,
+        py: Python<'_>,
+        status: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let (status, headers) = parse_head(status, headers)?;
+        Ok(self.outlet.send(py, Out::Head(status, headers)))
+    }
+
+    /// A chunk of the body: True, or False when the client has gone.
+    fn send_body(&self, py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<bool> {
+        let chunk = shared_or_copied(data)?;
+        Ok(self.outlet.send(py, Out::Chunk(chunk)))
+    }
+
+    /// The head and the whole body, the response complete: True, or False when the
+    /// client has gone. A body that disagrees with the Content-Length the application
+    /// declared goes the streamed way, where the connection's rules for that apply.
+    fn send_whole(
+        &self,
+        py: Python<'_>,
+        status: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyBytes>,
+    ) -> PyResult<bool> {
+        let (status, headers) = parse_head(status, headers)?;
+        let chunk = shared_or_copied(data)?;
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .map(|v| v.as_bytes() == chunk.len().to_string().as_bytes());
+        if declared == Some(false) {
+            return Ok(self.outlet.send(py, Out::Head(status, headers))
+                && (chunk.is_empty() || self.outlet.send(py, Out::Chunk(chunk))));
+        }
+        let sent = self.outlet.send(py, Out::Whole(status, headers, chunk));
+        // Nothing follows the whole response (`Call::run` sends no end).
+        self.outlet.finished.store(true, Ordering::Release);
+        Ok(sent)
+    }
+
+    /// A file the server sends itself: True when it was taken (a regular file with a
+    /// descriptor), False to have the wrapper iterated instead.
+    fn send_file(
+        &self,
+        py: Python<'_>,
+        status: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+        filelike: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let (status, headers) = parse_head(status, headers)?;
+        let Some((file, start, mut len)) = open_again(filelike) else {
+            return Ok(false);
+        };
+        if let Some(declared) = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            len = len.min(declared);
+        }
+        // Taken even when the client has gone (there is nothing left to iterate); not
+        // once the call is over.
+        let _ = self
+            .outlet
+            .send(py, Out::File(status, headers, file, start, len));
+        Ok(!self.outlet.finished.load(Ordering::Acquire))
+    }
+}
+
+/// A chunk as the socket takes it: a large one is the application's own bytes object
+/// (kept alive by the chunk), a small one copied.
+fn shared_or_copied(data: &Bound<'_, PyBytes>) -> PyResult<Bytes> {
+    if data.as_bytes().len() >= SHARE_FROM {
+        Ok(Bytes::from_owner(data.extract::<PyBackedBytes>()?))
+    } else {
+        Ok(Bytes::copy_from_slice(data.as_bytes()))
+    }
+}
+
+/// Where a call's response goes: the response queue, whether the head went out (an
+/// exception after it cuts the response instead of answering 500), and whether the call
+/// is over (whatever the application kept of its channel sends nothing then).
 struct Outlet {
     out: mpsc::Sender<Out>,
-    head_sent: Arc<AtomicBool>,
-    finished: Arc<AtomicBool>,
+    head_sent: AtomicBool,
+    finished: AtomicBool,
 }
 
 impl Outlet {
-    /// Queues `event`, waiting for room without the interpreter's lock; false when the
-    /// call is over or the client has gone.
+    /// Queues `event` for the application; false when the call is over or the client has
+    /// gone.
     fn send(&self, py: Python<'_>, event: Out) -> bool {
         if self.finished.load(Ordering::Acquire) {
             return false;
         }
-        if matches!(event, Out::Head(..) | Out::File(..)) {
+        if matches!(event, Out::Head(..) | Out::File(..) | Out::Whole(..)) {
             self.head_sent.store(true, Ordering::Release);
         }
-        py.detach(|| self.out.blocking_send(event).is_ok())
+        self.queue(py, event)
     }
-}
 
-/// `send_head(status, headers)`: True, or False when the client has gone.
-fn send_head_fn<'py>(py: Python<'py>, outlet: &Outlet) -> PyResult<Bound<'py, PyCFunction>> {
-    let outlet = outlet.clone();
-    PyCFunction::new_closure(
-        py,
-        Some(c"send_head"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
-            let (status, headers) = parse_head(args)?;
-            Ok(outlet.send(args.py(), Out::Head(status, headers)))
-        },
-    )
-}
-
-/// `send_body(data)`: True, or False when the client has gone.
-fn send_body_fn<'py>(py: Python<'py>, outlet: &Outlet) -> PyResult<Bound<'py, PyCFunction>> {
-    let outlet = outlet.clone();
-    PyCFunction::new_closure(
-        py,
-        Some(c"send_body"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
-            let data = args.get_item(0)?;
-            let bytes = data.cast::<PyBytes>()?;
-            let chunk = if bytes.as_bytes().len() >= SHARE_FROM {
-                Bytes::from_owner(data.extract::<PyBackedBytes>()?)
-            } else {
-                Bytes::copy_from_slice(bytes.as_bytes())
-            };
-            Ok(outlet.send(args.py(), Out::Chunk(chunk)))
-        },
-    )
-}
-
-/// `send_file(status, headers, filelike)`: True when the file was taken to be sent by the
-/// server (a regular file with a descriptor), False to have the wrapper iterated instead.
-fn send_file_fn<'py>(py: Python<'py>, outlet: &Outlet) -> PyResult<Bound<'py, PyCFunction>> {
-    let outlet = outlet.clone();
-    PyCFunction::new_closure(
-        py,
-        Some(c"send_file"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
-            let (status, headers) = parse_head(args)?;
-            let filelike = args.get_item(2)?;
-            let Some((file, start, mut len)) = open_again(&filelike) else {
-                return Ok(false);
-            };
-            if let Some(declared) = headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                len = len.min(declared);
+    /// Queues `event` with the interpreter's lock held while there is room (no other
+    /// thread is let in between for nothing), waiting for room without it; false when the
+    /// client has gone.
+    fn queue(&self, py: Python<'_>, event: Out) -> bool {
+        match self.out.try_send(event) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                py.detach(|| self.out.blocking_send(event).is_ok())
             }
-            // Taken even when the client has gone (there is nothing left to iterate); not
-            // once the call is over.
-            let _ = outlet.send(args.py(), Out::File(status, headers, file, start, len));
-            Ok(!outlet.finished.load(Ordering::Acquire))
-        },
-    )
+        }
+    }
 }
 
 /// The file behind a file-like object, opened anew through `/proc/self/fd` (a descriptor
@@ -413,9 +466,12 @@ fn open_again(filelike: &Bound<'_, PyAny>) -> Option<(std::fs::File, u64, u64)> 
 }
 
 /// The status line and header list as PEP 3333 has them, checked.
-fn parse_head(args: &Bound<'_, PyTuple>) -> PyResult<(StatusCode, HeaderMap)> {
+fn parse_head(
+    status: &Bound<'_, PyAny>,
+    list: &Bound<'_, PyAny>,
+) -> PyResult<(StatusCode, HeaderMap)> {
     let invalid = |m: String| pyo3::exceptions::PyValueError::new_err(m);
-    let status: String = args.get_item(0)?.extract()?;
+    let status: String = status.extract()?;
     let code = status
         .get(..3)
         .filter(|_| status.len() == 3 || status.as_bytes().get(3) == Some(&b' '))
@@ -423,7 +479,6 @@ fn parse_head(args: &Bound<'_, PyTuple>) -> PyResult<(StatusCode, HeaderMap)> {
         .and_then(|c| StatusCode::from_u16(c).ok())
         .filter(|c| c.as_u16() >= 200 || *c == StatusCode::SWITCHING_PROTOCOLS)
         .ok_or_else(|| invalid(format!("not a WSGI status line: {status:?}")))?;
-    let list = args.get_item(1)?;
     let mut headers = HeaderMap::new();
     for item in list.try_iter()? {
         let (name, value): (String, String) = item?.extract()?;
@@ -466,18 +521,8 @@ mod tests {
             for (k, v) in headers {
                 list.append((*k, *v)).map_err(|e| e.to_string())?;
             }
-            let args = PyTuple::new(
-                py,
-                [
-                    status
-                        .into_pyobject(py)
-                        .map_err(|e| e.to_string())?
-                        .into_any(),
-                    list.into_any(),
-                ],
-            )
-            .map_err(|e| e.to_string())?;
-            parse_head(&args).map_err(|e| e.to_string())
+            let status = status.into_pyobject(py).map_err(|e| e.to_string())?;
+            parse_head(&status, &list).map_err(|e| e.to_string())
         })
     }
 

@@ -2,9 +2,9 @@
 #
 # Rust builds each request's environ and moves the bytes; what PEP 3333 defines as Python
 # behaviour (start_response's rules, the input stream's read/readline/iteration, the
-# iterable's close) is written here, in the language it is specified in. The callables
-# `recv`, `send_head`, `send_body` and `send_file` are Rust functions that release the
-# interpreter lock while they wait on the client.
+# iterable's close) is written here, in the language it is specified in. A call's channel
+# is a Rust object whose methods `recv`, `send_head`, `send_body`, `send_whole` and
+# `send_file` release the interpreter lock while they wait on the client.
 
 
 class Errors:
@@ -132,14 +132,13 @@ class FileWrapper:
 class StartResponse:
     """start_response, with PEP 3333's rules on being called again with exc_info."""
 
-    __slots__ = ("status", "headers", "sent", "_send_head", "_send_body")
+    __slots__ = ("status", "headers", "sent", "_channel")
 
-    def __init__(self, send_head, send_body):
+    def __init__(self, channel):
         self.status = None
         self.headers = None
         self.sent = False
-        self._send_head = send_head
-        self._send_body = send_body
+        self._channel = channel
 
     def __call__(self, status, headers, exc_info=None):
         if exc_info:
@@ -165,28 +164,31 @@ class StartResponse:
         if self.status is None:
             raise AssertionError("the application returned without calling start_response")
         self.sent = True
-        return self._send_head(self.status, self.headers)
+        return self._channel.send_head(self.status, self.headers)
 
     def write(self, data):
         if type(data) is not bytes:
             raise TypeError("write() takes bytes, got %r" % (type(data),))
-        if not self.head() or (data and not self._send_body(data)):
+        if not self.head() or (data and not self._channel.send_body(data)):
             raise OSError("the client went away")
 
 
-def call(app, environ, send_head, send_body, send_file):
+def call(app, environ, channel):
     """One request: call the application and send what it returns."""
-    respond = StartResponse(send_head, send_body)
+    respond = StartResponse(channel)
     result = app(environ, respond)
     try:
-        if (
-            type(result) is FileWrapper
-            and not respond.sent
-            and respond.status is not None
-            and send_file(respond.status, respond.headers, result.filelike)
-        ):
-            respond.sent = True
-            return
+        if not respond.sent and respond.status is not None:
+            kind = type(result)
+            if (kind is list or kind is tuple) and len(result) == 1 and type(result[0]) is bytes:
+                # The whole body at hand: head and body go to the client as one.
+                respond.sent = True
+                channel.send_whole(respond.status, respond.headers, result[0])
+                return
+            if kind is FileWrapper and channel.send_file(respond.status, respond.headers, result.filelike):
+                respond.sent = True
+                return
+        send_body = channel.send_body
         for chunk in result:
             if type(chunk) is not bytes:
                 raise TypeError("the application yielded %r, not bytes" % (type(chunk),))
