@@ -6,6 +6,7 @@
 //! current iteration, when the support module flushes it), so a small complete response
 //! crosses to the connection's task as one event and one wake (decision 0053).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -34,8 +35,9 @@ pub(super) struct HttpCall {
     held: Option<(StatusCode, HeaderMap)>,
     started: bool,
     complete: bool,
-    /// An event the full queue did not take; `flush()` retries it.
-    pending: Option<Out>,
+    /// Events the full queue did not take, in order; `flush()` retries them. Kept as a
+    /// queue so that an application sending from two tasks at once loses nothing.
+    pending: VecDeque<Out>,
 }
 
 impl HttpCall {
@@ -45,7 +47,7 @@ impl HttpCall {
             held: None,
             started: false,
             complete: false,
-            pending: None,
+            pending: VecDeque::new(),
         }
     }
 
@@ -62,7 +64,7 @@ impl HttpCall {
     }
 
     fn queue(&mut self, event: Out) -> u8 {
-        self.pending = Some(event);
+        self.pending.push_back(event);
         if self.flush() { TAKEN } else { FULL }
     }
 }
@@ -202,32 +204,35 @@ impl HttpCall {
 
     /// Sends the held head alone (the loop went round without a body for it).
     fn flush_head(&mut self) -> bool {
-        if self.held.is_none() || self.pending.is_some() {
+        if self.held.is_none() || !self.pending.is_empty() {
             return true;
         }
         let event = self.after_head(None);
         self.queue(event) == TAKEN
     }
 
-    /// Retries the event the full queue did not take: True when taken (or the client is
-    /// gone), False when still full (the request is woken when there is room).
+    /// Retries the events the full queue did not take: True when all are taken (or the
+    /// client is gone), False when it is still full (the request is woken when there is
+    /// room).
     fn flush(&mut self) -> bool {
-        let Some(event) = self.pending.take() else {
-            return true;
-        };
         let exchange = &self.exchange;
-        // Marked before trying, so a slot freed in between still wakes the sender.
-        exchange.send_waits.store(true, Ordering::Release);
-        match exchange.out.try_send(event) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
-                exchange.send_waits.store(false, Ordering::Release);
-                true
-            }
-            Err(mpsc::error::TrySendError::Full(event)) => {
-                self.pending = Some(event);
-                false
+        while let Some(event) = self.pending.pop_front() {
+            // Marked before trying, so a slot freed in between still wakes the sender.
+            exchange.send_waits.store(true, Ordering::Release);
+            match exchange.out.try_send(event) {
+                Ok(()) => exchange.send_waits.store(false, Ordering::Release),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    exchange.send_waits.store(false, Ordering::Release);
+                    self.pending.clear();
+                    return true;
+                }
+                Err(mpsc::error::TrySendError::Full(event)) => {
+                    self.pending.push_front(event);
+                    return false;
+                }
             }
         }
+        true
     }
 
     /// The application returned (`raised` None) or raised: a response it did not
@@ -243,7 +248,7 @@ impl HttpCall {
                 "the application raised"
             );
         }
-        if self.complete && self.pending.is_none() {
+        if self.complete && self.pending.is_empty() {
             // The last event is queued: the response ends on its own.
             return;
         }
@@ -253,7 +258,7 @@ impl HttpCall {
         if self.held.is_some() {
             events.push(self.after_head(None));
         }
-        self.pending = None;
+        self.pending.clear();
         events.push(Out::Fail);
         let out = exchange.out.clone();
         let mut rest = events.into_iter();
@@ -293,7 +298,6 @@ fn bytes_of(value: &Bound<'_, PyAny>) -> PyResult<Bytes> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
     use std::os::unix::net::UnixStream;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicU64};
