@@ -455,5 +455,277 @@ def main():
                 f.write(doc + "\n")
 
 
+# ---------------------------------------------------------------------------------------
+# ASGI: `scripts/bench_apps.py asgi [...]` (issue 36's ASGI goals). Kept apart from the
+# WSGI run above; it reuses only its helpers (free_port, get, wrk, Server, ...).
+# ---------------------------------------------------------------------------------------
+
+ASGI_DOC = """ASGI application benchmark: servery's workers against granian, uvicorn and gunicorn
+with uvicorn's workers, in one run.
+
+Issue 36's speed goals for ASGI: at least 1.0x granian on a hello-world and a 1 KiB JSON
+endpoint (keep-alive, 64 connections) and on a 10 ms `asyncio.sleep` endpoint at 1,000
+connections, the same worker count for every server. The application is plain ASGI (no
+framework). Rounds, warm-up, alternation and columns are the WSGI run's (see the top of
+this file).
+
+Needs, besides wrk and a servery built with Python, from PyPI for the same python3:
+
+    python3 -m pip install 'granian==2.8.9' 'uvicorn==0.55.0' 'httptools==0.9.0' \\
+        'uvloop==0.23.0' 'gunicorn==27.0.1'
+
+    scripts/bench_apps.py asgi [--workers 1] [--rounds 2] [--seconds 10] [--warmup 2]
+                               [--only servery,granian,uvicorn,gunicorn] [--json FILE|-]
+                               [--servery BINARY --servery-rev COMMIT]
+
+Every server runs uvloop: servery's `--loop auto` and granian's `--loop auto` pick it when
+installed, uvicorn is given `--loop uvloop --http httptools`, and gunicorn runs
+`uvicorn.workers.UvicornWorker` (which picks uvloop and httptools when installed).
+"""
+
+ASGI_APP = r'''
+import asyncio
+import json
+
+HELLO = b"Hello, World!"
+ITEMS = [{"id": i, "name": "item %d" % i, "price": i * 1.25, "tags": ["a", "b"]} for i in range(16)]
+HELLO_HEAD = {"type": "http.response.start", "status": 200,
+              "headers": [(b"content-type", b"text/plain"),
+                          (b"content-length", str(len(HELLO)).encode())]}
+
+
+async def lifespan(receive, send):
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        return await lifespan(receive, send)
+    path = scope["path"]
+    if path == "/":
+        await send(HELLO_HEAD)
+        await send({"type": "http.response.body", "body": HELLO})
+        return
+    if path == "/json":
+        body = json.dumps({"status": "ok", "count": len(ITEMS), "items": ITEMS}).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+        return
+    if path == "/sleep":
+        await asyncio.sleep(0.01)
+        await send(HELLO_HEAD)
+        await send({"type": "http.response.body", "body": HELLO})
+        return
+    await send({"type": "http.response.start", "status": 404,
+                "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+'''
+
+# (name, path, connections): the keep-alive endpoints at 64 connections, the sleep at 1,000.
+ASGI_ENDPOINTS = (("hello", "/", 64), ("json", "/json", 64), ("sleep", "/sleep", 1000))
+ASGI_KINDS = ("servery", "granian", "uvicorn", "gunicorn")
+
+
+class AsgiServer(Server):
+    def worker_pids(self):
+        if self.kind == "uvicorn" and self.workers == 1:
+            # One process: uvicorn serves in its main process without a supervisor.
+            return [self.proc.pid]
+        kids = children(self.proc.pid)
+        if self.kind in ("granian", "uvicorn"):
+            kids = [k for k in kids if "resource_tracker" not in cmdline(k)]
+        return kids
+
+
+def asgi_servers(kinds, workers, servery, app_dir, tmp):
+    out = []
+    for kind in kinds:
+        port = free_port()
+        plural = "s" if workers > 1 else ""
+        if kind == "servery":
+            cmd = [servery, "--asgi", "benchasgi:app", "--app-dir", app_dir,
+                   "--bind", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+                   "--control-socket", os.path.join(tmp, f"ctl-{port}.sock")]
+        elif kind == "granian":
+            cmd = ["granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
+                   "--workers", str(workers), "--working-dir", app_dir,
+                   "--log-level", "warning", "--no-access-log", "benchasgi:app"]
+        elif kind == "uvicorn":
+            cmd = ["uvicorn", "--loop", "uvloop", "--http", "httptools", "--host", "127.0.0.1",
+                   "--port", str(port), "--workers", str(workers), "--app-dir", app_dir,
+                   "--log-level", "warning", "--no-access-log", "benchasgi:app"]
+        elif kind == "gunicorn":
+            cmd = ["gunicorn", "--worker-class", "uvicorn.workers.UvicornWorker",
+                   "--workers", str(workers), "--bind", f"127.0.0.1:{port}",
+                   "--chdir", app_dir, "--log-level", "warning", "benchasgi:app"]
+        else:
+            raise ValueError(kind)
+        out.append(AsgiServer(f"{kind} ({workers} worker{plural})", kind, cmd, port, workers, app_dir))
+    return out
+
+
+def asgi_measure(srv, args):
+    base = f"http://127.0.0.1:{srv.port}"
+    r = {}
+    for name, path, conns in ASGI_ENDPOINTS:
+        wrk(base + path, args.warmup, conns, srv.proc.pid)
+        r[name] = wrk(base + path, args.seconds, conns, srv.proc.pid)
+    r["rss_worker_kib"], r["rss_master_kib"] = srv.rss()
+    return r
+
+
+def asgi_summarize(runs, kinds, workers):
+    rows, ratios = [], []
+    for w in workers:
+        med = {}
+        for kind in kinds:
+            rs = runs.get((kind, w), [])
+            if not rs:
+                continue
+            row = {"server": kind, "workers": w, "rounds": len(rs)}
+            for ep, _, _ in ASGI_ENDPOINTS:
+                row[ep] = {f: statistics.median(r[ep][f] for r in rs)
+                           for f in ("rps", "p99_ms", "cpu_us")}
+                row[ep]["errors"] = sum(r[ep]["non2xx"] for r in rs)
+                row[ep]["socket_errors"] = [r[ep]["socket_errors"] for r in rs if r[ep]["socket_errors"]]
+                row[ep]["rps_runs"] = [r[ep]["rps"] for r in rs]
+            row["rss_worker_kib"] = max(r["rss_worker_kib"] for r in rs)
+            row["rss_master_kib"] = max(r["rss_master_kib"] for r in rs)
+            rows.append(row)
+            med[kind] = row
+        sv = med.get("servery")
+        for kind in kinds:
+            if kind == "servery" or kind not in med or not sv:
+                continue
+            peer = med[kind]
+            ratio = {"peer": kind, "workers": w}
+            for ep, _, _ in ASGI_ENDPOINTS:
+                ratio[ep] = sv[ep]["rps"] / peer[ep]["rps"]
+                ratio[ep + "_rounds"] = [a / b for a, b in zip(sv[ep]["rps_runs"], peer[ep]["rps_runs"])]
+            ratios.append(ratio)
+    return rows, ratios
+
+
+def asgi_render(rows, ratios, meta):
+    lines = [
+        f"wrk -t1 keep-alive, {meta['seconds']} s after a {meta['warmup']} s warm-up, loopback; "
+        f"hello and JSON ({meta.get('json_bytes', '?')} bytes) at 64 connections, the 10 ms sleep "
+        f"at 1,000; medians over {meta['rounds']} alternated rounds.",
+        "",
+        "| server | workers | hello req/s | hello p99 ms | hello CPU µs/req | JSON req/s | JSON p99 ms "
+        "| JSON CPU µs/req | sleep req/s | sleep p99 ms | RSS per worker KiB | master KiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        h, j, s = r["hello"], r["json"], r["sleep"]
+        errors = sum(x["errors"] for x in (h, j, s))
+        sockets = h["socket_errors"] + j["socket_errors"] + s["socket_errors"]
+        err = f" (errors: {errors} non-2xx, {sockets})" if errors or sockets else ""
+        lines.append(
+            f"| {r['server']}{err} | {r['workers']} | {h['rps']:,.0f} | {h['p99_ms']:.2f} | "
+            f"{h['cpu_us']:.0f} | {j['rps']:,.0f} | {j['p99_ms']:.2f} | {j['cpu_us']:.0f} | "
+            f"{s['rps']:,.0f} | {s['p99_ms']:.2f} | "
+            f"{r['rss_worker_kib']:,.0f} | {r['rss_master_kib']:,.0f} |")
+    if ratios:
+        lines += ["", "Throughput ratios, servery / peer (of the medians; per round in brackets):", "",
+                  "| peer | workers | hello | JSON | sleep, 1,000 connections |", "|---|---|---|---|---|"]
+        for q in ratios:
+            def cell(ep):
+                rounds = ", ".join(f"{x:.2f}" for x in q[ep + "_rounds"])
+                return f"{q[ep]:.2f}× [{rounds}]"
+            lines.append(f"| {q['peer']} | {q['workers']} | {cell('hello')} | {cell('json')} | {cell('sleep')} |")
+    lines += ["", f"nproc {meta['nproc']}; load average (1 min) before {meta['load_before']}, "
+                  f"after {meta['load_after']}; RLIMIT_NOFILE {meta['nofile']}; versions {meta['versions']}"]
+    return "\n".join(lines) + "\n"
+
+
+def asgi_main(argv):
+    ap = argparse.ArgumentParser(prog="bench_apps.py asgi", description=ASGI_DOC.split("\n\n")[0])
+    default_bin = os.path.join(ROOT, "target/release/servery")
+    ap.add_argument("--servery", default=default_bin)
+    ap.add_argument("--servery-rev")
+    ap.add_argument("--workers", default="1", help="worker counts, comma-separated")
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", help="comma-separated servers: " + ",".join(ASGI_KINDS))
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON (- for stdout)")
+    args = ap.parse_args(argv)
+
+    if not shutil.which("wrk"):
+        sys.exit("wrk is not installed (apt-get install wrk)")
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = max(c for _, _, c in ASGI_ENDPOINTS) + 64
+    if soft < need:
+        sys.exit(f"RLIMIT_NOFILE is {soft}: run under `prlimit --nofile=65536:65536` "
+                 f"(the 1,000-connection endpoint needs more than {need} descriptors)")
+    kinds = list(ASGI_KINDS)
+    if args.only:
+        kinds = [k for k in kinds if k in args.only.split(",")]
+    missing = {"granian": "granian", "uvicorn": "uvicorn", "gunicorn": "gunicorn"}
+    for kind in kinds:
+        if kind != "servery" and not shutil.which(missing[kind]):
+            print(f"{kind} is not installed: skipped", file=sys.stderr)
+    kinds = [k for k in kinds if k == "servery" or shutil.which(missing[k])]
+    workers = [int(w) for w in args.workers.split(",")]
+
+    tmp = tempfile.mkdtemp(prefix="servery-bench-asgi-")
+    app_dir = os.path.join(tmp, "app")
+    os.makedirs(app_dir)
+    with open(os.path.join(app_dir, "benchasgi.py"), "w") as f:
+        f.write(ASGI_APP)
+    v = versions(args.servery_rev or (checkout_rev() if args.servery == default_bin else "?"))
+    for pkg in ("uvicorn", "httptools", "uvloop"):
+        try:
+            v[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            v[pkg] = None
+    meta = {"nproc": os.cpu_count(), "load_before": loadavg(), "seconds": args.seconds,
+            "warmup": args.warmup, "rounds": args.rounds, "nofile": f"{soft}:{hard}",
+            "versions": v, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    runs = {}
+    try:
+        for w in workers:
+            for round_no in range(args.rounds):
+                servers = asgi_servers(kinds, w, args.servery, app_dir, tmp)
+                order = servers if round_no % 2 == 0 else servers[::-1]
+                for srv in order:
+                    with srv:
+                        r = asgi_measure(srv, args)
+                        meta["json_bytes"] = srv.json_bytes
+                    runs.setdefault((srv.kind, w), []).append(r)
+                    print(f"round {round_no + 1}/{args.rounds} {srv.name}: "
+                          + ", ".join(f"{ep} {r[ep]['rps']:,.0f} req/s p99 {r[ep]['p99_ms']:.2f} ms"
+                                      + (f" errors {r[ep]['non2xx']} {r[ep]['socket_errors']}"
+                                         if r[ep]["non2xx"] or r[ep]["socket_errors"] else "")
+                                      for ep, _, _ in ASGI_ENDPOINTS)
+                          + f", RSS/worker {r['rss_worker_kib']:,.0f} KiB, load {loadavg()}",
+                          file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    meta["load_after"] = loadavg()
+    rows, ratios = asgi_summarize(runs, kinds, workers)
+    print(asgi_render(rows, ratios, meta))
+    if args.json:
+        doc = json.dumps({"meta": meta, "rows": rows, "ratios": ratios}, indent=2)
+        if args.json == "-":
+            print(doc)
+        else:
+            with open(args.json, "w") as f:
+                f.write(doc + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["asgi"]:
+        asgi_main(sys.argv[2:])
+    else:
+        main()

@@ -19,20 +19,24 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version, header};
+use http::{HeaderMap, Response, StatusCode, Version, header};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Frame;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCFunction, PyDict, PyList, PyModule, PyTuple};
+use pyo3::types::{PyBytes, PyCFunction, PyDict, PyList, PyModule, PyString, PyTuple};
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, mpsc};
+
+mod call;
 
 use super::describe;
 use super::websocket::Socket;
 use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
 use crate::http::body::Body;
+use call::HttpCall;
 
 /// Request-body chunks queued ahead of the application's `receive()`.
 const BODY_QUEUE: usize = 2;
@@ -171,12 +175,20 @@ impl Exchange {
 }
 
 enum Out {
-    Head(StatusCode, HeaderMap),
+    /// The response's head, with its first body event when the application sent one
+    /// before the loop went round (a small response is then one event).
+    Head(Box<Head>),
     Chunk(Bytes, bool),
     /// `http.response.pathsend`: the rest of the response is this file, `len` bytes.
     File(std::fs::File, u64),
     /// The application raised, or returned without finishing its response.
     Fail,
+}
+
+struct Head {
+    status: StatusCode,
+    headers: HeaderMap,
+    first: Option<Out>,
 }
 
 /// The parts of a request its scope is made of.
@@ -230,36 +242,56 @@ impl AsgiHead {
     }
 
     pub(super) fn scope<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        // Keys interned once per process: a request's scope is a dozen small inserts.
         let scope = PyDict::new(py);
-        scope.set_item("type", "http")?;
+        scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
         let asgi = PyDict::new(py);
-        asgi.set_item("version", "3.0")?;
-        asgi.set_item("spec_version", "2.3")?;
-        scope.set_item("asgi", asgi)?;
-        scope.set_item("http_version", self.version)?;
-        scope.set_item("method", self.method.as_str())?;
-        scope.set_item("scheme", if self.caller.tls { "https" } else { "http" })?;
-        scope.set_item("path", String::from_utf8_lossy(&self.path))?;
-        scope.set_item("raw_path", PyBytes::new(py, &self.raw_path))?;
-        scope.set_item("query_string", PyBytes::new(py, &self.query))?;
-        scope.set_item("root_path", "")?;
+        asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
+        asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.3"))?;
+        scope.set_item(intern!(py, "asgi"), asgi)?;
+        let version = match self.version {
+            "1.0" => intern!(py, "1.0"),
+            "2" => intern!(py, "2"),
+            "3" => intern!(py, "3"),
+            _ => intern!(py, "1.1"),
+        };
+        scope.set_item(intern!(py, "http_version"), version)?;
+        let method = match self.method.as_str() {
+            "GET" => intern!(py, "GET").clone(),
+            "POST" => intern!(py, "POST").clone(),
+            "HEAD" => intern!(py, "HEAD").clone(),
+            other => PyString::new(py, other),
+        };
+        scope.set_item(intern!(py, "method"), method)?;
+        let scheme = if self.caller.tls {
+            intern!(py, "https")
+        } else {
+            intern!(py, "http")
+        };
+        scope.set_item(intern!(py, "scheme"), scheme)?;
+        scope.set_item(intern!(py, "path"), String::from_utf8_lossy(&self.path))?;
+        scope.set_item(intern!(py, "raw_path"), PyBytes::new(py, &self.raw_path))?;
+        scope.set_item(intern!(py, "query_string"), PyBytes::new(py, &self.query))?;
+        scope.set_item(intern!(py, "root_path"), intern!(py, ""))?;
         // Starlette's FileResponse then hands its file to the server instead of reading
         // it through the loop.
         let extensions = PyDict::new(py);
-        extensions.set_item("http.response.pathsend", PyDict::new(py))?;
-        scope.set_item("extensions", extensions)?;
+        extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
+        scope.set_item(intern!(py, "extensions"), extensions)?;
         let headers = PyList::empty(py);
         for (k, v) in &self.headers {
             headers.append((PyBytes::new(py, k), PyBytes::new(py, v)))?;
         }
-        scope.set_item("headers", headers)?;
+        scope.set_item(intern!(py, "headers"), headers)?;
         match &self.caller.peer {
-            Some(peer) => scope.set_item("client", (peer.ip().to_string(), peer.port()))?,
-            None => scope.set_item("client", py.None())?,
+            Some(peer) => {
+                scope.set_item(intern!(py, "client"), (peer.ip().to_string(), peer.port()))?
+            }
+            None => scope.set_item(intern!(py, "client"), py.None())?,
         }
         match &self.server {
-            Some((host, port)) => scope.set_item("server", (host.as_str(), *port))?,
-            None => scope.set_item("server", py.None())?,
+            Some((host, port)) => scope.set_item(intern!(py, "server"), (host.as_str(), *port))?,
+            None => scope.set_item(intern!(py, "server"), py.None())?,
         }
         Ok(scope)
     }
@@ -407,13 +439,19 @@ impl Asgi {
             .notify(|inbox| inbox.new.push(Arc::clone(&exchange)));
         let guard = GoneGuard(Arc::clone(&exchange));
         match events.recv().await {
-            Some(Out::Head(status, headers)) => {
+            Some(Out::Head(head)) => {
+                let Head {
+                    status,
+                    headers,
+                    first,
+                } = *head;
                 let mut r =
                     Response::new(http_body_util::combinators::BoxBody::new(ResponseBody {
                         events,
                         exchange: guard,
                         done: false,
                         file: None,
+                        first,
                     }));
                 *r.status_mut() = status;
                 *r.headers_mut() = headers;
@@ -497,6 +535,8 @@ struct ResponseBody {
     done: bool,
     /// The file `http.response.pathsend` named, sent to the end of the response.
     file: Option<Body>,
+    /// The event that came with the head, taken before the queue's.
+    first: Option<Out>,
 }
 
 impl hyper::body::Body for ResponseBody {
@@ -519,14 +559,19 @@ impl hyper::body::Body for ResponseBody {
                 }
                 return polled;
             }
-            let event = match self.events.poll_recv(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(event) => event,
+            let event = if let Some(first) = self.first.take() {
+                Some(first)
+            } else {
+                let event = match self.events.poll_recv(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(event) => event,
+                };
+                let exchange = &self.exchange.0;
+                if exchange.send_waits.swap(false, Ordering::AcqRel) {
+                    exchange.bridge.wake(exchange.id, WAKE_SEND);
+                }
+                event
             };
-            let exchange = &self.exchange.0;
-            if exchange.send_waits.swap(false, Ordering::AcqRel) {
-                exchange.bridge.wake(exchange.id, WAKE_SEND);
-            }
             match event {
                 Some(Out::Chunk(data, last)) => {
                     if last {
@@ -556,6 +601,16 @@ impl hyper::body::Body for ResponseBody {
     fn is_end_stream(&self) -> bool {
         self.done
     }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        // A response complete in its first event has a known length (hyper then sends
+        // Content-Length rather than chunks when the application gave none).
+        match &self.first {
+            Some(Out::Chunk(data, true)) => hyper::body::SizeHint::with_exact(data.len() as u64),
+            _ if self.done => hyper::body::SizeHint::with_exact(0),
+            _ => hyper::body::SizeHint::default(),
+        }
+    }
 }
 
 /// `take()`: the new requests (as the support module's `serve` arguments) and the wakes.
@@ -579,15 +634,9 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
             let requests = PyList::empty(py);
             for exchange in new {
                 let scope = exchange.head.scope(py)?;
-                requests.append((
-                    exchange.id,
-                    scope,
-                    recv_fn(py, &exchange)?,
-                    send_start_fn(py, &exchange)?,
-                    send_body_fn(py, &exchange)?,
-                    send_path_fn(py, &exchange)?,
-                    finish_fn(py, &exchange)?,
-                ))?;
+                let id = exchange.id;
+                let call = Bound::new(py, HttpCall::new(exchange))?;
+                requests.append((id, scope, call))?;
             }
             let wakes = PyList::empty(py);
             for (id, which) in woken {
@@ -602,170 +651,6 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
                 [requests.into_any(), wakes.into_any(), opened.into_any()],
             )?
             .unbind())
-        },
-    )
-}
-
-/// `recv(after_body)`: `(kind, data)`, never waiting; on `PENDING` the request is woken
-/// when there is something to receive.
-fn recv_fn<'py>(py: Python<'py>, exchange: &Arc<Exchange>) -> PyResult<Bound<'py, PyCFunction>> {
-    let exchange = Arc::clone(exchange);
-    PyCFunction::new_closure(
-        py,
-        Some(c"recv"),
-        None,
-        move |args: &Bound<'_, PyTuple>,
-              _: Option<&Bound<'_, PyDict>>|
-              -> PyResult<(u8, Py<PyBytes>)> {
-            let py = args.py();
-            let after_body: bool = args.get_item(0)?.extract()?;
-            let mut input = exchange.input();
-            let (kind, data) = if after_body {
-                if input.gone {
-                    (GONE, Bytes::new())
-                } else {
-                    input.waits = true;
-                    (PENDING, Bytes::new())
-                }
-            } else if let Some(data) = input.chunks.pop_front() {
-                exchange.room.notify_one();
-                let last = input.ended && input.chunks.is_empty();
-                (if last { LAST } else { CHUNK }, data)
-            } else if input.ended {
-                (LAST, Bytes::new())
-            } else if input.gone {
-                (GONE, Bytes::new())
-            } else {
-                input.waits = true;
-                (PENDING, Bytes::new())
-            };
-            drop(input);
-            Ok((kind, PyBytes::new(py, &data).unbind()))
-        },
-    )
-}
-
-fn send_start_fn<'py>(
-    py: Python<'py>,
-    exchange: &Arc<Exchange>,
-) -> PyResult<Bound<'py, PyCFunction>> {
-    let exchange = Arc::clone(exchange);
-    PyCFunction::new_closure(
-        py,
-        Some(c"send_start"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
-            let invalid = |m: String| pyo3::exceptions::PyValueError::new_err(m);
-            let status: u16 = args.get_item(0)?.extract()?;
-            let status = StatusCode::from_u16(status)
-                .ok()
-                .filter(|s| s.as_u16() >= 200)
-                .ok_or_else(|| invalid(format!("not a response status: {status}")))?;
-            let mut headers = HeaderMap::new();
-            for item in args.get_item(1)?.try_iter()? {
-                let (name, value): (Vec<u8>, Vec<u8>) = item?.extract()?;
-                let name = HeaderName::from_bytes(&name)
-                    .map_err(|e| invalid(format!("header name: {e}")))?;
-                let value = HeaderValue::from_bytes(value.trim_ascii())
-                    .map_err(|e| invalid(format!("value of {name}: {e}")))?;
-                headers.append(name, value);
-            }
-            // The first event: the queue has room, or the client is gone.
-            let _ = exchange.out.try_send(Out::Head(status, headers));
-            Ok(())
-        },
-    )
-}
-
-/// `send_body(data, more)`: True when taken (or the client is gone), False when the
-/// queue is full: the request is woken when there is room.
-fn send_body_fn<'py>(
-    py: Python<'py>,
-    exchange: &Arc<Exchange>,
-) -> PyResult<Bound<'py, PyCFunction>> {
-    let exchange = Arc::clone(exchange);
-    PyCFunction::new_closure(
-        py,
-        Some(c"send_body"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
-            let data: Vec<u8> = args.get_item(0)?.extract()?;
-            let more: bool = args.get_item(1)?.extract()?;
-            // Marked before trying, so a slot freed in between still wakes the sender.
-            exchange.send_waits.store(true, Ordering::Release);
-            match exchange.out.try_send(Out::Chunk(Bytes::from(data), !more)) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
-                    exchange.send_waits.store(false, Ordering::Release);
-                    Ok(true)
-                }
-                Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
-            }
-        },
-    )
-}
-
-/// `send_path(path)`: `http.response.pathsend`, the response's end. True when taken (or
-/// the client is gone), False when the queue is full (the request is woken when there is
-/// room); raises `OSError` for a file that cannot be opened, or is not a regular file.
-fn send_path_fn<'py>(
-    py: Python<'py>,
-    exchange: &Arc<Exchange>,
-) -> PyResult<Bound<'py, PyCFunction>> {
-    let exchange = Arc::clone(exchange);
-    PyCFunction::new_closure(
-        py,
-        Some(c"send_path"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<bool> {
-            let path: std::path::PathBuf = args.get_item(0)?.extract()?;
-            let file = std::fs::File::open(&path)?;
-            let meta = file.metadata()?;
-            if !meta.is_file() {
-                return Err(pyo3::exceptions::PyOSError::new_err(format!(
-                    "http.response.pathsend: {} is not a regular file",
-                    path.display()
-                )));
-            }
-            exchange.send_waits.store(true, Ordering::Release);
-            match exchange.out.try_send(Out::File(file, meta.len())) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
-                    exchange.send_waits.store(false, Ordering::Release);
-                    Ok(true)
-                }
-                Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
-            }
-        },
-    )
-}
-
-/// `finish(exception or None)`: the application returned or raised; a response it did not
-/// complete is cut (or answered 500 when it had not started).
-fn finish_fn<'py>(py: Python<'py>, exchange: &Arc<Exchange>) -> PyResult<Bound<'py, PyCFunction>> {
-    let exchange = Arc::clone(exchange);
-    PyCFunction::new_closure(
-        py,
-        Some(c"finish"),
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
-            let py = args.py();
-            let raised = args.get_item(0)?;
-            if !raised.is_none() {
-                let err = PyErr::from_value(raised);
-                tracing::error!(
-                    target: "servery::app",
-                    request = %format!("{} {}", exchange.head.method, String::from_utf8_lossy(&exchange.head.path)),
-                    traceback = %describe(py, &err),
-                    "the application raised"
-                );
-            }
-            // After a complete response this is read by nobody (the body is done).
-            if let Err(mpsc::error::TrySendError::Full(_)) = exchange.out.try_send(Out::Fail) {
-                let out = exchange.out.clone();
-                exchange.runtime.spawn(async move {
-                    let _ = out.send(Out::Fail).await;
-                });
-            }
-            Ok(())
         },
     )
 }

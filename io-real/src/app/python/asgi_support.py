@@ -4,18 +4,22 @@
 # Rust never takes the interpreter's lock on its own threads to talk to the loop: it
 # queues what happened (a new request, a chunk of body arrived, room freed for the
 # response, a client gone) and writes a byte to a socket the loop watches. The loop then
-# takes the queue (`take`) and acts. Each request's `recv` and `send_*` are Rust
-# functions that never wait: when they cannot proceed they say so, having asked Rust to
+# takes the queue (`take`) and acts. Each HTTP request is one Rust object (`HttpCall`)
+# whose `recv`, `send` and `flush` never wait: when they cannot proceed they say so, having asked Rust to
 # wake this request, and the coroutine waits on a future the wake resolves.
 
 import asyncio
-import os
 import socket
 
 PENDING = 2
 CHUNK = 0
 LAST = 1
 GONE = 3
+
+# What an HTTP call's `send` answers (asgi/call.rs names the same numbers).
+SEND_TAKEN = 0
+SEND_FULL = 1
+SEND_HELD = 2
 
 # A WebSocket's `recv` answers (websocket.rs names the same numbers).
 WS_TEXT = 0
@@ -69,8 +73,10 @@ class Bridge:
         self.waiters[(ident, kind)] = fut
         return fut
 
-    async def serve(self, ident, scope, recv, send_start, send_body, send_path, finish):
+    async def serve(self, ident, scope, call):
         scope["state"] = dict(self.state)
+        recv = call.recv
+        wait = self.wait
         body_done = False
 
         async def receive():
@@ -80,7 +86,7 @@ class Bridge:
                     kind, data = recv(True)
                     if kind == GONE:
                         return {"type": "http.disconnect"}
-                    await self.wait(ident, 0)
+                    await wait(ident, 0)
                     continue
                 kind, data = recv(False)
                 if kind == CHUNK:
@@ -91,50 +97,35 @@ class Bridge:
                 if kind == GONE:
                     body_done = True
                     return {"type": "http.disconnect"}
-                await self.wait(ident, 0)
+                await wait(ident, 0)
 
-        started = False
-        complete = False
+        # The message checks are the call's (Rust); a head it holds goes with the body
+        # that follows, or alone once the loop has gone round.
+        call_soon = self.loop.call_soon
+        flush_head = call.flush_head
+        send_call = call.send
 
         async def send(message):
-            nonlocal started, complete
-            kind = message["type"]
-            if complete:
-                raise RuntimeError("%s sent after the response was complete" % (kind,))
-            if kind == "http.response.start":
-                if started:
-                    raise RuntimeError("http.response.start sent twice")
-                started = True
-                send_start(message["status"], list(message.get("headers", ())))
-            elif kind == "http.response.body":
-                if not started:
-                    raise RuntimeError("http.response.body before http.response.start")
-                body = message.get("body", b"")
-                more = message.get("more_body", False)
-                complete = not more
-                while not send_body(body, more):
-                    await self.wait(ident, 1)
-            elif kind == "http.response.pathsend":
-                if not started:
-                    raise RuntimeError("http.response.pathsend before http.response.start")
-                path = os.fspath(message["path"])
-                if not os.path.isabs(path):
-                    raise ValueError("http.response.pathsend needs an absolute path")
-                complete = True
-                while not send_path(path):
-                    await self.wait(ident, 1)
-            else:
-                raise RuntimeError("unknown ASGI message type %r" % (kind,))
+            answer = send_call(message)
+            if answer == SEND_TAKEN:
+                return
+            if answer == SEND_HELD:
+                call_soon(flush_head)
+                return
+            while True:
+                await wait(ident, 1)
+                if call.flush():
+                    return
 
         try:
             await self.app(scope, receive, send)
         except BaseException as e:
-            finish(e)
+            call.finish(e)
             if not isinstance(e, Exception):
                 raise
         else:
             # A response left unfinished is cut: the client must not wait for it.
-            finish(None)
+            call.finish(None)
 
 
     async def serve_websocket(self, ident, scope, recv, send_op, finish):
