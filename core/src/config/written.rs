@@ -154,6 +154,7 @@ mod tests {
         r.max_requests_per_worker = 1000;
         r.max_requests_jitter = 0.3;
         r.worker_max_rss = 1 << 30;
+        r.min_ready_workers = 2;
         r.recycle_retry_limit = 4;
         r.heartbeat_interval = 1.5;
         r.heartbeat_timeout = 6.0;
