@@ -168,7 +168,7 @@ fn expected(case: &Case) -> ([Option<Content>; 3], [Option<Content>; 3]) {
 }
 
 fn send(server: &Server, case: &Case) -> Result<u16, String> {
-    let destination = case.to.map(|t| format!("http://test{t}"));
+    let destination = case.to.map(|t| format!("http://localhost{t}"));
     let mut extra = vec![("Overwrite", "T"), ("Depth", "infinity")];
     if let Some(d) = &destination {
         extra.push(("Destination", d));
@@ -237,7 +237,7 @@ fn a_worker_killed_between_steps_leaves_a_documented_tree_and_nothing_private() 
         };
         assert_eq!(state(&root), want, "{what}: the tree after the kill");
         // Sent again, the request completes (a MOVE or DELETE already done: 404).
-        let destination = case.to.map(|t| format!("http://test{t}"));
+        let destination = case.to.map(|t| format!("http://localhost{t}"));
         let mut extra = vec![("Overwrite", "T"), ("Depth", "infinity")];
         if let Some(d) = &destination {
             extra.push(("Destination", d));
