@@ -57,6 +57,7 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[
                 "lost_with_workers": log.discarded(),
                 "queue": log.len(),
                 "write_errors": w.write_errors.load(Relaxed),
+                "write_failed": w.lines_failed.load(Relaxed),
                 "reopens": w.reopens.load(Relaxed),
             })
         }),
@@ -320,6 +321,17 @@ pub fn status_text(v: &Value) -> String {
             plain(&b["reservations"]["count"]),
             plain(&b["reservations"]["bytes"]),
             plain(&b["partials"]),
+        );
+    }
+    if let Some(l) = v.get("access_log").filter(|l| !l.is_null()) {
+        let _ = writeln!(
+            out,
+            "access log: {} lines written, {} dropped, {} lost to failed writes, {} lost with workers; {} batches queued",
+            plain(&l["written"]),
+            plain(&l["dropped"]),
+            plain(&l["write_failed"]),
+            plain(&l["lost_with_workers"]),
+            plain(&l["queue"]),
         );
     }
     if let Some(singletons) = v.get("singletons").and_then(Value::as_object) {
