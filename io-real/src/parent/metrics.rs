@@ -50,6 +50,11 @@ pub struct Snapshot {
     /// Broker table sizes, by name.
     pub tables: [(&'static str, u64); 6],
     pub access_log: Option<AccessLogCounts>,
+    /// With `--acme`: the certificate manager's counters and the certificate's health.
+    pub acme: Option<(
+        servery_core::acme::ManagerStatus,
+        servery_core::acme::CertHealth,
+    )>,
 }
 
 impl Snapshot {
@@ -57,9 +62,10 @@ impl Snapshot {
         let sup = parent.supervisor();
         let broker = parent.broker();
         let log = broker.log();
+        let wall = super::services::acme::facts::wall_now();
         Snapshot {
             state: sup.state(),
-            readiness: sup.readiness(),
+            readiness: parent.readiness(wall),
             capacity: sup.capacity(),
             generation: sup.generation().0,
             workers_by_state: sup.workers_by_state(),
@@ -80,6 +86,7 @@ impl Snapshot {
                 write_failed: w.lines_failed.load(Relaxed),
                 lost_with_workers: log.discarded(),
             }),
+            acme: parent.acme().map(|m| (m.status(), m.health(wall))),
         }
     }
 
@@ -94,6 +101,9 @@ impl Snapshot {
     pub fn readiness_text(&self) -> String {
         let c = self.capacity;
         let workers = format!("{} of {} workers ready", c.ready, c.wanted);
+        if let Some(text) = super::metrics_acme::readiness_text(self) {
+            return text;
+        }
         match self.readiness {
             Readiness::Ready => "ready\n".to_owned(),
             Readiness::Degraded => format!("degraded: {workers}\n"),
@@ -206,6 +216,9 @@ impl Snapshot {
     }
 
     fn register_broker(&self, r: &mut Registry) {
+        if let Some((status, _)) = &self.acme {
+            super::metrics_acme::register(status, r);
+        }
         let tables = labelled_gauge();
         for (table, n) in self.tables {
             tables.get_or_create(&vec![("table", table)]).set(clamp(n));

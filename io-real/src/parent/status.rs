@@ -63,7 +63,10 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[
         }),
         "broker": broker_json(parent, now),
         "singletons": singletons_json(parent, &info.services),
-        "acme": parent.acme().map(|m| super::services::acme::status_json(&m.status())),
+        "acme": parent.acme().map(|m| {
+            let wall = super::services::acme::facts::wall_now();
+            super::services::acme::status_json(&m.status(), m.health(wall))
+        }),
         "tls": super::tls_material::status_json(parent, now),
         "warnings": info.warnings,
     });
