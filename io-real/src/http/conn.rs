@@ -418,12 +418,7 @@ fn is_draining(drain: &watch::Receiver<bool>) -> bool {
 /// Whether an HTTP/1 request ends its connection, by hyper's rule: HTTP/1.1 unless it says
 /// `Connection: close`, HTTP/1.0 only if it says `Connection: keep-alive`.
 fn asks_to_close<B>(req: &Request<B>) -> bool {
-    let has = |token: &str| {
-        req.headers().get_all(header::CONNECTION).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        })
-    };
+    let has = |token: &str| super::has_token(req.headers(), header::CONNECTION, token);
     match req.version() {
         Version::HTTP_11 => has("close"),
         Version::HTTP_10 => !has("keep-alive"),
