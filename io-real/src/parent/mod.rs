@@ -146,7 +146,12 @@ pub fn run(loaded: Loaded) -> i32 {
         }
     };
     let journal = match (&root, &args.dav.state_dir) {
-        (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),
+        // Judged against where the root's links lead now.
+        (Ok(root), Some(dir)) => Some(
+            root.canonicalize()
+                .map_err(|e| format!("{}: {e}", root.display()))
+                .and_then(|root| dav_journal::Journal::open(dir, &root)),
+        ),
         _ => None,
     };
     // Opened now, so a path that cannot be a log stops us before anything is bound.
@@ -239,14 +244,17 @@ fn warn_of_open_file_limit(max_connections: i64) {
     }
 }
 
+/// The served directory, absolute but with its symbolic links kept: the workers follow
+/// the path on every request, so a `current -> releases/N` link flipped later is served
+/// (decision 0058). It must be a directory servery's user can list and open.
 fn resolve_root(dir: Option<&Path>) -> Result<PathBuf, String> {
     let dir = dir.unwrap_or(Path::new("."));
-    let root = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !root.is_dir() {
-        return Err(format!("{} is not a directory", root.display()));
-    }
+    let root = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    crate::served_root::check(&root).map_err(|problem| {
+        format!(
+            "{problem} (the served directory must be a directory servery's user can list and open)"
+        )
+    })?;
     Ok(root)
 }
 
