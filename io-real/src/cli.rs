@@ -141,6 +141,12 @@ crate::knobs::settings_struct! {
         )]
         pub bind: Vec<IpAddr>,
 
+        /// Connections the kernel queues on each listener before a worker accepts them
+        /// (the listen backlog; the kernel caps it at net.core.somaxconn). The shipped
+        /// socket unit's `Backlog=` says the same number.
+        #[arg(long, value_name = "N", env = "SERVERY_LISTEN_BACKLOG", default_value_t = crate::parent::LISTEN_BACKLOG, value_parser = clap::value_parser!(u32).range(1..=65535))]
+        pub listen_backlog: u32,
+
         /// Port to listen on. Without it servery tries 8000 and scans forward to 8099 while
         /// the port is busy; 0 picks a free ephemeral port. A reload that changes it binds
         /// the new port before the new generation starts and closes the old one when that

@@ -34,6 +34,7 @@ use servery_core::{ConfigError, ValidConfig};
 
 pub use cleanup::{remove_worker_temp_files, temp_prefix};
 pub use control::{default_path as default_control_socket, trusted_uid};
+pub use listeners::LISTEN_BACKLOG;
 pub use status::{config_json, config_text, status_text};
 
 use crate::cli::ServeArgs;
@@ -296,11 +297,15 @@ fn serve(
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let inherited_given = !inherited.is_empty();
     let acme_given = acme.is_some();
+    let binding = listeners::Binding {
+        addrs: args.bind.clone(),
+        backlog: args.listen_backlog,
+    };
     let (listeners, admin_listener) = if inherited.is_empty() {
-        let mut listeners = listeners::bind_all(&args.bind, args.port)?;
+        let mut listeners = listeners::bind_all(&binding, args.port)?;
         if let Some(acme) = &acme {
             // The cleartext HTTP-01 listeners go last: workers count them from the end.
-            listeners.extend(listeners::bind_all(&args.bind, Some(acme.http_port))?);
+            listeners.extend(listeners::bind_all(&binding, Some(acme.http_port))?);
         }
         let admin = match args.ops.admin {
             Some(addr) => {
@@ -532,7 +537,7 @@ fn serve(
     });
     let service_reports = services.reports();
     let listeners = listener_sets::ListenerSets::new(
-        args.bind.clone(),
+        binding,
         scheme,
         parent.supervisor().config().listen(),
         listeners,
