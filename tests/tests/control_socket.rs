@@ -378,9 +378,8 @@ fn ctl_refuses_a_socket_or_a_listener_of_another_user() {
         // A socket root names, of a third user (nobody), answered by this one: a relay.
         std::os::unix::fs::chown(&socket, Some(65534), None).expect("chown");
         let said = ctl("a socket of one user answered by another", &named);
-        let expected =
-            format!("the socket file belongs to uid 65534, but the process listening on it (pid");
-        assert!(said.contains(&expected), "`{expected}` not in:\n{said}");
+        let expected = "the socket file belongs to uid 65534, but the process listening on it (pid";
+        assert!(said.contains(expected), "`{expected}` not in:\n{said}");
     }
     drop(impostor);
 }
