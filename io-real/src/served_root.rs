@@ -1,18 +1,22 @@
 //! The served directory: checked once at start (it must be a directory servery's user can
 //! list and open), then followed by path on every request, so a deploy that replaces it —
 //! a `current -> releases/N` symbolic link flipped, or the directory deleted and copied
-//! again — is served from the next request on, as nginx and Caddy do (decision 0058).
+//! again — is served to the requests after it, as nginx and Caddy do (decision 0058).
 //!
 //! Every path of a request is still resolved beneath one directory handle (`cap_std`,
-//! `openat2(RESOLVE_BENEATH)`): what changes is which handle. Each request `statx`es the
+//! `openat2(RESOLVE_BENEATH)`): what changes is which handle. A request `statx`es the
 //! root's path (following links) and compares the directory's identity — device, inode
 //! and birth time — with the handle's; a difference opens the path again, and the new
-//! handle's own identity is what later requests compare with.
+//! handle's own identity is what later requests compare with. One look stands for
+//! [`LOOK_INTERVAL`]: a request within that long of the worker's last look uses its
+//! answer, so a busy worker pays one `statx` a millisecond instead of one a request
+//! (measured: docs/benchmarks/http.md, "The served root followed per request").
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
@@ -122,6 +126,10 @@ impl Opened {
     }
 }
 
+/// How long one look at the root's path stands for: a request that arrives this long
+/// after a swap is served from the new directory.
+pub const LOOK_INTERVAL: Duration = Duration::from_millis(1);
+
 /// The served root of one worker, as its path names it now.
 #[derive(Debug)]
 pub struct LiveRoot {
@@ -129,6 +137,9 @@ pub struct LiveRoot {
     current: RwLock<Arc<Opened>>,
     /// The path names nothing (or nothing we can open) now: said once until it does again.
     missing: AtomicBool,
+    /// Microseconds after `epoch` before which the last look still stands.
+    next_look_us: AtomicU64,
+    epoch: Instant,
 }
 
 impl LiveRoot {
@@ -139,6 +150,8 @@ impl LiveRoot {
             path: path.to_owned(),
             current: RwLock::new(Arc::new(Opened::open(path)?)),
             missing: AtomicBool::new(false),
+            next_look_us: AtomicU64::new(0),
+            epoch: Instant::now(),
         })
     }
 
@@ -146,11 +159,19 @@ impl LiveRoot {
         &self.path
     }
 
-    /// The directory the path names now, opened again if it is another than the one held.
-    /// While the path names nothing (between a delete and the copy that replaces it) the
-    /// handle held is kept: a deleted directory answers "not found".
+    /// The directory the path names now (as of at most [`LOOK_INTERVAL`] ago), opened
+    /// again if it is another than the one held. While the path names nothing (between a
+    /// delete and the copy that replaces it) the handle held is kept: a deleted directory
+    /// answers "not found".
     pub fn dir(&self) -> Arc<Dir> {
         let held = self.held();
+        let now_us = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if now_us < self.next_look_us.load(Ordering::Relaxed) {
+            return Arc::clone(&held.dir);
+        }
+        let interval_us = u64::try_from(LOOK_INTERVAL.as_micros()).unwrap_or(u64::MAX);
+        self.next_look_us
+            .store(now_us.saturating_add(interval_us), Ordering::Relaxed);
         match rustix::fs::statx(CWD, &self.path, AtFlags::empty(), WANTED) {
             Ok(stat) if Identity::of(&stat) == held.identity => {
                 self.missing.store(false, Ordering::Relaxed);
@@ -216,7 +237,10 @@ mod tests {
         dir
     }
 
+    /// What `name` holds beneath the root, once a look made now stands (past
+    /// [`LOOK_INTERVAL`] since the last).
     fn read(root: &LiveRoot, name: &str) -> Option<String> {
+        root.next_look_us.store(0, Ordering::Relaxed);
         root.dir().read_to_string(name).ok()
     }
 
@@ -245,6 +269,25 @@ mod tests {
         std::fs::create_dir(&plain).expect("mkdir");
         std::fs::write(plain.join("v"), "new").expect("write");
         assert_eq!(read(&root, "v").as_deref(), Some("new"));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn one_look_stands_for_the_interval() {
+        let base = scratch("interval");
+        for release in ["1", "2"] {
+            std::fs::create_dir(base.join(release)).expect("mkdir");
+            std::fs::write(base.join(release).join("v"), release).expect("write");
+        }
+        std::os::unix::fs::symlink("1", base.join("current")).expect("link");
+        let root = LiveRoot::open(&base.join("current")).expect("open");
+        assert_eq!(read(&root, "v").as_deref(), Some("1"));
+        std::fs::remove_file(base.join("current")).expect("rm");
+        std::os::unix::fs::symlink("2", base.join("current")).expect("link");
+        // Within the interval of the look `read` made: its answer stands.
+        root.next_look_us.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(root.dir().read_to_string("v").ok().as_deref(), Some("1"));
+        assert_eq!(read(&root, "v").as_deref(), Some("2"));
         let _ = std::fs::remove_dir_all(&base);
     }
 

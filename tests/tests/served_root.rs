@@ -2,12 +2,15 @@
 //! directory and deploys", decision 0058): a root that does not exist, is not a directory
 //! or cannot be read by servery's user is refused at start (exit 2, before binding), and a
 //! root replaced while servery runs — a `current -> releases/N` link flipped, or the
-//! directory deleted and copied again — is served from the next request on.
+//! directory deleted and copied again — is served to every request that arrives a look
+//! interval (1 ms) after the swap.
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use servery::served_root::LOOK_INTERVAL;
 
 use servery_tests::*;
 
@@ -30,6 +33,14 @@ fn every_request_answers(server: &Server, path: &str, expected: &str, n: usize) 
     for i in 0..n {
         assert_eq!(body(server, path), expected, "request {i} after the swap");
     }
+}
+
+/// Waits until a look a worker made before the swap made at `at` stands no more: every
+/// request from then on is served from what the path names now.
+fn past_one_look(at: Instant) {
+    wait_until(BOUND, "one look interval past the swap", || {
+        (at.elapsed() > LOOK_INTERVAL).then_some(())
+    });
 }
 
 /// A port held by this test: a servery that tried to bind it would exit 1, not 2.
@@ -112,7 +123,7 @@ fn a_root_that_is_missing_a_file_or_unreadable_is_refused_before_binding() {
 }
 
 #[test]
-fn a_flipped_release_link_is_served_from_the_next_request() {
+fn a_flipped_release_link_is_served_a_look_interval_later() {
     let tree = Tree::new("root-flip");
     let releases = tree.dir.join("releases");
     for (n, version) in [("1", "one\n"), ("2", "two\n")] {
@@ -132,6 +143,7 @@ fn a_flipped_release_link_is_served_from_the_next_request() {
     let next = tree.dir.join("root.next");
     std::os::unix::fs::symlink("releases/2", &next).expect("link");
     std::fs::rename(&next, tree.root()).expect("flip");
+    past_one_look(Instant::now());
     every_request_answers(&server, "/version.txt", "two\n", 8);
     wait_until(BOUND, "the swap in the log", || {
         server
@@ -146,7 +158,7 @@ fn a_flipped_release_link_is_served_from_the_next_request() {
 }
 
 #[test]
-fn a_root_deleted_and_copied_again_is_served_from_the_next_request() {
+fn a_root_deleted_and_copied_again_is_served_a_look_interval_later() {
     let tree = Tree::new("root-recopy");
     let server = Server::start(&tree, 2, FAST, &[]);
     server.wait_ready(2, BOUND);
@@ -163,6 +175,7 @@ fn a_root_deleted_and_copied_again_is_served_from_the_next_request() {
     assert_eq!(status, 404);
     std::fs::create_dir(tree.root()).expect("mkdir");
     std::fs::write(tree.root().join("hello.txt"), "copied again\n").expect("write");
+    past_one_look(Instant::now());
     every_request_answers(&server, "/hello.txt", "copied again\n", 8);
     assert_eq!(server.status()["state"], "ready");
 }
