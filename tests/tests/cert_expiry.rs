@@ -3,8 +3,10 @@
 //! `/metrics` (`servery_certificate_not_after_seconds`,
 //! `servery_certificate_renewal_window_start_seconds`). docs/operations.md, "TLS".
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use servery_tests::serde_json::json;
@@ -63,10 +65,14 @@ fn admin_addr(server: &mut Server) -> SocketAddr {
         .unwrap_or_else(|| panic!("no admin address in {line:?}"))
 }
 
-fn sample(admin: SocketAddr, series: &str) -> Option<i64> {
+fn metrics(admin: SocketAddr) -> String {
     let (status, body) = http_get(admin, "/metrics").expect("GET /metrics");
     assert_eq!(status, 200);
-    String::from_utf8_lossy(&body)
+    String::from_utf8(body).expect("metrics are text")
+}
+
+fn sample(admin: SocketAddr, series: &str) -> Option<i64> {
+    metrics(admin)
         .lines()
         .find_map(|l| {
             l.strip_prefix(series)?
@@ -111,6 +117,33 @@ fn an_expired_or_expiring_certificate_is_warned_about_at_start_and_on_reload() {
         sample(admin, "servery_certificate_not_after_seconds"),
         Some(ended)
     );
+
+    // The certificate's gauges are well-formed for Prometheus.
+    let text = metrics(admin);
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Err(e) => eprintln!("NOTICE: promtool not run ({e}): the metrics' form is not checked"),
+        Ok(mut promtool) => {
+            promtool
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())
+                .expect("write to promtool");
+            let out = promtool.wait_with_output().expect("promtool ran");
+            assert!(
+                out.status.success(),
+                "promtool refused the metrics:\n{}{}\n{text}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 
     // Ten days left of a ninety-day certificate: inside the 30-day window.
     let soon = write_certificate(&cert, &key, now - 80 * DAY, now + 10 * DAY);
