@@ -15,6 +15,7 @@ mod listener_sets;
 mod listeners;
 mod local_broker;
 mod metrics;
+mod metrics_acme;
 pub mod ops_args;
 pub mod services;
 pub(crate) mod site;

@@ -285,7 +285,7 @@ impl SimWorld {
                 }
             }
             // The parent's own (the broker's challenge table): never a driver's.
-            AcmeAction::Publish(_) | AcmeAction::Withdraw => {}
+            AcmeAction::Publish(_) | AcmeAction::Withdraw | AcmeAction::AttemptFailed { .. } => {}
         }
     }
 
