@@ -36,6 +36,7 @@ pub mod operator_file;
 pub mod os;
 pub mod out;
 pub mod parent;
+pub mod served_root;
 pub mod settings;
 pub mod tftp;
 pub mod tls;

@@ -50,6 +50,8 @@ pub struct Snapshot {
     /// Broker table sizes, by name.
     pub tables: [(&'static str, u64); 6],
     pub access_log: Option<AccessLogCounts>,
+    /// The certificate served, with TLS.
+    pub certificate: Option<servery_core::tls_material::CertSummary>,
     /// With `--acme`: the certificate manager's counters and the certificate's health.
     pub acme: Option<(
         servery_core::acme::ManagerStatus,
@@ -86,6 +88,7 @@ impl Snapshot {
                 write_failed: w.lines_failed.load(Relaxed),
                 lost_with_workers: log.discarded(),
             }),
+            certificate: parent.tls().map(|tls| tls.status().summary),
             acme: parent.acme().map(|m| (m.status(), m.health(wall))),
         }
     }
@@ -213,6 +216,31 @@ impl Snapshot {
 
         self.register_broker(r);
         self.register_requests(r);
+        self.register_certificate(r);
+    }
+
+    /// When the served certificate ends, and when its renewal window opens: alert on
+    /// `time() > servery_certificate_renewal_window_start_seconds`.
+    fn register_certificate(&self, r: &mut Registry) {
+        let Some(cert) = self.certificate.as_ref().filter(|c| c.not_after_unix != 0) else {
+            return;
+        };
+        let not_after = Gauge::<i64>::default();
+        not_after.set(cert.not_after_unix);
+        r.register_with_unit(
+            "certificate_not_after",
+            "When the TLS certificate being served expires (its notAfter, Unix time)",
+            Unit::Seconds,
+            not_after,
+        );
+        let window = Gauge::<i64>::default();
+        window.set(cert.renewal_window_from_unix());
+        r.register_with_unit(
+            "certificate_renewal_window_start",
+            "When the served certificate enters its renewal window (30 days, or the last third of a shorter lifetime, before its notAfter; Unix time)",
+            Unit::Seconds,
+            window,
+        );
     }
 
     fn register_broker(&self, r: &mut Registry) {

@@ -94,6 +94,7 @@ fn summary(facts: Option<&CertFacts>) -> CertSummary {
     facts.map_or_else(CertSummary::default, |f| CertSummary {
         subject: f.names.first().cloned().unwrap_or_default(),
         not_after_unix: f.not_after.0,
+        not_before_unix: f.not_before.0,
     })
 }
 
