@@ -108,7 +108,7 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
     ),
     (
         "singleton-lifecycle",
-        "it turns on TFTP and HTTP/3, which are not in the binary yet; the access log, QR and mDNS singletons are driven for real by tests/singletons.rs",
+        "it counts the singleton machine's actions (each service started once, switched with each generation, stopped once), which only the simulator sees; the real services have their own tests: tests/singletons.rs (access log, QR, mDNS across reloads), tests/tftp.rs and tests/http3.rs",
     ),
     (
         "malformed-frame",
