@@ -172,8 +172,33 @@ def main():
     big = os.urandom(6 * 1024 * 1024 + 123)
     write(f"{work}/resume/resumed.bin", big)
 
+    # A page someone uploaded, whose script would act as the site if it ran.
+    write(f"{root}/evil.html", b"<!doctype html><title>inert</title><p id=p>static</p>"
+          b"<script>document.title = 'ran'; document.getElementById('p').textContent = 'ran';"
+          b"fetch('/evil-wrote.txt', {method: 'PUT', body: 'x'});</script>")
+    write(f"{root}/evil.svg", b"<svg xmlns='http://www.w3.org/2000/svg'><script>"
+          b"fetch('/evil-svg-wrote.txt', {method: 'PUT', body: 'x'})</script>"
+          b"<text x='5' y='20'>svg</text></svg>")
+
     driver = browser(work)
     try:
+        step("an uploaded page runs in a sandbox")
+        driver.get(base + "/evil.html")
+        shown = wait(driver, "the uploaded page shown", lambda d: d.find_element(By.ID, "p"))
+        wait(driver, "the page loaded",
+             lambda d: d.execute_script("return document.readyState") == "complete")
+        ran = (shown.text, driver.title)
+        assert ran == ("static", "inert"), \
+            f"an uploaded page's script ran on the site (sandbox rule, decision 0047): {ran}"
+        origin = driver.execute_script("try { return String(window.origin) } catch (e) { return 'error' }")
+        assert origin == "null", f"the page is not in an opaque origin: {origin!r}"
+        driver.get(base + "/evil.svg")
+        wait(driver, "the uploaded SVG shown", lambda d: "svg" in d.page_source)
+        driver.get(base + "/")
+        wait(driver, "the root listing", lambda d: "evil.html" in rows(d))
+        for name in ("evil-wrote.txt", "evil-svg-wrote.txt"):
+            assert not os.path.exists(f"{root}/{name}"), f"an uploaded page's script wrote {name}"
+
         step("browse and sort")
         driver.get(base + "/docs/")
         wait(driver, "the listing",

@@ -3,7 +3,8 @@
 //! and archives are served by different processes. See the script for the steps: browse
 //! and sort, filter and search, uploads with progress, an interrupted upload resumed
 //! byte-exact after a reload, a folder as zip and tar.gz, a cross-origin upload refused,
-//! hostile names shown as text.
+//! hostile names shown as text, and an uploaded HTML page and SVG whose scripts never run
+//! (decision 0047's sandbox).
 //!
 //! Needs Debian's `chromium` and `chromium-driver` and PyPI's `selenium`
 //! (`scripts/debian-packages.txt`, `scripts/python-packages.txt`). With
