@@ -2,7 +2,8 @@
 //! in beyond the crates it shares: a Rust h3/quinn client (`support/h3_client.rs`) and
 //! aioquic (`support/h3_client.py`). Files, ranges, conditional requests and missing
 //! files; `Alt-Svc` on TCP; the configuration rule; 10,000 requests across a recycle and
-//! a `kill -9` of one worker, where only the killed worker's connections may fail; and
+//! a `kill -9` of one worker, where only the killed worker's connections may fail; 64 MiB
+//! downloads across 20 recycles and a reload, all byte-exact; and
 //! random datagrams, which must not hurt a worker.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +22,8 @@ use servery_tests::*;
 mod admission;
 #[path = "support/h3_client.rs"]
 mod h3_client;
+#[path = "http3/recycles.rs"]
+mod recycles;
 #[path = "http3/steering.rs"]
 mod steering;
 
