@@ -16,6 +16,7 @@ mod listeners;
 mod local_broker;
 mod metrics;
 pub mod ops_args;
+mod process_stats;
 pub mod services;
 pub(crate) mod site;
 mod spawn;
