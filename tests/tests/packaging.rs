@@ -1,7 +1,7 @@
 //! What packages take from the binary: `--version` names the commit and the features,
 //! `servery generate man` documents every long option `--help` lists (and `man` renders
-//! it), `servery generate completions` completes them, and `servery healthcheck` tells a
-//! serving admin listener from a missing one.
+//! it), `servery generate completions` completes them, `servery healthcheck` tells a
+//! serving admin listener from a missing one, and `--help` fits the terminal's width.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -266,5 +266,31 @@ fn healthcheck_answers_for_the_admin_listener() {
         nothing.stderr.contains("SERVERY_ADMIN"),
         "{}",
         nothing.stderr
+    );
+}
+
+#[test]
+fn help_is_wrapped_to_the_terminal_width() {
+    // Not a terminal here: clap takes the width from COLUMNS, as from the terminal.
+    let width_of = |columns: &str| {
+        let done = run_servery(&["--help"], &[("COLUMNS", columns)], BOUND);
+        assert!(done.status.success(), "{}", done.stderr);
+        let widest = done
+            .stdout
+            .lines()
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0);
+        (widest, done.stdout)
+    };
+    let (narrow, text) = width_of("70");
+    assert!(
+        narrow <= 70,
+        "a line of {narrow} columns in a 70-column terminal:\n{text}"
+    );
+    let (wide, text) = width_of("200");
+    assert!(
+        wide > 100 && wide <= 200,
+        "the widest line is {wide} columns in a 200-column terminal:\n{text}"
     );
 }
