@@ -2,7 +2,8 @@
 //! Starlette's echo (text, binary, a 1 MiB message, subprotocol choice, ping), a refusal
 //! before accept (403), a message over the limit (1009), FastAPI's JSON socket, and a
 //! socket open during `ctl recycle` closed with 1012 (service restart) while its worker
-//! drains — the application told, the replacement serving the next socket.
+//! drains — the application told, the replacement serving the next socket; and two tasks
+//! sending on one socket at once, both woken when room comes.
 //!
 //! Each test says SKIPPED and passes when the interpreter the binary embeds lacks the
 //! framework or the client (scripts/test installs the pinned versions).
@@ -65,9 +66,84 @@ async def total(websocket: WebSocket):
         pass
 "#;
 
+/// A plain ASGI application whose two tasks send on one socket at once, and a watcher that
+/// marks (a file) the moment both wait for room: the client reads nothing until then.
+const TWO_SENDERS_APP: &str = r#"
+import asyncio, os
+
+MARK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "both-waiting")
+PER_TASK = 256
+CHUNK = b"x" * 65536
+
+async def app(scope, receive, send):
+    if scope["type"] != "websocket":
+        return
+    await receive()
+    await send({"type": "websocket.accept"})
+    waiting = [False, False]
+
+    async def sender(me):
+        for _ in range(PER_TASK):
+            waiting[me] = True
+            await send({"type": "websocket.send", "bytes": CHUNK})
+            waiting[me] = False
+
+    async def watch():
+        # This task runs only while both senders are suspended, and a sender suspends
+        # only inside send() waiting for room: both flags up means both wait at once.
+        while True:
+            if all(waiting):
+                open(MARK, "w").close()
+                return
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.ensure_future(watch())
+    await asyncio.gather(sender(0), sender(1))
+    watcher.cancel()
+    await send({"type": "websocket.close", "code": 1000})
+"#;
+
+/// A plain ASGI application that sends until its socket is full, marks (a file) that it
+/// waits for room, and on the send that fails writes how many sends were taken.
+const QUEUED_APP: &str = r#"
+import asyncio, os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHUNK = b"y" * 65536
+
+async def app(scope, receive, send):
+    if scope["type"] != "websocket":
+        return
+    await receive()
+    await send({"type": "websocket.accept"})
+    state = {"taken": 0, "waiting": False}
+
+    async def watch():
+        # Runs only while the sender is suspended, which it is only inside send().
+        while True:
+            if state["waiting"]:
+                open(os.path.join(HERE, "blocked"), "w").close()
+                return
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        while True:
+            state["waiting"] = True
+            await send({"type": "websocket.send", "bytes": CHUNK})
+            state["waiting"] = False
+            state["taken"] += 1
+    except OSError as e:
+        outcome = type(e).__name__
+    finally:
+        watcher.cancel()
+    with open(os.path.join(HERE, "taken"), "w") as out:
+        out.write("%d %s" % (state["taken"], outcome))
+"#;
+
 /// The client: one mode a run, one JSON line out (and `OPEN` first in `hold`).
 const CLIENT: &str = r#"
-import asyncio, json, sys
+import asyncio, json, os, sys
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -117,6 +193,41 @@ async def main(url, mode):
             except ConnectionClosed as e:
                 out = {"code": e.rcvd.code if e.rcvd else None,
                        "reason": e.rcvd.reason if e.rcvd else None}
+    elif mode == "slow-reader":
+        # The client library stops reading the socket once one message waits unread, so
+        # the server's queue and both sockets' buffers fill before the mark appears.
+        async with connect(url + "/ws", max_size=None, max_queue=1) as ws:
+            mark = sys.argv[3]
+            for _ in range(2000):
+                if os.path.exists(mark):
+                    break
+                await asyncio.sleep(0.01)
+            out = {"marked": os.path.exists(mark), "messages": 0, "bytes": 0}
+            try:
+                while True:
+                    message = await asyncio.wait_for(ws.recv(), 10)
+                    out["messages"] += 1
+                    out["bytes"] += len(message)
+            except ConnectionClosed as e:
+                out["close"] = e.rcvd.code if e.rcvd else None
+            except asyncio.TimeoutError:
+                out["close"] = "none within 10 s"
+    elif mode == "late-reader":
+        async with connect(url + "/ws", max_size=None, max_queue=1) as ws:
+            go = sys.argv[3]
+            for _ in range(3000):
+                if os.path.exists(go):
+                    break
+                await asyncio.sleep(0.01)
+            out = {"messages": 0}
+            try:
+                while True:
+                    await asyncio.wait_for(ws.recv(), 10)
+                    out["messages"] += 1
+            except ConnectionClosed as e:
+                out["close"] = e.rcvd.code if e.rcvd else None
+            except asyncio.TimeoutError:
+                out["close"] = "none within 10 s"
     print(json.dumps(out), flush=True)
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))
@@ -283,6 +394,91 @@ fn a_websocket_open_during_a_recycle_is_closed_with_1012_and_the_next_one_is_ser
     });
     let echo = run_client(&tree, &server, "echo");
     assert_eq!(echo["text"], "héllo", "{echo}");
+}
+
+/// Two tasks of one application send on one socket while its client reads nothing: both
+/// wait for room at once, and each must be woken when room comes — every message
+/// arrives and the application's close follows.
+#[test]
+fn two_tasks_sending_on_one_websocket_are_both_woken_when_room_comes() {
+    if !available(&["websockets"]) {
+        return;
+    }
+    let tree = app_tree("ws_two_senders", "two", TWO_SENDERS_APP);
+    let server = start(&tree, 1, "two:app");
+    let mark = tree.dir.join("app/both-waiting");
+    let mut command = client(&tree, &server, "slow-reader");
+    command.arg(&mark);
+    let done = run_command(command, BOUND);
+    let line = done.stdout.lines().last().unwrap_or_default().to_owned();
+    let out: Value =
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("client: {line:?}\n{}", done.stderr));
+    assert_eq!(out["marked"], true, "both senders waited at once: {out}");
+    assert_eq!(
+        out,
+        json!({"marked": true, "messages": 512, "bytes": 512 * 65536, "close": 1000}),
+        "every message of both tasks arrived, then the close"
+    );
+}
+
+/// A drain closes a socket whose application waits for room: what the application was told
+/// was taken still reaches the client, ahead of the 1012, and its next send raises.
+#[test]
+fn a_drain_sends_what_the_application_queued_before_its_close() {
+    if !available(&["websockets"]) {
+        return;
+    }
+    let tree = app_tree("ws_queued", "queued", QUEUED_APP);
+    let server = start(&tree, 1, "queued:app");
+    let old_pids = worker_pids(&server.status());
+    let go = tree.dir.join("go");
+    let mut command = client(&tree, &server, "late-reader");
+    command
+        .arg(&go)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let reader = command.spawn().expect("start the client");
+    wait_until(BOUND, "the application to wait for room", || {
+        tree.dir.join("app/blocked").exists().then_some(())
+    });
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    wait_until(BOUND, "the old worker to drain", || {
+        let status = server.status();
+        status["workers"].as_array()?.iter().find(|w| {
+            w["pid"].as_u64() == old_pids.first().map(|&p| u64::from(p)) && w["state"] == "draining"
+        })?;
+        Some(())
+    });
+    std::fs::write(&go, b"").expect("tell the client to read");
+    let done = reader.wait_with_output().expect("the client's end");
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let out: Value = serde_json::from_str(line).unwrap_or_else(|_| {
+        panic!(
+            "client: {line:?}\n{}",
+            String::from_utf8_lossy(&done.stderr)
+        )
+    });
+    let (taken, _) = wait_until_or(
+        BOUND,
+        || std::fs::read_to_string(tree.dir.join("app/taken")).ok(),
+        || {
+            format!(
+                "the application's send after the drain's close never raised: a send after \
+                 the close must fail, not be taken and lost (the client got {out})"
+            )
+        },
+    );
+    let (count, outcome) = taken.split_once(' ').expect("count and outcome");
+    assert_eq!(
+        outcome, "ClientDisconnected",
+        "the send after the close raised"
+    );
+    assert_eq!(
+        out,
+        json!({"messages": count.parse::<u64>().expect("a count"), "close": 1012}),
+        "every message the application was told was taken arrived, then the 1012"
+    );
 }
 
 /// A client that answers the server's Close only when the test says: the draining worker

@@ -60,18 +60,40 @@ class Bridge:
             pass
         new, woken, sockets = self.take()
         for key in woken:
-            fut = self.waiters.pop(key, None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+            waiting = self.waiters.pop(key, None)
+            if waiting is None:
+                continue
+            if type(waiting) is list:
+                for fut in waiting:
+                    if not fut.done():
+                        fut.set_result(None)
+            elif not waiting.done():
+                waiting.set_result(None)
         for request in new:
             self.loop.create_task(self.serve(*request))
         for socket_args in sockets:
             self.loop.create_task(self.serve_websocket(*socket_args))
 
     def wait(self, ident, kind):
+        # One wake from Rust answers every task waiting on this request for this kind: an
+        # application may send (or receive) from two tasks at once, and each must be
+        # woken, so a second waiter joins the first instead of replacing it. Each task has
+        # a future of its own, so cancelling one leaves the other waiting.
         fut = self.loop.create_future()
-        self.waiters[(ident, kind)] = fut
+        key = (ident, kind)
+        waiting = self.waiters.get(key)
+        if waiting is None or (type(waiting) is not list and waiting.done()):
+            self.waiters[key] = fut
+        elif type(waiting) is list:
+            waiting.append(fut)
+        else:
+            self.waiters[key] = [waiting, fut]
         return fut
+
+    def forget(self, ident):
+        # A call or socket that ended may leave a waiter no wake will come for.
+        self.waiters.pop((ident, 0), None)
+        self.waiters.pop((ident, 1), None)
 
     async def serve(self, ident, scope, call):
         scope["state"] = dict(self.state)
@@ -126,6 +148,8 @@ class Bridge:
         else:
             # A response left unfinished is cut: the client must not wait for it.
             call.finish(None)
+        finally:
+            self.forget(ident)
 
 
     async def serve_websocket(self, ident, scope, recv, send_op, finish):
@@ -196,6 +220,8 @@ class Bridge:
                 raise
         else:
             finish(None)
+        finally:
+            self.forget(ident)
 
 
 class Lifespan:

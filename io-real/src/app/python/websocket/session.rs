@@ -72,6 +72,30 @@ pub(super) async fn session(
             }
         }};
     }
+    // The server closes on its own (a drain): what the application queued before was
+    // answered as taken and goes out ahead of the Close, and the queue is closed first, so
+    // a later send fails (the application's send raises, as when the client has gone)
+    // instead of being taken and lost.
+    macro_rules! close_after_queued {
+        ($code:expr, $reason:expr) => {{
+            outs.close();
+            while let Ok(out) = outs.try_recv() {
+                socket.sent_one();
+                match out {
+                    Out::Message(message) => {
+                        if closing.is_none() && !send!(message) {
+                            // The peer cannot take it: end now, as a failed send does.
+                            closing = Some(Instant::now());
+                        }
+                    }
+                    Out::Close(code, reason) => close!(code, reason),
+                    Out::Accept(..) => {}
+                    Out::Done(_) => app_done = true,
+                }
+            }
+            close!($code, $reason);
+        }};
+    }
     loop {
         let room = socket.room.notified();
         // The peer's Close is always read: its reply must go out.
@@ -135,10 +159,13 @@ pub(super) async fn session(
             }
             () = async { drop(drain.wait_for(|&d| d).await) }, if !draining => {
                 draining = true;
-                close!(SERVICE_RESTART, "service restart");
+                close_after_queued!(SERVICE_RESTART, "service restart");
             }
             _ = ping.tick(), if closing.is_none() => {
                 if !heard {
+                    // The peer is not reading: what is queued cannot reach it, but later
+                    // sends must fail rather than be taken.
+                    outs.close();
                     close!(INTERNAL_ERROR, "keepalive ping timeout");
                 } else {
                     heard = false;
