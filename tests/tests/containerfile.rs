@@ -3,16 +3,25 @@
 //! path that build produces, the final image runs as a user other than root, every
 //! `SERVERY_*` variable it sets is a setting, it exposes the ports it configures — and the
 //! image's configuration is run against the test binary, with its `HEALTHCHECK` command.
+//! With the release binary (`SERVERY_CHECK_RELEASE=1`, as `scripts/test` runs this, or
+//! `SERVERY_RELEASE_BIN`) and root, the image's file system is assembled by the
+//! Containerfile's own commands and the binary serves from it under `chroot` as the
+//! image's user, with only the `/proc` and `/dev` a container runtime provides.
 //! Building the image needs podman or a docker daemon and a network for the crates: it
 //! runs only with `SERVERY_CHECK_CONTAINER=1`, and says it was skipped otherwise.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use servery_tests::{Server, Tree, free_port, run_command, run_servery, servery_bin};
+use servery_tests::{
+    HELLO, Server, Sig, Tree, free_port, http_get, run_command, run_servery, servery_bin,
+    signal_pid, wait_until,
+};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -217,4 +226,224 @@ fn the_images_configuration_serves_and_its_healthcheck_passes() {
         .current_dir(workspace());
     let built = run_command(build, Duration::from_secs(3600));
     assert!(built.status.success(), "{engine} build: {}", built.stderr);
+}
+
+/// The shipped binary, if this run is to check it (as tests/release_binary.rs finds it).
+fn release_binary() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("SERVERY_RELEASE_BIN") {
+        return Some(PathBuf::from(bin));
+    }
+    if std::env::var_os("SERVERY_CHECK_RELEASE").is_none_or(|v| v != "1") {
+        return None;
+    }
+    let out = Command::new("python3")
+        .arg(workspace().join("scripts/release_binary.py"))
+        .output()
+        .expect("run scripts/release_binary.py");
+    assert!(
+        out.status.success(),
+        "the release build failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// Kills what it holds when the test ends, however it ends.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_images_file_system_serves_as_its_user_under_chroot() {
+    let Some(bin) = release_binary() else {
+        eprintln!(
+            "SKIPPED: the image's file system under chroot needs the release binary \
+             (SERVERY_CHECK_RELEASE=1 or SERVERY_RELEASE_BIN)"
+        );
+        return;
+    };
+    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        eprintln!("SKIPPED: the image is x86_64 Linux only");
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: chroot and mounts need root");
+        return;
+    }
+    let all = instructions();
+    let build = all
+        .iter()
+        .find(|(k, a)| k == "RUN" && a.contains("cargo"))
+        .map(|(_, a)| a.clone())
+        .expect("a RUN with cargo");
+    let stage = final_stage(&all);
+    let user = stage
+        .iter()
+        .rfind(|(k, _)| k == "USER")
+        .map(|(_, u)| u.clone())
+        .expect("a USER");
+
+    // The build stage's commands, with the binary already built and the image's root here.
+    let tree = Tree::new("containerfile-rootfs");
+    let rootfs = tree.root().join("image");
+    let produced = build
+        .split_whitespace()
+        .find(|w| w.starts_with("target/") && w.ends_with("/servery"))
+        .expect("the path the build produces")
+        .to_owned();
+    let assemble = build
+        .replace(
+            "SERVERY_BUILD_COMMIT=\"$SERVERY_BUILD_COMMIT\" cargo release-static --locked",
+            "true",
+        )
+        .replace(&produced, &bin.to_string_lossy())
+        .replace("/rootfs", &rootfs.to_string_lossy());
+    assert!(
+        !assemble.contains("cargo"),
+        "the build command changed: {build}"
+    );
+    let mut sh = Command::new("sh");
+    sh.arg("-ec").arg(&assemble);
+    let assembled = run_command(sh, Duration::from_secs(30));
+    assert!(
+        assembled.status.success(),
+        "{assemble}: {}",
+        assembled.stderr
+    );
+    std::fs::write(rootfs.join("srv/hello.txt"), HELLO).expect("a file to serve");
+    for dir in ["proc", "dev"] {
+        std::fs::create_dir_all(rootfs.join(dir)).expect("mount points");
+    }
+    let files = count_files(&rootfs);
+    assert_eq!(
+        files, 3,
+        "the image holds the binary, passwd and group, nothing else"
+    );
+
+    // The image's settings, on ports free here.
+    let mut env = final_env(stage);
+    let port = free_port();
+    let admin_port = free_port();
+    env.insert("SERVERY_PORT".into(), port.to_string());
+    env.insert("SERVERY_ADMIN".into(), format!("0.0.0.0:{admin_port}"));
+    env.insert("SERVERY_WORKERS".into(), "2".into());
+    // What a runtime gives a container: its own /proc and the host's /dev; then the
+    // entry point, as the image's user, in the image's root (`exec` keeps the pid).
+    let in_image = |args: &[&str]| {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
+            .arg(
+                "user=\"$1\"; shift; \
+                 mount -t proc proc \"$0/proc\"; mount --rbind /dev \"$0/dev\"; \
+                 exec chroot --userspec=\"$user\" \"$0\" /usr/local/bin/servery \"$@\"",
+            )
+            .arg(&rootfs)
+            .arg(&user)
+            .args(args)
+            .env_clear()
+            .envs(env.iter());
+        cmd
+    };
+    let mut child = in_image(&[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("unshare and chroot");
+    let stdout = child.stdout.take().expect("stdout");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut guard = Guard(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with("servery: ready") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = guard.0.kill();
+                panic!(
+                    "not ready in the image: {}",
+                    errors.join().unwrap_or_default()
+                );
+            }
+        }
+    }
+
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let (code, body) = http_get(addr, "/hello.txt").expect("served from the image");
+    assert_eq!((code, body.as_slice()), (200, HELLO));
+    let health = run_command(in_image(&["healthcheck"]), Duration::from_secs(30));
+    assert!(
+        health.status.success(),
+        "{}{}",
+        health.stdout,
+        health.stderr
+    );
+    // The control socket in the image's /tmp, as `podman exec … servery ctl` finds it.
+    let status = run_command(
+        in_image(&["ctl", "--port", &port.to_string(), "status", "--json"]),
+        Duration::from_secs(30),
+    );
+    assert!(status.status.success(), "{}", status.stderr);
+    let status: servery_tests::serde_json::Value =
+        servery_tests::serde_json::from_str(&status.stdout).expect("status JSON");
+    let uid: u64 = user
+        .split(':')
+        .next()
+        .and_then(|u| u.parse().ok())
+        .expect("uid");
+    assert_eq!(status["state"], "ready", "{status}");
+    assert_eq!(
+        std::fs::metadata(rootfs.join(format!("tmp/servery-{uid}")))
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                u64::from(m.uid())
+            })
+            .ok(),
+        Some(uid),
+        "the control socket's directory belongs to the image's user"
+    );
+
+    // SIGTERM, as `podman stop` sends it (STOPSIGNAL): a clean stop.
+    signal_pid(guard.0.id(), Sig::TERM);
+    let (exit, _) = wait_until(Duration::from_secs(20), "the exit after SIGTERM", || {
+        guard.0.try_wait().ok().flatten()
+    });
+    assert_eq!(
+        exit.code(),
+        Some(0),
+        "{}",
+        errors.join().unwrap_or_default()
+    );
+}
+
+/// Regular files under `dir` (the image's /tmp and /srv contents left out).
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| !p.ends_with("srv"))
+        .map(|p| if p.is_dir() { count_files(&p) } else { 1 })
+        .sum()
 }

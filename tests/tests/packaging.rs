@@ -260,8 +260,22 @@ fn healthcheck_answers_for_the_admin_listener() {
     assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
     assert!(refused.stderr.contains("unhealthy"), "{}", refused.stderr);
 
+    let injected = run_servery(
+        &[
+            "healthcheck",
+            "--admin",
+            &admin.to_string(),
+            "--path",
+            "/livez HTTP/1.0\r\nX: y",
+        ],
+        &[],
+        BOUND,
+    );
+    assert_eq!(injected.status.code(), Some(1), "{}", injected.stdout);
+    assert!(injected.stderr.contains("--path"), "{}", injected.stderr);
+
     let nothing = run_servery(&["healthcheck"], &[], BOUND);
-    assert_eq!(nothing.status.code(), Some(2), "{}", nothing.stderr);
+    assert_eq!(nothing.status.code(), Some(1), "{}", nothing.stderr);
     assert!(
         nothing.stderr.contains("SERVERY_ADMIN"),
         "{}",

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::HealthcheckArgs;
 
+/// A container's `HEALTHCHECK` reads 1 as unhealthy.
+const UNHEALTHY: i32 = 1;
+
 /// The most of the answer read: its status line is all that is judged.
 const ANSWER_CAP: u64 = 4096;
 
@@ -21,6 +24,8 @@ pub enum ProbeError {
     Config(String),
     #[error("--timeout must be a positive number of seconds, got {0}")]
     Timeout(f64),
+    #[error("--path must start with `/` and hold no spaces or control characters, got {0:?}")]
+    Path(String),
     #[error("{addr}: {source}")]
     Io {
         addr: SocketAddr,
@@ -31,7 +36,9 @@ pub enum ProbeError {
     NotHttp { addr: SocketAddr, line: String },
 }
 
-/// Probes, prints one line, returns the exit code.
+/// Probes, prints one line, returns the exit code: 0 healthy, 1 anything else, a
+/// configuration that names no admin listener included (Docker keeps 2 for itself in a
+/// `HEALTHCHECK`).
 pub fn healthcheck(args: &HealthcheckArgs) -> i32 {
     match probe(args) {
         Ok((addr, 200, line)) => {
@@ -40,15 +47,20 @@ pub fn healthcheck(args: &HealthcheckArgs) -> i32 {
         }
         Ok((addr, _, line)) => {
             tell!("unhealthy: http://{addr}{} answered {line}", args.path);
-            crate::EXIT_RUNTIME
+            UNHEALTHY
         }
-        Err(e @ (ProbeError::NoAdmin | ProbeError::Config(_) | ProbeError::Timeout(_))) => {
+        Err(
+            e @ (ProbeError::NoAdmin
+            | ProbeError::Config(_)
+            | ProbeError::Timeout(_)
+            | ProbeError::Path(_)),
+        ) => {
             tell!("servery healthcheck: {e}");
-            crate::EXIT_CONFIG
+            UNHEALTHY
         }
         Err(e) => {
             tell!("unhealthy: {e}");
-            crate::EXIT_RUNTIME
+            UNHEALTHY
         }
     }
 }
@@ -57,6 +69,11 @@ pub fn healthcheck(args: &HealthcheckArgs) -> i32 {
 fn probe(args: &HealthcheckArgs) -> Result<(SocketAddr, u16, String), ProbeError> {
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         return Err(ProbeError::Timeout(args.timeout));
+    }
+    // It goes into the request line as it is.
+    let path = &args.path;
+    if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ProbeError::Path(path.clone()));
     }
     let timeout = Duration::from_secs_f64(args.timeout.min(3600.0));
     let addr = reachable(match args.admin {
