@@ -7,11 +7,15 @@ servers round by round and taking medians puts them under the same neighbours' l
     scripts/bench-ab.py [OLD_BINARY NEW_BINARY ...] [--servery-args ARGS]... [--nginx]
                         [--nginx-deferred] [--nginx-access-log] [--peer NAME]... [--rounds 5]
                         [--seconds 3] [--tests 1k,100k,churn,64m] [--workers 2]
-                        [--wait-load 1.0]
+                        [--wait-load 1.0] [--root-link]
 
 Without binaries it measures the release build (scripts/release_binary.py, built if
 stale). --peer takes a name prefix of a peer bench-http.py knows (static-web-server,
-caddy, …).
+caddy, …). --root-link serves servery the directory through a symbolic link
+(`{tmp}/site/current -> {tmp}/www`), as a deploy by link flip does: each request then
+follows the link (decision 0058). The served-root benchmark (docs/benchmarks.md):
+
+    scripts/bench-ab.py OLD NEW --root-link --tests 1k,churn --rounds 7 --seconds 3
 
 --servery-args (repeatable) runs every binary once per ARGS, with ARGS added to its
 command line (split like a shell would; "" is the plain server). `{tmp}` in ARGS is the
@@ -173,6 +177,9 @@ def main():
                     help="first wait (at most --wait-load-bound s) until the 1-minute load "
                          "average is below LOAD")
     ap.add_argument("--wait-load-bound", type=int, default=600)
+    ap.add_argument("--root-link", action="store_true",
+                    help="serve servery the directory through a symbolic link, as a deploy "
+                         "by link flip does")
     a = ap.parse_args()
     tests = a.tests.split(",")
     for t in tests:
@@ -233,6 +240,11 @@ def run(a, tests, binaries, variants, tmp):
         with open(os.path.join(root, name), "wb") as f:
             f.write(os.urandom(size))
     bench.let_settle([os.path.join(root, name) for name, _ in files])
+    servery_root = root
+    if a.root_link:
+        os.makedirs(os.path.join(tmp, "site"))
+        servery_root = os.path.join(tmp, "site", "current")
+        os.symlink(root, servery_root)
 
     entries = []
     for i, binary in enumerate(binaries):
@@ -242,8 +254,8 @@ def run(a, tests, binaries, variants, tmp):
             log = access_log_path(args)
             entries.append(Entry(
                 f"{i}:{os.path.basename(binary)}" + (f" {extra}" if extra.strip() else ""),
-                lambda b=binary, p=port, x=args: bench.Server(
-                    "servery", [b, "--workers", str(a.workers), "--port", str(p), root, *x], p),
+                lambda b=binary, p=port, x=args, d=servery_root: bench.Server(
+                    "servery", [b, "--workers", str(a.workers), "--port", str(p), d, *x], p),
                 port, log, binary if log else None))
     if a.nginx_access_log:
         port = bench.free_port()

@@ -140,6 +140,22 @@ impl Parent {
         self.acme.as_ref()
     }
 
+    /// Whether the service takes traffic, its certificate counted (decision 0057): with
+    /// ACME, no valid certificate in service (none issued yet, or the one served has
+    /// expired) makes it unready whatever its workers; a valid one whose renewals fail
+    /// makes a ready service degraded — still sent traffic, but shown. Without ACME it is
+    /// the supervisor's readiness. `wall` is the driver's Unix time.
+    pub fn readiness(&self, wall: crate::acme::UnixTime) -> crate::supervisor::Readiness {
+        use crate::acme::CertHealth;
+        use crate::supervisor::Readiness;
+        let serving = self.supervisor.readiness();
+        match self.acme.as_ref().map(|m| m.health(wall)) {
+            Some(CertHealth::NoValidCertificate) => Readiness::Unready,
+            Some(CertHealth::Renewing) if serving == Readiness::Ready => Readiness::Degraded,
+            _ => serving,
+        }
+    }
+
     /// Locks a previous parent journalled, before the first event; returns how many were
     /// still live. Their time left counts from `now`.
     pub fn restore_dav_locks(

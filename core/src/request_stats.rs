@@ -27,6 +27,18 @@ pub const METHODS: [&str; 15] = [
 /// Status classes, `1xx` to `5xx`.
 pub const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
+/// Why a connection was closed before it brought a request (nothing to log: it has no
+/// request line; decision 0056): it sent nothing within `request_head_timeout`, a full
+/// worker closed it to admit a new one, or its TLS handshake failed or timed out.
+pub const UNHEARD: [&str; 3] = ["head_timeout", "evicted", "tls_handshake"];
+
+/// The index in [`UNHEARD`] of each reason.
+pub mod unheard {
+    pub const HEAD_TIMEOUT: usize = 0;
+    pub const EVICTED: usize = 1;
+    pub const TLS_HANDSHAKE: usize = 2;
+}
+
 /// Upper bounds of the duration histogram's buckets, in microseconds (the last bucket,
 /// past these, is `+Inf`).
 pub const DURATION_BOUNDS_US: [u64; 14] = [
@@ -72,6 +84,8 @@ pub struct RequestStats {
     pub duration_buckets: [u64; DURATION_BUCKETS],
     /// Sum of those times, in microseconds.
     pub duration_sum_us: u64,
+    /// Connections closed before they brought a request, by [`UNHEARD`] index.
+    pub closed_unheard: [u64; UNHEARD.len()],
 }
 
 impl RequestStats {
@@ -91,6 +105,9 @@ impl RequestStats {
             *a = a.saturating_add(*b);
         }
         self.duration_sum_us = self.duration_sum_us.saturating_add(other.duration_sum_us);
+        for (a, b) in self.closed_unheard.iter_mut().zip(&other.closed_unheard) {
+            *a = a.saturating_add(*b);
+        }
     }
 
     /// Every answered request.
@@ -149,5 +166,9 @@ mod tests {
         assert_eq!(a.duration_buckets[0], 1);
         assert_eq!(a.duration_buckets[1], 1);
         assert_eq!(a.duration_buckets[DURATION_BUCKETS - 1], 1);
+        a.closed_unheard[unheard::EVICTED] = 2;
+        b.closed_unheard = [1, 1, 1];
+        a.add(&b);
+        assert_eq!(a.closed_unheard, [1, 3, 1]);
     }
 }

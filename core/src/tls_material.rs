@@ -133,6 +133,61 @@ pub struct CertSummary {
     pub subject: String,
     /// The leaf's notAfter, seconds since the Unix epoch.
     pub not_after_unix: i64,
+    /// The leaf's notBefore, seconds since the Unix epoch.
+    pub not_before_unix: i64,
+}
+
+/// The renewal window: a certificate served this close to its notAfter is one whose
+/// renewal is late (certbot and Caddy renew 90-day certificates 30 days before they end).
+pub const RENEWAL_WINDOW_SECS: i64 = 30 * 86_400;
+
+/// How a served certificate stands against the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertExpiry {
+    /// Not parsed (no notAfter known).
+    Unknown,
+    Valid,
+    /// Inside its renewal window: warned about.
+    Expiring,
+    /// Past its notAfter: clients refuse it.
+    Expired,
+}
+
+impl CertExpiry {
+    pub fn name(self) -> &'static str {
+        match self {
+            CertExpiry::Unknown => "unknown",
+            CertExpiry::Valid => "valid",
+            CertExpiry::Expiring => "expiring",
+            CertExpiry::Expired => "expired",
+        }
+    }
+}
+
+impl CertSummary {
+    /// Where the renewal window opens: [`RENEWAL_WINDOW_SECS`] before the notAfter, or
+    /// the last third of the lifetime for a certificate that lives less than 90 days (a
+    /// short-lived certificate would otherwise be "expiring" all its life).
+    pub fn renewal_window_from_unix(&self) -> i64 {
+        let lifetime = self
+            .not_after_unix
+            .saturating_sub(self.not_before_unix)
+            .max(0);
+        self.not_after_unix - RENEWAL_WINDOW_SECS.min(lifetime / 3)
+    }
+
+    /// The certificate at wall-clock time `now_unix` (seconds since the epoch).
+    pub fn expiry(&self, now_unix: i64) -> CertExpiry {
+        if self.not_after_unix == 0 {
+            CertExpiry::Unknown
+        } else if now_unix >= self.not_after_unix {
+            CertExpiry::Expired
+        } else if now_unix >= self.renewal_window_from_unix() {
+            CertExpiry::Expiring
+        } else {
+            CertExpiry::Valid
+        }
+    }
 }
 
 /// What the driver tells the machine.

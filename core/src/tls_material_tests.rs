@@ -20,6 +20,7 @@ fn summary() -> CertSummary {
     CertSummary {
         subject: "CN=a.test".into(),
         not_after_unix: 2_000_000_000,
+        not_before_unix: 1_990_000_000,
     }
 }
 
@@ -128,6 +129,7 @@ fn a_new_identity_bumps_the_generation_and_the_same_one_changes_nothing() {
         summary: CertSummary {
             subject: "CN=b.test".into(),
             not_after_unix: 1,
+            not_before_unix: 0,
         },
     };
     s.handle(at(HOUR), new);
@@ -487,4 +489,32 @@ mod parent {
         );
         p.check_invariants().expect("invariants");
     }
+}
+
+#[test]
+fn a_certificate_is_expiring_in_its_renewal_window_and_expired_past_its_end() {
+    use crate::tls_material::{CertExpiry, RENEWAL_WINDOW_SECS};
+    const DAY: i64 = 86_400;
+    let ninety_days = CertSummary {
+        subject: "CN=a.test".into(),
+        not_before_unix: 1_000 * DAY,
+        not_after_unix: 1_090 * DAY,
+    };
+    assert_eq!(
+        ninety_days.renewal_window_from_unix(),
+        1_090 * DAY - RENEWAL_WINDOW_SECS
+    );
+    assert_eq!(ninety_days.expiry(1_059 * DAY), CertExpiry::Valid);
+    assert_eq!(ninety_days.expiry(1_060 * DAY), CertExpiry::Expiring);
+    assert_eq!(ninety_days.expiry(1_090 * DAY - 1), CertExpiry::Expiring);
+    assert_eq!(ninety_days.expiry(1_090 * DAY), CertExpiry::Expired);
+    // Six days long: the last two are the window, not all six.
+    let six_days = CertSummary {
+        not_before_unix: 0,
+        not_after_unix: 6 * DAY,
+        ..ninety_days.clone()
+    };
+    assert_eq!(six_days.expiry(3 * DAY), CertExpiry::Valid);
+    assert_eq!(six_days.expiry(4 * DAY), CertExpiry::Expiring);
+    assert_eq!(CertSummary::default().expiry(5), CertExpiry::Unknown);
 }

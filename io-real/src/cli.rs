@@ -22,7 +22,8 @@ Control socket:
   mode 0700 (an existing one must be a real directory of the same user, mode 0700).
   The socket is created mode 0600 and removed on exit. The parent answers only
   clients of its own user or root, and `servery ctl` talks only to a socket, and a
-  process, of its own user or root.
+  process, of its own user or root; root also to another user's servery through a
+  socket it names with --socket, answered by the socket file's owner.
 
 Signals:
   SIGTERM / SIGINT stop gracefully (drain, then exit); SIGHUP reloads the configuration
@@ -42,7 +43,8 @@ Operator files:
 
 Exit codes:
   0 clean stop, 1 runtime error (e.g. cannot bind, an unsafe control socket
-  directory), 2 configuration error (e.g. an unreadable or oversized --tls-cert),
+  directory), 2 configuration error (e.g. an unreadable or oversized --tls-cert, a
+  directory to serve that servery's user cannot list),
   3 the first generation failed to start, 4 the crash restart limit was exceeded.";
 
 /// Share a directory over HTTP from supervised worker processes.
@@ -146,6 +148,12 @@ crate::knobs::settings_struct! {
             default_value = "127.0.0.1"
         )]
         pub bind: Vec<IpAddr>,
+
+        /// Connections the kernel queues on each listener before a worker accepts them
+        /// (the listen backlog; the kernel caps it at net.core.somaxconn). The shipped
+        /// socket unit's `Backlog=` says the same number.
+        #[arg(long, value_name = "N", env = "SERVERY_LISTEN_BACKLOG", default_value_t = crate::parent::LISTEN_BACKLOG, value_parser = clap::value_parser!(u32).range(1..=65535))]
+        pub listen_backlog: u32,
 
         /// Port to listen on. Without it servery tries 8000 and scans forward to 8099 while
         /// the port is busy; 0 picks a free ephemeral port. A reload that changes it binds

@@ -5,6 +5,12 @@
 //! (`SO_PEERCRED`). Otherwise anyone who could put a socket at the path `ctl` uses — a
 //! predictable name in `/tmp`, a symbolic link — would be answering, and `ctl` would
 //! print their status or report their "success" of a `stop`.
+//!
+//! Root is the exception the shipped unit's logrotate `postrotate` needs: root's `ctl`
+//! also talks to a service running as another user, through a socket root names with
+//! `--socket` (never one found at a default path, which anyone could have made first),
+//! as long as the process listening on it runs as the user that owns the socket file
+//! (decision 0059).
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
@@ -28,10 +34,21 @@ pub enum CtlError {
         source: io::Error,
     },
     #[error(
-        "refusing to talk to {path}: the socket file belongs to uid {owner}, neither you (uid {me}) nor root; another user may have put it there",
-        path = .path.display()
+        "refusing to talk to {path}: the socket file belongs to uid {owner}, neither you (uid {me}) nor root; another user may have put it there{hint}",
+        path = .path.display(),
+        hint = if *.me == 0 { " (root talks to another user's servery only through a socket it names with --socket)" } else { "" }
     )]
     ForeignSocket { path: PathBuf, owner: u32, me: u32 },
+    #[error(
+        "refusing to talk to {path}: the socket file belongs to uid {owner}, but the process listening on it (pid {pid}) runs as uid {uid}; another user may be impersonating servery",
+        path = .path.display()
+    )]
+    Relayed {
+        path: PathBuf,
+        owner: u32,
+        uid: u32,
+        pid: i32,
+    },
     #[error(
         "refusing to talk to {path}: the process listening on it (pid {pid}) runs as uid {uid}, neither you (uid {me}) nor root; another user may be impersonating servery",
         path = .path.display()
@@ -54,9 +71,19 @@ pub enum CtlError {
     Refused(String),
 }
 
+/// How `ctl` came by the socket's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketPath {
+    /// Named by the operator (`--socket`, `SERVERY_CONTROL_SOCKET`).
+    Named,
+    /// Worked out from `--port` (a place another user may have taken first).
+    Default,
+}
+
 /// Connect to the socket at `path` if it belongs to the same user or root, and so does
-/// the process listening on it.
-pub fn connect(path: &Path) -> Result<UnixStream, CtlError> {
+/// the process listening on it; or, for root and a path it named, if the process
+/// listening runs as the user the socket file belongs to.
+pub fn connect(path: &Path, how: SocketPath) -> Result<UnixStream, CtlError> {
     let connect_error = |source| CtlError::Connect {
         path: path.to_owned(),
         source,
@@ -67,7 +94,9 @@ pub fn connect(path: &Path) -> Result<UnixStream, CtlError> {
     let owner = std::fs::symlink_metadata(path)
         .map_err(connect_error)?
         .uid();
-    if !crate::parent::trusted_uid(Uid::from_raw(owner)) {
+    let ours = crate::parent::trusted_uid(Uid::from_raw(owner));
+    let root_names_theirs = !ours && geteuid().is_root() && how == SocketPath::Named;
+    if !ours && !root_names_theirs {
         return Err(CtlError::ForeignSocket {
             path: path.to_owned(),
             owner,
@@ -76,6 +105,17 @@ pub fn connect(path: &Path) -> Result<UnixStream, CtlError> {
     }
     let stream = UnixStream::connect(path).map_err(connect_error)?;
     let peer = rustix::net::sockopt::socket_peercred(&stream).map_err(io::Error::from)?;
+    if root_names_theirs {
+        if peer.uid.as_raw() != owner {
+            return Err(CtlError::Relayed {
+                path: path.to_owned(),
+                owner,
+                uid: peer.uid.as_raw(),
+                pid: peer.pid.as_raw_nonzero().get(),
+            });
+        }
+        return Ok(stream);
+    }
     if !crate::parent::trusted_uid(peer.uid) {
         return Err(CtlError::ForeignPeer {
             path: path.to_owned(),
@@ -88,8 +128,13 @@ pub fn connect(path: &Path) -> Result<UnixStream, CtlError> {
 }
 
 /// Send one request and return the answer; `Err(Refused)` when servery said no.
-pub fn request(path: &Path, request: &Value, timeout: Duration) -> Result<Value, CtlError> {
-    let mut stream = connect(path)?;
+pub fn request(
+    path: &Path,
+    how: SocketPath,
+    request: &Value,
+    timeout: Duration,
+) -> Result<Value, CtlError> {
+    let mut stream = connect(path, how)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut line = request.to_string();
@@ -124,10 +169,13 @@ pub fn request(path: &Path, request: &Value, timeout: Duration) -> Result<Value,
 }
 
 pub fn run(args: CtlArgs) -> i32 {
-    let path = args
-        .socket
-        .clone()
-        .unwrap_or_else(|| parent::default_control_socket(args.port));
+    let (path, how) = match args.socket.clone() {
+        Some(path) => (path, SocketPath::Named),
+        None => (
+            parent::default_control_socket(args.port),
+            SocketPath::Default,
+        ),
+    };
     let body = match &args.command {
         CtlCommand::Status { .. } => json!({"cmd": "status"}),
         CtlCommand::Recycle => json!({"cmd": "recycle"}),
@@ -144,7 +192,7 @@ pub fn run(args: CtlArgs) -> i32 {
         },
     };
     let timeout = Duration::try_from_secs_f64(args.timeout).unwrap_or(Duration::from_secs(120));
-    let answer = match request(&path, &body, timeout) {
+    let answer = match request(&path, how, &body, timeout) {
         Ok(answer) => answer,
         Err(e) => {
             tell!("servery ctl: {e}");

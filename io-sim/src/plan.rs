@@ -110,6 +110,9 @@ pub enum Fault {
 pub enum SimCommand {
     Stop,
     Reload(Box<RawConfig>),
+    /// SIGTTIN (+1) or SIGTTOU (-1): a reload of the spec's configuration with the
+    /// committed worker count changed by this much.
+    Resize(i32),
     Recycle,
     /// `ctl status`: answered after the step it wakes the parent for
     /// ([`crate::Outcome::status_answers`]).

@@ -412,6 +412,11 @@ impl SimWorld {
             .iter()
             .map(|(at, cmd)| match cmd {
                 SimCommand::Reload(raw) => (ms(*at), raw.workers.max(1) as usize),
+                // At most the spec's count plus every resize before it.
+                SimCommand::Resize(_) => (
+                    ms(*at),
+                    w.spec.config.workers.max(1) as usize + w.spec.commands.len(),
+                ),
                 _ => (ms(*at), 0),
             })
             .collect();

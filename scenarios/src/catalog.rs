@@ -145,6 +145,13 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "resize",
+        about: "SIGTTIN/SIGTTOU under load: each a reload to one worker more or fewer, none below one, zero failed requests",
+        build: rollouts::resize,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
         name: "recycle-replacement-fails",
         about: "recycle replacements fail to start: the old worker keeps serving; recycling retries, then is suspended",
         build: rollouts::recycle_replacement_fails,
@@ -406,6 +413,7 @@ pub(crate) fn expect(config: &RawConfig, end: End) -> Expect {
         end,
         workers: config.workers as usize,
         alt_workers: None,
+        workers_rule: None,
         first_recycle_within: None,
         generation: Some(1),
         zero_failed: false,

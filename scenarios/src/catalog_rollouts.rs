@@ -1,5 +1,5 @@
-//! Recycling (by age, by requests, by hand, with failing replacements) and reloads
-//! (valid and invalid).
+//! Recycling (by age, by requests, by hand, with failing replacements), reloads (valid and
+//! invalid) and resizes (SIGTTIN, SIGTTOU).
 
 use servery_sim::{Behavior, FaultKind, SimCommand};
 
@@ -206,6 +206,45 @@ pub(crate) fn reload_invalid(ctx: &mut Ctx) -> Plan {
         }
         o.coverage.insert("reload rejected kept the old generation");
         Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+/// One to three resizes a few seconds apart, each one worker more or fewer; one that would
+/// leave no worker is rejected and the service keeps its count. Each accepted resize is a
+/// reload: a new generation of the new count, nothing lost.
+pub(crate) fn resize(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 3);
+    let config = fast_config(n);
+    let mut spec = spec(ctx, config.clone(), 14.0);
+    let mut count = n;
+    let mut generation = 1;
+    for i in 0..ctx.rng.range(1, 3) {
+        let by: i32 = if ctx.rng.chance(0.5) { 1 } else { -1 };
+        let t = at(ctx, 1.0 + 4.0 * i as f64, 3.0 + 4.0 * i as f64);
+        spec.commands.push((t, SimCommand::Resize(by)));
+        if count + i64::from(by) >= 1 {
+            count += i64::from(by);
+            generation += 1;
+        }
+    }
+    let mut e = expect(&config, End::Ready);
+    e.workers = count as usize;
+    e.workers_rule = Some(
+        "resize rule (each SIGTTIN or SIGTTOU reloads to the committed count plus or minus one, never below one)",
+    );
+    e.generation = Some(generation);
+    e.zero_failed = true;
+    e.extra = Some(|o, e| {
+        let resized = e.generation.unwrap_or(1) > 1;
+        if resized {
+            o.coverage.insert("resized by a signal");
+        }
+        match &o.liveness {
+            Some(s) if s.restarts == 0 => Ok(()),
+            Some(s) => Err(format!("resizing restarted workers: {:?}", s.last_failure)),
+            None => Err("no liveness snapshot".into()),
+        }
     });
     Plan { spec, expect: e }
 }

@@ -202,7 +202,8 @@ fn judge_ready(o: &Outcome, e: &Expect) -> Result<(), String> {
         .count();
     ensure!(
         ready == e.workers || Some(ready) == e.alt_workers,
-        "{ready} ready workers at the liveness point, expected {}",
+        "{}{ready} ready workers at the liveness point, expected {}",
+        e.workers_rule.map(|r| format!("{r}: ")).unwrap_or_default(),
         e.workers
     );
     if let Some(g) = e.generation {

@@ -344,6 +344,7 @@ pub fn plan_digest(spec: &SimSpec) -> String {
                 SimCommand::Stop => format!("stop@{}", ms(*t)),
                 SimCommand::Recycle => format!("recycle@{}", ms(*t)),
                 SimCommand::Status => format!("status@{}", ms(*t)),
+                SimCommand::Resize(by) => format!("resize({by:+})@{}", ms(*t)),
                 SimCommand::Reload(next) => {
                     format!("reload(workers={})@{}", next.workers, ms(*t))
                 }

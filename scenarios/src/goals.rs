@@ -22,6 +22,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "backoff at cap halted",
     "recycled by age",
     "recycled by request count",
+    "resized by a signal",
     labels::RECYCLED_BY_MEMORY,
     labels::MEMORY_PEAK_PASSED,
     labels::APP_SHUTDOWN_COMPLETED,

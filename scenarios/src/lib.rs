@@ -64,6 +64,8 @@ pub struct Expect {
     pub workers: usize,
     /// Also acceptable (a reload that may or may not have committed).
     pub alt_workers: Option<usize>,
+    /// The rule that sets `workers`, named when the count is wrong.
+    pub workers_rule: Option<&'static str>,
     /// The first spawn after the initial generation must fall in this window.
     pub first_recycle_within: Option<(Duration, Duration)>,
     /// Committed generation expected at the liveness point.

@@ -456,12 +456,66 @@ fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
     // Nothing answers there: the CA cannot validate.
     ca.point("127.0.0.2");
     // Renewal due at once (within ten years of expiry).
-    let args = ca.args(&state, &["--acme-renew-before", "315360000"]);
+    let args = ca.args(
+        &state,
+        &["--acme-renew-before", "315360000", "--admin", "127.0.0.1:0"],
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(&tree, 1, &args, &[]);
+    let mut server = Server::start(&tree, 1, &args, &[]);
+    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
+    let admin: SocketAddr = line
+        .rsplit_once("http://")
+        .and_then(|(_, a)| a.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
     let failed = wait_acme(&server, "failed twice", Duration::from_secs(60), |a| {
         a["failures"].as_u64() >= Some(2)
     });
+    // Visible beyond ctl status (decision 0057): a log line per failed attempt naming its
+    // stage and what the CA said, counters by stage, and /readyz degraded, not failing,
+    // while the stored certificate is still valid and served.
+    assert_eq!(failed["certificate"], "valid, renewal failing", "{failed}");
+    assert!(
+        failed["failures_by_stage"]["validate"].as_u64() >= Some(2),
+        "{failed}"
+    );
+    wait_until(Duration::from_secs(10), "a line per failed attempt", || {
+        let said = server
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("ACME attempt failed") && l.contains("stage=\"validate\""))
+            .count();
+        (said >= 2).then_some(())
+    });
+    let (status, body) = http_get(admin, "/readyz").expect("readyz");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with("degraded: certificate renewal failing"),
+        "{body}"
+    );
+    let (_, metrics) = http_get(admin, "/metrics").expect("metrics");
+    let metrics = String::from_utf8_lossy(&metrics);
+    let sample = |series: &str| -> Option<f64> {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    assert!(
+        sample("servery_acme_failures_total{stage=\"validate\"}") >= Some(2.0),
+        "{metrics}"
+    );
+    assert!(
+        sample("servery_acme_consecutive_failures") >= Some(2.0),
+        "{metrics}"
+    );
+    assert!(
+        sample("servery_acme_certificate_expiry_timestamp_seconds") > Some(0.0),
+        "{metrics}"
+    );
+    eprintln!(
+        "failing renewal: {} failures, readyz {status} {body:?}, last error {}",
+        failed["failures"], failed["last_error"]
+    );
     assert_eq!(
         failed["serial"],
         issued["serial"],

@@ -494,3 +494,52 @@ fn every_setting_round_trips_through_cli_environment_and_file_to_the_same_config
         }
     }
 }
+
+#[test]
+fn relative_paths_in_the_file_are_taken_from_its_folder() {
+    let tree = Tree::new("cfg-relative");
+    // The file lives in a folder of its own, beside what it names; servery is started
+    // from another directory (the test's), where none of the names exist.
+    let conf = tree.dir.join("conf");
+    std::fs::create_dir_all(conf.join("www")).expect("mkdir");
+    std::fs::create_dir_all(conf.join("logs")).expect("mkdir");
+    std::fs::write(conf.join("www/page.txt"), "from the file's folder\n").expect("write");
+    let file = write(
+        &conf.join("site.toml"),
+        "dir = \"www\"\naccess_log = \"logs/access.log\"\n",
+    );
+    assert!(!Path::new("www").exists() && !Path::new("logs").exists());
+
+    let checked = run_servery(&["--config", text(&file), "--check-config"], &[], BOUND);
+    assert_eq!(checked.status.code(), Some(0), "{checked:?}");
+    let www = conf.join("www");
+    assert!(
+        checked
+            .stdout
+            .contains(&format!("root = {}", www.display())),
+        "{}",
+        checked.stdout
+    );
+    let log = conf.join("logs/access.log");
+    let all = settings(&checked.stdout);
+    assert_eq!(
+        setting(&all, "access_log"),
+        (
+            format!("{:?}", log.display().to_string()).as_str(),
+            format!("file {}:2", file.display()).as_str()
+        )
+    );
+
+    // Served: the command line's directory wins over the file's, the file's relative
+    // access log is written beside the file.
+    let server = Server::start(&tree, 1, &["--config", text(&file)], &[]);
+    server.wait_ready(1, BOUND);
+    let (status, _) = http_get(server.addr, "/hello.txt").expect("GET");
+    assert_eq!(status, 200);
+    wait_until(BOUND, "the access log line beside the file", || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("/hello.txt"))
+            .map(|_| ())
+    });
+}

@@ -323,7 +323,8 @@ fn ctl_refuses_a_socket_or_a_listener_of_another_user() {
     let theirs = tree.dir.join("theirs");
     std::fs::create_dir(&theirs).expect("mkdir");
     std::os::unix::fs::chown(&theirs, Some(user.uid), Some(user.gid)).expect("chown");
-    let socket = theirs.join("ctl.sock");
+    // Where `servery ctl --port 8123` looks when XDG_RUNTIME_DIR names `theirs`.
+    let socket = theirs.join("servery-8123.sock");
     let impostor = Impostor::start(&user, &socket);
     assert_eq!(
         std::fs::symlink_metadata(&socket).expect("lstat").uid(),
@@ -333,10 +334,13 @@ fn ctl_refuses_a_socket_or_a_listener_of_another_user() {
     let fake = ctl_at(&socket, &json!({"cmd": "status"})).expect("the impostor answers");
     assert_eq!(fake["status"]["note"], FAKE_MARK);
 
-    let ctl = |what: &str| {
+    let ctl = |what: &str, target: &[&str]| {
+        let mut args = vec!["ctl"];
+        args.extend(target);
+        args.extend(["status", "--json"]);
         let run = run_servery(
-            &["ctl", "--socket", &text(&socket), "status", "--json"],
-            &[],
+            &args,
+            &[("XDG_RUNTIME_DIR", text(&theirs).as_str())],
             Duration::from_secs(20),
         );
         assert_eq!(run.status.code(), Some(1), "{what}: {run:?}");
@@ -348,8 +352,9 @@ fn ctl_refuses_a_socket_or_a_listener_of_another_user() {
         run.stderr
     };
 
-    // The socket file is theirs.
-    let said = ctl("a socket file of another user");
+    // The socket file at the default path is theirs (even root does not take a socket
+    // another user may have put where it looks: decision 0059).
+    let said = ctl("a socket file of another user", &["--port", "8123"]);
     let expected = format!(
         "refusing to talk to {}: the socket file belongs to uid {}",
         socket.display(),
@@ -359,7 +364,8 @@ fn ctl_refuses_a_socket_or_a_listener_of_another_user() {
 
     // The file made root's (as if planted by a path that root owns), the listener theirs.
     std::os::unix::fs::chown(&socket, Some(0), Some(0)).expect("chown");
-    let said = ctl("a listener of another user");
+    let named = ["--socket", socket.to_str().expect("utf-8")];
+    let said = ctl("a listener of another user", &named);
     let expected = format!(
         "runs as uid {}, neither you (uid {}) nor root",
         user.uid,
@@ -367,7 +373,80 @@ fn ctl_refuses_a_socket_or_a_listener_of_another_user() {
     );
     assert!(said.contains(&expected), "`{expected}` not in:\n{said}");
     assert!(said.contains("refusing to talk to"), "{said}");
+
+    if rustix::process::geteuid().is_root() {
+        // A socket root names, of a third user (nobody), answered by this one: a relay.
+        std::os::unix::fs::chown(&socket, Some(65534), None).expect("chown");
+        let said = ctl("a socket of one user answered by another", &named);
+        let expected = "the socket file belongs to uid 65534, but the process listening on it (pid";
+        assert!(said.contains(expected), "`{expected}` not in:\n{said}");
+    }
     drop(impostor);
+}
+
+#[test]
+fn root_controls_a_servery_of_another_user_through_the_socket_it_names() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("NOTICE: root's `servery ctl` is not tested: the tests do not run as root");
+        return;
+    }
+    let (Some(service), Some(stranger)) = (
+        other_user("root's ctl (the service's user)"),
+        other_user("root's ctl (a third user)"),
+    ) else {
+        return;
+    };
+    let tree = Tree::new("ctl-root");
+    // The service's user owns the directory its socket and log go in, as systemd's
+    // RuntimeDirectory= and LogsDirectory= make them.
+    std::os::unix::fs::chown(&tree.dir, Some(service.uid), Some(service.gid)).expect("chown");
+    let log = tree.dir.join("access.log");
+    let mut args = FAST.to_vec();
+    args.extend(["--access-log", log.to_str().expect("utf-8")]);
+    let launch = Launch {
+        user: Some((service.uid, service.gid)),
+        ..Launch::default()
+    };
+    let server = Server::launch(&tree, 1, &args, &[], &launch);
+    server.wait_ready(1, Duration::from_secs(20));
+    let socket = text(&server.socket);
+    assert_eq!(
+        std::fs::symlink_metadata(&server.socket)
+            .expect("lstat")
+            .uid(),
+        service.uid
+    );
+
+    // Root, as logrotate's postrotate runs: status and reopen-logs through --socket.
+    let status = run_servery(
+        &["ctl", "--socket", &socket, "status", "--json"],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert_eq!(status.status.code(), Some(0), "{status:?}");
+    let parsed: servery_tests::serde_json::Value =
+        servery_tests::serde_json::from_str(status.stdout.trim()).expect("status JSON");
+    assert_eq!(parsed["state"], "ready", "{parsed}");
+    assert_eq!(parsed["pid"], server.pid, "{parsed}");
+    let reopen = run_servery(
+        &["ctl", "--socket", &socket, "reopen-logs"],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert_eq!(reopen.status.code(), Some(0), "{reopen:?}");
+    wait_until(Duration::from_secs(10), "the reopen counted", || {
+        (server.status()["access_log"]["reopens"] == 1).then_some(())
+    });
+
+    // Another user stays refused, however the socket's mode is opened up.
+    std::fs::set_permissions(&server.socket, std::fs::Permissions::from_mode(0o666))
+        .expect("chmod");
+    let mut theirs = stranger.command(servery_bin());
+    theirs.args(["ctl", "--socket", &socket, "status", "--json"]);
+    let theirs = run_command(theirs, Duration::from_secs(20));
+    assert_eq!(theirs.status.code(), Some(1), "{theirs:?}");
+    assert!(!theirs.stdout.contains("generation"), "{theirs:?}");
+    assert_eq!(server.status()["state"], "ready");
 }
 
 #[test]

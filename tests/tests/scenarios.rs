@@ -83,6 +83,7 @@ driven! {
     recycle_replacement_fails => "recycle-replacement-fails";
     reload => "reload";
     reload_invalid => "reload-invalid";
+    resize => "resize";
     parent_death => "parent-death";
     parent_stall => "parent-stall";
     clock_jump => "clock-jump";

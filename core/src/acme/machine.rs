@@ -4,8 +4,8 @@ use std::collections::VecDeque;
 
 use super::schedule::{judge, renewal_due};
 use super::{
-    AcmeAction, AcmeError, AcmeEvent, CertFacts, Certificate, MAX_CHALLENGES, ManagerConfig,
-    UnixTime,
+    AcmeAction, AcmeError, AcmeEvent, CertFacts, CertHealth, Certificate, MAX_CHALLENGES,
+    ManagerConfig, Stage, UnixTime,
 };
 use crate::rng::CoreRng;
 use crate::time::Instant;
@@ -69,6 +69,10 @@ pub struct ManagerStatus {
     pub failures: u32,
     /// Orders started since the parent started.
     pub orders: u64,
+    /// Failed attempts since the parent started, by [`Stage::ALL`] index.
+    pub failures_by_stage: [u64; 3],
+    /// When an order last put a certificate in service, as wall time.
+    pub last_success: Option<UnixTime>,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +90,8 @@ pub struct CertManager {
     orders: u64,
     failures: u32,
     last_error: Option<String>,
+    failures_by_stage: [u64; 3],
+    last_success: Option<UnixTime>,
     published: bool,
     actions: VecDeque<AcmeAction>,
 }
@@ -103,6 +109,8 @@ impl CertManager {
             orders: 0,
             failures: 0,
             last_error: None,
+            failures_by_stage: [0; 3],
+            last_success: None,
             published: false,
             actions: VecDeque::new(),
         }
@@ -142,6 +150,23 @@ impl CertManager {
             last_error: self.last_error.clone(),
             failures: self.failures,
             orders: self.orders,
+            failures_by_stage: self.failures_by_stage,
+            last_success: self.last_success,
+        }
+    }
+
+    /// Whether a valid certificate is served at wall time `wall`, and whether renewing it
+    /// fails: what `/readyz` makes of the certificate (decision 0057).
+    pub fn health(&self, wall: UnixTime) -> CertHealth {
+        match &self.current {
+            Some(c) if c.not_before <= wall && wall < c.not_after => {
+                if self.failures == 0 {
+                    CertHealth::Good
+                } else {
+                    CertHealth::Renewing
+                }
+            }
+            _ => CertHealth::NoValidCertificate,
         }
     }
 
@@ -233,6 +258,7 @@ impl CertManager {
                 };
                 self.failures = 0;
                 self.last_error = None;
+                self.last_success = Some(wall);
                 self.put_in_service(now, wall, *certificate);
             }
             AcmeEvent::Failed { order, error } => {
@@ -351,10 +377,22 @@ impl CertManager {
     }
 
     fn fail(&mut self, now: Instant, error: AcmeError) {
+        let stage = match self.phase {
+            Phase::Validating { .. } => Stage::Validate,
+            Phase::Storing { .. } => Stage::Store,
+            Phase::Loading | Phase::Waiting { .. } | Phase::Ordering { .. } => Stage::Order,
+        };
         self.withdraw();
         self.failures = self.failures.saturating_add(1);
+        self.failures_by_stage[stage as usize] += 1;
         self.last_error = Some(error.to_string());
         let wait = self.config.retry.backoff(self.failures, &mut self.rng);
+        self.actions.push_back(AcmeAction::AttemptFailed {
+            stage,
+            error: error.to_string(),
+            failures: self.failures,
+            retry_in: wait,
+        });
         self.phase = Phase::Waiting {
             due: now + wait,
             retry: true,

@@ -207,6 +207,52 @@ pub enum AcmeAction {
     InstallIdentity { cert_pem: String, key_pem: String },
     /// Ask the CA for its renewal window for this certificate (ACME ARI), if it has one.
     AskRenewalInfo { serial: String },
+    /// An attempt failed: say so (one log line per failed attempt, with the CA's problem
+    /// detail in `error`). Nothing to carry out.
+    AttemptFailed {
+        stage: Stage,
+        error: String,
+        /// Failures in a row, this one included.
+        failures: u32,
+        /// How long until the next attempt.
+        retry_in: Duration,
+    },
+}
+
+/// Where in an attempt a failure happened: the phase the attempt was in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Account, new order, authorizations, the challenges handed out.
+    Order,
+    /// The CA validating the challenges, finalizing and issuing; the issued certificate
+    /// judged.
+    Validate,
+    /// The certificate written to the state directory.
+    Store,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 3] = [Stage::Order, Stage::Validate, Stage::Store];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Order => "order",
+            Stage::Validate => "validate",
+            Stage::Store => "store",
+        }
+    }
+}
+
+/// What the certificate means for readiness (decision 0057).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertHealth {
+    /// A valid certificate is served and the last attempt, if any, succeeded.
+    Good,
+    /// A valid certificate is served, but the attempts to renew it are failing.
+    Renewing,
+    /// No valid certificate is served: none was issued yet (the placeholder serves), or
+    /// the one in service has expired.
+    NoValidCertificate,
 }
 
 /// How the manager was configured.

@@ -292,7 +292,11 @@ fn failures_back_off_exponentially_with_jitter_up_to_the_cap_and_success_resets(
     }
     assert!(waits.last().expect("some") <= &policy.cap);
     let acts = actions(&mut m);
-    let [AcmeAction::Order { order: 13, .. }] = acts[..] else {
+    let [
+        AcmeAction::AttemptFailed { failures: 12, .. },
+        AcmeAction::Order { order: 13, .. },
+    ] = acts[..]
+    else {
         panic!("{acts:?}")
     };
     issue(&mut m, t, 13, cert("20", T0, T0 + 90 * DAY + t as i64));
@@ -387,7 +391,16 @@ fn unusable_challenges_are_refused_before_anything_is_published() {
         },
     ] {
         let (m, acts) = first_order_offers(vec![challenge("good"), bad]);
-        assert!(acts.is_empty(), "nothing published");
+        assert!(
+            matches!(
+                acts[..],
+                [AcmeAction::AttemptFailed {
+                    stage: Stage::Order,
+                    ..
+                }]
+            ),
+            "nothing published, the failure said: {acts:?}"
+        );
         assert_eq!(m.status().phase, "retrying");
     }
 }
@@ -587,5 +600,73 @@ fn a_renewal_window_is_a_draw_across_it() {
     assert!(
         draws.iter().any(|d| *d > T0 + 10 * DAY + DAY / 10),
         "every draw at the window's start: {draws:?}"
+    );
+}
+
+/// Failures are counted by the stage they happened in and said as an action each; the
+/// certificate's health follows what is served: none valid before the first issuance and
+/// after expiry, renewing while a valid one is served and attempts fail (decision 0057).
+#[test]
+fn failures_are_counted_by_stage_and_said_and_health_follows_the_certificate() {
+    let mut m = manager();
+    m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
+    assert_eq!(m.health(wall(0)), CertHealth::NoValidCertificate);
+    actions(&mut m);
+    m.handle(
+        at(1),
+        wall(1),
+        AcmeEvent::Failed {
+            order: 1,
+            error: AcmeError::Refused("rateLimited: too many".into()),
+        },
+    );
+    let said = actions(&mut m);
+    assert!(
+        matches!(&said[..], [AcmeAction::AttemptFailed { stage: Stage::Order, error, failures: 1, .. }] if error.contains("rateLimited: too many")),
+        "{said:?}"
+    );
+    assert_eq!(m.status().failures_by_stage, [1, 0, 0]);
+    assert_eq!(m.health(wall(1)), CertHealth::NoValidCertificate);
+
+    // The retry issues: valid, and the last success is when it was stored.
+    let due = m.poll_timeout().expect("a retry");
+    m.handle_timeout(due);
+    let t = due.as_nanos() / 1_000_000_000;
+    let order = match actions(&mut m)[..] {
+        [AcmeAction::Order { order, .. }] => order,
+        ref other => panic!("{other:?}"),
+    };
+    issue(&mut m, t, order, cert("s1", T0, T0 + 90 * DAY));
+    assert_eq!(m.status().last_success, Some(wall(t)));
+    assert_eq!(m.health(wall(t)), CertHealth::Good);
+
+    // A renewal that fails validation: still served, so renewing, not unready.
+    m.handle(at(t + 1), wall(t + 1), AcmeEvent::RenewNow);
+    let renewal = match actions(&mut m).last() {
+        Some(AcmeAction::Order { order, .. }) => *order,
+        other => panic!("{other:?}"),
+    };
+    m.handle(
+        at(t + 1),
+        wall(t + 1),
+        AcmeEvent::Challenges {
+            order: renewal,
+            challenges: vec![challenge("tok2")],
+        },
+    );
+    m.handle(
+        at(t + 2),
+        wall(t + 2),
+        AcmeEvent::Failed {
+            order: renewal,
+            error: AcmeError::ValidationFailed("connection refused".into()),
+        },
+    );
+    assert_eq!(m.status().failures_by_stage, [1, 1, 0]);
+    assert_eq!(m.health(wall(t + 2)), CertHealth::Renewing);
+    // Past its expiry nothing valid is served.
+    assert_eq!(
+        m.health(UnixTime(T0 + 90 * DAY)),
+        CertHealth::NoValidCertificate
     );
 }

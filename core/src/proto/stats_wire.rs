@@ -6,13 +6,14 @@
 
 use super::ProtoError;
 use super::wire::{Reader, Writer};
-use crate::request_stats::{DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES};
+use crate::request_stats::{DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES, UNHEARD};
 
 /// How many request cells there are (method × status class).
 const CELLS: usize = METHODS.len() * STATUS_CLASSES.len();
 
 /// The most bytes [`put_stats`] writes.
-pub const MAX_STATS_LEN: usize = 1 + CELLS * 10 + 8 + 1 + DURATION_BUCKETS * 9 + 8;
+pub const MAX_STATS_LEN: usize =
+    1 + CELLS * 10 + 8 + 1 + DURATION_BUCKETS * 9 + 8 + 1 + UNHEARD.len() * 9;
 
 pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
     // Every heartbeat carries these, and most counters are zero: the scans stop at the
@@ -60,6 +61,14 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
         }
     }
     w.u64(s.duration_sum_us);
+    let unheard = s.closed_unheard.iter().filter(|n| **n > 0).count();
+    w.u8(unheard as u8);
+    for (i, &n) in s.closed_unheard.iter().enumerate() {
+        if n > 0 {
+            w.u8(i as u8);
+            w.u64(n);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -108,6 +117,19 @@ pub(super) fn get_stats_into(r: &mut Reader<'_>, s: &mut RequestStats) -> Result
         s.duration_buckets[b] = nonzero(r.u64()?)?;
     }
     s.duration_sum_us = r.u64()?;
+    let unheard = usize::from(r.u8()?);
+    if unheard > UNHEARD.len() {
+        return Err(invalid("unheard reasons", unheard as u64));
+    }
+    let mut next = 0usize;
+    for _ in 0..unheard {
+        let i = usize::from(r.u8()?);
+        if i >= UNHEARD.len() || i < next {
+            return Err(invalid("unheard reason", i as u64));
+        }
+        next = i + 1;
+        s.closed_unheard[i] = nonzero(r.u64()?)?;
+    }
     Ok(())
 }
 

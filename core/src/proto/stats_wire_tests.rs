@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::wire::{Reader, Writer};
 use super::{MAX_STATS_LEN, stats_wire};
-use crate::request_stats::{DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES};
+use crate::request_stats::{DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES, UNHEARD};
 
 /// Counters with some cells set (most are zero, as in a real worker's).
 pub(crate) fn stats() -> impl Strategy<Value = RequestStats> {
@@ -14,10 +14,11 @@ pub(crate) fn stats() -> impl Strategy<Value = RequestStats> {
     (
         proptest::collection::vec(cell.clone(), METHODS.len() * STATUS_CLASSES.len()),
         any::<u64>(),
-        proptest::collection::vec(cell, DURATION_BUCKETS),
+        proptest::collection::vec(cell.clone(), DURATION_BUCKETS),
         any::<u64>(),
+        proptest::collection::vec(cell, UNHEARD.len()),
     )
-        .prop_map(|(cells, bytes_sent, buckets, sum)| {
+        .prop_map(|(cells, bytes_sent, buckets, sum, unheard)| {
             let mut s = RequestStats {
                 bytes_sent,
                 duration_sum_us: sum,
@@ -27,6 +28,7 @@ pub(crate) fn stats() -> impl Strategy<Value = RequestStats> {
                 s.requests[i / STATUS_CLASSES.len()][i % STATUS_CLASSES.len()] = n;
             }
             s.duration_buckets.copy_from_slice(&buckets);
+            s.closed_unheard.copy_from_slice(&unheard);
             s
         })
 }
@@ -73,6 +75,8 @@ proptest! {
         bytes.extend([0u8; 8]);
         bytes.push(0);
         bytes.extend([0u8; 8]);
+        // No connection closed unheard.
+        bytes.push(0);
         let mut r = Reader { buf: &bytes };
         let decoded = stats_wire::get_stats(&mut r);
         let canonical = raw.windows(2).all(|w| {

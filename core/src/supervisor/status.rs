@@ -111,7 +111,7 @@ impl super::Supervisor {
         let ready = self
             .workers
             .values()
-            .filter(|w| w.state == WorkerState::Ready)
+            .filter(|w| w.state == WorkerState::Ready && !w.is_being_ended())
             .count();
         Capacity {
             ready: u32::try_from(ready).unwrap_or(u32::MAX).min(wanted),

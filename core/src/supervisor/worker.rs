@@ -88,6 +88,12 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Ordered to end by signal, or lost its channel (a kill follows): whatever its state
+    /// says, it no longer counts as serving.
+    pub fn is_being_ended(&self) -> bool {
+        self.gone || self.term_sent || self.kill_sent
+    }
+
     pub fn new(id: WorkerId, slot: Slot, generation: Generation, role: Role, now: Instant) -> Self {
         Worker {
             id,

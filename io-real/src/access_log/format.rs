@@ -43,6 +43,9 @@ pub struct Record<'a> {
     pub time: SystemTime,
     pub remote: Option<SocketAddr>,
     pub user: Option<&'a str>,
+    /// Empty for a request refused before its head was read (a malformed head, one too
+    /// large, one that never finished): the request is then written `"-"` (`null`s in
+    /// JSON), as nginx writes an empty `$request`.
     pub method: &'a str,
     pub target: &'a str,
     pub protocol: &'a str,
@@ -119,11 +122,15 @@ impl Record<'_> {
                     " [{d:02}/{}/{y:04}:{h:02}:{mi:02}:{s:02} +0000] \"",
                     MONTHS[(mo - 1) as usize]
                 );
-                push_escaped(out, self.method.as_bytes());
-                out.push(' ');
-                push_escaped(out, self.target.as_bytes());
-                out.push(' ');
-                out.push_str(self.protocol);
+                if self.method.is_empty() {
+                    out.push('-');
+                } else {
+                    push_escaped(out, self.method.as_bytes());
+                    out.push(' ');
+                    push_escaped(out, self.target.as_bytes());
+                    out.push(' ');
+                    out.push_str(self.protocol);
+                }
                 let _ = write!(out, "\" {} ", self.status);
                 match self.bytes {
                     Some(n) => {
@@ -158,15 +165,16 @@ impl Record<'_> {
                     }
                     None => out.push_str("null"),
                 }
-                out.push_str(",\"method\":");
-                push_json(out, self.method.as_bytes());
-                out.push_str(",\"target\":");
-                push_json(out, self.target.as_bytes());
-                let _ = write!(
-                    out,
-                    ",\"protocol\":\"{}\",\"status\":{},\"bytes\":",
-                    self.protocol, self.status
-                );
+                if self.method.is_empty() {
+                    out.push_str(",\"method\":null,\"target\":null,\"protocol\":null");
+                } else {
+                    out.push_str(",\"method\":");
+                    push_json(out, self.method.as_bytes());
+                    out.push_str(",\"target\":");
+                    push_json(out, self.target.as_bytes());
+                    let _ = write!(out, ",\"protocol\":\"{}\"", self.protocol);
+                }
+                let _ = write!(out, ",\"status\":{},\"bytes\":", self.status);
                 match self.bytes {
                     Some(n) => {
                         let _ = write!(out, "{n}");
@@ -252,6 +260,32 @@ mod tests {
             (v["worker"].as_u64(), v["generation"].as_u64()),
             (Some(3), Some(2))
         );
+    }
+
+    #[test]
+    fn a_request_refused_before_its_head_was_read_is_a_dash() {
+        let r = Record {
+            method: "",
+            target: "",
+            status: 400,
+            bytes: Some(0),
+            ..record("", None)
+        };
+        assert_eq!(
+            line(&r, Format::Combined),
+            "192.0.2.7 - - [01/Dec/2026:14:55:13 +0000] \"-\" 400 0 \"-\" \"-\"\n"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(line(&r, Format::Json).trim_end()).expect("json");
+        assert_eq!(
+            (&v["method"], &v["target"], &v["protocol"]),
+            (
+                &serde_json::Value::Null,
+                &serde_json::Value::Null,
+                &serde_json::Value::Null
+            )
+        );
+        assert_eq!(v["status"], 400);
     }
 
     #[test]

@@ -47,11 +47,14 @@ pub fn open(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// What the writer has done, for `ctl status`.
+/// What the writer has done, for `ctl status` and `/metrics`.
 #[derive(Debug, Default)]
 pub struct WriterStats {
     pub lines_written: AtomicU64,
+    /// Failed writes (each a batch of one or more lines).
     pub write_errors: AtomicU64,
+    /// Lines in those batches: none of them is in the file, not even in part.
+    pub lines_failed: AtomicU64,
     pub reopens: AtomicU64,
 }
 
@@ -92,18 +95,22 @@ impl LogWriter {
             .name("servery-access-log".into())
             .spawn(move || {
                 let mut file = first;
+                let mut failing = FailureLog::default();
+                let mut torn = false;
                 for job in rx {
                     match job {
                         Job::Batch(batch) => {
                             stall_for_tests();
-                            let lines = write_batch(&destination, file.as_mut(), &batch);
-                            match lines {
-                                Ok(n) => {
-                                    thread_stats.lines_written.fetch_add(n, Ordering::Relaxed);
+                            let lines = batch.iter().map(|r| lines_in(r)).sum::<u64>();
+                            match write_batch(&destination, file.as_mut(), &batch, &mut torn) {
+                                Ok(()) => {
+                                    thread_stats.lines_written.fetch_add(lines, Ordering::Relaxed);
+                                    failing.written(std::time::Instant::now());
                                 }
                                 Err(e) => {
                                     thread_stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                                    tracing::error!(error = %e, "cannot write the access log");
+                                    thread_stats.lines_failed.fetch_add(lines, Ordering::Relaxed);
+                                    failing.failed(lines, &e, std::time::Instant::now());
                                 }
                             }
                             written();
@@ -161,31 +168,106 @@ impl Drop for LogWriter {
     }
 }
 
-/// Lines in a batch of records; each record is whole lines.
+/// The lines a record holds (each record is whole lines; one without a newline is one).
+fn lines_in(record: &str) -> u64 {
+    (record.bytes().filter(|b| *b == b'\n').count() as u64).max(1)
+}
+
+/// Writes a batch whole or not at all. A write that fails part-way (a full disk) is cut
+/// back to where the file ended before it, so no line is ever half in the file; where that
+/// cannot be done (standard output, a failing truncate) `torn` is set and the next batch
+/// that is written starts on a new line.
 fn write_batch(
     destination: &Destination,
     file: Option<&mut File>,
     batch: &[String],
-) -> io::Result<u64> {
-    let mut lines = 0;
-    let mut joined = Vec::with_capacity(batch.iter().map(String::len).sum());
+    torn: &mut bool,
+) -> io::Result<()> {
+    let mut joined = Vec::with_capacity(batch.iter().map(String::len).sum::<usize>() + 1);
+    if *torn {
+        joined.push(b'\n');
+    }
     for record in batch {
         joined.extend_from_slice(record.as_bytes());
         if !record.ends_with('\n') {
             joined.push(b'\n');
         }
-        lines += record.bytes().filter(|b| *b == b'\n').count().max(1) as u64;
     }
     match (destination, file) {
-        (Destination::File(_), Some(f)) => f.write_all(&joined)?,
+        (Destination::File(_), Some(f)) => {
+            let before = f.metadata()?.len();
+            if let Err(e) = f.write_all(&joined) {
+                *torn =
+                    f.metadata().map_or(true, |m| m.len() != before) && f.set_len(before).is_err();
+                return Err(e);
+            }
+        }
         (Destination::File(_), None) => return Err(io::Error::other("no log file open")),
         (Destination::Stdout, _) => {
             let mut out = io::stdout().lock();
-            out.write_all(&joined)?;
-            out.flush()?;
+            if let Err(e) = out.write_all(&joined).and_then(|()| out.flush()) {
+                // What reached the pipe of it is unknown: end it before the next line.
+                *torn = true;
+                return Err(e);
+            }
         }
     }
-    Ok(lines)
+    *torn = false;
+    Ok(())
+}
+
+/// How often a failing log is said on standard error at most: a nearly full disk makes
+/// writes fail and succeed in turn, batch after batch, and each line said would be one
+/// more line on a disk that has no room (decision 0057).
+const FAILURE_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the writer has not said yet about its failures.
+#[derive(Debug, Default)]
+struct FailureLog {
+    /// When the writer last said something about failing.
+    said_at: Option<std::time::Instant>,
+    /// A write failed and the writer has not yet said that it writes again.
+    failing: bool,
+    /// Lines and writes lost since the writer last said so.
+    lost: u64,
+    failed_writes: u64,
+}
+
+impl FailureLog {
+    fn may_say(&self, now: std::time::Instant) -> bool {
+        self.said_at
+            .is_none_or(|at| now.duration_since(at) >= FAILURE_REPORT_EVERY)
+    }
+
+    fn failed(&mut self, lines: u64, error: &io::Error, now: std::time::Instant) {
+        self.failing = true;
+        self.lost += lines;
+        self.failed_writes += 1;
+        if self.may_say(now) {
+            tracing::error!(
+                error = %error,
+                lines = self.lost,
+                writes = self.failed_writes,
+                "cannot write the access log: lines lost (counted in access_log_lines_dropped_total{{reason=\"write_failed\"}}; said at most every 10 s)"
+            );
+            self.said_at = Some(now);
+            self.lost = 0;
+            self.failed_writes = 0;
+        }
+    }
+
+    fn written(&mut self, now: std::time::Instant) {
+        if self.failing && self.may_say(now) {
+            tracing::warn!(
+                lines_lost_unsaid = self.lost,
+                "the access log is written again"
+            );
+            self.said_at = Some(now);
+            self.failing = false;
+            self.lost = 0;
+            self.failed_writes = 0;
+        }
+    }
 }
 
 /// `SERVERY_TEST_LOG_STALL_MS`: the writer sleeps this long before each batch, so the

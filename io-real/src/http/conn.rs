@@ -15,11 +15,12 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::body::Body;
-use super::pipeline::Arrival;
+use super::pipeline::{Arrival, refused_before_request};
 use super::plain_stream::{LastResponse, PlainStream};
 use super::site::Site;
 use super::tunnel::Tunnel;
-use super::watchdog::{Activity, Metered, Unanswered, Verdict, Watch, finishing};
+use super::watchdog::{Activity, Expiry, Metered, Unanswered, Verdict, Watch, finishing};
+use servery_core::request_stats::unheard;
 
 /// The largest request head (request line and header fields) accepted, in bytes. A larger
 /// HTTP/1 head is answered `431 Request Header Fields Too Large` by hyper and the connection
@@ -158,6 +159,7 @@ async fn serve<IO>(
 {
     let draining = drain.clone();
     let deadlines = *site.deadlines();
+    let site_log = Arc::clone(&site);
     // A wake-up for the loop below when a request starts. A stored permit may be stale, so
     // the loop compares counts, not wake-ups.
     let arrived = Arc::new(Notify::new());
@@ -248,12 +250,21 @@ async fn serve<IO>(
     let mut shutting_down = false;
     // Asked to close, and read once more before it does (see the branch).
     let mut evicting = false;
+    // How the connection ended, when that is a line to log (awaited after the loop: the
+    // select's output holds a borrow that must not live across an await).
+    let mut ended: Option<Ended> = None;
+    // Closed by this task (a deadline, an eviction): nothing is left to wait for.
+    let mut closed_here = false;
     loop {
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(err) = result {
-                    // Peers resetting or timing out is routine; nothing to act on.
+                    // Peers resetting or timing out is routine; nothing to act on but a
+                    // head hyper refused with an answer, which is logged.
                     tracing::debug!(error = %err, "connection ended with an error");
+                    if ended.is_none() {
+                        ended = refusal_status(&*err, &activity).map(Ended::Refused);
+                    }
                 }
                 break;
             }
@@ -262,8 +273,13 @@ async fn serve<IO>(
                     Verdict::Recheck(at) => watchdog.as_mut().reset(at),
                     Verdict::Expired(why) => {
                         tracing::debug!(?why, "connection deadline passed");
+                        // HTTP/2 frames between streams are no request head.
+                        if !shutting_down && !is_h2.load(Ordering::Relaxed) {
+                            ended = Some(Ended::Deadline(why));
+                        }
                         if shutting_down || !is_h2.load(Ordering::Relaxed) {
-                            return;
+                            closed_here = true;
+                            break;
                         }
                         // An idle HTTP/2 connection is told with GOAWAY, and given a
                         // moment to take it before it is closed.
@@ -286,7 +302,11 @@ async fn serve<IO>(
                 // (and read what had arrived) since the eviction was seen.
                 if activity.eviction_stands() {
                     tracing::debug!("closing an idle connection to admit a new one");
-                    return;
+                    if activity.started() == 0 && let Some(meter) = site_log.meter() {
+                        meter.closed_unheard(unheard::EVICTED);
+                    }
+                    closed_here = true;
+                    break;
                 }
                 evicting = false;
             }
@@ -323,10 +343,70 @@ async fn serve<IO>(
             }
         }
     }
+    match ended {
+        Some(Ended::Refused(status)) => {
+            refused_before_request(&site_log, &activity, status).await;
+        }
+        Some(Ended::Deadline(why)) => head_deadline_passed(&site_log, &activity, why).await,
+        None => {}
+    }
+    if closed_here {
+        return;
+    }
     // An upgraded connection lives on in its session: it is still this connection,
     // counted until the session ends.
     if let Some(tunnel) = &tunnel {
         tunnel.finished().await;
+    }
+}
+
+/// How a connection ended, when that is an access-log line.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    /// A head refused with this status before it reached the pipeline.
+    Refused(u16),
+    /// A deadline passed with no request in progress.
+    Deadline(Expiry),
+}
+
+/// The status hyper answered a head it could not parse with (its own mapping: `400`,
+/// `414`, `431`), or the one servery wrote in its place; `None` when the error is not a
+/// refused head (a reset, a client gone mid-body) and nothing was answered.
+fn refusal_status(err: &(dyn std::error::Error + 'static), activity: &Activity) -> Option<u16> {
+    let hyper_err = err.downcast_ref::<hyper::Error>()?;
+    if !hyper_err.is_parse() || hyper_err.is_parse_version_h2() || hyper_err.is_parse_status() {
+        return None;
+    }
+    if let Some(status) = activity.replaced_refusal() {
+        return Some(status);
+    }
+    let text = hyper_err.to_string();
+    if hyper_err.is_parse_too_large() {
+        Some(if text.contains("URI too long") {
+            414
+        } else {
+            431
+        })
+    } else if text.contains("internal") {
+        None
+    } else {
+        Some(400)
+    }
+}
+
+/// A connection closed on a deadline while it had no request in progress: a head begun
+/// and not finished is logged `408` (as nginx does, without an answer); a connection that
+/// never sent a byte has nothing to log and is counted (`head_timeout`).
+async fn head_deadline_passed(site: &Site, activity: &Activity, why: Expiry) {
+    if !matches!(why, Expiry::NoRequest | Expiry::Idle) {
+        return;
+    }
+    if activity.head_begun() {
+        refused_before_request(site, activity, 408).await;
+    } else if why == Expiry::NoRequest
+        && let Some(meter) = site.meter()
+    {
+        meter.closed_unheard(unheard::HEAD_TIMEOUT);
     }
 }
 
@@ -338,12 +418,7 @@ fn is_draining(drain: &watch::Receiver<bool>) -> bool {
 /// Whether an HTTP/1 request ends its connection, by hyper's rule: HTTP/1.1 unless it says
 /// `Connection: close`, HTTP/1.0 only if it says `Connection: keep-alive`.
 fn asks_to_close<B>(req: &Request<B>) -> bool {
-    let has = |token: &str| {
-        req.headers().get_all(header::CONNECTION).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        })
-    };
+    let has = |token: &str| super::has_token(req.headers(), header::CONNECTION, token);
     match req.version() {
         Version::HTTP_11 => has("close"),
         Version::HTTP_10 => !has("keep-alive"),

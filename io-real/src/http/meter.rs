@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use servery_core::request_stats::{
-    DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES, duration_bucket, status_class,
+    DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES, UNHEARD, duration_bucket, status_class,
 };
 
 #[derive(Debug)]
@@ -17,6 +17,7 @@ pub struct RequestMeter {
     bytes_sent: AtomicU64,
     duration_buckets: [AtomicU64; DURATION_BUCKETS],
     duration_sum_us: AtomicU64,
+    closed_unheard: [AtomicU64; UNHEARD.len()],
 }
 
 impl Default for RequestMeter {
@@ -26,6 +27,7 @@ impl Default for RequestMeter {
             bytes_sent: AtomicU64::new(0),
             duration_buckets: from_fn(|_| AtomicU64::new(0)),
             duration_sum_us: AtomicU64::new(0),
+            closed_unheard: from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -44,6 +46,14 @@ impl RequestMeter {
         self.duration_sum_us.fetch_add(micros, Relaxed);
     }
 
+    /// Count a connection closed before it brought a request (`reason` is an
+    /// [`UNHEARD`] index).
+    pub fn closed_unheard(&self, reason: usize) {
+        if let Some(n) = self.closed_unheard.get(reason) {
+            n.fetch_add(1, Relaxed);
+        }
+    }
+
     /// The totals so far.
     pub fn snapshot(&self) -> RequestStats {
         RequestStats {
@@ -51,6 +61,7 @@ impl RequestMeter {
             bytes_sent: self.bytes_sent.load(Relaxed),
             duration_buckets: from_fn(|b| self.duration_buckets[b].load(Relaxed)),
             duration_sum_us: self.duration_sum_us.load(Relaxed),
+            closed_unheard: from_fn(|i| self.closed_unheard[i].load(Relaxed)),
         }
     }
 }
@@ -72,5 +83,7 @@ mod tests {
         assert_eq!(s.bytes_sent, 1024);
         assert_eq!(s.duration_sum_us, 3300);
         assert_eq!(s.duration_buckets.iter().sum::<u64>(), 2);
+        meter.closed_unheard(1);
+        assert_eq!(meter.snapshot().closed_unheard, [0, 1, 0]);
     }
 }

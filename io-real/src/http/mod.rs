@@ -39,6 +39,8 @@ pub mod range;
 pub mod single_flight;
 pub mod site;
 mod sync;
+mod tokens;
+pub(crate) use tokens::has_token;
 pub mod tunnel;
 pub mod upload;
 pub mod validate;

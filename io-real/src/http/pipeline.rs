@@ -64,6 +64,38 @@ impl Arrival {
     }
 }
 
+/// A request refused before it reached [`Arrival`] — a head hyper could not parse (`400`,
+/// `414`, `431`), one that did not arrive whole within its deadline (`408`, closed without
+/// an answer, as nginx does) — logged and counted like any answered request, with the
+/// request written `"-"`: scanners show up in the log (decision 0056).
+pub(crate) async fn refused_before_request(site: &Site, activity: &Activity, status: u16) {
+    let took = activity.accepted_at().elapsed();
+    if let Some(recorder) = site.recorder() {
+        let record = crate::access_log::format::Record {
+            time: std::time::SystemTime::now(),
+            remote: activity.peer(),
+            user: None,
+            method: "",
+            target: "",
+            protocol: "",
+            status,
+            bytes: Some(0),
+            duration: took,
+            referer: None,
+            user_agent: None,
+            worker: recorder.worker,
+            generation: recorder.generation,
+        };
+        if !recorder.try_record(&record) {
+            Box::pin(recorder.record(&record)).await;
+        }
+    }
+    if let Some(meter) = site.meter() {
+        let other = servery_core::request_stats::METHODS.len() - 1;
+        meter.record(other, status, 0, took);
+    }
+}
+
 /// What an access-log line says about a request, taken before the request is handed on.
 struct Logged {
     started: std::time::Instant,

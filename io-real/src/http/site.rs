@@ -13,9 +13,8 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::served_root::LiveRoot;
 use bytes::Bytes;
-use cap_std::ambient_authority;
-use cap_std::fs::Dir;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use tokio::runtime::Handle;
@@ -163,8 +162,10 @@ impl Default for SiteConfig {
 /// A site ready to answer requests; build once per worker and share behind an `Arc`.
 #[derive(Debug)]
 pub struct Site {
-    /// Every path is resolved beneath this handle; see [`super::path`] for why.
-    root: Arc<Dir>,
+    /// Every path is resolved beneath the handle this gives for the request, the
+    /// directory the root's path names then (see [`super::path`] and
+    /// [`crate::served_root`]).
+    root: Arc<LiveRoot>,
     show_hidden: bool,
     compress: Option<CompressSettings>,
     cache: Arc<EncodedCache>,
@@ -194,14 +195,12 @@ pub struct Site {
 }
 
 impl Site {
-    /// Opens the root directory. This is the only use of ambient authority: everything
-    /// served afterwards is reached through the returned handle.
+    /// Opens the root directory, by its path (as again whenever the path comes to name
+    /// another directory): everything served is reached through such a handle.
     pub fn open(config: SiteConfig) -> Result<Self, HttpError> {
-        let root = Dir::open_ambient_dir(&config.root, ambient_authority()).map_err(|source| {
-            HttpError::Root {
-                root: config.root.clone(),
-                source,
-            }
+        let root = LiveRoot::open(&config.root).map_err(|source| HttpError::Root {
+            root: config.root.clone(),
+            source,
         })?;
         let root = Arc::new(root);
         assets::warm();
@@ -446,8 +445,11 @@ impl Site {
         let path = RequestPath::parse_any(parts.uri.path(), self.show_hidden)?;
         let want_body = parts.method == Method::GET;
         let runtime = Handle::try_current().map_err(|_| HttpError::Unavailable)?;
+        // The directory the root's path names now: one `statx` (a deploy's swap is seen
+        // by the next request).
+        let root = self.root.dir();
         let lookup = Lookup {
-            root: Arc::clone(&self.root),
+            root: Arc::clone(&root),
             path: &path,
             read_small: want_body,
             spa_fallback: self.spa && policy::accepts_html(&parts.headers),
@@ -466,7 +468,7 @@ impl Site {
             Found::Directory(rel) => {
                 if let Some(format) = page::archive::Format::from_query(parts.uri.query()) {
                     let download = page::download::Download {
-                        root: &self.root,
+                        root: &root,
                         path: &path,
                         rel,
                         format,
@@ -476,7 +478,7 @@ impl Site {
                     return Box::pin(page::download::respond(download, self.archive, &runtime))
                         .await;
                 }
-                let (root, show_hidden) = (Arc::clone(&self.root), self.show_hidden);
+                let show_hidden = self.show_hidden;
                 let html = !listing::parse_query(
                     parts.uri.query(),
                     joined_values(&parts.headers, header::ACCEPT).as_deref(),

@@ -134,6 +134,11 @@ pub struct Activity {
     /// Since when the client has taken its response slower than the floor, as nanoseconds
     /// after `accepted_at` plus one; 0 when it has not. Set by the connection's timer.
     held_since: AtomicU64,
+    /// Bytes read while no request was in progress, since the last one started: a head
+    /// begun and not finished when its deadline passes is a `408` to log, silence is not.
+    head_read: AtomicU64,
+    /// The status servery wrote in place of hyper's refusal of a head (0: none).
+    replaced_refusal: AtomicU64,
 }
 
 /// What the connection's timer decided.
@@ -210,7 +215,25 @@ impl Activity {
             source_waiting: AtomicU64::new(0),
             source_ns: AtomicU64::new(0),
             held_since: AtomicU64::new(0),
+            head_read: AtomicU64::new(0),
+            replaced_refusal: AtomicU64::new(0),
         })
+    }
+
+    pub fn accepted_at(&self) -> Instant {
+        self.accepted_at
+    }
+
+    /// Whether part of a request head arrived since the last request started.
+    pub fn head_begun(&self) -> bool {
+        self.head_read.load(Ordering::Relaxed) > 0
+    }
+
+    /// The status servery sent in place of hyper's refusal of a head, if it did.
+    pub fn replaced_refusal(&self) -> Option<u16> {
+        u16::try_from(self.replaced_refusal.load(Ordering::Relaxed))
+            .ok()
+            .filter(|s| *s != 0)
     }
 
     pub fn peer(&self) -> Option<std::net::SocketAddr> {
@@ -219,6 +242,7 @@ impl Activity {
 
     /// A complete request head reached the service.
     pub fn request_started(&self) -> u64 {
+        self.head_read.store(0, Ordering::Relaxed);
         self.started.fetch_add(1, Ordering::AcqRel) + 1
     }
 
@@ -454,6 +478,10 @@ impl<IO: AsyncWrite + Unpin> Metered<IO> {
                 return None;
             }
             let refusal = HttpError::Message(MessageError::ContentLengthTooLarge);
+            self.activity.replaced_refusal.store(
+                u64::from(super::error::error_response(&refusal).status().as_u16()),
+                Ordering::Relaxed,
+            );
             self.replacement = Some((message_bytes(&refusal), 0));
         }
         let (bytes, at) = self.replacement.as_mut()?;
@@ -488,6 +516,8 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Metered<IO> {
             // A request head (no request in progress), never a body.
             let started = this.activity.started.load(Ordering::Acquire);
             if this.activity.finished.load(Ordering::Acquire) >= started {
+                let read = (buf.filled().len() - before) as u64;
+                this.activity.head_read.fetch_add(read, Ordering::Relaxed);
                 this.length_scan.feed(started, &buf.filled()[before..]);
             }
         }

@@ -11,6 +11,21 @@ impl RealIo {
             AcmeAction::InstallIdentity { cert_pem, key_pem } => {
                 self.install_identity(cert_pem, key_pem)
             }
+            // One line per failed attempt, with what the CA said (its problem document's
+            // type and detail are in the error's text).
+            AcmeAction::AttemptFailed {
+                stage,
+                error,
+                failures,
+                retry_in,
+            } => tracing::warn!(
+                event = "acme_failed",
+                stage = stage.name(),
+                error = %error,
+                failures,
+                retry_in_s = retry_in.as_secs(),
+                "ACME attempt failed"
+            ),
             action => match &self.acme {
                 Some(link) => link.perform(action),
                 None => tracing::warn!(?action, "an ACME request with no ACME task"),

@@ -4,17 +4,17 @@
 //! (its `Spawn`'s configuration) and when a set's sockets close here (`ReleaseListeners`,
 //! `CloseListeners`); this table only holds the sockets (decision 0035).
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 
 use servery_core::config::Listen;
 
-use super::listeners::{BindError, bind_all, url};
+use super::listeners::{BindError, Binding, bind_all, url};
 
 #[derive(Debug)]
 pub struct ListenerSets {
     sets: Vec<(Listen, Vec<TcpListener>)>,
-    /// The addresses every set listens on (fixed while servery runs).
-    bind: Vec<IpAddr>,
+    /// The addresses every set listens on, and their backlog (fixed while servery runs).
+    binding: Binding,
     scheme: &'static str,
     /// The set bound at start, and what fixes it for the run, if anything does.
     started: Listen,
@@ -24,14 +24,14 @@ pub struct ListenerSets {
 impl ListenerSets {
     /// The set bound at start for `listen`.
     pub fn new(
-        bind: Vec<IpAddr>,
+        binding: Binding,
         scheme: &'static str,
         listen: Listen,
         listeners: Vec<TcpListener>,
     ) -> Self {
         ListenerSets {
             sets: vec![(listen, listeners)],
-            bind,
+            binding,
             scheme,
             started: listen,
             fixed_by: None,
@@ -111,7 +111,7 @@ impl ListenerSets {
             self.sets.push((listen, same));
             return Ok(());
         }
-        let set = bind_all(&self.bind, listen.port)?;
+        let set = bind_all(&self.binding, listen.port)?;
         self.sets.push((listen, set));
         Ok(())
     }
@@ -140,8 +140,11 @@ mod tests {
 
     use super::*;
 
-    fn loopback() -> Vec<IpAddr> {
-        vec![IpAddr::from([127, 0, 0, 1])]
+    fn loopback() -> Binding {
+        Binding {
+            addrs: vec![std::net::IpAddr::from([127, 0, 0, 1])],
+            backlog: super::super::listeners::LISTEN_BACKLOG,
+        }
     }
 
     fn started() -> (ListenerSets, u16) {

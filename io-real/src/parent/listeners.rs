@@ -12,10 +12,20 @@ pub const PORT_SCAN: u16 = 100;
 /// past it the header-read timeout decides, as for any slow client.
 pub const DEFER_ACCEPT_SECS: u32 = 1;
 
-/// The listen backlog asked for: connections the kernel completes before a worker
+/// The default of `--listen-backlog`: connections the kernel completes before a worker
 /// accepts them. The kernel caps it at `net.core.somaxconn` (4,096 on current Linux);
-/// the standard library's 128 overflows under a burst of connections.
-pub const LISTEN_BACKLOG: i32 = 4096;
+/// the standard library's 128 overflows under a burst of connections. The shipped socket
+/// unit (`docs/systemd/servery.socket`, `Backlog=`) names the same number.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// The addresses every listener set is bound on, and the backlog each socket asks for
+/// (both fixed while servery runs).
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub addrs: Vec<IpAddr>,
+    /// `--listen-backlog` (validated to 1..=65535 by its parser).
+    pub backlog: u32,
+}
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -50,16 +60,17 @@ pub enum BindError {
 /// Bind every address on one port. With `port` given (0 = ephemeral, chosen on the first
 /// address and reused for the rest) a busy port is an error; without it, the default port
 /// and the ones after it are tried in turn.
-pub fn bind_all(addrs: &[IpAddr], port: Option<u16>) -> Result<Vec<TcpListener>, BindError> {
+pub fn bind_all(binding: &Binding, port: Option<u16>) -> Result<Vec<TcpListener>, BindError> {
+    let (addrs, backlog) = (binding.addrs.as_slice(), binding.backlog);
     if addrs.is_empty() {
         return Err(BindError::NoAddress);
     }
     if let Some(port) = port {
-        return bind_on(addrs, port);
+        return bind_on(addrs, port, backlog);
     }
     let last = DEFAULT_PORT + PORT_SCAN - 1;
     for port in DEFAULT_PORT..=last {
-        match bind_on(addrs, port) {
+        match bind_on(addrs, port, backlog) {
             Ok(listeners) => return Ok(listeners),
             Err(BindError::Bind { source, .. }) if source.kind() == io::ErrorKind::AddrInUse => {
                 tracing::debug!(port, "port busy, trying the next one");
@@ -78,7 +89,7 @@ pub fn bind_all(addrs: &[IpAddr], port: Option<u16>) -> Result<Vec<TcpListener>,
     })
 }
 
-fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
+fn bind_on(addrs: &[IpAddr], port: u16, backlog: u32) -> Result<Vec<TcpListener>, BindError> {
     let mut listeners: Vec<TcpListener> = Vec::with_capacity(addrs.len());
     let mut port = port;
     for &ip in addrs {
@@ -88,7 +99,7 @@ fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
         // then, as nginx's listeners do. Alone, it keeps the system's dual-stack default.
         let v6only = ip.is_ipv6() && addrs.iter().any(IpAddr::is_ipv4);
         let listener =
-            listen_on(addr, v6only).map_err(|source| BindError::Bind { addr, source })?;
+            listen_on(addr, v6only, backlog).map_err(|source| BindError::Bind { addr, source })?;
         if let Err(e) = crate::os::set_defer_accept(&listener, DEFER_ACCEPT_SECS) {
             // Only a cost, never a fault: connections are then accepted when established.
             tracing::warn!(%addr, error = %e, "TCP_DEFER_ACCEPT not set");
@@ -105,9 +116,9 @@ fn bind_on(addrs: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, BindError> {
 }
 
 /// A listening socket on `addr`: `SO_REUSEADDR` (a restart binds while the old
-/// connections are in TIME_WAIT), close-on-exec, [`LISTEN_BACKLOG`], and `IPV6_V6ONLY`
-/// when asked.
-fn listen_on(addr: SocketAddr, v6only: bool) -> io::Result<TcpListener> {
+/// connections are in TIME_WAIT), close-on-exec, the backlog, and `IPV6_V6ONLY` when
+/// asked.
+fn listen_on(addr: SocketAddr, v6only: bool, backlog: u32) -> io::Result<TcpListener> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
     let family = if addr.is_ipv6() {
         AddressFamily::INET6
@@ -120,7 +131,8 @@ fn listen_on(addr: SocketAddr, v6only: bool) -> io::Result<TcpListener> {
         sockopt::set_ipv6_v6only(&fd, true)?;
     }
     rustix::net::bind(&fd, &addr)?;
-    rustix::net::listen(&fd, LISTEN_BACKLOG)?;
+    // At most 65,535 by its parser; the kernel caps it further at somaxconn.
+    rustix::net::listen(&fd, i32::try_from(backlog).unwrap_or(i32::MAX))?;
     Ok(TcpListener::from(fd))
 }
 
@@ -197,13 +209,20 @@ pub fn url(scheme: &str, addr: SocketAddr) -> String {
 mod tests {
     use super::*;
 
+    fn on(addrs: &[IpAddr]) -> Binding {
+        Binding {
+            addrs: addrs.to_vec(),
+            backlog: LISTEN_BACKLOG,
+        }
+    }
+
     #[test]
     fn an_ephemeral_port_is_shared_by_every_address_and_a_busy_port_is_an_error() {
         let lo: IpAddr = "127.0.0.1".parse().expect("ip");
-        let listeners = bind_all(&[lo], Some(0)).expect("bind");
+        let listeners = bind_all(&on(&[lo]), Some(0)).expect("bind");
         let port = listeners[0].local_addr().expect("addr").port();
         assert_ne!(port, 0);
-        let err = bind_all(&[lo], Some(port)).expect_err("busy");
+        let err = bind_all(&on(&[lo]), Some(port)).expect_err("busy");
         assert!(matches!(err, BindError::Bind { .. }), "{err}");
     }
 
@@ -211,7 +230,7 @@ mod tests {
     #[test]
     fn every_bound_listener_defers_accept_until_the_client_speaks() {
         let lo: IpAddr = "127.0.0.1".parse().expect("ip");
-        for listener in bind_all(&[lo], Some(0)).expect("bind") {
+        for listener in bind_all(&on(&[lo]), Some(0)).expect("bind") {
             crate::os::assert_defers_accept(&listener);
         }
     }
@@ -224,7 +243,7 @@ mod tests {
             eprintln!("SKIPPED: no IPv6 on this host");
             return;
         }
-        let listeners = bind_all(&[v4, v6], Some(0)).expect("0.0.0.0 and :: on one port");
+        let listeners = bind_all(&on(&[v4, v6]), Some(0)).expect("0.0.0.0 and :: on one port");
         let port = listeners[0].local_addr().expect("addr").port();
         for (target, listener) in [("127.0.0.1", &listeners[0]), ("::1", &listeners[1])] {
             let addr = SocketAddr::new(target.parse().expect("ip"), port);

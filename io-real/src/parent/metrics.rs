@@ -18,7 +18,9 @@ use prometheus_client::registry::{Registry, Unit};
 use servery_core::broker::BrokerStats;
 use servery_core::parent::Parent;
 use servery_core::proto::Rejection;
-use servery_core::request_stats::{DURATION_BOUNDS_US, METHODS, RequestStats, STATUS_CLASSES};
+use servery_core::request_stats::{
+    DURATION_BOUNDS_US, METHODS, RequestStats, STATUS_CLASSES, UNHEARD,
+};
 use servery_core::supervisor::{ExitReason, Readiness, ServiceState, Tally, WorkerState};
 
 use super::status::ServiceInfo;
@@ -27,7 +29,10 @@ use super::status::ServiceInfo;
 #[derive(Debug, Clone, Default)]
 pub struct AccessLogCounts {
     pub written: u64,
+    /// Dropped under the drop policy (by the queue or by a worker's full buffer).
     pub dropped: u64,
+    /// In batches the writer could not write (a full disk): not in the file, not in part.
+    pub write_failed: u64,
     pub lost_with_workers: u64,
 }
 
@@ -47,6 +52,13 @@ pub struct Snapshot {
     pub access_log: Option<AccessLogCounts>,
     /// The live workers' process ids, for their `/proc` figures (`process_stats`).
     pub worker_pids: Vec<u32>,
+    /// The certificate served, with TLS.
+    pub certificate: Option<servery_core::tls_material::CertSummary>,
+    /// With `--acme`: the certificate manager's counters and the certificate's health.
+    pub acme: Option<(
+        servery_core::acme::ManagerStatus,
+        servery_core::acme::CertHealth,
+    )>,
 }
 
 impl Snapshot {
@@ -54,9 +66,10 @@ impl Snapshot {
         let sup = parent.supervisor();
         let broker = parent.broker();
         let log = broker.log();
+        let wall = super::services::acme::facts::wall_now();
         Snapshot {
             state: sup.state(),
-            readiness: sup.readiness(),
+            readiness: parent.readiness(wall),
             capacity: sup.capacity(),
             generation: sup.generation().0,
             workers_by_state: sup.workers_by_state(),
@@ -74,9 +87,12 @@ impl Snapshot {
             access_log: info.access_log.as_ref().map(|w| AccessLogCounts {
                 written: w.lines_written.load(Relaxed),
                 dropped: log.dropped(),
+                write_failed: w.lines_failed.load(Relaxed),
                 lost_with_workers: log.discarded(),
             }),
             worker_pids,
+            certificate: parent.tls().map(|tls| tls.status().summary),
+            acme: parent.acme().map(|m| (m.status(), m.health(wall))),
         }
     }
 
@@ -91,6 +107,9 @@ impl Snapshot {
     pub fn readiness_text(&self) -> String {
         let c = self.capacity;
         let workers = format!("{} of {} workers ready", c.ready, c.wanted);
+        if let Some(text) = super::metrics_acme::readiness_text(self) {
+            return text;
+        }
         match self.readiness {
             Readiness::Ready => "ready\n".to_owned(),
             Readiness::Degraded => format!("degraded: {workers}\n"),
@@ -205,9 +224,37 @@ impl Snapshot {
 
         self.register_broker(r);
         self.register_requests(r);
+        self.register_certificate(r);
+    }
+
+    /// When the served certificate ends, and when its renewal window opens: alert on
+    /// `time() > servery_certificate_renewal_window_start_seconds`.
+    fn register_certificate(&self, r: &mut Registry) {
+        let Some(cert) = self.certificate.as_ref().filter(|c| c.not_after_unix != 0) else {
+            return;
+        };
+        let not_after = Gauge::<i64>::default();
+        not_after.set(cert.not_after_unix);
+        r.register_with_unit(
+            "certificate_not_after",
+            "When the TLS certificate being served expires (its notAfter, Unix time)",
+            Unit::Seconds,
+            not_after,
+        );
+        let window = Gauge::<i64>::default();
+        window.set(cert.renewal_window_from_unix());
+        r.register_with_unit(
+            "certificate_renewal_window_start",
+            "When the served certificate enters its renewal window (30 days, or the last third of a shorter lifetime, before its notAfter; Unix time)",
+            Unit::Seconds,
+            window,
+        );
     }
 
     fn register_broker(&self, r: &mut Registry) {
+        if let Some((status, _)) = &self.acme {
+            super::metrics_acme::register(status, r);
+        }
         let tables = labelled_gauge();
         for (table, n) in self.tables {
             tables.get_or_create(&vec![("table", table)]).set(clamp(n));
@@ -244,10 +291,17 @@ impl Snapshot {
                 "Access-log lines written",
                 counter(log.written),
             );
+            let dropped = labelled_counter();
+            for (reason, n) in [
+                ("queue_full", log.dropped),
+                ("write_failed", log.write_failed),
+            ] {
+                dropped.get_or_create(&vec![("reason", reason)]).inc_by(n);
+            }
             r.register(
                 "access_log_lines_dropped",
-                "Access-log lines dropped under the drop policy",
-                counter(log.dropped),
+                "Access-log lines not written: dropped under the drop policy (queue_full), or in a write that failed (write_failed: a full disk)",
+                dropped,
             );
             r.register(
                 "access_log_lines_lost",
@@ -272,6 +326,15 @@ impl Snapshot {
             "http_requests",
             "Requests answered by every worker of the service, by method and status class",
             requests,
+        );
+        let unheard = labelled_counter();
+        for (reason, n) in UNHEARD.iter().zip(self.requests.closed_unheard) {
+            unheard.get_or_create(&vec![("reason", *reason)]).inc_by(n);
+        }
+        r.register(
+            "connections_closed_unheard",
+            "Connections closed before they brought a request (no access-log line: nothing to log), by reason",
+            unheard,
         );
         r.register_with_unit(
             "http_response_body",

@@ -15,6 +15,7 @@ mod listener_sets;
 mod listeners;
 mod local_broker;
 mod metrics;
+mod metrics_acme;
 pub mod ops_args;
 mod process_stats;
 pub mod services;
@@ -35,6 +36,7 @@ use servery_core::{ConfigError, ValidConfig};
 
 pub use cleanup::{remove_worker_temp_files, temp_prefix};
 pub use control::{default_path as default_control_socket, trusted_uid};
+pub use listeners::LISTEN_BACKLOG;
 pub use status::{config_json, config_text, status_text};
 
 use crate::cli::ServeArgs;
@@ -147,7 +149,12 @@ pub fn run(loaded: Loaded) -> i32 {
         }
     };
     let journal = match (&root, &args.dav.state_dir) {
-        (Ok(root), Some(dir)) => Some(dav_journal::Journal::open(dir, root)),
+        // Judged against where the root's links lead now.
+        (Ok(root), Some(dir)) => Some(
+            root.canonicalize()
+                .map_err(|e| format!("{}: {e}", root.display()))
+                .and_then(|root| dav_journal::Journal::open(dir, &root)),
+        ),
         _ => None,
     };
     // Opened now, so a path that cannot be a log stops us before anything is bound.
@@ -240,14 +247,17 @@ fn warn_of_open_file_limit(max_connections: i64) {
     }
 }
 
+/// The served directory, absolute but with its symbolic links kept: the workers follow
+/// the path on every request, so a `current -> releases/N` link flipped later is served
+/// (decision 0058). It must be a directory servery's user can list and open.
 fn resolve_root(dir: Option<&Path>) -> Result<PathBuf, String> {
     let dir = dir.unwrap_or(Path::new("."));
-    let root = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !root.is_dir() {
-        return Err(format!("{} is not a directory", root.display()));
-    }
+    let root = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    crate::served_root::check(&root).map_err(|problem| {
+        format!(
+            "{problem} (the served directory must be a directory servery's user can list and open)"
+        )
+    })?;
     Ok(root)
 }
 
@@ -289,11 +299,15 @@ fn serve(
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let inherited_given = !inherited.is_empty();
     let acme_given = acme.is_some();
+    let binding = listeners::Binding {
+        addrs: args.bind.clone(),
+        backlog: args.listen_backlog,
+    };
     let (listeners, admin_listener) = if inherited.is_empty() {
-        let mut listeners = listeners::bind_all(&args.bind, args.port)?;
+        let mut listeners = listeners::bind_all(&binding, args.port)?;
         if let Some(acme) = &acme {
             // The cleartext HTTP-01 listeners go last: workers count them from the end.
-            listeners.extend(listeners::bind_all(&args.bind, Some(acme.http_port))?);
+            listeners.extend(listeners::bind_all(&binding, Some(acme.http_port))?);
         }
         let admin = match args.ops.admin {
             Some(addr) => {
@@ -525,7 +539,7 @@ fn serve(
     });
     let service_reports = services.reports();
     let listeners = listener_sets::ListenerSets::new(
-        args.bind.clone(),
+        binding,
         scheme,
         parent.supervisor().config().listen(),
         listeners,

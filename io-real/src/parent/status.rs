@@ -57,12 +57,16 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[
                 "lost_with_workers": log.discarded(),
                 "queue": log.len(),
                 "write_errors": w.write_errors.load(Relaxed),
+                "write_failed": w.lines_failed.load(Relaxed),
                 "reopens": w.reopens.load(Relaxed),
             })
         }),
         "broker": broker_json(parent, now),
         "singletons": singletons_json(parent, &info.services),
-        "acme": parent.acme().map(|m| super::services::acme::status_json(&m.status())),
+        "acme": parent.acme().map(|m| {
+            let wall = super::services::acme::facts::wall_now();
+            super::services::acme::status_json(&m.status(), m.health(wall))
+        }),
         "tls": super::tls_material::status_json(parent, now),
         "warnings": info.warnings,
     });
@@ -320,6 +324,17 @@ pub fn status_text(v: &Value) -> String {
             plain(&b["reservations"]["count"]),
             plain(&b["reservations"]["bytes"]),
             plain(&b["partials"]),
+        );
+    }
+    if let Some(l) = v.get("access_log").filter(|l| !l.is_null()) {
+        let _ = writeln!(
+            out,
+            "access log: {} lines written, {} dropped, {} lost to failed writes, {} lost with workers; {} batches queued",
+            plain(&l["written"]),
+            plain(&l["dropped"]),
+            plain(&l["write_failed"]),
+            plain(&l["lost_with_workers"]),
+            plain(&l["queue"]),
         );
     }
     if let Some(singletons) = v.get("singletons").and_then(Value::as_object) {

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use servery_core::Instant;
 use servery_core::parent::Parent;
 use servery_core::tls_material::{
-    CertSummary, STATELESS_RESET_KEY_LEN, TICKET_ENTROPY_LEN, TicketPolicy, TlsInput, TlsState,
-    check_identity_fits,
+    CertExpiry, CertSummary, STATELESS_RESET_KEY_LEN, TICKET_ENTROPY_LEN, TicketPolicy, TlsInput,
+    TlsState, check_identity_fits,
 };
 
 use crate::tls::{Identity, TlsError};
@@ -32,8 +32,41 @@ pub fn entropy() -> Result<[u8; TICKET_ENTROPY_LEN], ring::error::Unspecified> {
     Ok(bytes)
 }
 
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Says so, as a warning, when a certificate about to be served is expired or inside its
+/// renewal window: at start and on every certificate loaded later (a reload's files, an
+/// ACME certificate). `ctl status` and `/metrics` show the same at any time.
+pub fn warn_of_expiry(summary: &CertSummary) {
+    let now = unix_now();
+    let not_after = rfc3339(summary.not_after_unix);
+    let subject = summary.subject.as_str();
+    match summary.expiry(now) {
+        CertExpiry::Expired => tracing::warn!(
+            subject,
+            not_after,
+            "the TLS certificate being served expired at {not_after}: clients refuse it; replace the files and reload"
+        ),
+        CertExpiry::Expiring => tracing::warn!(
+            subject,
+            not_after,
+            days_left = (summary.not_after_unix - now) / 86_400,
+            "the TLS certificate being served expires at {not_after}, inside its renewal window: renew it and reload"
+        ),
+        CertExpiry::Valid | CertExpiry::Unknown => {}
+    }
+}
+
 /// The material the first workers start with.
 pub fn start(identity: &Identity, now: Instant) -> Result<TlsState, String> {
+    if let Some(summary) = identity.summary() {
+        warn_of_expiry(&summary);
+    }
     let bytes = entropy().map_err(|_| "cannot read OS randomness for a ticket key".to_owned())?;
     let mut reset_key = [0u8; STATELESS_RESET_KEY_LEN];
     SystemRandom::new()
@@ -66,6 +99,7 @@ pub fn offer(identity: Identity) -> Result<TlsInput, TlsError> {
         return Err(TlsError::Oversized(e.to_string()));
     }
     let summary = identity.summary().unwrap_or_default();
+    warn_of_expiry(&summary);
     Ok(TlsInput::Identity {
         cert_pem: identity.cert_pem,
         key_pem: identity.key_pem,
@@ -100,11 +134,14 @@ pub fn status_json(parent: &Parent, now: Instant) -> Value {
     let CertSummary {
         subject,
         not_after_unix,
+        ..
     } = &s.summary;
     json!({
         "subject": subject,
         "not_after": rfc3339(*not_after_unix),
         "not_after_unix": not_after_unix,
+        "expiry": s.summary.expiry(unix_now()).name(),
+        "renewal_window_from": rfc3339(s.summary.renewal_window_from_unix()),
         "identity_generation": s.identity_generation,
         "ticket_key_generation": s.ticket_key_generation,
         "ticket_keys": s.ticket_keys,
@@ -133,6 +170,24 @@ pub fn status_text(v: &Value, out: &mut String) {
         plain("ticket_key_generation"),
         plain("ticket_keys"),
     );
+    match tls["expiry"].as_str() {
+        Some("expired") => {
+            let _ = writeln!(
+                out,
+                "tls warning: the certificate expired at {}",
+                plain("not_after")
+            );
+        }
+        Some("expiring") => {
+            let _ = writeln!(
+                out,
+                "tls warning: the certificate expires at {}, inside its renewal window (from {})",
+                plain("not_after"),
+                plain("renewal_window_from")
+            );
+        }
+        _ => {}
+    }
     if !tls["last_error"].is_null() {
         let _ = writeln!(out, "tls last error: {}", plain("last_error"));
     }

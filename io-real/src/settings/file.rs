@@ -59,6 +59,26 @@ pub fn read(path: &Path, settings: &[Setting], cmd: &clap::Command) -> FileRead 
     out
 }
 
+/// Makes every relative path the file gives absolute against the file's own folder, as
+/// nginx, Caddy and systemd read theirs, so a file means the same whatever directory
+/// servery is started from. `-` (standard output for `access_log`) is not a path.
+pub fn resolve_relative_paths(read: &mut FileRead, settings: &[Setting]) {
+    let folder = std::path::absolute(&read.path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    for value in &mut read.values {
+        let is_path = settings.iter().any(|s| s.id == value.id && s.path);
+        if let (true, Given::Values(texts)) = (is_path, &mut value.value) {
+            for text in texts.iter_mut() {
+                if text != "-" && Path::new(text.as_str()).is_relative() {
+                    *text = folder.join(&*text).to_string_lossy().into_owned();
+                }
+            }
+        }
+    }
+}
+
 /// Check the TOML `text` (named `out.path` in messages).
 pub fn parse(text: &str, settings: &[Setting], cmd: &clap::Command, out: &mut FileRead) {
     let shown = out.path.display().to_string();

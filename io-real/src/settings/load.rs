@@ -116,7 +116,9 @@ pub fn load(argv: &[OsString]) -> Result<Loaded, LoadError> {
     let read = first.get_one::<PathBuf>(CONFIG_ID).map(|path| {
         let mut cmd = command();
         cmd.build();
-        file::read(path, &settings, &cmd)
+        let mut read = file::read(path, &settings, &cmd);
+        file::resolve_relative_paths(&mut read, &settings);
+        read
     });
     let from_file = |id: &str| {
         read.as_ref()

@@ -79,6 +79,9 @@ pub struct Setting {
     pub default: Vec<String>,
     /// What separates several values in one environment variable (`,` for `--bind`).
     pub delimiter: Option<char>,
+    /// Its values are paths (its parser makes a `PathBuf`): a relative one written in a
+    /// `--config` file is taken from the file's folder.
+    pub path: bool,
 }
 
 impl Setting {
@@ -151,6 +154,7 @@ pub fn table() -> Vec<Setting> {
                     .map(|v| v.to_string_lossy().into_owned())
                     .collect(),
                 delimiter: arg.get_value_delimiter(),
+                path: arg.get_value_hint() == clap::ValueHint::AnyPath,
                 id,
             }
         })

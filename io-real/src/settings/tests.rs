@@ -236,3 +236,41 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
         assert_eq!(got.get(&s.key), start.get(&s.key), "{}", s.key);
     }
 }
+
+#[test]
+fn relative_paths_in_a_file_are_taken_from_its_folder() {
+    let settings = table();
+    let paths: Vec<&str> = settings
+        .iter()
+        .filter(|s| s.path)
+        .map(|s| s.key.as_str())
+        .collect();
+    for key in ["dir", "tls_cert", "access_log", "state_dir", "app_dir"] {
+        assert!(paths.contains(&key), "{key} not a path: {paths:?}");
+    }
+    for key in ["bind", "allowed_host", "wsgi", "static_prefix"] {
+        assert!(!paths.contains(&key), "{key} taken for a path");
+    }
+    let mut cmd = command();
+    cmd.build();
+    let mut read = FileRead {
+        path: PathBuf::from("/etc/servery/site.toml"),
+        ..FileRead::default()
+    };
+    let text = "dir = \"www\"\naccess_log = \"-\"\ntls_cert = \"/abs/cert.pem\"\napp_dir = [\"lib\", \"/opt/x\"]\nstatic_prefix = \"assets/\"\n";
+    parse(text, &settings, &cmd, &mut read);
+    file::resolve_relative_paths(&mut read, &settings);
+    let value = |id: &str| {
+        read.values
+            .iter()
+            .find(|v| v.id == id)
+            .map(|v| v.value.clone())
+            .unwrap_or_else(|| panic!("{id} not read"))
+    };
+    let values = |v: &[&str]| file::Given::Values(v.iter().map(|s| (*s).to_owned()).collect());
+    assert_eq!(value("dir"), values(&["/etc/servery/www"]));
+    assert_eq!(value("access_log"), values(&["-"]));
+    assert_eq!(value("tls_cert"), values(&["/abs/cert.pem"]));
+    assert_eq!(value("app_dir"), values(&["/etc/servery/lib", "/opt/x"]));
+    assert_eq!(value("static_prefix"), values(&["assets/"]));
+}

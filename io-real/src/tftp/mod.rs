@@ -162,7 +162,7 @@ impl TftpService {
             .clone()
             .zip(broker)
             .map(|(settings, broker)| Writer {
-                root: Arc::clone(root.dir()),
+                root: Arc::clone(root.live()),
                 broker,
                 settings: Arc::new(settings),
             });

@@ -24,7 +24,8 @@ use crate::http::path::{PathError, RequestPath, encode_segment};
 /// The served root and its hidden-file policy.
 #[derive(Debug, Clone)]
 pub struct ServedRoot {
-    dir: Arc<Dir>,
+    /// Followed per transfer, as the workers follow it per request.
+    live: Arc<crate::served_root::LiveRoot>,
     show_hidden: bool,
 }
 
@@ -46,17 +47,21 @@ impl Refusal {
 }
 
 impl ServedRoot {
-    /// Opens `root` once; every transfer resolves beneath this handle.
+    /// Opens `root`; every transfer resolves beneath the directory its path names then.
     pub fn open(root: &std::path::Path, show_hidden: bool) -> io::Result<Self> {
-        let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
         Ok(ServedRoot {
-            dir: Arc::new(dir),
+            live: Arc::new(crate::served_root::LiveRoot::open(root)?),
             show_hidden,
         })
     }
 
-    pub fn dir(&self) -> &Arc<Dir> {
-        &self.dir
+    /// The directory the root's path names now.
+    pub fn dir(&self) -> Arc<Dir> {
+        self.live.dir()
+    }
+
+    pub fn live(&self) -> &Arc<crate::served_root::LiveRoot> {
+        &self.live
     }
 
     /// The path beneath the root a TFTP name stands for.
@@ -83,7 +88,8 @@ impl ServedRoot {
     /// Opens a name for reading: a regular file beneath the root, and its length.
     pub fn open_read(&self, name: &[u8]) -> Result<(File, u64), Refusal> {
         let rel = self.resolve(name)?;
-        let (file, meta) = crate::http::lookup::open_beneath(&self.dir, &rel).map_err(from_io)?;
+        let (file, meta) =
+            crate::http::lookup::open_beneath(&self.live.dir(), &rel).map_err(from_io)?;
         if !meta.is_file() {
             return Err(Refusal::new(ErrorCode::AccessViolation, "not a file"));
         }

@@ -9,7 +9,6 @@
 //! "done" finds the file in place; a failed publish is an ERROR instead.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use servery_core::tftp::budget::{WriteAllowance, write_allowance};
@@ -66,7 +65,7 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
             value: size.to_string(),
         });
     }
-    let root = Arc::clone(&writer.root);
+    let root = writer.root.dir();
     let resolved = blocking(move || target::resolve(&root, &rel_dir, &name)).await;
     let target = match resolved {
         Ok(target) => target,

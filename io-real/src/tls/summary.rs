@@ -11,6 +11,7 @@ pub fn summarize(leaf_der: &[u8]) -> Option<CertSummary> {
     Some(CertSummary {
         subject: cert.subject().to_string(),
         not_after_unix: cert.validity().not_after.timestamp(),
+        not_before_unix: cert.validity().not_before.timestamp(),
     })
 }
 

@@ -628,6 +628,12 @@ impl Worker {
                     let stream = PlainStream::new(stream);
                     let handshake = handshake(&acceptor, stream, drain.clone(), &activity, limit);
                     let Some(stream) = handshake.await else {
+                        // No request line to log; counted (decision 0056).
+                        if let Some(meter) = site.meter() {
+                            meter.closed_unheard(
+                                servery_core::request_stats::unheard::TLS_HANDSHAKE,
+                            );
+                        }
                         return;
                     };
                     serve_tls(site, stream, drain, requests, activity).await;

@@ -207,7 +207,7 @@ pub async fn chunk<S: ChunkSource>(
                 let Some(f) = file.take() else {
                     return Err(WriteError::Io(std::io::Error::other("no partial file")));
                 };
-                let (root, t) = (Arc::clone(&w.root), target.clone());
+                let (root, t) = (w.root.dir(), target.clone());
                 // The grants go into the blocking job: if hyper drops this handler while
                 // the rename runs, they are still given back only after it.
                 let held = std::mem::take(&mut grants);

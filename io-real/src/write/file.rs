@@ -163,7 +163,7 @@ pub async fn write_file<S: ChunkSource>(
                 else {
                     return Err(WriteError::Io(std::io::Error::other("nothing to publish")));
                 };
-                let (root, t) = (Arc::clone(&w.root), target.clone());
+                let (root, t) = (w.root.dir(), target.clone());
                 // The lease and the temporary file's guard go into the blocking job: if
                 // hyper drops this handler while the rename runs, the lease is still
                 // released only after it.

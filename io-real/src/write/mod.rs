@@ -35,7 +35,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cap_std::fs::Dir;
 use servery_core::broker::ClientError;
 use tokio::runtime::Handle;
 
@@ -206,7 +205,9 @@ impl WriteError {
 /// Everything a request handler needs to write: the root, the broker and the settings.
 #[derive(Debug, Clone)]
 pub struct Writer {
-    pub root: Arc<Dir>,
+    /// Followed per request (`crate::served_root`): each write takes the directory the
+    /// root's path names when it starts.
+    pub root: Arc<crate::served_root::LiveRoot>,
     pub broker: BrokerHandle,
     pub settings: Arc<WriteSettings>,
 }

@@ -94,6 +94,7 @@ fn summary(facts: Option<&CertFacts>) -> CertSummary {
     facts.map_or_else(CertSummary::default, |f| CertSummary {
         subject: f.names.first().cloned().unwrap_or_default(),
         not_after_unix: f.not_after.0,
+        not_before_unix: f.not_before.0,
     })
 }
 
@@ -284,7 +285,7 @@ impl SimWorld {
                 }
             }
             // The parent's own (the broker's challenge table): never a driver's.
-            AcmeAction::Publish(_) | AcmeAction::Withdraw => {}
+            AcmeAction::Publish(_) | AcmeAction::Withdraw | AcmeAction::AttemptFailed { .. } => {}
         }
     }
 

@@ -16,6 +16,10 @@
 //!   malformed frame, exit) is one attempt against the restart window, counted once; the
 //!   service fails exactly when the policy says ([`restarts`]), and its status reports the
 //!   same count.
+//! - **readiness rule**: once a generation is committed, the readiness the supervisor
+//!   reports (`/readyz`, `ctl status`) follows the workers whose READY the parent read and
+//!   has not begun to end, at most N of them: `ready` with N, `degraded` from the
+//!   configured minimum up, `unready` below it; before any commit it is `unready`.
 
 mod restarts;
 
@@ -23,7 +27,7 @@ use core::time::Duration;
 use std::collections::BTreeMap;
 
 use servery_core::config::{RecoveryPolicy, ValidConfig};
-use servery_core::supervisor::{FailureReason, Supervisor};
+use servery_core::supervisor::{FailureReason, Readiness, Supervisor};
 use servery_core::{Instant, WorkerId};
 
 use restarts::{RestartModel, SlotRun, Verdict, delay};
@@ -425,6 +429,7 @@ impl LifecycleOracle {
                 ));
             }
         }
+        self.judge_readiness(now, sup);
         let overdue: Vec<(u64, u64)> = self
             .due
             .iter()
@@ -441,6 +446,46 @@ impl LifecycleOracle {
                     d.why
                 ));
             }
+        }
+    }
+}
+
+impl LifecycleOracle {
+    fn judge_readiness(&mut self, now: Instant, sup: &Supervisor) {
+        if self.over {
+            return;
+        }
+        let reported = sup.readiness();
+        let Some(generation) = self.committed else {
+            if reported != Readiness::Unready {
+                self.violations.push(format!(
+                    "readiness rule: at {} ms the service reports {} before any generation committed",
+                    ms(now),
+                    reported.name()
+                ));
+            }
+            return;
+        };
+        let Some((n, policy)) = self.generations.get(&generation) else {
+            return;
+        };
+        let serving = self.workers.values().filter(|w| w.serving()).count();
+        let ready = u32::try_from(serving).unwrap_or(u32::MAX).min(*n);
+        let minimum = policy.min_ready_workers();
+        let expected = if ready < minimum {
+            Readiness::Unready
+        } else if ready < *n {
+            Readiness::Degraded
+        } else {
+            Readiness::Ready
+        };
+        if reported != expected {
+            self.violations.push(format!(
+                "readiness rule: at {} ms the service reports {} with {ready} of {n} workers ready (minimum {minimum}); that is {}",
+                ms(now),
+                reported.name(),
+                expected.name()
+            ));
         }
     }
 }

@@ -269,6 +269,12 @@ impl SimWorld {
                 id: ReloadId(index as u64),
                 config: raw.clone(),
             },
+            // As the real parent does: the configuration as loaded, the count core's.
+            SimCommand::Resize(by) => Command::Resize {
+                id: ReloadId(index as u64),
+                config: Box::new(self.spec.config.clone()),
+                by: *by,
+            },
         };
         self.inbox.push_back(Event::Command(cmd));
         None

@@ -1,7 +1,6 @@
 //! LOCK, UNLOCK, MKCOL, DELETE, COPY and MOVE.
 
 use std::io;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -59,7 +58,7 @@ impl Dav {
             return Err(HttpError::Forbidden);
         };
         let name = path.name().unwrap_or_default().to_owned();
-        let root = Arc::clone(&self.root);
+        let root = self.root.dir();
         let target = blocking(move || {
             target::resolve(&root, &parent.rel(), &name).map_err(|e| match e {
                 WriteError::NoParent => HttpError::Dav(DavError::Conflict),
@@ -77,7 +76,7 @@ impl Dav {
 
     /// What exists at `path`: `None`, or whether it is a collection.
     async fn kind(&self, path: &DavPath) -> Result<Option<bool>, HttpError> {
-        let root = Arc::clone(&self.root);
+        let root = self.root.dir();
         let rel = path.rel();
         blocking(move || {
             Ok(resource::stat_opt(&root, &rel)
@@ -173,7 +172,7 @@ impl Dav {
             return Err(HttpError::Forbidden);
         };
         target::check_name(name, self.show_hidden)?;
-        let root = Arc::clone(&self.root);
+        let root = self.root.dir();
         let name = name.to_owned();
         let target = blocking(move || {
             target::resolve(&root, &parent.rel(), &name).map_err(|e| match e {

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use cap_std::fs::Dir;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
@@ -116,7 +115,7 @@ pub enum DavError {
 /// The WebDAV side of a site.
 #[derive(Debug)]
 pub struct Dav {
-    root: Arc<Dir>,
+    root: Arc<crate::served_root::LiveRoot>,
     locks: Locks,
     /// `None` on a read-only share.
     writer: Option<Writer>,
@@ -142,7 +141,7 @@ pub struct DavConfig {
 
 impl Dav {
     pub fn new(
-        root: Arc<Dir>,
+        root: Arc<crate::served_root::LiveRoot>,
         config: DavConfig,
         writer: Option<Writer>,
         show_hidden: bool,
@@ -391,7 +390,7 @@ impl Dav {
         let Some(path) = path else {
             return Ok(Resource::default());
         };
-        let root = Arc::clone(&self.root);
+        let root = self.root.dir();
         let rel = path.rel();
         let etag = blocking(move || resource::stat_opt(&root, &rel).map_err(HttpError::Internal))
             .await?

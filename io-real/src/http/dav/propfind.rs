@@ -1,8 +1,6 @@
 //! PROPFIND and PROPPATCH: live properties computed from the file system and the broker's
 //! lock table, dead properties from [`super::props`].
 
-use std::sync::Arc;
-
 use cap_std::fs::{Dir, Metadata};
 use http::Response;
 use http::request::Parts;
@@ -177,11 +175,8 @@ impl Dav {
     ) -> Result<Response<Body>, HttpError> {
         let request = xml::parse_propfind(body).map_err(DavError::Xml)?;
         let depth = depth(parts)?;
-        let (root, show_hidden, max) = (
-            Arc::clone(&self.root),
-            self.show_hidden,
-            self.max_propfind_entries,
-        );
+        let (root, show_hidden, max) =
+            (self.root.dir(), self.show_hidden, self.max_propfind_entries);
         let start = path.clone();
         let wants_quota = matches!(&request, Propfind::Prop(names) if names.iter().any(|n| n.namespace == DAV_NS && QUOTA.contains(&n.local.as_str())));
         // A walk of the whole tree holds its blocking thread for as long as the tree is
@@ -262,7 +257,7 @@ impl Dav {
         writer: &Writer,
     ) -> Result<Response<Body>, HttpError> {
         let ops = xml::parse_proppatch(body).map_err(DavError::Xml)?;
-        let root = Arc::clone(&self.root);
+        let root = self.root.dir();
         let rel = path.rel();
         let meta =
             blocking(move || resource::stat(&root, &rel).map_err(HttpError::from_io)).await?;
@@ -272,7 +267,7 @@ impl Dav {
         // The sidecar is written under its own lease, so two workers patching one
         // resource apply their changes one after the other.
         let (dir, name) = props::sidecar(path);
-        let root = Arc::clone(&self.root);
+        let root = self.root.dir();
         let sidecar = blocking(move || Ok(target::resolve(&root, &dir, &name)?)).await?;
         let lease = Grant::lease(
             &writer.broker,
@@ -280,11 +275,7 @@ impl Dav {
             writer.settings.write_lock_timeout,
         )
         .await?;
-        let (root, at, worker) = (
-            Arc::clone(&self.root),
-            path.clone(),
-            writer.settings.worker_id,
-        );
+        let (root, at, worker) = (self.root.dir(), path.clone(), writer.settings.worker_id);
         let statuses = blocking(move || {
             let mut stored = props::load(&root, &at).map_err(HttpError::Internal)?;
             let mut statuses: Vec<(Name, u16)> = Vec::with_capacity(ops.len());

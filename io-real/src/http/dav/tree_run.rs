@@ -104,11 +104,7 @@ impl Run<'_> {
     }
 
     async fn inspect(&mut self) -> TreeEvent {
-        let (root, from, to) = (
-            Arc::clone(&self.dav.root),
-            self.from.cloned(),
-            self.to.cloned(),
-        );
+        let (root, from, to) = (self.dav.root.dir(), self.from.cloned(), self.to.cloned());
         let found = blocking(move || {
             let open = |p: Option<DavPath>| -> Result<Option<Placed>, HttpError> {
                 p.map(|p| tree::place(&root, &p).map_err(io_conflict))
@@ -210,7 +206,7 @@ impl Run<'_> {
     }
 
     async fn properties(&mut self) -> TreeEvent {
-        let (root, worker, op) = (Arc::clone(&self.dav.root), self.worker(), self.op);
+        let (root, worker, op) = (self.dav.root.dir(), self.worker(), self.op);
         let (from, to) = (self.from.cloned(), self.to.cloned());
         // A MOVE that crossed file systems copied; its source is gone now.
         let crossed = self.trash_source.is_some() && op == TreeOp::Move;

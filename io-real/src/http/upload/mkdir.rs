@@ -3,8 +3,6 @@
 //! answers as WebDAV's `MKCOL` (201; 405 when something exists; 409 without a parent),
 //! under a lease on the name so it cannot race an upload to the same name.
 
-use std::sync::Arc;
-
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode, header};
 
@@ -30,7 +28,7 @@ impl Uploads {
             return Err(HttpError::MethodNotAllowed); // the root exists
         };
         check_name(name, self.show_hidden)?;
-        let root = Arc::clone(&self.writer.root);
+        let root = self.writer.root.dir();
         let (rel_dir, dir_name) = (parent_of(&path), name.to_owned());
         let target = blocking(move || target::resolve(&root, &rel_dir, &dir_name)).await?;
         let lease = Grant::lease(

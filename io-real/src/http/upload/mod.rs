@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cap_std::fs::Dir;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
@@ -169,7 +168,11 @@ where
 }
 
 impl Uploads {
-    pub fn new(root: Arc<Dir>, config: UploadConfig, show_hidden: bool) -> Uploads {
+    pub fn new(
+        root: Arc<crate::served_root::LiveRoot>,
+        config: UploadConfig,
+        show_hidden: bool,
+    ) -> Uploads {
         let worker = HeaderValue::from(config.settings.worker_id);
         Uploads {
             writer: Writer {
@@ -307,7 +310,7 @@ impl Uploads {
             return Err(WriteError::TooLarge { limit });
         }
         // Step 1, before anything is reserved.
-        let root = Arc::clone(&self.writer.root);
+        let root = self.writer.root.dir();
         let rel_dir = parent_of(&path);
         let file_name = name.to_owned();
         let target = blocking(move || target::resolve(&root, &rel_dir, &file_name)).await?;
@@ -376,7 +379,7 @@ impl Uploads {
             return Err(WriteError::TooLarge { limit });
         }
         // Step 1 for the directory every file goes to.
-        let root = Arc::clone(&self.writer.root);
+        let root = self.writer.root.dir();
         let rel_dir = path.relative();
         let dir_check = rel_dir.clone();
         blocking(move || match root.metadata(&dir_check) {
@@ -409,7 +412,7 @@ impl Uploads {
                     }
                     let name = multipart::basename(&filename).to_owned();
                     check_name(&name, self.show_hidden)?;
-                    let root = Arc::clone(&self.writer.root);
+                    let root = self.writer.root.dir();
                     let rel = rel_dir.clone();
                     let target = blocking(move || target::resolve(&root, &rel, &name)).await?;
                     // Files are published one by one, each under its own lease; a

@@ -3,20 +3,13 @@
 use base64::Engine as _;
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderValue, Method, Response, StatusCode, header};
 
 use crate::http::body::{self, Body};
+pub(super) use crate::http::has_token;
 
 /// The key RFC 6455 §1.3 appends to `Sec-WebSocket-Key` for the accept value.
 const ACCEPT_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-
-pub(super) fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    headers.get_all(name).iter().any(|value| {
-        value
-            .to_str()
-            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-    })
-}
 
 /// Why a handshake is refused before the application sees it.
 #[derive(Debug, PartialEq, Eq)]

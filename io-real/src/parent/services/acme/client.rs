@@ -126,7 +126,10 @@ impl Task {
                 Err(e) => tracing::info!(error = %e, "no ACME renewal information"),
             },
             // The parent's driver performs these itself.
-            AcmeAction::InstallIdentity { .. } | AcmeAction::Publish(_) | AcmeAction::Withdraw => {}
+            AcmeAction::InstallIdentity { .. }
+            | AcmeAction::Publish(_)
+            | AcmeAction::Withdraw
+            | AcmeAction::AttemptFailed { .. } => {}
         }
     }
 
@@ -313,12 +316,28 @@ async fn invalid_detail(order: &mut Order) -> Option<String> {
 }
 
 fn unreachable(e: instant_acme::Error) -> AcmeError {
-    AcmeError::Unreachable(e.to_string())
+    AcmeError::Unreachable(with_causes(&e))
 }
 
 fn classify(e: instant_acme::Error) -> AcmeError {
     match e {
         instant_acme::Error::Api(problem) => AcmeError::Refused(problem.to_string()),
-        other => AcmeError::Unreachable(other.to_string()),
+        other => AcmeError::Unreachable(with_causes(&other)),
     }
+}
+
+/// An error with the errors that caused it, so that "client error (Connect)" names the
+/// TLS or network error beneath it (a CA certificate not trusted, a refused connection).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
 }

@@ -79,8 +79,24 @@ impl Service for AcmeService {
 
 /// The certificate manager's state for `ctl status`: subject (the first domain), the
 /// certificate in service, the next attempt, and the last error.
-pub fn status_json(s: &servery_core::acme::ManagerStatus) -> serde_json::Value {
+pub fn status_json(
+    s: &servery_core::acme::ManagerStatus,
+    health: servery_core::acme::CertHealth,
+) -> serde_json::Value {
+    use servery_core::acme::{CertHealth, Stage};
+    let by_stage: serde_json::Map<String, serde_json::Value> = Stage::ALL
+        .iter()
+        .zip(s.failures_by_stage)
+        .map(|(stage, n)| (stage.name().to_owned(), n.into()))
+        .collect();
     serde_json::json!({
+        "certificate": match health {
+            CertHealth::Good => "valid",
+            CertHealth::Renewing => "valid, renewal failing",
+            CertHealth::NoValidCertificate => "none valid",
+        },
+        "failures_by_stage": by_stage,
+        "last_success": s.last_success.map(|t| t.0),
         "state": s.phase,
         "subject": s.domains.first(),
         "domains": s.domains,
@@ -101,14 +117,16 @@ pub fn status_line(a: &serde_json::Value) -> String {
         other => other.to_string(),
     };
     format!(
-        "acme: {} subject {} serial {} not_after {} next_attempt {} orders {} failures {} last_error {}",
+        "acme: {} ({}) subject {} serial {} not_after {} next_attempt {} orders {} failures {} last_success {} last_error {}",
         text("state"),
+        text("certificate"),
         text("subject"),
         text("serial"),
         text("not_after"),
         text("next_attempt"),
         text("orders"),
         text("failures"),
+        text("last_success"),
         text("last_error"),
     )
 }

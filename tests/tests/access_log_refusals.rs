@@ -1,0 +1,184 @@
+//! Requests refused before any handler runs are logged like any other response, against
+//! the real binary over raw sockets (decision 0056): a malformed request line (400), a
+//! head too large (431), a `Content-Length` too large to represent (413), a head that never
+//! finishes (408, closed without an answer as nginx does), a request without `Host` (400)
+//! and one naming another host (421) each get their line and their count in
+//! `http_requests_total`. Connections that never sent a request — silent until their
+//! deadline, closed by a full worker to admit another — have no line to write and are
+//! counted in `/metrics` by reason.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use servery_tests::{FAST, Server, Tree, http_get, wait_until};
+
+/// Sends `bytes` on a new connection and returns the status of the answer (`None` when the
+/// connection closed without one).
+fn send(addr: SocketAddr, bytes: &[u8]) -> Option<u16> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    // The server may answer and close before it read everything (a head too large).
+    let _ = s.write_all(bytes);
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    text.strip_prefix("HTTP/1.1 ")
+        .and_then(|t| t.get(..3))
+        .and_then(|c| c.parse().ok())
+}
+
+fn metric(admin: SocketAddr, series: &str) -> u64 {
+    let (status, body) = http_get(admin, "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200);
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The status field of each combined-format line, with its request.
+fn statuses(path: &std::path::Path) -> Vec<(String, u16)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let (_, rest) = l.split_once("] \"").expect("a request field");
+            let (request, rest) = rest.split_once("\" ").expect("its end");
+            let status = rest.split(' ').next().and_then(|s| s.parse().ok());
+            (request.to_owned(), status.expect("a status"))
+        })
+        .collect()
+}
+
+#[test]
+fn refusals_before_a_handler_are_logged_and_unheard_connections_counted() {
+    let tree = Tree::new("alog-refusals");
+    let path = tree.root().with_file_name("refusals.log");
+    let log = path.to_str().expect("utf-8").to_owned();
+    let mut args = FAST.to_vec();
+    args.extend([
+        "--access-log",
+        &log,
+        "--admin",
+        "127.0.0.1:0",
+        "--request-head-timeout",
+        "1",
+        "--max-connections",
+        "4",
+    ]);
+    let mut server = Server::start(&tree, 1, &args, &[]);
+    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
+    let admin: SocketAddr = line
+        .rsplit_once("http://")
+        .map(|(_, a)| a.trim_end_matches('/'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    server.wait_ready(1, Duration::from_secs(30));
+    let addr = server.addr;
+
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(70 * 1024)
+    );
+    let cases: [(&str, Vec<u8>, Option<u16>, u16); 6] = [
+        ("malformed", b"GARBAGE\r\n\r\n".to_vec(), Some(400), 400),
+        ("too large", huge.into_bytes(), Some(431), 431),
+        (
+            "length overflow",
+            b"PUT /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 18446744073709551615\r\n\r\n"
+                .to_vec(),
+            Some(413),
+            413,
+        ),
+        // Half a head, then silence: closed at the head deadline without an answer.
+        (
+            "unfinished",
+            b"GET /hello.txt HTTP/1.1\r\nHost: loc".to_vec(),
+            None,
+            408,
+        ),
+        (
+            "no host",
+            b"GET /hello.txt HTTP/1.1\r\nConnection: close\r\n\r\n".to_vec(),
+            Some(400),
+            400,
+        ),
+        (
+            "other host",
+            b"GET /hello.txt HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n".to_vec(),
+            Some(421),
+            421,
+        ),
+    ];
+    for (what, bytes, answer, _) in &cases {
+        let got = send(addr, bytes);
+        // A head refused before it was read to its end may have its answer overtaken by
+        // the reset that closing with unread bytes makes: the log line is what counts.
+        let reset = *what == "too large" && got.is_none();
+        assert!(got == *answer || reset, "{what}: {got:?}");
+    }
+    let (logged, _) = wait_until(Duration::from_secs(10), "a line for each", || {
+        let lines = statuses(&path);
+        (lines.len() >= cases.len()).then_some(lines)
+    });
+    let mut got: Vec<u16> = logged.iter().map(|(_, s)| *s).collect();
+    let mut wanted: Vec<u16> = cases.iter().map(|c| c.3).collect();
+    got.sort_unstable();
+    wanted.sort_unstable();
+    assert_eq!(got, wanted, "{logged:?}");
+    // Those refused before their head was read have no request to show.
+    for (request, status) in &logged {
+        let unread = [400, 408, 413, 431].contains(status) && request == "-";
+        let read = request.starts_with("GET /hello.txt ");
+        assert!(unread || read, "{request:?} {status}");
+    }
+    wait_until(Duration::from_secs(5), "the refusals counted", || {
+        let n = metric(
+            admin,
+            "servery_http_requests_total{method=\"other\",code=\"4xx\"}",
+        ) + metric(
+            admin,
+            "servery_http_requests_total{method=\"GET\",code=\"4xx\"}",
+        ) + metric(
+            admin,
+            "servery_http_requests_total{method=\"PUT\",code=\"4xx\"}",
+        );
+        (n == cases.len() as u64).then_some(())
+    });
+
+    // A connection that never sends a byte has nothing to log: counted at its deadline.
+    let before = statuses(&path).len();
+    let quiet = TcpStream::connect(addr).expect("connect");
+    wait_until(Duration::from_secs(15), "the silent one counted", || {
+        (metric(admin, UNHEARD_TIMEOUT) >= 1).then_some(())
+    });
+    drop(quiet);
+
+    // Four connections that began a head fill the worker; a fifth with a request is
+    // admitted by closing the longest-waiting of them (counted: it brought no request),
+    // and the other three are logged 408 at their deadline.
+    let begun: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.write_all(b"G").expect("a byte");
+            s
+        })
+        .collect();
+    let (status, _) = http_get(addr, "/hello.txt").expect("served");
+    assert_eq!(status, 200);
+    let (after, _) = wait_until(Duration::from_secs(15), "the three logged", || {
+        let lines = statuses(&path);
+        (lines.len() >= before + 4).then_some(lines)
+    });
+    drop(begun);
+    assert_eq!(metric(admin, UNHEARD_EVICTED), 1);
+    let mut new: Vec<u16> = after[before..].iter().map(|(_, s)| *s).collect();
+    new.sort_unstable();
+    assert_eq!(new, [200, 408, 408, 408], "{:?}", &after[before..]);
+    assert_eq!(metric(admin, UNHEARD_TIMEOUT), 1, "only the silent one");
+}
+
+const UNHEARD_TIMEOUT: &str = "servery_connections_closed_unheard_total{reason=\"head_timeout\"}";
+const UNHEARD_EVICTED: &str = "servery_connections_closed_unheard_total{reason=\"evicted\"}";
