@@ -51,7 +51,8 @@ Exit codes:
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "servery",
-    version,
+    version = crate::build_info::SHORT,
+    long_version = crate::build_info::LONG,
     args_conflicts_with_subcommands = true,
     after_help = AFTER_HELP,
     group = crate::settings::live_group()
@@ -67,6 +68,11 @@ pub struct Cli {
 pub enum Sub {
     /// Talk to a running servery over its control socket.
     Ctl(CtlArgs),
+    /// Print the man page or a shell's completion script (for packages).
+    Generate(crate::packaging::GenerateArgs),
+    /// Ask the admin listener's /livez once: exit 0 on 200, 1 otherwise (a container's
+    /// HEALTHCHECK).
+    Healthcheck(crate::packaging::HealthcheckArgs),
 }
 
 /// `--workers N|auto`.

@@ -6,7 +6,7 @@ use clap::FromArgMatches;
 
 use crate::cli::{Cli, Sub, WORKER_SUBCOMMAND};
 use crate::worker::WorkerArgs;
-use crate::{ctl, logging, parent, settings, worker};
+use crate::{ctl, logging, packaging, parent, settings, worker};
 
 pub fn main() -> i32 {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -31,9 +31,14 @@ pub fn main() -> i32 {
             return e.exit_code();
         }
     };
-    if let Some(Sub::Ctl(args)) = cli.command {
-        logging::init(cli.serve.ops.log_format);
-        return ctl::run(args);
+    match cli.command {
+        Some(Sub::Ctl(args)) => {
+            logging::init(cli.serve.ops.log_format);
+            return ctl::run(args);
+        }
+        Some(Sub::Generate(args)) => return packaging::generate(&args),
+        Some(Sub::Healthcheck(args)) => return packaging::healthcheck(&args),
+        None => {}
     }
     match settings::load(&argv) {
         Ok(loaded) => {

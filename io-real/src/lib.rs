@@ -21,6 +21,7 @@ macro_rules! tell {
 
 pub mod access_log;
 pub mod app;
+pub mod build_info;
 pub mod civil_time;
 pub mod cli;
 pub mod clock;
@@ -35,6 +36,7 @@ pub mod open_files;
 pub mod operator_file;
 pub mod os;
 pub mod out;
+pub mod packaging;
 pub mod parent;
 pub mod served_root;
 pub mod settings;

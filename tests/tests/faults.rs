@@ -55,6 +55,25 @@ fn a_killed_worker_is_replaced_under_load_losing_at_most_its_in_flight_requests(
         status["last_failure"]["reason"], "unexpected_exit",
         "{status}"
     );
+    // Which signal ended it, by name, in the JSON and in `ctl status`'s text.
+    let message = status["last_failure"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.ends_with("exited with signal 9 (SIGKILL)"),
+        "{status}"
+    );
+    let socket = tree.socket();
+    let socket = socket.to_string_lossy();
+    let text = run_servery(
+        &["ctl", "--socket", &socket, "status"],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert!(
+        text.stdout.contains("unexpected_exit: ") && text.stdout.contains("signal 9 (SIGKILL)"),
+        "{}{}",
+        text.stdout,
+        text.stderr
+    );
     // Only connections the victim had already accepted can fail: at most one per client
     // (each client has one request in flight at a time).
     assert!(

@@ -111,10 +111,21 @@ fn cargo_install_gives_a_servery_that_serves() {
         Duration::from_secs(10),
     );
     assert!(version.status.success(), "{version:?}");
+    // The version, the commit (of this checkout: the install builds from it) and the
+    // default features, which are none.
+    let lines: Vec<&str> = version.stdout.lines().collect();
     assert_eq!(
-        version.stdout.trim(),
-        format!("servery {}", env!("CARGO_PKG_VERSION"))
+        lines.first().copied(),
+        Some(format!("servery {}", env!("CARGO_PKG_VERSION")).as_str()),
+        "{version:?}"
     );
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|l| l.starts_with("commit: ") && !l.ends_with("unknown")),
+        "{version:?}"
+    );
+    assert_eq!(lines.get(2).copied(), Some("features: none"), "{version:?}");
 
     // Serves one file, from its installed place.
     let mut child = Command::new(&bin)

@@ -90,6 +90,7 @@ fn promtool_accepts_the_metrics_and_they_count_the_requests_made() {
     );
     assert_eq!(sample(&text, "servery_workers{state=\"ready\"}"), Some(2.0));
     assert_eq!(sample(&text, "servery_generation"), Some(1.0));
+    process_series_are_plausible(&text, server.pid);
 
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
@@ -110,6 +111,60 @@ fn promtool_accepts_the_metrics_and_they_count_the_requests_made() {
         "promtool refused the metrics:\n{}{}\n{text}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The parent's `process_*` series and the workers' sums (decision 0054) hold values a
+/// two-worker servery started moments ago can have, and the build is named.
+fn process_series_are_plausible(text: &str, parent: u32) {
+    let value =
+        |series: &str| sample(text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64();
+    let started = value("process_start_time_seconds");
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "start time {started} is not within the last hour of {now}"
+    );
+    let fds = value("process_open_fds");
+    let own_fds = std::fs::read_dir(format!("/proc/{parent}/fd"))
+        .map(|d| d.count() as f64)
+        .expect("the parent's descriptors");
+    assert!(
+        fds > 3.0 && (fds - own_fds).abs() < 32.0,
+        "open fds {fds}, /proc says {own_fds}"
+    );
+    let max_fds = value("process_max_fds");
+    assert!(max_fds >= fds && max_fds >= 1024.0, "max fds {max_fds}");
+    let rss = value("process_resident_memory_bytes");
+    assert!(rss > 1e6 && rss < 4e9, "parent RSS {rss}");
+    // The parent may well have used less than one tick (10 ms) of CPU by now.
+    let cpu = value("process_cpu_seconds_total");
+    let cpus = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+    assert!(
+        cpu >= 0.0 && cpu <= (now - started + 1.0) * cpus,
+        "parent CPU {cpu}"
+    );
+    // Two workers: each holds more than a megabyte and a few descriptors.
+    assert!(
+        value("servery_worker_resident_memory_bytes") > 2e6,
+        "{text}"
+    );
+    assert!(value("servery_worker_open_fds") >= 6.0, "{text}");
+    assert!(value("servery_worker_cpu_seconds_total") > 0.0, "{text}");
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("servery_build_info{"))
+        .unwrap_or_else(|| panic!("no servery_build_info in\n{text}"));
+    assert!(
+        info.contains("version=\"")
+            && info.contains("commit=\"")
+            && info.contains("features=\"")
+            && info.contains("python")
+            && info.ends_with(" 1"),
+        "{info}"
     );
 }
 

@@ -167,6 +167,15 @@ impl Supervisor {
                 at: now,
             });
         }
+        // A failure judged before the reap (a closed channel, a missed heartbeat) is told
+        // how the process then ended: which signal killed it, or its exit code.
+        if let (Some(status), Some(failure)) = (status, self.last_failure.as_mut())
+            && w.ending.is_some()
+            && failure.worker == id
+            && !failure.message.contains("exited with")
+        {
+            failure.message = format!("{}; exited with {status}", failure.message);
+        }
         if self.stopping.is_some() {
             if let Some(slot) = self.slots.iter_mut().find(|s| s.member == Some(id)) {
                 slot.member = None;

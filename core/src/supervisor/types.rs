@@ -253,11 +253,37 @@ pub enum ExitStatus {
     Signal(i32),
 }
 
+impl ExitStatus {
+    /// The name of a signal whose number is the same on Linux (every architecture), the
+    /// BSDs and macOS, so that `ctl status` says `SIGKILL` rather than only `9`; `None`
+    /// for the numbers that differ between them (7, 10, 12 and above 15).
+    pub fn signal_name(signal: i32) -> Option<&'static str> {
+        Some(match signal {
+            1 => "SIGHUP",
+            2 => "SIGINT",
+            3 => "SIGQUIT",
+            4 => "SIGILL",
+            5 => "SIGTRAP",
+            6 => "SIGABRT",
+            8 => "SIGFPE",
+            9 => "SIGKILL",
+            11 => "SIGSEGV",
+            13 => "SIGPIPE",
+            14 => "SIGALRM",
+            15 => "SIGTERM",
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ExitStatus::Code(c) => write!(f, "exit code {c}"),
-            ExitStatus::Signal(s) => write!(f, "signal {s}"),
+            ExitStatus::Signal(s) => match ExitStatus::signal_name(*s) {
+                Some(name) => write!(f, "signal {s} ({name})"),
+                None => write!(f, "signal {s}"),
+            },
         }
     }
 }

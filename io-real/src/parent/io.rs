@@ -839,7 +839,8 @@ impl ParentIo for RealIo {
         self.notifier
             .status(sup.state().name(), sup.generation().0, sup.ready_workers());
         if !self.metrics_waiters.is_empty() {
-            let snapshot = Box::new(super::metrics::Snapshot::of(parent, &self.info));
+            let pids = self.pids.values().copied().collect();
+            let snapshot = Box::new(super::metrics::Snapshot::of(parent, &self.info, pids));
             for waiter in self.metrics_waiters.drain(..) {
                 let _ = waiter.send(snapshot.clone());
             }

@@ -50,6 +50,8 @@ pub struct Snapshot {
     /// Broker table sizes, by name.
     pub tables: [(&'static str, u64); 6],
     pub access_log: Option<AccessLogCounts>,
+    /// The live workers' process ids, for their `/proc` figures (`process_stats`).
+    pub worker_pids: Vec<u32>,
     /// The certificate served, with TLS.
     pub certificate: Option<servery_core::tls_material::CertSummary>,
     /// With `--acme`: the certificate manager's counters and the certificate's health.
@@ -60,7 +62,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn of(parent: &Parent, info: &ServiceInfo) -> Snapshot {
+    pub fn of(parent: &Parent, info: &ServiceInfo, worker_pids: Vec<u32>) -> Snapshot {
         let sup = parent.supervisor();
         let broker = parent.broker();
         let log = broker.log();
@@ -88,6 +90,7 @@ impl Snapshot {
                 write_failed: w.lines_failed.load(Relaxed),
                 lost_with_workers: log.discarded(),
             }),
+            worker_pids,
             certificate: parent.tls().map(|tls| tls.status().summary),
             acme: parent.acme().map(|m| (m.status(), m.health(wall))),
         }
@@ -120,8 +123,13 @@ impl Snapshot {
     /// The counters in the OpenMetrics text format, which `prometheus-client` writes and
     /// Prometheus asks for first.
     pub fn render(&self) -> String {
-        let mut registry = Registry::with_prefix("servery");
-        self.register(&mut registry);
+        let mut registry = Registry::default();
+        // The parent's process series under Prometheus' own names, without the prefix.
+        let processes = super::process_stats::Figures::read(&self.worker_pids);
+        processes.register_parent(&mut registry);
+        let servery = registry.sub_registry_with_prefix("servery");
+        processes.register_service(servery);
+        self.register(servery);
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);

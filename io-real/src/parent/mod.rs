@@ -17,6 +17,7 @@ mod local_broker;
 mod metrics;
 mod metrics_acme;
 pub mod ops_args;
+mod process_stats;
 pub mod services;
 pub(crate) mod site;
 mod spawn;

@@ -48,11 +48,12 @@ fn every_serving_argument_is_a_setting_with_a_unique_key_and_variable() {
 #[test]
 fn help_marks_the_reloadable_settings() {
     let help = command().render_long_help().to_string();
-    // The option's line and its help text's line.
+    // The option's line and its help text, to the blank line after it (however many lines
+    // the terminal's width wraps it to).
     let line = |flag: &str| {
         help.lines()
             .skip_while(|l| !l.trim_start().starts_with(flag))
-            .take(2)
+            .take_while(|l| !l.trim().is_empty())
             .collect::<String>()
     };
     assert!(line("--drain-timeout").contains("[reloadable]"), "{help}");

@@ -16,7 +16,7 @@ pub fn resident_bytes() -> u64 {
 }
 
 /// `VmRSS:   12345 kB` as bytes.
-fn vm_rss(status: &str) -> Option<u64> {
+pub(crate) fn vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let mut words = line["VmRSS:".len()..].split_whitespace();
     let value: u64 = words.next()?.parse().ok()?;

@@ -6,7 +6,7 @@ mod admission;
 pub mod args;
 pub mod broker;
 mod control_writer;
-mod memory;
+pub(crate) mod memory;
 // Fault injection for the black-box tests, only with the `test-hooks` feature; otherwise
 // a stand-in that injects nothing (see Cargo.toml and no_fault.rs).
 #[cfg(feature = "test-hooks")]

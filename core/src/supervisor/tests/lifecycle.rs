@@ -94,6 +94,13 @@ fn posix_hang_is_terminated_then_killed_windows_is_killed_at_once() {
             "the reap keeps the hang's own reason: {}",
             failure.message
         );
+        assert!(
+            failure
+                .message
+                .ends_with("; exited with signal 9 (SIGKILL)"),
+            "and adds how the process ended: {}",
+            failure.message
+        );
         let acts = h.advance(Duration::from_millis(250));
         assert_eq!(spawns(&acts), 1);
         assert_eq!(h.sup.status(h.now).restarts, 1);
@@ -366,7 +373,9 @@ fn reason_codes_and_what_counts_against_the_limit() {
     assert_eq!(Platform::Posix.name(), "posix");
     assert_eq!(Platform::Windows.name(), "windows");
     assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");
-    assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9");
+    assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9 (SIGKILL)");
+    assert_eq!(ExitStatus::Signal(6).to_string(), "signal 6 (SIGABRT)");
+    assert_eq!(ExitStatus::Signal(10).to_string(), "signal 10");
     assert_eq!(Generation(4).to_string(), "g4");
     assert_eq!(WorkerId(4).to_string(), "w4");
     assert_eq!(Slot(4).to_string(), "s4");
