@@ -1,7 +1,7 @@
 //! A certificate served expired, or inside its renewal window, is warned about at start and
 //! on every reload that loads one: a log line, `ctl status` (`tls.expiry`) and
 //! `/metrics` (`servery_certificate_not_after_seconds`,
-//! `servery_certificate_renewal_window_start_seconds`). docs/operations.md, "TLS".
+//! `servery_certificate_renewal_window_start_seconds`). docs/services.md, "TLS".
 
 use std::io::Write;
 use std::net::SocketAddr;
