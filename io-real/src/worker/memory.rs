@@ -73,7 +73,9 @@ mod tests {
         }
         assert!(!trim.due(51), "more than half still open");
         assert!(trim.due(50), "half closed");
-        assert!(!trim.due(0), "the next peak starts at 50, below the floor");
+        assert!(!trim.due(26), "the next peak starts at 50");
+        assert!(trim.due(25), "and halves too");
+        assert!(!trim.due(0), "a peak of 25 is below the floor");
         trim.opened(64);
         assert!(trim.due(32));
     }
