@@ -216,3 +216,21 @@ pub fn inherited_listeners() -> io::Result<Vec<InheritedListener>> {
     }
     Ok(listeners)
 }
+
+/// Give the allocator's free pages back to the system: glibc keeps memory a burst of
+/// connections freed (in every thread's arena, and in the middle of a heap, where its own
+/// trimming at the top never reaches), so a worker's resident set stays at its peak. Only
+/// glibc has the call; other allocators return memory on their own or not at all.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn release_free_heap() {
+    // SAFETY: malloc_trim takes a size, no pointer, and changes nothing but the
+    // allocator's own state, under the locks of its arenas; it may be called from any
+    // thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Without glibc there is nothing to ask.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_free_heap() {}

@@ -1,6 +1,7 @@
 //! ASGI applications in the workers (`--asgi`), against the real binary: Starlette and
 //! FastAPI served with lifespan startup before ready and shutdown after the drain, request
-//! bodies, streamed responses and files sent by path (`http.response.pathsend`), a
+//! bodies, streamed responses, files sent by path (`http.response.pathsend`) and by
+//! descriptor (`http.response.zerocopysend`, a plain ASGI application), a
 //! lifespan that fails (the first generation exits 3 with the application's traceback; a
 //! reload with it leaves the old code serving), and a client that hangs up on a stream the
 //! application notices as a disconnect. WebSockets: `apps_websocket.rs`.
@@ -421,6 +422,90 @@ fn the_event_loop_is_uvloop_when_asked_or_installed_and_asyncio_when_asked() {
             "--loop {choice}"
         );
     }
+}
+
+/// A plain ASGI application that sends parts of a file by descriptor
+/// (`http.response.zerocopysend`) and closes its file as soon as `send()` returns.
+const ZEROCOPY_APP: &str = r#"
+import os
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data.bin")
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    if "http.response.zerocopysend" not in scope["extensions"]:
+        await send({"type": "http.response.start", "status": 501, "headers": []})
+        await send({"type": "http.response.body", "body": b"not offered"})
+        return
+    size = os.path.getsize(DATA)
+    with open(DATA, "rb") as f:
+        if scope["path"] == "/whole":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", str(size).encode())]})
+            await send({"type": "http.response.zerocopysend", "file": f})
+        elif scope["path"] == "/parts":
+            f.seek(100)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"head:", "more_body": True})
+            # A descriptor number with an offset and a count; then the file object from
+            # its position; then a count past the end, which stops at the end.
+            await send({"type": "http.response.zerocopysend", "file": f.fileno(),
+                        "offset": 10, "count": 20, "more_body": True})
+            await send({"type": "http.response.zerocopysend", "file": f, "count": 5,
+                        "more_body": True})
+            await send({"type": "http.response.zerocopysend", "file": f,
+                        "offset": size - 3, "count": 100, "more_body": True})
+            await send({"type": "http.response.body", "body": b":tail"})
+"#;
+
+#[test]
+fn a_file_sent_by_descriptor_goes_out_whole_or_in_parts_between_bodies() {
+    let tree = app_tree("zerocopy", "zc", ZEROCOPY_APP);
+    let data: Vec<u8> = (0..2 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(tree.dir.join("app/data.bin"), &data).expect("write data.bin");
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let server = Server::start(&tree, 1, &args("zc:app", app_dir, &[]), &[]);
+    server.wait_ready(1, BOUND);
+
+    // The application closed its file as soon as send() returned; all of it arrives.
+    let whole = curl(server.addr, "/whole", &[]);
+    assert_eq!(
+        whole.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&whole.body)
+    );
+    assert!(
+        whole.body == data,
+        "the file differs ({} bytes)",
+        whole.body.len()
+    );
+
+    let parts = curl(server.addr, "/parts", &[]);
+    let want = [
+        &b"head:"[..],
+        &data[10..30],
+        &data[100..105],
+        &data[data.len() - 3..],
+        b":tail",
+    ]
+    .concat();
+    assert_eq!(parts.status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&parts.body[..5]),
+        "head:",
+        "the body before the file"
+    );
+    assert!(
+        parts.body == want,
+        "bodies and file parts in order: {} bytes, want {}",
+        parts.body.len(),
+        want.len()
+    );
 }
 
 /// A minimal Django project served through Django's own ASGI handler.

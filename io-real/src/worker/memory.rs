@@ -26,9 +26,59 @@ pub(crate) fn vm_rss(status: &str) -> Option<u64> {
     }
 }
 
+/// Connections a worker must have held at once before their closing is worth a trim.
+const TRIM_AFTER_PEAK: u32 = 32;
+
+/// When to give freed heap memory back to the system: once the open connections have
+/// fallen to half of their peak since the last time (each connection's buffers are
+/// freed when it closes, but the allocator keeps the pages). Without it a worker's
+/// resident set stays at the peak of its busiest moment, which `--worker-max-rss` would
+/// then recycle for memory the worker no longer uses. Rare by construction: a trim
+/// needs the connections to halve after a peak of [`TRIM_AFTER_PEAK`] or more.
+#[derive(Debug, Default)]
+pub struct HeapTrim {
+    peak: u32,
+}
+
+impl HeapTrim {
+    /// A connection opened: `open` are held now.
+    pub fn opened(&mut self, open: u32) {
+        self.peak = self.peak.max(open);
+    }
+
+    /// Whether to trim now, with `open` connections held (asked once a heartbeat); a
+    /// yes starts the next peak from here.
+    pub fn due(&mut self, open: u32) -> bool {
+        let due = self.peak >= TRIM_AFTER_PEAK && open <= self.peak / 2;
+        if due {
+            self.peak = open;
+        }
+        due
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trims_once_the_connections_halve_after_a_peak() {
+        let mut trim = HeapTrim::default();
+        for open in 1..=10 {
+            trim.opened(open);
+        }
+        assert!(!trim.due(0), "a peak of ten is not worth a trim");
+        for open in 1..=100 {
+            trim.opened(open);
+        }
+        assert!(!trim.due(51), "more than half still open");
+        assert!(trim.due(50), "half closed");
+        assert!(!trim.due(26), "the next peak starts at 50");
+        assert!(trim.due(25), "and halves too");
+        assert!(!trim.due(0), "a peak of 25 is below the floor");
+        trim.opened(64);
+        assert!(trim.due(32));
+    }
 
     #[test]
     fn reads_the_resident_set_in_bytes() {

@@ -146,6 +146,7 @@ pub(super) async fn run(
         drain: watch::channel(false).0,
         requests: Arc::new(AtomicU64::new(0)),
         meter,
+        heap_trim: super::memory::HeapTrim::default(),
         closed_tx,
         closed_rx,
         app_down_tx,
@@ -284,6 +285,8 @@ struct Worker {
     requests: Arc<AtomicU64>,
     /// The request counters the heartbeats carry.
     meter: Arc<crate::http::meter::RequestMeter>,
+    /// When to hand the heap's freed pages back (after a burst of connections closed).
+    heap_trim: super::memory::HeapTrim,
     closed_tx: UnboundedSender<usize>,
     closed_rx: UnboundedReceiver<usize>,
     /// The application's shutdown has finished (`shut_down_app`).
@@ -378,6 +381,9 @@ impl Worker {
                     self.sync_requests();
                     if let Some(at) = self.site.as_ref().and_then(|s| s.app()).and_then(|a| a.last_alive()) {
                         self.life.app_alive(at);
+                    }
+                    if self.heap_trim.due(self.life.in_flight()) {
+                        crate::os::release_free_heap();
                     }
                     self.life.set_memory(super::memory::resident_bytes());
                     self.life.set_stats(self.meter.snapshot());
@@ -598,6 +604,7 @@ impl Worker {
             self.admission.make_room();
         }
         self.life.connection_opened();
+        self.heap_trim.opened(self.life.in_flight());
         // getpeername costs a system call: only the access log and an application want it.
         let peer = (site.recorder().is_some() || site.app().is_some())
             .then(|| stream.peer_addr().ok())
@@ -656,6 +663,7 @@ impl Worker {
             self.admission.make_room();
         }
         self.life.connection_opened();
+        self.heap_trim.opened(self.life.in_flight());
         let activity =
             Activity::with_peer(tokio::time::Instant::now(), Some(incoming.remote_address()));
         let index = self.admission.admit(Arc::clone(&activity));

@@ -179,10 +179,18 @@ enum Out {
     /// before the loop went round (a small response is then one event).
     Head(Box<Head>),
     Chunk(Bytes, bool),
-    /// `http.response.pathsend`: the rest of the response is this file, `len` bytes.
-    File(std::fs::File, u64),
+    /// `len` bytes of a file from `start`, sent by the server (`http.response.pathsend`,
+    /// or `http.response.zerocopysend`); the response ends with them when `last`.
+    File(FilePart),
     /// The application raised, or returned without finishing its response.
     Fail,
+}
+
+struct FilePart {
+    file: std::fs::File,
+    start: u64,
+    len: u64,
+    last: bool,
 }
 
 struct Head {
@@ -274,9 +282,10 @@ impl AsgiHead {
         scope.set_item(intern!(py, "query_string"), PyBytes::new(py, &self.query))?;
         scope.set_item(intern!(py, "root_path"), intern!(py, ""))?;
         // Starlette's FileResponse then hands its file to the server instead of reading
-        // it through the loop.
+        // it through the loop; an application holding a descriptor hands that over.
         let extensions = PyDict::new(py);
         extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
+        extensions.set_item(intern!(py, "http.response.zerocopysend"), PyDict::new(py))?;
         scope.set_item(intern!(py, "extensions"), extensions)?;
         let headers = PyList::empty(py);
         for (k, v) in &self.headers {
@@ -533,8 +542,9 @@ struct ResponseBody {
     events: mpsc::Receiver<Out>,
     exchange: GoneGuard,
     done: bool,
-    /// The file `http.response.pathsend` named, sent to the end of the response.
-    file: Option<Body>,
+    /// The file being sent (`http.response.pathsend` or `zerocopysend`), and whether
+    /// the response ends with it.
+    file: Option<(Body, bool)>,
     /// The event that came with the head, taken before the queue's.
     first: Option<Out>,
 }
@@ -551,13 +561,20 @@ impl hyper::body::Body for ResponseBody {
             if self.done {
                 return Poll::Ready(None);
             }
-            if let Some(file) = &mut self.file {
-                let polled = Pin::new(file).poll_frame(cx);
-                if let Poll::Ready(None | Some(Err(_))) = &polled {
-                    self.done = true;
-                    self.exchange.0.gone();
+            if let Some((file, last)) = &mut self.file {
+                let last = *last;
+                match Pin::new(file).poll_frame(cx) {
+                    // The file sent, and more of the response to come: the next event.
+                    Poll::Ready(None) if !last => self.file = None,
+                    polled => {
+                        if let Poll::Ready(None | Some(Err(_))) = &polled {
+                            self.done = true;
+                            self.exchange.0.gone();
+                        }
+                        return polled;
+                    }
                 }
-                return polled;
+                continue;
             }
             let event = if let Some(first) = self.first.take() {
                 Some(first)
@@ -583,9 +600,10 @@ impl hyper::body::Body for ResponseBody {
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Out::File(file, len)) => {
+                Some(Out::File(part)) => {
                     let runtime = self.exchange.0.runtime.clone();
-                    self.file = Some(crate::http::body::file(file, 0, len, runtime));
+                    let body = crate::http::body::file(part.file, part.start, part.len, runtime);
+                    self.file = Some((body, part.last));
                 }
                 Some(Out::Head(..)) => continue,
                 Some(Out::Fail) | None => {

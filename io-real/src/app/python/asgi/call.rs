@@ -15,10 +15,10 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyModule};
 use tokio::sync::mpsc;
 
-use super::{CHUNK, Exchange, GONE, Head, LAST, Out, PENDING};
+use super::{CHUNK, Exchange, FilePart, GONE, Head, LAST, Out, PENDING};
 use crate::app::python::describe;
 
 /// What `send` answers (the numbers the support module names).
@@ -193,7 +193,23 @@ impl HttpCall {
                         path.display()
                     )));
                 }
-                let event = self.after_head(Some(Out::File(file, meta.len())));
+                let event = self.after_head(Some(Out::File(FilePart {
+                    file,
+                    start: 0,
+                    len: meta.len(),
+                    last: true,
+                })));
+                Ok(self.queue(event))
+            }
+            "http.response.zerocopysend" => {
+                if !self.started {
+                    return Err(runtime_error(
+                        "http.response.zerocopysend before http.response.start".into(),
+                    ));
+                }
+                let part = descriptor_part(message)?;
+                self.complete = part.last;
+                let event = self.after_head(Some(Out::File(part)));
                 Ok(self.queue(event))
             }
             other => Err(runtime_error(format!(
@@ -276,6 +292,50 @@ impl HttpCall {
             }
         }
     }
+}
+
+/// The part of a file an `http.response.zerocopysend` message names: `file` (a
+/// descriptor, or an object with `fileno()`), from `offset` (else the descriptor's
+/// position) for `count` bytes (else to the end; never past it). The descriptor is opened
+/// anew through `/proc/self/fd`, so the server reads from a descriptor of its own: the
+/// application may close its own once `send()` returns, as the extension allows.
+fn descriptor_part(message: &Bound<'_, PyAny>) -> PyResult<FilePart> {
+    let py = message.py();
+    let given = |key: &Bound<'_, PyAny>| -> PyResult<Option<u64>> {
+        match field(message, key)? {
+            Some(v) if !v.is_none() => Ok(Some(v.extract()?)),
+            _ => Ok(None),
+        }
+    };
+    let file = message.get_item(intern!(py, "file"))?;
+    let fd: i32 = match file.extract() {
+        Ok(fd) => fd,
+        Err(_) => file.call_method0(intern!(py, "fileno"))?.extract()?,
+    };
+    let start = match given(intern!(py, "offset").as_any())? {
+        Some(offset) => offset,
+        None => PyModule::import(py, intern!(py, "os"))?
+            .call_method1(intern!(py, "lseek"), (fd, 0, 1))?
+            .extract()?,
+    };
+    let count = given(intern!(py, "count").as_any())?;
+    let last = match field(message, intern!(py, "more_body").as_any())? {
+        Some(more) => !more.is_truthy()?,
+        None => true,
+    };
+    let reopened = std::fs::File::open(format!("/proc/self/fd/{fd}"))?;
+    if !reopened.metadata()?.is_file() {
+        return Err(PyOSError::new_err(format!(
+            "http.response.zerocopysend: descriptor {fd} is not a regular file"
+        )));
+    }
+    let available = reopened.metadata()?.len().saturating_sub(start);
+    Ok(FilePart {
+        file: reopened,
+        start,
+        len: count.map_or(available, |count| count.min(available)),
+        last,
+    })
 }
 
 /// A header's name or value: borrowed from `bytes`, copied from another bytes-like object.
