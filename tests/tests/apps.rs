@@ -111,14 +111,7 @@ fn write_app(dir: &Path, source: &str) {
 
 /// Whether the interpreter that servery embeds can import Flask.
 fn flask_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import flask"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 cannot import flask (scripts/test installs it)");
-    }
-    ok
+    python_imports(&["flask"])
 }
 
 fn app_tree(name: &str, source: &str) -> Tree {

@@ -10,7 +10,6 @@
 //! binary embeds lacks the framework (scripts/test installs the pinned versions).
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use servery_tests::serde_json::json;
@@ -114,21 +113,11 @@ async def create_item(item: Item):
 "#;
 
 fn available(module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 cannot import {module} (scripts/test installs it)");
-    }
-    ok
+    python_imports(&[module])
 }
 
 fn app_tree(name: &str, module: &str, source: &str) -> Tree {
-    let tree = Tree::new(name);
-    std::fs::create_dir_all(tree.dir.join("app")).expect("app dir");
-    std::fs::write(tree.dir.join(format!("app/{module}.py")), source).expect("write app");
-    tree
+    python_app_tree(name, module, source)
 }
 
 fn args<'a>(target: &'a str, app_dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {

@@ -176,14 +176,7 @@ fn write_project(dir: &Path) {
 
 /// Whether the interpreter that servery embeds can import Django.
 fn django_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import django"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 cannot import django (scripts/test installs it)");
-    }
-    ok
+    python_imports(&["django"])
 }
 
 /// A complete 200 answer's body as JSON.

@@ -234,23 +234,11 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 "#;
 
 fn available(modules: &[&str]) -> bool {
-    for module in modules {
-        let ok = Command::new("python3")
-            .args(["-c", &format!("import {module}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !ok {
-            eprintln!("SKIPPED: python3 cannot import {module} (scripts/test installs it)");
-            return false;
-        }
-    }
-    true
+    python_imports(modules)
 }
 
 fn app_tree(name: &str, module: &str, source: &str) -> Tree {
-    let tree = Tree::new(name);
-    std::fs::create_dir_all(tree.dir.join("app")).expect("app dir");
-    std::fs::write(tree.dir.join(format!("app/{module}.py")), source).expect("write app");
+    let tree = python_app_tree(name, module, source);
     std::fs::write(tree.dir.join("client.py"), CLIENT).expect("write client");
     tree
 }
