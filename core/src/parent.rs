@@ -141,16 +141,19 @@ impl Parent {
     }
 
     /// Whether the service takes traffic, its certificate counted (decision 0057): with
-    /// ACME, no valid certificate in service (none issued yet, or the one served has
-    /// expired) makes it unready whatever its workers; a valid one whose renewals fail
-    /// makes a ready service degraded — still sent traffic, but shown. Without ACME it is
+    /// ACME, an expired certificate in service makes it unready whatever its workers; a
+    /// first certificate not issued yet, or a valid one whose renewals fail, makes a
+    /// service that takes traffic degraded — still sent traffic, but shown: before the
+    /// first issuance the CA's HTTP-01 request must still be routed to it, which a load
+    /// balancer that follows `/readyz` would not do for an unready one. Without ACME it is
     /// the supervisor's readiness. `wall` is the driver's Unix time.
     pub fn readiness(&self, wall: crate::acme::UnixTime) -> crate::supervisor::Readiness {
         use crate::acme::CertHealth;
         use crate::supervisor::Readiness;
         let serving = self.supervisor.readiness();
         match self.acme.as_ref().map(|m| m.health(wall)) {
-            Some(CertHealth::NoValidCertificate) => Readiness::Unready,
+            Some(CertHealth::Expired) => Readiness::Unready,
+            Some(CertHealth::Issuing) if serving.takes_traffic() => Readiness::Degraded,
             Some(CertHealth::Renewing) if serving == Readiness::Ready => Readiness::Degraded,
             _ => serving,
         }

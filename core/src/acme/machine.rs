@@ -166,7 +166,8 @@ impl CertManager {
                     CertHealth::Renewing
                 }
             }
-            _ => CertHealth::NoValidCertificate,
+            Some(_) => CertHealth::Expired,
+            None => CertHealth::Issuing,
         }
     }
 

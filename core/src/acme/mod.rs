@@ -250,9 +250,11 @@ pub enum CertHealth {
     Good,
     /// A valid certificate is served, but the attempts to renew it are failing.
     Renewing,
-    /// No valid certificate is served: none was issued yet (the placeholder serves), or
-    /// the one in service has expired.
-    NoValidCertificate,
+    /// None was issued yet: the first order is in flight or waits to be retried, and the
+    /// self-signed placeholder serves meanwhile.
+    Issuing,
+    /// The certificate in service is outside its validity (expired, or not yet valid).
+    Expired,
 }
 
 /// How the manager was configured.

@@ -98,3 +98,54 @@ fn challenges_are_in_the_broker_before_the_answer_and_gone_after_the_order() {
     p.check_invariants().expect("invariants");
     assert!(p.poll_timeout().is_some(), "the retry is armed");
 }
+
+/// A parent with ACME on whose one worker is ready.
+fn serving_with_acme(key: u8) -> Parent {
+    let mut raw = RawConfig::default();
+    raw.features.acme = true;
+    let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [key; 32])
+        .with_acme(ManagerConfig::new(vec!["a.test".into()]));
+    p.handle(Instant::ZERO, Event::Start);
+    for message in [WorkerMessage::Prepared, WorkerMessage::Ready] {
+        let worker = WorkerId(1);
+        p.handle(Instant::ZERO, Event::Message { worker, message });
+    }
+    actions(&mut p);
+    p
+}
+
+/// `/readyz` with ACME (decision 0057): a first certificate not issued yet leaves a
+/// serving service degraded — still routed, so the CA's HTTP-01 request can reach it —
+/// a valid one leaves it ready, and one past its expiry makes it unready.
+#[test]
+fn readiness_counts_the_certificate_issuing_valid_and_expired() {
+    use crate::supervisor::Readiness;
+    const T0: i64 = 1_800_000_000;
+    const LIFE: i64 = 90 * 86_400;
+    let mut issuing = serving_with_acme(2);
+    acme(&mut issuing, 0, AcmeEvent::Loaded(None));
+    assert_eq!(
+        issuing.readiness(UnixTime(T0)),
+        Readiness::Degraded,
+        "issuing"
+    );
+
+    let mut stored = serving_with_acme(3);
+    let certificate = Certificate {
+        facts: CertFacts {
+            not_before: UnixTime(T0 - 10),
+            not_after: UnixTime(T0 + LIFE),
+            names: vec!["a.test".into()],
+            serial: "s1".into(),
+        },
+        cert_pem: "CERT s1".into(),
+        key_pem: "KEY s1".into(),
+    };
+    acme(&mut stored, 0, AcmeEvent::Loaded(Some(certificate)));
+    assert_eq!(stored.readiness(UnixTime(T0)), Readiness::Ready, "valid");
+    assert_eq!(
+        stored.readiness(UnixTime(T0 + LIFE)),
+        Readiness::Unready,
+        "the certificate in service has expired"
+    );
+}

@@ -604,13 +604,13 @@ fn a_renewal_window_is_a_draw_across_it() {
 }
 
 /// Failures are counted by the stage they happened in and said as an action each; the
-/// certificate's health follows what is served: none valid before the first issuance and
+/// certificate's health follows what is served: issuing before the first issuance, expired
 /// after expiry, renewing while a valid one is served and attempts fail (decision 0057).
 #[test]
 fn failures_are_counted_by_stage_and_said_and_health_follows_the_certificate() {
     let mut m = manager();
     m.handle(at(0), wall(0), AcmeEvent::Loaded(None));
-    assert_eq!(m.health(wall(0)), CertHealth::NoValidCertificate);
+    assert_eq!(m.health(wall(0)), CertHealth::Issuing);
     actions(&mut m);
     m.handle(
         at(1),
@@ -626,7 +626,7 @@ fn failures_are_counted_by_stage_and_said_and_health_follows_the_certificate() {
         "{said:?}"
     );
     assert_eq!(m.status().failures_by_stage, [1, 0, 0]);
-    assert_eq!(m.health(wall(1)), CertHealth::NoValidCertificate);
+    assert_eq!(m.health(wall(1)), CertHealth::Issuing);
 
     // The retry issues: valid, and the last success is when it was stored.
     let due = m.poll_timeout().expect("a retry");
@@ -665,8 +665,5 @@ fn failures_are_counted_by_stage_and_said_and_health_follows_the_certificate() {
     assert_eq!(m.status().failures_by_stage, [1, 1, 0]);
     assert_eq!(m.health(wall(t + 2)), CertHealth::Renewing);
     // Past its expiry nothing valid is served.
-    assert_eq!(
-        m.health(UnixTime(T0 + 90 * DAY)),
-        CertHealth::NoValidCertificate
-    );
+    assert_eq!(m.health(UnixTime(T0 + 90 * DAY)), CertHealth::Expired);
 }

@@ -53,9 +53,15 @@ pub fn readiness_text(s: &Snapshot) -> Option<String> {
     let (status, health) = s.acme.as_ref()?;
     let last = status.last_error.as_deref().unwrap_or("none");
     match (health, s.readiness) {
-        (CertHealth::NoValidCertificate, Readiness::Unready) if s.state == ServiceState::Ready => {
+        (CertHealth::Expired, Readiness::Unready) if s.state == ServiceState::Ready => {
             Some(format!(
-                "not ready: no valid certificate in service ({} failures in a row; last error: {last})\n",
+                "not ready: the certificate in service has expired ({} failures in a row; last error: {last})\n",
+                status.failures
+            ))
+        }
+        (CertHealth::Issuing, Readiness::Degraded) if s.capacity.ready >= s.capacity.wanted => {
+            Some(format!(
+                "degraded: the first certificate is not issued yet ({} failures in a row; last error: {last})\n",
                 status.failures
             ))
         }

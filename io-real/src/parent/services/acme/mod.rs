@@ -93,7 +93,8 @@ pub fn status_json(
         "certificate": match health {
             CertHealth::Good => "valid",
             CertHealth::Renewing => "valid, renewal failing",
-            CertHealth::NoValidCertificate => "none valid",
+            CertHealth::Issuing => "none issued yet",
+            CertHealth::Expired => "expired",
         },
         "failures_by_stage": by_stage,
         "last_success": s.last_success.map(|t| t.0),
