@@ -13,7 +13,9 @@
 //!   the policy's delay for that attempt, and no later than that + [`SLACK`] (unless the
 //!   parent itself did not run meanwhile); a failed recycle replacement's retry likewise.
 //! - **restart accounting rule**: every lost member (crash, startup failure, hang,
-//!   malformed frame, exit) is one attempt against the restart window, counted once; the
+//!   malformed frame, exit) is one attempt against the restart window, counted once (a
+//!   worker whose recycle replacement has sent READY is no longer a member: dying before
+//!   its DRAIN goes out costs nothing); the
 //!   service fails exactly when the policy says ([`restarts`]), and its status reports the
 //!   same count.
 //! - **readiness rule**: once a generation is committed, the readiness the supervisor
@@ -294,6 +296,12 @@ impl LifecycleOracle {
         }
         match self.other_unretired(id.0, w.generation, w.slot) {
             Some(other) if other < id.0 => self.replacement_failed(now, id, &w),
+            Some(other) if self.workers.get(&other).is_some_and(Tracked::serving) => {
+                // Its recycle's replacement had sent READY, so the slot was already the
+                // replacement's and this worker was retiring, its DRAIN not sent yet: it
+                // ended with nothing to replace, so no attempt against the window.
+                self.replacement_failures.remove(&w.slot);
+            }
             other => self.member_lost(now, id, &w, other.is_none()),
         }
     }

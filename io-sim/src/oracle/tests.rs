@@ -134,3 +134,26 @@ fn a_drained_workers_reap_is_no_loss() {
     assert!(o.due.is_empty());
     assert!(o.take_violations().is_empty());
 }
+
+/// A worker whose recycle replacement has sent READY no longer holds its slot: dying
+/// before its DRAIN goes out costs no restart attempt (the supervisor swapped it out at
+/// the READY). Dying before the replacement's READY does cost one.
+#[test]
+fn an_old_worker_dying_after_its_replacements_ready_is_no_loss() {
+    let c = config(2);
+    for replacement_ready in [true, false] {
+        let mut o = two_ready();
+        o.spawned(at(100), WorkerId(3), 0, 1, &c);
+        o.commit_sent(WorkerId(3));
+        if replacement_ready {
+            o.ready_read(at(150), WorkerId(3));
+        }
+        o.reaped_read(at(160), WorkerId(1));
+        assert_eq!(
+            o.model.granted,
+            u64::from(!replacement_ready),
+            "replacement ready: {replacement_ready}"
+        );
+        assert!(o.take_violations().is_empty());
+    }
+}
