@@ -197,6 +197,14 @@ impl Server {
 
     /// The first stdout line starting with `prefix`, waiting at most `bound`, and how
     /// long after the spawn it was printed.
+    /// The admin listener's address, from the start-up line that names it.
+    pub fn admin_addr(&mut self, bound: Duration) -> std::net::SocketAddr {
+        let (line, _) = self.wait_stdout("servery: admin ", bound);
+        line.rsplit_once("http://")
+            .and_then(|(_, a)| a.trim_end_matches('/').parse().ok())
+            .unwrap_or_else(|| panic!("no admin address in {line:?}"))
+    }
+
     pub fn wait_stdout(&mut self, prefix: &str, bound: Duration) -> (String, Duration) {
         let stdout = Arc::clone(&self.stdout);
         let what = format!("stdout line `{prefix}…`");

@@ -5,7 +5,6 @@
 //! anything binds.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use servery_tests::serde_json::{self, Value, json};
@@ -18,16 +17,7 @@ fn h2load(addr: std::net::SocketAddr) {
 }
 
 fn h2load_n(addr: std::net::SocketAddr, requests: u64) {
-    let out = Command::new("h2load")
-        .args(["-n", &requests.to_string(), "-c", "16", "--h1"])
-        .arg(format!("http://{addr}/hello.txt"))
-        .output()
-        .expect("h2load is needed (apt-get install nghttp2-client)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("{requests} succeeded")),
-        "h2load:\n{text}"
-    );
+    servery_tests::h2load_hello(addr, requests, 16);
 }
 
 fn log_status(server: &Server) -> Value {

@@ -6,29 +6,13 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use servery_tests::serde_json::Value;
-use servery_tests::{FAST, Server, Tmpfs, Tree, http_get, wait_until};
+use servery_tests::{FAST, Server, Tmpfs, Tree, h2load_hello, http_get, wait_until};
 
 fn h2load(addr: SocketAddr, requests: u64) {
-    let out = Command::new("h2load")
-        .args([
-            "-n",
-            &requests.to_string(),
-            "-c",
-            &requests.min(16).to_string(),
-            "--h1",
-        ])
-        .arg(format!("http://{addr}/hello.txt"))
-        .output()
-        .expect("h2load is needed (apt-get install nghttp2-client)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("{requests} succeeded")),
-        "h2load:\n{text}"
-    );
+    h2load_hello(addr, requests, requests.min(16));
 }
 
 /// A server with the access log at `log` and the admin listener; its admin address.
@@ -37,12 +21,7 @@ fn start(tree: &Tree, log: &Path, workers: u32) -> (Server, SocketAddr) {
     let log = log.to_str().expect("utf-8").to_owned();
     args.extend(["--access-log", &log, "--admin", "127.0.0.1:0"]);
     let mut server = Server::start(tree, workers, &args, &[]);
-    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
-    let admin = line
-        .rsplit_once("http://")
-        .map(|(_, a)| a.trim_end_matches('/'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let admin = server.admin_addr(Duration::from_secs(10));
     server.wait_ready(workers as usize, Duration::from_secs(30));
     (server, admin)
 }

@@ -69,12 +69,7 @@ fn refusals_before_a_handler_are_logged_and_unheard_connections_counted() {
         "4",
     ]);
     let mut server = Server::start(&tree, 1, &args, &[]);
-    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
-    let admin: SocketAddr = line
-        .rsplit_once("http://")
-        .map(|(_, a)| a.trim_end_matches('/'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let admin: SocketAddr = server.admin_addr(Duration::from_secs(10));
     server.wait_ready(1, Duration::from_secs(30));
     let addr = server.addr;
 

@@ -462,11 +462,7 @@ fn a_failing_validation_keeps_the_certificate_reports_and_retries() {
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut server = Server::start(&tree, 1, &args, &[]);
-    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
-    let admin: SocketAddr = line
-        .rsplit_once("http://")
-        .and_then(|(_, a)| a.trim_end_matches('/').parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let admin: SocketAddr = server.admin_addr(Duration::from_secs(10));
     let failed = wait_acme(&server, "failed twice", Duration::from_secs(60), |a| {
         a["failures"].as_u64() >= Some(2)
     });

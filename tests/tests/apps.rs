@@ -415,12 +415,7 @@ fn a_leaking_application_on_one_worker_is_recycled_by_memory_for_a_minute_of_wrk
         &["--worker-max-rss", &max_rss, "--admin", "127.0.0.1:0"],
     );
     let mut server = Server::start(&tree, 1, &args, &[]);
-    let (line, _) = server.wait_stdout("servery: admin ", BOUND);
-    let admin: std::net::SocketAddr = line
-        .rsplit_once("http://")
-        .map(|(_, a)| a.trim_end_matches('/'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let admin: std::net::SocketAddr = server.admin_addr(BOUND);
     let (status, _) = server.wait_ready(1, BOUND);
     let first = worker_pids(&status)[0];
 

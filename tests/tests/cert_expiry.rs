@@ -3,10 +3,8 @@
 //! `/metrics` (`servery_certificate_not_after_seconds`,
 //! `servery_certificate_renewal_window_start_seconds`). docs/services.md, "TLS".
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use servery_tests::serde_json::json;
@@ -58,11 +56,7 @@ fn write_certificate(cert: &Path, key: &Path, not_before: i64, not_after: i64) -
 }
 
 fn admin_addr(server: &mut Server) -> SocketAddr {
-    let (line, _) = server.wait_stdout("servery: admin ", BOUND);
-    line.rsplit_once("http://")
-        .map(|(_, a)| a.trim_end_matches('/'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"))
+    server.admin_addr(BOUND)
 }
 
 fn metrics(admin: SocketAddr) -> String {
@@ -120,28 +114,12 @@ fn an_expired_or_expiring_certificate_is_warned_about_at_start_and_on_reload() {
 
     // The certificate's gauges are well-formed for Prometheus.
     let text = metrics(admin);
-    match Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Err(e) => eprintln!("NOTICE: promtool not run ({e}): the metrics' form is not checked"),
-        Ok(mut promtool) => {
-            promtool
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(text.as_bytes())
-                .expect("write to promtool");
-            let out = promtool.wait_with_output().expect("promtool ran");
-            assert!(
-                out.status.success(),
-                "promtool refused the metrics:\n{}{}\n{text}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+    match promtool_check(&text) {
+        None => eprintln!("NOTICE: promtool not run: the metrics' form is not checked"),
+        Some(verdict) => {
+            if let Err(said) = verdict {
+                panic!("promtool refused the metrics:\n{said}\n{text}");
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use servery_tests::serde_json::{self, Value, json};
-use servery_tests::{FAST, Server, Sig, Tree, free_port, http_get, wait_until};
+use servery_tests::{FAST, Server, Sig, Tree, free_port, http_get, promtool_check, wait_until};
 
 /// Start servery with the admin listener on an ephemeral loopback port; returns the
 /// server and the admin address (from its banner line).
@@ -21,12 +21,7 @@ fn start(tree: &Tree, workers: u32, env: &[(&str, &str)]) -> (Server, SocketAddr
     }
     args.extend(["--admin", "127.0.0.1:0"]);
     let mut server = Server::start(tree, workers, &args, env);
-    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
-    let addr = line
-        .rsplit_once("http://")
-        .map(|(_, a)| a.trim_end_matches('/'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let addr = server.admin_addr(Duration::from_secs(10));
     (server, addr)
 }
 
@@ -92,26 +87,10 @@ fn promtool_accepts_the_metrics_and_they_count_the_requests_made() {
     assert_eq!(sample(&text, "servery_generation"), Some(1.0));
     process_series_are_plausible(&text, server.pid);
 
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is needed (apt-get install prometheus)");
-    promtool
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write to promtool");
-    let out = promtool.wait_with_output().expect("promtool ran");
-    assert!(
-        out.status.success(),
-        "promtool refused the metrics:\n{}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let verdict = promtool_check(&text).expect("promtool is needed (apt-get install prometheus)");
+    if let Err(said) = verdict {
+        panic!("promtool refused the metrics:\n{said}\n{text}");
+    }
 }
 
 /// The parent's `process_*` series and the workers' sums (decision 0054) hold values a

@@ -202,11 +202,7 @@ fn healthcheck_answers_for_the_admin_listener() {
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend(["--admin", "127.0.0.1:0"]);
     let mut server = Server::start(&tree, 1, &args, &[]);
-    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
-    let admin: SocketAddr = line
-        .rsplit_once("http://")
-        .and_then(|(_, a)| a.trim_end_matches('/').parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let admin: SocketAddr = server.admin_addr(Duration::from_secs(10));
     server.wait_ready(1, Duration::from_secs(20));
 
     let given = run_servery(&["healthcheck", "--admin", &admin.to_string()], &[], BOUND);

@@ -225,12 +225,7 @@ fn a_public_bind_answers_any_name_until_names_are_listed_and_star_turns_the_chec
 fn the_admin_listener_answers_its_probes_whatever_they_name() {
     let tree = Tree::new("rebind-admin");
     let mut server = Server::start(&tree, 1, &["--admin", "127.0.0.1:0"], &[]);
-    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
-    let admin: SocketAddr = line
-        .rsplit_once("http://")
-        .map(|(_, a)| a.trim_end_matches('/'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let admin: SocketAddr = server.admin_addr(Duration::from_secs(10));
     server.wait_ready(1, Duration::from_secs(20));
     for path in ["/livez", "/readyz", "/metrics"] {
         let (status, text) = exchange(admin, "GET", path, "prometheus.monitoring.svc", b"");

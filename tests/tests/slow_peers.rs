@@ -268,12 +268,7 @@ fn start_with_admin(tree: &Tree, args: &[&str]) -> (Server, SocketAddr) {
     all.extend_from_slice(args);
     all.extend(["--admin", "127.0.0.1:0"]);
     let mut server = Server::start(tree, 1, &all, &[]);
-    let (line, _) = server.wait_stdout("servery: admin ", Duration::from_secs(10));
-    let addr = line
-        .rsplit_once("http://")
-        .map(|(_, a)| a.trim_end_matches('/'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in {line:?}"));
+    let addr = server.admin_addr(Duration::from_secs(10));
     (server, addr)
 }
 
