@@ -214,3 +214,69 @@ fn the_service_manager_hears_ready_reloading_stopping_and_the_watchdog() {
         "no READY=1 after STOPPING=1: {messages:?}"
     );
 }
+
+/// The shipped units as the systemd at hand reads them: `systemd-analyze verify` accepts
+/// them without a warning (systemd 252 ignores `Type=notify-reload` with only a warning,
+/// which is how a unit written for 253 silently lost `systemctl reload`), and the unit's
+/// own `ExecReload=` line reloads a running servery and says so.
+#[test]
+fn the_shipped_units_verify_and_their_reload_line_reloads() {
+    let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
+        println!("skipped: systemd-analyze is not installed (apt-get install systemd)");
+        return;
+    };
+    let version = String::from_utf8_lossy(&version.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let tree = Tree::new("sd-verify");
+    let units = tree.dir.join("units");
+    std::fs::create_dir_all(&units).expect("units folder");
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/systemd");
+    let binary = servery_bin().to_string_lossy().into_owned();
+    let mut paths = Vec::new();
+    for name in ["servery.service", "servery.socket", "servery-admin.socket"] {
+        let text = std::fs::read_to_string(shipped.join(name)).expect("a shipped unit");
+        // verify checks that every command line names an executable that exists.
+        let path = units.join(name);
+        std::fs::write(&path, text.replace("/usr/local/bin/servery", &binary)).expect("write");
+        paths.push(path);
+    }
+    let verify = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .args(&paths)
+        .output()
+        .expect("systemd-analyze runs");
+    let said = String::from_utf8_lossy(&verify.stderr);
+    assert!(
+        verify.status.success() && said.trim().is_empty(),
+        "units must work on systemd 252 and later: `systemd-analyze verify` ({version}) says {:?}:\n{said}",
+        verify.status
+    );
+
+    let service = std::fs::read_to_string(&paths[0]).expect("the service unit");
+    let reload_line = service
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecReload="))
+        .expect("the service unit has an ExecReload= line");
+    let socket = tree.socket().to_string_lossy().into_owned();
+    let words: Vec<String> = reload_line
+        .split_whitespace()
+        .map(|w| w.replace("/run/servery/ctl.sock", &socket))
+        .collect();
+    let server = Server::start(&tree, 1, FAST, &[]);
+    server.wait_ready(1, Duration::from_secs(20));
+    let reload = Command::new(&words[0])
+        .args(&words[1..])
+        .output()
+        .expect("the ExecReload command runs");
+    let out = String::from_utf8_lossy(&reload.stdout);
+    assert!(
+        reload.status.success() && out.contains("reloaded: generation 2 is serving"),
+        "the unit's ExecReload= ({reload_line}) returns once the new generation serves: {:?} {out} {}",
+        reload.status,
+        String::from_utf8_lossy(&reload.stderr)
+    );
+    assert_eq!(server.status()["generation"], 2, "the reload took effect");
+}

@@ -126,13 +126,26 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// This machine's interface addresses and whether each interface is up.
+/// This machine's interface addresses and whether each interface is up; none, with a
+/// warning the first time, when the list cannot be read.
 pub fn interfaces() -> Vec<(IpAddr, bool)> {
-    if_addrs::get_if_addrs()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|i| (i.ip(), i.is_oper_up()))
-        .collect()
+    match if_addrs::get_if_addrs() {
+        Ok(list) => list.into_iter().map(|i| (i.ip(), i.is_oper_up())).collect(),
+        Err(e) => {
+            // The usual cause is a service manager's address-family filter without
+            // AF_NETLINK: the QR code and mDNS then fall back to loopback-only addresses,
+            // which an operator would otherwise only notice from a phone that cannot open
+            // the link.
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    "cannot list the network interfaces ({e}); --qr and --discoverable will name no LAN address (under systemd, RestrictAddressFamilies= must include AF_NETLINK)"
+                );
+            }
+            Vec::new()
+        }
+    }
 }
 
 /// This machine's host name, or `servery` when it has none.
