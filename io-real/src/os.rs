@@ -234,3 +234,57 @@ pub fn release_free_heap() {
 /// Without glibc there is nothing to ask.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn release_free_heap() {}
+
+/// Show `title` for this process in `ps` and `top`: as its command line (`ps -f`,
+/// `/proc/PID/cmdline`), within the room the original arguments took, and its first 15
+/// bytes as its name (`ps -e`, `top`), as nginx and PostgreSQL name their processes.
+/// Rust offers no pointer to the arguments, so the bytes are written through
+/// `/proc/self/mem` at the addresses `/proc/self/stat` gives (no `unsafe`: the kernel
+/// checks the range). The space after the title is zeroed, so every argument the standard
+/// library may still point at stays a terminated (now empty) string.
+#[cfg(target_os = "linux")]
+pub fn set_process_title(title: &str) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/self/stat");
+    // Fields after the command name (which may hold spaces and parentheses) start with the
+    // state, field 3; arg_start and arg_end are fields 48 and 49 (proc(5)).
+    let after = stat.rsplit_once(')').ok_or_else(bad)?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |n: usize| -> io::Result<u64> {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(bad)
+    };
+    let (start, end) = (field(48)?, field(49)?);
+    let room = usize::try_from(end.saturating_sub(start)).map_err(|_| bad())?;
+    if room < 2 {
+        return Err(bad());
+    }
+    let mut shown = truncated(title, room - 1).as_bytes().to_vec();
+    shown.resize(room, 0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/mem")?
+        .write_all_at(&shown, start)?;
+    let name = std::ffi::CString::new(truncated(title, 15)).map_err(|_| bad())?;
+    rustix::thread::set_name(&name)?;
+    Ok(())
+}
+
+/// Elsewhere the process keeps the name it was started with.
+#[cfg(not(target_os = "linux"))]
+pub fn set_process_title(_title: &str) -> io::Result<()> {
+    Ok(())
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+#[cfg(target_os = "linux")]
+fn truncated(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

@@ -20,11 +20,13 @@ pub fn alive(pid: u32) -> bool {
     proc_stat(pid).is_some_and(|(state, _, _)| state != 'Z' && state != 'X')
 }
 
-/// Whether `pid` is a live servery worker (so a guard never kills a recycled pid).
+/// Whether `pid` is a live servery worker (so a guard never kills a recycled pid): named
+/// by its title, or, in the moment before it sets one, by its subcommand.
 pub(crate) fn is_worker(pid: u32) -> bool {
     alive(pid)
-        && std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"__worker"))
+        && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+            c.starts_with(b"servery: worker ") || c.split(|b| *b == 0).any(|arg| arg == b"__worker")
+        })
 }
 
 /// Live processes whose process group is one of `groups`.

@@ -324,14 +324,27 @@ fn serving_options_reach_every_worker() {
     let server = Server::start(&tree, 2, &args, &[("SERVERY_AUTH", &auth)]);
     let (status, _) = server.wait_ready(2, Duration::from_secs(20));
     // The password never reaches a worker's command line: the settings travel in the
-    // setup preamble, and the command line only names the worker.
-    for pid in worker_pids(&status) {
+    // setup preamble, and the command line only names the worker, which then shows its
+    // title in its place (`ps`), and the title's first 15 bytes as its name (`ps -e`).
+    for worker in status["workers"].as_array().expect("workers") {
+        let pid = worker["pid"].as_u64().expect("pid");
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let cmdline = String::from_utf8_lossy(&cmdline);
         assert!(!cmdline.contains("s3cret"), "{cmdline}");
-        assert!(
-            cmdline.contains("--worker-id") && !cmdline.contains("--cors"),
-            "{cmdline}"
+        let title = format!(
+            "servery: worker {} (slot {}, gen 1)",
+            worker["id"], worker["slot"]
+        );
+        assert_eq!(
+            cmdline.trim_end_matches('\0'),
+            title,
+            "a worker is titled in `ps` by its id, slot and generation"
+        );
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+        assert_eq!(
+            comm.trim_end(),
+            "servery: worker",
+            "a worker's name in `ps -e`"
         );
     }
     let alice = format!("Authorization: Basic {}\r\n", base64(b"alice:s3cret"));

@@ -58,6 +58,14 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
     let index = args.worker_id.saturating_sub(1);
     let fault =
         TestFault::from_env(index, args.slot, args.generation).map_err(WorkerError::Fault)?;
+    // Named in `ps` and `top` as an operator looks for it, once its arguments are read.
+    let title = format!(
+        "servery: worker {} (slot {}, gen {})",
+        args.worker_id, args.slot, args.generation
+    );
+    if let Err(e) = crate::os::set_process_title(&title) {
+        tracing::debug!(error = %e, "the process title stays the command line");
+    }
     if fault.exit_at_start() {
         tracing::warn!(worker = args.worker_id, "test fault: exiting at start");
         return Ok(1);
