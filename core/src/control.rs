@@ -57,7 +57,9 @@ pub enum Answer {
     /// A stop while the service already stops (or has failed): nothing more to do.
     AlreadyStopping,
     /// The reload's generation is committed and serving.
-    Committed { generation: Generation },
+    Committed {
+        generation: Generation,
+    },
     Refused(Refusal),
 }
 
@@ -140,7 +142,9 @@ pub(crate) fn decide(request: Request, view: ServiceView) -> Decision {
         Request::ReopenLogs => Decision::CarryOut(Carry::ReopenLogs, Answer::Accepted),
         Request::AcmeRenew { .. } if !view.acme => refuse(Refusal::NoAcme),
         Request::AcmeRenew { .. } if view.stopping => refuse(Refusal::Stopping),
-        Request::AcmeRenew { wall } => Decision::CarryOut(Carry::AcmeRenew { wall }, Answer::Accepted),
+        Request::AcmeRenew { wall } => {
+            Decision::CarryOut(Carry::AcmeRenew { wall }, Answer::Accepted)
+        }
     }
 }
 
@@ -149,7 +153,9 @@ impl fmt::Display for Answer {
         match self {
             Answer::Accepted => f.write_str("accepted"),
             Answer::AlreadyStopping => f.write_str("already stopping"),
-            Answer::Committed { generation } => write!(f, "committed as generation {}", generation.0),
+            Answer::Committed { generation } => {
+                write!(f, "committed as generation {}", generation.0)
+            }
             Answer::Refused(why) => write!(f, "refused: {why}"),
         }
     }

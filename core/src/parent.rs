@@ -50,7 +50,10 @@ pub enum ParentAction {
     Tls(TlsAction),
     /// The one answer to an operator's request ([`crate::control`]): the driver relays it
     /// to whoever asked, and decides nothing about it.
-    Answer { request: RequestId, answer: Answer },
+    Answer {
+        request: RequestId,
+        answer: Answer,
+    },
     /// Close and open the access log again (an accepted `reopen-logs`).
     ReopenAccessLog,
 }

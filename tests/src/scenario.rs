@@ -362,6 +362,13 @@ pub fn drive(scenario: &Scenario, seed: u64) -> RealRun {
                         other => panic!("{other:?} cannot be driven (see NOT_DRIVEN)"),
                     }
                 }
+                Step::Command(SimCommand::CtlStop) => {
+                    log.push(format!("{now:?}: ctl stop"));
+                    stop_sent.get_or_insert(now);
+                    if let Err(e) = server.ctl(&json!({"cmd": "stop"})) {
+                        log.push(format!("stop refused: {e}"));
+                    }
+                }
                 Step::Command(SimCommand::Recycle) => {
                     log.push(format!("{now:?}: ctl recycle"));
                     if let Err(e) = server.ctl(&json!({"cmd": "recycle"})) {

@@ -105,7 +105,10 @@ fn every_request_is_answered_once_by_the_core_in_every_state() {
     let answer = acts
         .iter()
         .position(|a| matches!(a, ParentAction::Answer { .. }));
-    assert!(close.expect("closed") < answer.expect("answered"), "{acts:?}");
+    assert!(
+        close.expect("closed") < answer.expect("answered"),
+        "{acts:?}"
+    );
     assert_eq!(answers(&acts), [(5, Answer::Accepted)]);
     // Closing: what would start work is refused with why; a stop is already done.
     assert_eq!(
@@ -120,7 +123,11 @@ fn every_request_is_answered_once_by_the_core_in_every_state() {
         answers(&ask(&mut p, 8, Request::Stop)),
         [(8, Answer::AlreadyStopping)]
     );
-    assert_eq!(p.supervisor().tally().reloads_rejected, 0, "a closing refusal is no reload");
+    assert_eq!(
+        p.supervisor().tally().reloads_rejected,
+        0,
+        "a closing refusal is no reload"
+    );
 }
 
 #[test]
@@ -131,7 +138,10 @@ fn a_reload_is_answered_at_its_commit_its_rejection_or_the_stop_that_ends_it() {
     boot(&mut p, &first);
     // Committed: the answer names the generation, after the commit.
     let acts = ask(&mut p, 1, reload(1, 2));
-    assert!(answers(&acts).is_empty(), "answered at its outcome: {acts:?}");
+    assert!(
+        answers(&acts).is_empty(),
+        "answered at its outcome: {acts:?}"
+    );
     assert_eq!(p.awaiting_answers(), 1);
     let acts = boot(&mut p, &acts);
     assert_eq!(
@@ -165,7 +175,10 @@ fn a_reload_is_answered_at_its_commit_its_rejection_or_the_stop_that_ends_it() {
     );
     assert_eq!(
         answers(&acts),
-        [(4, refused(Refusal::Reload("line 3: expected a number".into())))]
+        [(
+            4,
+            refused(Refusal::Reload("line 3: expected a number".into()))
+        )]
     );
     // The stop ends the reload still rolling out: it is answered, with the stop's reason.
     let acts = ask(&mut p, 5, Request::Stop);

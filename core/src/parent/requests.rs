@@ -38,7 +38,10 @@ impl Parent {
                 self.awaiting.push((reload, id));
                 let command = match config {
                     Ok(config) => Command::Reload { id: reload, config },
-                    Err(message) => Command::ReloadUnreadable { id: reload, message },
+                    Err(message) => Command::ReloadUnreadable {
+                        id: reload,
+                        message,
+                    },
                 };
                 self.route(now, Event::Command(command));
             }

@@ -282,7 +282,10 @@ fn a_fixed_port_refuses_a_move_with_its_reason_and_lets_the_same_port_reload() {
                 .any(|a| matches!(a, Action::BindListeners { .. } | Action::Spawn { .. })),
             "nothing bound or started: {acts:?}"
         );
-        assert_eq!(h.sup.status(h.now).last_reload_error.as_deref(), Some(message));
+        assert_eq!(
+            h.sup.status(h.now).last_reload_error.as_deref(),
+            Some(message)
+        );
         // The same port reloads as ever.
         let same = Listen { port: Some(8443) };
         let acts = reload_port(&mut h, 2, &started, same);
@@ -294,5 +297,8 @@ fn a_fixed_port_refuses_a_move_with_its_reason_and_lets_the_same_port_reload() {
     h.start();
     assert_eq!(h.sup.port_fixed_by(), None);
     let acts = reload_to(&mut h, 1, MOVED);
-    assert!(matches!(&acts[..], [Action::BindListeners { .. }]), "{acts:?}");
+    assert!(
+        matches!(&acts[..], [Action::BindListeners { .. }]),
+        "{acts:?}"
+    );
 }
