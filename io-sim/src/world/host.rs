@@ -258,6 +258,15 @@ impl ParentIo for SimWorld {
                 if self.listeners.is_open(listen) || self.listeners.all_closed {
                     self.violation(format!("{listen} bound while held or after the close"));
                 }
+                // HTTP/3's per-slot UDP sockets and ACME's ports are bound once: a host
+                // running them cannot move the port (decision 0072).
+                let features = &self.spec.config.features;
+                if features.http3 || features.acme {
+                    self.violation(format!(
+                        "fixed-port rule: the parent asked to bind {listen} for reload {} while --http3 or --acme fixes the port",
+                        reload.0
+                    ));
+                }
                 let result = self.listeners.bind(reload, listen);
                 // The bind is the parent's own system call: answered in the next step.
                 self.inbox.push_back(Event::ListenersBound {
