@@ -18,6 +18,12 @@ pub struct Generation(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ReloadId(pub u64);
 
+/// Names one operator request on the control socket, chosen by the driver that received
+/// it, so the one answer the core gives ([`crate::parent::ParentAction::Answer`]) finds its
+/// requester.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
 /// A worker position within a generation (0..N). A crash replacement or a recycle
 /// replacement takes the slot of the worker it replaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

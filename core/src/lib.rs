@@ -12,6 +12,7 @@ pub mod acme;
 pub mod broker;
 pub mod chunk_flow;
 pub mod config;
+pub mod control;
 pub mod driver;
 pub mod ids;
 pub mod parent;
@@ -29,5 +30,5 @@ pub mod worker;
 pub mod write_flow;
 
 pub use config::{ConfigError, RawConfig, ValidConfig};
-pub use ids::{Generation, LeaseId, ReloadId, Slot, WorkerId};
+pub use ids::{Generation, LeaseId, ReloadId, RequestId, Slot, WorkerId};
 pub use time::Instant;

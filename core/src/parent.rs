@@ -17,7 +17,8 @@ use std::collections::VecDeque;
 use crate::acme::{AcmeAction, CertManager, ManagerConfig};
 use crate::broker::{Broker, Owner};
 use crate::config::ValidConfig;
-use crate::ids::WorkerId;
+use crate::control::{Answer, RequestId};
+use crate::ids::{ReloadId, WorkerId};
 use crate::proto::{ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
 use crate::singletons::{SingletonAction, SingletonKind, Singletons};
@@ -47,6 +48,14 @@ pub enum ParentAction {
     Acme(AcmeAction),
     /// What the TLS material machine asks of the driver (decision 0025).
     Tls(TlsAction),
+    /// The one answer to an operator's request ([`crate::control`]): the driver relays it
+    /// to whoever asked, and decides nothing about it.
+    Answer {
+        request: RequestId,
+        answer: Answer,
+    },
+    /// Close and open the access log again (an accepted `reopen-logs`).
+    ReopenAccessLog,
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -78,7 +87,13 @@ pub struct Parent {
     /// before each wait and after each wake-up, and each step begins by judging lateness
     /// against it, so a step used to walk every worker's deadlines several times.
     deadline: Option<Instant>,
+    /// Reloads asked for over the control socket, answered when their outcome comes.
+    awaiting: Vec<(ReloadId, RequestId)>,
+    /// Answers decided in this step, given out after what the step carries out.
+    answers: VecDeque<(RequestId, Answer)>,
 }
+
+mod requests;
 
 impl Parent {
     /// `seed` comes from OS entropy in production and from the scenario in simulation.
@@ -98,6 +113,8 @@ impl Parent {
             actions: VecDeque::new(),
             tls: None,
             deadline: None,
+            awaiting: Vec::new(),
+            answers: VecDeque::new(),
         }
         .settled()
     }
@@ -107,6 +124,13 @@ impl Parent {
     pub fn start_tls(&mut self, tls: TlsState) {
         self.tls = Some(tls);
         self.settle();
+    }
+
+    /// The driver's report, before the first event: the serving listeners came from the
+    /// service manager, so the port is fixed for the run (decision 0072).
+    pub fn with_listeners_from_service_manager(mut self) -> Self {
+        self.supervisor.listeners_from_service_manager();
+        self
     }
 
     pub fn tls(&self) -> Option<&TlsState> {
@@ -177,6 +201,13 @@ impl Parent {
 
     pub fn handle(&mut self, now: Instant, event: Event) {
         self.step_begins(now);
+        self.route(now, event);
+        self.pump();
+        self.settle();
+    }
+
+    /// Each event to the machine that takes it.
+    fn route(&mut self, now: Instant, event: Event) {
         match event {
             // The parent's own client: broker requests only, under the committed
             // generation; anything else from this id is not a worker's and is dropped.
@@ -207,12 +238,14 @@ impl Parent {
             Event::Command(Command::Reload { id, config })
                 if config.features != *self.supervisor.config().features() =>
             {
-                self.actions
-                    .push_back(ParentAction::Supervisor(Action::ReloadRejected {
-                        reload: id,
-                        message: "features cannot change on reload (their owners are started once); restart servery to change them".into(),
-                    }));
+                let rejected = Action::ReloadRejected {
+                    reload: id,
+                    message: "features cannot change on reload (their owners are started once); restart servery to change them".into(),
+                };
+                self.answer_reload(&rejected);
+                self.actions.push_back(ParentAction::Supervisor(rejected));
             }
+            Event::Control { id, request } => self.request(now, id, request),
             Event::Tls(input) => {
                 if let Some(tls) = &mut self.tls {
                     tls.handle(now, input);
@@ -220,8 +253,6 @@ impl Parent {
             }
             event => self.supervisor.handle(now, event),
         }
-        self.pump();
-        self.settle();
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -333,6 +364,7 @@ impl Parent {
                 }
                 _ => {}
             }
+            self.answer_reload(&action);
             self.actions.push_back(ParentAction::Supervisor(action));
             // A new worker's first message is the TLS material: it serves the current
             // identity and keys from its first handshake, whenever it was started.
@@ -377,6 +409,12 @@ impl Parent {
                     worker,
                     message: ParentMessage::Broker { id, reply },
                 }));
+        }
+        // After what the step carried out (a stop's closed listeners, a reload's commit),
+        // and always before the exit: nobody who asked is left without an answer.
+        while let Some((request, answer)) = self.answers.pop_front() {
+            self.actions
+                .push_back(ParentAction::Answer { request, answer });
         }
         if let Some(code) = self.pending_exit
             && self.broker.log().is_empty()

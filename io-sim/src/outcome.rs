@@ -285,6 +285,9 @@ pub struct Outcome {
     pub torn_files: usize,
     pub leases_at_exit: usize,
     pub reload_rejections: Vec<String>,
+    /// Each control-socket request's answer as relayed, by the request's place in the
+    /// plan's commands (the answer rule judges them as they come).
+    pub answers: Vec<(u64, servery_core::control::Answer)>,
     /// Each status request: when it was made and when it was answered (ms), and the ready
     /// workers and restarts the answer reported.
     pub status_answers: Vec<StatusAnswer>,

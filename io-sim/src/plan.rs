@@ -108,12 +108,17 @@ pub enum Fault {
 /// Operator commands at moments of the run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SimCommand {
+    /// SIGTERM.
     Stop,
+    /// `ctl reload`: answered by the core when its generation commits or is rejected.
     Reload(Box<RawConfig>),
     /// SIGTTIN (+1) or SIGTTOU (-1): a reload of the spec's configuration with the
     /// committed worker count changed by this much.
     Resize(i32),
+    /// `ctl recycle`: answered by the core, which the answer rule judges.
     Recycle,
+    /// `ctl stop` (where [`SimCommand::Stop`] is SIGTERM, which has nobody to answer).
+    CtlStop,
     /// `ctl status`: answered after the step it wakes the parent for
     /// ([`crate::Outcome::status_answers`]).
     Status,

@@ -15,6 +15,7 @@ use crate::catalog_bursts as bursts;
 use crate::catalog_certs as certs;
 use crate::catalog_chaos as chaos_;
 use crate::catalog_chunks as chunks;
+use crate::catalog_control as control;
 use crate::catalog_dav as dav;
 use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
@@ -180,6 +181,20 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "reloads that move the listeners to another port: bound before any candidate, a busy port rejected with nothing started, a failed generation's set given back, no set held past its last use",
         build: listeners::reload_port_change,
         kinds: &[FaultKind::PortBusy, FaultKind::FailStartup],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "reload-port-fixed",
+        about: "with --http3 the port is fixed (decision 0072): a reload that moves it is refused by the core with the reason, one that keeps it commits",
+        build: control::reload_port_fixed,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "control-answers",
+        about: "ctl recycle, reload and stop before the first commit, while serving and while closing: each answered exactly once by the core, as the state requires (decision 0071)",
+        build: control::control_answers,
+        kinds: &[],
         no_swarm: None,
     },
     Scenario {

@@ -342,6 +342,7 @@ pub fn plan_digest(spec: &SimSpec) -> String {
             .iter()
             .map(|(t, c)| match c {
                 SimCommand::Stop => format!("stop@{}", ms(*t)),
+                SimCommand::CtlStop => format!("ctl-stop@{}", ms(*t)),
                 SimCommand::Recycle => format!("recycle@{}", ms(*t)),
                 SimCommand::Status => format!("status@{}", ms(*t)),
                 SimCommand::Resize(by) => format!("resize({by:+})@{}", ms(*t)),

@@ -88,4 +88,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "burst window still halted a loop",
     labels::PORT_BUSY_RELOAD_REJECTED,
     labels::LISTENERS_MOVED,
+    "every control request answered once",
+    "a recycle before the first commit refused",
+    "a reload that moves a fixed port refused",
 ];

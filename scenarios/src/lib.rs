@@ -14,6 +14,7 @@ mod catalog_bursts;
 mod catalog_certs;
 mod catalog_chaos;
 mod catalog_chunks;
+mod catalog_control;
 mod catalog_dav;
 mod catalog_dav_tree;
 mod catalog_io_faults;

@@ -4,6 +4,8 @@
 //! socket, and a process, of its own user or root; the parent answers only clients of its
 //! own user or root; and the stale-socket handling still replaces what a dead servery left.
 //!
+//! Every answer but `status`'s is the core's, closing included (decision 0071).
+//!
 //! The tests about another user need one: run as root, they create a throwaway system
 //! user and remove it at the end ([`OtherUser`]); otherwise they skip, saying why.
 
@@ -485,4 +487,44 @@ fn the_parent_refuses_a_client_of_another_user() {
     });
     // Its own user is still served.
     assert_eq!(server.status()["state"], "ready");
+}
+
+/// Decision 0071: the answers written are the core's — refusals with its reasons, and
+/// while closing, `already stopping` and the stopping reason — not the control server's.
+#[test]
+fn every_answer_is_the_cores_while_serving_and_while_closing() {
+    let tree = Tree::new("ctl-answers");
+    // Larger than the socket buffers: a client that does not read it keeps its worker
+    // draining until the drain deadline (2 s), the window the closing answers are asked in.
+    std::fs::write(tree.root().join("huge.bin"), vec![7u8; 64 << 20]).expect("write");
+    let mut server = Server::start(&tree, 1, FAST, &[]);
+    server.wait_ready(1, Duration::from_secs(30));
+    let ask = |cmd: &str| server.ctl(&json!({ "cmd": cmd }));
+    assert_eq!(
+        ask("reopen-logs"),
+        Err("there is no access log to reopen (start servery with --access-log)".into())
+    );
+    assert_eq!(
+        ask("acme-renew"),
+        Err("ACME is not in use (start servery with --acme)".into())
+    );
+    assert_eq!(ask("recycle").map(|a| a["ok"].clone()), Ok(json!(true)));
+
+    let mut slow = std::net::TcpStream::connect(server.addr).expect("connect");
+    let host = server.addr;
+    write!(slow, "GET /huge.bin HTTP/1.1\r\nHost: {host}\r\n\r\n").expect("request");
+    let mut first = [0u8; 12];
+    slow.read_exact(&mut first).expect("the response began");
+    assert_eq!(&first, b"HTTP/1.1 200");
+
+    assert_eq!(ask("stop"), Ok(json!({"ok": true})));
+    assert_eq!(
+        ask("stop"),
+        Ok(json!({"ok": true, "note": "already stopping"}))
+    );
+    assert_eq!(ask("recycle"), Err("the service is stopping".into()));
+    assert_eq!(ask("reload"), Err("the service is stopping".into()));
+    drop(slow);
+    let (status, _) = server.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0));
 }

@@ -96,6 +96,8 @@ impl Supervisor {
             }
             // The parent's certificate manager takes these before they reach here.
             Event::Acme { .. } => {}
+            // The parent decides requests and hands on what they carry out as commands.
+            Event::Control { .. } => {}
             // The parent's TLS material machine takes these (`crate::parent`).
             Event::Tls(_) => {}
             Event::ListenersBound {

@@ -6,6 +6,7 @@
 //! every [`Action`] from [`Supervisor::poll_action`]. `docs/lifecycle.md` describes every
 //! state, transition and reason code.
 
+mod admission;
 mod events;
 mod exits;
 mod invariants;
@@ -23,6 +24,7 @@ mod worker;
 
 use std::collections::VecDeque;
 
+pub use admission::PortFixedBy;
 pub use restart::{RestartDecision, RestartWindow, SlotHistory, backoff};
 pub use status::{Capacity, ExitRecord, FailureRecord, Readiness, Status, WorkerStatus};
 pub use tally::Tally;
@@ -92,6 +94,8 @@ pub struct Supervisor {
     pending_reload: Option<(ReloadId, ValidConfig)>,
     /// A reload that changes the listener set, waiting for the set to be bound.
     binding: Option<(ReloadId, ValidConfig)>,
+    /// The driver reported the serving listeners as the service manager's.
+    listeners_inherited: bool,
     last_reload_error: Option<String>,
     last_failure: Option<FailureRecord>,
     recent_exits: VecDeque<ExitRecord>,
@@ -126,6 +130,7 @@ impl Supervisor {
             recycling_suspended: None,
             pending_reload: None,
             binding: None,
+            listeners_inherited: false,
             last_reload_error: None,
             last_failure: None,
             recent_exits: VecDeque::new(),
@@ -140,6 +145,11 @@ impl Supervisor {
 
     pub fn state(&self) -> ServiceState {
         self.state
+    }
+
+    /// A stop has begun (asked for, or after a failure): the listeners are closed.
+    pub fn stopping(&self) -> bool {
+        self.stopping.is_some()
     }
 
     pub fn config(&self) -> &ValidConfig {

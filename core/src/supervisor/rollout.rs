@@ -133,6 +133,9 @@ impl Supervisor {
         if self.rollout.is_some() || self.pending_reload.is_some() || self.binding.is_some() {
             return self.reject_reload(id, "a reload is already in progress".into());
         }
+        if let Some(refusal) = self.refuse_port_move(config.listen()) {
+            return self.reject_reload(id, refusal);
+        }
         if config.listen() != self.config.listen() {
             // Bound before any candidate exists: a port that cannot be had rejects the
             // reload with nothing started.

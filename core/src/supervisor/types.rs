@@ -351,6 +351,13 @@ pub enum Event {
         status: ExitStatus,
     },
     Command(Command),
+    /// An operator's request from the control socket, named so its one answer
+    /// ([`crate::parent::ParentAction::Answer`]) finds its requester. The parent decides
+    /// it ([`crate::control`]); the supervisor never sees it as such.
+    Control {
+        id: crate::ids::RequestId,
+        request: crate::control::Request,
+    },
     /// What the parent's ACME service observed, at the driver's wall time (for the
     /// parent's certificate manager; the supervisor ignores it).
     Acme {

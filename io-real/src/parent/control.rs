@@ -9,6 +9,11 @@
 //! anything refused                        → {"ok":false,"error":"…"}
 //! ```
 //!
+//! Every request but `status` is decided by the core, which gives each exactly one
+//! answer (`servery_core::control`, decision 0071): this server parses, hands the request
+//! to the driver and writes back what the core answered. It refuses only what it cannot
+//! parse, and answers for the core only when the core is gone.
+//!
 //! Who may use it (decision 0012): the socket is bound mode 0600 (under a umask, so
 //! from the start), by default in a private directory, and a client is served only when
 //! its `SO_PEERCRED` uid is servery's own or root's.
@@ -18,17 +23,16 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Uid, geteuid};
 use serde_json::{Value, json};
 use servery_core::RawConfig;
-use servery_core::supervisor::{Command, Event};
+use servery_core::control::{Answer, Request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 
-use super::io::{ControlState, Inbound, InboundTx};
+use super::io::{Call, Inbound, InboundTx};
 use crate::knobs;
 
 /// Requests longer than this are refused (they are a few dozen bytes).
@@ -265,7 +269,6 @@ pub type Reparse = Arc<dyn Fn() -> Result<RawConfig, String> + Send + Sync>;
 #[derive(Clone)]
 pub struct ControlContext {
     pub events: InboundTx,
-    pub state: Arc<ControlState>,
     pub reparse: Reparse,
 }
 
@@ -339,32 +342,43 @@ fn send(ctx: &ControlContext, inbound: Inbound) -> Result<(), Value> {
 }
 
 async fn dispatch(request: &Value, ctx: &ControlContext) -> Value {
-    let closing = ctx.state.closing.load(Ordering::Acquire);
     let cmd = request.get("cmd").and_then(Value::as_str).unwrap_or("");
-    let result = match cmd {
-        "status" => status(ctx).await,
-        "stop" if closing => Ok(json!({"ok": true, "note": "already stopping"})),
-        "stop" => {
-            send(ctx, Inbound::Event(Event::Command(Command::Stop))).map(|()| json!({"ok": true}))
+    let call = match cmd {
+        "status" => return status(ctx).await.unwrap_or_else(|refusal| refusal),
+        "stop" => Call::Request(Request::Stop),
+        "recycle" => Call::Request(Request::Recycle),
+        "reopen-logs" => Call::Request(Request::ReopenLogs),
+        "acme-renew" => Call::Request(Request::AcmeRenew {
+            wall: super::services::acme::facts::wall_now(),
+        }),
+        "reload" => match reload(request, ctx) {
+            Ok(call) => call,
+            Err(refusal) => return refusal,
+        },
+        other => {
+            return refuse(format!(
+                "unknown command `{other}` (expected status, reload, recycle, reopen-logs, acme-renew or stop)"
+            ));
         }
-        "reload" | "recycle" if closing => Err(refuse("the service is stopping")),
-        "recycle" => send(ctx, Inbound::Event(Event::Command(Command::Recycle)))
-            .map(|()| json!({"ok": true})),
-        "reload" => reload(request, ctx).await,
-        "reopen-logs" => send(ctx, Inbound::ReopenLogs).map(|()| json!({"ok": true})),
-        "acme-renew" => send(
-            ctx,
-            Inbound::Event(Event::Acme {
-                wall: super::services::acme::facts::wall_now(),
-                event: Box::new(servery_core::acme::AcmeEvent::RenewNow),
-            }),
-        )
-        .map(|()| json!({"ok": true})),
-        other => Err(refuse(format!(
-            "unknown command `{other}` (expected status, reload, recycle, reopen-logs, acme-renew or stop)"
-        ))),
     };
-    result.unwrap_or_else(|refusal| refusal)
+    let (tx, rx) = oneshot::channel();
+    if let Err(refusal) = send(ctx, Inbound::Control(call, Some(tx))) {
+        return refusal;
+    }
+    match rx.await {
+        Ok(answer) => answer_json(&answer),
+        Err(_) => refuse("the service stopped before it answered"),
+    }
+}
+
+/// The core's answer as the protocol writes it.
+fn answer_json(answer: &Answer) -> Value {
+    match answer {
+        Answer::Accepted => json!({"ok": true}),
+        Answer::AlreadyStopping => json!({"ok": true, "note": "already stopping"}),
+        Answer::Committed { generation } => json!({"ok": true, "generation": generation.0}),
+        Answer::Refused(why) => refuse(why.to_string()),
+    }
 }
 
 async fn status(ctx: &ControlContext) -> Result<Value, Value> {
@@ -374,7 +388,8 @@ async fn status(ctx: &ControlContext) -> Result<Value, Value> {
     Ok(json!({"ok": true, "status": status}))
 }
 
-async fn reload(request: &Value, ctx: &ControlContext) -> Result<Value, Value> {
+/// The reload's configuration: read again, with the request's overrides on top.
+fn reload(request: &Value, ctx: &ControlContext) -> Result<Call, Value> {
     // A configuration that cannot be read is the core's to reject (counted, reported in
     // the status, told to systemd); a malformed request is this client's alone.
     let mut raw = (ctx.reparse)().map(Box::new);
@@ -384,13 +399,7 @@ async fn reload(request: &Value, ctx: &ControlContext) -> Result<Value, Value> {
             .map_err(|errors| refuse(format!("invalid overrides: {}", errors.join("; "))))?,
         (Some(other), _) => return Err(refuse(format!("`set` must be an object, got {other}"))),
     }
-    let (tx, rx) = oneshot::channel();
-    send(ctx, Inbound::Reload(raw, Some(tx)))?;
-    match rx.await {
-        Ok(Ok(generation)) => Ok(json!({"ok": true, "generation": generation})),
-        Ok(Err(message)) => Err(refuse(message)),
-        Err(_) => Err(refuse("the service stopped before the reload finished")),
-    }
+    Ok(Call::Reload(raw))
 }
 
 #[cfg(test)]
@@ -478,6 +487,26 @@ mod tests {
             Err(DirProblem::NotADirectory)
         ));
         let _ = std::fs::remove_dir_all(base);
+    }
+
+    #[test]
+    fn the_answer_written_is_the_cores() {
+        use servery_core::control::Refusal;
+        assert_eq!(answer_json(&Answer::Accepted), json!({"ok": true}));
+        assert_eq!(
+            answer_json(&Answer::AlreadyStopping),
+            json!({"ok": true, "note": "already stopping"})
+        );
+        assert_eq!(
+            answer_json(&Answer::Committed {
+                generation: servery_core::Generation(3)
+            }),
+            json!({"ok": true, "generation": 3})
+        );
+        assert_eq!(
+            answer_json(&Answer::Refused(Refusal::Stopping)),
+            json!({"ok": false, "error": "the service is stopping"})
+        );
     }
 
     #[test]

@@ -131,7 +131,10 @@ impl Signals {
                 }
                 _ = self.usr1.recv() => {
                     tracing::info!("SIGUSR1: reopening the access log");
-                    Inbound::ReopenLogs
+                    Inbound::Control(
+                        super::io::Call::Request(servery_core::control::Request::ReopenLogs),
+                        None,
+                    )
                 }
                 _ = self.usr2.recv() => {
                     tracing::warn!(
@@ -142,7 +145,7 @@ impl Signals {
                 }
                 _ = self.hup.recv() => {
                     tracing::info!("SIGHUP: reloading");
-                    Inbound::Reload(reparse().map(Box::new), None)
+                    Inbound::Reload(reparse().map(Box::new))
                 }
                 _ = self.ttin.recv() => {
                     tracing::info!("SIGTTIN: reloading with one worker more");

@@ -9,7 +9,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SendError, Sender, TryRecvError};
 
 use mio::net::UnixStream;
@@ -18,11 +17,14 @@ use mio::{Interest, Poll, Token, Waker};
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::Value;
+use servery_core::control::{Answer, Request};
 use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, encode_parent};
 use servery_core::supervisor::{Action, Command, Event};
-use servery_core::{Generation, Instant, RawConfig, ReloadId, Slot, ValidConfig, WorkerId};
+use servery_core::{
+    Generation, Instant, RawConfig, ReloadId, RequestId, Slot, ValidConfig, WorkerId,
+};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -34,8 +36,19 @@ use crate::clock::Clock;
 #[path = "io_acme.rs"]
 mod acme;
 
-/// The outcome `ctl reload` waits for: the committed generation, or why not.
-pub type ReloadReply = oneshot::Sender<Result<u64, String>>;
+/// Where the core's answer to a control request goes (nowhere for a signal's).
+pub type AnswerReply = Option<oneshot::Sender<Answer>>;
+
+/// A control request as the control socket or a signal read it, before the driver names
+/// it for the core.
+#[derive(Debug)]
+pub enum Call {
+    /// Handed to the core as it is.
+    Request(Request),
+    /// `ctl reload`: the configuration read again, or why it could not be. The driver
+    /// re-reads the certificate files first and names the reload.
+    Reload(Result<Box<RawConfig>, String>),
+}
 
 /// What the host runtime hands the driver.
 #[derive(Debug)]
@@ -43,16 +56,16 @@ pub enum Inbound {
     Event(Event),
     /// A status snapshot is wanted; it is built in `observe`, off the hot path.
     Status(oneshot::Sender<Value>),
-    /// A reload candidate, or why its configuration could not be read, with whoever
-    /// waits for its outcome. Either way the core judges it, so every reload is counted
-    /// and answered alike.
-    Reload(Result<Box<RawConfig>, String>, Option<ReloadReply>),
+    /// An operator's request (the control socket, SIGUSR1): the core decides it and
+    /// answers, and the answer goes to `reply`.
+    Control(Call, AnswerReply),
+    /// SIGHUP's reload candidate, or why its configuration could not be read: the core
+    /// judges it either way, so every reload is counted alike. Nobody waits for it.
+    Reload(Result<Box<RawConfig>, String>),
     /// A reload with the committed worker count changed by this much (SIGTTIN, SIGTTOU).
     Resize(Result<Box<RawConfig>, String>, i32),
     /// The access-log writer finished the batch it was given.
     LogWritten,
-    /// SIGUSR1 or `ctl reopen-logs`: reopen the access log.
-    ReopenLogs,
     /// The admin listener wants the core's counters (built in `observe`, like a status).
     Metrics(oneshot::Sender<Box<super::metrics::Snapshot>>),
 }
@@ -103,13 +116,6 @@ impl DriverPoll {
     }
 }
 
-/// State shared with the control-socket server.
-#[derive(Debug, Default)]
-pub struct ControlState {
-    /// Set once the listeners are closed: only `status` is served from then on.
-    pub closing: AtomicBool,
-}
-
 /// The parent's end of one worker's control channel.
 #[derive(Debug)]
 struct Channel {
@@ -142,7 +148,6 @@ pub struct RealIo {
     /// Live process groups; an entry goes when its worker is reaped, so a recycled pid
     /// is never signalled.
     pids: HashMap<WorkerId, u32>,
-    control: Arc<ControlState>,
     journal: Option<super::dav_journal::Journal>,
     /// The last id used for an UNLOCK of a lock the journal could not hold (counting down
     /// from the top, away from the parent's own client's request ids).
@@ -158,8 +163,9 @@ pub struct RealIo {
     info: ServiceInfo,
     status_waiters: Vec<oneshot::Sender<Value>>,
     metrics_waiters: Vec<oneshot::Sender<Box<super::metrics::Snapshot>>>,
-    /// Who waits for each reload's answer, by the id the core names it with.
-    reloads: HashMap<ReloadId, ReloadReply>,
+    /// Who waits for each control request's answer.
+    answers: HashMap<RequestId, oneshot::Sender<Answer>>,
+    next_request: u64,
     next_reload: u64,
     announced_ready: bool,
     /// What the service manager is told (`NOTIFY_SOCKET`), and its watchdog.
@@ -184,7 +190,6 @@ pub struct RealIoParts {
     pub listeners: super::listener_sets::ListenerSets,
     pub launcher: Launcher,
     pub cleaner: Cleaner,
-    pub control: Arc<ControlState>,
     /// Where the WebDAV lock journal goes (`--state-dir`).
     pub journal: Option<super::dav_journal::Journal>,
     /// The access log's one writer (`--access-log`).
@@ -214,7 +219,6 @@ impl RealIo {
             cleaner: p.cleaner,
             channels: HashMap::new(),
             pids: HashMap::new(),
-            control: p.control,
             journal: p.journal,
             journal_unlocks: 0,
             log_writer: p.log_writer,
@@ -225,7 +229,8 @@ impl RealIo {
             info: p.info,
             status_waiters: Vec::new(),
             metrics_waiters: Vec::new(),
-            reloads: HashMap::new(),
+            answers: HashMap::new(),
+            next_request: 0,
             next_reload: 0,
             announced_ready: false,
             notifier: p.notifier,
@@ -268,22 +273,52 @@ impl RealIo {
         }
     }
 
-    /// A reload request: named here, answered when the core commits its generation or
-    /// rejects it (SIGHUP's reloads have nobody waiting).
-    fn reload(&mut self, raw: Result<Box<RawConfig>, String>, reply: Option<ReloadReply>) -> Event {
+    /// A name for the next reload.
+    fn reload_id(&mut self) -> ReloadId {
         self.next_reload += 1;
-        let id = ReloadId(self.next_reload);
-        if let Some(reply) = reply {
-            self.reloads.insert(id, reply);
-        }
-        let raw = raw.and_then(|config| {
-            self.listeners.refuse_move(config.listen)?;
-            Ok(config)
-        });
+        ReloadId(self.next_reload)
+    }
+
+    /// A reload (SIGHUP's, SIGTTIN's, SIGTTOU's): named here, judged by the core.
+    fn reload(&mut self, raw: Result<Box<RawConfig>, String>) -> Event {
+        let id = self.reload_id();
         Event::Command(match raw {
             Ok(config) => Command::Reload { id, config },
             Err(message) => Command::ReloadUnreadable { id, message },
         })
+    }
+
+    /// The certificate files are read again with every reload whose configuration is
+    /// valid. A bad pair refuses the reload, so nothing changes; a good one reaches the
+    /// core before the reload, so the new generation starts with it and the old one is
+    /// handed it at once.
+    fn reread_tls(
+        &mut self,
+        raw: Result<Box<RawConfig>, String>,
+    ) -> Result<Box<RawConfig>, String> {
+        let Some(files) = &self.tls_files else {
+            return raw;
+        };
+        if !raw.as_ref().is_ok_and(|raw| raw.validate().is_ok()) {
+            return raw;
+        }
+        match super::tls_material::reread(files) {
+            Ok(identity) => {
+                self.inbox.push_back(Event::Tls(identity));
+                raw
+            }
+            Err(e) => {
+                // The TLS material keeps the reason for its status; the core rejects the
+                // reload (counted, answered, told to systemd).
+                let reason = super::tls_material::refusal(files, &e);
+                tracing::error!(error = %reason, "reload refused");
+                let refused = servery_core::tls_material::TlsInput::Refused {
+                    reason: reason.clone(),
+                };
+                self.inbox.push_back(Event::Tls(refused));
+                Err(reason)
+            }
+        }
     }
 
     fn perform_spawn(
@@ -526,7 +561,7 @@ impl RealIo {
             }
             Inbound::Resize(raw, by) => {
                 // As a reload (below), with the count the core holds changed by `by`.
-                let event = match self.reload(raw, None) {
+                let event = match self.reload(raw) {
                     Event::Command(Command::Reload { id, config }) => {
                         Event::Command(Command::Resize { id, config, by })
                     }
@@ -537,32 +572,28 @@ impl RealIo {
                     .pop_front()
                     .map(|event| Wakeup::Event(now, event))
             }
-            Inbound::Reload(raw, reply) => {
-                // The certificate files are read again with every reload whose
-                // configuration is valid. A bad pair refuses the reload, so nothing
-                // changes; a good one reaches the core before the reload, so the new
-                // generation starts with it and the old one is handed it at once.
-                let mut raw = raw;
-                if let Some(files) = &self.tls_files
-                    && raw.as_ref().is_ok_and(|raw| raw.validate().is_ok())
-                {
-                    match super::tls_material::reread(files) {
-                        Ok(identity) => self.inbox.push_back(Event::Tls(identity)),
-                        Err(e) => {
-                            // The TLS material keeps the reason for its status; the core
-                            // rejects the reload (counted, answered, told to systemd).
-                            let reason = super::tls_material::refusal(files, &e);
-                            tracing::error!(error = %reason, "reload refused");
-                            let refused = servery_core::tls_material::TlsInput::Refused {
-                                reason: reason.clone(),
-                            };
-                            self.inbox.push_back(Event::Tls(refused));
-                            raw = Err(reason);
-                        }
-                    }
-                }
-                let event = self.reload(raw, reply);
+            Inbound::Reload(raw) => {
+                let raw = self.reread_tls(raw);
+                let event = self.reload(raw);
                 self.inbox.push_back(event);
+                self.inbox
+                    .pop_front()
+                    .map(|event| Wakeup::Event(now, event))
+            }
+            Inbound::Control(call, reply) => {
+                let request = match call {
+                    Call::Request(request) => request,
+                    Call::Reload(raw) => Request::Reload {
+                        config: self.reread_tls(raw),
+                        reload: self.reload_id(),
+                    },
+                };
+                self.next_request += 1;
+                let id = RequestId(self.next_request);
+                if let Some(reply) = reply {
+                    self.answers.insert(id, reply);
+                }
+                self.inbox.push_back(Event::Control { id, request });
                 self.inbox
                     .pop_front()
                     .map(|event| Wakeup::Event(now, event))
@@ -570,13 +601,6 @@ impl RealIo {
             Inbound::LogWritten => {
                 self.log_busy = false;
                 Some(Wakeup::LogWritten(now))
-            }
-            Inbound::ReopenLogs => {
-                match &self.log_writer {
-                    Some(writer) => writer.reopen(),
-                    None => tracing::info!("no access log to reopen"),
-                }
-                None
             }
         }
     }
@@ -692,6 +716,22 @@ impl ParentIo for RealIo {
                 return;
             }
             ParentAction::Acme(action) => return self.perform_acme(action),
+            ParentAction::Answer { request, answer } => {
+                tracing::info!(request = request.0, %answer, "control request answered");
+                // A client that went away (or a signal's request) has nobody to tell.
+                if let Some(reply) = self.answers.remove(&request) {
+                    let _ = reply.send(answer);
+                }
+                return;
+            }
+            ParentAction::ReopenAccessLog => {
+                match &self.log_writer {
+                    Some(writer) => writer.reopen(),
+                    // The core reopens only what the settings say is written.
+                    None => tracing::warn!("the access log to reopen has no writer"),
+                }
+                return;
+            }
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
                 match super::tls_material::entropy() {
                     Ok(bytes) => {
@@ -767,29 +807,20 @@ impl ParentIo for RealIo {
             }
             Action::CloseListeners => {
                 self.listeners.close_all();
-                self.control.closing.store(true, Ordering::Release);
                 self.notifier.stopping();
             }
             Action::WorkerGone { worker } => self.cleanup(worker),
-            Action::GenerationCommitted { generation, reload } => {
+            Action::GenerationCommitted { generation, .. } => {
                 self.notifier.committed();
                 if !self.announced_ready {
                     self.announced_ready = true;
                     say!("servery: ready (generation {})", generation.0);
                 }
-                if let Some(reply) = reload.and_then(|id| self.reloads.remove(&id)) {
-                    let _ = reply.send(Ok(generation.0));
-                }
             }
             Action::ServiceFailed { reason, message } => {
                 tell!("servery: service failed ({}): {message}", reason.code());
             }
-            Action::ReloadRejected { reload, message } => {
-                self.notifier.reload_rejected(&message);
-                if let Some(reply) = self.reloads.remove(&reload) {
-                    let _ = reply.send(Err(message));
-                }
-            }
+            Action::ReloadRejected { message, .. } => self.notifier.reload_rejected(&message),
             Action::ReloadStarted { .. } => self.notifier.reload_started(),
             // Their records are all there is to do.
             Action::RecyclingSuspended { .. } | Action::Exit { .. } => {}

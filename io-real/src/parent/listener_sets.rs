@@ -16,9 +16,6 @@ pub struct ListenerSets {
     /// The addresses every set listens on, and their backlog (fixed while servery runs).
     binding: Binding,
     scheme: &'static str,
-    /// The set bound at start, and what fixes it for the run, if anything does.
-    started: Listen,
-    fixed_by: Option<&'static str>,
 }
 
 impl ListenerSets {
@@ -33,28 +30,6 @@ impl ListenerSets {
             sets: vec![(listen, listeners)],
             binding,
             scheme,
-            started: listen,
-            fixed_by: None,
-        }
-    }
-
-    /// The port cannot move in this run, for `reason` (HTTP/3's per-slot sockets, ACME,
-    /// the service manager's sockets).
-    pub fn with_port_fixed_by(mut self, reason: Option<&'static str>) -> Self {
-        self.fixed_by = reason;
-        self
-    }
-
-    /// Why a reload to `listen` cannot be carried out, if it cannot: checked on the
-    /// reload's whole configuration (file, command line and `ctl reload --set`).
-    pub fn refuse_move(&self, listen: Listen) -> Result<(), String> {
-        match self.fixed_by {
-            Some(reason) if listen != self.started => Err(format!(
-                "port cannot change on reload {reason}; restart to change it: {} -> {}",
-                shown(self.started),
-                shown(listen)
-            )),
-            _ => Ok(()),
         }
     }
 
@@ -128,12 +103,6 @@ impl ListenerSets {
     }
 }
 
-fn shown(listen: Listen) -> String {
-    listen
-        .port
-        .map_or_else(|| "unset".into(), |p| p.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::TcpStream;
@@ -181,19 +150,5 @@ mod tests {
         drop(other);
         sets.bind(busy).expect("free now");
         assert_eq!(sets.urls(busy).len(), 1);
-    }
-
-    #[test]
-    fn the_port_fixed_for_the_run_refuses_a_move_only() {
-        let (sets, port) = started();
-        let sets = sets.with_port_fixed_by(Some("with --http3"));
-        assert!(sets.refuse_move(Listen { port: Some(0) }).is_ok());
-        let refused = sets
-            .refuse_move(Listen { port: Some(port) })
-            .expect_err("moved");
-        assert!(
-            refused.starts_with("port cannot change on reload with --http3"),
-            "{refused}"
-        );
     }
 }

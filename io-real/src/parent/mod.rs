@@ -46,7 +46,7 @@ use crate::{EXIT_CONFIG, EXIT_RUNTIME, knobs};
 use cleanup::Cleaner;
 use control::{ControlContext, ControlError, Reparse, SocketFile};
 use host::{Host, Signals};
-use io::{ControlState, DriverPoll, RealIo, RealIoParts};
+use io::{DriverPoll, RealIo, RealIoParts};
 use listeners::BindError;
 use spawn::Launcher;
 use status::ServiceInfo;
@@ -298,7 +298,6 @@ fn serve(
     // directory someone else put there is an error that leaves nothing behind.
     let socket_place = control::Place::prepare(args.control_socket.as_deref())?;
     let inherited_given = !inherited.is_empty();
-    let acme_given = acme.is_some();
     let binding = listeners::Binding {
         addrs: args.bind.clone(),
         backlog: args.listen_backlog,
@@ -343,21 +342,9 @@ fn serve(
     let host = Host::start().map_err(ParentError::Runtime)?;
     let poll = DriverPoll::new().map_err(ParentError::Runtime)?;
     let events_tx = poll.sender();
-    let state = Arc::new(ControlState::default());
     // A reload reads the configuration again as the parent was started: same command
     // line and environment, the file as it is now (settings/reload.rs).
     let started_settings = Arc::new(loaded.effective.clone());
-    // What fixes the port for this run (decision 0035): the listeners a reload would move
-    // are otherwise bound by the core's `BindListeners`.
-    let port_fixed_by = if inherited_given {
-        Some("with sockets from the service manager (change them in its socket unit)")
-    } else if args.site.http3 {
-        Some("with --http3 (its UDP sockets are bound once, one per worker slot)")
-    } else if acme_given {
-        Some("with --acme (the certificate's HTTP-01 and HTTPS ports are fixed)")
-    } else {
-        None
-    };
     let reparse: Reparse = Arc::new(move || loaded.reload());
     {
         let _enter = host.handle().enter();
@@ -369,7 +356,6 @@ fn serve(
         control_listener,
         ControlContext {
             events: events_tx.clone(),
-            state: Arc::clone(&state),
             reparse,
         },
     ));
@@ -515,6 +501,11 @@ fn serve(
         ready_services,
     );
     let mut parent = Parent::new(config, Platform::Posix, seed);
+    // What fixes the port for the run is the core's rule (decision 0072); where the
+    // listeners came from is the one fact only this driver knows.
+    if inherited_given {
+        parent = parent.with_listeners_from_service_manager();
+    }
     if let Some(manager) = acme_manager {
         parent = parent.with_acme(manager);
     }
@@ -543,8 +534,7 @@ fn serve(
         scheme,
         parent.supervisor().config().listen(),
         listeners,
-    )
-    .with_port_fixed_by(port_fixed_by);
+    );
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
@@ -552,7 +542,6 @@ fn serve(
         listeners,
         launcher,
         cleaner,
-        control: state,
         journal,
         log_writer,
         services,

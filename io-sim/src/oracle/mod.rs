@@ -22,7 +22,10 @@
 //!   reports (`/readyz`, `ctl status`) follows the workers whose READY the parent read and
 //!   has not begun to end, at most N of them: `ready` with N, `degraded` from the
 //!   configured minimum up, `unready` below it; before any commit it is `unready`.
+//! - **answer rule** ([`answers`]): every operator request read is answered exactly once,
+//!   as the service's state requires.
 
+mod answers;
 mod restarts;
 
 use core::time::Duration;
@@ -91,6 +94,8 @@ pub(crate) struct LifecycleOracle {
     /// When the parent did not run: stalls and clock jumps (from, to).
     gaps: Vec<(Instant, Instant)>,
     violations: Vec<String>,
+    /// Operator requests and their answers.
+    pub(crate) answers: answers::AnswerBook,
 }
 
 fn ms(t: Instant) -> u64 {
@@ -100,7 +105,9 @@ fn ms(t: Instant) -> u64 {
 impl LifecycleOracle {
     /// Breaches found since the last call.
     pub(crate) fn take_violations(&mut self) -> Vec<String> {
-        core::mem::take(&mut self.violations)
+        let mut all = core::mem::take(&mut self.violations);
+        all.extend(self.answers.take_violations());
+        all
     }
 
     /// The parent did not run from `from` to `to` (a stall, a clock jump).
@@ -282,6 +289,7 @@ impl LifecycleOracle {
 
     /// The parent began to stop (it closed its listeners).
     pub(crate) fn stopping(&mut self) {
+        self.answers.stopping();
         self.over = true;
         self.due.clear();
     }
@@ -410,6 +418,7 @@ impl LifecycleOracle {
 
     /// After a step: the supervisor's count against the policy's, and spawns now overdue.
     pub(crate) fn judge_step(&mut self, now: Instant, sup: &Supervisor) {
+        self.answers.step_done();
         if let Some((at, why)) = self.must_fail.take_if(|(at, _)| *at <= now)
             && sup.failure().is_none()
         {

@@ -2,6 +2,8 @@
 //! what a stalled or crashed parent misses meanwhile; operator commands.
 
 use super::*;
+use servery_core::RequestId;
+use servery_core::control::Request;
 
 impl SimWorld {
     pub(super) fn pick_live(&mut self, pick: u64, serving_only: bool) -> Option<WorkerId> {
@@ -264,11 +266,17 @@ impl SimWorld {
                 return Some(Wake::Timer);
             }
             SimCommand::Stop => Command::Stop,
-            SimCommand::Recycle => Command::Recycle,
-            SimCommand::Reload(raw) => Command::Reload {
-                id: ReloadId(index as u64),
-                config: raw.clone(),
-            },
+            // The control socket's requests: decided and answered by the core, the
+            // driver relays (decision 0071).
+            SimCommand::Recycle => return self.request(index, Request::Recycle),
+            SimCommand::CtlStop => return self.request(index, Request::Stop),
+            SimCommand::Reload(raw) => {
+                let request = Request::Reload {
+                    reload: ReloadId(index as u64),
+                    config: Ok(raw.clone()),
+                };
+                return self.request(index, request);
+            }
             // As the real parent does: the configuration as loaded, the count core's.
             SimCommand::Resize(by) => Command::Resize {
                 id: ReloadId(index as u64),
@@ -277,6 +285,13 @@ impl SimWorld {
             },
         };
         self.inbox.push_back(Event::Command(cmd));
+        None
+    }
+
+    /// A control-socket request reaches the parent, named by its place in the plan.
+    fn request(&mut self, index: usize, request: Request) -> Option<Wake> {
+        let id = RequestId(index as u64);
+        self.inbox.push_back(Event::Control { id, request });
         None
     }
 }

@@ -96,10 +96,22 @@ impl ParentIo for SimWorld {
     }
 
     fn perform(&mut self, now: Instant, action: ParentAction) {
-        if let ParentAction::Supervisor(Action::ReloadStarted { .. }) = action {
-            // An announcement for a service manager, and nothing else happens: it is
-            // left out of the trace, whose hashes pin what the machines do.
-            return;
+        match &action {
+            ParentAction::Supervisor(Action::ReloadStarted { .. }) => {
+                // An announcement for a service manager, and nothing else happens: it is
+                // left out of the trace, whose hashes pin what the machines do.
+                return;
+            }
+            // Relayed to whoever asked, which is what the answer rule judges; left out of
+            // the trace like the announcement (it follows from what the machines did).
+            ParentAction::Answer { request, answer } => {
+                self.oracle.answers.answered(now, *request, answer);
+                self.out.answers.push((request.0, answer.clone()));
+                return;
+            }
+            // The simulated host's access log has no file to reopen.
+            ParentAction::ReopenAccessLog => return,
+            _ => {}
         }
         let (code, arg) = action_code(&action);
         self.trace.record(&[now.as_nanos(), 200 + code, arg], || {
@@ -110,6 +122,7 @@ impl ParentIo for SimWorld {
             // The simulated host keeps no journal: its parent never restarts.
             ParentAction::PersistDavLocks(_) => return,
             ParentAction::Acme(action) => return self.acme_action(now, action),
+            ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
             // The randomness a ticket key is minted from: the simulated host's own.
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
                 let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
@@ -245,6 +258,15 @@ impl ParentIo for SimWorld {
                 if self.listeners.is_open(listen) || self.listeners.all_closed {
                     self.violation(format!("{listen} bound while held or after the close"));
                 }
+                // HTTP/3's per-slot UDP sockets and ACME's ports are bound once: a host
+                // running them cannot move the port (decision 0072).
+                let features = &self.spec.config.features;
+                if features.http3 || features.acme {
+                    self.violation(format!(
+                        "fixed-port rule: the parent asked to bind {listen} for reload {} while --http3 or --acme fixes the port",
+                        reload.0
+                    ));
+                }
                 let result = self.listeners.bind(reload, listen);
                 // The bind is the parent's own system call: answered in the next step.
                 self.inbox.push_back(Event::ListenersBound {
@@ -287,8 +309,9 @@ impl ParentIo for SimWorld {
                     }
                 }
             }
-            Action::GenerationCommitted { generation, .. } => {
+            Action::GenerationCommitted { generation, reload } => {
                 self.oracle.generation_committed(generation.0);
+                self.oracle.answers.committed(generation.0, reload);
                 if !self.out.generations_committed.is_empty() {
                     self.out.coverage.insert(labels::RELOAD_COMMITTED);
                 }
@@ -325,6 +348,7 @@ impl ParentIo for SimWorld {
                 self.out.recycling_suspended = true;
             }
             Action::Exit { .. } => {
+                self.oracle.answers.exiting();
                 if !self.listeners.open().is_empty() {
                     self.violation(format!("parent exits holding {:?}", self.listeners.open()));
                 }
@@ -459,6 +483,8 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::PersistDavLocks(locks) => return (13, locks.len() as u64),
         ParentAction::Acme(_) => return (17, 0),
         ParentAction::Tls(_) => return (15, 0),
+        // Never traced (see `perform`).
+        ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
         ParentAction::Supervisor(action) => action,
     };
     match action {
@@ -492,6 +518,12 @@ impl SimWorld {
                 self.oracle.reaped_read(now, *worker)
             }
             Event::Command(Command::Stop | Command::Interrupt) => self.oracle.stopping(),
+            Event::Control { id, request } => {
+                self.oracle.answers.read(now, *id, request);
+                if matches!(request, servery_core::control::Request::Stop) {
+                    self.oracle.stopping();
+                }
+            }
             _ => {}
         }
     }

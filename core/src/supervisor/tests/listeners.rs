@@ -221,3 +221,84 @@ fn an_answer_for_another_reload_or_set_is_not_taken_for_the_one_waiting() {
     assert!(h.sup.status(h.now).reload_in_flight, "still waiting");
     assert_eq!(spawns(&bound(&mut h, 1, MOVED, Ok(()))), 2);
 }
+
+/// A reload of the started configuration with only the port changed.
+fn reload_port(h: &mut Harness, id: u64, started: &RawConfig, listen: Listen) -> Vec<Action> {
+    let next = RawConfig {
+        listen,
+        ..started.clone()
+    };
+    h.on(Event::Command(Command::Reload {
+        id: ReloadId(id),
+        config: Box::new(next),
+    }))
+}
+
+/// Decision 0072: the port is fixed while the service manager's sockets, HTTP/3 or ACME
+/// are in use. The rule is the core's: the driver only reports where its listeners came
+/// from, and both drivers see the same refusals.
+#[test]
+fn a_fixed_port_refuses_a_move_with_its_reason_and_lets_the_same_port_reload() {
+    type Fix = fn(&mut Supervisor, &mut RawConfig);
+    let cases: [(Fix, &str); 3] = [
+        (
+            |sup, _| sup.listeners_from_service_manager(),
+            "port cannot change on reload with sockets from the service manager",
+        ),
+        (
+            |_, raw| raw.features.http3 = true,
+            "port cannot change on reload with --http3",
+        ),
+        (
+            |_, raw| raw.features.acme = true,
+            "port cannot change on reload with --acme",
+        ),
+    ];
+    for (fix, refusal) in cases {
+        let mut started = RawConfig {
+            workers: 2,
+            listen: Listen { port: Some(8443) },
+            ..RawConfig::default()
+        };
+        started.recovery.drain_timeout = 3.0;
+        let mut probe = Supervisor::new(
+            started.clone().validate().expect("valid"),
+            Platform::Posix,
+            CoreRng::from_seed([9; 32]),
+        );
+        fix(&mut probe, &mut started);
+        let mut h = harness(Platform::Posix, |raw| *raw = started.clone());
+        if probe.port_fixed_by() == Some(crate::supervisor::PortFixedBy::ServiceManager) {
+            h.sup.listeners_from_service_manager();
+        }
+        h.start();
+        let acts = reload_port(&mut h, 1, &started, MOVED);
+        let message = rejection(&acts).unwrap_or_else(|| panic!("{refusal}: {acts:?}"));
+        assert!(message.starts_with(refusal), "{message}");
+        assert!(message.ends_with("8443 -> 9001"), "{message}");
+        assert!(
+            !acts
+                .iter()
+                .any(|a| matches!(a, Action::BindListeners { .. } | Action::Spawn { .. })),
+            "nothing bound or started: {acts:?}"
+        );
+        assert_eq!(
+            h.sup.status(h.now).last_reload_error.as_deref(),
+            Some(message)
+        );
+        // The same port reloads as ever.
+        let same = Listen { port: Some(8443) };
+        let acts = reload_port(&mut h, 2, &started, same);
+        assert_eq!(rejection(&acts), None, "{refusal}: {acts:?}");
+        assert!(acts.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    }
+    // Nothing fixes it: the move is bound as decision 0035 says.
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    assert_eq!(h.sup.port_fixed_by(), None);
+    let acts = reload_to(&mut h, 1, MOVED);
+    assert!(
+        matches!(&acts[..], [Action::BindListeners { .. }]),
+        "{acts:?}"
+    );
+}

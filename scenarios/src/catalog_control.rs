@@ -1,0 +1,136 @@
+//! The control socket's requests, decided and answered by the core (decisions 0071 and
+//! 0072): the simulated driver relays them exactly as the real one does, and the
+//! lifecycle oracle's answer rule judges every answer against the state the driver saw.
+
+use servery_core::config::Listen;
+use servery_core::control::{Answer, Refusal};
+use servery_sim::SimCommand;
+
+use crate::catalog::{at, expect, spec, workers};
+use crate::{Ctx, End, Plan, fast_config};
+
+/// The requests `control-answers` always makes: each must have exactly one answer.
+const CONTROL_REQUESTS: usize = 8;
+
+pub(crate) fn control_answers(ctx: &mut Ctx) -> Plan {
+    let config = fast_config(workers(ctx, 1, 3));
+    let mut spec = spec(ctx, config.clone(), 8.0);
+    let mut next = fast_config(workers(ctx, 1, 3));
+    next.recovery.drain_timeout = config.recovery.drain_timeout;
+    // Before the first commit: nothing serves, so the recycle is refused with why (the
+    // core used to ignore it, and the real driver answered `ok`).
+    let early = at(ctx, 0.0, 0.001);
+    spec.commands.push((early, SimCommand::Recycle));
+    // Serving: a recycle, then two reloads at once (the second is refused, the first
+    // waits for the recycle and is answered by its commit).
+    spec.commands.push((at(ctx, 1.0, 2.5), SimCommand::Recycle));
+    let reload_at = at(ctx, 3.0, 4.0);
+    spec.commands
+        .push((reload_at, SimCommand::Reload(Box::new(next.clone()))));
+    spec.commands
+        .push((reload_at, SimCommand::Reload(Box::new(next.clone()))));
+    // Closing: a stop, then at the same instant what would start work, and a second
+    // stop. The run's own SIGTERM comes after them.
+    let stop = spec.stop_at;
+    spec.commands.push((stop, SimCommand::CtlStop));
+    spec.commands.push((stop, SimCommand::Recycle));
+    spec.commands
+        .push((stop, SimCommand::Reload(Box::new(next.clone()))));
+    spec.commands.push((stop, SimCommand::CtlStop));
+    debug_assert_eq!(spec.commands.len(), CONTROL_REQUESTS);
+    let mut e = expect(&config, End::Ready);
+    e.workers = next.workers as usize;
+    e.generation = Some(2);
+    e.extra = Some(|o, _| {
+        let mut ids: Vec<u64> = o.answers.iter().map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if o.answers.len() != CONTROL_REQUESTS || ids.len() != CONTROL_REQUESTS {
+            return Err(format!(
+                "answer rule: {CONTROL_REQUESTS} requests, {} answers to {} of them: {:?}",
+                o.answers.len(),
+                ids.len(),
+                o.answers
+            ));
+        }
+        let closing = |id: u64| o.answers.iter().find(|(i, _)| *i == id).map(|(_, a)| a);
+        let stopping = Answer::Refused(Refusal::Stopping);
+        if closing(5) != Some(&stopping) || closing(6) != Some(&stopping) {
+            return Err(format!(
+                "answer rule: a recycle and a reload read while stopping were not refused with the stopping reason: {:?}",
+                o.answers
+            ));
+        }
+        if closing(7) != Some(&Answer::AlreadyStopping) {
+            return Err(format!(
+                "answer rule: a second stop was not answered `already stopping`: {:?}",
+                o.answers
+            ));
+        }
+        o.coverage.insert("every control request answered once");
+        if closing(0) == Some(&Answer::Refused(Refusal::NotServing)) {
+            o.coverage
+                .insert("a recycle before the first commit refused");
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+/// The port a fixed-port service starts on, and the one its reloads try to move to.
+const STARTED: Listen = Listen { port: Some(8443) };
+const ELSEWHERE: Listen = Listen { port: Some(8444) };
+
+pub(crate) fn reload_port_fixed(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 1, 3));
+    config.listen = STARTED;
+    // What fixes the port in the simulator's model: HTTP/3 (a service manager's sockets
+    // and ACME fix it by the same rule; the core's unit test covers all three).
+    config.features.http3 = true;
+    let mut spec = spec(ctx, config.clone(), 11.0);
+    let (mut generation, mut serving) = (1, config.workers as usize);
+    for i in 0..3 {
+        let mut next = fast_config(workers(ctx, 1, 3));
+        next.features = config.features.clone();
+        let moves = ctx.rng.range(0, 1) == 0;
+        next.listen = if moves { ELSEWHERE } else { STARTED };
+        if !moves {
+            generation += 1;
+            serving = next.workers as usize;
+        }
+        let when = at(ctx, 1.0 + 3.0 * i as f64, 2.0 + 3.0 * i as f64);
+        spec.commands
+            .push((when, SimCommand::Reload(Box::new(next))));
+    }
+    let mut e = expect(&config, End::Ready);
+    e.workers = serving;
+    e.generation = Some(generation);
+    e.zero_failed = true;
+    e.extra = Some(|o, _| {
+        let want = "port cannot change on reload with --http3";
+        if let Some(other) = o.reload_rejections.iter().find(|m| !m.starts_with(want)) {
+            return Err(format!(
+                "fixed-port rule: a reload was rejected for another reason: {other}"
+            ));
+        }
+        let refused = o
+            .answers
+            .iter()
+            .filter(
+                |(_, a)| matches!(a, Answer::Refused(Refusal::Reload(m)) if m.starts_with(want)),
+            )
+            .count();
+        if refused != o.reload_rejections.len() {
+            return Err(format!(
+                "fixed-port rule: {} rejections, {refused} answered with the reason",
+                o.reload_rejections.len()
+            ));
+        }
+        if refused > 0 {
+            o.coverage
+                .insert("a reload that moves a fixed port refused");
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
