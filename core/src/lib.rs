@@ -15,6 +15,7 @@ pub mod config;
 pub mod driver;
 pub mod ids;
 pub mod parent;
+pub mod precondition;
 pub mod proto;
 pub mod request_stats;
 pub mod rng;
