@@ -319,7 +319,9 @@ fn write_status(e: &WriteError) -> StatusCode {
         | WriteError::RangeGap { .. }
         | WriteError::RangeMismatch { .. }
         | WriteError::Moved => StatusCode::CONFLICT,
-        WriteError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+        WriteError::PreconditionFailed | WriteError::ConditionFalse => {
+            StatusCode::PRECONDITION_FAILED
+        }
         WriteError::Locked => StatusCode::LOCKED,
         WriteError::TooLarge { .. } | WriteError::TooManyFiles { .. } => {
             StatusCode::PAYLOAD_TOO_LARGE

@@ -113,6 +113,10 @@ pub enum WriteError {
     /// `If-None-Match: *` and the target exists: 412.
     #[error("the target exists (If-None-Match: *)")]
     PreconditionFailed,
+    /// `If-Match`, `If-None-Match` or `If-Unmodified-Since` is false for what the target
+    /// is now, looked at under the target's lease: 412, and nothing was written.
+    #[error("the request's precondition (If-Match, If-None-Match or If-Unmodified-Since) is false")]
+    ConditionFalse,
     /// The upload is larger than it may be: 413.
     #[error("the upload exceeds {limit} bytes")]
     TooLarge { limit: u64 },

@@ -28,6 +28,8 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
 
 use super::body::{self, Body};
+use super::conditional;
+use servery_core::precondition::Conditions;
 use super::error::{HttpError, error_response};
 use super::path::RequestPath;
 use crate::worker::broker::BrokerHandle;
@@ -327,6 +329,7 @@ impl Uploads {
                     &mut reservation,
                     none_match,
                     check,
+                    &conditional::conditions(&parts.headers),
                     &mut source,
                 )
                 .await?;
@@ -350,6 +353,7 @@ impl Uploads {
                     target,
                     (start, end, total),
                     none_match,
+                    &conditional::conditions(&parts.headers),
                     &mut source,
                 )
                 .await?
@@ -423,6 +427,7 @@ impl Uploads {
                         &mut reservation,
                         false,
                         None,
+                        &Conditions::default(),
                         &mut PartSource(&mut form),
                     )
                     .await?;
