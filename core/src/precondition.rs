@@ -7,6 +7,25 @@
 //! write is judged by exactly the rules a read is. Writers call it while they hold the
 //! target's lease, which makes the check and the write one step across workers.
 
+use std::time::Duration;
+
+/// The least time a conditional write waits for a target another writer holds.
+pub const CONDITIONAL_LEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a write waits for a busy target: the configured `--write-lock-timeout`, but at
+/// least [`CONDITIONAL_LEASE_WAIT`] when the request has preconditions. Such a write's
+/// answer depends on how the other write ends (it changes the entity tag the client
+/// named, or fails and leaves it), so refusing it at once as busy (409) would tell the
+/// client nothing it can act on; waiting lets it get the 412 (or the success) that is
+/// true. Two clients racing with one `If-Match` thus get one 2xx and one 412.
+pub fn lease_wait(configured: Duration, conditional: bool) -> Duration {
+    if conditional {
+        configured.max(CONDITIONAL_LEASE_WAIT)
+    } else {
+        configured
+    }
+}
+
 /// What kind of request the conditions guard: GET and HEAD turn a matching
 /// `If-None-Match` into 304 and honour `If-Modified-Since`; every other method gets 412
 /// (RFC 9110 §13.1.2) and ignores `If-Modified-Since` (§13.1.3).

@@ -227,6 +227,14 @@ fn error_text(err: &HttpError, status: StatusCode) -> String {
         HttpError::Dav(why @ (DavError::ReadOnly | DavError::OverwriteOff)) => {
             format!("{} {reason}: {why}\n", status.as_u16())
         }
+        // Fixed texts and numbers, nothing from the peer: what a client must change.
+        HttpError::Write(
+            why @ (WriteError::ConditionFalse
+            | WriteError::PreconditionFailed
+            | WriteError::PartialOverExisting
+            | WriteError::RangeGap { .. }
+            | WriteError::RangeMismatch { .. }),
+        ) => format!("{} {reason}: {why}\n", status.as_u16()),
         _ => format!("{} {reason}\n", status.as_u16()),
     }
 }
@@ -313,6 +321,7 @@ fn write_status(e: &WriteError) -> StatusCode {
         | WriteError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         WriteError::Busy
         | WriteError::Exists
+        | WriteError::PartialOverExisting
         | WriteError::NoParent
         | WriteError::IsDirectory
         | WriteError::NotADirectory

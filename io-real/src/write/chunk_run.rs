@@ -9,7 +9,7 @@ use std::sync::Arc;
 use servery_core::chunk_flow::{
     ChunkAction, ChunkDone, ChunkEvent, ChunkFailure, ChunkFlow, ChunkOptions,
 };
-use servery_core::precondition::Conditions;
+use servery_core::precondition::{Conditions, lease_wait};
 use servery_core::proto::{BrokerRequest, Rejection};
 use servery_core::write_flow::Existing as FlowExisting;
 
@@ -97,7 +97,7 @@ pub async fn chunk<S: ChunkSource>(
                 Err(e) => fail(e, &mut error),
             },
             ChunkAction::Lease => {
-                let wait = settings.write_lock_timeout;
+                let wait = lease_wait(settings.write_lock_timeout, conditions.any_for_write());
                 match Grant::lease(&w.broker, &target.key, wait).await {
                     Ok(g) => {
                         let id = g.id();

@@ -17,7 +17,7 @@ use super::stream::{BATCH, ChunkSource, copy};
 use super::target::{Existing, Target};
 use super::temp::TempFile;
 use super::{Grant, LockCheck, WriteError, Writer, blocking, temp};
-use servery_core::precondition::Conditions;
+use servery_core::precondition::{Conditions, lease_wait};
 
 /// The flow's summary of an error; the error itself is kept for the answer.
 pub(crate) fn failure(e: &WriteError) -> WriteFailure {
@@ -27,7 +27,7 @@ pub(crate) fn failure(e: &WriteError) -> WriteFailure {
         WriteError::Busy => WriteFailure::Busy,
         WriteError::Broker(_) => WriteFailure::BrokerUnavailable,
         WriteError::LeaseLost => WriteFailure::LeaseLost,
-        WriteError::Exists => WriteFailure::Exists,
+        WriteError::Exists | WriteError::PartialOverExisting => WriteFailure::Exists,
         WriteError::PreconditionFailed | WriteError::ConditionFalse => {
             WriteFailure::PreconditionFailed
         }
@@ -102,7 +102,7 @@ pub async fn write_file<S: ChunkSource>(
                 )
             }
             WriteAction::Lease => {
-                let wait = w.settings.write_lock_timeout;
+                let wait = lease_wait(w.settings.write_lock_timeout, conditions.any_for_write());
                 match Grant::lease_checked(&w.broker, &target.key, wait, check).await {
                     Ok(grant) => {
                         let id = grant.id();

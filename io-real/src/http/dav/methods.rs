@@ -16,7 +16,7 @@ use super::resource::{self, DavPath};
 use super::xml;
 use super::{Dav, DavError, blocking, single, uri_authority, uri_path, xml_response};
 use crate::write::{ChunkSource, Grant, WriteError, Writer, target, write_file};
-use servery_core::precondition::Conditions;
+use servery_core::precondition::{Conditions, lease_wait};
 use servery_core::tree_flow::{TreeDone, TreeOp};
 
 /// The content of a resource a LOCK creates (RFC 4918 §7.3): nothing.
@@ -55,7 +55,12 @@ pub(super) fn io_error(e: io::Error) -> HttpError {
 impl Dav {
     /// The broker lease on `path`'s target key: writes to one resource, by any worker,
     /// happen one at a time.
-    pub(super) async fn lease(&self, writer: &Writer, path: &DavPath) -> Result<Grant, HttpError> {
+    pub(super) async fn lease(
+        &self,
+        writer: &Writer,
+        path: &DavPath,
+        conditional: bool,
+    ) -> Result<Grant, HttpError> {
         let Some(parent) = path.parent() else {
             return Err(HttpError::Forbidden);
         };
@@ -68,12 +73,8 @@ impl Dav {
             })
         })
         .await?;
-        Ok(Grant::lease(
-            &writer.broker,
-            &target.key,
-            writer.settings.write_lock_timeout,
-        )
-        .await?)
+        let wait = lease_wait(writer.settings.write_lock_timeout, conditional);
+        Ok(Grant::lease(&writer.broker, &target.key, wait).await?)
     }
 
     /// For a change that leaves the resource's content alone (LOCK of an existing resource,
@@ -93,7 +94,7 @@ impl Dav {
             return Ok(None);
         }
         let grant = match &self.writer {
-            Some(writer) if !path.is_root() => Some(self.lease(writer, path).await?),
+            Some(writer) if !path.is_root() => Some(self.lease(writer, path, true).await?),
             _ => None,
         };
         let (root, rel) = (self.root.dir(), path.rel());

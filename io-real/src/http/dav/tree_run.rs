@@ -100,7 +100,8 @@ impl Run<'_> {
         let Some(path) = path else {
             return self.fail(HttpError::Forbidden);
         };
-        match self.dav.lease(self.writer, path).await {
+        let conditional = self.conditions.any_for_write();
+        match self.dav.lease(self.writer, path, conditional).await {
             Ok(grant) => {
                 let id = grant.id();
                 self.leases.push(grant);

@@ -348,7 +348,7 @@ impl Uploads {
                     ));
                 }
                 let mut source = BodySource::new(body, len, Some(len), self.stall());
-                match partial::chunk(
+                let outcome = partial::chunk(
                     &self.writer,
                     target,
                     (start, end, total),
@@ -356,8 +356,14 @@ impl Uploads {
                     &conditional::conditions(&parts.headers),
                     &mut source,
                 )
-                .await?
-                {
+                .await;
+                // A client that meant to change part of an existing file learns that
+                // this is not what a Content-Range PUT does here.
+                let outcome = match outcome {
+                    Err(WriteError::Exists) => Err(WriteError::PartialOverExisting),
+                    other => other,
+                };
+                match outcome? {
                     ChunkOutcome::Incomplete { have } => Ok(resume_incomplete(have)),
                     ChunkOutcome::Complete(published) => Ok(written(published, &location)),
                 }
