@@ -100,7 +100,11 @@ fn racing_writers_with_one_if_match_get_one_success_and_one_412() {
             Some(winner.as_str()),
             "pair {pair}: the file is the winner's"
         );
-        let loser = &replies.iter().find(|(_, r)| r.status == 412).expect("a loser").1;
+        let loser = &replies
+            .iter()
+            .find(|(_, r)| r.status == 412)
+            .expect("a loser")
+            .1;
         assert!(text(loser).contains("If-Match"), "{}", text(loser));
         if replies[0].1.worker() != replies[1].1.worker() {
             crossed += 1;
@@ -272,7 +276,13 @@ fn every_write_method_heeds_the_preconditions() {
     ok("PUT", "/fresh.txt", b"f", &[("If-None-Match", "*")], 201);
     ok("MKCOL", "/newdir", b"", &[("If-None-Match", "*")], 201);
     let later = "Fri, 01 Jan 2100 00:00:00 GMT";
-    ok("DELETE", "/copy.txt", b"", &[("If-Unmodified-Since", later)], 204);
+    ok(
+        "DELETE",
+        "/copy.txt",
+        b"",
+        &[("If-Unmodified-Since", later)],
+        204,
+    );
     let locked = request(
         addr,
         "LOCK",
@@ -299,7 +309,9 @@ fn options_star_partial_put_reasons_and_vendor_properties() {
     let options = conn.response().expect("an answer");
     assert_eq!(options.status, 200, "{}", text(&options));
     assert!(
-        options.header("allow").is_some_and(|a| a.contains("PROPFIND")),
+        options
+            .header("allow")
+            .is_some_and(|a| a.contains("PROPFIND")),
         "{:?}",
         options.header("allow")
     );
@@ -351,7 +363,10 @@ fn options_star_partial_put_reasons_and_vendor_properties() {
         &[("Depth", "0")],
     ));
     for (namespace, value) in [
-        ("urn:schemas-microsoft-com:", "Sat, 05 Dec 2026 10:00:00 GMT"),
+        (
+            "urn:schemas-microsoft-com:",
+            "Sat, 05 Dec 2026 10:00:00 GMT",
+        ),
         ("urn:schemas-microsoft-com:", "00000020"),
         ("http://apple.com/ns/ical/", "#FF0000FF"),
         ("http://www.apple.com/webdav_fs/props/", "AAUWBwACAAA="),

@@ -130,7 +130,9 @@ fn push_hex(out: &mut String, value: u128) {
 }
 
 pub use servery_core::precondition::Precondition;
-use servery_core::precondition::{self as ladder, Conditions, Current, IfRange, MethodKind, TagField};
+use servery_core::precondition::{
+    self as ladder, Conditions, Current, IfRange, MethodKind, TagField,
+};
 
 impl Validators {
     /// These validators as the core's ladder sees them.

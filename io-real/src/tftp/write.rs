@@ -103,7 +103,8 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         None,
         &servery_core::precondition::Conditions::default(),
         &mut source,
-    ).await;
+    )
+    .await;
     // The reservation goes back before the client hears how the write ended, on every way
     // out: a client told "done" (or refused) finds the budget free for its next upload,
     // and the linger below holds nothing of the budget.

@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
+use servery_core::precondition::Conditions;
 use servery_core::tree_flow::{
     Placing, Side, TreeAction, TreeDone, TreeEvent, TreeFlow, TreeOp, TreeOptions,
 };
-use servery_core::precondition::Conditions;
 use servery_core::write_flow::WriteFailure;
 
 use super::super::conditional::{self, Validators};

@@ -29,7 +29,6 @@ use http_body_util::BodyExt;
 
 use super::body::{self, Body};
 use super::conditional;
-use servery_core::precondition::Conditions;
 use super::error::{HttpError, error_response};
 use super::path::RequestPath;
 use crate::worker::broker::BrokerHandle;
@@ -40,6 +39,7 @@ use crate::write::{
     ChunkSource, Grant, LockCheck, WriteError, WriteSettings, Writer, blocking, write_file,
 };
 use multipart::{Event, Parser};
+use servery_core::precondition::Conditions;
 
 /// The response header naming the worker that handled an upload.
 pub const WORKER_HEADER: &str = "x-servery-worker";
