@@ -419,6 +419,8 @@ mod tests {
         assert_eq!(w(WriteError::Busy), (409, None));
         assert_eq!(w(WriteError::Exists), (409, None));
         assert_eq!(w(WriteError::PreconditionFailed), (412, None));
+        assert_eq!(w(WriteError::ConditionFalse), (412, None));
+        assert_eq!(w(WriteError::PartialOverExisting), (409, None));
         assert_eq!(w(WriteError::TooLarge { limit: 1 }), (413, None));
         assert_eq!(w(WriteError::UnsupportedMediaType), (415, None));
         assert_eq!(
