@@ -211,6 +211,13 @@ fn every_write_method_heeds_the_preconditions() {
     };
     for conditions in [&wrong[..], &stale[..], &current[..]] {
         refused("PUT", "/doc.txt", b"new", conditions);
+        // A resumable piece is judged like a whole PUT.
+        let piece: Vec<(&str, &str)> = conditions
+            .iter()
+            .copied()
+            .chain([("Content-Range", "bytes 0-1/3")])
+            .collect();
+        refused("PUT", "/doc.txt", b"ne", &piece);
         refused("DELETE", "/doc.txt", b"", conditions);
         if conditions != current {
             // (The collection's tag is not the file's.)
