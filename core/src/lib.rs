@@ -16,6 +16,7 @@ pub mod control;
 pub mod driver;
 pub mod ids;
 pub mod parent;
+pub mod precondition;
 pub mod proto;
 pub mod request_stats;
 pub mod rng;

@@ -66,6 +66,13 @@ impl Validators {
         Self::new(inode, meta.len(), meta.modified().unwrap_or(UNIX_EPOCH))
     }
 
+    /// Builds validators from cap-std metadata (what the write path and WebDAV hold).
+    pub fn of(meta: &cap_std::fs::Metadata) -> Self {
+        use cap_std::fs::MetadataExt;
+        let modified = meta.modified().map_or(UNIX_EPOCH, |t| t.into_std());
+        Self::new(meta.ino(), meta.len(), modified)
+    }
+
     /// The validators of a coded representation of the same file: the same dates, and an
     /// ETag made distinct by the coding's suffix (`"<etag>-zst"`), so `If-None-Match`
     /// matches only the representation the client actually holds.
@@ -122,160 +129,107 @@ fn push_hex(out: &mut String, value: u128) {
     out.extend(buf[at..].iter().map(|&b| char::from(b)));
 }
 
-/// The outcome of the precondition ladder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Precondition {
-    /// Serve normally; `range_applies` says whether a `Range` header may be honoured.
-    Proceed {
-        /// False when the method is not GET or `If-Range` did not match.
-        range_applies: bool,
-    },
-    /// 304 Not Modified.
-    NotModified,
-    /// 412 Precondition Failed.
-    Failed,
+pub use servery_core::precondition::Precondition;
+use servery_core::precondition::{
+    self as ladder, Conditions, Current, IfRange, MethodKind, TagField,
+};
+
+impl Validators {
+    /// These validators as the core's ladder sees them.
+    fn current(&self) -> Current<'_> {
+        Current {
+            opaque: self.opaque(),
+            modified_secs: self.modified_secs,
+        }
+    }
 }
 
-/// Evaluates the RFC 9110 §13.2.2 ladder, in its order:
-/// If-Match, else If-Unmodified-Since; then If-None-Match, else If-Modified-Since;
-/// then If-Range for a GET carrying Range.
+/// Evaluates the RFC 9110 §13.2.2 ladder (the core's [`ladder::evaluate`]) for a request
+/// on an existing representation.
 pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators) -> Precondition {
-    let safe = method == Method::GET || method == Method::HEAD;
-
-    if headers.contains_key(header::IF_MATCH) {
-        if !tag_list_matches(headers, header::IF_MATCH, v, Compare::Strong) {
-            return Precondition::Failed;
-        }
-    } else if single_date(headers, header::IF_UNMODIFIED_SINCE).is_some_and(|d| v.modified_secs > d)
-    {
-        return Precondition::Failed;
-    }
-
-    if headers.contains_key(header::IF_NONE_MATCH) {
-        if tag_list_matches(headers, header::IF_NONE_MATCH, v, Compare::Weak) {
-            return if safe {
-                Precondition::NotModified
-            } else {
-                Precondition::Failed
-            };
-        }
-    } else if safe
-        && single_date(headers, header::IF_MODIFIED_SINCE).is_some_and(|d| v.modified_secs <= d)
-    {
-        return Precondition::NotModified;
-    }
-
-    let range_applies = method == Method::GET
-        && (!headers.contains_key(header::RANGE) || if_range_matches(headers, v));
-    Precondition::Proceed { range_applies }
+    ladder::evaluate(kind(method), &conditions(headers), Some(v.current()))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Compare {
-    Strong,
-    Weak,
+/// Whether a write may go ahead: `If-Match`, `If-None-Match` and `If-Unmodified-Since`
+/// against what the target is now (`None`: nothing there). Writers call this while they
+/// hold the target's lease, so no other writer can change it in between.
+pub fn write_allowed(conditions: &Conditions<'_>, current: Option<&Validators>) -> bool {
+    ladder::evaluate(
+        MethodKind::Other,
+        conditions,
+        current.map(Validators::current),
+    ) != Precondition::Failed
 }
 
-/// A parsed `entity-tag`: weakness flag and the opaque part without quotes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EntityTag<'a> {
-    weak: bool,
-    opaque: &'a str,
-}
-
-impl EntityTag<'_> {
-    fn matches(&self, v: &Validators, how: Compare) -> bool {
-        // Our own tag is strong, so only the peer's weakness matters for strong comparison.
-        (how == Compare::Weak || !self.weak) && self.opaque.as_bytes() == v.opaque()
+fn kind(method: &Method) -> MethodKind {
+    if method == Method::GET {
+        MethodKind::Get
+    } else if method == Method::HEAD {
+        MethodKind::Head
+    } else {
+        MethodKind::Other
     }
 }
 
-/// Whether any field line of an `If-Match`/`If-None-Match` list matches. A line that does
-/// not parse matches nothing, which fails closed for If-Match and open for If-None-Match.
-fn tag_list_matches(
-    headers: &HeaderMap,
-    name: header::HeaderName,
-    v: &Validators,
-    how: Compare,
-) -> bool {
-    headers.get_all(name).iter().any(|value| {
-        let Ok(text) = value.to_str() else {
-            return false;
-        };
-        if text.trim() == "*" {
-            return true;
-        }
-        parse_tag_list(text).is_some_and(|tags| tags.iter().any(|t| t.matches(v, how)))
-    })
-}
-
-/// `#entity-tag`: comma-separated, optional whitespace, empty elements allowed.
-fn parse_tag_list(text: &str) -> Option<Vec<EntityTag<'_>>> {
-    let mut tags = Vec::new();
-    let mut rest = text.trim_start_matches([' ', '\t', ',']);
-    while !rest.is_empty() {
-        let (tag, after) = parse_tag(rest)?;
-        tags.push(tag);
-        let after = after.trim_start_matches([' ', '\t']);
-        if !(after.is_empty() || after.starts_with(',')) {
-            return None;
-        }
-        rest = after.trim_start_matches([' ', '\t', ',']);
+/// The request's preconditions, read from its fields. A date field is heeded only when
+/// it appears once and parses (RFC 9110 §13.1.3, §13.1.4). Cheap when there are none: no
+/// allocation unless a tag field has more than one line.
+pub fn conditions(headers: &HeaderMap) -> Conditions<'_> {
+    Conditions {
+        if_match: tag_field(headers, &header::IF_MATCH),
+        if_none_match: tag_field(headers, &header::IF_NONE_MATCH),
+        if_unmodified_since: single_date(headers, &header::IF_UNMODIFIED_SINCE),
+        if_modified_since: single_date(headers, &header::IF_MODIFIED_SINCE),
+        range: headers.contains_key(header::RANGE),
+        if_range: if_range(headers),
     }
-    Some(tags)
 }
 
-/// One `entity-tag` at the start of `s`; returns it and the unparsed rest.
-fn parse_tag(s: &str) -> Option<(EntityTag<'_>, &str)> {
-    let (weak, quoted) = match s.strip_prefix("W/") {
-        Some(rest) => (true, rest),
-        None => (false, s),
-    };
-    let inner = quoted.strip_prefix('"')?;
-    let close = inner.find('"')?;
-    let opaque = &inner[..close];
-    // etagc = %x21 / %x23-7E / obs-text; to_str() already excluded obs-text.
-    if !opaque
-        .bytes()
-        .all(|b| b == 0x21 || (0x23..=0x7e).contains(&b))
-    {
-        return None;
+/// The lines of a tag-list field; a line that is not visible ASCII stands as one that
+/// names no tag (it matches nothing).
+fn tag_field<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<TagField<'a>> {
+    let mut lines = headers
+        .get_all(name)
+        .iter()
+        .map(|value| value.to_str().unwrap_or(""));
+    let mut field = TagField::new(lines.next()?);
+    for line in lines {
+        field.push(line);
     }
-    Some((EntityTag { weak, opaque }, &inner[close + 1..]))
+    Some(field)
 }
 
-/// An HTTP-date from a header that must appear exactly once; anything else is ignored
-/// (RFC 9110 §13.1.3/§13.1.4), as seconds since the epoch.
-fn single_date(headers: &HeaderMap, name: header::HeaderName) -> Option<u64> {
+/// An HTTP-date from a header that must appear exactly once; anything else is ignored,
+/// as seconds since the epoch.
+fn single_date(headers: &HeaderMap, name: &header::HeaderName) -> Option<u64> {
     let mut values = headers.get_all(name).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return None;
     };
+    parse_date(value)
+}
+
+fn parse_date(value: &HeaderValue) -> Option<u64> {
     let date = httpdate::parse_http_date(value.to_str().ok()?.trim()).ok()?;
     Some(date.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))
 }
 
-/// `If-Range`: a strong tag that matches exactly, or a date equal to Last-Modified.
-/// Absent means "no condition". Anything unparsable means "send the whole thing".
-fn if_range_matches(headers: &HeaderMap, v: &Validators) -> bool {
+/// `If-Range`: a tag (parsed by the ladder), a date, or something unusable.
+fn if_range(headers: &HeaderMap) -> Option<IfRange<'_>> {
     let mut values = headers.get_all(header::IF_RANGE).iter();
     let value = match (values.next(), values.next()) {
-        (None, _) => return true,
+        (None, _) => return None,
         (Some(value), None) => value,
-        (Some(_), Some(_)) => return false,
+        (Some(_), Some(_)) => return Some(IfRange::Invalid),
     };
     let Ok(text) = value.to_str() else {
-        return false;
+        return Some(IfRange::Invalid);
     };
-    let text = text.trim();
-    if text.starts_with('"') || text.starts_with("W/") {
-        return match parse_tag(text) {
-            Some((tag, rest)) if rest.trim().is_empty() => tag.matches(v, Compare::Strong),
-            _ => false,
-        };
+    let trimmed = text.trim();
+    if trimmed.starts_with('"') || trimmed.starts_with("W/") {
+        return Some(IfRange::Tag(trimmed));
     }
-    httpdate::parse_http_date(text)
-        .is_ok_and(|date| date == UNIX_EPOCH + Duration::from_secs(v.modified_secs))
+    Some(parse_date(value).map_or(IfRange::Invalid, IfRange::Date))
 }
 
 #[cfg(test)]
@@ -547,6 +501,7 @@ mod tests {
 
     #[test]
     fn tag_lists() {
+        use ladder::parse_tag_list;
         assert_eq!(parse_tag_list("").map(|t| t.len()), Some(0));
         assert_eq!(
             parse_tag_list(" \"a\" , W/\"b\",,\"c\"").map(|t| t.len()),
@@ -555,5 +510,29 @@ mod tests {
         assert!(parse_tag_list("\"a\" \"b\"").is_none());
         assert!(parse_tag_list("\"a").is_none());
         assert!(parse_tag_list("\"a b\"").is_none());
+    }
+
+    #[test]
+    fn writes() {
+        let etag = text(&validators().etag()).to_owned();
+        let allowed = |pairs: &[(header::HeaderName, &str)], current: Option<&Validators>| {
+            write_allowed(&conditions(&headers(pairs)), current)
+        };
+        let v = validators();
+        assert!(allowed(&[], Some(&v)));
+        assert!(allowed(&[(header::IF_MATCH, &etag)], Some(&v)));
+        assert!(!allowed(&[(header::IF_MATCH, "\"x\"")], Some(&v)));
+        assert!(!allowed(&[(header::IF_MATCH, &etag)], None));
+        assert!(!allowed(&[(header::IF_NONE_MATCH, &etag)], Some(&v)));
+        assert!(!allowed(&[(header::IF_NONE_MATCH, "*")], Some(&v)));
+        assert!(allowed(&[(header::IF_NONE_MATCH, "*")], None));
+        assert!(!allowed(
+            &[(header::IF_UNMODIFIED_SINCE, &date(MTIME_SECS - 1))],
+            Some(&v)
+        ));
+        assert!(allowed(
+            &[(header::IF_UNMODIFIED_SINCE, &date(MTIME_SECS))],
+            Some(&v)
+        ));
     }
 }

@@ -227,6 +227,14 @@ fn error_text(err: &HttpError, status: StatusCode) -> String {
         HttpError::Dav(why @ (DavError::ReadOnly | DavError::OverwriteOff)) => {
             format!("{} {reason}: {why}\n", status.as_u16())
         }
+        // Fixed texts and numbers, nothing from the peer: what a client must change.
+        HttpError::Write(
+            why @ (WriteError::ConditionFalse
+            | WriteError::PreconditionFailed
+            | WriteError::PartialOverExisting
+            | WriteError::RangeGap { .. }
+            | WriteError::RangeMismatch { .. }),
+        ) => format!("{} {reason}: {why}\n", status.as_u16()),
         _ => format!("{} {reason}\n", status.as_u16()),
     }
 }
@@ -313,13 +321,16 @@ fn write_status(e: &WriteError) -> StatusCode {
         | WriteError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         WriteError::Busy
         | WriteError::Exists
+        | WriteError::PartialOverExisting
         | WriteError::NoParent
         | WriteError::IsDirectory
         | WriteError::NotADirectory
         | WriteError::RangeGap { .. }
         | WriteError::RangeMismatch { .. }
         | WriteError::Moved => StatusCode::CONFLICT,
-        WriteError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+        WriteError::PreconditionFailed | WriteError::ConditionFalse => {
+            StatusCode::PRECONDITION_FAILED
+        }
         WriteError::Locked => StatusCode::LOCKED,
         WriteError::TooLarge { .. } | WriteError::TooManyFiles { .. } => {
             StatusCode::PAYLOAD_TOO_LARGE
@@ -408,6 +419,8 @@ mod tests {
         assert_eq!(w(WriteError::Busy), (409, None));
         assert_eq!(w(WriteError::Exists), (409, None));
         assert_eq!(w(WriteError::PreconditionFailed), (412, None));
+        assert_eq!(w(WriteError::ConditionFalse), (412, None));
+        assert_eq!(w(WriteError::PartialOverExisting), (409, None));
         assert_eq!(w(WriteError::TooLarge { limit: 1 }), (413, None));
         assert_eq!(w(WriteError::UnsupportedMediaType), (415, None));
         assert_eq!(

@@ -95,7 +95,16 @@ pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
         ended: None,
         allowance,
     };
-    let written = write_file(writer, &target, &mut reservation, false, None, &mut source).await;
+    let written = write_file(
+        writer,
+        &target,
+        &mut reservation,
+        false,
+        None,
+        &servery_core::precondition::Conditions::default(),
+        &mut source,
+    )
+    .await;
     // The reservation goes back before the client hears how the write ended, on every way
     // out: a client told "done" (or refused) finds the budget free for its next upload,
     // and the linger below holds nothing of the budget.

@@ -59,6 +59,8 @@ pub struct UploadArgs {
     #[arg(long, value_name = "N", env = "SERVERY_MAX_UPLOAD_FILES", default_value_t = uploads().max_upload_files, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub max_upload_files: i64,
     /// How long an upload waits for a target another upload is writing (0: 409 at once).
+    /// A write with If-Match, If-None-Match or If-Unmodified-Since waits at least 5 s, so
+    /// that it gets the 412 or success that is true (decision 0061).
     #[arg(long, value_name = "SECS", env = "SERVERY_WRITE_LOCK_TIMEOUT", default_value_t = uploads().write_lock_timeout, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub write_lock_timeout: f64,
     /// Uploads in progress at once, service-wide; more get 503 before their body is read.

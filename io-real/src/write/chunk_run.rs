@@ -9,6 +9,7 @@ use std::sync::Arc;
 use servery_core::chunk_flow::{
     ChunkAction, ChunkDone, ChunkEvent, ChunkFailure, ChunkFlow, ChunkOptions,
 };
+use servery_core::precondition::{Conditions, lease_wait};
 use servery_core::proto::{BrokerRequest, Rejection};
 use servery_core::write_flow::Existing as FlowExisting;
 
@@ -69,6 +70,7 @@ pub async fn chunk<S: ChunkSource>(
     target: Target,
     range: (u64, u64, u64),
     if_none_match_star: bool,
+    conditions: &Conditions<'_>,
     source: &mut S,
 ) -> Result<ChunkOutcome, WriteError> {
     let (start, end, total) = range;
@@ -95,7 +97,7 @@ pub async fn chunk<S: ChunkSource>(
                 Err(e) => fail(e, &mut error),
             },
             ChunkAction::Lease => {
-                let wait = settings.write_lock_timeout;
+                let wait = lease_wait(settings.write_lock_timeout, conditions.any_for_write());
                 match Grant::lease(&w.broker, &target.key, wait).await {
                     Ok(g) => {
                         let id = g.id();
@@ -106,8 +108,13 @@ pub async fn chunk<S: ChunkSource>(
                 }
             }
             ChunkAction::InspectTarget => {
+                // The preconditions are judged here, under the target lease, for every
+                // chunk: the file a resumable upload will replace must still be the one
+                // the client named.
                 let t = target.clone();
-                match blocking(move || t.existing()).await {
+                let conditional = conditions.any_for_write();
+                let looked = blocking(move || t.look(conditional)).await;
+                match looked.and_then(|looked| looked.judge(conditions)) {
                     Ok(Existing::Nothing) => ChunkEvent::Target(FlowExisting::Nothing),
                     Ok(Existing::File) => ChunkEvent::Target(FlowExisting::File),
                     Ok(Existing::Directory) => ChunkEvent::Target(FlowExisting::Directory),

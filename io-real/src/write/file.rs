@@ -17,6 +17,7 @@ use super::stream::{BATCH, ChunkSource, copy};
 use super::target::{Existing, Target};
 use super::temp::TempFile;
 use super::{Grant, LockCheck, WriteError, Writer, blocking, temp};
+use servery_core::precondition::{Conditions, lease_wait};
 
 /// The flow's summary of an error; the error itself is kept for the answer.
 pub(crate) fn failure(e: &WriteError) -> WriteFailure {
@@ -26,8 +27,10 @@ pub(crate) fn failure(e: &WriteError) -> WriteFailure {
         WriteError::Busy => WriteFailure::Busy,
         WriteError::Broker(_) => WriteFailure::BrokerUnavailable,
         WriteError::LeaseLost => WriteFailure::LeaseLost,
-        WriteError::Exists => WriteFailure::Exists,
-        WriteError::PreconditionFailed => WriteFailure::PreconditionFailed,
+        WriteError::Exists | WriteError::PartialOverExisting => WriteFailure::Exists,
+        WriteError::PreconditionFailed | WriteError::ConditionFalse => {
+            WriteFailure::PreconditionFailed
+        }
         WriteError::IsDirectory => WriteFailure::IsDirectory,
         WriteError::Incomplete { .. }
         | WriteError::BodyTimeout(_)
@@ -65,13 +68,17 @@ pub(crate) fn error_of(f: WriteFailure) -> WriteError {
 
 /// Writes `source` to `target`. The caller holds `reservation` (taken before any byte of
 /// the body was read); the target lease is taken here, before any byte of this file's
-/// content is read, together with the WebDAV lock `check` when there is one.
+/// content is read, together with the WebDAV lock `check` when there is one. The request's
+/// `conditions` (`If-Match`, `If-None-Match`, `If-Unmodified-Since`) are judged when the
+/// target is looked at, under that lease: a write through another worker cannot come
+/// between the check and this write.
 pub async fn write_file<S: ChunkSource>(
     w: &Writer,
     target: &Target,
     reservation: &mut Grant,
     if_none_match_star: bool,
     check: Option<&LockCheck>,
+    conditions: &Conditions<'_>,
     source: &mut S,
 ) -> Result<Published, WriteError> {
     let mut flow = WriteFlow::new(WriteOptions {
@@ -95,7 +102,7 @@ pub async fn write_file<S: ChunkSource>(
                 )
             }
             WriteAction::Lease => {
-                let wait = w.settings.write_lock_timeout;
+                let wait = lease_wait(w.settings.write_lock_timeout, conditions.any_for_write());
                 match Grant::lease_checked(&w.broker, &target.key, wait, check).await {
                     Ok(grant) => {
                         let id = grant.id();
@@ -107,7 +114,9 @@ pub async fn write_file<S: ChunkSource>(
             }
             WriteAction::Inspect => {
                 let t = target.clone();
-                match blocking(move || t.existing()).await {
+                let conditional = conditions.any_for_write();
+                let looked = blocking(move || t.look(conditional)).await;
+                match looked.and_then(|looked| looked.judge(conditions)) {
                     Ok(Existing::Nothing) => WriteEvent::Target(FlowExisting::Nothing),
                     Ok(Existing::File) => WriteEvent::Target(FlowExisting::File),
                     Ok(Existing::Directory) => WriteEvent::Target(FlowExisting::Directory),

@@ -113,6 +113,18 @@ pub enum WriteError {
     /// `If-None-Match: *` and the target exists: 412.
     #[error("the target exists (If-None-Match: *)")]
     PreconditionFailed,
+    /// `If-Match`, `If-None-Match` or `If-Unmodified-Since` is false for what the target
+    /// is now, looked at under the target's lease: 412, and nothing was written.
+    #[error("the request's precondition (If-Match, If-None-Match or If-Unmodified-Since) is false")]
+    ConditionFalse,
+    /// A resumable (`Content-Range`) PUT to an existing file while overwriting is off:
+    /// 409, saying why. Such a PUT uploads a whole new file in pieces; it never changes
+    /// part of an existing one.
+    #[error(
+        "a PUT with Content-Range uploads a whole new file in pieces; it cannot change \
+         part of an existing file, and replacing one needs --allow-overwrite"
+    )]
+    PartialOverExisting,
     /// The upload is larger than it may be: 413.
     #[error("the upload exceeds {limit} bytes")]
     TooLarge { limit: u64 },
@@ -152,7 +164,11 @@ pub enum WriteError {
     UnsupportedMediaType,
     /// A resumable chunk that starts after the bytes held so far: 409, with the `Range`
     /// held.
-    #[error("chunk starts at {start} but {have} bytes are held")]
+    #[error(
+        "chunk starts at {start} but {have} bytes are held: a PUT with Content-Range \
+         uploads a whole new file in order from byte 0, and never changes part of an \
+         existing file"
+    )]
     RangeGap { start: u64, have: u64 },
     /// A resumable chunk for a different total length than the upload in progress: 409.
     #[error("total length {total} differs from the upload in progress ({held})")]

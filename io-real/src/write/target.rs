@@ -20,6 +20,8 @@ use cap_std::fs::Dir;
 use servery_core::proto::TargetKey;
 
 use super::{WriteError, is_private};
+use crate::http::conditional::{Validators, write_allowed};
+use servery_core::precondition::Conditions;
 
 /// The longest basename accepted (the usual `NAME_MAX`).
 pub const MAX_NAME: usize = 255;
@@ -87,6 +89,29 @@ pub fn resolve(root: &Dir, rel_dir: &Path, name: &str) -> Result<Target, WriteEr
     })
 }
 
+/// What a writer found at its target under the lease.
+#[derive(Debug, Clone)]
+pub struct Looked {
+    pub existing: Existing,
+    /// Present when the request has preconditions and the target is not a directory
+    /// (a write onto a directory is refused whatever they say): the inner `None` means
+    /// nothing is there.
+    validators: Option<Option<Validators>>,
+}
+
+impl Looked {
+    /// What is there, once the request's preconditions hold for it (the core's ladder:
+    /// [`write_allowed`]); [`WriteError::ConditionFalse`] otherwise.
+    pub fn judge(self, conditions: &Conditions<'_>) -> Result<Existing, WriteError> {
+        match &self.validators {
+            Some(current) if !write_allowed(conditions, current.as_ref()) => {
+                Err(WriteError::ConditionFalse)
+            }
+            _ => Ok(self.existing),
+        }
+    }
+}
+
 /// What is at the target now, looked at without following a symlink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Existing {
@@ -105,6 +130,31 @@ impl Target {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Existing::Nothing),
             Err(e) => Err(WriteError::Io(e)),
         }
+    }
+
+    /// The validators of what the basename names now, following a symlink as GET does
+    /// (`None`: nothing there). Blocking.
+    pub fn validators(&self) -> Result<Option<Validators>, WriteError> {
+        match self.dir.metadata(&self.name) {
+            Ok(meta) => Ok(Some(Validators::of(&meta))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(WriteError::Io(e)),
+        }
+    }
+
+    /// What the basename names now and, when the request is `conditional`, its
+    /// validators, for [`Looked::judge`]. Called under the target's lease. Blocking.
+    pub fn look(&self, conditional: bool) -> Result<Looked, WriteError> {
+        let existing = self.existing()?;
+        let validators = if conditional && existing != Existing::Directory {
+            Some(self.validators()?)
+        } else {
+            None
+        };
+        Ok(Looked {
+            existing,
+            validators,
+        })
     }
 
     /// Step 4's containment check: the path still leads, beneath the root, to the very

@@ -8,6 +8,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use servery_core::proto::DavDepth;
 
 use super::super::body::{self, Body};
+use super::super::conditional::{self, Validators};
 use super::super::error::HttpError;
 use super::super::path::RequestPath;
 use super::locks::{self, Reach};
@@ -15,6 +16,7 @@ use super::resource::{self, DavPath};
 use super::xml;
 use super::{Dav, DavError, blocking, single, uri_authority, uri_path, xml_response};
 use crate::write::{ChunkSource, Grant, WriteError, Writer, target, write_file};
+use servery_core::precondition::{Conditions, lease_wait};
 use servery_core::tree_flow::{TreeDone, TreeOp};
 
 /// The content of a resource a LOCK creates (RFC 4918 §7.3): nothing.
@@ -53,7 +55,12 @@ pub(super) fn io_error(e: io::Error) -> HttpError {
 impl Dav {
     /// The broker lease on `path`'s target key: writes to one resource, by any worker,
     /// happen one at a time.
-    pub(super) async fn lease(&self, writer: &Writer, path: &DavPath) -> Result<Grant, HttpError> {
+    pub(super) async fn lease(
+        &self,
+        writer: &Writer,
+        path: &DavPath,
+        conditional: bool,
+    ) -> Result<Grant, HttpError> {
         let Some(parent) = path.parent() else {
             return Err(HttpError::Forbidden);
         };
@@ -66,12 +73,41 @@ impl Dav {
             })
         })
         .await?;
-        Ok(Grant::lease(
-            &writer.broker,
-            &target.key,
-            writer.settings.write_lock_timeout,
-        )
-        .await?)
+        let wait = lease_wait(writer.settings.write_lock_timeout, conditional);
+        Ok(Grant::lease(&writer.broker, &target.key, wait).await?)
+    }
+
+    /// For a change that leaves the resource's content alone (LOCK of an existing resource,
+    /// PROPPATCH): when the request has `If-Match`, `If-None-Match` or
+    /// `If-Unmodified-Since`, takes `path`'s target lease, judges them against the
+    /// resource as it is under that lease, and hands the lease back for the caller to hold
+    /// until its change is made, so no write through another worker comes in between.
+    /// `None` when there is nothing to judge (or the share is read-only, where nothing
+    /// can change the resource meanwhile).
+    pub(super) async fn hold_if_conditional(
+        &self,
+        parts: &Parts,
+        path: &DavPath,
+    ) -> Result<Option<Grant>, HttpError> {
+        let conditions = conditional::conditions(&parts.headers);
+        if !conditions.any_for_write() {
+            return Ok(None);
+        }
+        let grant = match &self.writer {
+            Some(writer) if !path.is_root() => Some(self.lease(writer, path, true).await?),
+            _ => None,
+        };
+        let (root, rel) = (self.root.dir(), path.rel());
+        let current =
+            blocking(move || resource::stat_opt(&root, &rel).map_err(HttpError::from_io)).await?;
+        let current = current.map(|meta| Validators::of(&meta));
+        if !conditional::write_allowed(&conditions, current.as_ref()) {
+            if let Some(grant) = grant {
+                grant.release().await;
+            }
+            return Err(HttpError::Write(WriteError::ConditionFalse));
+        }
+        Ok(grant)
     }
 
     /// What exists at `path`: `None`, or whether it is a collection.
@@ -96,7 +132,12 @@ impl Dav {
         let mut seen = self.locks.seen();
         let submitted = self.preconditions(parts, path, &mut seen).await?;
         if body.iter().all(u8::is_ascii_whitespace) {
-            return self.refresh(path, &submitted, timeout).await;
+            let held = self.hold_if_conditional(parts, path).await?;
+            let refreshed = self.refresh(path, &submitted, timeout).await;
+            if let Some(grant) = held {
+                grant.release().await;
+            }
+            return refreshed;
         }
         let info = xml::parse_lockinfo(body).map_err(DavError::Xml)?;
         let depth = match single(&parts.headers, "depth").as_deref() {
@@ -114,14 +155,26 @@ impl Dav {
             // Creating a member needs the tokens of locks on the collection.
             seen.require(path, Reach::MEMBER, &submitted).await?;
         }
+        // An existing resource's preconditions hold until the lock is granted; a new
+        // one's are judged by the write that creates it, under its lease.
+        let held = if exists {
+            self.hold_if_conditional(parts, path).await?
+        } else {
+            None
+        };
         let owner = info.owner.unwrap_or_default();
-        let (token, granted) = self
+        let granted = self
             .locks
             .lock(path, depth, info.exclusive, owner.clone(), timeout)
-            .await?;
+            .await;
+        if let Some(grant) = held {
+            grant.release().await;
+        }
+        let (token, granted) = granted?;
         let mut status = StatusCode::OK;
         if !exists && let Some(writer) = &self.writer {
-            if let Err(e) = self.create_empty(writer, path).await {
+            let conditions = conditional::conditions(&parts.headers);
+            if let Err(e) = self.create_empty(writer, path, &conditions).await {
                 let _ = self.locks.unlock(token).await;
                 return Err(e);
             }
@@ -167,7 +220,12 @@ impl Dav {
     }
 
     /// The empty resource a LOCK of an unmapped URL creates, through the write flow.
-    async fn create_empty(&self, writer: &Writer, path: &DavPath) -> Result<(), HttpError> {
+    async fn create_empty(
+        &self,
+        writer: &Writer,
+        path: &DavPath,
+        conditions: &Conditions<'_>,
+    ) -> Result<(), HttpError> {
         let (Some(parent), Some(name)) = (path.parent(), path.name()) else {
             return Err(HttpError::Forbidden);
         };
@@ -182,7 +240,16 @@ impl Dav {
         })
         .await?;
         let mut reservation = Grant::reserve_upload(&writer.broker, 0).await?;
-        write_file(writer, &target, &mut reservation, true, None, &mut Nothing).await?;
+        write_file(
+            writer,
+            &target,
+            &mut reservation,
+            true,
+            None,
+            conditions,
+            &mut Nothing,
+        )
+        .await?;
         Ok(())
     }
 
@@ -229,8 +296,16 @@ impl Dav {
             return Err(HttpError::Dav(DavError::Exists));
         }
         seen.require(path, Reach::MEMBER, &submitted).await?;
-        self.run_tree(writer, TreeOp::MakeCollection, None, Some(path), false)
-            .await?;
+        let conditions = conditional::conditions(&parts.headers);
+        self.run_tree(
+            writer,
+            TreeOp::MakeCollection,
+            None,
+            Some(path),
+            false,
+            &conditions,
+        )
+        .await?;
         Ok(created_or_replaced(TreeDone::Created))
     }
 
@@ -252,7 +327,8 @@ impl Dav {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
         seen.require(path, Reach::TREE, &submitted).await?;
-        self.run_tree(writer, TreeOp::Delete, Some(path), None, true)
+        let conditions = conditional::conditions(&parts.headers);
+        self.run_tree(writer, TreeOp::Delete, Some(path), None, true, &conditions)
             .await?;
         self.locks.end_within(path).await;
         let mut response = Response::new(body::empty());
@@ -319,6 +395,7 @@ impl Dav {
                 Some(from),
                 Some(&to),
                 overwrite && writer.settings.allow_overwrite,
+                &conditional::conditions(&parts.headers),
             )
             .await?;
         if outcome == TreeDone::Replaced {

@@ -212,6 +212,10 @@ impl Dav {
         B: hyper::body::Body<Data = Bytes> + Send + Unpin,
         B::Error: Display,
     {
+        // `OPTIONS *` asks about the server, not a resource (RFC 9110 §9.3.7).
+        if parts.method == Method::OPTIONS && parts.uri.path() == "*" {
+            return Ok(options(self.writer.is_some()));
+        }
         let request_path = RequestPath::parse(parts.uri.path(), self.show_hidden)?;
         let path = DavPath::from_request(&request_path);
         match parts.method.as_str() {

@@ -264,6 +264,9 @@ impl Dav {
         let mut seen = self.locks.seen();
         let submitted = self.preconditions(parts, path, &mut seen).await?;
         seen.require(path, Reach::CONTENT, &submitted).await?;
+        // `If-Match` and the like are judged under the resource's own lease, held until
+        // the properties are written.
+        let _held = self.hold_if_conditional(parts, path).await?;
         // The sidecar is written under its own lease, so two workers patching one
         // resource apply their changes one after the other.
         let (dir, name) = props::sidecar(path);

@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use servery_core::precondition::Conditions;
 use servery_core::tree_flow::{
     Placing, Side, TreeAction, TreeDone, TreeEvent, TreeFlow, TreeOp, TreeOptions,
 };
 use servery_core::write_flow::WriteFailure;
 
+use super::super::conditional::{self, Validators};
 use super::super::error::HttpError;
 use super::super::long_work;
 use super::resource::DavPath;
@@ -47,6 +49,7 @@ fn error_of(f: WriteFailure, op: TreeOp) -> HttpError {
         WriteFailure::Busy => HttpError::Write(WriteError::Busy),
         WriteFailure::Saturated => HttpError::Write(WriteError::Saturated),
         WriteFailure::LeaseLost => HttpError::Write(WriteError::LeaseLost),
+        WriteFailure::PreconditionFailed => HttpError::Write(WriteError::ConditionFalse),
         WriteFailure::BrokerUnavailable => HttpError::Write(WriteError::Broker(
             servery_core::broker::ClientError::ParentGone,
         )),
@@ -61,6 +64,10 @@ struct Run<'a> {
     op: TreeOp,
     from: Option<&'a DavPath>,
     to: Option<&'a DavPath>,
+    /// The request's `If-Match`, `If-None-Match` and `If-Unmodified-Since`, judged against
+    /// the request's target (a DELETE's, COPY's or MOVE's source, a MKCOL's new
+    /// collection) once every lease is held.
+    conditions: &'a Conditions<'a>,
     leases: Vec<Grant>,
     source: Option<Arc<Placed>>,
     dest: Option<Arc<Placed>>,
@@ -93,7 +100,8 @@ impl Run<'_> {
         let Some(path) = path else {
             return self.fail(HttpError::Forbidden);
         };
-        match self.dav.lease(self.writer, path).await {
+        let conditional = self.conditions.any_for_write();
+        match self.dav.lease(self.writer, path, conditional).await {
             Ok(grant) => {
                 let id = grant.id();
                 self.leases.push(grant);
@@ -105,6 +113,13 @@ impl Run<'_> {
 
     async fn inspect(&mut self) -> TreeEvent {
         let (root, from, to) = (self.dav.root.dir(), self.from.cloned(), self.to.cloned());
+        // The request target: the source, or a MKCOL's destination.
+        let requested = if self.op == TreeOp::MakeCollection {
+            Side::Destination
+        } else {
+            Side::Source
+        };
+        let conditional = self.conditions.any_for_write();
         let found = blocking(move || {
             let open = |p: Option<DavPath>| -> Result<Option<Placed>, HttpError> {
                 p.map(|p| tree::place(&root, &p).map_err(io_conflict))
@@ -116,11 +131,24 @@ impl Run<'_> {
                 None => Ok(servery_core::write_flow::Existing::Nothing),
             };
             let found = (kind(&source)?, kind(&dest)?);
-            Ok((source, dest, found))
+            let target = match requested {
+                Side::Source => &source,
+                Side::Destination => &dest,
+            };
+            let current = match target {
+                Some(p) if conditional => Some(validators(p)?),
+                _ => None,
+            };
+            Ok((source, dest, found, current))
         })
         .await;
         match found {
-            Ok((source, dest, (source_kind, dest_kind))) => {
+            Ok((_, _, _, Some(current)))
+                if !conditional::write_allowed(self.conditions, current.as_ref()) =>
+            {
+                self.fail(HttpError::Write(WriteError::ConditionFalse))
+            }
+            Ok((source, dest, (source_kind, dest_kind), _)) => {
                 self.source = source.map(Arc::new);
                 self.dest = dest.map(Arc::new);
                 TreeEvent::Found {
@@ -244,6 +272,15 @@ impl Run<'_> {
     }
 }
 
+/// The validators of what `p` names (following a symlink, as GET does); `None`: nothing.
+fn validators(p: &Placed) -> Result<Option<Validators>, HttpError> {
+    match p.dir.metadata(&p.name) {
+        Ok(meta) => Ok(Some(Validators::of(&meta))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(HttpError::from_io(e)),
+    }
+}
+
 /// A parent that is missing or not a collection: 409 (RFC 4918 §9.3.1, §9.8.5).
 fn io_conflict(e: std::io::Error) -> HttpError {
     match e.kind() {
@@ -264,6 +301,7 @@ impl Dav {
         from: Option<&DavPath>,
         to: Option<&DavPath>,
         overwrite: bool,
+        conditions: &Conditions<'_>,
     ) -> Result<TreeDone, HttpError> {
         // Leases in one global order, so two workers moving in opposite directions wait
         // for each other instead of deadlocking until the lease timeout.
@@ -282,6 +320,7 @@ impl Dav {
             op,
             from,
             to,
+            conditions,
             leases: Vec::new(),
             source: None,
             dest: None,

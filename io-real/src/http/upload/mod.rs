@@ -28,6 +28,7 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
 
 use super::body::{self, Body};
+use super::conditional;
 use super::error::{HttpError, error_response};
 use super::path::RequestPath;
 use crate::worker::broker::BrokerHandle;
@@ -38,6 +39,7 @@ use crate::write::{
     ChunkSource, Grant, LockCheck, WriteError, WriteSettings, Writer, blocking, write_file,
 };
 use multipart::{Event, Parser};
+use servery_core::precondition::Conditions;
 
 /// The response header naming the worker that handled an upload.
 pub const WORKER_HEADER: &str = "x-servery-worker";
@@ -327,6 +329,7 @@ impl Uploads {
                     &mut reservation,
                     none_match,
                     check,
+                    &conditional::conditions(&parts.headers),
                     &mut source,
                 )
                 .await?;
@@ -345,15 +348,22 @@ impl Uploads {
                     ));
                 }
                 let mut source = BodySource::new(body, len, Some(len), self.stall());
-                match partial::chunk(
+                let outcome = partial::chunk(
                     &self.writer,
                     target,
                     (start, end, total),
                     none_match,
+                    &conditional::conditions(&parts.headers),
                     &mut source,
                 )
-                .await?
-                {
+                .await;
+                // A client that meant to change part of an existing file learns that
+                // this is not what a Content-Range PUT does here.
+                let outcome = match outcome {
+                    Err(WriteError::Exists) => Err(WriteError::PartialOverExisting),
+                    other => other,
+                };
+                match outcome? {
                     ChunkOutcome::Incomplete { have } => Ok(resume_incomplete(have)),
                     ChunkOutcome::Complete(published) => Ok(written(published, &location)),
                 }
@@ -423,6 +433,7 @@ impl Uploads {
                         &mut reservation,
                         false,
                         None,
+                        &Conditions::default(),
                         &mut PartSource(&mut form),
                     )
                     .await?;
