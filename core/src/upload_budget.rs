@@ -76,6 +76,19 @@ pub fn next_reservation(held: u64, needed: u64, limit: u64) -> Option<u64> {
     )
 }
 
+/// The totals a growing reservation asks for, in order, until one is granted: the
+/// [`next_reservation`], then, should the budget not hold that much, only what is
+/// `needed` (so an upload near a full budget still takes what is left, a batch at a time,
+/// rather than failing while room remains). Empty when `needed` is over the limit; only
+/// `held` when nothing needs to grow.
+pub fn growth_ladder(held: u64, needed: u64, limit: u64) -> Vec<u64> {
+    match next_reservation(held, needed, limit) {
+        None => Vec::new(),
+        Some(next) if next > needed.max(held) => vec![next, needed],
+        Some(next) => vec![next],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +153,14 @@ mod tests {
         assert_eq!(next_reservation(600 * MIB, 601 * MIB, GIB), Some(GIB));
         assert_eq!(next_reservation(GIB, GIB + 1, GIB), None);
         assert_eq!(next_reservation(0, 1, GIB), Some(FIRST_STEP));
+    }
+
+    #[test]
+    fn near_a_full_budget_growth_falls_back_to_what_is_needed() {
+        assert_eq!(growth_ladder(32 * MIB, 33 * MIB, GIB), [64 * MIB, 33 * MIB]);
+        assert_eq!(growth_ladder(32 * MIB, 64 * MIB, 64 * MIB), [64 * MIB]);
+        assert_eq!(growth_ladder(32 * MIB, 30 * MIB, GIB), [32 * MIB]);
+        assert!(growth_ladder(32 * MIB, GIB + 1, GIB).is_empty());
     }
 
     proptest! {
