@@ -10,11 +10,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use servery_tests::{FAST, Finished, Server, Tree, run_command};
+use servery_tests::{FAST, Finished, Server, Tree, run_command, wait_until};
 
 #[path = "support/http_client.rs"]
 mod http_client;
-use http_client::request;
+use http_client::{Conn, request};
 
 fn start(tree: &Tree, workers: u32, extra: &[&str]) -> Server {
     let mut args: Vec<&str> = FAST.to_vec();
@@ -190,5 +190,133 @@ fn a_folder_of_twenty_thousand_entries_lists_at_depth_one_and_syncs() {
         checked.stderr.contains(&format!("{N} matching files")),
         "{}",
         checked.stderr
+    );
+}
+
+const MIB: usize = 1024 * 1024;
+
+/// The broker's reserved (count, bytes), from `ctl status`.
+fn reserved(server: &Server) -> (u64, u64) {
+    let r = &server.status()["broker"]["reservations"];
+    (
+        r["count"].as_u64().expect("count"),
+        r["bytes"].as_u64().expect("bytes"),
+    )
+}
+
+/// A chunked PUT whose head and first `first` bytes are sent; the rest is up to the caller.
+fn start_chunked_put(server: &Server, path: &str, first: usize, hint: Option<usize>) -> Conn {
+    let mut c = Conn::open(server.addr);
+    let mut head =
+        format!("PUT {path} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n");
+    if let Some(n) = hint {
+        head.push_str(&format!("X-Expected-Entity-Length: {n}\r\n"));
+    }
+    head.push_str("\r\n");
+    c.send(head.as_bytes()).expect("head");
+    send_chunk(&mut c, first);
+    c
+}
+
+fn send_chunk(c: &mut Conn, n: usize) {
+    let mut chunk = format!("{n:x}\r\n").into_bytes();
+    chunk.extend(std::iter::repeat_n(b'u', n));
+    chunk.extend_from_slice(b"\r\n");
+    c.send(&chunk).expect("chunk");
+}
+
+/// Sends `rest` more bytes in 1 MiB chunks and ends the body; the answer's status.
+fn finish_chunked_put(mut c: Conn, rest: usize) -> u16 {
+    let mut left = rest;
+    while left > 0 {
+        let n = left.min(MIB);
+        send_chunk(&mut c, n);
+        left -= n;
+    }
+    c.send(b"0\r\n\r\n").expect("end");
+    c.response().expect("answer").status
+}
+
+#[test]
+fn thirty_two_chunked_uploads_of_ten_mib_at_once_fit_the_default_budget() {
+    const UPLOADS: usize = 32;
+    let tree = Tree::new("budget");
+    std::fs::create_dir(tree.root().join("up")).expect("mkdir");
+    let server = start(&tree, 4, &["--upload"]);
+    // Every upload is under way, holding its reservation, before any of them ends: the
+    // default budget (8 GiB) once admitted eight of these (1 GiB each) and refused the ninth.
+    // Half announce their length, as Finder does.
+    let conns: Vec<Conn> = (0..UPLOADS)
+        .map(|i| {
+            let hint = (i % 2 == 0).then_some(10 * MIB);
+            start_chunked_put(&server, &format!("/up/f{i}"), MIB, hint)
+        })
+        .collect();
+    let (held, _) = wait_until(Duration::from_secs(30), "32 reservations", || {
+        let r = reserved(&server);
+        (r.0 == UPLOADS as u64).then_some(r)
+    });
+    // Hinted: 10 MiB each; not: the 8 MiB first step.
+    assert_eq!(held.1, (16 * 10 * MIB + 16 * 8 * MIB) as u64);
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let running: Vec<_> = conns
+            .into_iter()
+            .map(|c| s.spawn(move || finish_chunked_put(c, 9 * MIB)))
+            .collect();
+        running
+            .into_iter()
+            .map(|t| t.join().expect("upload"))
+            .collect()
+    });
+    assert!(statuses.iter().all(|&s| s == 201), "{statuses:?}");
+    for i in 0..UPLOADS {
+        let len = std::fs::metadata(tree.root().join(format!("up/f{i}"))).map(|m| m.len() as usize);
+        assert_eq!(len.ok(), Some(10 * MIB), "f{i}");
+    }
+    wait_until(Duration::from_secs(10), "reservations given back", || {
+        (reserved(&server) == (0, 0)).then_some(())
+    });
+}
+
+#[test]
+fn an_upload_that_outgrows_the_budget_fails_cleanly_and_the_others_go_on() {
+    let tree = Tree::new("outgrow");
+    std::fs::create_dir(tree.root().join("up")).expect("mkdir");
+    // A 64 MiB budget (and so a 64 MiB largest upload).
+    let server = start(&tree, 2, &["--upload", "--max-upload-bytes", "67108864"]);
+    // One upload holds its first 8 MiB step.
+    let holder = start_chunked_put(&server, "/up/small", MIB, None);
+    wait_until(Duration::from_secs(10), "the first reservation", || {
+        (reserved(&server) == (1, 8 * MIB as u64)).then_some(())
+    });
+    // Another, 60 MiB sent chunked, can grow to 56 MiB and no further.
+    let big = tree.dir.join("big.bin");
+    std::fs::write(&big, vec![b'b'; 60 * MIB]).expect("write");
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-T"])
+        .arg(&big)
+        .args(["-H", "Transfer-Encoding: chunked"])
+        .arg(format!("http://{}/up/big", server.addr));
+    let done = run_command(cmd, Duration::from_secs(120));
+    assert_eq!(done.stdout.trim(), "503", "{}", done.stderr);
+    assert!(!tree.root().join("up/big").exists(), "nothing published");
+    // Its reservation is given back; the holder's stays.
+    wait_until(
+        Duration::from_secs(10),
+        "the refused upload's reservation back",
+        || (reserved(&server) == (1, 8 * MIB as u64)).then_some(()),
+    );
+    assert_eq!(finish_chunked_put(holder, MIB), 201);
+    // Only the finished upload is there: the refused one left no temporary file.
+    let names: Vec<_> = std::fs::read_dir(tree.root().join("up"))
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["small"]);
+    assert_eq!(
+        std::fs::metadata(tree.root().join("up/small"))
+            .map(|m| m.len())
+            .ok(),
+        Some(2 * MIB as u64)
     );
 }
