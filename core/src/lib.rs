@@ -27,6 +27,7 @@ pub mod tftp;
 pub mod time;
 pub mod tls_material;
 pub mod tree_flow;
+pub mod upload_budget;
 pub mod worker;
 pub mod write_flow;
 

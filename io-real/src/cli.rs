@@ -167,7 +167,10 @@ crate::knobs::settings_struct! {
         #[arg(long, value_name = "N|auto", env = "SERVERY_WORKERS", default_value = "1", value_parser = parse_workers, allow_negative_numbers = true, group = LIVE)]
         pub workers: Workers,
 
-        /// Serve and list dot-files.
+        /// Serve and list dot-files, and accept them as upload names. Always on with
+        /// --dav --upload: WebDAV clients (rclone, davfs2, Finder) store dot-files and
+        /// must find them again. servery's own `.servery-*` files are never served,
+        /// listed or written, whatever this says.
         #[arg(long, env = "SERVERY_SHOW_HIDDEN", value_parser = clap::builder::BoolishValueParser::new())]
         pub show_hidden: bool,
 

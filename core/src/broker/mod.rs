@@ -318,6 +318,9 @@ impl Broker {
                 }
                 reply
             }
+            BrokerRequest::GrowReservation { id, bytes } => {
+                self.grow_reservation(now, owner, id, bytes)
+            }
             BrokerRequest::ReleaseReservation { id } => self.release_reservation(owner, id),
             BrokerRequest::AcquireLease { key } => self.acquire_lease(now, owner, key),
             BrokerRequest::DavWriteLease { key, check } => {
@@ -466,6 +469,37 @@ impl Broker {
             id,
             expires_in_ms: ms(self.limits.lease_ttl()),
         }
+    }
+
+    /// Grows reservation `id` to `bytes` in all when the byte budget has room, and renews
+    /// it; a reservation that cannot grow keeps what it had (its upload then ends, and
+    /// releases it). Asking for no more than is held only renews.
+    fn grow_reservation(
+        &mut self,
+        now: Instant,
+        owner: Owner,
+        id: LeaseId,
+        bytes: u64,
+    ) -> BrokerReply {
+        let held = match self.reservations.get(&id) {
+            None => return BrokerReply::Rejected(Rejection::NotFound),
+            Some(r) if r.owner != owner => return BrokerReply::Rejected(Rejection::NotOwner),
+            Some(r) => r.bytes,
+        };
+        if bytes > held {
+            if bytes > self.limits.max_upload_bytes() {
+                return BrokerReply::Rejected(Rejection::TooLarge);
+            }
+            let more = bytes - held;
+            if self.reserved_bytes.saturating_add(more) > self.limits.max_upload_bytes() {
+                return BrokerReply::Rejected(Rejection::Saturated);
+            }
+            if let Some(r) = self.reservations.get_mut(&id) {
+                r.bytes = bytes;
+                self.reserved_bytes += more;
+            }
+        }
+        self.renew(now, owner, id)
     }
 
     fn release_reservation(&mut self, owner: Owner, id: LeaseId) -> BrokerReply {

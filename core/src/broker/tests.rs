@@ -10,14 +10,40 @@ const KEYS: u8 = 3;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Reserve { worker: u64, bytes: u64 },
-    ReleaseReservation { worker: u64, pick: usize },
-    Acquire { worker: u64, key: u8 },
-    Renew { worker: u64, pick: usize },
-    ReleaseLease { worker: u64, pick: usize },
-    ForgedRelease { worker: u64 },
-    Revoke { worker: u64 },
-    Advance { ms: u64 },
+    Reserve {
+        worker: u64,
+        bytes: u64,
+    },
+    ReleaseReservation {
+        worker: u64,
+        pick: usize,
+    },
+    Grow {
+        worker: u64,
+        pick: usize,
+        bytes: u64,
+    },
+    Acquire {
+        worker: u64,
+        key: u8,
+    },
+    Renew {
+        worker: u64,
+        pick: usize,
+    },
+    ReleaseLease {
+        worker: u64,
+        pick: usize,
+    },
+    ForgedRelease {
+        worker: u64,
+    },
+    Revoke {
+        worker: u64,
+    },
+    Advance {
+        ms: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -25,6 +51,11 @@ fn op() -> impl Strategy<Value = Op> {
         (0..WORKERS, 0..70u64).prop_map(|(worker, bytes)| Op::Reserve { worker, bytes }),
         (0..WORKERS, any::<usize>())
             .prop_map(|(worker, pick)| Op::ReleaseReservation { worker, pick }),
+        (0..WORKERS, any::<usize>(), 0..120u64).prop_map(|(worker, pick, bytes)| Op::Grow {
+            worker,
+            pick,
+            bytes
+        }),
         (0..WORKERS, 0..KEYS).prop_map(|(worker, key)| Op::Acquire { worker, key }),
         (0..WORKERS, any::<usize>()).prop_map(|(worker, pick)| Op::Renew { worker, pick }),
         (0..WORKERS, any::<usize>()).prop_map(|(worker, pick)| Op::ReleaseLease { worker, pick }),
@@ -131,6 +162,30 @@ proptest! {
                         Some(i) => {
                             prop_assert_eq!(reply, BrokerReply::Released);
                             m.reservations.remove(i);
+                        }
+                    }
+                }
+                Op::Grow { worker, pick, bytes } => {
+                    let Some(&id) = known.get(pick % known.len().max(1)) else { continue };
+                    let reply = ask(&mut b, now, worker, BrokerRequest::GrowReservation { id, bytes });
+                    let used: u64 = m.reservations.iter().map(|r| r.1).sum();
+                    match m.reservations.iter_mut().find(|r| r.0 == id) {
+                        None => prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::NotFound)),
+                        Some(r) if r.2 != worker => {
+                            prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::NotOwner));
+                        }
+                        Some(r) if bytes > r.1 && bytes > MAX_BYTES => {
+                            prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::TooLarge));
+                        }
+                        Some(r) if bytes > r.1 && used - r.1 + bytes > MAX_BYTES => {
+                            prop_assert_eq!(reply, BrokerReply::Rejected(Rejection::Saturated));
+                        }
+                        Some(r) => {
+                            r.1 = r.1.max(bytes);
+                            r.3 = now + TTL;
+                            let granted = matches!(reply, BrokerReply::Granted { id: g, .. } if g == id);
+                            prop_assert!(granted, "{reply:?}");
+                            grants += 1;
                         }
                     }
                 }
@@ -679,4 +734,90 @@ fn a_restored_journal_gets_the_limits_a_lock_gets() {
     // Its expiry is armed at the cap, not at the year 9999.
     b.handle_timeout(t0 + Duration::from_millis(cap));
     assert!(b.dav().is_empty(), "every restored lock expired by the cap");
+}
+
+/// A reservation grows within the byte budget, keeps its size when the budget is full,
+/// and gives back all it grew to when released (decision 0064).
+#[test]
+fn a_reservation_grows_within_the_budget_and_keeps_its_size_when_it_cannot() {
+    let mut b = broker();
+    let t0 = Instant::ZERO;
+    let grant = |reply| match reply {
+        BrokerReply::Granted { id, .. } => id,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    let a = grant(ask(
+        &mut b,
+        t0,
+        1,
+        BrokerRequest::ReserveUpload { bytes: 10 },
+    ));
+    let c = grant(ask(
+        &mut b,
+        t0,
+        2,
+        BrokerRequest::ReserveUpload { bytes: 10 },
+    ));
+    grant(ask(
+        &mut b,
+        t0,
+        1,
+        BrokerRequest::GrowReservation { id: a, bytes: 60 },
+    ));
+    assert_eq!(b.reserved_bytes(), 70);
+    // 60 + 41 > 100: the budget is full; nothing changes.
+    assert_eq!(
+        ask(
+            &mut b,
+            t0,
+            2,
+            BrokerRequest::GrowReservation { id: c, bytes: 41 }
+        ),
+        BrokerReply::Rejected(Rejection::Saturated)
+    );
+    assert_eq!(b.reserved_bytes(), 70);
+    // Exactly the budget fits.
+    grant(ask(
+        &mut b,
+        t0,
+        2,
+        BrokerRequest::GrowReservation { id: c, bytes: 40 },
+    ));
+    assert_eq!(b.reserved_bytes(), MAX_BYTES);
+    // More than the budget itself, and another worker's reservation: refused.
+    assert_eq!(
+        ask(
+            &mut b,
+            t0,
+            1,
+            BrokerRequest::GrowReservation {
+                id: a,
+                bytes: MAX_BYTES + 1
+            }
+        ),
+        BrokerReply::Rejected(Rejection::TooLarge)
+    );
+    assert_eq!(
+        ask(
+            &mut b,
+            t0,
+            1,
+            BrokerRequest::GrowReservation { id: c, bytes: 50 }
+        ),
+        BrokerReply::Rejected(Rejection::NotOwner)
+    );
+    // Asking for less only renews.
+    grant(ask(
+        &mut b,
+        t0,
+        1,
+        BrokerRequest::GrowReservation { id: a, bytes: 5 },
+    ));
+    assert_eq!(b.reserved_bytes(), MAX_BYTES);
+    assert_eq!(
+        ask(&mut b, t0, 1, BrokerRequest::ReleaseReservation { id: a }),
+        BrokerReply::Released
+    );
+    assert_eq!(b.reserved_bytes(), 40);
+    b.check_invariants().expect("invariants");
 }

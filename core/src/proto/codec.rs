@@ -505,6 +505,11 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(15);
             w.str(token);
         }
+        BrokerRequest::GrowReservation { id, bytes } => {
+            w.u8(17);
+            w.u128(id.0);
+            w.u64(*bytes);
+        }
         BrokerRequest::DavWriteLease { key, check } => {
             w.u8(16);
             put_key(w, key);
@@ -525,6 +530,10 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
         1 => BrokerRequest::ReserveUpload { bytes: r.u64()? },
         2 => BrokerRequest::ReleaseReservation {
             id: LeaseId(r.u128()?),
+        },
+        17 => BrokerRequest::GrowReservation {
+            id: LeaseId(r.u128()?),
+            bytes: r.u64()?,
         },
         3 => BrokerRequest::AcquireLease { key: get_key(r)? },
         4 => BrokerRequest::RenewLease {

@@ -14,6 +14,10 @@ fn key() -> impl Strategy<Value = TargetKey> {
 fn request() -> impl Strategy<Value = BrokerRequest> {
     prop_oneof![
         any::<u64>().prop_map(|bytes| BrokerRequest::ReserveUpload { bytes }),
+        (any::<u128>(), any::<u64>()).prop_map(|(id, bytes)| BrokerRequest::GrowReservation {
+            id: LeaseId(id),
+            bytes
+        }),
         any::<u128>().prop_map(|i| BrokerRequest::ReleaseLease { id: LeaseId(i) }),
         key().prop_map(|key| BrokerRequest::AcquireLease { key }),
         (key(), any::<u64>()).prop_map(|(key, bytes)| BrokerRequest::ReservePartial { key, bytes }),

@@ -72,6 +72,14 @@ pub enum BrokerRequest {
     ReserveUpload {
         bytes: u64,
     },
+    /// Grow upload reservation `id` to `bytes` in all, as an upload of unknown length
+    /// reaches what it holds (decision 0064). Granted within the byte budget (and renewed);
+    /// otherwise the reservation keeps its size and the answer says why (`Saturated`:
+    /// the budget is full; `TooLarge`: more than the budget itself).
+    GrowReservation {
+        id: LeaseId,
+        bytes: u64,
+    },
     /// Return an upload reservation (idempotent).
     ReleaseReservation {
         id: LeaseId,

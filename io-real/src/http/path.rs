@@ -120,6 +120,14 @@ pub fn is_hidden(name: &str) -> bool {
     name.starts_with('.')
 }
 
+/// Whether dot-files are served, listed and accepted as names to write: when the
+/// operator asks (`--show-hidden`), and always on a writable WebDAV share (`--dav
+/// --upload`), whose clients (rclone, davfs2 with rsync, Finder) store them and must find
+/// them again (decision 0063). servery's own `.servery-*` names stay private either way.
+pub fn dot_files_shown(show_hidden: bool, dav: bool, upload: bool) -> bool {
+    show_hidden || (dav && upload)
+}
+
 impl RequestPath {
     /// Decodes and normalises the path component of a request target; every segment must
     /// be UTF-8 ([`PathError::NotUtf8`] otherwise). For whatever writes or names a resource
@@ -405,6 +413,21 @@ mod tests {
                 let _ = RequestPath::parse_any(&raw, true);
             }
         }
+    }
+
+    #[test]
+    fn dot_files_are_shown_when_asked_or_on_a_writable_webdav_share() {
+        assert!(!dot_files_shown(false, false, false));
+        assert!(
+            !dot_files_shown(false, true, false),
+            "a read-only share hides them"
+        );
+        assert!(
+            !dot_files_shown(false, false, true),
+            "uploads alone hide them"
+        );
+        assert!(dot_files_shown(false, true, true));
+        assert!(dot_files_shown(true, false, false));
     }
 
     #[test]

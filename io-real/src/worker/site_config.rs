@@ -46,7 +46,7 @@ pub fn site_config(
     };
     SiteConfig {
         root: setup.root.clone(),
-        show_hidden: s.show_hidden,
+        show_hidden: crate::http::path::dot_files_shown(s.show_hidden, s.dav.dav, s.upload.upload),
         compression_cache_size: count(s.budgets.compression_cache_size),
         file_cache_size: count(s.budgets.file_cache_size),
         max_compress_size: s.site.max_compress_size,

@@ -45,7 +45,8 @@ pub struct UploadArgs {
     pub allow_overwrite: bool,
     /// Largest single upload in bytes [default: 1 GiB or --max-upload-bytes, whichever is
     /// smaller; never more than --max-upload-bytes]. An upload without Content-Length
-    /// reserves this much of the global byte budget.
+    /// reserves its X-Expected-Entity-Length or OC-Total-Length hint, else 8 MiB, and
+    /// grows its share of --max-upload-bytes as it arrives (503 if the budget is full).
     #[arg(
         long,
         value_name = "BYTES",

@@ -9,6 +9,8 @@ use servery_core::proto::{
     BrokerReply, BrokerRequest, DavReach, DavWriteCheck, Rejection, TargetKey,
 };
 
+use servery_core::upload_budget::{UploadBudget, growth_ladder};
+
 use super::WriteError;
 use crate::worker::broker::BrokerHandle;
 
@@ -29,6 +31,13 @@ enum Kind {
     Partial,
 }
 
+/// What a growing upload reservation holds, and the most it may grow to.
+#[derive(Debug, Clone, Copy)]
+struct Growth {
+    bytes: u64,
+    limit: u64,
+}
+
 /// A lease, an upload reservation or a partial-upload reservation, released on drop.
 #[derive(Debug)]
 pub struct Grant {
@@ -38,6 +47,8 @@ pub struct Grant {
     ttl: Duration,
     renewed: tokio::time::Instant,
     held: bool,
+    /// Set for an upload reservation that grows as its bytes arrive (decision 0064).
+    growth: Option<Growth>,
 }
 
 fn unexpected(reply: &BrokerReply) -> WriteError {
@@ -75,6 +86,7 @@ impl Grant {
             ttl: Duration::from_millis(expires_in_ms),
             renewed: tokio::time::Instant::now(),
             held: true,
+            growth: None,
         }
     }
 
@@ -96,6 +108,65 @@ impl Grant {
             BrokerReply::Rejected(r) => Err(rejected(r, bytes)),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// Reserve one active upload as `budget` says (core's `upload_budget`): a fixed size,
+    /// or a first step that [`Grant::cover`] grows, up to `limit` bytes.
+    pub async fn reserve_budget(
+        broker: &BrokerHandle,
+        budget: UploadBudget,
+        limit: u64,
+    ) -> Result<Grant, WriteError> {
+        let mut grant = Grant::reserve_upload(broker, budget.bytes).await?;
+        if budget.grows {
+            grant.growth = Some(Growth {
+                bytes: budget.bytes,
+                limit,
+            });
+        }
+        Ok(grant)
+    }
+
+    /// Make sure a growing reservation covers `total` bytes of content before they are
+    /// written: the broker grows it (within the service's byte budget) or the write ends
+    /// with [`WriteError::Saturated`] (503). Nothing for any other grant.
+    pub async fn cover(&mut self, total: u64) -> Result<(), WriteError> {
+        let Some(growth) = self.growth else {
+            return Ok(());
+        };
+        if total <= growth.bytes {
+            return Ok(());
+        }
+        let limit = growth.limit;
+        let ladder = growth_ladder(growth.bytes, total, limit);
+        if ladder.is_empty() {
+            return Err(WriteError::TooLarge { limit });
+        }
+        for bytes in ladder {
+            match self
+                .broker
+                .call(BrokerRequest::GrowReservation { id: self.id, bytes })
+                .await
+                .map_err(WriteError::Broker)?
+            {
+                BrokerReply::Granted { expires_in_ms, .. } => {
+                    self.growth = Some(Growth { bytes, limit });
+                    self.ttl = Duration::from_millis(expires_in_ms);
+                    self.renewed = tokio::time::Instant::now();
+                    return Ok(());
+                }
+                // A full budget: a smaller step may still fit.
+                BrokerReply::Rejected(Rejection::Saturated) => {}
+                BrokerReply::Rejected(r) => return Err(rejected(r, limit)),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        tracing::info!(
+            held = growth.bytes,
+            needed = total,
+            "an upload outgrew the byte budget (--max-upload-bytes)"
+        );
+        Err(WriteError::Saturated)
     }
 
     /// The exclusive right to publish `key`. A busy target is retried until `wait` has

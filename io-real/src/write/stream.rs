@@ -83,6 +83,17 @@ pub async fn copy<S: ChunkSource>(
             if let Some(e) = lost {
                 break Err(e);
             }
+            // A growing reservation grows before the bytes it must cover are written.
+            let covered = written + pending.len() as u64;
+            for grant in grants.iter_mut() {
+                if let Err(e) = grant.cover(covered).await {
+                    lost = Some(e);
+                    break;
+                }
+            }
+            if let Some(e) = lost {
+                break Err(e);
+            }
             let Some(f) = file.take() else {
                 break Err(WriteError::Io(std::io::Error::other("file lost")));
             };

@@ -72,6 +72,17 @@ impl Conn {
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
             .collect();
+        let chunked = headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+        if chunked {
+            let body = self.chunked_body()?;
+            return Ok(Reply {
+                status,
+                headers,
+                body,
+            });
+        }
         let length = headers
             .iter()
             .find(|(k, _)| k == "content-length")
@@ -86,6 +97,38 @@ impl Conn {
             headers,
             body,
         })
+    }
+
+    /// One line ending in CRLF, without it.
+    fn line(&mut self) -> Result<String, String> {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                self.buf.drain(..end + 2);
+                return Ok(line);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// A chunked body (RFC 9112 §7.1), decoded; trailers are read and dropped.
+    fn chunked_body(&mut self) -> Result<Vec<u8>, String> {
+        let mut body = Vec::new();
+        loop {
+            let size_line = self.line()?;
+            let size = size_line.split(';').next().unwrap_or("").trim();
+            let size = usize::from_str_radix(size, 16)
+                .map_err(|_| format!("bad chunk size {size_line:?}"))?;
+            if size == 0 {
+                while !self.line()?.is_empty() {}
+                return Ok(body);
+            }
+            while self.buf.len() < size + 2 {
+                self.fill()?;
+            }
+            body.extend(self.buf.drain(..size));
+            self.buf.drain(..2);
+        }
     }
 
     fn fill(&mut self) -> Result<(), String> {

@@ -12,6 +12,7 @@ pub mod if_header;
 pub mod locks;
 mod methods;
 pub mod propfind;
+mod propfind_stream;
 pub mod props;
 pub mod resource;
 pub mod tree;

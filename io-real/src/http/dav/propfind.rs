@@ -2,15 +2,18 @@
 //! lock table, dead properties from [`super::props`].
 
 use cap_std::fs::{Dir, Metadata};
-use http::Response;
+use http::header::{self, HeaderValue};
 use http::request::Parts;
+use http::{Response, StatusCode};
 use servery_core::proto::DavLockInfo;
+use tokio::runtime::Handle;
 
 use super::super::body::Body;
 use super::super::error::HttpError;
 use super::super::long_work;
 use super::super::mime;
 use super::locks::{self, Reach};
+use super::propfind_stream::{self, Listing};
 use super::props::{self, Stored};
 use super::resource::{self, DavPath};
 use super::xml::{self, DAV_NS, Multistatus, Name, PatchOp, PropOut, Propfind};
@@ -45,10 +48,10 @@ fn is_live(name: &Name) -> bool {
 }
 
 /// One resource a PROPFIND answers for.
-struct Found {
-    path: DavPath,
-    meta: Metadata,
-    dead: Vec<Stored>,
+pub(super) struct Found {
+    pub path: DavPath,
+    pub meta: Metadata,
+    pub dead: Vec<Stored>,
 }
 
 /// `Depth` for PROPFIND: 0, 1 or infinity (the default).
@@ -166,6 +169,64 @@ fn dead_name(p: &Stored) -> Name {
     }
 }
 
+/// One `<D:response>` for `f`, as `request` asks.
+pub(super) fn describe(
+    out: &mut Multistatus,
+    request: &Propfind,
+    f: &Found,
+    locks: &[DavLockInfo],
+    quota: Option<(u64, u64)>,
+) {
+    let href = f.path.href(f.meta.is_dir());
+    match request {
+        Propfind::PropName => {
+            let mut names: Vec<PropOut> = LIVE
+                .iter()
+                .filter(|l| live(l, f, &[], None).is_some())
+                .map(|l| PropOut::Empty(dav(l)))
+                .collect();
+            names.extend(f.dead.iter().map(|p| PropOut::Empty(dead_name(p))));
+            out.propstat_response(&href, &[(200, &names)]);
+        }
+        Propfind::AllProp { include } => {
+            let mut props: Vec<PropOut> = LIVE
+                .iter()
+                .filter_map(|l| live(l, f, locks, None))
+                .collect();
+            props.extend(f.dead.iter().map(dead_out));
+            let mut missing = Vec::new();
+            for name in include {
+                if name.namespace == DAV_NS && QUOTA.contains(&name.local.as_str()) {
+                    match live(&name.local, f, locks, quota) {
+                        Some(p) => props.push(p),
+                        None => missing.push(PropOut::Empty(name.clone())),
+                    }
+                }
+            }
+            out.propstat_response(&href, &[(200, &props), (404, &missing)]);
+        }
+        Propfind::Prop(names) => {
+            let mut props = Vec::new();
+            let mut missing = Vec::new();
+            for name in names {
+                let value = if name.namespace == DAV_NS && is_live(name) {
+                    live(&name.local, f, locks, quota)
+                } else {
+                    f.dead
+                        .iter()
+                        .find(|p| p.namespace == name.namespace && p.local == name.local)
+                        .map(dead_out)
+                };
+                match value {
+                    Some(p) => props.push(p),
+                    None => missing.push(PropOut::Empty(name.clone())),
+                }
+            }
+            out.propstat_response(&href, &[(200, &props), (404, &missing)]);
+        }
+    }
+}
+
 impl Dav {
     pub(super) async fn propfind(
         &self,
@@ -179,72 +240,59 @@ impl Dav {
             (self.root.dir(), self.show_hidden, self.max_propfind_entries);
         let start = path.clone();
         let wants_quota = matches!(&request, Propfind::Prop(names) if names.iter().any(|n| n.namespace == DAV_NS && QUOTA.contains(&n.local.as_str())));
+        // One question answers for every resource in the answer: the locks on the start,
+        // above it with depth infinity, and below it.
+        let locks = self.locks.around(&path.resource()).await?;
+        if depth == Some(1) {
+            // A collection's members at any count, streamed (`propfind_stream`); a file
+            // is answered like Depth 0.
+            let (at, dir) = (start.clone(), root.clone());
+            let (meta, quota) = blocking(move || {
+                let root = dir;
+                let meta = resource::stat(&root, &at.rel()).map_err(HttpError::from_io)?;
+                Ok((meta, if wants_quota { quota(&root) } else { None }))
+            })
+            .await?;
+            if meta.is_dir() {
+                let listing = Listing {
+                    root,
+                    dir: start,
+                    meta,
+                    request,
+                    locks,
+                    quota,
+                    show_hidden,
+                };
+                let mut response =
+                    Response::new(propfind_stream::stream(listing, Handle::current()));
+                *response.status_mut() = StatusCode::MULTI_STATUS;
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/xml; charset=utf-8"),
+                );
+                return Ok(response);
+            }
+        }
         // A walk of the whole tree holds its blocking thread for as long as the tree is
-        // large: long work, under the worker's share of the pool (decision 0042); a walk
-        // of one level is as short as a listing.
-        let place = match depth {
-            None => Some(long_work::try_start().ok_or(HttpError::Unavailable)?),
-            Some(_) => None,
+        // large: long work, under the worker's share of the pool (decision 0042), and
+        // bounded by `--dav-propfind-max-entries`; Depth 0 answers for one resource.
+        let (place, max) = match depth {
+            None => (
+                Some(long_work::try_start().ok_or(HttpError::Unavailable)?),
+                max,
+            ),
+            Some(_) => (None, usize::MAX),
         };
         let (found, quota) = blocking(move || {
             let _place = place;
-            let found = walk(&root, &start, depth, max, show_hidden)?;
+            // A finite depth here is 0, or 1 on a file (a collection's was streamed).
+            let found = walk(&root, &start, depth.map(|_| 0), max, show_hidden)?;
             Ok((found, if wants_quota { quota(&root) } else { None }))
         })
         .await?;
-        // One question answers for every resource in the walk: the locks on the start,
-        // above it with depth infinity, and below it.
-        let locks = self.locks.around(&path.resource()).await?;
         let mut out = Multistatus::new();
         for f in &found {
-            let href = f.path.href(f.meta.is_dir());
-            match &request {
-                Propfind::PropName => {
-                    let mut names: Vec<PropOut> = LIVE
-                        .iter()
-                        .filter(|l| live(l, f, &[], None).is_some())
-                        .map(|l| PropOut::Empty(dav(l)))
-                        .collect();
-                    names.extend(f.dead.iter().map(|p| PropOut::Empty(dead_name(p))));
-                    out.propstat_response(&href, &[(200, &names)]);
-                }
-                Propfind::AllProp { include } => {
-                    let mut props: Vec<PropOut> = LIVE
-                        .iter()
-                        .filter_map(|l| live(l, f, &locks, None))
-                        .collect();
-                    props.extend(f.dead.iter().map(dead_out));
-                    let mut missing = Vec::new();
-                    for name in include {
-                        if name.namespace == DAV_NS && QUOTA.contains(&name.local.as_str()) {
-                            match live(&name.local, f, &locks, quota) {
-                                Some(p) => props.push(p),
-                                None => missing.push(PropOut::Empty(name.clone())),
-                            }
-                        }
-                    }
-                    out.propstat_response(&href, &[(200, &props), (404, &missing)]);
-                }
-                Propfind::Prop(names) => {
-                    let mut props = Vec::new();
-                    let mut missing = Vec::new();
-                    for name in names {
-                        let value = if name.namespace == DAV_NS && is_live(name) {
-                            live(&name.local, f, &locks, quota)
-                        } else {
-                            f.dead
-                                .iter()
-                                .find(|p| p.namespace == name.namespace && p.local == name.local)
-                                .map(dead_out)
-                        };
-                        match value {
-                            Some(p) => props.push(p),
-                            None => missing.push(PropOut::Empty(name.clone())),
-                        }
-                    }
-                    out.propstat_response(&href, &[(200, &props), (404, &missing)]);
-                }
-            }
+            describe(&mut out, &request, f, &locks, quota);
         }
         Ok(multistatus(out.finish()))
     }

@@ -2,6 +2,7 @@
 //! form for the broker's lock table (`/a/b`, the root `/`), its `href`, and what the file
 //! system says about it. Everything here that touches the disk is blocking.
 
+use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -159,42 +160,68 @@ pub fn created(meta: &Metadata) -> SystemTime {
 #[derive(Debug, Default)]
 pub struct Listing {
     pub members: Vec<(String, Metadata)>,
-    pub with_props: std::collections::HashSet<String>,
+    pub with_props: HashSet<String>,
 }
 
-/// The members a listing may show: not servery's own files, not dot-files unless those
-/// are served, UTF-8, and only files and directories.
-pub fn members(root: &Dir, dir: &DavPath, show_hidden: bool) -> io::Result<Listing> {
-    let rel = dir.rel();
-    let mut out = Listing::default();
-    let entries = if dir.is_root() {
-        root.entries()?
+/// The entries of collection `dir`, as the directory gives them.
+pub fn read(root: &Dir, dir: &DavPath) -> io::Result<cap_std::fs::ReadDir> {
+    if dir.is_root() {
+        root.entries()
     } else {
-        root.read_dir(&rel)?
-    };
-    for entry in entries {
+        root.read_dir(dir.rel())
+    }
+}
+
+/// The members of `dir` that have dead properties (a sidecar beside them).
+pub fn sidecars(root: &Dir, dir: &DavPath) -> io::Result<HashSet<String>> {
+    let mut with_props = HashSet::new();
+    for entry in read(root, dir)? {
+        if let Ok(name) = entry?.file_name().into_string()
+            && let Some(member) = name.strip_prefix(super::props::SIDECAR_PREFIX)
+        {
+            with_props.insert(member.to_owned());
+        }
+    }
+    Ok(with_props)
+}
+
+/// `entry` of `dir` as a listing may show it: not servery's own files, not dot-files
+/// unless those are served, UTF-8, and only files and directories (symlinks followed
+/// while they stay beneath the root).
+pub fn member(
+    root: &Dir,
+    dir: &DavPath,
+    entry: &cap_std::fs::DirEntry,
+    show_hidden: bool,
+) -> Option<(String, Metadata)> {
+    let name = entry.file_name().into_string().ok()?;
+    if is_private(&name) || (!show_hidden && is_hidden(&name)) || name.contains('\\') {
+        return None;
+    }
+    // One stat relative to the open directory; only a symlink is looked up again
+    // from the root, which follows it as long as it stays beneath the root.
+    let meta = match entry.metadata() {
+        Ok(meta) if meta.is_symlink() => root.metadata(dir.rel().join(&name)),
+        other => other,
+    }
+    .ok()?;
+    (meta.is_dir() || meta.is_file()).then_some((name, meta))
+}
+
+/// The members a listing may show ([`member`]), sorted by name, and which of them have
+/// dead properties (their sidecar is in the same directory, read in the same pass).
+pub fn members(root: &Dir, dir: &DavPath, show_hidden: bool) -> io::Result<Listing> {
+    let mut out = Listing::default();
+    for entry in read(root, dir)? {
         let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        if let Some(member) = name.strip_prefix(super::props::SIDECAR_PREFIX) {
+        if let Some(name) = entry.file_name().to_str()
+            && let Some(member) = name.strip_prefix(super::props::SIDECAR_PREFIX)
+        {
             out.with_props.insert(member.to_owned());
             continue;
         }
-        if is_private(&name) || (!show_hidden && is_hidden(&name)) || name.contains('\\') {
-            continue;
-        }
-        // One stat relative to the open directory; only a symlink is looked up again
-        // from the root, which follows it as long as it stays beneath the root.
-        let meta = match entry.metadata() {
-            Ok(meta) if meta.is_symlink() => root.metadata(rel.join(&name)),
-            other => other,
-        };
-        let Ok(meta) = meta else {
-            continue;
-        };
-        if meta.is_dir() || meta.is_file() {
-            out.members.push((name, meta));
+        if let Some(found) = member(root, dir, &entry, show_hidden) {
+            out.members.push(found);
         }
     }
     out.members.sort_by(|a, b| a.0.cmp(&b.0));

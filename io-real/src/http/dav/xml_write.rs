@@ -87,6 +87,17 @@ impl Multistatus {
         out.push_str("</D:response>");
     }
 
+    /// The bytes written so far, leaving the builder empty: a long answer is sent a piece
+    /// at a time, and [`Self::finish`] then gives only the closing tag.
+    pub fn take(&mut self) -> String {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Bytes written since the last [`Self::take`].
+    pub fn pending(&self) -> usize {
+        self.out.len()
+    }
+
     pub fn finish(mut self) -> String {
         self.out.push_str("</D:multistatus>");
         self.out

@@ -14,6 +14,7 @@
 //! is sent with the body unread, and hyper then closes the connection rather than read
 //! what the client still sends.
 
+mod length_hint;
 mod mkdir;
 pub mod multipart;
 
@@ -40,6 +41,7 @@ use crate::write::{
 };
 use multipart::{Event, Parser};
 use servery_core::precondition::Conditions;
+use servery_core::upload_budget::first_reservation;
 
 /// The response header naming the worker that handled an upload.
 pub const WORKER_HEADER: &str = "x-servery-worker";
@@ -320,8 +322,14 @@ impl Uploads {
 
         match range {
             None => {
+                // A body without Content-Length reserves its client's hint or a first
+                // step, and grows as it arrives (core's `upload_budget`, decision 0064).
+                let budget =
+                    first_reservation(length, length_hint::length_hint(&parts.headers), limit)
+                        .map_err(|_| WriteError::TooLarge { limit })?;
+                let mut reservation =
+                    Grant::reserve_budget(&self.writer.broker, budget, limit).await?;
                 let bytes = length.unwrap_or(limit);
-                let mut reservation = Grant::reserve_upload(&self.writer.broker, bytes).await?;
                 let mut source = BodySource::new(body, bytes, length, self.stall());
                 let published = write_file(
                     &self.writer,
