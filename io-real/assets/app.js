@@ -267,6 +267,7 @@
     });
     retry.addEventListener("click", function () {
       if (!busy()) startBatch();
+      earlier = earlier.filter(function (j) { return j !== job; });
       if (jobs.indexOf(job) < 0) jobs.push(job);
       job.sent = 0;
       job.resumedAt = 0;
@@ -275,12 +276,12 @@
       pump();
     });
     // The same file picked again replaces its failed or cancelled row.
-    jobs.concat(done).forEach(function (old) {
-      if (old.rel === rel && (old.state === "failed" || old.state === "cancelled")) {
-        old.li.remove();
-        jobs.splice(jobs.indexOf(old), jobs.indexOf(old) < 0 ? 0 : 1);
-      }
-    });
+    function stale(old) {
+      return old.rel === rel && (old.state === "failed" || old.state === "cancelled");
+    }
+    jobs.concat(earlier).filter(stale).forEach(function (old) { old.li.remove(); });
+    jobs = jobs.filter(function (j) { return !stale(j); });
+    earlier = earlier.filter(function (j) { return !stale(j); });
     var row = el("div");
     row.appendChild(what);
     li.appendChild(row);
@@ -385,12 +386,12 @@
   function busy() {
     return jobs.some(function (j) { return j.state === "waiting" || j.state === "running"; });
   }
-  // Finished rows stay on screen, but a new batch counts only its own files (and the
-  // failed ones, still waiting for a retry).
-  var done = [];
+  // Earlier rows stay on screen (a failed one with its Retry), but a new batch counts
+  // only its own files, and a file retried joins the batch running then.
+  var earlier = [];
   function startBatch() {
-    done = done.concat(jobs.filter(function (j) { return j.state === "done" || j.state === "cancelled"; }));
-    jobs = jobs.filter(function (j) { return j.state === "failed"; });
+    earlier = earlier.concat(jobs);
+    jobs = [];
     batchStart = Date.now();
   }
 

@@ -49,7 +49,7 @@ fn the_page_works_in_a_browser() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
         cmd.arg(dir);
     }
-    let run = run_command(cmd, Duration::from_secs(90));
+    let run = run_command(cmd, Duration::from_secs(170));
     assert!(
         run.status.success(),
         "browser test failed\n--- stdout\n{}\n--- stderr\n{}\n--- servery\n{}",
