@@ -178,6 +178,8 @@ def main():
     write(f"{work}/album/inner/b.bin", os.urandom(50_000))
     big = os.urandom(6 * 1024 * 1024 + 123)
     write(f"{work}/resume/resumed.bin", big)
+    again = os.urandom(10 * 1024 * 1024 + 321)
+    write(f"{work}/resume/again.bin", again)
     # A file the server refuses: a folder of that name is in the way.
     write(f"{work}/refused/docs", b"not a folder")
     # Code to find, rename from a search, and read.
@@ -408,6 +410,26 @@ def main():
         total = driver.find_element(By.ID, "up-all-t").text
         assert total == "6.0 MiB of 6.0 MiB — finished", f"the overall total after a resume: {total}"
         print(f"   resumed: {log!r}")
+
+        step("an upload cut off, picked again: resumed and counted once")
+        throttle(driver, 1_500_000)
+        driver.find_element(By.ID, "up-files").send_keys(f"{work}/resume/again.bin")
+        wait(driver, "the first chunk sent", lambda d: int(
+            d.find_element(By.CSS_SELECTOR, bar).get_attribute("value") or 0) > 4 * 1024 * 1024)
+        # The next chunk's request fails as if the network had gone.
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*again.bin*"]})
+        wait(driver, "the upload failed", lambda d: d.find_elements(By.CSS_SELECTOR, "#queue li.failed"))
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+        throttle(driver, 0)
+        driver.find_element(By.ID, "up-files").send_keys(f"{work}/resume/again.bin")
+        wait(driver, "the upload picked again finished",
+             lambda d: d.find_element(By.ID, "up-all-t").text.endswith("finished"), 30)
+        total = driver.find_element(By.ID, "up-all-t").text
+        assert total == "10 MiB of 10 MiB — finished", f"the overall total after a resume: {total}"
+        rows_of = driver.execute_script(
+            "return [...document.querySelectorAll('#queue li .what')].map(e => e.textContent)")
+        assert rows_of.count("again.bin") == 1, rows_of
+        assert sha(f"{root}/again.bin") == hashlib.sha256(again).hexdigest(), "not byte-exact"
 
         step("download a folder as zip and tar.gz")
         driver.get(base + "/album/")
