@@ -178,9 +178,84 @@
     tr.appendChild(td);
   }
 
+  // ---- Preview of text and code, with line numbers, in a dialog. ----
+  var PREVIEW_BYTES = 512 * 1024, PREVIEW_LINES = 20000;
+  function previewDialog() {
+    var dlg = $("preview");
+    if (dlg) return dlg;
+    dlg = el("dialog", "card preview");
+    dlg.id = "preview";
+    dlg.setAttribute("aria-labelledby", "pv-h");
+    var head = el("div", "pv-head"), h = el("h2", "", "");
+    h.id = "pv-h";
+    var open = el("a", "", "Open"), dl = el("a", "", "Download"), close = el("button", "quiet", "Close");
+    open.id = "pv-open";
+    dl.id = "pv-dl";
+    dl.setAttribute("download", "");
+    close.type = "button";
+    close.addEventListener("click", function () { dlg.close(); });
+    [h, open, dl, close].forEach(function (e) { head.appendChild(e); });
+    var note = el("p", "note");
+    note.id = "pv-note";
+    var pre = el("pre", "code");
+    pre.id = "pv-body";
+    pre.tabIndex = 0;
+    [head, note, pre].forEach(function (e) { dlg.appendChild(e); });
+    dlg.addEventListener("click", function (e) { if (e.target === dlg) dlg.close(); });
+    document.body.appendChild(dlg);
+    return dlg;
+  }
+  function preview(name, url) {
+    var dlg = previewDialog(), pre = $("pv-body"), note = $("pv-note");
+    $("pv-h").textContent = name;
+    $("pv-open").href = url;
+    $("pv-open").setAttribute("aria-label", "Open " + name);
+    $("pv-dl").href = url;
+    $("pv-dl").setAttribute("aria-label", "Download " + name);
+    pre.setAttribute("aria-label", "Content of " + name);
+    pre.textContent = "";
+    note.textContent = "Loading…";
+    dlg.showModal();
+    fetch(url, { headers: { Range: "bytes=0-" + (PREVIEW_BYTES - 1) }, credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) return r.text().then(function (t) { throw new Error(explain(r.status, t)); });
+        var total = /\/(\d+)$/.exec(r.headers.get("Content-Range") || "");
+        return r.text().then(function (text) {
+          return { text: text, cut: r.status === 206 && total && Number(total[1]) > PREVIEW_BYTES,
+            total: total ? Number(total[1]) : text.length };
+        });
+      })
+      .then(function (got) {
+        var lines = got.text.split("\n");
+        if (lines.length && lines[lines.length - 1] === "") lines.pop();
+        // A cut file's last line may end inside a character: leave it out.
+        if (got.cut) lines.pop();
+        var cut = got.cut || lines.length > PREVIEW_LINES;
+        lines = lines.slice(0, PREVIEW_LINES);
+        var frag = document.createDocumentFragment();
+        lines.forEach(function (line) { frag.appendChild(el("span", "l", line.replace(/\r$/, "") + "\n")); });
+        pre.appendChild(frag);
+        note.textContent = plural(lines.length, "line") +
+          (cut ? ", the first of " + human(got.total) + ": open the file for all of it" : "");
+      }, function (e) { note.textContent = "Cannot show " + name + ": " + e.message; });
+  }
+  function previewButton(tr) {
+    var cell = tr.querySelector("td.name");
+    if (!cell || cell.querySelector("button.pv")) return;
+    var b = el("button", "quiet pv", "Preview");
+    b.type = "button";
+    b.setAttribute("aria-label", "Preview " + tr.dataset.name);
+    b.addEventListener("click", function () {
+      preview(tr.dataset.name, new URL(cell.querySelector("a").getAttribute("href"), location.href).href);
+    });
+    cell.appendChild(b);
+  }
+
   function decorate() {
     localTimes(document);
     if (!$("list")) return;
+    document.querySelectorAll("#list tbody tr.k-text[data-name], #list tbody tr.k-code[data-name]")
+      .forEach(previewButton);
     if (body.hasAttribute("data-dav")) {
       var head = document.querySelector("#list thead tr");
       if (head && !head.querySelector(".act")) {
@@ -259,7 +334,7 @@
     retry.hidden = true;
     retry.setAttribute("aria-label", "Retry " + rel);
     var job = { file: file, rel: rel, li: li, bar: bar, status: status, cancel: cancel, retry: retry,
-      sent: 0, resumedAt: 0, state: "waiting", xhr: null };
+      sent: 0, held: 0, resumedAt: 0, state: "waiting", xhr: null };
     cancel.addEventListener("click", function () {
       if (job.xhr) job.xhr.abort();
       setState(job, "cancelled", "cancelled");
@@ -270,6 +345,7 @@
       earlier = earlier.filter(function (j) { return j !== job; });
       if (jobs.indexOf(job) < 0) jobs.push(job);
       job.sent = 0;
+      job.held = 0;
       job.resumedAt = 0;
       job.bar.value = 0;
       setState(job, "waiting", "waiting");
@@ -356,6 +432,7 @@
           job.resumedAt = r.have;
         } else job.status.textContent = "uploading";
         job.sent = r.have;
+        job.held = r.have;
         job.bar.value = r.have;
         var end = Math.min(r.have + CHUNK, size);
         return put(job, { "Content-Range": "bytes " + r.have + "-" + (end - 1) + "/" + size },
@@ -366,7 +443,10 @@
       job.bar.value = job.bar.max;
       setState(job, "done", "done");
     }, function (e) {
-      if (job.state !== "cancelled") setState(job, "failed", "Not uploaded: " + e.message);
+      if (job.state === "cancelled") return;
+      // The bar shows what the server holds, not what was sent and then refused.
+      job.bar.value = job.held;
+      setState(job, "failed", "Not uploaded: " + e.message);
     });
   }
 

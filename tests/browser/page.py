@@ -183,7 +183,7 @@ def main():
     # A file the server refuses: a folder of that name is in the way.
     write(f"{work}/refused/docs", b"not a folder")
     # Code to find, rename from a search, and read.
-    write(f"{root}/src/util/a.py", b"print('hi')\n")
+    write(f"{root}/src/util/a.py", b"import os\n\nprint('hi')\n")
     # A big folder, numbered as people number things.
     os.makedirs(f"{root}/big", exist_ok=True)
     for i in range(10_000):
@@ -271,12 +271,26 @@ def main():
         assert not os.path.exists(f"{root}/src/util/a.py")
         assert not script_errors(driver)
 
-        step("code opens as text")
+        step("code previewed with line numbers, and opened as text")
         driver.get(base + "/src/util/")
         wait(driver, "the folder", lambda d: rows(d) == ["b.py"])
+        wait(driver, "the preview button", lambda d: d.find_element(
+            By.CSS_SELECTOR, "button[aria-label='Preview b.py']")).click()
+        wait(driver, "the preview", lambda d: d.find_elements(By.CSS_SELECTOR, "#pv-body .l"))
+        lines = driver.execute_script(
+            "return [...document.querySelectorAll('#pv-body .l')].map(l => l.textContent)")
+        assert lines == ["import os\n", "\n", "print('hi')\n"], lines
+        numbers = driver.execute_script(
+            "return getComputedStyle(document.querySelector('#pv-body .l'), '::before').content")
+        assert numbers.startswith("counter(ln"), numbers
+        assert driver.find_element(By.ID, "pv-note").text == "3 lines"
+        accessible(driver, "the preview")
+        shoot(driver, shots, "preview")
+        driver.find_element(By.ID, "pv-body").send_keys("\ue00c")  # Escape
+        wait(driver, "the preview closed", lambda d: not d.find_element(By.ID, "preview").is_displayed())
         driver.find_element(By.CSS_SELECTOR, "tr[data-name='b.py'] td.name a").click()
         shown = wait(driver, "the code shown", lambda d: d.find_element(By.TAG_NAME, "pre"))
-        assert shown.text == "print('hi')", shown.text
+        assert shown.text == "import os\n\nprint('hi')", shown.text
         assert driver.current_url == base + "/src/util/b.py"
 
         step("delete, where the server allows it")
@@ -384,6 +398,8 @@ def main():
         state = failed.find_element(By.CSS_SELECTOR, ".state").text
         assert state == "Not uploaded: the target is a directory", state
         assert failed.find_element(By.CSS_SELECTOR, "button[aria-label='Retry docs']").is_displayed()
+        held = failed.find_element(By.TAG_NAME, "progress").get_attribute("value")
+        assert float(held) == 0, f"the bar of a refused file shows {held} bytes held"
         total = driver.find_element(By.ID, "up-all-t").text
         assert "not uploaded" in total and not total.endswith("finished"), total
         assert "failed" in driver.find_element(By.ID, "overall").get_attribute("class")
