@@ -162,8 +162,9 @@
       move(parent + encodeURIComponent(to) + (isDir ? "/" : ""));
     });
     button("Move", function () {
-      var to = window.prompt("Move " + name + " to folder (path from the top, e.g. /a/b/)",
-        decodeURIComponent(parent));
+      var shown;
+      try { shown = decodeURIComponent(parent); } catch (e) { shown = "/"; }  // not UTF-8
+      var to = window.prompt("Move " + name + " to folder (path from the top, e.g. /a/b/)", shown);
       if (!to) return;
       if (to.charAt(0) !== "/") to = "/" + to;
       if (to.charAt(to.length - 1) !== "/") to += "/";
