@@ -230,4 +230,14 @@ mod tests {
         assert_eq!(folder_above("//evil.example/x"), "/");
         assert_eq!(folder_above("x"), "/");
     }
+
+    proptest::proptest! {
+        /// Whatever path a peer asks for, the way up is a path on this site.
+        #[test]
+        fn any_path_leads_up_on_this_site(path in "[/a-z%.:]{0,40}") {
+            let up = folder_above(&path);
+            proptest::prop_assert!(up.starts_with('/') && !up.starts_with("//"), "{up}");
+            proptest::prop_assert!(up.ends_with('/'));
+        }
+    }
 }
