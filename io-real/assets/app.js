@@ -25,15 +25,53 @@
     return (n < 9.95 ? n.toFixed(1) : Math.round(n)) + " " + u[i];
   }
   function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function plural(n, one) { return n + " " + one + (n === 1 ? "" : "s"); }
 
-  // Times in the reader's zone; the exact UTC value stays in the title.
+  // How long ago, in words; past a week (or in the future) the local date instead.
+  function ago(d, now) {
+    var s = (now - d) / 1000;
+    var date = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate());
+    if (s < -60 || s >= 7 * 86400) return date;
+    if (s < 60) return "just now";
+    if (s < 3600) return Math.floor(s / 60) + " min ago";
+    if (s < 86400) return plural(Math.floor(s / 3600), "hour") + " ago";
+    return s < 2 * 86400 ? "yesterday" : Math.floor(s / 86400) + " days ago";
+  }
+
+  // Times relative to now; the exact time, in the reader's zone, is in the tooltip.
   function localTimes(root) {
+    var now = Date.now();
     root.querySelectorAll("time[datetime]").forEach(function (t) {
       var d = new Date(t.getAttribute("datetime"));
       if (isNaN(d)) return;
-      t.textContent = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) +
-        " " + pad(d.getHours()) + ":" + pad(d.getMinutes());
+      t.textContent = ago(d, now);
+      t.title = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+        pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
     });
+  }
+  setInterval(function () { localTimes(document); }, 60000);
+
+  // What a refusal means, in words. The server's text reads "409 Conflict: the target is
+  // a directory"; its explanation after the status is kept, a bare status line is not.
+  var WORDS = {
+    400: "the server could not understand the request",
+    401: "you need to sign in first",
+    403: "this is not allowed here",
+    404: "it is not there any more (moved, renamed or deleted?)",
+    405: "something with that name is already there",
+    409: "it clashes with what is there now",
+    412: "something with that name is already there, or it changed meanwhile",
+    413: "it is too large for this server",
+    423: "it is locked by someone else",
+    503: "the server is busy: try again in a moment",
+    507: "the server has no space left"
+  };
+  function explain(status, text) {
+    var first = String(text || "").trim().split("\n")[0];
+    var detail = /^\d{3}\b[^:]*:\s*(.+)$/.exec(first);
+    if (detail) return detail[1];
+    if (first && !/^\d{3}\b/.test(first) && first.charAt(0) !== "<") return first;
+    return WORDS[status] || (status ? "the server refused (status " + status + ")" : "the connection failed");
   }
 
   // Filter: hides rows whose name does not contain the text.
@@ -74,7 +112,7 @@
   }
 
   function showError(text) {
-    var e = $("up-err");
+    var e = $("msg");
     if (e) e.textContent = text; else window.alert(text);
   }
 
@@ -82,8 +120,12 @@
     return fetch(url, { method: method, headers: headers || {}, credentials: "same-origin" })
       .then(function (r) {
         if (r.ok) return r;
-        return r.text().then(function (t) { throw new Error(t.trim() || r.status + " " + r.statusText); });
-      });
+        return r.text().then(function (t) {
+          var e = new Error(explain(r.status, t));
+          e.status = r.status;
+          throw e;
+        });
+      }, function () { throw new Error(explain(0, "")); });
   }
 
   // Rename, move, delete (WebDAV), with confirmation.
@@ -93,6 +135,10 @@
     var isDir = tr.classList.contains("k-dir");
     var href = tr.querySelector("td.name a").getAttribute("href");
     var src = new URL(href, location.href).href;
+    // The folder the entry is in: a search result's own, not the folder searched from.
+    var own = new URL(href, location.href).pathname;
+    if (isDir) own = own.slice(0, -1);
+    var parent = own.slice(0, own.lastIndexOf("/") + 1);
     var td = el("td", "act");
     function button(label, action) {
       var b = el("button", "quiet", label);
@@ -104,22 +150,28 @@
     function move(to) {
       var dest = new URL(to, location.href).href;
       request("MOVE", src, { Destination: dest, Overwrite: "F" })
-        .then(refreshList, function (e) { showError("Cannot move " + name + ": " + e.message); });
+        .then(refreshList, function (e) {
+          showError("Cannot move " + name + ": " +
+            (e.status === 412 ? "something with that name is already there" : e.message));
+        });
     }
     button("Rename", function () {
       var to = window.prompt("New name for " + name, name);
       if (!to || to === name) return;
       if (to.indexOf("/") >= 0) { showError("A name cannot contain /"); return; }
-      move(dir + encodeURIComponent(to) + (isDir ? "/" : ""));
+      move(parent + encodeURIComponent(to) + (isDir ? "/" : ""));
     });
     button("Move", function () {
-      var to = window.prompt("Move " + name + " to folder (path from the top, e.g. /a/b/)", dir);
+      var shown;
+      try { shown = decodeURIComponent(parent); } catch (e) { shown = "/"; }  // not UTF-8
+      var to = window.prompt("Move " + name + " to folder (path from the top, e.g. /a/b/)", shown);
       if (!to) return;
       if (to.charAt(0) !== "/") to = "/" + to;
       if (to.charAt(to.length - 1) !== "/") to += "/";
       move(encodePath(to.slice(0, -1)) + "/" + encodeURIComponent(name) + (isDir ? "/" : ""));
     });
-    button("Delete", function () {
+    // Offered only where the server allows it (`--allow-overwrite`); the page says so.
+    if (body.hasAttribute("data-delete")) button("Delete", function () {
       var what = isDir ? "the folder " + name + " and everything in it" : name;
       if (!window.confirm("Delete " + what + "?")) return;
       request("DELETE", src).then(refreshList, function (e) { showError("Cannot delete " + name + ": " + e.message); });
@@ -127,8 +179,84 @@
     tr.appendChild(td);
   }
 
+  // ---- Preview of text and code, with line numbers, in a dialog. ----
+  var PREVIEW_BYTES = 512 * 1024, PREVIEW_LINES = 20000;
+  function previewDialog() {
+    var dlg = $("preview");
+    if (dlg) return dlg;
+    dlg = el("dialog", "card preview");
+    dlg.id = "preview";
+    dlg.setAttribute("aria-labelledby", "pv-h");
+    var head = el("div", "pv-head"), h = el("h2", "", "");
+    h.id = "pv-h";
+    var open = el("a", "", "Open"), dl = el("a", "", "Download"), close = el("button", "quiet", "Close");
+    open.id = "pv-open";
+    dl.id = "pv-dl";
+    dl.setAttribute("download", "");
+    close.type = "button";
+    close.addEventListener("click", function () { dlg.close(); });
+    [h, open, dl, close].forEach(function (e) { head.appendChild(e); });
+    var note = el("p", "note");
+    note.id = "pv-note";
+    var pre = el("pre", "code");
+    pre.id = "pv-body";
+    pre.tabIndex = 0;
+    [head, note, pre].forEach(function (e) { dlg.appendChild(e); });
+    dlg.addEventListener("click", function (e) { if (e.target === dlg) dlg.close(); });
+    document.body.appendChild(dlg);
+    return dlg;
+  }
+  function preview(name, url) {
+    var dlg = previewDialog(), pre = $("pv-body"), note = $("pv-note");
+    $("pv-h").textContent = name;
+    $("pv-open").href = url;
+    $("pv-open").setAttribute("aria-label", "Open " + name);
+    $("pv-dl").href = url;
+    $("pv-dl").setAttribute("aria-label", "Download " + name);
+    pre.setAttribute("aria-label", "Content of " + name);
+    pre.textContent = "";
+    note.textContent = "Loading…";
+    dlg.showModal();
+    fetch(url, { headers: { Range: "bytes=0-" + (PREVIEW_BYTES - 1) }, credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) return r.text().then(function (t) { throw new Error(explain(r.status, t)); });
+        var total = /\/(\d+)$/.exec(r.headers.get("Content-Range") || "");
+        return r.text().then(function (text) {
+          return { text: text, cut: r.status === 206 && total && Number(total[1]) > PREVIEW_BYTES,
+            total: total ? Number(total[1]) : text.length };
+        });
+      })
+      .then(function (got) {
+        var lines = got.text.split("\n");
+        if (lines.length && lines[lines.length - 1] === "") lines.pop();
+        // A cut file's last line may end inside a character: leave it out.
+        if (got.cut) lines.pop();
+        var cut = got.cut || lines.length > PREVIEW_LINES;
+        lines = lines.slice(0, PREVIEW_LINES);
+        var frag = document.createDocumentFragment();
+        lines.forEach(function (line) { frag.appendChild(el("span", "l", line.replace(/\r$/, "") + "\n")); });
+        pre.appendChild(frag);
+        note.textContent = plural(lines.length, "line") +
+          (cut ? ", the first of " + human(got.total) + ": open the file for all of it" : "");
+      }, function (e) { note.textContent = "Cannot show " + name + ": " + e.message; });
+  }
+  function previewButton(tr) {
+    var cell = tr.querySelector("td.name");
+    if (!cell || cell.querySelector("button.pv")) return;
+    var b = el("button", "quiet pv", "Preview");
+    b.type = "button";
+    b.setAttribute("aria-label", "Preview " + tr.dataset.name);
+    b.addEventListener("click", function () {
+      preview(tr.dataset.name, new URL(cell.querySelector("a").getAttribute("href"), location.href).href);
+    });
+    cell.appendChild(b);
+  }
+
   function decorate() {
     localTimes(document);
+    if (!$("list")) return;
+    document.querySelectorAll("#list tbody tr.k-text[data-name], #list tbody tr.k-code[data-name]")
+      .forEach(previewButton);
     if (body.hasAttribute("data-dav")) {
       var head = document.querySelector("#list thead tr");
       if (head && !head.querySelector(".act")) {
@@ -144,24 +272,45 @@
   }
   decorate();
 
-  if (!body.hasAttribute("data-upload")) return;
+  // Uploads need the upload form; search results have none.
+  var form = $("up-form");
+  if (!body.hasAttribute("data-upload") || !form) return;
 
   // ---- Uploads: each file in chunks through the resumable PUT. ----
-  var form = $("up-form"), queue = $("queue"), overall = $("overall");
+  var queue = $("queue"), overall = $("overall");
   var allBar = $("up-all"), allText = $("up-all-t");
-  var jobs = [], running = 0, madeDirs = {};
+  // The jobs of the current batch (a batch starts when files are added to an idle queue).
+  var jobs = [], running = 0, madeDirs = {}, batchStart = 0;
 
+  // The batch in numbers: bytes held by the server of the files not failed, of all their
+  // sizes; a failed file counts in the total but never as done, so the bar cannot fill.
   function updateOverall() {
-    var total = 0, done = 0, left = 0;
+    var total = 0, done = 0, left = 0, ok = 0, failed = 0, fresh = 0;
     jobs.forEach(function (j) {
       if (j.state === "cancelled") return;
-      total += j.file.size; done += j.sent;
-      if (j.state !== "done" && j.state !== "failed") left++;
+      total += j.file.size;
+      if (j.state === "failed") { failed++; return; }
+      done += j.sent;
+      fresh += j.sent - j.resumedAt;
+      if (j.state === "done") ok++; else left++;
     });
     overall.hidden = false;
+    overall.classList.toggle("failed", failed > 0);
     allBar.max = Math.max(total, 1);
-    allBar.value = total === 0 && left === 0 ? 1 : done;
-    allText.textContent = human(done) + " of " + human(total) + (left ? "" : " — finished");
+    allBar.value = total === 0 && left === 0 && failed === 0 ? 1 : done;
+    var text = human(done) + " of " + human(total);
+    if (left) {
+      var secs = (Date.now() - batchStart) / 1000, rate = secs > 1 ? fresh / secs : 0;
+      if (rate > 0) {
+        text += " · " + human(Math.round(rate)) + "/s · about " +
+          Math.max(1, Math.round((total - done) / rate)) + " s left";
+      }
+    } else if (failed) {
+      text += " — stopped: " + plural(failed, "file") + " not uploaded, " + ok + " uploaded";
+    } else {
+      text += " — finished";
+    }
+    allText.textContent = text;
   }
 
   function setState(job, state, text) {
@@ -169,27 +318,52 @@
     job.li.className = state;
     job.status.textContent = text;
     job.cancel.hidden = state === "done" || state === "failed" || state === "cancelled";
+    job.retry.hidden = state !== "failed";
     updateOverall();
   }
 
   function addJob(file, rel) {
     var li = el("li"), what = el("span", "what", rel), bar = el("progress");
     var status = el("span", "state", "waiting"), cancel = el("button", "quiet", "Cancel");
+    var retry = el("button", "quiet", "Retry");
     bar.max = Math.max(file.size, 1);
     bar.value = 0;
     bar.setAttribute("aria-label", rel);
     cancel.type = "button";
     cancel.setAttribute("aria-label", "Cancel " + rel);
-    var job = { file: file, rel: rel, li: li, bar: bar, status: status, cancel: cancel, sent: 0, state: "waiting", xhr: null };
+    retry.type = "button";
+    retry.hidden = true;
+    retry.setAttribute("aria-label", "Retry " + rel);
+    var job = { file: file, rel: rel, li: li, bar: bar, status: status, cancel: cancel, retry: retry,
+      sent: 0, held: 0, resumedAt: 0, state: "waiting", xhr: null };
     cancel.addEventListener("click", function () {
       if (job.xhr) job.xhr.abort();
       setState(job, "cancelled", "cancelled");
       pump();
     });
+    retry.addEventListener("click", function () {
+      if (!busy()) startBatch();
+      earlier = earlier.filter(function (j) { return j !== job; });
+      if (jobs.indexOf(job) < 0) jobs.push(job);
+      job.sent = 0;
+      job.held = 0;
+      job.resumedAt = 0;
+      job.bar.value = 0;
+      setState(job, "waiting", "waiting");
+      pump();
+    });
+    // The same file picked again replaces its failed or cancelled row.
+    function stale(old) {
+      return old.rel === rel && (old.state === "failed" || old.state === "cancelled");
+    }
+    jobs.concat(earlier).filter(stale).forEach(function (old) { old.li.remove(); });
+    jobs = jobs.filter(function (j) { return !stale(j); });
+    earlier = earlier.filter(function (j) { return !stale(j); });
     var row = el("div");
     row.appendChild(what);
     li.appendChild(row);
     li.appendChild(cancel);
+    li.appendChild(retry);
     li.appendChild(bar);
     li.appendChild(status);
     queue.appendChild(li);
@@ -215,9 +389,9 @@
         var range = /bytes=0-(\d+)/.exec(x.getResponseHeader("Range") || "");
         if (x.status === 308) resolve({ status: 308, have: range ? Number(range[1]) + 1 : 0 });
         else if (x.status >= 200 && x.status < 300) resolve({ status: x.status, have: job.file.size });
-        else reject(new Error((x.responseText || "").trim() || x.status + " " + x.statusText));
+        else reject(new Error(explain(x.status, x.responseText)));
       };
-      x.onerror = function () { job.xhr = null; reject(new Error("network error")); };
+      x.onerror = function () { job.xhr = null; reject(new Error("the connection to the server failed")); };
       x.onabort = function () { job.xhr = null; reject(new Error("cancelled")); };
       x.send(blob || null);
     });
@@ -233,7 +407,9 @@
           return fetch(url, { method: "MKCOL", credentials: "same-origin" }).then(function (r) {
             // 405: it exists already, which is what we want.
             if (!r.ok && r.status !== 405) {
-              return r.text().then(function (t) { throw new Error(t.trim() || "cannot create " + path); });
+              return r.text().then(function (t) {
+                throw new Error("cannot create the folder " + path + ": " + explain(r.status, t));
+              });
             }
           });
         });
@@ -252,9 +428,12 @@
       return put(job, { "Content-Range": "bytes */" + size }, null).then(function step(r) {
         if (job.state === "cancelled") throw new Error("cancelled");
         if (r.status !== 308) return r;
-        if (job.sent === 0 && r.have > 0) job.status.textContent = "resuming at " + human(r.have);
-        else job.status.textContent = "uploading";
+        if (job.sent === 0 && r.have > 0) {
+          job.status.textContent = "resuming at " + human(r.have);
+          job.resumedAt = r.have;
+        } else job.status.textContent = "uploading";
         job.sent = r.have;
+        job.held = r.have;
         job.bar.value = r.have;
         var end = Math.min(r.have + CHUNK, size);
         return put(job, { "Content-Range": "bytes " + r.have + "-" + (end - 1) + "/" + size },
@@ -265,7 +444,10 @@
       job.bar.value = job.bar.max;
       setState(job, "done", "done");
     }, function (e) {
-      if (job.state !== "cancelled") setState(job, "failed", e.message);
+      if (job.state === "cancelled") return;
+      // The bar shows what the server holds, not what was sent and then refused.
+      job.bar.value = job.held;
+      setState(job, "failed", "Not uploaded: " + e.message);
     });
   }
 
@@ -282,8 +464,21 @@
     }
   }
 
+  function busy() {
+    return jobs.some(function (j) { return j.state === "waiting" || j.state === "running"; });
+  }
+  // Earlier rows stay on screen (a failed one with its Retry), but a new batch counts
+  // only its own files, and a file retried joins the batch running then.
+  var earlier = [];
+  function startBatch() {
+    earlier = earlier.concat(jobs);
+    jobs = [];
+    batchStart = Date.now();
+  }
+
   function enqueue(items) {
-    $("up-err").textContent = "";
+    $("msg").textContent = "";
+    if (!busy()) startBatch();
     items.forEach(function (it) { addJob(it.file, it.rel); });
     updateOverall();
     pump();

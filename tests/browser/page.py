@@ -15,6 +15,7 @@ import hashlib
 import http.server
 import io
 import os
+import re
 import sys
 import tarfile
 import threading
@@ -29,7 +30,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-DEADLINE = time.monotonic() + 80
+DEADLINE = time.monotonic() + 150
 WAIT = 20
 CHROME_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -102,6 +103,12 @@ def no_alert(driver):
     raise AssertionError(f"a script ran: alert({text!r})")
 
 
+def script_errors(driver):
+    """The page's own script errors logged since the last call (the log is drained)."""
+    return [e["message"] for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and "/.servery/app-" in e["message"]]
+
+
 def sha(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -171,6 +178,17 @@ def main():
     write(f"{work}/album/inner/b.bin", os.urandom(50_000))
     big = os.urandom(6 * 1024 * 1024 + 123)
     write(f"{work}/resume/resumed.bin", big)
+    again = os.urandom(10 * 1024 * 1024 + 321)
+    write(f"{work}/resume/again.bin", again)
+    # A file the server refuses: a folder of that name is in the way.
+    write(f"{work}/refused/docs", b"not a folder")
+    # Code to find, rename from a search, and read.
+    write(f"{root}/src/util/a.py", b"import os\n\nprint('hi')\n")
+    # A big folder, numbered as people number things.
+    os.makedirs(f"{root}/big", exist_ok=True)
+    for i in range(10_000):
+        with open(f"{root}/big/icon-{i}.png", "wb") as f:
+            f.write(b"x")
 
     # A page someone uploaded, whose script would act as the site if it ran.
     write(f"{root}/evil.html", b"<!doctype html><title>inert</title><p id=p>static</p>"
@@ -201,8 +219,8 @@ def main():
 
         step("browse and sort")
         driver.get(base + "/docs/")
-        wait(driver, "the listing",
-             lambda d: rows(d) == ["deep", "README.md", "medium.bin", "small.txt"])
+        wait(driver, "the listing (folders first, then names ignoring case)",
+             lambda d: rows(d) == ["deep", "medium.bin", "README.md", "small.txt"])
         readme = driver.find_element(By.CSS_SELECTOR, "article.readme")
         assert "<script>alert(1)</script>" in readme.text, readme.text
         no_alert(driver)
@@ -234,7 +252,84 @@ def main():
         link = driver.find_element(By.CSS_SELECTOR, "#list td.name a")
         assert link.text == "deep/large.bin", link.text
         assert link.get_attribute("href") == base + "/docs/deep/large.bin"
+        assert driver.find_element(By.ID, "q").get_attribute("value") == "large", \
+            "the search box keeps the query"
+        wait(driver, "the page's script ran", lambda d: d.find_elements(By.CSS_SELECTOR, "td.act"))
+        errors = script_errors(driver)
+        assert not errors, f"script errors on the search results: {errors}"
         accessible(driver, "search results")
+
+        step("rename a search result: it stays in its own folder")
+        driver.get(base + "/?q=a.py")
+        wait(driver, "the hit", lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-name='a.py']"))
+        driver.find_element(By.CSS_SELECTOR, "button[aria-label='Rename a.py']").click()
+        prompt = wait(driver, "the rename prompt", lambda d: d.switch_to.alert)
+        prompt.send_keys("b.py")
+        prompt.accept()
+        wait(driver, "renamed on disk", lambda d: os.path.exists(f"{root}/src/util/b.py"))
+        assert not os.path.exists(f"{root}/b.py"), "renamed into the folder searched from"
+        assert not os.path.exists(f"{root}/src/util/a.py")
+        assert not script_errors(driver)
+
+        step("code previewed with line numbers, and opened as text")
+        driver.get(base + "/src/util/")
+        wait(driver, "the folder", lambda d: rows(d) == ["b.py"])
+        wait(driver, "the preview button", lambda d: d.find_element(
+            By.CSS_SELECTOR, "button[aria-label='Preview b.py']")).click()
+        wait(driver, "the preview", lambda d: d.find_elements(By.CSS_SELECTOR, "#pv-body .l"))
+        lines = driver.execute_script(
+            "return [...document.querySelectorAll('#pv-body .l')].map(l => l.textContent)")
+        assert lines == ["import os\n", "\n", "print('hi')\n"], lines
+        numbers = driver.execute_script(
+            "return getComputedStyle(document.querySelector('#pv-body .l'), '::before').content")
+        assert numbers.startswith("counter(ln"), numbers
+        assert driver.find_element(By.ID, "pv-note").text == "3 lines"
+        accessible(driver, "the preview")
+        shoot(driver, shots, "preview")
+        driver.find_element(By.ID, "pv-body").send_keys("\ue00c")  # Escape
+        wait(driver, "the preview closed", lambda d: not d.find_element(By.ID, "preview").is_displayed())
+        driver.find_element(By.CSS_SELECTOR, "tr[data-name='b.py'] td.name a").click()
+        shown = wait(driver, "the code shown", lambda d: d.find_element(By.TAG_NAME, "pre"))
+        assert shown.text == "import os\n\nprint('hi')", shown.text
+        assert driver.current_url == base + "/src/util/b.py"
+
+        step("delete, where the server allows it")
+        driver.get(base + "/src/util/")
+        wait(driver, "the delete button", lambda d: d.find_elements(
+            By.CSS_SELECTOR, "button[aria-label='Delete b.py']"))[0].click()
+        wait(driver, "the confirmation", lambda d: d.switch_to.alert).accept()
+        wait(driver, "deleted on disk", lambda d: not os.path.exists(f"{root}/src/util/b.py"))
+        wait(driver, "the row gone", lambda d: rows(d) == [])
+
+        step("a big folder: compressed, in natural order")
+        driver.get(base + "/big/")
+        wait(driver, "the big listing", lambda d: d.execute_script(
+            "return document.querySelectorAll('#list tbody tr[data-name]').length") == 10_000, 40)
+        first = driver.execute_script(
+            "return [...document.querySelectorAll('#list tbody tr[data-name]')].slice(0, 12)"
+            ".map(r => r.dataset.name)")
+        assert first == [f"icon-{i}.png" for i in range(12)], first
+        sizes = driver.execute_script(
+            "const n = performance.getEntriesByType('navigation')[0];"
+            "return [n.encodedBodySize, n.decodedBodySize]")
+        print(f"   10,000 entries: {sizes[1]} bytes of HTML, {sizes[0]} on the wire")
+        assert sizes[0] < 200 * 1024 and sizes[1] > 2_000_000, sizes
+
+        step("relative dates, exact in the tooltip")
+        driver.get(base + "/docs/")
+        stamp = wait(driver, "a date", lambda d: d.find_element(
+            By.CSS_SELECTOR, "tr[data-name='small.txt'] time"))
+        wait(driver, "the date in words", lambda d: stamp.text in ("just now", "1 min ago", "2 min ago"))
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", stamp.get_attribute("title")), \
+            stamp.get_attribute("title")
+
+        step("a styled page where nothing is")
+        driver.get(base + "/docs/no-such-file.txt")
+        heading = wait(driver, "the 404 page", lambda d: d.find_element(By.TAG_NAME, "h1"))
+        assert heading.text == "Not found", heading.text
+        up = driver.find_element(By.LINK_TEXT, "Go to the folder above")
+        assert up.get_attribute("href") == base + "/docs/", up.get_attribute("href")
+        accessible(driver, "the 404 page")
 
         step("screenshots of the page")
         driver.get(base + "/")
@@ -296,6 +391,22 @@ def main():
         assert open(f"{root}/album/a.txt", "rb").read() == b"alpha"
         assert sha(f"{root}/album/inner/b.bin") == sha(f"{work}/album/inner/b.bin")
 
+        step("a refused upload says so, in words, with a retry")
+        driver.find_element(By.ID, "up-files").send_keys(f"{work}/refused/docs")
+        failed = wait(driver, "the refusal", lambda d: d.find_element(
+            By.CSS_SELECTOR, "#queue li.failed"))
+        state = failed.find_element(By.CSS_SELECTOR, ".state").text
+        assert state == "Not uploaded: the target is a directory", state
+        assert failed.find_element(By.CSS_SELECTOR, "button[aria-label='Retry docs']").is_displayed()
+        held = failed.find_element(By.TAG_NAME, "progress").get_attribute("value")
+        assert float(held) == 0, f"the bar of a refused file shows {held} bytes held"
+        total = driver.find_element(By.ID, "up-all-t").text
+        assert "not uploaded" in total and not total.endswith("finished"), total
+        assert "failed" in driver.find_element(By.ID, "overall").get_attribute("class")
+        assert open(f"{root}/docs/small.txt", "rb").read() == b"s" * 10
+        accessible(driver, "a refused upload")
+        shoot(driver, shots, "upload-refused")
+
         step("interrupt an upload, reload, resume")
         throttle(driver, 1_500_000)
         driver.find_element(By.ID, "up-files").send_keys(f"{work}/resume/resumed.bin")
@@ -312,7 +423,29 @@ def main():
              lambda d: d.find_element(By.ID, "up-all-t").text.endswith("finished"), 30)
         log = driver.find_element(By.ID, "queue").text
         assert sha(f"{root}/resumed.bin") == hashlib.sha256(big).hexdigest(), "not byte-exact"
+        total = driver.find_element(By.ID, "up-all-t").text
+        assert total == "6.0 MiB of 6.0 MiB — finished", f"the overall total after a resume: {total}"
         print(f"   resumed: {log!r}")
+
+        step("an upload cut off, picked again: resumed and counted once")
+        throttle(driver, 1_500_000)
+        driver.find_element(By.ID, "up-files").send_keys(f"{work}/resume/again.bin")
+        wait(driver, "the first chunk sent", lambda d: int(
+            d.find_element(By.CSS_SELECTOR, bar).get_attribute("value") or 0) > 4 * 1024 * 1024)
+        # The next chunk's request fails as if the network had gone.
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*again.bin*"]})
+        wait(driver, "the upload failed", lambda d: d.find_elements(By.CSS_SELECTOR, "#queue li.failed"))
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+        throttle(driver, 0)
+        driver.find_element(By.ID, "up-files").send_keys(f"{work}/resume/again.bin")
+        wait(driver, "the upload picked again finished",
+             lambda d: d.find_element(By.ID, "up-all-t").text.endswith("finished"), 30)
+        total = driver.find_element(By.ID, "up-all-t").text
+        assert total == "10 MiB of 10 MiB — finished", f"the overall total after a resume: {total}"
+        rows_of = driver.execute_script(
+            "return [...document.querySelectorAll('#queue li .what')].map(e => e.textContent)")
+        assert rows_of.count("again.bin") == 1, rows_of
+        assert sha(f"{root}/again.bin") == hashlib.sha256(again).hexdigest(), "not byte-exact"
 
         step("download a folder as zip and tar.gz")
         driver.get(base + "/album/")
@@ -337,7 +470,9 @@ def main():
             driver.get(f"http://127.0.0.1:{foreign.server_address[1]}/")
             wait(driver, "the hostile fetch", lambda d: d.title in ("fetch sent", "fetch failed"))
             driver.execute_script("document.getElementById('f').submit()")
-            wait(driver, "servery's refusal", lambda d: "cross-site request refused" in d.page_source)
+            wait(driver, "servery's refusal, in words",
+                 lambda d: "cross-site request refused" in d.page_source.lower())
+            assert driver.find_element(By.TAG_NAME, "h1").text == "Not allowed"
         finally:
             foreign.shutdown()
         assert not os.path.exists(f"{root}/csrf-fetch.txt"), "a cross-site upload was written"

@@ -1,10 +1,13 @@
 //! The directory page in a real browser: headless Chromium driven by Selenium
 //! (`tests/browser/page.py`) against servery with four workers, so pages, upload chunks
 //! and archives are served by different processes. See the script for the steps: browse
-//! and sort, filter and search, uploads with progress, an interrupted upload resumed
-//! byte-exact after a reload, a folder as zip and tar.gz, a cross-origin upload refused,
-//! hostile names shown as text, and an uploaded HTML page and SVG whose scripts never run
-//! (decision 0047's sandbox).
+//! and sort, filter and search, a search result renamed within its own folder, code
+//! previewed with line numbers and opened as text, delete, a 10,000-entry folder sent
+//! compressed (under 200 KB) in natural order, relative dates, a styled 404, uploads with
+//! progress, a refused upload explained in words with a retry, an interrupted upload
+//! resumed byte-exact after a reload and after a failure (counted once), a folder as zip
+//! and tar.gz, a cross-origin upload refused, hostile names shown as text, and an uploaded
+//! HTML page and SVG whose scripts never run (decision 0047's sandbox).
 //!
 //! Needs Debian's `chromium` and `chromium-driver` and PyPI's `selenium`
 //! (`scripts/debian-packages.txt`, `scripts/python-packages.txt`). With
@@ -49,7 +52,7 @@ fn the_page_works_in_a_browser() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
         cmd.arg(dir);
     }
-    let run = run_command(cmd, Duration::from_secs(90));
+    let run = run_command(cmd, Duration::from_secs(170));
     assert!(
         run.status.success(),
         "browser test failed\n--- stdout\n{}\n--- stderr\n{}\n--- servery\n{}",

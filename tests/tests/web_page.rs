@@ -341,3 +341,137 @@ fn names_that_are_not_utf8_are_listed_and_served_by_their_bytes() {
     let put = request(server.addr, "PUT", "/new%FF.txt", b"x", &[]);
     assert!(matches!(put.status, 400 | 403 | 405), "{}", put.status);
 }
+
+#[test]
+fn delete_is_offered_only_where_the_server_allows_it() {
+    let tree = Tree::new("page-delete");
+    let browser = [("Accept", "text/html")];
+    let server = start(&tree, &["--upload", "--dav"]);
+    let page = request(server.addr, "GET", "/", b"", &browser);
+    let text = String::from_utf8_lossy(&page.body).into_owned();
+    assert!(
+        text.contains(" data-dav") && !text.contains("data-delete"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Deleting and replacing files is turned off"),
+        "the page says why before anyone clicks"
+    );
+    // What the page would have offered is indeed refused.
+    assert_eq!(
+        request(server.addr, "DELETE", "/hello.txt", b"", &[]).status,
+        403
+    );
+    drop(server);
+    let server = start(&tree, &["--upload", "--dav", "--allow-overwrite"]);
+    let page = request(server.addr, "GET", "/", b"", &browser);
+    let text = String::from_utf8_lossy(&page.body).into_owned();
+    assert!(text.contains(" data-dav data-delete"), "{text}");
+    assert!(!text.contains("turned off"));
+}
+
+#[test]
+fn code_and_text_files_are_served_as_text() {
+    let tree = Tree::new("page-text");
+    let root = tree.root();
+    for name in [
+        "a.py",
+        "b.rs",
+        "Cargo.toml",
+        "run.sh",
+        "main.go",
+        "x.c",
+        "c.yaml",
+    ] {
+        std::fs::write(root.join(name), b"print('hi')\n").expect("write");
+    }
+    std::fs::write(root.join("Makefile"), b"all:\n\tcc x.c\n").expect("write");
+    std::fs::write(root.join("blob"), b"\x7fELF\x02\x01\x01\0\0\0").expect("write");
+    std::fs::write(root.join("big-notes"), "ünïcode text\n".repeat(200_000)).expect("write");
+    let server = start(&tree, &[]);
+    for (name, want) in [
+        ("a.py", "text/plain; charset=utf-8"),
+        ("b.rs", "text/plain; charset=utf-8"),
+        ("Cargo.toml", "text/plain; charset=utf-8"),
+        ("run.sh", "text/plain; charset=utf-8"),
+        ("main.go", "text/plain; charset=utf-8"),
+        ("x.c", "text/plain; charset=utf-8"),
+        ("c.yaml", "text/plain; charset=utf-8"),
+        ("Makefile", "text/plain; charset=utf-8"),
+        // Large enough to be streamed from its handle: sniffed all the same.
+        ("big-notes", "text/plain; charset=utf-8"),
+        ("blob", "application/octet-stream"),
+    ] {
+        let r = get(server.addr, &format!("/{name}"));
+        assert_eq!(r.status, 200, "{name}");
+        assert_eq!(r.header("content-type"), Some(want), "{name}");
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    }
+}
+
+#[test]
+fn listings_are_compressed_and_sorted_naturally() {
+    let tree = Tree::new("page-big");
+    let big = tree.root().join("big");
+    std::fs::create_dir_all(&big).expect("mkdir");
+    for i in 0..10_000 {
+        std::fs::write(big.join(format!("icon-{i}.png")), i.to_string()).expect("write");
+    }
+    let server = start(&tree, &[]);
+    let plain = request(server.addr, "GET", "/big/", b"", &[]);
+    let gz = request(
+        server.addr,
+        "GET",
+        "/big/",
+        b"",
+        &[("Accept-Encoding", "gzip")],
+    );
+    assert_eq!(gz.status, 200);
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    assert_eq!(gz.header("vary"), Some("Accept, Accept-Encoding"));
+    eprintln!(
+        "10,000 entries: {} bytes as HTML, {} gzipped",
+        plain.body.len(),
+        gz.body.len()
+    );
+    assert!(gz.body.len() < 200 * 1024, "{} bytes", gz.body.len());
+    let mut html = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut html)
+        .expect("gzip");
+    assert_eq!(html.as_bytes(), &plain.body[..]);
+    let at = |name: &str| html.find(&format!("data-name=\"{name}\"")).expect(name);
+    assert!(at("icon-2.png") < at("icon-10.png"));
+    assert!(at("icon-99.png") < at("icon-100.png"));
+    let json = request(
+        server.addr,
+        "GET",
+        "/big/?format=json",
+        b"",
+        &[("Accept-Encoding", "zstd")],
+    );
+    assert_eq!(json.header("content-encoding"), Some("zstd"));
+}
+
+#[test]
+fn a_browser_is_shown_a_styled_page_where_nothing_is() {
+    let tree = Tree::new("page-404");
+    let server = start(&tree, &[]);
+    let r = request(
+        server.addr,
+        "GET",
+        "/no/such/file.txt",
+        b"",
+        &[("Accept", "text/html,*/*;q=0.8")],
+    );
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(text.contains("<h1>Not found</h1>") && text.contains("href=\"/no/such/\""));
+    assert!(text.contains("/.servery/app-"), "styled like the page");
+    let tool = get(server.addr, "/no/such/file.txt");
+    assert_eq!(tool.status, 404);
+    assert_eq!(
+        tool.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+}

@@ -235,6 +235,11 @@ fn error_text(err: &HttpError, status: StatusCode) -> String {
             | WriteError::RangeGap { .. }
             | WriteError::RangeMismatch { .. }),
         ) => format!("{} {reason}: {why}\n", status.as_u16()),
+        // Why an upload was refused, for the page to show in words; a server-side failure
+        // keeps its details in the log.
+        HttpError::Write(why) if status.is_client_error() => {
+            format!("{} {reason}: {why}\n", status.as_u16())
+        }
         _ => format!("{} {reason}\n", status.as_u16()),
     }
 }

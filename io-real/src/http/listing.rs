@@ -1,6 +1,8 @@
 //! Directory listings: choosing the format and order, and rendering JSON for scripts
 //! (`[{"name","is_dir","size","mtime"}]`). The HTML page for people is [`super::page`].
 
+use std::cmp::Ordering;
+
 use serde::Serialize;
 
 /// One listed entry. `mtime` is seconds since the Unix epoch.
@@ -125,14 +127,15 @@ fn accepts_json_over_html(accept: &str) -> bool {
     json_q > 0.0 && json_q > html_q
 }
 
-/// Sorts directories first, then by the key; ties fall back to the name so the order is
-/// total and stable across requests.
+/// Sorts directories first, then by the key; ties fall back to the name (in
+/// [`natural_cmp`] order) so the order is total and stable across requests.
 pub fn sort(entries: &mut [Entry], key: SortKey, order: Order) {
     entries.sort_by(|a, b| {
+        let by_name = || natural_cmp(&a.name, &b.name);
         let by_key = match key {
-            SortKey::Name => a.name.cmp(&b.name),
-            SortKey::Size => a.size.cmp(&b.size).then_with(|| a.name.cmp(&b.name)),
-            SortKey::Mtime => a.mtime.cmp(&b.mtime).then_with(|| a.name.cmp(&b.name)),
+            SortKey::Name => by_name(),
+            SortKey::Size => a.size.cmp(&b.size).then_with(by_name),
+            SortKey::Mtime => a.mtime.cmp(&b.mtime).then_with(by_name),
         };
         let by_key = match order {
             Order::Asc => by_key,
@@ -140,6 +143,49 @@ pub fn sort(entries: &mut [Entry], key: SortKey, order: Order) {
         };
         b.is_dir.cmp(&a.is_dir).then(by_key)
     });
+}
+
+/// Orders names as people read them: case-insensitively, and with each run of digits
+/// compared by its value (`icon-2` before `icon-10`, `a` next to `B`). Names equal that
+/// way (`File` and `file`, `a01` and `a1`) fall back to their exact text, so the order is
+/// total: a listing never shuffles between requests.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    loose_cmp(a, b).then_with(|| a.cmp(b))
+}
+
+fn loose_cmp(a: &str, b: &str) -> Ordering {
+    let (mut i, mut j) = (0, 0);
+    loop {
+        let (Some(c), Some(d)) = (a[i..].chars().next(), b[j..].chars().next()) else {
+            // A name that is where the other one starts comes first.
+            return (i < a.len()).cmp(&(j < b.len()));
+        };
+        if c.is_ascii_digit() && d.is_ascii_digit() {
+            let end_a = i + digits(&a[i..]);
+            let end_b = j + digits(&b[j..]);
+            let (x, y) = (
+                a[i..end_a].trim_start_matches('0'),
+                b[j..end_b].trim_start_matches('0'),
+            );
+            // Without leading zeros, the longer number is the larger one.
+            let by_value = x.len().cmp(&y.len()).then_with(|| x.cmp(y));
+            if by_value != Ordering::Equal {
+                return by_value;
+            }
+            (i, j) = (end_a, end_b);
+        } else {
+            let by_char = c.to_lowercase().cmp(d.to_lowercase());
+            if by_char != Ordering::Equal {
+                return by_char;
+            }
+            (i, j) = (i + c.len_utf8(), j + d.len_utf8());
+        }
+    }
+}
+
+/// The length of the run of ASCII digits `text` starts with.
+fn digits(text: &str) -> usize {
+    text.bytes().take_while(u8::is_ascii_digit).count()
 }
 
 /// Renders the JSON listing: `[{"name","is_dir","size","mtime"}]`.
@@ -189,6 +235,74 @@ mod tests {
         assert_eq!(names(&v), ["z", "b", "c", "a"]);
         sort(&mut v, SortKey::Mtime, Order::Asc);
         assert_eq!(names(&v), ["z", "a", "c", "b"]);
+    }
+
+    #[test]
+    fn names_sort_naturally_and_ignoring_case() {
+        let mut v: Vec<Entry> = [
+            "icon-10.png",
+            "icon-2.png",
+            "Icon-1.png",
+            "b",
+            "A",
+            "a",
+            "icon-02.png",
+            "icon-",
+            "x9",
+            "x10",
+            "x09",
+            "éa",
+        ]
+        .iter()
+        .map(|n| entry(n, false, 0, 0))
+        .collect();
+        v.push(entry("Zeta", true, 0, 0));
+        v.push(entry("alpha", true, 0, 0));
+        sort(&mut v, SortKey::Name, Order::Asc);
+        let names: Vec<&str> = v.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "alpha",
+                "Zeta",
+                "A",
+                "a",
+                "b",
+                "icon-",
+                "Icon-1.png",
+                "icon-02.png",
+                "icon-2.png",
+                "icon-10.png",
+                "x09",
+                "x9",
+                "x10",
+                "éa",
+            ]
+        );
+        assert_eq!(natural_cmp("a2b", "a10a"), Ordering::Less);
+        assert_eq!(natural_cmp("a", "a"), Ordering::Equal);
+        assert_eq!(
+            natural_cmp("99999999999999999999999", "100000000000000000000000"),
+            Ordering::Less,
+            "numbers longer than any integer type"
+        );
+    }
+
+    proptest::proptest! {
+        /// A total order: antisymmetric, transitive, equal only for equal names, so
+        /// `sort_by` is well defined and a listing's order never depends on the input's.
+        #[test]
+        fn natural_order_is_total(
+            a in "[aAbB0-9é._-]{0,6}",
+            b in "[aAbB0-9é._-]{0,6}",
+            c in "[aAbB0-9é._-]{0,6}",
+        ) {
+            proptest::prop_assert_eq!(natural_cmp(&a, &b), natural_cmp(&b, &a).reverse());
+            proptest::prop_assert_eq!(natural_cmp(&a, &b) == Ordering::Equal, a == b);
+            if natural_cmp(&a, &b) != Ordering::Greater && natural_cmp(&b, &c) != Ordering::Greater {
+                proptest::prop_assert_ne!(natural_cmp(&a, &c), Ordering::Greater);
+            }
+        }
     }
 
     #[test]

@@ -3,11 +3,17 @@
 //! A small built-in table instead of `mime_guess`: browsers only act on a handful of types
 //! (HTML, CSS, scripts, images, media, fonts, wasm), `nosniff` makes a wrong guess fail safe
 //! (as a download), and a table we own cannot change behaviour under a dependency update.
-//! Anything unknown is `application/octet-stream`.
+//! Text and source code are served as text so a click shows them (decision 0066): every
+//! common source and configuration extension is `text/plain; charset=utf-8` unless it has
+//! a text type of its own, and a file of any other name whose first bytes are UTF-8 text
+//! ([`sniff_text`]) is text too. Anything else is `application/octet-stream`.
 
 use http::{HeaderMap, HeaderValue, header};
 
 const OCTET_STREAM: &str = "application/octet-stream";
+
+/// Source code, configuration and logs: shown by a browser as they are.
+pub const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 
 /// The longest extension [`content_type`] knows ("webmanifest").
 const LONGEST_EXTENSION: usize = 11;
@@ -32,8 +38,17 @@ pub fn content_type(file_name: &str) -> &'static str {
         b"js" | b"mjs" => "text/javascript; charset=utf-8",
         b"json" | b"map" => "application/json",
         b"webmanifest" => "application/manifest+json",
-        b"txt" => "text/plain; charset=utf-8",
-        b"md" => "text/markdown; charset=utf-8",
+        b"txt" | b"text" | b"log" | b"conf" | b"cfg" | b"ini" | b"toml" | b"yaml" | b"yml"
+        | b"env" | b"properties" | b"lock" | b"py" | b"pyi" | b"rs" | b"go" | b"c" | b"h"
+        | b"cc" | b"cpp" | b"cxx" | b"hh" | b"hpp" | b"hxx" | b"java" | b"kt" | b"kts"
+        | b"scala" | b"swift" | b"m" | b"cs" | b"fs" | b"vb" | b"rb" | b"pl" | b"pm" | b"php"
+        | b"lua" | b"r" | b"jl" | b"dart" | b"zig" | b"nim" | b"hs" | b"ml" | b"mli" | b"ex"
+        | b"exs" | b"erl" | b"hrl" | b"clj" | b"cljs" | b"el" | b"lisp" | b"scm" | b"rkt"
+        | b"vim" | b"sh" | b"bash" | b"zsh" | b"fish" | b"ps1" | b"bat" | b"cmd" | b"sql"
+        | b"tsx" | b"jsx" | b"vue" | b"svelte" | b"scss" | b"sass" | b"less" | b"graphql"
+        | b"proto" | b"tf" | b"nix" | b"cmake" | b"mk" | b"gradle" | b"diff" | b"patch"
+        | b"rst" | b"adoc" | b"tex" | b"bib" | b"srt" | b"vtt" | b"dockerfile" => PLAIN_TEXT,
+        b"md" | b"markdown" => "text/markdown; charset=utf-8",
         b"csv" => "text/csv; charset=utf-8",
         b"xml" => "application/xml",
         b"svg" => "image/svg+xml",
@@ -62,6 +77,42 @@ pub fn content_type(file_name: &str) -> &'static str {
         b"zst" => "application/zstd",
         _ => OCTET_STREAM,
     }
+}
+
+/// How many leading bytes [`sniff_text`] looks at.
+pub const SNIFF_LEN: usize = 1024;
+
+/// Whether a file whose name says nothing (no extension, or one not in the table) is
+/// text, judged from its first bytes (up to [`SNIFF_LEN`]): UTF-8 (a character cut at the
+/// end of the sample is allowed), no NUL, and no control character but tab, line breaks,
+/// form feed and escape (used by coloured logs). An empty file is text.
+pub fn sniff_text(head: &[u8]) -> bool {
+    let head = &head[..head.len().min(SNIFF_LEN)];
+    let text = match std::str::from_utf8(head) {
+        Ok(text) => text,
+        // Cut inside a character at the end of the sample: what comes before is judged.
+        Err(e) if e.error_len().is_none() && head.len() == SNIFF_LEN => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return false,
+    };
+    text.chars()
+        .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r' | '\x0c' | '\x1b'))
+}
+
+/// The type of a file named `file_name`, looking at its first bytes only when the name
+/// says nothing: [`content_type`], or [`PLAIN_TEXT`] for a file that [`sniff_text`] finds
+/// to be text.
+pub fn content_type_sniffed(file_name: &str, head: &[u8]) -> &'static str {
+    match content_type(file_name) {
+        OCTET_STREAM if sniff_text(head) => PLAIN_TEXT,
+        known => known,
+    }
+}
+
+/// Whether the type of `file_name` depends on its content ([`content_type_sniffed`]).
+pub fn needs_sniffing(file_name: &str) -> bool {
+    content_type(file_name) == OCTET_STREAM
 }
 
 /// Headers on every response. `nosniff` stops browsers from promoting a served file to a
@@ -141,6 +192,26 @@ mod tests {
         assert_eq!(content_type("A.PNG"), "image/png");
         assert_eq!(content_type("archive.tar.gz"), "application/gzip");
         assert_eq!(content_type("noext"), "application/octet-stream");
+        for code in [
+            "a.py",
+            "b.rs",
+            "Cargo.toml",
+            "run.sh",
+            "main.go",
+            "x.c",
+            "x.h",
+            "c.yaml",
+            "c.YML",
+            "notes.log",
+            "q.sql",
+            "App.tsx",
+            "x.patch",
+            "a.ini",
+        ] {
+            assert_eq!(content_type(code), PLAIN_TEXT, "{code}");
+        }
+        assert_eq!(content_type("README.md"), "text/markdown; charset=utf-8");
+        assert_eq!(content_type("data.json"), "application/json");
         assert_eq!(content_type(".bashrc"), "application/octet-stream");
         assert_eq!(content_type("x.unknown"), "application/octet-stream");
         assert_eq!(content_type("trailing."), "application/octet-stream");
@@ -193,6 +264,54 @@ mod tests {
             let ty = content_type(name);
             assert!(HeaderValue::from_str(ty).is_ok(), "{name}: {ty}");
             assert!(name == "a" || ty != OCTET_STREAM, "{name} is not known");
+        }
+    }
+
+    #[test]
+    fn text_is_sniffed_only_when_the_name_says_nothing() {
+        assert_eq!(
+            content_type_sniffed("Makefile", b"all:\n\tcc a.c\n"),
+            PLAIN_TEXT
+        );
+        assert_eq!(
+            content_type_sniffed("LICENSE", "Ünïcode — ok\r\n".as_bytes()),
+            PLAIN_TEXT
+        );
+        assert_eq!(content_type_sniffed("empty", b""), PLAIN_TEXT);
+        assert_eq!(
+            content_type_sniffed("log", b"\x1b[31mred\x1b[0m"),
+            PLAIN_TEXT
+        );
+        assert_eq!(content_type_sniffed("blob", b"ab\0cd"), OCTET_STREAM);
+        assert_eq!(
+            content_type_sniffed("blob", b"\x89PNG\r\n\x1a\n"),
+            OCTET_STREAM
+        );
+        assert_eq!(
+            content_type_sniffed("latin1", b"caf\xe9 au lait"),
+            OCTET_STREAM
+        );
+        assert_eq!(content_type_sniffed("bell", b"ding\x07"), OCTET_STREAM);
+        // The name decides when it can: a .png of text is still an image.
+        assert_eq!(content_type_sniffed("a.png", b"text"), "image/png");
+        assert_eq!(content_type_sniffed("a.weird", b"text"), PLAIN_TEXT);
+        // A character cut by the end of the sample is not a reason to call it binary...
+        let mut long = "a".repeat(SNIFF_LEN - 1).into_bytes();
+        long.extend_from_slice("é".as_bytes());
+        assert!(sniff_text(&long));
+        // ...but a broken one inside it is.
+        let mut short = b"abc".to_vec();
+        short.push(0xc3);
+        assert!(!sniff_text(&short));
+    }
+
+    proptest::proptest! {
+        /// Any bytes get an answer, and text stays text wherever the sample is cut.
+        #[test]
+        fn sniffing_any_bytes_is_safe(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048),
+                                      text in "[a-zé€😀\t\n ]{0,1500}") {
+            let _ = sniff_text(&bytes);
+            proptest::prop_assert!(sniff_text(text.as_bytes()));
         }
     }
 

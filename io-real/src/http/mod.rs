@@ -38,6 +38,7 @@ pub mod policy;
 pub mod range;
 pub mod single_flight;
 pub mod site;
+mod sniff;
 mod sync;
 mod tokens;
 pub(crate) use tokens::has_token;

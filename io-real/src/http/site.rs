@@ -28,7 +28,6 @@ use super::digest::{self, DigestAlg};
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::{ALLOW, HttpError, error_response};
 use super::file_cache::FileCache;
-use super::listing;
 use super::lookup::{
     CompressSettings, Content, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
     key_path, list as list_directory,
@@ -253,6 +252,10 @@ impl Site {
         Features {
             upload: self.uploads.is_some(),
             dav_writes: self.uploads.is_some() && self.dav.is_some(),
+            delete: self
+                .uploads
+                .as_ref()
+                .is_some_and(|u| u.writer().settings.allow_overwrite),
             archive: self.archive.is_some(),
             search: true,
         }
@@ -378,7 +381,7 @@ impl Site {
         } else if !policy::authorized(&self.auth, &parts.headers) {
             error_response(&HttpError::Unauthorized)
         } else if !csrf::is_safe(&parts.method) && !from_this_origin_or_no_browser(&parts) {
-            error_response(&HttpError::CrossSite)
+            page::error_page::respond(&parts, &HttpError::CrossSite)
         } else {
             // The rare paths (WebDAV and uploads here, digests and encoding misses below)
             // are boxed: an async fn is as large as its largest await, and every request's
@@ -392,7 +395,7 @@ impl Site {
                 (None, Some(uploads), Some(body)) => Box::pin(uploads.handle(&parts, body)).await,
                 _ => match self.respond(&parts).await {
                     Ok(response) => response,
-                    Err(err) => error_response(&err),
+                    Err(err) => page::error_page::respond(&parts, &err),
                 },
             }
         };
@@ -479,49 +482,42 @@ impl Site {
                         .await;
                 }
                 let show_hidden = self.show_hidden;
-                let html = !listing::parse_query(
-                    parts.uri.query(),
-                    joined_values(&parts.headers, header::ACCEPT).as_deref(),
-                )
-                .json;
+                let request =
+                    page::response::PageRequest::of(parts, self.compress.is_some(), want_body);
+                let html = !request.query.json;
+                let features = self.page_features();
+                // Listed, rendered and compressed on the blocking pool: a big folder is
+                // megabytes of HTML.
                 if html && let Some(needle) = page::search::query(parts.uri.query()) {
-                    let results = blocking(&runtime, move || {
-                        page::search::search(
+                    return blocking(&runtime, move || {
+                        let results = page::search::search(
                             &root,
                             &rel,
                             &needle,
                             show_hidden,
                             page::search::Bounds::standard(),
                         )
-                        .map(|r| (needle, r))
-                        .map_err(HttpError::from_io)
+                        .map_err(HttpError::from_io)?;
+                        let text = page::render::render_search(&path, &needle, &results, features);
+                        page::response::page(&request, text)
                     })
-                    .await?;
-                    let text = page::render::render_search(
-                        &path,
-                        &results.0,
-                        &results.1,
-                        self.page_features(),
-                    );
-                    return page::response::page(text, want_body);
+                    .await;
                 }
-                let (entries, readme) = blocking(&runtime, move || {
+                let qr_base = self.qr_url.clone();
+                blocking(&runtime, move || {
                     let entries = list_directory(&root, &rel, show_hidden)?;
                     let readme = html
                         .then(|| page::readme::load(&root, &rel, &entries))
                         .flatten();
-                    Ok((entries, readme))
+                    let page = page::response::ListingPage {
+                        path: &path,
+                        readme: readme.as_deref(),
+                        features,
+                        qr_base: qr_base.as_deref(),
+                    };
+                    page::response::listing(&request, page, entries)
                 })
-                .await?;
-                page::response::listing(
-                    parts,
-                    &path,
-                    entries,
-                    readme.as_deref(),
-                    want_body,
-                    self.page_features(),
-                    self.qr_url.as_deref(),
-                )
+                .await
             }
         }
     }
@@ -583,6 +579,8 @@ impl Site {
             }
             Precondition::Proceed { range_applies } => range_applies,
         };
+        // A name that says nothing (`Makefile`, `notes`): its first bytes decide.
+        let content_type = super::sniff::content_type(&original, &runtime).await;
         head.set(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         head.set(header::ETAG, validators.etag());
         head.set(header::LAST_MODIFIED, validators.last_modified());

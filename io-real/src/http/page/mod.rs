@@ -9,6 +9,7 @@ pub mod args;
 pub mod assets;
 pub mod csrf;
 pub mod download;
+pub(crate) mod error_page;
 pub mod qr;
 pub mod readme;
 pub mod render;

@@ -21,8 +21,11 @@ use crate::http::path::RequestPath;
 pub struct Features {
     /// `--upload`: the upload form, new folder.
     pub upload: bool,
-    /// `--dav` with `--upload`: rename, move and delete buttons.
+    /// `--dav` with `--upload`: rename and move buttons.
     pub dav_writes: bool,
+    /// `--allow-overwrite` as well: the delete button (the server refuses deletes
+    /// without it, so the page does not offer one).
+    pub delete: bool,
     /// Folder archives (on unless `--no-archive`).
     pub archive: bool,
     /// The recursive search form.
@@ -125,7 +128,14 @@ fn dir_title(segments: &[String]) -> String {
 }
 
 /// The page's head and the header bar (breadcrumbs, search), up to the opened `<main>`.
-pub fn push_head(html: &mut String, dir: &RequestPath, title: &str, features: Features) {
+/// `searched` is the text of the search this page shows, kept in the search box.
+pub fn push_head(
+    html: &mut String,
+    dir: &RequestPath,
+    title: &str,
+    features: Features,
+    searched: Option<&str>,
+) {
     let segments = dir.segments();
     let _ = write!(
         html,
@@ -136,7 +146,7 @@ pub fn push_head(html: &mut String, dir: &RequestPath, title: &str, features: Fe
          <title>{title}</title>\
          <link rel=\"stylesheet\" href=\"{css}\">\
          <script src=\"{js}\" defer></script></head>\n\
-         <body data-dir=\"{dir}\"{upload}{dav}>\
+         <body data-dir=\"{dir}\"{upload}{dav}{delete}>\
          <a class=\"skip\" href=\"#main\">Skip to content</a>\n\
          <header class=\"top\"><nav class=\"crumbs\" aria-label=\"Breadcrumb\"><ol>",
         css = assets::STYLE.href(),
@@ -144,6 +154,11 @@ pub fn push_head(html: &mut String, dir: &RequestPath, title: &str, features: Fe
         dir = html_escape(&dir.dir_href()),
         upload = if features.upload { " data-upload" } else { "" },
         dav = if features.dav_writes { " data-dav" } else { "" },
+        delete = if features.dav_writes && features.delete {
+            " data-delete"
+        } else {
+            ""
+        },
     );
     let last = segments.len();
     if last == 0 {
@@ -169,11 +184,13 @@ pub fn push_head(html: &mut String, dir: &RequestPath, title: &str, features: Fe
     }
     html.push_str("</ol></nav>");
     if features.search {
-        html.push_str(
+        let _ = write!(
+            html,
             "<form class=\"search\" role=\"search\" method=\"get\" action=\"./\">\
              <label class=\"vh\" for=\"q\">Search in this folder and below</label>\
              <input type=\"search\" id=\"q\" name=\"q\" placeholder=\"Search below here\" \
-             maxlength=\"200\"><button type=\"submit\">Search</button></form>",
+             maxlength=\"200\"{value}><button type=\"submit\">Search</button></form>",
+            value = searched.map_or_else(String::new, |q| format!(" value=\"{}\"", attr_escape(q))),
         );
     }
     html.push_str("</header>\n<main id=\"main\">");
@@ -196,7 +213,7 @@ pub fn render(page: &Page<'_>) -> String {
     } = *page;
     let title = format!("Index of {}", dir_title(dir.segments()));
     let mut html = String::with_capacity(2048 + entries.len() * 330);
-    push_head(&mut html, dir, &title, features);
+    push_head(&mut html, dir, &title, features, None);
     let _ = write!(html, "<h1>{title}</h1>\n<div class=\"tools\">");
     html.push_str(
         "<div class=\"filter\" hidden><label for=\"filter\">Filter</label> \
@@ -211,7 +228,7 @@ pub fn render(page: &Page<'_>) -> String {
     }
     html.push_str("</div>\n");
     if features.upload {
-        push_upload(&mut html);
+        push_upload(&mut html, features);
     }
     let dirs = entries.iter().filter(|e| e.is_dir).count();
     let _ = write!(
@@ -263,11 +280,12 @@ pub fn render_search(
         dir_title(dir.segments())
     );
     let mut html = String::with_capacity(2048 + results.hits.len() * 360);
-    push_head(&mut html, dir, &title, features);
+    push_head(&mut html, dir, &title, features, Some(needle));
     let _ = write!(
         html,
         "<h1>{title}</h1>\n<div class=\"tools\"><p><a href=\"./\">Back to the folder</a></p>\
-         <p role=\"status\">{} found{}</p></div>\n",
+         <p role=\"status\">{} found{}</p><p class=\"err\" id=\"msg\" role=\"alert\"></p>\
+         </div>\n",
         results.hits.len(),
         if results.cut_short {
             " (the search stopped early: narrow it down)"
@@ -290,7 +308,7 @@ pub fn render_search(
     html
 }
 
-fn push_upload(html: &mut String) {
+fn push_upload(html: &mut String, features: Features) {
     html.push_str(
         "<section class=\"card upload\" aria-labelledby=\"up-h\"><h2 id=\"up-h\">Upload</h2>\
          <div class=\"drop\" id=\"drop\" hidden>Drop files or folders here</div>\
@@ -307,8 +325,15 @@ fn push_upload(html: &mut String) {
          <form id=\"mkdir\" class=\"pick\" hidden><label for=\"mkdir-n\">New folder</label> \
          <input type=\"text\" id=\"mkdir-n\" required maxlength=\"255\">\
          <button type=\"submit\">Create</button></form>\
-         <p class=\"err\" id=\"up-err\" role=\"alert\"></p></section>\n",
+         <p class=\"err\" id=\"msg\" role=\"alert\"></p>",
     );
+    if features.dav_writes && !features.delete {
+        html.push_str(
+            "<p class=\"note\" id=\"no-delete\">Deleting and replacing files is turned off \
+             on this server; files can be added, renamed and moved.</p>",
+        );
+    }
+    html.push_str("</section>\n");
 }
 
 /// One table row. The name cell links to the entry; the size and time cells show human
@@ -540,6 +565,7 @@ mod tests {
             Features {
                 upload: true,
                 dav_writes: true,
+                delete: true,
                 archive: true,
                 search: true,
             },

@@ -112,7 +112,7 @@ pub fn search(
                     && !name.contains('\\')
             })
             .collect();
-        names.sort();
+        names.sort_by(|a, b| crate::http::listing::natural_cmp(&a.0, &b.0));
         for (name, os_name) in names {
             visited += 1;
             if visited > bounds.max_visited

@@ -222,7 +222,8 @@ impl Uploads {
                 if e.is_unavailable() {
                     tracing::warn!(path = parts.uri.path(), error = %e, "upload refused");
                 }
-                error_response(&HttpError::Write(e))
+                // A form posted by a browser without the script gets a page in words.
+                super::page::error_page::respond(parts, &HttpError::Write(e))
             }
         };
         self.with_worker(response)
