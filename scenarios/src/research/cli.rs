@@ -7,6 +7,7 @@ use servery_core::supervisor::Platform;
 use crate::research::compare::run_matrix;
 use crate::research::error::ResearchError;
 use crate::research::policy::{self, Policy};
+use crate::research::provenance::{self, Provenance, shell_word};
 use crate::research::workload::{self, Workload};
 use crate::research::{heatmap, output, report};
 
@@ -89,9 +90,57 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
     Ok((policies, workloads))
 }
 
+/// The platform's name as `--platform` takes it.
+pub fn platform_name(platform: Platform) -> &'static str {
+    match platform {
+        Platform::Windows => "windows",
+        _ => "posix",
+    }
+}
+
+/// The command line that reproduces this comparison (`--jobs` leaves the results alone).
+pub fn command(args: &CompareArgs) -> String {
+    let mut c = String::from("cargo run --release -p servery-scenarios -- compare");
+    for p in &args.policies {
+        c.push_str(&format!(" --policy {}", shell_word(p)));
+    }
+    for w in &args.workloads {
+        c.push_str(&format!(" --workload {}", shell_word(w)));
+    }
+    c.push_str(&format!(
+        " --seeds {} --platform {}",
+        args.seeds,
+        platform_name(args.platform)
+    ));
+    if let Some(dir) = &args.out {
+        c.push_str(&format!(" --out {}", shell_word(&dir.to_string_lossy())));
+    }
+    if let Some((limits, windows)) = &args.grid {
+        let join = |xs: Vec<String>| xs.join(",");
+        c.push_str(&format!(
+            " --grid-limits {} --grid-windows {}",
+            join(limits.iter().map(ToString::to_string).collect()),
+            join(windows.iter().map(ToString::to_string).collect())
+        ));
+    }
+    if args.json {
+        c.push_str(" --json");
+    }
+    c
+}
+
 /// Run the comparison; the text or JSON to print.
 pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
     let (policies, workloads) = load_inputs(args)?;
+    let prov = Provenance {
+        commit: provenance::commit(),
+        command: command(args),
+        seeds: 0..args.seeds,
+        platform: platform_name(args.platform),
+        policies: policies.clone(),
+        workloads: workloads.clone(),
+        extra: Vec::new(),
+    };
     let cells = run_matrix(
         &policies,
         &workloads,
@@ -100,8 +149,18 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
         args.platform,
     );
     if let Some(dir) = &args.out {
-        output::write_all(dir, &cells, policies.len())?;
+        output::write_all(dir, &cells, &policies, &workloads, &prov)?;
         if let Some((limits, windows)) = &args.grid {
+            let mut grid_prov = prov.clone();
+            grid_prov.extra.push((
+                "grid",
+                serde_json::json!({
+                    "policy": policies[0].name,
+                    "varied": ["worker_restart_limit", "worker_restart_window"],
+                    "worker_restart_limit": limits,
+                    "worker_restart_window": windows,
+                }),
+            ));
             for w in &workloads {
                 let grid = heatmap::run(
                     &policies[0],
@@ -112,14 +171,26 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
                     args.jobs,
                     args.platform,
                 );
-                output::write(dir, &format!("p-failed-grid-{}.csv", w.name), &grid.csv())?;
-                output::write(dir, &format!("p-failed-grid-{}.svg", w.name), &grid.svg())?;
+                let csv = grid_prov.csv_header() + &grid.csv();
+                output::write(dir, &format!("p-failed-grid-{}.csv", w.name), &csv)?;
+                output::write(
+                    dir,
+                    &format!("p-failed-grid-{}.svg", w.name),
+                    &grid.svg(args.seeds),
+                )?;
             }
         }
     }
     Ok(if args.json {
-        report::json(&cells, policies.len()).to_string()
+        let mut v = report::json(&cells, policies.len());
+        v["provenance"] = prov.json();
+        v.to_string()
     } else {
-        report::text(&cells, policies.len())
+        format!(
+            "{}\ncommit {}; reproduce with:\n{}\n",
+            report::text(&cells, policies.len()),
+            prov.commit,
+            prov.command
+        )
     })
 }

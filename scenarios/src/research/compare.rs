@@ -96,10 +96,13 @@ pub fn run_one(
     };
     // Up to the refused start the supervisor's run is the unit's (its own limit is off
     // and nothing else depends on it); from there the unit is `failed`. The same seed
-    // is run again with the clients and the service stopped just before that start.
+    // is run again with the service stopped just before that start: only the stop
+    // differs, so everything before it replays as it was.
     let mut spec = workload.spec(policy, seed, platform, &draw);
-    let cut = Duration::from_millis(((refused * 1000.0).round() as u64).saturating_sub(1));
-    spec.workload.until = cut;
+    // Spawn times are whole milliseconds, rounded down: the refused start is at or after
+    // its millisecond, and the start before it (in an earlier millisecond) before it.
+    let cut = Duration::from_millis((refused * 1000.0).round() as u64)
+        .saturating_sub(Duration::from_nanos(1));
     spec.liveness_at = cut;
     spec.stop_at = cut;
     let outcome = servery_sim::simulate(spec)?;

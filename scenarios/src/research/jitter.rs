@@ -111,8 +111,14 @@ mod tests {
             let (lo, hi) = xs
                 .iter()
                 .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-            assert!(lo >= 0.8 * centre - 1e-9 && hi <= 1.2 * centre + 1e-9, "n={n}");
-            assert!(lo < 0.82 * centre && hi > 1.18 * centre, "the whole ±20 % is used");
+            assert!(
+                lo >= 0.8 * centre - 1e-9 && hi <= 1.2 * centre + 1e-9,
+                "n={n}"
+            );
+            assert!(
+                lo < 0.82 * centre && hi > 1.18 * centre,
+                "the whole ±20 % is used"
+            );
         }
     }
 }

@@ -50,7 +50,8 @@ fn recycle(reason: Option<ExitReason>) -> bool {
 }
 
 /// `refused`: when a start limit the tool applies (systemd's) refused a start, ending
-/// the service `failed`; the run `o` then stopped just before it.
+/// the service `failed`; the run `o` was stopped just before it, and its clients count
+/// as for a failed service from the parent's exit on.
 pub fn measure(
     w: &Workload,
     draw: &Draw,
@@ -115,7 +116,7 @@ pub fn measure(
     let r = &o.requests;
     // Clients keep coming after a failed service exits; the simulation stops sending
     // them then, so the rest of the run's offered load is added at the workload's rate.
-    let gone_s = refused.unwrap_or(o.parent_gone_ms as f64 / 1000.0);
+    let gone_s = o.parent_gone_ms as f64 / 1000.0;
     let unsent = if failed_at.is_some() && gone_s < end {
         w.request_rate * (end - gone_s)
     } else {

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod output;
 pub mod plots;
 pub mod policy;
+pub mod provenance;
 pub mod published;
 pub mod report;
 pub mod reproduce;

@@ -140,7 +140,8 @@ impl Published {
     /// The section's own rules (servery's are checked after the mapping): a field and
     /// what is wrong with it.
     pub fn check(&self) -> Result<(), (String, String)> {
-        let bad = |field: &str, rule: &str| Err((format!("{}.{field}", self.server()), rule.into()));
+        let bad =
+            |field: &str, rule: &str| Err((format!("{}.{field}", self.server()), rule.into()));
         let requests = |max: i64, jitter: i64, names: (&str, &str)| {
             if max < 0 || jitter < 0 {
                 return bad(names.0, "must be >= 0 (0: off)");
@@ -165,7 +166,9 @@ impl Published {
                     u.limit_max_requests_jitter,
                     ("limit_max_requests", "limit_max_requests_jitter"),
                 )?;
-                if !(u.timeout_worker_healthcheck_s > UVICORN_CHECK_PERIOD_S) {
+                if u.timeout_worker_healthcheck_s.is_nan()
+                    || u.timeout_worker_healthcheck_s <= UVICORN_CHECK_PERIOD_S
+                {
                     return bad(
                         "timeout_worker_healthcheck_s",
                         "must be > 0.5 s, the supervisor's check period",
@@ -175,7 +178,10 @@ impl Published {
             }
             Published::Granian(g) => {
                 let off = g.workers_lifetime_s == 0.0;
-                if !off && !(g.workers_lifetime_s >= GRANIAN_MIN_LIFETIME_S) {
+                if !off
+                    && (g.workers_lifetime_s.is_nan()
+                        || g.workers_lifetime_s < GRANIAN_MIN_LIFETIME_S)
+                {
                     return bad(
                         "workers_lifetime_s",
                         "must be 0 (off) or at least 60 s, as granian requires",
@@ -223,11 +229,15 @@ impl Published {
                     (max_requests, max as f64),
                     (requests_jitter, jitter),
                     (heartbeat_timeout, g.timeout_s),
-                    (("drain_timeout", |r, v| r.drain_timeout = v), g.graceful_timeout_s),
+                    (
+                        ("drain_timeout", |r, v| r.drain_timeout = v),
+                        g.graceful_timeout_s,
+                    ),
                 ]
             }
             Published::Uvicorn(u) => {
-                let (max, jitter) = request_limit(u.limit_max_requests, u.limit_max_requests_jitter);
+                let (max, jitter) =
+                    request_limit(u.limit_max_requests, u.limit_max_requests_jitter);
                 vec![
                     (max_requests, max as f64),
                     (requests_jitter, jitter),
@@ -246,7 +256,10 @@ impl Published {
                     ("worker_max_age", |r, v| r.worker_max_age = v),
                     g.workers_lifetime_s,
                 ),
-                (("worker_max_age_jitter", |r, v| r.worker_max_age_jitter = v), 0.0),
+                (
+                    ("worker_max_age_jitter", |r, v| r.worker_max_age_jitter = v),
+                    0.0,
+                ),
                 (
                     ("worker_max_rss", |r, v| r.worker_max_rss = v as i64),
                     (g.workers_max_rss_mib * 1024 * 1024) as f64,
@@ -378,7 +391,9 @@ mod tests {
         assert_eq!((r.heartbeat_timeout, r.drain_timeout), (30.0, 20.0));
         let twice = g.apply(&mut r, &["max_requests_jitter".into()]);
         assert!(
-            twice.as_ref().is_err_and(|e| e.contains("recovery.max_requests_jitter")),
+            twice
+                .as_ref()
+                .is_err_and(|e| e.contains("recovery.max_requests_jitter")),
             "{twice:?}"
         );
     }
@@ -429,7 +444,11 @@ mod tests {
             workers_lifetime_s: 59.0,
             workers_max_rss_mib: 0,
         });
-        assert!(short.check().is_err_and(|(f, _)| f == "granian.workers_lifetime_s"));
+        assert!(
+            short
+                .check()
+                .is_err_and(|(f, _)| f == "granian.workers_lifetime_s")
+        );
     }
 
     /// systemd's fixed window: with burst 5 in 10 s, five starts at 0..4 s are allowed

@@ -22,7 +22,9 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             let n = seeds.unwrap_or(HUANG_SEEDS);
             let r = huang::reproduce(&Huang::example_a(), 0..n);
             if json {
-                return Ok(r.json().to_string());
+                let mut v = r.json();
+                v["provenance"] = provenance(model, n, format!("{:?}", Huang::example_a()));
+                return Ok(v.to_string());
             }
             let never = Huang::example_a().with_r4(0.0).closed_form();
             let at_once = Huang::example_a().with_r4(f64::INFINITY).closed_form();
@@ -52,7 +54,12 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             let m = AgeModel::standard();
             let r = age::reproduce(&m, 0..n, AGE_STEP_S, AGE_MAX_S, AGE_HORIZON_S);
             if json {
-                return Ok(r.json().to_string());
+                let mut v = r.json();
+                let grid = format!(
+                    "{m:?}, ages {AGE_STEP_S} s to {AGE_MAX_S} s in steps of {AGE_STEP_S} s, {AGE_HORIZON_S} s a seed"
+                );
+                v["provenance"] = provenance(model, n, grid);
+                return Ok(v.to_string());
             }
             Ok(age_text(&m, &r, n))
         }
@@ -61,6 +68,19 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             MODELS.join(", ")
         )),
     }
+}
+
+/// `reproduce --json`'s provenance: the commit, the command, the seeds and the model's
+/// full parameters.
+fn provenance(model: &str, seeds: u64, parameters: String) -> serde_json::Value {
+    serde_json::json!({
+        "commit": crate::research::provenance::commit(),
+        "command": format!(
+            "cargo run --release -p servery-scenarios -- reproduce {model} --seeds {seeds} --json"
+        ),
+        "seeds": {"first": 0, "end_exclusive": seeds, "count": seeds},
+        "parameters": parameters,
+    })
 }
 
 fn age_text(m: &AgeModel, r: &age::AgeReport, n: u64) -> String {

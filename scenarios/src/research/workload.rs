@@ -159,6 +159,15 @@ impl Workload {
         SimRng::new(seed ^ name ^ salt)
     }
 
+    /// The drawn parameter's name and unit, for plot axes.
+    pub fn parameter(&self) -> &'static str {
+        match self.faults {
+            FaultModel::CrashStorm { .. } => "outage length d (seconds)",
+            FaultModel::BootLoop { .. } => "crash delay after each boot b (seconds)",
+            _ => "drawn parameter (seconds)",
+        }
+    }
+
     pub fn draw(&self, seed: u64) -> Draw {
         let mut rng = self.stream(seed, 0xfa17);
         let mut faults = Vec::new();
@@ -235,7 +244,7 @@ impl Workload {
             workload: SimWorkload {
                 request_rate: self.request_rate,
                 until: stop,
-                app: (self.memory_growth_mb_per_request > 0.0).then(|| AppModel {
+                app: (self.memory_growth_mb_per_request > 0.0).then_some(AppModel {
                     memory_base: (self.memory_base_mb * MB) as u64,
                     memory_per_request: (self.memory_growth_mb_per_request * MB) as u64,
                     peak_chance: 0.0,
