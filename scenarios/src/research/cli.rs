@@ -6,8 +6,9 @@ use servery_core::supervisor::Platform;
 
 use crate::research::compare::run_matrix;
 use crate::research::error::ResearchError;
-use crate::research::policy::{self, Policy};
+use crate::research::policy::Policy;
 use crate::research::provenance::{self, Provenance, shell_word};
+use crate::research::sweep;
 use crate::research::workload::{self, Workload};
 use crate::research::{heatmap, output, report};
 
@@ -40,11 +41,16 @@ pub fn resolve(arg: &str, shipped: &str) -> PathBuf {
 /// Load and cross-check the inputs: each policy must also validate with each
 /// workload's worker count, and names must be unique.
 pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), ResearchError> {
-    let policies = args
-        .policies
-        .iter()
-        .map(|p| policy::load(&resolve(p, "policies")))
-        .collect::<Result<Vec<_>, _>>()?;
+    // A file with `[[vary]]` tables stands for one policy per sweep point.
+    let mut policies = Vec::new();
+    let mut paths = Vec::new();
+    for arg in &args.policies {
+        let path = resolve(arg, "policies");
+        for p in sweep::load_all(&path)? {
+            policies.push(p);
+            paths.push(path.clone());
+        }
+    }
     let workloads = args
         .workloads
         .iter()
@@ -77,12 +83,12 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
             }
         }
     }
-    for (p, arg) in policies.iter().zip(&args.policies) {
+    for (p, path) in policies.iter().zip(&paths) {
         for w in &workloads {
             p.config(w.workers)
                 .validate()
                 .map_err(|source| ResearchError::InvalidPolicy {
-                    path: resolve(arg, "policies"),
+                    path: path.clone(),
                     source,
                 })?;
         }

@@ -20,4 +20,5 @@ pub mod published;
 pub mod report;
 pub mod reproduce;
 pub mod stats;
+pub mod sweep;
 pub mod workload;

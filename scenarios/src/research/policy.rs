@@ -66,7 +66,21 @@ pub fn load(path: &Path) -> Result<Policy, ResearchError> {
 
 /// Parse and validate policy text (`path` names it in errors).
 pub fn from_text(path: &Path, text: &str) -> Result<Policy, ResearchError> {
-    let file: PolicyFile = parse(path, text)?;
+    build(path, parse(path, text)?)
+}
+
+/// Validate a policy given as a TOML table (a sweep's point).
+pub(crate) fn from_table(path: &Path, table: toml::Table) -> Result<Policy, ResearchError> {
+    let file: PolicyFile = table
+        .try_into()
+        .map_err(|e: toml::de::Error| ResearchError::Parse {
+            path: path.to_owned(),
+            message: e.message().to_string(),
+        })?;
+    build(path, file)
+}
+
+fn build(path: &Path, file: PolicyFile) -> Result<Policy, ResearchError> {
     let bad = |message: String| ResearchError::Parse {
         path: path.to_owned(),
         message,

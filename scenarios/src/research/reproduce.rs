@@ -116,6 +116,21 @@ fn age_text(m: &AgeModel, r: &age::AgeReport, n: u64) -> String {
             sim.covers(*closed)
         );
     }
+    let points = r.curve.len();
+    let covered = r.curve.iter().filter(|(_, c, sim)| sim.covers(*c)).count();
+    let family = 1.0 - 0.05 / points.max(1) as f64;
+    let covered_family = r
+        .curve
+        .iter()
+        .filter(|(_, c, sim)| sim.widened(family).covers(*c))
+        .count();
+    let _ = writeln!(
+        s,
+        "covered: {covered} of {points} grid points at 95 % each ({:.1} misses expected by chance); \
+         at the family-wise 95 % (Bonferroni, {:.2} % each): {covered_family} of {points}",
+        0.05 * points as f64,
+        100.0 * family
+    );
     let _ = writeln!(
         s,
         "\nwith servery's N + 1 overlap (a planned recycle costs no downtime, one extra process for its {} s boot):\n\
