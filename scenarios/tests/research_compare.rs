@@ -21,6 +21,8 @@ const POLICIES: &[&str] = &[
     "erlang-5-30",
     "docker",
     "gunicorn-recycling",
+    "uvicorn",
+    "granian",
 ];
 const WORKLOADS: &[&str] = &[
     "steady",

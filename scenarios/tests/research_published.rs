@@ -164,6 +164,35 @@ fn a_policy_written_for_two_servers_or_with_jitter_is_refused_with_the_reason() 
     assert!(recycling_unit.is_err(), "{recycling_unit:?}");
 }
 
+#[test]
+fn a_systemd_policy_is_swept_by_its_own_fields_not_by_the_limit_grid() {
+    let args = servery_scenarios::research::cli::CompareArgs {
+        policies: vec!["systemd-defaults".into()],
+        workloads: vec!["crash-storm-short".into()],
+        seeds: 1,
+        jobs: 1,
+        out: Some(std::env::temp_dir().join("servery-research-never-written")),
+        json: false,
+        platform: Platform::Posix,
+        grid: Some((vec![1], vec![10.0])),
+    };
+    let e = servery_scenarios::research::cli::compare(&args)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("systemd.start_limit_burst"), "{e}");
+    let sweep = servery_scenarios::research::sweep::from_text(
+        Path::new("s.toml"),
+        "name = \"sd\"\n[systemd]\n[[vary]]\nfield = \"systemd.start_limit_burst\"\nvalues = [3, 10]\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let bursts: Vec<Option<u32>> = sweep
+        .iter()
+        .map(|p| p.start_limit().map(|l| l.burst))
+        .collect();
+    assert_eq!(bursts, [Some(3), Some(10)]);
+}
+
 /// The command a comparison's provenance names, run again, gives the same figures.
 #[test]
 fn the_provenance_command_reproduces_the_comparison() {

@@ -69,6 +69,16 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
     if let Some((limits, windows)) = &args.grid {
         // Every grid point is a policy too, held to the same rules.
         let path = resolve(&args.policies[0], "policies");
+        if policies[0].start_limit().is_some() {
+            return Err(ResearchError::Parse {
+                path,
+                message: "--grid-limits/--grid-windows vary servery's own restart limit, which \
+                          a [systemd] policy turns off for systemd's start limit: sweep \
+                          systemd.start_limit_burst and systemd.start_limit_interval_s with \
+                          [[vary]] instead"
+                    .into(),
+            });
+        }
         for &l in limits {
             for &win in windows {
                 let mut p = policies[0].clone();
