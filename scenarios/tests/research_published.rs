@@ -191,6 +191,12 @@ fn a_systemd_policy_is_swept_by_its_own_fields_not_by_the_limit_grid() {
         .map(|p| p.start_limit().map(|l| l.burst))
         .collect();
     assert_eq!(bursts, [Some(3), Some(10)]);
+    let shipped = servery_scenarios::research::sweep::load_all(&resolve(
+        "sweeps/systemd-start-limit",
+        "policies",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(shipped.len(), 6, "3 bursts x 2 intervals");
 }
 
 /// The command a comparison's provenance names, run again, gives the same figures.
