@@ -7,6 +7,7 @@ use std::path::Path;
 use servery_core::supervisor::Platform;
 use servery_scenarios::research::cli::{CompareArgs, compare, resolve};
 use servery_scenarios::research::compare::{run_matrix, run_one};
+use servery_scenarios::research::provenance::csv_rows;
 use servery_scenarios::research::workload::FaultClass;
 use servery_scenarios::research::{policy, workload};
 
@@ -20,6 +21,8 @@ const POLICIES: &[&str] = &[
     "erlang-5-30",
     "docker",
     "gunicorn-recycling",
+    "uvicorn",
+    "granian",
 ];
 const WORKLOADS: &[&str] = &[
     "steady",
@@ -143,6 +146,20 @@ fn compare_json_has_the_documented_shape() {
     assert_eq!(diffs[0]["baseline"], "seed-defaults");
     assert!(diffs[0]["metrics"]["availability"]["ci"].is_array());
     assert!(diffs[0]["metrics"]["served_within_bound"]["ci"].is_array());
+    let prov = &v["provenance"];
+    assert!(prov["commit"].is_string(), "{prov}");
+    assert_eq!(prov["seeds"]["count"], 4);
+    assert_eq!(prov["platform"], "posix");
+    assert_eq!(
+        prov["command"],
+        "cargo run --release -p servery-scenarios -- compare --policy seed-defaults \
+         --policy kubernetes-kep4603 --workload poison-request --seeds 4 --platform posix --json"
+    );
+    assert_eq!(
+        prov["policies"][1]["recovery"]["restart_backoff_initial"],
+        1.0
+    );
+    assert_eq!(prov["workloads"][0]["faults"]["kind"], "poison-request");
 }
 
 #[test]
@@ -262,8 +279,35 @@ fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
     compare(&args).unwrap_or_else(|e| panic!("{e}"));
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let runs = read("runs.csv");
-    assert_eq!(runs.lines().count(), 1 + 4, "{runs}");
+    assert_eq!(csv_rows(&runs).count(), 1 + 4, "{runs}");
     assert!(read("summary.csv").contains("seed-defaults,crash-storm-short,transient,4,p_failed"));
+    // Every CSV says where it came from and how to make it again.
+    for csv in [
+        "runs.csv",
+        "summary.csv",
+        "p-failed-grid-crash-storm-short.csv",
+    ] {
+        let body = read(csv);
+        let commented = |key: &str| body.lines().any(|l| l.starts_with(&format!("# {key}: ")));
+        for key in [
+            "commit", "command", "seeds", "platform", "policy", "workload",
+        ] {
+            assert!(commented(key), "{csv} lacks {key}:\n{body}");
+        }
+        assert!(body.contains("# seeds: 0..4 (4 paired seeds)"), "{body}");
+        assert!(
+            body.contains(
+                "--policy seed-defaults --workload crash-storm-short --seeds 4 --platform windows"
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains("\"worker_restart_limit\":5"),
+            "full policy values: {body}"
+        );
+        assert!(body.contains("\"outage_s\":[0.0,0.2]"), "{body}");
+    }
+    assert!(read("p-failed-grid-crash-storm-short.csv").contains("# grid: "));
     for svg in [
         "availability-vs-parameter-crash-storm-short.svg",
         "p-failed-vs-parameter-crash-storm-short.svg",
@@ -276,6 +320,7 @@ fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
     }
     // Four workers crashing at once: a limit of 1 fails every run, 5 none.
     let grid = read("p-failed-grid-crash-storm-short.csv");
+    let grid: String = csv_rows(&grid).collect::<Vec<_>>().join("\n");
     assert!(grid.contains("crash-storm-short,1,10,1,"), "{grid}");
     assert!(grid.contains("crash-storm-short,5,60,0,"), "{grid}");
     let _ = std::fs::remove_dir_all(&dir);

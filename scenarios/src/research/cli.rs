@@ -6,7 +6,9 @@ use servery_core::supervisor::Platform;
 
 use crate::research::compare::run_matrix;
 use crate::research::error::ResearchError;
-use crate::research::policy::{self, Policy};
+use crate::research::policy::Policy;
+use crate::research::provenance::{self, Provenance, shell_word};
+use crate::research::sweep;
 use crate::research::workload::{self, Workload};
 use crate::research::{heatmap, output, report};
 
@@ -39,11 +41,16 @@ pub fn resolve(arg: &str, shipped: &str) -> PathBuf {
 /// Load and cross-check the inputs: each policy must also validate with each
 /// workload's worker count, and names must be unique.
 pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), ResearchError> {
-    let policies = args
-        .policies
-        .iter()
-        .map(|p| policy::load(&resolve(p, "policies")))
-        .collect::<Result<Vec<_>, _>>()?;
+    // A file with `[[vary]]` tables stands for one policy per sweep point.
+    let mut policies = Vec::new();
+    let mut paths = Vec::new();
+    for arg in &args.policies {
+        let path = resolve(arg, "policies");
+        for p in sweep::load_all(&path)? {
+            policies.push(p);
+            paths.push(path.clone());
+        }
+    }
     let workloads = args
         .workloads
         .iter()
@@ -62,6 +69,16 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
     if let Some((limits, windows)) = &args.grid {
         // Every grid point is a policy too, held to the same rules.
         let path = resolve(&args.policies[0], "policies");
+        if policies[0].start_limit().is_some() {
+            return Err(ResearchError::Parse {
+                path,
+                message: "--grid-limits/--grid-windows vary servery's own restart limit, which \
+                          a [systemd] policy turns off for systemd's start limit: sweep \
+                          systemd.start_limit_burst and systemd.start_limit_interval_s with \
+                          [[vary]] instead"
+                    .into(),
+            });
+        }
         for &l in limits {
             for &win in windows {
                 let mut p = policies[0].clone();
@@ -76,12 +93,12 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
             }
         }
     }
-    for (p, arg) in policies.iter().zip(&args.policies) {
+    for (p, path) in policies.iter().zip(&paths) {
         for w in &workloads {
             p.config(w.workers)
                 .validate()
                 .map_err(|source| ResearchError::InvalidPolicy {
-                    path: resolve(arg, "policies"),
+                    path: path.clone(),
                     source,
                 })?;
         }
@@ -89,9 +106,57 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
     Ok((policies, workloads))
 }
 
+/// The platform's name as `--platform` takes it.
+pub fn platform_name(platform: Platform) -> &'static str {
+    match platform {
+        Platform::Windows => "windows",
+        _ => "posix",
+    }
+}
+
+/// The command line that reproduces this comparison (`--jobs` leaves the results alone).
+pub fn command(args: &CompareArgs) -> String {
+    let mut c = String::from("cargo run --release -p servery-scenarios -- compare");
+    for p in &args.policies {
+        c.push_str(&format!(" --policy {}", shell_word(p)));
+    }
+    for w in &args.workloads {
+        c.push_str(&format!(" --workload {}", shell_word(w)));
+    }
+    c.push_str(&format!(
+        " --seeds {} --platform {}",
+        args.seeds,
+        platform_name(args.platform)
+    ));
+    if let Some(dir) = &args.out {
+        c.push_str(&format!(" --out {}", shell_word(&dir.to_string_lossy())));
+    }
+    if let Some((limits, windows)) = &args.grid {
+        let join = |xs: Vec<String>| xs.join(",");
+        c.push_str(&format!(
+            " --grid-limits {} --grid-windows {}",
+            join(limits.iter().map(ToString::to_string).collect()),
+            join(windows.iter().map(ToString::to_string).collect())
+        ));
+    }
+    if args.json {
+        c.push_str(" --json");
+    }
+    c
+}
+
 /// Run the comparison; the text or JSON to print.
 pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
     let (policies, workloads) = load_inputs(args)?;
+    let prov = Provenance {
+        commit: provenance::commit(),
+        command: command(args),
+        seeds: 0..args.seeds,
+        platform: platform_name(args.platform),
+        policies: policies.clone(),
+        workloads: workloads.clone(),
+        extra: Vec::new(),
+    };
     let cells = run_matrix(
         &policies,
         &workloads,
@@ -100,8 +165,18 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
         args.platform,
     );
     if let Some(dir) = &args.out {
-        output::write_all(dir, &cells, policies.len())?;
+        output::write_all(dir, &cells, &policies, &workloads, &prov)?;
         if let Some((limits, windows)) = &args.grid {
+            let mut grid_prov = prov.clone();
+            grid_prov.extra.push((
+                "grid",
+                serde_json::json!({
+                    "policy": policies[0].name,
+                    "varied": ["worker_restart_limit", "worker_restart_window"],
+                    "worker_restart_limit": limits,
+                    "worker_restart_window": windows,
+                }),
+            ));
             for w in &workloads {
                 let grid = heatmap::run(
                     &policies[0],
@@ -112,14 +187,26 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
                     args.jobs,
                     args.platform,
                 );
-                output::write(dir, &format!("p-failed-grid-{}.csv", w.name), &grid.csv())?;
-                output::write(dir, &format!("p-failed-grid-{}.svg", w.name), &grid.svg())?;
+                let csv = grid_prov.csv_header() + &grid.csv();
+                output::write(dir, &format!("p-failed-grid-{}.csv", w.name), &csv)?;
+                output::write(
+                    dir,
+                    &format!("p-failed-grid-{}.svg", w.name),
+                    &grid.svg(args.seeds),
+                )?;
             }
         }
     }
     Ok(if args.json {
-        report::json(&cells, policies.len()).to_string()
+        let mut v = report::json(&cells, policies.len());
+        v["provenance"] = prov.json();
+        v.to_string()
     } else {
-        report::text(&cells, policies.len())
+        format!(
+            "{}\ncommit {}; reproduce with:\n{}\n",
+            report::text(&cells, policies.len()),
+            prov.commit,
+            prov.command
+        )
     })
 }

@@ -2,6 +2,7 @@
 //! each metric's estimate with its interval and each policy's paired difference from
 //! the first.
 
+use core::time::Duration;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use servery_core::supervisor::Platform;
@@ -86,7 +87,40 @@ pub fn run_one(
     let draw = workload.draw(seed);
     let spec = workload.spec(policy, seed, platform, &draw);
     let outcome = servery_sim::simulate(spec)?;
-    Ok(measure(workload, &draw, seed, &outcome))
+    let refused = policy
+        .start_limit()
+        .and_then(|limit| limit.first_refused(&unit_starts(&outcome, workload.workers)))
+        .filter(|&t| t <= workload.duration_s);
+    let Some(refused) = refused else {
+        return Ok(measure(workload, &draw, seed, &outcome, None));
+    };
+    // Up to the refused start the supervisor's run is the unit's (its own limit is off
+    // and nothing else depends on it); from there the unit is `failed`. The same seed
+    // is run again with the service stopped just before that start: only the stop
+    // differs, so everything before it replays as it was.
+    let mut spec = workload.spec(policy, seed, platform, &draw);
+    // Spawn times are whole milliseconds, rounded down: the refused start is at or after
+    // its millisecond, and the start before it (in an earlier millisecond) before it.
+    let cut = Duration::from_millis((refused * 1000.0).round() as u64)
+        .saturating_sub(Duration::from_nanos(1));
+    spec.liveness_at = cut;
+    spec.stop_at = cut;
+    let outcome = servery_sim::simulate(spec)?;
+    Ok(measure(workload, &draw, seed, &outcome, Some(refused)))
+}
+
+/// The starts a systemd unit would count: its own start (the first worker's spawn) and
+/// every replacement after the first generation. A policy with a start limit has no
+/// recycling (the loader refuses it), so every later spawn replaces a crash or a hang.
+pub fn unit_starts(outcome: &servery_sim::Outcome, workers: i64) -> Vec<f64> {
+    let secs = |ms: &u64| *ms as f64 / 1000.0;
+    let spawns = &outcome.spawn_times_ms;
+    spawns
+        .first()
+        .map(secs)
+        .into_iter()
+        .chain(spawns.iter().skip(workers.max(1) as usize).map(secs))
+        .collect()
 }
 
 /// The scalar metrics, by name: (name, per-run value; `None` where it does not apply).

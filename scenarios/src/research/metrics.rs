@@ -49,7 +49,16 @@ fn recycle(reason: Option<ExitReason>) -> bool {
     reason.is_some_and(ExitReason::is_recycle)
 }
 
-pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics {
+/// `refused`: when a start limit the tool applies (systemd's) refused a start, ending
+/// the service `failed`; the run `o` was stopped just before it, and its clients count
+/// as for a failed service from the parent's exit on.
+pub fn measure(
+    w: &Workload,
+    draw: &Draw,
+    seed: u64,
+    o: &Outcome,
+    refused: Option<f64>,
+) -> RunMetrics {
     let end = w.duration_s;
     let n = w.workers as u32;
     let ready: Vec<(f64, u32)> = o
@@ -100,10 +109,10 @@ pub fn measure(w: &Workload, draw: &Draw, seed: u64, o: &Outcome) -> RunMetrics 
     let recycles = o.exits.iter().filter(|e| recycle(e.reason)).count() as f64;
     let boots = o.spawns as f64;
     let restarts = (boots - f64::from(n) - recycles).max(0.0);
-    let failed_at = o
+    let failed_at = refused.or(o
         .failure_at_ms
         .map(|ms| ms as f64 / 1000.0)
-        .filter(|t| *t <= end);
+        .filter(|t| *t <= end));
     let r = &o.requests;
     // Clients keep coming after a failed service exits; the simulation stops sending
     // them then, so the rest of the run's offered load is added at the workload's rate.
@@ -211,7 +220,7 @@ mod tests {
             }],
             ..Outcome::default()
         };
-        let m = measure(&w, &draw, 0, &o);
+        let m = measure(&w, &draw, 0, &o, None);
         let lost = 4.0 * 0.1 + 0.5 + 2.0 * 1.0 + 1.0 * 19.0;
         assert!(
             (m.capacity_seconds_lost - lost).abs() < 1e-9,
@@ -246,7 +255,7 @@ mod tests {
             request_latency_us: vec![3_000, 500_000, 500_001, 30_000_000],
             ..Outcome::default()
         };
-        let m = measure(&w, &w.draw(0), 0, &o);
+        let m = measure(&w, &w.draw(0), 0, &o, None);
         assert!((m.availability - 0.8).abs() < 1e-12, "{}", m.availability);
         assert!(
             (m.served_within_bound - 0.4).abs() < 1e-12,

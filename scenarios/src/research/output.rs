@@ -5,6 +5,9 @@ use std::path::Path;
 
 use crate::research::compare::{Cell, SCALARS, summarize};
 use crate::research::error::ResearchError;
+use crate::research::policy::Policy;
+use crate::research::provenance::Provenance;
+use crate::research::workload::Workload;
 
 pub(crate) fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchError> {
     let path = dir.join(name);
@@ -15,14 +18,22 @@ pub(crate) fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchEr
         .map_err(|source| ResearchError::Write { path, source })
 }
 
-pub fn write_all(dir: &Path, cells: &[Cell], policies: usize) -> Result<(), ResearchError> {
+/// Every file of `--out`: the CSVs start with the provenance's comment lines.
+pub fn write_all(
+    dir: &Path,
+    cells: &[Cell],
+    policies: &[Policy],
+    workloads: &[Workload],
+    prov: &Provenance,
+) -> Result<(), ResearchError> {
     std::fs::create_dir_all(dir).map_err(|source| ResearchError::Write {
         path: dir.to_owned(),
         source,
     })?;
-    write(dir, "runs.csv", &runs_csv(cells))?;
-    write(dir, "summary.csv", &summary_csv(cells))?;
-    for (name, svg) in crate::research::plots::all(cells, policies) {
+    let header = prov.csv_header();
+    write(dir, "runs.csv", &(header.clone() + &runs_csv(cells)))?;
+    write(dir, "summary.csv", &(header + &summary_csv(cells)))?;
+    for (name, svg) in crate::research::plots::all(cells, policies.len(), workloads) {
         write(dir, &name, &svg)?;
     }
     Ok(())

@@ -6,20 +6,41 @@ use plotters::prelude::*;
 use crate::research::compare::Cell;
 use crate::research::metrics::RunMetrics;
 use crate::research::stats::{Estimate, bootstrap_mean, wilson};
+use crate::research::workload::Workload;
 
 const SIZE: (u32, u32) = (720, 440);
-const BINS: usize = 8;
+
+/// Okabe & Ito's colour-blind-safe palette (2008), yellow last: it is faint on white.
+const OKABE_ITO: [RGBColor; 8] = [
+    RGBColor(0x00, 0x72, 0xb2),
+    RGBColor(0xd5, 0x5e, 0x00),
+    RGBColor(0x00, 0x9e, 0x73),
+    RGBColor(0xcc, 0x79, 0xa7),
+    RGBColor(0xe6, 0x9f, 0x00),
+    RGBColor(0x56, 0xb4, 0xe9),
+    RGBColor(0x00, 0x00, 0x00),
+    RGBColor(0xf0, 0xe4, 0x42),
+];
 
 fn colour(i: usize) -> RGBColor {
-    let c = Palette99::pick(i).to_rgba();
-    RGBColor(c.0, c.1, c.2)
+    OKABE_ITO[i % OKABE_ITO.len()]
 }
 
-/// A series to draw: its name and points, with an optional band (lo, hi) per point.
+/// Bins for runs binned by the drawn parameter: about 12 runs a bin, 4 to 20 bins.
+fn bins(runs: usize) -> usize {
+    (runs / 12).clamp(4, 20)
+}
+
+/// One bin of runs: (from, to, mean, lo, hi).
+type Bin = (f64, f64, f64, f64, f64);
+
+/// A series to draw: its name and points; binned series are drawn as steps over each
+/// bin's width with their interval as a box per bin, not as lines joining bin centres.
 struct Series {
     name: String,
     points: Vec<(f64, f64)>,
-    band: Option<Vec<(f64, f64, f64)>>,
+    /// Per bin: (from, to, mean, lo, hi).
+    steps: Option<Vec<Bin>>,
 }
 
 fn chart(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> String {
@@ -31,9 +52,9 @@ fn chart(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> String {
             (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
         }
     }
-    for b in series.iter().filter_map(|s| s.band.as_ref()).flatten() {
-        if b.1.is_finite() && b.2.is_finite() {
-            (y0, y1) = (y0.min(b.1), y1.max(b.2));
+    for b in series.iter().filter_map(|s| s.steps.as_ref()).flatten() {
+        if b.3.is_finite() && b.4.is_finite() {
+            (x0, x1, y0, y1) = (x0.min(b.0), x1.max(b.1), y0.min(b.3), y1.max(b.4));
         }
     }
     if x0 > x1 {
@@ -60,12 +81,13 @@ fn chart(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> String {
             c.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
             for (i, s) in series.iter().enumerate() {
                 let col = colour(i);
-                if let Some(band) = &s.band {
-                    let upper = band.iter().map(|&(x, _, hi)| (x, hi));
-                    let lower = band.iter().rev().map(|&(x, lo, _)| (x, lo));
-                    let poly: Vec<(f64, f64)> =
-                        upper.chain(lower).filter(|p| p.1.is_finite()).collect();
-                    c.draw_series(std::iter::once(Polygon::new(poly, col.mix(0.2))))?;
+                if let Some(steps) = &s.steps {
+                    for &(from, to, _, lo, hi) in steps.iter().filter(|b| b.3.is_finite()) {
+                        c.draw_series(std::iter::once(Rectangle::new(
+                            [(from, lo), (to, hi)],
+                            col.mix(0.15).filled(),
+                        )))?;
+                    }
                 }
                 c.draw_series(LineSeries::new(
                     s.points.iter().copied(),
@@ -92,8 +114,8 @@ fn chart(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> String {
 /// partial picture, which still opens.
 fn tracing_free_note(_e: &str) {}
 
-/// Runs binned by the workload's drawn parameter; per bin the estimate of `f`.
-fn by_x(runs: &[RunMetrics], f: impl Fn(&[&RunMetrics]) -> Estimate) -> Vec<(f64, f64, f64, f64)> {
+/// Runs binned by the workload's drawn parameter; per bin (from, to) the estimate of `f`.
+fn by_x(runs: &[RunMetrics], f: impl Fn(&[&RunMetrics]) -> Estimate) -> Vec<Bin> {
     let xs: Vec<f64> = runs.iter().filter_map(|m| m.x).collect();
     let (lo, hi) = xs
         .iter()
@@ -101,36 +123,58 @@ fn by_x(runs: &[RunMetrics], f: impl Fn(&[&RunMetrics]) -> Estimate) -> Vec<(f64
     if xs.is_empty() || hi <= lo {
         return Vec::new();
     }
-    let width = (hi - lo) / BINS as f64;
-    (0..BINS)
+    let n = bins(xs.len());
+    let width = (hi - lo) / n as f64;
+    (0..n)
         .filter_map(|b| {
             let (from, to) = (lo + b as f64 * width, lo + (b + 1) as f64 * width);
             let bin: Vec<&RunMetrics> = runs
                 .iter()
-                .filter(|m| m.x.is_some_and(|x| x >= from && (x < to || b == BINS - 1)))
+                .filter(|m| m.x.is_some_and(|x| x >= from && (x < to || b == n - 1)))
                 .collect();
             if bin.is_empty() {
                 return None;
             }
             let e = f(&bin);
-            Some(((from + to) / 2.0, e.mean, e.lo, e.hi))
+            Some((from, to, e.mean, e.lo, e.hi))
         })
         .collect()
 }
 
-fn banded(name: &str, pts: Vec<(f64, f64, f64, f64)>) -> Series {
+/// A step function through the bins: flat over each bin, vertical between adjacent
+/// ones (a gap where a bin had no runs is drawn across at the next bin's level).
+fn banded(name: &str, bins: Vec<Bin>) -> Series {
+    let points = bins
+        .iter()
+        .flat_map(|&(from, to, mean, _, _)| [(from, mean), (to, mean)])
+        .collect();
     Series {
         name: name.to_string(),
-        points: pts.iter().map(|p| (p.0, p.1)).collect(),
-        band: Some(pts.iter().map(|p| (p.0, p.2, p.3)).collect()),
+        points,
+        steps: Some(bins),
     }
 }
 
+/// The empirical CDF as a step function: it rises at each value, flat between.
+fn ecdf(xs: &[f64]) -> Vec<(f64, f64)> {
+    let n = xs.len().max(1) as f64;
+    let mut out = Vec::with_capacity(2 * xs.len());
+    for (i, &x) in xs.iter().enumerate() {
+        out.push((x, i as f64 / n));
+        out.push((x, (i + 1) as f64 / n));
+    }
+    out
+}
+
 /// Every plot for the cells, as (file name, SVG).
-pub fn all(cells: &[Cell], policies: usize) -> Vec<(String, String)> {
+pub fn all(cells: &[Cell], policies: usize, workloads: &[Workload]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for group in cells.chunks(policies.max(1)) {
         let w = &group[0].workload;
+        let parameter = workloads
+            .iter()
+            .find(|x| &x.name == w)
+            .map_or("drawn parameter (seconds)", Workload::parameter);
         if group[0].runs.iter().any(|m| m.x.is_some()) {
             let avail: Vec<Series> = group
                 .iter()
@@ -147,9 +191,9 @@ pub fn all(cells: &[Cell], policies: usize) -> Vec<(String, String)> {
             out.push((
                 format!("availability-vs-parameter-{w}.svg"),
                 chart(
-                    &format!("{w}: availability (95 % bands)"),
-                    "drawn parameter (s)",
-                    "served / offered",
+                    &format!("{w}: availability by bin (bootstrap 95 % boxes)"),
+                    parameter,
+                    "availability (served / offered requests)",
                     &avail,
                 ),
             ));
@@ -167,9 +211,9 @@ pub fn all(cells: &[Cell], policies: usize) -> Vec<(String, String)> {
             out.push((
                 format!("p-failed-vs-parameter-{w}.svg"),
                 chart(
-                    &format!("{w}: P(failed) (Wilson 95 % bands)"),
-                    "drawn parameter (s)",
-                    "P(failed)",
+                    &format!("{w}: P(failed) by bin (Wilson 95 % boxes)"),
+                    parameter,
+                    "P(failed) (share of runs)",
                     &failed,
                 ),
             ));
@@ -183,15 +227,10 @@ pub fn all(cells: &[Cell], policies: usize) -> Vec<(String, String)> {
                     .flat_map(|m| m.recover_s.iter().copied())
                     .collect();
                 xs.sort_by(f64::total_cmp);
-                let n = xs.len().max(1) as f64;
                 Series {
                     name: c.policy.clone(),
-                    points: xs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &x)| (x, (i + 1) as f64 / n))
-                        .collect(),
-                    band: None,
+                    points: ecdf(&xs),
+                    steps: None,
                 }
             })
             .collect();
@@ -199,8 +238,8 @@ pub fn all(cells: &[Cell], policies: usize) -> Vec<(String, String)> {
             format!("recover-cdf-{w}.svg"),
             chart(
                 &format!("{w}: time to recover, CDF"),
-                "seconds below N ready",
-                "share of spells",
+                "time below N ready workers (seconds)",
+                "share of spells (cumulative)",
                 &cdf,
             ),
         ));
@@ -227,7 +266,7 @@ pub fn all(cells: &[Cell], policies: usize) -> Vec<(String, String)> {
                 Series {
                     name: c.policy.clone(),
                     points,
-                    band: None,
+                    steps: None,
                 }
             })
             .collect();
@@ -235,8 +274,8 @@ pub fn all(cells: &[Cell], policies: usize) -> Vec<(String, String)> {
             format!("boots-over-time-{w}.svg"),
             chart(
                 &format!("{w}: restarts and recycles over time (mean per run)"),
-                "time (s)",
-                "boots after the first generation",
+                "time since start (seconds)",
+                "boots after the first generation (mean per run)",
                 &boots,
             ),
         ));

@@ -22,7 +22,9 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             let n = seeds.unwrap_or(HUANG_SEEDS);
             let r = huang::reproduce(&Huang::example_a(), 0..n);
             if json {
-                return Ok(r.json().to_string());
+                let mut v = r.json();
+                v["provenance"] = provenance(model, n, format!("{:?}", Huang::example_a()));
+                return Ok(v.to_string());
             }
             let never = Huang::example_a().with_r4(0.0).closed_form();
             let at_once = Huang::example_a().with_r4(f64::INFINITY).closed_form();
@@ -52,7 +54,12 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             let m = AgeModel::standard();
             let r = age::reproduce(&m, 0..n, AGE_STEP_S, AGE_MAX_S, AGE_HORIZON_S);
             if json {
-                return Ok(r.json().to_string());
+                let mut v = r.json();
+                let grid = format!(
+                    "{m:?}, ages {AGE_STEP_S} s to {AGE_MAX_S} s in steps of {AGE_STEP_S} s, {AGE_HORIZON_S} s a seed"
+                );
+                v["provenance"] = provenance(model, n, grid);
+                return Ok(v.to_string());
             }
             Ok(age_text(&m, &r, n))
         }
@@ -61,6 +68,19 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             MODELS.join(", ")
         )),
     }
+}
+
+/// `reproduce --json`'s provenance: the commit, the command, the seeds and the model's
+/// full parameters.
+fn provenance(model: &str, seeds: u64, parameters: String) -> serde_json::Value {
+    serde_json::json!({
+        "commit": crate::research::provenance::commit(),
+        "command": format!(
+            "cargo run --release -p servery-scenarios -- reproduce {model} --seeds {seeds} --json"
+        ),
+        "seeds": {"first": 0, "end_exclusive": seeds, "count": seeds},
+        "parameters": parameters,
+    })
 }
 
 fn age_text(m: &AgeModel, r: &age::AgeReport, n: u64) -> String {
@@ -96,6 +116,21 @@ fn age_text(m: &AgeModel, r: &age::AgeReport, n: u64) -> String {
             sim.covers(*closed)
         );
     }
+    let points = r.curve.len();
+    let covered = r.curve.iter().filter(|(_, c, sim)| sim.covers(*c)).count();
+    let family = 1.0 - 0.05 / points.max(1) as f64;
+    let covered_family = r
+        .curve
+        .iter()
+        .filter(|(_, c, sim)| sim.widened(family).covers(*c))
+        .count();
+    let _ = writeln!(
+        s,
+        "covered: {covered} of {points} grid points at 95 % each ({:.1} misses expected by chance); \
+         at the family-wise 95 % (Bonferroni, {:.2} % each): {covered_family} of {points}",
+        0.05 * points as f64,
+        100.0 * family
+    );
     let _ = writeln!(
         s,
         "\nwith servery's N + 1 overlap (a planned recycle costs no downtime, one extra process for its {} s boot):\n\

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use servery_core::supervisor::Platform;
 use servery_sim::rng::SimRng;
-use servery_sim::{Behavior, Fault, SimSpec, Workload as SimWorkload};
+use servery_sim::{AppModel, Behavior, Fault, SimSpec, Workload as SimWorkload};
 
 use crate::research::clock::weibull_from_unit;
 use crate::research::error::{ResearchError, parse, read};
@@ -16,7 +16,7 @@ use crate::research::policy::Policy;
 
 /// Whether ending `failed` is right (permanent: the boots were wasted) or wrong
 /// (transient: the fault would have passed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultClass {
     None,
@@ -35,7 +35,7 @@ impl FaultClass {
 }
 
 /// The fault model, by `kind`. Ranges are `[lo, hi]`, drawn uniformly per seed.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum FaultModel {
     Steady,
@@ -75,7 +75,7 @@ pub enum FaultModel {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     pub name: String,
@@ -97,6 +97,11 @@ pub struct Workload {
     pub memory_base_mb: f64,
     #[serde(default)]
     pub memory_growth_mb_per_s: f64,
+    /// Resident memory each served request adds for good (a leak), reported to the
+    /// supervisor at each heartbeat so an RSS limit (`worker_max_rss`, granian's
+    /// `workers_max_rss`) acts on it; 0: the supervisor is told nothing.
+    #[serde(default)]
+    pub memory_growth_mb_per_request: f64,
     /// A request answered within this long of its arrival counts as served within the
     /// bound (`served_within_bound`).
     #[serde(default = "default_latency_bound")]
@@ -120,6 +125,9 @@ fn default_memory() -> f64 {
 fn default_latency_bound() -> f64 {
     1.0
 }
+
+/// A mebibyte, as the RSS limits count it.
+const MB: f64 = 1024.0 * 1024.0;
 
 /// Mean service time of a simulated request (the simulator's default 1–20 ms).
 pub const SERVICE_S: f64 = 0.0105;
@@ -149,6 +157,15 @@ impl Workload {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
         SimRng::new(seed ^ name ^ salt)
+    }
+
+    /// The drawn parameter's name and unit, for plot axes.
+    pub fn parameter(&self) -> &'static str {
+        match self.faults {
+            FaultModel::CrashStorm { .. } => "outage length d (seconds)",
+            FaultModel::BootLoop { .. } => "crash delay after each boot b (seconds)",
+            _ => "drawn parameter (seconds)",
+        }
     }
 
     pub fn draw(&self, seed: u64) -> Draw {
@@ -227,6 +244,13 @@ impl Workload {
             workload: SimWorkload {
                 request_rate: self.request_rate,
                 until: stop,
+                app: (self.memory_growth_mb_per_request > 0.0).then_some(AppModel {
+                    memory_base: (self.memory_base_mb * MB) as u64,
+                    memory_per_request: (self.memory_growth_mb_per_request * MB) as u64,
+                    peak_chance: 0.0,
+                    peak_bytes: 0,
+                    shutdown_ms: None,
+                }),
                 ..SimWorkload::default()
             },
             behavior,
@@ -297,7 +321,12 @@ impl Workload {
         if !(self.boot_cost_s.is_finite() && self.boot_cost_s >= 0.0) {
             return bad("boot_cost_s", "must be >= 0");
         }
-        if !(self.memory_base_mb >= 0.0 && self.memory_growth_mb_per_s >= 0.0) {
+        if !(self.memory_base_mb >= 0.0
+            && self.memory_growth_mb_per_s >= 0.0
+            && self.memory_growth_mb_per_request >= 0.0
+            && self.memory_base_mb.is_finite()
+            && self.memory_growth_mb_per_request.is_finite())
+        {
             return bad("memory_base_mb", "memory sizes and growth must be >= 0");
         }
         if !positive(self.latency_bound_s) {

@@ -1,0 +1,130 @@
+//! The figures `docs/policy-research.md` quotes from the reproductions are the tool's
+//! own output: each block between `<!-- generated: KEY -->` and `<!-- end generated:
+//! KEY -->` is made again here and must match. After a change that moves a figure, run
+//! with `SERVERY_UPDATE_DOCS=1` to rewrite the blocks, and read the prose around them.
+
+use std::path::PathBuf;
+
+use servery_core::supervisor::Platform;
+use servery_scenarios::research::age::AgeModel;
+use servery_scenarios::research::cli::resolve;
+use servery_scenarios::research::compare::{run_matrix, summarize};
+use servery_scenarios::research::{policy, reproduce, workload};
+
+fn doc_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/policy-research.md")
+}
+
+/// The text between the block's markers (without the code fence), and its byte range.
+fn block(doc: &str, key: &str) -> Option<(std::ops::Range<usize>, String)> {
+    let open = format!("<!-- generated: {key} -->\n```text\n");
+    let close = format!("```\n<!-- end generated: {key} -->");
+    let start = doc.find(&open)? + open.len();
+    let end = start + doc[start..].find(&close)?;
+    Some((start..end, doc[start..end].to_string()))
+}
+
+/// The supervisor's age-replacement table: one worker, `worker_max_age` varied.
+fn age_on_the_supervisor() -> String {
+    let names = ["never", "60", "30", "20", "10", "5"];
+    let policies: Vec<policy::Policy> = names
+        .iter()
+        .map(|n| {
+            let file = resolve(&format!("age-replacement/age-{n}"), "policies");
+            policy::load(&file).unwrap_or_else(|e| panic!("{n}: {e}"))
+        })
+        .collect();
+    let w =
+        workload::load(&resolve("age-replacement", "workloads")).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cells = run_matrix(
+        &policies,
+        std::slice::from_ref(&w),
+        0..40,
+        jobs,
+        Platform::Posix,
+    );
+    let model = AgeModel::standard();
+    let mut s = String::from(
+        "worker_max_age  simulated A [95 %]         closed form, overlap  boots an hour  peak processes  peak memory\n",
+    );
+    for (name, cell) in names.iter().zip(&cells) {
+        let sm = summarize(cell);
+        let get = |metric: &str| {
+            sm.metrics
+                .iter()
+                .find(|(n, _)| *n == metric)
+                .map(|(_, e)| *e)
+                .unwrap_or_else(|| panic!("{metric}"))
+        };
+        let lost = get("capacity_seconds_lost");
+        let a = |x: f64| 1.0 - x / w.duration_s;
+        let age = name.parse::<f64>().unwrap_or(f64::INFINITY);
+        let label = if age.is_finite() {
+            format!("{name} s")
+        } else {
+            "never".into()
+        };
+        s.push_str(&format!(
+            "{label:<15} {:.4} [{:.4}, {:.4}]   {:.4}                {:>5.0}          {:>1.0}               {:.0} MB\n",
+            a(lost.mean),
+            a(lost.hi),
+            a(lost.lo),
+            model.availability_overlapped(age),
+            get("boots").mean,
+            get("peak_processes").mean,
+            get("peak_memory_mb").mean,
+        ));
+    }
+    s
+}
+
+#[test]
+fn the_documents_generated_figures_are_the_tools_output() {
+    let path = doc_path();
+    let mut doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let generate = |key: &str| -> String {
+        match key {
+            "reproduce huang-1995" | "reproduce age-replacement" => {
+                let model = key.trim_start_matches("reproduce ");
+                let text =
+                    reproduce::reproduce(model, None, false).unwrap_or_else(|e| panic!("{e}"));
+                format!("{}\n", text.trim_end())
+            }
+            "age-replacement on the supervisor" => age_on_the_supervisor(),
+            _ => panic!("no generator for {key}"),
+        }
+    };
+    let update = std::env::var_os("SERVERY_UPDATE_DOCS").is_some();
+    let mut stale = Vec::new();
+    for key in [
+        "reproduce huang-1995",
+        "reproduce age-replacement",
+        "age-replacement on the supervisor",
+    ] {
+        let (range, quoted) = block(&doc, key).unwrap_or_else(|| panic!("no block {key:?}"));
+        let fresh = generate(key);
+        if quoted != fresh {
+            if update {
+                doc.replace_range(range, &fresh);
+            } else {
+                let line = quoted
+                    .lines()
+                    .zip(fresh.lines())
+                    .find(|(a, b)| a != b)
+                    .map(|(a, b)| format!("\n  doc:  {a}\n  tool: {b}"))
+                    .unwrap_or_else(|| "\n  (one is longer)".into());
+                stale.push(format!("{key}:{line}"));
+            }
+        }
+    }
+    if update {
+        std::fs::write(&path, doc).unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert!(
+        stale.is_empty(),
+        "docs/policy-research.md quotes figures the tool no longer prints (rerun with \
+         SERVERY_UPDATE_DOCS=1 and reread the prose):\n{}",
+        stale.join("\n")
+    );
+}
