@@ -25,7 +25,7 @@ use http_body_util::{BodyExt, Full};
 use servery::http::dav::DavConfig;
 use servery::http::dav::args::DEFAULT_PROPFIND_MAX_ENTRIES;
 use servery::http::meter::RequestMeter;
-use servery::http::{Site, SiteConfig, serve_connection};
+use servery::http::{FILE_CACHE_SETTLE, Site, SiteConfig, serve_connection};
 use servery::worker::broker::BrokerHandle;
 use servery_core::proto::{BrokerReply, FrameDecoder, WorkerMessage};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -61,17 +61,26 @@ fn main() -> std::io::Result<()> {
             _ => return Err(std::io::Error::other(USAGE)),
         }
     }
-    let root = std::env::temp_dir().join(format!("servery-instructions-{}", std::process::id()));
+    // The process ID at a fixed width: every path the requests make then has the same
+    // length from run to run, and so does every allocation that holds one.
+    let root = std::env::temp_dir().join(format!(
+        "servery-instructions-{:010}",
+        std::process::id()
+    ));
     let result = make_tree(&root).and_then(|()| run(&root, requests, only.as_deref()));
     let _ = std::fs::remove_dir_all(&root);
     result
 }
 
-/// `1k.bin` and `dir/` with [`LISTED_FILES`] files, every modification time an hour ago:
-/// the file cache keeps only files that have not changed for a while, and an old time
-/// spares the wait for it.
+/// `1k.bin` and `dir/` with [`LISTED_FILES`] files, every modification time the same
+/// whole second in the past (the ETags and the page print it, and their length must not
+/// change from run to run with the nanoseconds of the clock), and then a wait until their change times have settled: the file cache keeps only
+/// files that have not changed for [`FILE_CACHE_SETTLE`], and a measurement that began
+/// before that would count uncached requests first and cached ones later, depending on
+/// how fast the machine got there.
 fn make_tree(root: &Path) -> std::io::Result<()> {
-    let old = SystemTime::now() - Duration::from_secs(3600);
+    // 2026-01-01T00:00:00Z.
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600);
     let dir = root.join("dir");
     std::fs::create_dir_all(&dir)?;
     let mut files = vec![(root.join("1k.bin"), 1024)];
@@ -86,6 +95,7 @@ fn make_tree(root: &Path) -> std::io::Result<()> {
     for d in [&dir, root] {
         std::fs::File::open(d)?.set_modified(old)?;
     }
+    std::thread::sleep(FILE_CACHE_SETTLE + Duration::from_millis(100));
     Ok(())
 }
 
