@@ -63,10 +63,8 @@ fn main() -> std::io::Result<()> {
     }
     // The process ID at a fixed width: every path the requests make then has the same
     // length from run to run, and so does every allocation that holds one.
-    let root = std::env::temp_dir().join(format!(
-        "servery-instructions-{:010}",
-        std::process::id()
-    ));
+    let root =
+        std::env::temp_dir().join(format!("servery-instructions-{:010}", std::process::id()));
     let result = make_tree(&root).and_then(|()| run(&root, requests, only.as_deref()));
     let _ = std::fs::remove_dir_all(&root);
     result
@@ -185,7 +183,10 @@ impl Sites {
 
     /// The ETag of `1k.bin`, for the conditional request.
     async fn etag(&self) -> std::io::Result<HeaderValue> {
-        let response = self.plain.handle(request_of("get-1k", &HeaderValue::from_static(""))).await;
+        let response = self
+            .plain
+            .handle(request_of("get-1k", &HeaderValue::from_static("")))
+            .await;
         response
             .headers()
             .get(header::ETAG)
@@ -299,7 +300,8 @@ impl Connection {
             .map_err(|e| std::io::Error::other(e.to_string()))?
             .to_bytes();
         self.head.clear();
-        self.head.extend_from_slice(parts.method.as_str().as_bytes());
+        self.head
+            .extend_from_slice(parts.method.as_str().as_bytes());
         self.head.push(b' ');
         self.head.extend_from_slice(parts.uri.path().as_bytes());
         self.head.extend_from_slice(b" HTTP/1.1\r\n");

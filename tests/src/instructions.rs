@@ -56,7 +56,9 @@ pub fn parse_baseline(text: &str) -> Result<Baseline, String> {
             .and_then(toml::Value::as_integer)
             .and_then(|n| u64::try_from(n).ok())
             .filter(|n| *n > 0)
-            .ok_or(format!("{name:?}: `per_request` (a positive count) is missing"))?;
+            .ok_or(format!(
+                "{name:?}: `per_request` (a positive count) is missing"
+            ))?;
         let reason = row
             .get("reason")
             .and_then(toml::Value::as_str)
@@ -97,7 +99,9 @@ pub fn judge(baseline: &Baseline, measured: &[(String, u64)]) -> Verdict {
     let mut verdict = Verdict::default();
     for (name, count) in measured {
         let Some(entry) = baseline.entries.get(name) else {
-            verdict.table.push(format!("{name:24} {:>12} {count:>12}", "-"));
+            verdict
+                .table
+                .push(format!("{name:24} {:>12} {count:>12}", "-"));
             verdict.failures.push(format!(
                 "{name}: {count} instructions per request and no baseline; add\n    {}",
                 baseline_line(name, *count)
@@ -273,10 +277,13 @@ mod tests {
         assert_eq!(verdict.notices.len(), 1, "{verdict:?}");
         assert!(verdict.notices[0].contains("-3.01 %"), "{verdict:?}");
         let within = judge(&base, &measured(&[("listing site", 9_700)]));
-        assert_eq!(within, Verdict {
-            table: within.table.clone(),
-            ..Verdict::default()
-        });
+        assert_eq!(
+            within,
+            Verdict {
+                table: within.table.clone(),
+                ..Verdict::default()
+            }
+        );
     }
 
     #[test]
@@ -316,7 +323,14 @@ mod tests {
     fn per_request_is_the_difference_of_the_two_batches_over_k() {
         let names = vec!["a site".to_owned(), "b hyper".to_owned()];
         // Warm-up, K = 10 and 2K = 20 requests, each batch with a fixed 500 on top.
-        let dumps = [9_999, 500 + 10 * 70, 500 + 20 * 70, 1, 7 + 10 * 9, 7 + 20 * 9];
+        let dumps = [
+            9_999,
+            500 + 10 * 70,
+            500 + 20 * 70,
+            1,
+            7 + 10 * 9,
+            7 + 20 * 9,
+        ];
         assert_eq!(
             per_request(&dumps, &names, 10),
             Ok(vec![("a site".to_owned(), 70), ("b hyper".to_owned(), 9)])

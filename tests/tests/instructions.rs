@@ -49,8 +49,7 @@ fn instructions_per_request_stay_within_the_baseline() {
         return;
     };
     let version = Command::new("valgrind").arg("--version").output();
-    let Ok(version) = version.map(|v| String::from_utf8_lossy(&v.stdout).trim().to_owned())
-    else {
+    let Ok(version) = version.map(|v| String::from_utf8_lossy(&v.stdout).trim().to_owned()) else {
         panic!("valgrind is needed (scripts/debian-packages.txt): apt-get install valgrind");
     };
     let baseline_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(BASELINE);
@@ -76,7 +75,10 @@ fn instructions_per_request_stay_within_the_baseline() {
         started.elapsed().as_secs_f64(),
         program.display()
     );
-    println!("{:24} {:>12} {:>12} {:>10}", "class path", "baseline", "measured", "change");
+    println!(
+        "{:24} {:>12} {:>12} {:>10}",
+        "class path", "baseline", "measured", "change"
+    );
     for row in &verdict.table {
         println!("{row}");
     }
