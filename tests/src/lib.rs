@@ -7,6 +7,7 @@
 
 mod binary;
 mod http;
+pub mod instructions;
 pub mod netns;
 mod other_user;
 mod procs;
