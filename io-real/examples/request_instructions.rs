@@ -98,8 +98,13 @@ fn make_tree(root: &Path) -> std::io::Result<()> {
 }
 
 fn run(root: &Path, requests: u32, only: Option<&str>) -> std::io::Result<()> {
+    // One blocking thread: with more, whether a job finds an idle thread or starts a new
+    // one depends on how the threads happened to interleave, and a thread's start costs
+    // as much as several requests; the count would then swing by several per cent
+    // between runs (PROPFIND, which reads the folder on that pool, by 8 %).
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(1)
         .build()?;
     let sites = runtime.block_on(Sites::open(root))?;
     let etag = runtime.block_on(sites.etag())?;

@@ -179,6 +179,9 @@ pub fn callgrind(program: &Path, requests: u32, scratch: &Path) -> Result<Measur
     let out_file = scratch.join("callgrind.out");
     let out = Command::new("valgrind")
         .arg("--tool=callgrind")
+        // Threads take turns in a fixed order, so the blocking pool's thread and the
+        // runtime's meet the same way from run to run.
+        .arg("--fair-sched=yes")
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .args([
             "--dump-before=*phase_boundary*",

@@ -22,17 +22,22 @@ const LONGEST_EXTENSION: usize = 11;
 /// for a file asks, so this is a `match` on a lower-cased copy on the stack rather than a
 /// scan of a table.
 pub fn content_type(file_name: &str) -> &'static str {
+    by_extension(file_name).unwrap_or(OCTET_STREAM)
+}
+
+/// The type the name's extension gives, or `None` when the name says nothing (no
+/// extension, or one not in the table). Extensions of well-known binary formats are in
+/// the table as downloads, so their files are never sniffed.
+fn by_extension(file_name: &str) -> Option<&'static str> {
     let ext = match file_name.rsplit_once('.') {
         Some((stem, ext)) if !stem.is_empty() => ext,
-        _ => return OCTET_STREAM,
+        _ => return None,
     };
     let mut buf = [0u8; LONGEST_EXTENSION];
-    let Some(lower) = buf.get_mut(..ext.len()) else {
-        return OCTET_STREAM;
-    };
+    let lower = buf.get_mut(..ext.len())?;
     lower.copy_from_slice(ext.as_bytes());
     lower.make_ascii_lowercase();
-    match &*lower {
+    Some(match &*lower {
         b"html" | b"htm" => "text/html; charset=utf-8",
         b"css" => "text/css; charset=utf-8",
         b"js" | b"mjs" => "text/javascript; charset=utf-8",
@@ -75,8 +80,14 @@ pub fn content_type(file_name: &str) -> &'static str {
         b"gz" => "application/gzip",
         b"tar" => "application/x-tar",
         b"zst" => "application/zstd",
-        _ => OCTET_STREAM,
-    }
+        // Binary by convention: a download without looking (a sniff costs a read of the
+        // file's head on every request that is not served from memory).
+        b"bin" | b"exe" | b"dll" | b"so" | b"o" | b"a" | b"lib" | b"iso" | b"img" | b"dmg"
+        | b"deb" | b"rpm" | b"apk" | b"msi" | b"jar" | b"class" | b"pyc" | b"whl" | b"db"
+        | b"sqlite" | b"7z" | b"xz" | b"bz2" | b"rar" | b"lz4" | b"qcow2" | b"vmdk" | b"vdi"
+        | b"raw" => OCTET_STREAM,
+        _ => return None,
+    })
 }
 
 /// How many leading bytes [`sniff_text`] looks at.
@@ -96,8 +107,15 @@ pub fn sniff_text(head: &[u8]) -> bool {
         }
         Err(_) => return false,
     };
-    text.chars()
-        .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r' | '\x0c' | '\x1b'))
+    // Byte by byte rather than by `char`: it runs on every response for such a file. In
+    // valid UTF-8 the controls are the ASCII ones and U+0080..U+009F, which is 0xC2
+    // followed by 0x80..=0x9F (0xC2 is always a lead byte there).
+    let bytes = text.as_bytes();
+    !bytes.iter().enumerate().any(|(i, &b)| {
+        (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c | 0x1b))
+            || b == 0x7f
+            || (b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+    })
 }
 
 /// The type of a file named `file_name`, looking at its first bytes only when the name
@@ -112,7 +130,7 @@ pub fn content_type_sniffed(file_name: &str, head: &[u8]) -> &'static str {
 
 /// Whether the type of `file_name` depends on its content ([`content_type_sniffed`]).
 pub fn needs_sniffing(file_name: &str) -> bool {
-    content_type(file_name) == OCTET_STREAM
+    by_extension(file_name).is_none()
 }
 
 /// Headers on every response. `nosniff` stops browsers from promoting a served file to a
@@ -313,6 +331,31 @@ mod tests {
             let _ = sniff_text(&bytes);
             proptest::prop_assert!(sniff_text(text.as_bytes()));
         }
+
+        /// The byte loop says what the rule says of characters: text is UTF-8 with no
+        /// control but tab, line breaks, form feed and escape.
+        #[test]
+        fn the_byte_loop_follows_the_rule_on_characters(
+            chars in proptest::collection::vec(proptest::char::any(), 0..300)
+        ) {
+            let text: String = chars.into_iter().collect();
+            let head = &text.as_bytes()[..text.len().min(SNIFF_LEN)];
+            let cut = std::str::from_utf8(head)
+                .unwrap_or_else(|e| std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default());
+            let by_rule = cut
+                .chars()
+                .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r' | '\x0c' | '\x1b'));
+            proptest::prop_assert_eq!(sniff_text(text.as_bytes()), by_rule);
+        }
+    }
+
+    #[test]
+    fn binary_formats_are_downloads_without_a_look() {
+        for name in ["disk.img", "firmware.BIN", "a.so", "x.7z", "app.exe"] {
+            assert!(!needs_sniffing(name), "{name}");
+            assert_eq!(content_type(name), OCTET_STREAM, "{name}");
+        }
+        assert!(needs_sniffing("Makefile") && needs_sniffing("notes.unknownext"));
     }
 
     #[test]
