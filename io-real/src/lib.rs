@@ -21,6 +21,7 @@ macro_rules! tell {
 
 pub mod access_log;
 pub mod app;
+mod banner;
 pub mod build_info;
 pub mod civil_time;
 pub mod cli;

@@ -21,6 +21,7 @@ pub fn worker_format() -> LogFormat {
 }
 
 pub fn init(format: LogFormat) {
+    crate::banner::set_format(format);
     let filter = EnvFilter::try_from_env("SERVERY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

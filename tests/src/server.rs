@@ -195,8 +195,6 @@ impl Server {
         server
     }
 
-    /// The first stdout line starting with `prefix`, waiting at most `bound`, and how
-    /// long after the spawn it was printed.
     /// The admin listener's address, from the start-up line that names it.
     pub fn admin_addr(&mut self, bound: Duration) -> std::net::SocketAddr {
         let (line, _) = self.wait_stdout("servery: admin ", bound);
@@ -205,14 +203,20 @@ impl Server {
             .unwrap_or_else(|| panic!("no admin address in {line:?}"))
     }
 
+    /// The first stdout line starting with `prefix` (as text: see [`banner_text`]),
+    /// waiting at most `bound`, and how long after the spawn it was printed.
     pub fn wait_stdout(&mut self, prefix: &str, bound: Duration) -> (String, Duration) {
         let stdout = Arc::clone(&self.stdout);
         let what = format!("stdout line `{prefix}…`");
         let mut exited = None;
         let found = wait_until(bound, &what, || {
             let lines = stdout.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, l)) = lines.iter().find(|(_, l)| l.starts_with(prefix)) {
-                return Some(Some((l.clone(), *at)));
+            if let Some((at, l)) = lines
+                .iter()
+                .map(|(at, l)| (at, banner_text(l)))
+                .find(|(_, l)| l.starts_with(prefix))
+            {
+                return Some(Some((l, *at)));
             }
             drop(lines);
             exited = self.child.try_wait().ok().flatten();
@@ -227,6 +231,7 @@ impl Server {
         }
     }
 
+    /// The stdout lines as servery wrote them (JSON records under `--log-format json`).
     pub fn stdout(&self) -> Vec<String> {
         self.stdout
             .lock()
@@ -385,4 +390,16 @@ pub fn worker_ids(status: &Value) -> Vec<u64> {
         .as_array()
         .map(|ws| ws.iter().filter_map(|w| w["id"].as_u64()).collect())
         .unwrap_or_default()
+}
+
+/// A banner line's text: the line itself, or under `--log-format json` its record's
+/// `message`, which holds the same text (so a test waits for one prefix in both formats).
+pub fn banner_text(line: &str) -> String {
+    if line.starts_with('{')
+        && let Ok(record) = serde_json::from_str::<serde_json::Value>(line)
+        && let Some(message) = record["message"].as_str()
+    {
+        return message.to_owned();
+    }
+    line.to_owned()
 }

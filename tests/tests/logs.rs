@@ -70,3 +70,58 @@ fn json_logs_carry_every_lifecycle_event_as_one_record() {
         "{stderr}"
     );
 }
+
+/// Under `--log-format json` standard output is JSON too: each banner line is one record
+/// with its text as `message`, an `event` name and the event's fields, so a script reads
+/// the port from `url` and a log shipper sees one format on both streams.
+#[test]
+fn the_banner_is_json_records_under_json_logs() {
+    let tree = Tree::new("logs-json-banner");
+    let mut args = FAST.to_vec();
+    args.extend(["--log-format", "json", "--admin", "127.0.0.1:0"]);
+    let mut server = Server::start(&tree, 2, &args, &[]);
+    let admin = server.admin_addr(Duration::from_secs(10));
+    server.wait_stdout("servery: ready", Duration::from_secs(20));
+
+    let records: Vec<Value> = server
+        .stdout()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let find = |event: &str| {
+        records
+            .iter()
+            .find(|r| r["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} record on stdout: {records:#?}"))
+    };
+    for r in &records {
+        assert!(
+            r["timestamp"].is_string() && r["level"] == "INFO" && r["message"].is_string(),
+            "a banner record has a time, a level and its text: {r}"
+        );
+    }
+    assert_eq!(
+        find("listening")["url"],
+        format!("http://{}/", server.addr),
+        "the listener's URL as a field"
+    );
+    assert_eq!(find("admin_listening")["url"], format!("http://{admin}/"));
+    let serving = find("serving");
+    assert_eq!(serving["workers"], 2, "{serving}");
+    let root = tree.root();
+    let canonical = std::fs::canonicalize(&root).expect("the tree's root");
+    assert!(
+        [root, canonical]
+            .iter()
+            .any(|r| serving["root"] == json!(r.display().to_string())),
+        "the served directory: {serving}"
+    );
+    assert!(serving["control_socket"].is_string(), "{serving}");
+    assert!(
+        find("aggregates")["aggregate_connection_limit"].is_u64(),
+        "limits as numbers"
+    );
+    assert_eq!(find("ready")["generation"], 1);
+    server.signal(Sig::TERM);
+    server.wait_exit(Duration::from_secs(20));
+}

@@ -783,7 +783,11 @@ impl ParentIo for RealIo {
                 match &result {
                     Ok(()) => {
                         for url in self.listeners.urls(listen) {
-                            say!("servery: listening on {url} (for reload {})", reload.0);
+                            crate::banner::say(
+                                "listening",
+                                &format!("servery: listening on {url} (for reload {})", reload.0),
+                                &[("url", url.as_str().into()), ("reload", reload.0.into())],
+                            );
                         }
                     }
                     Err(e) => {
@@ -801,7 +805,11 @@ impl ParentIo for RealIo {
                 let urls = self.listeners.urls(listen);
                 if self.listeners.release(listen) {
                     for url in urls {
-                        say!("servery: stopped listening on {url}");
+                        crate::banner::say(
+                            "stopped_listening",
+                            &format!("servery: stopped listening on {url}"),
+                            &[("url", url.as_str().into())],
+                        );
                     }
                 }
             }
@@ -814,7 +822,11 @@ impl ParentIo for RealIo {
                 self.notifier.committed();
                 if !self.announced_ready {
                     self.announced_ready = true;
-                    say!("servery: ready (generation {})", generation.0);
+                    crate::banner::say(
+                        "ready",
+                        &format!("servery: ready (generation {})", generation.0),
+                        &[("generation", generation.0.into())],
+                    );
                 }
             }
             Action::ServiceFailed { reason, message } => {

@@ -362,7 +362,12 @@ fn serve(
 
     if let Some(listener) = admin_listener {
         if let Ok(addr) = listener.local_addr() {
-            say!("servery: admin (livez, readyz, metrics) on http://{addr}/");
+            let url = format!("http://{addr}/");
+            crate::banner::say(
+                "admin_listening",
+                &format!("servery: admin (livez, readyz, metrics) on {url}"),
+                &[("url", url.clone().into())],
+            );
         }
         host.handle().spawn(admin::serve(
             listener,
@@ -376,45 +381,99 @@ fn serve(
         .map(|a| listeners::url(site.scheme(), *a))
         .collect();
     for url in &urls {
-        say!("servery: listening on {url}");
+        crate::banner::say(
+            "listening",
+            &format!("servery: listening on {url}"),
+            &[("url", url.as_str().into())],
+        );
     }
     for addr in quic.iter().flat_map(|q| q.local_addrs()) {
-        say!(
-            "servery: HTTP/3 on udp {addr} ({} sockets, one per worker slot)",
-            quic.as_ref().map_or(0, |q| q.slots())
+        let sockets = quic.as_ref().map_or(0, |q| q.slots());
+        crate::banner::say(
+            "http3_listening",
+            &format!("servery: HTTP/3 on udp {addr} ({sockets} sockets, one per worker slot)"),
+            &[
+                ("address", addr.to_string().into()),
+                ("sockets", sockets.into()),
+            ],
         );
     }
     if let Some(fp) = &site.fingerprint {
-        say!("servery: TLS certificate sha256 {fp}");
+        crate::banner::say(
+            "tls_certificate",
+            &format!("servery: TLS certificate sha256 {fp}"),
+            &[("sha256", fp.as_str().into())],
+        );
     }
     if args.site.hsts && !args.site.tls() {
         tracing::warn!("--hsts has no effect without TLS (it is never sent over cleartext)");
     }
-    say!(
-        "servery: serving {} with {} worker{}; control socket {}",
-        root.display(),
-        config.workers(),
-        if config.workers() == 1 { "" } else { "s" },
-        socket_path.display()
+    crate::banner::say(
+        "serving",
+        &format!(
+            "servery: serving {} with {} worker{}; control socket {}",
+            root.display(),
+            config.workers(),
+            if config.workers() == 1 { "" } else { "s" },
+            socket_path.display()
+        ),
+        &[
+            ("root", root.display().to_string().into()),
+            ("workers", config.workers().into()),
+            ("control_socket", socket_path.display().to_string().into()),
+        ],
     );
-    say!(
-        "servery: aggregate_connection_limit={} aggregate_compression_cache_size={} recycling_overlap_compression_bound={} aggregate_file_cache_size={} recycling_overlap_file_cache_bound={}",
-        config.aggregate_connection_limit(),
-        config.aggregate_compression_cache_size(),
-        config.recycling_overlap_compression_bound(),
-        config.aggregate_file_cache_size(),
-        config.recycling_overlap_file_cache_bound()
-    );
+    let aggregates = [
+        (
+            "aggregate_connection_limit",
+            config.aggregate_connection_limit(),
+        ),
+        (
+            "aggregate_compression_cache_size",
+            config.aggregate_compression_cache_size(),
+        ),
+        (
+            "recycling_overlap_compression_bound",
+            config.recycling_overlap_compression_bound(),
+        ),
+        (
+            "aggregate_file_cache_size",
+            config.aggregate_file_cache_size(),
+        ),
+        (
+            "recycling_overlap_file_cache_bound",
+            config.recycling_overlap_file_cache_bound(),
+        ),
+    ];
+    let text = aggregates
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let fields: Vec<(&str, serde_json::Value)> = aggregates
+        .iter()
+        .map(|(name, value)| (*name, (*value).into()))
+        .collect();
+    crate::banner::say("aggregates", &format!("servery: {text}"), &fields);
 
     if args.dav.dav {
         match &journal {
-            Some((j, loaded)) => say!(
-                "servery: WebDAV locks are journalled in {} ({} restored)",
-                j.path().display(),
-                loaded.len()
+            Some((j, loaded)) => crate::banner::say(
+                "dav_locks",
+                &format!(
+                    "servery: WebDAV locks are journalled in {} ({} restored)",
+                    j.path().display(),
+                    loaded.len()
+                ),
+                &[
+                    ("journal", j.path().display().to_string().into()),
+                    ("restored", loaded.len().into()),
+                ],
             ),
-            None => say!(
-                "servery: WebDAV locks are volatile: a restart of servery loses them (--state-dir keeps them)"
+            None => crate::banner::say(
+                "dav_locks",
+                "servery: WebDAV locks are volatile: a restart of servery loses them (--state-dir keeps them)",
+                &[("journal", serde_json::Value::Null)],
             ),
         }
     }

@@ -84,7 +84,12 @@ impl Service for TftpSlot {
                 self.broker.clone(),
                 &Handle::current(),
             )?;
-            say!("servery: TFTP on udp {}", running.local_addr());
+            let address = running.local_addr();
+            crate::banner::say(
+                "tftp_listening",
+                &format!("servery: TFTP on udp {address}"),
+                &[("address", address.to_string().into())],
+            );
             for warning in warnings {
                 tracing::warn!("{warning}");
             }

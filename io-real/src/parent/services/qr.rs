@@ -30,9 +30,17 @@ pub fn render(url: &str) -> Result<String, qrcode::types::QrError> {
 async fn print(ctx: &ServiceContext) -> Result<(), ServiceError> {
     let url = ctx.site.lan_url(&interfaces());
     let code = render(&url)?;
-    let text = format!(
-        "servery: scan to open {url} (generation {})\n{code}\n",
-        ctx.generation.0
+    let text = crate::banner::block_text(
+        "qr",
+        &format!(
+            "servery: scan to open {url} (generation {})",
+            ctx.generation.0
+        ),
+        &code,
+        &[
+            ("url", url.as_str().into()),
+            ("generation", ctx.generation.0.into()),
+        ],
     );
     // Standard output may be a pipe nobody reads: the write must not hold the runtime.
     tokio::task::spawn_blocking(move || {
