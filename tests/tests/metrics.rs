@@ -395,3 +395,46 @@ fn readiness_reports_capacity_and_a_crash_degrades_it() {
         done.stderr
     );
 }
+
+/// `servery_connections_open` and `ctl status` show the connections the workers hold:
+/// twelve keep-alive clients are twelve open connections, summed over two workers, and
+/// none once they hang up.
+#[test]
+fn open_connections_are_shown_while_clients_hold_them() {
+    let tree = Tree::new("metrics-connections");
+    std::fs::write(tree.root().join("a.txt"), b"hello").expect("a file");
+    let (mut server, admin) = start(&tree, 2, &[]);
+    server.wait_ready(2, Duration::from_secs(20));
+    let open = |admin| sample(&metrics(admin), "servery_connections_open");
+    assert_eq!(open(admin), Some(0.0), "no client yet");
+
+    let clients: Vec<TcpStream> = (0..12)
+        .map(|_| {
+            let mut c = TcpStream::connect(server.addr).expect("connect");
+            c.write_all(b"GET /a.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                .expect("request");
+            let mut head = [0u8; 12];
+            c.read_exact(&mut head).expect("a response");
+            assert_eq!(&head, b"HTTP/1.1 200");
+            c
+        })
+        .collect();
+    wait_until(Duration::from_secs(10), "12 connections shown", || {
+        (open(admin) == Some(12.0)).then_some(())
+    });
+    let status = server.status();
+    let per_worker: u64 = status["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["connections"].as_u64().expect("connections per worker"))
+        .sum();
+    assert_eq!(per_worker, 12, "ctl status: {status}");
+
+    drop(clients);
+    wait_until(Duration::from_secs(10), "the connections gone", || {
+        (open(admin) == Some(0.0)).then_some(())
+    });
+    server.signal(Sig::TERM);
+    server.wait_exit(Duration::from_secs(20));
+}

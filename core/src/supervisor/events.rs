@@ -166,15 +166,16 @@ impl Supervisor {
             }
             WorkerMessage::Heartbeat {
                 requests,
+                connections,
                 memory,
                 stats,
-                ..
             } => {
                 // Its heartbeat deadline moves later, unless the beat is dated before the
                 // last one (never, from a driver, whose time only goes forward).
                 let moved_back = now < w.last_beat;
                 w.last_beat = now;
                 w.requests = w.requests.max(requests);
+                w.connections = connections;
                 // Totals since the worker started: the latest replaces the one before.
                 w.stats = stats;
                 w.memory = memory;

@@ -40,6 +40,8 @@ pub struct WorkerStatus {
     pub requests: u64,
     /// Resident memory in bytes, as its latest heartbeat gave it (0: not measured).
     pub memory: u64,
+    /// Connections it held at its latest heartbeat.
+    pub connections: u32,
     pub age: Duration,
 }
 
@@ -151,6 +153,7 @@ impl super::Supervisor {
                     role: w.role,
                     requests: w.requests,
                     memory: w.memory,
+                    connections: w.connections,
                     age: now.saturating_since(w.spawned_at),
                 })
                 .collect(),

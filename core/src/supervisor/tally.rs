@@ -41,6 +41,16 @@ impl Supervisor {
         sum
     }
 
+    /// Connections the workers held at their latest heartbeats: what `/metrics` shows as
+    /// open connections. A worker's go with it when it is reaped; between its death and
+    /// the reap (a step or two) its last figure still counts.
+    pub fn open_connections(&self) -> u64 {
+        self.workers
+            .values()
+            .map(|w| u64::from(w.connections))
+            .sum()
+    }
+
     /// Live workers by state.
     pub fn workers_by_state(&self) -> [usize; WorkerState::ALL.len()] {
         let mut by = [0; WorkerState::ALL.len()];

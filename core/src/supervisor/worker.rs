@@ -59,6 +59,8 @@ pub struct Worker {
     pub request_limit: Option<u64>,
     /// Resident memory in bytes, as its latest heartbeat gave it (0: not measured).
     pub memory: u64,
+    /// Connections it held at its latest heartbeat.
+    pub connections: u32,
     /// `worker_max_rss` as it was when the worker became ready.
     pub memory_limit: Option<u64>,
     /// Its previous heartbeat was above `worker_max_rss` too.
@@ -109,6 +111,7 @@ impl Worker {
             stats: std::sync::Arc::default(),
             request_limit: None,
             memory: 0,
+            connections: 0,
             memory_limit: None,
             memory_over: false,
             age_deadline: None,

@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub workers_by_state: [usize; WorkerState::ALL.len()],
     pub tally: Tally,
     pub requests: RequestStats,
+    /// Connections the workers held at their latest heartbeats.
+    pub open_connections: u64,
     pub broker: BrokerStats,
     /// Broker table sizes, by name.
     pub tables: [(&'static str, u64); 6],
@@ -75,6 +77,7 @@ impl Snapshot {
             workers_by_state: sup.workers_by_state(),
             tally: sup.tally().clone(),
             requests: sup.request_stats(),
+            open_connections: sup.open_connections(),
             broker: broker.stats(),
             tables: [
                 ("leases", broker.leases().count() as u64),
@@ -172,6 +175,13 @@ impl Snapshot {
             "configured_workers",
             "The workers the committed generation runs",
             wanted,
+        );
+        let open = Gauge::<i64>::default();
+        open.set(clamp(self.open_connections));
+        r.register(
+            "connections_open",
+            "Connections the workers hold, as their latest heartbeats reported them",
+            open,
         );
         let generation = Gauge::<i64>::default();
         generation.set(clamp(self.generation));

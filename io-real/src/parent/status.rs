@@ -158,6 +158,7 @@ fn core_status_json(s: &Status) -> Value {
             "role": w.role.name(),
             "requests": w.requests,
             "rss_bytes": w.memory,
+            "connections": w.connections,
             "age_ms": ms(w.age),
         })).collect::<Vec<_>>(),
         "restarts": s.restarts,
@@ -274,8 +275,8 @@ pub fn status_text(v: &Value) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>9} {:>9}",
-        "worker", "slot", "pid", "gen", "state", "role", "requests", "rss", "age"
+        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>9} {:>9}",
+        "worker", "slot", "pid", "gen", "state", "role", "requests", "conns", "rss", "age"
     );
     for w in v
         .get("workers")
@@ -293,7 +294,7 @@ pub fn status_text(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>9} {:>8.1}s",
+            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>9} {:>8.1}s",
             format!("w{}", f("id")),
             f("slot"),
             f("pid"),
@@ -301,6 +302,7 @@ pub fn status_text(v: &Value) -> String {
             f("state"),
             f("role"),
             f("requests"),
+            f("connections"),
             rss,
             age as f64 / 1000.0
         );

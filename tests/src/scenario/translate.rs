@@ -215,6 +215,10 @@ pub fn status_of(s: &Value) -> Option<Status> {
                 role: Role::from_name(&name(&w["role"]))?,
                 requests: w["requests"].as_u64()?,
                 memory: w["rss_bytes"].as_u64().unwrap_or(0),
+                connections: w["connections"]
+                    .as_u64()
+                    .and_then(|c| u32::try_from(c).ok())
+                    .unwrap_or(0),
                 age: Duration::from_millis(w["age_ms"].as_u64()?),
             })
         })

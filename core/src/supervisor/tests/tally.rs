@@ -85,3 +85,36 @@ fn an_unreadable_reload_is_rejected_counted_and_reported_with_its_reason() {
         "nothing starts: {acts:?}"
     );
 }
+
+fn beat_connections(h: &mut Harness, w: WorkerId, connections: u32) {
+    h.msg(
+        w,
+        WorkerMessage::Heartbeat {
+            requests: 0,
+            connections,
+            memory: 0,
+            stats: Default::default(),
+        },
+    );
+}
+
+#[test]
+fn open_connections_are_the_latest_beats_of_the_workers_alive() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    assert_eq!(h.sup.open_connections(), 0);
+    beat_connections(&mut h, ws[0], 7);
+    beat_connections(&mut h, ws[1], 5);
+    // A later beat says how many now: it replaces the earlier figure.
+    beat_connections(&mut h, ws[0], 3);
+    assert_eq!(h.sup.open_connections(), 8);
+    h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    assert_eq!(
+        h.sup.open_connections(),
+        5,
+        "a reaped worker's connections are gone with it"
+    );
+}
