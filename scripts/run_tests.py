@@ -15,7 +15,9 @@ documentation tests are left to `cargo test --doc`.)
 Each executable runs as cargo would run it: in its package's directory, with the
 package's CARGO_* variables. Tests draw their ports through servery_tests::free_port,
 which claims each port across processes, so executables running together never share
-one. An executable still running after --bound seconds is killed and counted failed."""
+one. An executable still running after --bound seconds is killed and counted failed.
+A test that cannot run here (a tool missing, not root) says so through
+servery_tests::skipped, which this runner collects and lists as skipped at the end."""
 import argparse
 import json
 import os
@@ -82,8 +84,12 @@ def order(found):
 def run_one(entry, bound, results, lock):
     label, exe, package_dir, _, msg = entry
     started = time.monotonic()
-    with tempfile.TemporaryFile(mode="w+") as log:
-        proc = subprocess.Popen([exe], cwd=package_dir, env=package_env(package_dir, msg),
+    with tempfile.TemporaryFile(mode="w+") as log, \
+            tempfile.NamedTemporaryFile(mode="r", prefix="servery-skips-") as skips:
+        env = package_env(package_dir, msg)
+        # servery_tests::skipped appends "test: why" here (libtest has no skipped outcome).
+        env["SERVERY_SKIP_LOG"] = skips.name
+        proc = subprocess.Popen([exe], cwd=package_dir, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=bound)
@@ -95,13 +101,15 @@ def run_one(entry, bound, results, lock):
         took = time.monotonic() - started
         log.seek(0)
         output = log.read()
+        skipped = [line.rstrip("\n") for line in skips if line.strip()]
     ok = code == 0 and not timed_out
     verdict = "ok" if ok else (f"KILLED after {bound} s" if timed_out else f"FAILED (exit {code})")
+    noted = f", {len(skipped)} skipped" if skipped else ""
     with lock:
-        print(f"---- {label}: {verdict} in {took:.1f} s", flush=True)
+        print(f"---- {label}: {verdict} in {took:.1f} s{noted}", flush=True)
         sys.stdout.write(output)
         sys.stdout.flush()
-        results.append((label, ok, took))
+        results.append((label, ok, took, skipped))
 
 
 def main():
@@ -133,13 +141,17 @@ def main():
             running[0].join(timeout=0.2)
 
     print(f"\ntest executables: {time.monotonic() - started:.0f} s in all; the slowest:")
-    for label, ok, took in sorted(results, key=lambda r: -r[2])[:8]:
+    for label, ok, took, _ in sorted(results, key=lambda r: -r[2])[:8]:
         print(f"  {took:7.1f} s  {label}")
-    failed = [label for label, ok, _ in results if not ok]
+    skipped = [f"{label}: {line}" for label, _, _, lines in results for line in lines]
+    if skipped:
+        print(f"\n{len(skipped)} tests skipped in whole or in part (they passed what they "
+              "could run; not counted as passed):\n  " + "\n  ".join(skipped))
+    failed = [label for label, ok, _, _ in results if not ok]
     if failed:
         print(f"\n{len(failed)} failed:\n  " + "\n  ".join(failed))
         return 1
-    print(f"all {len(results)} passed")
+    print(f"all {len(results)} test executables passed, {len(skipped)} skips listed above")
     return 0
 
 

@@ -13,7 +13,9 @@ pub fn python_imports(modules: &[&str]) -> bool {
             .output()
             .is_ok_and(|o| o.status.success());
         if !ok {
-            eprintln!("SKIPPED: python3 cannot import {module} (scripts/test installs it)");
+            crate::skipped(format!(
+                "python3 cannot import {module} (scripts/test installs it)"
+            ));
             return false;
         }
     }

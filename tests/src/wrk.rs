@@ -31,7 +31,7 @@ pub fn wrk_available() -> bool {
         .status()
         .is_ok();
     if !found {
-        eprintln!("SKIPPED: wrk is not installed (Debian package `wrk`, scripts/test installs it)");
+        crate::skipped("wrk is not installed (Debian package `wrk`, scripts/test installs it)");
     }
     found
 }

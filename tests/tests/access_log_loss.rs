@@ -76,7 +76,7 @@ fn a_full_disk_loses_whole_batches_each_line_counted_and_said_a_few_times() {
     let _fs = match Tmpfs::mount(&dir, "256k") {
         Ok(fs) => fs,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            servery_tests::skipped(why);
             return;
         }
     };

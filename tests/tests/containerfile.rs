@@ -207,7 +207,9 @@ fn the_images_configuration_serves_and_its_healthcheck_passes() {
     );
 
     if std::env::var_os("SERVERY_CHECK_CONTAINER").is_none_or(|v| v != "1") {
-        eprintln!("image build skipped: set SERVERY_CHECK_CONTAINER=1 with podman or docker");
+        servery_tests::skipped(
+            "the image build: set SERVERY_CHECK_CONTAINER=1 with podman or docker",
+        );
         return;
     }
     let engine = ["podman", "docker"].into_iter().find(|e| {
@@ -217,7 +219,7 @@ fn the_images_configuration_serves_and_its_healthcheck_passes() {
             .is_ok_and(|o| o.status.success())
     });
     let Some(engine) = engine else {
-        eprintln!("image build skipped: neither podman nor a docker daemon answers");
+        servery_tests::skipped("the image build: neither podman nor a docker daemon answers");
         return;
     };
     let mut build = Command::new(engine);
@@ -261,18 +263,18 @@ impl Drop for Guard {
 #[test]
 fn the_images_file_system_serves_as_its_user_under_chroot() {
     let Some(bin) = release_binary() else {
-        eprintln!(
-            "SKIPPED: the image's file system under chroot needs the release binary \
-             (SERVERY_CHECK_RELEASE=1 or SERVERY_RELEASE_BIN)"
+        servery_tests::skipped(
+            "the image's file system under chroot needs the release binary \
+             (SERVERY_CHECK_RELEASE=1 or SERVERY_RELEASE_BIN)",
         );
         return;
     };
     if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
-        eprintln!("SKIPPED: the image is x86_64 Linux only");
+        servery_tests::skipped("the image is x86_64 Linux only");
         return;
     }
     if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED: chroot and mounts need root");
+        servery_tests::skipped("chroot and mounts need root");
         return;
     }
     let all = instructions();

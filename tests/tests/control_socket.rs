@@ -33,7 +33,7 @@ fn other_user(test: &str) -> Option<OtherUser> {
     match OtherUser::create() {
         Ok(user) => Some(user),
         Err(reason) => {
-            eprintln!("NOTICE: {test}: the parts with a second user are skipped: {reason}");
+            servery_tests::skipped(format!("{test}: the parts with a second user: {reason}"));
             None
         }
     }
@@ -389,7 +389,7 @@ fn ctl_refuses_a_socket_or_a_listener_of_another_user() {
 #[test]
 fn root_controls_a_servery_of_another_user_through_the_socket_it_names() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("NOTICE: root's `servery ctl` is not tested: the tests do not run as root");
+        servery_tests::skipped("root's `servery ctl` needs the tests to run as root");
         return;
     }
     let (Some(service), Some(stranger)) = (

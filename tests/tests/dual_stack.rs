@@ -10,7 +10,7 @@ use servery_tests::*;
 fn has_ipv6() -> bool {
     let ok = std::net::TcpListener::bind("[::1]:0").is_ok();
     if !ok {
-        eprintln!("SKIPPED: no IPv6 loopback on this host");
+        servery_tests::skipped("no IPv6 loopback on this host");
     }
     ok
 }

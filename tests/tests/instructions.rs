@@ -22,9 +22,9 @@ fn program() -> Option<PathBuf> {
         return Some(PathBuf::from(bin));
     }
     if std::env::var_os("SERVERY_CHECK_INSTRUCTIONS").is_none_or(|v| v != "1") {
-        eprintln!(
-            "skipped: instructions per request are counted on the release build; set \
-             SERVERY_CHECK_INSTRUCTIONS=1 (builds it) or SERVERY_INSTRUCTIONS_BIN=PATH"
+        servery_tests::skipped(
+            "instructions per request are counted on the release build; set \
+             SERVERY_CHECK_INSTRUCTIONS=1 (builds it) or SERVERY_INSTRUCTIONS_BIN=PATH",
         );
         return None;
     }

@@ -50,7 +50,7 @@ fn an_upload_that_fills_the_disk_is_507_and_leaves_nothing() {
     let _fs = match Tmpfs::mount(&root, "1m") {
         Ok(fs) => fs,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            servery_tests::skipped(why);
             return;
         }
     };
@@ -100,7 +100,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 #[test]
 fn a_worker_out_of_descriptors_waits_without_spinning_and_serves_again() {
     if Command::new("prlimit").arg("--version").output().is_err() {
-        eprintln!("skipped: prlimit (util-linux) is not installed");
+        servery_tests::skipped("prlimit (util-linux) is not installed");
         return;
     }
     let tree = Tree::new("emfile");
@@ -195,15 +195,15 @@ fn hard_nproc(pid: u32) -> String {
 /// the parent runs as this user. `None` (after saying why) when that cannot be done here.
 fn unprivileged(test: &str) -> Option<(OtherUser, Tree)> {
     if !have_prlimit() {
-        eprintln!("skipped: {test}: prlimit (util-linux) is not installed");
+        servery_tests::skipped(format!("{test}: prlimit (util-linux) is not installed"));
         return None;
     }
     let user = match OtherUser::create() {
         Ok(user) => user,
         Err(reason) => {
-            eprintln!(
-                "skipped: {test}: the parent must run as a user without CAP_SYS_RESOURCE: {reason}"
-            );
+            servery_tests::skipped(format!(
+                "{test}: the parent must run as a user without CAP_SYS_RESOURCE: {reason}"
+            ));
             return None;
         }
     };

@@ -32,7 +32,7 @@ fn somaxconn() -> u64 {
 #[test]
 fn the_backlog_is_the_one_configured_value_and_the_unit_says_the_same() {
     if Command::new("ss").arg("-V").output().is_err() {
-        eprintln!("NOTICE: `ss` is not installed: the listen backlog is not checked");
+        servery_tests::skipped("the listen backlog's check: `ss` is not installed");
         return;
     }
     let tree = Tree::new("backlog");

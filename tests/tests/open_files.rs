@@ -21,7 +21,7 @@ fn prlimit_available() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED: prlimit (util-linux) is not installed");
+        servery_tests::skipped("prlimit (util-linux) is not installed");
     }
     ok
 }

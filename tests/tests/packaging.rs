@@ -127,7 +127,7 @@ fn the_man_page_documents_every_long_option_of_help_and_man_renders_it() {
     );
 
     if Command::new("man").arg("--version").output().is_err() {
-        eprintln!("man not installed: rendering skipped");
+        servery_tests::skipped("the man page's rendering: man is not installed");
         return;
     }
     let tree = Tree::new("packaging-man");

@@ -268,7 +268,7 @@ def app(environ, start_response):
 #[test]
 fn a_python_application_is_never_called_for_a_foreign_host() {
     if !has_python(&servery_bin()) {
-        eprintln!("SKIPPED: this servery binary hosts no Python");
+        servery_tests::skipped("this servery binary hosts no Python");
         return;
     }
     let tree = Tree::new("rebind-app");

@@ -94,9 +94,9 @@ fn a_root_that_is_missing_a_file_or_unreadable_is_refused_before_binding() {
         let user = match OtherUser::create() {
             Ok(user) => user,
             Err(reason) => {
-                eprintln!(
-                    "NOTICE: the unreadable-root part is skipped: running as root (who reads any directory) and {reason}"
-                );
+                servery_tests::skipped(format!(
+                    "the unreadable-root part: running as root (who reads any directory) and {reason}"
+                ));
                 return;
             }
         };

@@ -23,7 +23,7 @@ fn netns_or_skip(test: &str) -> Option<Arc<Netns>> {
     match Netns::create() {
         Ok(ns) => Some(Arc::new(ns)),
         Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
+            servery_tests::skipped(format!("{test}: {why}"));
             None
         }
     }

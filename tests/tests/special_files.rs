@@ -26,7 +26,7 @@ fn a_fifo_and_a_unix_socket_are_refused_with_403() {
     if fifo {
         assert_eq!(http_get(server.addr, "/pipe").expect("an answer").0, 403);
     } else {
-        eprintln!("NOTICE: mkfifo is not available; the FIFO case is skipped");
+        servery_tests::skipped("the FIFO case: mkfifo is not available");
     }
     // Nothing was hurt: the files beside them are served.
     assert_eq!(

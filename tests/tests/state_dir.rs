@@ -98,7 +98,7 @@ fn a_state_dir_of_another_user_is_refused_and_a_planted_link_is_not_followed() {
             .expect("chown back");
         }
         Err(why) => {
-            eprintln!("NOTICE: the other-user case is skipped: {why}");
+            servery_tests::skipped(format!("the other-user case: {why}"));
             std::os::unix::fs::symlink(&victim, state.join("dav-locks.json")).expect("plant");
         }
     }
@@ -210,14 +210,14 @@ impl Drop for Tmpfs {
 #[test]
 fn a_lock_the_journal_cannot_hold_is_refused_and_a_restart_keeps_every_lock_granted() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("NOTICE: skipped: mounting a small tmpfs needs root");
+        servery_tests::skipped("mounting a small tmpfs needs root");
         return;
     }
     let tree = Tree::new("state-full");
     let state = tree.dir.join("state");
     std::fs::create_dir(&state).expect("state dir");
     let Some(_fs) = Tmpfs::mount(&state, "8k") else {
-        eprintln!("NOTICE: skipped: this machine refuses a tmpfs mount");
+        servery_tests::skipped("this machine refuses a tmpfs mount");
         return;
     };
     for i in 0..100 {
