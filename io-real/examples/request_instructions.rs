@@ -168,6 +168,7 @@ impl Sites {
                     .unwrap_or(usize::MAX),
                 worker_id: 1,
                 tree_kill: None,
+                kill_after_lock_grant: false,
             }),
             ..config()
         })

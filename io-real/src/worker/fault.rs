@@ -20,6 +20,8 @@
 //! - `kill-before-tree-step=STEP[:N]`: abort just before the `N`-th (from 0, default 0)
 //!   action named `STEP` of a WebDAV tree request (MOVE, COPY, DELETE, MKCOL); the step
 //!   names are the core's `tree_flow::STEPS`.
+//! - `kill-after-lock-grant`: abort once the broker granted a WebDAV LOCK and before
+//!   the client hears of it (a grant reply lost with its worker).
 
 use std::time::Duration;
 
@@ -43,6 +45,7 @@ pub enum Fault {
     WedgedDrain,
     ExitDuringDrain,
     KillBeforeTreeStep(TreeKill),
+    KillAfterLockGrant,
 }
 
 /// The fault this worker runs with, if any, as the questions the worker asks of it.
@@ -106,6 +109,10 @@ impl TestFault {
         self.0 == Some(Fault::ExitDuringDrain)
     }
 
+    pub fn kill_after_lock_grant(&self) -> bool {
+        self.0 == Some(Fault::KillAfterLockGrant)
+    }
+
     pub fn kill_before_tree_step(&self) -> Option<TreeKill> {
         match &self.0 {
             Some(Fault::KillBeforeTreeStep(kill)) => Some(kill.clone()),
@@ -147,6 +154,7 @@ impl Fault {
             }
             ("wedged-drain", None) => Ok(Fault::WedgedDrain),
             ("exit-during-drain", None) => Ok(Fault::ExitDuringDrain),
+            ("kill-after-lock-grant", None) => Ok(Fault::KillAfterLockGrant),
             ("kill-before-tree-step", Some(arg)) => {
                 let (step, nth) = arg.split_once(':').unwrap_or((arg, "0"));
                 let step = servery_core::tree_flow::STEPS

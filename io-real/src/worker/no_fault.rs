@@ -42,6 +42,11 @@ impl TestFault {
     }
 
     #[inline(always)]
+    pub fn kill_after_lock_grant(&self) -> bool {
+        false
+    }
+
+    #[inline(always)]
     pub fn kill_before_tree_step(&self) -> Option<crate::http::dav::TreeKill> {
         None
     }

@@ -116,6 +116,7 @@ pub(super) async fn run(
     );
     if let Some(dav) = site_config.dav.as_mut() {
         dav.tree_kill = fault.kill_before_tree_step();
+        dav.kill_after_lock_grant = fault.kill_after_lock_grant();
     }
     let mut worker = Worker {
         id: args.worker_id,

@@ -66,6 +66,7 @@ pub fn site_config(
                 .unwrap_or(usize::MAX),
             worker_id,
             tree_kill: None,
+            kill_after_lock_grant: false,
         }),
         archive: s.page.limits(),
         qr_url: setup.facts.qr_url.clone(),

@@ -171,6 +171,9 @@ impl Dav {
             grant.release().await;
         }
         let (token, granted) = granted?;
+        if self.kill_after_lock_grant {
+            crate::worker::crash();
+        }
         let mut status = StatusCode::OK;
         if !exists && let Some(writer) = &self.writer {
             let conditions = conditional::conditions(&parts.headers);

@@ -127,6 +127,8 @@ pub struct Dav {
     worker: HeaderValue,
     /// A test fault: abort before this step of a tree request (`None` outside tests).
     tree_kill: Option<TreeKill>,
+    /// A test fault: abort once a LOCK is granted, before answering it.
+    kill_after_lock_grant: bool,
 }
 
 /// What a share needs for WebDAV.
@@ -138,6 +140,9 @@ pub struct DavConfig {
     /// `SERVERY_TEST_FAULT=kill-before-tree-step=…` (builds with the `test-hooks`
     /// feature): the worker aborts just before this step of a tree request.
     pub tree_kill: Option<TreeKill>,
+    /// `SERVERY_TEST_FAULT=kill-after-lock-grant` (builds with the `test-hooks`
+    /// feature): the worker aborts once the broker granted a LOCK, before the answer.
+    pub kill_after_lock_grant: bool,
 }
 
 impl Dav {
@@ -157,6 +162,7 @@ impl Dav {
             body_timeout,
             worker: HeaderValue::from(config.worker_id),
             tree_kill: config.tree_kill,
+            kill_after_lock_grant: config.kill_after_lock_grant,
         }
     }
 
