@@ -32,6 +32,7 @@ pub mod fdpass;
 pub mod http;
 pub mod http3;
 pub mod knobs;
+mod log_record;
 pub mod logging;
 pub mod open_files;
 pub mod operator_file;

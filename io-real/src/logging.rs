@@ -32,9 +32,7 @@ pub fn init(format: LogFormat) {
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
         LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
+            .event_format(crate::log_record::JsonRecord::new())
             .try_init(),
     };
 }

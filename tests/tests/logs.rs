@@ -15,6 +15,8 @@ fn json_logs_carry_every_lifecycle_event_as_one_record() {
     let mut server = Server::start(&tree, 1, &args, &[]);
     let (before, _) = server.wait_ready(1, Duration::from_secs(20));
     let old = servery_tests::worker_ids(&before)[0];
+    let old_pid = before["workers"][0]["pid"].clone();
+    let parent_pid = server.pid;
     server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
     wait_until(Duration::from_secs(30), "the worker replaced", || {
         let s = server.status();
@@ -68,6 +70,24 @@ fn json_logs_carry_every_lifecycle_event_as_one_record() {
             .iter()
             .any(|r| r["message"] == "accepting" && r["worker"] == old),
         "{stderr}"
+    );
+    // Every record names its process: the parent's lifecycle records the parent, the
+    // worker's own lines the worker.
+    for r in &records {
+        assert!(r["pid"].is_u64(), "a record without its pid: {r}");
+    }
+    assert_eq!(
+        find("spawn", old)["pid"],
+        json!(parent_pid),
+        "the parent's record"
+    );
+    let accepting = records
+        .iter()
+        .find(|r| r["message"] == "accepting" && r["worker"] == old)
+        .expect("the worker's line");
+    assert_eq!(
+        accepting["pid"], old_pid,
+        "the worker's own line: {accepting}"
     );
 }
 
