@@ -13,7 +13,10 @@ pub fn main() -> i32 {
     if argv.get(1).is_some_and(|a| a == WORKER_SUBCOMMAND) {
         logging::init(logging::worker_format());
         match WorkerArgs::parse(argv.into_iter().skip(2)) {
-            Ok(args) => worker::run(args),
+            Ok(args) => {
+                logging::set_worker_id(args.worker_id);
+                worker::run(args)
+            }
             Err(e) => {
                 eprintln!("servery {WORKER_SUBCOMMAND}: {e}");
                 return crate::EXIT_CONFIG;

@@ -3,9 +3,10 @@
 //! level. Written here rather than by tracing-subscriber's JSON layer so every record
 //! carries the process id: the parent and its workers share one stream, and a worker's
 //! lines before it has an id (or a library's lines, which never name one) are told apart
-//! only by it.
+//! only by it. A worker's records also carry its `worker` id, set once it is known.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
@@ -13,6 +14,13 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
+
+/// This process's worker id, when it is a worker.
+static WORKER: OnceLock<u64> = OnceLock::new();
+
+pub(crate) fn set_worker_id(id: u64) {
+    let _ = WORKER.set(id);
+}
 
 /// The JSON event format.
 pub(crate) struct JsonRecord {
@@ -31,6 +39,9 @@ impl JsonRecord {
         record.insert("timestamp".into(), timestamp(now).into());
         record.insert("level".into(), event.metadata().level().as_str().into());
         record.insert("pid".into(), self.pid.into());
+        if let Some(worker) = WORKER.get() {
+            record.insert("worker".into(), (*worker).into());
+        }
         event.record(&mut Fields(&mut record));
         Value::Object(record)
     }

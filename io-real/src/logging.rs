@@ -20,6 +20,11 @@ pub fn worker_format() -> LogFormat {
     }
 }
 
+/// Names this process as worker `id` in every JSON record it writes from now on.
+pub fn set_worker_id(id: u64) {
+    crate::log_record::set_worker_id(id);
+}
+
 pub fn init(format: LogFormat) {
     crate::banner::set_format(format);
     let filter = EnvFilter::try_from_env("SERVERY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));

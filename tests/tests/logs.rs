@@ -89,6 +89,16 @@ fn json_logs_carry_every_lifecycle_event_as_one_record() {
         accepting["pid"], old_pid,
         "the worker's own line: {accepting}"
     );
+    // Every line a worker writes names it, even those that do not say so themselves.
+    let worker_lines: Vec<&Value> = records.iter().filter(|r| r["pid"] == old_pid).collect();
+    assert!(!worker_lines.is_empty());
+    for r in worker_lines {
+        assert_eq!(
+            r["worker"],
+            json!(old),
+            "a worker's line without its id: {r}"
+        );
+    }
 }
 
 /// Under `--log-format json` standard output is JSON too: each banner line is one record
