@@ -10,6 +10,11 @@
 //! fixed costs cancelled. `tests/tests/instructions.rs` runs it so and compares with
 //! `docs/benchmarks/instructions.toml`.
 //!
+//! Last, the floor: the same 1 KiB GET over the same socketpair answered by bare hyper
+//! (hyper-util's HTTP/1 + h2c server, the body from memory, no policy: `hyper_floor`'s
+//! shape), so `get-1k hyper` over `floor hyper` is servery's cost per request as a
+//! multiple of the stack's, counted rather than timed.
+//!
 //! Usage: `request_instructions [--requests K] [--only CLASS]`; it prints one line per
 //! measurement, in the order of its dumps: `measure CLASS PATH K`.
 #![forbid(unsafe_code)]
@@ -40,7 +45,16 @@ const LISTED_FILES: usize = 20;
 const USAGE: &str = "usage: request_instructions [--requests K] [--only CLASS]";
 
 /// The request classes, in the order they are measured.
-const CLASSES: [&str; 5] = ["get-1k", "not-modified", "range", "listing", "propfind"];
+const CLASSES: [&str; 6] = [
+    "get-1k",
+    "not-modified",
+    "range",
+    "listing",
+    "propfind",
+    FLOOR,
+];
+/// The class answered by bare hyper, over the socketpair only.
+const FLOOR: &str = "floor";
 /// Where a request is answered: inside the site, or through hyper over a socketpair.
 const PATHS: [&str; 2] = ["site", "hyper"];
 
@@ -110,11 +124,15 @@ fn run(root: &Path, requests: u32, only: Option<&str>) -> std::io::Result<()> {
     let etag = runtime.block_on(sites.etag())?;
     for class in CLASSES.iter().filter(|c| only.is_none_or(|o| o == **c)) {
         for path in PATHS {
+            if *class == FLOOR && path == "site" {
+                continue;
+            }
             println!("measure {class} {path} {requests}");
             let request = || request_of(class, &etag);
             let site = sites.for_class(class);
             let mut conn = match path {
                 "site" => None,
+                _ if *class == FLOOR => Some(runtime.block_on(Connection::open_floor())?),
                 _ => Some(runtime.block_on(Connection::open(Arc::clone(site)))?),
             };
             for batch in [WARM_UP, requests, 2 * requests] {
@@ -229,7 +247,7 @@ fn request_of(class: &str, etag: &HeaderValue) -> Request<Full<Bytes>> {
         .header(header::HOST, "127.0.0.1:8080")
         .header(header::USER_AGENT, "request-instructions");
     let request = match class {
-        "get-1k" => builder.uri("/1k.bin").body(Full::default()),
+        "get-1k" | FLOOR => builder.uri("/1k.bin").body(Full::default()),
         "not-modified" => builder
             .uri("/1k.bin")
             .header(header::IF_NONE_MATCH, etag.clone())
@@ -290,6 +308,28 @@ impl Connection {
             // Held for as long as the connection is served: dropping it means draining.
             let _drain_tx = drain_tx;
             serve_connection(site, server, drain, Arc::new(AtomicU64::new(0))).await;
+        });
+        Ok(Connection {
+            client,
+            buf: Vec::with_capacity(64 * 1024),
+            head: Vec::with_capacity(1024),
+        })
+    }
+
+    /// The floor: bare hyper answering every request with 1 KiB from memory.
+    async fn open_floor() -> std::io::Result<Connection> {
+        let (client, server) = UnixStream::pair()?;
+        let body = Bytes::from(vec![b'x'; 1024]);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |_request| {
+                let body = body.clone();
+                async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(body))) }
+            });
+            let served =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(server), service)
+                    .await;
+            drop(served);
         });
         Ok(Connection {
             client,

@@ -82,6 +82,18 @@ fn instructions_per_request_stay_within_the_baseline() {
     for row in &verdict.table {
         println!("{row}");
     }
+    let count = |name: &str| {
+        per_request
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| *c as f64)
+    };
+    if let (Some(servery), Some(floor)) = (count("get-1k hyper"), count("floor hyper")) {
+        println!(
+            "a 1 KiB keep-alive GET costs {:.2}× bare hyper's instructions (issue 39's goal: at most 1.2×)",
+            servery / floor
+        );
+    }
     for notice in &verdict.notices {
         println!("notice: {notice}");
     }
