@@ -10,8 +10,8 @@ use super::mime;
 /// first [`mime::SNIFF_LEN`] bytes (read on the blocking pool unless already in memory).
 /// A read that fails leaves it a download.
 pub(super) async fn content_type(file: &OpenFile, runtime: &Handle) -> &'static str {
-    if !mime::needs_sniffing(&file.name) {
-        return mime::content_type(&file.name);
+    if let Some(named) = mime::by_extension(&file.name) {
+        return named;
     }
     match &file.content {
         Content::Read(bytes) => mime::content_type_sniffed(&file.name, bytes),
