@@ -17,6 +17,7 @@ mod server;
 mod tmpfs;
 mod tools;
 mod tree;
+pub mod upstream;
 mod waiting;
 mod wrk;
 

@@ -556,6 +556,10 @@ impl Worker {
                 }
             }
         }
+        match crate::proxy::Proxy::from_settings(&self.setup.settings.proxy) {
+            Ok(proxy) => config.proxy = proxy.map(Arc::new),
+            Err(message) => return self.life.startup_failed(message),
+        }
         match tokio::task::spawn_blocking(move || Site::open(config)).await {
             Ok(Ok(site)) => {
                 self.site = Some(Arc::new(site));
@@ -606,7 +610,7 @@ impl Worker {
         self.life.connection_opened();
         self.heap_trim.opened(self.life.in_flight());
         // getpeername costs a system call: only the access log and an application want it.
-        let peer = (site.recorder().is_some() || site.app().is_some())
+        let peer = (site.recorder().is_some() || site.app().is_some() || site.proxy().is_some())
             .then(|| stream.peer_addr().ok())
             .flatten();
         let activity = Activity::with_peer(tokio::time::Instant::now(), peer);
