@@ -15,8 +15,8 @@ use crate::{Tree, wait_until};
 /// - `/big?n=BYTES` streams n bytes in 1 MiB pieces;
 /// - `/slow?secs=S` answers after S seconds;
 /// - `/inflight` counts requests in flight at once and remembers the most (for the
-///   admission tests): it holds each request `hold` seconds, and `/inflight-max` says the
-///   most seen.
+///   admission tests): it holds each request `hold` seconds; `/inflight-max` says the
+///   most seen, `/inflight-now` how many are held now.
 pub const ECHO_APP: &str = r#"
 import hashlib, json, threading, time, urllib.parse
 
@@ -50,9 +50,9 @@ def app(environ, start_response):
             state["now"] -= 1
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"held\n"]
-    if path == "/inflight-max":
+    if path in ("/inflight-max", "/inflight-now"):
         start_response("200 OK", [("Content-Type", "text/plain")])
-        return [str(state["max"]).encode()]
+        return [str(state["max" if path == "/inflight-max" else "now"]).encode()]
     body = environ["wsgi.input"]
     digest, length = hashlib.sha256(), 0
     while True:

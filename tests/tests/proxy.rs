@@ -381,3 +381,144 @@ fn large_bodies_stream_both_ways_in_bounded_memory() {
         "the worker grew from {before} KiB to {peak} KiB"
     );
 }
+
+/// `n` requests for `path` at once, each from its own curl: the status codes, and whether
+/// every 503 said `Retry-After`.
+fn burst(addr: std::net::SocketAddr, path: &str, n: usize) -> (Vec<u16>, bool) {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let url = format!("http://{addr}{path}");
+            std::thread::spawn(move || {
+                let out = std::process::Command::new("curl")
+                    .args(["-s", "-D", "-", "-o", "/dev/null", "--max-time", "30"])
+                    .arg(url)
+                    .output()
+                    .expect("curl");
+                let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0u16);
+                (status, status != 503 || head.contains("retry-after: 1"))
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, bool)> = handles
+        .into_iter()
+        .map(|h| h.join().expect("join"))
+        .collect();
+    (
+        answers.iter().map(|a| a.0).collect(),
+        answers.iter().all(|a| a.1),
+    )
+}
+
+fn upstream_max(addr: std::net::SocketAddr, up: &Upstream) -> u64 {
+    let _ = addr;
+    let got = curl(up.addr.expect("tcp"), "/inflight-max", &[]);
+    String::from_utf8_lossy(&got.body)
+        .trim()
+        .parse()
+        .expect("a count")
+}
+
+/// `--proxy-max-inflight` is one bound for the service, not one per worker: measured at
+/// the upstream, never exceeded across two workers; the requests past it get 503 with
+/// Retry-After; and the grants come back, so the whole bound is usable again after.
+#[test]
+fn the_inflight_bound_holds_across_workers() {
+    if !gunicorn_present() {
+        return;
+    }
+    for (max, burst_size) in [(3u64, 12usize), (16, 40)] {
+        let tree = Tree::new("proxy-inflight");
+        let up = upstream::gunicorn(&tree, None);
+        let server = Server::start(
+            &tree,
+            2,
+            &[
+                "--proxy",
+                &route("/", &up, ""),
+                "--proxy-max-inflight",
+                &max.to_string(),
+            ],
+            &[],
+        );
+        let (statuses, retry_after) = burst(server.addr, "/inflight?hold=1", burst_size);
+        let ok = statuses.iter().filter(|&&s| s == 200).count();
+        let refused = statuses.iter().filter(|&&s| s == 503).count();
+        assert_eq!(ok + refused, burst_size, "{statuses:?}");
+        assert!(retry_after, "a 503 without Retry-After");
+        let seen = upstream_max(server.addr, &up);
+        eprintln!("bound {max}: {ok} forwarded, {refused} refused, at most {seen} at the upstream");
+        assert!(
+            seen <= max,
+            "{seen} requests at the upstream at once, bound {max}"
+        );
+        assert!(
+            refused > 0,
+            "{burst_size} requests at once under a bound of {max}: none refused"
+        );
+        assert!(
+            ok as u64 >= max / 2,
+            "only {ok} forwarded under a bound of {max}"
+        );
+        // Every grant came back: the whole bound is usable again (one request at a time
+        // from this client would pass anyway, so ask for max at once, minus the spare
+        // grants a worker may keep, which are in the bound too).
+        let (again, _) = burst(server.addr, "/inflight?hold=0.5", 2);
+        assert_eq!(again, [200, 200], "grants leaked");
+    }
+}
+
+/// A worker killed while it holds grants gives them back through the broker's
+/// revocation: afterwards the whole bound is usable again.
+#[test]
+fn a_killed_workers_grants_come_back() {
+    if !gunicorn_present() {
+        return;
+    }
+    let tree = Tree::new("proxy-revoke");
+    let up = upstream::gunicorn(&tree, None);
+    let server = Server::start(
+        &tree,
+        1,
+        &[
+            &["--proxy", &route("/", &up, ""), "--proxy-max-inflight", "2"][..],
+            FAST,
+        ]
+        .concat(),
+        &[],
+    );
+    let (status, _) = server.wait_ready(1, Duration::from_secs(20));
+    let victim = worker_pids(&status)[0];
+    let addr = server.addr;
+    let held: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || curl(addr, "/inflight?hold=30", &[]).status))
+        .collect();
+    let upstream = up.addr.expect("tcp");
+    wait_until(
+        Duration::from_secs(10),
+        "both requests at the upstream",
+        || (curl(upstream, "/inflight-now", &[]).body == b"2").then_some(()),
+    );
+    assert_eq!(
+        curl(addr, "/slow?secs=0", &[]).status,
+        503,
+        "a third request went upstream"
+    );
+    signal_pid(victim, Sig::KILL);
+    for h in held {
+        assert_ne!(
+            h.join().expect("join"),
+            200,
+            "a request of the killed worker succeeded"
+        );
+    }
+    let (_, took) = wait_until(Duration::from_secs(15), "the bound usable again", || {
+        let (statuses, _) = burst(addr, "/inflight?hold=0.2", 2);
+        (statuses == [200, 200]).then_some(())
+    });
+    eprintln!("both grants usable again {took:?} after the kill");
+}

@@ -53,6 +53,11 @@ pub struct ProxyArgs {
     /// response is cut off.
     #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_IDLE_TIMEOUT", default_value_t = DEFAULT_IDLE_TIMEOUT)]
     pub proxy_idle_timeout: f64,
+    /// Upstream requests in flight at once across all workers (0: no bound). Workers take
+    /// grants from the parent's broker (in small blocks under a large bound); a request
+    /// that finds none is answered 503 with `Retry-After` before its body is read.
+    #[arg(long, value_name = "N", env = "SERVERY_PROXY_MAX_INFLIGHT", default_value_t = servery_core::config::RawBroker::default().max_proxy_inflight, allow_negative_numbers = true, group = crate::settings::LIVE)]
+    pub proxy_max_inflight: i64,
 }
 
 impl ProxyArgs {
@@ -84,5 +89,7 @@ impl ProxyArgs {
 }
 
 crate::knobs::core_fields! {
-    impl ProxyArgs {}
+    impl ProxyArgs {
+        proxy_max_inflight => broker.max_proxy_inflight;
+    }
 }

@@ -87,15 +87,23 @@ pub struct Incoming {
     idle: Duration,
     silence: Pin<Box<Sleep>>,
     route: Arc<str>,
+    /// The admission grant the exchange holds until its body ends (or is dropped).
+    permit: Option<super::admission::Permit>,
 }
 
 impl Incoming {
-    pub fn new(inner: hyper::body::Incoming, idle: Duration, route: Arc<str>) -> Self {
+    pub fn new(
+        inner: hyper::body::Incoming,
+        idle: Duration,
+        route: Arc<str>,
+        permit: Option<super::admission::Permit>,
+    ) -> Self {
         Incoming {
             inner,
             idle,
             silence: Box::pin(tokio::time::sleep(idle)),
             route,
+            permit,
         }
     }
 }
@@ -111,6 +119,11 @@ impl Body for Incoming {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
+                if frame.is_none() {
+                    // The exchange is over: its grant goes back now, not when hyper
+                    // drops the body.
+                    this.permit = None;
+                }
                 let deadline = Instant::now() + this.idle;
                 this.silence.as_mut().reset(deadline);
                 Poll::Ready(frame.map(|f| {

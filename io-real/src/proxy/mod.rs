@@ -5,6 +5,7 @@
 //! with the reason in the body and the log. `docs/proxy.md` describes it; decision 0075
 //! what it chose where the RFCs leave a choice.
 
+pub mod admission;
 pub mod args;
 mod body;
 mod connect;
@@ -46,6 +47,8 @@ pub struct Proxy {
     trusted: Vec<IpAddr>,
     first_byte: Duration,
     idle: Duration,
+    /// This worker's share of `--proxy-max-inflight`, when it is bounded.
+    admission: Option<Arc<admission::Admission>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -126,11 +129,30 @@ fn gateway_error(error: &UpstreamError) -> Response<Body> {
     response
 }
 
+fn saturated(refused: &admission::Refused) -> Response<Body> {
+    let mut response = Response::new(crate::http::body::full(format!(
+        "503 Service Unavailable: {refused}\n"
+    )));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    // The body was not read: the connection cannot carry another request.
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 impl Proxy {
     /// The proxy the settings describe; `None` when no route is given. The settings were
     /// checked by the parent ([`ProxyArgs::check`]), so a refusal here is a worker's
     /// startup failure.
-    pub fn from_settings(args: &ProxyArgs) -> Result<Option<Proxy>, String> {
+    pub fn from_settings(
+        args: &ProxyArgs,
+        admission: Option<Arc<admission::Admission>>,
+    ) -> Result<Option<Proxy>, String> {
         let routes = Routes::parse(&args.proxy).map_err(|errors| {
             errors
                 .iter()
@@ -175,6 +197,7 @@ impl Proxy {
                 .collect(),
             first_byte: secs(args.proxy_first_byte_timeout)?,
             idle: secs(args.proxy_idle_timeout)?,
+            admission,
         }))
     }
 
@@ -198,6 +221,17 @@ impl Proxy {
             return gateway_error(&UpstreamError::Failed("no route".into()));
         };
         let name = Arc::clone(&self.names[index]);
+        // Admitted before anything of the request is read or sent.
+        let permit = match &self.admission {
+            None => None,
+            Some(admission) => match admission.permit().await {
+                Ok(permit) => Some(permit),
+                Err(refused) => {
+                    tracing::info!(route = %name, %refused, "proxy request refused");
+                    return saturated(&refused);
+                }
+            },
+        };
         let (mut parts, body) = req.into_parts();
         let target = route.upstream_target(parts.uri.path(), parts.uri.query());
         let uri: Uri = match format!("http://{}{target}", self.authorities[index]).parse() {
@@ -244,7 +278,7 @@ impl Proxy {
         headers::strip_hop_by_hop(&mut parts.headers);
         // The client's connection speaks its own version, whatever the upstream spoke.
         parts.version = Version::default();
-        let body = body::Incoming::new(incoming, self.idle, name);
+        let body = body::Incoming::new(incoming, self.idle, name, permit);
         Response::from_parts(parts, http_body_util::combinators::BoxBody::new(body))
     }
 

@@ -556,7 +556,16 @@ impl Worker {
                 }
             }
         }
-        match crate::proxy::Proxy::from_settings(&self.setup.settings.proxy) {
+        let settings = &self.setup.settings;
+        let admission = u32::try_from(settings.proxy.proxy_max_inflight)
+            .ok()
+            .filter(|&max| max > 0)
+            .map(|max| {
+                let workers = u32::try_from(settings.workers.count()).unwrap_or(1);
+                let keep = servery_core::proxy_admission::keep_for(max, workers);
+                crate::proxy::admission::Admission::new(self.broker.clone(), keep)
+            });
+        match crate::proxy::Proxy::from_settings(&settings.proxy, admission) {
             Ok(proxy) => config.proxy = proxy.map(Arc::new),
             Err(message) => return self.life.startup_failed(message),
         }
