@@ -262,12 +262,14 @@ impl Broker {
         &self.log
     }
 
-    /// Workers that hold at least one lease or reservation.
+    /// Workers that hold at least one lease, reservation or proxy grant (a worker may be
+    /// named twice).
     pub fn holders(&self) -> impl Iterator<Item = WorkerId> + '_ {
         self.by_owner
             .iter()
             .filter(|(_, ids)| !ids.is_empty())
             .map(|(w, _)| *w)
+            .chain(self.proxy.holders())
     }
 
     pub fn poll_reply(&mut self) -> Option<(WorkerId, u64, BrokerReply)> {

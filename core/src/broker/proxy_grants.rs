@@ -51,6 +51,11 @@ impl ProxyGrants {
         self.total
     }
 
+    /// Workers holding at least one grant.
+    pub fn holders(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.held.keys().copied()
+    }
+
     pub fn held_by(&self, worker: WorkerId) -> u32 {
         self.held.get(&worker).copied().unwrap_or(0)
     }
