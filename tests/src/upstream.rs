@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::{Tree, wait_until};
 
-/// A WSGI application (`echo:app`) and its ASGI twin (`echo:asgi`):
+/// A WSGI application (`echo:app`) and its ASGI twin (`echo:asgi`, which also echoes
+/// WebSocket text messages as `echo:TEXT`):
 /// - `/echo` answers JSON with the method, path, query, every header, and the length and
 ///   SHA-256 of the body it read (read in 64 KiB pieces, never whole);
 /// - `/big?n=BYTES` streams n bytes in 1 MiB pieces;
@@ -73,6 +74,15 @@ def app(environ, start_response):
     return [answer]
 
 async def asgi(scope, receive, send):
+    if scope["type"] == "websocket":
+        await receive()
+        await send({"type": "websocket.accept"})
+        while True:
+            event = await receive()
+            if event["type"] != "websocket.receive":
+                return
+            text = event.get("text") or event.get("bytes", b"").decode()
+            await send({"type": "websocket.send", "text": "echo:" + text})
     if scope["type"] != "http":
         return
     digest, length = hashlib.sha256(), 0

@@ -522,3 +522,44 @@ fn a_killed_workers_grants_come_back() {
     });
     eprintln!("both grants usable again {took:?} after the kill");
 }
+
+/// A WebSocket through the proxy: the `websockets` client (PyPI) talks to uvicorn's
+/// WebSocket endpoint through servery, messages both ways over the joined connections.
+#[test]
+fn a_websocket_is_tunnelled_to_uvicorn() {
+    if !python_imports(&["uvicorn", "websockets"]) {
+        return;
+    }
+    let tree = Tree::new("proxy-ws");
+    let up = upstream::uvicorn(&tree);
+    let server = Server::start(
+        &tree,
+        2,
+        &[
+            "--proxy",
+            &route("/ws", &up, ""),
+            "--proxy-max-inflight",
+            "4",
+        ],
+        &[],
+    );
+    let script = format!(
+        "from websockets.sync.client import connect\n\
+         with connect('ws://{}/ws/chat', open_timeout=10) as ws:\n\
+         \x20   for word in ['one', 'two', 'x' * 100000]:\n\
+         \x20       ws.send(word)\n\
+         \x20       print(ws.recv(timeout=10)[:12])\n",
+        server.addr
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .expect("python3");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(printed, "echo:one\necho:two\necho:xxxxxxx\n");
+}

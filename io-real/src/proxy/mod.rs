@@ -11,6 +11,7 @@ mod body;
 mod connect;
 pub mod headers;
 pub mod route;
+mod tunnel;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -209,7 +210,7 @@ impl Proxy {
     /// Forwards `req` and answers with the upstream's response, or with 502/504 and why.
     pub async fn handle<B>(
         &self,
-        req: Request<B>,
+        mut req: Request<B>,
         peer: Option<SocketAddr>,
         tls: bool,
     ) -> Response<Body>
@@ -232,6 +233,10 @@ impl Proxy {
                 }
             },
         };
+        // An HTTP/1.1 `Upgrade` (WebSocket) is asked of the upstream as the client asked
+        // it, and on its 101 the two connections are joined.
+        let upgrade = tunnel::wanted(&req);
+        let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         let target = route.upstream_target(parts.uri.path(), parts.uri.query());
         let uri: Uri = match format!("http://{}{target}", self.authorities[index]).parse() {
@@ -262,6 +267,9 @@ impl Proxy {
         if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
             parts.headers.insert(header::HOST, v);
         }
+        if let Some(protocol) = &upgrade {
+            tunnel::ask(&mut parts.headers, protocol.clone());
+        }
         parts.uri = uri;
         parts.version = Version::HTTP_11;
         let progress = body::Progress::new();
@@ -274,6 +282,18 @@ impl Proxy {
                 return gateway_error(&error);
             }
         };
+        let mut answer = answer;
+        if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side), Some(protocol)) =
+            (answer.status(), client_side, &upgrade)
+        {
+            let upstream_side = hyper::upgrade::on(&mut answer);
+            let (mut parts, _) = answer.into_parts();
+            headers::strip_hop_by_hop(&mut parts.headers);
+            tunnel::ask(&mut parts.headers, protocol.clone());
+            parts.version = Version::default();
+            tokio::spawn(tunnel::join(client_side, upstream_side, name, permit));
+            return Response::from_parts(parts, crate::http::body::empty());
+        }
         let (mut parts, incoming) = answer.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
         // The client's connection speaks its own version, whatever the upstream spoke.

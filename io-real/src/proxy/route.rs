@@ -171,7 +171,7 @@ impl Routes {
         if !errors.is_empty() {
             return Err(errors);
         }
-        routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         Ok(Routes { routes })
     }
 
