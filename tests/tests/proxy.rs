@@ -563,3 +563,70 @@ fn a_websocket_is_tunnelled_to_uvicorn() {
     );
     assert_eq!(printed, "echo:one\necho:two\necho:xxxxxxx\n");
 }
+
+/// An upstream whose accept queue is full takes no new connection (the kernel drops the
+/// SYNs): the connect timeout answers 504 and says so.
+#[test]
+fn a_connect_that_does_not_finish_is_504() {
+    let port = free_port();
+    let mut listener = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import socket, sys, time\n\
+                 s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(0)\n\
+                 print('listening', flush=True); time.sleep(120)"
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(listener.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("the listener's line");
+    assert_eq!(line.trim(), "listening");
+    // Fill the accept queue (a backlog of 0 holds one), until a connect no longer finishes.
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let mut held = Vec::new();
+    let (_, _) = wait_until(Duration::from_secs(10), "a full accept queue", || {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            Ok(stream) => {
+                held.push(stream);
+                None
+            }
+            Err(_) => Some(()),
+        }
+    });
+    let tree = Tree::new("proxy-connect");
+    let server = Server::start(
+        &tree,
+        1,
+        &[
+            "--proxy",
+            &format!("/q=http://{addr}"),
+            "--proxy-connect-timeout",
+            "0.5",
+        ],
+        &[],
+    );
+    let started = Instant::now();
+    let answer = curl(server.addr, "/q/x", &[]);
+    let took = started.elapsed();
+    let _ = listener.kill();
+    let _ = listener.wait();
+    assert_eq!(
+        answer.status,
+        504,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let text = String::from_utf8_lossy(&answer.body);
+    assert!(
+        text.contains("connecting to the upstream timed out after 500ms"),
+        "{text}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
