@@ -236,6 +236,72 @@ pub fn uvicorn(tree: &Tree) -> Upstream {
 /// nginx serving `root` on a free port, logging each request's connection serial number
 /// and its position on that connection to `access.log` in its directory.
 pub fn nginx(tree: &Tree, root: &Path) -> Upstream {
+    nginx_with(tree, root, None)
+}
+
+/// nginx serving `root` over TLS with a certificate for `localhost` issued by a CA that
+/// openssl made here: the upstream, and the CA's PEM file (the one to trust).
+pub fn nginx_tls(tree: &Tree, root: &Path) -> (Upstream, PathBuf) {
+    let dir = tree.dir.join("nginx-cert");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    let words = |line: String| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    let ca = words(format!(
+        "req -x509 {ec} -days 2 -keyout ca.key -out ca.pem -subj"
+    ));
+    openssl(
+        &[
+            ca.iter().map(String::as_str).collect::<Vec<_>>(),
+            vec!["/CN=servery test CA"],
+        ]
+        .concat(),
+    );
+    let leaf = words(format!(
+        "req {ec} -subj /CN=localhost -keyout key.pem -out leaf.csr"
+    ));
+    openssl(&leaf.iter().map(String::as_str).collect::<Vec<_>>());
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .expect("ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+        "-out",
+        "cert.pem",
+    ]);
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    (
+        nginx_with(tree, root, Some((&cert, &key))),
+        dir.join("ca.pem"),
+    )
+}
+
+fn nginx_with(tree: &Tree, root: &Path, tls: Option<(&Path, &Path)>) -> Upstream {
     let dir = tree.dir.join("nginx");
     std::fs::create_dir_all(&dir).expect("dir");
     let port = crate::free_port();
@@ -248,8 +314,16 @@ pub fn nginx(tree: &Tree, root: &Path) -> Upstream {
            access_log {d}/access.log conn;\n  client_body_temp_path {d}/body;\n\
            proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
            uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  keepalive_requests 1000;\n\
-           server {{ listen 127.0.0.1:{port}; root {root}; }}\n}}\n",
-        root = root.display()
+           server {{ listen 127.0.0.1:{port}{ssl}; root {root}; }}\n}}\n",
+        root = root.display(),
+        ssl = match tls {
+            Some((cert, key)) => format!(
+                " ssl; ssl_certificate {}; ssl_certificate_key {}",
+                cert.display(),
+                key.display()
+            ),
+            None => String::new(),
+        },
     );
     std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
     let mut cmd = Command::new("nginx");

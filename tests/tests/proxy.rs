@@ -630,3 +630,30 @@ fn a_connect_that_does_not_finish_is_504() {
     );
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
+
+/// An `https://` upstream (nginx with a certificate for `localhost`): verified against
+/// `--proxy-ca`, and refused with 502 and the reason when the certificate is not trusted.
+#[test]
+fn an_https_upstream_is_verified() {
+    if !tool_present("nginx", &["-v"]) || !tool_present("openssl", &["version"]) {
+        return;
+    }
+    let tree = Tree::new("proxy-https");
+    let (up, ca) = upstream::nginx_tls(&tree, &tree.root());
+    let port = up.addr.expect("tcp").port();
+    let url = format!("/s=https://localhost:{port}/");
+    let trusted = Server::start(
+        &tree,
+        1,
+        &["--proxy", &url, "--proxy-ca", &ca.display().to_string()],
+        &[],
+    );
+    let got = curl(trusted.addr, "/s/hello.txt", &[]);
+    assert_eq!((got.status, got.body.as_slice()), (200, HELLO));
+    drop(trusted);
+    let system_roots = Server::start(&tree, 1, &["--proxy", &url], &[]);
+    let refused = curl(system_roots.addr, "/s/hello.txt", &[]);
+    let text = String::from_utf8_lossy(&refused.body);
+    assert_eq!(refused.status, 502, "{text}");
+    assert!(text.contains("certificate"), "{text}");
+}

@@ -32,6 +32,10 @@ pub struct ProxyArgs {
         value_delimiter = '\n'
     )]
     pub proxy: Vec<String>,
+    /// Verify `https://` upstreams against the certificates in this PEM file instead of
+    /// the system's roots.
+    #[arg(long, value_name = "FILE", env = "SERVERY_PROXY_CA", value_hint = clap::ValueHint::AnyPath)]
+    pub proxy_ca: Option<std::path::PathBuf>,
     /// A peer whose `X-Forwarded-*` and `Forwarded` headers are believed and extended
     /// (a load balancer in front of servery); repeat for several. From any other peer
     /// they are removed before the request is forwarded.
@@ -64,6 +68,12 @@ impl ProxyArgs {
     /// Every problem with the proxy's settings, each naming its flag and rule.
     pub fn check(&self) -> Vec<SiteIssue> {
         let mut issues = Vec::new();
+        if let Err(e) = super::tls::client_config(self.proxy_ca.as_deref()) {
+            issues.push(SiteIssue {
+                flag: "--proxy-ca",
+                message: e,
+            });
+        }
         if let Err(errors) = Routes::parse(&self.proxy) {
             issues.extend(errors.into_iter().map(|e| SiteIssue {
                 flag: "--proxy",

@@ -25,6 +25,7 @@ pub fn unix_host(index: usize) -> String {
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 impl Connection for Stream {
@@ -42,6 +43,7 @@ impl tokio::io::AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -55,28 +57,42 @@ impl tokio::io::AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
 
 /// Dials what a request's URI names.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Connector {
     /// The socket of each Unix route, by the index in its host name.
     pub unix: Arc<Vec<PathBuf>>,
     pub timeout: Duration,
+    /// For `https` URIs.
+    pub tls: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("unix", &self.unix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a connection was not made (the proxy's answer tells the two apart: 504 and 502).
@@ -99,7 +115,7 @@ impl tower_service::Service<Uri> for Connector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let (unix, timeout) = (Arc::clone(&self.unix), self.timeout);
+        let (unix, timeout, tls) = (Arc::clone(&self.unix), self.timeout, self.tls.clone());
         Box::pin(async move {
             let host = uri.host().unwrap_or_default().to_owned();
             let dial = async {
@@ -113,11 +129,18 @@ impl tower_service::Service<Uri> for Connector {
                     })?;
                     return UnixStream::connect(path).await.map(Stream::Unix);
                 }
-                let port = uri.port_u16().unwrap_or(80);
+                let https = uri.scheme_str() == Some("https");
+                let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
                 let host = host.trim_start_matches('[').trim_end_matches(']');
                 let stream = TcpStream::connect((host, port)).await?;
                 stream.set_nodelay(true)?;
-                Ok(Stream::Tcp(stream))
+                if !https {
+                    return Ok(Stream::Tcp(stream));
+                }
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let stream = tls.connect(name, stream).await?;
+                Ok(Stream::Tls(Box::new(stream)))
             };
             match tokio::time::timeout(timeout, dial).await {
                 Ok(Ok(stream)) => Ok(TokioIo::new(stream)),

@@ -11,6 +11,7 @@ mod body;
 mod connect;
 pub mod headers;
 pub mod route;
+mod tls;
 mod tunnel;
 
 use std::io;
@@ -40,7 +41,7 @@ const POOL_IDLE: Duration = Duration::from_secs(90);
 /// One worker's proxy: the routes and the pooled client they share.
 pub struct Proxy {
     routes: Routes,
-    /// The authority each route's upstream URIs carry (by the routes' order).
+    /// The scheme and authority each route's upstream URIs carry (by the routes' order).
     authorities: Vec<String>,
     /// Each route's `given` text, for logs.
     names: Vec<Arc<str>>,
@@ -168,10 +169,11 @@ impl Proxy {
         let mut authorities = Vec::new();
         for route in routes.iter() {
             authorities.push(match &route.upstream {
-                Upstream::Http { authority } => authority.to_string(),
+                Upstream::Http { authority } => format!("http://{authority}"),
+                Upstream::Https { authority } => format!("https://{authority}"),
                 Upstream::Unix { path } => {
                     unix.push(path.clone());
-                    connect::unix_host(unix.len() - 1)
+                    format!("http://{}", connect::unix_host(unix.len() - 1))
                 }
             });
         }
@@ -180,6 +182,7 @@ impl Proxy {
         let connector = Connector {
             unix: Arc::new(unix),
             timeout: secs(args.proxy_connect_timeout)?,
+            tls: tokio_rustls::TlsConnector::from(tls::client_config(args.proxy_ca.as_deref())?),
         };
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
@@ -239,7 +242,7 @@ impl Proxy {
         let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         let target = route.upstream_target(parts.uri.path(), parts.uri.query());
-        let uri: Uri = match format!("http://{}{target}", self.authorities[index]).parse() {
+        let uri: Uri = match format!("{}{target}", self.authorities[index]).parse() {
             Ok(uri) => uri,
             Err(e) => return gateway_error(&UpstreamError::Failed(format!("upstream URI: {e}"))),
         };

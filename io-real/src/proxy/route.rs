@@ -8,6 +8,8 @@ use http::uri::Authority;
 pub enum Upstream {
     /// `http://HOST[:PORT]`.
     Http { authority: Authority },
+    /// `https://HOST[:PORT]`: TLS, the certificate verified for HOST.
+    Https { authority: Authority },
     /// `unix:/PATH`: HTTP/1.1 over a Unix socket.
     Unix { path: std::path::PathBuf },
 }
@@ -36,7 +38,7 @@ pub enum RouteError {
     )]
     BadPrefix { given: String },
     #[error(
-        "`{given}`: the URL must be http://HOST[:PORT][/PATH] or unix:/PATH (https is not supported yet)"
+        "`{given}`: the URL must be http://HOST[:PORT][/PATH], https://HOST[:PORT][/PATH] or unix:/PATH"
     )]
     BadScheme { given: String },
     #[error("`{given}`: the URL's host is missing or malformed (no user, query or fragment)")]
@@ -92,8 +94,10 @@ impl Route {
                 given: owned(),
             });
         }
-        let Some(rest) = url.strip_prefix("http://") else {
-            return Err(RouteError::BadScheme { given: owned() });
+        let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => return Err(RouteError::BadScheme { given: owned() }),
         };
         let (authority, path) = match rest.find('/') {
             Some(at) => (&rest[..at], Some(&rest[at..])),
@@ -116,7 +120,11 @@ impl Route {
         };
         Ok(Route {
             prefix,
-            upstream: Upstream::Http { authority },
+            upstream: if tls {
+                Upstream::Https { authority }
+            } else {
+                Upstream::Http { authority }
+            },
             replace_with,
             given: owned(),
         })
@@ -240,7 +248,11 @@ mod tests {
             RouteError::BadPrefix { .. }
         ));
         assert!(matches!(bad("/a=ftp://a"), RouteError::BadScheme { .. }));
-        assert!(matches!(bad("/a=https://a"), RouteError::BadScheme { .. }));
+        assert!(matches!(bad("/a=htps://a"), RouteError::BadScheme { .. }));
+        assert!(matches!(
+            Route::parse("/a=https://a:8443/x").map(|r| r.upstream),
+            Ok(Upstream::Https { .. })
+        ));
         assert!(matches!(bad("/a=http://"), RouteError::BadAuthority { .. }));
         assert!(matches!(
             bad("/a=http://u@h"),
