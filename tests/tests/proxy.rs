@@ -508,6 +508,7 @@ fn a_killed_workers_grants_come_back() {
         503,
         "a third request went upstream"
     );
+    assert_eq!(server.status()["broker"]["proxy_grants"], 2);
     signal_pid(victim, Sig::KILL);
     for h in held {
         assert_ne!(
@@ -521,6 +522,9 @@ fn a_killed_workers_grants_come_back() {
         (statuses == [200, 200]).then_some(())
     });
     eprintln!("both grants usable again {took:?} after the kill");
+    wait_until(Duration::from_secs(5), "no grant held when idle", || {
+        (server.status()["broker"]["proxy_grants"] == 0).then_some(())
+    });
 }
 
 /// A WebSocket through the proxy: the `websockets` client (PyPI) talks to uvicorn's

@@ -4,6 +4,7 @@
 //! and the response body ends in an error when the upstream is silent for the idle
 //! timeout.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -154,5 +155,3 @@ impl Body for Incoming {
         self.inner.size_hint()
     }
 }
-
-use std::future::Future;

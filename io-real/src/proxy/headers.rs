@@ -125,6 +125,7 @@ pub fn set_forwarded(headers: &mut HeaderMap, client: Client<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -202,5 +203,63 @@ mod tests {
             h.get_all("forwarded").iter().collect::<Vec<_>>(),
             ["for=1.2.3.4;proto=https", "for=\"[::1]\";proto=http"]
         );
+    }
+
+    fn header_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("connection".to_owned()),
+            Just("keep-alive".to_owned()),
+            Just("upgrade".to_owned()),
+            Just("x-forwarded-for".to_owned()),
+            Just("forwarded".to_owned()),
+            Just("x-forwarded-host".to_owned()),
+            "x-[a-z]{1,3}",
+        ]
+    }
+
+    proptest! {
+        /// Whatever fields a client sends: no hop-by-hop field and nothing `Connection`
+        /// named is left, and an untrusted client's address is the only one in
+        /// `X-Forwarded-For` and the one `Forwarded` element.
+        #[test]
+        fn any_client_headers_are_rewritten_safely(
+            fields in proptest::collection::vec((header_name(), "[ -~]{0,20}"), 0..12),
+            trusted in any::<bool>(),
+        ) {
+            let mut h = HeaderMap::new();
+            for (name, value) in &fields {
+                if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                    h.append(n, v);
+                }
+            }
+            let named: Vec<String> = h
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(',').map(|t| t.trim().to_ascii_lowercase()).collect::<Vec<_>>())
+                .filter(|t| !t.is_empty())
+                .collect();
+            strip_hop_by_hop(&mut h);
+            let client = Client {
+                peer: Some("192.0.2.1:1".parse().expect("addr")),
+                trusted,
+                tls: false,
+                host: Some("h"),
+            };
+            set_forwarded(&mut h, client);
+            for name in HOP_BY_HOP.iter().map(|n| n.to_string()).chain(named) {
+                if name.starts_with("x-forwarded") || name == "forwarded" {
+                    continue;
+                }
+                prop_assert!(!h.contains_key(name.as_str()), "{name} left");
+            }
+            if !trusted {
+                prop_assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+                prop_assert_eq!(&h["x-forwarded-for"], "192.0.2.1");
+                prop_assert_eq!(h.get_all("forwarded").iter().count(), 1);
+            }
+            let chain = h["x-forwarded-for"].to_str().expect("text");
+            prop_assert!(chain.ends_with("192.0.2.1"));
+        }
     }
 }
