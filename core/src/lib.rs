@@ -18,6 +18,7 @@ pub mod ids;
 pub mod parent;
 pub mod precondition;
 pub mod proto;
+pub mod proxy_admission;
 pub mod request_stats;
 pub mod rng;
 pub mod singletons;

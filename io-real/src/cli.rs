@@ -208,6 +208,7 @@ crate::knobs::settings_struct! {
         tftp: crate::tftp::args::TftpArgs,
         acme: crate::parent::services::acme::args::AcmeArgs,
         app: crate::app::args::AppArgs,
+        proxy: crate::proxy::ProxyArgs,
     }
     core_fields {
         workers => workers via Workers::count;

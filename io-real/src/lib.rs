@@ -40,6 +40,7 @@ pub mod os;
 pub mod out;
 pub mod packaging;
 pub mod parent;
+pub mod proxy;
 pub mod served_root;
 pub mod settings;
 pub mod tftp;

@@ -18,6 +18,7 @@ mod skipping;
 mod tmpfs;
 mod tools;
 mod tree;
+pub mod upstream;
 mod waiting;
 mod wrk;
 

@@ -341,6 +341,12 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("static_prefix", &["/assets/"]),
         ("lifespan", &["on"]),
         ("loop", &["uvloop"]),
+        (
+            "proxy",
+            &["/api=http://127.0.0.1:9000/", "/app=unix:/run/app.sock"],
+        ),
+        ("trust_proxy", &["10.0.0.1", "::1"]),
+        ("proxy_ca", &["/etc/servery/upstream-ca.pem"]),
     ];
     if let Some((_, values)) = SAMPLES.iter().find(|(k, _)| *k == setting.key) {
         return Some(values.iter().map(|v| (*v).to_owned()).collect());

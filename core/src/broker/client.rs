@@ -37,6 +37,7 @@ enum Grant {
     Reservation,
     Partial,
     Dav,
+    Proxy,
     None,
 }
 
@@ -49,6 +50,7 @@ impl Grant {
                 Grant::Partial
             }
             BrokerRequest::DavLock { .. } => Grant::Dav,
+            BrokerRequest::AcquireProxyGrants { .. } => Grant::Proxy,
             _ => Grant::None,
         }
     }
@@ -156,11 +158,20 @@ impl BrokerClient {
                 Grant::Reservation => Some(BrokerRequest::ReleaseReservation { id: granted }),
                 Grant::Partial => Some(BrokerRequest::ReleasePartial { id: granted }),
                 Grant::Dav => Some(BrokerRequest::DavUnlock { token: granted }),
-                Grant::None => None,
+                Grant::Proxy | Grant::None => None,
             };
             if let (Some(release), false) = (release, self.closed) {
                 self.send(now, release, true);
             }
+        }
+        if let (BrokerReply::ProxyGrants { granted }, Grant::Proxy, false) =
+            (reply, grant, self.closed)
+        {
+            self.send(
+                now,
+                BrokerRequest::ReturnProxyGrants { count: granted },
+                true,
+            );
         }
         None
     }

@@ -11,6 +11,7 @@ mod challenge;
 mod client;
 mod dav;
 mod log_queue;
+mod proxy_grants;
 
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -19,6 +20,7 @@ pub use challenge::ChallengeTable;
 pub use client::{BrokerClient, ClientError, Completion};
 pub use dav::DavTable;
 pub use log_queue::LogQueue;
+pub use proxy_grants::ProxyGrants;
 
 use crate::config::BrokerLimits;
 use crate::ids::{Generation, LeaseId, WorkerId};
@@ -77,6 +79,7 @@ pub struct Revoked {
     pub leases: usize,
     pub reservations: usize,
     pub partials_orphaned: usize,
+    pub proxy_grants: u32,
 }
 
 /// Counters for status and coverage.
@@ -114,6 +117,7 @@ pub struct Broker {
     dav: DavTable,
     challenges: ChallengeTable,
     log: LogQueue,
+    proxy: ProxyGrants,
     expiries: BTreeSet<(Instant, Kind, LeaseId)>,
     by_owner: BTreeMap<WorkerId, BTreeSet<LeaseId>>,
     replies: VecDeque<(WorkerId, u64, BrokerReply)>,
@@ -139,6 +143,7 @@ impl Broker {
             dav: DavTable::default(),
             challenges: ChallengeTable::default(),
             log,
+            proxy: ProxyGrants::default(),
             expiries: BTreeSet::new(),
             by_owner: BTreeMap::new(),
             replies: VecDeque::new(),
@@ -248,16 +253,23 @@ impl Broker {
         &mut self.challenges
     }
 
+    /// The reverse proxy's admission grants.
+    pub fn proxy_grants(&self) -> &ProxyGrants {
+        &self.proxy
+    }
+
     pub fn log(&self) -> &LogQueue {
         &self.log
     }
 
-    /// Workers that hold at least one lease or reservation.
+    /// Workers that hold at least one lease, reservation or proxy grant (a worker may be
+    /// named twice).
     pub fn holders(&self) -> impl Iterator<Item = WorkerId> + '_ {
         self.by_owner
             .iter()
             .filter(|(_, ids)| !ids.is_empty())
             .map(|(w, _)| *w)
+            .chain(self.proxy.holders())
     }
 
     pub fn poll_reply(&mut self) -> Option<(WorkerId, u64, BrokerReply)> {
@@ -428,6 +440,19 @@ impl Broker {
             }
             BrokerRequest::AcmeChallenge { token } => {
                 BrokerReply::KeyAuthorization(self.challenges.answer(&token).map(str::to_owned))
+            }
+            BrokerRequest::AcquireProxyGrants { want } => {
+                match self
+                    .proxy
+                    .acquire(self.limits.max_proxy_inflight(), owner.worker, want)
+                {
+                    0 => BrokerReply::Rejected(Rejection::Saturated),
+                    granted => BrokerReply::ProxyGrants { granted },
+                }
+            }
+            BrokerRequest::ReturnProxyGrants { count } => {
+                self.proxy.give_back(owner.worker, count);
+                BrokerReply::Released
             }
             BrokerRequest::LogDroppedLocally { lines } => {
                 self.log.count_dropped(lines);
@@ -692,6 +717,7 @@ impl Broker {
                 revoked.partials_orphaned += 1;
             }
         }
+        revoked.proxy_grants = self.proxy.revoke(worker);
         self.log.forget_worker(worker);
         self.replies.retain(|(w, _, _)| *w != worker);
         self.stats.revoked += (revoked.leases + revoked.reservations) as u64;
@@ -732,6 +758,7 @@ impl Broker {
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
+        self.proxy.check_invariants()?;
         // Nothing granted, as between most steps: every rule below holds but the log's
         // (the simulator checks after every step, and walking empty tables cost more
         // than the rest of its per-step checking of the broker).

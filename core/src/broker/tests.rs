@@ -821,3 +821,43 @@ fn a_reservation_grows_within_the_budget_and_keeps_its_size_when_it_cannot() {
     assert_eq!(b.reserved_bytes(), 40);
     b.check_invariants().expect("invariants");
 }
+
+/// The proxy's grants go through the broker's requests within `--proxy-max-inflight`, and
+/// a worker's revocation gives back every grant it held (decision 0076).
+#[test]
+fn proxy_grants_are_bounded_and_revoked_with_their_worker() {
+    let mut raw = RawConfig::default();
+    raw.broker.max_proxy_inflight = 3;
+    let limits = raw.validate().expect("valid").broker().clone();
+    let mut b = Broker::new(limits, CoreRng::from_seed([7; 32]));
+    let t0 = Instant::ZERO;
+    let acquire = |want| BrokerRequest::AcquireProxyGrants { want };
+    assert_eq!(
+        ask(&mut b, t0, 1, acquire(2)),
+        BrokerReply::ProxyGrants { granted: 2 }
+    );
+    assert_eq!(
+        ask(&mut b, t0, 2, acquire(2)),
+        BrokerReply::ProxyGrants { granted: 1 }
+    );
+    assert_eq!(
+        ask(&mut b, t0, 2, acquire(1)),
+        BrokerReply::Rejected(Rejection::Saturated)
+    );
+    assert_eq!(
+        ask(&mut b, t0, 2, BrokerRequest::ReturnProxyGrants { count: 9 }),
+        BrokerReply::Released
+    );
+    assert_eq!(
+        b.proxy_grants().total(),
+        2,
+        "only what worker 2 held came back"
+    );
+    assert_eq!(b.revoke_worker(WorkerId(1)).proxy_grants, 2);
+    assert_eq!(b.proxy_grants().total(), 0);
+    b.check_invariants().expect("invariants");
+    assert_eq!(
+        ask(&mut b, t0, 2, acquire(5)),
+        BrokerReply::ProxyGrants { granted: 3 }
+    );
+}

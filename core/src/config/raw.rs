@@ -119,6 +119,8 @@ pub struct RawBroker {
     pub max_dav_lock_timeout: f64,
     pub log_queue_capacity: i64,
     pub log_policy: LogPolicy,
+    /// Upstream requests of the reverse proxy in flight at once, service-wide; 0: no bound.
+    pub max_proxy_inflight: i64,
 }
 
 impl Default for RawBroker {
@@ -136,6 +138,7 @@ impl Default for RawBroker {
             max_dav_lock_timeout: 3600.0,
             log_queue_capacity: 256,
             log_policy: LogPolicy::Block,
+            max_proxy_inflight: 0,
         }
     }
 }

@@ -132,6 +132,7 @@ pub struct BrokerLimits {
     pub(super) max_dav_lock_timeout: Duration,
     pub(super) log_queue_capacity: u32,
     pub(super) log_policy: LogPolicy,
+    pub(super) max_proxy_inflight: u32,
 }
 
 impl BrokerLimits {
@@ -170,6 +171,10 @@ impl BrokerLimits {
     }
     pub fn log_policy(&self) -> LogPolicy {
         self.log_policy
+    }
+    /// The reverse proxy's service-wide bound on upstream requests in flight; 0: none.
+    pub fn max_proxy_inflight(&self) -> u32 {
+        self.max_proxy_inflight
     }
 }
 

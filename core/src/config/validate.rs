@@ -219,6 +219,12 @@ impl RawConfig {
         let reply_timeout = c.seconds("broker.reply_timeout", k.reply_timeout, false);
         let max_leases = c.count("broker.max_leases", k.max_leases, 0, 1 << 24) as u32;
         let max_dav_locks = c.count("broker.max_dav_locks", k.max_dav_locks, 0, 1 << 24) as u32;
+        let max_proxy_inflight = c.count(
+            "broker.max_proxy_inflight",
+            k.max_proxy_inflight,
+            0,
+            1 << 24,
+        ) as u32;
         let max_active_uploads = c.count(
             "broker.max_active_uploads",
             k.max_active_uploads,
@@ -405,6 +411,7 @@ impl RawConfig {
                     LogPolicy::Block => LogPolicy::Block,
                     LogPolicy::Drop => LogPolicy::Drop,
                 },
+                max_proxy_inflight,
             },
             connections: ConnectionLimits {
                 request_head_timeout: head_timeout,

@@ -72,6 +72,7 @@ impl ValidConfig {
                 max_dav_lock_timeout: secs(k.max_dav_lock_timeout()),
                 log_queue_capacity: count(k.log_queue_capacity()),
                 log_policy: k.log_policy(),
+                max_proxy_inflight: count(k.max_proxy_inflight()),
             },
             connections: RawConnections {
                 request_head_timeout: secs(n.request_head_timeout()),
@@ -177,6 +178,7 @@ mod tests {
         k.partial_ttl = 3600.0;
         k.lease_ttl = 62.0;
         k.max_dav_lock_timeout = 1800.0;
+        k.max_proxy_inflight = 7;
         k.log_queue_capacity = 257;
         k.log_policy = LogPolicy::Drop;
         let n = &mut raw.connections;

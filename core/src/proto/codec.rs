@@ -505,6 +505,14 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(15);
             w.str(token);
         }
+        BrokerRequest::AcquireProxyGrants { want } => {
+            w.u8(18);
+            w.u32(*want);
+        }
+        BrokerRequest::ReturnProxyGrants { count } => {
+            w.u8(19);
+            w.u32(*count);
+        }
         BrokerRequest::GrowReservation { id, bytes } => {
             w.u8(17);
             w.u128(id.0);
@@ -571,6 +579,8 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
             record: r.string()?,
         },
         14 => BrokerRequest::LogDroppedLocally { lines: r.u64()? },
+        18 => BrokerRequest::AcquireProxyGrants { want: r.u32()? },
+        19 => BrokerRequest::ReturnProxyGrants { count: r.u32()? },
         15 => BrokerRequest::AcmeChallenge { token: r.string()? },
         16 => {
             let key = get_key(r)?;
@@ -654,6 +664,10 @@ fn put_reply(w: &mut Writer<'_>, reply: &BrokerReply) {
             w.u8(7);
             w.bool(answer.is_some());
             w.str(answer.as_deref().unwrap_or(""));
+        }
+        BrokerReply::ProxyGrants { granted } => {
+            w.u8(8);
+            w.u32(*granted);
         }
     }
 }
@@ -765,6 +779,7 @@ fn get_reply(r: &mut Reader<'_>) -> Result<BrokerReply, ProtoError> {
             let answer = r.string()?;
             BrokerReply::KeyAuthorization(some.then_some(answer))
         }
+        8 => BrokerReply::ProxyGrants { granted: r.u32()? },
         t => return Err(ProtoError::UnknownTag(t)),
     })
 }

@@ -44,6 +44,8 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
         ".{0,40}".prop_map(|record| BrokerRequest::AppendLog { record }),
         any::<u64>().prop_map(|lines| BrokerRequest::LogDroppedLocally { lines }),
         ".{0,50}".prop_map(|token| BrokerRequest::AcmeChallenge { token }),
+        any::<u32>().prop_map(|want| BrokerRequest::AcquireProxyGrants { want }),
+        any::<u32>().prop_map(|count| BrokerRequest::ReturnProxyGrants { count }),
         (
             key(),
             ".{0,20}",
@@ -95,6 +97,7 @@ fn reply() -> impl Strategy<Value = BrokerReply> {
         Just(BrokerReply::Released),
         Just(BrokerReply::Rejected(Rejection::Saturated)),
         proptest::option::of(".{0,60}").prop_map(BrokerReply::KeyAuthorization),
+        any::<u32>().prop_map(|granted| BrokerReply::ProxyGrants { granted }),
         prop::collection::vec((any::<u128>(), ".{0,10}"), 0..4).prop_map(|v| {
             BrokerReply::Locks(
                 v.into_iter()

@@ -149,6 +149,16 @@ pub enum BrokerRequest {
     AcmeChallenge {
         token: String,
     },
+    /// Up to `want` more proxy admission grants (`--proxy-max-inflight`), each the right
+    /// to one upstream request in flight (decision 0076). Answered
+    /// [`BrokerReply::ProxyGrants`] with at least one, or `Saturated`.
+    AcquireProxyGrants {
+        want: u32,
+    },
+    /// Gives `count` proxy grants back (more than the worker holds gives back what it holds).
+    ReturnProxyGrants {
+        count: u32,
+    },
 }
 
 /// The most lock tokens one [`BrokerRequest::DavWriteLease`] carries; a request that
@@ -245,4 +255,9 @@ pub enum BrokerReply {
     /// The answer to [`BrokerRequest::AcmeChallenge`]: `None` when nothing is published
     /// for the token.
     KeyAuthorization(Option<String>),
+    /// The answer to [`BrokerRequest::AcquireProxyGrants`]: how many were granted (at
+    /// least one, at most what was asked for).
+    ProxyGrants {
+        granted: u32,
+    },
 }

@@ -28,7 +28,9 @@ impl Arrival {
                 let method = servery_core::request_stats::method_index(req.method().as_str());
                 (method, std::time::Instant::now())
             }),
-            peer: site.app().and_then(|_| activity.peer()),
+            peer: (site.app().is_some() || site.proxy().is_some())
+                .then(|| activity.peer())
+                .flatten(),
         }
     }
 
@@ -43,6 +45,10 @@ impl Arrival {
         let response = match validate::check(&req) {
             Ok(()) if site.allowed_hosts().is_some_and(|h| !h.allow_request(&req)) => {
                 error_response(&HttpError::Misdirected)
+            }
+            Ok(()) if let Some(proxy) = site.proxy().filter(|p| p.takes(req.uri().path())) => {
+                // Boxed, as the application's: the rare path's future stays off the rest.
+                Box::pin(site.handle_proxy(proxy, req, self.peer)).await
             }
             Ok(()) => match site.app().filter(|app| app.takes(req.uri().path())) {
                 // Boxed: the application's future is the rare path of a file server's

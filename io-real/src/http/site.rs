@@ -119,6 +119,8 @@ pub struct SiteConfig {
     pub alt_svc: Option<HeaderValue>,
     /// The application (`--wsgi`) that answers every request not for a static file.
     pub app: Option<Arc<crate::app::App>>,
+    /// The reverse proxy (`--proxy`): requests under its prefixes go upstream.
+    pub proxy: Option<Arc<crate::proxy::Proxy>>,
     /// The host names requests must name (decision 0046); `None` answers any.
     pub allowed_hosts: Option<Arc<super::host::AllowedHosts>>,
     /// Serve files a browser would run (HTML, SVG, XML) in a sandbox, because others can
@@ -152,6 +154,7 @@ impl Default for SiteConfig {
             acme: None,
             alt_svc: None,
             app: None,
+            proxy: None,
             allowed_hosts: None,
             sandbox_active_files: false,
         }
@@ -189,6 +192,7 @@ pub struct Site {
     acme: Option<super::acme_challenge::AcmeResponder>,
     alt_svc: Option<HeaderValue>,
     app: Option<Arc<crate::app::App>>,
+    proxy: Option<Arc<crate::proxy::Proxy>>,
     allowed_hosts: Option<Arc<super::host::AllowedHosts>>,
     sandbox_active_files: bool,
 }
@@ -242,6 +246,7 @@ impl Site {
             acme: config.acme,
             alt_svc: config.alt_svc,
             app: config.app,
+            proxy: config.proxy,
             allowed_hosts: config.allowed_hosts,
             sandbox_active_files: config.sandbox_active_files,
         })
@@ -279,6 +284,45 @@ impl Site {
     /// The application, when this site hosts one.
     pub fn app(&self) -> Option<&Arc<crate::app::App>> {
         self.app.as_ref()
+    }
+
+    pub fn proxy(&self) -> Option<&Arc<crate::proxy::Proxy>> {
+        self.proxy.as_ref()
+    }
+
+    /// Answers a request the reverse proxy takes: under the same authorization and ACME
+    /// answers as files, then as the upstream answers (its headers are its own, but for
+    /// the transport's HSTS).
+    pub async fn handle_proxy<B>(
+        &self,
+        proxy: &crate::proxy::Proxy,
+        req: Request<B>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let (parts, body) = req.into_parts();
+        if let Some(acme) = &self.acme
+            && let Some(response) = Box::pin(acme.respond(&parts)).await
+        {
+            return response;
+        }
+        if !policy::authorized(&self.auth, &parts.headers) {
+            return error_response(&HttpError::Unauthorized);
+        }
+        let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
+        let mut response = proxy
+            .handle(Request::from_parts(parts, body), peer, tls)
+            .await;
+        if self.hsts && tls {
+            response.headers_mut().insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(policy::HSTS),
+            );
+        }
+        response
     }
 
     /// Answers a request the application takes: under the same authorization and ACME

@@ -50,7 +50,7 @@ pub struct Snapshot {
     pub open_connections: u64,
     pub broker: BrokerStats,
     /// Broker table sizes, by name.
-    pub tables: [(&'static str, u64); 6],
+    pub tables: [(&'static str, u64); 7],
     pub access_log: Option<AccessLogCounts>,
     /// The live workers' process ids, for their `/proc` figures (`process_stats`).
     pub worker_pids: Vec<u32>,
@@ -86,6 +86,7 @@ impl Snapshot {
                 ("partial_uploads", broker.partial_count() as u64),
                 ("dav_locks", broker.dav().len() as u64),
                 ("log_queue", log.len() as u64),
+                ("proxy_grants", u64::from(broker.proxy_grants().total())),
             ],
             access_log: info.access_log.as_ref().map(|w| AccessLogCounts {
                 written: w.lines_written.load(Relaxed),

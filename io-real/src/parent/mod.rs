@@ -127,8 +127,11 @@ pub fn run(loaded: Loaded) -> i32 {
         (Ok(site), Some(acme)) => acme_site::prepare(site, acme, args.bind.len(), args.port),
         (site, _) => site,
     };
-    // The application's settings: reported with the serving options' problems.
-    let site = match (site, args.app.check()) {
+    // The application's and the proxy's settings: reported with the serving options'
+    // problems.
+    let mut app_and_proxy = args.app.check();
+    app_and_proxy.extend(args.proxy.check());
+    let site = match (site, app_and_proxy) {
         (site, app) if app.is_empty() => site,
         (Ok(_), app) => Err(app),
         (Err(mut issues), app) => {

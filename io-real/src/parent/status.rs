@@ -136,6 +136,8 @@ fn broker_json(parent: &Parent, now: Instant) -> Value {
         // Whether the lock table outlives this parent (`--state-dir`).
         "dav_locks_persistent": parent.supervisor().config().features().dav_persistent_locks,
         "log_queue": broker.log().len(),
+        // Grants of --proxy-max-inflight held by workers (in use or spare).
+        "proxy_grants": broker.proxy_grants().total(),
     })
 }
 

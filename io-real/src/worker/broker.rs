@@ -237,9 +237,16 @@ impl BrokerHandle {
                 let Some(waiter) = state.waiters.remove(&id) else {
                     return;
                 };
-                if let Err(Ok(BrokerReply::Granted { id: granted, .. })) = waiter.tx.send(Ok(reply))
-                    && let Some(release) = waiter.request.release(granted)
-                {
+                let release = match waiter.tx.send(Ok(reply)) {
+                    Err(Ok(BrokerReply::Granted { id: granted, .. })) => {
+                        waiter.request.release(granted)
+                    }
+                    Err(Ok(BrokerReply::ProxyGrants { granted })) => {
+                        Some(BrokerRequest::ReturnProxyGrants { count: granted })
+                    }
+                    _ => None,
+                };
+                if let Some(release) = release {
                     // The caller went away (its client disconnected) while the grant was
                     // on its way: nobody will ever release it but us.
                     tracing::debug!(request = id, ?release, "releasing a grant nobody waits for");

@@ -557,6 +557,19 @@ impl Worker {
                 }
             }
         }
+        let settings = &self.setup.settings;
+        let admission = u32::try_from(settings.proxy.proxy_max_inflight)
+            .ok()
+            .filter(|&max| max > 0)
+            .map(|max| {
+                let workers = u32::try_from(settings.workers.count()).unwrap_or(1);
+                let keep = servery_core::proxy_admission::keep_for(max, workers);
+                crate::proxy::admission::Admission::new(self.broker.clone(), keep)
+            });
+        match crate::proxy::Proxy::from_settings(&settings.proxy, admission) {
+            Ok(proxy) => config.proxy = proxy.map(Arc::new),
+            Err(message) => return self.life.startup_failed(message),
+        }
         match tokio::task::spawn_blocking(move || Site::open(config)).await {
             Ok(Ok(site)) => {
                 self.site = Some(Arc::new(site));
@@ -607,7 +620,7 @@ impl Worker {
         self.life.connection_opened();
         self.heap_trim.opened(self.life.in_flight());
         // getpeername costs a system call: only the access log and an application want it.
-        let peer = (site.recorder().is_some() || site.app().is_some())
+        let peer = (site.recorder().is_some() || site.app().is_some() || site.proxy().is_some())
             .then(|| stream.peer_addr().ok())
             .flatten();
         let activity = Activity::with_peer(tokio::time::Instant::now(), peer);

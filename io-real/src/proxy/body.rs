@@ -1,0 +1,157 @@
+//! The bodies that cross the proxy, streamed frame by frame (hyper's back-pressure: a
+//! frame is read only when the other side has taken the last one), each watching time:
+//! the request body marks when it last moved (the first-byte timeout counts from then),
+//! and the response body ends in an error when the upstream is silent for the idle
+//! timeout.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+/// When the request body last moved, in milliseconds since the request started.
+#[derive(Debug)]
+pub struct Progress {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Progress {
+    pub fn new() -> Arc<Progress> {
+        Arc::new(Progress {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        })
+    }
+
+    fn moved(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// When the body last moved (the start if it never did).
+    pub fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// The client's request body on its way upstream.
+pub struct Outgoing<B> {
+    inner: B,
+    progress: Arc<Progress>,
+}
+
+impl<B> Outgoing<B> {
+    pub fn new(inner: B, progress: Arc<Progress>) -> Self {
+        Outgoing { inner, progress }
+    }
+}
+
+impl<B> Body for Outgoing<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &polled {
+            self.progress.moved();
+        }
+        polled.map(|f| f.map(|r| r.map_err(|e| io::Error::other(format!("client body: {e}")))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The upstream's response body on its way to the client.
+pub struct Incoming {
+    inner: hyper::body::Incoming,
+    idle: Duration,
+    silence: Pin<Box<Sleep>>,
+    route: Arc<str>,
+    /// The admission grant the exchange holds until its body ends (or is dropped).
+    permit: Option<super::admission::Permit>,
+}
+
+impl Incoming {
+    pub fn new(
+        inner: hyper::body::Incoming,
+        idle: Duration,
+        route: Arc<str>,
+        permit: Option<super::admission::Permit>,
+    ) -> Self {
+        Incoming {
+            inner,
+            idle,
+            silence: Box::pin(tokio::time::sleep(idle)),
+            route,
+            permit,
+        }
+    }
+}
+
+impl Body for Incoming {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                if frame.is_none() {
+                    // The exchange is over: its grant goes back now, not when hyper
+                    // drops the body.
+                    this.permit = None;
+                }
+                let deadline = Instant::now() + this.idle;
+                this.silence.as_mut().reset(deadline);
+                Poll::Ready(frame.map(|f| {
+                    f.map_err(|e| {
+                        tracing::warn!(route = %this.route, error = %e, "upstream response body failed");
+                        io::Error::other(format!("upstream body: {e}"))
+                    })
+                }))
+            }
+            Poll::Pending => match this.silence.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    tracing::warn!(route = %this.route, idle = ?this.idle, "upstream silent in its response body: cut off");
+                    Poll::Ready(Some(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "upstream idle timeout",
+                    ))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,152 @@
+//! The connector of the upstream client: TCP (with `TCP_NODELAY`) or a Unix socket, each
+//! under the connect timeout. Unix routes are addressed as `http://unix-N.invalid`, so the
+//! client's pool keeps one set of idle connections per socket, as per host.
+
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpStream, UnixStream};
+
+/// The host name a Unix route's requests carry to the connector.
+pub fn unix_host(index: usize) -> String {
+    format!("unix-{index}.invalid")
+}
+
+/// A connection to an upstream, either kind.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Dials what a request's URI names.
+#[derive(Clone)]
+pub struct Connector {
+    /// The socket of each Unix route, by the index in its host name.
+    pub unix: Arc<Vec<PathBuf>>,
+    pub timeout: Duration,
+    /// For `https` URIs.
+    pub tls: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("unix", &self.unix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a connection was not made (the proxy's answer tells the two apart: 504 and 502).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    #[error("connecting to the upstream timed out after {0:?}")]
+    TimedOut(Duration),
+    #[error("cannot connect to the upstream: {0}")]
+    Failed(#[source] io::Error),
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<Stream>;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let (unix, timeout, tls) = (Arc::clone(&self.unix), self.timeout, self.tls.clone());
+        Box::pin(async move {
+            let host = uri.host().unwrap_or_default().to_owned();
+            let dial = async {
+                if let Some(index) = host
+                    .strip_prefix("unix-")
+                    .and_then(|h| h.strip_suffix(".invalid"))
+                    .and_then(|i| i.parse::<usize>().ok())
+                {
+                    let path = unix.get(index).ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::NotFound, "no such unix route")
+                    })?;
+                    return UnixStream::connect(path).await.map(Stream::Unix);
+                }
+                let https = uri.scheme_str() == Some("https");
+                let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let stream = TcpStream::connect((host, port)).await?;
+                stream.set_nodelay(true)?;
+                if !https {
+                    return Ok(Stream::Tcp(stream));
+                }
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let stream = tls.connect(name, stream).await?;
+                Ok(Stream::Tls(Box::new(stream)))
+            };
+            match tokio::time::timeout(timeout, dial).await {
+                Ok(Ok(stream)) => Ok(TokioIo::new(stream)),
+                Ok(Err(e)) => Err(ConnectError::Failed(e)),
+                Err(_) => Err(ConnectError::TimedOut(timeout)),
+            }
+        })
+    }
+}

@@ -1,0 +1,265 @@
+//! The header rewriting of a forwarded request and of the upstream's response: hop-by-hop
+//! fields removed (RFC 9110 §7.6.1, with those the `Connection` field names), and the
+//! client's address, scheme and host passed on in `X-Forwarded-For/-Proto/-Host` and
+//! `Forwarded` (RFC 7239) — extended when the peer is a trusted proxy, replaced otherwise.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// The fields that describe one hop, not the message (RFC 9110 §7.6.1), plus the
+/// non-standard `Proxy-Connection` clients still send.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+    "trailer",
+    "proxy-authorization",
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// Removes the hop-by-hop fields, and every field the `Connection` fields name.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// What the forwarding headers say about the client.
+#[derive(Debug, Clone, Copy)]
+pub struct Client<'a> {
+    pub peer: Option<SocketAddr>,
+    /// The peer is a trusted proxy: its forwarding headers are kept and extended.
+    pub trusted: bool,
+    pub tls: bool,
+    /// The host the client asked for (its `Host` or `:authority`).
+    pub host: Option<&'a str>,
+}
+
+fn forwarded_node(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        // RFC 7239 §6: an IPv6 node is bracketed, and so must be quoted.
+        IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    }
+}
+
+fn quoted(value: &str) -> String {
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("\"{escaped}\"")
+}
+
+/// Sets `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` for `client`.
+pub fn set_forwarded(headers: &mut HeaderMap, client: Client<'_>) {
+    if !client.trusted {
+        for name in [
+            X_FORWARDED_FOR,
+            X_FORWARDED_PROTO,
+            X_FORWARDED_HOST,
+            X_REAL_IP,
+        ] {
+            headers.remove(name);
+        }
+        headers.remove(header::FORWARDED);
+    }
+    let proto = if client.tls { "https" } else { "http" };
+    if let Some(ip) = client.peer.map(|p| p.ip().to_canonical()) {
+        let earlier: Vec<String> = headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect();
+        let mut chain = earlier.join(", ");
+        if !chain.is_empty() {
+            chain.push_str(", ");
+        }
+        chain.push_str(&ip.to_string());
+        if let Ok(v) = HeaderValue::from_str(&chain) {
+            headers.insert(X_FORWARDED_FOR, v);
+        }
+    }
+    if !headers.contains_key(X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    }
+    if !headers.contains_key(X_FORWARDED_HOST)
+        && let Some(v) = client.host.and_then(|h| HeaderValue::from_str(h).ok())
+    {
+        headers.insert(X_FORWARDED_HOST, v);
+    }
+    let mut element = String::new();
+    if let Some(peer) = client.peer {
+        element.push_str("for=");
+        element.push_str(&forwarded_node(peer.ip().to_canonical()));
+        element.push(';');
+    }
+    if let Some(host) = client.host {
+        element.push_str("host=");
+        element.push_str(&quoted(host));
+        element.push(';');
+    }
+    element.push_str("proto=");
+    element.push_str(proto);
+    if let Ok(v) = HeaderValue::from_str(&element) {
+        headers.append(header::FORWARDED, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                HeaderValue::from_str(v).expect("value"),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_go() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Secret"),
+            ("connection", "close"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("proxy-connection", "keep-alive"),
+            ("content-type", "text/plain"),
+            ("x-kept", "1"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["content-type", "x-kept"]);
+    }
+
+    #[test]
+    fn an_untrusted_peers_forwarding_headers_are_replaced() {
+        let mut h = map(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-host", "evil"),
+            ("x-forwarded-proto", "https"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+        ]);
+        let client = Client {
+            peer: Some("10.0.0.7:5555".parse().expect("addr")),
+            trusted: false,
+            tls: false,
+            host: Some("example.org:8000"),
+        };
+        set_forwarded(&mut h, client);
+        assert_eq!(h["x-forwarded-for"], "10.0.0.7");
+        assert_eq!(h["x-forwarded-host"], "example.org:8000");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(
+            h.get_all("forwarded").iter().collect::<Vec<_>>(),
+            ["for=10.0.0.7;host=\"example.org:8000\";proto=http"]
+        );
+        assert!(!h.contains_key("x-real-ip"));
+    }
+
+    #[test]
+    fn a_trusted_peers_forwarding_headers_are_extended() {
+        let mut h = map(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-proto", "https"),
+            ("forwarded", "for=1.2.3.4;proto=https"),
+        ]);
+        let client = Client {
+            peer: Some("[::1]:5555".parse().expect("addr")),
+            trusted: true,
+            tls: false,
+            host: None,
+        };
+        set_forwarded(&mut h, client);
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, ::1");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(
+            h.get_all("forwarded").iter().collect::<Vec<_>>(),
+            ["for=1.2.3.4;proto=https", "for=\"[::1]\";proto=http"]
+        );
+    }
+
+    fn header_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("connection".to_owned()),
+            Just("keep-alive".to_owned()),
+            Just("upgrade".to_owned()),
+            Just("x-forwarded-for".to_owned()),
+            Just("forwarded".to_owned()),
+            Just("x-forwarded-host".to_owned()),
+            "x-[a-z]{1,3}",
+        ]
+    }
+
+    proptest! {
+        /// Whatever fields a client sends: no hop-by-hop field and nothing `Connection`
+        /// named is left, and an untrusted client's address is the only one in
+        /// `X-Forwarded-For` and the one `Forwarded` element.
+        #[test]
+        fn any_client_headers_are_rewritten_safely(
+            fields in proptest::collection::vec((header_name(), "[ -~]{0,20}"), 0..12),
+            trusted in any::<bool>(),
+        ) {
+            let mut h = HeaderMap::new();
+            for (name, value) in &fields {
+                if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                    h.append(n, v);
+                }
+            }
+            let named: Vec<String> = h
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(',').map(|t| t.trim().to_ascii_lowercase()).collect::<Vec<_>>())
+                .filter(|t| !t.is_empty())
+                .collect();
+            strip_hop_by_hop(&mut h);
+            let client = Client {
+                peer: Some("192.0.2.1:1".parse().expect("addr")),
+                trusted,
+                tls: false,
+                host: Some("h"),
+            };
+            set_forwarded(&mut h, client);
+            for name in HOP_BY_HOP.iter().map(|n| n.to_string()).chain(named) {
+                if name.starts_with("x-forwarded") || name == "forwarded" {
+                    continue;
+                }
+                prop_assert!(!h.contains_key(name.as_str()), "{name} left");
+            }
+            if !trusted {
+                prop_assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+                prop_assert_eq!(&h["x-forwarded-for"], "192.0.2.1");
+                prop_assert_eq!(h.get_all("forwarded").iter().count(), 1);
+            }
+            let chain = h["x-forwarded-for"].to_str().expect("text");
+            prop_assert!(chain.ends_with("192.0.2.1"));
+        }
+    }
+}

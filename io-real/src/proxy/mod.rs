@@ -1,0 +1,328 @@
+//! The reverse proxy (`--proxy PREFIX=URL`): requests under a prefix are forwarded to an
+//! upstream over hyper's pooled HTTP/1.1 client, bodies streamed both ways a frame at a
+//! time (never buffered whole), hop-by-hop fields removed, the forwarding headers set,
+//! and an upstream that cannot be reached or does not answer in time answered 502 or 504
+//! with the reason in the body and the log. `docs/proxy.md` describes it; decision 0075
+//! what it chose where the RFCs leave a choice.
+
+pub mod admission;
+pub mod args;
+mod body;
+mod connect;
+pub mod headers;
+pub mod route;
+mod tls;
+mod tunnel;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+pub use args::ProxyArgs;
+use connect::{ConnectError, Connector};
+use route::{Routes, Upstream};
+
+use crate::http::Body;
+
+type UpstreamBody = UnsyncBoxBody<Bytes, io::Error>;
+
+/// How long an idle pooled upstream connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// One worker's proxy: the routes and the pooled client they share.
+pub struct Proxy {
+    routes: Routes,
+    /// The scheme and authority each route's upstream URIs carry (by the routes' order).
+    authorities: Vec<String>,
+    /// Each route's `given` text, for logs.
+    names: Vec<Arc<str>>,
+    client: Client<Connector, UpstreamBody>,
+    trusted: Vec<IpAddr>,
+    first_byte: Duration,
+    idle: Duration,
+    /// This worker's share of `--proxy-max-inflight`, when it is bounded.
+    admission: Option<Arc<admission::Admission>>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an upstream gave no response, and the status that says so.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    #[error("{0}")]
+    Connect(ConnectError),
+    #[error("the upstream sent no response head within {0:?}")]
+    FirstByte(Duration),
+    #[error("the upstream failed: {0}")]
+    Failed(String),
+}
+
+impl UpstreamError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            UpstreamError::Connect(ConnectError::TimedOut(_)) | UpstreamError::FirstByte(_) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
+/// The connect error somewhere in a client error's chain of causes.
+fn connect_cause<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e ConnectError> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(found) = c.downcast_ref::<ConnectError>() {
+            return Some(found);
+        }
+        cause = c.source();
+    }
+    None
+}
+
+fn describe(e: &hyper_util::client::legacy::Error) -> UpstreamError {
+    match connect_cause(e) {
+        Some(ConnectError::TimedOut(d)) => UpstreamError::Connect(ConnectError::TimedOut(*d)),
+        Some(ConnectError::Failed(io)) => UpstreamError::Connect(ConnectError::Failed(
+            io::Error::new(io.kind(), io.to_string()),
+        )),
+        None => {
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                text.push_str(": ");
+                text.push_str(&c.to_string());
+                cause = c.source();
+            }
+            UpstreamError::Failed(text)
+        }
+    }
+}
+
+fn gateway_error(error: &UpstreamError) -> Response<Body> {
+    let status = error.status();
+    let text = format!(
+        "{} {}: {error}\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    let mut response = Response::new(crate::http::body::full(text));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn saturated(refused: &admission::Refused) -> Response<Body> {
+    let mut response = Response::new(crate::http::body::full(format!(
+        "503 Service Unavailable: {refused}\n"
+    )));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    // The body was not read: the connection cannot carry another request.
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+impl Proxy {
+    /// The proxy the settings describe; `None` when no route is given. The settings were
+    /// checked by the parent ([`ProxyArgs::check`]), so a refusal here is a worker's
+    /// startup failure.
+    pub fn from_settings(
+        args: &ProxyArgs,
+        admission: Option<Arc<admission::Admission>>,
+    ) -> Result<Option<Proxy>, String> {
+        let routes = Routes::parse(&args.proxy).map_err(|errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        if routes.is_empty() {
+            return Ok(None);
+        }
+        let mut unix = Vec::new();
+        let mut authorities = Vec::new();
+        for route in routes.iter() {
+            authorities.push(match &route.upstream {
+                Upstream::Http { authority } => format!("http://{authority}"),
+                Upstream::Https { authority } => format!("https://{authority}"),
+                Upstream::Unix { path } => {
+                    unix.push(path.clone());
+                    format!("http://{}", connect::unix_host(unix.len() - 1))
+                }
+            });
+        }
+        let names = routes.iter().map(|r| Arc::from(r.given.as_str())).collect();
+        let secs = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| e.to_string());
+        let connector = Connector {
+            unix: Arc::new(unix),
+            timeout: secs(args.proxy_connect_timeout)?,
+            tls: tokio_rustls::TlsConnector::from(tls::client_config(args.proxy_ca.as_deref())?),
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .set_host(false)
+            .build(connector);
+        Ok(Some(Proxy {
+            routes,
+            authorities,
+            names,
+            client,
+            trusted: args
+                .trust_proxy
+                .iter()
+                .map(|ip| ip.to_canonical())
+                .collect(),
+            first_byte: secs(args.proxy_first_byte_timeout)?,
+            idle: secs(args.proxy_idle_timeout)?,
+            admission,
+        }))
+    }
+
+    /// Whether a request for `path` is forwarded.
+    pub fn takes(&self, path: &str) -> bool {
+        self.routes.find(path).is_some()
+    }
+
+    /// Forwards `req` and answers with the upstream's response, or with 502/504 and why.
+    pub async fn handle<B>(
+        &self,
+        mut req: Request<B>,
+        peer: Option<SocketAddr>,
+        tls: bool,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let Some((index, route)) = self.routes.find(req.uri().path()) else {
+            return gateway_error(&UpstreamError::Failed("no route".into()));
+        };
+        let name = Arc::clone(&self.names[index]);
+        // Admitted before anything of the request is read or sent.
+        let permit = match &self.admission {
+            None => None,
+            Some(admission) => match admission.permit().await {
+                Ok(permit) => Some(permit),
+                Err(refused) => {
+                    tracing::info!(route = %name, %refused, "proxy request refused");
+                    return saturated(&refused);
+                }
+            },
+        };
+        // An HTTP/1.1 `Upgrade` (WebSocket) is asked of the upstream as the client asked
+        // it, and on its 101 the two connections are joined.
+        let upgrade = tunnel::wanted(&req);
+        let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        let target = route.upstream_target(parts.uri.path(), parts.uri.query());
+        let uri: Uri = match format!("{}{target}", self.authorities[index]).parse() {
+            Ok(uri) => uri,
+            Err(e) => return gateway_error(&UpstreamError::Failed(format!("upstream URI: {e}"))),
+        };
+        // The client's Host goes upstream unchanged (decision 0075); an HTTP/2 request
+        // carries it as its authority.
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+        headers::strip_hop_by_hop(&mut parts.headers);
+        // hyper's client does not wait for 100 Continue; the body is read when sent.
+        parts.headers.remove(header::EXPECT);
+        let trusted = peer.is_some_and(|p| self.trusted.contains(&p.ip().to_canonical()));
+        headers::set_forwarded(
+            &mut parts.headers,
+            headers::Client {
+                peer,
+                trusted,
+                tls,
+                host: host.as_deref(),
+            },
+        );
+        if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
+            parts.headers.insert(header::HOST, v);
+        }
+        if let Some(protocol) = &upgrade {
+            tunnel::ask(&mut parts.headers, protocol.clone());
+        }
+        parts.uri = uri;
+        parts.version = Version::HTTP_11;
+        let progress = body::Progress::new();
+        let outgoing = body::Outgoing::new(body, Arc::clone(&progress)).boxed_unsync();
+        let request = Request::from_parts(parts, outgoing);
+        let answer = match self.first_byte(request, &progress).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                tracing::warn!(route = %name, status = error.status().as_u16(), %error, "upstream gave no response");
+                return gateway_error(&error);
+            }
+        };
+        let mut answer = answer;
+        if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side), Some(protocol)) =
+            (answer.status(), client_side, &upgrade)
+        {
+            let upstream_side = hyper::upgrade::on(&mut answer);
+            let (mut parts, _) = answer.into_parts();
+            headers::strip_hop_by_hop(&mut parts.headers);
+            tunnel::ask(&mut parts.headers, protocol.clone());
+            parts.version = Version::default();
+            tokio::spawn(tunnel::join(client_side, upstream_side, name, permit));
+            return Response::from_parts(parts, crate::http::body::empty());
+        }
+        let (mut parts, incoming) = answer.into_parts();
+        headers::strip_hop_by_hop(&mut parts.headers);
+        // The client's connection speaks its own version, whatever the upstream spoke.
+        parts.version = Version::default();
+        let body = body::Incoming::new(incoming, self.idle, name, permit);
+        Response::from_parts(parts, http_body_util::combinators::BoxBody::new(body))
+    }
+
+    /// The upstream's response head, within the first-byte timeout counted from when the
+    /// request body last moved (a slow upload is not the upstream's delay).
+    async fn first_byte(
+        &self,
+        request: Request<UpstreamBody>,
+        progress: &body::Progress,
+    ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
+        let mut sent = std::pin::pin!(self.client.request(request));
+        loop {
+            let deadline = progress.last() + self.first_byte;
+            tokio::select! {
+                answer = &mut sent => return answer.map_err(|e| describe(&e)),
+                () = tokio::time::sleep_until(deadline) => {
+                    if progress.last() + self.first_byte <= tokio::time::Instant::now() {
+                        return Err(UpstreamError::FirstByte(self.first_byte));
+                    }
+                }
+            }
+        }
+    }
+}

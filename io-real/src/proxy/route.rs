@@ -1,0 +1,300 @@
+//! `--proxy PREFIX=URL`: parsing (every broken rule reported, naming the route) and the
+//! longest-prefix match on whole path segments.
+
+use http::uri::Authority;
+
+/// Where one route's requests go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    /// `http://HOST[:PORT]`.
+    Http { authority: Authority },
+    /// `https://HOST[:PORT]`: TLS, the certificate verified for HOST.
+    Https { authority: Authority },
+    /// `unix:/PATH`: HTTP/1.1 over a Unix socket.
+    Unix { path: std::path::PathBuf },
+}
+
+/// One `--proxy` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The path prefix, without a trailing `/` (the root is `""`).
+    pub prefix: String,
+    pub upstream: Upstream,
+    /// What the prefix becomes upstream (the URL's path, without a trailing `/`); `None`
+    /// when the URL has no path, so the request's path goes unchanged.
+    pub replace_with: Option<String>,
+    /// The value as given, for logs.
+    pub given: String,
+}
+
+/// Why a `--proxy` value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    #[error("`{given}`: expected PREFIX=URL (`/api=http://127.0.0.1:9000`)")]
+    NoEquals { given: String },
+    #[error(
+        "`{given}`: the prefix must start with `/` and hold no `?`, `#`, `%`, spaces or `.`/`..` segments"
+    )]
+    BadPrefix { given: String },
+    #[error(
+        "`{given}`: the URL must be http://HOST[:PORT][/PATH], https://HOST[:PORT][/PATH] or unix:/PATH"
+    )]
+    BadScheme { given: String },
+    #[error("`{given}`: the URL's host is missing or malformed (no user, query or fragment)")]
+    BadAuthority { given: String },
+    #[error("`{given}`: the URL's path must hold no `?`, `#`, spaces or `.`/`..` segments")]
+    BadPath { given: String },
+    #[error("`{given}`: the Unix socket path must be absolute")]
+    BadSocket { given: String },
+    #[error("`{given}`: prefix `{prefix}` is already routed")]
+    Duplicate { given: String, prefix: String },
+}
+
+/// Every route, longest prefix first.
+#[derive(Debug, Clone, Default)]
+pub struct Routes {
+    routes: Vec<Route>,
+}
+
+fn clean_path(path: &str) -> bool {
+    path.starts_with('/')
+        && !path
+            .bytes()
+            .any(|b| b == b'?' || b == b'#' || b.is_ascii_whitespace() || b.is_ascii_control())
+        && !path.split('/').any(|s| s == "." || s == "..")
+}
+
+/// Whether an authority's port, if it has one, is a port (1 to 65535).
+fn port_ok(authority: &str) -> bool {
+    match authority.rsplit_once(':') {
+        Some((_, port)) if !port.contains(']') => port.parse::<u16>().is_ok_and(|p| p != 0),
+        _ => true,
+    }
+}
+
+impl Route {
+    pub fn parse(given: &str) -> Result<Route, RouteError> {
+        let owned = || given.to_owned();
+        let (prefix, url) = given
+            .split_once('=')
+            .ok_or(RouteError::NoEquals { given: owned() })?;
+        if !clean_path(prefix) || prefix.contains('%') {
+            return Err(RouteError::BadPrefix { given: owned() });
+        }
+        let prefix = prefix.trim_end_matches('/').to_owned();
+        if let Some(path) = url.strip_prefix("unix:") {
+            if !path.starts_with('/') || path.bytes().any(|b| b.is_ascii_control()) {
+                return Err(RouteError::BadSocket { given: owned() });
+            }
+            return Ok(Route {
+                prefix,
+                upstream: Upstream::Unix { path: path.into() },
+                replace_with: None,
+                given: owned(),
+            });
+        }
+        let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => return Err(RouteError::BadScheme { given: owned() }),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(at) => (&rest[..at], Some(&rest[at..])),
+            None => (rest, None),
+        };
+        let authority: Authority = authority
+            .parse()
+            .ok()
+            .filter(|a: &Authority| {
+                !a.as_str().contains('@')
+                    && !a.host().is_empty()
+                    && !a.as_str().contains(['?', '#'])
+                    && port_ok(a.as_str())
+            })
+            .ok_or(RouteError::BadAuthority { given: owned() })?;
+        let replace_with = match path {
+            None => None,
+            Some(p) if clean_path(p) => Some(p.trim_end_matches('/').to_owned()),
+            Some(_) => return Err(RouteError::BadPath { given: owned() }),
+        };
+        Ok(Route {
+            prefix,
+            upstream: if tls {
+                Upstream::Https { authority }
+            } else {
+                Upstream::Http { authority }
+            },
+            replace_with,
+            given: owned(),
+        })
+    }
+
+    /// The part of `path` after this route's prefix (`""` or starting with `/`), if the
+    /// prefix covers `path` on a segment boundary.
+    fn rest<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let rest = path.strip_prefix(self.prefix.as_str())?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+
+    /// The path and query the upstream is asked for.
+    pub fn upstream_target(&self, path: &str, query: Option<&str>) -> String {
+        let rest = self.rest(path).unwrap_or(path);
+        let mut target = match &self.replace_with {
+            None => path.to_owned(),
+            Some(base) => format!("{base}{rest}"),
+        };
+        if target.is_empty() {
+            target.push('/');
+        }
+        if let Some(q) = query {
+            target.push('?');
+            target.push_str(q);
+        }
+        target
+    }
+}
+
+impl Routes {
+    /// Every value parsed; all the broken ones reported at once.
+    pub fn parse(values: &[String]) -> Result<Routes, Vec<RouteError>> {
+        let mut routes: Vec<Route> = Vec::new();
+        let mut errors = Vec::new();
+        for given in values {
+            match Route::parse(given) {
+                Ok(route) if routes.iter().any(|r| r.prefix == route.prefix) => {
+                    errors.push(RouteError::Duplicate {
+                        given: given.clone(),
+                        prefix: if route.prefix.is_empty() {
+                            "/".into()
+                        } else {
+                            route.prefix
+                        },
+                    });
+                }
+                Ok(route) => routes.push(route),
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        Ok(Routes { routes })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Route> {
+        self.routes.iter()
+    }
+
+    /// The route with the longest prefix covering `path`.
+    pub fn find(&self, path: &str) -> Option<(usize, &Route)> {
+        self.routes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.rest(path).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn routes(v: &[&str]) -> Routes {
+        Routes::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).expect("valid")
+    }
+
+    #[test]
+    fn the_longest_prefix_wins_on_segment_boundaries() {
+        let r = routes(&[
+            "/=http://a:1",
+            "/api=http://b:2",
+            "/api/v2/=unix:/run/c.sock",
+        ]);
+        let given = |p: &str| r.find(p).map(|(_, r)| r.given.as_str());
+        assert_eq!(given("/api"), Some("/api=http://b:2"));
+        assert_eq!(given("/api/x"), Some("/api=http://b:2"));
+        assert_eq!(given("/apix"), Some("/=http://a:1"));
+        assert_eq!(given("/api/v2"), Some("/api/v2/=unix:/run/c.sock"));
+        assert_eq!(given("/api/v2/y"), Some("/api/v2/=unix:/run/c.sock"));
+        assert_eq!(given("/"), Some("/=http://a:1"));
+        assert!(routes(&["/api=http://b:2"]).find("/other").is_none());
+    }
+
+    #[test]
+    fn a_url_path_replaces_the_prefix_and_none_keeps_the_path() {
+        let keep = Route::parse("/api=http://up:8000").expect("valid");
+        assert_eq!(keep.upstream_target("/api/x", Some("a=1")), "/api/x?a=1");
+        let strip = Route::parse("/api=http://up:8000/").expect("valid");
+        assert_eq!(strip.upstream_target("/api/x", None), "/x");
+        assert_eq!(strip.upstream_target("/api", None), "/");
+        let base = Route::parse("/api/=http://up/v1/").expect("valid");
+        assert_eq!(base.upstream_target("/api/x/y", Some("q")), "/v1/x/y?q");
+        assert_eq!(base.upstream_target("/api", None), "/v1");
+    }
+
+    #[test]
+    fn broken_values_name_their_rule() {
+        let bad = |s: &str| Route::parse(s).expect_err(s);
+        assert!(matches!(bad("/api"), RouteError::NoEquals { .. }));
+        assert!(matches!(bad("api=http://a"), RouteError::BadPrefix { .. }));
+        assert!(matches!(
+            bad("/a/../b=http://a"),
+            RouteError::BadPrefix { .. }
+        ));
+        assert!(matches!(bad("/a=ftp://a"), RouteError::BadScheme { .. }));
+        assert!(matches!(bad("/a=htps://a"), RouteError::BadScheme { .. }));
+        assert!(matches!(
+            Route::parse("/a=https://a:8443/x").map(|r| r.upstream),
+            Ok(Upstream::Https { .. })
+        ));
+        assert!(matches!(bad("/a=http://"), RouteError::BadAuthority { .. }));
+        assert!(matches!(
+            bad("/a=http://u@h"),
+            RouteError::BadAuthority { .. }
+        ));
+        assert!(matches!(
+            bad("/a=http://h:99999"),
+            RouteError::BadAuthority { .. }
+        ));
+        assert!(matches!(bad("/a=http://h/x?y"), RouteError::BadPath { .. }));
+        assert!(matches!(
+            bad("/a=unix:run.sock"),
+            RouteError::BadSocket { .. }
+        ));
+        let twice = Routes::parse(&["/a=http://h".into(), "/a/=http://i".into(), "x".into()])
+            .expect_err("duplicate");
+        assert_eq!(twice.len(), 2, "{twice:?}");
+        assert!(twice[0].to_string().contains("already routed"));
+    }
+
+    proptest! {
+        /// Any text is parsed to a route or refused, never a panic; a route found for a
+        /// path covers it on a segment boundary, and no longer matching prefix exists.
+        #[test]
+        fn parsing_and_matching_hold_for_any_input(
+            values in proptest::collection::vec("[/a-z=:.?%@ ]{0,16}(=http://h(:[0-9]{1,5})?(/[a-z.]{0,4})?)?", 0..5),
+            path in "/[a-z/]{0,12}",
+        ) {
+            if let Ok(routes) = Routes::parse(&values) {
+                match routes.find(&path) {
+                    Some((_, r)) => {
+                        prop_assert!(path.starts_with(&r.prefix));
+                        let rest = &path[r.prefix.len()..];
+                        prop_assert!(rest.is_empty() || rest.starts_with('/'));
+                        for other in routes.iter().filter(|o| o.prefix.len() > r.prefix.len()) {
+                            prop_assert!(other.rest(&path).is_none());
+                        }
+                        prop_assert!(r.upstream_target(&path, None).starts_with('/'));
+                    }
+                    None => prop_assert!(routes.iter().all(|r| r.rest(&path).is_none())),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! TLS to `https://` upstreams: rustls on ring, HTTP/1.1 by ALPN, the certificate
+//! verified for the URL's host against the system's roots or `--proxy-ca`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use rustls::{ClientConfig, RootCertStore};
+
+/// The client configuration for upstream TLS; an error names what is wrong.
+pub fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if certs.is_empty() {
+                return Err(format!("{}: no certificate in the file", path.display()));
+            }
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        None => {
+            // Read once per worker at start; roots that fail to parse are skipped, as
+            // every client of the system store does.
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
