@@ -34,7 +34,11 @@ impl Supervisor {
         w.ending.get_or_insert(reason);
         w.state = WorkerState::Draining;
         w.drain_deadline = Some(now + drain_timeout);
-        if !w.gone {
+        let gone = w.gone;
+        // New QUIC connections go elsewhere before the worker is told to drain, so it
+        // never has to refuse one (decision 0079).
+        self.steer_quic();
+        if !gone {
             self.actions.push_back(Action::Send {
                 worker: id,
                 message: ParentMessage::Drain {
@@ -92,6 +96,25 @@ impl Supervisor {
         {
             w.gone = true;
             self.actions.push_back(Action::WorkerGone { worker: id });
+            self.quic.release(id);
+            self.steer_quic();
+        }
+    }
+
+    /// Emits where QUIC datagrams go when that changed (decision 0079): new connections
+    /// to the sockets of workers that serve and are not being ended.
+    pub(super) fn steer_quic(&mut self) {
+        if !self.quic.in_use() {
+            return;
+        }
+        let workers = &self.workers;
+        let accepts = |id: WorkerId| {
+            workers
+                .get(&id)
+                .is_some_and(Worker::accepts_new_connections)
+        };
+        if let Some(steering) = self.quic.changed(accepts) {
+            self.actions.push_back(Action::QuicSteering(steering));
         }
     }
 
