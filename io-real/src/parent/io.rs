@@ -383,7 +383,6 @@ impl RealIo {
             let _ = self.poll.poll.registry().deregister(&mut channel.stream);
         }
         self.cleaner.clean(worker);
-        self.launcher.worker_gone(worker);
     }
     /// Read everything the worker's channel holds now, queueing its messages (and its
     /// end, if it ended) in order.
@@ -810,6 +809,7 @@ impl ParentIo for RealIo {
                 self.notifier.stopping();
             }
             Action::WorkerGone { worker } => self.cleanup(worker),
+            Action::QuicSteering(steering) => self.launcher.steer_quic(&steering),
             Action::GenerationCommitted { generation, .. } => {
                 self.notifier.committed();
                 if !self.announced_ready {

@@ -328,10 +328,7 @@ fn serve(
         .collect();
     let port = addrs.first().map_or(0, |a| a.port());
     let quic = match args.site.http3 {
-        true => Some(crate::http3::sockets::QuicSockets::bind(
-            &addrs,
-            config.workers(),
-        )?),
+        true => Some(crate::http3::sockets::QuicSockets::bind(&addrs)?),
         false => None,
     };
     let socket_path = socket_place.socket(port);
@@ -379,10 +376,7 @@ fn serve(
         say!("servery: listening on {url}");
     }
     for addr in quic.iter().flat_map(|q| q.local_addrs()) {
-        say!(
-            "servery: HTTP/3 on udp {addr} ({} sockets, one per worker slot)",
-            quic.as_ref().map_or(0, |q| q.slots())
-        );
+        say!("servery: HTTP/3 on udp {addr} (one socket per worker)");
     }
     if let Some(fp) = &site.fingerprint {
         say!("servery: TLS certificate sha256 {fp}");
