@@ -66,6 +66,7 @@ impl Supervisor {
             Platform::Posix if !force.is_zero() => {
                 w.term_sent = true;
                 w.kill_at = Some(now + force);
+                self.steer_quic();
                 self.actions.push_back(Action::Terminate { worker: id });
             }
             _ => self.kill(id),
@@ -86,6 +87,7 @@ impl Supervisor {
         if w.state == WorkerState::Draining && w.ending.is_none_or(|r| !r.is_failure()) {
             w.ending = Some(ExitReason::ForcedTermination);
         }
+        self.steer_quic();
         self.actions.push_back(Action::Kill { worker: id });
     }
 

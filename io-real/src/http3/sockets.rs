@@ -298,7 +298,10 @@ mod tests {
             let initial = long(0, 20, seed.wrapping_mul(37), seed);
             seen[receiver(&sockets, &client, &initial)] += 1;
         }
-        assert_eq!(seen[1], 0, "a draining worker's socket got new connections: {seen:?}");
+        assert_eq!(
+            seen[1], 0,
+            "a draining worker's socket got new connections: {seen:?}"
+        );
         assert!(seen[0] > 0 && seen[2] > 0, "spread over both: {seen:?}");
         // The steering changes (the next recycle): at once, only the new one.
         sockets.apply(&steering(3, &[1])).expect("apply");
@@ -322,7 +325,10 @@ mod tests {
         };
         sockets.apply(&two).expect("apply");
         assert_eq!(sockets.sockets(), 2);
-        assert!(sockets.for_worker(WorkerId(3)).is_empty(), "not its socket any more");
+        assert!(
+            sockets.for_worker(WorkerId(3)).is_empty(),
+            "not its socket any more"
+        );
         for seed in 0..8u8 {
             let client = UdpSocket::bind(lo()).expect("client");
             assert_eq!(receiver(&sockets, &client, &long(0, 8, seed, seed)), 0);

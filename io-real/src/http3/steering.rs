@@ -24,8 +24,8 @@
 use std::time::Duration;
 
 use quinn::{ConnectionId, ConnectionIdGenerator};
-use servery_core::supervisor::QuicSteering;
 use rand::Rng;
+use servery_core::supervisor::QuicSteering;
 
 /// Bytes of every connection ID servery issues: the index byte and eight random bytes
 /// (quinn's default IDs are eight random bytes; the index adds to them, not replaces).
@@ -126,7 +126,10 @@ pub fn program(steering: &QuicSteering) -> Vec<Insn> {
     const PICK_AT: u32 = LONG_CID_AT;
     const SHORTEST: u32 = PICK_AT + 4;
 
-    let read: Vec<u32> = steering.read().filter(|&i| i < u32::from(UNSTEERED)).collect();
+    let read: Vec<u32> = steering
+        .read()
+        .filter(|&i| i < u32::from(UNSTEERED))
+        .collect();
     // Room for the fixed part and a pair per read socket; what is left is the picks'.
     let room = (MAX_INSNS - 20 - 2 * read.len()) / 2;
     let accepting = &steering.accepting[..steering.accepting.len().min(room)];
@@ -205,10 +208,17 @@ mod tests {
     #[test]
     fn every_jump_lands_inside_the_program_and_it_ends_in_a_return() {
         let workers = |n: u64| QuicSteering {
-            readers: (1..=n).map(|w| Some(servery_core::ids::WorkerId(w))).collect(),
+            readers: (1..=n)
+                .map(|w| Some(servery_core::ids::WorkerId(w)))
+                .collect(),
             accepting: (0..n as u32).collect(),
         };
-        for steering in [QuicSteering::default(), workers(1), workers(3), workers(1100)] {
+        for steering in [
+            QuicSteering::default(),
+            workers(1),
+            workers(3),
+            workers(1100),
+        ] {
             let program = program(&steering);
             assert!(program.len() <= MAX_INSNS);
             for (at, &(code, jt, jf, k)) in program.iter().enumerate() {
