@@ -1,25 +1,21 @@
-//! Steering by connection ID (decision 0027): every connection ID a worker's endpoint
-//! issues carries, in a fixed byte, the index of the slot socket it reads, and a
-//! classic-BPF program on each reuseport group sends a short-header packet to the socket
-//! that byte names. A client whose address changes (NAT rebinding, migration) then still
-//! reaches the worker that knows its connection; the kernel's 4-tuple hash would pick a
-//! socket at random.
+//! Steering by connection ID (decisions 0027 and 0079): every connection ID a worker's
+//! endpoint issues carries, in a fixed byte, the index of the socket it reads, and a
+//! classic-BPF program on each reuseport group sends a packet naming a socket to that
+//! socket. A client whose address changes (NAT rebinding, migration) then still reaches
+//! the worker that knows its connection, and a draining worker keeps its connections
+//! while new ones go elsewhere.
 //!
 //! - **Which socket a number names.** A reuseport program returns an index into the
-//!   group's sockets in the order they joined it. The parent binds slot `i`'s socket as
-//!   the `i`-th of its address's group and never closes one while it runs (closing
-//!   would move the group's last socket into the gap), so index `i` is slot `i` for the
-//!   parent's life, across recycles, crashes and reloads; sockets added by a reload that
-//!   raises `--workers` join at the end, as the next indices.
-//! - **Long-header packets** (Initial, 0-RTT, Handshake) go by the kernel's hash, as
-//!   nginx's `quic_bpf` does when the destination connection ID is not one it issued:
-//!   a client's first Initial carries an ID the client chose at random, and the
-//!   handshake's later packets come from the same address, so the hash keeps them with
-//!   the first. Only an established connection can migrate (RFC 9000 §9), and it speaks
-//!   in short headers.
-//! - **Anything else** — a datagram too short to hold the byte, or the byte
-//!   [`UNSTEERED`] — the program answers with an index past the group's end, which the
-//!   kernel takes as "use the hash".
+//!   group's sockets in the order they joined it. The parent only ever adds or removes
+//!   sockets at the group's end (closing another would move the last socket into the
+//!   gap), so an index names the same socket while anyone reads it.
+//! - **New connections** — a client's first flight carries a destination ID the client
+//!   chose at random — go to one of the sockets the core says accept new connections
+//!   (workers that serve and are not draining), picked by four bytes of that ID, which
+//!   the client keeps until the server answers. The handshake's later packets carry the
+//!   ID the server chose, which names its socket.
+//! - **Anything too short to read** goes by the kernel's hash (an index past the group's
+//!   end), as does a new connection while no socket accepts.
 
 use std::time::Duration;
 

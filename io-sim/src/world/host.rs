@@ -262,7 +262,7 @@ impl ParentIo for SimWorld {
                 if self.listeners.is_open(listen) || self.listeners.all_closed {
                     self.violation(format!("{listen} bound while held or after the close"));
                 }
-                // HTTP/3's per-slot UDP sockets and ACME's ports are bound once: a host
+                // HTTP/3's UDP sockets and ACME's ports are bound once: a host
                 // running them cannot move the port (decision 0072).
                 let features = &self.spec.config.features;
                 if features.http3 || features.acme {
