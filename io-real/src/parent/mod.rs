@@ -357,15 +357,15 @@ fn serve(
         },
     ));
 
+    let mut admin_deadlines = None;
     if let Some(listener) = admin_listener {
         if let Ok(addr) = listener.local_addr() {
             say!("servery: admin (livez, readyz, metrics) on http://{addr}/");
         }
-        host.handle().spawn(admin::serve(
-            listener,
-            events_tx.clone(),
-            crate::http::Deadlines::of(&config),
-        ));
+        let (tx, rx) = tokio::sync::watch::channel(crate::http::Deadlines::of(&config));
+        admin_deadlines = Some(tx);
+        host.handle()
+            .spawn(admin::serve(listener, events_tx.clone(), rx));
     }
 
     let urls: Vec<String> = addrs
@@ -558,6 +558,7 @@ fn serve(
         },
         notifier,
         acme: acme_link,
+        admin_deadlines,
     });
     let start = clock.now();
     match servery_core::driver::run(&mut parent, &mut real, start) {
