@@ -140,7 +140,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "manual-recycle",
-        about: "ctl recycle under load: every worker replaced once, one at a time, zero failed requests",
+        about: "ctl recycle under load (with --http3): every worker replaced once, one at a time, zero failed requests, no new QUIC connection steered to a draining worker",
         build: rollouts::manual_recycle,
         kinds: &[],
         no_swarm: None,

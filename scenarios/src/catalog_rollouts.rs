@@ -50,7 +50,9 @@ pub(crate) fn request_recycle(ctx: &mut Ctx) -> Plan {
 }
 
 pub(crate) fn manual_recycle(ctx: &mut Ctx) -> Plan {
-    let config = fast_config(workers(ctx, 1, 4));
+    let mut config = fast_config(workers(ctx, 1, 4));
+    // Under --http3 the HTTP/3 steering rule is judged at every recycle step.
+    config.features.http3 = true;
     let mut spec = spec(ctx, config.clone(), 10.0);
     spec.commands.push((at(ctx, 1.0, 5.0), SimCommand::Recycle));
     let mut e = expect(&config, End::Ready);

@@ -237,7 +237,7 @@ fn tcp_responses_advertise_http3_on_the_same_port() {
     let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
     let expected = format!("alt-svc: h3=\":{}\"; ma=86400", server.addr.port());
     assert!(head.contains(&expected), "{expected:?} not in:\n{head}");
-    // The UDP sockets are bound once per slot: a reload may not move the port (decision
+    // The UDP sockets are bound once, on the port: a reload may not move it (decision
     // 0035), and says why.
     let moved = server.addr.port().wrapping_add(1).max(1);
     let refused = server

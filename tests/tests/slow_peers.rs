@@ -518,3 +518,41 @@ fn concurrent_searches_do_not_hold_listings_back() {
         "{statuses:?}"
     );
 }
+
+/// A reload that changes the deadlines changes them on the admin listener too, for the
+/// connections it accepts after the reload, as on the new workers (decision 0042).
+#[test]
+fn a_reload_changes_the_admin_listeners_deadlines() {
+    let tree = Tree::new("admin-reload-deadlines");
+    let (server, admin) = start_with_admin(&tree, &["--request-head-timeout", "4"]);
+    server.wait_ready(1, Duration::from_secs(30));
+    // How long the admin listener waits for the rest of a head begun on a new connection.
+    let half_head_closed_after = || {
+        let mut s = raw(admin);
+        s.write_all(b"GET /livez HTTP/1.1\r\n")
+            .expect("half a head");
+        let start = Instant::now();
+        wait_until(Duration::from_secs(10), "a half head closed", || {
+            closed(&s.read(&mut [0u8; 256])).then_some(())
+        });
+        start.elapsed()
+    };
+    let before = half_head_closed_after();
+    assert!(
+        before >= Duration::from_millis(3500),
+        "closed after {before:?}, before the 4 s head deadline"
+    );
+    let answer = server
+        .ctl(&serde_json::json!({"cmd": "reload", "set": {"request_head_timeout": 1}}))
+        .expect("reload");
+    assert_eq!(answer["generation"], 2, "{answer}");
+    let after = half_head_closed_after();
+    assert!(
+        after < Duration::from_millis(2500),
+        "the admin listener kept the head deadline it started with after a reload set it to \
+         1 s: a half head was closed after {after:?}"
+    );
+    eprintln!(
+        "half head on the admin listener closed after {before:?}, then {after:?} past the reload"
+    );
+}

@@ -10,7 +10,7 @@ use super::*;
 pub enum PortFixedBy {
     /// The service manager handed the listeners over (socket activation): they are its.
     ServiceManager,
-    /// HTTP/3's UDP sockets are bound once, one per worker slot, on the port.
+    /// HTTP/3's UDP sockets are bound on the port for the parent's life.
     Http3,
     /// The certificate's HTTP-01 and HTTPS ports are fixed for the manager's life.
     Acme,
@@ -24,7 +24,7 @@ impl PortFixedBy {
                 "with sockets from the service manager (change them in its socket unit)"
             }
             PortFixedBy::Http3 => {
-                "with --http3 (its UDP sockets are bound once, one per worker slot)"
+                "with --http3 (its UDP sockets are bound once, for the parent's life)"
             }
             PortFixedBy::Acme => {
                 "with --acme (the certificate's HTTP-01 and HTTPS ports are fixed)"

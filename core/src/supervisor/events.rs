@@ -5,6 +5,13 @@ use super::*;
 
 impl Supervisor {
     pub fn handle(&mut self, now: Instant, event: Event) {
+        self.handle_event(now, event);
+        // Whatever the event changed (a worker ready, one gone) may change where new
+        // QUIC connections go.
+        self.steer_quic();
+    }
+
+    fn handle_event(&mut self, now: Instant, event: Event) {
         // Any event may bring a deadline forward, but a heartbeat, which says so itself
         // (see `message`): the floor under the next one is no longer known.
         if !matches!(

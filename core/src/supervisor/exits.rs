@@ -34,7 +34,11 @@ impl Supervisor {
         w.ending.get_or_insert(reason);
         w.state = WorkerState::Draining;
         w.drain_deadline = Some(now + drain_timeout);
-        if !w.gone {
+        let gone = w.gone;
+        // New QUIC connections go elsewhere before the worker is told to drain, so it
+        // never has to refuse one (decision 0079).
+        self.steer_quic();
+        if !gone {
             self.actions.push_back(Action::Send {
                 worker: id,
                 message: ParentMessage::Drain {
@@ -62,6 +66,7 @@ impl Supervisor {
             Platform::Posix if !force.is_zero() => {
                 w.term_sent = true;
                 w.kill_at = Some(now + force);
+                self.steer_quic();
                 self.actions.push_back(Action::Terminate { worker: id });
             }
             _ => self.kill(id),
@@ -82,6 +87,7 @@ impl Supervisor {
         if w.state == WorkerState::Draining && w.ending.is_none_or(|r| !r.is_failure()) {
             w.ending = Some(ExitReason::ForcedTermination);
         }
+        self.steer_quic();
         self.actions.push_back(Action::Kill { worker: id });
     }
 
@@ -92,6 +98,25 @@ impl Supervisor {
         {
             w.gone = true;
             self.actions.push_back(Action::WorkerGone { worker: id });
+            self.quic.release(id);
+            self.steer_quic();
+        }
+    }
+
+    /// Emits where QUIC datagrams go when that changed (decision 0079): new connections
+    /// to the sockets of workers that serve and are not being ended.
+    pub(super) fn steer_quic(&mut self) {
+        if !self.quic.in_use() {
+            return;
+        }
+        let workers = &self.workers;
+        let accepts = |id: WorkerId| {
+            workers
+                .get(&id)
+                .is_some_and(Worker::accepts_new_connections)
+        };
+        if let Some(steering) = self.quic.changed(accepts) {
+            self.actions.push_back(Action::QuicSteering(steering));
         }
     }
 

@@ -10,6 +10,7 @@ mod admission;
 mod events;
 mod exits;
 mod invariants;
+mod quic;
 mod recycle;
 mod restart;
 mod rollout;
@@ -25,6 +26,7 @@ mod worker;
 use std::collections::VecDeque;
 
 pub use admission::PortFixedBy;
+pub use quic::QuicSteering;
 pub use restart::{RestartDecision, RestartWindow, SlotHistory, backoff};
 pub use status::{Capacity, ExitRecord, FailureRecord, Readiness, Status, WorkerStatus};
 pub use tally::Tally;
@@ -90,6 +92,8 @@ pub struct Supervisor {
     window: RestartWindow,
     rollout: Option<Rollout>,
     recycle: Option<Recycle>,
+    /// Who reads which HTTP/3 socket, and where new connections go (decision 0079).
+    quic: quic::QuicSockets,
     recycling_suspended: Option<String>,
     pending_reload: Option<(ReloadId, ValidConfig)>,
     /// A reload that changes the listener set, waiting for the set to be bound.
@@ -127,6 +131,7 @@ impl Supervisor {
             window: RestartWindow::default(),
             rollout: None,
             recycle: None,
+            quic: quic::QuicSockets::default(),
             recycling_suspended: None,
             pending_reload: None,
             binding: None,

@@ -33,6 +33,11 @@ impl Supervisor {
         worker.heartbeat_timeout = policy.heartbeat_timeout();
         worker.start_timeout = policy.worker_start_timeout();
         self.workers.insert(id, worker);
+        if config.features().http3 {
+            // Its own socket, in the groups before it is started with it.
+            self.quic.take(id);
+            self.steer_quic();
+        }
         self.actions.push_back(Action::Spawn {
             worker: id,
             slot,

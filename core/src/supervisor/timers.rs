@@ -79,6 +79,11 @@ impl Supervisor {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.handle_due(now);
+        self.steer_quic();
+    }
+
+    fn handle_due(&mut self, now: Instant) {
         self.due_floor = None;
         let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
         for id in ids {

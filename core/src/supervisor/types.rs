@@ -407,6 +407,11 @@ pub enum Action {
     /// The worker's channel closed or it was reaped: revoke what it held. Emitted exactly
     /// once per worker, always before any replacement in its slot is spawned.
     WorkerGone { worker: WorkerId },
+    /// HTTP/3 (`--http3`): the sockets each address's group holds, who reads each, and
+    /// which receive new connections (decision 0079). Emitted whenever that changes:
+    /// before a `Spawn` whose worker is given a new socket, and before the `Drain` of a
+    /// worker whose socket stops receiving new connections.
+    QuicSteering(super::QuicSteering),
     /// A generation is committed and serving; `reload` names the reload it answers
     /// (none for the first generation).
     GenerationCommitted {

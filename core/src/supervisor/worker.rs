@@ -143,6 +143,14 @@ impl Worker {
             .saturating_sub(self.heartbeat_interval)
     }
 
+    /// Whether new connections may be sent to it: it serves (ready, or committed and on
+    /// its way to ready) and nothing is ending it.
+    pub fn accepts_new_connections(&self) -> bool {
+        let serves = self.state == WorkerState::Ready
+            || (self.state == WorkerState::Prepared && self.committed);
+        serves && self.role != Role::Retired && self.ending.is_none() && !self.is_being_ended()
+    }
+
     pub fn before_ready(&self) -> bool {
         matches!(self.state, WorkerState::Spawning | WorkerState::Prepared)
     }

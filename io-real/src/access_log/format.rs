@@ -43,12 +43,16 @@ pub struct Record<'a> {
     pub time: SystemTime,
     pub remote: Option<SocketAddr>,
     pub user: Option<&'a str>,
-    /// Empty for a request refused before its head was read (a malformed head, one too
-    /// large, one that never finished): the request is then written `"-"` (`null`s in
-    /// JSON), as nginx writes an empty `$request`.
+    /// Empty for a request refused before its head was parsed (a malformed head, one too
+    /// large, one that never finished): the request is then written as
+    /// [`Record::request_line`] (`null`s in JSON, and the line as `request_line`).
     pub method: &'a str,
     pub target: &'a str,
     pub protocol: &'a str,
+    /// For a request refused before its head was parsed: its raw request line as far as
+    /// it arrived (at most 1 KiB), written escaped as nginx writes `$request`; `"-"` when
+    /// none of it arrived (decision 0080). Ignored when `method` is set.
+    pub request_line: &'a [u8],
     pub status: u16,
     /// Body bytes the response declared (`None`: not known when it was sent).
     pub bytes: Option<u64>,
@@ -122,8 +126,10 @@ impl Record<'_> {
                     " [{d:02}/{}/{y:04}:{h:02}:{mi:02}:{s:02} +0000] \"",
                     MONTHS[(mo - 1) as usize]
                 );
-                if self.method.is_empty() {
+                if self.method.is_empty() && self.request_line.is_empty() {
                     out.push('-');
+                } else if self.method.is_empty() {
+                    push_escaped(out, self.request_line);
                 } else {
                     push_escaped(out, self.method.as_bytes());
                     out.push(' ');
@@ -167,6 +173,10 @@ impl Record<'_> {
                 }
                 if self.method.is_empty() {
                     out.push_str(",\"method\":null,\"target\":null,\"protocol\":null");
+                    if !self.request_line.is_empty() {
+                        out.push_str(",\"request_line\":");
+                        push_json(out, self.request_line);
+                    }
                 } else {
                     out.push_str(",\"method\":");
                     push_json(out, self.method.as_bytes());
@@ -219,6 +229,7 @@ mod tests {
             method: "GET",
             target,
             protocol: "HTTP/1.1",
+            request_line: b"",
             status: 200,
             bytes: Some(2326),
             duration: Duration::from_micros(1500),
@@ -286,6 +297,32 @@ mod tests {
             )
         );
         assert_eq!(v["status"], 400);
+        assert_eq!(v.get("request_line"), None);
+    }
+
+    #[test]
+    fn a_refused_head_is_logged_with_its_raw_request_line_escaped() {
+        let r = Record {
+            method: "",
+            target: "",
+            request_line: b"GARBAGE \"x\" \x01\xff",
+            status: 400,
+            bytes: Some(0),
+            ..record("", None)
+        };
+        assert_eq!(
+            line(&r, Format::Combined),
+            "192.0.2.7 - - [01/Dec/2026:14:55:13 +0000] \"GARBAGE \\\"x\\\" \\x01\\xFF\" 400 0 \"-\" \"-\"\n"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(line(&r, Format::Json).trim_end()).expect("json");
+        assert_eq!(v["method"], serde_json::Value::Null);
+        assert!(
+            v["request_line"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("GARBAGE \"x\" ")),
+            "{v}"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod digest;
 pub mod encoded_cache;
 pub mod error;
 mod file_cache;
+mod head_line;
 pub mod host;
 mod length_overflow;
 pub mod listing;

@@ -73,10 +73,12 @@ impl Arrival {
 /// A request refused before it reached [`Arrival`] — a head hyper could not parse (`400`,
 /// `414`, `431`), one that did not arrive whole within its deadline (`408`, closed without
 /// an answer, as nginx does) — logged and counted like any answered request, with the
-/// request written `"-"`: scanners show up in the log (decision 0056).
+/// raw request line as far as it arrived (decision 0080; `"-"` when none did): scanners
+/// show up in the log (decision 0056).
 pub(crate) async fn refused_before_request(site: &Site, activity: &Activity, status: u16) {
     let took = activity.accepted_at().elapsed();
     if let Some(recorder) = site.recorder() {
+        let request_line = activity.head_line();
         let record = crate::access_log::format::Record {
             time: std::time::SystemTime::now(),
             remote: activity.peer(),
@@ -84,6 +86,7 @@ pub(crate) async fn refused_before_request(site: &Site, activity: &Activity, sta
             method: "",
             target: "",
             protocol: "",
+            request_line: &request_line,
             status,
             bytes: Some(0),
             duration: took,
@@ -155,6 +158,7 @@ impl Logged {
             method: self.method.as_str(),
             target: &self.target,
             protocol,
+            request_line: b"",
             status: response.status().as_u16(),
             bytes,
             duration: self.started.elapsed(),

@@ -139,6 +139,8 @@ pub struct Activity {
     head_read: AtomicU64,
     /// The status servery wrote in place of hyper's refusal of a head (0: none).
     replaced_refusal: AtomicU64,
+    /// The request line of the head being read, for the log line of a refused head.
+    head_line: std::sync::Mutex<super::head_line::HeadLine>,
 }
 
 /// What the connection's timer decided.
@@ -217,6 +219,7 @@ impl Activity {
             held_since: AtomicU64::new(0),
             head_read: AtomicU64::new(0),
             replaced_refusal: AtomicU64::new(0),
+            head_line: std::sync::Mutex::default(),
         })
     }
 
@@ -234,6 +237,16 @@ impl Activity {
         u16::try_from(self.replaced_refusal.load(Ordering::Relaxed))
             .ok()
             .filter(|s| *s != 0)
+    }
+
+    /// The raw request line of the head being read (as far as it arrived; empty when
+    /// none of it did): what the log shows for a head refused before it was parsed.
+    pub fn head_line(&self) -> Vec<u8> {
+        let started = self.started.load(Ordering::Acquire);
+        self.head_line
+            .lock()
+            .map(|h| h.line(started).to_vec())
+            .unwrap_or_default()
     }
 
     pub fn peer(&self) -> Option<std::net::SocketAddr> {
@@ -449,6 +462,9 @@ pub struct Metered<IO> {
     length_scan: LengthScan,
     /// servery's answer written in place of hyper's `431`, and how much of it is out.
     replacement: Option<(Vec<u8>, usize)>,
+    /// The head (by started-request count) whose request line is complete, so later
+    /// reads of it need not look.
+    line_complete_for: Option<u64>,
 }
 
 impl<IO> Metered<IO> {
@@ -458,6 +474,7 @@ impl<IO> Metered<IO> {
             activity,
             length_scan: LengthScan::default(),
             replacement: None,
+            line_complete_for: None,
         }
     }
 }
@@ -519,6 +536,15 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Metered<IO> {
                 let read = (buf.filled().len() - before) as u64;
                 this.activity.head_read.fetch_add(read, Ordering::Relaxed);
                 this.length_scan.feed(started, &buf.filled()[before..]);
+                // Once per head (its line usually arrives in its first read).
+                if this.line_complete_for.is_none_or(|s| s != started)
+                    && let Ok(mut line) = this.activity.head_line.lock()
+                {
+                    line.feed(started, &buf.filled()[before..]);
+                    if line.complete_for(started) {
+                        this.line_complete_for = Some(started);
+                    }
+                }
             }
         }
         polled

@@ -1,5 +1,5 @@
 //! `--http3` under socket activation (systemd `LISTEN_FDS`). The service manager passes
-//! the TCP listeners; servery binds its UDP sockets itself, one per worker slot on the
+//! the TCP listeners; servery binds its UDP sockets itself, one per worker on the
 //! listeners' ports (a manager passes one socket per address, and the per-slot layout
 //! needs a reuseport group of its own; decision 0027). On a port this process may not
 //! bind (below `net.ipv4.ip_unprivileged_port_start`, without root or

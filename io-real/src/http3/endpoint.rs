@@ -1,7 +1,8 @@
-//! The worker's side of a slot socket: wait for the slot's lock, run a quinn endpoint on
+//! The worker's side of its socket: wait for the socket's lock, run a quinn endpoint on
 //! the socket, hand every incoming connection to the worker's lifecycle task, and on
-//! drain refuse new connections, wait for the open ones to finish, and let go of the
-//! socket and the lock (see [`super::sockets`] for why there is a lock).
+//! drain refuse new connections (the core has steered them elsewhere already, decision
+//! 0079), wait for the open ones to finish, and let go of the socket and the lock (see
+//! [`super::sockets`] for why there is a lock).
 
 use std::fs::File;
 use std::io;
@@ -15,7 +16,7 @@ use rustix::net::{SocketType, sockopt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
-/// How often a replacement checks whether the slot's previous worker has let go.
+/// How often a worker checks whether the socket's previous reader has let go.
 const LOCK_POLL: Duration = Duration::from_millis(20);
 
 /// Errors setting up HTTP/3 in a worker.
@@ -102,7 +103,7 @@ fn read_index(lock: &OwnedFd) -> Result<u32, QuicSetupError> {
 
 /// The endpoint configuration of the slot socket at `index`: connection IDs that name it
 /// (`super::steering`), and stateless-reset tokens from the parent's key, the same in
-/// every worker, so a slot's next worker can reset its predecessor's connections
+/// every worker, so whichever worker reads a dead one's socket next can reset its connections
 /// (RFC 9000 §10.3): their clients learn at once that the connection is gone instead of
 /// waiting out their idle timeout.
 pub fn endpoint_config(

@@ -1,15 +1,17 @@
 //! HTTP/3 (`--http3`): the same site served over QUIC (quinn, h3 and h3-quinn), on UDP
-//! sockets the parent binds per worker slot and hands to each worker with its TCP
-//! listeners (decision 0027).
+//! sockets the parent binds and hands to each worker with its TCP listeners, one socket
+//! per worker as the core assigns them (decisions 0027 and 0079).
 //!
 //! - [`activation`]: under socket activation, a port servery cannot bind UDP on is a
 //!   configuration error.
-//! - [`sockets`]: the parent binds one `SO_REUSEPORT` socket per slot and keeps them.
-//! - [`endpoint`]: a worker takes its slot's socket over (a lock orders the old and new
-//!   worker of a slot) and runs a quinn endpoint on it.
+//! - [`sockets`]: the parent's reuseport groups, grown, shrunk and steered as the core's
+//!   `QuicSteering` says.
+//! - [`endpoint`]: a worker takes its socket (a lock orders it after a previous reader
+//!   still exiting) and runs a quinn endpoint on it.
 //! - [`serve`]: one connection's requests, answered by the worker's `Site`.
-//! - [`steering`]: connection IDs that name their slot socket, and the reuseport program
-//!   that sends each packet to the socket its connection ID names.
+//! - [`steering`]: connection IDs that name their socket, and the reuseport program that
+//!   keeps a connection's packets on that socket and sends new connections only to the
+//!   sockets that accept them.
 
 pub mod activation;
 pub mod endpoint;

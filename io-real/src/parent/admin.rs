@@ -10,8 +10,10 @@
 //! Anything else is refused: an unknown path 404, a method other than GET/HEAD 405, a
 //! request head over [`MAX_HEAD`] 431 (hyper's own answer).
 //!
-//! Its connections are under the main listener's deadlines, in every state, by the same
-//! watchdog ([`crate::http::watchdog`]); the head and keep-alive deadlines are at most
+//! Its connections are under the main listener's deadlines (the committed generation's,
+//! so a reload that changes them changes them here too, for the connections accepted
+//! after it), in every state, by the same watchdog ([`crate::http::watchdog`]); the head
+//! and keep-alive deadlines are at most
 //! [`HEAD_TIMEOUT`]. It holds at most [`MAX_CONNECTIONS`] at a time and, when full, closes
 //! the longest-waiting one that never sent a request, else the longest-idle one, to admit
 //! a new one, as a full worker does (decision 0042): silent connections cannot make a
@@ -62,8 +64,13 @@ pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener
 const FULL_RECHECK: Duration = Duration::from_millis(50);
 
 /// Serve the admin listener until the host runtime stops, under the main listener's
-/// `deadlines`. Must run on the host runtime.
-pub async fn serve(listener: std::net::TcpListener, events: InboundTx, deadlines: Deadlines) {
+/// deadlines: those of the committed generation, which a reload may change (each
+/// connection keeps those it was accepted under). Must run on the host runtime.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    events: InboundTx,
+    deadlines: tokio::sync::watch::Receiver<Deadlines>,
+) {
     // As the main listeners (decision 0010): a connection is accepted once its client has
     // spoken, or after a second. A probe then arrives with its request head, and silent
     // connections reach the listener no faster than they can be closed to make room.
@@ -76,11 +83,6 @@ pub async fn serve(listener: std::net::TcpListener, events: InboundTx, deadlines
             tracing::error!(error = %e, "the admin listener cannot be served");
             return;
         }
-    };
-    let deadlines = Deadlines {
-        request_head: deadlines.request_head.min(HEAD_TIMEOUT),
-        keep_alive: deadlines.keep_alive.min(HEAD_TIMEOUT),
-        ..deadlines
     };
     let mut held = Connections::new(MAX_CONNECTIONS);
     loop {
@@ -101,9 +103,19 @@ pub async fn serve(listener: std::net::TcpListener, events: InboundTx, deadlines
         };
         let admitted = held.admit();
         let events = events.clone();
+        let deadlines = capped(*deadlines.borrow());
         tokio::spawn(serve_connection(stream, admitted, deadlines, move |req| {
             answer(req, events.clone())
         }));
+    }
+}
+
+/// The main listener's deadlines, the head and keep-alive ones at most [`HEAD_TIMEOUT`].
+fn capped(deadlines: Deadlines) -> Deadlines {
+    Deadlines {
+        request_head: deadlines.request_head.min(HEAD_TIMEOUT),
+        keep_alive: deadlines.keep_alive.min(HEAD_TIMEOUT),
+        ..deadlines
     }
 }
 

@@ -176,6 +176,8 @@ pub struct RealIo {
     exits_logged: u64,
     /// The ACME task, with `--acme` (see `io_acme.rs`).
     acme: Option<super::services::acme::AcmeLink>,
+    /// `--admin`: where the committed generation's deadlines go (a reload may change them).
+    admin_deadlines: Option<tokio::sync::watch::Sender<crate::http::Deadlines>>,
 }
 
 /// A late wake worth a log line: more than scheduling noise.
@@ -203,6 +205,8 @@ pub struct RealIoParts {
     pub info: ServiceInfo,
     pub notifier: super::systemd::Notifier,
     pub acme: Option<super::services::acme::AcmeLink>,
+    /// `--admin`: the committed generation's deadlines, for the connections it accepts.
+    pub admin_deadlines: Option<tokio::sync::watch::Sender<crate::http::Deadlines>>,
 }
 
 impl RealIo {
@@ -237,6 +241,7 @@ impl RealIo {
             not_running_seen: core::time::Duration::ZERO,
             exits_logged: 0,
             acme: p.acme,
+            admin_deadlines: p.admin_deadlines,
         }
     }
 
@@ -383,7 +388,6 @@ impl RealIo {
             let _ = self.poll.poll.registry().deregister(&mut channel.stream);
         }
         self.cleaner.clean(worker);
-        self.launcher.worker_gone(worker);
     }
     /// Read everything the worker's channel holds now, queueing its messages (and its
     /// end, if it ended) in order.
@@ -818,6 +822,7 @@ impl ParentIo for RealIo {
                 self.notifier.stopping();
             }
             Action::WorkerGone { worker } => self.cleanup(worker),
+            Action::QuicSteering(steering) => self.launcher.steer_quic(&steering),
             Action::GenerationCommitted { generation, .. } => {
                 self.notifier.committed();
                 if !self.announced_ready {
@@ -855,6 +860,12 @@ impl ParentIo for RealIo {
     }
 
     fn observe(&mut self, now: Instant, parent: &Parent) {
+        if let Some(admin) = &self.admin_deadlines {
+            // The committed configuration's: a reload's new deadlines reach the admin
+            // listener's next connections as they reach the new workers.
+            let committed = crate::http::Deadlines::of(parent.supervisor().config());
+            admin.send_if_modified(|d| core::mem::replace(d, committed) != committed);
+        }
         let not_running = parent.supervisor().time_not_running();
         let late = not_running.saturating_sub(self.not_running_seen);
         self.not_running_seen = not_running;

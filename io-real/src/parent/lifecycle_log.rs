@@ -65,6 +65,12 @@ pub fn action(action: &Action) {
             worker = worker.0,
             "the worker's grants are revoked"
         ),
+        Action::QuicSteering(steering) => tracing::debug!(
+            event = "quic_steering",
+            sockets = steering.readers.len(),
+            accepting = ?steering.accepting,
+            "HTTP/3 sockets steered"
+        ),
         Action::GenerationCommitted { generation, reload } => tracing::info!(
             event = "generation_committed",
             generation = generation.0,

@@ -331,10 +331,7 @@ fn serve(
         .collect();
     let port = addrs.first().map_or(0, |a| a.port());
     let quic = match args.site.http3 {
-        true => Some(crate::http3::sockets::QuicSockets::bind(
-            &addrs,
-            config.workers(),
-        )?),
+        true => Some(crate::http3::sockets::QuicSockets::bind(&addrs)?),
         false => None,
     };
     let socket_path = socket_place.socket(port);
@@ -363,6 +360,7 @@ fn serve(
         },
     ));
 
+    let mut admin_deadlines = None;
     if let Some(listener) = admin_listener {
         if let Ok(addr) = listener.local_addr() {
             let url = format!("http://{addr}/");
@@ -372,11 +370,10 @@ fn serve(
                 &[("url", url.clone().into())],
             );
         }
-        host.handle().spawn(admin::serve(
-            listener,
-            events_tx.clone(),
-            crate::http::Deadlines::of(&config),
-        ));
+        let (tx, rx) = tokio::sync::watch::channel(crate::http::Deadlines::of(&config));
+        admin_deadlines = Some(tx);
+        host.handle()
+            .spawn(admin::serve(listener, events_tx.clone(), rx));
     }
 
     let urls: Vec<String> = addrs
@@ -391,10 +388,10 @@ fn serve(
         );
     }
     for addr in quic.iter().flat_map(|q| q.local_addrs()) {
-        let sockets = quic.as_ref().map_or(0, |q| q.slots());
+        let sockets = quic.as_ref().map_or(0, |q| q.sockets());
         crate::banner::say(
             "http3_listening",
-            &format!("servery: HTTP/3 on udp {addr} ({sockets} sockets, one per worker slot)"),
+            &format!("servery: HTTP/3 on udp {addr} ({sockets} sockets, one per worker)"),
             &[
                 ("address", addr.to_string().into()),
                 ("sockets", sockets.into()),
@@ -626,6 +623,7 @@ fn serve(
         },
         notifier,
         acme: acme_link,
+        admin_deadlines,
     });
     let start = clock.now();
     match servery_core::driver::run(&mut parent, &mut real, start) {

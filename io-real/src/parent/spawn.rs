@@ -125,11 +125,13 @@ impl Launcher {
         self
     }
 
-    /// The core let `worker` go: the HTTP/3 sockets only it read are closed where that
-    /// leaves no gap (see `QuicSockets::worker_gone`).
-    pub fn worker_gone(&mut self, worker: WorkerId) {
-        if let Some(quic) = &mut self.quic {
-            quic.worker_gone(worker.0);
+    /// The core's HTTP/3 steering (decision 0079): the groups grown or shrunk and the
+    /// program attached as it says.
+    pub fn steer_quic(&mut self, steering: &servery_core::supervisor::QuicSteering) {
+        if let Some(quic) = &mut self.quic
+            && let Err(e) = quic.apply(steering)
+        {
+            tracing::error!(error = %e, "cannot carry out the HTTP/3 steering");
         }
     }
 
@@ -168,17 +170,9 @@ impl Launcher {
         // HELLO, which the driver writes later on the same stream.
         // The listeners first, then the slot's UDP sockets each with its lock (the worker
         // tells them apart by socket type).
-        if let Some(quic) = &mut self.quic {
-            // A generation with more workers than there are slot sockets (a reload that
-            // raised `--workers`): its new slots' sockets join their groups now, as the
-            // next indices, which the steering program already serves.
-            if let Err(e) = quic.grow(config.workers()) {
-                tracing::error!(%slot, error = %e, "no HTTP/3 socket for the new slot; it serves TCP only");
-            }
-        }
         let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
-        if let Some(quic) = &mut self.quic {
-            fds.extend(quic.for_worker(worker.0, u64::from(slot.0), config.workers()));
+        if let Some(quic) = &self.quic {
+            fds.extend(quic.for_worker(worker));
         }
         fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
         ours.set_nonblocking(true).map_err(SpawnError::Channel)?;

@@ -24,8 +24,11 @@
 //!   configured minimum up, `unready` below it; before any commit it is `unready`.
 //! - **answer rule** ([`answers`]): every operator request read is answered exactly once,
 //!   as the service's state requires.
+//! - **HTTP/3 steering rule** ([`quic`]): new QUIC connections never go to a worker told to
+//!   drain, and every worker under `--http3` reads a socket of its own.
 
 mod answers;
+mod quic;
 mod restarts;
 
 use core::time::Duration;
@@ -96,6 +99,8 @@ pub(crate) struct LifecycleOracle {
     violations: Vec<String>,
     /// Operator requests and their answers.
     pub(crate) answers: answers::AnswerBook,
+    /// Where the parent steers HTTP/3 datagrams.
+    pub(crate) quic: quic::QuicOracle,
 }
 
 fn ms(t: Instant) -> u64 {
@@ -107,6 +112,7 @@ impl LifecycleOracle {
     pub(crate) fn take_violations(&mut self) -> Vec<String> {
         let mut all = core::mem::take(&mut self.violations);
         all.extend(self.answers.take_violations());
+        all.extend(self.quic.take_violations());
         all
     }
 

@@ -154,6 +154,7 @@ impl ParentIo for SimWorld {
                 self.out.spawn_times_ms.push(now.as_nanos() / 1_000_000);
                 self.oracle
                     .spawned(now, worker, u64::from(slot.0), generation.0, &config);
+                self.oracle.quic.spawned(worker, config.features().http3);
                 if !self.listeners.is_open(config.listen()) {
                     self.violation(format!(
                         "{worker} started on {}, which the parent does not hold",
@@ -212,6 +213,7 @@ impl ParentIo for SimWorld {
                     }
                     ParentMessage::Drain { .. } => {
                         self.oracle.drain_sent(now, worker);
+                        self.oracle.quic.ending(worker);
                         self.ending(worker)
                     }
                     ParentMessage::Commit => self.oracle.commit_sent(worker),
@@ -226,6 +228,7 @@ impl ParentIo for SimWorld {
             }
             Action::Terminate { worker } => {
                 self.oracle.ended(worker);
+                self.oracle.quic.ending(worker);
                 self.ending(worker);
                 self.out.terms_sent += 1;
                 if self.spec.platform == Platform::Windows {
@@ -235,6 +238,7 @@ impl ParentIo for SimWorld {
             }
             Action::Kill { worker } => {
                 self.oracle.ended(worker);
+                self.oracle.quic.ending(worker);
                 self.ending(worker);
                 if let Some(p) = self.procs.get(&worker).filter(|p| p.alive) {
                     if p.wedged {
@@ -258,7 +262,7 @@ impl ParentIo for SimWorld {
                 if self.listeners.is_open(listen) || self.listeners.all_closed {
                     self.violation(format!("{listen} bound while held or after the close"));
                 }
-                // HTTP/3's per-slot UDP sockets and ACME's ports are bound once: a host
+                // HTTP/3's UDP sockets and ACME's ports are bound once: a host
                 // running them cannot move the port (decision 0072).
                 let features = &self.spec.config.features;
                 if features.http3 || features.acme {
@@ -297,8 +301,10 @@ impl ParentIo for SimWorld {
                     }
                 }
             }
+            Action::QuicSteering(steering) => self.oracle.quic.steered(&steering),
             Action::WorkerGone { worker } => {
                 self.fs.remove_temps_of(worker);
+                self.oracle.quic.gone(worker);
                 self.dav_tree_cleanup(worker);
                 let lat = self.latency();
                 if let Some(p) = self.procs.get_mut(&worker) {
@@ -502,6 +508,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         Action::Exit { code } => (12, *code as u64),
         Action::BindListeners { listen, .. } => (18, listen.port.map_or(1 << 16, u64::from)),
         Action::ReleaseListeners { listen } => (19, listen.port.map_or(1 << 16, u64::from)),
+        Action::QuicSteering(steering) => (21, u64::from(steering.sockets())),
     }
 }
 

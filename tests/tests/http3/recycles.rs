@@ -1,7 +1,8 @@
 //! 64 MiB downloads over HTTP/3, one after another on two clients, while every worker is
 //! recycled 20 times and the service reloaded once: a draining worker keeps its QUIC
 //! connections until their responses are delivered, new connections reach a worker that
-//! serves, and every download arrives whole and byte-exact.
+//! serves (none refused or left unanswered: decision 0079), and every download arrives
+//! whole and byte-exact.
 
 use std::sync::atomic::AtomicBool;
 
@@ -125,6 +126,17 @@ fn downloads_of_64_mib_over_http3_arrive_whole_across_twenty_recycles_and_a_relo
     assert!(
         failed.is_empty(),
         "downloads lost or cut across recycles (a draining worker keeps its QUIC connections until their responses are delivered): {failed:?}"
+    );
+    // New connections reach a worker that serves, never a draining one's refusal
+    // (decision 0079): no handshake fails, refused or unanswered.
+    let handshakes_failed: BTreeMap<&String, &u64> = retried
+        .iter()
+        .filter(|(why, _)| why.starts_with("handshake") || why.starts_with("h3 setup"))
+        .collect();
+    assert!(
+        handshakes_failed.is_empty(),
+        "new HTTP/3 connections refused or unanswered across recycles (new connections must \
+         reach a serving, non-draining worker): {handshakes_failed:?}"
     );
     assert!(
         during >= 2,

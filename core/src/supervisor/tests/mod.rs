@@ -167,6 +167,7 @@ mod hangs;
 mod lifecycle;
 mod listeners;
 mod protocol;
+mod quic;
 mod recycle_reload;
 mod status;
 mod tally;

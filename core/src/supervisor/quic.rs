@@ -1,0 +1,162 @@
+//! HTTP/3 socket ownership and steering (decision 0079): which of the parent's UDP
+//! sockets each worker reads, and which of them receive new QUIC connections.
+//!
+//! The parent's sockets on an address form one reuseport group, each at a fixed index
+//! (the driver only ever adds or removes at the group's end, so an index names the same
+//! socket while anyone reads it). Every worker gets a socket of its own: the lowest index
+//! nobody reads. So a recycle's replacement reads a different socket from the worker it
+//! replaces, and both serve at once: the draining one its open connections, whose
+//! connection IDs name its socket, the new one every new connection.
+//!
+//! New connections (a client's first packets, which name no socket) go only to the
+//! sockets of workers that serve and are not draining, [`QuicSteering::accepting`]. The
+//! supervisor works the steering out again at every step that changes it, and emits it
+//! *before* it tells a worker to drain, so no new connection is sent to a worker after
+//! it was told to drain, and it never has to refuse one's handshake.
+
+use crate::ids::WorkerId;
+
+/// Where QUIC datagrams go, as the supervisor decided it at one lifecycle step. The
+/// driver binds or closes sockets at the groups' end to `sockets`, hands each worker the
+/// socket at its index, and steers by [`QuicSteering::accepting`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuicSteering {
+    /// Who reads the socket at each index (`None`: nobody). Its length is the number of
+    /// sockets each address's group holds, never less than one (index 0 keeps the port).
+    pub readers: Vec<Option<WorkerId>>,
+    /// The indices that receive new connections, ascending: those of workers that serve
+    /// (ready, or committed and on their way to ready) and are not draining. Empty when
+    /// none does (before the first commit, during a stop): the kernel's hash decides.
+    pub accepting: Vec<u32>,
+}
+
+impl QuicSteering {
+    /// How many sockets each group holds.
+    pub fn sockets(&self) -> u32 {
+        u32::try_from(self.readers.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The index of the socket `worker` reads.
+    pub fn socket_of(&self, worker: WorkerId) -> Option<u32> {
+        self.readers
+            .iter()
+            .position(|r| *r == Some(worker))
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// The indices somebody reads, ascending: where packets of an open connection may go.
+    pub fn read(&self) -> impl Iterator<Item = u32> + '_ {
+        self.readers
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_some())
+            .filter_map(|(i, _)| u32::try_from(i).ok())
+    }
+}
+
+/// The supervisor's record of who reads which socket, and the steering it last emitted.
+#[derive(Debug, Clone, Default)]
+pub(super) struct QuicSockets {
+    readers: Vec<Option<WorkerId>>,
+    emitted: Option<QuicSteering>,
+}
+
+impl QuicSockets {
+    /// Whether any worker was ever given a socket (`--http3`).
+    pub(super) fn in_use(&self) -> bool {
+        !self.readers.is_empty()
+    }
+
+    /// Gives `worker` the lowest index nobody reads, growing the groups by one if every
+    /// socket is read.
+    pub(super) fn take(&mut self, worker: WorkerId) -> u32 {
+        let index = match self.readers.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.readers.push(None);
+                self.readers.len() - 1
+            }
+        };
+        self.readers[index] = Some(worker);
+        u32::try_from(index).unwrap_or(u32::MAX)
+    }
+
+    /// `worker` reads its socket no more. Trailing sockets nobody reads leave the groups
+    /// (index 0 stays, keeping the port); one before a socket still read stays, unread
+    /// and never steered to, as closing it would move the last socket into its index.
+    pub(super) fn release(&mut self, worker: WorkerId) {
+        for reader in &mut self.readers {
+            if *reader == Some(worker) {
+                *reader = None;
+            }
+        }
+        while self.readers.len() > 1 && self.readers.last().is_some_and(Option::is_none) {
+            self.readers.pop();
+        }
+    }
+
+    /// The steering now, `accepts` saying which readers take new connections; `Some` only
+    /// when it differs from what was last emitted.
+    pub(super) fn changed(&mut self, accepts: impl Fn(WorkerId) -> bool) -> Option<QuicSteering> {
+        let mut readers = self.readers.clone();
+        if readers.is_empty() {
+            readers.push(None);
+        }
+        let accepting = readers
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_some_and(&accepts))
+            .filter_map(|(i, _)| u32::try_from(i).ok())
+            .collect();
+        let now = QuicSteering { readers, accepting };
+        if self.emitted.as_ref() == Some(&now) {
+            return None;
+        }
+        self.emitted = Some(now.clone());
+        Some(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_worker_reads_the_lowest_free_socket_and_only_the_end_is_ever_removed() {
+        let mut s = QuicSockets::default();
+        assert_eq!(s.take(WorkerId(1)), 0);
+        assert_eq!(s.take(WorkerId(2)), 1);
+        // A recycle's replacement does not share its predecessor's socket.
+        assert_eq!(s.take(WorkerId(3)), 2);
+        s.release(WorkerId(2));
+        assert_eq!(s.readers.len(), 3, "a socket before a read one stays");
+        assert_eq!(s.take(WorkerId(4)), 1, "the gap is filled first");
+        s.release(WorkerId(3));
+        s.release(WorkerId(4));
+        assert_eq!(s.readers, vec![Some(WorkerId(1))]);
+        s.release(WorkerId(1));
+        let steering = s.changed(|_| true).expect("first");
+        assert_eq!(steering.sockets(), 1, "index 0 keeps the port");
+        assert!(steering.accepting.is_empty());
+    }
+
+    #[test]
+    fn steering_is_emitted_only_when_it_changes_and_names_only_accepting_readers() {
+        let mut s = QuicSockets::default();
+        let (old, new) = (WorkerId(1), WorkerId(2));
+        s.take(old);
+        let first = s.changed(|w| w == old).expect("first");
+        assert_eq!(first.accepting, vec![0]);
+        assert_eq!(s.changed(|w| w == old), None, "unchanged: nothing to emit");
+        s.take(new);
+        // The replacement reads a socket of its own before it accepts.
+        let spawned = s.changed(|w| w == old).expect("grown");
+        assert_eq!((spawned.sockets(), spawned.socket_of(new)), (2, Some(1)));
+        assert_eq!(spawned.accepting, vec![0]);
+        // The old one drains: new connections go to the new one's socket only, while the
+        // old one's stays read for the connections it has.
+        let drained = s.changed(|w| w == new).expect("drain");
+        assert_eq!(drained.accepting, vec![1]);
+        assert_eq!(drained.read().collect::<Vec<_>>(), vec![0, 1]);
+    }
+}
