@@ -23,7 +23,12 @@ servers pick for ASGI when installed) for the same python3:
 
     scripts/app_instructions.py [--servery BINARY] [--requests 500] [--connections 8]
                                 [--only servery,granian] [--interfaces wsgi,asgi]
-                                [--annotate DIR] [--json FILE|-]
+                                [--kernel [--seconds 5]] [--annotate DIR] [--json FILE]
+
+`--kernel` adds what callgrind cannot see, with every server run natively (not under
+valgrind): `wrk -t1 -c64` for `--seconds` per endpoint after a 2 s warm-up, and per
+request the worker's context switches (all its threads, from /proc) and its user and
+system CPU time. Those move with the machine's load; the instructions do not.
 
 `--annotate DIR` keeps each server's 2K-request profile there, for `callgrind_annotate
 --inclusive=yes DIR/FILE`. servery is given its default application pool; granian its
@@ -190,6 +195,44 @@ class Counted:
         self.log.close()
 
 
+def worker_counters(pid):
+    """(context switches of all the worker's threads, user s, system s)."""
+    switches = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        switches += int(line.split()[1])
+        except OSError:
+            pass
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return switches, int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def kernel_side(kind, interface, cmd, port, seconds, app_dir):
+    """Per endpoint: requests/s, and per request context switches, user µs, system µs."""
+    out = {}
+    with bench_apps.Server(kind, kind, cmd, port, 1, app_dir) as srv:
+        worker = srv.worker_pids()[0]
+        for name, path in ENDPOINTS[interface]:
+            url = f"http://127.0.0.1:{port}{path}"
+            bench_apps.wrk(url, 2, 64, srv.proc.pid)
+            s0, u0, k0 = worker_counters(worker)
+            r = bench_apps.wrk(url, seconds, 64, srv.proc.pid)
+            s1, u1, k1 = worker_counters(worker)
+            n = r["requests"]
+            out[name] = {"rps": r["rps"], "switches": (s1 - s0) / n,
+                         "user_us": (u1 - u0) * 1e6 / n, "system_us": (k1 - k0) * 1e6 / n}
+            print(f"{interface} {name} {kind} natively: {r['rps']:,.0f} req/s, "
+                  f"{out[name]['switches']:.2f} switches, {out[name]['user_us']:.1f} µs user, "
+                  f"{out[name]['system_us']:.1f} µs system per request, load {bench_apps.loadavg()}",
+                  file=sys.stderr, flush=True)
+    return out
+
+
 def server_cmd(kind, interface, servery, app_dir, port, tmp):
     module = "benchapp:app" if interface == "wsgi" else "benchasgi:app"
     if kind == "servery":
@@ -215,6 +258,10 @@ def main():
     ap.add_argument("--only", default="servery,granian")
     ap.add_argument("--interfaces", default="wsgi,asgi")
     ap.add_argument("--annotate", metavar="DIR", help="keep the 2K-request profiles here")
+    ap.add_argument("--kernel", action="store_true",
+                    help="also run each server natively under wrk: switches and CPU per request")
+    ap.add_argument("--seconds", type=int, default=5, help="wrk's run per endpoint with --kernel")
+    ap.add_argument("--skip-instructions", action="store_true", help="only the --kernel part")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     for tool in ("valgrind", "vgdb"):
@@ -247,6 +294,7 @@ def main():
             "load_before": bench_apps.loadavg(), "versions": versions,
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     results = {}
+    kernel = {}
     try:
         for interface in args.interfaces.split(","):
             for kind in kinds:
@@ -254,6 +302,13 @@ def main():
                 os.makedirs(out_dir)
                 port = bench_apps.free_port()
                 cmd = server_cmd(kind, interface, args.servery, app_dir, port, tmp)
+                if args.kernel:
+                    native_port = bench_apps.free_port()
+                    native = server_cmd(kind, interface, args.servery, app_dir, native_port, tmp)
+                    kernel[(interface, kind)] = kernel_side(kind, interface, native, native_port,
+                                                            args.seconds, app_dir)
+                if args.skip_instructions:
+                    continue
                 with Counted(kind, interface, cmd, port, out_dir, env) as srv:
                     for name, path in ENDPOINTS[interface]:
                         drive(port, path, WARMUP, args.connections)
@@ -283,11 +338,21 @@ def main():
             lines.append(f"| {interface.upper()} | {name} | {fmt(s)} | {fmt(g)} | {ratio} |")
     lines += ["", f"load average (1 min) before {meta['load_before']}, after {meta['load_after']}; "
                   f"versions {meta['versions']}"]
+    if kernel:
+        lines += ["", "Natively, wrk -t1 -c64, per request (the worker's threads):", "",
+                  "| interface | endpoint | server | req/s | context switches | user µs | system µs |",
+                  "|---|---|---|---|---|---|---|"]
+        for (interface, kind), eps in kernel.items():
+            for name, k in eps.items():
+                lines.append(f"| {interface.upper()} | {name} | {kind} | {k['rps']:,.0f} | "
+                             f"{k['switches']:.2f} | {k['user_us']:.1f} | {k['system_us']:.1f} |")
     print("\n".join(lines))
     if args.json:
         doc = {"meta": meta, "results": [
             {"interface": i, "endpoint": e, "server": k, "instructions_per_request": v}
-            for (i, e, k), v in results.items()]}
+            for (i, e, k), v in results.items()],
+            "kernel": [{"interface": i, "server": k, **{e: v for e, v in eps.items()}}
+                       for (i, k), eps in kernel.items()]}
         with open(args.json, "w") as f:
             f.write(json.dumps(doc, indent=2) + "\n")
 

@@ -358,7 +358,7 @@ mod tests {
             let last = LastString::default();
             let a = last.get(py, "example.org");
             assert!(
-                a.is(&last.get(py, "example.org")),
+                a.is(last.get(py, "example.org")),
                 "a repeat made a new string"
             );
             let b = last.get(py, "example.net");
@@ -368,7 +368,7 @@ mod tests {
             let one: IpAddr = "10.0.0.1".parse().expect("address");
             let two: IpAddr = "::1".parse().expect("address");
             let first = addrs.get(py, one);
-            assert!(first.is(&addrs.get(py, one)), "a repeat made a new string");
+            assert!(first.is(addrs.get(py, one)), "a repeat made a new string");
             assert_eq!(addrs.get(py, two).to_cow().expect("text"), "::1");
             assert_eq!(addrs.get(py, one).to_cow().expect("text"), "10.0.0.1");
         });
