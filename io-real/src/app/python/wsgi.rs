@@ -642,9 +642,12 @@ mod tests {
         }
 
         #[test]
-        fn a_declared_length_matches_exactly_as_written(n in 0usize..1_000_000, text in "[0-9]{0,7}|[0-9 +a-]{0,4}") {
+        fn a_declared_length_matches_exactly_as_written(n in 0usize..1_000_000, text in "[0-9]{0,7}|[0-9 +a-]{0,4}", extra in "[0-9 +]") {
             prop_assert!(is_decimal_of(n.to_string().as_bytes(), n));
             prop_assert_eq!(is_decimal_of(text.as_bytes(), n), text == n.to_string());
+            // More in front (a leading zero, another digit, a sign) is another text.
+            let longer = format!("{extra}{n}");
+            prop_assert!(!is_decimal_of(longer.as_bytes(), n), "{longer:?} taken for {n}");
         }
 
         #[test]
