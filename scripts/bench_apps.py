@@ -15,7 +15,8 @@ weighs on all of them alike; the ratios are of medians over the same rounds.
 For each server and endpoint: requests/s, p99 latency (wrk --latency), server CPU time per
 request (utime + stime of the whole process tree, from /proc: on a shared machine it moves
 less than throughput) and RSS per worker (the sum of the worker processes' VmRSS after the
-runs, divided by the worker count; the master/parent's own RSS is given apart).
+runs, divided by the worker count, read once it has stopped falling, at most 5 s after
+the load: servery trims at its next heartbeat; the master/parent's own RSS is given apart).
 
 Needs: wrk (Debian package), a servery binary built with Python
 (`cargo build --release -p servery --features python`; the static release binary has
@@ -73,6 +74,8 @@ def app(environ, start_response):
 '''
 
 ENDPOINTS = (("hello", "/"), ("json", "/json"))
+# How long RSS may take to settle after the load (see Server.settled_rss).
+RSS_SETTLE_S = 5.0
 PYTHON_MARKER = b"servery_wsgi.py"
 
 
@@ -229,6 +232,26 @@ class Server:
         total = sum(rss_kib(p) for p in workers)
         return (total / len(workers) if workers else float("nan"), rss_kib(self.proc.pid))
 
+    def settled_rss(self, bound=RSS_SETTLE_S):
+        """`rss()` once it has stopped falling after the load: servery's workers return
+        freed memory at their next heartbeat (1 s by default), so a read as wrk ends sees
+        the peak. Read every 0.25 s until a read is not lower than the one before, at most
+        `bound` seconds; every server is read the same way."""
+        end = time.time() + bound
+        last = self.rss()
+        while time.time() < end:
+            time.sleep(0.25)
+            now = self.rss()
+            if now[0] >= last[0]:
+                # Not falling any more: wait one more heartbeat's worth to be sure.
+                time.sleep(1.0)
+                later = self.rss()
+                if later[0] >= now[0]:
+                    return later
+                now = later
+            last = now
+        return last
+
     def __exit__(self, *exc):
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -283,7 +306,7 @@ def measure(srv, args):
     for name, path in ENDPOINTS:
         wrk(base + path, args.warmup, args.connections, srv.proc.pid)
         r[name] = wrk(base + path, args.seconds, args.connections, srv.proc.pid)
-    r["rss_worker_kib"], r["rss_master_kib"] = srv.rss()
+    r["rss_worker_kib"], r["rss_master_kib"] = srv.settled_rss()
     return r
 
 
@@ -578,7 +601,7 @@ def asgi_measure(srv, args):
     for name, path, conns in ASGI_ENDPOINTS:
         wrk(base + path, args.warmup, conns, srv.proc.pid)
         r[name] = wrk(base + path, args.seconds, conns, srv.proc.pid)
-    r["rss_worker_kib"], r["rss_master_kib"] = srv.rss()
+    r["rss_worker_kib"], r["rss_master_kib"] = srv.settled_rss()
     return r
 
 

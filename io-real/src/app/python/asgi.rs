@@ -32,6 +32,7 @@ use tokio::sync::{Notify, mpsc};
 mod call;
 
 use super::describe;
+use super::environ::{LastAddr, LastString};
 use super::websocket::Socket;
 use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
@@ -94,6 +95,8 @@ pub(super) struct Bridge {
     inbox: Mutex<Inbox>,
     wake: UnixStream,
     next: AtomicU64,
+    /// Strings the scopes repeat, used on the loop's thread only.
+    pub(super) repeated: Repeated,
 }
 
 #[derive(Default)]
@@ -199,57 +202,46 @@ struct Head {
     first: Option<Out>,
 }
 
-/// The parts of a request its scope is made of.
+/// The request's head as hyper parsed it, moved here rather than copied: the scope is
+/// made from it on the loop's thread, and nothing is allocated per field on the tokio
+/// thread to be freed on the loop's.
 pub(super) struct AsgiHead {
-    method: String,
-    path: Vec<u8>,
-    raw_path: Vec<u8>,
-    query: Vec<u8>,
-    version: &'static str,
-    headers: Vec<(Vec<u8>, Vec<u8>)>,
-    server: Option<(String, u16)>,
+    parts: http::request::Parts,
     pub(super) caller: Caller,
 }
 
 impl AsgiHead {
-    pub(super) fn of(parts: &http::request::Parts, caller: Caller) -> AsgiHead {
-        let raw_path = parts.uri.path().as_bytes().to_vec();
-        let host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| parts.uri.authority().map(|a| a.as_str()));
-        let server = host.and_then(|h| {
-            let (name, port) = h.rsplit_once(':')?;
-            Some((name.to_owned(), port.parse().ok()?))
-        });
-        AsgiHead {
-            method: parts.method.as_str().to_owned(),
-            path: percent_encoding::percent_decode(&raw_path).collect(),
-            raw_path,
-            query: parts.uri.query().unwrap_or("").as_bytes().to_vec(),
-            version: match parts.version {
-                Version::HTTP_10 => "1.0",
-                Version::HTTP_2 => "2",
-                Version::HTTP_3 => "3",
-                _ => "1.1",
-            },
-            headers: parts
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
-                .collect(),
-            server,
-            caller,
-        }
+    pub(super) fn of(parts: http::request::Parts, caller: Caller) -> AsgiHead {
+        AsgiHead { parts, caller }
+    }
+
+    pub(super) fn method(&self) -> &str {
+        self.parts.method.as_str()
     }
 
     /// The request's path, for the log.
-    pub(super) fn target(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.raw_path)
+    pub(super) fn target(&self) -> &str {
+        self.parts.uri.path()
     }
 
-    pub(super) fn scope<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// `server`: the Host header's (or `:authority`'s) name and port, when it names one.
+    fn server(&self) -> Option<(&str, u16)> {
+        let host = self
+            .parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| self.parts.uri.authority().map(|a| a.as_str()))?;
+        let (name, port) = host.rsplit_once(':')?;
+        Some((name, port.parse().ok()?))
+    }
+
+    pub(super) fn scope<'py>(
+        &self,
+        py: Python<'py>,
+        repeated: &Repeated,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let parts = &self.parts;
         // Keys interned once per process: a request's scope is a dozen small inserts.
         let scope = PyDict::new(py);
         scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
@@ -257,14 +249,14 @@ impl AsgiHead {
         asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
         asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.3"))?;
         scope.set_item(intern!(py, "asgi"), asgi)?;
-        let version = match self.version {
-            "1.0" => intern!(py, "1.0"),
-            "2" => intern!(py, "2"),
-            "3" => intern!(py, "3"),
+        let version = match parts.version {
+            Version::HTTP_10 => intern!(py, "1.0"),
+            Version::HTTP_2 => intern!(py, "2"),
+            Version::HTTP_3 => intern!(py, "3"),
             _ => intern!(py, "1.1"),
         };
         scope.set_item(intern!(py, "http_version"), version)?;
-        let method = match self.method.as_str() {
+        let method = match parts.method.as_str() {
             "GET" => intern!(py, "GET").clone(),
             "POST" => intern!(py, "POST").clone(),
             "HEAD" => intern!(py, "HEAD").clone(),
@@ -277,9 +269,26 @@ impl AsgiHead {
             intern!(py, "http")
         };
         scope.set_item(intern!(py, "scheme"), scheme)?;
-        scope.set_item(intern!(py, "path"), String::from_utf8_lossy(&self.path))?;
-        scope.set_item(intern!(py, "raw_path"), PyBytes::new(py, &self.raw_path))?;
-        scope.set_item(intern!(py, "query_string"), PyBytes::new(py, &self.query))?;
+        let raw_path = parts.uri.path();
+        let path: std::borrow::Cow<'_, str> = if raw_path.contains('%') {
+            String::from_utf8_lossy(
+                &percent_encoding::percent_decode_str(raw_path).collect::<Vec<u8>>(),
+            )
+            .into_owned()
+            .into()
+        } else {
+            raw_path.into()
+        };
+        scope.set_item(intern!(py, "path"), path.as_ref())?;
+        scope.set_item(
+            intern!(py, "raw_path"),
+            PyBytes::new(py, raw_path.as_bytes()),
+        )?;
+        let query = parts.uri.query().unwrap_or("");
+        scope.set_item(
+            intern!(py, "query_string"),
+            PyBytes::new(py, query.as_bytes()),
+        )?;
         scope.set_item(intern!(py, "root_path"), intern!(py, ""))?;
         // Starlette's FileResponse then hands its file to the server instead of reading
         // it through the loop; an application holding a descriptor hands that over.
@@ -288,22 +297,36 @@ impl AsgiHead {
         extensions.set_item(intern!(py, "http.response.zerocopysend"), PyDict::new(py))?;
         scope.set_item(intern!(py, "extensions"), extensions)?;
         let headers = PyList::empty(py);
-        for (k, v) in &self.headers {
-            headers.append((PyBytes::new(py, k), PyBytes::new(py, v)))?;
+        for (k, v) in &parts.headers {
+            headers.append((
+                PyBytes::new(py, k.as_str().as_bytes()),
+                PyBytes::new(py, v.as_bytes()),
+            ))?;
         }
         scope.set_item(intern!(py, "headers"), headers)?;
         match &self.caller.peer {
-            Some(peer) => {
-                scope.set_item(intern!(py, "client"), (peer.ip().to_string(), peer.port()))?
-            }
+            Some(peer) => scope.set_item(
+                intern!(py, "client"),
+                (repeated.client.get(py, peer.ip()), peer.port()),
+            )?,
             None => scope.set_item(intern!(py, "client"), py.None())?,
         }
-        match &self.server {
-            Some((host, port)) => scope.set_item(intern!(py, "server"), (host.as_str(), *port))?,
+        match self.server() {
+            Some((host, port)) => {
+                scope.set_item(intern!(py, "server"), (repeated.server.get(py, host), port))?
+            }
             None => scope.set_item(intern!(py, "server"), py.None())?,
         }
         Ok(scope)
     }
+}
+
+/// The loop's last client address and server name, as Python strings: usually the same
+/// from one request to the next (see [`LastString`], [`LastAddr`]).
+#[derive(Debug, Default)]
+pub(super) struct Repeated {
+    client: LastAddr,
+    server: LastString,
 }
 
 impl Asgi {
@@ -327,6 +350,7 @@ impl Asgi {
             inbox: Mutex::new(Inbox::default()),
             wake,
             next: AtomicU64::new(1),
+            repeated: Repeated::default(),
         });
         let (event_loop, lifespan_obj) = Python::attach(|py| -> Result<_, String> {
             let app = super::load_app(py, spec)?;
@@ -428,7 +452,7 @@ impl Asgi {
         let (out, mut events) = mpsc::channel(RESPONSE_QUEUE);
         let exchange = Arc::new(Exchange {
             id: self.bridge.next_id(),
-            head: AsgiHead::of(&parts, caller),
+            head: AsgiHead::of(parts, caller),
             input: Mutex::new(Input::default()),
             room: Notify::new(),
             out,
@@ -651,7 +675,7 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
             };
             let requests = PyList::empty(py);
             for exchange in new {
-                let scope = exchange.head.scope(py)?;
+                let scope = exchange.head.scope(py, &exchange.bridge.repeated)?;
                 let id = exchange.id;
                 let call = Bound::new(py, HttpCall::new(exchange))?;
                 requests.append((id, scope, call))?;

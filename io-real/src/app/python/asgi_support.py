@@ -53,9 +53,11 @@ class Bridge:
         loop.add_reader(self.sock.fileno(), self.wake)
 
     def wake(self):
+        # One read empties the socket: Rust writes a byte only when none is on its way
+        # (`signalled`), and clears that in `take` below, after this read. So no second
+        # read that would fail with BlockingIOError (an exception per wake).
         try:
-            while self.sock.recv(4096):
-                pass
+            self.sock.recv(4096)
         except BlockingIOError:
             pass
         new, woken, sockets = self.take()

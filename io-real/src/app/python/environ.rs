@@ -5,6 +5,9 @@
 //! so every byte reaches the application unchanged (`PATH_INFO` is percent-decoded first,
 //! as every WSGI server does).
 
+use std::borrow::Cow;
+use std::net::IpAddr;
+
 use http::request::Parts;
 use http::{HeaderMap, Version, header};
 use pyo3::intern;
@@ -14,88 +17,74 @@ use pyo3::types::{PyDict, PyString};
 
 use crate::app::Caller;
 
-/// What the environ is made of, taken from the request without the interpreter.
+/// What the environ is made of: the request's head as hyper parsed it, moved here rather
+/// than copied (no allocation per field on the async thread to be freed on the pool's).
 #[derive(Debug)]
 pub(super) struct RequestHead {
-    method: String,
-    path: Vec<u8>,
-    query: String,
-    protocol: &'static str,
-    /// `HTTP_*` variables, combined as RFC 9110 §5.3 allows (cookies with `; `).
-    headers: Vec<(Key, Vec<u8>)>,
-    content_type: Option<Vec<u8>>,
-    content_length: Option<Vec<u8>>,
-    server_name: String,
-    server_port: String,
+    parts: Parts,
     caller: Caller,
 }
 
 impl RequestHead {
-    pub(super) fn of(parts: &Parts, caller: Caller) -> RequestHead {
-        let path = percent_encoding::percent_decode_str(parts.uri.path()).collect();
-        let (server_name, server_port) = server(parts, caller.tls);
-        RequestHead {
-            method: parts.method.as_str().to_owned(),
-            path,
-            query: parts.uri.query().unwrap_or("").to_owned(),
-            protocol: match parts.version {
-                Version::HTTP_10 => "HTTP/1.0",
-                Version::HTTP_2 => "HTTP/2",
-                Version::HTTP_3 => "HTTP/3",
-                _ => "HTTP/1.1",
-            },
-            headers: http_variables(&parts.headers),
-            content_type: parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .map(|v| v.as_bytes().to_vec()),
-            content_length: parts
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .map(|v| v.as_bytes().to_vec()),
-            server_name,
-            server_port,
-            caller,
-        }
+    pub(super) fn of(parts: Parts, caller: Caller) -> RequestHead {
+        RequestHead { parts, caller }
     }
 
     /// `METHOD /path`, for the log.
     pub(super) fn line(&self) -> String {
-        format!("{} {}", self.method, String::from_utf8_lossy(&self.path))
+        format!(
+            "{} {}",
+            self.parts.method,
+            String::from_utf8_lossy(&self.path_info())
+        )
+    }
+
+    /// `PATH_INFO`'s bytes: the path percent-decoded.
+    fn path_info(&self) -> std::borrow::Cow<'_, [u8]> {
+        percent_encoding::percent_decode_str(self.parts.uri.path()).into()
     }
 
     /// The environ: the worker's constant keys, then this request's. The keys, and the
     /// values that repeat from request to request, are strings made once per worker
-    /// (interned, their hashes kept), not once per request.
+    /// (interned, or kept from the last request), not once per request.
     pub(super) fn environ<'py>(
         &self,
         py: Python<'py>,
         base: &Bound<'py, PyDict>,
+        repeated: &Repeated,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let parts = &self.parts;
         let environ = base.copy()?;
         let text = |bytes: &[u8]| latin1(py, bytes);
-        let method = match self.method.as_str() {
+        let method = match parts.method.as_str() {
             "GET" => intern!(py, "GET").clone(),
             "POST" => intern!(py, "POST").clone(),
             "HEAD" => intern!(py, "HEAD").clone(),
             other => PyString::new(py, other),
         };
         environ.set_item(intern!(py, "REQUEST_METHOD"), method)?;
-        environ.set_item(intern!(py, "PATH_INFO"), text(&self.path))?;
-        let query = match self.query.as_str() {
+        environ.set_item(intern!(py, "PATH_INFO"), text(&self.path_info()))?;
+        let query = match parts.uri.query().unwrap_or("") {
             "" => intern!(py, "").clone(),
             query => PyString::new(py, query),
         };
         environ.set_item(intern!(py, "QUERY_STRING"), query)?;
-        let protocol = match self.protocol {
-            "HTTP/1.0" => intern!(py, "HTTP/1.0"),
-            "HTTP/2" => intern!(py, "HTTP/2"),
-            "HTTP/3" => intern!(py, "HTTP/3"),
+        let protocol = match parts.version {
+            Version::HTTP_10 => intern!(py, "HTTP/1.0"),
+            Version::HTTP_2 => intern!(py, "HTTP/2"),
+            Version::HTTP_3 => intern!(py, "HTTP/3"),
             _ => intern!(py, "HTTP/1.1"),
         };
         environ.set_item(intern!(py, "SERVER_PROTOCOL"), protocol)?;
-        environ.set_item(intern!(py, "SERVER_NAME"), self.server_name.as_str())?;
-        environ.set_item(intern!(py, "SERVER_PORT"), self.server_port.as_str())?;
+        let (server_name, server_port) = server(parts, self.caller.tls);
+        environ.set_item(
+            intern!(py, "SERVER_NAME"),
+            repeated.server_name.get(py, server_name),
+        )?;
+        environ.set_item(
+            intern!(py, "SERVER_PORT"),
+            repeated.server_port.get(py, server_port),
+        )?;
         let scheme = if self.caller.tls {
             intern!(py, "https")
         } else {
@@ -103,22 +92,80 @@ impl RequestHead {
         };
         environ.set_item(intern!(py, "wsgi.url_scheme"), scheme)?;
         if let Some(peer) = self.caller.peer {
-            environ.set_item(intern!(py, "REMOTE_ADDR"), peer.ip().to_string())?;
+            environ.set_item(
+                intern!(py, "REMOTE_ADDR"),
+                repeated.remote_addr.get(py, peer.ip()),
+            )?;
             environ.set_item(intern!(py, "REMOTE_PORT"), peer.port().to_string())?;
         }
-        if let Some(v) = &self.content_type {
-            environ.set_item(intern!(py, "CONTENT_TYPE"), text(v))?;
+        if let Some(v) = parts.headers.get(header::CONTENT_TYPE) {
+            environ.set_item(intern!(py, "CONTENT_TYPE"), text(v.as_bytes()))?;
         }
-        if let Some(v) = &self.content_length {
-            environ.set_item(intern!(py, "CONTENT_LENGTH"), text(v))?;
+        if let Some(v) = parts.headers.get(header::CONTENT_LENGTH) {
+            environ.set_item(intern!(py, "CONTENT_LENGTH"), text(v.as_bytes()))?;
         }
-        for (name, value) in &self.headers {
+        for (name, value) in http_variables(&parts.headers) {
+            let value = text(&value);
             match name {
-                Key::Common(i) => environ.set_item(common_key(py, *i), text(value))?,
-                Key::Other(name) => environ.set_item(name.as_str(), text(value))?,
+                Key::Common(i) => environ.set_item(common_key(py, i), value)?,
+                Key::Other(name) => environ.set_item(name.as_str(), value)?,
             }
         }
         Ok(environ)
+    }
+}
+
+/// Per worker: the last value of each environ string that is usually the same from one
+/// request to the next (the Host's name and port, the client's address behind a proxy or
+/// on loopback), so a repeat costs a comparison instead of a new Python string.
+#[derive(Debug, Default)]
+pub(super) struct Repeated {
+    server_name: LastString,
+    server_port: LastString,
+    remote_addr: LastAddr,
+}
+
+/// One value and its Python string.
+#[derive(Debug, Default)]
+pub(super) struct LastString(std::sync::Mutex<Option<(String, Py<PyString>)>>);
+
+impl LastString {
+    /// `value` as a Python string: the kept one when `value` is the same as last time.
+    pub(super) fn get<'py>(&self, py: Python<'py>, value: &str) -> Bound<'py, PyString> {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((kept, string)) = last.as_ref()
+            && kept == value
+        {
+            return string.bind(py).clone();
+        }
+        let string = PyString::new(py, value);
+        *last = Some((value.to_owned(), string.clone().unbind()));
+        string
+    }
+}
+
+/// One address and its Python string: a repeat costs a comparison of addresses, without
+/// formatting the address again.
+#[derive(Debug, Default)]
+pub(super) struct LastAddr(std::sync::Mutex<Option<(IpAddr, Py<PyString>)>>);
+
+impl LastAddr {
+    pub(super) fn get<'py>(&self, py: Python<'py>, ip: IpAddr) -> Bound<'py, PyString> {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((kept, string)) = last.as_ref()
+            && *kept == ip
+        {
+            return string.bind(py).clone();
+        }
+        let string = PyString::new(py, &ip.to_string());
+        *last = Some((ip, string.clone().unbind()));
+        string
     }
 }
 
@@ -185,40 +232,39 @@ fn latin1<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
 /// `HTTP_*` variables. A header whose name has an underscore is left out: its variable
 /// could not be told from the dashed header's, which a proxy in front may have vetted
 /// (`X_Forwarded_For` posing as `X-Forwarded-For`); nginx and gunicorn drop them too.
-fn http_variables(headers: &HeaderMap) -> Vec<(Key, Vec<u8>)> {
-    let mut out: Vec<(Key, Vec<u8>)> = Vec::with_capacity(headers.keys_len());
-    for name in headers.keys() {
+/// A header that appears once is borrowed; only a repeated one is combined into new bytes.
+fn http_variables(headers: &HeaderMap) -> impl Iterator<Item = (Key, Cow<'_, [u8]>)> {
+    headers.keys().filter_map(|name| {
         if name == header::CONTENT_TYPE
             || name == header::CONTENT_LENGTH
             || name.as_str().contains('_')
         {
-            continue;
+            return None;
         }
+        let mut values = headers.get_all(name).iter();
+        let first = values.next()?.as_bytes();
+        let mut value = Cow::Borrowed(first);
         let separator: &[u8] = if name == header::COOKIE { b"; " } else { b"," };
-        let mut value = Vec::new();
-        for (i, v) in headers.get_all(name).iter().enumerate() {
-            if i > 0 {
-                value.extend_from_slice(separator);
-            }
-            value.extend_from_slice(v.as_bytes());
+        for v in values {
+            let combined = value.to_mut();
+            combined.extend_from_slice(separator);
+            combined.extend_from_slice(v.as_bytes());
         }
-        out.push((variable(name.as_str()), value));
-    }
-    out
+        Some((variable(name.as_str()), value))
+    })
 }
 
 /// `SERVER_NAME` and `SERVER_PORT` from the Host header (or HTTP/2's `:authority`), with
 /// the scheme's port when the request names none.
-fn server(parts: &Parts, tls: bool) -> (String, String) {
+fn server(parts: &Parts, tls: bool) -> (&str, &str) {
     let default_port = if tls { "443" } else { "80" };
     let authority = parts
         .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned()));
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()));
     let Some(authority) = authority else {
-        return ("localhost".into(), default_port.into());
+        return ("localhost", default_port);
     };
     let (host, port) = match authority.rsplit_once(':') {
         // `[::1]:8000` has its port after the bracket; `[::1]` has none.
@@ -227,9 +273,9 @@ fn server(parts: &Parts, tls: bool) -> (String, String) {
                 && port.bytes().all(|b| b.is_ascii_digit())
                 && (!host.starts_with('[') || host.ends_with(']')) =>
         {
-            (host.to_owned(), port.to_owned())
+            (host, port)
         }
-        _ => (authority.clone(), default_port.to_owned()),
+        _ => (authority, default_port),
     };
     (host, port)
 }
@@ -253,20 +299,11 @@ mod tests {
     fn server_name_and_port_come_from_the_host() {
         assert_eq!(
             server(&parts(Some("example.org:8080"), &[]), false),
-            ("example.org".into(), "8080".into())
+            ("example.org", "8080")
         );
-        assert_eq!(
-            server(&parts(Some("[::1]:9"), &[]), true),
-            ("[::1]".into(), "9".into())
-        );
-        assert_eq!(
-            server(&parts(Some("[::1]"), &[]), true),
-            ("[::1]".into(), "443".into())
-        );
-        assert_eq!(
-            server(&parts(None, &[]), false),
-            ("localhost".into(), "80".into())
-        );
+        assert_eq!(server(&parts(Some("[::1]:9"), &[]), true), ("[::1]", "9"));
+        assert_eq!(server(&parts(Some("[::1]"), &[]), true), ("[::1]", "443"));
+        assert_eq!(server(&parts(None, &[]), false), ("localhost", "80"));
     }
 
     #[test]
@@ -283,7 +320,7 @@ mod tests {
                 ("x-custom-thing", "v"),
             ],
         );
-        let vars = http_variables(&p.headers);
+        let vars: Vec<_> = http_variables(&p.headers).collect();
         let get = |k: &str| {
             vars.iter()
                 .find(|(n, _)| match n {
@@ -315,15 +352,38 @@ mod tests {
     }
 
     #[test]
+    fn a_repeated_value_is_the_kept_string_and_a_new_one_replaces_it() {
+        Python::initialize();
+        Python::attach(|py| {
+            let last = LastString::default();
+            let a = last.get(py, "example.org");
+            assert!(
+                a.is(last.get(py, "example.org")),
+                "a repeat made a new string"
+            );
+            let b = last.get(py, "example.net");
+            assert_eq!(b.to_cow().expect("text"), "example.net");
+            assert!(!a.is(&b));
+            let addrs = LastAddr::default();
+            let one: IpAddr = "10.0.0.1".parse().expect("address");
+            let two: IpAddr = "::1".parse().expect("address");
+            let first = addrs.get(py, one);
+            assert!(first.is(addrs.get(py, one)), "a repeat made a new string");
+            assert_eq!(addrs.get(py, two).to_cow().expect("text"), "::1");
+            assert_eq!(addrs.get(py, one).to_cow().expect("text"), "10.0.0.1");
+        });
+    }
+
+    #[test]
     fn the_path_is_percent_decoded_and_the_query_kept_raw() {
         let head = RequestHead::of(
-            &parts(Some("h"), &[]),
+            parts(Some("h"), &[]),
             Caller {
                 peer: None,
                 tls: false,
             },
         );
-        assert_eq!(head.path, b"/a b/c");
-        assert_eq!(head.query, "x=1&y=%2F");
+        assert_eq!(&*head.path_info(), b"/a b/c");
+        assert_eq!(head.parts.uri.query(), Some("x=1&y=%2F"));
     }
 }

@@ -34,7 +34,10 @@ struct Loaded {
     app: Py<PyAny>,
     call: Py<PyAny>,
     input: Py<PyAny>,
+    /// `wsgi.input` of every request without a body: a stream always at its end.
+    empty_input: Py<PyAny>,
     base_environ: Py<PyDict>,
+    repeated: environ::Repeated,
 }
 
 /// Starts the interpreter (once per process), imports the application and starts the
@@ -59,7 +62,13 @@ fn load(spec: &AppSpec, clock: Clock, alive: &Arc<AtomicU64>) -> Result<Loaded, 
             app: app.unbind(),
             call: attr("call")?,
             input: attr("Input")?,
+            empty_input: support
+                .getattr("EmptyInput")
+                .and_then(|empty| empty.call0())
+                .map(Bound::unbind)
+                .map_err(|e| describe(py, &e))?,
             base_environ: base_environ.unbind(),
+            repeated: environ::Repeated::default(),
         })
     })
     .map_err(failed)?;

@@ -3,6 +3,7 @@
 //! that sends slowly makes `wsgi.input.read()` wait (without the interpreter's lock), and
 //! one that reads slowly makes the application's next `yield` wait.
 
+use std::borrow::Cow;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,7 +18,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Frame;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
@@ -106,7 +107,7 @@ impl Wsgi {
         B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
     {
-        let head = RequestHead::of(&parts, caller);
+        let head = RequestHead::of(parts, caller);
         let input = (!body.is_end_stream()).then(|| {
             body.map_err(|e| io::Error::other(e.to_string()))
                 .boxed_unsync()
@@ -251,12 +252,22 @@ fn call(
     head: &RequestHead,
     channel: &Py<Channel>,
 ) -> PyResult<()> {
-    let environ = head.environ(py, loaded.base_environ.bind(py))?;
-    let recv = channel.bind(py).getattr(pyo3::intern!(py, "recv"))?;
-    environ.set_item(
-        pyo3::intern!(py, "wsgi.input"),
-        loaded.input.bind(py).call1((recv,))?,
-    )?;
+    let environ = head.environ(py, loaded.base_environ.bind(py), &loaded.repeated)?;
+    let bodiless = channel
+        .get()
+        .input
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_none();
+    let input = if bodiless {
+        // Nothing to read: the worker's one stream that is always at its end, rather
+        // than a new stream object per request.
+        loaded.empty_input.bind(py).clone()
+    } else {
+        let recv = channel.bind(py).getattr(pyo3::intern!(py, "recv"))?;
+        loaded.input.bind(py).call1((recv,))?
+    };
+    environ.set_item(pyo3::intern!(py, "wsgi.input"), input)?;
     loaded
         .call
         .bind(py)
@@ -361,7 +372,7 @@ impl Channel {
         let chunk = shared_or_copied(data)?;
         let declared = headers
             .get(header::CONTENT_LENGTH)
-            .map(|v| v.as_bytes() == chunk.len().to_string().as_bytes());
+            .map(|v| is_decimal_of(v.as_bytes(), chunk.len()));
         if declared == Some(false) {
             return Ok(self.outlet.send(py, Out::Head(status, headers))
                 && (chunk.is_empty() || self.outlet.send(py, Out::Chunk(chunk))));
@@ -465,13 +476,16 @@ fn open_again(filelike: &Bound<'_, PyAny>) -> Option<(std::fs::File, u64, u64)> 
     Some((file, start, meta.len().saturating_sub(start)))
 }
 
-/// The status line and header list as PEP 3333 has them, checked.
+/// The status line and header list as PEP 3333 has them, checked. The strings are read
+/// in place (an ASCII `str` is its own bytes); only one with code points above 127 is
+/// converted.
 fn parse_head(
     status: &Bound<'_, PyAny>,
     list: &Bound<'_, PyAny>,
 ) -> PyResult<(StatusCode, HeaderMap)> {
     let invalid = |m: String| pyo3::exceptions::PyValueError::new_err(m);
-    let status: String = status.extract()?;
+    let status = status.cast::<PyString>()?;
+    let status = status.to_cow()?;
     let code = status
         .get(..3)
         .filter(|_| status.len() == 3 || status.as_bytes().get(3) == Some(&b' '))
@@ -480,8 +494,20 @@ fn parse_head(
         .filter(|c| c.as_u16() >= 200 || *c == StatusCode::SWITCHING_PROTOCOLS)
         .ok_or_else(|| invalid(format!("not a WSGI status line: {status:?}")))?;
     let mut headers = HeaderMap::new();
-    for item in list.try_iter()? {
-        let (name, value): (String, String) = item?.extract()?;
+    let mut add = |item: Bound<'_, PyAny>| -> PyResult<()> {
+        let pair = item.cast_into::<PyTuple>()?;
+        if pair.len() != 2 {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "a header is a (name, value) tuple, got {} items",
+                pair.len()
+            )));
+        }
+        let name = pair.get_borrowed_item(0)?;
+        let name = name.cast::<PyString>()?;
+        let name = name.to_cow()?;
+        let value = pair.get_borrowed_item(1)?;
+        let value = value.cast::<PyString>()?;
+        let value = value.to_cow()?;
         let name = HeaderName::from_bytes(&latin1_bytes(&name).map_err(invalid)?)
             .map_err(|e| invalid(format!("header name {name:?}: {e}")))?;
         if HOP_BY_HOP.contains(&name.as_str()) {
@@ -496,22 +522,54 @@ fn parse_head(
         let value = HeaderValue::from_bytes(&latin1_bytes(value).map_err(invalid)?)
             .map_err(|e| invalid(format!("value of {name}: {e}")))?;
         headers.append(name, value);
+        Ok(())
+    };
+    match list.cast::<PyList>() {
+        // A list (what PEP 3333 asks for): its items without an iterator object.
+        Ok(list) => {
+            for item in list.iter() {
+                add(item)?;
+            }
+        }
+        Err(_) => {
+            for item in list.try_iter()? {
+                add(item?)?;
+            }
+        }
     }
     Ok((code, headers))
 }
 
 /// A native string back to its bytes (ISO-8859-1); code points above 255 are an error.
-fn latin1_bytes(s: &str) -> Result<Vec<u8>, String> {
+/// ASCII, nearly every header, is borrowed as it is.
+fn latin1_bytes(s: &str) -> Result<Cow<'_, [u8]>, String> {
+    if s.is_ascii() {
+        return Ok(Cow::Borrowed(s.as_bytes()));
+    }
     s.chars()
         .map(|c| u8::try_from(u32::from(c)).map_err(|_| format!("{s:?} is not ISO-8859-1")))
-        .collect()
+        .collect::<Result<Vec<u8>, String>>()
+        .map(Cow::Owned)
+}
+
+/// Whether `text` is `n` written in decimal the way `n.to_string()` would write it.
+fn is_decimal_of(text: &[u8], mut n: usize) -> bool {
+    let mut digits = text.iter().rev();
+    loop {
+        match digits.next() {
+            Some(&d) if usize::from(d.wrapping_sub(b'0')) == n % 10 => n /= 10,
+            _ => return false,
+        }
+        if n == 0 {
+            return digits.next().is_none();
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use pyo3::types::PyList;
 
     /// `parse_head` on `(status, [(name, value), ...])` as an application gives them.
     fn head(status: &str, headers: &[(&str, &str)]) -> Result<(StatusCode, HeaderMap), String> {
@@ -580,7 +638,16 @@ mod tests {
         #[test]
         fn native_strings_round_trip_their_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let native: String = bytes.iter().map(|&b| char::from(b)).collect();
-            prop_assert_eq!(latin1_bytes(&native), Ok(bytes));
+            prop_assert_eq!(latin1_bytes(&native).map(Cow::into_owned), Ok(bytes));
+        }
+
+        #[test]
+        fn a_declared_length_matches_exactly_as_written(n in 0usize..1_000_000, text in "[0-9]{0,7}|[0-9 +a-]{0,4}", extra in "[0-9 +]") {
+            prop_assert!(is_decimal_of(n.to_string().as_bytes(), n));
+            prop_assert_eq!(is_decimal_of(text.as_bytes(), n), text == n.to_string());
+            // More in front (a leading zero, another digit, a sign) is another text.
+            let longer = format!("{extra}{n}");
+            prop_assert!(!is_decimal_of(longer.as_bytes(), n), "{longer:?} taken for {n}");
         }
 
         #[test]

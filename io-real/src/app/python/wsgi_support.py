@@ -108,6 +108,24 @@ class Input:
         return line
 
 
+class EmptyInput:
+    """wsgi.input of a request without a body: always at its end, so one serves them all."""
+
+    __slots__ = ()
+
+    def read(self, size=-1):
+        return b""
+
+    def readline(self, size=-1):
+        return b""
+
+    def readlines(self, hint=-1):
+        return []
+
+    def __iter__(self):
+        return iter(())
+
+
 class FileWrapper:
     """wsgi.file_wrapper: a file the server sends itself when it is a regular file."""
 

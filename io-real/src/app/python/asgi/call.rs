@@ -259,7 +259,7 @@ impl HttpCall {
             let err = PyErr::from_value(raised.clone());
             tracing::error!(
                 target: "servery::app",
-                request = %format!("{} {}", exchange.head.method, exchange.head.target()),
+                request = %format!("{} {}", exchange.head.method(), exchange.head.target()),
                 traceback = %describe(py, &err),
                 "the application raised"
             );
@@ -375,6 +375,7 @@ mod tests {
             inbox: Mutex::new(Inbox::default()),
             wake,
             next: AtomicU64::new(1),
+            repeated: Default::default(),
         });
         let (parts, ()) = http::Request::get("/x")
             .body(())
@@ -384,7 +385,7 @@ mod tests {
         let exchange = Arc::new(Exchange {
             id: 1,
             head: AsgiHead::of(
-                &parts,
+                parts,
                 Caller {
                     peer: None,
                     tls: false,

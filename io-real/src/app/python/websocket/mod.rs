@@ -150,7 +150,7 @@ impl Socket {
     }
 
     fn scope<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let scope = self.head.scope(py)?;
+        let scope = self.head.scope(py, &self.bridge.repeated)?;
         scope.set_item("type", "websocket")?;
         scope.del_item("method")?;
         let tls = self.head.caller.tls;
@@ -201,7 +201,7 @@ pub(super) async fn handle(
     let (out, mut outs) = mpsc::channel(OUTBOX);
     let socket = Arc::new(Socket {
         id: bridge.next_id(),
-        head: AsgiHead::of(&parts, caller),
+        head: AsgiHead::of(parts, caller),
         subprotocols,
         input: Mutex::new(Input::default()),
         room: Notify::new(),
