@@ -134,7 +134,9 @@ pub fn tool_present(program: &str, args: &[&str]) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: `{program}` is not installed (scripts/test installs it)");
+        crate::skipped(format!(
+            "`{program}` is not installed (scripts/test installs it)"
+        ));
     }
     ok
 }
