@@ -890,6 +890,7 @@ mod tests {
                 message: WorkerMessage::Heartbeat {
                     requests: 0,
                     connections: 0,
+                    requests_in_progress: 0,
                     memory: 0,
                     stats: Default::default(),
                 },

@@ -68,6 +68,8 @@ pub struct WorkerLifecycle {
     drain_deadline: Option<Instant>,
     channel_open: bool,
     in_flight: u32,
+    /// Requests between head and end of response, as the driver last counted them.
+    requests_in_progress: u32,
     requests: u64,
     /// The request counters the next heartbeat carries, as the driver last gave them.
     /// Shared with the heartbeats that carry them: a beat does not copy them.
@@ -102,6 +104,7 @@ impl WorkerLifecycle {
             drain_deadline: None,
             channel_open: true,
             in_flight: 0,
+            requests_in_progress: 0,
             requests: 0,
             stats: Arc::default(),
             app_alive_at: None,
@@ -273,6 +276,7 @@ impl WorkerLifecycle {
         WorkerMessage::Heartbeat {
             requests: self.requests,
             connections: self.in_flight,
+            requests_in_progress: self.requests_in_progress,
             memory: self.memory,
             stats: Arc::clone(&self.stats),
         }
@@ -384,7 +388,10 @@ impl WorkerLifecycle {
         )
     }
 
-    pub fn handle_timeout(&mut self, now: Instant, connections: u32) {
+    /// Time passed: beat when one is due, finish a drain when it may. `connections` and
+    /// `requests_in_progress` are the driver's counts now, for the beat.
+    pub fn handle_timeout(&mut self, now: Instant, connections: u32, requests_in_progress: u32) {
+        self.requests_in_progress = requests_in_progress;
         if let Some(t) = self.next_beat
             && t <= now
             && self.channel_open
@@ -396,6 +403,7 @@ impl WorkerLifecycle {
                 self.send(WorkerMessage::Heartbeat {
                     requests: self.requests,
                     connections,
+                    requests_in_progress,
                     memory: self.memory,
                     stats: Arc::clone(&self.stats),
                 });
@@ -460,7 +468,7 @@ mod tests {
         w.connection_opened();
         let t1 = t + Duration::from_millis(100);
         assert_eq!(w.poll_timeout(), Some(t1));
-        w.handle_timeout(t1, 1);
+        w.handle_timeout(t1, 1, 0);
         assert!(matches!(
             drain_actions(&mut w)[..],
             [WorkerAction::Send(WorkerMessage::Heartbeat { .. })]
@@ -470,7 +478,7 @@ mod tests {
         assert!(!w.accepting());
         let deadline = t1 + Duration::from_millis(1000);
         assert_eq!(w.poll_timeout(), Some(deadline));
-        w.handle_timeout(deadline, 1);
+        w.handle_timeout(deadline, 1, 0);
         assert_eq!(drain_actions(&mut w), [WorkerAction::Exit { code: 0 }]);
     }
 
@@ -493,17 +501,17 @@ mod tests {
         drain_actions(&mut w);
         let ms = |n| t + Duration::from_millis(n);
         w.app_alive(ms(150));
-        w.handle_timeout(ms(100), 0);
+        w.handle_timeout(ms(100), 0, 0);
         assert_eq!(beats(&mut w), 1, "an answering app beats");
-        w.handle_timeout(ms(200), 0);
-        w.handle_timeout(ms(300), 0);
+        w.handle_timeout(ms(200), 0, 0);
+        w.handle_timeout(ms(300), 0, 0);
         assert_eq!(
             beats(&mut w),
             2,
             "answered 150 ms ago at most: still beating"
         );
-        w.handle_timeout(ms(400), 0);
-        w.handle_timeout(ms(500), 0);
+        w.handle_timeout(ms(400), 0, 0);
+        w.handle_timeout(ms(500), 0, 0);
         assert_eq!(
             beats(&mut w),
             0,
@@ -516,7 +524,7 @@ mod tests {
         );
         w.app_alive(ms(550));
         w.app_alive(ms(120));
-        w.handle_timeout(ms(600), 0);
+        w.handle_timeout(ms(600), 0, 0);
         assert_eq!(
             beats(&mut w),
             1,
@@ -528,7 +536,7 @@ mod tests {
         plain.prepared(t);
         plain.on_message(t, &ParentMessage::Commit);
         drain_actions(&mut plain);
-        plain.handle_timeout(ms(5_000), 0);
+        plain.handle_timeout(ms(5_000), 0, 0);
         assert_eq!(beats(&mut plain), 1, "a worker without an app always beats");
     }
 
@@ -557,7 +565,7 @@ mod tests {
             "shutdown rule: the last request's end starts the application's shutdown, not the exit"
         );
         // Still draining, so still beating while the shutdown runs.
-        w.handle_timeout(ms(110), 0);
+        w.handle_timeout(ms(110), 0, 0);
         let acts = drain_actions(&mut w);
         assert!(
             !acts.contains(&WorkerAction::Exit { code: 0 }),
@@ -590,13 +598,13 @@ mod tests {
             [WorkerAction::StopAccepting, WorkerAction::ShutDownApp]
         );
         assert_eq!(w.poll_timeout(), Some(ms(100)), "beats go on");
-        w.handle_timeout(ms(500), 0);
+        w.handle_timeout(ms(500), 0, 0);
         assert!(
             !drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
             "shutdown rule: the worker must not exit while its application shuts down"
         );
         assert!(!w.app_shutdown_cut());
-        w.handle_timeout(ms(1010), 0);
+        w.handle_timeout(ms(1010), 0, 0);
         assert!(
             drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
             "shutdown rule: a shutdown past the drain deadline is cut"
@@ -617,7 +625,7 @@ mod tests {
         w.on_message(t, &ParentMessage::Drain { deadline_ms: 5000 });
         drain_actions(&mut w);
         let t1 = t + Duration::from_secs(1);
-        w.handle_timeout(t1, 1);
+        w.handle_timeout(t1, 1, 0);
         assert!(
             !drain_actions(&mut w).contains(&WorkerAction::Exit { code: 0 }),
             "still inside the 5 s drain"
@@ -667,7 +675,7 @@ mod tests {
             && next < t + Duration::from_millis(1000)
         {
             now = next;
-            w.handle_timeout(now, 1);
+            w.handle_timeout(now, 1, 0);
             for a in drain_actions(&mut w) {
                 assert!(
                     matches!(a, WorkerAction::Send(WorkerMessage::Heartbeat { .. })),

@@ -368,6 +368,7 @@ impl SimWorld {
             return;
         }
         p.timer_at = None;
+        // A simulated connection carries one request: as many in progress as held.
         let conns = p.serving.len() as u32;
         if let Some(app) = &self.spec.workload.app {
             // The driver's observations of its application: the probe's answer (none
@@ -381,7 +382,7 @@ impl SimWorld {
                 + if peak { app.peak_bytes } else { 0 };
             p.life.set_memory(memory);
             let beats = p.life.beats_sent();
-            p.life.handle_timeout(now, conns);
+            p.life.handle_timeout(now, conns, conns);
             if p.life.beats_sent() > beats {
                 // The oracle: what the parent was told, beat by beat.
                 let limit = self.spec.config.recovery.worker_max_rss;
@@ -397,7 +398,7 @@ impl SimWorld {
                 }
             }
         } else {
-            p.life.handle_timeout(now, conns);
+            p.life.handle_timeout(now, conns, conns);
         }
         if p.life.poll_timeout().is_some_and(|t| t <= now) {
             // A deadline the lifecycle judged and left due would fire again at once,

@@ -400,9 +400,13 @@ fn readiness_reports_capacity_and_a_crash_degrades_it() {
 /// twelve keep-alive clients are twelve open connections, summed over two workers, and
 /// none once they hang up.
 #[test]
-fn open_connections_are_shown_while_clients_hold_them() {
+fn open_connections_and_requests_in_progress_are_shown_while_clients_hold_them() {
     let tree = Tree::new("metrics-connections");
     std::fs::write(tree.root().join("a.txt"), b"hello").expect("a file");
+    // Larger than the socket buffers can hold, so a client that stops reading holds it.
+    std::fs::File::create(tree.root().join("big.bin"))
+        .and_then(|f| f.set_len(64 << 20))
+        .expect("a large file");
     let (mut server, admin) = start(&tree, 2, &[]);
     server.wait_ready(2, Duration::from_secs(20));
     let open = |admin| sample(&metrics(admin), "servery_connections_open");
@@ -430,10 +434,44 @@ fn open_connections_are_shown_while_clients_hold_them() {
         .map(|w| w["connections"].as_u64().expect("connections per worker"))
         .sum();
     assert_eq!(per_worker, 12, "ctl status: {status}");
+    let in_progress = |admin| sample(&metrics(admin), "servery_requests_in_progress");
+    assert_eq!(
+        in_progress(admin),
+        Some(0.0),
+        "answered keep-alive connections have no request in progress"
+    );
 
+    // Downloads whose clients take the head and then stop reading: each response stays
+    // in progress (its body waits on the client) while its connection is held.
+    let stalled: Vec<TcpStream> = (0..5)
+        .map(|_| {
+            let mut c = TcpStream::connect(server.addr).expect("connect");
+            c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                .expect("request");
+            let mut head = [0u8; 12];
+            c.read_exact(&mut head).expect("a response");
+            assert_eq!(&head, b"HTTP/1.1 200");
+            c
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(10),
+        "5 requests in progress shown",
+        || (in_progress(admin) == Some(5.0) && open(admin) == Some(17.0)).then_some(()),
+    );
+    let status = server.status();
+    let per_worker: u64 = status["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["requests_in_progress"].as_u64().expect("per worker"))
+        .sum();
+    assert_eq!(per_worker, 5, "ctl status: {status}");
+
+    drop(stalled);
     drop(clients);
     wait_until(Duration::from_secs(10), "the connections gone", || {
-        (open(admin) == Some(0.0)).then_some(())
+        (open(admin) == Some(0.0) && in_progress(admin) == Some(0.0)).then_some(())
     });
     server.signal(Sig::TERM);
     server.wait_exit(Duration::from_secs(20));

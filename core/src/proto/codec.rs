@@ -380,12 +380,14 @@ fn put_worker(w: &mut Writer<'_>, msg: &WorkerMessage) {
         WorkerMessage::Heartbeat {
             requests,
             connections,
+            requests_in_progress,
             memory,
             stats,
         } => {
             w.u8(HEARTBEAT);
             w.u64(*requests);
             w.u32(*connections);
+            w.u32(*requests_in_progress);
             w.u64(*memory);
             crate::proto::stats_wire::put_stats(w, stats);
         }

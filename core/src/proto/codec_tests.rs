@@ -73,17 +73,21 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
         (
             any::<u64>(),
             any::<u32>(),
+            any::<u32>(),
             any::<u64>(),
             crate::proto::stats_wire_tests::stats()
         )
-            .prop_map(|(requests, connections, memory, stats)| {
-                WorkerMessage::Heartbeat {
-                    requests,
-                    connections,
-                    memory,
-                    stats: std::sync::Arc::new(stats),
+            .prop_map(
+                |(requests, connections, requests_in_progress, memory, stats)| {
+                    WorkerMessage::Heartbeat {
+                        requests,
+                        connections,
+                        requests_in_progress,
+                        memory,
+                        stats: std::sync::Arc::new(stats),
+                    }
                 }
-            }),
+            ),
         (any::<u64>(), request()).prop_map(|(id, request)| WorkerMessage::Broker { id, request }),
     ]
 }
@@ -177,6 +181,7 @@ fn long_streams_compact_without_losing_a_frame() {
     let beat = |n| WorkerMessage::Heartbeat {
         requests: n,
         connections: 1,
+        requests_in_progress: 0,
         memory: 0,
         stats: Default::default(),
     };
@@ -253,6 +258,7 @@ fn unchanged_counters_decode_to_the_table_already_decoded() {
     let beat = |requests, stats: &RequestStats| WorkerMessage::Heartbeat {
         requests,
         connections: 0,
+        requests_in_progress: 0,
         memory: 0,
         stats: Arc::new(stats.clone()),
     };

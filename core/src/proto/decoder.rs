@@ -63,10 +63,12 @@ fn decode_worker(
         HEARTBEAT => {
             let requests = r.u64()?;
             let connections = r.u32()?;
+            let requests_in_progress = r.u32()?;
             let memory = r.u64()?;
             WorkerMessage::Heartbeat {
                 requests,
                 connections,
+                requests_in_progress,
                 memory,
                 stats: get_stats_shared(&mut r, last)?,
             }

@@ -407,14 +407,15 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
         Just(WorkerMessage::Prepared),
         Just(WorkerMessage::Ready),
         text().prop_map(|error| WorkerMessage::StartupFailed { error }),
-        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(requests, connections, memory)| {
-            WorkerMessage::Heartbeat {
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
+            |(requests, connections, requests_in_progress, memory)| WorkerMessage::Heartbeat {
                 requests,
                 connections,
+                requests_in_progress,
                 memory,
                 stats: Default::default(),
             }
-        }),
+        ),
         (any::<u64>(), request()).prop_map(|(id, request)| WorkerMessage::Broker { id, request }),
     ]
 }

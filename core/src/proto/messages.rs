@@ -41,6 +41,8 @@ pub enum WorkerMessage {
     Heartbeat {
         requests: u64,
         connections: u32,
+        /// Requests between their head and the end of their response.
+        requests_in_progress: u32,
         /// The worker's resident memory in bytes as it last measured it (0: unknown), for
         /// recycling by memory (`worker_max_rss`).
         memory: u64,

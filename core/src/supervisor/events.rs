@@ -174,6 +174,7 @@ impl Supervisor {
             WorkerMessage::Heartbeat {
                 requests,
                 connections,
+                requests_in_progress,
                 memory,
                 stats,
             } => {
@@ -183,6 +184,7 @@ impl Supervisor {
                 w.last_beat = now;
                 w.requests = w.requests.max(requests);
                 w.connections = connections;
+                w.requests_in_progress = requests_in_progress;
                 // Totals since the worker started: the latest replaces the one before.
                 w.stats = stats;
                 w.memory = memory;

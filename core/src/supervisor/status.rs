@@ -42,6 +42,8 @@ pub struct WorkerStatus {
     pub memory: u64,
     /// Connections it held at its latest heartbeat.
     pub connections: u32,
+    /// Requests in progress at its latest heartbeat.
+    pub requests_in_progress: u32,
     pub age: Duration,
 }
 
@@ -154,6 +156,7 @@ impl super::Supervisor {
                     requests: w.requests,
                     memory: w.memory,
                     connections: w.connections,
+                    requests_in_progress: w.requests_in_progress,
                     age: now.saturating_since(w.spawned_at),
                 })
                 .collect(),

@@ -51,6 +51,15 @@ impl Supervisor {
             .sum()
     }
 
+    /// Requests the workers had in progress at their latest heartbeats (as
+    /// [`Self::open_connections`]: a dead worker's last figure counts until it is reaped).
+    pub fn requests_in_progress(&self) -> u64 {
+        self.workers
+            .values()
+            .map(|w| u64::from(w.requests_in_progress))
+            .sum()
+    }
+
     /// Live workers by state.
     pub fn workers_by_state(&self) -> [usize; WorkerState::ALL.len()] {
         let mut by = [0; WorkerState::ALL.len()];

@@ -61,6 +61,8 @@ pub struct Worker {
     pub memory: u64,
     /// Connections it held at its latest heartbeat.
     pub connections: u32,
+    /// Requests in progress at its latest heartbeat.
+    pub requests_in_progress: u32,
     /// `worker_max_rss` as it was when the worker became ready.
     pub memory_limit: Option<u64>,
     /// Its previous heartbeat was above `worker_max_rss` too.
@@ -112,6 +114,7 @@ impl Worker {
             request_limit: None,
             memory: 0,
             connections: 0,
+            requests_in_progress: 0,
             memory_limit: None,
             memory_over: false,
             age_deadline: None,

@@ -273,6 +273,15 @@ impl Activity {
         self.finished.fetch_add(1, Ordering::Release);
     }
 
+    /// How many requests are between their head and the end of their response (HTTP/2
+    /// and HTTP/3 streams side by side; an upgraded connection's session counts as one).
+    pub fn requests_in_progress(&self) -> u64 {
+        let finished = self.finished.load(Ordering::Acquire);
+        self.started
+            .load(Ordering::Acquire)
+            .saturating_sub(finished)
+    }
+
     /// Whether a request is between its head and the end of its response.
     pub fn in_progress(&self) -> bool {
         self.finished.load(Ordering::Acquire) < self.started.load(Ordering::Acquire)

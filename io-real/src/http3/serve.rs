@@ -23,6 +23,7 @@ use tokio::task::JoinSet;
 
 use crate::http::conn::{FIRST_REQUEST_GRACE, MAX_REQUEST_HEAD};
 use crate::http::pipeline::Arrival;
+use crate::http::watchdog::Unanswered;
 use crate::http::{Activity, Site, Transport};
 
 type H3Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
@@ -146,6 +147,9 @@ async fn answer(
     requests: Arc<AtomicU64>,
     activity: Arc<Activity>,
 ) {
+    // In progress (not idle, and counted) until the response is sent or abandoned.
+    activity.request_started();
+    let _in_progress = Unanswered::new(Arc::clone(&activity));
     let (mut send, recv) = stream.split();
     let (mut parts, ()) = req.into_parts();
     parts.version = Version::HTTP_3;

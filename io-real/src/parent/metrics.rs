@@ -48,6 +48,8 @@ pub struct Snapshot {
     pub requests: RequestStats,
     /// Connections the workers held at their latest heartbeats.
     pub open_connections: u64,
+    /// Requests in progress at the workers' latest heartbeats.
+    pub requests_in_progress: u64,
     pub broker: BrokerStats,
     /// Broker table sizes, by name.
     pub tables: [(&'static str, u64); 7],
@@ -78,6 +80,7 @@ impl Snapshot {
             tally: sup.tally().clone(),
             requests: sup.request_stats(),
             open_connections: sup.open_connections(),
+            requests_in_progress: sup.requests_in_progress(),
             broker: broker.stats(),
             tables: [
                 ("leases", broker.leases().count() as u64),
@@ -183,6 +186,14 @@ impl Snapshot {
             "connections_open",
             "Connections the workers hold, as their latest heartbeats reported them",
             open,
+        );
+        let in_progress = Gauge::<i64>::default();
+        in_progress.set(clamp(self.requests_in_progress));
+        r.register(
+            "requests_in_progress",
+            "Requests between their head and the end of their response (upgraded sessions \
+             included), as the workers' latest heartbeats reported them",
+            in_progress,
         );
         let generation = Gauge::<i64>::default();
         generation.set(clamp(self.generation));

@@ -161,6 +161,7 @@ fn core_status_json(s: &Status) -> Value {
             "requests": w.requests,
             "rss_bytes": w.memory,
             "connections": w.connections,
+            "requests_in_progress": w.requests_in_progress,
             "age_ms": ms(w.age),
         })).collect::<Vec<_>>(),
         "restarts": s.restarts,
@@ -277,8 +278,18 @@ pub fn status_text(v: &Value) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>9} {:>9}",
-        "worker", "slot", "pid", "gen", "state", "role", "requests", "conns", "rss", "age"
+        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>6} {:>9} {:>9}",
+        "worker",
+        "slot",
+        "pid",
+        "gen",
+        "state",
+        "role",
+        "requests",
+        "conns",
+        "active",
+        "rss",
+        "age"
     );
     for w in v
         .get("workers")
@@ -296,7 +307,7 @@ pub fn status_text(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>9} {:>8.1}s",
+            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>6} {:>9} {:>8.1}s",
             format!("w{}", f("id")),
             f("slot"),
             f("pid"),
@@ -305,6 +316,7 @@ pub fn status_text(v: &Value) -> String {
             f("role"),
             f("requests"),
             f("connections"),
+            f("requests_in_progress"),
             rss,
             age as f64 / 1000.0
         );

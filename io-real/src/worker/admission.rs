@@ -78,6 +78,17 @@ impl Admission {
         self.slots.iter().flatten().filter(|h| h.closing()).count()
     }
 
+    /// Requests in progress over every connection held (what the heartbeat reports).
+    pub fn requests_in_progress(&self) -> u32 {
+        let sum: u64 = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|h| h.activity.requests_in_progress())
+            .sum();
+        u32::try_from(sum).unwrap_or(u32::MAX)
+    }
+
     /// The connection to close to make room, if any may be closed.
     fn victim(&self) -> Option<usize> {
         self.slots
@@ -119,8 +130,34 @@ impl Admission {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::watchdog::Unanswered;
     use std::time::Duration;
     use tokio::time::Instant;
+
+    #[test]
+    fn requests_in_progress_are_summed_over_the_connections_held() {
+        let t0 = Instant::now();
+        let mut a = Admission::default();
+        let h2 = Activity::new(t0);
+        h2.request_started();
+        h2.request_started();
+        let h1 = Activity::new(t0);
+        h1.request_started();
+        let idle = Activity::new(t0);
+        a.admit(Arc::clone(&h2));
+        let h1_i = a.admit(Arc::clone(&h1));
+        a.admit(Arc::clone(&idle));
+        assert_eq!(a.requests_in_progress(), 3);
+        // A response ends (its body dropped, or its request abandoned).
+        drop(Unanswered::new(Arc::clone(&h2)));
+        assert_eq!(a.requests_in_progress(), 2);
+        a.closed(h1_i);
+        assert_eq!(
+            a.requests_in_progress(),
+            1,
+            "a closed connection's requests are not counted"
+        );
+    }
 
     #[test]
     fn the_oldest_never_requested_connection_goes_first_and_busy_ones_never() {

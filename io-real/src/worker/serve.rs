@@ -389,7 +389,8 @@ impl Worker {
                     self.life.set_memory(super::memory::resident_bytes());
                     self.life.set_stats(self.meter.snapshot());
                     let in_flight = self.life.in_flight();
-                    self.life.handle_timeout(self.clock.now(), in_flight);
+                    let in_progress = self.admission.requests_in_progress();
+                    self.life.handle_timeout(self.clock.now(), in_flight, in_progress);
                 }
                 (accepted, cleartext) = accept_any(&self.listeners, self.cleartext_listeners, || has_room(held, max, admission)), if can_accept => self.admit(accepted, cleartext).await,
                 Some(incoming) = self.quic.incoming.recv(), if can_accept => self.admit_quic(incoming),

@@ -219,6 +219,10 @@ pub fn status_of(s: &Value) -> Option<Status> {
                     .as_u64()
                     .and_then(|c| u32::try_from(c).ok())
                     .unwrap_or(0),
+                requests_in_progress: w["requests_in_progress"]
+                    .as_u64()
+                    .and_then(|c| u32::try_from(c).ok())
+                    .unwrap_or(0),
                 age: Duration::from_millis(w["age_ms"].as_u64()?),
             })
         })

@@ -60,6 +60,7 @@ fn posix_hang_is_terminated_then_killed_windows_is_killed_at_once() {
             WorkerMessage::Heartbeat {
                 requests: 1,
                 connections: 0,
+                requests_in_progress: 0,
                 memory: 0,
                 stats: Default::default(),
             },
@@ -279,6 +280,7 @@ fn request_limits_respect_the_jitter_band() {
                 WorkerMessage::Heartbeat {
                     requests: n,
                     connections: 0,
+                    requests_in_progress: 0,
                     memory: 0,
                     stats: Default::default(),
                 },

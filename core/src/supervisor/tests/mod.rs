@@ -97,6 +97,7 @@ impl Harness {
                 WorkerMessage::Heartbeat {
                     requests,
                     connections: 0,
+                    requests_in_progress: 0,
                     memory: 0,
                     stats: Default::default(),
                 },
@@ -145,6 +146,7 @@ fn beat_one(h: &mut Harness, w: WorkerId) -> Vec<Action> {
         WorkerMessage::Heartbeat {
             requests: 0,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: Default::default(),
         },

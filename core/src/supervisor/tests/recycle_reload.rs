@@ -14,6 +14,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 9,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: Default::default(),
         },
@@ -24,6 +25,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 10,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: Default::default(),
         },
@@ -36,6 +38,7 @@ fn request_recycling_replaces_before_draining_and_never_exceeds_n_plus_one() {
         WorkerMessage::Heartbeat {
             requests: 50,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: Default::default(),
         },
@@ -80,6 +83,7 @@ fn beat_with_memory(memory: u64) -> WorkerMessage {
     WorkerMessage::Heartbeat {
         requests: 1,
         connections: 0,
+        requests_in_progress: 0,
         memory,
         stats: Default::default(),
     }
@@ -173,6 +177,7 @@ fn failed_recycle_replacements_suspend_recycling_and_keep_the_old_worker() {
         WorkerMessage::Heartbeat {
             requests: 5,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: Default::default(),
         },
@@ -432,6 +437,7 @@ fn no_recycle_starts_while_a_reload_rolls_out() {
         WorkerMessage::Heartbeat {
             requests: 50,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: Default::default(),
         },
@@ -458,6 +464,7 @@ fn serving_workers_count_the_recycle_overlap() {
         WorkerMessage::Heartbeat {
             requests: 10,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: Default::default(),
         },

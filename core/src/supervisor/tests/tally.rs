@@ -14,6 +14,7 @@ fn beat_with(h: &mut Harness, w: WorkerId, gets: u64) -> Vec<Action> {
         WorkerMessage::Heartbeat {
             requests: gets,
             connections: 0,
+            requests_in_progress: 0,
             memory: 0,
             stats: std::sync::Arc::new(stats),
         },
@@ -87,11 +88,16 @@ fn an_unreadable_reload_is_rejected_counted_and_reported_with_its_reason() {
 }
 
 fn beat_connections(h: &mut Harness, w: WorkerId, connections: u32) {
+    beat_load(h, w, connections, 0);
+}
+
+fn beat_load(h: &mut Harness, w: WorkerId, connections: u32, requests_in_progress: u32) {
     h.msg(
         w,
         WorkerMessage::Heartbeat {
             requests: 0,
             connections,
+            requests_in_progress,
             memory: 0,
             stats: Default::default(),
         },
@@ -116,5 +122,36 @@ fn open_connections_are_the_latest_beats_of_the_workers_alive() {
         h.sup.open_connections(),
         5,
         "a reaped worker's connections are gone with it"
+    );
+}
+
+#[test]
+fn requests_in_progress_are_the_latest_beats_of_the_workers_alive() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    assert_eq!(h.sup.requests_in_progress(), 0);
+    beat_load(&mut h, ws[0], 7, 4);
+    beat_load(&mut h, ws[1], 5, 2);
+    // A later beat says how many now: it replaces the earlier figure.
+    beat_load(&mut h, ws[0], 7, 1);
+    assert_eq!(h.sup.requests_in_progress(), 3);
+    assert_eq!(
+        h.sup
+            .status(h.now)
+            .workers
+            .iter()
+            .map(|w| w.requests_in_progress)
+            .sum::<u32>(),
+        3,
+        "the status shows each worker's figure"
+    );
+    h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    assert_eq!(
+        h.sup.requests_in_progress(),
+        2,
+        "a reaped worker's requests are gone with it"
     );
 }
