@@ -45,7 +45,7 @@ pub const SETTLE: Duration = Duration::from_secs(2);
 pub(super) const REPROVE_AFTER: Duration = Duration::from_secs(1);
 
 /// What must be unchanged for cached bytes to still be the file's bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct FileIdentity {
     dev: u64,
     ino: u64,
@@ -80,8 +80,16 @@ impl FileIdentity {
         }
     }
 
+    /// This identity with its last change moved `secs` seconds back: a settled file, for
+    /// tests that cannot wait for one.
+    #[cfg(test)]
+    pub(super) fn changed_earlier(mut self, secs: i64) -> Self {
+        self.ctime.0 -= secs;
+        self
+    }
+
     /// Whether the last change was at least [`SETTLE`] before `now`.
-    fn settled(&self, now: SystemTime) -> bool {
+    pub(super) fn settled(&self, now: SystemTime) -> bool {
         let (secs, nanos) = self.ctime;
         let Ok(secs) = u64::try_from(secs) else {
             return true;

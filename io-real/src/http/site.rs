@@ -172,6 +172,8 @@ pub struct Site {
     compress: Option<CompressSettings>,
     cache: Arc<EncodedCache>,
     files: FileCache,
+    /// Types of files without a telling name, as their first bytes showed them.
+    sniffed: super::sniff::SniffedTypes,
     /// In-flight encodings of cache misses, coalesced per cache key.
     encodings: SingleFlight<CacheKey, Option<Bytes>>,
     /// In-flight `Repr-Digest` computations, coalesced per key.
@@ -228,6 +230,7 @@ impl Site {
             }),
             cache: Arc::new(EncodedCache::new(config.compression_cache_size)),
             files: FileCache::new(config.file_cache_size),
+            sniffed: super::sniff::SniffedTypes::default(),
             encodings: SingleFlight::new(),
             digests: SingleFlight::new(),
             auth: config.auth,
@@ -624,7 +627,7 @@ impl Site {
             Precondition::Proceed { range_applies } => range_applies,
         };
         // A name that says nothing (`Makefile`, `notes`): its first bytes decide.
-        let content_type = super::sniff::content_type(&original, &runtime).await;
+        let content_type = super::sniff::content_type(&original, &runtime, &self.sniffed).await;
         head.set(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         head.set(header::ETAG, validators.etag());
         head.set(header::LAST_MODIFIED, validators.last_modified());
