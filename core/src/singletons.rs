@@ -1,6 +1,9 @@
-//! Parent-owned singleton services (access log, mDNS, QR, TFTP, ACME, HTTP/3): each
-//! starts once after the first commit, moves to a new generation in one step, and stops
-//! once.
+//! Parent-owned singleton services (access log, mDNS, QR, TFTP, ACME): each starts once
+//! after the first commit, moves to a new generation in one step, and stops once.
+//!
+//! HTTP/3 is not one of them: its sockets are one per worker, and the supervisor decides
+//! who reads which and which take new connections at every lifecycle step
+//! ([`crate::supervisor::QuicSteering`], decisions 0079 and 0077).
 //!
 //! Those that tell the network the service is there (an advertisement, a UDP listener)
 //! stop when the listeners close, at the start of a stop or a failure: after that nothing
@@ -19,7 +22,6 @@ pub enum SingletonKind {
     Qr,
     Tftp,
     Acme,
-    Http3,
 }
 
 impl SingletonKind {
@@ -30,7 +32,6 @@ impl SingletonKind {
             SingletonKind::Qr => "qr",
             SingletonKind::Tftp => "tftp",
             SingletonKind::Acme => "acme",
-            SingletonKind::Http3 => "http3",
         }
     }
 
@@ -38,10 +39,7 @@ impl SingletonKind {
     /// than at the exit.
     pub fn stops_with_listeners(self) -> bool {
         match self {
-            SingletonKind::Mdns
-            | SingletonKind::Qr
-            | SingletonKind::Tftp
-            | SingletonKind::Http3 => true,
+            SingletonKind::Mdns | SingletonKind::Qr | SingletonKind::Tftp => true,
             SingletonKind::AccessLog | SingletonKind::Acme => false,
         }
     }
@@ -54,7 +52,6 @@ impl SingletonKind {
             (features.qr, SingletonKind::Qr),
             (features.tftp, SingletonKind::Tftp),
             (features.acme, SingletonKind::Acme),
-            (features.http3, SingletonKind::Http3),
         ];
         for (on, kind) in flags {
             if on {

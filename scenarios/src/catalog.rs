@@ -986,7 +986,12 @@ fn singleton_lifecycle(ctx: &mut Ctx) -> Plan {
     f.mdns = ctx.rng.chance(0.5);
     f.qr = ctx.rng.chance(0.5);
     f.tftp = ctx.rng.chance(0.5);
-    f.http3 = !(f.access_log || f.mdns || f.qr || f.tftp) || ctx.rng.chance(0.3);
+    // HTTP/3 is not a singleton (decision 0077) but rides along: its sockets follow the
+    // same reload and crash. At least one singleton is always on.
+    f.http3 = ctx.rng.chance(0.3);
+    if !(f.access_log || f.mdns || f.qr || f.tftp) {
+        f.access_log = true;
+    }
     let mut spec = spec(ctx, config.clone(), 10.0);
     let mut next = config.clone();
     next.workers = workers(ctx, 1, 3);

@@ -163,12 +163,16 @@ fn an_idle_client_that_keeps_pinging_does_not_hold_up_a_recycle() {
     });
     let status = server.status();
     let before = worker_ids(&status);
-    // The parent owns the QUIC sockets across generations: status shows that singleton.
-    let h3_singleton = &status["singletons"]["http3"];
+    // The supervisor decides who reads which QUIC socket and which take new connections
+    // (decision 0079); status shows it: the one worker reads socket 0, which accepts.
     assert_eq!(
-        (&h3_singleton["state"], &h3_singleton["generation"]),
-        (&json!("running"), &json!(1)),
+        (&status["http3"]["readers"], &status["http3"]["accepting"]),
+        (&json!([before[0]]), &json!([0])),
         "{status}"
+    );
+    assert!(
+        status["singletons"].get("http3").is_none(),
+        "HTTP/3 is not a singleton (decision 0077): {status}"
     );
     server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
     // Far below the 30 s drain deadline: GOAWAY, one second's grace, close.

@@ -67,6 +67,11 @@ impl QuicSockets {
         !self.readers.is_empty()
     }
 
+    /// The steering last emitted (what the driver carries out now), under `--http3`.
+    pub(super) fn steering(&self) -> Option<&QuicSteering> {
+        self.emitted.as_ref()
+    }
+
     /// Gives `worker` the lowest index nobody reads, growing the groups by one if every
     /// socket is read.
     pub(super) fn take(&mut self, worker: WorkerId) -> u32 {

@@ -106,6 +106,9 @@ pub struct Status {
     pub recycle_in_flight: bool,
     pub reload_in_flight: bool,
     pub last_reload_error: Option<String>,
+    /// Under `--http3`: who reads which QUIC socket and which take new connections, as
+    /// the supervisor last decided it (decision 0079).
+    pub http3: Option<super::QuicSteering>,
 }
 
 impl super::Supervisor {
@@ -169,6 +172,7 @@ impl super::Supervisor {
             recycle_in_flight: self.recycle.is_some(),
             reload_in_flight: self.reload_in_flight(),
             last_reload_error: self.last_reload_error.clone(),
+            http3: self.quic.steering().cloned(),
         }
     }
 }

@@ -182,6 +182,11 @@ fn core_status_json(s: &Status) -> Value {
         "recycle_in_flight": s.recycle_in_flight,
         "reload_in_flight": s.reload_in_flight,
         "last_reload_error": s.last_reload_error,
+        "http3": s.http3.as_ref().map(|q| json!({
+            "sockets": q.sockets(),
+            "readers": q.readers.iter().map(|r| r.map(|w| w.0)).collect::<Vec<_>>(),
+            "accepting": q.accepting,
+        })),
     })
 }
 
@@ -351,6 +356,27 @@ pub fn status_text(v: &Value) -> String {
             plain(&l["write_failed"]),
             plain(&l["lost_with_workers"]),
             plain(&l["queue"]),
+        );
+    }
+    if let Some(h3) = v.get("http3").filter(|h| !h.is_null()) {
+        let readers = h3["readers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, r)| {
+                let reader = r
+                    .as_u64()
+                    .map_or_else(|| "-".to_owned(), |w| format!("w{w}"));
+                format!("{i}:{reader}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = writeln!(
+            out,
+            "http3: {} sockets per address ({readers}); new connections to {}",
+            plain(&h3["sockets"]),
+            plain(&h3["accepting"]),
         );
     }
     if let Some(singletons) = v.get("singletons").and_then(Value::as_object) {

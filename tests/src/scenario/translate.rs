@@ -262,5 +262,7 @@ pub fn status_of(s: &Value) -> Option<Status> {
         recycle_in_flight: s["recycle_in_flight"].as_bool()?,
         reload_in_flight: s["reload_in_flight"].as_bool()?,
         last_reload_error: s["last_reload_error"].as_str().map(str::to_owned),
+        // The predicates read nothing of it.
+        http3: None,
     })
 }

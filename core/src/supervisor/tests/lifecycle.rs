@@ -307,7 +307,6 @@ fn names_are_distinct_and_lease_ids_stay_secret_in_debug_output() {
         SingletonKind::Qr,
         SingletonKind::Tftp,
         SingletonKind::Acme,
-        SingletonKind::Http3,
     ];
     let states = ServiceState::ALL;
     let state_names: std::collections::BTreeSet<&str> = states.iter().map(|s| s.name()).collect();

@@ -73,9 +73,7 @@ pub enum ServiceError {
 
 /// The service that owns `kind`, built from the parent's fixed settings, or `None` for a
 /// kind whose I/O is not a service here: TFTP's socket-holding service comes in
-/// ready-made, ACME is the certificate manager's (driven by its own actions), and the QUIC
-/// sockets of HTTP/3 are bound before serving and handed to every worker at its spawn, so
-/// a generation switch has nothing to do for them.
+/// ready-made, and ACME is the certificate manager's (driven by its own actions).
 fn service_for(
     kind: SingletonKind,
     _site: &Site,
@@ -85,7 +83,7 @@ fn service_for(
         SingletonKind::AccessLog => Some(Box::new(access_log::AccessLogService)),
         SingletonKind::Mdns => Some(Box::new(mdns::MdnsService::new(Arc::clone(report)))),
         SingletonKind::Qr => Some(Box::new(qr::QrService)),
-        SingletonKind::Tftp | SingletonKind::Acme | SingletonKind::Http3 => None,
+        SingletonKind::Tftp | SingletonKind::Acme => None,
     }
 }
 
