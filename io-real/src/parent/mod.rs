@@ -388,14 +388,12 @@ fn serve(
         );
     }
     for addr in quic.iter().flat_map(|q| q.local_addrs()) {
-        let sockets = quic.as_ref().map_or(0, |q| q.sockets());
+        // The sockets come and go with the workers (`ctl status` shows them): the banner
+        // names the address only.
         crate::banner::say(
             "http3_listening",
-            &format!("servery: HTTP/3 on udp {addr} ({sockets} sockets, one per worker)"),
-            &[
-                ("address", addr.to_string().into()),
-                ("sockets", sockets.into()),
-            ],
+            &format!("servery: HTTP/3 on udp {addr} (one socket per worker)"),
+            &[("address", addr.to_string().into())],
         );
     }
     if let Some(fp) = &site.fingerprint {
