@@ -138,6 +138,54 @@ fn gunicorn_gets_the_request_with_forwarding_headers_and_without_hop_by_hop_fiel
 }
 
 #[test]
+fn the_upstreams_own_host_is_sent_when_asked_and_the_clients_kept_in_forwarded_fields() {
+    if !gunicorn_present() {
+        return;
+    }
+    let tree = Tree::new("proxy-upstream-host");
+    let up = upstream::gunicorn(&tree, None);
+    let sock_path = tree.dir.join("g.sock");
+    let by_socket = upstream::gunicorn(&tree, Some(&sock_path));
+    let server = Server::start(
+        &tree,
+        1,
+        &[
+            "--proxy",
+            &route("/app", &up, "/"),
+            "--proxy",
+            &route("/sock", &by_socket, ""),
+            "--proxy-upstream-host",
+            "--allowed-host",
+            "files.example.org",
+        ],
+        &[],
+    );
+    let addr = server.addr;
+    let up_addr = up.addr.expect("a TCP upstream");
+    let got = json(&curl(addr, "/app/echo", &["-H", "Host: files.example.org"]));
+    let h = &got["headers"];
+    assert_eq!(
+        h["host"],
+        up_addr.to_string(),
+        "the route's own host and port: {h}"
+    );
+    assert_eq!(h["x-forwarded-host"], "files.example.org");
+    assert_eq!(
+        h["forwarded"],
+        "for=127.0.0.1;host=\"files.example.org\";proto=http"
+    );
+    let got = json(&curl(
+        addr,
+        "/sock/echo",
+        &["-H", "Host: files.example.org"],
+    ));
+    assert_eq!(
+        got["headers"]["host"], "localhost",
+        "a unix route names no host: {got}"
+    );
+}
+
+#[test]
 fn a_trusted_peers_forwarding_chain_is_extended() {
     if !gunicorn_present() {
         return;

@@ -46,6 +46,12 @@ pub struct ProxyArgs {
         value_delimiter = ','
     )]
     pub trust_proxy: Vec<IpAddr>,
+    /// Send each route's upstream host (the host and port of its URL; `localhost` for a
+    /// `unix:` route) as `Host` instead of the client's, as nginx does by default: for an
+    /// upstream that answers only to its own name. The client's host is still passed on
+    /// in `X-Forwarded-Host` and `Forwarded`.
+    #[arg(long, env = "SERVERY_PROXY_UPSTREAM_HOST")]
+    pub proxy_upstream_host: bool,
     /// Seconds to wait for a connection to an upstream (then 504).
     #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_CONNECT_TIMEOUT", default_value_t = DEFAULT_CONNECT_TIMEOUT)]
     pub proxy_connect_timeout: f64,

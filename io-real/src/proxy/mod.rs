@@ -45,6 +45,9 @@ pub struct Proxy {
     authorities: Vec<String>,
     /// Each route's `given` text, for logs.
     names: Vec<Arc<str>>,
+    /// With `--proxy-upstream-host`: the `Host` each route sends (by the routes' order);
+    /// without it the client's goes upstream.
+    upstream_hosts: Option<Vec<HeaderValue>>,
     client: Client<Connector, UpstreamBody>,
     trusted: Vec<IpAddr>,
     first_byte: Duration,
@@ -167,7 +170,14 @@ impl Proxy {
         }
         let mut unix = Vec::new();
         let mut authorities = Vec::new();
+        let mut upstream_hosts = Vec::new();
         for route in routes.iter() {
+            upstream_hosts.push(match &route.upstream {
+                Upstream::Http { authority } | Upstream::Https { authority } => {
+                    HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?
+                }
+                Upstream::Unix { .. } => HeaderValue::from_static("localhost"),
+            });
             authorities.push(match &route.upstream {
                 Upstream::Http { authority } => format!("http://{authority}"),
                 Upstream::Https { authority } => format!("https://{authority}"),
@@ -193,6 +203,7 @@ impl Proxy {
             routes,
             authorities,
             names,
+            upstream_hosts: args.proxy_upstream_host.then_some(upstream_hosts),
             client,
             trusted: args
                 .trust_proxy
@@ -267,7 +278,11 @@ impl Proxy {
                 host: host.as_deref(),
             },
         );
-        if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
+        let sent_host = match &self.upstream_hosts {
+            Some(hosts) => hosts.get(index).cloned(),
+            None => host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()),
+        };
+        if let Some(v) = sent_host {
             parts.headers.insert(header::HOST, v);
         }
         if let Some(protocol) = &upgrade {
