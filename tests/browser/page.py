@@ -25,7 +25,7 @@ import zipfile
 
 import axe_core_python
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -83,16 +83,31 @@ def browser(work):
 
 
 def wait(driver, what, condition, bound=WAIT):
+    # The page re-renders its list after a change (a delete, a rename, a filter): an
+    # element found in one look may be gone by the next call on it, which is a reason to
+    # look again, not a failure.
     try:
         return WebDriverWait(driver, min(bound, max(1, DEADLINE - time.monotonic())),
-                             poll_frequency=0.1).until(lambda d: condition(d))
+                             poll_frequency=0.1,
+                             ignored_exceptions=(StaleElementReferenceException,)
+                             ).until(lambda d: condition(d))
     except Exception as e:
-        raise AssertionError(f"timed out waiting for {what}: {e}; rows: {rows(driver)}") from None
+        raise AssertionError(f"timed out waiting for {what}: {e}; rows: {rows_now(driver)}") from None
 
 
 def rows(driver):
     return [tr.get_attribute("data-name") for tr in
             driver.find_elements(By.CSS_SELECTOR, "#list tbody tr[data-name]") if tr.is_displayed()]
+
+
+def rows_now(driver):
+    """`rows`, for a message: what the list shows once it holds still."""
+    for _ in range(20):
+        try:
+            return rows(driver)
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return "(the list kept changing)"
 
 
 def no_alert(driver):

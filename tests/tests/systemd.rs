@@ -71,8 +71,12 @@ fn socket_activation_serves_on_the_port_the_manager_bound() {
             .any(|l| l == &format!("servery: listening on http://{addr}/")),
         "{out:?}"
     );
-    let status = ctl_at(&tree.socket(), &json!({"cmd": "status"})).expect("status");
-    assert_eq!(status["status"]["state"], "ready");
+    // The first request may be answered by the first worker ready while another still
+    // starts: the service is ready once every worker of the generation is.
+    wait_until(Duration::from_secs(30), "the service ready", || {
+        let status = ctl_at(&tree.socket(), &json!({"cmd": "status"})).ok()?;
+        (status["status"]["state"] == "ready").then_some(())
+    });
     // The manager owns the socket: a reload may not move the port (decision 0035).
     let refused = ctl_at(
         &tree.socket(),
