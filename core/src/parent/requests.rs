@@ -54,6 +54,7 @@ impl Parent {
             Action::GenerationCommitted {
                 generation,
                 reload: Some(reload),
+                ..
             } => (
                 *reload,
                 Answer::Committed {

@@ -124,6 +124,7 @@ impl Supervisor {
         self.actions.push_back(Action::GenerationCommitted {
             generation: rollout.generation,
             reload: rollout.reload,
+            connections: *self.config.connections(),
         });
         self.try_start_recycle(now);
     }

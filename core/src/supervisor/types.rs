@@ -413,10 +413,13 @@ pub enum Action {
     /// worker whose socket stops receiving new connections.
     QuicSteering(super::QuicSteering),
     /// A generation is committed and serving; `reload` names the reload it answers
-    /// (none for the first generation).
+    /// (none for the first generation). `connections` are its connection deadlines, for
+    /// what the parent serves itself (the admin listener), carried out before any answer
+    /// that says the reload committed.
     GenerationCommitted {
         generation: Generation,
         reload: Option<ReloadId>,
+        connections: crate::config::ConnectionLimits,
     },
     /// A reload's candidate generation is being brought up (the committed one serves on
     /// until it commits or is rejected). An announcement only: the driver tells a

@@ -78,7 +78,11 @@ impl Default for Deadlines {
 
 impl Deadlines {
     pub fn of(config: &ValidConfig) -> Self {
-        let c = config.connections();
+        Self::of_limits(config.connections())
+    }
+
+    /// The deadlines of these connection limits (a committed generation's).
+    pub fn of_limits(c: &servery_core::config::ConnectionLimits) -> Self {
         Deadlines {
             request_head: c.request_head_timeout(),
             keep_alive: c.keep_alive_timeout(),

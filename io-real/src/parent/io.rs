@@ -823,7 +823,18 @@ impl ParentIo for RealIo {
             }
             Action::WorkerGone { worker } => self.cleanup(worker),
             Action::QuicSteering(steering) => self.launcher.steer_quic(&steering),
-            Action::GenerationCommitted { generation, .. } => {
+            Action::GenerationCommitted {
+                generation,
+                connections,
+                ..
+            } => {
+                if let Some(admin) = &self.admin_deadlines {
+                    // The committed generation's deadlines reach the admin listener's
+                    // next connections as they reach the new workers, before the answer
+                    // that says the reload committed goes out.
+                    let committed = crate::http::Deadlines::of_limits(&connections);
+                    admin.send_if_modified(|d| core::mem::replace(d, committed) != committed);
+                }
                 self.notifier.committed();
                 if !self.announced_ready {
                     self.announced_ready = true;
@@ -860,12 +871,6 @@ impl ParentIo for RealIo {
     }
 
     fn observe(&mut self, now: Instant, parent: &Parent) {
-        if let Some(admin) = &self.admin_deadlines {
-            // The committed configuration's: a reload's new deadlines reach the admin
-            // listener's next connections as they reach the new workers.
-            let committed = crate::http::Deadlines::of(parent.supervisor().config());
-            admin.send_if_modified(|d| core::mem::replace(d, committed) != committed);
-        }
         let not_running = parent.supervisor().time_not_running();
         let late = not_running.saturating_sub(self.not_running_seen);
         self.not_running_seen = not_running;

@@ -71,7 +71,9 @@ pub fn action(action: &Action) {
             accepting = ?steering.accepting,
             "HTTP/3 sockets steered"
         ),
-        Action::GenerationCommitted { generation, reload } => tracing::info!(
+        Action::GenerationCommitted {
+            generation, reload, ..
+        } => tracing::info!(
             event = "generation_committed",
             generation = generation.0,
             reload = reload.map(|r| r.0),

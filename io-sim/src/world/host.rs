@@ -315,7 +315,9 @@ impl ParentIo for SimWorld {
                     }
                 }
             }
-            Action::GenerationCommitted { generation, reload } => {
+            Action::GenerationCommitted {
+                generation, reload, ..
+            } => {
                 self.oracle.generation_committed(generation.0);
                 self.oracle.answers.committed(generation.0, reload);
                 if !self.out.generations_committed.is_empty() {
