@@ -413,6 +413,85 @@ fn the_event_loop_is_uvloop_when_asked_or_installed_and_asyncio_when_asked() {
     }
 }
 
+/// A bare ASGI application whose responses' bodies wait: `/held` sends its head, then
+/// waits until `/release` is asked before it sends the body.
+const HELD_APP: &str = r#"
+import asyncio
+
+released = None
+
+async def app(scope, receive, send):
+    global released
+    if scope["type"] != "http":
+        return
+    if released is None:
+        released = asyncio.Event()
+    if scope["path"] == "/release":
+        released.set()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"x-held", b"yes"), (b"content-length", b"8")]})
+    await released.wait()
+    await send({"type": "http.response.body", "body": b"released"})
+"#;
+
+/// Reads from `stream` until `until` is in what was read, or the stream's read timeout.
+fn read_until(stream: &mut std::net::TcpStream, until: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(until.len()).any(|w| w == until) {
+        match stream.read(&mut buf) {
+            Ok(0) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&got))),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("{e} after {:?}", String::from_utf8_lossy(&got))),
+        }
+    }
+    Ok(got)
+}
+
+/// A response head whose body is not ready goes to the client on its own (the adapter
+/// holds a head only until the loop goes round, decision 0053), for every response held
+/// in the same turn of the loop; the body follows when the application sends it.
+#[test]
+fn heads_whose_bodies_wait_go_out_alone_and_the_bodies_follow() {
+    use std::io::Write as _;
+    let tree = app_tree("held", "held", HELD_APP);
+    let app_dir = tree.dir.join("app");
+    let app_dir = app_dir.to_str().expect("utf-8");
+    let server = Server::start(&tree, 1, &args("held:app", app_dir, &[]), &[]);
+    server.wait_ready(1, BOUND);
+    let mut clients: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(server.addr).expect("connect");
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            let request = format!("GET /held HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr);
+            c.write_all(request.as_bytes()).expect("write");
+            c
+        })
+        .collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        let head = read_until(c, b"\r\n\r\n").unwrap_or_else(|e| {
+            panic!("client {i}: the head of a response whose body waits did not come alone: {e}")
+        });
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "client {i}: {head}");
+        assert!(head.contains("x-held: yes"), "client {i}: {head}");
+        assert!(
+            !head.contains("released"),
+            "client {i}: the body came before its release"
+        );
+    }
+    assert_eq!(curl(server.addr, "/release", &[]).status, 204);
+    for (i, c) in clients.iter_mut().enumerate() {
+        read_until(c, b"released")
+            .unwrap_or_else(|e| panic!("client {i}: the body did not follow its head: {e}"));
+    }
+}
+
 /// A plain ASGI application that sends parts of a file by descriptor
 /// (`http.response.zerocopysend`) and closes its file as soon as `send()` returns.
 const ZEROCOPY_APP: &str = r#"

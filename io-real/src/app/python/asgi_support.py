@@ -50,6 +50,7 @@ class Bridge:
         self.sock = socket.socket(fileno=fd)
         self.sock.setblocking(False)
         self.state = {}
+        self.held = []
         loop.add_reader(self.sock.fileno(), self.wake)
 
     def wake(self):
@@ -97,52 +98,26 @@ class Bridge:
         self.waiters.pop((ident, 0), None)
         self.waiters.pop((ident, 1), None)
 
+    def hold(self, call):
+        # A response head held for its body (SEND_HELD) goes alone once the loop has gone
+        # round: one callback per iteration flushes every head held in it, not one
+        # callback per request.
+        held = self.held
+        held.append(call)
+        if len(held) == 1:
+            self.loop.call_soon(self.flush_held)
+
+    def flush_held(self):
+        held = self.held
+        self.held = []
+        for call in held:
+            call.flush_head()
+
     async def serve(self, ident, scope, call):
         scope["state"] = dict(self.state)
-        recv = call.recv
-        wait = self.wait
-        body_done = False
-
-        async def receive():
-            nonlocal body_done
-            while True:
-                if body_done:
-                    kind, data = recv(True)
-                    if kind == GONE:
-                        return {"type": "http.disconnect"}
-                    await wait(ident, 0)
-                    continue
-                kind, data = recv(False)
-                if kind == CHUNK:
-                    return {"type": "http.request", "body": data, "more_body": True}
-                if kind == LAST:
-                    body_done = True
-                    return {"type": "http.request", "body": data, "more_body": False}
-                if kind == GONE:
-                    body_done = True
-                    return {"type": "http.disconnect"}
-                await wait(ident, 0)
-
-        # The message checks are the call's (Rust); a head it holds goes with the body
-        # that follows, or alone once the loop has gone round.
-        call_soon = self.loop.call_soon
-        flush_head = call.flush_head
-        send_call = call.send
-
-        async def send(message):
-            answer = send_call(message)
-            if answer == SEND_TAKEN:
-                return
-            if answer == SEND_HELD:
-                call_soon(flush_head)
-                return
-            while True:
-                await wait(ident, 1)
-                if call.flush():
-                    return
-
+        exchange = HttpExchange(self, ident, call)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, exchange.receive, exchange.send)
         except BaseException as e:
             call.finish(e)
             if not isinstance(e, Exception):
@@ -151,8 +126,8 @@ class Bridge:
             # A response left unfinished is cut: the client must not wait for it.
             call.finish(None)
         finally:
-            self.forget(ident)
-
+            if exchange.waited:
+                self.forget(ident)
 
     async def serve_websocket(self, ident, scope, recv, send_op, finish):
         scope["state"] = dict(self.state)
@@ -224,6 +199,61 @@ class Bridge:
             finish(None)
         finally:
             self.forget(ident)
+
+
+class HttpExchange:
+    """One HTTP request's `receive` and `send`: one small object per request, rather than
+    two closures and a cell for every name they share (each a tracked allocation the
+    cyclic garbage collector counts and walks)."""
+
+    __slots__ = ("bridge", "ident", "call", "body_done", "waited")
+
+    def __init__(self, bridge, ident, call):
+        self.bridge = bridge
+        self.ident = ident
+        self.call = call
+        self.body_done = False
+        # Whether a wait was ever asked for: only then can a waiter be left to forget.
+        self.waited = False
+
+    def wait(self, kind):
+        self.waited = True
+        return self.bridge.wait(self.ident, kind)
+
+    async def receive(self):
+        call = self.call
+        while True:
+            if self.body_done:
+                kind, data = call.recv(True)
+                if kind == GONE:
+                    return {"type": "http.disconnect"}
+                await self.wait(0)
+                continue
+            kind, data = call.recv(False)
+            if kind == CHUNK:
+                return {"type": "http.request", "body": data, "more_body": True}
+            if kind == LAST:
+                self.body_done = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            if kind == GONE:
+                self.body_done = True
+                return {"type": "http.disconnect"}
+            await self.wait(0)
+
+    async def send(self, message):
+        # The message checks are the call's (Rust); a head it holds goes with the body
+        # that follows, or alone once the loop has gone round.
+        call = self.call
+        answer = call.send(message)
+        if answer == SEND_TAKEN:
+            return
+        if answer == SEND_HELD:
+            self.bridge.hold(call)
+            return
+        while True:
+            await self.wait(1)
+            if call.flush():
+                return
 
 
 class Lifespan:
