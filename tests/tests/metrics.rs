@@ -1,7 +1,8 @@
 //! The admin listener (`--admin`) against the real binary: `promtool check metrics`
 //! accepts `/metrics`; a real Prometheus server scrapes it and its HTTP API returns the
 //! request count made; `/readyz` is 503 while starting and draining and 200 when ready;
-//! the service's request counts survive `ctl recycle`; bad input gets 404/405/431.
+//! the service's request counts survive `ctl recycle`; bad input gets 404/405/431; the
+//! request-duration histogram counts each route class's requests (decision 0081).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -45,6 +46,25 @@ fn gets(text: &str, class: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// The duration histogram's count for one route class.
+fn duration_count(text: &str, class: &str) -> f64 {
+    sample(
+        text,
+        &format!("servery_http_request_duration_seconds_count{{class=\"{class}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no duration count for class {class} in\n{text}"))
+}
+
+/// The duration histogram's count over every class (`sum without (class)`).
+fn durations_counted(text: &str) -> f64 {
+    ROUTE_CLASSES.iter().map(|c| duration_count(text, c)).sum()
+}
+
+/// The `class` label's values, as docs/operations.md lists them.
+const ROUTE_CLASSES: [&str; 8] = [
+    "static", "listing", "webdav", "upload", "app", "proxy", "refused", "other",
+];
+
 fn status_of(addr: SocketAddr, path: &str) -> u16 {
     http_get(addr, path).map_or(0, |(status, _)| status)
 }
@@ -79,10 +99,8 @@ fn promtool_accepts_the_metrics_and_they_count_the_requests_made() {
         (gets(&t, "4xx") == 3.0).then_some(t)
     })
     .0;
-    assert!(
-        sample(&text, "servery_http_request_duration_seconds_count").unwrap_or(0.0) >= 10.0,
-        "{text}"
-    );
+    assert_eq!(durations_counted(&text), 10.0, "{text}");
+    assert_eq!(duration_count(&text, "static"), 10.0, "{text}");
     assert_eq!(sample(&text, "servery_workers{state=\"ready\"}"), Some(2.0));
     assert_eq!(sample(&text, "servery_generation"), Some(1.0));
     process_series_are_plausible(&text, server.pid);
@@ -475,4 +493,100 @@ fn open_connections_and_requests_in_progress_are_shown_while_clients_hold_them()
     });
     server.signal(Sig::TERM);
     server.wait_exit(Duration::from_secs(20));
+}
+
+/// Requests of five route classes against the real binary (files, a directory page,
+/// PROPFIND, PUT, a head hyper refuses and a host not answered for): `/metrics` counts each class's durations as
+/// they were sent, the classes add up to the requests counted by method and status, a
+/// class nothing asked for is written at zero, and promtool accepts the labelled
+/// histogram.
+#[test]
+fn request_durations_are_counted_by_route_class() {
+    let tree = Tree::new("metrics-classes");
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend([
+        "--admin",
+        "127.0.0.1:0",
+        "--dav",
+        "--upload",
+        "--allow-overwrite",
+    ]);
+    let mut server = Server::start(&tree, 2, &args, &[]);
+    let admin = server.admin_addr(Duration::from_secs(10));
+    server.wait_ready(2, Duration::from_secs(20));
+    let addr = server.addr;
+    let expected = [
+        ("static", 5.0),
+        ("listing", 2.0),
+        ("webdav", 3.0),
+        ("upload", 2.0),
+        ("refused", 2.0),
+    ];
+    for _ in 0..4 {
+        assert_eq!(status_of(addr, "/hello.txt"), 200);
+    }
+    assert_eq!(
+        status_of(addr, "/missing.txt"),
+        404,
+        "a missing file is static"
+    );
+    for _ in 0..2 {
+        assert_eq!(status_of(addr, "/sub/"), 200, "a directory page");
+    }
+    let close = "Host: localhost\r\nConnection: close\r\n";
+    for _ in 0..3 {
+        let propfind =
+            format!("PROPFIND / HTTP/1.1\r\n{close}Depth: 1\r\nContent-Length: 0\r\n\r\n");
+        let (status, head) = raw_status(addr, propfind.as_bytes());
+        assert_eq!(status, 207, "{head}");
+    }
+    for i in 0..2 {
+        let put = format!("PUT /up-{i}.txt HTTP/1.1\r\n{close}Content-Length: 5\r\n\r\nhello");
+        let (status, head) = raw_status(addr, put.as_bytes());
+        assert!(status == 201 || status == 204, "{head}");
+    }
+    let (status, head) = raw_status(addr, b"GARBAGE\r\n\r\n");
+    assert_eq!(status, 400, "{head}");
+    let elsewhere = b"GET /hello.txt HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n";
+    let (status, head) = raw_status(addr, elsewhere);
+    assert_eq!(
+        status, 421,
+        "a host this server does not answer for: {head}"
+    );
+
+    let sent: f64 = expected.iter().map(|(_, n)| n).sum();
+    let text = wait_until(
+        Duration::from_secs(10),
+        &format!("{sent} request durations counted"),
+        || {
+            let t = metrics(admin);
+            (durations_counted(&t) == sent).then_some(t)
+        },
+    )
+    .0;
+    for class in ROUTE_CLASSES {
+        let want = expected
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0.0, |(_, n)| *n);
+        assert_eq!(duration_count(&text, class), want, "class {class}:\n{text}");
+        // prometheus-client writes `le` first.
+        let inf = format!(
+            "servery_http_request_duration_seconds_bucket{{le=\"+Inf\",class=\"{class}\"}}"
+        );
+        assert_eq!(sample(&text, &inf), Some(want), "{inf} in\n{text}");
+    }
+    let answered: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("servery_http_requests_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        answered, sent,
+        "the classes add up to the requests answered"
+    );
+    let verdict = promtool_check(&text).expect("promtool is needed (apt-get install prometheus)");
+    if let Err(said) = verdict {
+        panic!("promtool refused the metrics:\n{said}\n{text}");
+    }
 }

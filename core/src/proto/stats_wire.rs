@@ -1,19 +1,26 @@
 //! A heartbeat's request counters on the wire: only the counters that are not zero, each
 //! with its index, in ascending order. A worker that served a few kinds of request sends a
-//! few dozen bytes, and the largest encoding (every counter set) is under 1 KiB, so a
-//! heartbeat always fits a frame. The decoder accepts exactly what the encoder writes:
+//! few dozen bytes, and the largest encoding (every counter set, every route class's
+//! histogram full) is under 2 KiB ([`MAX_STATS_LEN`]), so a heartbeat always fits a frame. The decoder accepts exactly what the encoder writes:
 //! an index out of range, out of order or repeated is a malformed frame.
 
 use super::ProtoError;
 use super::wire::{Reader, Writer};
-use crate::request_stats::{DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES, UNHEARD};
+use crate::request_stats::{
+    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, STATUS_CLASSES, UNHEARD,
+};
 
 /// How many request cells there are (method × status class).
 const CELLS: usize = METHODS.len() * STATUS_CLASSES.len();
 
-/// The most bytes [`put_stats`] writes.
+/// How many duration buckets there are (route class × bucket); each is sent with its
+/// index in the flattened table, one byte.
+const BUCKETS: usize = ROUTE_CLASSES * DURATION_BUCKETS;
+const _: () = assert!(BUCKETS <= u8::MAX as usize, "a bucket's index is one byte");
+
+/// The most bytes [`put_stats`] writes: 1,941 with 8 route classes.
 pub const MAX_STATS_LEN: usize =
-    1 + CELLS * 10 + 8 + 1 + DURATION_BUCKETS * 9 + 8 + 1 + UNHEARD.len() * 9;
+    1 + CELLS * 10 + 8 + 1 + BUCKETS * 9 + 1 + ROUTE_CLASSES * 9 + 1 + UNHEARD.len() * 9;
 
 pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
     // Every heartbeat carries these, and most counters are zero: the scans stop at the
@@ -43,24 +50,33 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
         }
     }
     w.u64(s.bytes_sent);
-    let buckets = if s.duration_buckets.iter().fold(0, |any, n| any | n) == 0 {
+    let flat = s.duration_buckets.as_flattened();
+    let buckets = if flat.iter().fold(0, |any, n| any | n) == 0 {
         0
     } else {
-        s.duration_buckets.iter().filter(|n| **n > 0).count()
+        flat.iter().filter(|n| **n > 0).count()
     };
     w.u8(u8::try_from(buckets).unwrap_or(u8::MAX));
     let mut left = buckets;
-    for (b, &n) in s.duration_buckets.iter().enumerate() {
+    for (b, &n) in flat.iter().enumerate() {
         if left == 0 {
             break;
         }
         if n > 0 {
+            // Below `BUCKETS`, which fits a byte.
             w.u8(b as u8);
             w.u64(n);
             left -= 1;
         }
     }
-    w.u64(s.duration_sum_us);
+    let sums = s.duration_sum_us.iter().filter(|n| **n > 0).count();
+    w.u8(sums as u8);
+    for (i, &n) in s.duration_sum_us.iter().enumerate() {
+        if n > 0 {
+            w.u8(i as u8);
+            w.u64(n);
+        }
+    }
     let unheard = s.closed_unheard.iter().filter(|n| **n > 0).count();
     w.u8(unheard as u8);
     for (i, &n) in s.closed_unheard.iter().enumerate() {
@@ -104,19 +120,31 @@ pub(super) fn get_stats_into(r: &mut Reader<'_>, s: &mut RequestStats) -> Result
     }
     s.bytes_sent = r.u64()?;
     let buckets = usize::from(r.u8()?);
-    if buckets > DURATION_BUCKETS {
+    if buckets > BUCKETS {
         return Err(invalid("duration buckets", buckets as u64));
     }
     let mut next = 0usize;
     for _ in 0..buckets {
         let b = usize::from(r.u8()?);
-        if b >= DURATION_BUCKETS || b < next {
+        if b >= BUCKETS || b < next {
             return Err(invalid("duration bucket", b as u64));
         }
         next = b + 1;
-        s.duration_buckets[b] = nonzero(r.u64()?)?;
+        s.duration_buckets[b / DURATION_BUCKETS][b % DURATION_BUCKETS] = nonzero(r.u64()?)?;
     }
-    s.duration_sum_us = r.u64()?;
+    let sums = usize::from(r.u8()?);
+    if sums > ROUTE_CLASSES {
+        return Err(invalid("duration sums", sums as u64));
+    }
+    let mut next = 0usize;
+    for _ in 0..sums {
+        let i = usize::from(r.u8()?);
+        if i >= ROUTE_CLASSES || i < next {
+            return Err(invalid("route class", i as u64));
+        }
+        next = i + 1;
+        s.duration_sum_us[i] = nonzero(r.u64()?)?;
+    }
     let unheard = usize::from(r.u8()?);
     if unheard > UNHEARD.len() {
         return Err(invalid("unheard reasons", unheard as u64));

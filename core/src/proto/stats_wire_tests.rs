@@ -6,7 +6,9 @@ use proptest::prelude::*;
 
 use super::wire::{Reader, Writer};
 use super::{MAX_STATS_LEN, stats_wire};
-use crate::request_stats::{DURATION_BUCKETS, METHODS, RequestStats, STATUS_CLASSES, UNHEARD};
+use crate::request_stats::{
+    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, STATUS_CLASSES, UNHEARD,
+};
 
 /// Counters with some cells set (most are zero, as in a real worker's).
 pub(crate) fn stats() -> impl Strategy<Value = RequestStats> {
@@ -14,23 +16,42 @@ pub(crate) fn stats() -> impl Strategy<Value = RequestStats> {
     (
         proptest::collection::vec(cell.clone(), METHODS.len() * STATUS_CLASSES.len()),
         any::<u64>(),
-        proptest::collection::vec(cell.clone(), DURATION_BUCKETS),
-        any::<u64>(),
+        proptest::collection::vec(cell.clone(), ROUTE_CLASSES * DURATION_BUCKETS),
+        proptest::collection::vec(cell.clone(), ROUTE_CLASSES),
         proptest::collection::vec(cell, UNHEARD.len()),
     )
-        .prop_map(|(cells, bytes_sent, buckets, sum, unheard)| {
+        .prop_map(|(cells, bytes_sent, buckets, sums, unheard)| {
             let mut s = RequestStats {
                 bytes_sent,
-                duration_sum_us: sum,
                 ..RequestStats::default()
             };
             for (i, n) in cells.into_iter().enumerate() {
                 s.requests[i / STATUS_CLASSES.len()][i % STATUS_CLASSES.len()] = n;
             }
-            s.duration_buckets.copy_from_slice(&buckets);
+            s.duration_buckets
+                .as_flattened_mut()
+                .copy_from_slice(&buckets);
+            s.duration_sum_us.copy_from_slice(&sums);
             s.closed_unheard.copy_from_slice(&unheard);
             s
         })
+}
+
+/// Every counter set, every class's histogram full: the largest heartbeat a worker can
+/// send is exactly the bound (which `stats_wire` holds under 2 KiB at compile time).
+#[test]
+fn the_fullest_counters_fit_their_bound() {
+    let full = RequestStats {
+        requests: [[u64::MAX; STATUS_CLASSES.len()]; METHODS.len()],
+        bytes_sent: u64::MAX,
+        duration_buckets: [[u64::MAX; DURATION_BUCKETS]; ROUTE_CLASSES],
+        duration_sum_us: [u64::MAX; ROUTE_CLASSES],
+        closed_unheard: [u64::MAX; UNHEARD.len()],
+    };
+    let bytes = encode(&full);
+    assert_eq!(bytes.len(), MAX_STATS_LEN);
+    let mut r = Reader { buf: &bytes };
+    assert_eq!(stats_wire::get_stats(&mut r), Ok(full));
 }
 
 fn encode(s: &RequestStats) -> Vec<u8> {
@@ -73,9 +94,9 @@ proptest! {
             bytes.extend(n.to_be_bytes());
         }
         bytes.extend([0u8; 8]);
+        // No duration bucket, no duration sum, no connection closed unheard.
         bytes.push(0);
-        bytes.extend([0u8; 8]);
-        // No connection closed unheard.
+        bytes.push(0);
         bytes.push(0);
         let mut r = Reader { buf: &bytes };
         let decoded = stats_wire::get_stats(&mut r);

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use http::{Method, Request, Response, Version};
+use servery_core::request_stats::RouteClass;
 
 use super::body::Body;
 use super::error::{HttpError, error_response};
@@ -42,9 +43,9 @@ impl Arrival {
         B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
     {
-        let response = match validate::check(&req) {
+        let (response, route) = match validate::check(&req) {
             Ok(()) if site.allowed_hosts().is_some_and(|h| !h.allow_request(&req)) => {
-                error_response(&HttpError::Misdirected)
+                (error_response(&HttpError::Misdirected), RouteClass::Refused)
             }
             Ok(()) if let Some(proxy) = site.proxy().filter(|p| p.takes(req.uri().path())) => {
                 // Boxed, as the application's: the rare path's future stays off the rest.
@@ -54,9 +55,9 @@ impl Arrival {
                 // Boxed: the application's future is the rare path of a file server's
                 // requests, and every request's future is as large as its largest await.
                 Some(app) => Box::pin(site.handle_app(app, req, self.peer)).await,
-                None => site.handle(req).await,
+                None => site.handle_classed(req).await,
             },
-            Err(refused) => error_response(&refused.into()),
+            Err(refused) => (error_response(&refused.into()), RouteClass::Refused),
         };
         if let (Some(logged), Some(recorder)) = (self.logged, site.recorder()) {
             logged.record(recorder, &response).await;
@@ -64,7 +65,7 @@ impl Arrival {
         if let (Some((method, started)), Some(meter)) = (self.metered, site.meter()) {
             let bytes = hyper::body::Body::size_hint(response.body()).exact();
             let status = response.status().as_u16();
-            meter.record(method, status, bytes.unwrap_or(0), started.elapsed());
+            meter.record(method, route, status, bytes.unwrap_or(0), started.elapsed());
         }
         response
     }
@@ -101,7 +102,7 @@ pub(crate) async fn refused_before_request(site: &Site, activity: &Activity, sta
     }
     if let Some(meter) = site.meter() {
         let other = servery_core::request_stats::METHODS.len() - 1;
-        meter.record(other, status, 0, took);
+        meter.record(other, RouteClass::Refused, status, 0, took);
     }
 }
 

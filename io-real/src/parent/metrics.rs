@@ -19,7 +19,7 @@ use servery_core::broker::BrokerStats;
 use servery_core::parent::Parent;
 use servery_core::proto::Rejection;
 use servery_core::request_stats::{
-    DURATION_BOUNDS_US, METHODS, RequestStats, STATUS_CLASSES, UNHEARD,
+    DURATION_BOUNDS_US, METHODS, RequestStats, RouteClass, STATUS_CLASSES, UNHEARD,
 };
 use servery_core::supervisor::{ExitReason, Readiness, ServiceState, Tally, WorkerState};
 
@@ -366,7 +366,7 @@ impl Snapshot {
         );
         r.register_with_unit(
             "http_request_duration",
-            "Time from a request's arrival to its response head",
+            "Time from a request's arrival to its response head, by route class (static, listing, webdav, upload, app, proxy, refused, other); sum without (class) for every request",
             Unit::Seconds,
             DurationHistogram(self.requests.clone()),
         );
@@ -426,8 +426,10 @@ fn labelled_gauge() -> Family<Vec<(&'static str, &'static str)>, Gauge> {
     Family::default()
 }
 
-/// The request-duration histogram as the heartbeats summed it (its buckets are counted
-/// by the workers, so it is encoded from those counts rather than observed here).
+/// The request-duration histograms as the heartbeats summed them, one per route class
+/// (`class` label, decision 0081; every class is written, at zero too, so a class's series
+/// exists before its first request and `rate` sees that request). Their buckets are
+/// counted by the workers, so they are encoded from those counts rather than observed here.
 #[derive(Debug)]
 struct DurationHistogram(RequestStats);
 
@@ -438,16 +440,23 @@ impl TypedMetric for DurationHistogram {
 impl EncodeMetric for DurationHistogram {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
-        let mut buckets: Vec<(f64, u64)> = DURATION_BOUNDS_US
-            .iter()
-            .zip(&s.duration_buckets)
-            .map(|(bound, n)| (*bound as f64 / 1e6, *n))
-            .collect();
-        // prometheus-client writes `+Inf` for this bound (as for its own histograms).
-        buckets.push((f64::MAX, s.duration_buckets[DURATION_BOUNDS_US.len()]));
-        let count = s.duration_buckets.iter().sum();
-        let sum = s.duration_sum_us as f64 / 1e6;
-        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+        for class in RouteClass::ALL {
+            let counts = &s.duration_buckets[class.index()];
+            let mut buckets: Vec<(f64, u64)> = DURATION_BOUNDS_US
+                .iter()
+                .zip(counts)
+                .map(|(bound, n)| (*bound as f64 / 1e6, *n))
+                .collect();
+            // prometheus-client writes `+Inf` for this bound (as for its own histograms).
+            buckets.push((f64::MAX, counts[DURATION_BOUNDS_US.len()]));
+            let count = s.duration_count(class);
+            let sum = s.duration_sum_us[class.index()] as f64 / 1e6;
+            let labels = [("class", class.name())];
+            encoder
+                .encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
+        Ok(())
     }
 
     fn metric_type(&self) -> MetricType {

@@ -2,12 +2,12 @@
 //! exits and restarts are counted by reason, reloads by outcome.
 
 use super::*;
-use crate::request_stats::{RequestStats, method_index};
+use crate::request_stats::{RequestStats, RouteClass, method_index};
 
 fn beat_with(h: &mut Harness, w: WorkerId, gets: u64) -> Vec<Action> {
     let mut stats = RequestStats::default();
     for _ in 0..gets {
-        stats.record(method_index("GET"), 200, 10, 100);
+        stats.record(method_index("GET"), RouteClass::Static, 200, 10, 100);
     }
     h.msg(
         w,

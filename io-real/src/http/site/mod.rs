@@ -17,6 +17,7 @@ use crate::served_root::LiveRoot;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use servery_core::request_stats::RouteClass;
 use tokio::runtime::Handle;
 
 use super::body::{self, Body};
@@ -40,6 +41,8 @@ use super::range::{self, RangeDecision};
 use super::single_flight::SingleFlight;
 use super::upload::{UploadConfig, Uploads};
 use super::watchdog::Deadlines;
+
+mod hosted;
 
 /// Files up to this size are read whole while opening them, when the page cache holds
 /// them (one read); larger ones are streamed in [`body::CHUNK_SIZE`] chunks. One chunk: a
@@ -293,88 +296,6 @@ impl Site {
         self.proxy.as_ref()
     }
 
-    /// Answers a request the reverse proxy takes: under the same authorization and ACME
-    /// answers as files, then as the upstream answers (its headers are its own, but for
-    /// the transport's HSTS).
-    pub async fn handle_proxy<B>(
-        &self,
-        proxy: &crate::proxy::Proxy,
-        req: Request<B>,
-        peer: Option<std::net::SocketAddr>,
-    ) -> Response<Body>
-    where
-        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
-        B::Error: std::fmt::Display,
-    {
-        let (parts, body) = req.into_parts();
-        if let Some(acme) = &self.acme
-            && let Some(response) = Box::pin(acme.respond(&parts)).await
-        {
-            return response;
-        }
-        if !policy::authorized(&self.auth, &parts.headers) {
-            return error_response(&HttpError::Unauthorized);
-        }
-        let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
-        let mut response = proxy
-            .handle(Request::from_parts(parts, body), peer, tls)
-            .await;
-        if self.hsts && tls {
-            response.headers_mut().insert(
-                header::STRICT_TRANSPORT_SECURITY,
-                HeaderValue::from_static(policy::HSTS),
-            );
-        }
-        response
-    }
-
-    /// Answers a request the application takes: under the same authorization and ACME
-    /// answers as files, with the transport's headers (HSTS, Alt-Svc), and otherwise the
-    /// application's response as it made it (its own security headers and CSRF defence:
-    /// servery's are for its own pages and writes).
-    pub async fn handle_app<B>(
-        &self,
-        app: &crate::app::App,
-        req: Request<B>,
-        peer: Option<std::net::SocketAddr>,
-    ) -> Response<Body>
-    where
-        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
-        B::Error: std::fmt::Display,
-    {
-        let (parts, body) = req.into_parts();
-        let acme = match &self.acme {
-            Some(acme) => Box::pin(acme.respond(&parts)).await,
-            None => None,
-        };
-        if let Some(response) = acme {
-            return response;
-        }
-        if !policy::authorized(&self.auth, &parts.headers) {
-            return error_response(&HttpError::Unauthorized);
-        }
-        let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
-        let (head, version) = (parts.method == Method::HEAD, parts.version);
-        let caller = crate::app::Caller { peer, tls };
-        let mut response = app.handle(parts, body, caller).await;
-        let headers = response.headers_mut();
-        if self.hsts && tls {
-            headers.insert(
-                header::STRICT_TRANSPORT_SECURITY,
-                HeaderValue::from_static(policy::HSTS),
-            );
-        }
-        if let Some(alt_svc) = &self.alt_svc
-            && version != http::Version::HTTP_3
-        {
-            headers.insert(header::ALT_SVC, alt_svc.clone());
-        }
-        if head {
-            *response.body_mut() = body::empty();
-        }
-        response
-    }
-
     /// The connection deadlines this site's connections are served under.
     pub fn deadlines(&self) -> &Deadlines {
         &self.deadlines
@@ -402,7 +323,19 @@ impl Site {
         B: hyper::body::Body<Data = Bytes> + Send + Unpin,
         B::Error: std::fmt::Display,
     {
+        self.handle_classed(req).await.0
+    }
+
+    /// [`Site::handle`], with the route class the request's duration is counted under
+    /// (decision 0081): decided where the request is routed, so it costs a byte set.
+    pub async fn handle_classed<B>(&self, req: Request<B>) -> (Response<Body>, RouteClass)
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin,
+        B::Error: std::fmt::Display,
+    {
         let (parts, body) = req.into_parts();
+        // ACME's answers and CORS preflights stay `Other`; every other branch names its own.
+        let mut route = RouteClass::Other;
         let dav = self.dav.as_ref().filter(|_| Dav::handles(&parts.method));
         let uploads = self
             .uploads
@@ -426,8 +359,10 @@ impl Site {
         } else if self.cors && policy::is_preflight(&parts.method, &parts.headers) {
             preflight(&parts.headers)
         } else if !policy::authorized(&self.auth, &parts.headers) {
+            route = RouteClass::Refused;
             error_response(&HttpError::Unauthorized)
         } else if !csrf::is_safe(&parts.method) && !from_this_origin_or_no_browser(&parts) {
+            route = RouteClass::Refused;
             page::error_page::respond(&parts, &HttpError::CrossSite)
         } else {
             // The rare paths (WebDAV and uploads here, digests and encoding misses below)
@@ -437,10 +372,14 @@ impl Site {
             // build).
             match (dav, uploads, body) {
                 (Some(dav), _, Some(body)) => {
+                    route = RouteClass::of_dav_method(parts.method.as_str());
                     Box::pin(dav.handle(&parts, body, self.uploads.as_ref())).await
                 }
-                (None, Some(uploads), Some(body)) => Box::pin(uploads.handle(&parts, body)).await,
-                _ => match self.respond(&parts).await {
+                (None, Some(uploads), Some(body)) => {
+                    route = RouteClass::Upload;
+                    Box::pin(uploads.handle(&parts, body)).await
+                }
+                _ => match self.respond(&parts, &mut route).await {
                     Ok(response) => response,
                     Err(err) => page::error_page::respond(&parts, &err),
                 },
@@ -477,14 +416,22 @@ impl Site {
             // Headers (including Content-Length) stay as a GET would send them.
             *response.body_mut() = body::empty();
         }
-        response
+        (response, route)
     }
 
-    async fn respond(&self, parts: &Parts) -> Result<Response<Body>, HttpError> {
+    /// Reads: a file or a directory's page; `route` is set to the class it turns out to be.
+    async fn respond(
+        &self,
+        parts: &Parts,
+        route: &mut RouteClass,
+    ) -> Result<Response<Body>, HttpError> {
         match parts.method {
-            Method::GET | Method::HEAD => {}
+            Method::GET | Method::HEAD => *route = RouteClass::Static,
             Method::OPTIONS => return options(),
-            _ => return Err(HttpError::MethodNotAllowed),
+            _ => {
+                *route = RouteClass::Refused;
+                return Err(HttpError::MethodNotAllowed);
+            }
         }
         if parts.uri.path().starts_with(assets::PREFIX)
             && let Some(response) = assets::respond(parts, self.compress.is_some())
@@ -516,6 +463,7 @@ impl Site {
             Found::NeedsSlash => redirect_to_dir(&path, parts.uri.query()),
             Found::File(file) => self.file_response(parts, *file, want_body, runtime).await,
             Found::Directory(rel) => {
+                *route = RouteClass::Listing;
                 if let Some(format) = page::archive::Format::from_query(parts.uri.query()) {
                     let download = page::download::Download {
                         root: &root,

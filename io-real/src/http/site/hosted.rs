@@ -1,0 +1,104 @@
+//! The two routes that hand a request to someone else, the reverse proxy's upstream and
+//! the hosted application, under the same ACME answers and authorization as files; each
+//! answer comes with the route class its duration is counted under (decision 0081).
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, header};
+use servery_core::request_stats::RouteClass;
+
+use super::super::body::{self, Body};
+use super::super::conn::Transport;
+use super::super::error::{HttpError, error_response};
+use super::super::policy;
+use super::Site;
+
+impl Site {
+    /// Answers a request the reverse proxy takes: under the same authorization and ACME
+    /// answers as files, then as the upstream answers (its headers are its own, but for
+    /// the transport's HSTS); with the route class its duration is counted under.
+    pub async fn handle_proxy<B>(
+        &self,
+        proxy: &crate::proxy::Proxy,
+        req: Request<B>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> (Response<Body>, RouteClass)
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let (parts, body) = req.into_parts();
+        if let Some(acme) = &self.acme
+            && let Some(response) = Box::pin(acme.respond(&parts)).await
+        {
+            return (response, RouteClass::Other);
+        }
+        if !policy::authorized(&self.auth, &parts.headers) {
+            return (
+                error_response(&HttpError::Unauthorized),
+                RouteClass::Refused,
+            );
+        }
+        let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
+        let mut response = proxy
+            .handle(Request::from_parts(parts, body), peer, tls)
+            .await;
+        if self.hsts && tls {
+            response.headers_mut().insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(policy::HSTS),
+            );
+        }
+        (response, RouteClass::Proxy)
+    }
+
+    /// Answers a request the application takes: under the same authorization and ACME
+    /// answers as files, with the transport's headers (HSTS, Alt-Svc), and otherwise the
+    /// application's response as it made it (its own security headers and CSRF defence:
+    /// servery's are for its own pages and writes); with the route class its duration is
+    /// counted under.
+    pub async fn handle_app<B>(
+        &self,
+        app: &crate::app::App,
+        req: Request<B>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> (Response<Body>, RouteClass)
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let (parts, body) = req.into_parts();
+        let acme = match &self.acme {
+            Some(acme) => Box::pin(acme.respond(&parts)).await,
+            None => None,
+        };
+        if let Some(response) = acme {
+            return (response, RouteClass::Other);
+        }
+        if !policy::authorized(&self.auth, &parts.headers) {
+            return (
+                error_response(&HttpError::Unauthorized),
+                RouteClass::Refused,
+            );
+        }
+        let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
+        let (head, version) = (parts.method == Method::HEAD, parts.version);
+        let caller = crate::app::Caller { peer, tls };
+        let mut response = app.handle(parts, body, caller).await;
+        let headers = response.headers_mut();
+        if self.hsts && tls {
+            headers.insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(policy::HSTS),
+            );
+        }
+        if let Some(alt_svc) = &self.alt_svc
+            && version != http::Version::HTTP_3
+        {
+            headers.insert(header::ALT_SVC, alt_svc.clone());
+        }
+        if head {
+            *response.body_mut() = body::empty();
+        }
+        (response, RouteClass::App)
+    }
+}
