@@ -98,7 +98,11 @@ fn upload_file(dir: &Path, size: usize) -> (PathBuf, String) {
         .output()
         .expect("sha256sum");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let hex = text.split_whitespace().next().unwrap_or_default().to_owned();
+    let hex = text
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     (path, hex)
 }
 
@@ -114,7 +118,11 @@ fn starlette_parses_a_url_encoded_form_and_a_multipart_upload() {
         "/form",
         &["--data-urlencode", "name=Zoë & co", "--data", "n=7"],
     );
-    assert_eq!(got["fields"], json!({"name": "Zoë & co", "n": "7"}), "{got}");
+    assert_eq!(
+        got["fields"],
+        json!({"name": "Zoë & co", "n": "7"}),
+        "{got}"
+    );
     assert_eq!(got["file"], Value::Null, "{got}");
 
     let (path, sha) = upload_file(&tree.dir, 5 << 20);
@@ -243,11 +251,7 @@ fn django_over_asgi_takes_json_forms_and_uploads() {
     assert_eq!(got["got"], json!({"a": [1, 2, "é"], "b": null}), "{got}");
     assert_eq!(got["type"], "application/json", "{got}");
 
-    let got = curl_json(
-        server.addr,
-        "/form",
-        &["--data", "tag=a&tag=b&note=x%20y"],
-    );
+    let got = curl_json(server.addr, "/form", &["--data", "tag=a&tag=b&note=x%20y"]);
     assert_eq!(
         got["fields"],
         json!({"tag": ["a", "b"], "note": ["x y"]}),
