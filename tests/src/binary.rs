@@ -22,6 +22,7 @@ pub const TEST_HOOK_MARKERS: &[&str] = &[
     "SERVERY_TEST_FAULT",
     "SERVERY_BENCH_BROKER",
     "SERVERY_TEST_STALL_SERVICE",
+    "SERVERY_TEST_WS_PING_MS",
     "test fault:",
     "broker-bench",
 ];

@@ -123,15 +123,24 @@ fn import<'py>(py: Python<'py>, spec: &AppSpec) -> PyResult<Bound<'py, PyAny>> {
     for part in spec.target.name.split('.') {
         app = app.getattr(part)?;
     }
-    if spec.factory {
-        app = app.call0()?;
-    }
-    if !app.is_callable() {
-        let what = app.get_type().name()?;
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "{} is a {what}, not a callable application",
+    // With --app-factory, the error says which of the two was not callable.
+    let refuse = |app: &Bound<'py, PyAny>, said: &str| -> PyResult<Bound<'py, PyAny>> {
+        let kind = app.get_type().name()?;
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{}{said} a {kind}",
             spec.target
-        )));
+        )))
+    };
+    if spec.factory {
+        if !app.is_callable() {
+            return refuse(&app, " is not a factory to call (--app-factory): it is");
+        }
+        app = app.call0()?;
+        if !app.is_callable() {
+            return refuse(&app, "() returned no callable application: it returned");
+        }
+    } else if !app.is_callable() {
+        return refuse(&app, " is not a callable application: it is");
     }
     Ok(app)
 }

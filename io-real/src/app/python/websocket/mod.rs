@@ -44,6 +44,21 @@ const MAX_MESSAGE: usize = 16 << 20;
 /// An idle socket is pinged this often, and closed (1011) when a ping goes a whole
 /// interval without anything heard from the peer (uvicorn: 20 s and 20 s).
 const PING_INTERVAL: Duration = Duration::from_secs(20);
+
+/// The ping interval: [`PING_INTERVAL`], or, in builds with the `test-hooks` feature,
+/// `SERVERY_TEST_WS_PING_MS` milliseconds, so the black-box tests see a silent peer closed
+/// without waiting 40 s. Release builds have no such variable.
+fn ping_interval() -> Duration {
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("SERVERY_TEST_WS_PING_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+    {
+        return Duration::from_millis(ms);
+    }
+    PING_INTERVAL
+}
 /// How long a close handshake waits for the peer's Close before the socket is dropped.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 

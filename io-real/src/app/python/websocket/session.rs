@@ -15,8 +15,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 
 use super::{
-    ABNORMAL, CLOSE_WAIT, INTERNAL_ERROR, In, MAX_MESSAGE, NORMAL, Out, PING_INTERVAL,
-    PROTOCOL_ERROR, SERVICE_RESTART, Socket, TOO_BIG,
+    ABNORMAL, CLOSE_WAIT, INTERNAL_ERROR, In, MAX_MESSAGE, NORMAL, Out, PROTOCOL_ERROR,
+    SERVICE_RESTART, Socket, TOO_BIG, ping_interval,
 };
 
 /// Serves an accepted WebSocket until it is closed.
@@ -37,7 +37,8 @@ pub(super) async fn session(
     let ws =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     let (mut sink, mut stream) = ws.split();
-    let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
+    let every = ping_interval();
+    let mut ping = tokio::time::interval_at(Instant::now() + every, every);
     let mut heard = true;
     let mut closing: Option<Instant> = None;
     let mut app_done = false;
