@@ -216,6 +216,12 @@ async def refuses(scope, receive, send):
         raise ValueError("unsupported scope %r" % scope["type"])
     await answer(send, b"served")
 
+async def ignores(scope, receive, send):
+    # What an application that returns from the lifespan scope without a word does.
+    if scope["type"] == "lifespan":
+        return
+    await answer(send, b"served")
+
 async def slow_startup(scope, receive, send):
     if scope["type"] == "lifespan":
         await receive()
@@ -296,6 +302,22 @@ fn lifespan_off_never_calls_the_lifespan_and_on_fails_an_application_without_it(
         (answer.status, answer.body.as_slice()),
         (200, &b"served"[..])
     );
+    drop(server);
+
+    // `on` with an application that returns from the lifespan scope without a word: the
+    // startup `on` promises never ran, so the start fails saying so...
+    let stderr = failed_start(
+        &tree,
+        &asgi_args("life:ignores", app_dir, &["--lifespan", "on"]),
+    );
+    assert!(
+        stderr.contains("lifespan startup") && stderr.contains("--lifespan on"),
+        "{stderr}"
+    );
+    // ...while `auto` serves it.
+    let server = Server::start(&tree, 1, &asgi_args("life:ignores", app_dir, &[]), &[]);
+    server.wait_ready(1, BOUND);
+    assert_eq!(curl(server.addr, "/", &[]).status, 200);
 }
 
 #[test]
@@ -315,7 +337,8 @@ fn a_lifespan_startup_past_the_lifespan_timeout_fails_the_start() {
     eprintln!("MEASURED a 1 s lifespan timeout → the start failed {took:?} after spawn");
     assert_eq!(events(&tree), "startup began\n", "the startup did begin");
     assert!(
-        stderr.contains("lifespan startup") && stderr.contains("TimeoutError"),
+        stderr.contains("lifespan startup")
+            && stderr.contains("took longer than --lifespan-timeout (1 s)"),
         "{stderr}"
     );
     // Cut by the lifespan timeout (1 s), not by the worker's start timeout (FAST's 10 s),

@@ -23,6 +23,7 @@ use http::{HeaderMap, Response, StatusCode, Version, header};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Frame;
+use pyo3::exceptions::PyTimeoutError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCFunction, PyDict, PyList, PyModule, PyString, PyTuple};
@@ -405,6 +406,7 @@ impl Asgi {
         let Some(lifespan) = &self.lifespan else {
             return Ok(());
         };
+        let timeout = self.lifespan_timeout.as_secs_f64();
         Python::attach(|py| {
             let coroutine = lifespan.bind(py).call_method0(phase)?;
             let asyncio = PyModule::import(py, "asyncio")?;
@@ -413,8 +415,17 @@ impl Asgi {
                 (coroutine, self.event_loop.bind(py)),
             )?;
             // `result` waits on a condition: the interpreter's lock is let go meanwhile.
-            future.call_method1("result", (self.lifespan_timeout.as_secs_f64(),))?;
-            Ok(())
+            match future.call_method1("result", (timeout,)) {
+                Ok(_) => Ok(()),
+                Err(e) if e.is_instance_of::<PyTimeoutError>(py) => {
+                    // The phase is still running on the loop: stop it rather than leave it.
+                    future.call_method0("cancel")?;
+                    Err(PyTimeoutError::new_err(format!(
+                        "{phase} took longer than --lifespan-timeout ({timeout} s)"
+                    )))
+                }
+                Err(e) => Err(e),
+            }
         })
         .map_err(|e: PyErr| Python::attach(|py| describe(py, &e)))
     }

@@ -302,6 +302,13 @@ class Lifespan:
             if not isinstance(e, Exception):
                 raise
         else:
+            if self.mode == "on" and self.startup_done is not None and not self.startup_done.done():
+                # `--lifespan on` promises the application's startup ran: one that returns
+                # from the scope without a word cannot keep it (uvicorn refuses it too).
+                self.startup_done.set_exception(RuntimeError(
+                    "the application returned from the lifespan scope without completing "
+                    "startup (--lifespan on)"))
+                return
             # Returned without a word (an application that ignores the lifespan scope):
             # nothing to wait for, at startup or shutdown.
             self.unsupported = True
