@@ -33,7 +33,7 @@ use tokio::sync::{Notify, mpsc};
 mod call;
 
 use super::describe;
-use super::environ::{LastAddr, LastString};
+use super::environ::LastAddr;
 use super::websocket::Socket;
 use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
@@ -314,7 +314,7 @@ impl AsgiHead {
         }
         match self.server() {
             Some((host, port)) => {
-                scope.set_item(intern!(py, "server"), (repeated.server.get(py, host), port))?
+                scope.set_item(intern!(py, "server"), repeated.server.get(py, host, port)?)?
             }
             None => scope.set_item(intern!(py, "server"), py.None())?,
         }
@@ -322,12 +322,44 @@ impl AsgiHead {
     }
 }
 
-/// The loop's last client address and server name, as Python strings: usually the same
-/// from one request to the next (see [`LastString`], [`LastAddr`]).
+/// The loop's last client address and server, as Python objects: usually the same from
+/// one request to the next (see [`LastAddr`], [`LastServer`]).
 #[derive(Debug, Default)]
 pub(super) struct Repeated {
     client: LastAddr,
-    server: LastString,
+    server: LastServer,
+}
+
+/// The last `server` of a scope as its Python tuple, given again while the name and port
+/// stay the same: a tuple is immutable, so requests can share it, and each one not made
+/// is an object fewer for the cyclic collector to count.
+#[derive(Debug, Default)]
+pub(super) struct LastServer(Mutex<Option<(String, u16, Py<PyTuple>)>>);
+
+impl LastServer {
+    pub(super) fn get<'py>(
+        &self,
+        py: Python<'py>,
+        host: &str,
+        port: u16,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((kept_host, kept_port, tuple)) = last.as_ref()
+            && kept_host == host
+            && *kept_port == port
+        {
+            return Ok(tuple.bind(py).clone());
+        }
+        let tuple = PyTuple::new(
+            py,
+            [
+                PyString::new(py, host).into_any(),
+                port.into_pyobject(py)?.into_any(),
+            ],
+        )?;
+        *last = Some((host.to_owned(), port, tuple.clone().unbind()));
+        Ok(tuple)
+    }
 }
 
 impl Asgi {
@@ -666,7 +698,7 @@ impl hyper::body::Body for ResponseBody {
     }
 }
 
-/// `take()`: the new requests (as the support module's `serve` arguments) and the wakes.
+/// `take()`: the new requests (each its scope then its call) and the wakes.
 fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, PyCFunction>> {
     let bridge = Arc::clone(bridge);
     PyCFunction::new_closure(
@@ -684,12 +716,13 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
                     std::mem::take(&mut inbox.sockets),
                 )
             };
+            // Each request as its scope then its call, side by side rather than in a tuple
+            // of their own: an object fewer per request for the cyclic collector.
             let requests = PyList::empty(py);
             for exchange in new {
                 let scope = exchange.head.scope(py, &exchange.bridge.repeated)?;
-                let id = exchange.id;
-                let call = Bound::new(py, HttpCall::new(exchange))?;
-                requests.append((id, scope, call))?;
+                requests.append(scope)?;
+                requests.append(Bound::new(py, HttpCall::new(exchange))?)?;
             }
             let wakes = PyList::empty(py);
             for (id, which) in woken {

@@ -72,8 +72,9 @@ class Bridge:
                         fut.set_result(None)
             elif not waiting.done():
                 waiting.set_result(None)
-        for request in new:
-            self.loop.create_task(self.serve(*request))
+        calls = iter(new)
+        for scope, call in zip(calls, calls):
+            self.loop.create_task(self.serve(call.ident, scope, call))
         for socket_args in sockets:
             self.loop.create_task(self.serve_websocket(*socket_args))
 

@@ -87,6 +87,12 @@ fn runtime_error(m: String) -> PyErr {
 
 #[pymethods]
 impl HttpCall {
+    /// The request's number, which its wakes name.
+    #[getter]
+    fn ident(&self) -> u64 {
+        self.exchange.id
+    }
+
     /// `(kind, data)`, never waiting; on `PENDING` the request is woken when there is
     /// something to receive.
     fn recv<'py>(&self, py: Python<'py>, after_body: bool) -> (u8, Bound<'py, PyBytes>) {
@@ -506,5 +512,36 @@ mod tests {
             let err = result.expect_err(&script).to_string();
             assert!(err.contains(want), "{script}: {err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod repeated_tests {
+    use pyo3::prelude::*;
+
+    use crate::app::python::asgi::LastServer;
+
+    #[test]
+    fn a_scopes_server_tuple_is_shared_while_it_stays_the_same() {
+        Python::initialize();
+        Python::attach(|py| {
+            let last = LastServer::default();
+            let a = last.get(py, "example.org", 8000).expect("tuple");
+            assert!(
+                a.is(last.get(py, "example.org", 8000).expect("tuple")),
+                "a repeat made a new tuple"
+            );
+            let other_port = last.get(py, "example.org", 8001).expect("tuple");
+            assert_eq!(
+                other_port.extract::<(String, u16)>().expect("pair"),
+                ("example.org".into(), 8001)
+            );
+            let other_host = last.get(py, "example.net", 8001).expect("tuple");
+            assert_eq!(
+                other_host.extract::<(String, u16)>().expect("pair"),
+                ("example.net".into(), 8001)
+            );
+            assert!(!other_port.is(&other_host));
+        });
     }
 }
