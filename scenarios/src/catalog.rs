@@ -139,6 +139,24 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "app-reload-startup-failure",
+        about: "under load, a reload whose application fails its import or lifespan startup in some or all new workers: refused with the application's reason, the old generation keeps all its workers ready and serves every request, no request reaches a worker before PREPARED, the failed generation's workers are ended; a later good reload commits",
+        build: apps::app_reload_startup_failure,
+        kinds: &[FaultKind::AppStartupFails],
+        no_swarm: Some(
+            "its predicates judge the refused reload; without the failing application the run is the reload scenario",
+        ),
+    },
+    Scenario {
+        name: "app-first-start-failure",
+        about: "the first generation's application fails its import or lifespan startup in some or all workers: the service fails with the application's reason and exits, restarting nothing",
+        build: apps::app_first_start_failure,
+        kinds: &[FaultKind::AppStartupFails],
+        no_swarm: Some(
+            "its predicates judge the failed start; without the failing application the run is steady",
+        ),
+    },
+    Scenario {
         name: "manual-recycle",
         about: "ctl recycle under load (with --http3): every worker replaced once, one at a time, zero failed requests, no new QUIC connection steered to a draining worker",
         build: rollouts::manual_recycle,

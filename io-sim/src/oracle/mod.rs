@@ -26,6 +26,13 @@
 //!   as the service's state requires.
 //! - **HTTP/3 steering rule** ([`quic`]): new QUIC connections never go to a worker told to
 //!   drain, and every worker under `--http3` reads a socket of its own.
+//! - **reload rejection rule**: a reload rejected because a worker of its generation was
+//!   lost carries that worker's startup failure (an application's reason) when the parent
+//!   read one, and no worker of the rejected generation that was never committed is left
+//!   unended (the parent ordered its KILL with the rejection).
+//!
+//! (The **startup rule** — no connection reaches a worker before it reported PREPARED —
+//! is judged where the simulated listener hands connections out.)
 
 mod answers;
 mod quic;
@@ -101,6 +108,12 @@ pub(crate) struct LifecycleOracle {
     pub(crate) answers: answers::AnswerBook,
     /// Where the parent steers HTTP/3 datagrams.
     pub(crate) quic: quic::QuicOracle,
+    /// Startup failures the parent read from workers of a generation not committed:
+    /// (worker, its error).
+    startup_failures: Vec<(WorkerId, String)>,
+    /// Reloads whose generation the parent began bringing up, by reload id: the
+    /// generation, until the reload is answered.
+    reloads_started: BTreeMap<u64, u64>,
 }
 
 fn ms(t: Instant) -> u64 {
@@ -290,7 +303,58 @@ impl LifecycleOracle {
         }
         self.runs.clear();
         self.replacement_failures.clear();
+        self.startup_failures.clear();
+        self.reloads_started.retain(|_, g| *g > generation);
         self.due.retain(|&(g, _), _| g >= generation);
+    }
+
+    /// The parent read `id`'s startup failure.
+    pub(crate) fn startup_failure_read(&mut self, id: WorkerId, error: &str) {
+        let candidate = self
+            .workers
+            .get(&id.0)
+            .is_some_and(|w| self.committed.is_none_or(|c| w.generation > c));
+        if candidate {
+            self.startup_failures.push((id, error.to_owned()));
+        }
+    }
+
+    /// The parent began bringing up `generation` for reload `reload`.
+    pub(crate) fn reload_started(&mut self, reload: u64, generation: u64) {
+        self.reloads_started.insert(reload, generation);
+    }
+
+    /// The parent rejected reload `reload` with `message`: judge the reload rejection
+    /// rule.
+    pub(crate) fn reload_rejected(&mut self, now: Instant, reload: u64, message: &str) {
+        let failures = core::mem::take(&mut self.startup_failures);
+        // A reload refused before it started (not ready yet, another in progress, a busy
+        // port) started nobody.
+        let Some(generation) = self.reloads_started.remove(&reload) else {
+            self.startup_failures = failures;
+            return;
+        };
+        if self.over {
+            return;
+        }
+        for (id, error) in &failures {
+            // The loss that aborted the attempt is the worker the message names.
+            if message.contains(&format!("worker {id} ")) && !message.contains(error.as_str()) {
+                self.violations.push(format!(
+                    "reload rejection rule: the reload rejected at {} ms names {id}, whose startup failed with {error:?}, but does not carry that reason: {message:?}",
+                    ms(now)
+                ));
+            }
+        }
+        for (&id, w) in &self.workers {
+            if w.generation == generation && !w.commit_sent && !w.ended {
+                self.violations.push(format!(
+                    "reload rejection rule: the reload of generation {generation} was rejected at {} ms while its worker w{id} (slot {}) was left running: a rejected generation's workers are ended with it",
+                    ms(now),
+                    w.slot
+                ));
+            }
+        }
     }
 
     /// The parent began to stop (it closed its listeners).

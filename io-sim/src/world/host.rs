@@ -347,10 +347,13 @@ impl ParentIo for SimWorld {
                     self.out.coverage.insert(labels::PORT_BUSY_RELOAD_REJECTED);
                 }
                 self.spawn_failure_given_up(false);
+                self.oracle.reload_rejected(now, reload.0, &message);
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
             }
-            Action::ReloadStarted { .. } => {}
+            Action::ReloadStarted { reload, generation } => {
+                self.oracle.reload_started(reload.0, generation.0)
+            }
             Action::RecyclingSuspended { .. } => {
                 self.spawn_failure_given_up(false);
                 self.out.recycling_suspended = true;
@@ -523,6 +526,10 @@ impl SimWorld {
                 worker,
                 message: WorkerMessage::Ready,
             } => self.oracle.ready_read(now, *worker),
+            Event::Message {
+                worker,
+                message: WorkerMessage::StartupFailed { error },
+            } => self.oracle.startup_failure_read(*worker, error),
             Event::Exited { worker, .. } | Event::SpawnFailed { worker, .. } => {
                 self.oracle.reaped_read(now, *worker)
             }
