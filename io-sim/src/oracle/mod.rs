@@ -31,6 +31,10 @@
 //!   read one, and no worker of the rejected generation that was never committed is left
 //!   unended (the parent ordered its KILL with the rejection).
 //!
+//! - **startup rule (first generation)**: once the parent read a startup failure before
+//!   any commit, it spawns no more workers of that generation: the service fails with
+//!   the reason instead of retrying a start that cannot succeed.
+//!
 //! (The **startup rule** — no connection reaches a worker before it reported PREPARED —
 //! is judged where the simulated listener hands connections out.)
 
@@ -114,6 +118,8 @@ pub(crate) struct LifecycleOracle {
     /// Reloads whose generation the parent began bringing up, by reload id: the
     /// generation, until the reload is answered.
     reloads_started: BTreeMap<u64, u64>,
+    /// Before any commit, the first worker whose startup failure the parent read.
+    first_start_failed: Option<(WorkerId, u64)>,
 }
 
 fn ms(t: Instant) -> u64 {
@@ -147,6 +153,14 @@ impl LifecycleOracle {
         let n = c.workers();
         self.generations
             .insert(generation, (n, c.recovery().clone()));
+        if let Some((failed, g)) = self.first_start_failed
+            && g == generation
+        {
+            self.violations.push(format!(
+                "startup rule (first generation): {id} spawned for slot {slot} at {} ms after {failed}'s startup failed; a first generation that cannot start fails the service, it is not retried",
+                ms(now)
+            ));
+        }
         if !self.over && self.committed == Some(generation) {
             self.judge_spawn_time(now, id, generation, slot);
         }
@@ -316,6 +330,11 @@ impl LifecycleOracle {
             .is_some_and(|w| self.committed.is_none_or(|c| w.generation > c));
         if candidate {
             self.startup_failures.push((id, error.to_owned()));
+        }
+        if self.committed.is_none()
+            && let Some(w) = self.workers.get(&id.0)
+        {
+            self.first_start_failed.get_or_insert((id, w.generation));
         }
     }
 

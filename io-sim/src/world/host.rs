@@ -97,9 +97,11 @@ impl ParentIo for SimWorld {
 
     fn perform(&mut self, now: Instant, action: ParentAction) {
         match &action {
-            ParentAction::Supervisor(Action::ReloadStarted { .. }) => {
+            ParentAction::Supervisor(Action::ReloadStarted { reload, generation }) => {
                 // An announcement for a service manager, and nothing else happens: it is
-                // left out of the trace, whose hashes pin what the machines do.
+                // left out of the trace, whose hashes pin what the machines do. The oracle
+                // learns which generation the reload brings up.
+                self.oracle.reload_started(reload.0, generation.0);
                 return;
             }
             // Relayed to whoever asked, which is what the answer rule judges; left out of
@@ -351,9 +353,7 @@ impl ParentIo for SimWorld {
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
             }
-            Action::ReloadStarted { reload, generation } => {
-                self.oracle.reload_started(reload.0, generation.0)
-            }
+            Action::ReloadStarted { .. } => {}
             Action::RecyclingSuspended { .. } => {
                 self.spawn_failure_given_up(false);
                 self.out.recycling_suspended = true;
