@@ -431,6 +431,9 @@ pub(crate) fn app_first_start_failure(ctx: &mut Ctx) -> Plan {
         Behavior::AppStartup(draw.startup(start_timeout, rng))
     });
     let mut e = expect(&config, End::Failed(FailureReason::StartupFailure));
+    e.end_rule = Some(
+        "app-startup rule (first generation: the service fails with the application's reason, restarting nothing)",
+    );
     e.extra = Some(|o, e| {
         let message = o.failure_message.clone().unwrap_or_default();
         if !carries_app_reason(&message) {

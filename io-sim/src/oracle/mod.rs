@@ -31,6 +31,8 @@
 //!   read one, and no worker of the rejected generation that was never committed is left
 //!   unended (the parent ordered its KILL with the rejection).
 //!
+//! - **commit rule**: no generation is committed after the parent read a startup failure
+//!   from one of its workers (the first generation's or a reload's).
 //! - **startup rule (first generation)**: once the parent read a startup failure before
 //!   any commit, it spawns no more workers of that generation: the service fails with
 //!   the reason instead of retrying a start that cannot succeed.
@@ -113,8 +115,8 @@ pub(crate) struct LifecycleOracle {
     /// Where the parent steers HTTP/3 datagrams.
     pub(crate) quic: quic::QuicOracle,
     /// Startup failures the parent read from workers of a generation not committed:
-    /// (worker, its error).
-    startup_failures: Vec<(WorkerId, String)>,
+    /// (worker, its generation, its error).
+    startup_failures: Vec<(WorkerId, u64, String)>,
     /// Reloads whose generation the parent began bringing up, by reload id: the
     /// generation, until the reload is answered.
     reloads_started: BTreeMap<u64, u64>,
@@ -306,7 +308,13 @@ impl LifecycleOracle {
     }
 
     /// A generation was committed: slots start afresh (the window does not).
-    pub(crate) fn generation_committed(&mut self, generation: u64) {
+    pub(crate) fn generation_committed(&mut self, now: Instant, generation: u64) {
+        if let Some((id, _, error)) = self.startup_failures.iter().find(|f| f.1 == generation) {
+            self.violations.push(format!(
+                "commit rule: generation {generation} was committed at {} ms though its worker {id} failed its startup ({error:?}); a generation commits only when every worker of it prepared",
+                ms(now)
+            ));
+        }
         self.committed = Some(generation);
         // Workers of a rejected attempt at the same generation number, being ended: they
         // were never members, and their reaps are no losses.
@@ -324,12 +332,11 @@ impl LifecycleOracle {
 
     /// The parent read `id`'s startup failure.
     pub(crate) fn startup_failure_read(&mut self, id: WorkerId, error: &str) {
-        let candidate = self
-            .workers
-            .get(&id.0)
-            .is_some_and(|w| self.committed.is_none_or(|c| w.generation > c));
-        if candidate {
-            self.startup_failures.push((id, error.to_owned()));
+        if let Some(w) = self.workers.get(&id.0)
+            && self.committed.is_none_or(|c| w.generation > c)
+        {
+            self.startup_failures
+                .push((id, w.generation, error.to_owned()));
         }
         if self.committed.is_none()
             && let Some(w) = self.workers.get(&id.0)
@@ -356,7 +363,7 @@ impl LifecycleOracle {
         if self.over {
             return;
         }
-        for (id, error) in &failures {
+        for (id, _, error) in &failures {
             // The loss that aborted the attempt is the worker the message names.
             if message.contains(&format!("worker {id} ")) && !message.contains(error.as_str()) {
                 self.violations.push(format!(

@@ -320,7 +320,7 @@ impl ParentIo for SimWorld {
             Action::GenerationCommitted {
                 generation, reload, ..
             } => {
-                self.oracle.generation_committed(generation.0);
+                self.oracle.generation_committed(now, generation.0);
                 self.oracle.answers.committed(generation.0, reload);
                 if !self.out.generations_committed.is_empty() {
                     self.out.coverage.insert(labels::RELOAD_COMMITTED);
