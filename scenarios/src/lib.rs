@@ -21,6 +21,7 @@ mod catalog_io_faults;
 mod catalog_listeners;
 mod catalog_pauses;
 mod catalog_rollouts;
+mod catalog_startups;
 mod catalog_writes;
 mod checks;
 pub mod corpus;
