@@ -204,8 +204,32 @@ pub const APP_SHUTDOWN_COMPLETED: &str = "an application's shutdown completed in
 /// An application's shutdown overran the drain deadline and was cut there.
 pub const APP_SHUTDOWN_CUT: &str = "an application's shutdown was cut at the drain deadline";
 
+/// A worker's application failed its startup (import or lifespan) and the worker's
+/// startup failure carried the application's reason to the parent.
+pub const APP_STARTUP_FAILURE_REPORTED: &str = "an application's startup failure was reported";
+/// An application failed its import.
+pub const APP_IMPORT_FAILED: &str = "an application failed its import";
+/// An application failed its lifespan startup.
+pub const APP_LIFESPAN_FAILED: &str = "an application failed its lifespan startup";
+/// An application started in more than half the start timeout, and its worker served.
+pub const APP_SLOW_START_FINISHED: &str = "an application started close to the start timeout";
+/// A reload whose application failed to start was rejected with the application's
+/// reason while the old generation served every request.
+pub const APP_RELOAD_REJECTED: &str =
+    "a reload whose application failed to start was rejected, the old generation serving";
+/// The first generation's application failed to start: the service failed with its
+/// reason, restarting nothing.
+pub const APP_FIRST_START_FAILED: &str =
+    "the first generation's application failed to start and the service failed with its reason";
+
 /// Every label above.
 pub const ALL: &[&str] = &[
+    APP_STARTUP_FAILURE_REPORTED,
+    APP_IMPORT_FAILED,
+    APP_LIFESPAN_FAILED,
+    APP_SLOW_START_FINISHED,
+    APP_RELOAD_REJECTED,
+    APP_FIRST_START_FAILED,
     APP_SHUTDOWN_COMPLETED,
     APP_SHUTDOWN_CUT,
     APP_WEDGE_REPLACED,

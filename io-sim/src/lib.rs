@@ -8,6 +8,7 @@
 //! [`rng::SimRng`], so a seed replays bit-for-bit.
 #![forbid(unsafe_code)]
 
+mod app_startup;
 pub mod certs;
 mod chunks;
 mod conns;
@@ -28,6 +29,7 @@ pub mod tree;
 mod uploads;
 mod world;
 
+pub use app_startup::{SIM_APP_TARGET, startup_failure_text};
 pub use chunks::{
     ChunkEnd, ChunkOutcome, ChunkRecord, ChunkRequest, ChunkStep, ResumablePlan,
     TARGET as RESUMABLE_TARGET, content as resumable_content,
@@ -42,8 +44,9 @@ pub use outcome::{
     WorkerExit,
 };
 pub use plan::{
-    AppModel, Behavior, BehaviorFn, DAV_COLLECTIONS, DAV_FILES, DAV_TARGET_BASE, DavClientPlan,
-    DavDraw, DavWorkload, Fault, FaultKind, SimCommand, SimSpec, SpawnInfo, Workload,
+    AppModel, AppStage, AppStartup, Behavior, BehaviorFn, DAV_COLLECTIONS, DAV_FILES,
+    DAV_TARGET_BASE, DavClientPlan, DavDraw, DavWorkload, Fault, FaultKind, SimCommand, SimSpec,
+    SpawnInfo, Workload,
 };
 pub use world::SimWorld;
 

@@ -262,6 +262,8 @@ pub struct Outcome {
     pub failure_at_ms: Option<u64>,
     /// When the parent exited or crashed (ms of virtual time).
     pub parent_gone_ms: u64,
+    /// When the plan's graceful stop was issued (ms of virtual time), if it was.
+    pub stop_ms: Option<u64>,
     pub requests: RequestStats,
     /// Each plain request answered (`requests.ok`), in the order answered: µs from its
     /// arrival at the listener to its answer. Failed and refused requests have none.

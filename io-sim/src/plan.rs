@@ -38,6 +38,30 @@ pub enum Behavior {
     /// requests were served (a request stuck in C code holding the GIL): the process runs
     /// on and accepts, but its requests never finish and its probe stops answering.
     AppWedgesAfterRequests(u64),
+    /// Hosts an application ([`Workload::app`]) whose startup in this process — the
+    /// import, then the lifespan startup — takes simulated time and may fail with the
+    /// application's reason. The worker reports PREPARED only once both finished, as a
+    /// real worker does; a failure is its startup failure, carrying the reason.
+    AppStartup(AppStartup),
+}
+
+/// An application's startup in one worker ([`Behavior::AppStartup`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppStartup {
+    /// How long the import (module code, the factory call) takes.
+    pub import: Duration,
+    /// How long the lifespan startup then takes (ASGI; zero for WSGI).
+    pub lifespan: Duration,
+    /// Where it fails and the application's reason (its exception's line); `None`: it
+    /// starts.
+    pub fails: Option<(AppStage, String)>,
+}
+
+/// The part of an application's startup that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppStage {
+    Import,
+    Lifespan,
 }
 
 /// What the scenario knows when it picks a behavior for a new process.
@@ -372,10 +396,12 @@ pub enum FaultKind {
     PortBusy,
     /// An application's interpreter wedges ([`Behavior::AppWedgesAfterRequests`]).
     AppWedge,
+    /// An application fails its import or lifespan startup ([`Behavior::AppStartup`]).
+    AppStartupFails,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 28] = [
+    pub const ALL: [FaultKind; 29] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -404,6 +430,7 @@ impl FaultKind {
         FaultKind::CrashChunkStep,
         FaultKind::PortBusy,
         FaultKind::AppWedge,
+        FaultKind::AppStartupFails,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -441,6 +468,7 @@ impl FaultKind {
             FaultKind::CrashChunkStep => "crash-chunk-step",
             FaultKind::PortBusy => "port-busy",
             FaultKind::AppWedge => "app-wedge",
+            FaultKind::AppStartupFails => "app-startup-fails",
         }
     }
 
@@ -504,6 +532,7 @@ impl FaultKind {
             FaultKind::CrashChunkStep => l::CHUNK_KILL_SWEPT,
             FaultKind::PortBusy => l::PORT_BUSY_RELOAD_REJECTED,
             FaultKind::AppWedge => l::APP_WEDGE_REPLACED,
+            FaultKind::AppStartupFails => l::APP_STARTUP_FAILURE_REPORTED,
         }
     }
 }
@@ -556,6 +585,9 @@ impl Behavior {
             Behavior::SpawnFails(_) => FaultKind::SpawnFails,
             Behavior::CrashAfter(_) => FaultKind::CrashAfterUptime,
             Behavior::AppWedgesAfterRequests(_) => FaultKind::AppWedge,
+            // An application that starts, however slowly, is no fault.
+            Behavior::AppStartup(AppStartup { fails: None, .. }) => return None,
+            Behavior::AppStartup(_) => FaultKind::AppStartupFails,
         })
     }
 }

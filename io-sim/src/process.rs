@@ -70,6 +70,8 @@ pub(crate) struct Proc {
     /// Slot and generation the parent spawned it for.
     pub slot: u64,
     pub generation: u64,
+    /// Its lifecycle sent PREPARED: it finished preparing (its application started).
+    pub prepared_sent: bool,
     /// When its PREPARED and READY reach the parent (`ZERO` until sent).
     pub prepared_arrives: Instant,
     pub ready_arrives: Instant,
@@ -116,6 +118,7 @@ impl Proc {
             max_connections: config.budgets().max_connections() as usize,
             slot: 0,
             generation: 0,
+            prepared_sent: false,
             prepared_arrives: Instant::ZERO,
             ready_arrives: Instant::ZERO,
             write_fails: false,
@@ -220,6 +223,11 @@ impl WorkerIo for SimWorker<'_> {
     }
 
     fn send(&mut self, message: WorkerMessage) {
+        if matches!(message, WorkerMessage::Prepared)
+            && let Some(p) = self.proc()
+        {
+            p.prepared_sent = true;
+        }
         if self.proc().is_none_or(|p| p.eof_seen) {
             return;
         }
@@ -253,6 +261,14 @@ impl WorkerIo for SimWorker<'_> {
             }
             Behavior::HangAtBoot => {}
             Behavior::SlowBoot(d) => world.schedule_in(d, SimEvent::BootDone { worker }),
+            // The worker's own preparation, then the application's import.
+            Behavior::AppStartup(startup) => world.schedule_in(
+                boot + startup.import,
+                SimEvent::AppStartupStep {
+                    worker,
+                    stage: crate::AppStage::Import,
+                },
+            ),
             _ => world.schedule_in(boot, SimEvent::BootDone { worker }),
         }
     }
@@ -671,6 +687,13 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
+        if !p.prepared_sent {
+            let now = self.now;
+            self.violation(format!(
+                "startup rule: connection {conn} was handed to {worker} at {now}, before it reported PREPARED (a worker takes requests only once it, and its application, started)"
+            ));
+            return;
+        }
         if p.serve(conn, kind) {
             self.takers.changed();
         }

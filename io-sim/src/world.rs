@@ -127,6 +127,11 @@ pub(crate) enum SimEvent {
     AppShutDown {
         worker: WorkerId,
     },
+    /// A part of a worker's application startup finished ([`crate::Behavior::AppStartup`]).
+    AppStartupStep {
+        worker: WorkerId,
+        stage: crate::AppStage,
+    },
 }
 
 impl SimEvent {
@@ -160,6 +165,7 @@ impl SimEvent {
             SimEvent::ChunkSend => (26, 0),
             SimEvent::ChunkCopied { worker, conn } => (27, worker.0 << 32 | conn),
             SimEvent::AppShutDown { worker } => (28, worker.0),
+            SimEvent::AppStartupStep { worker, stage } => (29, worker.0 << 1 | *stage as u64),
         }
     }
 
@@ -175,7 +181,8 @@ impl SimEvent {
             | SimEvent::RequestDone { worker, .. }
             | SimEvent::UploadStep { worker, .. }
             | SimEvent::ChunkCopied { worker, .. }
-            | SimEvent::AppShutDown { worker } => Some(*worker),
+            | SimEvent::AppShutDown { worker }
+            | SimEvent::AppStartupStep { worker, .. } => Some(*worker),
             _ => None,
         }
     }
@@ -637,6 +644,7 @@ impl SimWorld {
                 return Some(Wake::Timer);
             }
             SimEvent::Stop => {
+                self.out.stop_ms = Some(self.now.as_nanos() / 1_000_000);
                 if self.parent_alive {
                     self.inbox.push_back(Event::Command(Command::Stop));
                 }
@@ -652,6 +660,7 @@ impl SimWorld {
             SimEvent::ChunkSend => self.chunk_send(),
             SimEvent::ChunkCopied { worker, conn } => self.chunk_copied(worker, conn),
             SimEvent::AppShutDown { worker } => self.app_shut_down(worker),
+            SimEvent::AppStartupStep { worker, stage } => self.app_startup_step(worker, stage),
         }
         None
     }

@@ -22,6 +22,7 @@ use crate::catalog_io_faults as io;
 use crate::catalog_listeners as listeners;
 use crate::catalog_pauses as pauses;
 use crate::catalog_rollouts as rollouts;
+use crate::catalog_startups as startups;
 use crate::catalog_writes as writes;
 use crate::{Ctx, End, Expect, Kinds, Plan, Scenario, fast_config, recovery_bound};
 
@@ -45,7 +46,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "crash-during-startup",
         about: "a first-generation worker dies before or between PREPARED and COMMIT: the service fails before readiness",
-        build: crash_during_startup,
+        build: startups::crash_during_startup,
         kinds: &[
             FaultKind::CrashAtBoot,
             FaultKind::CrashBetweenPrepareAndCommit,
@@ -55,14 +56,14 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "startup-failure-initial",
         about: "a first-generation worker reports a startup error: the service fails with the worker's own text",
-        build: startup_failure_initial,
+        build: startups::startup_failure_initial,
         kinds: &[FaultKind::FailStartup, FaultKind::HangAtBoot],
         no_swarm: None,
     },
     Scenario {
         name: "startup-failure-replacement",
         about: "crash replacements fail to start: recovered within the limit, failed beyond it",
-        build: startup_failure_replacement,
+        build: startups::startup_failure_replacement,
         kinds: &[FaultKind::CrashWorker, FaultKind::FailStartup],
         no_swarm: None,
     },
@@ -137,6 +138,24 @@ pub const SCENARIOS: &[Scenario] = &[
         build: apps::app_shutdown,
         kinds: &[],
         no_swarm: None,
+    },
+    Scenario {
+        name: "app-reload-startup-failure",
+        about: "under load, a reload whose application fails its import or lifespan startup in some or all new workers: refused with the application's reason, the old generation keeps all its workers ready and serves every request, no request reaches a worker before PREPARED, the failed generation's workers are ended; a later good reload commits",
+        build: apps::app_reload_startup_failure,
+        kinds: &[FaultKind::AppStartupFails],
+        no_swarm: Some(
+            "its predicates judge the refused reload; without the failing application the run is the reload scenario",
+        ),
+    },
+    Scenario {
+        name: "app-first-start-failure",
+        about: "the first generation's application fails its import or lifespan startup in some or all workers: the service fails with the application's reason and exits, restarting nothing",
+        build: apps::app_first_start_failure,
+        kinds: &[FaultKind::AppStartupFails],
+        no_swarm: Some(
+            "its predicates judge the failed start; without the failing application the run is steady",
+        ),
     },
     Scenario {
         name: "manual-recycle",
@@ -429,6 +448,7 @@ pub(crate) fn expect(config: &RawConfig, end: End) -> Expect {
         workers: config.workers as usize,
         alt_workers: None,
         workers_rule: None,
+        end_rule: None,
         first_recycle_within: None,
         generation: Some(1),
         zero_failed: false,
@@ -517,118 +537,6 @@ fn crash(ctx: &mut Ctx) -> Plan {
         spec,
         expect: expect(&config, End::Ready),
     }
-}
-
-fn crash_during_startup(ctx: &mut Ctx) -> Plan {
-    let n = workers(ctx, 1, 4);
-    let config = fast_config(n);
-    let mut spec = spec(ctx, config.clone(), 2.0);
-    let victim = ctx.rng.range(0, n as u64 - 1);
-    let between = ctx.rng.chance(0.6);
-    spec.behavior = behave(ctx.kinds, move |info, _| {
-        match (info.index == victim, between) {
-            (true, true) => Behavior::CrashBetweenPrepareAndCommit,
-            (true, false) => Behavior::CrashAtBoot,
-            _ => Behavior::Healthy,
-        }
-    });
-    let kind = if between {
-        FaultKind::CrashBetweenPrepareAndCommit
-    } else {
-        FaultKind::CrashAtBoot
-    };
-    // The simulator records "crash between prepare and commit" when the victim dies.
-    let end = if ctx.kinds.has(kind) {
-        End::Failed(FailureReason::StartupFailure)
-    } else {
-        End::Ready
-    };
-    Plan {
-        spec,
-        expect: expect(&config, end),
-    }
-}
-
-fn startup_failure_initial(ctx: &mut Ctx) -> Plan {
-    let n = workers(ctx, 1, 4);
-    let config = fast_config(n);
-    let mut spec = spec(ctx, config.clone(), 2.0);
-    let victim = ctx.rng.range(0, n as u64 - 1);
-    let hang = ctx.rng.chance(0.25);
-    spec.behavior = behave(ctx.kinds, move |info, _| {
-        match (info.index == victim, hang) {
-            (true, false) => {
-                Behavior::FailStartup("cannot open the served root: permission denied".into())
-            }
-            (true, true) => Behavior::HangAtBoot,
-            _ => Behavior::Healthy,
-        }
-    });
-    let kind = if hang {
-        FaultKind::HangAtBoot
-    } else {
-        FaultKind::FailStartup
-    };
-    if !ctx.kinds.has(kind) {
-        return Plan {
-            spec,
-            expect: expect(&config, End::Ready),
-        };
-    }
-    let mut e = expect(&config, End::Failed(FailureReason::StartupFailure));
-    e.extra = Some(if hang {
-        |o, _| match &o.failure_message {
-            Some(m) if m.contains("worker_start_timeout") => Ok(()),
-            m => Err(format!(
-                "a hung boot must fail on the start timeout, got {m:?}"
-            )),
-        }
-    } else {
-        |o, _| match &o.failure_message {
-            Some(m) if m.contains("permission denied") => Ok(()),
-            m => Err(format!("the worker's own error text is missing: {m:?}")),
-        }
-    });
-    Plan { spec, expect: e }
-}
-
-fn startup_failure_replacement(ctx: &mut Ctx) -> Plan {
-    let n = workers(ctx, 1, 3);
-    let config = fast_config(n);
-    let mut spec = spec(ctx, config.clone(), 12.0);
-    let failures = ctx.rng.range(1, 6);
-    let first_replacement = n as u64;
-    spec.behavior = behave(ctx.kinds, move |info, _| {
-        if info.index >= first_replacement && info.index < first_replacement + failures {
-            Behavior::FailStartup("replacement cannot bind its resources".into())
-        } else {
-            Behavior::Healthy
-        }
-    });
-    let crashed = fault(
-        ctx.kinds,
-        &mut spec,
-        at(ctx, 1.0, 2.0),
-        Fault::CrashWorker {
-            pick: ctx.rng.next_u64(),
-        },
-    );
-    // One crash plus `failures` failed boots: within a limit of 5 the slot recovers;
-    // the fifth consecutive failed replacement exceeds it. Without the crash, or with
-    // healthy replacements, nothing fails.
-    let end = if failures <= 4 || !crashed || !ctx.kinds.has(FaultKind::FailStartup) {
-        End::Ready
-    } else {
-        End::Failed(FailureReason::RestartLimit)
-    };
-    let mut e = expect(&config, end);
-    e.extra = Some(|o, _| {
-        if o.failure == Some(FailureReason::RestartLimit) {
-            o.coverage.insert("replacement failed then halted");
-        }
-        Ok(())
-    });
-    Plan { spec, expect: e }
 }
 
 fn hang(ctx: &mut Ctx) -> Plan {

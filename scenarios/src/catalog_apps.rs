@@ -1,12 +1,19 @@
-//! Applications in the workers: recycling by memory (a leak with passing peaks) and an
-//! interpreter that wedges holding its lock. The real-process counterparts are
-//! tests/apps.rs (a leaking Flask application on one worker; a request spinning in C).
+//! Applications in the workers: recycling by memory (a leak with passing peaks), an
+//! interpreter that wedges holding its lock, a shutdown overrunning the drain, and an
+//! application that fails its startup (import or lifespan) in a reload or in the first
+//! generation. The real-process counterparts are tests/apps.rs (a leaking Flask
+//! application on one worker; a request spinning in C; a broken deploy) and
+//! tests/apps_asgi.rs (a failing lifespan at the start and in a reload).
 
-use servery_sim::{AppModel, Behavior};
+use core::time::Duration;
 
-use crate::catalog::{behave, expect, spec, workers};
+use servery_sim::rng::SimRng;
+use servery_sim::{AppModel, AppStage, AppStartup, Behavior, SimCommand};
+
+use crate::catalog::{at, behave, expect, secs, spec, workers};
 use crate::{Ctx, End, Plan, fast_config};
-use servery_core::supervisor::ExitReason;
+use servery_core::control::{Answer, Refusal};
+use servery_core::supervisor::{ExitReason, FailureReason, Role, WorkerState};
 use servery_sim::labels;
 
 const MIB: u64 = 1 << 20;
@@ -218,6 +225,235 @@ pub(crate) fn app_shutdown(ctx: &mut Ctx) -> Plan {
                 o.coverage.insert(labels::APP_SHUTDOWN_CUT);
             }
         }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+/// The failing applications' reasons (their exception's line), which the service must
+/// pass on: in the reload's rejection, or in the failure of a first generation.
+const IMPORT_REASON: &str = "ModuleNotFoundError: No module named 'psycopg'";
+const LIFESPAN_REASON: &str =
+    "ConnectionRefusedError: [Errno 111] Connect call failed ('10.0.0.5', 5432)";
+
+/// How a generation's application starts, drawn per seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StartDraw {
+    Fast,
+    /// Import and lifespan together take 60 to 85 % of the start timeout.
+    Slow,
+    FailsImport,
+    FailsLifespan,
+}
+
+impl StartDraw {
+    /// One worker's startup, its times drawn from the spawn's own stream.
+    fn startup(self, start_timeout: f64, rng: &mut SimRng) -> AppStartup {
+        let ms = Duration::from_millis;
+        let (import, lifespan, fails) = match self {
+            StartDraw::Fast => (ms(rng.range(20, 200)), ms(rng.range(0, 100)), None),
+            StartDraw::Slow => {
+                let total = start_timeout * (0.6 + 0.25 * rng.unit());
+                let import = total * (0.3 + 0.5 * rng.unit());
+                (secs(import), secs(total - import), None)
+            }
+            StartDraw::FailsImport => (
+                ms(rng.range(20, 300)),
+                Duration::ZERO,
+                Some((AppStage::Import, IMPORT_REASON.to_owned())),
+            ),
+            StartDraw::FailsLifespan => (
+                ms(rng.range(20, 200)),
+                ms(rng.range(10, 500)),
+                Some((AppStage::Lifespan, LIFESPAN_REASON.to_owned())),
+            ),
+        };
+        AppStartup {
+            import,
+            lifespan,
+            fails,
+        }
+    }
+
+    fn starting(ctx: &mut Ctx) -> StartDraw {
+        if ctx.rng.chance(0.5) {
+            StartDraw::Fast
+        } else {
+            StartDraw::Slow
+        }
+    }
+
+    fn failing(ctx: &mut Ctx) -> StartDraw {
+        if ctx.rng.chance(0.5) {
+            StartDraw::FailsImport
+        } else {
+            StartDraw::FailsLifespan
+        }
+    }
+}
+
+/// The slots (a bit each, of `n`) whose application fails: all of them, or some.
+fn failing_slots(ctx: &mut Ctx, n: i64) -> u64 {
+    let all = (1u64 << n) - 1;
+    if ctx.rng.chance(0.4) {
+        return all;
+    }
+    let mask = ctx.rng.next_u64() & all;
+    // At least one fails.
+    if mask == 0 {
+        1 << ctx.rng.range(0, n as u64 - 1)
+    } else {
+        mask
+    }
+}
+
+/// An ASGI application at rest: no leak, and (half the time) a short lifespan shutdown.
+fn asgi_app(ctx: &mut Ctx) -> AppModel {
+    AppModel {
+        memory_base: MEMORY_AT_REST,
+        memory_per_request: 0,
+        peak_chance: 0.0,
+        peak_bytes: 0,
+        shutdown_ms: ctx.rng.chance(0.5).then_some((5, 200)),
+    }
+}
+
+/// Whether `message` carries one of the failing applications' reasons.
+fn carries_app_reason(message: &str) -> bool {
+    message.contains(IMPORT_REASON) || message.contains(LIFESPAN_REASON)
+}
+
+pub(crate) fn app_reload_startup_failure(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 4);
+    let config = fast_config(n);
+    let start_timeout = config.recovery.worker_start_timeout;
+    let mut spec = spec(ctx, config.clone(), 16.0);
+    spec.workload.request_rate = 40.0;
+    spec.workload.app = Some(asgi_app(ctx));
+    let first = StartDraw::starting(ctx);
+    let bad = StartDraw::failing(ctx);
+    let siblings = StartDraw::starting(ctx);
+    let good = StartDraw::starting(ctx);
+    let n_bad = workers(ctx, 1, 4);
+    let failing = failing_slots(ctx, n_bad);
+    // After the first generation is ready (a slow start takes up to 4.25 s).
+    let bad_at = at(ctx, 5.0, 7.0);
+    // Its rejection comes within a second (a failing start takes at most 700 ms).
+    let good_at = bad_at + at(ctx, 3.0, 5.0);
+    spec.commands
+        .push((bad_at, SimCommand::Reload(Box::new(fast_config(n_bad)))));
+    spec.commands
+        .push((good_at, SimCommand::Reload(Box::new(fast_config(n)))));
+    spec.behavior = behave(ctx.kinds, move |info, rng| {
+        let draw = match info.generation.0 {
+            1 => first,
+            // A rejected reload's generation number is used again by the next one.
+            _ if info.now < good_at => {
+                if failing >> info.slot.0 & 1 == 1 {
+                    bad
+                } else {
+                    siblings
+                }
+            }
+            _ => good,
+        };
+        Behavior::AppStartup(draw.startup(start_timeout, rng))
+    });
+    let mut e = expect(&config, End::Ready);
+    e.generation = Some(2);
+    e.zero_failed = true;
+    e.extra = Some(|o, e| {
+        // The reload's answer: a rejection carrying the application's reason.
+        let rejection = match &o.answers[..] {
+            [
+                (0, Answer::Refused(Refusal::Reload(m))),
+                (1, Answer::Committed { .. }),
+            ] => m,
+            other => {
+                return Err(format!(
+                    "app-reload rule: the failing reload must be refused and the good one committed, in order; the answers were {other:?}"
+                ));
+            }
+        };
+        if !carries_app_reason(rejection) {
+            return Err(format!(
+                "app-reload rule: the reload was refused with {rejection:?}, which does not carry the application's reason"
+            ));
+        }
+        // The old generation kept its N workers ready from its first READYs to the stop.
+        let n = e.workers as u32;
+        let stop = o.stop_ms.unwrap_or(u64::MAX);
+        if let Some(full) = o.ready_changes.iter().position(|&(_, r)| r >= n)
+            && let Some(&(t, ready)) = o.ready_changes[full..]
+                .iter()
+                .find(|&&(t, r)| r < n && t < stop)
+        {
+            return Err(format!(
+                "app-reload rule: {ready} of {n} workers were ready at {t} ms; the old generation keeps all its workers ready while a reload fails and until the next one commits"
+            ));
+        }
+        // None of the failed generation's workers is left.
+        let status = o
+            .liveness
+            .as_ref()
+            .ok_or("no status at the liveness point")?;
+        if let Some(w) = status.workers.iter().find(|w| {
+            w.role != Role::Member
+                || w.state != WorkerState::Ready
+                || w.generation != status.generation
+        }) {
+            return Err(format!(
+                "app-reload rule: {} (generation {}, {:?}, {:?}) is still alive at the liveness point; only the committed generation's ready members may be",
+                w.id, w.generation.0, w.role, w.state
+            ));
+        }
+        o.coverage.insert(labels::APP_RELOAD_REJECTED);
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+pub(crate) fn app_first_start_failure(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 4);
+    let config = fast_config(n);
+    let start_timeout = config.recovery.worker_start_timeout;
+    let mut spec = spec(ctx, config.clone(), 6.0);
+    spec.workload.app = Some(asgi_app(ctx));
+    let bad = StartDraw::failing(ctx);
+    let siblings = StartDraw::starting(ctx);
+    let failing = failing_slots(ctx, n);
+    spec.behavior = behave(ctx.kinds, move |info, rng| {
+        let draw = if failing >> info.slot.0 & 1 == 1 {
+            bad
+        } else {
+            siblings
+        };
+        Behavior::AppStartup(draw.startup(start_timeout, rng))
+    });
+    let mut e = expect(&config, End::Failed(FailureReason::StartupFailure));
+    e.end_rule = Some(
+        "app-startup rule (first generation: the service fails with the application's reason, restarting nothing)",
+    );
+    e.extra = Some(|o, e| {
+        let message = o.failure_message.clone().unwrap_or_default();
+        if !carries_app_reason(&message) {
+            return Err(format!(
+                "app-startup rule (first generation): the service failed with {message:?}, which does not carry the application's reason"
+            ));
+        }
+        if o.spawns > e.workers as u64 {
+            return Err(format!(
+                "app-startup rule (first generation): {} spawns for {} slots; a first generation whose application cannot start fails the service at once, it is not restarted",
+                o.spawns, e.workers
+            ));
+        }
+        if o.requests.ok > 0 {
+            return Err(format!(
+                "app-startup rule (first generation): {} requests were served by a generation that never started",
+                o.requests.ok
+            ));
+        }
+        o.coverage.insert(labels::APP_FIRST_START_FAILED);
         Ok(())
     });
     Plan { spec, expect: e }

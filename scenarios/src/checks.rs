@@ -65,7 +65,12 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
     match e.end {
         End::ParentDied => judge_parent_death(o, e)?,
         End::Ready => judge_ready(o, e)?,
-        End::Failed(reason) => judge_failed(o, reason)?,
+        End::Failed(reason) => judge_failed(o, reason).map_err(|why| {
+            format!(
+                "{}{why}",
+                e.end_rule.map(|r| format!("{r}: ")).unwrap_or_default()
+            )
+        })?,
         End::Budget(budget) => {
             let crashing_boots = crashing_boots(o);
             match budget.end(crashing_boots) {

@@ -21,6 +21,7 @@ mod catalog_io_faults;
 mod catalog_listeners;
 mod catalog_pauses;
 mod catalog_rollouts;
+mod catalog_startups;
 mod catalog_writes;
 mod checks;
 pub mod corpus;
@@ -67,6 +68,9 @@ pub struct Expect {
     pub alt_workers: Option<usize>,
     /// The rule that sets `workers`, named when the count is wrong.
     pub workers_rule: Option<&'static str>,
+    /// The rule an unexpected end breaks, named in the message when the service does not
+    /// end as `end` says.
+    pub end_rule: Option<&'static str>,
     /// The first spawn after the initial generation must fall in this window.
     pub first_recycle_within: Option<(Duration, Duration)>,
     /// Committed generation expected at the liveness point.

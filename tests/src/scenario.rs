@@ -71,6 +71,14 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "an application's lifespan shutdown: the real one completing and one cut at the drain deadline are tests/apps_asgi.rs",
     ),
     (
+        "app-reload-startup-failure",
+        "an application's import and lifespan startup: the real broken deploy leaving the old code serving is tests/apps.rs, and the real lifespan failing in a reload tests/apps_asgi.rs",
+    ),
+    (
+        "app-first-start-failure",
+        "an application's import and lifespan startup: the real first generation failing its lifespan with the application's traceback is tests/apps_asgi.rs",
+    ),
+    (
         "app-wedge",
         "an application's interpreter wedged: the real request spinning in C while holding the GIL is tests/apps.rs",
     ),

@@ -26,6 +26,19 @@
 //!   as the service's state requires.
 //! - **HTTP/3 steering rule** ([`quic`]): new QUIC connections never go to a worker told to
 //!   drain, and every worker under `--http3` reads a socket of its own.
+//! - **reload rejection rule**: a reload rejected because a worker of its generation was
+//!   lost carries that worker's startup failure (an application's reason) when the parent
+//!   read one, and no worker of the rejected generation that was never committed is left
+//!   unended (the parent ordered its KILL with the rejection).
+//!
+//! - **commit rule**: no generation is committed after the parent read a startup failure
+//!   from one of its workers (the first generation's or a reload's).
+//! - **startup rule (first generation)**: once the parent read a startup failure before
+//!   any commit, it spawns no more workers of that generation: the service fails with
+//!   the reason instead of retrying a start that cannot succeed.
+//!
+//! (The **startup rule** — no connection reaches a worker before it reported PREPARED —
+//! is judged where the simulated listener hands connections out.)
 
 mod answers;
 mod quic;
@@ -101,6 +114,14 @@ pub(crate) struct LifecycleOracle {
     pub(crate) answers: answers::AnswerBook,
     /// Where the parent steers HTTP/3 datagrams.
     pub(crate) quic: quic::QuicOracle,
+    /// Startup failures the parent read from workers of a generation not committed:
+    /// (worker, its generation, its error).
+    startup_failures: Vec<(WorkerId, u64, String)>,
+    /// Reloads whose generation the parent began bringing up, by reload id: the
+    /// generation, until the reload is answered.
+    reloads_started: BTreeMap<u64, u64>,
+    /// Before any commit, the first worker whose startup failure the parent read.
+    first_start_failed: Option<(WorkerId, u64)>,
 }
 
 fn ms(t: Instant) -> u64 {
@@ -134,6 +155,14 @@ impl LifecycleOracle {
         let n = c.workers();
         self.generations
             .insert(generation, (n, c.recovery().clone()));
+        if let Some((failed, g)) = self.first_start_failed
+            && g == generation
+        {
+            self.violations.push(format!(
+                "startup rule (first generation): {id} spawned for slot {slot} at {} ms after {failed}'s startup failed; a first generation that cannot start fails the service, it is not retried",
+                ms(now)
+            ));
+        }
         if !self.over && self.committed == Some(generation) {
             self.judge_spawn_time(now, id, generation, slot);
         }
@@ -279,7 +308,13 @@ impl LifecycleOracle {
     }
 
     /// A generation was committed: slots start afresh (the window does not).
-    pub(crate) fn generation_committed(&mut self, generation: u64) {
+    pub(crate) fn generation_committed(&mut self, now: Instant, generation: u64) {
+        if let Some((id, _, error)) = self.startup_failures.iter().find(|f| f.1 == generation) {
+            self.violations.push(format!(
+                "commit rule: generation {generation} was committed at {} ms though its worker {id} failed its startup ({error:?}); a generation commits only when every worker of it prepared",
+                ms(now)
+            ));
+        }
         self.committed = Some(generation);
         // Workers of a rejected attempt at the same generation number, being ended: they
         // were never members, and their reaps are no losses.
@@ -290,7 +325,62 @@ impl LifecycleOracle {
         }
         self.runs.clear();
         self.replacement_failures.clear();
+        self.startup_failures.clear();
+        self.reloads_started.retain(|_, g| *g > generation);
         self.due.retain(|&(g, _), _| g >= generation);
+    }
+
+    /// The parent read `id`'s startup failure.
+    pub(crate) fn startup_failure_read(&mut self, id: WorkerId, error: &str) {
+        if let Some(w) = self.workers.get(&id.0)
+            && self.committed.is_none_or(|c| w.generation > c)
+        {
+            self.startup_failures
+                .push((id, w.generation, error.to_owned()));
+        }
+        if self.committed.is_none()
+            && let Some(w) = self.workers.get(&id.0)
+        {
+            self.first_start_failed.get_or_insert((id, w.generation));
+        }
+    }
+
+    /// The parent began bringing up `generation` for reload `reload`.
+    pub(crate) fn reload_started(&mut self, reload: u64, generation: u64) {
+        self.reloads_started.insert(reload, generation);
+    }
+
+    /// The parent rejected reload `reload` with `message`: judge the reload rejection
+    /// rule.
+    pub(crate) fn reload_rejected(&mut self, now: Instant, reload: u64, message: &str) {
+        let failures = core::mem::take(&mut self.startup_failures);
+        // A reload refused before it started (not ready yet, another in progress, a busy
+        // port) started nobody.
+        let Some(generation) = self.reloads_started.remove(&reload) else {
+            self.startup_failures = failures;
+            return;
+        };
+        if self.over {
+            return;
+        }
+        for (id, _, error) in &failures {
+            // The loss that aborted the attempt is the worker the message names.
+            if message.contains(&format!("worker {id} ")) && !message.contains(error.as_str()) {
+                self.violations.push(format!(
+                    "reload rejection rule: the reload rejected at {} ms names {id}, whose startup failed with {error:?}, but does not carry that reason: {message:?}",
+                    ms(now)
+                ));
+            }
+        }
+        for (&id, w) in &self.workers {
+            if w.generation == generation && !w.commit_sent && !w.ended {
+                self.violations.push(format!(
+                    "reload rejection rule: the reload of generation {generation} was rejected at {} ms while its worker w{id} (slot {}) was left running: a rejected generation's workers are ended with it",
+                    ms(now),
+                    w.slot
+                ));
+            }
+        }
     }
 
     /// The parent began to stop (it closed its listeners).

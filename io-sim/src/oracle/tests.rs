@@ -26,7 +26,7 @@ fn two_ready() -> LifecycleOracle {
         o.commit_sent(WorkerId(id));
         o.ready_read(at(10), WorkerId(id));
     }
-    o.generation_committed(1);
+    o.generation_committed(Instant::ZERO, 1);
     o
 }
 

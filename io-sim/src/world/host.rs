@@ -97,9 +97,11 @@ impl ParentIo for SimWorld {
 
     fn perform(&mut self, now: Instant, action: ParentAction) {
         match &action {
-            ParentAction::Supervisor(Action::ReloadStarted { .. }) => {
+            ParentAction::Supervisor(Action::ReloadStarted { reload, generation }) => {
                 // An announcement for a service manager, and nothing else happens: it is
-                // left out of the trace, whose hashes pin what the machines do.
+                // left out of the trace, whose hashes pin what the machines do. The oracle
+                // learns which generation the reload brings up.
+                self.oracle.reload_started(reload.0, generation.0);
                 return;
             }
             // Relayed to whoever asked, which is what the answer rule judges; left out of
@@ -318,7 +320,7 @@ impl ParentIo for SimWorld {
             Action::GenerationCommitted {
                 generation, reload, ..
             } => {
-                self.oracle.generation_committed(generation.0);
+                self.oracle.generation_committed(now, generation.0);
                 self.oracle.answers.committed(generation.0, reload);
                 if !self.out.generations_committed.is_empty() {
                     self.out.coverage.insert(labels::RELOAD_COMMITTED);
@@ -347,6 +349,7 @@ impl ParentIo for SimWorld {
                     self.out.coverage.insert(labels::PORT_BUSY_RELOAD_REJECTED);
                 }
                 self.spawn_failure_given_up(false);
+                self.oracle.reload_rejected(now, reload.0, &message);
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
             }
@@ -523,6 +526,10 @@ impl SimWorld {
                 worker,
                 message: WorkerMessage::Ready,
             } => self.oracle.ready_read(now, *worker),
+            Event::Message {
+                worker,
+                message: WorkerMessage::StartupFailed { error },
+            } => self.oracle.startup_failure_read(*worker, error),
             Event::Exited { worker, .. } | Event::SpawnFailed { worker, .. } => {
                 self.oracle.reaped_read(now, *worker)
             }

@@ -51,6 +51,10 @@ pub(super) fn fault_text(b: &Behavior) -> Option<String> {
         Behavior::AppWedgesAfterRequests(_) => {
             panic!("a wedged application cannot be driven on the file server (see NOT_DRIVEN)")
         }
+        // An application's import and lifespan: tests/apps.rs and tests/apps_asgi.rs.
+        Behavior::AppStartup(_) => {
+            panic!("an application's startup cannot be driven on the file server (see NOT_DRIVEN)")
+        }
     })
 }
 
