@@ -13,6 +13,26 @@ use super::super::policy;
 use super::Site;
 
 impl Site {
+    /// What answers a request for the proxy or the application before its host sees it:
+    /// ACME's challenge answers, then the authorization every request of the site needs.
+    async fn before_the_host(
+        &self,
+        parts: &http::request::Parts,
+    ) -> Option<(Response<Body>, RouteClass)> {
+        if let Some(acme) = &self.acme
+            && let Some(response) = Box::pin(acme.respond(parts)).await
+        {
+            return Some((response, RouteClass::Other));
+        }
+        if !policy::authorized(&self.auth, &parts.headers) {
+            return Some((
+                error_response(&HttpError::Unauthorized),
+                RouteClass::Refused,
+            ));
+        }
+        None
+    }
+
     /// Answers a request the reverse proxy takes: under the same authorization and ACME
     /// answers as files, then as the upstream answers (its headers are its own, but for
     /// the transport's HSTS); with the route class its duration is counted under.
@@ -27,16 +47,8 @@ impl Site {
         B::Error: std::fmt::Display,
     {
         let (parts, body) = req.into_parts();
-        if let Some(acme) = &self.acme
-            && let Some(response) = Box::pin(acme.respond(&parts)).await
-        {
-            return (response, RouteClass::Other);
-        }
-        if !policy::authorized(&self.auth, &parts.headers) {
-            return (
-                error_response(&HttpError::Unauthorized),
-                RouteClass::Refused,
-            );
+        if let Some(answered) = self.before_the_host(&parts).await {
+            return answered;
         }
         let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
         let mut response = proxy
@@ -67,18 +79,8 @@ impl Site {
         B::Error: std::fmt::Display,
     {
         let (parts, body) = req.into_parts();
-        let acme = match &self.acme {
-            Some(acme) => Box::pin(acme.respond(&parts)).await,
-            None => None,
-        };
-        if let Some(response) = acme {
-            return (response, RouteClass::Other);
-        }
-        if !policy::authorized(&self.auth, &parts.headers) {
-            return (
-                error_response(&HttpError::Unauthorized),
-                RouteClass::Refused,
-            );
+        if let Some(answered) = self.before_the_host(&parts).await {
+            return answered;
         }
         let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
         let (head, version) = (parts.method == Method::HEAD, parts.version);
