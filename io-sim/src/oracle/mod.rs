@@ -45,7 +45,7 @@ mod quic;
 mod restarts;
 
 use core::time::Duration;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use servery_core::config::{RecoveryPolicy, ValidConfig};
 use servery_core::supervisor::{FailureReason, Readiness, Supervisor};
@@ -122,6 +122,9 @@ pub(crate) struct LifecycleOracle {
     reloads_started: BTreeMap<u64, u64>,
     /// Before any commit, the first worker whose startup failure the parent read.
     first_start_failed: Option<(WorkerId, u64)>,
+    /// Workers of a reload attempt the parent rejected: a later reload may bring up the
+    /// same generation number, and their failures read after the rejection are not its.
+    rejected_attempt: BTreeSet<u64>,
 }
 
 fn ms(t: Instant) -> u64 {
@@ -334,6 +337,7 @@ impl LifecycleOracle {
     pub(crate) fn startup_failure_read(&mut self, id: WorkerId, error: &str) {
         if let Some(w) = self.workers.get(&id.0)
             && self.committed.is_none_or(|c| w.generation > c)
+            && !self.rejected_attempt.contains(&id.0)
         {
             self.startup_failures
                 .push((id, w.generation, error.to_owned()));
@@ -360,6 +364,12 @@ impl LifecycleOracle {
             self.startup_failures = failures;
             return;
         };
+        self.rejected_attempt.extend(
+            self.workers
+                .iter()
+                .filter(|(_, w)| w.generation == generation && !w.commit_sent)
+                .map(|(&id, _)| id),
+        );
         if self.over {
             return;
         }
