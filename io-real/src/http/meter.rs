@@ -1,7 +1,8 @@
 //! A worker's request counters (for the parent's `/metrics`): each answered request is
 //! counted by method and status class, with its response's body length and its time to
-//! the response head in its route class's histogram (decision 0081). Relaxed atomics, one add each: the heartbeat reads them at its own
-//! pace and carries the totals to the parent.
+//! the response head in its route class's histogram (decision 0081). Relaxed atomics,
+//! one add each: the heartbeat reads them at its own pace and carries the totals to the
+//! parent.
 
 use std::array::from_fn;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
