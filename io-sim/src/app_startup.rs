@@ -6,7 +6,10 @@
 //! (`app_has_shutdown`), and PREPARED follows; on failure, `startup_failed` with the text
 //! a real worker sends — `cannot load the application TARGET: ` and the application's
 //! exception line, then its traceback (an import), or `lifespan startup: ` and the
-//! exception (a lifespan).
+//! exception (a lifespan). A lifespan startup that runs past the worker's
+//! `--lifespan-timeout` is cut there and fails with the real worker's `TimeoutError`.
+
+use core::time::Duration;
 
 use servery_core::WorkerId;
 
@@ -16,6 +19,15 @@ use crate::world::{SimEvent, SimWorld};
 
 /// The `MODULE:NAME` the simulated workers load.
 pub const SIM_APP_TARGET: &str = "app:application";
+
+/// The exception line of a lifespan startup cut by `--lifespan-timeout` (`timeout`),
+/// as the real worker's ASGI host raises it.
+pub fn lifespan_timeout_reason(timeout: Duration) -> String {
+    format!(
+        "TimeoutError: startup took longer than --lifespan-timeout ({} s)",
+        timeout.as_secs_f64()
+    )
+}
 
 /// What a worker whose application failed at `stage` with `reason` (the exception's
 /// line) reports, as `servery_io::app::AppError::Load` words it.
@@ -48,11 +60,19 @@ impl SimWorld {
         let Behavior::AppStartup(startup) = p.behavior.clone() else {
             return;
         };
-        if let Some((failed, reason)) = &startup.fails
-            && *failed == stage
-        {
+        // The lifespan timeout cuts the startup before whatever it would have come to.
+        let timed_out = stage == AppStage::Lifespan && startup.overruns_lifespan_timeout();
+        let failure = match startup.lifespan_timeout {
+            Some(timeout) if timed_out => Some(lifespan_timeout_reason(timeout)),
+            _ => startup
+                .fails
+                .as_ref()
+                .filter(|(failed, _)| *failed == stage)
+                .map(|(_, reason)| reason.clone()),
+        };
+        if let Some(reason) = failure {
             p.misbehaved(FaultKind::AppStartupFails);
-            p.life.startup_failed(startup_failure_text(stage, reason));
+            p.life.startup_failed(startup_failure_text(stage, &reason));
             self.out
                 .coverage
                 .insert(labels::APP_STARTUP_FAILURE_REPORTED);
@@ -60,12 +80,18 @@ impl SimWorld {
                 AppStage::Import => labels::APP_IMPORT_FAILED,
                 AppStage::Lifespan => labels::APP_LIFESPAN_FAILED,
             });
+            if timed_out {
+                self.out.coverage.insert(labels::APP_LIFESPAN_TIMED_OUT);
+            }
             self.pump(worker);
             return;
         }
         match stage {
+            // The lifespan step comes when the lifespan ends or its timeout does.
             AppStage::Import => self.schedule_in(
-                startup.lifespan,
+                startup
+                    .lifespan_timeout
+                    .map_or(startup.lifespan, |t| startup.lifespan.min(t)),
                 SimEvent::AppStartupStep {
                     worker,
                     stage: AppStage::Lifespan,

@@ -211,6 +211,10 @@ pub const APP_STARTUP_FAILURE_REPORTED: &str = "an application's startup failure
 pub const APP_IMPORT_FAILED: &str = "an application failed its import";
 /// An application failed its lifespan startup.
 pub const APP_LIFESPAN_FAILED: &str = "an application failed its lifespan startup";
+/// An application's lifespan startup overran the worker's `--lifespan-timeout` and was
+/// cancelled there: a startup failure saying so, before the parent's start timeout.
+pub const APP_LIFESPAN_TIMED_OUT: &str =
+    "an application's lifespan startup overran --lifespan-timeout and was cut there";
 /// An application started in more than half the start timeout, and its worker served.
 pub const APP_SLOW_START_FINISHED: &str = "an application started close to the start timeout";
 /// A reload whose application failed to start was rejected with the application's
@@ -227,6 +231,7 @@ pub const ALL: &[&str] = &[
     APP_STARTUP_FAILURE_REPORTED,
     APP_IMPORT_FAILED,
     APP_LIFESPAN_FAILED,
+    APP_LIFESPAN_TIMED_OUT,
     APP_SLOW_START_FINISHED,
     APP_RELOAD_REJECTED,
     APP_FIRST_START_FAILED,

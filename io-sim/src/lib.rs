@@ -29,7 +29,7 @@ pub mod tree;
 mod uploads;
 mod world;
 
-pub use app_startup::{SIM_APP_TARGET, startup_failure_text};
+pub use app_startup::{SIM_APP_TARGET, lifespan_timeout_reason, startup_failure_text};
 pub use chunks::{
     ChunkEnd, ChunkOutcome, ChunkRecord, ChunkRequest, ChunkStep, ResumablePlan,
     TARGET as RESUMABLE_TARGET, content as resumable_content,

@@ -55,6 +55,23 @@ pub struct AppStartup {
     /// Where it fails and the application's reason (its exception's line); `None`: it
     /// starts.
     pub fails: Option<(AppStage, String)>,
+    /// The worker's `--lifespan-timeout`: a lifespan startup still running this long after
+    /// it began is cancelled and is the worker's startup failure, as the real worker
+    /// words it. `None`: only the parent's start timeout bounds it.
+    pub lifespan_timeout: Option<Duration>,
+}
+
+impl AppStartup {
+    /// The lifespan startup runs past the worker's `--lifespan-timeout` (when the import
+    /// gets that far).
+    pub fn overruns_lifespan_timeout(&self) -> bool {
+        self.lifespan_timeout.is_some_and(|t| self.lifespan > t)
+    }
+
+    /// The startup ends in a failure: the application's own, or the lifespan timeout's.
+    pub fn fails(&self) -> bool {
+        self.fails.is_some() || self.overruns_lifespan_timeout()
+    }
 }
 
 /// The part of an application's startup that failed.
@@ -586,7 +603,7 @@ impl Behavior {
             Behavior::CrashAfter(_) => FaultKind::CrashAfterUptime,
             Behavior::AppWedgesAfterRequests(_) => FaultKind::AppWedge,
             // An application that starts, however slowly, is no fault.
-            Behavior::AppStartup(AppStartup { fails: None, .. }) => return None,
+            Behavior::AppStartup(startup) if !startup.fails() => return None,
             Behavior::AppStartup(_) => FaultKind::AppStartupFails,
         })
     }

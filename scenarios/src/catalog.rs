@@ -141,7 +141,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "app-reload-startup-failure",
-        about: "under load, a reload whose application fails its import or lifespan startup in some or all new workers: refused with the application's reason, the old generation keeps all its workers ready and serves every request, no request reaches a worker before PREPARED, the failed generation's workers are ended; a later good reload commits",
+        about: "under load, a reload whose application fails its import or lifespan startup (or overruns --lifespan-timeout) in some or all new workers: refused with the application's reason (or the timeout's, which comes first), the old generation keeps all its workers ready and serves every request, no request reaches a worker before PREPARED, the failed generation's workers are ended; a later good reload commits",
         build: apps::app_reload_startup_failure,
         kinds: &[FaultKind::AppStartupFails],
         no_swarm: Some(
@@ -150,7 +150,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "app-first-start-failure",
-        about: "the first generation's application fails its import or lifespan startup in some or all workers: the service fails with the application's reason and exits, restarting nothing",
+        about: "the first generation's application fails its import or lifespan startup (or overruns --lifespan-timeout) in some or all workers: the service fails with the application's reason (or the timeout's) and exits, restarting nothing",
         build: apps::app_first_start_failure,
         kinds: &[FaultKind::AppStartupFails],
         no_swarm: Some(

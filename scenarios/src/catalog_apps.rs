@@ -8,7 +8,9 @@
 use core::time::Duration;
 
 use servery_sim::rng::SimRng;
-use servery_sim::{AppModel, AppStage, AppStartup, Behavior, SimCommand};
+use servery_sim::{
+    AppModel, AppStage, AppStartup, Behavior, Outcome, SimCommand, lifespan_timeout_reason,
+};
 
 use crate::catalog::{at, behave, expect, secs, spec, workers};
 use crate::{Ctx, End, Plan, fast_config};
@@ -244,6 +246,17 @@ enum StartDraw {
     Slow,
     FailsImport,
     FailsLifespan,
+    /// The lifespan startup runs past the worker's `--lifespan-timeout` (sometimes past
+    /// the parent's start timeout too, sometimes on to a failure of its own): the
+    /// worker cuts it at the timeout and fails saying so.
+    OverrunsLifespan,
+}
+
+/// The workers' `--lifespan-timeout` in these scenarios: 70 % of the start timeout, so
+/// that it, not the parent's start timeout, cuts an overrunning lifespan, and a slow
+/// start (whose lifespan takes at most 0.7 × 0.85 of the start timeout) still fits.
+fn lifespan_timeout(start_timeout: f64) -> Duration {
+    secs(start_timeout * 0.7)
 }
 
 impl StartDraw {
@@ -267,11 +280,19 @@ impl StartDraw {
                 ms(rng.range(10, 500)),
                 Some((AppStage::Lifespan, LIFESPAN_REASON.to_owned())),
             ),
+            StartDraw::OverrunsLifespan => {
+                let over = lifespan_timeout(start_timeout) + secs(start_timeout * rng.unit());
+                let fails_later = rng
+                    .chance(0.5)
+                    .then(|| (AppStage::Lifespan, LIFESPAN_REASON.to_owned()));
+                (ms(rng.range(20, 200)), over, fails_later)
+            }
         };
         AppStartup {
             import,
             lifespan,
             fails,
+            lifespan_timeout: Some(lifespan_timeout(start_timeout)),
         }
     }
 
@@ -284,10 +305,10 @@ impl StartDraw {
     }
 
     fn failing(ctx: &mut Ctx) -> StartDraw {
-        if ctx.rng.chance(0.5) {
-            StartDraw::FailsImport
-        } else {
-            StartDraw::FailsLifespan
+        match ctx.rng.range(0, 2) {
+            0 => StartDraw::FailsImport,
+            1 => StartDraw::FailsLifespan,
+            _ => StartDraw::OverrunsLifespan,
         }
     }
 }
@@ -323,11 +344,26 @@ fn carries_app_reason(message: &str) -> bool {
     message.contains(IMPORT_REASON) || message.contains(LIFESPAN_REASON)
 }
 
+/// When the failing workers' lifespans overran `--lifespan-timeout` (every failing
+/// worker of a run draws alike), the reason `message` gives must be the timeout's: the
+/// worker cuts the lifespan there, before the application's own failure or the
+/// parent's start timeout could come.
+fn lifespan_timeout_rule(o: &Outcome, message: &str) -> Result<(), String> {
+    let start_timeout = fast_config(1).recovery.worker_start_timeout;
+    let timeout_reason = lifespan_timeout_reason(lifespan_timeout(start_timeout));
+    if o.coverage.contains(labels::APP_LIFESPAN_TIMED_OUT) && !message.contains(&timeout_reason) {
+        return Err(format!(
+            "lifespan-timeout rule: the failing workers' lifespan startups overran --lifespan-timeout, and the service reported {message:?} instead of {timeout_reason:?}"
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn app_reload_startup_failure(ctx: &mut Ctx) -> Plan {
     let n = workers(ctx, 1, 4);
     let config = fast_config(n);
     let start_timeout = config.recovery.worker_start_timeout;
-    let mut spec = spec(ctx, config.clone(), 16.0);
+    let mut spec = spec(ctx, config.clone(), 18.0);
     spec.workload.request_rate = 40.0;
     spec.workload.app = Some(asgi_app(ctx));
     let first = StartDraw::starting(ctx);
@@ -338,8 +374,14 @@ pub(crate) fn app_reload_startup_failure(ctx: &mut Ctx) -> Plan {
     let failing = failing_slots(ctx, n_bad);
     // After the first generation is ready (a slow start takes up to 4.25 s).
     let bad_at = at(ctx, 5.0, 7.0);
-    // Its rejection comes within a second (a failing start takes at most 700 ms).
-    let good_at = bad_at + at(ctx, 3.0, 5.0);
+    // Its rejection comes within a second (a failing start takes at most 700 ms), or
+    // within 3.7 s when the lifespan timeout (3.5 s) cuts it.
+    let settle = if bad == StartDraw::OverrunsLifespan {
+        at(ctx, 4.5, 6.0)
+    } else {
+        at(ctx, 3.0, 5.0)
+    };
+    let good_at = bad_at + settle;
     spec.commands
         .push((bad_at, SimCommand::Reload(Box::new(fast_config(n_bad)))));
     spec.commands
@@ -375,11 +417,12 @@ pub(crate) fn app_reload_startup_failure(ctx: &mut Ctx) -> Plan {
                 ));
             }
         };
-        if !carries_app_reason(rejection) {
+        if !carries_app_reason(rejection) && !o.coverage.contains(labels::APP_LIFESPAN_TIMED_OUT) {
             return Err(format!(
                 "app-reload rule: the reload was refused with {rejection:?}, which does not carry the application's reason"
             ));
         }
+        lifespan_timeout_rule(o, rejection)?;
         // The old generation kept its N workers ready from its first READYs to the stop.
         let n = e.workers as u32;
         let stop = o.stop_ms.unwrap_or(u64::MAX);
@@ -436,11 +479,12 @@ pub(crate) fn app_first_start_failure(ctx: &mut Ctx) -> Plan {
     );
     e.extra = Some(|o, e| {
         let message = o.failure_message.clone().unwrap_or_default();
-        if !carries_app_reason(&message) {
+        if !carries_app_reason(&message) && !o.coverage.contains(labels::APP_LIFESPAN_TIMED_OUT) {
             return Err(format!(
                 "app-startup rule (first generation): the service failed with {message:?}, which does not carry the application's reason"
             ));
         }
+        lifespan_timeout_rule(o, &message)?;
         if o.spawns > e.workers as u64 {
             return Err(format!(
                 "app-startup rule (first generation): {} spawns for {} slots; a first generation whose application cannot start fails the service at once, it is not restarted",

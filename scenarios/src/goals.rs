@@ -31,6 +31,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     labels::APP_FIRST_START_FAILED,
     labels::APP_IMPORT_FAILED,
     labels::APP_LIFESPAN_FAILED,
+    labels::APP_LIFESPAN_TIMED_OUT,
     labels::APP_SLOW_START_FINISHED,
     "replacement failed then halted",
     "parent stall survived",
