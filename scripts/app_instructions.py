@@ -53,7 +53,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_apps  # noqa: E402  (the applications and process helpers)
 
 ROOT = bench_apps.ROOT
-ENDPOINTS = {"wsgi": (("hello", "/"), ("json", "/json")), "asgi": (("hello", "/"), ("json", "/json"))}
+ENDPOINTS = {
+    "wsgi": (("hello", "/"), ("json", "/json")),
+    # The sleep endpoint: a 10 ms `asyncio.sleep` per request (a timer, a future and a
+    # wake-up each), the benchmark whose throughput is furthest behind granian.
+    "asgi": (("hello", "/"), ("json", "/json"), ("sleep", "/sleep")),
+}
 WARMUP = 200
 
 
