@@ -281,6 +281,18 @@ pub struct SiteArgs {
     /// --discoverable advertise always pass. `*` turns the check off.
     #[arg(long, value_name = "NAME", env = "SERVERY_ALLOWED_HOST", value_delimiter = ',', value_parser = parse_allowed_host)]
     pub allowed_host: Vec<String>,
+    /// Names never served, listed, searched, archived, offered over TFTP or written, at
+    /// any depth, as servery's own `.servery-*` files are (404, as if absent);
+    /// repeat or separate with commas. A whole file or folder name, `*` for any run of
+    /// characters and `?` for one, case-sensitive: `--deny .git,.env,'*.key'`. Even with
+    /// --show-hidden. TFTP keeps the list servery started with.
+    #[arg(long, value_name = "PATTERN", env = "SERVERY_DENY", value_delimiter = ',', value_parser = parse_deny)]
+    pub deny: Vec<String>,
+}
+
+/// A `--deny` pattern, kept as written once it is known to be one.
+fn parse_deny(s: &str) -> Result<String, String> {
+    crate::write::deny::NamePattern::parse(s).map(|_| s.to_owned())
 }
 
 /// An `--allowed-host` value, kept as written once it is known to be a pattern.

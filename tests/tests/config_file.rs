@@ -320,6 +320,7 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("auth", &["alice:secret", "bob:sha256:00"]),
         ("cache", &["60"]),
         ("allowed_host", &["files.example.org", "*.lan.example.org"]),
+        ("deny", &[".git", "*.key"]),
         ("max_upload_size", &["1000"]),
         ("state_dir", &["/var/lib/servery"]),
         ("access_log", &["/var/log/servery.log"]),

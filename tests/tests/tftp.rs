@@ -237,6 +237,24 @@ fn hidden_files_follow_show_hidden() {
 }
 
 #[test]
+fn denied_names_are_not_found_over_tftp_either() {
+    let tree = Tree::new("tftp-deny");
+    std::fs::create_dir_all(tree.root().join("boot")).expect("mkdir");
+    std::fs::write(tree.root().join("boot/host.key"), b"key").expect("write");
+    std::fs::write(tree.root().join("boot/pxelinux.0"), b"boot").expect("write");
+    let (_server, addr) = start(&tree, 1, &["--deny", "*.key", "--show-hidden"]);
+    assert_eq!(
+        error_code(first_reply(addr, "boot/host.key"), "boot/host.key"),
+        1,
+        "a denied name is not found"
+    );
+    assert!(matches!(
+        first_reply(addr, "boot/pxelinux.0"),
+        Some(Reply::Data { block: 1, .. })
+    ));
+}
+
+#[test]
 fn a_full_pool_says_busy_and_a_stalled_client_is_dropped_after_its_timeout() {
     let tree = Tree::new("tftp-busy");
     place(&tree, "f.bin", &pattern(10_000, 6));

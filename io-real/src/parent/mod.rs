@@ -513,6 +513,9 @@ fn serve(
         !args.site.auth.is_empty(),
         args.tftp.tftp_write,
     );
+    // The TFTP service this process runs hides what the workers hide (the list servery
+    // started with, as its --show-hidden).
+    crate::write::deny::set_denied(&args.site.deny);
     let tftp = match tftp_socket {
         Some(socket) => crate::tftp::TftpSlot::ready(
             socket,

@@ -247,6 +247,7 @@ mod tests {
             max_compress_size: crate::http::SiteConfig::default().max_compress_size,
             http3: false,
             allowed_host: Vec::new(),
+            deny: Vec::new(),
         }
     }
 

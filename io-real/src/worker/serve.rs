@@ -105,6 +105,8 @@ pub(super) async fn run(
         .iter()
         .filter_map(|l| l.local_addr().ok())
         .collect();
+    // Before anything is served: every check of a name consults it.
+    crate::write::deny::set_denied(&setup.settings.site.deny);
     let mut site_config = super::site_config::site_config(
         args.worker_id,
         &setup,

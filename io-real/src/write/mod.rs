@@ -23,6 +23,7 @@
 
 pub mod args;
 mod chunk_run;
+pub mod deny;
 pub mod file;
 pub mod grant;
 pub mod partial;
@@ -55,9 +56,16 @@ pub fn is_out_of_space(e: &io::Error) -> bool {
         || e.raw_os_error() == Some(rustix::io::Errno::DQUOT.raw_os_error())
 }
 
-/// Whether `name` is one of servery's private files.
-pub fn is_private(name: &str) -> bool {
+/// Whether `name` is one of servery's own files (temporaries, partial uploads,
+/// property sidecars).
+pub fn is_own(name: &str) -> bool {
     name.starts_with(PRIVATE_PREFIX)
+}
+
+/// Whether `name` is private: one of servery's own files, or a name the operator's
+/// `--deny` list names. Never served, listed or written.
+pub fn is_private(name: &str) -> bool {
+    is_own(name) || deny::is_denied(name)
 }
 
 /// How this worker writes. Fixed for the worker's life.

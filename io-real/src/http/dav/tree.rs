@@ -19,7 +19,7 @@ use servery_core::write_flow::Existing;
 
 use super::props;
 use super::resource::DavPath;
-use crate::write::{is_private, temp};
+use crate::write::{is_own, temp};
 
 /// Collections nested deeper than this are not copied (the walk must end).
 pub const MAX_DEPTH: usize = 64;
@@ -144,9 +144,11 @@ fn copy_members(from: &Dir, to: &Dir, depth: usize) -> io::Result<()> {
     for entry in from.entries()? {
         let name = entry?.file_name();
         // Temporaries and partial uploads belong to their writers; property sidecars
-        // describe members and go with them. A name that is not UTF-8 is copied too.
+        // describe members and go with them. A name that is not UTF-8 is copied too, and
+        // so is a name the deny list hides (a copied folder keeps all it holds, as a
+        // moved one does; the copy stays hidden by the same list).
         if let Some(text) = name.to_str()
-            && is_private(text)
+            && is_own(text)
             && !props::is_sidecar(text)
         {
             continue;
