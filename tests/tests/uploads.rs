@@ -514,6 +514,68 @@ fn saturation_answers_503_before_the_body_and_recovers() {
 }
 
 #[test]
+fn a_chunked_form_reserves_a_first_step_and_grows_not_the_whole_limit() {
+    // Budget and limit alike 64 MiB: a chunked form that reserved its whole limit (as
+    // it did) would leave no room for a second upload while it is open.
+    const MIB: u64 = 1 << 20;
+    let tree = Tree::new("up-form-grows");
+    let server = start(
+        &tree,
+        2,
+        &[
+            "--max-upload-bytes",
+            "67108864",
+            "--max-upload-size",
+            "67108864",
+        ],
+    );
+    let boundary = "servery-form-boundary";
+    let file = body(7, 12 * MIB as usize);
+    let mut form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"f\"; filename=\"big.bin\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    form.extend_from_slice(&file);
+    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let chunked = |bytes: &[u8]| {
+        let mut out = format!("{:x}\r\n", bytes.len()).into_bytes();
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(b"\r\n");
+        out
+    };
+    let mut c = Conn::open(server.addr);
+    let mut first = format!(
+        "POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n\r\n"
+    )
+    .into_bytes();
+    first.extend(chunked(&form[..1 << 20]));
+    c.send(&first).expect("send");
+    // Open and 1 MiB in: it holds the first step, 8 MiB.
+    let (held, _) = wait_until(Duration::from_secs(10), "the form's reservation", || {
+        let b = broker(&server);
+        (reservations(&b) == 1).then(|| b["reservations"]["bytes"].as_u64().unwrap_or(0))
+    });
+    assert_eq!(held, 8 * MIB, "a chunked form's first reservation");
+    // A second upload fits beside it.
+    assert_eq!(
+        put(server.addr, "/beside.bin", &body(8, 1 << 20)).status,
+        201
+    );
+    // The rest of the form: the reservation grows past 8 MiB and the file is whole.
+    for piece in form[1 << 20..].chunks(1 << 20) {
+        c.send(&chunked(piece)).expect("send");
+    }
+    c.send(b"0\r\n\r\n").expect("send");
+    let r = c.response().expect("the form's answer");
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(
+        std::fs::read(tree.root().join("big.bin")).expect("published"),
+        file
+    );
+    wait_released(&server);
+}
+
+#[test]
 fn a_full_broker_queue_answers_503_at_once_and_recovers() {
     // Queue: each worker may have one broker request waiting for an answer. A stopped
     // parent answers nothing, so the first PUT a worker takes waits (reply timeout 20 s)

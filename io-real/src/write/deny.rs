@@ -162,8 +162,16 @@ mod tests {
     #[test]
     fn what_cannot_be_a_pattern_says_why() {
         assert!(NamePattern::parse("").is_err());
-        assert!(NamePattern::parse("a/b").expect_err("a path").contains("'/'"));
-        assert!(NamePattern::parse("**").expect_err("everything").contains("every name"));
+        assert!(
+            NamePattern::parse("a/b")
+                .expect_err("a path")
+                .contains("'/'")
+        );
+        assert!(
+            NamePattern::parse("**")
+                .expect_err("everything")
+                .contains("every name")
+        );
         assert!(NamePattern::parse(&"a".repeat(256)).is_err());
     }
 }

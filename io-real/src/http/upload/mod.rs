@@ -407,10 +407,14 @@ impl Uploads {
             Err(e) => Err(WriteError::from_resolve(e)),
         })
         .await?;
-        // One reservation for the whole form, taken before a byte of it is read: its
-        // bound is the body's, framing included.
+        // One reservation for the whole form, taken before a byte of it is read: a form
+        // that gives its length reserves that (framing included); one sent chunked, as
+        // a chunked PUT, a first step that grows before each file's bytes outrun it
+        // (core's `upload_budget`, decision 0064), not the whole --max-upload-size.
+        let budget =
+            first_reservation(length, None, limit).map_err(|_| WriteError::TooLarge { limit })?;
+        let mut reservation = Grant::reserve_budget(&self.writer.broker, budget, limit).await?;
         let bytes = length.unwrap_or(limit);
-        let mut reservation = Grant::reserve_upload(&self.writer.broker, bytes).await?;
         let mut form = Form {
             parser,
             body: BodySource::new(body, bytes, length, self.stall()),
