@@ -470,3 +470,83 @@ fn a_scripted_cadaver_session_puts_copies_moves_locks_and_sets_properties() {
     );
     assert!(!tree.root().join("dir/b.txt").exists());
 }
+
+/// `curl -s -D - -X PROPFIND` of `path` with `extra` arguments: the headers (lower-case)
+/// and the body as curl gives it (decoded with `--compressed`).
+fn propfind_curl(addr: SocketAddr, path: &str, extra: &[&str]) -> (String, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "60", "-D", "-", "-X", "PROPFIND"])
+        .args(extra)
+        .arg(format!("http://{addr}{path}"))
+        .output()
+        .expect("run curl");
+    let split = out
+        .stdout
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&out.stdout[..split]).to_ascii_lowercase();
+    (head, out.stdout[split + 4..].to_vec())
+}
+
+/// The `<D:href>` values of a multistatus answer, sorted.
+fn hrefs(xml: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(xml);
+    let mut found: Vec<String> = text
+        .split("<D:href>")
+        .skip(1)
+        .filter_map(|s| s.split("</D:href>").next())
+        .map(str::to_owned)
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn propfind_answers_are_compressed_as_the_client_accepts() {
+    let tree = Tree::new("dav-compressed");
+    let folder = tree.root().join("many");
+    std::fs::create_dir_all(folder.join("sub")).expect("mkdir");
+    for i in 0..3000 {
+        std::fs::write(folder.join(format!("file-{i:05}.txt")), b"x").expect("write");
+    }
+    let server = start(&tree, 1, &[]);
+    let addr = server.addr;
+    // Depth 1 (streamed) and Depth infinity (whole), each plain and in every coding.
+    for depth in ["1", "infinity"] {
+        let depth_header = format!("Depth: {depth}");
+        let (head, plain) = propfind_curl(addr, "/many/", &["-H", &depth_header]);
+        assert!(head.starts_with("http/1.1 207"), "{head}");
+        assert!(!head.contains("content-encoding"), "not asked: {head}");
+        assert!(head.contains("vary: accept-encoding"), "{head}");
+        let want = hrefs(&plain);
+        assert_eq!(want.len(), 3002, "the folder, its files and sub/");
+        for coding in ["gzip", "br", "zstd"] {
+            let accept = format!("Accept-Encoding: {coding}");
+            let (head, raw) = propfind_curl(addr, "/many/", &["-H", &depth_header, "-H", &accept]);
+            assert!(
+                head.contains(&format!("content-encoding: {coding}")),
+                "Depth {depth}, {coding}: {head}"
+            );
+            assert!(
+                raw.len() * 5 < plain.len(),
+                "Depth {depth}, {coding}: {} bytes for {} plain",
+                raw.len(),
+                plain.len()
+            );
+            let (_, decoded) = propfind_curl(
+                addr,
+                "/many/",
+                &["-H", &depth_header, "-H", &accept, "--compressed"],
+            );
+            let got = hrefs(&decoded);
+            assert!(
+                got == want,
+                "Depth {depth}, {coding}: the decoded answer names {} resources, the plain one {} (first difference: {:?})",
+                got.len(),
+                want.len(),
+                got.iter().zip(&want).find(|(a, b)| a != b)
+            );
+        }
+    }
+}

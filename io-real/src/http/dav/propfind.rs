@@ -9,6 +9,7 @@ use servery_core::proto::DavLockInfo;
 use tokio::runtime::Handle;
 
 use super::super::body::Body;
+use super::super::compress;
 use super::super::error::HttpError;
 use super::super::long_work;
 use super::super::mime;
@@ -17,7 +18,8 @@ use super::propfind_stream::{self, Listing};
 use super::props::{self, Stored};
 use super::resource::{self, DavPath};
 use super::xml::{self, DAV_NS, Multistatus, Name, PatchOp, PropOut, Propfind};
-use super::{Dav, DavError, blocking, multistatus, single};
+use super::{Dav, DavError, blocking, encoded_multistatus, multistatus, single};
+use crate::http::site::joined_values;
 use crate::write::{Grant, Writer, target};
 
 /// The live properties servery computes, in the order allprop lists them. The quota
@@ -243,6 +245,11 @@ impl Dav {
         // One question answers for every resource in the answer: the locks on the start,
         // above it with depth infinity, and below it.
         let locks = self.locks.around(&path.resource()).await?;
+        let codings = if self.compress {
+            compress::negotiate(joined_values(&parts.headers, header::ACCEPT_ENCODING).as_deref())
+        } else {
+            Vec::new()
+        };
         if depth == Some(1) {
             // A collection's members at any count, streamed (`propfind_stream`); a file
             // is answered like Depth 0.
@@ -263,13 +270,24 @@ impl Dav {
                     quota,
                     show_hidden,
                 };
+                let coding = codings.first().copied();
                 let mut response =
-                    Response::new(propfind_stream::stream(listing, Handle::current()));
+                    Response::new(propfind_stream::stream(listing, coding, Handle::current()));
                 *response.status_mut() = StatusCode::MULTI_STATUS;
-                response.headers_mut().insert(
+                let headers = response.headers_mut();
+                headers.insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/xml; charset=utf-8"),
                 );
+                if let Some(coding) = coding {
+                    headers.insert(
+                        header::CONTENT_ENCODING,
+                        HeaderValue::from_static(coding.token()),
+                    );
+                }
+                if self.compress {
+                    headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+                }
                 return Ok(response);
             }
         }
@@ -294,7 +312,7 @@ impl Dav {
         for f in &found {
             describe(&mut out, &request, f, &locks, quota);
         }
-        Ok(multistatus(out.finish()))
+        Ok(encoded_multistatus(out.finish(), &codings, self.compress))
     }
 
     pub(super) async fn proppatch(

@@ -7,7 +7,9 @@
 //! when hyper has taken the previous, so a slow client holds no thread, and a client that
 //! goes away ends the reading. Members are sent in the order the directory gives them
 //! (RFC 4918 asks for none); a failure half-way fails the body, so the client sees a broken
-//! answer, never a short one that looks whole.
+//! answer, never a short one that looks whole. When the client accepts a coding, each
+//! batch goes through one streaming encoder (the page's streaming level) on the same
+//! blocking job: 73 MB of XML for 100,000 files is mostly repeated markup.
 
 use std::collections::HashSet;
 use std::future::Future as _;
@@ -25,6 +27,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use super::super::body::Body;
+use super::super::compress::{Coding, Level, StreamEncoder};
 use super::propfind::{Found, describe};
 use super::props;
 use super::resource::{self, DavPath};
@@ -60,10 +63,43 @@ struct Cursor {
     /// names as members that carry dead properties).
     with_props: HashSet<String>,
     out: Option<Multistatus>,
+    /// The answer's encoder when it is sent compressed; taken when the stream ends.
+    encoder: Option<StreamEncoder>,
+    /// Whether the answer was sent compressed (the encoder is gone once finished).
+    encoded: bool,
 }
 
 impl Cursor {
-    /// The next piece of the answer; `None` once it has all been given.
+    /// The next piece of the answer as sent (encoded when it is); `None` once it has all
+    /// been given. An encoder that holds a batch back (it gathers input for a block)
+    /// gets the next one in the same call, so no empty piece is sent.
+    fn next_piece(&mut self) -> io::Result<Option<Bytes>> {
+        if !self.encoded {
+            return self.next_batch();
+        }
+        loop {
+            if self.encoder.is_none() {
+                return Ok(None);
+            }
+            let batch = self.next_batch()?;
+            let mut out = match (batch, self.encoder.as_mut()) {
+                (Some(batch), Some(encoder)) => encoder.push(&batch)?,
+                _ => Vec::new(),
+            };
+            if self.out.is_none() {
+                // The last batch was just read: the trailer goes with it.
+                if let Some(encoder) = self.encoder.take() {
+                    out.extend(encoder.finish()?);
+                }
+                return Ok(Some(Bytes::from(out)));
+            }
+            if !out.is_empty() {
+                return Ok(Some(Bytes::from(out)));
+            }
+        }
+    }
+
+    /// The next piece of the XML; `None` once it has all been given.
     fn next_batch(&mut self) -> io::Result<Option<Bytes>> {
         let Some(out) = self.out.as_mut() else {
             return Ok(None);
@@ -124,14 +160,24 @@ struct ListingBody {
     runtime: Handle,
 }
 
-/// The streamed `207` body of a Depth 1 PROPFIND on `listing`'s collection.
-pub(super) fn stream(listing: Listing, runtime: Handle) -> Body {
+/// The streamed `207` body of a Depth 1 PROPFIND on `listing`'s collection, encoded in
+/// `coding` when one is given.
+pub(super) fn stream(listing: Listing, coding: Option<Coding>, runtime: Handle) -> Body {
+    let encoder = coding.and_then(|c| match StreamEncoder::new(c, Level::Streaming) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot encode a PROPFIND answer");
+            None
+        }
+    });
     ListingBody {
         state: State::Idle(Box::new(Cursor {
             listing,
             stage: Stage::Start,
             with_props: HashSet::new(),
             out: Some(Multistatus::new()),
+            encoded: encoder.is_some(),
+            encoder,
         })),
         runtime,
     }
@@ -151,8 +197,8 @@ impl hyper::body::Body for ListingBody {
                 State::Done => return Poll::Ready(None),
                 State::Idle(mut cursor) => {
                     let job = self.runtime.spawn_blocking(move || {
-                        let batch = cursor.next_batch();
-                        (cursor, batch)
+                        let piece = cursor.next_piece();
+                        (cursor, piece)
                     });
                     self.state = State::Reading(job);
                 }

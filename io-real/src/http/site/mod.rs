@@ -221,6 +221,7 @@ impl Site {
                 d,
                 uploads.as_ref().map(|u| u.writer().clone()),
                 config.show_hidden,
+                config.compress,
                 config.deadlines.body,
             )
         });
