@@ -33,6 +33,7 @@ pub mod meter;
 pub mod mime;
 pub mod page;
 pub mod path;
+pub(crate) mod pieces;
 pub(crate) mod pipeline;
 mod plain_stream;
 pub mod policy;

@@ -270,9 +270,9 @@ impl Dav {
                     quota,
                     show_hidden,
                 };
-                let coding = codings.first().copied();
-                let mut response =
-                    Response::new(propfind_stream::stream(listing, coding, Handle::current()));
+                let (body, coding) =
+                    propfind_stream::stream(listing, codings.first().copied(), Handle::current());
+                let mut response = Response::new(body);
                 *response.status_mut() = StatusCode::MULTI_STATUS;
                 let headers = response.headers_mut();
                 headers.insert(

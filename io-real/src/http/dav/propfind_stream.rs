@@ -3,31 +3,24 @@
 //! the directory cursor, not the folder (issue 37: rclone opening a folder of 100,000
 //! files). The Depth-infinity cap (`--dav-propfind-max-entries`) does not apply here.
 //!
-//! Each batch is read and rendered on the blocking pool; the next one is asked for only
-//! when hyper has taken the previous, so a slow client holds no thread, and a client that
-//! goes away ends the reading. Members are sent in the order the directory gives them
-//! (RFC 4918 asks for none); a failure half-way fails the body, so the client sees a broken
-//! answer, never a short one that looks whole. When the client accepts a coding, each
-//! batch goes through one streaming encoder (the page's streaming level) on the same
-//! blocking job: 73 MB of XML for 100,000 files is mostly repeated markup.
+//! Each batch is read and rendered on the blocking pool as one of the body's pieces
+//! (`http::pieces`: one job per piece, the next asked for only when hyper took the last,
+//! encoded as the client accepts: 73 MB of XML for 100,000 files is mostly repeated
+//! markup). Members are sent in the order the directory gives them (RFC 4918 asks for
+//! none).
 
 use std::collections::HashSet;
-use std::future::Future as _;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use cap_std::fs::{Dir, Metadata, ReadDir};
-use http_body_util::BodyExt;
-use hyper::body::Frame;
 use servery_core::proto::DavLockInfo;
 use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
 
 use super::super::body::Body;
-use super::super::compress::{Coding, Level, StreamEncoder};
+use super::super::compress::Coding;
+use super::super::pieces::{self, Pieces};
 use super::propfind::{Found, describe};
 use super::props;
 use super::resource::{self, DavPath};
@@ -63,42 +56,9 @@ struct Cursor {
     /// names as members that carry dead properties).
     with_props: HashSet<String>,
     out: Option<Multistatus>,
-    /// The answer's encoder when it is sent compressed; taken when the stream ends.
-    encoder: Option<StreamEncoder>,
-    /// Whether the answer was sent compressed (the encoder is gone once finished).
-    encoded: bool,
 }
 
 impl Cursor {
-    /// The next piece of the answer as sent (encoded when it is); `None` once it has all
-    /// been given. An encoder that holds a batch back (it gathers input for a block)
-    /// gets the next one in the same call, so no empty piece is sent.
-    fn next_piece(&mut self) -> io::Result<Option<Bytes>> {
-        if !self.encoded {
-            return self.next_batch();
-        }
-        loop {
-            if self.encoder.is_none() {
-                return Ok(None);
-            }
-            let batch = self.next_batch()?;
-            let mut out = match (batch, self.encoder.as_mut()) {
-                (Some(batch), Some(encoder)) => encoder.push(&batch)?,
-                _ => Vec::new(),
-            };
-            if self.out.is_none() {
-                // The last batch was just read: the trailer goes with it.
-                if let Some(encoder) = self.encoder.take() {
-                    out.extend(encoder.finish()?);
-                }
-                return Ok(Some(Bytes::from(out)));
-            }
-            if !out.is_empty() {
-                return Ok(Some(Bytes::from(out)));
-            }
-        }
-    }
-
     /// The next piece of the XML; `None` once it has all been given.
     fn next_batch(&mut self) -> io::Result<Option<Bytes>> {
         let Some(out) = self.out.as_mut() else {
@@ -148,77 +108,24 @@ impl Cursor {
     }
 }
 
-enum State {
-    Idle(Box<Cursor>),
-    Reading(JoinHandle<(Box<Cursor>, io::Result<Option<Bytes>>)>),
-    Done,
-}
-
-/// The body that reads and renders `listing` a batch at a time.
-struct ListingBody {
-    state: State,
-    runtime: Handle,
+impl Pieces for Cursor {
+    fn next_piece(&mut self) -> io::Result<Option<Bytes>> {
+        self.next_batch()
+    }
 }
 
 /// The streamed `207` body of a Depth 1 PROPFIND on `listing`'s collection, encoded in
-/// `coding` when one is given.
-pub(super) fn stream(listing: Listing, coding: Option<Coding>, runtime: Handle) -> Body {
-    let encoder = coding.and_then(|c| match StreamEncoder::new(c, Level::Streaming) {
-        Ok(e) => Some(e),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot encode a PROPFIND answer");
-            None
-        }
-    });
-    ListingBody {
-        state: State::Idle(Box::new(Cursor {
-            listing,
-            stage: Stage::Start,
-            with_props: HashSet::new(),
-            out: Some(Multistatus::new()),
-            encoded: encoder.is_some(),
-            encoder,
-        })),
-        runtime,
-    }
-    .boxed()
-}
-
-impl hyper::body::Body for ListingBody {
-    type Data = Bytes;
-    type Error = io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        loop {
-            match std::mem::replace(&mut self.state, State::Done) {
-                State::Done => return Poll::Ready(None),
-                State::Idle(mut cursor) => {
-                    let job = self.runtime.spawn_blocking(move || {
-                        let piece = cursor.next_piece();
-                        (cursor, piece)
-                    });
-                    self.state = State::Reading(job);
-                }
-                State::Reading(mut job) => match Pin::new(&mut job).poll(cx) {
-                    Poll::Pending => {
-                        self.state = State::Reading(job);
-                        return Poll::Pending;
-                    }
-                    Poll::Ready(Ok((cursor, Ok(Some(bytes))))) => {
-                        self.state = State::Idle(cursor);
-                        return Poll::Ready(Some(Ok(Frame::data(bytes))));
-                    }
-                    Poll::Ready(Ok((_, Ok(None)))) => return Poll::Ready(None),
-                    Poll::Ready(Ok((_, Err(e)))) => {
-                        tracing::warn!(error = %e, "PROPFIND listing ended early");
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(io::Error::other(e)))),
-                },
-            }
-        }
-    }
+/// `coding` when one is given; the coding it is sent in.
+pub(super) fn stream(
+    listing: Listing,
+    coding: Option<Coding>,
+    runtime: Handle,
+) -> (Body, Option<Coding>) {
+    let cursor = Cursor {
+        listing,
+        stage: Stage::Start,
+        with_props: HashSet::new(),
+        out: Some(Multistatus::new()),
+    };
+    pieces::stream(cursor, coding, runtime, "PROPFIND listing")
 }

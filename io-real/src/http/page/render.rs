@@ -203,16 +203,32 @@ pub fn push_tail(html: &mut String) {
 
 /// Renders the directory page.
 pub fn render(page: &Page<'_>) -> String {
+    let mut html = String::with_capacity(2048 + page.entries.len() * 330);
+    html.push_str(&render_head(page));
+    for e in page.entries {
+        push_row(&mut html, e);
+    }
+    html.push_str(&render_tail(page));
+    html
+}
+
+fn page_title(page: &Page<'_>) -> String {
+    format!("Index of {}", dir_title(page.dir.segments()))
+}
+
+/// The directory page up to its first entry's row (the parent folder's row included):
+/// with [`push_row`] for each entry and [`render_tail`], the page, which a large folder's
+/// answer sends a piece at a time.
+pub fn render_head(page: &Page<'_>) -> String {
     let Page {
         dir,
         entries,
         query,
         features,
-        readme,
-        qr_base,
+        ..
     } = *page;
-    let title = format!("Index of {}", dir_title(dir.segments()));
-    let mut html = String::with_capacity(2048 + entries.len() * 330);
+    let title = page_title(page);
+    let mut html = String::with_capacity(4096);
     push_head(&mut html, dir, &title, features, None);
     let _ = write!(html, "<h1>{title}</h1>\n<div class=\"tools\">");
     html.push_str(
@@ -246,21 +262,23 @@ pub fn render(page: &Page<'_>) -> String {
              <td class=\"size\"></td><td class=\"time\"></td></tr>\n",
         );
     }
-    for e in entries {
-        push_row(&mut html, e);
-    }
-    html.push_str("</tbody></table>\n");
-    if entries.is_empty() {
+    html
+}
+
+/// The directory page after its last entry's row.
+pub fn render_tail(page: &Page<'_>) -> String {
+    let mut html = String::from("</tbody></table>\n");
+    if page.entries.is_empty() {
         html.push_str("<p class=\"note\">This folder is empty.</p>\n");
     }
-    if let Some(readme) = readme {
+    if let Some(readme) = page.readme {
         let _ = writeln!(
             html,
             "<article class=\"readme card\" aria-label=\"README\">{readme}</article>"
         );
     }
-    if let Some(base) = qr_base {
-        let url = format!("{}{}", base.trim_end_matches('/'), dir.dir_href());
+    if let Some(base) = page.qr_base {
+        let url = format!("{}{}", base.trim_end_matches('/'), page.dir.dir_href());
         html.push_str(&super::qr::aside(&url).unwrap_or_default());
     }
     push_tail(&mut html);
