@@ -117,3 +117,36 @@ fn a_large_folders_page_is_streamed_whole_and_encoded() {
         "a HEAD answer carries no page"
     );
 }
+
+#[test]
+fn folders_show_how_many_items_they_hold() {
+    let tree = Tree::new("item-counts");
+    for (folder, n) in [("albums", 3), ("empty", 0), ("one", 1)] {
+        let dir = tree.root().join(folder);
+        fs::create_dir_all(&dir).expect("mkdir");
+        for i in 0..n {
+            fs::write(dir.join(format!("f{i}")), b"x").expect("write");
+        }
+    }
+    fs::write(tree.root().join("albums/.hidden"), b"x").expect("write");
+    let server = Server::start(&tree, 1, FAST, &[]);
+    let url = format!("http://{}/", server.addr);
+    let (_, page) = fetch(&url, &["-H", "Accept: text/html"]);
+    let page = String::from_utf8_lossy(&page).into_owned();
+    for shown in [">3 items<", ">0 items<", ">1 item<"] {
+        assert!(page.contains(shown), "{shown} not on the page: {page}");
+    }
+    let (_, json) = fetch(&format!("{url}?format=json"), &[]);
+    let json: servery_tests::serde_json::Value =
+        servery_tests::serde_json::from_slice(&json).expect("JSON");
+    let albums = json
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["name"] == "albums"))
+        .expect("albums listed");
+    assert_eq!(albums["items"], 3, "{albums}");
+    let file = json
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["name"] == "hello.txt"))
+        .expect("hello.txt listed");
+    assert!(file.get("items").is_none(), "a file has no count: {file}");
+}

@@ -21,7 +21,19 @@ pub struct Entry {
     /// the file in a URL.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub href: Option<String>,
+    /// A folder's entries that the listing would show, when counted: at most
+    /// [`ITEMS_COUNTED`], then `ITEMS_COUNTED + 1` for "more". Not counted (absent) for
+    /// files, and for folders past the listing's counting budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<u64>,
 }
+
+/// The most entries counted in one folder for its item count.
+pub const ITEMS_COUNTED: u64 = 10_000;
+/// The most entries read, over all of a listing's folders, to count their items: a
+/// folder of many large folders shows counts for the first ones and no more, so a
+/// listing costs at most about this many directory entries more than its own.
+pub const ITEMS_BUDGET: u64 = 100_000;
 
 impl Entry {
     /// The entry's name as one percent-encoded URL segment.
@@ -204,6 +216,7 @@ mod tests {
             size,
             mtime,
             href: None,
+            items: None,
         }
     }
 

@@ -23,7 +23,7 @@ use super::conditional::Validators;
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::HttpError;
 use super::file_cache::{FileCache, FileIdentity};
-use super::listing::Entry;
+use super::listing::{Entry, ITEMS_BUDGET, ITEMS_COUNTED};
 use super::mime;
 use super::path::{RequestPath, is_hidden};
 use super::site::{ENCODE_IN_MEMORY_MAX, SMALL_FILE_MAX};
@@ -454,7 +454,108 @@ pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entr
             size: if meta.is_dir() { 0 } else { meta.len() },
             mtime,
             href,
+            items: None,
         });
     }
+    count_items(root, rel, show_hidden, &mut entries, ITEMS_BUDGET);
     Ok(entries)
+}
+
+/// Counts each folder's entries as its own listing would show them (by name: hidden and
+/// private names left out), up to [`ITEMS_COUNTED`] a folder and `budget` entries read in
+/// all ([`ITEMS_BUDGET`]); a folder that cannot be read, or past the budget, is left
+/// uncounted.
+fn count_items(root: &Dir, rel: &Path, show_hidden: bool, entries: &mut [Entry], budget: u64) {
+    let mut budget = budget;
+    for e in entries.iter_mut().filter(|e| e.is_dir && e.href.is_none()) {
+        if budget == 0 {
+            break;
+        }
+        let Ok(members) = root.read_dir(rel.join(&e.name)) else {
+            continue;
+        };
+        let mut n = 0;
+        for member in members {
+            if n > ITEMS_COUNTED || budget == 0 {
+                break;
+            }
+            budget -= 1;
+            let Ok(member) = member else { continue };
+            let name = member.file_name();
+            let name = name.to_string_lossy();
+            if (show_hidden || !is_hidden(&name)) && !crate::write::is_private(&name) {
+                n += 1;
+            }
+        }
+        if budget > 0 || n > ITEMS_COUNTED {
+            e.items = Some(n.min(ITEMS_COUNTED + 1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod item_count_tests {
+    use super::*;
+
+    fn tree(name: &str) -> (std::path::PathBuf, Dir) {
+        let dir = std::env::temp_dir().join(format!("sv-items-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let root = Dir::open_ambient_dir(&dir, cap_std::ambient_authority()).expect("open");
+        (dir, root)
+    }
+
+    fn fill(dir: &std::path::Path, names: &[&str]) {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        for n in names {
+            std::fs::write(dir.join(n), b"x").expect("write");
+        }
+    }
+
+    #[test]
+    fn folders_count_what_their_listing_would_show_within_the_budget() {
+        let (path, root) = tree("count");
+        fill(
+            &path.join("a"),
+            &["1", "2", "3", ".hidden", ".servery-tmp-1-x"],
+        );
+        fill(&path.join("b"), &[]);
+        fill(&path.join("c"), &["1", "2", "3", "4", "5", "6"]);
+        std::fs::write(path.join("file"), b"x").expect("write");
+        let items = |budget: u64, show_hidden: bool| {
+            let mut entries = list(&root, Path::new("."), show_hidden).expect("list");
+            for e in &mut entries {
+                e.items = None;
+            }
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            count_items(&root, Path::new("."), show_hidden, &mut entries, budget);
+            entries
+                .iter()
+                .map(|e| (e.name.clone(), e.items))
+                .collect::<Vec<_>>()
+        };
+        let all = items(ITEMS_BUDGET, false);
+        assert_eq!(
+            all,
+            [
+                ("a".to_owned(), Some(3)),
+                ("b".to_owned(), Some(0)),
+                ("c".to_owned(), Some(6)),
+                ("file".to_owned(), None),
+            ],
+            "hidden and servery's own names are not counted; files have no count"
+        );
+        assert_eq!(
+            items(ITEMS_BUDGET, true)[0].1,
+            Some(4),
+            "--show-hidden counts them"
+        );
+        // A budget of 7 entries read: `a` (5 read) and `b` are counted, `c` is cut short
+        // and left uncounted rather than shown too small.
+        let cut = items(7, false);
+        assert_eq!(cut[0].1, Some(3));
+        assert_eq!(cut[1].1, Some(0));
+        assert_eq!(cut[2].1, None, "a folder the budget cut is not counted");
+        let _ = std::fs::remove_dir_all(&path);
+    }
 }

@@ -373,7 +373,12 @@ pub fn push_row_at(html: &mut String, e: &Entry, href: &str, label: &str) {
         shown = display_name(label),
     );
     if e.is_dir {
-        html.push_str("<td class=\"size\">—</td>");
+        match e.items {
+            Some(n) => {
+                let _ = write!(html, "<td class=\"size\">{}</td>", items_text(n));
+            }
+            None => html.push_str("<td class=\"size\">—</td>"),
+        }
     } else {
         let _ = write!(
             html,
@@ -389,6 +394,28 @@ pub fn push_row_at(html: &mut String, e: &Entry, href: &str, label: &str) {
         exact = utc_date(e.mtime, true),
         shown = utc_date(e.mtime, false),
     );
+}
+
+/// A folder's item count as the size column shows it: "1 item", "12 items", and past
+/// what is counted "10,000+ items".
+fn items_text(n: u64) -> String {
+    use crate::http::listing::ITEMS_COUNTED;
+    let grouped = |n: u64| {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, d) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(d);
+        }
+        out
+    };
+    match n {
+        1 => "1 item".to_owned(),
+        n if n > ITEMS_COUNTED => format!("{}+ items", grouped(ITEMS_COUNTED)),
+        n => format!("{} items", grouped(n)),
+    }
 }
 
 /// A column header linking to this column's sort, toggling direction when already active.
@@ -416,6 +443,23 @@ mod tests {
     use super::*;
     use crate::http::path::encode_segment;
 
+    #[test]
+    fn folder_item_counts_read_as_words() {
+        assert_eq!(items_text(0), "0 items");
+        assert_eq!(items_text(1), "1 item");
+        assert_eq!(items_text(999), "999 items");
+        assert_eq!(items_text(1_234), "1,234 items");
+        assert_eq!(items_text(10_000), "10,000 items");
+        assert_eq!(items_text(10_001), "10,000+ items");
+        let mut html = String::new();
+        let mut folder = entry("photos", true, 0, 0);
+        folder.items = Some(3);
+        push_row(&mut html, &folder);
+        assert!(html.contains("<td class=\"size\">3 items</td>"), "{html}");
+        push_row(&mut html, &entry("uncounted", true, 0, 0));
+        assert!(html.contains("<td class=\"size\">—</td>"), "{html}");
+    }
+
     fn entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
         Entry {
             name: name.into(),
@@ -423,6 +467,7 @@ mod tests {
             size,
             mtime,
             href: None,
+            items: None,
         }
     }
 

@@ -301,6 +301,7 @@ mod tests {
                 size: 1_000_000 + (i as u64 * 7919) % 3_000_000,
                 mtime: 1_700_000_000 + i as u64 / 300,
                 href: None,
+                items: None,
             })
             .collect()
     }

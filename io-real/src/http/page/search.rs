@@ -159,6 +159,7 @@ pub fn search(
                         size: if meta.is_file() { meta.len() } else { 0 },
                         mtime,
                         href: exact,
+                        items: None,
                     },
                 });
             }
