@@ -189,3 +189,43 @@ fn refusals_before_a_handler_are_logged_and_unheard_connections_counted() {
 
 const UNHEARD_TIMEOUT: &str = "servery_connections_closed_unheard_total{reason=\"head_timeout\"}";
 const UNHEARD_EVICTED: &str = "servery_connections_closed_unheard_total{reason=\"evicted\"}";
+
+/// A pipelining client sends a request and, in the same write, a second head that is
+/// refused: the second is logged with its own request line, not `"-"` (issue 34).
+#[test]
+fn a_refused_pipelined_head_is_logged_with_its_request_line() {
+    let tree = Tree::new("alog-pipelined");
+    let path = tree.root().with_file_name("pipelined.log");
+    let log = path.to_str().expect("utf-8").to_owned();
+    let mut args = FAST.to_vec();
+    args.extend(["--access-log", &log]);
+    let server = Server::start(&tree, 1, &args, &[]);
+    server.wait_ready(1, Duration::from_secs(30));
+    let mut s = TcpStream::connect(server.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s.write_all(
+        b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\nGARBAGE /pipelined\r\n\r\n\
+          GET /never HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .expect("write");
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains("HTTP/1.1 400"),
+        "the first answered, the second refused: {text}"
+    );
+    let (logged, _) = wait_until(Duration::from_secs(10), "two lines", || {
+        let lines = statuses(&path);
+        (lines.len() >= 2).then_some(lines)
+    });
+    assert_eq!(
+        logged,
+        [
+            ("GET /hello.txt HTTP/1.1".to_owned(), 200),
+            ("GARBAGE /pipelined".to_owned(), 400)
+        ],
+        "the refused pipelined head logged with its request line"
+    );
+}
