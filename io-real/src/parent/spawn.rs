@@ -1,9 +1,9 @@
 //! Starting one worker: a socketpair for its control channel (the child's end becomes its
 //! stdin), the listeners passed over it with `SCM_RIGHTS` before the child even exists,
 //! a re-exec of our own binary in a process group of its own, and the reaper task that
-//! reports its exit and the last counts of its scoreboard. The parent's end of the channel goes to the driver thread, which
-//! reads and writes it itself (see `io.rs`): a broker request and its answer cross no
-//! thread inside the parent.
+//! reports its exit and the last counts of its scoreboard. The parent's end of the
+//! channel goes to the driver thread, which reads and writes it itself (see `io.rs`): a
+//! broker request and its answer cross no thread inside the parent.
 
 use std::io;
 use std::net::TcpListener;
