@@ -246,6 +246,14 @@ impl Parent {
                 self.actions.push_back(ParentAction::Supervisor(rejected));
             }
             Event::Control { id, request } => self.request(now, id, request),
+            // The log's share of a dead worker's final counts is the broker's (the lines it
+            // never sent), the request counters the supervisor's.
+            Event::FinalCounts { worker, counts } => {
+                self.broker
+                    .worker_log_ended(worker, counts.log_lines, counts.log_dropped);
+                self.supervisor
+                    .handle(now, Event::FinalCounts { worker, counts });
+            }
             Event::Tls(input) => {
                 if let Some(tls) = &mut self.tls {
                     tls.handle(now, input);
@@ -487,6 +495,7 @@ impl Parent {
 
 #[cfg(test)]
 mod tests {
+    mod final_counts;
     use super::*;
     use crate::config::RawConfig;
     use crate::ids::{Generation, ReloadId, WorkerId};

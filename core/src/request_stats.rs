@@ -191,6 +191,31 @@ impl RequestStats {
         }
     }
 
+    /// Raise every counter to `other`'s where that is higher: the later of two sets of
+    /// totals from one worker, whichever counters each has seen last.
+    pub fn raise_to(&mut self, other: &RequestStats) {
+        for (mine, theirs) in self.requests.iter_mut().zip(&other.requests) {
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                *a = (*a).max(*b);
+            }
+        }
+        self.bytes_sent = self.bytes_sent.max(other.bytes_sent);
+        for (a, b) in self
+            .duration_buckets
+            .as_flattened_mut()
+            .iter_mut()
+            .zip(other.duration_buckets.as_flattened())
+        {
+            *a = (*a).max(*b);
+        }
+        for (a, b) in self.duration_sum_us.iter_mut().zip(&other.duration_sum_us) {
+            *a = (*a).max(*b);
+        }
+        for (a, b) in self.closed_unheard.iter_mut().zip(&other.closed_unheard) {
+            *a = (*a).max(*b);
+        }
+    }
+
     /// Every answered request.
     pub fn total(&self) -> u64 {
         self.requests

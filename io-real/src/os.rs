@@ -288,3 +288,132 @@ fn truncated(text: &str, max: usize) -> &str {
     }
     &text[..end]
 }
+
+/// Counters in memory shared between the parent and one worker (the worker's scoreboard,
+/// as Apache httpd keeps one per child): the worker adds to them as it serves, and the
+/// parent reads them once the worker is gone, so what the worker counted after its last
+/// heartbeat is not lost with it when it is killed (`kill -9`, a crash).
+///
+/// The memory is a sealed memfd mapped shared in both processes and only ever touched
+/// as `AtomicU64`s, which every bit pattern is valid for: whatever a worker writes there,
+/// the parent reads numbers, never undefined values.
+#[derive(Debug)]
+pub struct SharedCounters {
+    ptr: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone (unmapped on drop) and is only accessed
+// through `&[AtomicU64]`, which is safe to share and send between threads.
+unsafe impl Send for SharedCounters {}
+// SAFETY: as above: shared access is atomic access.
+unsafe impl Sync for SharedCounters {}
+
+impl SharedCounters {
+    /// `len` zeroed counters in a new memfd, mapped here, and the descriptor to pass to
+    /// the process that will add to them. The memfd is sealed against shrinking: a
+    /// worker that truncated it would otherwise make the parent's next read of it a
+    /// `SIGBUS`.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn create(name: &str, len: usize) -> io::Result<(SharedCounters, std::os::fd::OwnedFd)> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+        rustix::fs::ftruncate(&fd, Self::bytes(len)? as u64)?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let counters = Self::map(&fd, len)?;
+        Ok((counters, fd))
+    }
+
+    /// Other systems have no memfd: a worker's counts then travel in its heartbeats only.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub fn create(_name: &str, _len: usize) -> io::Result<(SharedCounters, std::os::fd::OwnedFd)> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Maps the counters the parent passed: `fd` must hold at least `len` of them (a
+    /// descriptor that is not such a memory file is refused, not mapped short).
+    pub fn open(fd: &std::os::fd::OwnedFd, len: usize) -> io::Result<SharedCounters> {
+        let size = rustix::fs::fstat(fd)?.st_size;
+        if u64::try_from(size).unwrap_or(0) < Self::bytes(len)? as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the shared counters are smaller than their layout",
+            ));
+        }
+        Self::map(fd, len)
+    }
+
+    fn bytes(len: usize) -> io::Result<usize> {
+        len.checked_mul(size_of::<u64>())
+            .filter(|b| *b > 0)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no counters to share"))
+    }
+
+    fn map(fd: &std::os::fd::OwnedFd, len: usize) -> io::Result<SharedCounters> {
+        use std::os::fd::AsRawFd;
+        let bytes = Self::bytes(len)?;
+        // SAFETY: a fresh shared mapping of `bytes` bytes of `fd` at an address the kernel
+        // chooses, overlapping nothing; the file holds at least that many (checked or set
+        // by the caller, and sealed against shrinking when created here). The kernel
+        // keeps the file referenced while mapped, so `fd` may close after.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(at.cast::<std::sync::atomic::AtomicU64>())
+            .ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(SharedCounters { ptr, len })
+    }
+
+    /// The counters, to add to (relaxed) or read.
+    pub fn counters(&self) -> &[std::sync::atomic::AtomicU64] {
+        // SAFETY: `ptr` is a page-aligned (so 8-byte aligned) mapping of `len` u64s, live
+        // until `self` drops; it is only accessed atomically, and every bit pattern is a
+        // valid `AtomicU64`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for SharedCounters {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, of the size it was made with; no reference to
+        // it outlives `self` (`counters` borrows `self`).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len * size_of::<u64>());
+        }
+    }
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod shared_counters_tests {
+    use super::SharedCounters;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    #[test]
+    fn what_one_mapping_adds_the_other_reads_and_a_short_file_is_refused() {
+        let (parent, fd) = SharedCounters::create("test-counters", 209).expect("create");
+        let worker = SharedCounters::open(&fd, 209).expect("open");
+        drop(fd);
+        worker.counters()[208].fetch_add(7, Relaxed);
+        worker.counters()[0].fetch_add(1, Relaxed);
+        drop(worker);
+        assert_eq!(parent.counters()[208].load(Relaxed), 7);
+        assert_eq!(parent.counters()[0].load(Relaxed), 1);
+        assert_eq!(parent.counters()[100].load(Relaxed), 0, "zeroed");
+        let (_, fd) = SharedCounters::create("test-short", 8).expect("create");
+        assert!(SharedCounters::open(&fd, 209).is_err(), "mapped short");
+        assert!(
+            rustix::fs::ftruncate(&fd, 0).is_err(),
+            "the parent's mapping cannot be cut under it"
+        );
+    }
+}

@@ -62,6 +62,9 @@ pub(crate) struct Proc {
     pub uploads: BTreeMap<u64, Upload>,
     pub(crate) waiting: BTreeMap<u64, Waiting>,
     pub log_backlog: VecDeque<String>,
+    /// Log lines it produced (those it dropped itself aside), in all: the simulated
+    /// scoreboard the parent's host reads when the process is reaped.
+    pub log_produced: u64,
     timer_token: u64,
     timer_at: Option<Instant>,
     pub up_clock: Instant,
@@ -111,6 +114,7 @@ impl Proc {
             uploads: BTreeMap::new(),
             waiting: BTreeMap::new(),
             log_backlog: VecDeque::new(),
+            log_produced: 0,
             timer_token: 0,
             timer_at: None,
             up_clock: Instant::ZERO,
@@ -800,6 +804,7 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
+        p.log_produced += 1;
         if !p.log_backlog.is_empty() {
             p.life.connection_opened();
             p.log_backlog.push_back(record);
@@ -820,7 +825,10 @@ impl SimWorld {
                     p.life.connection_opened();
                     p.log_backlog.push_back(record);
                 }
-                servery_core::config::LogPolicy::Drop => self.out.log.dropped_local += 1,
+                servery_core::config::LogPolicy::Drop => {
+                    p.log_produced -= 1;
+                    self.out.log.dropped_local += 1;
+                }
             },
             Err(_) => self.out.log.lost_with_worker += 1,
         }

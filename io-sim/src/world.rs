@@ -595,6 +595,20 @@ impl SimWorld {
                 if self.write_failed.remove(&worker) {
                     self.out.coverage.insert(labels::CONTROL_WRITE_FAILED_ENDED);
                 }
+                // What its scoreboard holds, read after its last words, as the real host
+                // does: the lines it produced. Its own drops stay out: a simulated worker
+                // never reports them to the parent (the outcome counts them), so the
+                // parent has nothing to compare them with.
+                if let Some(p) = self.procs.get(&worker) {
+                    let counts = servery_core::supervisor::FinalCounts {
+                        log_lines: p.log_produced,
+                        ..Default::default()
+                    };
+                    self.inbox.push_back(Event::FinalCounts {
+                        worker,
+                        counts: Box::new(counts),
+                    });
+                }
                 self.inbox.push_back(Event::Exited { worker, status });
             }
             SimEvent::ToWorker {

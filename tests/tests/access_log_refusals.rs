@@ -189,3 +189,80 @@ fn refusals_before_a_handler_are_logged_and_unheard_connections_counted() {
 
 const UNHEARD_TIMEOUT: &str = "servery_connections_closed_unheard_total{reason=\"head_timeout\"}";
 const UNHEARD_EVICTED: &str = "servery_connections_closed_unheard_total{reason=\"evicted\"}";
+
+/// A pipelining client sends a request and, in the same write, a second head that is
+/// refused: the second is logged with its own request line, not `"-"` (issue 34).
+#[test]
+fn a_refused_pipelined_head_is_logged_with_its_request_line() {
+    let tree = Tree::new("alog-pipelined");
+    let path = tree.root().with_file_name("pipelined.log");
+    let log = path.to_str().expect("utf-8").to_owned();
+    let mut args = FAST.to_vec();
+    args.extend(["--access-log", &log]);
+    let server = Server::start(&tree, 1, &args, &[]);
+    server.wait_ready(1, Duration::from_secs(30));
+    let mut s = TcpStream::connect(server.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s.write_all(
+        b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\nGARBAGE /pipelined\r\n\r\n\
+          GET /never HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .expect("write");
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains("HTTP/1.1 400"),
+        "the first answered, the second refused: {text}"
+    );
+    let (logged, _) = wait_until(Duration::from_secs(10), "two lines", || {
+        let lines = statuses(&path);
+        (lines.len() >= 2).then_some(lines)
+    });
+    assert_eq!(
+        logged,
+        [
+            ("GET /hello.txt HTTP/1.1".to_owned(), 200),
+            ("GARBAGE /pipelined".to_owned(), 400)
+        ],
+        "the refused pipelined head logged with its request line"
+    );
+}
+
+/// An HTTP/2 header block h2 cannot decode ends the connection (GOAWAY with
+/// PROTOCOL_ERROR): the one HTTP/2 refusal servery sees, logged as a refused head, `"-" 400`, and counted
+/// under method `other` (decision 0083).
+#[test]
+fn an_undecodable_http2_header_block_is_logged_and_counted() {
+    let tree = Tree::new("alog-h2-refused");
+    let path = tree.root().with_file_name("h2.log");
+    let log = path.to_str().expect("utf-8").to_owned();
+    let mut args = FAST.to_vec();
+    args.extend(["--access-log", &log, "--admin", "127.0.0.1:0"]);
+    let mut server = Server::start(&tree, 1, &args, &[]);
+    let admin: SocketAddr = server.admin_addr(Duration::from_secs(10));
+    server.wait_ready(1, Duration::from_secs(30));
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // An empty SETTINGS frame, then HEADERS on stream 1 (END_STREAM, END_HEADERS) whose
+    // block is HPACK index 0, which no table has.
+    bytes.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+    bytes.extend_from_slice(&[0, 0, 1, 0x1, 0x5, 0, 0, 0, 1, 0x80]);
+    assert_eq!(send(server.addr, &bytes), None, "GOAWAY, not a response");
+    let (logged, _) = wait_until(
+        Duration::from_secs(10),
+        "the refused HTTP/2 header block's line",
+        || {
+            let lines = statuses(&path);
+            (!lines.is_empty()).then_some(lines)
+        },
+    );
+    assert_eq!(logged, [("-".to_owned(), 400)], "the refusal logged");
+    wait_until(Duration::from_secs(10), "the refusal counted", || {
+        (metric(
+            admin,
+            "servery_http_requests_total{method=\"other\",code=\"4xx\"}",
+        ) == 1)
+            .then_some(())
+    });
+}

@@ -1,7 +1,7 @@
 //! The parent's bounded access-log queue: one writer, many producers, an explicit policy
 //! for when producers outrun the writer.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::config::LogPolicy;
 use crate::ids::WorkerId;
@@ -23,6 +23,17 @@ pub struct LogQueue {
     accepted: u64,
     dropped: u64,
     discarded: u64,
+    /// What each worker's records and reports brought, until its final counts are
+    /// compared with them ([`LogQueue::worker_ended`]).
+    received: BTreeMap<WorkerId, Received>,
+}
+
+/// Lines one worker's records held (whatever became of them here) and lines it said it
+/// dropped itself.
+#[derive(Debug, Clone, Copy, Default)]
+struct Received {
+    lines: u64,
+    dropped: u64,
 }
 
 impl LogQueue {
@@ -35,6 +46,7 @@ impl LogQueue {
             accepted: 0,
             dropped: 0,
             discarded: 0,
+            received: BTreeMap::new(),
         }
     }
 
@@ -65,7 +77,8 @@ impl LogQueue {
         self.dropped
     }
 
-    /// Blocked records whose worker died before they were admitted.
+    /// Lines lost with their worker: blocked records whose worker died before they were
+    /// admitted, and lines a worker produced and never sent (its final counts).
     pub fn discarded(&self) -> u64 {
         self.discarded
     }
@@ -77,6 +90,8 @@ impl LogQueue {
 
     /// `None` means the append is parked until the writer makes room.
     pub fn append(&mut self, worker: WorkerId, id: u64, record: String) -> Option<BrokerReply> {
+        let got = self.received.entry(worker).or_default();
+        got.lines = got.lines.saturating_add(lines(&record));
         if self.records.len() < self.capacity && self.blocked.is_empty() {
             self.accepted += lines(&record);
             self.records.push_back(record);
@@ -117,8 +132,24 @@ impl LogQueue {
     }
 
     /// Lines a worker dropped before they reached the queue.
-    pub fn count_dropped(&mut self, lines: u64) {
+    pub fn count_dropped(&mut self, worker: WorkerId, lines: u64) {
+        let got = self.received.entry(worker).or_default();
+        got.dropped = got.dropped.saturating_add(lines);
         self.dropped = self.dropped.saturating_add(lines);
+    }
+
+    /// A worker ended having produced `produced` lines and dropped `dropped` itself, in
+    /// all (its final counts): the lines it produced that never reached the parent died
+    /// with it and are counted with the discarded ones (`lost_with_workers`), the drops
+    /// it had not reported yet with the dropped ones. Returns the lines lost so.
+    pub fn worker_ended(&mut self, worker: WorkerId, produced: u64, dropped: u64) -> u64 {
+        let got = self.received.remove(&worker).unwrap_or_default();
+        let lost = produced.saturating_sub(got.lines);
+        self.discarded = self.discarded.saturating_add(lost);
+        self.dropped = self
+            .dropped
+            .saturating_add(dropped.saturating_sub(got.dropped));
+        lost
     }
 
     pub fn forget_worker(&mut self, worker: WorkerId) {
@@ -180,7 +211,7 @@ mod tests {
             Some(BrokerReply::LogDropped)
         );
         assert_eq!(q.dropped(), 2);
-        q.count_dropped(5);
+        q.count_dropped(WorkerId(1), 5);
         assert_eq!(q.dropped(), 7, "lines a worker dropped itself count too");
         assert_eq!(
             q.append(WorkerId(1), 3, "one record".into()),
@@ -191,6 +222,31 @@ mod tests {
         q.append(WorkerId(1), 1, "a\n".into());
         assert_eq!(q.append(WorkerId(2), 2, "b\nc\n".into()), None);
         q.forget_worker(WorkerId(2));
+        assert_eq!(q.discarded(), 2);
+    }
+
+    #[test]
+    fn a_workers_lines_it_never_sent_are_counted_lost_when_it_ends() {
+        let mut q = LogQueue::new(4, LogPolicy::Drop);
+        q.append(WorkerId(1), 1, "a\nb\n".into());
+        q.append(WorkerId(2), 2, "c\n".into());
+        q.count_dropped(WorkerId(1), 2);
+        // Worker 1 produced 5 lines and dropped 3 itself: 3 never arrived, 1 drop was
+        // not reported yet.
+        assert_eq!(q.worker_ended(WorkerId(1), 5, 3), 3);
+        assert_eq!(q.discarded(), 3, "lines that died with the worker");
+        assert_eq!(q.dropped(), 3, "its unreported drop is counted");
+        // Everything worker 2 produced arrived: nothing lost, and its own count is kept.
+        assert_eq!(q.worker_ended(WorkerId(2), 1, 0), 0);
+        assert_eq!(q.discarded(), 3);
+        // A worker seen once is forgotten: a second report counts from nothing received.
+        assert_eq!(q.worker_ended(WorkerId(1), 0, 0), 0);
+        // A blocked record discarded with its worker counts once, not again as unsent.
+        let mut q = LogQueue::new(1, LogPolicy::Block);
+        q.append(WorkerId(1), 1, "a\n".into());
+        assert_eq!(q.append(WorkerId(2), 2, "b\nc\n".into()), None);
+        q.forget_worker(WorkerId(2));
+        assert_eq!(q.worker_ended(WorkerId(2), 2, 0), 0);
         assert_eq!(q.discarded(), 2);
     }
 }

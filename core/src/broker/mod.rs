@@ -262,6 +262,12 @@ impl Broker {
         &self.log
     }
 
+    /// A worker's final access-log counts: what it produced and never sent is counted
+    /// lost with it ([`LogQueue::worker_ended`]).
+    pub fn worker_log_ended(&mut self, worker: WorkerId, produced: u64, dropped: u64) -> u64 {
+        self.log.worker_ended(worker, produced, dropped)
+    }
+
     /// Workers that hold at least one lease, reservation or proxy grant (a worker may be
     /// named twice).
     pub fn holders(&self) -> impl Iterator<Item = WorkerId> + '_ {
@@ -455,7 +461,7 @@ impl Broker {
                 BrokerReply::Released
             }
             BrokerRequest::LogDroppedLocally { lines } => {
-                self.log.count_dropped(lines);
+                self.log.count_dropped(owner.worker, lines);
                 BrokerReply::Logged
             }
             BrokerRequest::AppendLog { record } => {

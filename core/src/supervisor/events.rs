@@ -75,6 +75,7 @@ impl Supervisor {
                     self.fault(now, worker, reason, "control channel closed".into());
                 }
             }
+            Event::FinalCounts { worker, counts } => self.final_counts(worker, &counts.stats),
             Event::Exited { worker, status } => self.reaped(now, worker, Some(status)),
             Event::Command(Command::Stop) => self.begin_stop(now, 0),
             Event::Command(Command::Interrupt) => match self.stopping {

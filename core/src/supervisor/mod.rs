@@ -34,8 +34,8 @@ pub use tally::Tally;
 /// How many reaped workers the status remembers.
 pub const RECENT_EXITS: usize = 16;
 pub use types::{
-    Action, Command, Event, ExitReason, ExitStatus, FailureReason, Platform, ServiceState,
-    WorkerState,
+    Action, Command, Event, ExitReason, ExitStatus, FailureReason, FinalCounts, Platform,
+    ServiceState, WorkerState,
 };
 pub use worker::Role;
 

@@ -17,6 +17,10 @@ pub struct Tally {
     pub reloads_rejected: u64,
     /// The request counters of every reaped worker, summed.
     pub retired_requests: RequestStats,
+    /// Requests a worker counted after its last heartbeat, found in its final counts
+    /// when it ended (they are in `retired_requests` too): what a parent that kept only
+    /// heartbeats would have lost.
+    pub requests_recovered_at_exit: u64,
 }
 
 pub(super) fn reason_index(reason: ExitReason) -> usize {
@@ -29,6 +33,24 @@ pub(super) fn reason_index(reason: ExitReason) -> usize {
 impl Supervisor {
     pub fn tally(&self) -> &Tally {
         &self.tally
+    }
+
+    /// A worker's final counts (its scoreboard, read after it ended): its counters are
+    /// raised to them, so what it counted after its last heartbeat is added when it is
+    /// reaped. Totals only grow: a counter the final counts hold lower than a heartbeat
+    /// did (a worker that wrote over its scoreboard) keeps the heartbeat's.
+    pub(super) fn final_counts(&mut self, id: WorkerId, last: &RequestStats) {
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        let before = w.stats.total();
+        let mut raised = (*w.stats).clone();
+        raised.raise_to(last);
+        self.tally.requests_recovered_at_exit = self
+            .tally
+            .requests_recovered_at_exit
+            .saturating_add(raised.total().saturating_sub(before));
+        w.stats = std::sync::Arc::new(raised);
     }
 
     /// The service's request counters: those of reaped workers and the latest of every

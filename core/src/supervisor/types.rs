@@ -318,6 +318,18 @@ pub enum Command {
     ReloadUnreadable { id: ReloadId, message: String },
 }
 
+/// A worker's counters as it left them when it ended: totals since it started, like a
+/// heartbeat's, read from its scoreboard (a memory mapping the parent shares with it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FinalCounts {
+    /// Its request counters.
+    pub stats: crate::request_stats::RequestStats,
+    /// Access-log lines it produced (put in its buffer to send), in all.
+    pub log_lines: u64,
+    /// Access-log lines it dropped itself under the drop policy, in all.
+    pub log_dropped: u64,
+}
+
 /// What the driver tells the supervisor.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -344,6 +356,14 @@ pub enum Event {
     /// The worker's channel reached EOF.
     ChannelClosed {
         worker: WorkerId,
+    },
+    /// What the worker had counted when it ended, read by the host from the memory it
+    /// shared with the worker (its scoreboard) after the process was gone and its channel
+    /// read out: handed over just before its [`Event::Exited`], so what it counted after
+    /// its last heartbeat is not lost with it.
+    FinalCounts {
+        worker: WorkerId,
+        counts: Box<FinalCounts>,
     },
     /// The host reaped the process.
     Exited {

@@ -7,8 +7,8 @@
 //! Bounded: past [`MAX_BUFFERED`] unsent bytes, `--access-log-overflow block` makes the
 //! request wait for room (back-pressure), and `drop` drops the line and counts it.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use servery_core::config::LogPolicy;
@@ -16,6 +16,7 @@ use servery_core::proto::{BrokerReply, BrokerRequest};
 use tokio::sync::Notify;
 
 use super::format::{Format, Record};
+use crate::http::meter::RequestMeter;
 use crate::worker::broker::BrokerHandle;
 
 /// A batch goes when it holds this much (what nginx buffers too): under load every batch
@@ -39,6 +40,10 @@ pub struct Recorder {
     room: Notify,
     broker: BrokerHandle,
     dropped: AtomicU64,
+    /// The worker's scoreboard, where each line produced or dropped is counted too: the
+    /// parent compares those counts with what reached it when the worker is gone, so the
+    /// lines that died with it are counted (decision 0083).
+    meter: Arc<RequestMeter>,
 }
 
 impl Recorder {
@@ -48,6 +53,7 @@ impl Recorder {
         worker: u64,
         generation: u64,
         broker: BrokerHandle,
+        meter: Arc<RequestMeter>,
     ) -> Recorder {
         Recorder {
             format,
@@ -59,6 +65,7 @@ impl Recorder {
             room: Notify::new(),
             broker,
             dropped: AtomicU64::new(0),
+            meter,
         }
     }
 
@@ -74,6 +81,8 @@ impl Recorder {
             return false;
         }
         record.write(self.format, &mut buffer);
+        // Under the lock: no batch can take the line before it is counted.
+        self.meter.log_line_produced();
         if buffer.len() >= FLUSH_AT {
             self.due.notify_one();
         }
@@ -91,6 +100,7 @@ impl Recorder {
                 let mut buffer = self.lock();
                 if buffer.len() < MAX_BUFFERED {
                     record.write(self.format, &mut buffer);
+                    self.meter.log_line_produced();
                     if buffer.len() >= FLUSH_AT {
                         self.due.notify_one();
                     }
@@ -101,6 +111,7 @@ impl Recorder {
             match self.policy {
                 LogPolicy::Drop => {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.meter.log_line_dropped();
                     return;
                 }
                 LogPolicy::Block => room.await,

@@ -263,7 +263,11 @@ async fn serve<IO>(
                     // head hyper refused with an answer, which is logged.
                     tracing::debug!(error = %err, "connection ended with an error");
                     if ended.is_none() {
-                        ended = refusal_status(&*err, &activity).map(Ended::Refused);
+                        ended = if malformed_http2_input(&*err) {
+                            Some(Ended::RefusedH2)
+                        } else {
+                            refusal_status(&*err, &activity).map(Ended::Refused)
+                        };
                     }
                 }
                 break;
@@ -347,6 +351,11 @@ async fn serve<IO>(
         Some(Ended::Refused(status)) => {
             refused_before_request(&site_log, &activity, status).await;
         }
+        Some(Ended::RefusedH2) => {
+            // Frames, not a request line: nothing of the request to show.
+            let took = activity.accepted_at().elapsed();
+            crate::http::pipeline::refused_stream(&site_log, &activity, 400, took).await;
+        }
         Some(Ended::Deadline(why)) => head_deadline_passed(&site_log, &activity, why).await,
         None => {}
     }
@@ -365,6 +374,9 @@ async fn serve<IO>(
 enum Ended {
     /// A head refused with this status before it reached the pipeline.
     Refused(u16),
+    /// Malformed HTTP/2 input (a header block h2 could not decode), which ended the
+    /// connection.
+    RefusedH2,
     /// A deadline passed with no request in progress.
     Deadline(Expiry),
 }
@@ -392,6 +404,30 @@ fn refusal_status(err: &(dyn std::error::Error + 'static), activity: &Activity) 
     } else {
         Some(400)
     }
+}
+
+/// Whether h2 ended the connection for a violation it detected in what the client sent
+/// (GOAWAY from our side with PROTOCOL_ERROR, which h2 uses for a header block that does
+/// not decode, among frames that break the protocol, or COMPRESSION_ERROR, for a header
+/// block grown past what it will even skip): the one HTTP/2 refusal that reaches
+/// servery, logged as a refused head (`400`, its request `"-"`). The refusals h2 makes
+/// on a stream alone — a malformed request reset with PROTOCOL_ERROR, a header list over
+/// the limit answered `431`, a stream over the concurrency limit refused with
+/// REFUSED_STREAM — end inside h2, and hyper says nothing of them.
+fn malformed_http2_input(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_go_away()
+                && h2.is_library()
+                && matches!(
+                    h2.reason(),
+                    Some(h2::Reason::PROTOCOL_ERROR | h2::Reason::COMPRESSION_ERROR)
+                );
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// A connection closed on a deadline while it had no request in progress: a head begun

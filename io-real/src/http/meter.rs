@@ -2,7 +2,9 @@
 //! counted by method and status class, with its response's body length and its time to
 //! the response head in its route class's histogram (decision 0081). Relaxed atomics,
 //! one add each: the heartbeat reads them at its own pace and carries the totals to the
-//! parent.
+//! parent. They live in the worker's scoreboard, memory the parent shares with it
+//! (decision 0083), so the parent reads the last of them when the worker dies, however
+//! it dies: the counts since its last heartbeat are not lost with it.
 
 use std::array::from_fn;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -12,29 +14,74 @@ use servery_core::request_stats::{
     DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, RouteClass, STATUS_CLASSES, UNHEARD,
     duration_bucket, status_class,
 };
+use servery_core::supervisor::FinalCounts;
+
+use crate::os::SharedCounters;
+
+/// Where each counter is in the scoreboard: requests by method and status class, bytes,
+/// the duration buckets by route class, their sums, connections closed unheard, then the
+/// access log's lines produced and dropped by the worker itself.
+const REQUESTS: usize = 0;
+const BYTES_SENT: usize = REQUESTS + METHODS.len() * STATUS_CLASSES.len();
+const DURATIONS: usize = BYTES_SENT + 1;
+const DURATION_SUMS: usize = DURATIONS + ROUTE_CLASSES * DURATION_BUCKETS;
+const CLOSED_UNHEARD: usize = DURATION_SUMS + ROUTE_CLASSES;
+const LOG_LINES: usize = CLOSED_UNHEARD + UNHEARD.len();
+const LOG_DROPPED: usize = LOG_LINES + 1;
+/// How many counters a scoreboard holds (209: 1,672 bytes, one page).
+pub const SCOREBOARD_COUNTERS: usize = LOG_DROPPED + 1;
+
+/// A worker's counters: in the scoreboard the parent shares with it, or in its own memory
+/// when it was given none.
+#[derive(Debug)]
+enum Counters {
+    Shared(SharedCounters),
+    Own(Box<[AtomicU64]>),
+}
 
 #[derive(Debug)]
 pub struct RequestMeter {
-    requests: [[AtomicU64; STATUS_CLASSES.len()]; METHODS.len()],
-    bytes_sent: AtomicU64,
-    duration_buckets: [[AtomicU64; DURATION_BUCKETS]; ROUTE_CLASSES],
-    duration_sum_us: [AtomicU64; ROUTE_CLASSES],
-    closed_unheard: [AtomicU64; UNHEARD.len()],
+    counters: Counters,
 }
 
 impl Default for RequestMeter {
     fn default() -> Self {
         RequestMeter {
-            requests: from_fn(|_| from_fn(|_| AtomicU64::new(0))),
-            bytes_sent: AtomicU64::new(0),
-            duration_buckets: from_fn(|_| from_fn(|_| AtomicU64::new(0))),
-            duration_sum_us: from_fn(|_| AtomicU64::new(0)),
-            closed_unheard: from_fn(|_| AtomicU64::new(0)),
+            counters: Counters::Own(
+                (0..SCOREBOARD_COUNTERS)
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            ),
         }
     }
 }
 
 impl RequestMeter {
+    /// A new scoreboard for a worker about to start, and the descriptor to pass it.
+    pub fn create_scoreboard() -> std::io::Result<(RequestMeter, std::os::fd::OwnedFd)> {
+        let (shared, fd) = SharedCounters::create("servery-scoreboard", SCOREBOARD_COUNTERS)?;
+        Ok((
+            RequestMeter {
+                counters: Counters::Shared(shared),
+            },
+            fd,
+        ))
+    }
+
+    /// The meter of a worker, kept in the scoreboard its parent passed.
+    pub fn in_scoreboard(fd: &std::os::fd::OwnedFd) -> std::io::Result<RequestMeter> {
+        Ok(RequestMeter {
+            counters: Counters::Shared(SharedCounters::open(fd, SCOREBOARD_COUNTERS)?),
+        })
+    }
+
+    fn at(&self, index: usize) -> &AtomicU64 {
+        match &self.counters {
+            Counters::Shared(shared) => &shared.counters()[index],
+            Counters::Own(own) => &own[index],
+        }
+    }
+
     /// Count one answered request (`method` is a [`METHODS`] index).
     pub fn record(
         &self,
@@ -44,33 +91,58 @@ impl RequestMeter {
         bytes: u64,
         took: Duration,
     ) {
-        if let Some(row) = self.requests.get(method) {
-            row[status_class(status)].fetch_add(1, Relaxed);
+        if method < METHODS.len() {
+            self.at(REQUESTS + method * STATUS_CLASSES.len() + status_class(status))
+                .fetch_add(1, Relaxed);
         }
         if bytes > 0 {
-            self.bytes_sent.fetch_add(bytes, Relaxed);
+            self.at(BYTES_SENT).fetch_add(bytes, Relaxed);
         }
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.duration_buckets[route.index()][duration_bucket(micros)].fetch_add(1, Relaxed);
-        self.duration_sum_us[route.index()].fetch_add(micros, Relaxed);
+        self.at(DURATIONS + route.index() * DURATION_BUCKETS + duration_bucket(micros))
+            .fetch_add(1, Relaxed);
+        self.at(DURATION_SUMS + route.index())
+            .fetch_add(micros, Relaxed);
     }
 
     /// Count a connection closed before it brought a request (`reason` is an
     /// [`UNHEARD`] index).
     pub fn closed_unheard(&self, reason: usize) {
-        if let Some(n) = self.closed_unheard.get(reason) {
-            n.fetch_add(1, Relaxed);
+        if reason < UNHEARD.len() {
+            self.at(CLOSED_UNHEARD + reason).fetch_add(1, Relaxed);
         }
+    }
+
+    /// An access-log line was put in the worker's buffer to send (so the parent can tell,
+    /// when the worker is gone, how many never arrived).
+    pub fn log_line_produced(&self) {
+        self.at(LOG_LINES).fetch_add(1, Relaxed);
+    }
+
+    /// An access-log line was dropped by the worker itself (`--access-log-overflow drop`).
+    pub fn log_line_dropped(&self) {
+        self.at(LOG_DROPPED).fetch_add(1, Relaxed);
     }
 
     /// The totals so far.
     pub fn snapshot(&self) -> RequestStats {
+        let n = |i| self.at(i).load(Relaxed);
         RequestStats {
-            requests: from_fn(|m| from_fn(|c| self.requests[m][c].load(Relaxed))),
-            bytes_sent: self.bytes_sent.load(Relaxed),
-            duration_buckets: from_fn(|c| from_fn(|b| self.duration_buckets[c][b].load(Relaxed))),
-            duration_sum_us: from_fn(|c| self.duration_sum_us[c].load(Relaxed)),
-            closed_unheard: from_fn(|i| self.closed_unheard[i].load(Relaxed)),
+            requests: from_fn(|m| from_fn(|c| n(REQUESTS + m * STATUS_CLASSES.len() + c))),
+            bytes_sent: n(BYTES_SENT),
+            duration_buckets: from_fn(|c| from_fn(|b| n(DURATIONS + c * DURATION_BUCKETS + b))),
+            duration_sum_us: from_fn(|c| n(DURATION_SUMS + c)),
+            closed_unheard: from_fn(|i| n(CLOSED_UNHEARD + i)),
+        }
+    }
+
+    /// Everything counted, the access log's lines included: what the parent reads from a
+    /// worker's scoreboard once the worker is gone.
+    pub fn final_counts(&self) -> FinalCounts {
+        FinalCounts {
+            stats: self.snapshot(),
+            log_lines: self.at(LOG_LINES).load(Relaxed),
+            log_dropped: self.at(LOG_DROPPED).load(Relaxed),
         }
     }
 }
@@ -108,5 +180,48 @@ mod tests {
         assert_eq!(s.duration_count(RouteClass::Listing), 1);
         meter.closed_unheard(1);
         assert_eq!(meter.snapshot().closed_unheard, [0, 1, 0]);
+    }
+
+    #[test]
+    fn the_parent_reads_what_the_worker_counted_in_its_scoreboard() {
+        let (parent, fd) = RequestMeter::create_scoreboard().expect("scoreboard");
+        let worker = RequestMeter::in_scoreboard(&fd).expect("mapped");
+        for class in RouteClass::ALL {
+            worker.record(
+                method_index("other"),
+                class,
+                599,
+                1,
+                Duration::from_secs(60),
+            );
+        }
+        worker.record(
+            method_index("GET"),
+            RouteClass::Static,
+            200,
+            10,
+            Duration::from_micros(1),
+        );
+        worker.closed_unheard(2);
+        worker.log_line_produced();
+        worker.log_line_produced();
+        worker.log_line_dropped();
+        drop(worker);
+        let last = parent.final_counts();
+        // The last counter of every table, so a layout that overlaps or runs short shows.
+        assert_eq!(
+            last.stats.requests[METHODS.len() - 1][4],
+            ROUTE_CLASSES as u64
+        );
+        assert_eq!(last.stats.requests[0][1], 1);
+        assert_eq!(last.stats.bytes_sent, ROUTE_CLASSES as u64 + 10);
+        assert_eq!(
+            last.stats.duration_buckets[ROUTE_CLASSES - 1][DURATION_BUCKETS - 1],
+            1
+        );
+        assert_eq!(last.stats.duration_sum_us[ROUTE_CLASSES - 1], 60_000_000);
+        assert_eq!(last.stats.closed_unheard, [0, 0, 1]);
+        assert_eq!((last.log_lines, last.log_dropped), (2, 1));
+        assert_eq!(last.stats.total(), ROUTE_CLASSES as u64 + 1);
     }
 }

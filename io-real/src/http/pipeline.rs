@@ -78,8 +78,31 @@ impl Arrival {
 /// show up in the log (decision 0056).
 pub(crate) async fn refused_before_request(site: &Site, activity: &Activity, status: u16) {
     let took = activity.accepted_at().elapsed();
+    refused_logged(site, activity, status, took, &activity.head_line()).await;
+}
+
+/// An HTTP/2 or HTTP/3 request its protocol library refused before servery saw it as a
+/// request, where the library lets that be seen (an undecodable header block, one too
+/// large, a malformed request): logged and counted as a refused head is, its request
+/// `"-"` (nothing of it was parsed); `took` from when its stream (or, for a connection
+/// the refusal ends, the connection) began.
+pub(crate) async fn refused_stream(
+    site: &Site,
+    activity: &Activity,
+    status: u16,
+    took: std::time::Duration,
+) {
+    refused_logged(site, activity, status, took, b"").await;
+}
+
+async fn refused_logged(
+    site: &Site,
+    activity: &Activity,
+    status: u16,
+    took: std::time::Duration,
+    request_line: &[u8],
+) {
     if let Some(recorder) = site.recorder() {
-        let request_line = activity.head_line();
         let record = crate::access_log::format::Record {
             time: std::time::SystemTime::now(),
             remote: activity.peer(),
@@ -87,7 +110,7 @@ pub(crate) async fn refused_before_request(site: &Site, activity: &Activity, sta
             method: "",
             target: "",
             protocol: "",
-            request_line: &request_line,
+            request_line,
             status,
             bytes: Some(0),
             duration: took,

@@ -83,9 +83,19 @@ pub async fn serve_connection(
                     let requests = Arc::clone(&requests);
                     let activity = Arc::clone(&activity);
                     in_flight.spawn(async move {
+                        let began = std::time::Instant::now();
                         match resolver.resolve_request().await {
                             Ok((req, stream)) => answer(site, req, stream, requests, activity).await,
-                            Err(e) => tracing::debug!(error = %e, "HTTP/3 request refused"),
+                            Err(e) => {
+                                tracing::debug!(error = %e, "HTTP/3 request refused");
+                                if let Some(status) = refused_status(&e) {
+                                    let took = began.elapsed();
+                                    crate::http::pipeline::refused_stream(
+                                        &site, &activity, status, took,
+                                    )
+                                    .await;
+                                }
+                            }
                         }
                     });
                 }
@@ -125,6 +135,31 @@ pub async fn serve_connection(
     // The client closes once it has read everything; past the grace, we do.
     let _ = tokio::time::timeout(FIRST_REQUEST_GRACE, connection.closed()).await;
     connection.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+}
+
+/// The status a request h3 refused before servery saw it is logged and counted with, as
+/// a refused HTTP/1 head is (decisions 0056, 0083): `431` for a field section over the
+/// limit (h3 answered it so), `400` for a malformed request (its stream reset with
+/// H3_MESSAGE_ERROR), a field section that cannot be decoded or a first frame that is
+/// not HEADERS (the connection closed with QPACK_DECOMPRESSION_FAILED or
+/// H3_FRAME_UNEXPECTED). `None` for what the client ended (a stream closed or reset
+/// before its head, the connection gone): no request was refused.
+fn refused_status(e: &h3::error::StreamError) -> Option<u16> {
+    use h3::error::{Code, StreamError};
+    match e {
+        StreamError::HeaderTooBig { .. } => Some(431),
+        StreamError::StreamError { code, .. } if *code == Code::H3_MESSAGE_ERROR => Some(400),
+        // h3 keeps the connection error's variant to itself; its text names our side
+        // ("Connection error: Local error") and the code.
+        _ => {
+            let text = e.to_string();
+            let ours = text.starts_with("Connection error: Local error");
+            let refused = ["QPACK_DECOMPRESSION_FAILED", "H3_FRAME_UNEXPECTED"]
+                .iter()
+                .any(|code| text.contains(code));
+            (ours && refused).then_some(400)
+        }
+    }
 }
 
 /// Resolves once the worker drains (a dropped sender counts), holding no borrow of the

@@ -21,7 +21,7 @@ use servery_core::control::{Answer, Request};
 use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, encode_parent};
-use servery_core::supervisor::{Action, Command, Event};
+use servery_core::supervisor::{Action, Command, Event, ExitStatus, FinalCounts};
 use servery_core::{
     Generation, Instant, RawConfig, ReloadId, RequestId, Slot, ValidConfig, WorkerId,
 };
@@ -54,6 +54,13 @@ pub enum Call {
 #[derive(Debug)]
 pub enum Inbound {
     Event(Event),
+    /// A worker's process was reaped, with what its scoreboard held then (none when it
+    /// had none).
+    Reaped {
+        worker: WorkerId,
+        status: ExitStatus,
+        counts: Option<Box<FinalCounts>>,
+    },
     /// A status snapshot is wanted; it is built in `observe`, off the hot path.
     Status(oneshot::Sender<Value>),
     /// An operator's request (the control socket, SIGUSR1): the core decides it and
@@ -535,7 +542,11 @@ impl RealIo {
     fn inbound(&mut self, inbound: Inbound) -> Option<Wakeup> {
         let now = self.clock.now();
         match inbound {
-            Inbound::Event(Event::Exited { worker, status }) => {
+            Inbound::Reaped {
+                worker,
+                status,
+                counts,
+            } => {
                 self.pids.remove(&worker);
                 // Whatever any worker wrote before this death was learned is reported
                 // before it: a READY another candidate sent while this one served and
@@ -548,6 +559,11 @@ impl RealIo {
                 self.read_channel(worker);
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     channel.read_closed = true;
+                }
+                // After every word it sent: the lines it never sent are what its final
+                // counts hold beyond those.
+                if let Some(counts) = counts {
+                    self.inbox.push_back(Event::FinalCounts { worker, counts });
                 }
                 self.inbox.push_back(Event::Exited { worker, status });
                 self.inbox

@@ -243,6 +243,11 @@ impl Snapshot {
             reloads.get_or_create(&vec![("outcome", outcome)]).inc_by(n);
         }
         r.register("reloads", "Reloads by outcome", reloads);
+        r.register(
+            "worker_exit_requests_recovered",
+            "Requests a worker answered after its last heartbeat, counted from its scoreboard when it ended (they are in http_requests_total too)",
+            counter(self.tally.requests_recovered_at_exit),
+        );
 
         self.register_broker(r);
         self.register_requests(r);
@@ -327,7 +332,7 @@ impl Snapshot {
             );
             r.register(
                 "access_log_lines_lost",
-                "Access-log lines lost with workers that died before sending them",
+                "Access-log lines lost with workers that died before sending them (held unsent, or sent and waiting for room in the parent's queue)",
                 counter(log.lost_with_workers),
             );
         }

@@ -1,9 +1,9 @@
 //! Starting one worker: a socketpair for its control channel (the child's end becomes its
 //! stdin), the listeners passed over it with `SCM_RIGHTS` before the child even exists,
 //! a re-exec of our own binary in a process group of its own, and the reaper task that
-//! reports its exit. The parent's end of the channel goes to the driver thread, which
-//! reads and writes it itself (see `io.rs`): a broker request and its answer cross no
-//! thread inside the parent.
+//! reports its exit and the last counts of its scoreboard. The parent's end of the
+//! channel goes to the driver thread, which reads and writes it itself (see `io.rs`): a
+//! broker request and its answer cross no thread inside the parent.
 
 use std::io;
 use std::net::TcpListener;
@@ -13,13 +13,14 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use servery_core::supervisor::{Event, ExitStatus};
+use servery_core::supervisor::ExitStatus;
 use servery_core::{Generation, Slot, ValidConfig, WorkerId};
 use tokio::runtime::Handle;
 
 use super::io::{Inbound, InboundTx};
 use crate::cli::{ServeArgs, WORKER_SUBCOMMAND};
 use crate::fdpass::{self, FdPassError};
+use crate::http::meter::RequestMeter;
 use crate::settings::LiveFields;
 use crate::worker::args::WorkerArgs;
 use crate::worker::setup::{Setup, SiteFacts};
@@ -170,11 +171,25 @@ impl Launcher {
         // HELLO, which the driver writes later on the same stream.
         // The listeners first, then the slot's UDP sockets each with its lock (the worker
         // tells them apart by socket type).
-        let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
+        // Ahead of them the worker's scoreboard (decision 0083), the one that is not a
+        // socket: the parent reads the worker's last counts there once it is gone. Without
+        // one (no memfd) its counts travel in heartbeats only.
+        let scoreboard = match RequestMeter::create_scoreboard() {
+            Ok(made) => Some(made),
+            Err(e) => {
+                tracing::warn!(%worker, error = %e, "no scoreboard for the worker: its counts since its last heartbeat die with it");
+                None
+            }
+        };
+        let mut fds: Vec<BorrowedFd<'_>> = scoreboard.iter().map(|(_, fd)| fd.as_fd()).collect();
+        fds.extend(listeners.iter().map(AsFd::as_fd));
         if let Some(quic) = &self.quic {
             fds.extend(quic.for_worker(worker));
         }
         fdpass::send_fds(ours.as_fd(), &fds).map_err(SpawnError::PassListeners)?;
+        drop(fds);
+        // The parent keeps the mapping, not the descriptor.
+        let scoreboard = scoreboard.map(|(meter, _fd)| meter);
         ours.set_nonblocking(true).map_err(SpawnError::Channel)?;
 
         // Everything per-generation follows from the configuration the core's Spawn
@@ -231,7 +246,7 @@ impl Launcher {
         // the only way the driver sees EOF.
         drop(cmd);
         let pid = child.id().unwrap_or(0);
-        rt.spawn(reap(worker, child, events.clone()));
+        rt.spawn(reap(worker, child, scoreboard, events.clone()));
         Ok(Launched {
             pid,
             channel: ours,
@@ -242,10 +257,17 @@ impl Launcher {
     }
 }
 
-/// Reports the worker's exit. Whatever it wrote before dying is still in its channel; the
-/// driver reads that out before it hands the supervisor the exit, so a READY followed at
-/// once by a crash is a crash of a ready worker, not a startup failure.
-async fn reap(worker: WorkerId, mut child: tokio::process::Child, events: InboundTx) {
+/// Reports the worker's exit, with its last counts read from its scoreboard (nothing adds
+/// to them any more). Whatever it wrote before dying is still in its channel; the
+/// driver reads that out before it hands the supervisor the counts and the exit, so a
+/// READY followed at once by a crash is a crash of a ready worker, not a startup failure,
+/// and the log lines it sent are received before those it never sent are counted.
+async fn reap(
+    worker: WorkerId,
+    mut child: tokio::process::Child,
+    scoreboard: Option<RequestMeter>,
+    events: InboundTx,
+) {
     let status = match child.wait().await {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(code), _) => ExitStatus::Code(code),
@@ -257,5 +279,10 @@ async fn reap(worker: WorkerId, mut child: tokio::process::Child, events: Inboun
             ExitStatus::Code(-1)
         }
     };
-    let _ = events.send(Inbound::Event(Event::Exited { worker, status }));
+    let counts = scoreboard.map(|meter| Box::new(meter.final_counts()));
+    let _ = events.send(Inbound::Reaped {
+        worker,
+        status,
+        counts,
+    });
 }

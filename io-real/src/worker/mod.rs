@@ -77,7 +77,13 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
         .map_err(WorkerError::Channel)?;
     // The listeners, then the preamble: the parent sends both ahead of any frame. They
     // are read before the runtime exists because its size is in the preamble.
-    let fds = crate::fdpass::recv_fds(control.as_fd())?;
+    let mut fds = crate::fdpass::recv_fds(control.as_fd())?;
+    // The scoreboard, when the parent made one, comes first: the one descriptor that is
+    // not a socket.
+    let scoreboard = fds
+        .first()
+        .is_some_and(|fd| rustix::net::sockopt::socket_type(fd) == Err(rustix::io::Errno::NOTSOCK))
+        .then(|| fds.remove(0));
     let setup = setup::Setup::read_from(&control)?;
     let threads = match setup.runtime_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
@@ -103,7 +109,8 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
     // On a runtime thread, not on this one: on the multi-thread runtime `block_on` polls
     // its future here, outside the runtime's threads, so every accepted connection and
     // every broker reply the lifecycle loop hands on would cross to another thread.
-    let code = match rt.block_on(rt.spawn(serve::run(args, setup, fds, control, fault))) {
+    let code = match rt.block_on(rt.spawn(serve::run(args, setup, fds, scoreboard, control, fault)))
+    {
         Ok(served) => served?,
         // A panic ends the worker as it would have on this thread.
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

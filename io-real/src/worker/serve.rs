@@ -48,6 +48,7 @@ pub(super) async fn run(
     args: WorkerArgs,
     setup: Setup,
     fds: Vec<OwnedFd>,
+    scoreboard: Option<OwnedFd>,
     control: UnixStream,
     fault: TestFault,
 ) -> Result<i32, WorkerError> {
@@ -82,6 +83,18 @@ pub(super) async fn run(
         BrokerHandle::new(capacity, reply_timeout, move |frame| out.send(frame))
     };
     let flusher = tokio::spawn(flusher);
+    // The counters live in the scoreboard the parent passed (decision 0083), or, without
+    // one, in this process alone: they then reach the parent only in heartbeats.
+    let meter = Arc::new(
+        match scoreboard.map(|fd| crate::http::meter::RequestMeter::in_scoreboard(&fd)) {
+            Some(Ok(meter)) => meter,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "cannot map the scoreboard; counts travel in heartbeats only");
+                crate::http::meter::RequestMeter::default()
+            }
+            None => crate::http::meter::RequestMeter::default(),
+        },
+    );
     let log = &setup.settings.access_log;
     let recorder = log.access_log.is_some().then(|| {
         Arc::new(crate::access_log::recorder::Recorder::new(
@@ -90,6 +103,7 @@ pub(super) async fn run(
             args.worker_id,
             args.generation,
             broker.clone(),
+            Arc::clone(&meter),
         ))
     });
     let log_task = recorder
@@ -98,7 +112,6 @@ pub(super) async fn run(
     let (closed_tx, closed_rx) = unbounded_channel();
     let (app_down_tx, app_down_rx) = unbounded_channel();
     let (quic_tx, quic_rx) = unbounded_channel();
-    let meter = Arc::new(crate::http::meter::RequestMeter::default());
     let tls_wanted = setup.facts.tls;
     let max_connections = super::site_config::max_connections(&setup);
     let listening: Vec<_> = listeners

@@ -48,6 +48,56 @@ fn a_crashed_workers_requests_stay_counted_and_its_restart_is_counted_by_reason(
 }
 
 #[test]
+fn a_killed_workers_final_counts_add_what_it_counted_after_its_last_heartbeat() {
+    let mut h = harness(Platform::Posix, |_| {});
+    let ws = h.start();
+    beat_with(&mut h, ws[0], 3);
+    beat_with(&mut h, ws[1], 4);
+    // Worker 0 answered 40 requests in all, 37 of them after its last beat, then was
+    // killed: its scoreboard holds the 40.
+    let mut last = RequestStats::default();
+    for _ in 0..40 {
+        last.record(method_index("GET"), RouteClass::Static, 200, 10, 100);
+    }
+    h.on(Event::FinalCounts {
+        worker: ws[0],
+        counts: Box::new(FinalCounts {
+            stats: last,
+            ..FinalCounts::default()
+        }),
+    });
+    h.on(Event::Exited {
+        worker: ws[0],
+        status: ExitStatus::Signal(9),
+    });
+    let stats = h.sup.request_stats();
+    assert_eq!(
+        stats.total(),
+        44,
+        "the killed worker's last counts (40) are not lost: 40 + the live worker's 4"
+    );
+    assert_eq!(stats.bytes_sent, 440);
+    assert_eq!(stats.duration_count(RouteClass::Static), 44);
+    assert_eq!(h.sup.tally().requests_recovered_at_exit, 37);
+    // Final counts lower than a heartbeat's (a worker that wrote over its scoreboard)
+    // never take counts back, and a worker already reaped is left alone.
+    h.on(Event::FinalCounts {
+        worker: ws[1],
+        counts: Box::default(),
+    });
+    h.on(Event::FinalCounts {
+        worker: ws[0],
+        counts: Box::default(),
+    });
+    assert_eq!(
+        h.sup.request_stats().total(),
+        44,
+        "final counts lower than a heartbeat's never take counts back"
+    );
+    assert_eq!(h.sup.tally().requests_recovered_at_exit, 37);
+}
+
+#[test]
 fn reloads_are_counted_by_outcome() {
     let mut h = harness(Platform::Posix, |_| {});
     h.start();
