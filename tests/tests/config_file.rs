@@ -304,6 +304,29 @@ fn a_reload_reads_the_file_again_and_refuses_a_setting_fixed_at_start() {
         "{status}"
     );
     server.wait_ready(1, BOUND);
+
+    // `ctl reload --set` applies on top of the file for that reload only: a later SIGHUP
+    // reads the file again and undoes an override the file does not hold (as Caddy's
+    // `caddy reload` replaces an API change; docs/operations.md).
+    server
+        .ctl(&json!({"cmd": "reload", "set": {"max_connections": 300}}))
+        .expect("the override reloads");
+    let status = server.status();
+    assert_eq!(status["generation"], 4, "{status}");
+    assert_eq!(
+        status["config"]["budgets"]["max_connections"], 300,
+        "the override is in force: {status}"
+    );
+    server.signal(Sig::HUP);
+    let (status, _) = wait_until(BOUND, "generation 5 after SIGHUP", || {
+        let s = server.status();
+        (s["generation"] == 5).then_some(s)
+    });
+    assert_eq!(
+        status["config"]["budgets"]["max_connections"], 250,
+        "a later SIGHUP reads the file again and drops the override: {status}"
+    );
+    server.wait_ready(1, BOUND);
 }
 
 /// A value for `setting` other than its default: from this table where the type needs
