@@ -203,3 +203,21 @@ pub fn curl_json(addr: SocketAddr, path: &str, args: &[&str]) -> serde_json::Val
     assert_eq!(a.status, 200, "{path}: {text}");
     serde_json::from_slice(&a.body).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
 }
+
+/// `curl -s -D - ARGS URL` (bounded by `--max-time 60`): the response head, lower-case,
+/// and the body as curl gives it (decoded when ARGS has `--compressed`).
+pub fn curl_head_and_body(url: &str, args: &[&str]) -> (String, Vec<u8>) {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "60", "-D", "-"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("run curl");
+    let split = out
+        .stdout
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head from {url}"));
+    let head = String::from_utf8_lossy(&out.stdout[..split]).to_ascii_lowercase();
+    (head, out.stdout[split + 4..].to_vec())
+}

@@ -3,25 +3,12 @@
 //! folder's apart from its framing.
 
 use std::fs;
-use std::process::Command;
 
-use servery_tests::{FAST, Server, Tree};
+use servery_tests::{FAST, Server, Tree, curl_head_and_body};
 
 /// `curl -s -D - ARGS URL`: the head (lower-case) and the body as curl gives it.
 fn fetch(url: &str, args: &[&str]) -> (String, Vec<u8>) {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "60", "-D", "-"])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("run curl");
-    let split = out
-        .stdout
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head");
-    let head = String::from_utf8_lossy(&out.stdout[..split]).to_ascii_lowercase();
-    (head, out.stdout[split + 4..].to_vec())
+    curl_head_and_body(url, args)
 }
 
 /// The names the page links, in order.

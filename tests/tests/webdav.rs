@@ -474,19 +474,9 @@ fn a_scripted_cadaver_session_puts_copies_moves_locks_and_sets_properties() {
 /// `curl -s -D - -X PROPFIND` of `path` with `extra` arguments: the headers (lower-case)
 /// and the body as curl gives it (decoded with `--compressed`).
 fn propfind_curl(addr: SocketAddr, path: &str, extra: &[&str]) -> (String, Vec<u8>) {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "60", "-D", "-", "-X", "PROPFIND"])
-        .args(extra)
-        .arg(format!("http://{addr}{path}"))
-        .output()
-        .expect("run curl");
-    let split = out
-        .stdout
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head");
-    let head = String::from_utf8_lossy(&out.stdout[..split]).to_ascii_lowercase();
-    (head, out.stdout[split + 4..].to_vec())
+    let mut args = vec!["-X", "PROPFIND"];
+    args.extend_from_slice(extra);
+    servery_tests::curl_head_and_body(&format!("http://{addr}{path}"), &args)
 }
 
 /// The `<D:href>` values of a multistatus answer, sorted.

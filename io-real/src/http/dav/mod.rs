@@ -543,15 +543,8 @@ fn encoded_multistatus(
     vary: bool,
 ) -> Response<Body> {
     let (coding, bytes) = crate::http::page::response::encode(xml, codings);
-    let len = bytes.len();
-    let mut response = Response::new(body::full(bytes));
-    *response.status_mut() = StatusCode::MULTI_STATUS;
+    let mut response = xml_response(StatusCode::MULTI_STATUS, bytes);
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/xml; charset=utf-8"),
-    );
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     if let Some(coding) = coding {
         headers.insert(
             header::CONTENT_ENCODING,
@@ -564,8 +557,9 @@ fn encoded_multistatus(
     response
 }
 
-/// An XML body (a WebDAV answer or error) with its status.
-pub(crate) fn xml_response(status: StatusCode, xml: String) -> Response<Body> {
+/// An XML body (a WebDAV answer or error, or such an answer encoded) with its status.
+pub(crate) fn xml_response(status: StatusCode, xml: impl Into<Bytes>) -> Response<Body> {
+    let xml: Bytes = xml.into();
     let len = xml.len();
     let mut response = Response::new(body::full(xml));
     *response.status_mut() = status;

@@ -375,7 +375,14 @@ pub fn push_row_at(html: &mut String, e: &Entry, href: &str, label: &str) {
     if e.is_dir {
         match e.items {
             Some(n) => {
-                let _ = write!(html, "<td class=\"size\">{}</td>", items_text(n));
+                // A phone's narrow column shows the count short ("10k"); the title says
+                // it whole.
+                let text = items_text(n);
+                let _ = write!(
+                    html,
+                    "<td class=\"size items\" title=\"{text}\"><span class=\"full\">{text}</span><span class=\"short\">{}</span></td>",
+                    items_short(n)
+                );
             }
             None => html.push_str("<td class=\"size\">—</td>"),
         }
@@ -418,6 +425,18 @@ fn items_text(n: u64) -> String {
     }
 }
 
+/// A folder's item count in at most four characters, for a phone's narrow column: "7",
+/// "999", "1.2k", "10k", "10k+".
+fn items_short(n: u64) -> String {
+    use crate::http::listing::ITEMS_COUNTED;
+    match n {
+        n if n > ITEMS_COUNTED => format!("{}k+", ITEMS_COUNTED / 1000),
+        n if n < 1000 => n.to_string(),
+        n if n < 10_000 => format!("{}.{}k", n / 1000, n % 1000 / 100),
+        n => format!("{}k", n / 1000),
+    }
+}
+
 /// A column header linking to this column's sort, toggling direction when already active.
 fn header_cell(label: &str, class: &str, key: SortKey, q: &ListingQuery) -> String {
     let active = q.sort == key;
@@ -455,7 +474,14 @@ mod tests {
         let mut folder = entry("photos", true, 0, 0);
         folder.items = Some(3);
         push_row(&mut html, &folder);
-        assert!(html.contains("<td class=\"size\">3 items</td>"), "{html}");
+        assert!(
+            html.contains("title=\"3 items\"><span class=\"full\">3 items</span><span class=\"short\">3</span></td>"),
+            "{html}"
+        );
+        assert_eq!(
+            [7, 999, 1_234, 10_000, 10_001].map(items_short),
+            ["7", "999", "1.2k", "10k", "10k+"].map(String::from)
+        );
         push_row(&mut html, &entry("uncounted", true, 0, 0));
         assert!(html.contains("<td class=\"size\">—</td>"), "{html}");
     }
