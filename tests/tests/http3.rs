@@ -24,6 +24,8 @@ mod admission;
 mod h3_client;
 #[path = "http3/recycles.rs"]
 mod recycles;
+#[path = "http3/slow_peers.rs"]
+mod slow_peers;
 #[path = "http3/steering.rs"]
 mod steering;
 

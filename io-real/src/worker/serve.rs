@@ -250,6 +250,23 @@ async fn accept_any(
     .await
 }
 
+/// The next QUIC connection the endpoints handed over, taken only while `has_room` says
+/// so, asked on every poll as [`accept_any`] asks it: a connection whose request started
+/// since the worker last looked may no longer be closed to make room. One not taken waits
+/// in the channel (its client repeats its first flight meanwhile).
+async fn next_quic(
+    incoming: &mut UnboundedReceiver<quinn::Incoming>,
+    has_room: impl Fn() -> bool,
+) -> Option<quinn::Incoming> {
+    poll_fn(|cx| {
+        if !has_room() {
+            return Poll::Pending;
+        }
+        incoming.poll_recv(cx)
+    })
+    .await
+}
+
 /// Whether a worker holding `held` connections may accept another: below the limit (not
 /// counting those already asked to close), or full with one that may be closed to make
 /// room. Read again just before each accept: which connections are idle changes as their
@@ -393,7 +410,7 @@ impl Worker {
                     self.life.handle_timeout(self.clock.now(), in_flight, in_progress);
                 }
                 (accepted, cleartext) = accept_any(&self.listeners, self.cleartext_listeners, || has_room(held, max, admission)), if can_accept => self.admit(accepted, cleartext).await,
-                Some(incoming) = self.quic.incoming.recv(), if can_accept => self.admit_quic(incoming),
+                Some(incoming) = next_quic(&mut self.quic.incoming, || has_room(held, max, admission)), if can_accept => self.admit_quic(incoming),
             }
         }
     }
