@@ -121,7 +121,7 @@ impl ParentIo for SimWorld {
         });
         let action = match action {
             ParentAction::Singleton(action) => return self.singleton(action),
-            // The simulated host keeps no journal: its parent never restarts.
+            // Handed to `persist_dav_locks` by the loop, never here.
             ParentAction::PersistDavLocks(_) => return,
             ParentAction::Acme(action) => return self.acme_action(now, action),
             ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
@@ -372,6 +372,16 @@ impl ParentIo for SimWorld {
                 }
             }
         }
+    }
+
+    /// The simulated host keeps no journal (its parent never restarts), so every write
+    /// of one succeeds; the journal's failure rule is proven in core's unit tests.
+    fn persist_dav_locks(
+        &mut self,
+        _now: Instant,
+        _locks: &[servery_core::proto::DavLockInfo],
+    ) -> servery_core::parent::JournalWrite {
+        servery_core::parent::JournalWrite::Written
     }
 
     fn log_writer_idle(&self) -> bool {
