@@ -210,7 +210,16 @@ pub async fn run(
         () = refuse => {}
         () = endpoint.wait_idle() => {}
     }
-    endpoint.close(quinn::VarInt::from_u32(0), b"");
+    // Nothing of ours is left. A closed endpoint refuses every new connection it reads
+    // until its driver ends; while another worker takes new connections the server side
+    // is turned off instead, which leaves them unanswered (quinn answers an Initial it
+    // has no server for with a stateless reset, which a client holding no token for it
+    // discards), and the client's next first flight is steered to a serving worker.
+    if others_take_new_connections(&lock) {
+        endpoint.set_server_config(None);
+    } else {
+        endpoint.close(quinn::VarInt::from_u32(0), b"");
+    }
     drop(endpoint);
     tracing::debug!(?port, "HTTP/3 endpoint drained; slot released");
     drop(lock);

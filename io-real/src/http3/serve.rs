@@ -100,7 +100,16 @@ pub async fn serve_connection(
     // Set once a deadline passed (or a full worker chose this connection while its client
     // held a response): closed then, whatever is still in flight.
     let mut close_at: Option<tokio::time::Instant> = None;
+    // After GOAWAY, when nothing is in flight: when the connection closes if its client
+    // has not.
+    let mut idle_after_goaway: Option<tokio::time::Instant> = None;
     loop {
+        if going_away && in_flight.is_empty() {
+            idle_after_goaway
+                .get_or_insert_with(|| tokio::time::Instant::now() + FIRST_REQUEST_GRACE);
+        } else {
+            idle_after_goaway = None;
+        }
         tokio::select! {
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
@@ -165,7 +174,9 @@ pub async fn serve_connection(
             // another request within the grace is not waited for (h3 ends `accept` only
             // on the client's GOAWAY or close): otherwise an idle client sending PINGs
             // would hold the worker's drain to its deadline.
-            () = tokio::time::sleep(FIRST_REQUEST_GRACE), if going_away && in_flight.is_empty() => {
+            // The grace is a deadline set once, not a sleep made anew on each pass: the
+            // watchdog's looks would otherwise keep putting it off.
+            () = sleep_until_set(idle_after_goaway) => {
                 connection.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
                 return;
             }

@@ -254,6 +254,9 @@ async fn accept_any(
     .await
 }
 
+/// How soon a worker looks again for room for a QUIC connection waiting in its channel.
+const QUIC_ROOM_RECHECK: Duration = Duration::from_millis(50);
+
 /// The next QUIC connection the endpoints handed over, taken only while `has_room` says
 /// so, asked on every poll as [`accept_any`] asks it: a connection whose request started
 /// since the worker last looked may no longer be closed to make room. One not taken waits
@@ -371,6 +374,10 @@ impl Worker {
                 .map(|t| tokio::time::Instant::from_std(self.clock.to_std(t)));
             let can_accept = self.life.accepting() && !self.listeners.is_empty() && self.has_room();
             let draining = *self.drain.borrow();
+            // A QUIC connection waiting for room is looked at again soon: room comes back
+            // when a request ends or a client is seen holding its response, which nothing
+            // wakes this loop for (a TCP one waits in the backlog for the next pass).
+            let quic_waits = self.life.accepting() && !draining && !self.quic.incoming.is_empty();
             let (held, max, admission) =
                 (self.life.in_flight(), self.max_connections, &self.admission);
             tokio::select! {
@@ -425,6 +432,7 @@ impl Worker {
                         self.admit_quic(incoming);
                     }
                 }
+                () = tokio::time::sleep(QUIC_ROOM_RECHECK), if quic_waits => {}
             }
         }
     }
@@ -740,6 +748,12 @@ impl Worker {
         let by = tokio::time::Instant::now() + ENDPOINT_CLOSE_BOUND;
         for endpoint in std::mem::take(&mut self.quic.endpoints) {
             let _ = tokio::time::timeout_at(by, endpoint).await;
+        }
+        // A connection an endpoint handed over after the drain's last look at the channel
+        // (a worker with nothing in flight exits at once) would be refused as the channel
+        // is dropped with it: it is set aside like the rest.
+        while let Ok(incoming) = self.quic.incoming.try_recv() {
+            self.set_aside_quic(incoming);
         }
     }
 
