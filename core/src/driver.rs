@@ -4,8 +4,8 @@
 //! worker: both implement [`WorkerIo`], and [`dispatch_worker`] carries out what its
 //! [`WorkerLifecycle`] decides.
 
-use crate::parent::{Parent, ParentAction};
-use crate::proto::WorkerMessage;
+use crate::parent::{JournalWrite, Parent, ParentAction};
+use crate::proto::{DavLockInfo, WorkerMessage};
 use crate::supervisor::{Action, Event};
 use crate::time::Instant;
 use crate::worker::{WorkerAction, WorkerLifecycle};
@@ -48,8 +48,15 @@ pub trait ParentIo {
     /// order, in one pass (what keeps arriving meanwhile waits for the next `wait`, so a
     /// flood cannot hold a deadline off). [`run`] calls it before it judges deadlines.
     fn arrived(&mut self) -> Vec<Wakeup>;
-    /// Carry out one action. `Exit` is performed last, after which `run` returns.
+    /// Carry out one action. `Exit` is performed last, after which `run` returns; a
+    /// journal goes to [`ParentIo::persist_dav_locks`] instead.
     fn perform(&mut self, now: Instant, action: ParentAction);
+    /// Write the WebDAV lock journal (every live lock, replacing the last one) before the
+    /// next action, and say whether it is on disk. What a failure means for the locks is
+    /// the parent's to decide ([`Parent::dav_journal_written`]), before their answers go.
+    fn persist_dav_locks(&mut self, now: Instant, locks: &[DavLockInfo]) -> JournalWrite;
+    /// The parent refused these locks after a failed journal write (for the log).
+    fn dav_locks_refused(&mut self, _now: Instant, _refused: &[crate::LeaseId]) {}
     /// Whether the sole log writer can take a batch now.
     fn log_writer_idle(&self) -> bool;
     /// Hand a batch of access-log records to the writer.
@@ -77,6 +84,14 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> RunE
                 io.observe(now, parent);
                 io.perform(now, action);
                 return RunEnd::Exited(code);
+            }
+            if let ParentAction::PersistDavLocks(locks) = &action {
+                let outcome = io.persist_dav_locks(now, locks);
+                let refused = parent.dav_journal_written(outcome);
+                if !refused.is_empty() {
+                    io.dav_locks_refused(now, &refused);
+                }
+                continue;
             }
             io.perform(now, action);
         }
@@ -222,6 +237,9 @@ mod tests {
             Vec::new()
         }
         fn perform(&mut self, _now: Instant, _action: ParentAction) {}
+        fn persist_dav_locks(&mut self, _now: Instant, _locks: &[DavLockInfo]) -> JournalWrite {
+            JournalWrite::Written
+        }
         fn log_writer_idle(&self) -> bool {
             true
         }

@@ -91,9 +91,14 @@ pub struct Parent {
     awaiting: Vec<(ReloadId, RequestId)>,
     /// Answers decided in this step, given out after what the step carries out.
     answers: VecDeque<(RequestId, Answer)>,
+    /// Which locks the WebDAV journal on disk holds ([`Parent::dav_journal_written`]).
+    journal: dav_journal::JournalState,
 }
 
+mod dav_journal;
 mod requests;
+
+pub use dav_journal::JournalWrite;
 
 impl Parent {
     /// `seed` comes from OS entropy in production and from the scenario in simulation.
@@ -115,6 +120,7 @@ impl Parent {
             deadline: None,
             awaiting: Vec::new(),
             answers: VecDeque::new(),
+            journal: dav_journal::JournalState::default(),
         }
         .settled()
     }
@@ -191,6 +197,8 @@ impl Parent {
         locks: Vec<crate::proto::DavLockInfo>,
     ) -> crate::broker::DavRestore {
         let restored = self.broker.restore_dav_locks(now, locks);
+        let on_disk = self.broker.dav().snapshot(now).into_iter().map(|l| l.token);
+        self.journal.restored(on_disk);
         self.settle();
         restored
     }
@@ -407,9 +415,9 @@ impl Parent {
             && self.supervisor.config().features().dav_persistent_locks
         {
             let now = self.last_step.unwrap_or(Instant::ZERO);
-            self.actions.push_back(ParentAction::PersistDavLocks(
-                self.broker.dav().snapshot(now),
-            ));
+            let locks = self.broker.dav().snapshot(now);
+            self.journal.handed_out(&locks);
+            self.actions.push_back(ParentAction::PersistDavLocks(locks));
         }
         while let Some((worker, id, reply)) = self.broker.poll_reply() {
             self.actions
@@ -503,11 +511,11 @@ mod tests {
     use crate::supervisor::ExitStatus;
     use core::time::Duration;
 
-    fn actions(p: &mut Parent) -> Vec<ParentAction> {
+    pub(super) fn actions(p: &mut Parent) -> Vec<ParentAction> {
         std::iter::from_fn(|| p.poll_action()).collect()
     }
 
-    fn started(features: impl FnOnce(&mut RawConfig)) -> (Parent, WorkerId) {
+    pub(super) fn started(features: impl FnOnce(&mut RawConfig)) -> (Parent, WorkerId) {
         let mut raw = RawConfig::default();
         features(&mut raw);
         let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [1; 32]);
@@ -532,7 +540,7 @@ mod tests {
         (p, w)
     }
 
-    fn dav(p: &mut Parent, w: WorkerId, now: Instant, id: u64, request: BrokerRequest) {
+    pub(super) fn dav(p: &mut Parent, w: WorkerId, now: Instant, id: u64, request: BrokerRequest) {
         p.handle(
             now,
             Event::Message {
@@ -542,7 +550,7 @@ mod tests {
         );
     }
 
-    fn lock_request(resource: &str, timeout_ms: u64) -> BrokerRequest {
+    pub(super) fn lock_request(resource: &str, timeout_ms: u64) -> BrokerRequest {
         BrokerRequest::DavLock {
             resource: resource.into(),
             depth: crate::proto::DavDepth::Zero,
@@ -550,83 +558,6 @@ mod tests {
             exclusive: true,
             timeout_ms,
         }
-    }
-
-    #[test]
-    fn the_lock_journal_goes_out_before_the_answer_and_a_restart_restores_it() {
-        let (mut p, w) = started(|r| {
-            r.features.webdav = true;
-            r.features.dav_persistent_locks = true;
-        });
-        dav(&mut p, w, Instant::ZERO, 7, lock_request("/a", 10_000));
-        let acts = actions(&mut p);
-        let [
-            ParentAction::PersistDavLocks(journal),
-            ParentAction::Supervisor(Action::Send { .. }),
-        ] = &acts[..]
-        else {
-            panic!("journal, then the answer: {acts:?}");
-        };
-        assert_eq!(journal.len(), 1);
-        assert_eq!(journal[0].expires_in_ms, 10_000);
-        // A query changes nothing: no journal.
-        dav(
-            &mut p,
-            w,
-            Instant::ZERO,
-            8,
-            BrokerRequest::DavQuery {
-                resource: "/".into(),
-            },
-        );
-        assert!(matches!(
-            &actions(&mut p)[..],
-            [ParentAction::Supervisor(_)]
-        ));
-        // Expiry is a change too.
-        p.handle_timeout(Instant::ZERO + Duration::from_secs(10));
-        assert!(
-            actions(&mut p)
-                .iter()
-                .any(|a| matches!(a, ParentAction::PersistDavLocks(l) if l.is_empty()))
-        );
-
-        // A new parent takes the journal back: the lock holds, with its time left.
-        let (mut again, w2) = started(|r| {
-            r.features.webdav = true;
-            r.features.dav_persistent_locks = true;
-        });
-        let mut left = journal.clone();
-        left[0].expires_in_ms = 4_000;
-        assert_eq!(again.restore_dav_locks(Instant::ZERO, left).restored, 1);
-        dav(&mut again, w2, Instant::ZERO, 1, lock_request("/a", 1_000));
-        assert!(actions(&mut again).iter().any(|a| matches!(
-            a,
-            ParentAction::Supervisor(Action::Send {
-                message: ParentMessage::Broker {
-                    reply: crate::proto::BrokerReply::Rejected(crate::proto::Rejection::Busy),
-                    ..
-                },
-                ..
-            })
-        )));
-        again.handle_timeout(Instant::ZERO + Duration::from_secs(4));
-        assert_eq!(
-            again.broker().dav().len(),
-            0,
-            "it ends when its time left runs out"
-        );
-    }
-
-    #[test]
-    fn without_persistence_no_journal_is_kept() {
-        let (mut p, w) = started(|r| r.features.webdav = true);
-        dav(&mut p, w, Instant::ZERO, 7, lock_request("/a", 10_000));
-        assert!(
-            !actions(&mut p)
-                .iter()
-                .any(|a| matches!(a, ParentAction::PersistDavLocks(_)))
-        );
     }
 
     #[test]

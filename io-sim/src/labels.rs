@@ -119,6 +119,9 @@ pub const DAV_TABLE_SATURATED: &str = "the dav lock table was full and refused a
 pub const DAV_LOCK_CONFLICT: &str = "a dav lock conflicted with one held";
 /// A refresh pushed a lock's expiry out.
 pub const DAV_LOCK_REFRESHED: &str = "a dav lock was refreshed";
+/// A write of the lock journal failed on a full disk, and a lock it did not hold yet was
+/// refused (decision 0084).
+pub const DAV_JOURNAL_REFUSED: &str = "a dav lock the journal could not hold was refused";
 /// An UNLOCK ended a lock before its timeout.
 pub const DAV_LOCK_UNLOCKED: &str = "a dav lock was unlocked";
 /// A lock left the table at its timeout, no UNLOCK.
@@ -294,6 +297,7 @@ pub const ALL: &[&str] = &[
     DAV_REFUSED_ELSEWHERE,
     DAV_TOKEN_WRITE_ELSEWHERE,
     DAV_TABLE_SATURATED,
+    DAV_JOURNAL_REFUSED,
     DAV_LOCK_CONFLICT,
     DAV_LOCK_REFRESHED,
     DAV_LOCK_UNLOCKED,

@@ -277,6 +277,9 @@ pub struct SimWorld {
     short_writes_until: Instant,
     pub(crate) disk_full_until: Instant,
     pub(crate) rename_fails_until: Instant,
+    /// With `features.dav_persistent_locks`: the locks the simulated disk's lock journal
+    /// holds (its writes fail while the disk is full), against which the table is judged.
+    pub(crate) journal: Option<BTreeSet<servery_core::LeaseId>>,
     /// Workers whose last delivery to the parent was part of a write still arriving.
     pieces_up: BTreeSet<WorkerId>,
     /// (generation, slot) of spawns the host refused, until the supervisor acts on them.
@@ -385,6 +388,11 @@ impl SimWorld {
             short_writes_until: Instant::ZERO,
             disk_full_until: Instant::ZERO,
             rename_fails_until: Instant::ZERO,
+            journal: spec
+                .config
+                .features
+                .dav_persistent_locks
+                .then(BTreeSet::new),
             pieces_up: BTreeSet::new(),
             spawn_failed_slots: Vec::new(),
             write_failed: BTreeSet::new(),

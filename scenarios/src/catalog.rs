@@ -349,6 +349,13 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "dav-journal-full",
+        about: "LOCKs with the lock journal on while the disk under it fills for a while: no LOCK is granted while the journal cannot hold it, the table never holds a lock the journal on disk does not (decision 0084), and LOCKs are granted again once the disk has room",
+        build: dav::journal_full,
+        kinds: &[FaultKind::DiskFull],
+        no_swarm: None,
+    },
+    Scenario {
         name: "dav-move-crash-between-steps",
         about: "MOVE, COPY (Depth infinity and 0), DELETE and MKCOL of small collections, the worker killed just before a seeded step of the core's tree flow: clients never see half a tree or a lost source, a success leaves the whole result, every lease is back once the parent lets the worker go, and its cleanup leaves no staging copy or trash",
         build: dav_tree::move_crash_between_steps,

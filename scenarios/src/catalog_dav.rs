@@ -570,3 +570,70 @@ fn table_bounded(o: &mut Outcome) -> Result<(), String> {
     }
     Ok(())
 }
+
+// ----- dav-journal-full ----------------------------------------------------------------------
+
+/// A burst of LOCKs with the lock journal on (`features.dav_persistent_locks`) while the
+/// disk fills for a while (decision 0084): the simulator's oracle holds the table to the
+/// journal on its disk after every step (`journal rule:`); here, no LOCK is granted while
+/// the disk is full, and LOCKs are granted again once it has room.
+pub(crate) fn journal_full(ctx: &mut Ctx) -> Plan {
+    let mut config = dav_config(workers(ctx, 1, 3));
+    config.features.dav_persistent_locks = true;
+    let mut spec = spec(ctx, config.clone(), 10.0);
+    spec.workload.dav = Some(DavWorkload {
+        client_rate: 0.0,
+        client_burst: Some((SATURATION_RATE, secs(8.0))),
+        draw: DavDraw {
+            exclusive_chance: 0.3,
+            infinity_chance: 0.5,
+            timeout_ms: (500, 2000),
+            steps: (0, 2),
+            step_ms: (100, 300),
+            refresh_chance: 0.3,
+            unlock_chance: 0.6,
+            ..DavDraw::default()
+        },
+        ..DavWorkload::default()
+    });
+    for _ in 0..ctx.rng.range(1, 2) {
+        let t = at(ctx, 1.0, 5.0);
+        let d = secs(0.5 + ctx.rng.unit() * 1.5);
+        fault(ctx.kinds, &mut spec, t, Fault::DiskFull(d));
+    }
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
+    e.extra = Some(|o, _| {
+        let full: Vec<(u64, u64)> = o
+            .fault_windows
+            .iter()
+            .filter(|(k, _, _)| *k == FaultKind::DiskFull)
+            .map(|&(_, from, until)| (from, until))
+            .collect();
+        let inside = |t: u64| full.iter().any(|&(from, until)| from < t && t < until);
+        if let Some(d) = o
+            .dav
+            .decisions
+            .iter()
+            .find(|d| d.answer == DavAnswer::Granted && inside(ms(d.at_ns)))
+        {
+            return Err(format!(
+                "journal rule: a LOCK was granted at {} ms while the disk under the journal was full ({full:?} ms)",
+                ms(d.at_ns)
+            ));
+        }
+        let last = full.iter().map(|&(_, until)| until).max().unwrap_or(0);
+        if !o
+            .dav
+            .decisions
+            .iter()
+            .any(|d| d.answer == DavAnswer::Granted && ms(d.at_ns) > last)
+        {
+            return Err(format!(
+                "no LOCK was granted after the disk had room again at {last} ms"
+            ));
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}

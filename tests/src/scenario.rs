@@ -111,6 +111,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "a WebDAV lock workload against a tiny table: the real lock table's limits are tests/webdav.rs and the broker's unit tests",
     ),
     (
+        "dav-journal-full",
+        "a WebDAV lock workload on a simulated disk that fills under the lock journal: the real counterpart is tests/state_dir.rs, a_lock_the_journal_cannot_hold_is_refused_and_a_restart_keeps_every_lock_granted (an 8 KiB tmpfs under --state-dir: every LOCK 200 or 503, the table holding exactly the granted ones, all of them back after kill -9 of the parent)",
+    ),
+    (
         "dav-move-crash-between-steps",
         "a tree-request workload whose client picks requests from the simulated tree: the real counterpart is tests/webdav_tree_crash.rs, which kills a real worker before six chosen steps of MOVE, COPY and DELETE (SERVERY_TEST_FAULT=kill-before-tree-step) and checks the tree, the cleanup, the broker's leases and the retry",
     ),

@@ -26,6 +26,8 @@ mod h3_client;
 mod recycles;
 #[path = "http3/refusals.rs"]
 mod refusals;
+#[path = "http3/slow_peers.rs"]
+mod slow_peers;
 #[path = "http3/steering.rs"]
 mod steering;
 

@@ -141,6 +141,15 @@ impl DavTable {
         Some(l.expires_at)
     }
 
+    /// Removes a lock without marking the table changed: one whose journal could not be
+    /// written, which the table drops to hold no more than the journal on disk (so there
+    /// is nothing new to journal). Returns its expiry.
+    pub fn forget(&mut self, token: LeaseId) -> Option<Instant> {
+        let l = self.locks.remove(&token)?;
+        self.by_resource.remove(&(l.resource, token));
+        Some(l.expires_at)
+    }
+
     /// Whether the table changed since the last call (and clears the mark).
     pub fn take_changed(&mut self) -> bool {
         std::mem::take(&mut self.changed)

@@ -206,6 +206,14 @@ impl Broker {
         self.dav.take_changed()
     }
 
+    /// Drops a lock its journal could not hold (its grant is refused instead, by the
+    /// parent: [`crate::parent::Parent::dav_journal_written`]).
+    pub fn forget_dav_lock(&mut self, token: LeaseId) {
+        if let Some(expires_at) = self.dav.forget(token) {
+            self.expiries.remove(&(expires_at, Kind::Dav, token));
+        }
+    }
+
     /// Puts journalled locks back at startup, with their expiries armed, under the limits a
     /// LOCK has: no lock longer than `max_dav_lock_timeout` (a longer one is cut to it),
     /// no more than `max_dav_locks` in the table (those with the most time left are kept:

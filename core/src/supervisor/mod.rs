@@ -26,7 +26,7 @@ mod worker;
 use std::collections::VecDeque;
 
 pub use admission::PortFixedBy;
-pub use quic::QuicSteering;
+pub use quic::{QuicSteering, StrayConnection};
 pub use restart::{RestartDecision, RestartWindow, SlotHistory, backoff};
 pub use status::{Capacity, ExitRecord, FailureRecord, Readiness, Status, WorkerStatus};
 pub use tally::Tally;

@@ -44,6 +44,22 @@ impl QuicSteering {
             .and_then(|i| u32::try_from(i).ok())
     }
 
+    /// What the reader of the socket at `index` does with a new connection that reaches it
+    /// while the socket takes none (its worker drains): a handshake whose first packets
+    /// were queued on the socket before the steering moved new connections off it
+    /// (decision 0084). When another socket takes new connections it is left unanswered:
+    /// its client sends its first flight again, unchanged, and the steering sends that to
+    /// a serving worker; refusing it would fail that attempt outright. When none does (a
+    /// stop), nothing would ever answer it: it is refused at once, so its client stops
+    /// waiting.
+    pub fn stray_connection(&self, index: u32) -> StrayConnection {
+        if self.accepting.is_empty() || self.accepting.contains(&index) {
+            StrayConnection::Refuse
+        } else {
+            StrayConnection::Ignore
+        }
+    }
+
     /// The indices somebody reads, ascending: where packets of an open connection may go.
     pub fn read(&self) -> impl Iterator<Item = u32> + '_ {
         self.readers
@@ -52,6 +68,15 @@ impl QuicSteering {
             .filter(|(_, r)| r.is_some())
             .filter_map(|(i, _)| u32::try_from(i).ok())
     }
+}
+
+/// See [`QuicSteering::stray_connection`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrayConnection {
+    /// Leave it unanswered: its client's next first flight reaches a serving worker.
+    Ignore,
+    /// Refuse it (CONNECTION_REFUSED): nothing else takes new connections.
+    Refuse,
 }
 
 /// The supervisor's record of who reads which socket, and the steering it last emitted.
@@ -125,6 +150,28 @@ impl QuicSockets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stray_new_connection_is_refused_only_when_no_other_socket_takes_new_ones() {
+        let steering = |accepting: &[u32]| QuicSteering {
+            readers: vec![Some(WorkerId(1)), Some(WorkerId(2))],
+            accepting: accepting.to_vec(),
+        };
+        // w1 drains, w2 serves: a handshake queued on w1's socket goes unanswered, and
+        // its client's next first flight is steered to w2.
+        assert_eq!(
+            steering(&[1]).stray_connection(0),
+            StrayConnection::Ignore,
+            "HTTP/3 stray rule: a handshake left on a draining socket is refused while \
+             another takes new connections"
+        );
+        // A stop: nothing serves, so nothing would ever answer it.
+        assert_eq!(steering(&[]).stray_connection(0), StrayConnection::Refuse);
+        assert_eq!(
+            steering(&[0, 1]).stray_connection(0),
+            StrayConnection::Refuse
+        );
+    }
 
     #[test]
     fn each_worker_reads_the_lowest_free_socket_and_only_the_end_is_ever_removed() {

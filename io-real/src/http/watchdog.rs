@@ -13,7 +13,7 @@
 //! | no request yet (silent, slow head, TLS or h2 preface with nothing after) | `request_head_timeout` from the accept, in total |
 //! | between requests (HTTP/1 keep-alive, HTTP/2 with no open stream) | `keep_alive_timeout` from the last response's end to the next complete head |
 //! | a request in progress that moves no byte either way | `send_timeout` without progress |
-//! | a response its client takes slower than `min_send_rate` (a zero HTTP/2 window, a trickle) | `send_timeout` of waiting on the client |
+//! | a response its client takes slower than `min_send_rate` (a zero HTTP/2 or QUIC window, a trickle) | `send_timeout` of waiting on the client |
 //!
 //! The TLS handshake has its own bound (`tls_handshake_timeout`), and a request body that
 //! stalls is ended by the upload path (`body_timeout`, 408). The worker also reads the
@@ -25,7 +25,9 @@
 //! archive being written, an application's stream): that time is the server's, so the
 //! body measures it and the rate rule leaves it out. Bytes are counted as they reach the
 //! socket, so a client that pings or acknowledges settings does not pass for one that
-//! reads.
+//! reads. An HTTP/3 connection is judged by the same rules (`http3::serve`), its bytes
+//! counted as its streams' transport takes them, which is as fast as the peer's flow
+//! control allows.
 
 use std::io;
 use std::pin::Pin;
@@ -455,6 +457,19 @@ impl Activity {
     fn moved(&self) {
         let n = self.moved.load(Ordering::Relaxed);
         self.moved.store(n.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// HTTP/3: `n` more bytes of a response were taken by the transport, which lets in only
+    /// what the peer's flow control allows. Its streams are written by tasks of their own,
+    /// so these counts are added atomically (the TCP ones have one writer).
+    pub fn sent_on_stream(&self, n: usize) {
+        self.written.fetch_add(n as u64, Ordering::Relaxed);
+        self.moved.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// HTTP/3: part of a request (its body), or a response head, moved on some stream.
+    pub fn moved_on_stream(&self) {
+        self.moved.fetch_add(1, Ordering::Relaxed);
     }
 
     /// `n` more bytes went to the socket (one writer too, as [`Activity::moved`]).

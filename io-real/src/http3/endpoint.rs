@@ -51,6 +51,12 @@ impl SlotSocket {
         self.index
     }
 
+    /// Another descriptor of the slot's lock, to read the stray-connection rule from
+    /// once the socket itself is the endpoint's ([`others_take_new_connections`]).
+    pub fn lock_copy(&self) -> io::Result<OwnedFd> {
+        self.lock.try_clone()
+    }
+
     /// The UDP port, for `Alt-Svc`.
     pub fn port(&self) -> Option<u16> {
         self.socket.local_addr().ok().map(|a| a.port())
@@ -190,21 +196,54 @@ pub async fn run(
             () = super::serve::draining(&mut drain) => break,
         }
     }
-    // Draining: new connections are refused at once (the client tries again, or over
-    // TCP); the open ones get GOAWAY from their own tasks and finish.
+    // Draining: the open connections get GOAWAY from their own tasks and finish. A new
+    // connection here was queued on the socket before the steering moved new ones off
+    // it: left unanswered while another worker takes new connections (its client's next
+    // first flight is steered there), refused at once when none does (a stop), as the
+    // core decides (`QuicSteering::stray_connection`, written into the lock by the parent).
     let refuse = async {
         while let Some(connection) = endpoint.accept().await {
-            connection.refuse();
+            set_aside(connection, others_take_new_connections(&lock));
         }
     };
     tokio::select! {
         () = refuse => {}
         () = endpoint.wait_idle() => {}
     }
-    endpoint.close(quinn::VarInt::from_u32(0), b"");
+    // Nothing of ours is left. A closed endpoint refuses every new connection it reads
+    // until its driver ends; while another worker takes new connections the server side
+    // is turned off instead, which leaves them unanswered (quinn answers an Initial it
+    // has no server for with a stateless reset, which a client holding no token for it
+    // discards), and the client's next first flight is steered to a serving worker.
+    if others_take_new_connections(&lock) {
+        endpoint.set_server_config(None);
+    } else {
+        endpoint.close(quinn::VarInt::from_u32(0), b"");
+    }
     drop(endpoint);
     tracing::debug!(?port, "HTTP/3 endpoint drained; slot released");
     drop(lock);
+}
+
+/// Whether the parent's last steering sends new connections to another worker's socket
+/// (`super::sockets::STRAY_AT`), read from the slot's lock.
+pub fn others_take_new_connections(lock: impl AsFd) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::io::pread(lock, &mut byte, super::sockets::STRAY_AT),
+        Ok(1)
+    ) && byte[0] == 1
+}
+
+/// A new connection the worker will not serve because it drains: left unanswered while
+/// another worker takes new connections, refused otherwise (see [`run`]).
+pub fn set_aside(connection: quinn::Incoming, others_take_new: bool) {
+    if others_take_new {
+        tracing::debug!(peer = %connection.remote_address(), "a handshake queued before the steering changed, left for a serving worker");
+        connection.ignore();
+    } else {
+        connection.refuse();
+    }
 }
 
 /// Takes the slot's lock through an open file description of our own (a lock taken on

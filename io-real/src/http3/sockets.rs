@@ -29,7 +29,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::net::{AddressFamily, SocketType, ipproto, sockopt};
 use servery_core::ids::WorkerId;
-use servery_core::supervisor::QuicSteering;
+use servery_core::supervisor::{QuicSteering, StrayConnection};
+
+/// Where in a slot lock's memfd the byte saying what its reader does with a stray new
+/// connection sits (1: leave it unanswered; 0 or absent: refuse it), after the index.
+pub const STRAY_AT: u64 = 4;
 
 /// Errors binding the HTTP/3 sockets.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +130,19 @@ impl QuicSockets {
         }
         self.sockets.truncate(want);
         self.steering = steering.clone();
+        // What each socket's reader does with a new connection once it drains, as the
+        // core says (`QuicSteering::stray_connection`): written before the drain that
+        // follows this steering is sent, so the reader finds it when it needs it.
+        for (index, group) in self.sockets.iter().enumerate() {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            let stray = [u8::from(
+                steering.stray_connection(index) == StrayConnection::Ignore,
+            )];
+            for slot in group {
+                rustix::io::pwrite(&slot.lock, &stray, STRAY_AT)
+                    .map_err(|e| QuicBindError::Lock(e.into()))?;
+            }
+        }
         // Attached through index 0's socket, which every group keeps: the program is the
         // group's, and attaching again replaces it at once.
         let program = super::steering::program(steering);
@@ -309,6 +326,32 @@ mod tests {
             let client = UdpSocket::bind(lo()).expect("client");
             assert_eq!(receiver(&sockets, &client, &long(0, 8, seed, seed)), 1);
         }
+    }
+
+    /// The core's stray-connection rule reaches each socket's reader through its lock: a
+    /// draining socket's reader leaves a new connection unanswered while another socket
+    /// takes new ones, and refuses it during a stop.
+    #[test]
+    fn each_lock_says_what_its_reader_does_with_a_stray_new_connection() {
+        let mut sockets = QuicSockets::bind(&[free_addr()]).expect("bind");
+        let stray = |sockets: &QuicSockets, i: usize| {
+            let mut byte = [9u8; 1];
+            let n =
+                rustix::io::pread(&sockets.sockets[i][0].lock, &mut byte, STRAY_AT).expect("read");
+            (n == 1).then_some(byte[0])
+        };
+        sockets.apply(&steering(3, &[0, 2])).expect("apply");
+        assert_eq!(
+            [stray(&sockets, 0), stray(&sockets, 1), stray(&sockets, 2)],
+            [Some(0), Some(1), Some(0)],
+            "HTTP/3 stray rule: only the socket that takes no new connections, while others \
+             do, leaves a new connection unanswered"
+        );
+        sockets.apply(&steering(3, &[])).expect("a stop");
+        assert_eq!(
+            [stray(&sockets, 0), stray(&sockets, 1), stray(&sockets, 2)],
+            [Some(0), Some(0), Some(0)]
+        );
     }
 
     /// The core frees a socket when its reader is gone: trailing ones leave the groups,

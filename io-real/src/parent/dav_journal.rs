@@ -8,7 +8,6 @@
 //! stepped between the two parents shortens or lengthens the locks by the step; a lock is
 //! never kept past the expiry the journal names.
 
-use std::collections::HashSet;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -45,15 +44,11 @@ struct StoredLock {
     expires_unix_ms: u64,
 }
 
-/// The journal's place, checked and ready, and which locks it holds.
+/// The journal's place, checked and ready. Which locks it holds, and what a failed write
+/// means for them, is the core's to know (`servery_core::parent::JournalWrite`).
 #[derive(Debug, Clone)]
 pub struct Journal {
     dir: PathBuf,
-    /// The tokens the journal on disk holds (as last written, or as read at start).
-    journalled: HashSet<LeaseId>,
-    /// Tokens granted in the table that the last write could not put on disk: their
-    /// grants are refused (503) on the way out, and the table is told to drop them.
-    unjournalled: HashSet<LeaseId>,
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -92,13 +87,8 @@ impl Journal {
                 dir.display()
             ));
         }
-        let mut journal = Journal {
-            dir,
-            journalled: HashSet::new(),
-            unjournalled: HashSet::new(),
-        };
+        let journal = Journal { dir };
         let loaded = journal.load()?;
-        journal.journalled = loaded.locks.iter().map(|l| l.token).collect();
         // Prove now that it can be written, rather than at the first LOCK: write back what
         // was read (the same locks, the same expiries).
         journal
@@ -188,40 +178,6 @@ impl Journal {
         })
     }
 
-    /// Writes `locks` (the whole table) to the journal. When the write fails, the locks
-    /// the journal does not hold yet cannot be promised durable: their tokens come back,
-    /// for the table to drop, and [`Journal::screen`] refuses their grants (503), so the
-    /// table never runs ahead of the journal.
-    pub fn persist(&mut self, locks: &[DavLockInfo]) -> Result<(), (io::Error, Vec<LeaseId>)> {
-        match self.store(locks) {
-            Ok(()) => {
-                self.journalled = locks.iter().map(|l| l.token).collect();
-                self.unjournalled.clear();
-                Ok(())
-            }
-            Err(e) => {
-                let fresh: Vec<LeaseId> = locks
-                    .iter()
-                    .map(|l| l.token)
-                    .filter(|t| !self.journalled.contains(t))
-                    .collect();
-                self.unjournalled.extend(fresh.iter().copied());
-                Err((e, fresh))
-            }
-        }
-    }
-
-    /// A broker answer on its way to a worker: the grant of a lock the journal could not
-    /// hold becomes a refusal (the worker answers 503).
-    pub fn screen(&mut self, reply: &mut servery_core::proto::BrokerReply) {
-        use servery_core::proto::{BrokerReply, Rejection};
-        if let BrokerReply::Granted { id, .. } = reply
-            && self.unjournalled.remove(id)
-        {
-            *reply = BrokerReply::Rejected(Rejection::Saturated);
-        }
-    }
-
     /// Replaces the journal with `locks` (their time left counts from now).
     pub fn store(&self, locks: &[DavLockInfo]) -> io::Result<()> {
         let now = unix_ms(SystemTime::now());
@@ -259,9 +215,16 @@ impl Journal {
             .custom_flags(NO_FOLLOW)
             .mode(0o600)
             .open(&temp)?;
-        file.write_all(&text)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, self.path())?;
+        let written = file
+            .write_all(&text)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&temp, self.path()));
+        if let Err(e) = written {
+            // A write the disk could not hold leaves nothing behind: its pages would
+            // stand between the next write (or the next start's) and the room it needs.
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
+        }
         std::fs::File::open(&self.dir)?.sync_all()
     }
 }

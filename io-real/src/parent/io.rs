@@ -19,7 +19,7 @@ use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::Value;
 use servery_core::control::{Answer, Request};
 use servery_core::driver::{ParentIo, Wakeup};
-use servery_core::parent::{Parent, ParentAction};
+use servery_core::parent::{JournalWrite, Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, encode_parent};
 use servery_core::supervisor::{Action, Command, Event, ExitStatus, FinalCounts};
 use servery_core::{
@@ -156,9 +156,6 @@ pub struct RealIo {
     /// is never signalled.
     pids: HashMap<WorkerId, u32>,
     journal: Option<super::dav_journal::Journal>,
-    /// The last id used for an UNLOCK of a lock the journal could not hold (counting down
-    /// from the top, away from the parent's own client's request ids).
-    journal_unlocks: u64,
     log_writer: Option<crate::access_log::writer::LogWriter>,
     /// The singleton services (`None` once finished).
     services: Option<super::services::ServiceHost>,
@@ -231,7 +228,6 @@ impl RealIo {
             channels: HashMap::new(),
             pids: HashMap::new(),
             journal: p.journal,
-            journal_unlocks: 0,
             log_writer: p.log_writer,
             services: Some(p.services),
             log_busy: false,
@@ -712,29 +708,8 @@ impl ParentIo for RealIo {
                 }
                 return;
             }
-            ParentAction::PersistDavLocks(locks) => {
-                // On this thread, before the answers queued after it are written: a LOCK
-                // is only answered once its lock is on disk.
-                if let Some(journal) = &mut self.journal
-                    && let Err((e, dropped)) = journal.persist(&locks)
-                {
-                    tracing::error!(error = %e, path = %journal.path().display(), refused = dropped.len(), "cannot journal the WebDAV locks: the locks not on disk are refused (503) and dropped");
-                    // The table drops what the journal does not hold; its answer, addressed
-                    // to the parent's own client under an id no request of its uses, is
-                    // ignored there.
-                    for token in dropped {
-                        self.journal_unlocks = self.journal_unlocks.wrapping_sub(1);
-                        self.inbox.push_back(Event::Message {
-                            worker: servery_core::parent::PARENT_CLIENT,
-                            message: servery_core::proto::WorkerMessage::Broker {
-                                id: self.journal_unlocks,
-                                request: servery_core::proto::BrokerRequest::DavUnlock { token },
-                            },
-                        });
-                    }
-                }
-                return;
-            }
+            // The loop hands journals to `persist_dav_locks`.
+            ParentAction::PersistDavLocks(_) => return,
             ParentAction::Acme(action) => return self.perform_acme(action),
             ParentAction::Answer { request, answer } => {
                 tracing::info!(request = request.0, %answer, "control request answered");
@@ -777,15 +752,7 @@ impl ParentIo for RealIo {
             Action::Send { worker, message } if worker == servery_core::parent::PARENT_CLIENT => {
                 self.tftp_replies.deliver(message)
             }
-            Action::Send {
-                worker,
-                mut message,
-            } => {
-                if let (Some(journal), servery_core::proto::ParentMessage::Broker { reply, .. }) =
-                    (&mut self.journal, &mut message)
-                {
-                    journal.screen(reply);
-                }
+            Action::Send { worker, message } => {
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     // The core sends only what fits the frames (it refuses a broker answer
                     // that would not), so this cannot fail; were it to, nothing is sent
@@ -869,6 +836,32 @@ impl ParentIo for RealIo {
             // Their records are all there is to do.
             Action::RecyclingSuspended { .. } | Action::Exit { .. } => {}
         }
+    }
+
+    fn persist_dav_locks(
+        &mut self,
+        _now: Instant,
+        locks: &[servery_core::proto::DavLockInfo],
+    ) -> JournalWrite {
+        // On this thread, before the answers queued after it are written: a LOCK is only
+        // answered once its lock is on disk, and the parent decides what a failure means.
+        let Some(journal) = &self.journal else {
+            return JournalWrite::Written;
+        };
+        match journal.store(locks) {
+            Ok(()) => JournalWrite::Written,
+            Err(e) => {
+                tracing::error!(error = %e, path = %journal.path().display(), "cannot journal the WebDAV locks: the locks not on disk yet are refused (503) and dropped");
+                JournalWrite::Failed
+            }
+        }
+    }
+
+    fn dav_locks_refused(&mut self, _now: Instant, refused: &[servery_core::LeaseId]) {
+        tracing::warn!(
+            refused = refused.len(),
+            "WebDAV locks the journal could not hold were refused (503) and dropped"
+        );
     }
 
     fn log_writer_idle(&self) -> bool {

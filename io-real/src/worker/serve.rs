@@ -151,6 +151,7 @@ pub(super) async fn run(
         listeners,
         quic: Quic {
             sockets: passed.quic,
+            stray_rule: None,
             config: None,
             reset_key: None,
             incoming_tx: quic_tx,
@@ -228,6 +229,9 @@ impl Drop for ClosedGuard {
 /// configuration, and the connections its endpoints pass to the lifecycle task.
 struct Quic {
     sockets: Vec<crate::http3::endpoint::SlotSocket>,
+    /// A copy of a slot socket's lock, where the parent writes what a draining worker
+    /// does with a connection it will not serve (decision 0084).
+    stray_rule: Option<std::os::fd::OwnedFd>,
     config: Option<quinn::ServerConfig>,
     /// The parent's stateless-reset key, from the TLS material.
     reset_key: Option<servery_core::tls_material::StatelessResetKey>,
@@ -261,6 +265,26 @@ async fn accept_any(
             }
         }
         Poll::Pending
+    })
+    .await
+}
+
+/// How soon a worker looks again for room for a QUIC connection waiting in its channel.
+const QUIC_ROOM_RECHECK: Duration = Duration::from_millis(50);
+
+/// The next QUIC connection the endpoints handed over, taken only while `has_room` says
+/// so, asked on every poll as [`accept_any`] asks it: a connection whose request started
+/// since the worker last looked may no longer be closed to make room. One not taken waits
+/// in the channel (its client repeats its first flight meanwhile).
+async fn next_quic(
+    incoming: &mut UnboundedReceiver<quinn::Incoming>,
+    has_room: impl Fn() -> bool,
+) -> Option<quinn::Incoming> {
+    poll_fn(|cx| {
+        if !has_room() {
+            return Poll::Pending;
+        }
+        incoming.poll_recv(cx)
     })
     .await
 }
@@ -364,6 +388,11 @@ impl Worker {
                 .poll_timeout()
                 .map(|t| tokio::time::Instant::from_std(self.clock.to_std(t)));
             let can_accept = self.life.accepting() && !self.listeners.is_empty() && self.has_room();
+            let draining = *self.drain.borrow();
+            // A QUIC connection waiting for room is looked at again soon: room comes back
+            // when a request ends or a client is seen holding its response, which nothing
+            // wakes this loop for (a TCP one waits in the backlog for the next pass).
+            let quic_waits = self.life.accepting() && !draining && !self.quic.incoming.is_empty();
             let (held, max, admission) =
                 (self.life.in_flight(), self.max_connections, &self.admission);
             tokio::select! {
@@ -408,7 +437,17 @@ impl Worker {
                     self.life.handle_timeout(self.clock.now(), in_flight, in_progress);
                 }
                 (accepted, cleartext) = accept_any(&self.listeners, self.cleartext_listeners, || has_room(held, max, admission)), if can_accept => self.admit(accepted, cleartext).await,
-                Some(incoming) = self.quic.incoming.recv(), if can_accept => self.admit_quic(incoming),
+                // While draining, what an endpoint handed over before it saw the drain is
+                // set aside at once, as in `stop_accepting`, not left to be refused when the
+                // worker exits.
+                Some(incoming) = next_quic(&mut self.quic.incoming, || draining || has_room(held, max, admission)), if can_accept || draining => {
+                    if draining {
+                        self.set_aside_quic(incoming);
+                    } else {
+                        self.admit_quic(incoming);
+                    }
+                }
+                () = tokio::time::sleep(QUIC_ROOM_RECHECK), if quic_waits => {}
             }
         }
     }
@@ -706,6 +745,16 @@ impl Worker {
         });
     }
 
+    /// A QUIC connection this draining worker will not serve (see `stop_accepting`).
+    fn set_aside_quic(&self, incoming: quinn::Incoming) {
+        let others_take_new = self
+            .quic
+            .stray_rule
+            .as_ref()
+            .is_some_and(crate::http3::endpoint::others_take_new_connections);
+        crate::http3::endpoint::set_aside(incoming, others_take_new);
+    }
+
     /// Lets the HTTP/3 endpoints finish (at most [`ENDPOINT_CLOSE_BOUND`]). A connection
     /// closed during the drain has only queued its CONNECTION_CLOSE: the endpoint's task
     /// sends it. A worker that exited first left its clients to learn from the slot's next
@@ -714,6 +763,12 @@ impl Worker {
         let by = tokio::time::Instant::now() + ENDPOINT_CLOSE_BOUND;
         for endpoint in std::mem::take(&mut self.quic.endpoints) {
             let _ = tokio::time::timeout_at(by, endpoint).await;
+        }
+        // A connection an endpoint handed over after the drain's last look at the channel
+        // (a worker with nothing in flight exits at once) would be refused as the channel
+        // is dropped with it: it is set aside like the rest.
+        while let Ok(incoming) = self.quic.incoming.try_recv() {
+            self.set_aside_quic(incoming);
         }
     }
 
@@ -767,6 +822,9 @@ impl WorkerIo for Worker {
         tracing::info!(worker = self.id, "accepting");
         if let (Some(config), Some(reset_key)) = (&self.quic.config, &self.quic.reset_key) {
             for socket in std::mem::take(&mut self.quic.sockets) {
+                if self.quic.stray_rule.is_none() {
+                    self.quic.stray_rule = socket.lock_copy().ok();
+                }
                 let endpoint = crate::http3::endpoint::endpoint_config(reset_key, socket.index());
                 self.quic
                     .endpoints
@@ -804,10 +862,11 @@ impl WorkerIo for Worker {
         // connections go to a worker that still accepts.
         self.listeners.clear();
         let _ = self.drain.send(true);
-        // HTTP/3 connections not admitted yet are refused (the client retries), and the
-        // endpoints stop passing new ones once they see the drain.
+        // HTTP/3 connections not admitted yet are set aside as the endpoints set aside
+        // those that reach them from now on: left for a serving worker while another takes
+        // new connections, refused otherwise (the core's rule, decision 0084).
         while let Ok(incoming) = self.quic.incoming.try_recv() {
-            incoming.refuse();
+            self.set_aside_quic(incoming);
         }
         if self.fault.exit_during_drain() {
             tracing::error!(worker = self.id, "test fault: exiting mid-drain");

@@ -121,7 +121,7 @@ impl ParentIo for SimWorld {
         });
         let action = match action {
             ParentAction::Singleton(action) => return self.singleton(action),
-            // The simulated host keeps no journal: its parent never restarts.
+            // Handed to `persist_dav_locks` by the loop, never here.
             ParentAction::PersistDavLocks(_) => return,
             ParentAction::Acme(action) => return self.acme_action(now, action),
             ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
@@ -374,6 +374,29 @@ impl ParentIo for SimWorld {
         }
     }
 
+    /// The simulated disk holds the journal (its parent never restarts, so nothing reads
+    /// it back): a write fails while the disk is full, and the table is judged against
+    /// what it holds after every step (`observe`).
+    fn persist_dav_locks(
+        &mut self,
+        now: Instant,
+        locks: &[servery_core::proto::DavLockInfo],
+    ) -> servery_core::parent::JournalWrite {
+        use servery_core::parent::JournalWrite;
+        let Some(journal) = self.journal.as_mut() else {
+            return JournalWrite::Written;
+        };
+        if now < self.disk_full_until {
+            return JournalWrite::Failed;
+        }
+        *journal = locks.iter().map(|l| l.token).collect();
+        JournalWrite::Written
+    }
+
+    fn dav_locks_refused(&mut self, _now: Instant, _refused: &[servery_core::LeaseId]) {
+        self.out.coverage.insert(labels::DAV_JOURNAL_REFUSED);
+    }
+
     fn log_writer_idle(&self) -> bool {
         !self.log_busy
     }
@@ -391,6 +414,23 @@ impl ParentIo for SimWorld {
     fn observe(&mut self, now: Instant, parent: &Parent) {
         if let Err(e) = parent.check_invariants() {
             self.violation(format!("invariant: {e}"));
+        }
+        // The journal rule (decision 0084): the table never holds a lock the journal on
+        // the disk does not.
+        if let Some(journal) = &self.journal {
+            let ahead: Vec<String> = parent
+                .broker()
+                .dav()
+                .snapshot(now)
+                .into_iter()
+                .filter(|l| !journal.contains(&l.token))
+                .map(|l| l.resource)
+                .collect();
+            if !ahead.is_empty() {
+                self.violation(format!(
+                    "journal rule: the lock table holds locks on {ahead:?} that the journal on disk does not (the table ran ahead of the journal)"
+                ));
+            }
         }
         let sup = parent.supervisor();
         let broker = parent.broker();

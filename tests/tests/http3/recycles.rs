@@ -143,3 +143,70 @@ fn downloads_of_64_mib_over_http3_arrive_whole_across_twenty_recycles_and_a_relo
         "downloads ran while the workers were recycled: {during}"
     );
 }
+
+/// Fresh connections, one after another on eight clients, each asking for one small file,
+/// while both workers are recycled 10 times: the handshakes whose first packets were
+/// queued in a socket when the steering moved new connections off it (decisions 0079,
+/// 0084). Each outcome is tallied by its reason.
+#[test]
+fn fresh_connections_across_recycles_are_not_refused() {
+    let tree = Tree::new("h3-fresh-recycles");
+    let (cert, flags) = identity(&tree);
+    let server = start(&tree, 2, &flags, &[]);
+    let rt = runtime();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let config = h3_client::config(&cert);
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (stop, tally, config) = (Arc::clone(&stop), Arc::clone(&tally), config.clone());
+            let addr = server.addr;
+            rt.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    let outcome =
+                        match h3_client::connect(addr, loopback(), &config, REQUEST_BOUND).await {
+                            Ok(mut h3) => match h3.get("/hello.txt", REQUEST_BOUND).await {
+                                Ok(r) if r.status == 200 && r.body == HELLO => {
+                                    if started.elapsed() > Duration::from_millis(500) {
+                                        "served, slowly (> 0.5 s)".to_owned()
+                                    } else {
+                                        "served".to_owned()
+                                    }
+                                }
+                                Ok(r) => format!("status {}", r.status),
+                                Err(Miss::Retry(why) | Miss::Failed(why)) => why,
+                            },
+                            Err(Miss::Retry(why) | Miss::Failed(why)) => why,
+                        };
+                    *tally.lock().expect("tally").entry(outcome).or_default() += 1;
+                }
+            })
+        })
+        .collect();
+    let bound = Duration::from_secs(60);
+    for round in 1..=10 {
+        let before = worker_ids(&server.status());
+        server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+        wait_until(bound, &format!("recycle {round} to end"), || {
+            let s = server.status();
+            let ids = worker_ids(&s);
+            let done = ids.len() == 2 && ids.iter().all(|id| !before.contains(id));
+            (done && s["recycle_in_flight"] == false).then_some(())
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    rt.block_on(async {
+        for c in clients {
+            let _ = tokio::time::timeout(REQUEST_BOUND * 3, c).await;
+        }
+    });
+    let tally = tally.lock().expect("tally").clone();
+    eprintln!("MEASURED fresh HTTP/3 connections across 10 recycles: {tally:?}");
+    let not_served: BTreeMap<&String, &u64> =
+        tally.iter().filter(|(why, _)| *why != "served").collect();
+    assert!(
+        not_served.keys().all(|why| why.starts_with("served")),
+        "fresh HTTP/3 connections refused or lost across recycles: {not_served:?}"
+    );
+}

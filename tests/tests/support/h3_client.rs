@@ -51,6 +51,25 @@ pub fn config_with(
     config
 }
 
+/// A client that grants the server only `window` bytes of credit per stream to begin with
+/// (QUIC's initial MAX_STREAM_DATA), so the server can send a response no further than
+/// the client reads: one that stops reading withholds credit for good, one that reads a
+/// trickle grants it a trickle at a time. It PINGs every 300 ms, so QUIC's own idle
+/// timer never ends its connection: only the server's deadlines can.
+pub fn config_withholding(cert: &CertificateDer<'static>, window: u32) -> quinn::ClientConfig {
+    let mut config = config(cert);
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_idle_timeout(Some(Duration::from_secs(60).try_into().expect("idle")));
+    transport.keep_alive_interval(Some(Duration::from_millis(300)));
+    transport.stream_receive_window(quinn::VarInt::from_u32(window));
+    config.transport_config(Arc::new(transport));
+    config
+}
+
+/// A request whose response head has arrived and whose body is the caller's to read (or
+/// not).
+pub type Open = h3::client::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
 /// One HTTP/3 connection.
 pub struct H3 {
     pub local: IpAddr,
@@ -157,6 +176,24 @@ impl H3 {
                 "no answer to {path} within {bound:?}"
             ))),
         }
+    }
+
+    /// `GET path`, returning once the response head has arrived (within `bound`), with
+    /// its status and the stream its body comes on.
+    pub async fn open(&mut self, path: &str, bound: Duration) -> Result<(u16, Open), Miss> {
+        let opening = async {
+            let req = http::Request::builder()
+                .uri(format!("https://localhost{path}"))
+                .body(())
+                .map_err(|e| Miss::Failed(e.to_string()))?;
+            let mut stream = self.send.send_request(req).await.map_err(classify)?;
+            stream.finish().await.map_err(classify)?;
+            let response = stream.recv_response().await.map_err(classify)?;
+            Ok((response.status().as_u16(), stream))
+        };
+        tokio::time::timeout(bound, opening)
+            .await
+            .unwrap_or_else(|_| Err(Miss::Failed(format!("no head for {path} in {bound:?}"))))
     }
 
     pub async fn get(&mut self, path: &str, bound: Duration) -> Result<Reply, Miss> {
