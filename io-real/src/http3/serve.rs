@@ -35,8 +35,9 @@ use tokio::task::JoinSet;
 
 use crate::http::conn::{FIRST_REQUEST_GRACE, MAX_REQUEST_HEAD};
 use crate::http::pipeline::Arrival;
-use crate::http::watchdog::{Unanswered, Verdict, Watch, finishing};
+use crate::http::watchdog::{Expiry, Unanswered, Verdict, Watch, finishing};
 use crate::http::{Activity, Site, Transport};
+use servery_core::request_stats::unheard;
 
 type H3Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
 type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
@@ -157,6 +158,12 @@ pub async fn serve_connection(
                     tracing::debug!(%peer, "closing an HTTP/3 connection held by its client to admit a new one");
                     close_at = Some(tokio::time::Instant::now());
                 } else if !going_away {
+                    // Closed before it asked anything: counted, as a TCP one is.
+                    if activity.started() == 0
+                        && let Some(meter) = site.meter()
+                    {
+                        meter.closed_unheard(unheard::EVICTED);
+                    }
                     going_away = true;
                     shutdown(&mut h3).await;
                 }
@@ -166,6 +173,15 @@ pub async fn serve_connection(
                     Verdict::Recheck(at) => watchdog.as_mut().reset(at),
                     Verdict::Expired(why) => {
                         tracing::debug!(%peer, ?why, "HTTP/3 connection deadline passed");
+                        // A connection that never made a request is counted where a TCP
+                        // one is (`servery_connections_closed_unheard_total`); HTTP/3 has
+                        // no half-read head to log as 408 (a stream's head arrives whole).
+                        if why == Expiry::NoRequest
+                            && activity.started() == 0
+                            && let Some(meter) = site.meter()
+                        {
+                            meter.closed_unheard(unheard::HEAD_TIMEOUT);
+                        }
                         // As an HTTP/2 connection: GOAWAY, and a moment to take it.
                         if !going_away {
                             going_away = true;

@@ -235,3 +235,46 @@ fn http3_downloads_read_at_a_trickle_are_cut_and_do_not_hold_the_worker() {
         }
     });
 }
+
+/// An HTTP/3 connection that makes no request is closed at `--request-head-timeout` and
+/// counted where a TCP one is (`servery_connections_closed_unheard_total`, reason
+/// `head_timeout`), though its client keeps PINGing.
+#[test]
+fn an_http3_connection_that_asks_nothing_is_closed_and_counted_unheard() {
+    const UNHEARD: &str = "servery_connections_closed_unheard_total{reason=\"head_timeout\"}";
+    let tree = Tree::new("h3-unheard");
+    let (cert, flags) = identity(&tree);
+    let mut server = start(
+        &tree,
+        1,
+        &flags,
+        &["--request-head-timeout", "1", "--admin", "127.0.0.1:0"],
+    );
+    let admin = server.admin_addr(Duration::from_secs(20));
+    let unheard = || {
+        let (_, body) = http_get(admin, "/metrics").expect("metrics");
+        String::from_utf8_lossy(&body)
+            .lines()
+            .find_map(|l| l.strip_prefix(UNHEARD))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = unheard();
+    let config = h3_client::config_pinging(&cert, Some(Duration::from_millis(300)));
+    runtime().block_on(async {
+        let h3 = h3_client::connect(server.addr, loopback(), &config, REQUEST_BOUND)
+            .await
+            .expect("connect");
+        let closed = tokio::time::timeout(Duration::from_secs(15), h3.connection.closed()).await;
+        assert!(
+            closed.is_ok(),
+            "a PINGing HTTP/3 connection that asked nothing was not closed within 15 s of \
+             --request-head-timeout 1"
+        );
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "the unheard connection counted",
+        || (unheard() >= before + 1.0).then_some(()),
+    );
+}
