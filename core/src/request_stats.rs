@@ -169,50 +169,36 @@ pub struct RequestStats {
 impl RequestStats {
     /// Add another's counts to these (saturating: a sum never wraps to a smaller one).
     pub fn add(&mut self, other: &RequestStats) {
-        for (mine, theirs) in self.requests.iter_mut().zip(&other.requests) {
-            for (a, b) in mine.iter_mut().zip(theirs) {
-                *a = a.saturating_add(*b);
-            }
-        }
-        self.bytes_sent = self.bytes_sent.saturating_add(other.bytes_sent);
-        for (a, b) in self
-            .duration_buckets
-            .as_flattened_mut()
-            .iter_mut()
-            .zip(other.duration_buckets.as_flattened())
-        {
-            *a = a.saturating_add(*b);
-        }
-        for (a, b) in self.duration_sum_us.iter_mut().zip(&other.duration_sum_us) {
-            *a = a.saturating_add(*b);
-        }
-        for (a, b) in self.closed_unheard.iter_mut().zip(&other.closed_unheard) {
-            *a = a.saturating_add(*b);
-        }
+        self.combine(other, u64::saturating_add);
     }
 
     /// Raise every counter to `other`'s where that is higher: the later of two sets of
     /// totals from one worker, whichever counters each has seen last.
     pub fn raise_to(&mut self, other: &RequestStats) {
+        self.combine(other, u64::max);
+    }
+
+    /// Every counter of these becomes `f` of it and `other`'s.
+    fn combine(&mut self, other: &RequestStats, f: fn(u64, u64) -> u64) {
         for (mine, theirs) in self.requests.iter_mut().zip(&other.requests) {
             for (a, b) in mine.iter_mut().zip(theirs) {
-                *a = (*a).max(*b);
+                *a = f(*a, *b);
             }
         }
-        self.bytes_sent = self.bytes_sent.max(other.bytes_sent);
+        self.bytes_sent = f(self.bytes_sent, other.bytes_sent);
         for (a, b) in self
             .duration_buckets
             .as_flattened_mut()
             .iter_mut()
             .zip(other.duration_buckets.as_flattened())
         {
-            *a = (*a).max(*b);
+            *a = f(*a, *b);
         }
         for (a, b) in self.duration_sum_us.iter_mut().zip(&other.duration_sum_us) {
-            *a = (*a).max(*b);
+            *a = f(*a, *b);
         }
         for (a, b) in self.closed_unheard.iter_mut().zip(&other.closed_unheard) {
-            *a = (*a).max(*b);
+            *a = f(*a, *b);
         }
     }
 
