@@ -179,8 +179,39 @@
     tr.appendChild(td);
   }
 
-  // ---- Preview of text and code, with line numbers, in a dialog. ----
-  var PREVIEW_BYTES = 512 * 1024, PREVIEW_LINES = 20000;
+  // ---- The viewer, in one dialog: text and code with line numbers, images (previous and
+  // next through the folder's images, also with the arrow keys), audio, video and PDF.
+  // Where the server takes overwrites, a text file can be edited here: the save carries
+  // If-Match with the version the editor loaded, so an edit someone made meanwhile is a
+  // conflict the person sees and settles, never an update silently lost. ----
+  var PREVIEW_BYTES = 512 * 1024, PREVIEW_LINES = 20000, EDIT_BYTES = 1024 * 1024;
+  var VIEWABLE = ["text", "code", "image", "audio", "video", "pdf"];
+  var canEdit = body.hasAttribute("data-edit");
+  // What the dialog shows: { name, url, kind, editing } or null.
+  var viewing = null;
+
+  function kindOf(tr) {
+    for (var i = 0; i < VIEWABLE.length; i++) {
+      if (tr.classList.contains("k-" + VIEWABLE[i])) return VIEWABLE[i];
+    }
+    return null;
+  }
+  function rowUrl(tr) {
+    return new URL(tr.querySelector("td.name a").getAttribute("href"), location.href).href;
+  }
+  // The images the list shows now (the filter hides some), in the list's order.
+  function imageRows() {
+    return Array.prototype.filter.call(
+      document.querySelectorAll("#list tbody tr.k-image[data-name]"),
+      function (tr) { return !tr.hidden; });
+  }
+  function unsaved() {
+    return viewing && viewing.editing && viewing.editing.area.value !== viewing.editing.saved;
+  }
+  function mayLeave() {
+    return !unsaved() || window.confirm("Discard your changes to " + viewing.name + "?");
+  }
+
   function previewDialog() {
     var dlg = $("preview");
     if (dlg) return dlg;
@@ -189,35 +220,109 @@
     dlg.setAttribute("aria-labelledby", "pv-h");
     var head = el("div", "pv-head"), h = el("h2", "", "");
     h.id = "pv-h";
-    var open = el("a", "", "Open"), dl = el("a", "", "Download"), close = el("button", "quiet", "Close");
+    var prev = el("button", "quiet", "Previous"), next = el("button", "quiet", "Next");
+    var edit = el("button", "quiet", "Edit"), close = el("button", "quiet", "Close");
+    var open = el("a", "", "Open"), dl = el("a", "", "Download");
+    prev.id = "pv-prev";
+    next.id = "pv-next";
+    edit.id = "pv-edit";
     open.id = "pv-open";
     dl.id = "pv-dl";
     dl.setAttribute("download", "");
-    close.type = "button";
-    close.addEventListener("click", function () { dlg.close(); });
-    [h, open, dl, close].forEach(function (e) { head.appendChild(e); });
+    [prev, next, edit, close].forEach(function (b) { b.type = "button"; });
+    prev.setAttribute("aria-label", "Previous image");
+    next.setAttribute("aria-label", "Next image");
+    prev.addEventListener("click", function () { turn(-1); });
+    next.addEventListener("click", function () { turn(1); });
+    edit.addEventListener("click", startEdit);
+    close.addEventListener("click", function () { if (mayLeave()) dlg.close(); });
+    [h, prev, next, edit, open, dl, close].forEach(function (e) { head.appendChild(e); });
     var note = el("p", "note");
     note.id = "pv-note";
-    var pre = el("pre", "code");
-    pre.id = "pv-body";
-    pre.tabIndex = 0;
-    [head, note, pre].forEach(function (e) { dlg.appendChild(e); });
-    dlg.addEventListener("click", function (e) { if (e.target === dlg) dlg.close(); });
+    note.setAttribute("aria-live", "polite");
+    var view = el("div", "pv-view");
+    view.id = "pv-view";
+    [head, note, view].forEach(function (e) { dlg.appendChild(e); });
+    dlg.addEventListener("click", function (e) { if (e.target === dlg && mayLeave()) dlg.close(); });
+    // Escape asks first when an edit is not saved.
+    dlg.addEventListener("cancel", function (e) { if (!mayLeave()) e.preventDefault(); });
+    // Emptied on close: a playing file stops, and nothing of it stays in the page.
+    dlg.addEventListener("close", function () { $("pv-view").textContent = ""; viewing = null; });
+    dlg.addEventListener("keydown", function (e) {
+      if (!viewing || viewing.kind !== "image") return;
+      if (e.key === "ArrowLeft") { e.preventDefault(); turn(-1); }
+      if (e.key === "ArrowRight") { e.preventDefault(); turn(1); }
+    });
     document.body.appendChild(dlg);
     return dlg;
   }
-  function preview(name, url) {
-    var dlg = previewDialog(), pre = $("pv-body"), note = $("pv-note");
+
+  function say(text, bad) {
+    var note = $("pv-note");
+    note.textContent = text;
+    note.classList.toggle("bad", !!bad);
+  }
+
+  function show(tr) {
+    var dlg = previewDialog(), kind = kindOf(tr), name = tr.dataset.name, url = rowUrl(tr);
+    var v = viewing = { name: name, url: url, kind: kind, editing: null };
+    var view = $("pv-view");
     $("pv-h").textContent = name;
     $("pv-open").href = url;
     $("pv-open").setAttribute("aria-label", "Open " + name);
     $("pv-dl").href = url;
     $("pv-dl").setAttribute("aria-label", "Download " + name);
-    pre.setAttribute("aria-label", "Content of " + name);
-    pre.textContent = "";
-    note.textContent = "Loading…";
-    dlg.showModal();
-    fetch(url, { headers: { Range: "bytes=0-" + (PREVIEW_BYTES - 1) }, credentials: "same-origin" })
+    view.textContent = "";
+    say("");
+    var images = kind === "image" ? imageRows() : [];
+    $("pv-prev").hidden = $("pv-next").hidden = images.length < 2;
+    $("pv-edit").hidden = !(canEdit && (kind === "text" || kind === "code"));
+    if (!dlg.open) dlg.showModal();
+    if (kind === "image") {
+      var img = el("img", "pv-media");
+      img.alt = name;
+      img.addEventListener("error", function () {
+        if (viewing === v) say("Cannot show " + name + ": the browser cannot read this image", true);
+      });
+      img.src = url;
+      view.appendChild(img);
+      if (images.length > 1) say((images.indexOf(tr) + 1) + " of " + images.length + " images");
+    } else if (kind === "audio" || kind === "video") {
+      var media = el(kind, "pv-media");
+      media.controls = true;
+      media.preload = "metadata";
+      media.setAttribute("aria-label", name);
+      media.addEventListener("error", function () {
+        if (viewing === v) say("This browser cannot play " + name + ": download it to play it elsewhere", true);
+      });
+      media.src = url;
+      view.appendChild(media);
+    } else if (kind === "pdf") {
+      var frame = el("iframe", "pv-pdf");
+      frame.title = "Content of " + name;
+      frame.src = url;
+      view.appendChild(frame);
+    } else {
+      showText(v);
+    }
+  }
+
+  // The next (+1) or previous (-1) image of the list, around the ends.
+  function turn(by) {
+    if (!viewing || viewing.kind !== "image") return;
+    var images = imageRows(), name = viewing.name, at = 0;
+    images.forEach(function (tr, i) { if (tr.dataset.name === name) at = i; });
+    if (images.length > 1) show(images[(at + by + images.length) % images.length]);
+  }
+
+  function showText(v) {
+    var pre = el("pre", "code");
+    pre.id = "pv-body";
+    pre.tabIndex = 0;
+    pre.setAttribute("aria-label", "Content of " + v.name);
+    $("pv-view").appendChild(pre);
+    say("Loading…");
+    fetch(v.url, { headers: { Range: "bytes=0-" + (PREVIEW_BYTES - 1) }, credentials: "same-origin" })
       .then(function (r) {
         if (!r.ok) return r.text().then(function (t) { throw new Error(explain(r.status, t)); });
         var total = /\/(\d+)$/.exec(r.headers.get("Content-Range") || "");
@@ -227,6 +332,7 @@
         });
       })
       .then(function (got) {
+        if (viewing !== v) return;
         var lines = got.text.split("\n");
         if (lines.length && lines[lines.length - 1] === "") lines.pop();
         // A cut file's last line may end inside a character: leave it out.
@@ -236,27 +342,156 @@
         var frag = document.createDocumentFragment();
         lines.forEach(function (line) { frag.appendChild(el("span", "l", line.replace(/\r$/, "") + "\n")); });
         pre.appendChild(frag);
-        note.textContent = plural(lines.length, "line") +
-          (cut ? ", the first of " + human(got.total) + ": open the file for all of it" : "");
-      }, function (e) { note.textContent = "Cannot show " + name + ": " + e.message; });
+        say(plural(lines.length, "line") +
+          (cut ? ", the first of " + human(got.total) + ": open the file for all of it" : ""));
+      }, function (e) { if (viewing === v) say("Cannot show " + v.name + ": " + e.message, true); });
   }
+
+  // The file as stored, with its version tag: a range is always served uncoded, so its
+  // tag is the stored file's own (a compressed answer's tag names the compressed form,
+  // which a write's If-Match would not match). An empty file has no range to give.
+  function stored(url, bytes) {
+    var get = function (headers) {
+      return fetch(url, { headers: headers, cache: "no-store", credentials: "same-origin" });
+    };
+    return get({ Range: "bytes=0-" + (bytes - 1) }).then(function (r) {
+      return r.status === 416 ? get({}) : r;
+    });
+  }
+
+  function startEdit() {
+    var v = viewing;
+    if (!v || !mayLeave()) return;
+    $("pv-edit").hidden = true;
+    say("Loading " + v.name + " for editing…");
+    stored(v.url, EDIT_BYTES)
+      .then(function (r) {
+        if (!r.ok) return r.text().then(function (t) { throw new Error(explain(r.status, t)); });
+        var total = /\/(\d+)$/.exec(r.headers.get("Content-Range") || "");
+        if (r.status === 206 && total && Number(total[1]) > EDIT_BYTES) {
+          throw new Error("it is larger than " + human(EDIT_BYTES) + ", too large to edit here");
+        }
+        var tag = r.headers.get("ETag");
+        if (!tag) throw new Error("the server gave no version of it, so saving could undo someone's edit");
+        return r.arrayBuffer().then(function (buf) {
+          try {
+            return { text: new TextDecoder("utf-8", { fatal: true }).decode(buf), tag: tag };
+          } catch (e) {
+            throw new Error("it is not UTF-8 text");
+          }
+        });
+      })
+      .then(function (got) { if (viewing === v) editor(v, got.text, got.tag); },
+        function (e) {
+          if (viewing !== v) return;
+          $("pv-edit").hidden = false;
+          say("Cannot edit " + v.name + ": " + e.message, true);
+        });
+  }
+
+  function editor(v, text, tag) {
+    var view = $("pv-view");
+    // A file written with CRLF throughout keeps it; a text box hands back LF only.
+    var crlf = text.indexOf("\r\n") >= 0 && !/(^|[^\r])\n/.test(text);
+    view.textContent = "";
+    var area = el("textarea", "pv-text");
+    area.id = "pv-text";
+    area.spellcheck = false;
+    area.setAttribute("aria-label", "Text of " + v.name);
+    area.value = text;
+    var bar = el("div", "pv-actions");
+    var save = el("button", "", "Save"), cancel = el("button", "quiet", "Cancel");
+    var over = el("button", "bad", "Save over theirs"), theirs = el("button", "quiet", "Load theirs");
+    save.id = "pv-save";
+    over.id = "pv-over";
+    theirs.id = "pv-theirs";
+    [save, cancel, over, theirs].forEach(function (b) { b.type = "button"; bar.appendChild(b); });
+    over.hidden = theirs.hidden = true;
+    view.appendChild(area);
+    view.appendChild(bar);
+    v.editing = { area: area, saved: area.value, tag: tag, crlf: crlf };
+    save.addEventListener("click", function () { saveText(v, v.editing.tag); });
+    over.addEventListener("click", function () { overwrite(v); });
+    theirs.addEventListener("click", function () {
+      if (!mayLeave()) return;
+      v.editing = null;
+      startEdit();
+    });
+    cancel.addEventListener("click", function () {
+      if (!mayLeave()) return;
+      v.editing = null;
+      $("pv-edit").hidden = false;
+      view.textContent = "";
+      showText(v);
+    });
+    say("Editing" + (crlf ? " (Windows line endings are kept)" : ""));
+    area.focus();
+  }
+
+  function conflicted(v, yes) {
+    $("pv-over").hidden = $("pv-theirs").hidden = !yes;
+    if (yes) {
+      say("Not saved: someone changed or removed " + v.name + " after you opened it. " +
+        "Your text is still here: save it over theirs, or load theirs instead of yours.", true);
+    }
+  }
+
+  // PUT with If-Match `tag` (or, for a file someone removed, If-None-Match: *).
+  function saveText(v, tag) {
+    var ed = v.editing, text = ed.area.value;
+    var sent = ed.crlf ? text.replace(/\r?\n/g, "\r\n") : text;
+    var headers = { "Content-Type": "text/plain; charset=utf-8" };
+    if (tag) headers["If-Match"] = tag; else headers["If-None-Match"] = "*";
+    $("pv-save").disabled = true;
+    say("Saving…");
+    return fetch(v.url, { method: "PUT", headers: headers, body: sent, credentials: "same-origin" })
+      .then(function (r) {
+        if (r.ok) {
+          ed.saved = text;
+          ed.tag = r.headers.get("ETag");
+          conflicted(v, false);
+          var at = new Date();
+          say("Saved " + human(new Blob([sent]).size) + " at " + pad(at.getHours()) + ":" +
+            pad(at.getMinutes()) + ":" + pad(at.getSeconds()));
+          refreshList();
+          return;
+        }
+        return r.text().then(function (t) {
+          if (r.status === 412) conflicted(v, true);
+          else say("Not saved: " + explain(r.status, t), true);
+        });
+      }, function () { say("Not saved: " + explain(0, ""), true); })
+      .then(function () { if ($("pv-save")) $("pv-save").disabled = false; });
+  }
+
+  // The person chose their text over a change made meanwhile: saved against the version
+  // there now, so a third change made since this look is still caught.
+  function overwrite(v) {
+    stored(v.url, 1).then(function (r) {
+      if (r.status === 404) return saveText(v, null);
+      if (!r.ok || !r.headers.get("ETag")) {
+        return r.text().then(function (t) { say("Not saved: " + explain(r.status, t), true); });
+      }
+      return saveText(v, r.headers.get("ETag"));
+    }, function () { say("Not saved: " + explain(0, ""), true); });
+  }
+
   function previewButton(tr) {
     var cell = tr.querySelector("td.name");
     if (!cell || cell.querySelector("button.pv")) return;
     var b = el("button", "quiet pv", "Preview");
     b.type = "button";
     b.setAttribute("aria-label", "Preview " + tr.dataset.name);
-    b.addEventListener("click", function () {
-      preview(tr.dataset.name, new URL(cell.querySelector("a").getAttribute("href"), location.href).href);
-    });
+    b.addEventListener("click", function () { if (mayLeave()) show(tr); });
     cell.appendChild(b);
   }
 
   function decorate() {
     localTimes(document);
     if (!$("list")) return;
-    document.querySelectorAll("#list tbody tr.k-text[data-name], #list tbody tr.k-code[data-name]")
-      .forEach(previewButton);
+    document.querySelectorAll(VIEWABLE.map(function (k) {
+      return "#list tbody tr.k-" + k + "[data-name]";
+    }).join(", ")).forEach(previewButton);
     if (body.hasAttribute("data-dav")) {
       var head = document.querySelector("#list thead tr");
       if (head && !head.querySelector(".act")) {

@@ -182,6 +182,55 @@ fn two_writers_with_curl_lose_no_update() {
     );
 }
 
+/// A whole PUT answers with the stored file's `ETag` (and `Last-Modified`), the tag a
+/// later GET gives, so a writer chains its saves on the version it wrote without a read
+/// that another write could come before (the directory page's editor does this). With
+/// WebDAV and uploads on, as the page runs them.
+#[test]
+fn a_whole_put_answers_with_the_stored_files_tag() {
+    let tree = Tree::new("put-etag");
+    put_file(&tree, "doc.txt", b"first\n");
+    let server = start(&tree, &["--allow-overwrite"]);
+    let addr = server.addr;
+    let mut tag = etag(addr, "/doc.txt");
+    for round in 0..5 {
+        let body = format!("round {round}\n");
+        let reply = request(
+            addr,
+            "PUT",
+            "/doc.txt",
+            body.as_bytes(),
+            &[("If-Match", &tag)],
+        );
+        assert_eq!(reply.status, 204, "save {round}: {}", text(&reply));
+        let answered = reply
+            .header("etag")
+            .unwrap_or_else(|| panic!("save {round}: a PUT answer without the stored file's ETag"))
+            .to_owned();
+        assert_ne!(answered, tag, "save {round}: the tag did not change");
+        assert!(reply.header("last-modified").is_some(), "save {round}");
+        assert_eq!(
+            etag(addr, "/doc.txt"),
+            answered,
+            "save {round}: the answer's tag is not the stored file's"
+        );
+        assert_eq!(read(&tree.root(), "doc.txt"), Some(body));
+        tag = answered;
+    }
+    // A new file: 201 with its tag too.
+    let reply = request(addr, "PUT", "/new.txt", b"new", &[("If-None-Match", "*")]);
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    assert_eq!(
+        reply.header("etag").map(str::to_owned),
+        Some(etag(addr, "/new.txt"))
+    );
+    // Someone else's write in between: the chained tag is stale, 412, nothing changed.
+    std::fs::write(tree.root().join("doc.txt"), b"theirs\n").expect("write");
+    let reply = request(addr, "PUT", "/doc.txt", b"mine\n", &[("If-Match", &tag)]);
+    assert_eq!(reply.status, 412, "{}", text(&reply));
+    assert_eq!(read(&tree.root(), "doc.txt").as_deref(), Some("theirs\n"));
+}
+
 const PROPPATCH: &str = r#"<?xml version="1.0" encoding="utf-8"?>
 <D:propertyupdate xmlns:D="DAV:" xmlns:Z="urn:schemas-microsoft-com:" xmlns:A="http://apple.com/ns/ical/" xmlns:F="http://www.apple.com/webdav_fs/props/">
 <D:set><D:prop><Z:Win32LastModifiedTime>Sat, 05 Dec 2026 10:00:00 GMT</Z:Win32LastModifiedTime><Z:Win32FileAttributes>00000020</Z:Win32FileAttributes><A:calendar-color>#FF0000FF</A:calendar-color><F:appledoubleheader>AAUWBwACAAA=</F:appledoubleheader></D:prop></D:set>

@@ -12,7 +12,7 @@ use servery_core::write_flow::{
     Existing as FlowExisting, WriteAction, WriteEvent, WriteFailure, WriteFlow, WriteOptions,
 };
 
-use super::publish::{Published, publish};
+use super::publish::{Published, Stored, publish};
 use super::stream::{BATCH, ChunkSource, copy};
 use super::target::{Existing, Target};
 use super::temp::TempFile;
@@ -80,7 +80,7 @@ pub async fn write_file<S: ChunkSource>(
     check: Option<&LockCheck>,
     conditions: &Conditions<'_>,
     source: &mut S,
-) -> Result<Published, WriteError> {
+) -> Result<Stored, WriteError> {
     let mut flow = WriteFlow::new(WriteOptions {
         reserve: None,
         overwrite: w.settings.allow_overwrite,
@@ -92,6 +92,8 @@ pub async fn write_file<S: ChunkSource>(
     let mut file: Option<File> = None;
     // The error behind the last failure reported, for the answer.
     let mut error: Option<WriteError> = None;
+    // The published file's metadata, for the answer's validators.
+    let mut meta: Option<std::fs::Metadata> = None;
     while let Some(action) = flow.next_action() {
         let event = match action {
             WriteAction::Reserve { .. } => {
@@ -178,7 +180,8 @@ pub async fn write_file<S: ChunkSource>(
                 // released only after it.
                 let done = blocking(move || {
                     let mut g = g;
-                    let result = publish(&root, &t, &f, g.name(), overwrite);
+                    let result =
+                        publish(&root, &t, &f, g.name(), overwrite).map(|p| (p, f.metadata().ok()));
                     if result.is_ok() {
                         g.disarm();
                     }
@@ -190,9 +193,12 @@ pub async fn write_file<S: ChunkSource>(
                         lease = Some(grant);
                         guard = Some(g);
                         match result {
-                            Ok(p) => WriteEvent::Published {
-                                replaced: p == Published::Replaced,
-                            },
+                            Ok((p, m)) => {
+                                meta = m;
+                                WriteEvent::Published {
+                                    replaced: p == Published::Replaced,
+                                }
+                            }
                             Err(e) => fail(e, &mut error),
                         }
                     }
@@ -216,11 +222,15 @@ pub async fn write_file<S: ChunkSource>(
             // The caller's reservation (WriteOptions::reserve is None): never asked for.
             WriteAction::ReleaseReservation(_) => continue,
             WriteAction::Finish(result) => {
-                return match result {
-                    Ok(servery_core::write_flow::Published::Created) => Ok(Published::Created),
-                    Ok(servery_core::write_flow::Published::Replaced) => Ok(Published::Replaced),
-                    Err(f) => Err(error.take().unwrap_or_else(|| error_of(f))),
+                let published = match result {
+                    Ok(servery_core::write_flow::Published::Created) => Published::Created,
+                    Ok(servery_core::write_flow::Published::Replaced) => Published::Replaced,
+                    Err(f) => return Err(error.take().unwrap_or_else(|| error_of(f))),
                 };
+                return Ok(Stored {
+                    published,
+                    meta: meta.take(),
+                });
             }
         };
         flow.handle(event);

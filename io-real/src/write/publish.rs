@@ -21,6 +21,15 @@ pub enum Published {
     Replaced,
 }
 
+/// A file a write published: what publishing did, and the file's metadata read from the
+/// written file once in place (the rename changes neither its inode nor its times, so
+/// validators made from it are those of the stored bytes; `None` when it could not be read).
+#[derive(Debug)]
+pub struct Stored {
+    pub published: Published,
+    pub meta: Option<std::fs::Metadata>,
+}
+
 /// Makes `from` (a private name in `target.dir`) the target. Flushes the data first, checks
 /// containment again, then renames within the held directory: with `RENAME_NOREPLACE`
 /// unless `overwrite`, so a file that appeared meanwhile (created by anything, not only

@@ -19,7 +19,8 @@ pub mod text;
 
 /// The Content-Security-Policy of the directory page: its own script and stylesheet only
 /// (no inline script, style or event handler), images from the site or data URIs (the
-/// icons), requests and form posts to the site only, and never framed by another site.
+/// icons), audio, video and framed documents (the viewer's PDF) from the site only,
+/// requests and form posts to the site only, and never framed by another site.
 pub const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; \
-     frame-ancestors 'self'";
+     img-src 'self' data:; media-src 'self'; frame-src 'self'; connect-src 'self'; \
+     form-action 'self'; base-uri 'none'; frame-ancestors 'self'";

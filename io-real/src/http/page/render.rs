@@ -146,7 +146,7 @@ pub fn push_head(
          <title>{title}</title>\
          <link rel=\"stylesheet\" href=\"{css}\">\
          <script src=\"{js}\" defer></script></head>\n\
-         <body data-dir=\"{dir}\"{upload}{dav}{delete}>\
+         <body data-dir=\"{dir}\"{upload}{dav}{delete}{edit}>\
          <a class=\"skip\" href=\"#main\">Skip to content</a>\n\
          <header class=\"top\"><nav class=\"crumbs\" aria-label=\"Breadcrumb\"><ol>",
         css = assets::STYLE.href(),
@@ -156,6 +156,12 @@ pub fn push_head(
         dav = if features.dav_writes { " data-dav" } else { "" },
         delete = if features.dav_writes && features.delete {
             " data-delete"
+        } else {
+            ""
+        },
+        // A PUT over an existing file needs uploads and overwrites both.
+        edit = if features.upload && features.delete {
+            " data-edit"
         } else {
             ""
         },
@@ -660,9 +666,31 @@ mod tests {
             },
         );
         assert!(all.contains("id=\"up-form\" method=\"post\" enctype=\"multipart/form-data\""));
-        assert!(all.contains("data-upload data-dav"));
+        assert!(all.contains("data-upload data-dav data-delete data-edit>"));
         assert!(all.contains("href=\"?archive=zip\"") && all.contains("href=\"?archive=tar.gz\""));
         assert!(all.contains("name=\"q\""));
+    }
+
+    #[test]
+    fn the_editor_is_offered_only_where_an_overwrite_would_be_taken() {
+        let features = |upload, dav_writes, delete| Features {
+            upload,
+            dav_writes,
+            delete,
+            archive: false,
+            search: false,
+        };
+        for (upload, dav, overwrite) in [(true, false, false), (true, true, false)] {
+            let html = page(&[], &[], features(upload, dav, overwrite));
+            assert!(!html.contains("data-edit"), "{upload} {dav} {overwrite}");
+        }
+        for dav in [false, true] {
+            let html = page(&[], &[], features(true, dav, true));
+            assert!(
+                html.contains(" data-edit>"),
+                "uploads with overwrites: {html}"
+            );
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ use super::error::{HttpError, error_response};
 use super::path::RequestPath;
 use crate::worker::broker::BrokerHandle;
 use crate::write::partial::{self, ChunkOutcome, ContentRange};
-use crate::write::publish::Published;
+use crate::write::publish::{Published, Stored};
 use crate::write::target::{self, check_name};
 use crate::write::{
     ChunkSource, Grant, LockCheck, WriteError, WriteSettings, Writer, blocking, write_file,
@@ -332,7 +332,7 @@ impl Uploads {
                     Grant::reserve_budget(&self.writer.broker, budget, limit).await?;
                 let bytes = length.unwrap_or(limit);
                 let mut source = BodySource::new(body, bytes, length, self.stall());
-                let published = write_file(
+                let stored = write_file(
                     &self.writer,
                     &target,
                     &mut reservation,
@@ -342,7 +342,7 @@ impl Uploads {
                     &mut source,
                 )
                 .await?;
-                Ok(written(published, &location))
+                Ok(written_whole(stored, &location))
             }
             Some(ContentRange::Query { total }) => {
                 let ttl = self.writer.settings.partial_ttl;
@@ -502,6 +502,21 @@ fn if_none_match_star(headers: &HeaderMap) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|v| v.trim() == "*")
+}
+
+/// [`written`] for a file written whole from one request's body: with the stored file's
+/// `ETag` and `Last-Modified` (RFC 9110 §9.3.4 allows them when the body was stored as
+/// sent), so a client can make its next write conditional on the version it wrote
+/// (the directory page's editor does) without a read that another write could precede.
+fn written_whole(stored: Stored, location: &str) -> Response<Body> {
+    let mut response = written(stored.published, location);
+    if let Some(meta) = &stored.meta {
+        let validators = conditional::Validators::from_metadata(meta);
+        let headers = response.headers_mut();
+        headers.insert(header::ETAG, validators.etag());
+        headers.insert(header::LAST_MODIFIED, validators.last_modified());
+    }
+    response
 }
 
 fn written(published: Published, location: &str) -> Response<Body> {
