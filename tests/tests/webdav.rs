@@ -540,3 +540,95 @@ fn propfind_answers_are_compressed_as_the_client_accepts() {
         }
     }
 }
+
+/// A MOVE (or COPY) over a locked file, made by the holder with its token, keeps the
+/// holder's lock on the destination (decision 0088, as Apache mod_dav): davfs2 saves
+/// `sed -i` by moving a temporary file over the locked original, then refreshes that lock
+/// and uploads through it. Without the token the replace is 423; the source's lock ends
+/// with the move; a lock the request did not submit (on a member of a replaced
+/// collection) ends too.
+#[test]
+fn a_move_over_a_locked_file_by_its_holder_keeps_the_holders_lock() {
+    let tree = Tree::new("davkeep");
+    let server = start(&tree, 2, &["--upload", "--allow-overwrite"]);
+    let addr = server.addr;
+    assert_eq!(request(addr, "PUT", "/n.txt", b"old", &[]).status, 201);
+    assert_eq!(request(addr, "PUT", "/tmp1", b"new", &[]).status, 201);
+    let token_of = |path: &str| {
+        let r = lock(addr, path, "Second-600");
+        assert_eq!(r.status, 200, "LOCK {path}");
+        r.header("lock-token").expect("Lock-Token").to_owned()
+    };
+    let kept = token_of("/n.txt");
+    let source = token_of("/tmp1");
+    let both = format!("<{}> ({kept}) <{}> ({source})", "/n.txt", "/tmp1");
+    let only_source = format!("<{}> ({source})", "/tmp1");
+    let moving = |ifs: &str| {
+        request(
+            addr,
+            "MOVE",
+            "/tmp1",
+            b"",
+            &[("Destination", "/n.txt"), ("Overwrite", "T"), ("If", ifs)],
+        )
+        .status
+    };
+    assert_eq!(
+        moving(&only_source),
+        423,
+        "a replace without the destination's token"
+    );
+    assert_eq!(moving(&both), 204);
+    assert_eq!(
+        std::fs::read(tree.root().join("n.txt")).expect("moved"),
+        b"new"
+    );
+    assert_eq!(
+        server.status()["broker"]["dav_locks"],
+        1,
+        "the source's lock ends with the move and the holder's lock on the destination stays"
+    );
+    let refreshed = request(
+        addr,
+        "LOCK",
+        "/n.txt",
+        b"",
+        &[("If", &format!("({kept})")), ("Timeout", "Second-600")],
+    );
+    assert_eq!(
+        refreshed.status, 200,
+        "lock-keeping rule: the holder's lock on a file its MOVE replaced can be refreshed"
+    );
+    let with = format!("({kept})");
+    assert_eq!(request(addr, "PUT", "/n.txt", b"saved", &[]).status, 423);
+    assert_eq!(
+        request(addr, "PUT", "/n.txt", b"saved", &[("If", &with)]).status,
+        204
+    );
+    assert_eq!(
+        request(addr, "UNLOCK", "/n.txt", b"", &[("Lock-Token", &kept)]).status,
+        204
+    );
+    // A collection replaced by COPY: the lock on its member (not submitted) ends.
+    assert_eq!(request(addr, "MKCOL", "/d", b"", &[]).status, 201);
+    assert_eq!(request(addr, "PUT", "/d/m.txt", b"m", &[]).status, 201);
+    assert_eq!(request(addr, "MKCOL", "/e", b"", &[]).status, 201);
+    let member = token_of("/d/m.txt");
+    let copied = request(
+        addr,
+        "COPY",
+        "/e",
+        b"",
+        &[
+            ("Destination", "/d"),
+            ("Overwrite", "T"),
+            ("If", &format!("<{}> ({member})", "/d/m.txt")),
+        ],
+    );
+    assert_eq!(copied.status, 204);
+    assert_eq!(
+        server.status()["broker"]["dav_locks"],
+        0,
+        "a lock below a replaced collection ends with it"
+    );
+}

@@ -204,12 +204,30 @@ impl Locks {
     /// After a DELETE or MOVE: the locks rooted at or below `path` end with it (RFC 4918
     /// §9.6.1, §9.9.1). A failure is logged; such a lock still expires.
     pub async fn end_within(&self, path: &DavPath) {
+        self.end_within_keeping(path, &[]).await;
+    }
+
+    /// After a COPY or MOVE replaced `path`: the locks rooted below it end, and so does
+    /// one rooted at `path` itself unless the request submitted its token. The holder
+    /// replaced the file under its own lock, and keeps it, as Apache mod_dav does:
+    /// clients that save by writing a temporary file and moving it over the locked
+    /// original (davfs2 for `sed -i`, rsync and editors) refresh and unlock that lock
+    /// next, and upload through it (decision 0088).
+    pub async fn end_replaced(&self, path: &DavPath, submitted: &[LeaseId]) {
+        self.end_within_keeping(path, submitted).await;
+    }
+
+    async fn end_within_keeping(&self, path: &DavPath, submitted: &[LeaseId]) {
         let resource = path.resource();
         let Ok(locks) = self.around(&resource).await else {
             tracing::warn!(%resource, "cannot end the locks of a removed resource");
             return;
         };
-        for lock in locks.iter().filter(|l| covers(&resource, &l.resource)) {
+        let kept = |l: &DavLockInfo| l.resource == resource && submitted.contains(&l.token);
+        for lock in locks
+            .iter()
+            .filter(|l| covers(&resource, &l.resource) && !kept(l))
+        {
             if let Err(e) = self.unlock(lock.token).await {
                 tracing::debug!(%resource, error = %e, "lock already gone");
             }

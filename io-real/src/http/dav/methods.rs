@@ -402,7 +402,7 @@ impl Dav {
             )
             .await?;
         if outcome == TreeDone::Replaced {
-            self.locks.end_within(&to).await;
+            self.locks.end_replaced(&to, &submitted).await;
         }
         if moving {
             self.locks.end_within(from).await;
