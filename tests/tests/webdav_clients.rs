@@ -1,7 +1,7 @@
 //! What everyday WebDAV clients do, against the real binary: rclone copying and syncing
 //! trees that hold dot-files (decision 0063), a folder too large for the Depth-infinity
 //! cap listed at Depth 1, and many chunked uploads at once within the byte budget
-//! (decision 0064).
+//! (decision 0064), and a session of webdav4, a Python client.
 //!
 //! rclone is a Debian package (`scripts/debian-packages.txt`); the tests that need it fail
 //! rather than skip when it is missing.
@@ -318,5 +318,35 @@ fn an_upload_that_outgrows_the_budget_fails_cleanly_and_the_others_go_on() {
             .map(|m| m.len())
             .ok(),
         Some(2 * MIB as u64)
+    );
+}
+
+/// webdav4 (PyPI), a Python WebDAV client: folders, uploads (a dot-file among them),
+/// listing with sizes and tags, downloads and ranged reads, copy, move (a file and a
+/// folder), a refused upload over an existing file, overwrite and removal, with four
+/// workers (`tests/clients/webdav4_session.py`, which checks the served tree on disk).
+#[test]
+fn a_webdav4_session_writes_reads_and_moves_through_four_workers() {
+    let imports = Command::new("python3")
+        .args(["-c", "import webdav4"])
+        .status();
+    assert!(
+        imports.is_ok_and(|s| s.success()),
+        "python3 cannot import webdav4: pip install webdav4 (scripts/python-packages.txt)"
+    );
+    let tree = Tree::new("webdav4");
+    let server = start(&tree, 4, &["--upload", "--allow-overwrite"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/webdav4_session.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script)
+        .arg(format!("http://{}/", server.addr))
+        .arg(tree.root());
+    let done = run_command(cmd, Duration::from_secs(120));
+    assert!(
+        done.status.success(),
+        "webdav4 session failed\n--- stdout\n{}\n--- stderr\n{}\n--- servery\n{}",
+        done.stdout,
+        done.stderr,
+        server.stderr()
     );
 }
