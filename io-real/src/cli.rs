@@ -209,6 +209,7 @@ crate::knobs::settings_struct! {
         acme: crate::parent::services::acme::args::AcmeArgs,
         app: crate::app::args::AppArgs,
         proxy: crate::proxy::ProxyArgs,
+        cgi: crate::cgi::CgiArgs,
     }
     core_fields {
         workers => workers via Workers::count;

@@ -23,6 +23,7 @@ pub mod access_log;
 pub mod app;
 mod banner;
 pub mod build_info;
+pub mod cgi;
 pub mod civil_time;
 pub mod cli;
 pub mod clock;

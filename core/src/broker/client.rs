@@ -38,6 +38,7 @@ enum Grant {
     Partial,
     Dav,
     Proxy,
+    Cgi,
     None,
 }
 
@@ -51,6 +52,7 @@ impl Grant {
             }
             BrokerRequest::DavLock { .. } => Grant::Dav,
             BrokerRequest::AcquireProxyGrants { .. } => Grant::Proxy,
+            BrokerRequest::AcquireCgiGrants { .. } => Grant::Cgi,
             _ => Grant::None,
         }
     }
@@ -158,20 +160,23 @@ impl BrokerClient {
                 Grant::Reservation => Some(BrokerRequest::ReleaseReservation { id: granted }),
                 Grant::Partial => Some(BrokerRequest::ReleasePartial { id: granted }),
                 Grant::Dav => Some(BrokerRequest::DavUnlock { token: granted }),
-                Grant::Proxy | Grant::None => None,
+                Grant::Proxy | Grant::Cgi | Grant::None => None,
             };
             if let (Some(release), false) = (release, self.closed) {
                 self.send(now, release, true);
             }
         }
-        if let (BrokerReply::ProxyGrants { granted }, Grant::Proxy, false) =
-            (reply, grant, self.closed)
-        {
-            self.send(
-                now,
-                BrokerRequest::ReturnProxyGrants { count: granted },
-                true,
-            );
+        let give_back = match (reply, grant) {
+            (BrokerReply::ProxyGrants { granted }, Grant::Proxy) => {
+                Some(BrokerRequest::ReturnProxyGrants { count: granted })
+            }
+            (BrokerReply::CgiGrants { granted }, Grant::Cgi) => {
+                Some(BrokerRequest::ReturnCgiGrants { count: granted })
+            }
+            _ => None,
+        };
+        if let (Some(give_back), false) = (give_back, self.closed) {
+            self.send(now, give_back, true);
         }
         None
     }

@@ -80,6 +80,7 @@ pub struct Revoked {
     pub reservations: usize,
     pub partials_orphaned: usize,
     pub proxy_grants: u32,
+    pub cgi_grants: u32,
 }
 
 /// Counters for status and coverage.
@@ -118,6 +119,8 @@ pub struct Broker {
     challenges: ChallengeTable,
     log: LogQueue,
     proxy: ProxyGrants,
+    /// `--cgi-max-concurrent`: the same table for another budget.
+    cgi: ProxyGrants,
     expiries: BTreeSet<(Instant, Kind, LeaseId)>,
     by_owner: BTreeMap<WorkerId, BTreeSet<LeaseId>>,
     replies: VecDeque<(WorkerId, u64, BrokerReply)>,
@@ -144,6 +147,7 @@ impl Broker {
             challenges: ChallengeTable::default(),
             log,
             proxy: ProxyGrants::default(),
+            cgi: ProxyGrants::default(),
             expiries: BTreeSet::new(),
             by_owner: BTreeMap::new(),
             replies: VecDeque::new(),
@@ -276,6 +280,11 @@ impl Broker {
         &self.proxy
     }
 
+    /// The grants of `--cgi-max-concurrent` held by workers.
+    pub fn cgi_grants(&self) -> &ProxyGrants {
+        &self.cgi
+    }
+
     pub fn log(&self) -> &LogQueue {
         &self.log
     }
@@ -294,6 +303,7 @@ impl Broker {
             .filter(|(_, ids)| !ids.is_empty())
             .map(|(w, _)| *w)
             .chain(self.proxy.holders())
+            .chain(self.cgi.holders())
     }
 
     pub fn poll_reply(&mut self) -> Option<(WorkerId, u64, BrokerReply)> {
@@ -476,6 +486,19 @@ impl Broker {
             }
             BrokerRequest::ReturnProxyGrants { count } => {
                 self.proxy.give_back(owner.worker, count);
+                BrokerReply::Released
+            }
+            BrokerRequest::AcquireCgiGrants { want } => {
+                match self
+                    .cgi
+                    .acquire(self.limits.max_cgi_concurrent(), owner.worker, want)
+                {
+                    0 => BrokerReply::Rejected(Rejection::Saturated),
+                    granted => BrokerReply::CgiGrants { granted },
+                }
+            }
+            BrokerRequest::ReturnCgiGrants { count } => {
+                self.cgi.give_back(owner.worker, count);
                 BrokerReply::Released
             }
             BrokerRequest::LogDroppedLocally { lines } => {
@@ -742,6 +765,7 @@ impl Broker {
             }
         }
         revoked.proxy_grants = self.proxy.revoke(worker);
+        revoked.cgi_grants = self.cgi.revoke(worker);
         self.log.forget_worker(worker);
         self.replies.retain(|(w, _, _)| *w != worker);
         self.stats.revoked += (revoked.leases + revoked.reservations) as u64;
@@ -783,6 +807,7 @@ impl Broker {
 
     pub fn check_invariants(&self) -> Result<(), String> {
         self.proxy.check_invariants()?;
+        self.cgi.check_invariants()?;
         // Nothing granted, as between most steps: every rule below holds but the log's
         // (the simulator checks after every step, and walking empty tables cost more
         // than the rest of its per-step checking of the broker).

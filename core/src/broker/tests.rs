@@ -861,3 +861,45 @@ fn proxy_grants_are_bounded_and_revoked_with_their_worker() {
         BrokerReply::ProxyGrants { granted: 3 }
     );
 }
+
+/// CGI's grants are the proxy's table for another budget: bounded by
+/// `--cgi-max-concurrent` independently of the proxy's, and revoked with their worker
+/// (decision 0092).
+#[test]
+fn cgi_grants_have_their_own_bound_and_are_revoked_with_their_worker() {
+    let mut raw = RawConfig::default();
+    raw.broker.max_proxy_inflight = 1;
+    raw.broker.max_cgi_concurrent = 2;
+    let limits = raw.validate().expect("valid").broker().clone();
+    let mut b = Broker::new(limits, CoreRng::from_seed([7; 32]));
+    let t0 = Instant::ZERO;
+    let acquire = |want| BrokerRequest::AcquireCgiGrants { want };
+    assert_eq!(
+        ask(&mut b, t0, 1, BrokerRequest::AcquireProxyGrants { want: 1 }),
+        BrokerReply::ProxyGrants { granted: 1 }
+    );
+    assert_eq!(
+        ask(&mut b, t0, 1, acquire(5)),
+        BrokerReply::CgiGrants { granted: 2 },
+        "the CGI bound is its own, not the proxy's"
+    );
+    assert_eq!(
+        ask(&mut b, t0, 2, acquire(1)),
+        BrokerReply::Rejected(Rejection::Saturated),
+        "--cgi-max-concurrent is service-wide"
+    );
+    let revoked = b.revoke_worker(WorkerId(1));
+    assert_eq!((revoked.proxy_grants, revoked.cgi_grants), (1, 2));
+    assert_eq!(b.cgi_grants().total(), 0);
+    b.check_invariants().expect("invariants");
+    assert_eq!(
+        ask(&mut b, t0, 2, acquire(1)),
+        BrokerReply::CgiGrants { granted: 1 },
+        "a dead worker's CGI grants came back"
+    );
+    assert_eq!(
+        ask(&mut b, t0, 2, BrokerRequest::ReturnCgiGrants { count: 4 }),
+        BrokerReply::Released
+    );
+    assert_eq!(b.cgi_grants().total(), 0);
+}

@@ -121,6 +121,8 @@ pub struct RawBroker {
     pub log_policy: LogPolicy,
     /// Upstream requests of the reverse proxy in flight at once, service-wide; 0: no bound.
     pub max_proxy_inflight: i64,
+    /// CGI scripts running at once, service-wide; 0: no bound.
+    pub max_cgi_concurrent: i64,
 }
 
 impl Default for RawBroker {
@@ -139,6 +141,7 @@ impl Default for RawBroker {
             log_queue_capacity: 256,
             log_policy: LogPolicy::Block,
             max_proxy_inflight: 0,
+            max_cgi_concurrent: 64,
         }
     }
 }

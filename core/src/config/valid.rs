@@ -133,6 +133,7 @@ pub struct BrokerLimits {
     pub(super) log_queue_capacity: u32,
     pub(super) log_policy: LogPolicy,
     pub(super) max_proxy_inflight: u32,
+    pub(super) max_cgi_concurrent: u32,
 }
 
 impl BrokerLimits {
@@ -175,6 +176,10 @@ impl BrokerLimits {
     /// The reverse proxy's service-wide bound on upstream requests in flight; 0: none.
     pub fn max_proxy_inflight(&self) -> u32 {
         self.max_proxy_inflight
+    }
+    /// CGI scripts running at once, service-wide; 0: none.
+    pub fn max_cgi_concurrent(&self) -> u32 {
+        self.max_cgi_concurrent
     }
 }
 

@@ -225,6 +225,12 @@ impl RawConfig {
             0,
             1 << 24,
         ) as u32;
+        let max_cgi_concurrent = c.count(
+            "broker.max_cgi_concurrent",
+            k.max_cgi_concurrent,
+            0,
+            1 << 24,
+        ) as u32;
         let max_active_uploads = c.count(
             "broker.max_active_uploads",
             k.max_active_uploads,
@@ -412,6 +418,7 @@ impl RawConfig {
                     LogPolicy::Drop => LogPolicy::Drop,
                 },
                 max_proxy_inflight,
+                max_cgi_concurrent,
             },
             connections: ConnectionLimits {
                 request_head_timeout: head_timeout,

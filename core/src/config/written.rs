@@ -73,6 +73,7 @@ impl ValidConfig {
                 log_queue_capacity: count(k.log_queue_capacity()),
                 log_policy: k.log_policy(),
                 max_proxy_inflight: count(k.max_proxy_inflight()),
+                max_cgi_concurrent: count(k.max_cgi_concurrent()),
             },
             connections: RawConnections {
                 request_head_timeout: secs(n.request_head_timeout()),
@@ -179,6 +180,7 @@ mod tests {
         k.lease_ttl = 62.0;
         k.max_dav_lock_timeout = 1800.0;
         k.max_proxy_inflight = 7;
+        k.max_cgi_concurrent = 5;
         k.log_queue_capacity = 257;
         k.log_policy = LogPolicy::Drop;
         let n = &mut raw.connections;

@@ -515,6 +515,14 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(19);
             w.u32(*count);
         }
+        BrokerRequest::AcquireCgiGrants { want } => {
+            w.u8(20);
+            w.u32(*want);
+        }
+        BrokerRequest::ReturnCgiGrants { count } => {
+            w.u8(21);
+            w.u32(*count);
+        }
         BrokerRequest::GrowReservation { id, bytes } => {
             w.u8(17);
             w.u128(id.0);
@@ -583,6 +591,8 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
         14 => BrokerRequest::LogDroppedLocally { lines: r.u64()? },
         18 => BrokerRequest::AcquireProxyGrants { want: r.u32()? },
         19 => BrokerRequest::ReturnProxyGrants { count: r.u32()? },
+        20 => BrokerRequest::AcquireCgiGrants { want: r.u32()? },
+        21 => BrokerRequest::ReturnCgiGrants { count: r.u32()? },
         15 => BrokerRequest::AcmeChallenge { token: r.string()? },
         16 => {
             let key = get_key(r)?;
@@ -669,6 +679,10 @@ fn put_reply(w: &mut Writer<'_>, reply: &BrokerReply) {
         }
         BrokerReply::ProxyGrants { granted } => {
             w.u8(8);
+            w.u32(*granted);
+        }
+        BrokerReply::CgiGrants { granted } => {
+            w.u8(9);
             w.u32(*granted);
         }
     }
@@ -782,6 +796,7 @@ fn get_reply(r: &mut Reader<'_>) -> Result<BrokerReply, ProtoError> {
             BrokerReply::KeyAuthorization(some.then_some(answer))
         }
         8 => BrokerReply::ProxyGrants { granted: r.u32()? },
+        9 => BrokerReply::CgiGrants { granted: r.u32()? },
         t => return Err(ProtoError::UnknownTag(t)),
     })
 }

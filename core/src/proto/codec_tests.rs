@@ -46,6 +46,8 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
         ".{0,50}".prop_map(|token| BrokerRequest::AcmeChallenge { token }),
         any::<u32>().prop_map(|want| BrokerRequest::AcquireProxyGrants { want }),
         any::<u32>().prop_map(|count| BrokerRequest::ReturnProxyGrants { count }),
+        any::<u32>().prop_map(|want| BrokerRequest::AcquireCgiGrants { want }),
+        any::<u32>().prop_map(|count| BrokerRequest::ReturnCgiGrants { count }),
         (
             key(),
             ".{0,20}",
@@ -102,6 +104,7 @@ fn reply() -> impl Strategy<Value = BrokerReply> {
         Just(BrokerReply::Rejected(Rejection::Saturated)),
         proptest::option::of(".{0,60}").prop_map(BrokerReply::KeyAuthorization),
         any::<u32>().prop_map(|granted| BrokerReply::ProxyGrants { granted }),
+        any::<u32>().prop_map(|granted| BrokerReply::CgiGrants { granted }),
         prop::collection::vec((any::<u128>(), ".{0,10}"), 0..4).prop_map(|v| {
             BrokerReply::Locks(
                 v.into_iter()

@@ -161,6 +161,16 @@ pub enum BrokerRequest {
     ReturnProxyGrants {
         count: u32,
     },
+    /// Up to `want` more CGI grants (`--cgi-max-concurrent`), each the right to one
+    /// script running (decision 0092): the proxy's table and rule, for another budget.
+    /// Answered [`BrokerReply::CgiGrants`] with at least one, or `Saturated`.
+    AcquireCgiGrants {
+        want: u32,
+    },
+    /// Gives `count` CGI grants back (more than the worker holds gives back what it holds).
+    ReturnCgiGrants {
+        count: u32,
+    },
 }
 
 /// The most lock tokens one [`BrokerRequest::DavWriteLease`] carries; a request that
@@ -260,6 +270,11 @@ pub enum BrokerReply {
     /// The answer to [`BrokerRequest::AcquireProxyGrants`]: how many were granted (at
     /// least one, at most what was asked for).
     ProxyGrants {
+        granted: u32,
+    },
+    /// The answer to [`BrokerRequest::AcquireCgiGrants`]: how many were granted (at
+    /// least one, at most what was asked for).
+    CgiGrants {
         granted: u32,
     },
 }

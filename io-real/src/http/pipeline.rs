@@ -29,7 +29,7 @@ impl Arrival {
                 let method = servery_core::request_stats::method_index(req.method().as_str());
                 (method, std::time::Instant::now())
             }),
-            peer: (site.app().is_some() || site.proxy().is_some())
+            peer: (site.app().is_some() || site.proxy().is_some() || site.cgi().is_some())
                 .then(|| activity.peer())
                 .flatten(),
         }
@@ -50,6 +50,9 @@ impl Arrival {
             Ok(()) if let Some(proxy) = site.proxy().filter(|p| p.takes(req.uri().path())) => {
                 // Boxed, as the application's: the rare path's future stays off the rest.
                 Box::pin(site.handle_proxy(proxy, req, self.peer)).await
+            }
+            Ok(()) if let Some(cgi) = site.cgi().filter(|c| c.takes(req.uri().path())) => {
+                Box::pin(site.handle_cgi(cgi, req, self.peer)).await
             }
             Ok(()) => match site.app().filter(|app| app.takes(req.uri().path())) {
                 // Boxed: the application's future is the rare path of a file server's

@@ -52,7 +52,7 @@ pub struct Snapshot {
     pub requests_in_progress: u64,
     pub broker: BrokerStats,
     /// Broker table sizes, by name.
-    pub tables: [(&'static str, u64); 7],
+    pub tables: [(&'static str, u64); 8],
     pub access_log: Option<AccessLogCounts>,
     /// The live workers' process ids, for their `/proc` figures (`process_stats`).
     pub worker_pids: Vec<u32>,
@@ -90,6 +90,7 @@ impl Snapshot {
                 ("dav_locks", broker.dav().len() as u64),
                 ("log_queue", log.len() as u64),
                 ("proxy_grants", u64::from(broker.proxy_grants().total())),
+                ("cgi_grants", u64::from(broker.cgi_grants().total())),
             ],
             access_log: info.access_log.as_ref().map(|w| AccessLogCounts {
                 written: w.lines_written.load(Relaxed),

@@ -131,6 +131,7 @@ pub fn run(loaded: Loaded) -> i32 {
     // problems.
     let mut app_and_proxy = args.app.check();
     app_and_proxy.extend(args.proxy.check());
+    app_and_proxy.extend(args.cgi.check());
     let site = match (site, app_and_proxy) {
         (site, app) if app.is_empty() => site,
         (Ok(_), app) => Err(app),

@@ -138,6 +138,8 @@ fn broker_json(parent: &Parent, now: Instant) -> Value {
         "log_queue": broker.log().len(),
         // Grants of --proxy-max-inflight held by workers (in use or spare).
         "proxy_grants": broker.proxy_grants().total(),
+        // Grants of --cgi-max-concurrent held by workers (in use or spare).
+        "cgi_grants": broker.cgi_grants().total(),
     })
 }
 

@@ -1,7 +1,7 @@
-//! `--proxy-max-inflight`: the worker's pool of the broker's proxy grants (the rule is
-//! the core's [`GrantPool`]), and the permit one upstream request holds until its
-//! response body ends. A request that gets no grant is answered 503 with `Retry-After`
-//! before its body is read.
+//! `--proxy-max-inflight` and `--cgi-max-concurrent`: the worker's pool of one of the
+//! broker's service-wide budgets (the rule is the core's [`GrantPool`]), and the permit
+//! one upstream request or one CGI script holds until its response body ends. A request
+//! that gets no grant is answered 503 with `Retry-After` before its body is read.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -10,11 +10,52 @@ use servery_core::proxy_admission::{Admit, GrantPool};
 
 use crate::worker::broker::BrokerHandle;
 
+/// Which service-wide budget a pool draws on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// `--proxy-max-inflight`: upstream requests in flight.
+    Proxy,
+    /// `--cgi-max-concurrent`: CGI scripts running.
+    Cgi,
+}
+
+impl Budget {
+    fn acquire(self, want: u32) -> BrokerRequest {
+        match self {
+            Budget::Proxy => BrokerRequest::AcquireProxyGrants { want },
+            Budget::Cgi => BrokerRequest::AcquireCgiGrants { want },
+        }
+    }
+
+    fn give_back(self, count: u32) -> BrokerRequest {
+        match self {
+            Budget::Proxy => BrokerRequest::ReturnProxyGrants { count },
+            Budget::Cgi => BrokerRequest::ReturnCgiGrants { count },
+        }
+    }
+
+    fn granted(self, reply: &BrokerReply) -> Option<u32> {
+        match (self, reply) {
+            (Budget::Proxy, BrokerReply::ProxyGrants { granted })
+            | (Budget::Cgi, BrokerReply::CgiGrants { granted }) => Some(*granted),
+            _ => None,
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Budget::Proxy => "--proxy-max-inflight",
+            Budget::Cgi => "--cgi-max-concurrent",
+        }
+    }
+}
+
 /// One worker's share of the service-wide bound.
 #[derive(Debug)]
 pub struct Admission {
     pool: Mutex<GrantPool>,
     broker: BrokerHandle,
+    budget: Budget,
 }
 
 /// The right to one upstream request in flight; given back (to the pool, and what the
@@ -35,17 +76,18 @@ impl Drop for Permit {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refused {
-    #[error("--proxy-max-inflight is reached service-wide")]
-    Saturated,
+    #[error("{0} is reached service-wide")]
+    Saturated(&'static str),
     #[error("the broker did not answer: {0}")]
     Broker(String),
 }
 
 impl Admission {
-    pub fn new(broker: BrokerHandle, keep: u32) -> Arc<Admission> {
+    pub fn new(broker: BrokerHandle, budget: Budget, keep: u32) -> Arc<Admission> {
         Arc::new(Admission {
             pool: Mutex::new(GrantPool::new(keep)),
             broker,
+            budget,
         })
     }
 
@@ -55,8 +97,7 @@ impl Admission {
 
     fn give_back(&self, count: u32) {
         if count > 0 {
-            self.broker
-                .release(BrokerRequest::ReturnProxyGrants { count });
+            self.broker.release(self.budget.give_back(count));
         }
     }
 
@@ -73,15 +114,15 @@ impl Admission {
         // Until the answer is taken, this request counts as asking; if this future is
         // dropped meanwhile (its client left), the guard says so to the pool.
         let mut asking = Asking(Some(self));
-        let answer = self
-            .broker
-            .call(BrokerRequest::AcquireProxyGrants { want })
-            .await;
+        let answer = self.broker.call(self.budget.acquire(want)).await;
         asking.0 = None;
+        let saturated = Refused::Saturated(self.budget.flag());
         let (granted, failure) = match answer {
-            Ok(BrokerReply::ProxyGrants { granted }) => (granted, Refused::Saturated),
-            Ok(BrokerReply::Rejected(_)) => (0, Refused::Saturated),
-            Ok(other) => (0, Refused::Broker(format!("unexpected answer {other:?}"))),
+            Ok(BrokerReply::Rejected(_)) => (0, saturated),
+            Ok(reply) => match self.budget.granted(&reply) {
+                Some(granted) => (granted, saturated),
+                None => (0, Refused::Broker(format!("unexpected answer {reply:?}"))),
+            },
             Err(e) => (0, Refused::Broker(e.to_string())),
         };
         let (go, back) = self.lock().granted(granted);

@@ -244,6 +244,9 @@ impl BrokerHandle {
                     Err(Ok(BrokerReply::ProxyGrants { granted })) => {
                         Some(BrokerRequest::ReturnProxyGrants { count: granted })
                     }
+                    Err(Ok(BrokerReply::CgiGrants { granted })) => {
+                        Some(BrokerRequest::ReturnCgiGrants { count: granted })
+                    }
                     _ => None,
                 };
                 if let Some(release) = release {

@@ -174,8 +174,11 @@ pub(super) async fn run(
         ready_flushed: false,
         decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
         broker,
+        cgi_groups: Arc::default(),
     };
     let code = worker.run(&mut rd, &mut sigterm).await;
+    // Drained (or out of time): no script outlives its worker.
+    worker.cgi_groups.kill_all();
     if let (Some(task), Some(recorder)) = (log_task, recorder) {
         // Every request's line is buffered by now (it is recorded before its response
         // goes out, and the drain waited for every connection): send the rest.
@@ -339,6 +342,8 @@ struct Worker {
     ready_flushed: bool,
     decoder: FrameDecoder,
     broker: BrokerHandle,
+    /// The process groups of the CGI scripts running, killed when the worker exits.
+    cgi_groups: Arc<crate::cgi::groups::Groups>,
 }
 
 impl Worker {
@@ -619,10 +624,34 @@ impl Worker {
             .map(|max| {
                 let workers = u32::try_from(settings.workers.count()).unwrap_or(1);
                 let keep = servery_core::proxy_admission::keep_for(max, workers);
-                crate::proxy::admission::Admission::new(self.broker.clone(), keep)
+                crate::proxy::admission::Admission::new(
+                    self.broker.clone(),
+                    crate::proxy::admission::Budget::Proxy,
+                    keep,
+                )
             });
         match crate::proxy::Proxy::from_settings(&settings.proxy, admission) {
             Ok(proxy) => config.proxy = proxy.map(Arc::new),
+            Err(message) => return self.life.startup_failed(message),
+        }
+        let cgi_admission = u32::try_from(settings.cgi.cgi_max_concurrent)
+            .ok()
+            .filter(|&max| max > 0)
+            .map(|max| {
+                let workers = u32::try_from(settings.workers.count()).unwrap_or(1);
+                let keep = servery_core::proxy_admission::keep_for(max, workers);
+                crate::proxy::admission::Admission::new(
+                    self.broker.clone(),
+                    crate::proxy::admission::Budget::Cgi,
+                    keep,
+                )
+            });
+        match crate::cgi::Cgi::from_settings(
+            &settings.cgi,
+            cgi_admission,
+            Arc::clone(&self.cgi_groups),
+        ) {
+            Ok(cgi) => config.cgi = cgi.map(Arc::new),
             Err(message) => return self.life.startup_failed(message),
         }
         match tokio::task::spawn_blocking(move || Site::open(config)).await {
@@ -675,9 +704,12 @@ impl Worker {
         self.life.connection_opened();
         self.heap_trim.opened(self.life.in_flight());
         // getpeername costs a system call: only the access log and an application want it.
-        let peer = (site.recorder().is_some() || site.app().is_some() || site.proxy().is_some())
-            .then(|| stream.peer_addr().ok())
-            .flatten();
+        let peer = (site.recorder().is_some()
+            || site.app().is_some()
+            || site.proxy().is_some()
+            || site.cgi().is_some())
+        .then(|| stream.peer_addr().ok())
+        .flatten();
         let activity = Activity::with_peer(tokio::time::Instant::now(), peer);
         let index = self.admission.admit(Arc::clone(&activity));
         let drain = self.drain.subscribe();

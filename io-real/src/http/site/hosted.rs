@@ -103,4 +103,64 @@ impl Site {
         }
         (response, RouteClass::App)
     }
+
+    /// Answers a request for a CGI script: under the same authorization and ACME answers
+    /// as files, then as the script answers. A script's local redirect (RFC 3875 §6.2.2)
+    /// is answered as a `GET` of its path would be, a few times at most.
+    pub async fn handle_cgi<B>(
+        &self,
+        cgi: &crate::cgi::Cgi,
+        req: Request<B>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> (Response<Body>, RouteClass)
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        /// Local redirects followed for one request (Apache follows ten).
+        const MAX_LOCAL_REDIRECTS: usize = 10;
+        let (parts, body) = req.into_parts();
+        if let Some(answered) = self.before_the_host(&parts).await {
+            return answered;
+        }
+        let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
+        let mut answer = cgi
+            .handle(Request::from_parts(parts.clone(), body), peer, tls)
+            .await;
+        let mut redirects = 0;
+        let mut response = loop {
+            let path_and_query = match answer {
+                crate::cgi::Answer::Response(response) => break response,
+                crate::cgi::Answer::LocalRedirect(path_and_query) => path_and_query,
+            };
+            redirects += 1;
+            let uri = match path_and_query.parse::<http::Uri>() {
+                Ok(uri) if redirects <= MAX_LOCAL_REDIRECTS => uri,
+                _ => {
+                    tracing::warn!(location = %path_and_query, "CGI local redirect refused (malformed or too many)");
+                    break crate::cgi::bad_local_redirect();
+                }
+            };
+            let mut again = http::request::Parts::clone(&parts);
+            again.method = Method::GET;
+            again.uri = uri;
+            again.headers.remove(header::CONTENT_LENGTH);
+            again.headers.remove(header::CONTENT_TYPE);
+            again.headers.remove(header::TRANSFER_ENCODING);
+            if cgi.takes(again.uri.path()) {
+                let req = Request::from_parts(again, http_body_util::Empty::<Bytes>::new());
+                answer = cgi.handle(req, peer, tls).await;
+            } else {
+                let req = Request::from_parts(again, http_body_util::Empty::<Bytes>::new());
+                break Box::pin(self.handle_classed(req)).await.0;
+            }
+        };
+        if self.hsts && tls {
+            response.headers_mut().insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(policy::HSTS),
+            );
+        }
+        (response, RouteClass::App)
+    }
 }

@@ -124,6 +124,8 @@ pub struct SiteConfig {
     pub app: Option<Arc<crate::app::App>>,
     /// The reverse proxy (`--proxy`): requests under its prefixes go upstream.
     pub proxy: Option<Arc<crate::proxy::Proxy>>,
+    /// CGI scripts (`--cgi`): requests under their prefix run one.
+    pub cgi: Option<Arc<crate::cgi::Cgi>>,
     /// The host names requests must name (decision 0046); `None` answers any.
     pub allowed_hosts: Option<Arc<super::host::AllowedHosts>>,
     /// Serve files a browser would run (HTML, SVG, XML) in a sandbox, because others can
@@ -158,6 +160,7 @@ impl Default for SiteConfig {
             alt_svc: None,
             app: None,
             proxy: None,
+            cgi: None,
             allowed_hosts: None,
             sandbox_active_files: false,
         }
@@ -198,6 +201,7 @@ pub struct Site {
     alt_svc: Option<HeaderValue>,
     app: Option<Arc<crate::app::App>>,
     proxy: Option<Arc<crate::proxy::Proxy>>,
+    cgi: Option<Arc<crate::cgi::Cgi>>,
     allowed_hosts: Option<Arc<super::host::AllowedHosts>>,
     sandbox_active_files: bool,
 }
@@ -254,6 +258,7 @@ impl Site {
             alt_svc: config.alt_svc,
             app: config.app,
             proxy: config.proxy,
+            cgi: config.cgi,
             allowed_hosts: config.allowed_hosts,
             sandbox_active_files: config.sandbox_active_files,
         })
@@ -295,6 +300,10 @@ impl Site {
 
     pub fn proxy(&self) -> Option<&Arc<crate::proxy::Proxy>> {
         self.proxy.as_ref()
+    }
+
+    pub fn cgi(&self) -> Option<&Arc<crate::cgi::Cgi>> {
+        self.cgi.as_ref()
     }
 
     /// The connection deadlines this site's connections are served under.
