@@ -56,6 +56,12 @@ pub enum ParentAction {
     },
     /// Close and open the access log again (an accepted `reopen-logs`).
     ReopenAccessLog,
+    /// SIGKILL to each of these process groups: the CGI scripts `worker` was running
+    /// when it went (decision 0092). Emitted right after that worker's `WorkerGone`.
+    KillScriptGroups {
+        worker: WorkerId,
+        pgids: Vec<u32>,
+    },
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -93,10 +99,13 @@ pub struct Parent {
     answers: VecDeque<(RequestId, Answer)>,
     /// Which locks the WebDAV journal on disk holds ([`Parent::dav_journal_written`]).
     journal: dav_journal::JournalState,
+    /// The CGI scripts' process groups each worker reported running.
+    scripts: scripts::ScriptGroups,
 }
 
 mod dav_journal;
 mod requests;
+mod scripts;
 
 pub use dav_journal::{JOURNAL_RETRY, JournalWrite};
 
@@ -121,6 +130,7 @@ impl Parent {
             awaiting: Vec::new(),
             answers: VecDeque::new(),
             journal: dav_journal::JournalState::default(),
+            scripts: scripts::ScriptGroups::default(),
         }
         .settled()
     }
@@ -242,6 +252,19 @@ impl Parent {
                         .handle_request(now, Owner { worker, generation }, id, request);
                 }
             }
+            // A script's group is recorded only from a worker whose channel is trusted.
+            Event::Message {
+                worker,
+                message: WorkerMessage::ScriptStarted { pgid },
+            } => {
+                if self.supervisor.is_connected(worker) {
+                    self.scripts.started(worker, pgid);
+                }
+            }
+            Event::Message {
+                worker,
+                message: WorkerMessage::ScriptEnded { pgid },
+            } => self.scripts.ended(worker, pgid),
             Event::Acme { wall, event } => {
                 if let Some(acme) = &mut self.acme {
                     acme.handle(now, wall, *event);
@@ -385,8 +408,20 @@ impl Parent {
                 }
                 _ => {}
             }
+            let gone = match &action {
+                Action::WorkerGone { worker } => Some(*worker),
+                _ => None,
+            };
             self.answer_reload(&action);
             self.actions.push_back(ParentAction::Supervisor(action));
+            // What its scripts left running dies with the worker (decision 0092).
+            if let Some(worker) = gone {
+                let pgids = self.scripts.gone(worker);
+                if !pgids.is_empty() {
+                    self.actions
+                        .push_back(ParentAction::KillScriptGroups { worker, pgids });
+                }
+            }
             // A new worker's first message is the TLS material: it serves the current
             // identity and keys from its first handshake, whenever it was started.
             if let (Some(worker), Some(tls)) = (spawned, &self.tls) {
@@ -501,6 +536,14 @@ impl Parent {
         if let Some(tls) = &self.tls {
             tls.check_invariants()?;
         }
+        // A gone worker's groups were handed to the driver to kill, not kept.
+        for worker in self.scripts.workers() {
+            if !self.supervisor.is_connected(worker) {
+                return Err(format!(
+                    "script groups kept for disconnected worker {worker}"
+                ));
+            }
+        }
         for holder in self.broker.holders() {
             if holder != PARENT_CLIENT && !self.supervisor.is_connected(holder) {
                 return Err(format!(
@@ -515,6 +558,7 @@ impl Parent {
 #[cfg(test)]
 mod tests {
     mod final_counts;
+    mod script_groups;
     use super::*;
     use crate::config::RawConfig;
     use crate::ids::{Generation, ReloadId, WorkerId};

@@ -421,6 +421,34 @@ fn a_client_that_leaves_kills_the_scripts_group() {
     wait_all_dead(&pids, "client abort");
 }
 
+#[test]
+fn no_script_outlives_a_worker_killed_with_sigkill() {
+    let tree = Tree::new("cgi-kill9");
+    let dir = cgi_dir(&tree);
+    let pids = tree.dir.join("pids");
+    script(&dir, "stream", &group_script(&pids, true));
+    let server = Server::start(&tree, 1, &["--cgi", dir.to_str().expect("utf-8")], &[]);
+    let worker = *worker_pids(&server.status()).first().expect("a worker");
+    let addr = server.addr;
+    let client = std::thread::spawn(move || curl(addr, "/cgi-bin/stream", &["--max-time", "30"]));
+    wait_until(Duration::from_secs(10), "the script's pids", || {
+        std::fs::read_to_string(&pids)
+            .ok()
+            .filter(|t| t.lines().count() >= 2)
+    });
+    // The script and its child lead a group of their own: the worker's group is not
+    // theirs, and the worker gets no chance to kill them.
+    signal_pid(worker, Sig::KILL);
+    wait_all_dead(&pids, "a worker killed with SIGKILL");
+    let answer = client.join().expect("client");
+    assert_ne!(
+        answer.exit,
+        Some(28),
+        "the response ended with its worker, not at curl's timeout"
+    );
+    server.wait_ready(1, Duration::from_secs(20));
+}
+
 const CONCURRENCY_SH: &str = r#"#!/bin/sh
 # Counts the scripts running at once under a lock, and the most ever seen.
 state="$STATE_DIR"

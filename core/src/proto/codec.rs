@@ -41,6 +41,8 @@ const STARTUP_FAILED: u8 = 0x42;
 const READY: u8 = 0x43;
 const HEARTBEAT: u8 = 0x44;
 const BROKER_REQUEST: u8 = 0x45;
+const SCRIPT_STARTED: u8 = 0x46;
+const SCRIPT_ENDED: u8 = 0x47;
 /// The reply tag of a lock list.
 const REPLY_LOCKS: u8 = 3;
 
@@ -301,6 +303,8 @@ fn worker_what(msg: &WorkerMessage) -> &'static str {
         WorkerMessage::Ready => "READY",
         WorkerMessage::Heartbeat { .. } => "a heartbeat",
         WorkerMessage::Broker { request, .. } => request_what(request),
+        WorkerMessage::ScriptStarted { .. } => "a script's start",
+        WorkerMessage::ScriptEnded { .. } => "a script's end",
     }
 }
 
@@ -392,6 +396,14 @@ fn put_worker(w: &mut Writer<'_>, msg: &WorkerMessage) {
             crate::proto::stats_wire::put_stats(w, stats);
         }
         WorkerMessage::Broker { id, request } => put_broker_request(w, *id, request),
+        WorkerMessage::ScriptStarted { pgid } => {
+            w.u8(SCRIPT_STARTED);
+            w.u32(*pgid);
+        }
+        WorkerMessage::ScriptEnded { pgid } => {
+            w.u8(SCRIPT_ENDED);
+            w.u32(*pgid);
+        }
     }
 }
 

@@ -91,6 +91,8 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
                 }
             ),
         (any::<u64>(), request()).prop_map(|(id, request)| WorkerMessage::Broker { id, request }),
+        any::<u32>().prop_map(|pgid| WorkerMessage::ScriptStarted { pgid }),
+        any::<u32>().prop_map(|pgid| WorkerMessage::ScriptEnded { pgid }),
     ]
 }
 

@@ -77,6 +77,8 @@ fn decode_worker(
             id: r.u64()?,
             request: get_request(&mut r)?,
         },
+        SCRIPT_STARTED => WorkerMessage::ScriptStarted { pgid: r.u32()? },
+        SCRIPT_ENDED => WorkerMessage::ScriptEnded { pgid: r.u32()? },
         t => return Err(ProtoError::UnknownTag(t)),
     };
     r.finish()?;

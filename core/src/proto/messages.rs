@@ -50,6 +50,11 @@ pub enum WorkerMessage {
     },
     /// A request to the parent-owned state broker.
     Broker { id: u64, request: BrokerRequest },
+    /// A CGI script started, leading process group `pgid` (decision 0092): the parent
+    /// kills the group if the worker goes before saying it ended.
+    ScriptStarted { pgid: u32 },
+    /// The CGI script leading `pgid` ended and its group was killed.
+    ScriptEnded { pgid: u32 },
 }
 
 /// A write target with a stable key even before it exists: the parent directory's

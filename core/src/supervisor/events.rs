@@ -213,7 +213,10 @@ impl Supervisor {
                     self.due_floor = None;
                 }
             }
-            WorkerMessage::Broker { .. } => {}
+            // The broker's and the parent's own records (decision 0092), not the lifecycle.
+            WorkerMessage::Broker { .. }
+            | WorkerMessage::ScriptStarted { .. }
+            | WorkerMessage::ScriptEnded { .. } => {}
         }
     }
 

@@ -719,6 +719,15 @@ impl ParentIo for RealIo {
                 }
                 return;
             }
+            ParentAction::KillScriptGroups { worker, pgids } => {
+                tracing::warn!(%worker, groups = ?pgids, "killing the CGI scripts a gone worker left running");
+                for pgid in pgids {
+                    if let Ok(pgid) = i32::try_from(pgid) {
+                        crate::cgi::groups::kill_group(pgid);
+                    }
+                }
+                return;
+            }
             ParentAction::ReopenAccessLog => {
                 match &self.log_writer {
                     Some(writer) => writer.reopen(),

@@ -120,6 +120,12 @@ pub fn message(worker: WorkerId, message: &WorkerMessage) {
             %error,
             "worker failed to start"
         ),
+        WorkerMessage::ScriptStarted { pgid } => {
+            tracing::debug!(worker = worker.0, pgid, "CGI script started")
+        }
+        WorkerMessage::ScriptEnded { pgid } => {
+            tracing::debug!(worker = worker.0, pgid, "CGI script ended")
+        }
         WorkerMessage::Heartbeat { .. } | WorkerMessage::Broker { .. } => {}
     }
 }

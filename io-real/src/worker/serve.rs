@@ -82,6 +82,17 @@ pub(super) async fn run(
         let (capacity, reply_timeout) = setup.settings.upload.broker_client();
         BrokerHandle::new(capacity, reply_timeout, move |frame| out.send(frame))
     };
+    // Each CGI script's process group is told to the parent as it starts and ends, so a
+    // worker killed with SIGKILL leaves none running (decision 0092).
+    let cgi_groups = {
+        let out = Arc::clone(&out);
+        Arc::new(crate::cgi::groups::Groups::reporting(move |message| {
+            let mut frame = Vec::with_capacity(16);
+            if encode_worker(&message, &mut frame).is_ok() {
+                out.send(frame);
+            }
+        }))
+    };
     let flusher = tokio::spawn(flusher);
     // The counters live in the scoreboard the parent passed (decision 0083), or, without
     // one, in this process alone: they then reach the parent only in heartbeats.
@@ -174,7 +185,7 @@ pub(super) async fn run(
         ready_flushed: false,
         decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
         broker,
-        cgi_groups: Arc::default(),
+        cgi_groups,
     };
     let code = worker.run(&mut rd, &mut sigterm).await;
     // Drained (or out of time): no script outlives its worker.

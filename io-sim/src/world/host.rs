@@ -125,6 +125,9 @@ impl ParentIo for SimWorld {
             ParentAction::PersistDavLocks(_) => return,
             ParentAction::Acme(action) => return self.acme_action(now, action),
             ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
+            ParentAction::KillScriptGroups { worker, pgids } => {
+                return self.kill_script_groups(worker, &pgids);
+            }
             // The randomness a ticket key is minted from: the simulated host's own.
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
                 let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
@@ -523,6 +526,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::Tls(_) => return (15, 0),
         // Never traced (see `perform`).
         ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
+        ParentAction::KillScriptGroups { worker, .. } => return (22, worker.0),
         ParentAction::Supervisor(action) => action,
     };
     match action {
@@ -622,6 +626,18 @@ impl SimWorld {
 }
 
 impl SimWorld {
+    /// The parent kills what a gone worker's CGI scripts left running (decision 0092).
+    /// Simulated workers run no scripts yet, so this checks the rule's order only: the
+    /// groups of a worker are killed only after the parent let the worker go.
+    fn kill_script_groups(&mut self, worker: WorkerId, pgids: &[u32]) {
+        let gone = self.procs.get(&worker).is_none_or(|p| p.parent_closed);
+        if !gone {
+            self.violation(format!(
+                "script groups {pgids:?} of {worker} killed while the parent still holds it"
+            ));
+        }
+    }
+
     /// The singletons' actions: counted, and a switch backwards is a violation.
     pub(super) fn singleton(&mut self, action: SingletonAction) {
         match action {
