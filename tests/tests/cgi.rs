@@ -574,3 +574,97 @@ fn broken_cgi_settings_are_refused_before_binding() {
         );
     }
 }
+
+/// `git` with a clean configuration, in `dir`.
+fn git(dir: &Path, home: &Path, args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.org"])
+        .args(args)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A known CGI application: `git http-backend` behind servery takes a push (one large
+/// enough for git to send it chunked) and serves a clone of what was pushed.
+#[test]
+fn git_http_backend_takes_a_push_and_serves_a_clone() {
+    let backend = Path::new("/usr/lib/git-core/git-http-backend");
+    if !tool_present("git", &["--version"]) {
+        return;
+    }
+    if !backend.is_file() {
+        return skipped("git http-backend is not installed (/usr/lib/git-core)");
+    }
+    let tree = Tree::new("cgi-git");
+    let dir = cgi_dir(&tree);
+    // A wrapper inside DIR: a symlink to the backend would lead out and be refused.
+    script(
+        &dir,
+        "git",
+        &format!("#!/bin/sh\nexec {}\n", backend.display()),
+    );
+    let repos = tree.dir.join("repos");
+    std::fs::create_dir(&repos).expect("mkdir");
+    git(
+        &repos,
+        &tree.dir,
+        &["init", "-q", "--bare", "-b", "main", "proj.git"],
+    );
+    git(
+        &repos.join("proj.git"),
+        &tree.dir,
+        &["config", "http.receivepack", "true"],
+    );
+    let server = Server::start(
+        &tree,
+        2,
+        &[
+            "--cgi",
+            dir.to_str().expect("utf-8"),
+            "--cgi-env",
+            "GIT_PROJECT_ROOT",
+            "--cgi-env",
+            "GIT_HTTP_EXPORT_ALL=1",
+        ],
+        &[("GIT_PROJECT_ROOT", repos.to_str().expect("utf-8"))],
+    );
+    let url = format!("http://{}/cgi-bin/git/proj.git", server.addr);
+    let work = tree.dir.join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    git(&work, &tree.dir, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("README"), "pushed through servery\n").expect("write");
+    // Incompressible and over git's 1 MiB post buffer: sent with chunked encoding.
+    let noise: Vec<u8> = (0..3u64 << 20)
+        .map(|i| {
+            (i.wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407)
+                >> 56) as u8
+        })
+        .collect();
+    std::fs::write(work.join("noise.bin"), &noise).expect("write");
+    git(&work, &tree.dir, &["add", "."]);
+    git(&work, &tree.dir, &["commit", "-q", "-m", "first"]);
+    git(&work, &tree.dir, &["push", "-q", &url, "main"]);
+    git(&tree.dir, &tree.dir, &["clone", "-q", &url, "clone"]);
+    let clone = tree.dir.join("clone");
+    assert_eq!(
+        std::fs::read_to_string(clone.join("README")).expect("cloned README"),
+        "pushed through servery\n"
+    );
+    assert!(
+        std::fs::read(clone.join("noise.bin")).expect("cloned noise") == noise,
+        "the large file came back whole"
+    );
+    let head = git(&clone, &tree.dir, &["log", "--format=%s", "-1"]);
+    assert_eq!(String::from_utf8_lossy(&head.stdout).trim(), "first");
+}
