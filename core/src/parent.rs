@@ -67,6 +67,13 @@ pub enum ParentAction {
 /// TTL otherwise, as a worker's do.
 pub const PARENT_CLIENT: WorkerId = WorkerId(0);
 
+/// The order in which [`Parent::intake`] takes in what one look found (a stable sort by
+/// this rank): for a host's observers, which judge the parent on what it read in the
+/// order it read it.
+pub fn intake_rank(event: &Event) -> u8 {
+    intake::rank(event)
+}
+
 #[derive(Debug, Clone)]
 pub struct Parent {
     supervisor: Supervisor,
@@ -96,6 +103,7 @@ pub struct Parent {
 }
 
 mod dav_journal;
+mod intake;
 mod requests;
 
 pub use dav_journal::{JOURNAL_RETRY, JournalWrite};
@@ -209,6 +217,16 @@ impl Parent {
 
     pub fn poll_action(&mut self) -> Option<ParentAction> {
         self.actions.pop_front()
+    }
+
+    /// Take in everything one look at the host found, in the order the parent decides
+    /// ([`intake`]): each source's own order kept, and across sources messages before
+    /// channel ends, ends before a dead worker's final counts, exits last. A driver hands
+    /// over what it found without ordering it.
+    pub fn intake(&mut self, now: Instant, found: Vec<Event>) {
+        for event in intake::ordered(found) {
+            self.handle(now, event);
+        }
     }
 
     pub fn handle(&mut self, now: Instant, event: Event) {
@@ -515,6 +533,7 @@ impl Parent {
 #[cfg(test)]
 mod tests {
     mod final_counts;
+    mod intake;
     use super::*;
     use crate::config::RawConfig;
     use crate::ids::{Generation, ReloadId, WorkerId};
