@@ -37,7 +37,7 @@ use crate::clock::Clock;
 mod acme;
 
 /// Where the core's answer to a control request goes (nowhere for a signal's).
-pub type AnswerReply = Option<oneshot::Sender<Answer>>;
+pub(super) type AnswerReply = Option<oneshot::Sender<Answer>>;
 
 /// A control request as the control socket or a signal read it, before the driver names
 /// it for the core.
@@ -97,7 +97,7 @@ impl InboundTx {
 
 /// The driver's `poll` and the way the host runtime wakes it.
 #[derive(Debug)]
-pub struct DriverPoll {
+pub(super) struct DriverPoll {
     poll: Poll,
     inbound: Receiver<Inbound>,
     tx: InboundTx,
@@ -107,7 +107,7 @@ pub struct DriverPoll {
 const WAKE: Token = Token(0);
 
 impl DriverPoll {
-    pub fn new() -> io::Result<Self> {
+    pub(super) fn new() -> io::Result<Self> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
         let (tx, inbound) = std::sync::mpsc::channel();
@@ -118,7 +118,7 @@ impl DriverPoll {
         })
     }
 
-    pub fn sender(&self) -> InboundTx {
+    pub(super) fn sender(&self) -> InboundTx {
         self.tx.clone()
     }
 }
@@ -139,7 +139,7 @@ struct Channel {
 }
 
 #[derive(Debug)]
-pub struct RealIo {
+pub(super) struct RealIo {
     clock: Clock,
     rt: Handle,
     poll: DriverPoll,
@@ -189,7 +189,7 @@ const NOT_RUNNING_WORTH_A_LINE: core::time::Duration = core::time::Duration::fro
 
 /// Everything [`RealIo::new`] needs.
 #[derive(Debug)]
-pub struct RealIoParts {
+pub(super) struct RealIoParts {
     pub clock: Clock,
     pub rt: Handle,
     pub poll: DriverPoll,
@@ -214,7 +214,7 @@ pub struct RealIoParts {
 }
 
 impl RealIo {
-    pub fn new(p: RealIoParts) -> Self {
+    pub(super) fn new(p: RealIoParts) -> Self {
         RealIo {
             clock: p.clock,
             rt: p.rt,
@@ -249,7 +249,7 @@ impl RealIo {
     }
 
     /// After the exit: give the services their bounded time to finish (their stops).
-    pub fn finish_services(&mut self, bound: std::time::Duration) {
+    pub(super) fn finish_services(&mut self, bound: std::time::Duration) {
         if let Some(services) = self.services.take() {
             services.finish(bound);
         }
@@ -257,7 +257,7 @@ impl RealIo {
 
     /// Last resort when the driver stops without an exit (the host runtime died): no
     /// worker may outlive us serving.
-    pub fn kill_all(&mut self) {
+    pub(super) fn kill_all(&mut self) {
         let workers: Vec<WorkerId> = self.pids.keys().copied().collect();
         for worker in workers {
             self.signal_group(worker, Signal::KILL);

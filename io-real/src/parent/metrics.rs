@@ -382,7 +382,7 @@ impl Snapshot {
 /// not ask for OpenMetrics (`curl`, `promtool check metrics`). The two differ only in how
 /// a counter's family is named (OpenMetrics names it without `_total`, which its samples
 /// add) and in the `# UNIT` and `# EOF` lines, which the classic format does not have.
-pub fn classic_text(openmetrics: &str) -> String {
+pub(super) fn classic_text(openmetrics: &str) -> String {
     let counters: std::collections::HashSet<&str> = openmetrics
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

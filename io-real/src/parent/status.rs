@@ -35,7 +35,12 @@ fn at_ms(t: Instant) -> u64 {
 }
 
 /// `listen`: the URLs of the committed generation's listeners.
-pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[String]) -> Value {
+pub(super) fn status_json(
+    parent: &Parent,
+    now: Instant,
+    info: &ServiceInfo,
+    listen: &[String],
+) -> Value {
     let status = parent.supervisor().status(now);
     let mut value = core_status_json(&status);
     let extra = json!({
