@@ -46,6 +46,8 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
         ".{0,50}".prop_map(|token| BrokerRequest::AcmeChallenge { token }),
         any::<u32>().prop_map(|want| BrokerRequest::AcquireProxyGrants { want }),
         any::<u32>().prop_map(|count| BrokerRequest::ReturnProxyGrants { count }),
+        (any::<u16>(), any::<bool>())
+            .prop_map(|(upstream, ok)| BrokerRequest::UpstreamOutcome { upstream, ok }),
         (
             key(),
             ".{0,20}",

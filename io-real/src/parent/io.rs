@@ -142,6 +142,8 @@ struct Channel {
 pub(super) struct RealIo {
     clock: Clock,
     rt: Handle,
+    /// `--proxy-health`: sends the probes the core asks for.
+    prober: Option<super::upstream_probe::Prober>,
     poll: DriverPoll,
     ready: mio::Events,
     read_buf: Vec<u8>,
@@ -192,6 +194,7 @@ const NOT_RUNNING_WORTH_A_LINE: core::time::Duration = core::time::Duration::fro
 pub(super) struct RealIoParts {
     pub clock: Clock,
     pub rt: Handle,
+    pub prober: Option<super::upstream_probe::Prober>,
     pub poll: DriverPoll,
     pub listeners: super::listener_sets::ListenerSets,
     pub launcher: Launcher,
@@ -218,6 +221,7 @@ impl RealIo {
         RealIo {
             clock: p.clock,
             rt: p.rt,
+            prober: p.prober,
             poll: p.poll,
             ready: mio::Events::with_capacity(64),
             read_buf: vec![0u8; 16 * 1024],
@@ -687,6 +691,13 @@ impl ParentIo for RealIo {
                 // A client that went away (or a signal's request) has nobody to tell.
                 if let Some(reply) = self.answers.remove(&request) {
                     let _ = reply.send(answer);
+                }
+                return;
+            }
+            ParentAction::ProbeUpstream { upstream } => {
+                match &self.prober {
+                    Some(prober) => prober.probe(&self.rt, self.poll.sender(), upstream),
+                    None => tracing::warn!(upstream, "a probe asked for with no prober"),
                 }
                 return;
             }

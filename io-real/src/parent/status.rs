@@ -24,6 +24,9 @@ pub struct ServiceInfo {
     /// What the operator must know about how servery runs (TFTP without authentication
     /// beside `--auth`), said at start and kept here.
     pub warnings: Vec<String>,
+    /// The reverse proxy's upstreams as given (`--proxy`), in the order the core numbers
+    /// them.
+    pub upstreams: Vec<String>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -73,6 +76,11 @@ pub(super) fn status_json(
             super::services::acme::status_json(&m.status(), m.health(wall))
         }),
         "tls": super::tls_material::status_json(parent, now),
+        // The parent's verdict on each upstream (decision 0095).
+        "proxy_upstreams": info.upstreams.iter().enumerate().map(|(i, given)| json!({
+            "upstream": given,
+            "up": !u16::try_from(i).is_ok_and(|i| parent.upstream_health().is_some_and(|h| h.is_down(i))),
+        })).collect::<Vec<_>>(),
         "warnings": info.warnings,
     });
     if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {

@@ -174,6 +174,7 @@ pub(super) async fn run(
         ready_flushed: false,
         decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
         broker,
+        upstream_down: Arc::default(),
     };
     let code = worker.run(&mut rd, &mut sigterm).await;
     if let (Some(task), Some(recorder)) = (log_task, recorder) {
@@ -339,6 +340,9 @@ struct Worker {
     ready_flushed: bool,
     decoder: FrameDecoder,
     broker: BrokerHandle,
+    /// The reverse proxy's upstreams the parent says are down (it may say so before the
+    /// proxy is built, right after HELLO).
+    upstream_down: Arc<crate::proxy::DownSet>,
 }
 
 impl Worker {
@@ -505,6 +509,7 @@ impl Worker {
             match self.decoder.next_parent_message() {
                 Ok(Some(ParentMessage::Broker { id, reply })) => self.broker.on_reply(id, reply),
                 Ok(Some(ParentMessage::TlsMaterial(material))) => self.tls_material(&material),
+                Ok(Some(ParentMessage::UpstreamHealth { down })) => self.upstream_down.set(&down),
                 Ok(Some(message)) => self.life.on_message(self.clock.now(), &message),
                 Ok(None) => return,
                 Err(e) => return self.control_closed(&format!("malformed frame: {e}")),
@@ -621,7 +626,11 @@ impl Worker {
                 let keep = servery_core::proxy_admission::keep_for(max, workers);
                 crate::proxy::admission::Admission::new(self.broker.clone(), keep)
             });
-        match crate::proxy::Proxy::from_settings(&settings.proxy, admission) {
+        let health = crate::proxy::HealthLink {
+            down: Arc::clone(&self.upstream_down),
+            broker: self.broker.clone(),
+        };
+        match crate::proxy::Proxy::from_settings(&settings.proxy, admission, Some(health)) {
             Ok(proxy) => config.proxy = proxy.map(Arc::new),
             Err(message) => return self.life.startup_failed(message),
         }

@@ -116,6 +116,13 @@ impl ParentIo for SimWorld {
             ParentAction::PersistDavLocks(_) => return,
             ParentAction::Acme(action) => return self.acme_action(now, action),
             ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
+            // No simulated run gives the parent upstreams to judge (the proxy's health is
+            // proven by core's tests and the real ones): a probe is the core's mistake.
+            ParentAction::ProbeUpstream { upstream } => {
+                return self.violation(format!(
+                    "the parent probes upstream {upstream}, but this run has no reverse proxy"
+                ));
+            }
             // The randomness a ticket key is minted from: the simulated host's own.
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
                 let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
@@ -514,6 +521,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::Tls(_) => return (15, 0),
         // Never traced (see `perform`).
         ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
+        ParentAction::ProbeUpstream { upstream } => return (21, u64::from(*upstream)),
         ParentAction::Supervisor(action) => action,
     };
     match action {
