@@ -68,7 +68,13 @@ fn a_killed_upstream_is_routed_around_by_every_worker_after_one_failure_each() {
     let _a = upstream::http_server(&tree, &root_a, port_a);
     let b = upstream::http_server(&tree, &root_b, port_b);
     // Long enough that the dead upstream is not tried again during the count.
-    let server = start(&tree, port_a, port_b, &["--proxy-fail-timeout", "60"]);
+    let mut server = start(
+        &tree,
+        port_a,
+        port_b,
+        &["--proxy-fail-timeout", "60", "--admin", "127.0.0.1:0"],
+    );
+    let admin = server.admin_addr(Duration::from_secs(10));
     both_answer(&server);
 
     drop(b);
@@ -96,6 +102,16 @@ fn a_killed_upstream_is_routed_around_by_every_worker_after_one_failure_each() {
     assert_eq!(
         status["status"]["proxy_upstreams"][1]["up"], false,
         "ctl status shows the verdict: {status}"
+    );
+    let (_, metrics) = http_get(admin, "/metrics").expect("GET /metrics");
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains(&format!(
+            "servery_proxy_upstream_up{{upstream=\"/up=http://127.0.0.1:{port_b}/\"}} 0"
+        )) && metrics.contains(&format!(
+            "servery_proxy_upstream_up{{upstream=\"/up=http://127.0.0.1:{port_a}/\"}} 1"
+        )),
+        "/metrics shows the verdict: {metrics}"
     );
 }
 

@@ -63,6 +63,8 @@ pub struct Snapshot {
         servery_core::acme::ManagerStatus,
         servery_core::acme::CertHealth,
     )>,
+    /// The reverse proxy's upstreams as given, and whether the parent holds each up.
+    pub upstreams: Vec<(String, bool)>,
 }
 
 impl Snapshot {
@@ -100,6 +102,16 @@ impl Snapshot {
             worker_pids,
             certificate: parent.tls().map(|tls| tls.status().summary),
             acme: parent.acme().map(|m| (m.status(), m.health(wall))),
+            upstreams: info
+                .upstreams
+                .iter()
+                .enumerate()
+                .map(|(i, given)| {
+                    let down = u16::try_from(i)
+                        .is_ok_and(|i| parent.upstream_health().is_some_and(|h| h.is_down(i)));
+                    (given.clone(), !down)
+                })
+                .collect(),
         }
     }
 
@@ -252,6 +264,7 @@ impl Snapshot {
         self.register_broker(r);
         self.register_requests(r);
         self.register_certificate(r);
+        super::metrics_proxy::register(&self.upstreams, r);
     }
 
     /// When the served certificate ends, and when its renewal window opens: alert on

@@ -16,6 +16,7 @@ mod listeners;
 mod local_broker;
 mod metrics;
 mod metrics_acme;
+mod metrics_proxy;
 pub mod ops_args;
 mod process_stats;
 pub mod services;
