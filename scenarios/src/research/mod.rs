@@ -21,4 +21,5 @@ pub mod report;
 pub mod reproduce;
 pub mod stats;
 pub mod sweep;
+pub mod verdict;
 pub mod workload;
