@@ -278,7 +278,7 @@ mod tests {
             better: Better::Higher,
             per_policy: vec![a, b, far],
         }];
-        let pairs = all_pairs(&metrics, 4).unwrap();
+        let pairs = all_pairs(&metrics, 4).expect("paired input");
         let r = ranks(&pairs, "availability", 3);
         assert_eq!(
             r,
@@ -304,7 +304,7 @@ mod tests {
                 per_policy: vec![few, many],
             },
         ];
-        let pairs = all_pairs(&metrics, 4).unwrap();
+        let pairs = all_pairs(&metrics, 4).expect("paired input");
         assert_eq!(ranks(&pairs, "restarts", 2), vec![1, 2]);
         assert_eq!(ranks(&pairs, "availability", 2), vec![2, 1]);
         assert_eq!(
@@ -321,7 +321,9 @@ mod tests {
             better: Better::Lower,
             per_policy: vec![vec![1.0; 3], vec![1.0; 2]],
         }];
-        let e = all_pairs(&metrics, 0).unwrap_err();
+        let Err(e) = all_pairs(&metrics, 0) else {
+            panic!("unpaired seeds were accepted");
+        };
         assert!(
             e.to_string().contains("restarts") && e.to_string().contains("same seeds"),
             "{e}"
