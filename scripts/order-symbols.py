@@ -2,15 +2,17 @@
 """Record which functions servery runs and write them to io-real/link/symbol-order.txt.
 
 Runs a release build of the parent and one worker under callgrind (valgrind), drives the
-worker through startup, idling and a mix of requests (HTTP/1.1 and h2c: files, ranges,
-conditionals, listings, encodings, digests, errors) and the parent through status and
-reload, then lists every function either process executed: the worker's first, hottest
-first, then the parent's. Release links lay the binary out in that order (io-real/build.rs),
+worker through startup, idling and plain GETs (phase one, dumped apart), then a mix of
+requests (HTTP/1.1 and h2c: files, ranges, conditionals, listings, encodings, digests,
+errors) and the parent through status and reload, then lists every function either
+process executed: the worker's phase one first, then the rest of the worker's, then the
+parent's, each hottest first. Release links lay the binary out in that order (io-real/build.rs),
 so the pages a worker touches are few and adjacent. Rerun after changing dependencies, the
 compiler or the release profile — symbol names carry a hash of those; names the binary no
 longer has are skipped at link time (`--check` says how many still match).
 
 Usage: scripts/order-symbols.py [--check]     (needs valgrind and curl; builds --release)
+       SERVERY_RELEASE_BIN=PATH scripts/order-symbols.py --check   (checks PATH, builds nothing)
 """
 import argparse
 import glob
@@ -30,7 +32,8 @@ from release_binary import release_binary
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORDER = os.path.join(ROOT, "io-real/link/symbol-order.txt")
 HEADER = """\
-# Functions servery's worker (first) and parent run, hottest first; written by
+# Functions servery's worker runs at start-up and on plain GETs (first), then the rest
+# of what it runs, then the parent's, each hottest first; written by
 # scripts/order-symbols.py from a callgrind run of a release build. Release links on
 # x86_64 Linux place them in this order (io-real/build.rs). Do not edit by hand.
 """
@@ -106,7 +109,9 @@ def with_cpu_variants(order, syms):
     return out
 
 
-def drive(port, sock):
+def drive(port, sock, full):
+    """Start-up (the first answer), then twenty plain GETs of a file on new connections:
+    what every worker runs, phase one. With `full`, then the request mix."""
     base = f"http://127.0.0.1:{port}"
 
     def get(path, headers=None, method="GET"):
@@ -129,6 +134,10 @@ def drive(port, sock):
         if time.monotonic() > deadline:
             sys.exit("servery did not answer within 180 s under callgrind")
         time.sleep(1)
+    for _ in range(20):
+        get("/small.txt")
+    if not full:
+        return
     etag = get("/small.txt", method="HEAD")[1].get("ETag", '"x"')
     for _ in range(3):
         get("/")
@@ -154,18 +163,9 @@ def drive(port, sock):
     subprocess.run(servery + ["status", "--json"], check=False, capture_output=True, timeout=120)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--check", action="store_true",
-                    help="only report how many listed functions the release binary has")
-    args = ap.parse_args()
-    global BIN
-    BIN = release_binary()
-    if args.check:
-        sys.exit(0 if check(BIN) else 1)
-    if not shutil.which("valgrind"):
-        sys.exit("needs valgrind (Debian package valgrind)")
-
+def profile(full):
+    """One run under callgrind, driven by `drive`: per function, its own instruction count
+    in the worker, and in the parent."""
     work = tempfile.mkdtemp(prefix="servery-order-")
     tree = os.path.join(work, "tree")
     os.makedirs(os.path.join(tree, "sub"))
@@ -195,9 +195,10 @@ def main():
     if port is None:
         sys.exit("servery did not start under callgrind")
     try:
-        drive(port, sock)
-        subprocess.run([BIN, "ctl", "--socket", sock, "reload"], check=False,
-                       capture_output=True, timeout=300)
+        drive(port, sock, full)
+        if full:
+            subprocess.run([BIN, "ctl", "--socket", sock, "reload"], check=False,
+                           capture_output=True, timeout=300)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=600)
@@ -212,15 +213,38 @@ def main():
         for name, cost in costs.items():
             into[name] = max(into.get(name, 0), cost)
     shutil.rmtree(work, ignore_errors=True)
+    return worker, parent
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true",
+                    help="only report how many listed functions the release binary has")
+    args = ap.parse_args()
+    global BIN
+    if args.check:
+        # The binary a caller already built (the release test passes it), else build one.
+        sys.exit(0 if check(os.environ.get("SERVERY_RELEASE_BIN") or release_binary()) else 1)
+    BIN = release_binary()
+    if not shutil.which("valgrind"):
+        sys.exit("needs valgrind (Debian package valgrind)")
+
+    # Phase one's functions go first in the order, so an idle worker's pages are few and
+    # adjacent; then the rest of what a worker runs, then the parent's.
+    first, _ = profile(full=False)
+    worker, parent = profile(full=True)
     syms = text_symbols(BIN)
-    order = sorted((n for n in worker if n in syms), key=lambda n: -worker[n])
-    order += sorted((n for n in parent if n in syms and n not in worker),
+    order = sorted((n for n in first if n in syms), key=lambda n: -first[n])
+    order += sorted((n for n in worker if n in syms and n not in first),
+                    key=lambda n: -worker[n])
+    order += sorted((n for n in parent if n in syms and n not in worker and n not in first),
                     key=lambda n: -parent[n])
     order = with_cpu_variants(order, syms)
     with open(ORDER, "w") as f:
         f.write(HEADER)
         f.writelines(n + "\n" for n in order)
     size = sum(syms[n] for n in order)
+    print(f"phase one (start-up and plain GETs): {len(first)} of the worker's functions")
     print(f"wrote {len(order)} functions ({size} bytes of {sum(syms.values())} in text) "
           f"to {os.path.relpath(ORDER, ROOT)}")
 

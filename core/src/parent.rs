@@ -98,7 +98,7 @@ pub struct Parent {
 mod dav_journal;
 mod requests;
 
-pub use dav_journal::JournalWrite;
+pub use dav_journal::{JOURNAL_RETRY, JournalWrite};
 
 impl Parent {
     /// `seed` comes from OS entropy in production and from the scenario in simulation.
@@ -197,7 +197,11 @@ impl Parent {
         locks: Vec<crate::proto::DavLockInfo>,
     ) -> crate::broker::DavRestore {
         let restored = self.broker.restore_dav_locks(now, locks);
-        let on_disk = self.broker.dav().snapshot(now).into_iter().map(|l| l.token);
+        let dav = self.broker.dav();
+        let on_disk = dav
+            .snapshot(now)
+            .into_iter()
+            .filter_map(|l| dav.expiry(l.token).map(|at| (l.token, at)));
         self.journal.restored(on_disk);
         self.settle();
         restored
@@ -283,6 +287,7 @@ impl Parent {
         if let Some(tls) = &mut self.tls {
             tls.handle_timeout(now);
         }
+        self.journal.handle_timeout(now);
         self.pump();
         self.settle();
     }
@@ -315,7 +320,7 @@ impl Parent {
         let tls = self.tls.as_ref().and_then(TlsState::poll_timeout);
         earliest(
             earliest(self.broker.poll_timeout(), watch),
-            earliest(acme, tls),
+            earliest(earliest(acme, tls), self.journal.poll_timeout()),
         )
     }
 
@@ -411,12 +416,18 @@ impl Parent {
         }
         // The journal goes out before the answers that depend on it: a parent killed
         // after answering a LOCK has already handed the lock to its driver.
-        if self.broker.take_dav_changed()
-            && self.supervisor.config().features().dav_persistent_locks
-        {
+        // After a failed write, also when its retry is due with nothing changed.
+        let changed = self.broker.take_dav_changed();
+        let retry = self.journal.take_retry_due();
+        if (changed || retry) && self.supervisor.config().features().dav_persistent_locks {
             let now = self.last_step.unwrap_or(Instant::ZERO);
-            let locks = self.broker.dav().snapshot(now);
-            self.journal.handed_out(&locks);
+            let dav = self.broker.dav();
+            let locks = dav.snapshot(now);
+            self.journal.handed_out(
+                locks
+                    .iter()
+                    .filter_map(|l| dav.expiry(l.token).map(|at| (l.token, at))),
+            );
             self.actions.push_back(ParentAction::PersistDavLocks(locks));
         }
         while let Some((worker, id, reply)) = self.broker.poll_reply() {

@@ -29,6 +29,7 @@ use crate::trace::Trace;
 mod channels;
 mod faults;
 mod host;
+mod journal;
 mod pause;
 mod queue;
 
@@ -278,8 +279,9 @@ pub struct SimWorld {
     pub(crate) disk_full_until: Instant,
     pub(crate) rename_fails_until: Instant,
     /// With `features.dav_persistent_locks`: the locks the simulated disk's lock journal
-    /// holds (its writes fail while the disk is full), against which the table is judged.
-    pub(crate) journal: Option<BTreeSet<servery_core::LeaseId>>,
+    /// holds, with the expiry it gives each (its writes fail while the disk is full),
+    /// against which the table is judged.
+    pub(crate) journal: Option<BTreeMap<servery_core::LeaseId, Instant>>,
     /// Workers whose last delivery to the parent was part of a write still arriving.
     pieces_up: BTreeSet<WorkerId>,
     /// (generation, slot) of spawns the host refused, until the supervisor acts on them.
@@ -392,7 +394,7 @@ impl SimWorld {
                 .config
                 .features
                 .dav_persistent_locks
-                .then(BTreeSet::new),
+                .then(BTreeMap::new),
             pieces_up: BTreeSet::new(),
             spawn_failed_slots: Vec::new(),
             write_failed: BTreeSet::new(),

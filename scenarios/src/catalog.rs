@@ -356,6 +356,13 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "dav-journal-full-quiet",
+        about: "locks refreshed and unlocked while the disk under the journal is full, and nothing after: a refresh the journal cannot hold is refused and keeps the disk's time, and the journal's retry brings the UNLOCKs to the disk within a second of it having room (decision 0091)",
+        build: dav::journal_full_quiet,
+        kinds: &[FaultKind::DiskFull],
+        no_swarm: None,
+    },
+    Scenario {
         name: "dav-move-crash-between-steps",
         about: "MOVE, COPY (Depth infinity and 0), DELETE and MKCOL of small collections, the worker killed just before a seeded step of the core's tree flow: clients never see half a tree or a lost source, a success leaves the whole result, every lease is back once the parent lets the worker go, and its cleanup leaves no staging copy or trash",
         build: dav_tree::move_crash_between_steps,

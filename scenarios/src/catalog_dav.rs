@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 
 use servery_core::config::RawConfig;
 use servery_sim::{
-    DavAnswer, DavClientPlan, DavDraw, DavEnd, DavLockRecord, DavOp, DavRecord, DavWorkload, Fault,
-    FaultKind, Outcome, SimCommand,
+    DAV_FILES, DavAnswer, DavClientPlan, DavDraw, DavEnd, DavLockRecord, DavOp, DavRecord,
+    DavWorkload, Fault, FaultKind, Outcome, SimCommand,
 };
 
 use crate::catalog::{at, expect, fault, secs, spec, workers};
@@ -635,5 +635,51 @@ pub(crate) fn journal_full(ctx: &mut Ctx) -> Plan {
         }
         Ok(())
     });
+    Plan { spec, expect: e }
+}
+
+// ----- dav-journal-full-quiet ----------------------------------------------------------------
+
+/// Locks taken before the disk under the journal fills, then refreshed and unlocked while
+/// it is full, and nothing after (decision 0091): every refresh the journal cannot hold is
+/// refused and its lock keeps the disk's time, and since no later change writes the
+/// journal, only its retry brings the UNLOCKs to the disk once it has room (the oracle's
+/// `journal retry rule:` after every step).
+pub(crate) fn journal_full_quiet(ctx: &mut Ctx) -> Plan {
+    let mut config = dav_config(workers(ctx, 1, 3));
+    config.features.dav_persistent_locks = true;
+    let mut spec = spec(ctx, config.clone(), 8.0);
+    let clients = DAV_FILES
+        .iter()
+        .enumerate()
+        .map(|(i, resource)| {
+            (
+                secs(0.8 + 0.1 * i as f64),
+                DavClientPlan {
+                    resource,
+                    depth_infinity: false,
+                    exclusive: true,
+                    // Long enough that no lock expires in the run: nothing but the retry
+                    // writes the journal once the disk has room.
+                    timeout_ms: 60_000,
+                    steps: 2,
+                    step_ms: (500, 700),
+                    refresh_chance: 0.5,
+                    unlock: true,
+                },
+            )
+        })
+        .collect();
+    spec.workload.dav = Some(DavWorkload {
+        clients,
+        client_rate: 0.0,
+        draw: DavDraw::default(),
+        ..DavWorkload::default()
+    });
+    let from = at(ctx, 1.3, 1.6);
+    let d = secs(1.5 + ctx.rng.unit());
+    fault(ctx.kinds, &mut spec, from, Fault::DiskFull(d));
+    let mut e = expect(&config, End::Ready);
+    e.zero_failed = true;
     Plan { spec, expect: e }
 }

@@ -275,8 +275,15 @@ fn a_full_worker_makes_room_for_real_clients_under_a_silent_flood() {
             })
         })
         .collect();
-    // Let the flood fill the worker first.
-    std::thread::sleep(Duration::from_secs(3));
+    // The flood fills the worker first: it reports all ten of its connections taken.
+    wait_until(
+        Duration::from_secs(15),
+        "the flood to take every connection the worker admits",
+        || {
+            let status = server.status();
+            (status["workers"][0]["connections"].as_u64() >= Some(10)).then_some(())
+        },
+    );
     let start = Instant::now();
     let mut worst = Duration::ZERO;
     let mut served = 0;

@@ -6,7 +6,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -274,16 +274,25 @@ fn start_with_admin(tree: &Tree, args: &[&str]) -> (Server, SocketAddr) {
 
 /// `n` threads that each hold a silent connection to `addr` until it is closed, then open
 /// another, until `stop`.
-fn silent_flood(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<JoinHandle<()>> {
+/// `n` clients that connect to `addr` and say nothing, each reconnecting when closed;
+/// `connected` counts their connections.
+fn silent_flood(
+    addr: SocketAddr,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+    connected: &Arc<AtomicUsize>,
+) -> Vec<JoinHandle<()>> {
     (0..n)
         .map(|_| {
             let stop = Arc::clone(stop);
+            let connected = Arc::clone(connected);
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
                     else {
                         continue;
                     };
+                    connected.fetch_add(1, Ordering::Relaxed);
                     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
                     let mut buf = [0u8; 16];
                     while !stop.load(Ordering::Relaxed) && !closed(&s.read(&mut buf)) {}
@@ -302,9 +311,14 @@ fn silent_connections_to_the_admin_listener_do_not_make_livez_fail() {
     let tree = Tree::new("admin-silent");
     let (server, admin) = start_with_admin(&tree, &[]);
     let stop = Arc::new(AtomicBool::new(false));
-    let flood = silent_flood(admin, 24, &stop);
-    // Let the flood fill the listener first.
-    std::thread::sleep(Duration::from_secs(1));
+    let connected = Arc::new(AtomicUsize::new(0));
+    let flood = silent_flood(admin, 24, &stop, &connected);
+    // The flood fills the listener first: every one of its clients has connected.
+    wait_until(
+        Duration::from_secs(10),
+        "the 24 silent clients connected",
+        || (connected.load(Ordering::Relaxed) >= 24).then_some(()),
+    );
     let mut worst = Duration::ZERO;
     for probe in 0..14 {
         let (tx, rx) = std::sync::mpsc::channel();

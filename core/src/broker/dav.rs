@@ -63,6 +63,19 @@ impl DavTable {
         self.locks.contains_key(&token)
     }
 
+    /// When the lock `token` expires, if it is in the table.
+    pub fn expiry(&self, token: LeaseId) -> Option<Instant> {
+        self.locks.get(&token).map(|l| l.expires_at)
+    }
+
+    /// Sets a lock's expiry back to `at` without marking the table changed: a refresh
+    /// whose journal could not be written, taken back so the table promises no more than
+    /// the journal on disk. Returns the expiry it replaced.
+    pub fn set_expiry(&mut self, token: LeaseId, at: Instant) -> Option<Instant> {
+        let l = self.locks.get_mut(&token)?;
+        Some(std::mem::replace(&mut l.expires_at, at))
+    }
+
     pub fn get(&self, token: LeaseId) -> Option<&DavLock> {
         self.locks.get(&token)
     }

@@ -206,6 +206,16 @@ impl Broker {
         self.dav.take_changed()
     }
 
+    /// Takes a refresh back: the lock `token` expires at `at` again, the journal on disk's
+    /// expiry, as the parent decides when that refresh's journal could not be written
+    /// ([`crate::parent::Parent::dav_journal_written`]).
+    pub fn revert_dav_expiry(&mut self, token: LeaseId, at: Instant) {
+        if let Some(old) = self.dav.set_expiry(token, at) {
+            self.expiries.remove(&(old, Kind::Dav, token));
+            self.expiries.insert((at, Kind::Dav, token));
+        }
+    }
+
     /// Drops a lock its journal could not hold (its grant is refused instead, by the
     /// parent: [`crate::parent::Parent::dav_journal_written`]).
     pub fn forget_dav_lock(&mut self, token: LeaseId) {

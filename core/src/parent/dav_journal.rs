@@ -10,11 +10,18 @@
 //! becomes of their answers, is decided here, before any of those answers leaves the
 //! parent's queue.
 
-use std::collections::{BTreeSet, VecDeque};
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::{Action, Parent, ParentAction, ParentMessage};
+use crate::Instant;
 use crate::LeaseId;
-use crate::proto::{BrokerReply, DavLockInfo, Rejection};
+use crate::proto::{BrokerReply, Rejection};
+
+/// How long after a failed write the journal is written again when nothing else changes
+/// the table meanwhile: an UNLOCK or an expiry the disk does not hold yet is brought to
+/// it within this of the disk having room again.
+pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
 
 /// How the driver's write of a journal ([`ParentAction::PersistDavLocks`]) went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,52 +32,98 @@ pub enum JournalWrite {
     Failed,
 }
 
+/// The locks of one journal: each token with the expiry the journal gives it.
+type Journal = BTreeMap<LeaseId, Instant>;
+
 /// What the parent knows of the journal on disk.
 #[derive(Debug, Clone, Default)]
 pub(super) struct JournalState {
-    /// The locks the journal on disk holds: as last written, or as restored from it.
-    on_disk: BTreeSet<LeaseId>,
+    /// The locks the journal on disk holds, with their expiries: as last written, or as
+    /// restored from it.
+    on_disk: Journal,
     /// The locks of each journal handed to the driver whose outcome has not come back,
     /// oldest first (a step may queue one, and several steps may run before the driver
     /// carries their actions out).
-    writing: VecDeque<BTreeSet<LeaseId>>,
+    writing: VecDeque<Journal>,
+    /// When to write the journal again after a failure, if no change writes it first.
+    retry_at: Option<Instant>,
+    /// The retry is due: the next pass writes the journal whatever changed.
+    retry_due: bool,
 }
 
 impl JournalState {
-    /// A journal `locks` goes to the driver.
-    pub(super) fn handed_out(&mut self, locks: &[DavLockInfo]) {
-        self.writing
-            .push_back(locks.iter().map(|l| l.token).collect());
+    /// A journal holding `locks` (token and exact expiry) goes to the driver.
+    pub(super) fn handed_out(&mut self, locks: impl IntoIterator<Item = (LeaseId, Instant)>) {
+        self.writing.push_back(locks.into_iter().collect());
     }
 
-    /// The journal the parent started from holds `tokens`.
-    pub(super) fn restored(&mut self, tokens: impl IntoIterator<Item = LeaseId>) {
-        self.on_disk = tokens.into_iter().collect();
+    /// The journal the parent started from holds `locks`.
+    pub(super) fn restored(&mut self, locks: impl IntoIterator<Item = (LeaseId, Instant)>) {
+        self.on_disk = locks.into_iter().collect();
+    }
+
+    /// The retry's deadline, for the parent's next wakeup.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.retry_at
+    }
+
+    /// A wakeup at `now`: the retry is due if its time has come.
+    pub(super) fn handle_timeout(&mut self, now: Instant) {
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_at = None;
+            self.retry_due = true;
+        }
+    }
+
+    /// Whether a retry is due (and clears it: the caller writes the journal now).
+    pub(super) fn take_retry_due(&mut self) -> bool {
+        std::mem::take(&mut self.retry_due)
     }
 }
 
 impl Parent {
     /// The driver's outcome for the oldest journal it was handed. `Written`: the disk
-    /// holds that journal now. `Failed`: every lock in it the disk does not hold is
-    /// refused: dropped from the table (which then holds no more than the disk), its
-    /// grant still in the queue turned into a refusal, and taken out of any later journal
-    /// still queued. Returns the refused locks, for the driver's log.
+    /// holds that journal now. `Failed`: the table is brought back to what the disk holds
+    /// and what the journal would have promised is refused: every new lock in it is
+    /// dropped from the table, and every refresh in it set back to the expiry on disk,
+    /// their answers still in the queue turned into refusals (a worker answers 503), new
+    /// locks taken out of any later journal still queued; and the journal is written
+    /// again [`JOURNAL_RETRY`] later (or at the next change), so a removal the disk does
+    /// not hold yet (an UNLOCK, an expiry) reaches it once the disk has room. Returns the
+    /// refused locks, for the driver's log.
     pub fn dav_journal_written(&mut self, outcome: JournalWrite) -> Vec<LeaseId> {
         let Some(writing) = self.journal.writing.pop_front() else {
             return Vec::new();
         };
         if outcome == JournalWrite::Written {
             self.journal.on_disk = writing;
+            self.journal.retry_at = None;
+            self.settle();
             return Vec::new();
         }
-        let refused: BTreeSet<LeaseId> =
-            writing.difference(&self.journal.on_disk).copied().collect();
-        if refused.is_empty() {
-            return Vec::new();
-        }
+        let now = self.last_step.unwrap_or(Instant::ZERO);
+        self.journal.retry_at = Some(now + JOURNAL_RETRY);
+        let refused: BTreeSet<LeaseId> = writing
+            .keys()
+            .filter(|t| !self.journal.on_disk.contains_key(t))
+            .copied()
+            .collect();
+        // Refreshes: on disk, but with another expiry in the journal that failed.
+        let refreshed: Vec<(LeaseId, Instant)> = writing
+            .iter()
+            .filter_map(|(t, at)| {
+                let on_disk = *self.journal.on_disk.get(t)?;
+                (on_disk != *at).then_some((*t, on_disk))
+            })
+            .collect();
         for token in &refused {
             self.broker.forget_dav_lock(*token);
         }
+        for (token, on_disk) in &refreshed {
+            self.broker.revert_dav_expiry(*token, *on_disk);
+        }
+        let unpromised =
+            |id: &LeaseId| refused.contains(id) || refreshed.iter().any(|(t, _)| t == id);
         for action in &mut self.actions {
             match action {
                 ParentAction::Supervisor(Action::Send {
@@ -78,7 +131,7 @@ impl Parent {
                     ..
                 }) => {
                     if let BrokerReply::Granted { id, .. } = reply
-                        && refused.contains(id)
+                        && unpromised(id)
                     {
                         *reply = BrokerReply::Rejected(Rejection::Saturated);
                     }
@@ -90,7 +143,7 @@ impl Parent {
             }
         }
         for later in &mut self.journal.writing {
-            later.retain(|t| !refused.contains(t));
+            later.retain(|t, _| !refused.contains(t));
         }
         self.settle();
         refused.into_iter().collect()
@@ -240,6 +293,106 @@ mod tests {
             Some(BrokerReply::Granted { .. })
         ));
         assert_eq!(p.broker().dav().len(), 1);
+    }
+
+    /// A refresh whose journal cannot be written promised a time the disk does not hold:
+    /// it is refused and the lock's expiry set back to the disk's, so a restart finds the
+    /// lock with exactly the time its holder was last given.
+    #[test]
+    fn a_refresh_the_journal_cannot_hold_is_refused_and_set_back() {
+        let (mut p, w) = persistent();
+        let t = Instant::ZERO;
+        dav(&mut p, w, t, 1, lock_request("/a", 10_000));
+        let done = carry_out(&mut p, JournalWrite::Written);
+        let Some(BrokerReply::Granted { id: token, .. }) = reply_to(&done, 1) else {
+            panic!("journalled, so granted: {done:?}");
+        };
+        let promised = p.broker().dav().expiry(token).expect("in the table");
+        let later = t + Duration::from_secs(5);
+        dav(
+            &mut p,
+            w,
+            later,
+            2,
+            BrokerRequest::DavRefresh {
+                token,
+                timeout_ms: 60_000,
+            },
+        );
+        let done = carry_out(&mut p, JournalWrite::Failed);
+        assert_eq!(
+            reply_to(&done, 2),
+            Some(BrokerReply::Rejected(Rejection::Saturated)),
+            "journal rule: a refresh the journal could not hold was granted"
+        );
+        assert_eq!(
+            p.broker().dav().expiry(token),
+            Some(promised),
+            "journal rule: the table keeps a refreshed expiry the journal on disk does not hold"
+        );
+        // The lock still expires when the disk says, and nothing is left armed twice.
+        p.handle_timeout(promised);
+        assert!(
+            !p.broker().dav().contains(token),
+            "expired at the disk's time"
+        );
+        p.check_invariants().expect("invariants");
+    }
+
+    /// An UNLOCK whose journal cannot be written is answered (the lock is gone from the
+    /// table), and the journal is written again JOURNAL_RETRY later with nothing else
+    /// changing, so the disk stops holding a released lock once it has room.
+    #[test]
+    fn a_failed_journal_is_written_again_after_the_retry_delay() {
+        let (mut p, w) = persistent();
+        let t = Instant::ZERO;
+        dav(&mut p, w, t, 1, lock_request("/a", 60_000));
+        let done = carry_out(&mut p, JournalWrite::Written);
+        let Some(BrokerReply::Granted { id: token, .. }) = reply_to(&done, 1) else {
+            panic!("journalled, so granted: {done:?}");
+        };
+        dav(&mut p, w, t, 2, BrokerRequest::DavUnlock { token });
+        let done = carry_out(&mut p, JournalWrite::Failed);
+        assert_eq!(reply_to(&done, 2), Some(BrokerReply::Released));
+        assert_eq!(
+            p.poll_timeout(),
+            Some(t + JOURNAL_RETRY),
+            "journal retry rule: no wakeup armed to write the failed journal again"
+        );
+        // Still full at the first retry: another one is armed.
+        p.handle_timeout(t + JOURNAL_RETRY);
+        let mut journals = Vec::new();
+        while let Some(action) = p.poll_action() {
+            if let ParentAction::PersistDavLocks(locks) = action {
+                journals.push(locks.len());
+                p.dav_journal_written(JournalWrite::Failed);
+            }
+        }
+        assert_eq!(
+            journals,
+            [0],
+            "journal retry rule: the journal was not written again"
+        );
+        let second = t + JOURNAL_RETRY * 2;
+        assert_eq!(p.poll_timeout(), Some(second));
+        p.handle_timeout(second);
+        let mut written = Vec::new();
+        while let Some(action) = p.poll_action() {
+            if let ParentAction::PersistDavLocks(locks) = action {
+                written.push(locks.len());
+                p.dav_journal_written(JournalWrite::Written);
+            }
+        }
+        assert_eq!(written, [0]);
+        // On disk now: nothing more to retry.
+        assert_ne!(p.poll_timeout(), Some(second + JOURNAL_RETRY));
+        p.handle_timeout(second + JOURNAL_RETRY);
+        assert!(
+            !actions(&mut p)
+                .iter()
+                .any(|a| matches!(a, ParentAction::PersistDavLocks(_))),
+            "a journal on disk is not written again"
+        );
     }
 
     /// Locks restored from the journal are on disk: a failed write refuses none of them.
