@@ -16,6 +16,14 @@ use super::stats::{Estimate, mean, normal_quantile, quantile_sorted};
 /// than a single 95 % interval needs.
 pub const VERDICT_RESAMPLES: usize = 4_000;
 
+/// Resamples for a family of `comparisons` intervals: at least [`VERDICT_RESAMPLES`],
+/// and enough that each tail of the corrected level holds ten resamples beyond its
+/// endpoint (a percentile taken from one or two resamples would be noise).
+pub fn resamples_for(comparisons: usize) -> usize {
+    let alpha = FAMILY_ALPHA / comparisons.max(1) as f64;
+    VERDICT_RESAMPLES.max((20.0 / alpha).ceil() as usize)
+}
+
 /// Family-wise error rate the whole verdict holds to.
 pub const FAMILY_ALPHA: f64 = 0.05;
 
@@ -106,7 +114,9 @@ pub fn all_pairs(
     seed: u64,
 ) -> Result<Vec<PairedDifference>, VerdictError> {
     let policies = check(metrics)?;
-    let alpha = FAMILY_ALPHA / comparisons(policies, metrics.len()).max(1) as f64;
+    let family = comparisons(policies, metrics.len());
+    let alpha = FAMILY_ALPHA / family.max(1) as f64;
+    let resamples = resamples_for(family);
     let mut out = Vec::new();
     for (k, metric) in metrics.iter().enumerate() {
         for a in 0..policies {
@@ -116,7 +126,7 @@ pub fn all_pairs(
                     &metric.per_policy[a],
                     &metric.per_policy[b],
                     alpha,
-                    VERDICT_RESAMPLES,
+                    resamples,
                     pair_seed,
                 );
                 let sign = match metric.better {
