@@ -124,3 +124,42 @@ fn age_replacement_fine_grid_resolves_the_optimum_within_one_percent() {
         fine.best_simulated
     );
 }
+
+/// Huang's cost as a function of the rejuvenation rate is monotone, so the best rate is
+/// never or at once; with Example A's $1,000/h failed, never. The threshold the closed
+/// form gives (≈ $1,395/h) is checked against the steady state itself: 1 % below it,
+/// rejuvenating at once costs more than never; 1 % above, less.
+#[test]
+fn huang_rejuvenation_pays_only_above_the_cost_threshold() {
+    let a = Huang::example_a();
+    let threshold = a.rejuvenation_pays_above();
+    assert!(
+        (threshold - 1395.4).abs() < 0.5,
+        "threshold rule: c_f = {threshold}, the closed form gives about $1,395.4/h"
+    );
+    assert_eq!(
+        a.best_r4(),
+        0.0,
+        "best-rate rule: at $1,000/h failed, never rejuvenating is best"
+    );
+    for (factor, pays) in [(0.99, false), (1.01, true)] {
+        let m = Huang {
+            cost_failed_per_hour: threshold * factor,
+            ..a
+        };
+        let never = m.with_r4(0.0).closed_form().1;
+        let at_once = m.with_r4(f64::INFINITY).closed_form().1;
+        let weekly = m.with_r4(1.0 / 168.0).closed_form().1;
+        assert_eq!(
+            at_once < never,
+            pays,
+            "threshold rule at {factor} x c_f: at once ${at_once:.2}, never ${never:.2}"
+        );
+        // Monotone: the weekly rate lies between the two ends.
+        assert!(
+            (weekly - never) * (at_once - weekly) >= 0.0,
+            "monotone rule: weekly ${weekly:.2} is not between ${never:.2} and ${at_once:.2}"
+        );
+        assert_eq!(m.best_r4().is_infinite(), pays);
+    }
+}

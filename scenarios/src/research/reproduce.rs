@@ -27,7 +27,12 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             let r = huang::reproduce(&Huang::example_a(), 0..n);
             if json {
                 let mut v = r.json();
-                v["provenance"] = provenance(model, n, format!("{:?}", Huang::example_a()));
+                let m = Huang::example_a();
+                v["optimum"] = serde_json::json!({
+                    "best_rejuvenation_rate_per_hour": if m.best_r4().is_infinite() { serde_json::json!("infinite") } else { serde_json::json!(m.best_r4()) },
+                    "rejuvenation_pays_above_cost_failed_per_hour": m.rejuvenation_pays_above(),
+                });
+                v["provenance"] = provenance(model, n, format!("{m:?}"));
                 return Ok(v.to_string());
             }
             let never = Huang::example_a().with_r4(0.0).closed_form();
@@ -36,7 +41,8 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
                 "huang-1995 (Example A, {n} simulated years)\n\
                  closed form: {:.3} h downtime, ${:.2} a year (never rejuvenating: {:.3} h, ${:.2}; at once: {:.2} h, ${:.2})\n\
                  simulated:   {:.3} h [{:.3}, {:.3}], ${:.2} [{:.2}, {:.2}] (95 % intervals)\n\
-                 covered: downtime {}, cost {}",
+                 covered: downtime {}, cost {}\n\
+                 {}",
                 r.downtime_closed,
                 r.cost_closed,
                 never.0,
@@ -51,6 +57,7 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
                 r.cost.hi,
                 r.downtime.covers(r.downtime_closed),
                 r.cost.covers(r.cost_closed),
+                huang_optimum(&Huang::example_a()),
             ))
         }
         "age-replacement" => {
@@ -89,6 +96,40 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             MODELS.join(", ")
         )),
     }
+}
+
+/// Cost and downtime against the rejuvenation interval, the best rate and the cost
+/// threshold above which rejuvenating pays (closed form).
+fn huang_optimum(m: &Huang) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from(
+        "rejuvenation interval  downtime h/year  cost $/year   (closed form; parameters as Example A)\n",
+    );
+    let rows = [
+        ("at once", f64::INFINITY),
+        ("1 day", 1.0 / 24.0),
+        ("7 days", 1.0 / (7.0 * 24.0)),
+        ("30 days", 1.0 / (30.0 * 24.0)),
+        ("1 year", 1.0 / 8640.0),
+        ("never", 0.0),
+    ];
+    for (label, r4) in rows {
+        let (down, cost) = m.with_r4(r4).closed_form();
+        let _ = writeln!(s, "{label:<21}  {down:>15.3}  {cost:>11.2}");
+    }
+    let threshold = m.rejuvenation_pays_above();
+    let best = if m.best_r4().is_infinite() {
+        "at once"
+    } else {
+        "never"
+    };
+    let _ = write!(
+        s,
+        "cost falls or rises monotonically with the rate: best rate {best} at ${:.0}/h failed; \
+         rejuvenating pays only above c_f = ${threshold:.2}/h failed",
+        m.cost_failed_per_hour
+    );
+    s
 }
 
 /// `reproduce --json`'s provenance: the commit, the command, the seeds and the model's
