@@ -14,6 +14,11 @@ use crate::worker::{WorkerAction, WorkerLifecycle};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Wakeup {
     Event(Instant, Event),
+    /// Everything one look at the host found at once (a poll that found several channels
+    /// ready; a reap, with every channel read out first), each source's events in their
+    /// own order and the sources in no order: the parent orders them
+    /// ([`Parent::intake`]).
+    Found(Instant, Vec<Event>),
     /// The deadline passed (or the I/O layer wants a timer check). The only wakeup after
     /// which deadlines are judged: see [`ParentIo::wait`].
     Timeout(Instant),
@@ -109,6 +114,11 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> RunE
                 parent.handle(now, event);
                 false
             }
+            Wakeup::Found(t, found) => {
+                now = now.max(t);
+                parent.intake(now, found);
+                false
+            }
             Wakeup::Timeout(t) | Wakeup::LogWritten(t) => {
                 now = now.max(t);
                 true
@@ -122,6 +132,10 @@ pub fn run<I: ParentIo>(parent: &mut Parent, io: &mut I, start: Instant) -> RunE
                     Wakeup::Event(t, event) => {
                         now = now.max(t);
                         parent.handle(now, event);
+                    }
+                    Wakeup::Found(t, found) => {
+                        now = now.max(t);
+                        parent.intake(now, found);
                     }
                     Wakeup::Timeout(t) | Wakeup::LogWritten(t) => now = now.max(t),
                     Wakeup::Crashed => return RunEnd::Crashed,

@@ -62,6 +62,11 @@ pub enum ParentAction {
         worker: WorkerId,
         pgids: Vec<u32>,
     },
+    /// Probe the reverse proxy's `upstream` (numbered in the routes' order) and report
+    /// [`Event::UpstreamProbed`].
+    ProbeUpstream {
+        upstream: u16,
+    },
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -72,6 +77,13 @@ pub enum ParentAction {
 /// Its grants are given back by the client when the service ends, and expire by their
 /// TTL otherwise, as a worker's do.
 pub const PARENT_CLIENT: WorkerId = WorkerId(0);
+
+/// The order in which [`Parent::intake`] takes in what one look found (a stable sort by
+/// this rank): for a host's observers, which judge the parent on what it read in the
+/// order it read it.
+pub fn intake_rank(event: &Event) -> u8 {
+    intake::rank(event)
+}
 
 #[derive(Debug, Clone)]
 pub struct Parent {
@@ -97,6 +109,9 @@ pub struct Parent {
     awaiting: Vec<(ReloadId, RequestId)>,
     /// Answers decided in this step, given out after what the step carries out.
     answers: VecDeque<(RequestId, Answer)>,
+    /// The reverse proxy's upstream health, when the driver has upstreams
+    /// ([`Parent::watch_upstreams`]).
+    upstreams: Option<crate::upstream_health::UpstreamHealth>,
     /// Which locks the WebDAV journal on disk holds ([`Parent::dav_journal_written`]).
     journal: dav_journal::JournalState,
     /// The CGI scripts' process groups each worker reported running.
@@ -104,8 +119,10 @@ pub struct Parent {
 }
 
 mod dav_journal;
+mod intake;
 mod requests;
 mod scripts;
+mod upstreams;
 
 pub use dav_journal::{JOURNAL_RETRY, JournalWrite};
 
@@ -129,6 +146,7 @@ impl Parent {
             deadline: None,
             awaiting: Vec::new(),
             answers: VecDeque::new(),
+            upstreams: None,
             journal: dav_journal::JournalState::default(),
             scripts: scripts::ScriptGroups::default(),
         }
@@ -221,6 +239,16 @@ impl Parent {
         self.actions.pop_front()
     }
 
+    /// Take in everything one look at the host found, in the order the parent decides
+    /// ([`intake`]): each source's own order kept, and across sources messages before
+    /// channel ends, ends before a dead worker's final counts, exits last. A driver hands
+    /// over what it found without ordering it.
+    pub fn intake(&mut self, now: Instant, found: Vec<Event>) {
+        for event in intake::ordered(found) {
+            self.handle(now, event);
+        }
+    }
+
     pub fn handle(&mut self, now: Instant, event: Event) {
         self.step_begins(now);
         self.route(now, event);
@@ -248,6 +276,7 @@ impl Parent {
                     self.supervisor.is_connected(worker),
                     self.supervisor.worker_generation(worker),
                 ) {
+                    self.upstream_reported(now, &request);
                     self.broker
                         .handle_request(now, Owner { worker, generation }, id, request);
                 }
@@ -265,6 +294,7 @@ impl Parent {
                 worker,
                 message: WorkerMessage::ScriptEnded { pgid },
             } => self.scripts.ended(worker, pgid),
+            Event::UpstreamProbed { upstream, ok } => self.upstream_probed(now, upstream, ok),
             Event::Acme { wall, event } => {
                 if let Some(acme) = &mut self.acme {
                     acme.handle(now, wall, *event);
@@ -311,6 +341,9 @@ impl Parent {
             tls.handle_timeout(now);
         }
         self.journal.handle_timeout(now);
+        if let Some(upstreams) = &mut self.upstreams {
+            upstreams.handle_timeout(now);
+        }
         self.pump();
         self.settle();
     }
@@ -341,8 +374,12 @@ impl Parent {
             .map(|(t, period)| t + period);
         let acme = self.acme.as_ref().and_then(CertManager::poll_timeout);
         let tls = self.tls.as_ref().and_then(TlsState::poll_timeout);
+        let upstreams = self
+            .upstreams
+            .as_ref()
+            .and_then(crate::upstream_health::UpstreamHealth::poll_timeout);
         earliest(
-            earliest(self.broker.poll_timeout(), watch),
+            earliest(earliest(self.broker.poll_timeout(), watch), upstreams),
             earliest(earliest(acme, tls), self.journal.poll_timeout()),
         )
     }
@@ -383,6 +420,7 @@ impl Parent {
 
     fn pump(&mut self) {
         self.pump_tls();
+        self.pump_upstreams();
         while let Some(action) = self.supervisor.poll_action() {
             let spawned = match &action {
                 Action::Spawn { worker, .. } => Some(*worker),
@@ -413,6 +451,13 @@ impl Parent {
                 _ => None,
             };
             self.answer_reload(&action);
+            let hello_to = match &action {
+                Action::Send {
+                    worker,
+                    message: ParentMessage::Hello { .. },
+                } => Some(*worker),
+                _ => None,
+            };
             self.actions.push_back(ParentAction::Supervisor(action));
             // What its scripts left running dies with the worker (decision 0092).
             if let Some(worker) = gone {
@@ -430,6 +475,11 @@ impl Parent {
                         worker,
                         message: ParentMessage::TlsMaterial(Box::new(tls.material())),
                     }));
+            }
+            // Which upstreams are down, right after its HELLO (it starts believing every
+            // one up).
+            if let Some(worker) = hello_to {
+                self.upstreams_to_new_worker(worker);
             }
             if let Some(config) = self.reloaded_limits() {
                 self.broker.set_limits(config);
@@ -556,422 +606,4 @@ impl Parent {
 }
 
 #[cfg(test)]
-mod tests {
-    mod final_counts;
-    mod script_groups;
-    use super::*;
-    use crate::config::RawConfig;
-    use crate::ids::{Generation, ReloadId, WorkerId};
-    use crate::proto::{BrokerRequest, TargetKey};
-    use crate::supervisor::ExitStatus;
-    use core::time::Duration;
-
-    pub(super) fn actions(p: &mut Parent) -> Vec<ParentAction> {
-        std::iter::from_fn(|| p.poll_action()).collect()
-    }
-
-    pub(super) fn started(features: impl FnOnce(&mut RawConfig)) -> (Parent, WorkerId) {
-        let mut raw = RawConfig::default();
-        features(&mut raw);
-        let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [1; 32]);
-        let t = Instant::ZERO;
-        p.handle(t, Event::Start);
-        let w = WorkerId(1);
-        p.handle(
-            t,
-            Event::Message {
-                worker: w,
-                message: WorkerMessage::Prepared,
-            },
-        );
-        p.handle(
-            t,
-            Event::Message {
-                worker: w,
-                message: WorkerMessage::Ready,
-            },
-        );
-        actions(&mut p);
-        (p, w)
-    }
-
-    pub(super) fn dav(p: &mut Parent, w: WorkerId, now: Instant, id: u64, request: BrokerRequest) {
-        p.handle(
-            now,
-            Event::Message {
-                worker: w,
-                message: WorkerMessage::Broker { id, request },
-            },
-        );
-    }
-
-    pub(super) fn lock_request(resource: &str, timeout_ms: u64) -> BrokerRequest {
-        BrokerRequest::DavLock {
-            resource: resource.into(),
-            depth: crate::proto::DavDepth::Zero,
-            owner: String::new(),
-            exclusive: true,
-            timeout_ms,
-        }
-    }
-
-    #[test]
-    fn a_reload_may_not_change_the_parent_owned_features() {
-        let (mut p, _) = started(|_| {});
-        let mut next = RawConfig::default();
-        next.features.mdns = true;
-        p.handle(
-            Instant::ZERO,
-            Event::Command(Command::Reload {
-                id: ReloadId(1),
-                config: Box::new(next),
-            }),
-        );
-        let acts = actions(&mut p);
-        assert!(
-            matches!(&acts[..], [ParentAction::Supervisor(Action::ReloadRejected { message, .. })] if message.contains("features"))
-        );
-        assert!(!p.supervisor().rollout_in_flight());
-    }
-
-    #[test]
-    fn singletons_start_on_commit_and_stop_before_exit() {
-        let (mut p, w) = started(|r| r.features.mdns = true);
-        assert!(
-            p.singletons()
-                .states()
-                .all(|(_, s)| s == crate::singletons::SingletonState::Running(Generation(1)))
-        );
-        p.handle(Instant::ZERO, Event::Command(Command::Stop));
-        p.handle(
-            Instant::ZERO,
-            Event::Exited {
-                worker: w,
-                status: ExitStatus::Code(0),
-            },
-        );
-        let acts = actions(&mut p);
-        let stop = acts
-            .iter()
-            .position(|a| matches!(a, ParentAction::Singleton(SingletonAction::Stop { .. })));
-        let exit = acts
-            .iter()
-            .position(|a| matches!(a, ParentAction::Supervisor(Action::Exit { code: 0 })));
-        assert!(stop.expect("stopped") < exit.expect("exits"));
-    }
-
-    #[test]
-    fn the_advertisement_stops_with_the_listeners_and_the_access_log_at_the_exit() {
-        let (mut p, w) = started(|r| {
-            r.features.mdns = true;
-            r.features.access_log = true;
-        });
-        let stop_of = |acts: &[ParentAction], kind| {
-            acts.iter()
-                .position(|a| *a == ParentAction::Singleton(SingletonAction::Stop { kind }))
-        };
-        p.handle(Instant::ZERO, Event::Command(Command::Stop));
-        let draining = actions(&mut p);
-        let close = draining
-            .iter()
-            .position(|a| *a == ParentAction::Supervisor(Action::CloseListeners));
-        let mdns = stop_of(&draining, SingletonKind::Mdns);
-        assert!(
-            close.expect("closes") < mdns.expect("mDNS withdrawn while draining"),
-            "{draining:?}"
-        );
-        assert_eq!(stop_of(&draining, SingletonKind::AccessLog), None);
-        p.handle(
-            Instant::ZERO,
-            Event::Exited {
-                worker: w,
-                status: ExitStatus::Code(0),
-            },
-        );
-        let exiting = actions(&mut p);
-        assert!(
-            stop_of(&exiting, SingletonKind::AccessLog).is_some(),
-            "{exiting:?}"
-        );
-        assert_eq!(stop_of(&exiting, SingletonKind::Mdns), None, "stopped once");
-        p.check_invariants().expect("invariants");
-    }
-
-    #[test]
-    fn exit_waits_until_the_access_log_is_written() {
-        let (mut p, w) = started(|r| r.features.access_log = true);
-        for id in 0..3 {
-            p.handle(
-                Instant::ZERO,
-                Event::Message {
-                    worker: w,
-                    message: WorkerMessage::Broker {
-                        id,
-                        request: BrokerRequest::AppendLog {
-                            record: format!("r{id}"),
-                        },
-                    },
-                },
-            );
-        }
-        actions(&mut p);
-        p.handle(Instant::ZERO, Event::Command(Command::Stop));
-        p.handle(
-            Instant::ZERO,
-            Event::Exited {
-                worker: w,
-                status: ExitStatus::Code(0),
-            },
-        );
-        let acts = actions(&mut p);
-        assert!(
-            !acts
-                .iter()
-                .any(|a| matches!(a, ParentAction::Supervisor(Action::Exit { .. }))),
-            "records still queued"
-        );
-        assert_eq!(p.take_log_batch(2).len(), 2);
-        assert!(
-            !actions(&mut p)
-                .iter()
-                .any(|a| matches!(a, ParentAction::Supervisor(Action::Exit { .. })))
-        );
-        assert_eq!(p.take_log_batch(2).len(), 1);
-        assert!(actions(&mut p).contains(&ParentAction::Supervisor(Action::Exit { code: 0 })));
-    }
-
-    #[test]
-    fn a_gone_worker_loses_its_grants_and_is_not_served() {
-        let (mut p, w) = started(|_| {});
-        let key = TargetKey {
-            dir_device: 1,
-            dir_inode: 1,
-            name: "f".into(),
-        };
-        let req = |id| Event::Message {
-            worker: w,
-            message: WorkerMessage::Broker {
-                id,
-                request: BrokerRequest::AcquireLease { key: key.clone() },
-            },
-        };
-        p.handle(Instant::ZERO, req(1));
-        assert_eq!(p.broker().leases().count(), 1);
-        let owner = p.broker().leases().next().map(|(_, l)| l.owner);
-        assert_eq!(
-            owner,
-            Some(crate::broker::Owner {
-                worker: w,
-                generation: Generation(1)
-            })
-        );
-        assert_eq!(p.broker().holders().collect::<Vec<_>>(), vec![w]);
-        p.check_invariants().expect("consistent");
-        let mut broken = p.clone();
-        broken
-            .supervisor
-            .handle(Instant::ZERO, Event::ChannelClosed { worker: w });
-        broken.supervisor.poll_action();
-        assert!(
-            broken.check_invariants().is_err(),
-            "a grant held by a disconnected worker"
-        );
-        actions(&mut p);
-        p.handle(Instant::ZERO, Event::ChannelClosed { worker: w });
-        let acts = actions(&mut p);
-        assert!(acts.contains(&ParentAction::Supervisor(Action::WorkerGone { worker: w })));
-        assert_eq!(p.broker().leases().count(), 0, "revoked at EOF");
-        p.handle(Instant::ZERO, req(2));
-        assert_eq!(
-            p.broker().leases().count(),
-            0,
-            "a gone worker is not served"
-        );
-        p.check_invariants().expect("invariants");
-    }
-
-    #[test]
-    fn the_parents_own_client_shares_the_lease_table_with_workers() {
-        let (mut p, w) = started(|_| {});
-        let key = TargetKey {
-            dir_device: 1,
-            dir_inode: 1,
-            name: "f".into(),
-        };
-        let ask = |worker, id, request| Event::Message {
-            worker,
-            message: WorkerMessage::Broker { id, request },
-        };
-        let acquire = BrokerRequest::AcquireLease { key: key.clone() };
-        p.handle(Instant::ZERO, ask(PARENT_CLIENT, 1, acquire.clone()));
-        let acts = actions(&mut p);
-        let lease = acts.iter().find_map(|a| match a {
-            ParentAction::Supervisor(Action::Send {
-                worker,
-                message:
-                    ParentMessage::Broker {
-                        id: 1,
-                        reply: crate::proto::BrokerReply::Granted { id, .. },
-                    },
-            }) if *worker == PARENT_CLIENT => Some(*id),
-            _ => None,
-        });
-        let lease = lease.expect("the parent's client is answered like a worker");
-        p.check_invariants()
-            .expect("the parent's client is always connected");
-        // A worker's upload to the same file waits its turn.
-        p.handle(Instant::ZERO, ask(w, 7, acquire.clone()));
-        assert!(
-            actions(&mut p).contains(&ParentAction::Supervisor(Action::Send {
-                worker: w,
-                message: ParentMessage::Broker {
-                    id: 7,
-                    reply: crate::proto::BrokerReply::Rejected(crate::proto::Rejection::Busy),
-                },
-            }))
-        );
-        p.handle(
-            Instant::ZERO,
-            ask(PARENT_CLIENT, 2, BrokerRequest::ReleaseLease { id: lease }),
-        );
-        p.handle(Instant::ZERO, ask(w, 8, acquire));
-        assert_eq!(
-            p.broker().holders().collect::<Vec<_>>(),
-            vec![w],
-            "released, then the worker's"
-        );
-        // Only broker requests are taken from the parent's id.
-        p.handle(
-            Instant::ZERO,
-            Event::Message {
-                worker: PARENT_CLIENT,
-                message: WorkerMessage::Ready,
-            },
-        );
-        assert!(p.supervisor().worker_generation(PARENT_CLIENT).is_none());
-        p.check_invariants().expect("invariants");
-    }
-
-    /// A parent with two ready workers (defaults: a beat a second, a hang after 5 s).
-    fn two_ready() -> (Parent, [WorkerId; 2]) {
-        let raw = RawConfig {
-            workers: 2,
-            ..RawConfig::default()
-        };
-        let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [3; 32]);
-        let t = Instant::ZERO;
-        p.handle(t, Event::Start);
-        let ws = [WorkerId(1), WorkerId(2)];
-        for message in [WorkerMessage::Prepared, WorkerMessage::Ready] {
-            for w in ws {
-                p.handle(
-                    t,
-                    Event::Message {
-                        worker: w,
-                        message: message.clone(),
-                    },
-                );
-            }
-        }
-        actions(&mut p);
-        (p, ws)
-    }
-
-    fn beat(p: &mut Parent, now: Instant, w: WorkerId) {
-        p.handle(
-            now,
-            Event::Message {
-                worker: w,
-                message: WorkerMessage::Heartbeat {
-                    requests: 0,
-                    connections: 0,
-                    requests_in_progress: 0,
-                    memory: 0,
-                    stats: Default::default(),
-                },
-            },
-        );
-    }
-
-    /// What a driver does: wake at each deadline up to `until` and judge it.
-    fn run_until(p: &mut Parent, until: Instant) -> Vec<ParentAction> {
-        let mut acts = Vec::new();
-        while let Some(due) = p.poll_timeout().filter(|d| *d <= until) {
-            p.handle_timeout(due);
-            acts.extend(actions(p));
-        }
-        acts
-    }
-
-    fn faulted(acts: &[ParentAction]) -> Vec<WorkerId> {
-        acts.iter()
-            .filter_map(|a| match a {
-                // A hung worker gets TERM first; the KILL follows `force_timeout` later.
-                ParentAction::Supervisor(Action::Terminate { worker }) => Some(*worker),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_parent_never_sleeps_past_its_watch_period_while_it_has_workers() {
-        let (p, _) = two_ready();
-        // (5 s − 1 s) / 2: a gap longer than that shows as lateness before it can pass
-        // for four seconds of a worker's silence.
-        assert_eq!(p.supervisor().watch_period(), Some(Duration::from_secs(2)));
-        assert_eq!(
-            p.poll_timeout(),
-            Some(Instant::ZERO + Duration::from_secs(2))
-        );
-    }
-
-    #[test]
-    fn a_frozen_machine_replaces_nobody_and_a_hung_worker_is_still_caught() {
-        let (mut p, [a, b]) = two_ready();
-        let sec = |s: u64| Instant::ZERO + Duration::from_secs(s);
-        // `a` beats until 10 s, `b` (hung) last beat at 8 s; then the whole machine stops
-        // for a minute: the parent wakes at 70 s, 58 s after the deadline it had asked for
-        // (its watch, at 12 s).
-        for t in 1..=10 {
-            beat(&mut p, sec(t), a);
-            if t <= 8 {
-                beat(&mut p, sec(t), b);
-            }
-        }
-        assert!(run_until(&mut p, sec(10)).is_empty());
-        assert_eq!(p.poll_timeout(), Some(sec(12)));
-        p.handle_timeout(sec(70));
-        assert!(faulted(&actions(&mut p)).is_empty(), "nobody could beat");
-        assert_eq!(p.supervisor().time_not_running(), Duration::from_secs(58));
-        // `a` beats as soon as it runs again; `b` never does. Its silence counts only the
-        // time the parent ran: 8 s → 12 s before the freeze, so it is caught 1 s after.
-        let mut acts = Vec::new();
-        for t in 70..=80 {
-            beat(&mut p, sec(t), a);
-            acts.extend(run_until(&mut p, sec(t)));
-        }
-        assert_eq!(faulted(&acts), vec![b], "{acts:?}");
-        let failure = p.supervisor().last_failure().expect("a failure");
-        assert_eq!(failure.reason, crate::supervisor::ExitReason::HealthFailure);
-        assert_eq!((failure.worker, failure.at), (b, sec(71)));
-    }
-
-    #[test]
-    fn without_a_freeze_a_silent_worker_is_caught_at_its_deadline() {
-        let (mut p, [a, b]) = two_ready();
-        let sec = |s: u64| Instant::ZERO + Duration::from_secs(s);
-        for t in 1..=20 {
-            beat(&mut p, sec(t), a);
-            if t <= 3 {
-                beat(&mut p, sec(t), b);
-            }
-            let acts = run_until(&mut p, sec(t));
-            assert_eq!(
-                faulted(&acts),
-                if t == 8 { vec![b] } else { vec![] },
-                "at {t} s"
-            );
-        }
-        assert_eq!(p.supervisor().time_not_running(), Duration::ZERO);
-    }
-}
+mod tests;

@@ -44,12 +44,12 @@ use crate::process::Waiting;
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
 /// Whether `a` is `b` or one of its ancestors (canonical paths, root `/`).
-pub fn covers(a: &str, b: &str) -> bool {
+pub(crate) fn covers(a: &str, b: &str) -> bool {
     a == b || a == "/" || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
 }
 
 /// The collection `path` is a member of.
-pub fn parent_of(path: &str) -> &str {
+pub(crate) fn parent_of(path: &str) -> &str {
     match path.rfind('/') {
         Some(0) | None => "/",
         Some(i) => &path[..i],
@@ -59,7 +59,7 @@ pub fn parent_of(path: &str) -> &str {
 /// Whether a lock rooted at `root` protects a PUT of `file`: it applies to the file
 /// (rooted there, or above with depth infinity) or is rooted at the file's collection,
 /// whose membership a PUT may change.
-pub fn protects(root: &str, depth_infinity: bool, file: &str) -> bool {
+pub(crate) fn protects(root: &str, depth_infinity: bool, file: &str) -> bool {
     file == root || (depth_infinity && covers(root, file)) || parent_of(file) == root
 }
 

@@ -8,7 +8,7 @@ use servery_core::chunk_flow::Recorded;
 use servery_core::{Instant, WorkerId};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TempFile {
+pub(crate) struct TempFile {
     pub owner: WorkerId,
     pub target: u8,
     pub writer: u64,
@@ -16,7 +16,7 @@ pub struct TempFile {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct SimFs {
+pub(crate) struct SimFs {
     temps: BTreeMap<u64, TempFile>,
     next_temp: u64,
     /// Published files: target → (writer, content).
@@ -29,7 +29,7 @@ pub struct SimFs {
 /// The partial file and the meta file of one target's resumable upload, and when each
 /// was last written (their `mtime`, which the real worker reads).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartialFiles {
+pub(crate) struct PartialFiles {
     pub meta: Option<Recorded>,
     pub meta_touched: Instant,
     pub data: Option<Vec<u8>>,
@@ -39,7 +39,7 @@ pub struct PartialFiles {
 impl PartialFiles {
     /// How long the upload has been untouched: the partial file's age, or the meta
     /// file's when there is no partial file (as `write::partial::inspect` reads them).
-    pub fn age_at(&self, now: Instant) -> core::time::Duration {
+    pub(crate) fn age_at(&self, now: Instant) -> core::time::Duration {
         let touched = if self.data.is_some() {
             self.data_touched
         } else {
@@ -50,7 +50,7 @@ impl PartialFiles {
 }
 
 impl SimFs {
-    pub fn create_temp(&mut self, owner: WorkerId, target: u8, writer: u64) -> u64 {
+    pub(crate) fn create_temp(&mut self, owner: WorkerId, target: u8, writer: u64) -> u64 {
         self.next_temp += 1;
         self.temps.insert(
             self.next_temp,
@@ -64,7 +64,7 @@ impl SimFs {
         self.next_temp
     }
 
-    pub fn append(&mut self, temp: u64, bytes: &[u8]) -> bool {
+    pub(crate) fn append(&mut self, temp: u64, bytes: &[u8]) -> bool {
         match self.temps.get_mut(&temp) {
             Some(t) => {
                 t.bytes.extend_from_slice(bytes);
@@ -75,7 +75,7 @@ impl SimFs {
     }
 
     /// Atomic: the target shows the old content or the whole new content, never a mix.
-    pub fn rename(&mut self, temp: u64) -> bool {
+    pub(crate) fn rename(&mut self, temp: u64) -> bool {
         match self.temps.remove(&temp) {
             Some(t) => {
                 self.files.insert(t.target, (t.writer, t.bytes));
@@ -86,31 +86,37 @@ impl SimFs {
         }
     }
 
-    pub fn remove_temp(&mut self, temp: u64) {
+    pub(crate) fn remove_temp(&mut self, temp: u64) {
         self.temps.remove(&temp);
     }
 
-    pub fn remove_temps_of(&mut self, owner: WorkerId) -> usize {
+    pub(crate) fn remove_temps_of(&mut self, owner: WorkerId) -> usize {
         let before = self.temps.len();
         self.temps.retain(|_, t| t.owner != owner);
         before - self.temps.len()
     }
 
-    pub fn has_temp(&self, temp: u64) -> bool {
+    pub(crate) fn has_temp(&self, temp: u64) -> bool {
         self.temps.contains_key(&temp)
     }
 
-    pub fn temp_count(&self) -> usize {
+    pub(crate) fn temp_count(&self) -> usize {
         self.temps.len()
     }
 
     /// The owners of the private temp files there are now.
-    pub fn temp_owners(&self) -> impl Iterator<Item = WorkerId> + '_ {
+    pub(crate) fn temp_owners(&self) -> impl Iterator<Item = WorkerId> + '_ {
         self.temps.values().map(|t| t.owner)
     }
 
     /// The temp file (holding `meta`) goes whole over `target`'s meta file (`rename(2)`).
-    pub fn rename_meta(&mut self, temp: u64, target: u8, meta: Recorded, now: Instant) -> bool {
+    pub(crate) fn rename_meta(
+        &mut self,
+        temp: u64,
+        target: u8,
+        meta: Recorded,
+        now: Instant,
+    ) -> bool {
         if self.temps.remove(&temp).is_none() {
             return false;
         }

@@ -230,7 +230,12 @@ pub const APP_FIRST_START_FAILED: &str =
     "the first generation's application failed to start and the service failed with its reason";
 
 /// Every label above.
+/// One look found a first-rollout READY together with another worker's end (its EOF or
+/// its reap): the intake rule's race.
+pub const READY_AND_END_IN_ONE_LOOK: &str = "a READY and another worker's end found in one look";
+
 pub const ALL: &[&str] = &[
+    READY_AND_END_IN_ONE_LOOK,
     APP_STARTUP_FAILURE_REPORTED,
     APP_IMPORT_FAILED,
     APP_LIFESPAN_FAILED,

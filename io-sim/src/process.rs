@@ -91,7 +91,7 @@ pub(crate) struct Proc {
 impl Proc {
     /// A process started under `config`, the one its `Spawn` carried (a reload's
     /// candidates start under the reload's budgets, as real workers do).
-    pub fn new(id: WorkerId, _pid: u32, behavior: Behavior, config: &ValidConfig) -> Self {
+    pub(crate) fn new(id: WorkerId, _pid: u32, behavior: Behavior, config: &ValidConfig) -> Self {
         let b = config.broker();
         Proc {
             id,
@@ -158,7 +158,7 @@ impl Proc {
     }
 
     /// Charge the process with misbehaving as `kind` (unless it already is).
-    pub fn misbehaved(&mut self, kind: FaultKind) {
+    pub(crate) fn misbehaved(&mut self, kind: FaultKind) {
         self.cause.get_or_insert(kind);
     }
 }

@@ -5,7 +5,7 @@
 //! FNV's offset and prime, but word-wise: byte-wise FNV cost a fifth of a sweep.
 
 #[derive(Debug, Clone)]
-pub struct Trace {
+pub(crate) struct Trace {
     hash: u64,
     pub lines: Option<Vec<String>>,
 }
@@ -14,19 +14,19 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 impl Trace {
-    pub fn new(keep_lines: bool) -> Self {
+    pub(crate) fn new(keep_lines: bool) -> Self {
         Trace {
             hash: FNV_OFFSET,
             lines: keep_lines.then(Vec::new),
         }
     }
 
-    pub fn word(&mut self, w: u64) {
+    pub(crate) fn word(&mut self, w: u64) {
         self.hash = (self.hash ^ w).wrapping_mul(FNV_PRIME);
         self.hash ^= self.hash >> 29;
     }
 
-    pub fn record(&mut self, words: &[u64], line: impl FnOnce() -> String) {
+    pub(crate) fn record(&mut self, words: &[u64], line: impl FnOnce() -> String) {
         for &w in words {
             self.word(w);
         }
@@ -35,7 +35,7 @@ impl Trace {
         }
     }
 
-    pub fn hash(&self) -> u64 {
+    pub(crate) fn hash(&self) -> u64 {
         self.hash
     }
 }

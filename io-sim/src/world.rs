@@ -30,6 +30,7 @@ mod channels;
 mod faults;
 mod host;
 mod journal;
+mod looks;
 mod pause;
 mod queue;
 
@@ -232,6 +233,8 @@ pub struct SimWorld {
     pub(crate) rng: SimRng,
     queue: EventQueue,
     pub(crate) inbox: VecDeque<Event>,
+    /// How each look hands the inbox to the parent.
+    looks: looks::Looks,
     pub(crate) procs: ProcTable,
     /// The parent's read end of each worker's channel, by worker id (small sequence
     /// numbers: an index, not a tree search per frame); made at the first frame and
@@ -363,6 +366,7 @@ impl SimWorld {
             rng,
             queue: EventQueue::default(),
             inbox: VecDeque::new(),
+            looks: looks::Looks::new(spec.seed),
             procs: ProcTable::default(),
             decoders: Vec::new(),
             next_pid: 1000,

@@ -54,6 +54,17 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "ready-and-crash-in-one-look",
+        about: "a first-generation candidate crashes around the first rollout while the parent stops for a moment: a READY found in one look with another candidate's end completes the rollout (the intake rule), and the crash is a member's",
+        build: startups::ready_and_crash_in_one_look,
+        kinds: &[
+            FaultKind::CrashAfterUptime,
+            FaultKind::StallParent,
+            FaultKind::SlowBoot,
+        ],
+        no_swarm: None,
+    },
+    Scenario {
         name: "startup-failure-initial",
         about: "a first-generation worker reports a startup error: the service fails with the worker's own text",
         build: startups::startup_failure_initial,

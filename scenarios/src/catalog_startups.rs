@@ -2,6 +2,8 @@
 //! READY (the service fails before readiness, with the worker's own text), and crash
 //! replacements that cannot start (recovered within the restart limit, failed beyond it).
 
+use core::time::Duration;
+
 use servery_core::supervisor::FailureReason;
 use servery_sim::{Behavior, Fault, FaultKind};
 
@@ -118,4 +120,38 @@ pub(crate) fn startup_failure_replacement(ctx: &mut Ctx) -> Plan {
         Ok(())
     });
     Plan { spec, expect: e }
+}
+
+/// Two to four candidates; one crashes around its READY or later while the parent stops
+/// for a moment just after the COMMIT, so that a look may find another candidate's READY
+/// with the crash. The end is the timing's: the intake rule judges that a start failed
+/// only on an end found before the last READY.
+pub(crate) fn ready_and_crash_in_one_look(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 2, 4);
+    let config = fast_config(n);
+    let mut spec = spec(ctx, config.clone(), 2.0);
+    let victim = ctx.rng.range(0, n as u64 - 1);
+    // The others boot in 20 ms, the longest a simulated boot takes, so the COMMIT goes
+    // out just after 20 ms whatever the victim drew; the victim dies 15–40 ms after its
+    // PREPARED, around its READY or later, and the parent stops just after the COMMIT.
+    let lifetime = Duration::from_micros(ctx.rng.range(15_000, 40_000));
+    spec.behavior = behave(ctx.kinds, move |info, _| {
+        match (info.index == victim, info.generation.0 == 1) {
+            (true, true) => Behavior::CrashAfter(lifetime),
+            (false, true) => Behavior::SlowBoot(Duration::from_millis(20)),
+            _ => Behavior::Healthy,
+        }
+    });
+    let stall_at = Duration::from_micros(ctx.rng.range(20_000, 21_000));
+    let stall = Duration::from_micros(ctx.rng.range(10_000, 40_000));
+    fault(ctx.kinds, &mut spec, stall_at, Fault::StallParent(stall));
+    let end = if ctx.kinds.has(FaultKind::CrashAfterUptime) {
+        End::ReadyOrFailed(FailureReason::StartupFailure)
+    } else {
+        End::Ready
+    };
+    Plan {
+        spec,
+        expect: expect(&config, end),
+    }
 }

@@ -65,6 +65,10 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
     match e.end {
         End::ParentDied => judge_parent_death(o, e)?,
         End::Ready => judge_ready(o, e)?,
+        End::ReadyOrFailed(reason) => match o.failure {
+            Some(_) => judge_failed(o, reason)?,
+            None => judge_ready(o, e)?,
+        },
         End::Failed(reason) => judge_failed(o, reason).map_err(|why| {
             format!(
                 "{}{why}",

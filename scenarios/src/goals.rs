@@ -13,6 +13,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "hang killed",
     "log queue dropped under the drop policy",
     "crash between prepare and commit",
+    labels::READY_AND_END_IN_ONE_LOOK,
     "reload rejected kept the old generation",
     "malformed frame replaced worker",
     "wedged drain killed",

@@ -53,6 +53,9 @@ pub enum End {
     Budget(RestartBudget),
     /// The parent was killed; its workers must drain and exit on their own.
     ParentDied,
+    /// Ready, or failed for this reason, as the run's timing decides: the oracle's rules
+    /// judge whether the end it took was allowed (for a start: the intake rule).
+    ReadyOrFailed(FailureReason),
 }
 
 /// A scenario's own predicate; it may also record coverage goals.

@@ -104,10 +104,10 @@ enum Cmd {
         seeds: u64,
         #[arg(long, default_value_t = default_jobs())]
         jobs: usize,
-        /// Write runs.csv, summary.csv and SVG plots here.
+        /// Write runs.csv, summary.csv, verdict.csv, ranks.csv, answer.csv and SVG plots here.
         #[arg(long)]
         out: Option<std::path::PathBuf>,
-        /// Print one JSON object: {"policies": [...], "differences": [...]}.
+        /// Print one JSON object: {"policies", "differences", "verdict", "provenance"}.
         #[arg(long)]
         json: bool,
         #[arg(long, default_value = "posix")]

@@ -9,7 +9,7 @@ use servery_sim::FaultKind;
 
 use crate::{COVERAGE_GOALS, Kinds, Mode, SCENARIOS, Scenario, replay_command_in, run_in};
 
-pub const PLATFORMS: [Platform; 2] = [Platform::Posix, Platform::Windows];
+pub(crate) const PLATFORMS: [Platform; 2] = [Platform::Posix, Platform::Windows];
 
 #[derive(Debug, Clone)]
 pub struct Failure {

@@ -285,6 +285,9 @@ fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
     for csv in [
         "runs.csv",
         "summary.csv",
+        "verdict.csv",
+        "ranks.csv",
+        "answer.csv",
         "p-failed-grid-crash-storm-short.csv",
     ] {
         let body = read(csv);
@@ -308,6 +311,13 @@ fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
         assert!(body.contains("\"outage_s\":[0.0,0.2]"), "{body}");
     }
     assert!(read("p-failed-grid-crash-storm-short.csv").contains("# grid: "));
+    // One policy: nothing to pair, the one policy is the answer.
+    let answer = read("answer.csv");
+    assert!(
+        csv_rows(&answer).any(|r| r
+            == "crash-storm-short,transient,seed-defaults,seed-defaults,seed-defaults,seed-defaults,seed-defaults,seed-defaults"),
+        "{answer}"
+    );
     for svg in [
         "availability-vs-parameter-crash-storm-short.svg",
         "p-failed-vs-parameter-crash-storm-short.svg",
@@ -346,4 +356,95 @@ fn hang_pauses_are_both_waited_out_and_ended_as_hung() {
             .any(|e| e.reason == Some(servery_core::supervisor::ExitReason::HealthFailure));
     }
     assert!(resumed && ended, "resumed {resumed}, ended as hung {ended}");
+}
+
+/// The verdict on a seeded comparison: a six-worker blip fails the seed defaults in
+/// every seed and KEP-4603 (no limit) in none, which restarts six workers where the
+/// failed service restarts none. So KEP-4603 is first on availability and P(failed),
+/// the seed defaults on restarts: both on the front, no single best, KEP-4603 preferred.
+#[test]
+fn the_verdict_ranks_with_corrected_intervals_and_answers_per_workload() {
+    let args = CompareArgs {
+        policies: vec!["seed-defaults".into(), "kubernetes-kep4603".into()],
+        workloads: vec!["crash-blip-6".into()],
+        seeds: 6,
+        jobs: 2,
+        out: None,
+        json: true,
+        platform: Platform::Posix,
+        grid: None,
+    };
+    let out = compare(&args).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let w = &v["verdict"]["workloads"][0];
+    assert_eq!(w["workload"], "crash-blip-6", "{v}");
+    assert_eq!(w["comparisons"], 3);
+    assert!(
+        w["bootstrap_resamples"].as_u64().unwrap_or(0) >= 2_000,
+        "{w}"
+    );
+    let level = w["interval_level"].as_f64().unwrap_or(0.0);
+    assert!((level - (1.0 - 0.05 / 3.0)).abs() < 1e-12, "{w}");
+    let rank = |p: usize, c: &str| w["policies"][p]["criteria"][c]["rank"].as_u64();
+    assert_eq!(
+        [
+            rank(0, "availability"),
+            rank(0, "p_failed"),
+            rank(0, "restarts")
+        ],
+        [Some(2), Some(2), Some(1)],
+        "{w}"
+    );
+    assert_eq!(
+        [
+            rank(1, "availability"),
+            rank(1, "p_failed"),
+            rank(1, "restarts")
+        ],
+        [Some(1), Some(1), Some(2)],
+        "{w}"
+    );
+    let mean = |p: usize, c: &str| w["policies"][p]["criteria"][c]["mean"].as_f64();
+    assert_eq!(mean(0, "p_failed"), Some(1.0));
+    assert_eq!(mean(1, "p_failed"), Some(0.0));
+    assert_eq!(
+        mean(1, "restarts"),
+        Some(6.0),
+        "six workers, each restarted once"
+    );
+    assert_eq!(w["pairs"].as_array().map(Vec::len), Some(3));
+    for pair in w["pairs"].as_array().cloned().unwrap_or_default() {
+        let ci = &pair["a_minus_b"]["ci"];
+        let (lo, hi) = (ci[0].as_f64().unwrap_or(0.0), ci[1].as_f64().unwrap_or(0.0));
+        assert!(lo * hi > 0.0, "every pair differs here: {pair}");
+    }
+    let answer = &v["verdict"]["answer"][0];
+    assert_eq!(answer["best"], serde_json::Value::Null, "{answer}");
+    assert_eq!(
+        answer["pareto_front"],
+        serde_json::json!(["seed-defaults", "kubernetes-kep4603"])
+    );
+    assert_eq!(
+        answer["preferred"],
+        serde_json::json!(["kubernetes-kep4603"])
+    );
+    assert_eq!(
+        answer["first_on"]["restarts"],
+        serde_json::json!(["seed-defaults"])
+    );
+    // The text carries the same answer, as one table.
+    let text = compare(&CompareArgs {
+        json: false,
+        ..args
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("crash-blip-6"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("none (trade-off)")
+            && row.contains("kubernetes-kep4603  seed-defaults, kubernetes-kep4603"),
+        "{text}"
+    );
 }

@@ -115,6 +115,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "a WebDAV lock workload on a simulated disk that fills under the lock journal: the real counterpart is tests/state_dir.rs, a_lock_the_journal_cannot_hold_is_refused_and_a_restart_keeps_every_lock_granted (an 8 KiB tmpfs under --state-dir: every LOCK 200 or 503, the table holding exactly the granted ones, all of them back after kill -9 of the parent)",
     ),
     (
+        "ready-and-crash-in-one-look",
+        "a crash timed to milliseconds after PREPARED while the parent is stopped for milliseconds around the first rollout, so that one poll finds a READY with another candidate's end: a stop of the real parent cannot be placed that finely. The order is the core's (`Parent::intake`, driven by core/src/parent/tests/intake.rs in every order a poll allows), and the real driver hands each poll's and each reap's finds to it unordered, which every real-process scenario here runs through",
+    ),
+    (
         "dav-journal-full-quiet",
         "refreshes and UNLOCKs on a simulated disk that fills and then has room again with nothing else changing: the rules are the core's (core/src/parent/dav_journal.rs, whose unit tests drive the refusal and the one-second retry), and the real journal's writes are tests/state_dir.rs on an 8 KiB tmpfs; emptying a real full disk at a chosen moment under a quiet share is not driven here",
     ),

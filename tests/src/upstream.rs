@@ -340,3 +340,29 @@ fn nginx_with(tree: &Tree, root: &Path, tls: Option<(&Path, &Path)>) -> Upstream
         dir,
     }
 }
+
+/// Python's `http.server` serving `root` on `port` (a fixed port, so that a test can stop
+/// it and start it again where the routes point).
+pub fn http_server(tree: &Tree, root: &Path, port: u16) -> Upstream {
+    let dir = tree.dir.join(format!("http-server-{port}"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-m",
+        "http.server",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+    ])
+    .arg("--directory")
+    .arg(root);
+    let child = spawn(cmd, &dir);
+    wait_listening(addr, &dir.join("upstream.log"));
+    Upstream {
+        child,
+        addr: Some(addr),
+        socket: None,
+        dir,
+    }
+}

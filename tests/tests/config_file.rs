@@ -371,6 +371,7 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ),
         ("trust_proxy", &["10.0.0.1", "::1"]),
         ("proxy_ca", &["/etc/servery/upstream-ca.pem"]),
+        ("proxy_health", &["/healthz"]),
     ];
     if let Some((_, values)) = SAMPLES.iter().find(|(k, _)| *k == setting.key) {
         return Some(values.iter().map(|v| (*v).to_owned()).collect());

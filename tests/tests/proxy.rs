@@ -337,7 +337,7 @@ fn a_broken_route_is_refused_before_anything_is_bound() {
             "--proxy",
             "/x=ftp://h",
             "--proxy",
-            "/ok/=http://127.0.0.1:8",
+            "/ok/=http://127.0.0.1:9",
         ])
         .output()
         .expect("run servery");
@@ -351,7 +351,10 @@ fn a_broken_route_is_refused_before_anything_is_bound() {
         err.contains("--proxy: `/x=ftp://h`: the URL must be"),
         "{err}"
     );
-    assert!(err.contains("prefix `/ok` is already routed"), "{err}");
+    assert!(
+        err.contains("prefix `/ok` is already routed to this URL"),
+        "{err}"
+    );
     assert!(!err.contains("listening"), "{err}");
 }
 

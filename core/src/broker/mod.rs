@@ -501,6 +501,9 @@ impl Broker {
                 self.cgi.give_back(owner.worker, count);
                 BrokerReply::Released
             }
+            // The parent's upstream health took the report before it reached the broker
+            // (`crate::parent`); the broker only answers it.
+            BrokerRequest::UpstreamOutcome { .. } => BrokerReply::Released,
             BrokerRequest::LogDroppedLocally { lines } => {
                 self.log.count_dropped(owner.worker, lines);
                 BrokerReply::Logged

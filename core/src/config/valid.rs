@@ -4,7 +4,7 @@
 use core::num::NonZeroU32;
 use core::time::Duration;
 
-pub use super::raw::LogPolicy;
+pub(super) use super::raw::LogPolicy;
 
 /// Recovery policy, validated.
 #[derive(Debug, Clone, PartialEq)]

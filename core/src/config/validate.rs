@@ -15,7 +15,7 @@ const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 const MAX_WORKERS: i64 = 1024;
 /// The smallest `worker_max_rss` that is not a typo: a serving worker at rest uses a few
 /// MiB (a Python application's, tens), so a lower limit recycles every worker at once.
-pub const MIN_WORKER_MAX_RSS: u64 = 16 * 1024 * 1024;
+pub(super) const MIN_WORKER_MAX_RSS: u64 = 16 * 1024 * 1024;
 
 pub(super) struct Checker {
     issues: Vec<ConfigIssue>,

@@ -9,17 +9,17 @@ use crate::ids::WorkerId;
 
 /// The most groups recorded for one worker: far above any `--cgi-max-concurrent` a
 /// machine can run, so a worker that reports without end cannot grow the parent.
-pub const MAX_GROUPS_PER_WORKER: usize = 1 << 16;
+pub(super) const MAX_GROUPS_PER_WORKER: usize = 1 << 16;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ScriptGroups {
+pub(super) struct ScriptGroups {
     live: BTreeMap<WorkerId, BTreeSet<u32>>,
 }
 
 impl ScriptGroups {
     /// `worker` started a script leading group `pgid`. A pgid of 0 or 1 (which would
     /// signal the parent's own group, or every process) is never recorded.
-    pub fn started(&mut self, worker: WorkerId, pgid: u32) {
+    pub(super) fn started(&mut self, worker: WorkerId, pgid: u32) {
         if pgid <= 1 {
             return;
         }
@@ -30,7 +30,7 @@ impl ScriptGroups {
     }
 
     /// `worker`'s script leading `pgid` ended (its group was killed by the worker).
-    pub fn ended(&mut self, worker: WorkerId, pgid: u32) {
+    pub(super) fn ended(&mut self, worker: WorkerId, pgid: u32) {
         if let Some(groups) = self.live.get_mut(&worker) {
             groups.remove(&pgid);
             if groups.is_empty() {
@@ -40,7 +40,7 @@ impl ScriptGroups {
     }
 
     /// `worker` is gone: the groups it left, to be killed, and forgotten.
-    pub fn gone(&mut self, worker: WorkerId) -> Vec<u32> {
+    pub(super) fn gone(&mut self, worker: WorkerId) -> Vec<u32> {
         self.live
             .remove(&worker)
             .map(|g| g.into_iter().collect())
@@ -48,13 +48,13 @@ impl ScriptGroups {
     }
 
     /// Workers with at least one group recorded.
-    pub fn workers(&self) -> impl Iterator<Item = WorkerId> + '_ {
+    pub(super) fn workers(&self) -> impl Iterator<Item = WorkerId> + '_ {
         self.live.keys().copied()
     }
 
     /// Groups recorded for `worker`.
     #[cfg(test)]
-    pub fn of(&self, worker: WorkerId) -> usize {
+    pub(super) fn of(&self, worker: WorkerId) -> usize {
         self.live.get(&worker).map_or(0, BTreeSet::len)
     }
 }

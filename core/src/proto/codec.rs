@@ -36,6 +36,7 @@ const BROKER_REPLY: u8 = 0x04;
 const LOCKS_PART: u8 = 0x05;
 /// The TLS material every worker serves with (`proto::tls_wire`).
 const TLS_MATERIAL: u8 = 0x06;
+const UPSTREAM_HEALTH: u8 = 0x07;
 const PREPARED: u8 = 0x41;
 const STARTUP_FAILED: u8 = 0x42;
 const READY: u8 = 0x43;
@@ -329,6 +330,7 @@ fn parent_what(msg: &ParentMessage) -> &'static str {
         ParentMessage::Drain { .. } => "DRAIN",
         ParentMessage::Broker { .. } => "a broker reply",
         ParentMessage::TlsMaterial(_) => "the TLS material",
+        ParentMessage::UpstreamHealth { .. } => "the upstream health",
     }
 }
 
@@ -355,6 +357,13 @@ fn put_parent(w: &mut Writer<'_>, msg: &ParentMessage) {
         ParentMessage::TlsMaterial(material) => {
             w.u8(TLS_MATERIAL);
             super::tls_wire::put_tls_material(w, material);
+        }
+        ParentMessage::UpstreamHealth { down } => {
+            w.u8(UPSTREAM_HEALTH);
+            w.u32(down.len() as u32);
+            for upstream in down {
+                w.u16(*upstream);
+            }
         }
     }
 }
@@ -535,6 +544,11 @@ fn put_request(w: &mut Writer<'_>, req: &BrokerRequest) {
             w.u8(21);
             w.u32(*count);
         }
+        BrokerRequest::UpstreamOutcome { upstream, ok } => {
+            w.u8(22);
+            w.u16(*upstream);
+            w.bool(*ok);
+        }
         BrokerRequest::GrowReservation { id, bytes } => {
             w.u8(17);
             w.u128(id.0);
@@ -605,6 +619,10 @@ fn get_request(r: &mut Reader<'_>) -> Result<BrokerRequest, ProtoError> {
         19 => BrokerRequest::ReturnProxyGrants { count: r.u32()? },
         20 => BrokerRequest::AcquireCgiGrants { want: r.u32()? },
         21 => BrokerRequest::ReturnCgiGrants { count: r.u32()? },
+        22 => BrokerRequest::UpstreamOutcome {
+            upstream: r.u16()?,
+            ok: r.bool()?,
+        },
         15 => BrokerRequest::AcmeChallenge { token: r.string()? },
         16 => {
             let key = get_key(r)?;

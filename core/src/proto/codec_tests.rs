@@ -48,6 +48,8 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
         any::<u32>().prop_map(|count| BrokerRequest::ReturnProxyGrants { count }),
         any::<u32>().prop_map(|want| BrokerRequest::AcquireCgiGrants { want }),
         any::<u32>().prop_map(|count| BrokerRequest::ReturnCgiGrants { count }),
+        (any::<u16>(), any::<bool>())
+            .prop_map(|(upstream, ok)| BrokerRequest::UpstreamOutcome { upstream, ok }),
         (
             key(),
             ".{0,20}",

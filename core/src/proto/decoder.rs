@@ -32,6 +32,18 @@ fn decode_parent(payload: &[u8]) -> Result<ParentFrame, ProtoError> {
         TLS_MATERIAL => {
             ParentMessage::TlsMaterial(Box::new(crate::proto::tls_wire::get_tls_material(&mut r)?))
         }
+        UPSTREAM_HEALTH => {
+            let n = r.u32()?;
+            // Every upstream index fits a u16: more than that many entries is not a set.
+            if n > u32::from(u16::MAX) + 1 {
+                return Err(ProtoError::InvalidValue {
+                    field: "down upstreams",
+                    value: n.into(),
+                });
+            }
+            let down = (0..n).map(|_| r.u16()).collect::<Result<Vec<u16>, _>>()?;
+            ParentMessage::UpstreamHealth { down }
+        }
         LOCKS_PART => {
             let id = r.u64()?;
             let locks = get_locks(&mut r)?;

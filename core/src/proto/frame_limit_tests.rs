@@ -399,6 +399,8 @@ fn request() -> impl Strategy<Value = BrokerRequest> {
         text().prop_map(|record| BrokerRequest::AppendLog { record }),
         any::<u64>().prop_map(|lines| BrokerRequest::LogDroppedLocally { lines }),
         text().prop_map(|token| BrokerRequest::AcmeChallenge { token }),
+        (any::<u16>(), any::<bool>())
+            .prop_map(|(upstream, ok)| BrokerRequest::UpstreamOutcome { upstream, ok }),
     ]
 }
 
@@ -439,6 +441,8 @@ fn parent_message() -> impl Strategy<Value = ParentMessage> {
         }),
         Just(ParentMessage::Commit),
         any::<u64>().prop_map(|deadline_ms| ParentMessage::Drain { deadline_ms }),
+        prop::collection::vec(any::<u16>(), 0..300)
+            .prop_map(|down| ParentMessage::UpstreamHealth { down }),
         (any::<u64>(), any::<u128>(), any::<u64>()).prop_map(|(id, t, e)| {
             ParentMessage::Broker {
                 id,

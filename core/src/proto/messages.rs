@@ -24,6 +24,9 @@ pub enum ParentMessage {
     /// of a TLS parent (before HELLO), and again whenever the identity or the ticket keys
     /// change. Handshakes begun before it keep what they started with.
     TlsMaterial(Box<crate::tls_material::TlsMaterial>),
+    /// The reverse proxy's upstreams marked down (numbered in the routes' order), sent to
+    /// every worker whenever the set changes and to a new worker with its first messages.
+    UpstreamHealth { down: Vec<u16> },
 }
 
 /// Worker → parent.
@@ -175,6 +178,13 @@ pub enum BrokerRequest {
     /// Gives `count` CGI grants back (more than the worker holds gives back what it holds).
     ReturnCgiGrants {
         count: u32,
+    },
+    /// A request could not be completed with the reverse proxy's `upstream` (numbered in
+    /// the routes' order), or (`ok`) one succeeded after this worker reported a failure:
+    /// for the parent's upstream health ([`crate::upstream_health`]). Answered `Released`.
+    UpstreamOutcome {
+        upstream: u16,
+        ok: bool,
     },
 }
 

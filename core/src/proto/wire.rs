@@ -33,6 +33,9 @@ impl<'a> Writer<'a> {
     pub(crate) fn u8(&mut self, v: u8) {
         self.put(&[v]);
     }
+    pub(crate) fn u16(&mut self, v: u16) {
+        self.put(&v.to_be_bytes());
+    }
     pub(crate) fn u32(&mut self, v: u32) {
         self.put(&v.to_be_bytes());
     }
@@ -72,6 +75,11 @@ impl<'a> Reader<'a> {
     }
     pub(crate) fn u8(&mut self) -> Result<u8, ProtoError> {
         Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u16(&mut self) -> Result<u16, ProtoError> {
+        let mut b = [0u8; 2];
+        b.copy_from_slice(self.take(2)?);
+        Ok(u16::from_be_bytes(b))
     }
     pub(crate) fn u32(&mut self) -> Result<u32, ProtoError> {
         let mut b = [0u8; 4];

@@ -108,6 +108,8 @@ impl Supervisor {
             Event::Control { .. } => {}
             // The parent's TLS material machine takes these (`crate::parent`).
             Event::Tls(_) => {}
+            // The parent's upstream health takes these.
+            Event::UpstreamProbed { .. } => {}
             Event::ListenersBound {
                 reload,
                 listen,

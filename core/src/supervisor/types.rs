@@ -388,6 +388,12 @@ pub enum Event {
     /// For the parent's TLS material ([`crate::tls_material`]): a new identity, or the
     /// randomness a ticket key was asked for with.
     Tls(crate::tls_material::TlsInput),
+    /// The parent's probe of a reverse-proxy upstream ([`crate::parent::ParentAction::
+    /// ProbeUpstream`]) came back: `ok` when it answered 2xx or 3xx in time.
+    UpstreamProbed {
+        upstream: u16,
+        ok: bool,
+    },
     /// The answer to [`Action::BindListeners`]: the set is bound, or why it is not.
     ListenersBound {
         reload: ReloadId,

@@ -43,7 +43,7 @@ impl Role {
 }
 
 #[derive(Debug, Clone)]
-pub struct Worker {
+pub(super) struct Worker {
     pub id: WorkerId,
     pub slot: Slot,
     pub generation: Generation,
@@ -94,11 +94,17 @@ pub struct Worker {
 impl Worker {
     /// Ordered to end by signal, or lost its channel (a kill follows): whatever its state
     /// says, it no longer counts as serving.
-    pub fn is_being_ended(&self) -> bool {
+    pub(super) fn is_being_ended(&self) -> bool {
         self.gone || self.term_sent || self.kill_sent
     }
 
-    pub fn new(id: WorkerId, slot: Slot, generation: Generation, role: Role, now: Instant) -> Self {
+    pub(super) fn new(
+        id: WorkerId,
+        slot: Slot,
+        generation: Generation,
+        role: Role,
+        now: Instant,
+    ) -> Self {
         Worker {
             id,
             slot,
@@ -136,25 +142,25 @@ impl Worker {
 
     /// When it must be ready by (`worker_start_timeout`, plus any time the parent did not
     /// run meanwhile).
-    pub fn start_deadline(&self) -> Instant {
+    pub(super) fn start_deadline(&self) -> Instant {
         self.spawned_at + self.start_timeout + self.not_running
     }
 
     /// How long `heartbeat_timeout` leaves beyond one `heartbeat_interval`.
-    pub fn beat_margin(&self) -> Duration {
+    pub(super) fn beat_margin(&self) -> Duration {
         self.heartbeat_timeout
             .saturating_sub(self.heartbeat_interval)
     }
 
     /// Whether new connections may be sent to it: it serves (ready, or committed and on
     /// its way to ready) and nothing is ending it.
-    pub fn accepts_new_connections(&self) -> bool {
+    pub(super) fn accepts_new_connections(&self) -> bool {
         let serves = self.state == WorkerState::Ready
             || (self.state == WorkerState::Prepared && self.committed);
         serves && self.role != Role::Retired && self.ending.is_none() && !self.is_being_ended()
     }
 
-    pub fn before_ready(&self) -> bool {
+    pub(super) fn before_ready(&self) -> bool {
         matches!(self.state, WorkerState::Spawning | WorkerState::Prepared)
     }
 }

@@ -16,12 +16,12 @@ pub const MAX_BLKSIZE: u16 = 65464;
 
 /// The opcode of each packet type.
 mod op {
-    pub const RRQ: u16 = 1;
-    pub const WRQ: u16 = 2;
-    pub const DATA: u16 = 3;
-    pub const ACK: u16 = 4;
-    pub const ERROR: u16 = 5;
-    pub const OACK: u16 = 6;
+    pub(super) const RRQ: u16 = 1;
+    pub(super) const WRQ: u16 = 2;
+    pub(super) const DATA: u16 = 3;
+    pub(super) const ACK: u16 = 4;
+    pub(super) const ERROR: u16 = 5;
+    pub(super) const OACK: u16 = 6;
 }
 
 /// RFC 1350 / RFC 2347 error codes.

@@ -32,13 +32,13 @@ const TAKE_OVER: Duration = Duration::from_micros(500);
 /// thread state per thread for the thread's life this way) and each run of back-to-back
 /// calls inside (`batch`: the interpreter's lock taken once for all of them).
 #[derive(Clone, Copy)]
-pub struct Scopes {
+pub(super) struct Scopes {
     pub thread: fn(&mut (dyn FnMut() + Send)),
     pub batch: fn(&mut dyn FnMut()),
 }
 
 #[derive(Debug, Clone)]
-pub struct Pool {
+pub(super) struct Pool {
     inner: Arc<Inner>,
 }
 
@@ -94,7 +94,7 @@ impl Pool {
     }
 
     /// A pool whose threads run inside `scopes`.
-    pub fn with_scopes(max: usize, scopes: Option<Scopes>) -> Pool {
+    pub(super) fn with_scopes(max: usize, scopes: Option<Scopes>) -> Pool {
         let max = max.max(1);
         Pool {
             inner: Arc::new(Inner {
@@ -117,7 +117,7 @@ impl Pool {
 
     /// Runs `job` on a pool thread: the running ones when they reach it, else the
     /// most recently idle one, or a new one while fewer than `max` run.
-    pub fn run(&self, job: impl FnOnce() + Send + 'static) {
+    pub(super) fn run(&self, job: impl FnOnce() + Send + 'static) {
         let mut state = lock(&self.inner);
         state.queue.push_back(Box::new(job));
         let after = if state.busy == 0 {

@@ -12,7 +12,7 @@ use super::script::Script;
 
 /// `PATH` when the allow-list does not pass servery's own (Apache's and fcgiwrap's
 /// default for scripts).
-pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+pub(super) const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Request fields never given to a script: credentials servery checked itself
 /// (`Authorization`, `Proxy-Authorization`), `Proxy` (which would become `HTTP_PROXY`,
@@ -79,7 +79,7 @@ fn server_name_and_port(parts: &Parts, tls: bool) -> (String, String) {
 }
 
 /// Every variable of a script's environment.
-pub fn build(
+pub(super) fn build(
     parts: &Parts,
     script: &Script,
     peer: Option<SocketAddr>,
@@ -138,7 +138,7 @@ pub fn build(
 
 /// The `--cgi-env` entries as variables: `NAME=VALUE` as given, `NAME` with servery's own
 /// value (left out when servery has none). The entries were checked by the parent.
-pub fn allowed(entries: &[String]) -> Vec<(OsString, OsString)> {
+pub(super) fn allowed(entries: &[String]) -> Vec<(OsString, OsString)> {
     entries
         .iter()
         .filter_map(|entry| match super::args::env_entry(entry) {

@@ -29,13 +29,13 @@ const READ_SIZE: usize = 64 * 1024;
 /// When the request body last moved into the script (the head's timeout counts from
 /// then: a slow upload is the client's time, not the script's).
 #[derive(Debug)]
-pub struct Progress {
+pub(super) struct Progress {
     start: Instant,
     last_ms: AtomicU64,
 }
 
 impl Progress {
-    pub fn new() -> Arc<Progress> {
+    pub(super) fn new() -> Arc<Progress> {
         Arc::new(Progress {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -47,15 +47,19 @@ impl Progress {
         self.last_ms.store(ms, Ordering::Relaxed);
     }
 
-    pub fn last(&self) -> Instant {
+    pub(super) fn last(&self) -> Instant {
         self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }
 
 /// Feeds the request body to the script's stdin, then closes it. Stops (closing stdin)
 /// when the script stops reading or the client's body fails.
-pub async fn feed<B>(mut body: B, mut stdin: ChildStdin, progress: Arc<Progress>, script: Arc<str>)
-where
+pub(super) async fn feed<B>(
+    mut body: B,
+    mut stdin: ChildStdin,
+    progress: Arc<Progress>,
+    script: Arc<str>,
+) where
     B: hyper::body::Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
@@ -83,7 +87,7 @@ where
 }
 
 /// Logs the script's stderr, a line at a time.
-pub async fn log_stderr(stderr: ChildStderr, script: Arc<str>) {
+pub(super) async fn log_stderr(stderr: ChildStderr, script: Arc<str>) {
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
     loop {
@@ -105,7 +109,7 @@ pub async fn log_stderr(stderr: ChildStderr, script: Arc<str>) {
 /// Why a script gave no usable response head.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum HeadFailure {
+pub(super) enum HeadFailure {
     #[error("the script gave no response head within {0:?}")]
     TimedOut(Duration),
     #[error("{0}")]
@@ -115,7 +119,7 @@ pub enum HeadFailure {
 }
 
 impl HeadFailure {
-    pub fn status(&self) -> http::StatusCode {
+    pub(super) fn status(&self) -> http::StatusCode {
         match self {
             HeadFailure::TimedOut(_) => http::StatusCode::GATEWAY_TIMEOUT,
             _ => http::StatusCode::BAD_GATEWAY,
@@ -125,7 +129,7 @@ impl HeadFailure {
 
 /// Reads the script's header block: `(head, what followed it)`, the head with its blank
 /// line. Waits at most `timeout` past when the request body last moved.
-pub async fn read_head(
+pub(super) async fn read_head(
     stdout: &mut ChildStdout,
     progress: &Progress,
     timeout: Duration,
@@ -160,7 +164,7 @@ pub async fn read_head(
 
 /// What a running script holds until its response ends: the process, its group (killed
 /// when this goes), and its admission grant.
-pub struct Running {
+pub(super) struct Running {
     pub child: Child,
     pub group: Group,
     pub permit: Option<crate::proxy::admission::Permit>,
@@ -180,7 +184,7 @@ impl std::fmt::Debug for Running {
 impl Running {
     /// The output ended: the script is waited for (at most the timeout), then its group
     /// killed, whatever it left behind with it.
-    pub fn finish(self) {
+    pub(super) fn finish(self) {
         let Running {
             mut child,
             group,
@@ -205,7 +209,7 @@ impl Running {
 }
 
 /// The script's response body on its way to the client.
-pub struct Output {
+pub(super) struct Output {
     first: Option<Bytes>,
     stdout: ChildStdout,
     /// `None` once the output ended and the script was handed to [`Running::finish`].
@@ -218,7 +222,7 @@ pub struct Output {
 }
 
 impl Output {
-    pub fn new(
+    pub(super) fn new(
         first: Bytes,
         stdout: ChildStdout,
         running: Running,

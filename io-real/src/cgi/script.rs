@@ -11,7 +11,7 @@ use percent_encoding::percent_decode_str;
 
 /// The script a request runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Script {
+pub(super) struct Script {
     /// The file to run, every symlink resolved (inside the scripts' directory).
     pub file: PathBuf,
     /// The URL path naming the script (`/cgi-bin/app.py`), decoded.
@@ -25,7 +25,7 @@ pub struct Script {
 /// Why a request runs no script, and the status that says so.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum NotRun {
+pub(super) enum NotRun {
     #[error("no script at this path")]
     NotFound,
     #[error("{0}")]
@@ -33,7 +33,7 @@ pub enum NotRun {
 }
 
 impl NotRun {
-    pub fn status(&self) -> http::StatusCode {
+    pub(super) fn status(&self) -> http::StatusCode {
         match self {
             NotRun::NotFound => http::StatusCode::NOT_FOUND,
             NotRun::Forbidden(_) => http::StatusCode::FORBIDDEN,
@@ -43,7 +43,7 @@ impl NotRun {
 
 /// The script `rest` (the request path after the prefix, as sent: `""`, `/app.py/x`)
 /// names under `dir` (canonical), reached from the URL `prefix`.
-pub fn find(dir: &Path, prefix: &str, rest: &str) -> Result<Script, NotRun> {
+pub(super) fn find(dir: &Path, prefix: &str, rest: &str) -> Result<Script, NotRun> {
     let Some(rest) = rest.strip_prefix('/') else {
         return Err(NotRun::Forbidden("the scripts' directory is not a script"));
     };

@@ -15,11 +15,11 @@
 
 /// The most of a request line kept: longer ones are logged cut here (nginx's default
 /// header buffer is 1 KiB too).
-pub const HEAD_LINE_MAX: usize = 1024;
+pub(super) const HEAD_LINE_MAX: usize = 1024;
 
 /// One head's request line, as far as it has arrived.
 #[derive(Debug, Clone, Default)]
-pub struct HeadLine {
+pub(super) struct HeadLine {
     /// The connection's started-request count when this head began.
     head_of: u64,
     line: Vec<u8>,
@@ -31,12 +31,12 @@ pub struct HeadLine {
 
 impl HeadLine {
     /// Whether the line of the head `started` began is complete: nothing more to keep.
-    pub fn complete_for(&self, started: u64) -> bool {
+    pub(super) fn complete_for(&self, started: u64) -> bool {
         self.head_of == started && self.done
     }
 
     /// Takes the next bytes read while no request is in progress.
-    pub fn feed(&mut self, started: u64, mut bytes: &[u8]) {
+    pub(super) fn feed(&mut self, started: u64, mut bytes: &[u8]) {
         if started != self.head_of {
             match self.next.take() {
                 // The pipelined head whose line was kept ahead of its turn.
@@ -95,7 +95,7 @@ impl HeadLine {
     }
 
     /// The line of the head `started` began (empty when nothing of it was read).
-    pub fn line(&self, started: u64) -> &[u8] {
+    pub(super) fn line(&self, started: u64) -> &[u8] {
         if self.head_of == started {
             &self.line
         } else {

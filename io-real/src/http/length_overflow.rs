@@ -32,7 +32,7 @@ static FINDER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(DIGITS))
 
 /// Whether the current request head holds [`DIGITS`], fed the head's bytes as they arrive.
 #[derive(Debug, Default)]
-pub struct LengthScan {
+pub(super) struct LengthScan {
     /// The last bytes of the head so far that could begin the digits.
     carry: [u8; DIGITS.len() - 1],
     carry_len: usize,
@@ -44,7 +44,7 @@ pub struct LengthScan {
 impl LengthScan {
     /// Takes the next bytes read while no request is in progress; `started` is how many
     /// requests the connection has started (a new count means a new head).
-    pub fn feed(&mut self, started: u64, bytes: &[u8]) {
+    pub(super) fn feed(&mut self, started: u64, bytes: &[u8]) {
         if started != self.head_of {
             *self = LengthScan {
                 head_of: started,
@@ -84,7 +84,7 @@ impl LengthScan {
     }
 
     /// Whether the digits were seen in the current head.
-    pub fn seen(&self) -> bool {
+    pub(super) fn seen(&self) -> bool {
         self.seen
     }
 
@@ -92,7 +92,7 @@ impl LengthScan {
     /// refusing the head in which the digits were seen. A head that arrived in the same
     /// read as the pipelined request before it counts as that request's (`started` has
     /// moved on since), so hyper's `431` stands for it.
-    pub fn is_refusal_of_length(&self, started: u64, out: &[u8]) -> bool {
+    pub(super) fn is_refusal_of_length(&self, started: u64, out: &[u8]) -> bool {
         self.seen && started == self.head_of && out.starts_with(HYPER_431)
     }
 }

@@ -23,7 +23,7 @@ use super::body::Body;
 use super::compress::{Coding, Level, StreamEncoder};
 
 /// What makes the pieces. Blocking: called on the blocking pool.
-pub trait Pieces: Send + Sync + 'static {
+pub(crate) trait Pieces: Send + Sync + 'static {
     /// The next piece; `None` once everything was given.
     fn next_piece(&mut self) -> io::Result<Option<Bytes>>;
 }
@@ -77,7 +77,7 @@ struct PiecesBody {
 
 /// The body of `pieces`, encoded in `coding` when one is given (an encoder that cannot be
 /// made leaves the body plain: the caller learns it from the returned coding).
-pub fn stream(
+pub(crate) fn stream(
     pieces: impl Pieces,
     coding: Option<Coding>,
     runtime: Handle,

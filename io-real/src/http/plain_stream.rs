@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 
 /// How much the first read takes. A request head is usually a few hundred bytes; a longer
 /// one is read on by hyper itself.
-pub const READ_AHEAD: usize = 8 * 1024;
+pub(super) const READ_AHEAD: usize = 8 * 1024;
 
 /// A read smaller than this, on a connection's first read, goes through the read-ahead
 /// buffer; a larger one reads the socket directly, as every later read does.

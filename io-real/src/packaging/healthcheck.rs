@@ -17,7 +17,7 @@ const ANSWER_CAP: u64 = 4096;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ProbeError {
+pub(super) enum ProbeError {
     #[error("no admin listener is configured: give --admin ADDR, or set SERVERY_ADMIN")]
     NoAdmin,
     #[error("the configuration cannot be read: {0}")]

@@ -10,7 +10,7 @@ use super::services::acme::{facts, store::StateDir};
 use super::site::{PreparedSite, SiteIssue, fingerprint};
 use crate::tls::Identity;
 
-pub fn prepare(
+pub(super) fn prepare(
     mut site: PreparedSite,
     acme: &AcmeSettings,
     bind_count: usize,

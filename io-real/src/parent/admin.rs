@@ -34,16 +34,16 @@ use crate::http::Deadlines;
 use crate::http::body::{self, Body};
 
 /// How long the driver loop may take to answer before `/livez` says it is not alive.
-pub const LOOP_ANSWER_BOUND: Duration = Duration::from_secs(2);
+pub(crate) const LOOP_ANSWER_BOUND: Duration = Duration::from_secs(2);
 
 /// Connections served at once; more wait in the kernel's backlog.
-pub const MAX_CONNECTIONS: usize = 16;
+pub(crate) const MAX_CONNECTIONS: usize = 16;
 
 /// The longest request head accepted (hyper's smallest read buffer): past it, 431.
-pub const MAX_HEAD: usize = 8 * 1024;
+pub(crate) const MAX_HEAD: usize = 8 * 1024;
 
 /// How long a connection may take to send its request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The content type of the text `prometheus-client` writes, served to clients that
 /// accept it (Prometheus does).
@@ -53,7 +53,7 @@ const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 const CLASSIC_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Bind the admin address (before any worker exists, like every listener).
-pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+pub(crate) fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     Ok(listener)
@@ -66,7 +66,7 @@ const FULL_RECHECK: Duration = Duration::from_millis(50);
 /// Serve the admin listener until the host runtime stops, under the main listener's
 /// deadlines: those of the committed generation, which a reload may change (each
 /// connection keeps those it was accepted under). Must run on the host runtime.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: std::net::TcpListener,
     events: InboundTx,
     deadlines: tokio::sync::watch::Receiver<Deadlines>,

@@ -16,7 +16,7 @@ use crate::cli::ServeArgs;
 use crate::settings::Effective;
 
 /// The whole report, for a configuration that is valid.
-pub fn report(
+pub(super) fn report(
     effective: &[Effective],
     args: &ServeArgs,
     root: &Path,

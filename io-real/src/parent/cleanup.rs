@@ -24,13 +24,13 @@ use servery_core::WorkerId;
 /// took the driver thread down with it (`tests/io_faults.rs` caught it). Dropping the
 /// cleaner lets it finish what it was handed.
 #[derive(Debug)]
-pub struct Cleaner {
+pub(super) struct Cleaner {
     tx: Option<Sender<WorkerId>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Cleaner {
-    pub fn start(root: PathBuf) -> io::Result<Cleaner> {
+    pub(super) fn start(root: PathBuf) -> io::Result<Cleaner> {
         let (tx, rx) = channel::<WorkerId>();
         let thread = std::thread::Builder::new()
             .name("servery-cleanup".into())
@@ -54,7 +54,7 @@ impl Cleaner {
     }
 
     /// Delete `worker`'s temporary files, soon.
-    pub fn clean(&self, worker: WorkerId) {
+    pub(super) fn clean(&self, worker: WorkerId) {
         if let Some(tx) = &self.tx {
             // Only fails once the thread is gone, which only dropping the cleaner does.
             let _ = tx.send(worker);

@@ -98,7 +98,7 @@ fn socket_name(port: u16) -> String {
 
 /// Where the socket goes when `--control-socket` is not given.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DefaultDir {
+pub(super) enum DefaultDir {
     /// `$XDG_RUNTIME_DIR`: private to the user by the XDG specification (and systemd).
     Runtime(PathBuf),
     /// `<tmp>/servery-<uid>`, a directory servery creates 0700 (`<tmp>` is `$TMPDIR`,
@@ -107,7 +107,7 @@ pub enum DefaultDir {
 }
 
 impl DefaultDir {
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         match self {
             Self::Runtime(p) | Self::Private(p) => p,
         }
@@ -115,7 +115,7 @@ impl DefaultDir {
 }
 
 /// `$XDG_RUNTIME_DIR`, or `<tmp>/servery-<uid>` when it is unset or empty.
-pub fn default_dir() -> DefaultDir {
+pub(super) fn default_dir() -> DefaultDir {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(dir) => DefaultDir::Runtime(PathBuf::from(dir)),
         None => DefaultDir::Private(
@@ -132,7 +132,7 @@ pub fn default_path(port: u16) -> PathBuf {
 
 /// Where this parent binds its socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Place {
+pub(super) enum Place {
     /// `--control-socket PATH`, used as given.
     Given(PathBuf),
     /// A file `servery-<port>.sock` in the default directory.
@@ -144,7 +144,7 @@ impl Place {
     /// [`DefaultDir::Private`] one is created mode 0700 if missing, and otherwise must be
     /// a real directory (not a symbolic link), owned by us, mode 0700. Called before
     /// anything is bound.
-    pub fn prepare(given: Option<&Path>) -> Result<Place, ControlError> {
+    pub(super) fn prepare(given: Option<&Path>) -> Result<Place, ControlError> {
         if let Some(path) = given {
             return Ok(Place::Given(path.to_owned()));
         }
@@ -159,7 +159,7 @@ impl Place {
     }
 
     /// The socket's path, once the port is known.
-    pub fn socket(&self, port: u16) -> PathBuf {
+    pub(super) fn socket(&self, port: u16) -> PathBuf {
         match self {
             Place::Given(path) => path.clone(),
             Place::Default(dir) => dir.path().join(socket_name(port)),
@@ -219,7 +219,7 @@ fn ensure_private_dir(path: &Path) -> Result<(), DirProblem> {
 /// Bind the control socket, replacing a stale socket left by a servery that died, but
 /// never one a live servery still answers on, and never a file that is not a socket.
 /// The socket is created mode 0600 (see [`SOCKET_UMASK`]): only its owner may connect.
-pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+pub(super) fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     let err = |source| ControlError::Bind {
         path: path.to_owned(),
         source,
@@ -254,7 +254,7 @@ fn bind_private(path: &Path) -> io::Result<UnixListener> {
 
 /// Removes the socket file when the parent is done with it.
 #[derive(Debug)]
-pub struct SocketFile(pub PathBuf);
+pub(super) struct SocketFile(pub PathBuf);
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
@@ -263,11 +263,11 @@ impl Drop for SocketFile {
 }
 
 /// Re-reads the configuration the parent was started with (for reloads).
-pub type Reparse = Arc<dyn Fn() -> Result<RawConfig, String> + Send + Sync>;
+pub(super) type Reparse = Arc<dyn Fn() -> Result<RawConfig, String> + Send + Sync>;
 
 /// What the server needs from the rest of the parent.
 #[derive(Clone)]
-pub struct ControlContext {
+pub(super) struct ControlContext {
     pub events: InboundTx,
     pub reparse: Reparse,
 }
@@ -279,7 +279,7 @@ impl std::fmt::Debug for ControlContext {
 }
 
 /// Accept control connections until the host runtime shuts down.
-pub async fn serve(listener: UnixListener, ctx: ControlContext) {
+pub(super) async fn serve(listener: UnixListener, ctx: ControlContext) {
     let listener = match tokio::net::UnixListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {

@@ -47,7 +47,7 @@ struct StoredLock {
 /// The journal's place, checked and ready. Which locks it holds, and what a failed write
 /// means for them, is the core's to know (`servery_core::parent::JournalWrite`).
 #[derive(Debug, Clone)]
-pub struct Journal {
+pub(super) struct Journal {
     dir: PathBuf,
 }
 
@@ -60,7 +60,7 @@ impl Journal {
     /// Checks (or makes, mode 0700) the state directory: a directory servery can write,
     /// not inside the served root (the journal would be served). Returns the journal and
     /// the locks it holds. Every failure is a configuration error naming why.
-    pub fn open(dir: &Path, root: &Path) -> Result<(Journal, Loaded), String> {
+    pub(super) fn open(dir: &Path, root: &Path) -> Result<(Journal, Loaded), String> {
         if !dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -97,7 +97,7 @@ impl Journal {
         Ok((journal, loaded))
     }
 
-    pub fn path(&self) -> PathBuf {
+    pub(super) fn path(&self) -> PathBuf {
         self.dir.join(FILE)
     }
 
@@ -179,7 +179,7 @@ impl Journal {
     }
 
     /// Replaces the journal with `locks` (their time left counts from now).
-    pub fn store(&self, locks: &[DavLockInfo]) -> io::Result<()> {
+    pub(super) fn store(&self, locks: &[DavLockInfo]) -> io::Result<()> {
         let now = unix_ms(SystemTime::now());
         let stored = Stored {
             version: VERSION,
@@ -231,7 +231,7 @@ impl Journal {
 
 /// What a journal held when servery started.
 #[derive(Debug)]
-pub struct Loaded {
+pub(super) struct Loaded {
     locks: Vec<DavLockInfo>,
     read_at: std::time::Instant,
     stored: Stored,
@@ -252,7 +252,7 @@ impl Default for Loaded {
 
 impl Loaded {
     /// The live locks, their time left counted from now (less the time since the read).
-    pub fn take(self) -> Vec<DavLockInfo> {
+    pub(super) fn take(self) -> Vec<DavLockInfo> {
         let since = u64::try_from(self.read_at.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.locks
             .into_iter()
@@ -263,7 +263,7 @@ impl Loaded {
             .collect()
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.locks.len()
     }
 }

@@ -21,14 +21,14 @@ use super::io::{Inbound, InboundTx};
 const BLOCKING_THREADS: usize = 512 + servery_core::config::MAX_TFTP_TRANSFERS as usize;
 
 #[derive(Debug)]
-pub struct Host {
+pub(super) struct Host {
     handle: Handle,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Host {
-    pub fn start() -> io::Result<Self> {
+    pub(super) fn start() -> io::Result<Self> {
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let (shutdown, stop) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -61,7 +61,7 @@ impl Host {
         })
     }
 
-    pub fn handle(&self) -> &Handle {
+    pub(super) fn handle(&self) -> &Handle {
         &self.handle
     }
 }
@@ -82,7 +82,7 @@ impl Drop for Host {
 /// and orphaning its workers. Every signal whose default would stop or kill the parent is
 /// either given a meaning or ignored here (docs/operations.md has the table).
 #[derive(Debug)]
-pub struct Signals {
+pub(super) struct Signals {
     term: Signal,
     int: Signal,
     quit: Signal,
@@ -95,7 +95,7 @@ pub struct Signals {
 
 impl Signals {
     /// Must be called inside the host runtime's context.
-    pub fn register() -> io::Result<Self> {
+    pub(super) fn register() -> io::Result<Self> {
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
@@ -113,7 +113,7 @@ impl Signals {
     /// and environment and the `--config` file read again; SIGTTIN and SIGTTOU reload
     /// with one worker more or fewer; SIGUSR1 reopens the access log; SIGUSR2 is ignored
     /// (said in the log: servery reloads in place, it does not re-execute itself).
-    pub async fn forward(mut self, events: InboundTx, reparse: Reparse) {
+    pub(super) async fn forward(mut self, events: InboundTx, reparse: Reparse) {
         let stop = || Inbound::Event(Event::Command(Command::Stop));
         loop {
             let inbound = tokio::select! {

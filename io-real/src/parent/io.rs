@@ -37,7 +37,7 @@ use crate::clock::Clock;
 mod acme;
 
 /// Where the core's answer to a control request goes (nowhere for a signal's).
-pub type AnswerReply = Option<oneshot::Sender<Answer>>;
+pub(super) type AnswerReply = Option<oneshot::Sender<Answer>>;
 
 /// A control request as the control socket or a signal read it, before the driver names
 /// it for the core.
@@ -97,7 +97,7 @@ impl InboundTx {
 
 /// The driver's `poll` and the way the host runtime wakes it.
 #[derive(Debug)]
-pub struct DriverPoll {
+pub(super) struct DriverPoll {
     poll: Poll,
     inbound: Receiver<Inbound>,
     tx: InboundTx,
@@ -107,7 +107,7 @@ pub struct DriverPoll {
 const WAKE: Token = Token(0);
 
 impl DriverPoll {
-    pub fn new() -> io::Result<Self> {
+    pub(super) fn new() -> io::Result<Self> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
         let (tx, inbound) = std::sync::mpsc::channel();
@@ -118,7 +118,7 @@ impl DriverPoll {
         })
     }
 
-    pub fn sender(&self) -> InboundTx {
+    pub(super) fn sender(&self) -> InboundTx {
         self.tx.clone()
     }
 }
@@ -139,9 +139,11 @@ struct Channel {
 }
 
 #[derive(Debug)]
-pub struct RealIo {
+pub(super) struct RealIo {
     clock: Clock,
     rt: Handle,
+    /// `--proxy-health`: sends the probes the core asks for.
+    prober: Option<super::upstream_probe::Prober>,
     poll: DriverPoll,
     ready: mio::Events,
     read_buf: Vec<u8>,
@@ -189,9 +191,10 @@ const NOT_RUNNING_WORTH_A_LINE: core::time::Duration = core::time::Duration::fro
 
 /// Everything [`RealIo::new`] needs.
 #[derive(Debug)]
-pub struct RealIoParts {
+pub(super) struct RealIoParts {
     pub clock: Clock,
     pub rt: Handle,
+    pub prober: Option<super::upstream_probe::Prober>,
     pub poll: DriverPoll,
     pub listeners: super::listener_sets::ListenerSets,
     pub launcher: Launcher,
@@ -214,10 +217,11 @@ pub struct RealIoParts {
 }
 
 impl RealIo {
-    pub fn new(p: RealIoParts) -> Self {
+    pub(super) fn new(p: RealIoParts) -> Self {
         RealIo {
             clock: p.clock,
             rt: p.rt,
+            prober: p.prober,
             poll: p.poll,
             ready: mio::Events::with_capacity(64),
             read_buf: vec![0u8; 16 * 1024],
@@ -249,7 +253,7 @@ impl RealIo {
     }
 
     /// After the exit: give the services their bounded time to finish (their stops).
-    pub fn finish_services(&mut self, bound: std::time::Duration) {
+    pub(super) fn finish_services(&mut self, bound: std::time::Duration) {
         if let Some(services) = self.services.take() {
             services.finish(bound);
         }
@@ -257,7 +261,7 @@ impl RealIo {
 
     /// Last resort when the driver stops without an exit (the host runtime died): no
     /// worker may outlive us serving.
-    pub fn kill_all(&mut self) {
+    pub(super) fn kill_all(&mut self) {
         let workers: Vec<WorkerId> = self.pids.keys().copied().collect();
         for worker in workers {
             self.signal_group(worker, Signal::KILL);
@@ -458,7 +462,6 @@ impl RealIo {
                 (e.token(), read, e.is_writable())
             })
             .collect();
-        let before = self.inbox.len();
         for (token, read, write) in ready {
             if token == WAKE {
                 continue;
@@ -471,7 +474,6 @@ impl RealIo {
                 self.read_channel(worker);
             }
         }
-        ends_last(&mut self.inbox, before);
         true
     }
 
@@ -544,11 +546,10 @@ impl RealIo {
                 counts,
             } => {
                 self.pids.remove(&worker);
-                // Whatever any worker wrote before this death was learned is reported
-                // before it: a READY another candidate sent while this one served and
-                // crashed completes the first rollout, and the crash is then a member's
-                // (the real crash-loop run once judged it a startup failure for want of
-                // reading the other channel first). The dying worker's own words too.
+                // A death is learned in one look with everything every channel holds at
+                // that moment, the dying worker's own last words included; the core
+                // takes the exit after them (`Parent::intake`: a READY another candidate
+                // sent completes the first rollout, and the crash is then a member's).
                 if !self.poll_channels(Some(core::time::Duration::ZERO)) {
                     return Some(Wakeup::HostFailed);
                 }
@@ -556,15 +557,12 @@ impl RealIo {
                 if let Some(channel) = self.channels.get_mut(&worker) {
                     channel.read_closed = true;
                 }
-                // After every word it sent: the lines it never sent are what its final
-                // counts hold beyond those.
                 if let Some(counts) = counts {
                     self.inbox.push_back(Event::FinalCounts { worker, counts });
                 }
                 self.inbox.push_back(Event::Exited { worker, status });
-                self.inbox
-                    .pop_front()
-                    .map(|event| Wakeup::Event(now, event))
+                // One look: the core orders what it found (`Parent::intake`).
+                Some(Wakeup::Found(now, self.inbox.drain(..).collect()))
             }
             Inbound::Event(event) => Some(Wakeup::Event(now, event)),
             Inbound::Status(reply) => {
@@ -622,33 +620,14 @@ impl RealIo {
     }
 }
 
-/// Within what one poll read (the inbox from `from` on), every channel's end goes after
-/// every message, keeping each kind in order. A message found in the same poll as another
-/// worker's end was sent before that end was seen; handling the end first would judge the
-/// service on less than it already knows. Each worker's own end stays after its messages.
-fn ends_last(inbox: &mut VecDeque<Event>, from: usize) {
-    let is_end = |e: &Event| {
-        matches!(
-            e,
-            Event::ChannelClosed { .. } | Event::ProtocolViolation { .. }
-        )
-    };
-    if !inbox.range(from..).any(is_end) {
-        return;
-    }
-    let read: Vec<Event> = inbox.drain(from..).collect();
-    let (ends, messages): (Vec<Event>, Vec<Event>) = read.into_iter().partition(is_end);
-    inbox.extend(messages);
-    inbox.extend(ends);
-}
-
 impl ParentIo for RealIo {
     fn wait(&mut self, deadline: Option<Instant>) -> Wakeup {
         // Also here, not only before polling: a loop kept busy by input still pings.
         self.notifier.watchdog(None);
         loop {
-            if let Some(event) = self.inbox.pop_front() {
-                return Wakeup::Event(self.clock.now(), event);
+            // Everything the last look found, in the order found: the core orders it.
+            if !self.inbox.is_empty() {
+                return Wakeup::Found(self.clock.now(), self.inbox.drain(..).collect());
             }
             match self.poll.inbound.try_recv() {
                 Ok(inbound) => match self.inbound(inbound) {
@@ -681,11 +660,7 @@ impl ParentIo for RealIo {
             return vec![Wakeup::HostFailed];
         }
         let now = self.clock.now();
-        let mut arrived: Vec<Wakeup> = self
-            .inbox
-            .drain(..)
-            .map(|e| Wakeup::Event(now, e))
-            .collect();
+        let mut arrived = vec![Wakeup::Found(now, self.inbox.drain(..).collect())];
         loop {
             match self.poll.inbound.try_recv() {
                 Ok(inbound) => arrived.extend(self.inbound(inbound)),
@@ -725,6 +700,13 @@ impl ParentIo for RealIo {
                     if let Ok(pgid) = i32::try_from(pgid) {
                         crate::cgi::groups::kill_group(pgid);
                     }
+                }
+                return;
+            }
+            ParentAction::ProbeUpstream { upstream } => {
+                match &self.prober {
+                    Some(prober) => prober.probe(&self.rt, self.poll.sender(), upstream),
+                    None => tracing::warn!(upstream, "a probe asked for with no prober"),
                 }
                 return;
             }
@@ -922,45 +904,5 @@ impl ParentIo for RealIo {
                 let _ = waiter.send(snapshot.clone());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use servery_core::proto::WorkerMessage;
-
-    fn ready(worker: u64) -> Event {
-        Event::Message {
-            worker: WorkerId(worker),
-            message: WorkerMessage::Ready,
-        }
-    }
-
-    fn closed(worker: u64) -> Event {
-        Event::ChannelClosed {
-            worker: WorkerId(worker),
-        }
-    }
-
-    #[test]
-    fn a_poll_reports_every_message_before_any_channel_end() {
-        let mut inbox: VecDeque<Event> = [closed(7), ready(1), closed(1), ready(2), ready(3)]
-            .into_iter()
-            .collect();
-        ends_last(&mut inbox, 1);
-        let order: Vec<Event> = inbox.into_iter().collect();
-        assert_eq!(
-            order,
-            vec![closed(7), ready(1), ready(2), ready(3), closed(1)],
-            "what came before the poll stays first; one worker's end still follows its messages"
-        );
-    }
-
-    #[test]
-    fn a_poll_without_ends_keeps_its_order() {
-        let mut inbox: VecDeque<Event> = [ready(2), ready(1)].into_iter().collect();
-        ends_last(&mut inbox, 0);
-        assert_eq!(inbox, VecDeque::from(vec![ready(2), ready(1)]));
     }
 }

@@ -10,7 +10,7 @@ use servery_core::supervisor::Action;
 use servery_core::{Generation, WorkerId};
 
 /// The record of one supervisor action.
-pub fn action(action: &Action) {
+pub(super) fn action(action: &Action) {
     match action {
         Action::Spawn {
             worker,
@@ -108,7 +108,7 @@ pub fn action(action: &Action) {
 
 /// The record of a lifecycle message a worker sent (heartbeats and broker requests are
 /// not lifecycle events).
-pub fn message(worker: WorkerId, message: &WorkerMessage) {
+pub(super) fn message(worker: WorkerId, message: &WorkerMessage) {
     match message {
         WorkerMessage::Prepared => {
             tracing::info!(event = "prepared", worker = worker.0, "worker prepared")
@@ -132,7 +132,7 @@ pub fn message(worker: WorkerId, message: &WorkerMessage) {
 
 /// Records for the workers reaped since `seen` exits were recorded (the core counts every
 /// exit and lists the last few with their reason codes); returns the new count.
-pub fn exits(parent: &Parent, seen: u64) -> u64 {
+pub(super) fn exits(parent: &Parent, seen: u64) -> u64 {
     let sup = parent.supervisor();
     let total: u64 = sup.tally().exits.iter().sum();
     if total == seen {

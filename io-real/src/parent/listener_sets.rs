@@ -11,7 +11,7 @@ use servery_core::config::Listen;
 use super::listeners::{BindError, Binding, bind_all, url};
 
 #[derive(Debug)]
-pub struct ListenerSets {
+pub(super) struct ListenerSets {
     sets: Vec<(Listen, Vec<TcpListener>)>,
     /// The addresses every set listens on, and their backlog (fixed while servery runs).
     binding: Binding,
@@ -20,7 +20,7 @@ pub struct ListenerSets {
 
 impl ListenerSets {
     /// The set bound at start for `listen`.
-    pub fn new(
+    pub(super) fn new(
         binding: Binding,
         scheme: &'static str,
         listen: Listen,
@@ -34,14 +34,14 @@ impl ListenerSets {
     }
 
     /// The sockets of `listen`; none once it is closed.
-    pub fn get(&self, listen: Listen) -> &[TcpListener] {
+    pub(super) fn get(&self, listen: Listen) -> &[TcpListener] {
         self.sets
             .iter()
             .find(|(l, _)| *l == listen)
             .map_or(&[], |(_, set)| set.as_slice())
     }
 
-    pub fn addrs(&self, listen: Listen) -> Vec<SocketAddr> {
+    pub(super) fn addrs(&self, listen: Listen) -> Vec<SocketAddr> {
         self.get(listen)
             .iter()
             .filter_map(|l| l.local_addr().ok())
@@ -49,7 +49,7 @@ impl ListenerSets {
     }
 
     /// `SCHEME://ADDR/` of each socket of `listen`.
-    pub fn urls(&self, listen: Listen) -> Vec<String> {
+    pub(super) fn urls(&self, listen: Listen) -> Vec<String> {
         self.addrs(listen)
             .into_iter()
             .map(|a| url(self.scheme, a))
@@ -57,7 +57,7 @@ impl ListenerSets {
     }
 
     /// Bind `listen` on every address; a set already held is not bound twice.
-    pub fn bind(&mut self, listen: Listen) -> Result<(), BindError> {
+    pub(super) fn bind(&mut self, listen: Listen) -> Result<(), BindError> {
         if self.sets.iter().any(|(l, _)| *l == listen) {
             return Ok(());
         }
@@ -92,13 +92,13 @@ impl ListenerSets {
     }
 
     /// Close the parent's copy of `listen`; whether it held one.
-    pub fn release(&mut self, listen: Listen) -> bool {
+    pub(super) fn release(&mut self, listen: Listen) -> bool {
         let before = self.sets.len();
         self.sets.retain(|(l, _)| *l != listen);
         self.sets.len() < before
     }
 
-    pub fn close_all(&mut self) {
+    pub(super) fn close_all(&mut self) {
         self.sets.clear();
     }
 }

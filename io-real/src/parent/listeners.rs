@@ -4,13 +4,13 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
 /// Where servery listens when no port is given, and how far it scans forward.
-pub const DEFAULT_PORT: u16 = 8000;
-pub const PORT_SCAN: u16 = 100;
+pub(super) const DEFAULT_PORT: u16 = 8000;
+pub(super) const PORT_SCAN: u16 = 100;
 
 /// How long the kernel holds a connection whose client has sent nothing before handing it
 /// to a worker anyway (`TCP_DEFER_ACCEPT`, see [`crate::os::set_defer_accept`]). Short:
 /// past it the header-read timeout decides, as for any slow client.
-pub const DEFER_ACCEPT_SECS: u32 = 1;
+pub(super) const DEFER_ACCEPT_SECS: u32 = 1;
 
 /// The default of `--listen-backlog`: connections the kernel completes before a worker
 /// accepts them. The kernel caps it at `net.core.somaxconn` (4,096 on current Linux);
@@ -21,7 +21,7 @@ pub const LISTEN_BACKLOG: u32 = 4096;
 /// The addresses every listener set is bound on, and the backlog each socket asks for
 /// (both fixed while servery runs).
 #[derive(Debug, Clone)]
-pub struct Binding {
+pub(super) struct Binding {
     pub addrs: Vec<IpAddr>,
     /// `--listen-backlog` (validated to 1..=65535 by its parser).
     pub backlog: u32,
@@ -60,7 +60,10 @@ pub enum BindError {
 /// Bind every address on one port. With `port` given (0 = ephemeral, chosen on the first
 /// address and reused for the rest) a busy port is an error; without it, the default port
 /// and the ones after it are tried in turn.
-pub fn bind_all(binding: &Binding, port: Option<u16>) -> Result<Vec<TcpListener>, BindError> {
+pub(super) fn bind_all(
+    binding: &Binding,
+    port: Option<u16>,
+) -> Result<Vec<TcpListener>, BindError> {
     let (addrs, backlog) = (binding.addrs.as_slice(), binding.backlog);
     if addrs.is_empty() {
         return Err(BindError::NoAddress);
@@ -140,7 +143,7 @@ fn listen_on(addr: SocketAddr, v6only: bool, backlog: u32) -> io::Result<TcpList
 /// without trying: an address twice, or a wildcard address beside another address of its
 /// family (the wildcard holds the port on all of them). `0.0.0.0` beside `::` is fine:
 /// the IPv6 listener then takes IPv6 alone.
-pub fn conflicting_binds(addrs: &[IpAddr]) -> Option<String> {
+pub(super) fn conflicting_binds(addrs: &[IpAddr]) -> Option<String> {
     for (i, a) in addrs.iter().enumerate() {
         for b in &addrs[i + 1..] {
             if a == b {
@@ -162,7 +165,7 @@ pub fn conflicting_binds(addrs: &[IpAddr]) -> Option<String> {
 /// The listeners a service manager passed (socket activation), instead of binding: the
 /// one named `admin` (`FileDescriptorName=admin`) is the admin listener, every other one
 /// serves files. `--admin`, if given too, binds the admin listener when none was passed.
-pub fn adopt(
+pub(super) fn adopt(
     inherited: Vec<crate::os::InheritedListener>,
     admin: Option<SocketAddr>,
 ) -> Result<(Vec<TcpListener>, Option<TcpListener>), BindError> {
@@ -201,7 +204,7 @@ pub fn adopt(
 }
 
 /// `SCHEME://ADDR/` for a listener's address, with IPv6 in brackets.
-pub fn url(scheme: &str, addr: SocketAddr) -> String {
+pub(super) fn url(scheme: &str, addr: SocketAddr) -> String {
     format!("{scheme}://{addr}/")
 }
 

@@ -12,7 +12,7 @@ use servery_core::supervisor::Event;
 use super::io::{Inbound, InboundTx};
 use crate::worker::broker::BrokerHandle;
 
-pub fn client(config: &ValidConfig, events: InboundTx) -> BrokerHandle {
+pub(super) fn client(config: &ValidConfig, events: InboundTx) -> BrokerHandle {
     let b = config.broker();
     BrokerHandle::new(b.queue_capacity().max(1), b.reply_timeout(), move |frame| {
         let mut decoder = FrameDecoder::new(MAX_FRAME_DEFAULT);

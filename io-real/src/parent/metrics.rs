@@ -63,6 +63,8 @@ pub struct Snapshot {
         servery_core::acme::ManagerStatus,
         servery_core::acme::CertHealth,
     )>,
+    /// The reverse proxy's upstreams as given, and whether the parent holds each up.
+    pub upstreams: Vec<(String, bool)>,
 }
 
 impl Snapshot {
@@ -101,6 +103,16 @@ impl Snapshot {
             worker_pids,
             certificate: parent.tls().map(|tls| tls.status().summary),
             acme: parent.acme().map(|m| (m.status(), m.health(wall))),
+            upstreams: info
+                .upstreams
+                .iter()
+                .enumerate()
+                .map(|(i, given)| {
+                    let down = u16::try_from(i)
+                        .is_ok_and(|i| parent.upstream_health().is_some_and(|h| h.is_down(i)));
+                    (given.clone(), !down)
+                })
+                .collect(),
         }
     }
 
@@ -253,6 +265,7 @@ impl Snapshot {
         self.register_broker(r);
         self.register_requests(r);
         self.register_certificate(r);
+        super::metrics_proxy::register(&self.upstreams, r);
     }
 
     /// When the served certificate ends, and when its renewal window opens: alert on
@@ -383,7 +396,7 @@ impl Snapshot {
 /// not ask for OpenMetrics (`curl`, `promtool check metrics`). The two differ only in how
 /// a counter's family is named (OpenMetrics names it without `_total`, which its samples
 /// add) and in the `# UNIT` and `# EOF` lines, which the classic format does not have.
-pub fn classic_text(openmetrics: &str) -> String {
+pub(super) fn classic_text(openmetrics: &str) -> String {
     let counters: std::collections::HashSet<&str> = openmetrics
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

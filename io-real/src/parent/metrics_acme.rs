@@ -11,7 +11,7 @@ use servery_core::supervisor::{Readiness, ServiceState};
 
 use super::metrics::Snapshot;
 
-pub fn register(status: &ManagerStatus, r: &mut Registry) {
+pub(super) fn register(status: &ManagerStatus, r: &mut Registry) {
     let failures = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
     for (stage, n) in Stage::ALL.iter().zip(status.failures_by_stage) {
         failures
@@ -49,7 +49,7 @@ pub fn register(status: &ManagerStatus, r: &mut Registry) {
 }
 
 /// `/readyz`'s body when the certificate decides it; `None` when the workers do.
-pub fn readiness_text(s: &Snapshot) -> Option<String> {
+pub(super) fn readiness_text(s: &Snapshot) -> Option<String> {
     let (status, health) = s.acme.as_ref()?;
     let last = status.last_error.as_deref().unwrap_or("none");
     match (health, s.readiness) {

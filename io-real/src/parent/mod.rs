@@ -16,6 +16,7 @@ mod listeners;
 mod local_broker;
 mod metrics;
 mod metrics_acme;
+mod metrics_proxy;
 pub mod ops_args;
 mod process_stats;
 pub mod services;
@@ -24,6 +25,7 @@ mod spawn;
 mod status;
 mod systemd;
 mod tls_material;
+mod upstream_probe;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -75,6 +77,8 @@ pub enum ParentError {
     TlsMaterial(String),
     #[error(transparent)]
     Quic(#[from] crate::http3::sockets::QuicBindError),
+    #[error("cannot prepare the upstream probes: {0}")]
+    Proxy(String),
 }
 
 /// How long the exit waits for the singleton services to finish their stops (an mDNS
@@ -574,6 +578,8 @@ fn serve(
         let material = tls_material::start(identity, clock.now());
         parent.start_tls(material.map_err(ParentError::TlsMaterial)?);
     }
+    let prober =
+        upstream_probe::start(&mut parent, &args.proxy, clock.now()).map_err(ParentError::Proxy)?;
     let journal = journal.map(|(journal, loaded)| {
         let report = parent.restore_dav_locks(clock.now(), loaded.take());
         if report.over_table_limit + report.timeout_capped + report.skipped > 0 {
@@ -599,6 +605,7 @@ fn serve(
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
+        prober,
         poll,
         listeners,
         launcher,
@@ -622,6 +629,9 @@ fn serve(
             services: service_reports,
             settings: started_settings,
             warnings,
+            upstreams: crate::proxy::route::Routes::parse(&args.proxy.proxy)
+                .map(|routes| routes.iter().map(|r| r.given.clone()).collect())
+                .unwrap_or_default(),
         },
         notifier,
         acme: acme_link,

@@ -82,7 +82,7 @@ fn worker_cpu_shown(total: f64) -> f64 {
 
 /// What one scrape shows of the processes.
 #[derive(Debug)]
-pub struct Figures {
+pub(super) struct Figures {
     parent: Option<Sample>,
     /// The CPU seconds of every worker since the parent started.
     worker_cpu: f64,
@@ -91,7 +91,7 @@ pub struct Figures {
 
 impl Figures {
     /// Reads `/proc` for the parent and the live workers `workers`.
-    pub fn read(workers: &[u32]) -> Figures {
+    pub(super) fn read(workers: &[u32]) -> Figures {
         // The reaped children first, then the live ones: see [`worker_cpu_shown`].
         let parent = sample("self");
         let reaped = parent.map_or(0.0, |p| p.reaped_children_cpu);
@@ -108,14 +108,14 @@ impl Figures {
     }
 
     /// The parent's `process_*` series, on a registry without a prefix.
-    pub fn register_parent(&self, root: &mut Registry) {
+    pub(super) fn register_parent(&self, root: &mut Registry) {
         if let Some(p) = self.parent {
             register_parent(root, p);
         }
     }
 
     /// The workers' sums and the build information, on the `servery` registry.
-    pub fn register_service(&self, servery: &mut Registry) {
+    pub(super) fn register_service(&self, servery: &mut Registry) {
         let cpu = Counter::<f64, AtomicU64>::default();
         cpu.inc_by(self.worker_cpu);
         servery.register_with_unit(

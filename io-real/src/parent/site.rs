@@ -24,7 +24,7 @@ pub struct SiteIssue {
 
 /// The serving options, ready to hand to workers.
 #[derive(Debug)]
-pub struct PreparedSite {
+pub(crate) struct PreparedSite {
     /// What every worker is told besides its settings.
     pub worker: SiteFacts,
     /// `sha256` fingerprint of the leaf certificate, `AB:CD:…`, when serving TLS.
@@ -38,13 +38,13 @@ pub struct PreparedSite {
 }
 
 impl PreparedSite {
-    pub fn scheme(&self) -> &'static str {
+    pub(crate) fn scheme(&self) -> &'static str {
         if self.worker.tls { "https" } else { "http" }
     }
 }
 
 /// Check and prepare the serving options; every issue at once.
-pub fn prepare(args: &SiteArgs, bind: &[IpAddr]) -> Result<PreparedSite, Vec<SiteIssue>> {
+pub(crate) fn prepare(args: &SiteArgs, bind: &[IpAddr]) -> Result<PreparedSite, Vec<SiteIssue>> {
     let mut issues = Vec::new();
     for (i, value) in args.auth.iter().enumerate() {
         if let Err(e) = value.parse::<Credential>() {
@@ -148,7 +148,7 @@ fn flag_of(e: &TlsError, cert_source: &str) -> &'static str {
 }
 
 /// `AB:CD:…` of the SHA-256 of a certificate's DER, as browsers show it.
-pub fn fingerprint(der: &[u8]) -> String {
+pub(crate) fn fingerprint(der: &[u8]) -> String {
     Sha256::digest(der)
         .iter()
         .map(|b| format!("{b:02X}"))
@@ -159,7 +159,7 @@ pub fn fingerprint(der: &[u8]) -> String {
 /// The names a generated certificate covers: `localhost`, the loopback addresses, every
 /// specific bind address, and — when binding a wildcard address, the only case in which
 /// other machines can reach us — this machine's non-loopback addresses and host name.
-pub fn self_signed_names_for(bind: &[IpAddr]) -> Vec<String> {
+pub(crate) fn self_signed_names_for(bind: &[IpAddr]) -> Vec<String> {
     let mut ips: Vec<IpAddr> = vec![
         IpAddr::from([127, 0, 0, 1]),
         IpAddr::from(std::net::Ipv6Addr::LOCALHOST),

@@ -27,11 +27,11 @@ use crate::worker::setup::{Setup, SiteFacts};
 
 /// Set (to anything) to start workers from the path the parent was started from rather
 /// than `/proc/self/exe`; see [`Launcher::program`].
-pub const WORKER_PROGRAM_ENV: &str = "SERVERY_WORKER_FROM_START_PATH";
+pub(super) const WORKER_PROGRAM_ENV: &str = "SERVERY_WORKER_FROM_START_PATH";
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SpawnError {
+pub(super) enum SpawnError {
     #[error("the listeners are closed")]
     ListenersClosed,
     #[error("cannot create the control channel: {0}")]
@@ -51,14 +51,14 @@ pub enum SpawnError {
 /// Async threads per worker: the CPUs shared out among the workers, at least one. The
 /// workers are the parallelism; more async threads than a worker's share of the CPUs only
 /// adds cross-thread wake-ups (measured in docs/benchmarks.md) and memory.
-pub fn runtime_threads(config: &ValidConfig) -> u32 {
+pub(super) fn runtime_threads(config: &ValidConfig) -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     cpus.div_ceil(config.workers().max(1)).max(1)
 }
 
 /// The parent's side of one running worker.
 #[derive(Debug)]
-pub struct Launched {
+pub(super) struct Launched {
     pub pid: u32,
     /// The parent's end of the control channel, non-blocking; the setup preamble is the
     /// first thing to write on it.
@@ -68,7 +68,7 @@ pub struct Launched {
 
 /// Which worker to start, and under what configuration (the core's `Spawn`).
 #[derive(Debug, Clone, Copy)]
-pub struct WorkerStart<'a> {
+pub(super) struct WorkerStart<'a> {
     pub worker: WorkerId,
     pub slot: Slot,
     pub generation: Generation,
@@ -77,7 +77,7 @@ pub struct WorkerStart<'a> {
 
 /// How workers are started.
 #[derive(Debug)]
-pub struct Launcher {
+pub(super) struct Launcher {
     exe: PathBuf,
     root: PathBuf,
     facts: SiteFacts,
@@ -95,7 +95,7 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    pub fn new(exe: PathBuf, root: PathBuf, facts: SiteFacts, serve: ServeArgs) -> Self {
+    pub(super) fn new(exe: PathBuf, root: PathBuf, facts: SiteFacts, serve: ServeArgs) -> Self {
         Launcher {
             exe,
             root,
@@ -109,26 +109,26 @@ impl Launcher {
     }
 
     /// Workers' pages show a QR code of the LAN URL of the listeners they are given.
-    pub fn with_qr(mut self, site: Option<super::services::Site>) -> Self {
+    pub(super) fn with_qr(mut self, site: Option<super::services::Site>) -> Self {
         self.qr = site.map(|site| (site, super::services::context::interfaces()));
         self
     }
 
     /// Workers also get their slot's HTTP/3 sockets.
-    pub fn with_quic(mut self, sockets: Option<crate::http3::sockets::QuicSockets>) -> Self {
+    pub(super) fn with_quic(mut self, sockets: Option<crate::http3::sockets::QuicSockets>) -> Self {
         self.quic = sockets;
         self
     }
 
     /// Workers log as the parent does (`--log-format`).
-    pub fn with_log_format(mut self, format: crate::parent::ops_args::LogFormat) -> Self {
+    pub(super) fn with_log_format(mut self, format: crate::parent::ops_args::LogFormat) -> Self {
         self.log_format = format;
         self
     }
 
     /// The core's HTTP/3 steering (decision 0079): the groups grown or shrunk and the
     /// program attached as it says.
-    pub fn steer_quic(&mut self, steering: &servery_core::supervisor::QuicSteering) {
+    pub(super) fn steer_quic(&mut self, steering: &servery_core::supervisor::QuicSteering) {
         if let Some(quic) = &mut self.quic
             && let Err(e) = quic.apply(steering)
         {
@@ -150,7 +150,7 @@ impl Launcher {
         }
     }
 
-    pub fn launch(
+    pub(super) fn launch(
         &mut self,
         rt: &Handle,
         events: &InboundTx,

@@ -24,6 +24,9 @@ pub struct ServiceInfo {
     /// What the operator must know about how servery runs (TFTP without authentication
     /// beside `--auth`), said at start and kept here.
     pub warnings: Vec<String>,
+    /// The reverse proxy's upstreams as given (`--proxy`), in the order the core numbers
+    /// them.
+    pub upstreams: Vec<String>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -35,7 +38,12 @@ fn at_ms(t: Instant) -> u64 {
 }
 
 /// `listen`: the URLs of the committed generation's listeners.
-pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[String]) -> Value {
+pub(super) fn status_json(
+    parent: &Parent,
+    now: Instant,
+    info: &ServiceInfo,
+    listen: &[String],
+) -> Value {
     let status = parent.supervisor().status(now);
     let mut value = core_status_json(&status);
     let extra = json!({
@@ -68,6 +76,11 @@ pub fn status_json(parent: &Parent, now: Instant, info: &ServiceInfo, listen: &[
             super::services::acme::status_json(&m.status(), m.health(wall))
         }),
         "tls": super::tls_material::status_json(parent, now),
+        // The parent's verdict on each upstream (decision 0095).
+        "proxy_upstreams": info.upstreams.iter().enumerate().map(|(i, given)| json!({
+            "upstream": given,
+            "up": !u16::try_from(i).is_ok_and(|i| parent.upstream_health().is_some_and(|h| h.is_down(i))),
+        })).collect::<Vec<_>>(),
         "warnings": info.warnings,
     });
     if let (Value::Object(map), Value::Object(more)) = (&mut value, extra) {

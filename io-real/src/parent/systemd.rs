@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use sd_notify::NotifyState;
 
 #[derive(Debug, Default)]
-pub struct Notifier {
+pub(super) struct Notifier {
     enabled: bool,
     /// Half of `WATCHDOG_USEC`: how often the loop pings.
     watchdog_every: Option<Duration>,
@@ -26,7 +26,7 @@ pub struct Notifier {
 impl Notifier {
     /// Reads `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID`; the watchdog variables
     /// are removed, so workers never see them. Call before any thread is started.
-    pub fn from_env() -> Notifier {
+    pub(super) fn from_env() -> Notifier {
         let mut usec = 0;
         let watchdog = sd_notify::watchdog_enabled(true, &mut usec);
         let enabled = std::env::var_os("NOTIFY_SOCKET").is_some();
@@ -50,7 +50,7 @@ impl Notifier {
     }
 
     /// A generation committed: the first, or a reload's.
-    pub fn committed(&mut self) {
+    pub(super) fn committed(&mut self) {
         if self.stopping {
             return;
         }
@@ -59,7 +59,7 @@ impl Notifier {
     }
 
     /// A reload's generation is being brought up.
-    pub fn reload_started(&mut self) {
+    pub(super) fn reload_started(&mut self) {
         if self.stopping {
             return;
         }
@@ -74,7 +74,7 @@ impl Notifier {
     /// before it started (an unreadable file, a setting fixed at start, one already in
     /// progress) still reports RELOADING=1 then READY=1: with `Type=notify-reload`
     /// systemd waits for that pair after its SIGHUP, and would otherwise time out.
-    pub fn reload_rejected(&mut self, message: &str) {
+    pub(super) fn reload_rejected(&mut self, message: &str) {
         if self.stopping {
             return;
         }
@@ -87,7 +87,7 @@ impl Notifier {
     }
 
     /// The listeners closed: the service is stopping.
-    pub fn stopping(&mut self) {
+    pub(super) fn stopping(&mut self) {
         if !self.stopping {
             self.stopping = true;
             self.send(&[NotifyState::Stopping]);
@@ -95,7 +95,7 @@ impl Notifier {
     }
 
     /// STATUS= with the service's state, generation and ready workers, when it changed.
-    pub fn status(&mut self, state: &'static str, generation: u64, ready: usize) {
+    pub(super) fn status(&mut self, state: &'static str, generation: u64, ready: usize) {
         let now = Some((state, generation, ready));
         if !self.enabled || self.last_status == now {
             return;
@@ -107,7 +107,7 @@ impl Notifier {
 
     /// Ping the watchdog if it is due; returns how long the loop may wait before the
     /// next ping (`timeout` itself when there is no watchdog or it is sooner).
-    pub fn watchdog(&mut self, timeout: Option<Duration>) -> Option<Duration> {
+    pub(super) fn watchdog(&mut self, timeout: Option<Duration>) -> Option<Duration> {
         let (Some(every), Some(next)) = (self.watchdog_every, self.next_ping) else {
             return timeout;
         };

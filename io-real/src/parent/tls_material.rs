@@ -20,20 +20,20 @@ use crate::tls::{Identity, TlsError};
 
 /// `--tls-cert` and `--tls-key`, read again on every reload.
 #[derive(Debug, Clone)]
-pub struct TlsFiles {
+pub(super) struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
 }
 
 /// Fresh randomness for one ticket key.
-pub fn entropy() -> Result<[u8; TICKET_ENTROPY_LEN], ring::error::Unspecified> {
+pub(super) fn entropy() -> Result<[u8; TICKET_ENTROPY_LEN], ring::error::Unspecified> {
     let mut bytes = [0u8; TICKET_ENTROPY_LEN];
     SystemRandom::new().fill(&mut bytes)?;
     Ok(bytes)
 }
 
 /// Seconds since the Unix epoch, now.
-pub fn unix_now() -> i64 {
+pub(super) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -42,7 +42,7 @@ pub fn unix_now() -> i64 {
 /// Says so, as a warning, when a certificate about to be served is expired or inside its
 /// renewal window: at start and on every certificate loaded later (a reload's files, an
 /// ACME certificate). `ctl status` and `/metrics` show the same at any time.
-pub fn warn_of_expiry(summary: &CertSummary) {
+pub(super) fn warn_of_expiry(summary: &CertSummary) {
     let now = unix_now();
     let not_after = rfc3339(summary.not_after_unix);
     let subject = summary.subject.as_str();
@@ -63,7 +63,7 @@ pub fn warn_of_expiry(summary: &CertSummary) {
 }
 
 /// The material the first workers start with.
-pub fn start(identity: &Identity, now: Instant) -> Result<TlsState, String> {
+pub(super) fn start(identity: &Identity, now: Instant) -> Result<TlsState, String> {
     if let Some(summary) = identity.summary() {
         warn_of_expiry(&summary);
     }
@@ -86,14 +86,14 @@ pub fn start(identity: &Identity, now: Instant) -> Result<TlsState, String> {
 
 /// The certificate files read and checked again (a reload): the new identity for the
 /// core, or why the current one stays.
-pub fn reread(files: &TlsFiles) -> Result<TlsInput, TlsError> {
+pub(super) fn reread(files: &TlsFiles) -> Result<TlsInput, TlsError> {
     offer(Identity::from_files(&files.cert, &files.key)?)
 }
 
 /// An identity checked as every new one is (the pair belongs together, it fits one
 /// control frame), as the core's input that hands it to every worker: the certificate
 /// files on reload, and ACME's issued certificates.
-pub fn offer(identity: Identity) -> Result<TlsInput, TlsError> {
+pub(super) fn offer(identity: Identity) -> Result<TlsInput, TlsError> {
     identity.certified()?;
     if let Err(e) = check_identity_fits(&identity.cert_pem, &identity.key_pem) {
         return Err(TlsError::Oversized(e.to_string()));
@@ -108,7 +108,7 @@ pub fn offer(identity: Identity) -> Result<TlsInput, TlsError> {
 }
 
 /// The words a refused reload answers with.
-pub fn refusal(files: &TlsFiles, e: &TlsError) -> String {
+pub(super) fn refusal(files: &TlsFiles, e: &TlsError) -> String {
     format!(
         "the certificate files ({}, {}) were not reloaded and the current certificate stays: {e}",
         files.cert.display(),
@@ -126,7 +126,7 @@ fn rfc3339(unix: i64) -> String {
 }
 
 /// The `tls` object of `ctl status --json` (`null` without TLS).
-pub fn status_json(parent: &Parent, now: Instant) -> Value {
+pub(super) fn status_json(parent: &Parent, now: Instant) -> Value {
     let Some(tls) = parent.tls() else {
         return Value::Null;
     };
@@ -152,7 +152,7 @@ pub fn status_json(parent: &Parent, now: Instant) -> Value {
 }
 
 /// The `tls` lines of `ctl status`.
-pub fn status_text(v: &Value, out: &mut String) {
+pub(super) fn status_text(v: &Value, out: &mut String) {
     let Some(tls) = v.get("tls").filter(|t| !t.is_null()) else {
         return;
     };

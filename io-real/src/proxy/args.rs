@@ -15,6 +15,13 @@ pub const DEFAULT_CONNECT_TIMEOUT: f64 = 5.0;
 pub const DEFAULT_FIRST_BYTE_TIMEOUT: f64 = 60.0;
 /// The default longest silence of an upstream in the middle of its response body.
 pub const DEFAULT_IDLE_TIMEOUT: f64 = 60.0;
+/// The default failures in a row that mark an upstream down (nginx's `max_fails`).
+pub const DEFAULT_MAX_FAILS: u32 = 1;
+/// The default time an upstream marked down without probes stays down (nginx's
+/// `fail_timeout`).
+pub const DEFAULT_FAIL_TIMEOUT: f64 = 10.0;
+/// The default time between probes of each upstream with `--proxy-health`.
+pub const DEFAULT_HEALTH_INTERVAL: f64 = 5.0;
 
 /// The reverse proxy.
 #[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
@@ -68,6 +75,23 @@ pub struct ProxyArgs {
     /// that finds none is answered 503 with `Retry-After` before its body is read.
     #[arg(long, value_name = "N", env = "SERVERY_PROXY_MAX_INFLIGHT", default_value_t = servery_core::config::RawBroker::default().max_proxy_inflight, allow_negative_numbers = true, group = crate::settings::LIVE)]
     pub proxy_max_inflight: i64,
+    /// Failures in a row, seen by any worker (refused, unreachable, timed out, broken
+    /// before the response head) or by `--proxy-health` probes, that mark an upstream
+    /// down for every worker; a prefix given several URLs sends to those not down.
+    #[arg(long, value_name = "N", env = "SERVERY_PROXY_MAX_FAILS", default_value_t = DEFAULT_MAX_FAILS)]
+    pub proxy_max_fails: u32,
+    /// Seconds an upstream marked down stays down before it is tried again (without
+    /// `--proxy-health`; with it, until a probe passes).
+    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_FAIL_TIMEOUT", default_value_t = DEFAULT_FAIL_TIMEOUT)]
+    pub proxy_fail_timeout: f64,
+    /// Probe every upstream with `GET PATH` from the parent: an answer 2xx or 3xx within
+    /// the interval (at most 5 s) passes, anything else fails. A down upstream comes back
+    /// only when a probe passes.
+    #[arg(long, value_name = "PATH", env = "SERVERY_PROXY_HEALTH")]
+    pub proxy_health: Option<String>,
+    /// Seconds between probes of each upstream (`--proxy-health`).
+    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_HEALTH_INTERVAL", default_value_t = DEFAULT_HEALTH_INTERVAL)]
+    pub proxy_health_interval: f64,
 }
 
 impl ProxyArgs {
@@ -86,10 +110,30 @@ impl ProxyArgs {
                 message: e.to_string(),
             }));
         }
+        if !(1..=1000).contains(&self.proxy_max_fails) {
+            issues.push(SiteIssue {
+                flag: "--proxy-max-fails",
+                message: format!("must be from 1 to 1000, got {}", self.proxy_max_fails),
+            });
+        }
+        if let Some(path) = &self.proxy_health
+            && (!path.starts_with('/')
+                || path
+                    .bytes()
+                    .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+                || path.parse::<http::uri::PathAndQuery>().is_err())
+        {
+            issues.push(SiteIssue {
+                flag: "--proxy-health",
+                message: format!("must be a path starting with `/`, got `{path}`"),
+            });
+        }
         for (flag, secs) in [
             ("--proxy-connect-timeout", self.proxy_connect_timeout),
             ("--proxy-first-byte-timeout", self.proxy_first_byte_timeout),
             ("--proxy-idle-timeout", self.proxy_idle_timeout),
+            ("--proxy-fail-timeout", self.proxy_fail_timeout),
+            ("--proxy-health-interval", self.proxy_health_interval),
         ] {
             if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
                 issues.push(SiteIssue {
@@ -101,6 +145,26 @@ impl ProxyArgs {
             }
         }
         issues
+    }
+}
+
+impl ProxyArgs {
+    /// How the parent judges the upstreams (`None` without routes).
+    pub fn health_policy(&self) -> Option<(u16, servery_core::upstream_health::HealthPolicy)> {
+        let routes = Routes::parse(&self.proxy).ok().filter(|r| !r.is_empty())?;
+        let count = u16::try_from(routes.len()).ok()?;
+        let secs = |s: f64| std::time::Duration::try_from_secs_f64(s).ok();
+        Some((
+            count,
+            servery_core::upstream_health::HealthPolicy {
+                max_fails: self.proxy_max_fails,
+                fail_timeout: secs(self.proxy_fail_timeout)?,
+                probe_interval: match &self.proxy_health {
+                    Some(_) => Some(secs(self.proxy_health_interval)?),
+                    None => None,
+                },
+            },
+        ))
     }
 }
 

@@ -18,13 +18,13 @@ use tokio::time::{Instant, Sleep};
 
 /// When the request body last moved, in milliseconds since the request started.
 #[derive(Debug)]
-pub struct Progress {
+pub(super) struct Progress {
     start: Instant,
     last_ms: AtomicU64,
 }
 
 impl Progress {
-    pub fn new() -> Arc<Progress> {
+    pub(super) fn new() -> Arc<Progress> {
         Arc::new(Progress {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -37,19 +37,19 @@ impl Progress {
     }
 
     /// When the body last moved (the start if it never did).
-    pub fn last(&self) -> Instant {
+    pub(super) fn last(&self) -> Instant {
         self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }
 
 /// The client's request body on its way upstream.
-pub struct Outgoing<B> {
+pub(super) struct Outgoing<B> {
     inner: B,
     progress: Arc<Progress>,
 }
 
 impl<B> Outgoing<B> {
-    pub fn new(inner: B, progress: Arc<Progress>) -> Self {
+    pub(super) fn new(inner: B, progress: Arc<Progress>) -> Self {
         Outgoing { inner, progress }
     }
 }
@@ -83,7 +83,7 @@ where
 }
 
 /// The upstream's response body on its way to the client.
-pub struct Incoming {
+pub(super) struct Incoming {
     inner: hyper::body::Incoming,
     idle: Duration,
     silence: Pin<Box<Sleep>>,
@@ -93,7 +93,7 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    pub fn new(
+    pub(super) fn new(
         inner: hyper::body::Incoming,
         idle: Duration,
         route: Arc<str>,

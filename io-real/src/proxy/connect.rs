@@ -16,13 +16,13 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpStream, UnixStream};
 
 /// The host name a Unix route's requests carry to the connector.
-pub fn unix_host(index: usize) -> String {
+pub(super) fn unix_host(index: usize) -> String {
     format!("unix-{index}.invalid")
 }
 
 /// A connection to an upstream, either kind.
 #[derive(Debug)]
-pub enum Stream {
+pub(super) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
@@ -78,7 +78,7 @@ impl tokio::io::AsyncWrite for Stream {
 
 /// Dials what a request's URI names.
 #[derive(Clone)]
-pub struct Connector {
+pub(super) struct Connector {
     /// The socket of each Unix route, by the index in its host name.
     pub unix: Arc<Vec<PathBuf>>,
     pub timeout: Duration,

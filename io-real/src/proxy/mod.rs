@@ -10,6 +10,7 @@ pub mod args;
 mod body;
 mod connect;
 pub mod headers;
+mod health;
 pub mod route;
 mod tls;
 mod tunnel;
@@ -29,6 +30,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 pub use args::ProxyArgs;
 use connect::{ConnectError, Connector};
+pub use health::{DownSet, HealthLink};
 use route::{Routes, Upstream};
 
 use crate::http::Body;
@@ -54,6 +56,8 @@ pub struct Proxy {
     idle: Duration,
     /// This worker's share of `--proxy-max-inflight`, when it is bounded.
     admission: Option<Arc<admission::Admission>>,
+    /// The parent's verdict on the upstreams, and this worker's reports.
+    health: health::Health,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -74,6 +78,8 @@ pub enum UpstreamError {
     FirstByte(Duration),
     #[error("the upstream failed: {0}")]
     Failed(String),
+    #[error("every upstream of this route is marked down")]
+    AllDown,
 }
 
 impl UpstreamError {
@@ -157,6 +163,7 @@ impl Proxy {
     pub fn from_settings(
         args: &ProxyArgs,
         admission: Option<Arc<admission::Admission>>,
+        health: Option<HealthLink>,
     ) -> Result<Option<Proxy>, String> {
         let routes = Routes::parse(&args.proxy).map_err(|errors| {
             errors
@@ -188,6 +195,7 @@ impl Proxy {
             });
         }
         let names = routes.iter().map(|r| Arc::from(r.given.as_str())).collect();
+        let routes_len = routes.len();
         let secs = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| e.to_string());
         let connector = Connector {
             unix: Arc::new(unix),
@@ -213,6 +221,7 @@ impl Proxy {
             first_byte: secs(args.proxy_first_byte_timeout)?,
             idle: secs(args.proxy_idle_timeout)?,
             admission,
+            health: health::Health::new(health, routes_len),
         }))
     }
 
@@ -232,8 +241,21 @@ impl Proxy {
         B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
     {
-        let Some((index, route)) = self.routes.find(req.uri().path()) else {
+        let Some(group) = self.routes.group(req.uri().path()) else {
             return gateway_error(&UpstreamError::Failed("no route".into()));
+        };
+        // The next of the prefix's upstreams in turn that the parent has not marked down.
+        let Some((index, route)) = self
+            .health
+            .choose(group.clone())
+            .and_then(|i| Some((i, self.routes.get(i)?)))
+        else {
+            let name = self
+                .routes
+                .get(group.start)
+                .map_or("", |r| r.given.as_str());
+            tracing::warn!(route = %name, "every upstream of the route is marked down");
+            return gateway_error(&UpstreamError::AllDown);
         };
         let name = Arc::clone(&self.names[index]);
         // Admitted before anything of the request is read or sent.
@@ -294,9 +316,13 @@ impl Proxy {
         let outgoing = body::Outgoing::new(body, Arc::clone(&progress)).boxed_unsync();
         let request = Request::from_parts(parts, outgoing);
         let answer = match self.first_byte(request, &progress).await {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                self.health.answered(index);
+                answer
+            }
             Err(error) => {
                 tracing::warn!(route = %name, status = error.status().as_u16(), %error, "upstream gave no response");
+                self.health.failed(index);
                 return gateway_error(&error);
             }
         };
@@ -338,6 +364,39 @@ impl Proxy {
                     }
                 }
             }
+        }
+    }
+
+    /// The parent's probe of `upstream` (`--proxy-health PATH`): whether `GET PATH`
+    /// answers 2xx or 3xx within `within`.
+    pub async fn probe(&self, upstream: usize, path: &str, within: Duration) -> bool {
+        let Some(authority) = self.authorities.get(upstream) else {
+            return false;
+        };
+        let Ok(uri) = format!("{authority}{path}").parse::<Uri>() else {
+            return false;
+        };
+        let mut request = Request::new(
+            http_body_util::Empty::new()
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+        *request.uri_mut() = uri;
+        if let Some(host) = self.upstream_hosts.as_ref().and_then(|h| h.get(upstream)) {
+            request.headers_mut().insert(header::HOST, host.clone());
+        } else if let Some(Ok(host)) = self
+            .routes
+            .get(upstream)
+            .map(|r| HeaderValue::from_str(&r.host_header()))
+        {
+            request.headers_mut().insert(header::HOST, host);
+        }
+        match tokio::time::timeout(within, self.client.request(request)).await {
+            Ok(Ok(answer)) => {
+                let status = answer.status();
+                status.is_success() || status.is_redirection()
+            }
+            _ => false,
         }
     }
 }

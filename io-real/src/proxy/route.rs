@@ -47,11 +47,17 @@ pub enum RouteError {
     BadPath { given: String },
     #[error("`{given}`: the Unix socket path must be absolute")]
     BadSocket { given: String },
-    #[error("`{given}`: prefix `{prefix}` is already routed")]
+    #[error("`{given}`: prefix `{prefix}` is already routed to this URL")]
     Duplicate { given: String, prefix: String },
+    #[error("at most {MAX_UPSTREAMS} upstreams, got {count}")]
+    TooMany { count: usize },
 }
 
-/// Every route, longest prefix first.
+/// The most `--proxy` values (each one upstream, numbered for the parent's health).
+pub const MAX_UPSTREAMS: usize = 1000;
+
+/// Every route, longest prefix first; the routes of one prefix (its upstreams, balanced
+/// between) next to each other in the order given.
 #[derive(Debug, Clone, Default)]
 pub struct Routes {
     routes: Vec<Route>,
@@ -130,6 +136,15 @@ impl Route {
         })
     }
 
+    /// The `Host` a request made by servery itself (a probe) names: the URL's host and
+    /// port, `localhost` for a Unix socket.
+    pub fn host_header(&self) -> String {
+        match &self.upstream {
+            Upstream::Http { authority } | Upstream::Https { authority } => authority.to_string(),
+            Upstream::Unix { .. } => "localhost".into(),
+        }
+    }
+
     /// The part of `path` after this route's prefix (`""` or starting with `/`), if the
     /// prefix covers `path` on a segment boundary.
     fn rest<'p>(&self, path: &'p str) -> Option<&'p str> {
@@ -162,7 +177,11 @@ impl Routes {
         let mut errors = Vec::new();
         for given in values {
             match Route::parse(given) {
-                Ok(route) if routes.iter().any(|r| r.prefix == route.prefix) => {
+                Ok(route)
+                    if routes
+                        .iter()
+                        .any(|r| r.prefix == route.prefix && r.upstream == route.upstream) =>
+                {
                     errors.push(RouteError::Duplicate {
                         given: given.clone(),
                         prefix: if route.prefix.is_empty() {
@@ -176,11 +195,40 @@ impl Routes {
                 Err(e) => errors.push(e),
             }
         }
+        if routes.len() > MAX_UPSTREAMS {
+            errors.push(RouteError::TooMany {
+                count: routes.len(),
+            });
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
-        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        // Stable: a prefix's upstreams keep the order they were given in.
+        routes.sort_by(|a, b| {
+            b.prefix
+                .len()
+                .cmp(&a.prefix.len())
+                .then_with(|| a.prefix.cmp(&b.prefix))
+        });
         Ok(Routes { routes })
+    }
+
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    pub fn get(&self, index: usize) -> Option<&Route> {
+        self.routes.get(index)
+    }
+
+    /// The indices of every upstream of the longest prefix covering `path`.
+    pub fn group(&self, path: &str) -> Option<std::ops::Range<usize>> {
+        let (first, route) = self.find(path)?;
+        let len = self.routes[first..]
+            .iter()
+            .take_while(|r| r.prefix == route.prefix)
+            .count();
+        Some(first..first + len)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -267,10 +315,42 @@ mod tests {
             bad("/a=unix:run.sock"),
             RouteError::BadSocket { .. }
         ));
-        let twice = Routes::parse(&["/a=http://h".into(), "/a/=http://i".into(), "x".into()])
+        let twice = Routes::parse(&["/a=http://h".into(), "/a/=http://h".into(), "x".into()])
             .expect_err("duplicate");
         assert_eq!(twice.len(), 2, "{twice:?}");
         assert!(twice[0].to_string().contains("already routed"));
+    }
+
+    #[test]
+    fn a_prefix_given_several_urls_balances_between_them_in_the_order_given() {
+        let r = routes(&[
+            "/api=http://a:1",
+            "/b=http://x:9",
+            "/api=http://a:2",
+            "/=http://root:3",
+            "/api/=unix:/run/a3.sock",
+        ]);
+        let group = r.group("/api/x").expect("routed");
+        let given: Vec<&str> = group
+            .clone()
+            .filter_map(|i| r.get(i))
+            .map(|route| route.given.as_str())
+            .collect();
+        assert_eq!(
+            given,
+            [
+                "/api=http://a:1",
+                "/api=http://a:2",
+                "/api/=unix:/run/a3.sock"
+            ]
+        );
+        assert_eq!(r.group("/b").map(|g| g.len()), Some(1));
+        assert_eq!(r.group("/other").map(|g| g.len()), Some(1));
+        let many: Vec<String> = (0..=MAX_UPSTREAMS)
+            .map(|i| format!("/p{i}=http://h:1"))
+            .collect();
+        let refused = Routes::parse(&many).expect_err("too many");
+        assert!(refused[0].to_string().contains("at most 1000 upstreams"));
     }
 
     proptest! {
@@ -283,7 +363,11 @@ mod tests {
         ) {
             if let Ok(routes) = Routes::parse(&values) {
                 match routes.find(&path) {
-                    Some((_, r)) => {
+                    Some((first, r)) => {
+                        let group = routes.group(&path).expect("found");
+                        prop_assert_eq!(group.start, first);
+                        prop_assert!(group.clone().all(|i| routes.get(i).is_some_and(|g| g.prefix == r.prefix)));
+                        prop_assert!(routes.get(group.end).is_none_or(|next| next.prefix != r.prefix));
                         prop_assert!(path.starts_with(&r.prefix));
                         let rest = &path[r.prefix.len()..];
                         prop_assert!(rest.is_empty() || rest.starts_with('/'));

@@ -9,7 +9,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 
 /// The client configuration for upstream TLS; an error names what is wrong.
-pub fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+pub(super) fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     match ca {
         Some(path) => {

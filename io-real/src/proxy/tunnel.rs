@@ -14,7 +14,7 @@ use super::admission::Permit;
 use crate::http::has_token;
 
 /// The protocol an HTTP/1.1 request asks to upgrade to, if it asks.
-pub fn wanted<B>(req: &Request<B>) -> Option<HeaderValue> {
+pub(super) fn wanted<B>(req: &Request<B>) -> Option<HeaderValue> {
     if req.version() != Version::HTTP_11 || !has_token(req.headers(), header::CONNECTION, "upgrade")
     {
         return None;
@@ -23,13 +23,18 @@ pub fn wanted<B>(req: &Request<B>) -> Option<HeaderValue> {
 }
 
 /// Puts the upgrade back after the hop-by-hop fields were removed.
-pub fn ask(headers: &mut HeaderMap, protocol: HeaderValue) {
+pub(super) fn ask(headers: &mut HeaderMap, protocol: HeaderValue) {
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(header::UPGRADE, protocol);
 }
 
 /// Joins the client's and the upstream's upgraded connections until one ends.
-pub async fn join(client: OnUpgrade, upstream: OnUpgrade, route: Arc<str>, permit: Option<Permit>) {
+pub(super) async fn join(
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    route: Arc<str>,
+    permit: Option<Permit>,
+) {
     let _permit = permit;
     let (client, upstream) = match tokio::join!(client, upstream) {
         (Ok(c), Ok(u)) => (c, u),

@@ -25,7 +25,7 @@ impl Loaded {
 }
 
 /// Every setting a reload may not change that `now` changes from `started`.
-pub fn fixed_changes(started: &[Effective], now: &[Effective]) -> Vec<String> {
+pub(super) fn fixed_changes(started: &[Effective], now: &[Effective]) -> Vec<String> {
     started
         .iter()
         .filter(|s| !s.setting.reloadable)

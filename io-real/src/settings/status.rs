@@ -25,7 +25,7 @@ pub fn settings_json(started: &[Effective], committed: &Value) -> Value {
 }
 
 /// `recovery.drain_timeout` in the rendered configuration.
-pub fn lookup(config: &Value, field: &str) -> Option<Value> {
+pub(super) fn lookup(config: &Value, field: &str) -> Option<Value> {
     field
         .split('.')
         .try_fold(config, |v, part| v.get(part))

@@ -6,18 +6,18 @@ use servery_core::Instant;
 
 /// A transfer's clock: the core counts from this service's start.
 #[derive(Debug, Clone, Copy)]
-pub struct Epoch(tokio::time::Instant);
+pub(super) struct Epoch(tokio::time::Instant);
 
 impl Epoch {
-    pub fn now() -> Self {
+    pub(super) fn now() -> Self {
         Epoch(tokio::time::Instant::now())
     }
 
-    pub fn core_now(&self) -> Instant {
+    pub(super) fn core_now(&self) -> Instant {
         Instant::from_nanos(u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
 
-    pub fn tokio_at(&self, at: Instant) -> tokio::time::Instant {
+    pub(super) fn tokio_at(&self, at: Instant) -> tokio::time::Instant {
         self.0 + Duration::from_nanos(at.as_nanos())
     }
 }

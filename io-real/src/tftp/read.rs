@@ -30,7 +30,7 @@ const SLICE: Duration = Duration::from_millis(100);
 /// The shortest receive wait (a zero timeout would mean "block for ever").
 const MIN_WAIT: Duration = Duration::from_micros(100);
 
-pub fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
+pub(super) fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
     if let Err(e) = socket
         .set_nonblocking(false)
         .and_then(|()| socket.set_read_timeout(Some(SLICE)))

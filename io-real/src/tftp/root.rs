@@ -121,9 +121,9 @@ mod tests {
 
     mod tempdir {
         /// A directory removed when dropped.
-        pub struct Dir(std::path::PathBuf);
+        pub(super) struct Dir(std::path::PathBuf);
         impl Dir {
-            pub fn new() -> Self {
+            pub(super) fn new() -> Self {
                 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
                 let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let p = std::env::temp_dir()
@@ -135,7 +135,7 @@ mod tests {
                 std::fs::write(p.join("100%"), b"p").expect("write");
                 Dir(p)
             }
-            pub fn path(&self) -> &std::path::Path {
+            pub(super) fn path(&self) -> &std::path::Path {
                 &self.0
             }
         }

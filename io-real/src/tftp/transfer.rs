@@ -13,7 +13,7 @@ use super::root::{Refusal, ServedRoot};
 
 /// What a transfer needs from the service.
 #[derive(Debug, Clone)]
-pub struct Context {
+pub(super) struct Context {
     pub root: ServedRoot,
     pub limits: TftpLimits,
     /// How writes are made; `None` when they are off.
@@ -25,7 +25,7 @@ pub struct Context {
 
 /// How a transfer ended.
 #[derive(Debug)]
-pub enum Ending {
+pub(super) enum Ending {
     Complete { bytes: u64 },
     Refused(Refusal),
     TimedOut,
@@ -35,7 +35,7 @@ pub enum Ending {
 }
 
 /// Best effort: an ERROR that does not reach the peer changes nothing for us.
-pub async fn send_error(socket: &UdpSocket, code: ErrorCode, message: &str) {
+pub(super) async fn send_error(socket: &UdpSocket, code: ErrorCode, message: &str) {
     let packet = Packet::Error {
         code,
         message: message.into(),
@@ -46,7 +46,7 @@ pub async fn send_error(socket: &UdpSocket, code: ErrorCode, message: &str) {
 }
 
 /// [`send_error`] on a blocking socket (a read transfer's, see `super::read`).
-pub fn send_error_blocking(socket: &std::net::UdpSocket, code: ErrorCode, message: &str) {
+pub(super) fn send_error_blocking(socket: &std::net::UdpSocket, code: ErrorCode, message: &str) {
     let packet = Packet::Error {
         code,
         message: message.into(),
@@ -57,13 +57,19 @@ pub fn send_error_blocking(socket: &std::net::UdpSocket, code: ErrorCode, messag
 }
 
 #[derive(Debug, Clone, Copy)]
-pub enum Direction {
+pub(super) enum Direction {
     Read,
     Write,
 }
 
 /// Runs one transfer on its own socket and logs its end.
-pub async fn run(ctx: Context, local: SocketAddr, peer: SocketAddr, dir: Direction, req: Request) {
+pub(super) async fn run(
+    ctx: Context,
+    local: SocketAddr,
+    peer: SocketAddr,
+    dir: Direction,
+    req: Request,
+) {
     let started = StdInstant::now();
     let name = String::from_utf8_lossy(&req.filename).into_owned();
     // A socket of its own: its port is the transfer's TID, and `connect` has the kernel

@@ -23,7 +23,7 @@ use super::root::Refusal;
 use super::transfer::{Context, Ending, send_error};
 use crate::write::{ChunkSource, Grant, WriteError, blocking, target, write_file};
 
-pub async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
+pub(super) async fn run(ctx: &Context, socket: &UdpSocket, req: Request) -> Ending {
     let Some(writer) = ctx.writer.as_ref() else {
         return refuse(
             socket,

@@ -92,7 +92,7 @@ impl ServingTls {
 
 /// TLS 1.2 and 1.3 on ring, no client certificates, the given resolver and ticketer,
 /// ALPN `h2` then `http/1.1`, no early data, AES-128-GCM first ([`by_preference`]).
-pub fn server_config(
+pub(super) fn server_config(
     resolver: Arc<dyn rustls::server::ResolvesServerCert>,
     ticketer: Arc<dyn rustls::server::ProducesTickets>,
 ) -> Result<Arc<ServerConfig>, TlsError> {

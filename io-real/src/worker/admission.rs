@@ -18,7 +18,7 @@ use crate::http::Activity;
 
 /// The connections a worker holds, each under the index its close is reported with.
 #[derive(Debug, Default)]
-pub struct Admission {
+pub(super) struct Admission {
     slots: Vec<Option<Held>>,
     free: Vec<usize>,
 }
@@ -41,7 +41,7 @@ impl Held {
 
 impl Admission {
     /// Records a new connection; its close is reported with the returned index.
-    pub fn admit(&mut self, activity: Arc<Activity>) -> usize {
+    pub(super) fn admit(&mut self, activity: Arc<Activity>) -> usize {
         let held = Some(Held {
             activity,
             evicted: false,
@@ -59,7 +59,7 @@ impl Admission {
     }
 
     /// The connection at `index` has ended.
-    pub fn closed(&mut self, index: usize) {
+    pub(super) fn closed(&mut self, index: usize) {
         if let Some(slot) = self.slots.get_mut(index)
             && slot.take().is_some()
         {
@@ -74,12 +74,12 @@ impl Admission {
     }
 
     /// Connections asked to close that have not yet.
-    pub fn closing(&self) -> usize {
+    pub(super) fn closing(&self) -> usize {
         self.slots.iter().flatten().filter(|h| h.closing()).count()
     }
 
     /// Requests in progress over every connection held (what the heartbeat reports).
-    pub fn requests_in_progress(&self) -> u32 {
+    pub(super) fn requests_in_progress(&self) -> u32 {
         let sum: u64 = self
             .slots
             .iter()
@@ -110,12 +110,12 @@ impl Admission {
     }
 
     /// Whether some connection could be closed to make room.
-    pub fn can_make_room(&self) -> bool {
+    pub(super) fn can_make_room(&self) -> bool {
         self.victim().is_some()
     }
 
     /// Asks the chosen connection to close; false if none may be closed.
-    pub fn make_room(&mut self) -> bool {
+    pub(super) fn make_room(&mut self) -> bool {
         let Some(i) = self.victim() else {
             return false;
         };

@@ -8,7 +8,7 @@
 //! (`smaps_rollup` walks them all, which costs a large process far more).
 
 /// Resident bytes now, or 0 when the system does not say (not Linux, no `/proc`).
-pub fn resident_bytes() -> u64 {
+pub(crate) fn resident_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| vm_rss(&status))
@@ -36,19 +36,19 @@ const TRIM_AFTER_PEAK: u32 = 32;
 /// then recycle for memory the worker no longer uses. Rare by construction: a trim
 /// needs the connections to halve after a peak of [`TRIM_AFTER_PEAK`] or more.
 #[derive(Debug, Default)]
-pub struct HeapTrim {
+pub(crate) struct HeapTrim {
     peak: u32,
 }
 
 impl HeapTrim {
     /// A connection opened: `open` are held now.
-    pub fn opened(&mut self, open: u32) {
+    pub(crate) fn opened(&mut self, open: u32) {
         self.peak = self.peak.max(open);
     }
 
     /// Whether to trim now, with `open` connections held (asked once a heartbeat); a
     /// yes starts the next peak from here.
-    pub fn due(&mut self, open: u32) -> bool {
+    pub(crate) fn due(&mut self, open: u32) -> bool {
         let due = self.peak >= TRIM_AFTER_PEAK && open <= self.peak / 2;
         if due {
             self.peak = open;

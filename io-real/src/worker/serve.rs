@@ -186,6 +186,7 @@ pub(super) async fn run(
         decoder: FrameDecoder::new(MAX_FRAME_DEFAULT),
         broker,
         cgi_groups,
+        upstream_down: Arc::default(),
     };
     let code = worker.run(&mut rd, &mut sigterm).await;
     // Drained (or out of time): no script outlives its worker.
@@ -355,6 +356,9 @@ struct Worker {
     broker: BrokerHandle,
     /// The process groups of the CGI scripts running, killed when the worker exits.
     cgi_groups: Arc<crate::cgi::groups::Groups>,
+    /// The reverse proxy's upstreams the parent says are down (it may say so before the
+    /// proxy is built, right after HELLO).
+    upstream_down: Arc<crate::proxy::DownSet>,
 }
 
 impl Worker {
@@ -521,6 +525,7 @@ impl Worker {
             match self.decoder.next_parent_message() {
                 Ok(Some(ParentMessage::Broker { id, reply })) => self.broker.on_reply(id, reply),
                 Ok(Some(ParentMessage::TlsMaterial(material))) => self.tls_material(&material),
+                Ok(Some(ParentMessage::UpstreamHealth { down })) => self.upstream_down.set(&down),
                 Ok(Some(message)) => self.life.on_message(self.clock.now(), &message),
                 Ok(None) => return,
                 Err(e) => return self.control_closed(&format!("malformed frame: {e}")),
@@ -641,7 +646,11 @@ impl Worker {
                     keep,
                 )
             });
-        match crate::proxy::Proxy::from_settings(&settings.proxy, admission) {
+        let health = crate::proxy::HealthLink {
+            down: Arc::clone(&self.upstream_down),
+            broker: self.broker.clone(),
+        };
+        match crate::proxy::Proxy::from_settings(&settings.proxy, admission, Some(health)) {
             Ok(proxy) => config.proxy = proxy.map(Arc::new),
             Err(message) => return self.life.startup_failed(message),
         }

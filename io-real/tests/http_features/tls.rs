@@ -9,7 +9,7 @@ mod tls_support {
     use tokio_rustls::TlsConnector;
     use tokio_rustls::rustls::{self, ClientConfig, RootCertStore, pki_types::ServerName};
 
-    pub struct TlsServer {
+    pub(super) struct TlsServer {
         pub addr: SocketAddr,
         pub identity: Identity,
         accept: tokio::task::JoinHandle<()>,
@@ -22,7 +22,7 @@ mod tls_support {
         }
     }
 
-    pub async fn start(config: SiteConfig) -> TlsServer {
+    pub(super) async fn start(config: SiteConfig) -> TlsServer {
         // What a parent would do once and hand to every worker.
         let identity = Identity::self_signed(&["localhost".to_owned(), "127.0.0.1".to_owned()])
             .expect("self-signed identity");
@@ -67,7 +67,7 @@ mod tls_support {
         }
     }
 
-    pub async fn connect(
+    pub(super) async fn connect(
         server: &TlsServer,
         alpn: &[u8],
     ) -> tokio_rustls::client::TlsStream<TcpStream> {

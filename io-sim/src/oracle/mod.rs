@@ -31,6 +31,8 @@
 //!   read one, and no worker of the rejected generation that was never committed is left
 //!   unended (the parent ordered its KILL with the rejection).
 //!
+//! - **intake rule** ([`intake`]): the first generation fails to start only on a
+//!   candidate's end found in a look before the one that completed its READYs.
 //! - **commit rule**: no generation is committed after the parent read a startup failure
 //!   from one of its workers (the first generation's or a reload's).
 //! - **startup rule (first generation)**: once the parent read a startup failure before
@@ -41,6 +43,7 @@
 //! is judged where the simulated listener hands connections out.)
 
 mod answers;
+mod intake;
 mod quic;
 mod restarts;
 
@@ -114,6 +117,8 @@ pub(crate) struct LifecycleOracle {
     pub(crate) answers: answers::AnswerBook,
     /// Where the parent steers HTTP/3 datagrams.
     pub(crate) quic: quic::QuicOracle,
+    /// The looks the host gave the parent, for the intake rule.
+    pub(crate) intake: intake::IntakeOracle,
     /// Startup failures the parent read from workers of a generation not committed:
     /// (worker, its generation, its error).
     startup_failures: Vec<(WorkerId, u64, String)>,
@@ -156,6 +161,9 @@ impl LifecycleOracle {
         // The latest spawn's: a rejected reload's generation number is used again by
         // the next reload, perhaps with another worker count.
         let n = c.workers();
+        if generation == 1 {
+            self.intake.first_generation(n);
+        }
         self.generations
             .insert(generation, (n, c.recovery().clone()));
         if let Some((failed, g)) = self.first_start_failed
@@ -239,6 +247,9 @@ impl LifecycleOracle {
 
     /// The parent read `id`'s READY at `now`.
     pub(crate) fn ready_read(&mut self, now: Instant, id: WorkerId) {
+        if let Some(w) = self.workers.get(&id.0) {
+            self.intake.ready(id.0, w.generation);
+        }
         if let Some(w) = self.workers.get_mut(&id.0)
             && w.commit_sent
             && !w.drained
@@ -401,7 +412,17 @@ impl LifecycleOracle {
     }
 
     /// The parent read that `id` was reaped (or that its spawn failed) at `now`.
+    /// The parent read `id`'s channel end (EOF or a malformed frame).
+    pub(crate) fn channel_end_read(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get(&id.0) {
+            self.intake.ended(id.0, w.generation);
+        }
+    }
+
     pub(crate) fn reaped_read(&mut self, now: Instant, id: WorkerId) {
+        if let Some(w) = self.workers.get(&id.0) {
+            self.intake.ended(id.0, w.generation);
+        }
         let Some(w) = self.workers.remove(&id.0) else {
             return;
         };
@@ -501,6 +522,11 @@ impl LifecycleOracle {
 
     /// The parent declared the service failed for `reason`.
     pub(crate) fn service_failed(&mut self, now: Instant, reason: FailureReason) {
+        if reason == FailureReason::StartupFailure
+            && let Some(breach) = self.intake.start_failed()
+        {
+            self.violations.push(breach);
+        }
         let restarts = matches!(
             reason,
             FailureReason::RestartLimit | FailureReason::RestartsDisabled

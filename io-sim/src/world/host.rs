@@ -24,9 +24,8 @@ impl ParentIo for SimWorld {
                 self.halt_pending = false;
                 return Wakeup::Crashed;
             }
-            if let Some(event) = self.inbox.pop_front() {
-                self.parent_reads(&event);
-                return Wakeup::Event(self.now, event);
+            if let Some(look) = self.one_look() {
+                return look;
             }
             if !self.unread.is_empty() {
                 // A parent that has just resumed: its passed deadlines are reported at
@@ -81,16 +80,8 @@ impl ParentIo for SimWorld {
 
     fn arrived(&mut self) -> Vec<Wakeup> {
         // Besides same-instant events, what waited in a resumed parent's channels.
-        let now = self.now;
         let woke = self.read_unread();
-        let events: Vec<Event> = self.inbox.drain(..).collect();
-        let mut arrived: Vec<Wakeup> = events
-            .into_iter()
-            .map(|e| {
-                self.parent_reads(&e);
-                Wakeup::Event(now, e)
-            })
-            .collect();
+        let mut arrived: Vec<Wakeup> = self.one_look().into_iter().collect();
         arrived.extend(woke);
         arrived
     }
@@ -127,6 +118,13 @@ impl ParentIo for SimWorld {
             ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
             ParentAction::KillScriptGroups { worker, pgids } => {
                 return self.kill_script_groups(worker, &pgids);
+            }
+            // No simulated run gives the parent upstreams to judge (the proxy's health is
+            // proven by core's tests and the real ones): a probe is the core's mistake.
+            ParentAction::ProbeUpstream { upstream } => {
+                return self.violation(format!(
+                    "the parent probes upstream {upstream}, but this run has no reverse proxy"
+                ));
             }
             // The randomness a ticket key is minted from: the simulated host's own.
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
@@ -527,6 +525,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         // Never traced (see `perform`).
         ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
         ParentAction::KillScriptGroups { worker, .. } => return (22, worker.0),
+        ParentAction::ProbeUpstream { upstream } => return (21, u64::from(*upstream)),
         ParentAction::Supervisor(action) => action,
     };
     match action {
@@ -550,7 +549,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
 
 impl SimWorld {
     /// The parent's driver takes `event` in: what the lifecycle oracle learns from it.
-    fn parent_reads(&mut self, event: &Event) {
+    pub(super) fn parent_reads(&mut self, event: &Event) {
         let now = self.now;
         match event {
             Event::Message {
@@ -563,6 +562,9 @@ impl SimWorld {
             } => self.oracle.startup_failure_read(*worker, error),
             Event::Exited { worker, .. } | Event::SpawnFailed { worker, .. } => {
                 self.oracle.reaped_read(now, *worker)
+            }
+            Event::ChannelClosed { worker } | Event::ProtocolViolation { worker, .. } => {
+                self.oracle.channel_end_read(*worker)
             }
             Event::Command(Command::Stop | Command::Interrupt) => self.oracle.stopping(),
             Event::Control { id, request } => {

@@ -10,7 +10,10 @@ use crate::research::policy::Policy;
 use crate::research::provenance::{self, Provenance, shell_word};
 use crate::research::sweep;
 use crate::research::workload::{self, Workload};
-use crate::research::{heatmap, output, report};
+use crate::research::{heatmap, output, ranking, report, verdict_report};
+
+/// Seeds the verdict's bootstrap: fixed, so a comparison's verdict replays exactly.
+pub const VERDICT_SEED: u64 = 0x5e1d_1c70;
 
 /// What `compare` was asked for.
 #[derive(Debug, Clone)]
@@ -164,8 +167,9 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
         args.jobs,
         args.platform,
     );
+    let verdicts = ranking::judge(&cells, policies.len(), VERDICT_SEED)?;
     if let Some(dir) = &args.out {
-        output::write_all(dir, &cells, &policies, &workloads, &prov)?;
+        output::write_all(dir, &cells, &verdicts, &policies, &workloads, &prov)?;
         if let Some((limits, windows)) = &args.grid {
             let mut grid_prov = prov.clone();
             grid_prov.extra.push((
@@ -199,12 +203,15 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
     }
     Ok(if args.json {
         let mut v = report::json(&cells, policies.len());
+        v["verdict"] = verdict_report::json(&verdicts);
         v["provenance"] = prov.json();
         v.to_string()
     } else {
+        let trailers: Vec<String> = verdicts.iter().map(verdict_report::text).collect();
+        let text = report::text(&cells, policies.len(), &trailers);
         format!(
-            "{}\ncommit {}; reproduce with:\n{}\n",
-            report::text(&cells, policies.len()),
+            "{text}{}\ncommit {}; reproduce with:\n{}\n",
+            verdict_report::answer_text(&verdicts),
             prov.commit,
             prov.command
         )

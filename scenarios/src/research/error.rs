@@ -27,6 +27,9 @@ pub enum ResearchError {
     },
     #[error("two inputs share the name {0:?}: every policy and workload needs its own")]
     DuplicateName(String),
+    /// The runs cannot be paired for the verdict (a policy lacks a seed another has).
+    #[error("verdict: {0}")]
+    Verdict(#[from] crate::research::verdict::VerdictError),
     #[error("{path}: cannot write: {source}")]
     Write {
         path: PathBuf,

@@ -77,6 +77,28 @@ impl Huang {
         )
     }
 
+    /// The cost of an hour failed above which rejuvenating pays. Per unit time the cost
+    /// is `r2·(a + b·r4) / (c + d·r4)` with `a = λ·c_f/r1`, `b = c_r/r3`,
+    /// `c = λ + r2·(1 + λ/r1)`, `d = 1 + r2/r3` (the steady state with S0's weight 1), a
+    /// Möbius function of r4 and so monotone: it falls with r4 exactly when `b·c < a·d`.
+    /// So the best rate is never (r4 = 0) or at once (r4 = ∞), whichever side of this
+    /// threshold `cost_failed_per_hour` is on; there is no interior optimum.
+    pub fn rejuvenation_pays_above(&self) -> f64 {
+        let b = self.cost_rejuvenating_per_hour / self.r3;
+        let c = self.lambda + self.r2 * (1.0 + self.lambda / self.r1);
+        let d = 1.0 + self.r2 / self.r3;
+        b * c * self.r1 / (self.lambda * d)
+    }
+
+    /// The best rejuvenation rate (per hour): 0 (never) or ∞ (at once), by the threshold.
+    pub fn best_r4(&self) -> f64 {
+        if self.cost_failed_per_hour > self.rejuvenation_pays_above() {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    }
+
     /// One seed: hours failed and rejuvenating in a year that follows a year of warm-up
     /// (so the year starts near the steady state the closed form describes).
     pub fn simulate_year(&self, seed: u64) -> (f64, f64) {

@@ -1,4 +1,4 @@
-//! `--out DIR`: the per-run CSV, the summary CSV and the SVG plots.
+//! `--out DIR`: the per-run CSV, the summary CSV, the verdict's CSVs and the SVG plots.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -7,6 +7,8 @@ use crate::research::compare::{Cell, SCALARS, summarize};
 use crate::research::error::ResearchError;
 use crate::research::policy::Policy;
 use crate::research::provenance::Provenance;
+use crate::research::ranking::WorkloadVerdict;
+use crate::research::verdict_report;
 use crate::research::workload::Workload;
 
 pub(crate) fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchError> {
@@ -22,6 +24,7 @@ pub(crate) fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchEr
 pub fn write_all(
     dir: &Path,
     cells: &[Cell],
+    verdicts: &[WorkloadVerdict],
     policies: &[Policy],
     workloads: &[Workload],
     prov: &Provenance,
@@ -32,7 +35,22 @@ pub fn write_all(
     })?;
     let header = prov.csv_header();
     write(dir, "runs.csv", &(header.clone() + &runs_csv(cells)))?;
-    write(dir, "summary.csv", &(header + &summary_csv(cells)))?;
+    write(dir, "summary.csv", &(header.clone() + &summary_csv(cells)))?;
+    write(
+        dir,
+        "verdict.csv",
+        &(header.clone() + &verdict_report::pairs_csv(verdicts)),
+    )?;
+    write(
+        dir,
+        "ranks.csv",
+        &(header.clone() + &verdict_report::ranks_csv(verdicts)),
+    )?;
+    write(
+        dir,
+        "answer.csv",
+        &(header + &verdict_report::answer_csv(verdicts)),
+    )?;
     for (name, svg) in crate::research::plots::all(cells, policies.len(), workloads) {
         write(dir, &name, &svg)?;
     }
@@ -40,7 +58,7 @@ pub fn write_all(
 }
 
 /// A CSV field: quoted when it holds a comma, quote or line break.
-fn field(s: &str) -> String {
+pub(crate) fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

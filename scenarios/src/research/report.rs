@@ -73,10 +73,11 @@ fn est(e: &Estimate, digits: usize) -> String {
     format!("{:.d$} [{:.d$}, {:.d$}]", e.mean, e.lo, e.hi, d = digits)
 }
 
-/// A readable table: one block per workload.
-pub fn text(cells: &[Cell], policies: usize) -> String {
+/// A readable table: one block per workload, each followed by its `trailers` entry
+/// (the verdict) when there is one.
+pub fn text(cells: &[Cell], policies: usize, trailers: &[String]) -> String {
     let mut s = String::new();
-    for group in cells.chunks(policies.max(1)) {
+    for (w, group) in cells.chunks(policies.max(1)).enumerate() {
         let _ = writeln!(
             s,
             "\n== {} ({} faults, {} seeds)",
@@ -105,6 +106,9 @@ pub fn text(cells: &[Cell], policies: usize) -> String {
             for (name, e) in paired(base, c) {
                 let _ = writeln!(s, "   {name:<21} {}", est(&e, 4));
             }
+        }
+        if let Some(t) = trailers.get(w) {
+            s.push_str(t);
         }
     }
     s

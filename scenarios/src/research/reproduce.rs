@@ -14,6 +14,10 @@ pub const AGE_SEEDS: u64 = 400;
 pub const AGE_STEP_S: f64 = 2.0;
 pub const AGE_MAX_S: f64 = 60.0;
 pub const AGE_HORIZON_S: f64 = 3600.0;
+/// The fine grid around the coarse grid's best: 0.1 s steps (0.5 % of T* = 20.19 s, so
+/// the grid resolves the optimum within 1 %), 6 s either side.
+pub const AGE_FINE_STEP_S: f64 = 0.1;
+pub const AGE_FINE_HALF_WIDTH_S: f64 = 6.0;
 
 /// Run `model` over `seeds` seeds (its default when `None`); the report as text or JSON.
 pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, String> {
@@ -23,7 +27,12 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             let r = huang::reproduce(&Huang::example_a(), 0..n);
             if json {
                 let mut v = r.json();
-                v["provenance"] = provenance(model, n, format!("{:?}", Huang::example_a()));
+                let m = Huang::example_a();
+                v["optimum"] = serde_json::json!({
+                    "best_rejuvenation_rate_per_hour": if m.best_r4().is_infinite() { serde_json::json!("infinite") } else { serde_json::json!(m.best_r4()) },
+                    "rejuvenation_pays_above_cost_failed_per_hour": m.rejuvenation_pays_above(),
+                });
+                v["provenance"] = provenance(model, n, format!("{m:?}"));
                 return Ok(v.to_string());
             }
             let never = Huang::example_a().with_r4(0.0).closed_form();
@@ -32,7 +41,8 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
                 "huang-1995 (Example A, {n} simulated years)\n\
                  closed form: {:.3} h downtime, ${:.2} a year (never rejuvenating: {:.3} h, ${:.2}; at once: {:.2} h, ${:.2})\n\
                  simulated:   {:.3} h [{:.3}, {:.3}], ${:.2} [{:.2}, {:.2}] (95 % intervals)\n\
-                 covered: downtime {}, cost {}",
+                 covered: downtime {}, cost {}\n\
+                 {}",
                 r.downtime_closed,
                 r.cost_closed,
                 never.0,
@@ -47,27 +57,79 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
                 r.cost.hi,
                 r.downtime.covers(r.downtime_closed),
                 r.cost.covers(r.cost_closed),
+                huang_optimum(&Huang::example_a()),
             ))
         }
         "age-replacement" => {
             let n = seeds.unwrap_or(AGE_SEEDS);
             let m = AgeModel::standard();
             let r = age::reproduce(&m, 0..n, AGE_STEP_S, AGE_MAX_S, AGE_HORIZON_S);
+            let fine = age::fine_optimum(
+                &m,
+                0..n,
+                r.best_simulated().0,
+                AGE_FINE_HALF_WIDTH_S,
+                AGE_FINE_STEP_S,
+                AGE_HORIZON_S,
+            );
             if json {
                 let mut v = r.json();
+                v["fine_grid"] = serde_json::json!({
+                    "step_s": fine.step,
+                    "from_s": fine.points.first().map(|p| p.0),
+                    "to_s": fine.points.last().map(|p| p.0),
+                    "closed_form_best_age_s": fine.best_closed,
+                    "simulated_best_age_s": fine.best_simulated.0,
+                    "simulated_availability_at_best": fine.best_simulated.1.json(),
+                    "indistinguishable_from_best_s": [fine.indistinguishable.0, fine.indistinguishable.1],
+                });
                 let grid = format!(
                     "{m:?}, ages {AGE_STEP_S} s to {AGE_MAX_S} s in steps of {AGE_STEP_S} s, {AGE_HORIZON_S} s a seed"
                 );
                 v["provenance"] = provenance(model, n, grid);
                 return Ok(v.to_string());
             }
-            Ok(age_text(&m, &r, n))
+            Ok(age_text(&m, &r, &fine, n))
         }
         _ => Err(format!(
             "unknown model {model:?}: expected one of {}",
             MODELS.join(", ")
         )),
     }
+}
+
+/// Cost and downtime against the rejuvenation interval, the best rate and the cost
+/// threshold above which rejuvenating pays (closed form).
+fn huang_optimum(m: &Huang) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from(
+        "rejuvenation interval  downtime h/year  cost $/year   (closed form; parameters as Example A)\n",
+    );
+    let rows = [
+        ("at once", f64::INFINITY),
+        ("1 day", 1.0 / 24.0),
+        ("7 days", 1.0 / (7.0 * 24.0)),
+        ("30 days", 1.0 / (30.0 * 24.0)),
+        ("1 year", 1.0 / 8640.0),
+        ("never", 0.0),
+    ];
+    for (label, r4) in rows {
+        let (down, cost) = m.with_r4(r4).closed_form();
+        let _ = writeln!(s, "{label:<21}  {down:>15.3}  {cost:>11.2}");
+    }
+    let threshold = m.rejuvenation_pays_above();
+    let best = if m.best_r4().is_infinite() {
+        "at once"
+    } else {
+        "never"
+    };
+    let _ = write!(
+        s,
+        "cost falls or rises monotonically with the rate: best rate {best} at ${:.0}/h failed; \
+         rejuvenating pays only above c_f = ${threshold:.2}/h failed",
+        m.cost_failed_per_hour
+    );
+    s
 }
 
 /// `reproduce --json`'s provenance: the commit, the command, the seeds and the model's
@@ -83,7 +145,7 @@ fn provenance(model: &str, seeds: u64, parameters: String) -> serde_json::Value 
     })
 }
 
-fn age_text(m: &AgeModel, r: &age::AgeReport, n: u64) -> String {
+fn age_text(m: &AgeModel, r: &age::AgeReport, fine: &age::FineOptimum, n: u64) -> String {
     use std::fmt::Write as _;
     let (best, at) = r.best_simulated();
     let mut s = format!(
@@ -130,6 +192,29 @@ fn age_text(m: &AgeModel, r: &age::AgeReport, n: u64) -> String {
          at the family-wise 95 % (Bonferroni, {:.2} % each): {covered_family} of {points}",
         0.05 * points as f64,
         100.0 * family
+    );
+    let (from, to) = (
+        fine.points.first().map_or(0.0, |p| p.0),
+        fine.points.last().map_or(0.0, |p| p.0),
+    );
+    let (best, at) = fine.best_simulated;
+    let (lo, hi) = fine.indistinguishable;
+    let _ = writeln!(
+        s,
+        "fine grid: {} s steps from {from:.1} to {to:.1} s ({} ages; a step is {:.1} % of the closed form's best)\n\
+         closed form on it: best {:.1} s (exact {:.2} s)\n\
+         simulated on it:   best {best:.1} s, A = {:.4} [{:.4}, {:.4}]; ages it cannot tell from its best \
+         (paired differences over the same seeds, family-wise 95 %): {lo:.1} to {hi:.1} s, holding {:.2} s: {}",
+        fine.step,
+        fine.points.len(),
+        100.0 * fine.step / r.best_closed,
+        fine.best_closed,
+        r.best_closed,
+        at.mean,
+        at.lo,
+        at.hi,
+        r.best_closed,
+        lo <= r.best_closed && r.best_closed <= hi,
     );
     let _ = writeln!(
         s,

@@ -12,15 +12,15 @@ use rustls::pki_types::CertificateDer;
 
 /// How long a connection may go without hearing from the server: short, so a client of a
 /// killed worker notices within the test's bounds.
-pub const IDLE: Duration = Duration::from_secs(2);
+pub(crate) const IDLE: Duration = Duration::from_secs(2);
 
 /// A client configuration that trusts `cert` only, offering ALPN `h3`.
-pub fn config(cert: &CertificateDer<'static>) -> quinn::ClientConfig {
+pub(crate) fn config(cert: &CertificateDer<'static>) -> quinn::ClientConfig {
     config_pinging(cert, None)
 }
 
 /// [`config`], sending a PING every `keep_alive` so an idle connection never times out.
-pub fn config_pinging(
+pub(crate) fn config_pinging(
     cert: &CertificateDer<'static>,
     keep_alive: Option<Duration>,
 ) -> quinn::ClientConfig {
@@ -28,7 +28,7 @@ pub fn config_pinging(
 }
 
 /// [`config`] with its own idle timeout.
-pub fn config_with(
+pub(crate) fn config_with(
     cert: &CertificateDer<'static>,
     keep_alive: Option<Duration>,
     idle: Duration,
@@ -56,7 +56,10 @@ pub fn config_with(
 /// the client reads: one that stops reading withholds credit for good, one that reads a
 /// trickle grants it a trickle at a time. It PINGs every 300 ms, so QUIC's own idle
 /// timer never ends its connection: only the server's deadlines can.
-pub fn config_withholding(cert: &CertificateDer<'static>, window: u32) -> quinn::ClientConfig {
+pub(crate) fn config_withholding(
+    cert: &CertificateDer<'static>,
+    window: u32,
+) -> quinn::ClientConfig {
     let mut config = config(cert);
     let mut transport = quinn::TransportConfig::default();
     transport.max_idle_timeout(Some(Duration::from_secs(60).try_into().expect("idle")));
@@ -68,10 +71,10 @@ pub fn config_withholding(cert: &CertificateDer<'static>, window: u32) -> quinn:
 
 /// A request whose response head has arrived and whose body is the caller's to read (or
 /// not).
-pub type Open = h3::client::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+pub(crate) type Open = h3::client::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 
 /// One HTTP/3 connection.
-pub struct H3 {
+pub(crate) struct H3 {
     pub local: IpAddr,
     pub connection: quinn::Connection,
     send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
@@ -87,7 +90,7 @@ impl Drop for H3 {
 
 /// A response, whole.
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: http::HeaderMap,
     pub body: Vec<u8>,
@@ -97,14 +100,14 @@ pub struct Reply {
 /// could not be made, was refused, or the server said GOAWAY or rejected the stream), so
 /// sending it again is what a client does; `Failed` for a request lost in flight.
 #[derive(Debug)]
-pub enum Miss {
+pub(crate) enum Miss {
     Retry(String),
     Failed(String),
 }
 
 /// Connects from `local` (port chosen by the system) to `server` as `localhost`, within
 /// `bound`.
-pub async fn connect(
+pub(crate) async fn connect(
     server: SocketAddr,
     local: IpAddr,
     config: &quinn::ClientConfig,
@@ -142,7 +145,7 @@ impl H3 {
     /// Moves the connection to a new local socket on `local` (port chosen by the system),
     /// as a NAT rebinding or a migration would: the server sees the same connection from
     /// a new address.
-    pub fn rebind(&self, local: IpAddr) -> std::io::Result<SocketAddr> {
+    pub(crate) fn rebind(&self, local: IpAddr) -> std::io::Result<SocketAddr> {
         let socket = std::net::UdpSocket::bind(SocketAddr::new(local, 0))?;
         let addr = socket.local_addr()?;
         self.endpoint.rebind(socket)?;
@@ -150,7 +153,7 @@ impl H3 {
     }
 
     /// `METHOD path` with `headers`, read whole, within `bound`.
-    pub async fn request(
+    pub(crate) async fn request(
         &mut self,
         method: &str,
         path: &str,
@@ -161,7 +164,7 @@ impl H3 {
     }
 
     /// [`Self::request`] with a request body (sent in 16 KiB DATA frames).
-    pub async fn send(
+    pub(crate) async fn send(
         &mut self,
         method: &str,
         path: &str,
@@ -180,7 +183,7 @@ impl H3 {
 
     /// `GET path`, returning once the response head has arrived (within `bound`), with
     /// its status and the stream its body comes on.
-    pub async fn open(&mut self, path: &str, bound: Duration) -> Result<(u16, Open), Miss> {
+    pub(crate) async fn open(&mut self, path: &str, bound: Duration) -> Result<(u16, Open), Miss> {
         let opening = async {
             let req = http::Request::builder()
                 .uri(format!("https://localhost{path}"))
@@ -196,7 +199,7 @@ impl H3 {
             .unwrap_or_else(|_| Err(Miss::Failed(format!("no head for {path} in {bound:?}"))))
     }
 
-    pub async fn get(&mut self, path: &str, bound: Duration) -> Result<Reply, Miss> {
+    pub(crate) async fn get(&mut self, path: &str, bound: Duration) -> Result<Reply, Miss> {
         self.request("GET", path, &[], bound).await
     }
 

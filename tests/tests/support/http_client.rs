@@ -8,32 +8,32 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Reply {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn worker(&self) -> Option<u64> {
+    pub(crate) fn worker(&self) -> Option<u64> {
         self.header("x-servery-worker")?.parse().ok()
     }
 }
 
-pub struct Conn {
+pub(crate) struct Conn {
     pub stream: TcpStream,
     buf: Vec<u8>,
 }
 
 impl Conn {
-    pub fn open(addr: SocketAddr) -> Conn {
+    pub(crate) fn open(addr: SocketAddr) -> Conn {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -48,12 +48,12 @@ impl Conn {
         }
     }
 
-    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.stream.write_all(bytes)
     }
 
     /// One response; leftover bytes stay for the next.
-    pub fn response(&mut self) -> Result<Reply, String> {
+    pub(crate) fn response(&mut self) -> Result<Reply, String> {
         let end = loop {
             if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break end;
@@ -145,7 +145,7 @@ impl Conn {
 }
 
 /// A request head with a `Content-Length`.
-pub fn head(method: &str, path: &str, length: usize, extra: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn head(method: &str, path: &str, length: usize, extra: &[(&str, &str)]) -> Vec<u8> {
     let mut h =
         format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {length}\r\n");
     for (k, v) in extra {
@@ -155,7 +155,7 @@ pub fn head(method: &str, path: &str, length: usize, extra: &[(&str, &str)]) -> 
     h.into_bytes()
 }
 
-pub fn request(
+pub(crate) fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,

@@ -12,7 +12,7 @@ use servery_tests::{FAST, Server, Tree, run_command};
 
 /// Deterministic bytes that differ block to block, so a block sent twice or out of place
 /// changes the file.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
         .map(|_| {
@@ -26,7 +26,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 /// servery with the fast test timings, `flags` and TFTP on an ephemeral port; the address
 /// it says it serves TFTP on.
-pub fn start_servery(tree: &Tree, workers: u32, flags: &[&str]) -> (Server, SocketAddr) {
+pub(crate) fn start_servery(tree: &Tree, workers: u32, flags: &[&str]) -> (Server, SocketAddr) {
     let mut args = FAST.to_vec();
     args.extend(["--tftp", "--tftp-port", "0"]);
     args.extend(flags);
@@ -40,7 +40,7 @@ pub fn start_servery(tree: &Tree, workers: u32, flags: &[&str]) -> (Server, Sock
 }
 
 /// Runs a client to its end (bounded) and fails, naming `what`, unless it succeeded.
-pub fn run(cmd: Command, what: &str) {
+pub(crate) fn run(cmd: Command, what: &str) {
     let done = run_command(cmd, Duration::from_secs(60));
     assert!(
         done.status.success(),
@@ -50,14 +50,14 @@ pub fn run(cmd: Command, what: &str) {
     );
 }
 
-pub struct Peer {
+pub(crate) struct Peer {
     pub socket: UdpSocket,
     last_from: std::cell::Cell<Option<SocketAddr>>,
 }
 
 /// What arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     Data {
         block: u16,
         len: usize,
@@ -72,7 +72,7 @@ pub enum Reply {
 }
 
 impl Peer {
-    pub fn new() -> Peer {
+    pub(crate) fn new() -> Peer {
         let socket = UdpSocket::bind("127.0.0.1:0").expect("bind a client socket");
         Peer {
             socket,
@@ -81,24 +81,24 @@ impl Peer {
     }
 
     /// Where the last datagram came from (a transfer's TID).
-    pub fn last_from(&self) -> Option<SocketAddr> {
+    pub(crate) fn last_from(&self) -> Option<SocketAddr> {
         self.last_from.get()
     }
 
-    pub fn send(&self, to: SocketAddr, datagram: &[u8]) {
+    pub(crate) fn send(&self, to: SocketAddr, datagram: &[u8]) {
         self.socket.send_to(datagram, to).expect("send");
     }
 
-    pub fn rrq(&self, to: SocketAddr, name: &str, options: &[(&str, &str)]) {
+    pub(crate) fn rrq(&self, to: SocketAddr, name: &str, options: &[(&str, &str)]) {
         self.send(to, &request(1, name, options));
     }
 
-    pub fn wrq(&self, to: SocketAddr, name: &str, options: &[(&str, &str)]) {
+    pub(crate) fn wrq(&self, to: SocketAddr, name: &str, options: &[(&str, &str)]) {
         self.send(to, &request(2, name, options));
     }
 
     /// The next datagram, or `None` after `bound`.
-    pub fn recv(&self, bound: Duration) -> Option<Reply> {
+    pub(crate) fn recv(&self, bound: Duration) -> Option<Reply> {
         self.socket.set_read_timeout(Some(bound)).expect("timeout");
         let mut buf = vec![0u8; 70_000];
         let (n, from) = self.socket.recv_from(&mut buf).ok()?;
@@ -123,14 +123,14 @@ impl Peer {
         })
     }
 
-    pub fn ack(&self, to: SocketAddr, block: u16) {
+    pub(crate) fn ack(&self, to: SocketAddr, block: u16) {
         let mut p = vec![0, 4];
         p.extend_from_slice(&block.to_be_bytes());
         self.send(to, &p);
     }
 }
 
-pub fn request(op: u16, name: &str, options: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn request(op: u16, name: &str, options: &[(&str, &str)]) -> Vec<u8> {
     let mut p = op.to_be_bytes().to_vec();
     for field in [name, "octet"] {
         p.extend_from_slice(field.as_bytes());

@@ -11,7 +11,7 @@ use rustls::crypto::{CryptoProvider, ring};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
 
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(ring::default_provider())
 }
 
@@ -65,7 +65,7 @@ impl ServerCertVerifier for AcceptAny {
     }
 }
 
-pub fn accept_any(alpn: &[&[u8]]) -> Arc<ClientConfig> {
+pub(crate) fn accept_any(alpn: &[&[u8]]) -> Arc<ClientConfig> {
     let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("protocol versions")
@@ -76,10 +76,14 @@ pub fn accept_any(alpn: &[&[u8]]) -> Arc<ClientConfig> {
     Arc::new(config)
 }
 
-pub type Tls = StreamOwned<ClientConnection, TcpStream>;
+pub(crate) type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 /// Connect and complete the handshake (an error if verification fails).
-pub fn connect(addr: SocketAddr, name: &str, config: Arc<ClientConfig>) -> Result<Tls, String> {
+pub(crate) fn connect(
+    addr: SocketAddr,
+    name: &str,
+    config: Arc<ClientConfig>,
+) -> Result<Tls, String> {
     let server_name = ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
     let conn = ClientConnection::new(config, server_name).map_err(|e| e.to_string())?;
     let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5))

@@ -470,9 +470,9 @@ mod tests {
     }
 
     mod tempdir {
-        pub struct Guard(pub std::path::PathBuf);
+        pub(super) struct Guard(pub std::path::PathBuf);
         impl Guard {
-            pub fn new() -> Self {
+            pub(super) fn new() -> Self {
                 use std::sync::atomic::{AtomicU32, Ordering};
                 static N: AtomicU32 = AtomicU32::new(0);
                 let p = std::env::temp_dir().join(format!(

@@ -10,7 +10,7 @@ use servery_core::Generation;
 use super::{Pending, Service, ServiceContext};
 
 #[derive(Debug)]
-pub struct AccessLogService;
+pub(super) struct AccessLogService;
 
 impl Service for AccessLogService {
     fn start<'a>(&'a mut self, _ctx: &'a ServiceContext) -> Pending<'a> {

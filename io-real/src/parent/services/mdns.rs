@@ -26,7 +26,7 @@ use super::{Pending, Service, ServiceContext, ServiceError, ServiceReport};
 /// How long a stop waits for the daemon to confirm each step.
 const REPLY: Duration = Duration::from_secs(1);
 
-pub struct MdnsService {
+pub(super) struct MdnsService {
     daemon: Option<ServiceDaemon>,
     /// The instances registered, by full name.
     registered: Vec<String>,
@@ -182,7 +182,7 @@ fn running<'a>(
 }
 
 impl MdnsService {
-    pub fn new(report: Arc<ServiceReport>) -> Self {
+    pub(super) fn new(report: Arc<ServiceReport>) -> Self {
         Self {
             daemon: None,
             registered: Vec::new(),

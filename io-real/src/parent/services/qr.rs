@@ -14,10 +14,10 @@ use super::context::interfaces;
 use super::{Pending, Service, ServiceContext, ServiceError};
 
 #[derive(Debug)]
-pub struct QrService;
+pub(super) struct QrService;
 
 /// The code for `url` as it is printed: one text line per two module rows.
-pub fn render(url: &str) -> Result<String, qrcode::types::QrError> {
+pub(super) fn render(url: &str) -> Result<String, qrcode::types::QrError> {
     let code = QrCode::new(url.as_bytes())?;
     Ok(code
         .render::<Dense1x2>()

@@ -12,27 +12,27 @@ use servery_core::singletons::SingletonKind;
 const STALL: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Default)]
-pub struct Stalls(Option<String>);
+pub(super) struct Stalls(Option<String>);
 
 impl Stalls {
     #[cfg(feature = "test-hooks")]
-    pub fn from_env() -> Stalls {
+    pub(super) fn from_env() -> Stalls {
         Stalls(std::env::var("SERVERY_TEST_STALL_SERVICE").ok())
     }
 
     #[cfg(not(feature = "test-hooks"))]
-    pub fn from_env() -> Stalls {
+    pub(super) fn from_env() -> Stalls {
         Stalls(None)
     }
 
-    pub fn for_kind(&self, kind: SingletonKind) -> Option<Duration> {
+    pub(super) fn for_kind(&self, kind: SingletonKind) -> Option<Duration> {
         (self.0.as_deref() == Some(kind.name())).then_some(STALL)
     }
 }
 
 /// Hang as a blocking call that never returns would, moved off the runtime's thread as
 /// every blocking call of a service must be.
-pub async fn stall(kind: SingletonKind, how_long: Duration) {
+pub(super) async fn stall(kind: SingletonKind, how_long: Duration) {
     tracing::warn!(
         kind = kind.name(),
         "test hook: this service is stalled on purpose"

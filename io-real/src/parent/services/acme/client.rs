@@ -21,7 +21,7 @@ use crate::parent::io::{Inbound, InboundTx};
 
 /// What the task is asked to do.
 #[derive(Debug)]
-pub enum AcmeOp {
+pub(super) enum AcmeOp {
     /// Report what the state directory holds (the singleton's start).
     Load,
     Action(AcmeAction),
@@ -35,7 +35,11 @@ const POLL: RetryPolicy = RetryPolicy::new()
     .backoff(1.5)
     .timeout(Duration::from_secs(90));
 
-pub async fn run(settings: AcmeSettings, mut ops: UnboundedReceiver<AcmeOp>, events: InboundTx) {
+pub(super) async fn run(
+    settings: AcmeSettings,
+    mut ops: UnboundedReceiver<AcmeOp>,
+    events: InboundTx,
+) {
     let mut task = Task {
         settings,
         account: None,
