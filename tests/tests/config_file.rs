@@ -372,6 +372,9 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("trust_proxy", &["10.0.0.1", "::1"]),
         ("proxy_ca", &["/etc/servery/upstream-ca.pem"]),
         ("proxy_health", &["/healthz"]),
+        ("cgi", &["/srv/cgi-bin"]),
+        ("cgi_prefix", &["/scripts"]),
+        ("cgi_env", &["GIT_PROJECT_ROOT", "LANG=C.UTF-8"]),
     ];
     if let Some((_, values)) = SAMPLES.iter().find(|(k, _)| *k == setting.key) {
         return Some(values.iter().map(|v| (*v).to_owned()).collect());
