@@ -316,6 +316,23 @@ fn has_room(held: u32, max_connections: u32, admission: &Admission) -> bool {
     held.saturating_sub(closing) < max_connections || admission.can_make_room()
 }
 
+/// This worker's share of a service-wide bound `max` (none when 0 or less): the broker's
+/// grants, kept in blocks sized for `workers` (decision 0076).
+fn admission_pool(
+    broker: &BrokerHandle,
+    budget: crate::proxy::admission::Budget,
+    max: i64,
+    workers: u32,
+) -> Option<Arc<crate::proxy::admission::Admission>> {
+    let max = u32::try_from(max).ok().filter(|&max| max > 0)?;
+    let keep = servery_core::proxy_admission::keep_for(max, workers);
+    Some(crate::proxy::admission::Admission::new(
+        broker.clone(),
+        budget,
+        keep,
+    ))
+}
+
 struct Worker {
     id: u64,
     clock: Clock,
@@ -634,18 +651,13 @@ impl Worker {
             }
         }
         let settings = &self.setup.settings;
-        let admission = u32::try_from(settings.proxy.proxy_max_inflight)
-            .ok()
-            .filter(|&max| max > 0)
-            .map(|max| {
-                let workers = u32::try_from(settings.workers.count()).unwrap_or(1);
-                let keep = servery_core::proxy_admission::keep_for(max, workers);
-                crate::proxy::admission::Admission::new(
-                    self.broker.clone(),
-                    crate::proxy::admission::Budget::Proxy,
-                    keep,
-                )
-            });
+        let workers = u32::try_from(settings.workers.count()).unwrap_or(1);
+        let admission = admission_pool(
+            &self.broker,
+            crate::proxy::admission::Budget::Proxy,
+            settings.proxy.proxy_max_inflight,
+            workers,
+        );
         let health = crate::proxy::HealthLink {
             down: Arc::clone(&self.upstream_down),
             broker: self.broker.clone(),
@@ -654,18 +666,12 @@ impl Worker {
             Ok(proxy) => config.proxy = proxy.map(Arc::new),
             Err(message) => return self.life.startup_failed(message),
         }
-        let cgi_admission = u32::try_from(settings.cgi.cgi_max_concurrent)
-            .ok()
-            .filter(|&max| max > 0)
-            .map(|max| {
-                let workers = u32::try_from(settings.workers.count()).unwrap_or(1);
-                let keep = servery_core::proxy_admission::keep_for(max, workers);
-                crate::proxy::admission::Admission::new(
-                    self.broker.clone(),
-                    crate::proxy::admission::Budget::Cgi,
-                    keep,
-                )
-            });
+        let cgi_admission = admission_pool(
+            &self.broker,
+            crate::proxy::admission::Budget::Cgi,
+            settings.cgi.cgi_max_concurrent,
+            workers,
+        );
         match crate::cgi::Cgi::from_settings(
             &settings.cgi,
             cgi_admission,
