@@ -23,6 +23,8 @@ pub struct BudgetLimits {
 pub(super) enum BudgetJob {
     Reserve {
         request: ClusterRequest,
+        /// When the request must have its answer (asked + the operation time-out).
+        answer_by: Instant,
         bytes: u64,
         tries: u8,
         /// The view was read fresh for this reservation already.
@@ -78,6 +80,35 @@ impl Budgets {
     /// the next lease (queued by the host when it has one).
     pub(super) fn lease_lost(&mut self) {}
 
+    /// The earliest time a queued reservation must be answered by.
+    pub(super) fn next_answer_by(&self) -> Option<Instant> {
+        self.states
+            .iter()
+            .flat_map(|s| s.queue.iter())
+            .filter_map(|j| match j {
+                BudgetJob::Reserve { answer_by, .. } => Some(*answer_by),
+                BudgetJob::Sync => None,
+            })
+            .min()
+    }
+
+    /// Takes out the queued reservations whose answer is due by `now`.
+    pub(super) fn overdue(&mut self, now: Instant) -> Vec<ClusterRequest> {
+        let mut due = Vec::new();
+        for s in &mut self.states {
+            s.queue.retain(|j| match j {
+                BudgetJob::Reserve {
+                    request, answer_by, ..
+                } if *answer_by <= now => {
+                    due.push(*request);
+                    false
+                }
+                _ => true,
+            });
+        }
+        due
+    }
+
     pub(super) fn check_invariants(&self) -> Result<(), String> {
         for s in &self.states {
             if s.queue.iter().filter(|j| **j == BudgetJob::Sync).count() > 1 {
@@ -107,6 +138,7 @@ impl ClusterHost {
             budget,
             BudgetJob::Reserve {
                 request,
+                answer_by: now + self.timing.op_timeout,
                 bytes,
                 tries: 0,
                 refreshed: false,
@@ -184,12 +216,13 @@ impl ClusterHost {
                 }
                 BudgetJob::Reserve {
                     request,
+                    answer_by,
                     bytes,
                     tries,
                     refreshed,
                     ..
                 } => {
-                    if !self.may_grant(now) {
+                    if !self.may_grant(now) || answer_by <= now {
                         let a = self.unavailable();
                         self.answer(request, a);
                         continue;
@@ -211,6 +244,7 @@ impl ClusterHost {
                         };
                         let job = BudgetJob::Reserve {
                             request,
+                            answer_by,
                             bytes,
                             tries,
                             refreshed,
@@ -226,6 +260,7 @@ impl ClusterHost {
                         };
                         let job = BudgetJob::Reserve {
                             request,
+                            answer_by,
                             bytes,
                             tries,
                             refreshed: true,
@@ -239,7 +274,15 @@ impl ClusterHost {
                 }
             };
             self.budgets.states[i].busy = true;
-            self.send(now, StoreCall::Txn(call), Purpose::Budget { budget, job });
+            // A reservation's operation ends when its answer is due.
+            let until = match &job {
+                BudgetJob::Reserve { answer_by, .. } => Some(*answer_by),
+                BudgetJob::Sync => None,
+            };
+            let op = self.send(now, StoreCall::Txn(call), Purpose::Budget { budget, job });
+            if let Some(until) = until {
+                self.cut_deadline(op, until);
+            }
         }
     }
 
@@ -284,6 +327,7 @@ impl ClusterHost {
             (
                 BudgetJob::Reserve {
                     request,
+                    answer_by,
                     bytes,
                     tries,
                     refreshed,
@@ -316,6 +360,7 @@ impl ClusterHost {
                     } else {
                         self.budgets.states[i].queue.push_front(BudgetJob::Reserve {
                             request,
+                            answer_by,
                             bytes,
                             tries,
                             refreshed,

@@ -192,7 +192,15 @@ impl ClusterHost {
 
     pub fn poll_timeout(&self) -> Option<Instant> {
         let op = self.pending.values().map(|p| p.deadline).min();
-        crate::time::earliest(self.next_tick, op)
+        let queued = self.budgets.next_answer_by();
+        crate::time::earliest(crate::time::earliest(self.next_tick, op), queued)
+    }
+
+    /// Ends operation `op` no later than `until`.
+    pub(super) fn cut_deadline(&mut self, op: OpId, until: Instant) {
+        if let Some(p) = self.pending.get_mut(&op) {
+            p.deadline = p.deadline.min(until);
+        }
     }
 
     pub(super) fn answer(&mut self, request: ClusterRequest, answer: ClusterAnswer) {
@@ -363,6 +371,10 @@ impl ClusterHost {
                 Purpose::Release { .. } | Purpose::Cleanup { .. } => {}
                 Purpose::Budget { budget, job } => self.budget_lost(now, budget, job),
             }
+        }
+        for request in self.budgets.overdue(now) {
+            let a = self.unavailable();
+            self.answer(request, a);
         }
         if self.next_tick.is_some_and(|t| t <= now) {
             self.next_tick = Some(now + self.timing.keepalive_every);
