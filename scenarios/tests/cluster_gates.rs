@@ -35,7 +35,10 @@ fn a_cluster_seed_replays_bit_for_bit() {
         assert_eq!(a.publishes, b.publishes, "{}", s.name);
     }
     let s = find_cluster("cluster-same-target").expect("in the catalog");
-    assert_ne!(run_cluster(s, 11).0.trace_hash, run_cluster(s, 12).0.trace_hash);
+    assert_ne!(
+        run_cluster(s, 11).0.trace_hash,
+        run_cluster(s, 12).0.trace_hash
+    );
 }
 
 /// The timing rule broken on purpose (a grant deadline past the TTL, which

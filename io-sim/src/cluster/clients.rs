@@ -55,8 +55,15 @@ pub(super) struct Clients {
     pub(super) waiting: BTreeMap<ClusterRequest, (usize, Instant)>,
 }
 
+/// Shared name `i`: even ones are target leases, odd ones DAV locks (both exclusive
+/// names under the same rules).
 pub(super) fn shared(i: usize) -> SharedName {
-    SharedName::new(NameKind::Lease, &format!("share/file-{i}.txt"))
+    let kind = if i.is_multiple_of(2) {
+        NameKind::Lease
+    } else {
+        NameKind::Lock
+    };
+    SharedName::new(kind, &format!("share/file-{i}.txt"))
         .unwrap_or_else(|_| unreachable!("a plain path"))
 }
 

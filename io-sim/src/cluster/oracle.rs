@@ -174,11 +174,10 @@ impl Oracle {
                 continue;
             }
             let tag = format!("h{h} ");
-            let leases = format!("{}leases/", w.hosts[0].layout().prefix());
-            if let Some(kv) = w
-                .store
-                .with_prefix(&leases)
-                .into_iter()
+            let prefix = w.hosts[0].layout().prefix();
+            if let Some(kv) = ["leases/", "locks/"]
+                .iter()
+                .flat_map(|dir| w.store.with_prefix(&format!("{prefix}{dir}")))
                 .find(|kv| kv.value.starts_with(&tag))
             {
                 self.violation(format!(
@@ -198,8 +197,12 @@ impl Oracle {
                 ));
             }
         }
-        let leases = format!("{}leases/", w.hosts[0].layout().prefix());
-        for kv in w.store.with_prefix(&leases) {
+        let prefix = w.hosts[0].layout().prefix();
+        let held: Vec<_> = ["leases/", "locks/"]
+            .iter()
+            .flat_map(|dir| w.store.with_prefix(&format!("{prefix}{dir}")))
+            .collect();
+        for kv in held {
             self.violation(format!(
                 "recovery: {} ({}) is still held at the end ({now})",
                 kv.key, kv.value
