@@ -601,33 +601,6 @@ fn print_json(r: &servery_scenarios::SweepReport, random: Option<&[u64]>) {
     println!("{value}");
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{random_seeds, random_seeds_line};
-
-    #[test]
-    fn two_draws_of_random_seeds_differ_and_print_on_one_line() {
-        let a = random_seeds(16);
-        let b = random_seeds(16);
-        assert_eq!(a.len(), 16);
-        let distinct: std::collections::BTreeSet<_> = a.iter().collect();
-        assert_eq!(distinct.len(), 16, "seeds within a draw are distinct");
-        assert!(
-            a.iter().all(|s| !b.contains(s)),
-            "two draws share a seed: {a:?} {b:?}"
-        );
-        let line = random_seeds_line(&a);
-        let listed: Vec<u64> = line
-            .strip_prefix("random seeds: ")
-            .expect("prefix")
-            .split(' ')
-            .map(|s| s.parse().expect("a seed"))
-            .collect();
-        assert_eq!(listed, a);
-        assert!(!line.contains('\n'));
-    }
-}
-
 /// `run` of a cluster scenario: its verdict and what the hosts answered.
 fn cluster_run(s: &servery_scenarios::cluster::ClusterScenario, seed: u64) -> ExitCode {
     let (o, verdict) = servery_scenarios::cluster::run_cluster(s, seed);
@@ -690,5 +663,32 @@ fn cluster_sweep(
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{random_seeds, random_seeds_line};
+
+    #[test]
+    fn two_draws_of_random_seeds_differ_and_print_on_one_line() {
+        let a = random_seeds(16);
+        let b = random_seeds(16);
+        assert_eq!(a.len(), 16);
+        let distinct: std::collections::BTreeSet<_> = a.iter().collect();
+        assert_eq!(distinct.len(), 16, "seeds within a draw are distinct");
+        assert!(
+            a.iter().all(|s| !b.contains(s)),
+            "two draws share a seed: {a:?} {b:?}"
+        );
+        let line = random_seeds_line(&a);
+        let listed: Vec<u64> = line
+            .strip_prefix("random seeds: ")
+            .expect("prefix")
+            .split(' ')
+            .map(|s| s.parse().expect("a seed"))
+            .collect();
+        assert_eq!(listed, a);
+        assert!(!line.contains('\n'));
     }
 }

@@ -157,10 +157,10 @@ mod tests {
     #[test]
     fn keys_live_under_the_clusters_prefix() {
         let l = KeyLayout::new(
-            &ClusterName::new("office").unwrap(),
-            &ClusterName::new("h1").unwrap(),
+            &ClusterName::new("office").expect("valid"),
+            &ClusterName::new("h1").expect("valid"),
         );
-        let n = SharedName::new(NameKind::Lock, "/docs//./a.txt").unwrap();
+        let n = SharedName::new(NameKind::Lock, "/docs//./a.txt").expect("valid");
         assert_eq!(l.name(&n), "/servery/office/locks/docs/a.txt");
         assert_eq!(
             l.budget_share(Budget::Uploads),

@@ -9,8 +9,8 @@ fn at(ms: u64) -> Instant {
 
 fn host() -> ClusterHost {
     let layout = KeyLayout::new(
-        &ClusterName::new("office").unwrap(),
-        &ClusterName::new("h1").unwrap(),
+        &ClusterName::new("office").expect("valid"),
+        &ClusterName::new("h1").expect("valid"),
     );
     let limits = [
         BudgetLimits {
@@ -69,7 +69,7 @@ fn live() -> ClusterHost {
 }
 
 fn name() -> SharedName {
-    SharedName::new(NameKind::Lease, "docs/a.txt").unwrap()
+    SharedName::new(NameKind::Lease, "docs/a.txt").expect("valid")
 }
 
 #[test]

@@ -106,7 +106,7 @@ mod tests {
             grant_deadline: Duration::from_secs(13),
             ..ClusterTiming::default()
         };
-        let err = t.check().unwrap_err();
+        let err = t.check().expect_err("refused");
         assert!(matches!(err, TimingError::DeadlinePastTtl { .. }));
         assert!(err.to_string().contains("must be less than the lease TTL"));
     }
