@@ -34,6 +34,13 @@ pub enum Behavior {
     /// Crashes (`SIGSEGV`) this long after its boot finished, whatever it is doing then:
     /// a lifetime drawn by the workload (aging, a slow crash loop).
     CrashAfter(Duration),
+    /// Takes `boot` to prepare, then crashes `lifetime` after its boot finished: a
+    /// drawn lifetime with a boot long enough to count (the published rejuvenation
+    /// models' repair and rejuvenation times).
+    SlowBootCrashAfter {
+        boot: Duration,
+        lifetime: Duration,
+    },
     /// Hosts an application ([`Workload::app`]) whose interpreter wedges once this many
     /// requests were served (a request stuck in C code holding the GIL): the process runs
     /// on and accepts, but its requests never finish and its probe stops answering.
@@ -600,7 +607,9 @@ impl Behavior {
             Behavior::WedgedDrain => FaultKind::WedgedDrain,
             Behavior::ExitDuringDrain => FaultKind::ExitDuringDrain,
             Behavior::SpawnFails(_) => FaultKind::SpawnFails,
-            Behavior::CrashAfter(_) => FaultKind::CrashAfterUptime,
+            Behavior::CrashAfter(_) | Behavior::SlowBootCrashAfter { .. } => {
+                FaultKind::CrashAfterUptime
+            }
             Behavior::AppWedgesAfterRequests(_) => FaultKind::AppWedge,
             // An application that starts, however slowly, is no fault.
             Behavior::AppStartup(startup) if !startup.fails() => return None,

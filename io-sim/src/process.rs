@@ -264,7 +264,9 @@ impl WorkerIo for SimWorker<'_> {
                 world.schedule_in(boot / 2, SimEvent::Crash { worker });
             }
             Behavior::HangAtBoot => {}
-            Behavior::SlowBoot(d) => world.schedule_in(d, SimEvent::BootDone { worker }),
+            Behavior::SlowBoot(d) | Behavior::SlowBootCrashAfter { boot: d, .. } => {
+                world.schedule_in(d, SimEvent::BootDone { worker })
+            }
             // The worker's own preparation, then the application's import.
             Behavior::AppStartup(startup) => world.schedule_in(
                 boot + startup.import,
@@ -585,7 +587,7 @@ impl SimWorld {
                 let d = Duration::from_micros(self.rng.range(1, 400));
                 self.schedule_in(d, SimEvent::Crash { worker });
             }
-            Behavior::CrashAfter(lifetime) => {
+            Behavior::CrashAfter(lifetime) | Behavior::SlowBootCrashAfter { lifetime, .. } => {
                 p.life.prepared(now);
                 self.schedule_in(lifetime, SimEvent::Crash { worker });
             }

@@ -637,7 +637,7 @@ impl SimWorld {
                 if let Some(p) = self.procs.get_mut(&worker) {
                     let (label, kind) = match p.behavior {
                         Behavior::CrashAtBoot => (labels::CRASHED_AT_BOOT, FaultKind::CrashAtBoot),
-                        Behavior::CrashAfter(_) => {
+                        Behavior::CrashAfter(_) | Behavior::SlowBootCrashAfter { .. } => {
                             (labels::CRASHED_AFTER_UPTIME, FaultKind::CrashAfterUptime)
                         }
                         _ => (

@@ -56,6 +56,22 @@ pub enum FaultModel {
         shape: f64,
         scale_s: f64,
     },
+    /// A Markov aging chain: each worker passes through phases of exponential length
+    /// with these means (seconds from the end of its boot) and crashes at the end of the
+    /// last: a hypoexponential lifetime. Huang et al. 1995's robust → failure-probable →
+    /// failed chain is `phase_means_s = [1/r2, 1/λ]`.
+    MarkovAging {
+        phase_means_s: Vec<f64>,
+    },
+    /// Lifetimes resampled from observed failure times: `trace_file` (relative to the
+    /// workload file) holds one failure time in seconds from the end of a boot per line;
+    /// `#` starts a comment. Each worker's lifetime is one of them, drawn uniformly (the
+    /// empirical distribution).
+    FailureTrace {
+        trace_file: String,
+        #[serde(skip)]
+        times_s: Vec<f64>,
+    },
     /// `requests` poison requests at uniform times in `window_s`; each is tried
     /// `retries` more times, `retry_gap_s` apart, and every try kills the worker that
     /// takes it.
@@ -106,6 +122,11 @@ pub struct Workload {
     /// bound (`served_within_bound`).
     #[serde(default = "default_latency_bound")]
     pub latency_bound_s: f64,
+    /// How long each worker's boot takes (seconds); by default the simulator's 2–20 ms.
+    /// The published rejuvenation models give repair and rejuvenation times a boot
+    /// must take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_s: Option<f64>,
     pub faults: FaultModel,
 }
 
@@ -188,7 +209,9 @@ impl Workload {
                 start_s,
                 crash_after_s,
             } => (Some(uniform(&mut rng, *crash_after_s)), *start_s),
-            FaultModel::Aging { .. } => (None, 0.0),
+            FaultModel::Aging { .. }
+            | FaultModel::MarkovAging { .. }
+            | FaultModel::FailureTrace { .. } => (None, 0.0),
             FaultModel::PoisonRequest {
                 requests,
                 window_s,
@@ -264,10 +287,27 @@ impl Workload {
         }
     }
 
+    /// The `index`-th process's lifetime (seconds from the end of its boot) under an
+    /// aging model, the same under every policy; `None` for the other fault models.
+    pub fn lifetime(&self, seed: u64, index: u64) -> Option<f64> {
+        let key = self.stream(seed, 0xbe4a).next_u64();
+        lifetime(&self.faults, key, index)
+    }
+
     /// How each process behaves: drawn from the seed and the spawn's index and time only.
     fn behavior(&self, seed: u64, draw: &Draw) -> servery_sim::BehaviorFn {
         // The k-th process's lifetime is the same under every policy.
         let key = self.stream(seed, 0xbe4a).next_u64();
+        if let Some(boot) = self.boot_s.map(secs) {
+            let faults = self.faults.clone();
+            return Box::new(move |info, _| match lifetime(&faults, key, info.index) {
+                Some(life) => Behavior::SlowBootCrashAfter {
+                    boot,
+                    lifetime: secs(life),
+                },
+                None => Behavior::SlowBoot(boot),
+            });
+        }
         match self.faults.clone() {
             FaultModel::CrashStorm { start_s, .. } => {
                 let end = start_s + draw.x.unwrap_or(0.0);
@@ -294,6 +334,12 @@ impl Workload {
                     SimRng::new(key ^ info.index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 Behavior::CrashAfter(secs(weibull_from_unit(per_spawn.unit(), shape, scale_s)))
             }),
+            faults @ (FaultModel::MarkovAging { .. } | FaultModel::FailureTrace { .. }) => {
+                Box::new(move |info, _| {
+                    let life = lifetime(&faults, key, info.index).unwrap_or(f64::INFINITY);
+                    Behavior::CrashAfter(secs(life))
+                })
+            }
             _ => Box::new(|_, _| Behavior::Healthy),
         }
     }
@@ -332,6 +378,9 @@ impl Workload {
         if !positive(self.latency_bound_s) {
             return bad("latency_bound_s", "must be > 0");
         }
+        if self.boot_s.is_some_and(|b| !positive(b) || b > 3600.0) {
+            return bad("boot_s", "must be in (0, 3600]");
+        }
         match &self.faults {
             FaultModel::CrashStorm { outage_s, start_s } if !range(*outage_s) || *start_s < 0.0 => {
                 bad(
@@ -346,6 +395,17 @@ impl Workload {
             }
             FaultModel::Aging { shape, scale_s } if !positive(*shape) || !positive(*scale_s) => {
                 bad("faults.shape", "shape and scale_s must be > 0")
+            }
+            FaultModel::MarkovAging { phase_means_s }
+                if phase_means_s.is_empty() || !phase_means_s.iter().all(|m| positive(*m)) =>
+            {
+                bad(
+                    "faults.phase_means_s",
+                    "must list at least one phase, every mean > 0",
+                )
+            }
+            FaultModel::FailureTrace { times_s, .. } if times_s.len() < 2 => {
+                bad("faults.trace_file", "must hold at least two failure times")
             }
             FaultModel::PoisonRequest {
                 window_s,
@@ -368,13 +428,80 @@ impl Workload {
     }
 }
 
+/// A process's lifetime under an aging model, from the workload's key and the spawn's
+/// index alone (the Weibull draw is the one `Aging` always made).
+fn lifetime(faults: &FaultModel, key: u64, index: u64) -> Option<f64> {
+    let mut per_spawn = SimRng::new(key ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    match faults {
+        FaultModel::Aging { shape, scale_s } => {
+            Some(weibull_from_unit(per_spawn.unit(), *shape, *scale_s))
+        }
+        FaultModel::MarkovAging { phase_means_s } => {
+            Some(phase_means_s.iter().map(|m| per_spawn.exp(*m)).sum())
+        }
+        FaultModel::FailureTrace { times_s, .. } if !times_s.is_empty() => {
+            let k = (per_spawn.unit() * times_s.len() as f64) as usize;
+            Some(times_s[k.min(times_s.len() - 1)])
+        }
+        _ => None,
+    }
+}
+
+/// Parse a failure-time trace: one time in seconds per line, `#` comments, blank lines
+/// skipped; every time finite and > 0, at least two of them.
+pub fn parse_trace(path: &Path, text: &str) -> Result<Vec<f64>, ResearchError> {
+    let bad = |rule: String| ResearchError::InvalidWorkload {
+        path: path.to_owned(),
+        field: "faults.trace_file",
+        rule,
+    };
+    let mut times = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let t: f64 = line.parse().map_err(|_| {
+            bad(format!(
+                "line {}: {line:?} is not a number of seconds",
+                n + 1
+            ))
+        })?;
+        if !(t.is_finite() && t > 0.0) {
+            return Err(bad(format!(
+                "line {}: a failure time must be finite and > 0 (got {t})",
+                n + 1
+            )));
+        }
+        times.push(t);
+    }
+    if times.len() < 2 {
+        return Err(bad(format!(
+            "must hold at least two failure times (got {})",
+            times.len()
+        )));
+    }
+    Ok(times)
+}
+
 /// Read and check a workload file.
 pub fn load(path: &Path) -> Result<Workload, ResearchError> {
     from_text(path, &read(path)?)
 }
 
 pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
-    let w: Workload = parse(path, text)?;
+    let mut w: Workload = parse(path, text)?;
+    if let FaultModel::FailureTrace {
+        trace_file,
+        times_s,
+    } = &mut w.faults
+    {
+        let file = path
+            .parent()
+            .unwrap_or_else(|| Path::new(""))
+            .join(trace_file.as_str());
+        *times_s = parse_trace(&file, &read(&file)?)?;
+    }
     w.check(path)?;
     Ok(w)
 }
