@@ -1,13 +1,19 @@
 //! The published rejuvenation models run on servery's supervisor: Huang's chain (never
 //! rejuvenating) and Garg et al.'s fixed interval, Dohi et al.'s TTT estimate from a
 //! failure-time trace, and age replacement; each measured from the supervisor's own run
-//! and held to its closed form, the pure model run beside it as the check of the check.
+//! (regenerative cycles, one a seed) and held to its closed form, the pure model run
+//! beside it as the check of the check.
+
+use std::path::Path;
 
 use servery_scenarios::research::age::AgeModel;
-use servery_scenarios::research::dohi;
+use servery_scenarios::research::cli::resolve;
 use servery_scenarios::research::garg::{Garg, Row};
+use servery_scenarios::research::reproduce_rejuvenation as rejuvenation;
+use servery_scenarios::research::workload::{self, FaultModel};
+use servery_scenarios::research::{cycles, dohi};
 
-const SEEDS: u64 = 300;
+const SEEDS: u64 = 400;
 
 fn check(delta_h: f64) {
     let g = Garg::example_a(delta_h);
@@ -16,34 +22,193 @@ fn check(delta_h: f64) {
     let (down, cost) = Row::per_year(&row.supervisor, y);
     let (pdown, pcost) = Row::per_year(&row.pure, y);
     let (cd, cc) = row.closed;
-    eprintln!(
-        "delta {delta_h} h: closed {cd:.3} h ${cc:.2}; supervisor {down:?} {cost:?} ({} recycled of {}); pure {pdown:?} {pcost:?}",
-        row.supervisor.recycled, row.supervisor.cycles
+    let failures = (row.supervisor.cycles - row.supervisor.recycled) as u64;
+    assert!(
+        row.covered(&row.supervisor),
+        "interval {delta_h} h: the supervisor ({failures} failures in {SEEDS} cycles) misses the closed form: \
+         downtime {down:?} h/yr for {cd}, cost {cost:?} $/yr for {cc}"
     );
     assert!(
-        down.covers(cd),
-        "supervisor downtime {down:?} misses the closed form {cd}"
+        row.covered(&row.pure),
+        "interval {delta_h} h: the pure model misses the closed form: downtime {pdown:?} for {cd}, cost {pcost:?} for {cc}"
     );
-    assert!(
-        cost.covers(cc),
-        "supervisor cost {cost:?} misses the closed form {cc}"
-    );
-    assert!(
-        pdown.covers(cd),
-        "pure-model downtime {pdown:?} misses the closed form {cd}"
-    );
-    assert!(
-        pcost.covers(cc),
-        "pure-model cost {pcost:?} misses the closed form {cc}"
-    );
+    // Every cycle ends the way the interval says: never → every cycle is a failure.
+    if delta_h.is_infinite() {
+        assert_eq!(row.supervisor.recycled, 0, "no recycling without an age");
+    } else {
+        assert!(row.supervisor.recycled > 0, "an interval recycles");
+    }
 }
 
 #[test]
 fn huangs_chain_never_rejuvenated_on_the_supervisor_covers_huangs_closed_form() {
+    // Huang's closed form at r4 = 0: 0.490 h and $490.44 a year.
+    let (d, c) = servery_scenarios::research::huang::Huang::example_a()
+        .with_r4(0.0)
+        .closed_form();
+    assert!(
+        (d - 0.4904).abs() < 1e-3 && (c - 490.44).abs() < 0.01,
+        "{d} {c}"
+    );
     check(f64::INFINITY);
 }
 
 #[test]
-fn garg_fixed_interval_on_the_supervisor_covers_the_closed_form() {
+fn garg_weekly_rejuvenation_on_the_supervisor_covers_the_closed_form() {
     check(168.0);
+}
+
+#[test]
+fn garg_daily_rejuvenation_on_the_supervisor_covers_the_closed_form() {
+    check(24.0);
+}
+
+#[test]
+fn with_example_as_costs_never_rejuvenating_is_best_at_fixed_intervals_too() {
+    let g = Garg::example_a(f64::INFINITY);
+    let (best, cost) = rejuvenation::garg_best(&g);
+    assert!(best.is_infinite(), "best interval {best} h at ${cost}");
+    // A failure a hundred times dearer makes some interval pay.
+    let mut dear = g;
+    dear.chain.cost_failed_per_hour = 100_000.0;
+    let (best, _) = rejuvenation::garg_best(&dear);
+    assert!(best.is_finite(), "with c_f = $100,000/h an interval pays");
+}
+
+#[test]
+fn dohi_ttt_estimate_from_the_shipped_trace_on_the_supervisor_covers_its_closed_form() {
+    let path = resolve("failure-trace", "workloads");
+    let r = rejuvenation::dohi(&path, SEEDS).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.n, 50, "the shipped trace holds 50 failure times");
+    let age = r
+        .age
+        .unwrap_or_else(|| panic!("rejuvenating pays on this trace"));
+    let a = |e: &servery_scenarios::research::stats::Estimate| (1.0 - e.hi, 1.0 - e.lo);
+    let (lo, hi) = a(&r.supervisor.down);
+    assert!(
+        lo <= r.closed && r.closed <= hi,
+        "the supervisor's availability [{lo}, {hi}] at t0 = {age} s misses the closed form {}",
+        r.closed
+    );
+    let (lo, hi) = a(&r.pure.down);
+    assert!(
+        lo <= r.closed && r.closed <= hi,
+        "the pure model's availability [{lo}, {hi}] misses the closed form {}",
+        r.closed
+    );
+    assert!(r.closed > r.never_closed, "rejuvenating at t0 beats never");
+    // The trace came from Weibull(2, 600 s): the estimate costs under 0.1 % of the
+    // parametric optimum's availability.
+    let (_, best, at) = r.parametric;
+    assert!(best - at < 1e-3 * best, "{at} vs {best}");
+}
+
+#[test]
+fn age_replacement_on_the_supervisor_covers_the_closed_form() {
+    let rows = rejuvenation::age_supervisor_rows(300).unwrap_or_else(|e| panic!("{e}"));
+    for (age, closed, a) in rows {
+        assert!(
+            a.covers(closed),
+            "age {age:?}: the supervisor's availability {a:?} misses the closed form {closed}"
+        );
+    }
+    let _ = AgeModel::standard();
+}
+
+#[test]
+fn the_shipped_aging_workloads_load_and_draw_their_models() {
+    let w = workload::load(&resolve("huang-chain", "workloads")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(&w.faults, FaultModel::MarkovAging { phase_means_s } if phase_means_s.len() == 2)
+    );
+    // Hypoexponential: the mean of many draws is the sum of the phase means.
+    let mean: f64 = (0..4000).filter_map(|k| w.lifetime(1, k)).sum::<f64>() / 4000.0;
+    assert!((mean - 88_080.0).abs() < 0.05 * 88_080.0, "{mean}");
+    let t =
+        workload::load(&resolve("failure-trace", "workloads")).unwrap_or_else(|e| panic!("{e}"));
+    let FaultModel::FailureTrace { times_s, .. } = &t.faults else {
+        panic!("not a trace")
+    };
+    // Every drawn lifetime is one of the trace's times.
+    for k in 0..200 {
+        let life = t.lifetime(3, k).unwrap_or(f64::NAN);
+        assert!(times_s.contains(&life), "{life}");
+    }
+}
+
+fn load_text(name: &str, text: &str) -> Result<workload::Workload, String> {
+    let dir = std::env::temp_dir().join(format!("servery-trace-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join("w.toml");
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    workload::load(&path).map_err(|e| e.to_string())
+}
+
+#[test]
+fn bad_aging_workloads_are_refused_naming_the_field_and_the_rule() {
+    let head = "name = \"w\"\nfault_class = \"transient\"\nduration_s = 60.0\n";
+    let e = load_text(
+        "phases",
+        &format!("{head}[faults]\nkind = \"markov-aging\"\nphase_means_s = []\n"),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(
+        e.contains("faults.phase_means_s: must list at least one phase"),
+        "{e}"
+    );
+    let e = load_text(
+        "boot",
+        &format!("{head}boot_s = 0.0\n[faults]\nkind = \"steady\"\n"),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(e.contains("boot_s: must be in (0, 3600]"), "{e}");
+    let e = load_text(
+        "missing",
+        &format!("{head}[faults]\nkind = \"failure-trace\"\ntrace_file = \"nope.txt\"\n"),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(e.contains("nope.txt") && e.contains("cannot read"), "{e}");
+    let bad = workload::parse_trace(Path::new("t.txt"), "# c\n12.5\nabc\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        bad.contains("faults.trace_file: line 3: \"abc\" is not a number of seconds"),
+        "{bad}"
+    );
+    let bad = workload::parse_trace(Path::new("t.txt"), "3\n-1\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        bad.contains("line 2: a failure time must be finite and > 0"),
+        "{bad}"
+    );
+    let bad = workload::parse_trace(Path::new("t.txt"), "3\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(bad.contains("at least two failure times"), "{bad}");
+}
+
+#[test]
+fn a_cycle_is_read_from_the_supervisors_run() {
+    // One worker, Garg's chain at a 7-day interval: seed 0's first worker lives past it,
+    // so its cycle is a recycle: the age, then the replacement's boot.
+    let g = Garg::example_a(168.0);
+    let c = cycles::supervisor_cycle(
+        &g.workload(),
+        &g.policy(),
+        0,
+        servery_core::supervisor::Platform::Posix,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.recycled && c.failed == 0.0, "{c:?}");
+    let boot = 100.0 / 3.0;
+    assert!((c.rejuvenating - boot).abs() < 0.01, "{c:?}");
+    assert!((c.length - (16_800.0 + boot)).abs() < 0.02, "{c:?}");
+    let _ = dohi::AGE_SCALE;
 }

@@ -46,15 +46,17 @@ pub enum CycleError {
 
 /// The policy of a rejuvenation model on the supervisor: age recycling at `age_s`
 /// (`None`: never), no jitter, a crash's restart after `restart_delay_s` every time, and
-/// heartbeats far apart (a crash is seen by its exit, not by a missed beat).
-pub fn age_policy(name: String, restart_delay_s: f64, age_s: Option<f64>) -> Policy {
+/// heartbeats far apart (a crash is seen by its exit, not by a missed beat), and room
+/// for a boot of `boot_s`.
+pub fn age_policy(name: String, restart_delay_s: f64, age_s: Option<f64>, boot_s: f64) -> Policy {
     let recovery = servery_core::config::RawRecovery {
         restart_backoff_initial: restart_delay_s,
         restart_backoff_max: restart_delay_s,
         worker_max_age: age_s.unwrap_or(0.0),
         worker_max_age_jitter: 0.0,
-        heartbeat_interval: 600.0,
-        heartbeat_timeout: 1200.0,
+        heartbeat_interval: (1000.0 * boot_s).max(600.0),
+        heartbeat_timeout: (2000.0 * boot_s).max(1200.0),
+        worker_start_timeout: 2.0 * boot_s + 30.0,
         ..servery_core::config::RawRecovery::default()
     };
     Policy::new(name, recovery)

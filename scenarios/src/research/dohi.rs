@@ -103,7 +103,7 @@ pub fn on_supervisor(
     age: Option<f64>,
     seeds: core::ops::Range<u64>,
 ) -> Result<Vec<Cycle>, CycleError> {
-    let policy = cycles::age_policy("age".into(), repair_s - rejuvenation_s, age);
+    let policy = cycles::age_policy("age".into(), repair_s - rejuvenation_s, age, rejuvenation_s);
     seeds
         .map(|s| cycles::supervisor_cycle(workload, &policy, s, Platform::Posix))
         .collect()

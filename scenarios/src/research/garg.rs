@@ -37,8 +37,11 @@ use crate::research::huang::Huang;
 use crate::research::policy::Policy;
 use crate::research::workload::{FaultClass, FaultModel, Workload};
 
+/// Failures below which a row is judged by its failure count alone.
+pub const MIN_FAILURES: u64 = 10;
+
 /// Simulated seconds per model hour.
-pub const SCALE_S: f64 = 10.0;
+pub const SCALE_S: f64 = 100.0;
 
 /// Huang's chain with rejuvenation every `delta_h` hours of a process's life
 /// (infinite: never). Rates per hour, costs per hour, as [`Huang`].
@@ -128,6 +131,7 @@ impl Garg {
             format!("age-recycle-{}h", self.delta_h),
             SCALE_S * (1.0 / c.r1 - 1.0 / c.r3),
             self.delta_h.is_finite().then_some(SCALE_S * self.delta_h),
+            SCALE_S / c.r3,
         )
     }
 
@@ -198,6 +202,22 @@ impl Row {
             supervisor,
             pure,
         })
+    }
+
+    /// Whether `s` (the supervisor's or the pure model's) agrees with the closed form:
+    /// its share of cycles ended by a failure within the Wilson 95 % interval of `F(δ)`,
+    /// and, when there are at least [`MIN_FAILURES`] failures (or only failures), its
+    /// downtime and cost a year within their normal 95 % intervals. Fewer failures make
+    /// the ratio's normal interval collapse (every cycle alike), so only the count is
+    /// judged then.
+    pub fn covered(&self, s: &Shares) -> bool {
+        let n = s.cycles as u64;
+        let k = n - s.recycled as u64;
+        let failure = 1.0 - self.model.survival(self.model.delta_h);
+        let count = crate::research::stats::wilson(k, n).covers(failure);
+        let (down, cost) = Row::per_year(s, self.model.chain.hours_per_year);
+        let figures = down.covers(self.closed.0) && cost.covers(self.closed.1);
+        count && (figures || (k < MIN_FAILURES && k < n))
     }
 
     /// (downtime, cost) a year, as estimates, of the supervisor or the pure model.

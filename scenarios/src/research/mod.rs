@@ -23,6 +23,7 @@ pub mod published;
 pub mod ranking;
 pub mod report;
 pub mod reproduce;
+pub mod reproduce_rejuvenation;
 pub mod stats;
 pub mod sweep;
 pub mod verdict;
