@@ -85,7 +85,10 @@ fn the_documents_generated_figures_are_the_tools_output() {
     let mut doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
     let generate = |key: &str| -> String {
         match key {
-            "reproduce huang-1995" | "reproduce age-replacement" => {
+            "reproduce huang-1995"
+            | "reproduce age-replacement"
+            | "reproduce garg-1995"
+            | "reproduce dohi-2000" => {
                 let model = key.trim_start_matches("reproduce ");
                 let text =
                     reproduce::reproduce(model, None, false).unwrap_or_else(|e| panic!("{e}"));
@@ -101,6 +104,8 @@ fn the_documents_generated_figures_are_the_tools_output() {
         "reproduce huang-1995",
         "reproduce age-replacement",
         "age-replacement on the supervisor",
+        "reproduce garg-1995",
+        "reproduce dohi-2000",
     ] {
         let (range, quoted) = block(&doc, key).unwrap_or_else(|| panic!("no block {key:?}"));
         let fresh = generate(key);
