@@ -251,6 +251,41 @@ mod tests {
     }
 
     #[test]
+    fn a_row_with_few_failures_is_judged_by_its_failure_count() {
+        let g = Garg::example_a(24.0);
+        let boot = SCALE_S / g.chain.r3;
+        let recycle = Cycle {
+            length: 24.0 * SCALE_S + boot,
+            failed: 0.0,
+            rejuvenating: boot,
+            recycled: true,
+        };
+        let mut row = Row {
+            model: g,
+            closed: g.closed_form(),
+            supervisor: g.shares(&[recycle; 100]),
+            pure: g.shares(&[recycle; 100]),
+        };
+        // No failure in 100 cycles (0.02 expected): the ratio's interval collapses onto
+        // a figure just off the closed form, and the count decides.
+        let (down, _) = Row::per_year(&row.supervisor, g.chain.hours_per_year);
+        assert!(!down.covers(row.closed.0), "{down:?}");
+        assert!(row.covered(&row.supervisor));
+        // Half the cycles failed: the count is far outside its interval.
+        let failure = Cycle {
+            length: 10.0 * SCALE_S + SCALE_S / g.chain.r1,
+            failed: SCALE_S / g.chain.r1,
+            rejuvenating: 0.0,
+            recycled: false,
+        };
+        let mixed: Vec<Cycle> = (0..100)
+            .map(|i| if i % 2 == 0 { recycle } else { failure })
+            .collect();
+        row.supervisor = g.shares(&mixed);
+        assert!(!row.covered(&row.supervisor));
+    }
+
+    #[test]
     fn the_mean_life_before_delta_is_the_survivals_integral() {
         let g = Garg::example_a(168.0);
         // Trapezoids over [0, 500] h.

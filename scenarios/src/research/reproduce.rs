@@ -90,9 +90,8 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
                 v["provenance"] = provenance(model, n, grid);
                 return Ok(v.to_string());
             }
-            let supervisor = rejuvenation::age_supervisor_text(
-                n.min(rejuvenation::AGE_SUPERVISOR_SEEDS).max(2),
-            )?;
+            let supervisor =
+                rejuvenation::age_supervisor_text(n.clamp(2, rejuvenation::AGE_SUPERVISOR_SEEDS))?;
             Ok(format!("{}{supervisor}", age_text(&m, &r, &fine, n)))
         }
         "garg-1995" => {
