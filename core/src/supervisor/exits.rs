@@ -245,7 +245,9 @@ impl Supervisor {
         let decision = {
             let policy = self.config.recovery().clone();
             let slot = &mut self.slots[slot_index];
-            self.window.decide(now, &policy, &mut slot.history, stable)
+            let rng = &mut self.rng;
+            self.window
+                .decide_with(now, &policy, &mut slot.history, stable, &mut || rng.unit())
         };
         self.slots[slot_index].member = None;
         // A recycle of this slot loses its old worker: the replacement, if any, takes
