@@ -250,3 +250,103 @@ fn a_cycle_is_read_from_the_supervisors_run() {
     assert!((c.length - (16_800.0 + boot)).abs() < 0.02, "{c:?}");
     let _ = dohi::AGE_SCALE;
 }
+
+#[test]
+fn several_fault_models_act_in_one_run() {
+    let w =
+        workload::load(&resolve("storm-on-aging", "workloads")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(w.also_faults.len(), 2);
+    let draw = w.draw(7);
+    // The storm's crash per worker at 300 s and the hang model's pauses, merged in order.
+    let at_300 = draw
+        .faults
+        .iter()
+        .filter(|(at, f)| {
+            at.as_secs_f64() == 300.0 && matches!(f, servery_sim::Fault::CrashWorker { .. })
+        })
+        .count();
+    assert_eq!(at_300, 4, "one crash per worker when the storm begins");
+    assert!(
+        draw.faults
+            .iter()
+            .any(|(_, f)| matches!(f, servery_sim::Fault::PauseWorker { .. })),
+        "the hang model's pauses are in the plan"
+    );
+    assert!(
+        draw.faults.windows(2).all(|p| p[0].0 <= p[1].0),
+        "in time order"
+    );
+    assert_eq!(draw.xs.len(), 3);
+    assert_eq!(draw.x, None, "[faults] (aging) draws no parameter");
+    assert!(
+        draw.xs[1].is_some_and(|d| (5.0..=20.0).contains(&d)),
+        "{:?}",
+        draw.xs
+    );
+    // On the supervisor: workers crash of age and in the storm, and pauses are seen.
+    let p = servery_scenarios::research::policy::load(&resolve("seed-defaults", "policies"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let m = servery_scenarios::research::compare::run_one(
+        &p,
+        &w,
+        7,
+        servery_core::supervisor::Platform::Posix,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let before = m.boot_times.iter().filter(|t| **t < 300.0).count();
+    let storm = m
+        .boot_times
+        .iter()
+        .filter(|t| (300.0..330.0).contains(*t))
+        .count();
+    assert!(
+        before >= 1 && storm >= 1,
+        "aging restarts workers before the storm ({before}) and the storm after ({storm}): {:?} (failed {})",
+        m.boot_times,
+        m.failed
+    );
+}
+
+#[test]
+fn a_lone_fault_model_draws_as_before_there_could_be_several() {
+    // The same model alone and first of several: the same plan for it.
+    let head = "name = \"w\"\nfault_class = \"transient\"\nduration_s = 600.0\n";
+    let storm = "[faults]\nkind = \"crash-storm\"\nstart_s = 100.0\noutage_s = [1.0, 9.0]\n";
+    let alone = load_text("alone", &format!("{head}{storm}")).unwrap_or_else(|e| panic!("{e}"));
+    let more = load_text(
+        "more",
+        &format!("{head}{storm}[[also_faults]]\nkind = \"poison-request\"\nrequests = 2\nwindow_s = [400.0, 500.0]\nretries = 0\nretry_gap_s = 1.0\n"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for seed in 0..20 {
+        let (a, m) = (alone.draw(seed), more.draw(seed));
+        assert_eq!(a.x, m.x, "seed {seed}");
+        let before_400: Vec<_> = m
+            .faults
+            .iter()
+            .filter(|(t, _)| t.as_secs_f64() < 400.0)
+            .cloned()
+            .collect();
+        assert_eq!(a.faults, before_400, "seed {seed}");
+    }
+    let two = load_text(
+        "two",
+        &format!("{head}[faults]\nkind = \"aging\"\nshape = 2.0\nscale_s = 60.0\n[[also_faults]]\nkind = \"markov-aging\"\nphase_means_s = [10.0]\n"),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(
+        two.contains("also_faults: at most one fault model may set a worker's lifetime"),
+        "{two}"
+    );
+    let old = load_text(
+        "faults2",
+        &format!("{head}{storm}[faults2]\nkind = \"steady\"\n"),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(
+        old.contains("faults2"),
+        "an unknown table is still named: {old}"
+    );
+}

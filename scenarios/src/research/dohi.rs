@@ -92,6 +92,7 @@ pub fn trace_workload(times: &[f64], rejuvenation_s: f64) -> Workload {
             trace_file: String::new(),
             times_s: times.to_vec(),
         },
+        also_faults: Vec::new(),
     }
 }
 

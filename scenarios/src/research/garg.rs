@@ -120,6 +120,7 @@ impl Garg {
             faults: FaultModel::MarkovAging {
                 phase_means_s: vec![SCALE_S / c.r2, SCALE_S / c.lambda],
             },
+            also_faults: Vec::new(),
         }
     }
 

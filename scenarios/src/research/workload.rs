@@ -128,6 +128,12 @@ pub struct Workload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_s: Option<f64>,
     pub faults: FaultModel,
+    /// Further fault models acting in the same run (`[[also_faults]]` tables, each like
+    /// `[faults]`): their injected faults are merged, and a process's behaviour is the
+    /// worst each model gives it (a crash at boot over a lifetime, the shorter of two
+    /// lifetimes). At most one model may set a worker's lifetime.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_faults: Vec<FaultModel>,
 }
 
 fn default_workers() -> i64 {
@@ -161,6 +167,8 @@ pub struct Draw {
     pub x: Option<f64>,
     /// When the first fault strikes (for the time to give up).
     pub onset_s: f64,
+    /// Each fault model's drawn parameter, `[faults]` first.
+    pub xs: Vec<Option<f64>>,
 }
 
 fn uniform(rng: &mut SimRng, [lo, hi]: [f64; 2]) -> f64 {
@@ -189,10 +197,38 @@ impl Workload {
         }
     }
 
+    /// `[faults]` then each of `[[also_faults]]`.
+    pub fn models(&self) -> impl Iterator<Item = &FaultModel> {
+        core::iter::once(&self.faults).chain(&self.also_faults)
+    }
+
     pub fn draw(&self, seed: u64) -> Draw {
         let mut rng = self.stream(seed, 0xfa17);
         let mut faults = Vec::new();
-        let (x, onset_s) = match &self.faults {
+        let (mut xs, mut onset_s) = (Vec::new(), f64::INFINITY);
+        // `[faults]` draws first, from the same stream as before there were others.
+        for model in self.models() {
+            let (x, onset) = self.draw_one(model, &mut rng, &mut faults);
+            xs.push(x);
+            onset_s = onset_s.min(onset);
+        }
+        faults.sort_by_key(|(at, _)| *at);
+        Draw {
+            faults,
+            x: xs.first().copied().flatten(),
+            onset_s,
+            xs,
+        }
+    }
+
+    fn draw_one(
+        &self,
+        model: &FaultModel,
+        rng: &mut SimRng,
+        faults: &mut Vec<(Duration, Fault)>,
+    ) -> (Option<f64>, f64) {
+        let rng = &mut *rng;
+        match model {
             FaultModel::Steady => (None, self.duration_s),
             FaultModel::CrashStorm { start_s, outage_s } => {
                 for _ in 0..self.workers {
@@ -203,12 +239,12 @@ impl Workload {
                         },
                     ));
                 }
-                (Some(uniform(&mut rng, *outage_s)), *start_s)
+                (Some(uniform(rng, *outage_s)), *start_s)
             }
             FaultModel::BootLoop {
                 start_s,
                 crash_after_s,
-            } => (Some(uniform(&mut rng, *crash_after_s)), *start_s),
+            } => (Some(uniform(rng, *crash_after_s)), *start_s),
             FaultModel::Aging { .. }
             | FaultModel::MarkovAging { .. }
             | FaultModel::FailureTrace { .. } => (None, 0.0),
@@ -220,7 +256,7 @@ impl Workload {
             } => {
                 let mut first = f64::INFINITY;
                 for _ in 0..*requests {
-                    let t = uniform(&mut rng, *window_s);
+                    let t = uniform(rng, *window_s);
                     first = first.min(t);
                     for k in 0..=*retries {
                         let at = t + f64::from(k) * retry_gap_s;
@@ -249,9 +285,7 @@ impl Workload {
                 }
                 (None, first)
             }
-        };
-        faults.sort_by_key(|(at, _)| *at);
-        Draw { faults, x, onset_s }
+        }
     }
 
     /// The simulation of `policy` under this workload for `seed`.
@@ -291,57 +325,37 @@ impl Workload {
     /// aging model, the same under every policy; `None` for the other fault models.
     pub fn lifetime(&self, seed: u64, index: u64) -> Option<f64> {
         let key = self.stream(seed, 0xbe4a).next_u64();
-        lifetime(&self.faults, key, index)
+        self.models().find_map(|m| lifetime(m, key, index))
     }
 
     /// How each process behaves: drawn from the seed and the spawn's index and time only.
     fn behavior(&self, seed: u64, draw: &Draw) -> servery_sim::BehaviorFn {
         // The k-th process's lifetime is the same under every policy.
         let key = self.stream(seed, 0xbe4a).next_u64();
-        if let Some(boot) = self.boot_s.map(secs) {
-            let faults = self.faults.clone();
-            return Box::new(move |info, _| match lifetime(&faults, key, info.index) {
-                Some(life) => Behavior::SlowBootCrashAfter {
-                    boot,
-                    lifetime: secs(life),
-                },
-                None => Behavior::SlowBoot(boot),
-            });
+        let mut each: Vec<servery_sim::BehaviorFn> = self
+            .models()
+            .enumerate()
+            .filter_map(|(i, m)| behavior_of(m, key, draw.xs.get(i).copied().flatten()))
+            .collect();
+        let boot = self.boot_s.map(secs);
+        if boot.is_none() && each.len() <= 1 {
+            return each
+                .pop()
+                .unwrap_or_else(|| Box::new(|_, _| Behavior::Healthy));
         }
-        match self.faults.clone() {
-            FaultModel::CrashStorm { start_s, .. } => {
-                let end = start_s + draw.x.unwrap_or(0.0);
-                Box::new(move |info, _| {
-                    let t = info.now.as_secs_f64();
-                    if t >= start_s && t < end {
-                        Behavior::CrashAtBoot
-                    } else {
-                        Behavior::Healthy
-                    }
-                })
+        Box::new(move |info, rng| {
+            let b = each
+                .iter()
+                .map(|f| f(info, rng))
+                .fold(Behavior::Healthy, worse);
+            match (boot, b) {
+                (Some(boot), Behavior::Healthy) => Behavior::SlowBoot(boot),
+                (Some(boot), Behavior::CrashAfter(lifetime)) => {
+                    Behavior::SlowBootCrashAfter { boot, lifetime }
+                }
+                (_, b) => b,
             }
-            FaultModel::BootLoop { start_s, .. } => {
-                let after = draw.x.unwrap_or(1.0);
-                // A process already running when the fault begins crashes `after` seconds
-                // into it; its boot took a few ms, which this leaves out.
-                Box::new(move |info, _| {
-                    let late = (start_s - info.now.as_secs_f64()).max(0.0);
-                    Behavior::CrashAfter(secs(late + after))
-                })
-            }
-            FaultModel::Aging { shape, scale_s } => Box::new(move |info, _| {
-                let mut per_spawn =
-                    SimRng::new(key ^ info.index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                Behavior::CrashAfter(secs(weibull_from_unit(per_spawn.unit(), shape, scale_s)))
-            }),
-            faults @ (FaultModel::MarkovAging { .. } | FaultModel::FailureTrace { .. }) => {
-                Box::new(move |info, _| {
-                    let life = lifetime(&faults, key, info.index).unwrap_or(f64::INFINITY);
-                    Behavior::CrashAfter(secs(life))
-                })
-            }
-            _ => Box::new(|_, _| Behavior::Healthy),
-        }
+        })
     }
 
     /// Check the parameters (the recovery policy is checked by its own loader).
@@ -354,7 +368,6 @@ impl Workload {
             })
         };
         let positive = |x: f64| x.is_finite() && x > 0.0;
-        let range = |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
         if !(1..=64).contains(&self.workers) {
             return bad("workers", "must be in [1, 64]");
         }
@@ -381,7 +394,41 @@ impl Workload {
         if self.boot_s.is_some_and(|b| !positive(b) || b > 3600.0) {
             return bad("boot_s", "must be in (0, 3600]");
         }
-        match &self.faults {
+        let lifetimes = self
+            .models()
+            .filter(|m| {
+                matches!(
+                    m,
+                    FaultModel::Aging { .. }
+                        | FaultModel::MarkovAging { .. }
+                        | FaultModel::FailureTrace { .. }
+                        | FaultModel::BootLoop { .. }
+                )
+            })
+            .count();
+        if lifetimes > 1 {
+            return bad(
+                "also_faults",
+                "at most one fault model may set a worker's lifetime (aging, markov-aging, failure-trace, boot-loop)",
+            );
+        }
+        for model in self.models() {
+            self.check_model(path, model)?;
+        }
+        Ok(())
+    }
+
+    fn check_model(&self, path: &Path, model: &FaultModel) -> Result<(), ResearchError> {
+        let bad = |field: &'static str, rule: &str| {
+            Err(ResearchError::InvalidWorkload {
+                path: path.to_owned(),
+                field,
+                rule: rule.to_string(),
+            })
+        };
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        let range = |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
+        match model {
             FaultModel::CrashStorm { outage_s, start_s } if !range(*outage_s) || *start_s < 0.0 => {
                 bad(
                     "faults.outage_s",
@@ -425,6 +472,63 @@ impl Workload {
             ),
             _ => Ok(()),
         }
+    }
+}
+
+/// One fault model's behaviour of each process, `None` when it gives none.
+fn behavior_of(model: &FaultModel, key: u64, x: Option<f64>) -> Option<servery_sim::BehaviorFn> {
+    Some(match model.clone() {
+        FaultModel::CrashStorm { start_s, .. } => {
+            let end = start_s + x.unwrap_or(0.0);
+            Box::new(move |info, _| {
+                let t = info.now.as_secs_f64();
+                if t >= start_s && t < end {
+                    Behavior::CrashAtBoot
+                } else {
+                    Behavior::Healthy
+                }
+            })
+        }
+        FaultModel::BootLoop { start_s, .. } => {
+            let after = x.unwrap_or(1.0);
+            // A process already running when the fault begins crashes `after` seconds
+            // into it; its boot took a few ms, which this leaves out.
+            Box::new(move |info, _| {
+                let late = (start_s - info.now.as_secs_f64()).max(0.0);
+                Behavior::CrashAfter(secs(late + after))
+            })
+        }
+        FaultModel::Aging { shape, scale_s } => Box::new(move |info, _| {
+            let mut per_spawn = SimRng::new(key ^ info.index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            Behavior::CrashAfter(secs(weibull_from_unit(per_spawn.unit(), shape, scale_s)))
+        }),
+        faults @ (FaultModel::MarkovAging { .. } | FaultModel::FailureTrace { .. }) => {
+            Box::new(move |info, _| {
+                let life = lifetime(&faults, key, info.index).unwrap_or(f64::INFINITY);
+                Behavior::CrashAfter(secs(life))
+            })
+        }
+        _ => return None,
+    })
+}
+
+/// The worse of two behaviours of one process: a crash at boot over anything, the shorter
+/// of two lifetimes, a slow boot kept with a lifetime.
+fn worse(a: Behavior, b: Behavior) -> Behavior {
+    use Behavior::{CrashAfter, CrashAtBoot, Healthy, SlowBoot, SlowBootCrashAfter};
+    match (a, b) {
+        (Healthy, x) | (x, Healthy) => x,
+        (CrashAtBoot, _) | (_, CrashAtBoot) => CrashAtBoot,
+        (CrashAfter(p), CrashAfter(q)) => CrashAfter(p.min(q)),
+        (SlowBoot(boot), CrashAfter(lifetime)) | (CrashAfter(lifetime), SlowBoot(boot)) => {
+            SlowBootCrashAfter { boot, lifetime }
+        }
+        (SlowBootCrashAfter { boot, lifetime }, CrashAfter(l))
+        | (CrashAfter(l), SlowBootCrashAfter { boot, lifetime }) => SlowBootCrashAfter {
+            boot,
+            lifetime: lifetime.min(l),
+        },
+        (x, _) => x,
     }
 }
 
@@ -491,16 +595,18 @@ pub fn load(path: &Path) -> Result<Workload, ResearchError> {
 
 pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
     let mut w: Workload = parse(path, text)?;
-    if let FaultModel::FailureTrace {
-        trace_file,
-        times_s,
-    } = &mut w.faults
-    {
-        let file = path
-            .parent()
-            .unwrap_or_else(|| Path::new(""))
-            .join(trace_file.as_str());
-        *times_s = parse_trace(&file, &read(&file)?)?;
+    for model in core::iter::once(&mut w.faults).chain(&mut w.also_faults) {
+        if let FaultModel::FailureTrace {
+            trace_file,
+            times_s,
+        } = model
+        {
+            let file = path
+                .parent()
+                .unwrap_or_else(|| Path::new(""))
+                .join(trace_file.as_str());
+            *times_s = parse_trace(&file, &read(&file)?)?;
+        }
     }
     w.check(path)?;
     Ok(w)
