@@ -177,6 +177,10 @@ pub enum SimCommand {
 pub struct Workload {
     /// Plain GETs per second (Poisson).
     pub request_rate: f64,
+    /// Time-varying load: from each `(point of the run, rate)` on, plain GETs arrive at
+    /// that rate instead (a Poisson process drawn by thinning at the highest rate).
+    /// Empty (the default): `request_rate` throughout, drawn as before steps existed.
+    pub request_rate_steps: Vec<(Duration, f64)>,
     /// Service time of one request, uniform in this range (ms).
     pub service_ms: (u64, u64),
     /// Uploads per second (Poisson); 0 disables the write flow.
@@ -235,6 +239,7 @@ impl Default for Workload {
     fn default() -> Self {
         Workload {
             request_rate: 20.0,
+            request_rate_steps: Vec::new(),
             service_ms: (1, 20),
             upload_rate: 0.0,
             upload_burst: None,
@@ -563,6 +568,23 @@ impl FaultKind {
 
 impl Workload {
     /// The upload rate at `now`.
+    /// The plain-GET rate at `now` (`request_rate` before the first step).
+    pub fn request_rate_at(&self, now: Duration) -> f64 {
+        self.request_rate_steps
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= now)
+            .map_or(self.request_rate, |(_, rate)| *rate)
+    }
+
+    /// The rate arrivals are drawn at: the highest the run reaches.
+    pub fn peak_request_rate(&self) -> f64 {
+        self.request_rate_steps
+            .iter()
+            .map(|(_, r)| *r)
+            .fold(self.request_rate, f64::max)
+    }
+
     pub fn upload_rate_at(&self, now: Duration) -> f64 {
         match self.upload_burst {
             Some((rate, until)) if now < until => rate,

@@ -599,11 +599,18 @@ impl SimWorld {
     // ----- clients --------------------------------------------------------------------
 
     pub(crate) fn client_arrival(&mut self) {
-        let rate = self.spec.workload.request_rate;
+        let rate = self.spec.workload.peak_request_rate();
         let now_d = Duration::from_nanos(self.now.as_nanos());
         if now_d < self.spec.workload.until {
             let d = self.rng.exp(1.0 / rate);
             self.schedule_in(Duration::from_secs_f64(d), SimEvent::ClientArrival);
+        }
+        // Thinning: a candidate at the peak rate is a request with probability
+        // rate(now) / peak. Without steps nothing is drawn, as before.
+        if !self.spec.workload.request_rate_steps.is_empty()
+            && self.rng.unit() * rate >= self.spec.workload.request_rate_at(now_d)
+        {
+            return;
         }
         let arrived_ns = self.now.as_nanos();
         self.arrive(ConnKind::Get { arrived_ns });

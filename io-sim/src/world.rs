@@ -449,8 +449,8 @@ impl SimWorld {
         let stop = ms(w.spec.stop_at);
         w.schedule_at(liveness, SimEvent::Liveness);
         w.schedule_at(stop, SimEvent::Stop);
-        if w.spec.workload.request_rate > 0.0 {
-            let d = w.rng.exp(1.0 / w.spec.workload.request_rate);
+        if w.spec.workload.peak_request_rate() > 0.0 {
+            let d = w.rng.exp(1.0 / w.spec.workload.peak_request_rate());
             w.schedule_in(Duration::from_secs_f64(d), SimEvent::ClientArrival);
         }
         let upload_rate = w.spec.workload.upload_rate_at(Duration::ZERO);

@@ -82,6 +82,7 @@ pub fn trace_workload(times: &[f64], rejuvenation_s: f64) -> Workload {
         workers: 1,
         duration_s: 1.0,
         request_rate: 0.0,
+        load_steps: Vec::new(),
         boot_cost_s: 0.0,
         memory_base_mb: 50.0,
         memory_growth_mb_per_s: 0.0,

@@ -104,6 +104,10 @@ pub struct Workload {
     pub duration_s: f64,
     #[serde(default = "default_rate")]
     pub request_rate: f64,
+    /// Time-varying load: `[from_s, rate]` pairs in time order; from each point on,
+    /// requests arrive at that rate instead of `request_rate` (Poisson throughout).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_steps: Vec<[f64; 2]>,
     /// CPU-seconds one boot costs, for the amplification factor.
     #[serde(default = "default_boot_cost")]
     pub boot_cost_s: f64,
@@ -300,6 +304,11 @@ impl Workload {
             platform,
             workload: SimWorkload {
                 request_rate: self.request_rate,
+                request_rate_steps: self
+                    .load_steps
+                    .iter()
+                    .map(|[from, rate]| (secs(*from), *rate))
+                    .collect(),
                 until: stop,
                 app: (self.memory_growth_mb_per_request > 0.0).then_some(AppModel {
                     memory_base: (self.memory_base_mb * MB) as u64,
@@ -319,6 +328,34 @@ impl Workload {
             trace: false,
             config,
         }
+    }
+
+    /// The request rate at `t` seconds into the run.
+    pub fn rate_at(&self, t: f64) -> f64 {
+        self.load_steps
+            .iter()
+            .rev()
+            .find(|[from, _]| *from <= t)
+            .map_or(self.request_rate, |[_, rate]| *rate)
+    }
+
+    /// Requests offered (expected) from `a` to `b` seconds into the run.
+    pub fn offered_between(&self, a: f64, b: f64) -> f64 {
+        if b <= a {
+            return 0.0;
+        }
+        let mut edges: Vec<f64> = self
+            .load_steps
+            .iter()
+            .map(|[from, _]| *from)
+            .filter(|t| *t > a && *t < b)
+            .collect();
+        edges.insert(0, a);
+        edges.push(b);
+        edges
+            .windows(2)
+            .map(|w| self.rate_at(w[0]) * (w[1] - w[0]))
+            .sum()
     }
 
     /// The `index`-th process's lifetime (seconds from the end of its boot) under an
@@ -387,6 +424,15 @@ impl Workload {
             && self.memory_growth_mb_per_request.is_finite())
         {
             return bad("memory_base_mb", "memory sizes and growth must be >= 0");
+        }
+        let steps_ok = self.load_steps.iter().all(|[from, rate]| {
+            from.is_finite() && *from >= 0.0 && rate.is_finite() && *rate >= 0.0
+        }) && self.load_steps.windows(2).all(|w| w[0][0] < w[1][0]);
+        if !steps_ok {
+            return bad(
+                "load_steps",
+                "must be [from_s, rate] pairs with from_s >= 0 rising and rate >= 0",
+            );
         }
         if !positive(self.latency_bound_s) {
             return bad("latency_bound_s", "must be > 0");
