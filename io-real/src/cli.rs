@@ -371,6 +371,11 @@ pub struct RecoveryArgs {
     /// proportional (within +/-20 %). Drawn from the supervisor's seeded stream.
     #[arg(long, value_enum, value_name = "JITTER", env = "SERVERY_RESTART_BACKOFF_JITTER", default_value = "none", group = LIVE)]
     pub restart_backoff_jitter: Jitter,
+    /// Pool-aware backoff: a crash that leaves no worker running or starting is replaced
+    /// after --restart-backoff-initial rather than its slot's grown delay (the restart
+    /// limit still counts it).
+    #[arg(long, env = "SERVERY_RESTART_BACKOFF_KEEP_ONE", value_parser = clap::builder::BoolishValueParser::new(), group = LIVE)]
+    pub restart_backoff_keep_one: bool,
     /// Recycle a worker after this age (0: off).
     #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_MAX_AGE", default_value_t = rec().worker_max_age, allow_negative_numbers = true, group = LIVE)]
     pub worker_max_age: f64,
@@ -473,6 +478,7 @@ crate::knobs::core_fields! {
         worker_restart_window => recovery.worker_restart_window;
         restart_burst_window => recovery.restart_burst_window;
         restart_backoff_jitter => recovery.restart_backoff_jitter via Jitter::core;
+        restart_backoff_keep_one => recovery.restart_backoff_keep_one;
         worker_max_age => recovery.worker_max_age;
         worker_max_age_jitter => recovery.worker_max_age_jitter;
         max_requests_per_worker => recovery.max_requests_per_worker;

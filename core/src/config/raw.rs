@@ -59,6 +59,10 @@ pub struct RawRecovery {
     pub restart_burst_window: f64,
     /// How each crash's restart delay is spread at random (none: as computed).
     pub restart_backoff_jitter: RestartJitter,
+    /// Pool-aware backoff: a crash that leaves no worker running or starting is replaced
+    /// after `restart_backoff_initial`, not its slot's grown delay (the restart limit
+    /// still counts it). Off: each slot backs off on its own.
+    pub restart_backoff_keep_one: bool,
     pub worker_max_age: f64,
     pub worker_max_age_jitter: f64,
     pub max_requests_per_worker: i64,
@@ -88,6 +92,7 @@ impl Default for RawRecovery {
             worker_restart_window: 60.0,
             restart_burst_window: 0.0,
             restart_backoff_jitter: RestartJitter::None,
+            restart_backoff_keep_one: false,
             worker_max_age: 0.0,
             worker_max_age_jitter: 0.1,
             max_requests_per_worker: 0,

@@ -17,6 +17,7 @@ pub struct RecoveryPolicy {
     pub(super) worker_restart_window: Duration,
     pub(super) restart_burst_window: Duration,
     pub(super) restart_backoff_jitter: RestartJitter,
+    pub(super) restart_backoff_keep_one: bool,
     pub(super) worker_max_age: Option<Duration>,
     pub(super) worker_max_age_jitter: f64,
     pub(super) max_requests_per_worker: Option<u64>,
@@ -54,6 +55,10 @@ impl RecoveryPolicy {
     }
     pub fn restart_backoff_jitter(&self) -> RestartJitter {
         self.restart_backoff_jitter
+    }
+    /// Whether a crash that leaves no worker running is replaced after the initial delay.
+    pub fn restart_backoff_keep_one(&self) -> bool {
+        self.restart_backoff_keep_one
     }
     /// `None` when age recycling is off.
     pub fn worker_max_age(&self) -> Option<Duration> {

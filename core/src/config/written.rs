@@ -41,6 +41,7 @@ impl ValidConfig {
                 worker_restart_window: secs(r.worker_restart_window()),
                 restart_burst_window: secs(r.restart_burst_window()),
                 restart_backoff_jitter: r.restart_backoff_jitter(),
+                restart_backoff_keep_one: r.restart_backoff_keep_one(),
                 worker_max_age: r.worker_max_age().map_or(0.0, secs),
                 worker_max_age_jitter: r.worker_max_age_jitter(),
                 max_requests_per_worker: r.max_requests_per_worker().map_or(0, count),

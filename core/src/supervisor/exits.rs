@@ -273,6 +273,15 @@ impl Supervisor {
             }
             RestartDecision::Replace { after } => {
                 self.tally.restarts[tally::reason_index(reason)] += 1;
+                // Pool-aware: the last slot standing is not held in its grown backoff.
+                let policy = self.config.recovery();
+                let after = if policy.restart_backoff_keep_one()
+                    && self.slots.iter().all(|s| s.member.is_none())
+                {
+                    after.min(policy.restart_backoff_initial())
+                } else {
+                    after
+                };
                 if self.slots[slot_index].member.is_none() {
                     self.slots[slot_index].respawn_at = Some(now + after);
                 }
