@@ -153,6 +153,8 @@ mod tests {
         r.worker_restart_limit = 6;
         r.worker_restart_window = 61.0;
         r.restart_burst_window = 0.75;
+        r.restart_backoff_jitter = crate::config::RestartJitter::Decorrelated;
+        r.restart_backoff_keep_one = true;
         r.worker_max_age = 600.0;
         r.worker_max_age_jitter = 0.2;
         r.max_requests_per_worker = 1000;
