@@ -312,6 +312,32 @@ fn rec() -> RawRecovery {
     RawRecovery::default()
 }
 
+/// How a crash's restart delay is spread at random (`--restart-backoff-jitter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Jitter {
+    /// The delay as computed: initial x 2^n, capped.
+    None,
+    /// Uniform between 0 and the computed delay.
+    Full,
+    /// Uniform between the initial delay and three times the slot's last, capped.
+    Decorrelated,
+    /// The computed delay within +/-20 %.
+    Proportional,
+}
+
+impl Jitter {
+    pub fn core(self) -> servery_core::config::RestartJitter {
+        use servery_core::config::RestartJitter as J;
+        match self {
+            Jitter::None => J::None,
+            Jitter::Full => J::Full,
+            Jitter::Decorrelated => J::Decorrelated,
+            Jitter::Proportional => J::Proportional,
+        }
+    }
+}
+
 fn budgets() -> RawBudgets {
     RawBudgets::default()
 }
@@ -339,6 +365,17 @@ pub struct RecoveryArgs {
     /// restart limit's window (0: each counts; below worker_restart_window).
     #[arg(long, value_name = "SECS", env = "SERVERY_RESTART_BURST_WINDOW", default_value_t = rec().restart_burst_window, allow_negative_numbers = true, group = LIVE)]
     pub restart_burst_window: f64,
+    /// Spread each crash's restart delay at random so that workers lost together do not
+    /// all return at once: none (the delay as computed), full (uniform up to it),
+    /// decorrelated (between the initial delay and three times the slot's last),
+    /// proportional (within +/-20 %). Drawn from the supervisor's seeded stream.
+    #[arg(long, value_enum, value_name = "JITTER", env = "SERVERY_RESTART_BACKOFF_JITTER", default_value = "none", group = LIVE)]
+    pub restart_backoff_jitter: Jitter,
+    /// Pool-aware backoff: a crash that leaves no worker running or starting is replaced
+    /// after --restart-backoff-initial rather than its slot's grown delay (the restart
+    /// limit still counts it).
+    #[arg(long, env = "SERVERY_RESTART_BACKOFF_KEEP_ONE", value_parser = clap::builder::BoolishValueParser::new(), group = LIVE)]
+    pub restart_backoff_keep_one: bool,
     /// Recycle a worker after this age (0: off).
     #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_MAX_AGE", default_value_t = rec().worker_max_age, allow_negative_numbers = true, group = LIVE)]
     pub worker_max_age: f64,
@@ -440,6 +477,8 @@ crate::knobs::core_fields! {
         worker_restart_limit => recovery.worker_restart_limit;
         worker_restart_window => recovery.worker_restart_window;
         restart_burst_window => recovery.restart_burst_window;
+        restart_backoff_jitter => recovery.restart_backoff_jitter via Jitter::core;
+        restart_backoff_keep_one => recovery.restart_backoff_keep_one;
         worker_max_age => recovery.worker_max_age;
         worker_max_age_jitter => recovery.worker_max_age_jitter;
         max_requests_per_worker => recovery.max_requests_per_worker;

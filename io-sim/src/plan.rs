@@ -34,6 +34,13 @@ pub enum Behavior {
     /// Crashes (`SIGSEGV`) this long after its boot finished, whatever it is doing then:
     /// a lifetime drawn by the workload (aging, a slow crash loop).
     CrashAfter(Duration),
+    /// Takes `boot` to prepare, then crashes `lifetime` after its boot finished: a
+    /// drawn lifetime with a boot long enough to count (the published rejuvenation
+    /// models' repair and rejuvenation times).
+    SlowBootCrashAfter {
+        boot: Duration,
+        lifetime: Duration,
+    },
     /// Hosts an application ([`Workload::app`]) whose interpreter wedges once this many
     /// requests were served (a request stuck in C code holding the GIL): the process runs
     /// on and accepts, but its requests never finish and its probe stops answering.
@@ -170,6 +177,10 @@ pub enum SimCommand {
 pub struct Workload {
     /// Plain GETs per second (Poisson).
     pub request_rate: f64,
+    /// Time-varying load: from each `(point of the run, rate)` on, plain GETs arrive at
+    /// that rate instead (a Poisson process drawn by thinning at the highest rate).
+    /// Empty (the default): `request_rate` throughout, drawn as before steps existed.
+    pub request_rate_steps: Vec<(Duration, f64)>,
     /// Service time of one request, uniform in this range (ms).
     pub service_ms: (u64, u64),
     /// Uploads per second (Poisson); 0 disables the write flow.
@@ -193,6 +204,10 @@ pub struct Workload {
     /// TLS with an ACME certificate manager and a simulated CA; `None` (the default)
     /// serves cleartext, and a run draws, schedules and traces what it did before.
     pub certs: Option<crate::certs::CertPlan>,
+    /// TLS from certificate files that each reload reads again, their contents changing
+    /// at the plan's moments; `None` (the default): none, and a run draws, schedules and
+    /// traces what it did before.
+    pub tls_files: Option<crate::tls_files::TlsFilesPlan>,
     /// WebDAV tree requests (MOVE, COPY, DELETE of collections) one at a time, with
     /// workers killed between steps; `None` (the default): none, and a run draws,
     /// schedules and traces what it did before.
@@ -228,6 +243,7 @@ impl Default for Workload {
     fn default() -> Self {
         Workload {
             request_rate: 20.0,
+            request_rate_steps: Vec::new(),
             service_ms: (1, 20),
             upload_rate: 0.0,
             upload_burst: None,
@@ -239,6 +255,7 @@ impl Default for Workload {
             until: Duration::from_secs(3600),
             dav: None,
             certs: None,
+            tls_files: None,
             dav_tree: None,
             resumable: None,
             app: None,
@@ -556,6 +573,23 @@ impl FaultKind {
 
 impl Workload {
     /// The upload rate at `now`.
+    /// The plain-GET rate at `now` (`request_rate` before the first step).
+    pub fn request_rate_at(&self, now: Duration) -> f64 {
+        self.request_rate_steps
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= now)
+            .map_or(self.request_rate, |(_, rate)| *rate)
+    }
+
+    /// The rate arrivals are drawn at: the highest the run reaches.
+    pub fn peak_request_rate(&self) -> f64 {
+        self.request_rate_steps
+            .iter()
+            .map(|(_, r)| *r)
+            .fold(self.request_rate, f64::max)
+    }
+
     pub fn upload_rate_at(&self, now: Duration) -> f64 {
         match self.upload_burst {
             Some((rate, until)) if now < until => rate,
@@ -600,7 +634,9 @@ impl Behavior {
             Behavior::WedgedDrain => FaultKind::WedgedDrain,
             Behavior::ExitDuringDrain => FaultKind::ExitDuringDrain,
             Behavior::SpawnFails(_) => FaultKind::SpawnFails,
-            Behavior::CrashAfter(_) => FaultKind::CrashAfterUptime,
+            Behavior::CrashAfter(_) | Behavior::SlowBootCrashAfter { .. } => {
+                FaultKind::CrashAfterUptime
+            }
             Behavior::AppWedgesAfterRequests(_) => FaultKind::AppWedge,
             // An application that starts, however slowly, is no fault.
             Behavior::AppStartup(startup) if !startup.fails() => return None,

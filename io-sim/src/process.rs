@@ -264,7 +264,9 @@ impl WorkerIo for SimWorker<'_> {
                 world.schedule_in(boot / 2, SimEvent::Crash { worker });
             }
             Behavior::HangAtBoot => {}
-            Behavior::SlowBoot(d) => world.schedule_in(d, SimEvent::BootDone { worker }),
+            Behavior::SlowBoot(d) | Behavior::SlowBootCrashAfter { boot: d, .. } => {
+                world.schedule_in(d, SimEvent::BootDone { worker })
+            }
             // The worker's own preparation, then the application's import.
             Behavior::AppStartup(startup) => world.schedule_in(
                 boot + startup.import,
@@ -585,7 +587,7 @@ impl SimWorld {
                 let d = Duration::from_micros(self.rng.range(1, 400));
                 self.schedule_in(d, SimEvent::Crash { worker });
             }
-            Behavior::CrashAfter(lifetime) => {
+            Behavior::CrashAfter(lifetime) | Behavior::SlowBootCrashAfter { lifetime, .. } => {
                 p.life.prepared(now);
                 self.schedule_in(lifetime, SimEvent::Crash { worker });
             }
@@ -597,11 +599,18 @@ impl SimWorld {
     // ----- clients --------------------------------------------------------------------
 
     pub(crate) fn client_arrival(&mut self) {
-        let rate = self.spec.workload.request_rate;
+        let rate = self.spec.workload.peak_request_rate();
         let now_d = Duration::from_nanos(self.now.as_nanos());
         if now_d < self.spec.workload.until {
             let d = self.rng.exp(1.0 / rate);
             self.schedule_in(Duration::from_secs_f64(d), SimEvent::ClientArrival);
+        }
+        // Thinning: a candidate at the peak rate is a request with probability
+        // rate(now) / peak. Without steps nothing is drawn, as before.
+        if !self.spec.workload.request_rate_steps.is_empty()
+            && self.rng.unit() * rate >= self.spec.workload.request_rate_at(now_d)
+        {
+            return;
         }
         let arrived_ns = self.now.as_nanos();
         self.arrive(ConnKind::Get { arrived_ns });

@@ -449,8 +449,8 @@ impl SimWorld {
         let stop = ms(w.spec.stop_at);
         w.schedule_at(liveness, SimEvent::Liveness);
         w.schedule_at(stop, SimEvent::Stop);
-        if w.spec.workload.request_rate > 0.0 {
-            let d = w.rng.exp(1.0 / w.spec.workload.request_rate);
+        if w.spec.workload.peak_request_rate() > 0.0 {
+            let d = w.rng.exp(1.0 / w.spec.workload.peak_request_rate());
             w.schedule_in(Duration::from_secs_f64(d), SimEvent::ClientArrival);
         }
         let upload_rate = w.spec.workload.upload_rate_at(Duration::ZERO);
@@ -637,7 +637,7 @@ impl SimWorld {
                 if let Some(p) = self.procs.get_mut(&worker) {
                     let (label, kind) = match p.behavior {
                         Behavior::CrashAtBoot => (labels::CRASHED_AT_BOOT, FaultKind::CrashAtBoot),
-                        Behavior::CrashAfter(_) => {
+                        Behavior::CrashAfter(_) | Behavior::SlowBootCrashAfter { .. } => {
                             (labels::CRASHED_AFTER_UPTIME, FaultKind::CrashAfterUptime)
                         }
                         _ => (

@@ -120,16 +120,18 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', requires = "grid_limits")]
         grid_windows: Vec<f64>,
     },
-    /// Reproduce a published lifecycle model (huang-1995, age-replacement): its closed
-    /// form against the simulated estimate with a 95 % interval.
+    /// Reproduce a published lifecycle model (huang-1995, age-replacement, garg-1995,
+    /// dohi-2000): its closed form against the simulated estimate with a 95 % interval;
+    /// garg-1995, dohi-2000 and age-replacement's last table run on the supervisor.
     Reproduce {
-        /// huang-1995 or age-replacement.
+        /// huang-1995, age-replacement, garg-1995 or dohi-2000.
         model: String,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
         /// Seeds to simulate (default: 4,000 years for huang-1995, 400 hours per grid
-        /// age for age-replacement).
+        /// age for age-replacement, 2,000 supervisor cycles a row for garg-1995 and
+        /// dohi-2000).
         #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
         seeds: Option<u64>,
     },

@@ -150,12 +150,39 @@ fn a_policy_written_for_two_servers_or_with_jitter_is_refused_with_the_reason() 
             .is_err_and(|e| e.to_string().contains("recovery.max_requests_per_worker")),
         "{twice:?}"
     );
+    // Jittered restart delays are the supervisor's own (core's restart_backoff_jitter).
     let jitter = policy::from_text(p, "name = \"x\"\n[restart_jitter]\nkind = \"full\"\n");
-    assert!(
+    assert_eq!(
         jitter
             .as_ref()
-            .is_err_and(|e| e.to_string().contains("draws no jitter")),
+            .ok()
+            .map(|p| p.recovery.restart_backoff_jitter),
+        Some(servery_core::config::RestartJitter::Full),
         "{jitter:?}"
+    );
+    let grpc = policy::from_text(p, "name = \"x\"\n[restart_jitter]\nkind = \"grpc\"\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (
+            grpc.recovery.restart_backoff_jitter,
+            grpc.recovery.restart_backoff_initial,
+            grpc.recovery.restart_backoff_max
+        ),
+        (
+            servery_core::config::RestartJitter::Proportional,
+            1.0,
+            120.0
+        )
+    );
+    let both = policy::from_text(
+        p,
+        "name = \"x\"\n[restart_jitter]\nkind = \"full\"\n[recovery]\nrestart_backoff_jitter = \"none\"\n",
+    );
+    assert!(
+        both.as_ref().is_err_and(|e| e
+            .to_string()
+            .contains("recovery.restart_backoff_jitter is set in [recovery] too")),
+        "{both:?}"
     );
     let recycling_unit = policy::from_text(
         p,

@@ -16,7 +16,7 @@ mod written;
 pub use listen::Listen;
 pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
-    RawFeatures, RawRecovery, RawUploads,
+    RawFeatures, RawRecovery, RawUploads, RestartJitter,
 };
 pub use tftp::{MAX_TRANSFERS as MAX_TFTP_TRANSFERS, RawTftp, TftpLimits};
 pub use valid::{

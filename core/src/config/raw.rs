@@ -17,6 +17,29 @@ pub enum LogPolicy {
     Drop,
 }
 
+/// How a crash's restart delay is spread at random (`restart_backoff_jitter`), so that
+/// workers lost together do not all come back at the same instant. The draw comes from
+/// the supervisor's seeded stream, never from the operating system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize, serde::Serialize),
+    serde(rename_all = "lowercase")
+)]
+pub enum RestartJitter {
+    /// `min(max, initial · 2ⁿ)` exactly (no draw).
+    #[default]
+    None,
+    /// Uniform on `[0, min(max, initial · 2ⁿ)]` ("full jitter", Brooker 2015).
+    Full,
+    /// `min(max, uniform(initial, 3 × the slot's previous delay))`, from `initial`
+    /// ("decorrelated jitter", Brooker 2015).
+    Decorrelated,
+    /// `min(max, initial · 2ⁿ)` × uniform(0.8, 1.2): gRPC's ±20 % (its
+    /// `doc/connection-backoff.md`; gRPC's own multiplier is 1.6, servery's 2).
+    Proportional,
+}
+
 /// Recovery policy as written. Defaults are the seed document's.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(
@@ -34,6 +57,12 @@ pub struct RawRecovery {
     /// Crashes of different slots within this long of a burst's first crash count once
     /// against the restart window (0: every crash counts).
     pub restart_burst_window: f64,
+    /// How each crash's restart delay is spread at random (none: as computed).
+    pub restart_backoff_jitter: RestartJitter,
+    /// Pool-aware backoff: a crash that leaves no worker running or starting is replaced
+    /// after `restart_backoff_initial`, not its slot's grown delay (the restart limit
+    /// still counts it). Off: each slot backs off on its own.
+    pub restart_backoff_keep_one: bool,
     pub worker_max_age: f64,
     pub worker_max_age_jitter: f64,
     pub max_requests_per_worker: i64,
@@ -62,6 +91,8 @@ impl Default for RawRecovery {
             worker_restart_limit: 5,
             worker_restart_window: 60.0,
             restart_burst_window: 0.0,
+            restart_backoff_jitter: RestartJitter::None,
+            restart_backoff_keep_one: false,
             worker_max_age: 0.0,
             worker_max_age_jitter: 0.1,
             max_requests_per_worker: 0,

@@ -5,6 +5,7 @@ use core::num::NonZeroU32;
 use core::time::Duration;
 
 pub(super) use super::raw::LogPolicy;
+pub(super) use super::raw::RestartJitter;
 
 /// Recovery policy, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +16,8 @@ pub struct RecoveryPolicy {
     pub(super) worker_restart_limit: u32,
     pub(super) worker_restart_window: Duration,
     pub(super) restart_burst_window: Duration,
+    pub(super) restart_backoff_jitter: RestartJitter,
+    pub(super) restart_backoff_keep_one: bool,
     pub(super) worker_max_age: Option<Duration>,
     pub(super) worker_max_age_jitter: f64,
     pub(super) max_requests_per_worker: Option<u64>,
@@ -49,6 +52,13 @@ impl RecoveryPolicy {
     /// Zero when every crash counts against the window on its own.
     pub fn restart_burst_window(&self) -> Duration {
         self.restart_burst_window
+    }
+    pub fn restart_backoff_jitter(&self) -> RestartJitter {
+        self.restart_backoff_jitter
+    }
+    /// Whether a crash that leaves no worker running is replaced after the initial delay.
+    pub fn restart_backoff_keep_one(&self) -> bool {
+        self.restart_backoff_keep_one
     }
     /// `None` when age recycling is off.
     pub fn worker_max_age(&self) -> Option<Duration> {

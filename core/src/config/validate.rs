@@ -382,6 +382,8 @@ impl RawConfig {
                 worker_restart_limit: limit,
                 worker_restart_window: window,
                 restart_burst_window: burst,
+                restart_backoff_jitter: r.restart_backoff_jitter,
+                restart_backoff_keep_one: r.restart_backoff_keep_one,
                 worker_max_age: (!max_age.is_zero()).then_some(max_age),
                 worker_max_age_jitter: age_jitter,
                 max_requests_per_worker: (max_requests > 0).then_some(max_requests),

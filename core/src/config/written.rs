@@ -40,6 +40,8 @@ impl ValidConfig {
                 worker_restart_limit: count(r.worker_restart_limit()),
                 worker_restart_window: secs(r.worker_restart_window()),
                 restart_burst_window: secs(r.restart_burst_window()),
+                restart_backoff_jitter: r.restart_backoff_jitter(),
+                restart_backoff_keep_one: r.restart_backoff_keep_one(),
                 worker_max_age: r.worker_max_age().map_or(0.0, secs),
                 worker_max_age_jitter: r.worker_max_age_jitter(),
                 max_requests_per_worker: r.max_requests_per_worker().map_or(0, count),
@@ -151,6 +153,8 @@ mod tests {
         r.worker_restart_limit = 6;
         r.worker_restart_window = 61.0;
         r.restart_burst_window = 0.75;
+        r.restart_backoff_jitter = crate::config::RestartJitter::Decorrelated;
+        r.restart_backoff_keep_one = true;
         r.worker_max_age = 600.0;
         r.worker_max_age_jitter = 0.2;
         r.max_requests_per_worker = 1000;

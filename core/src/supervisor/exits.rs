@@ -245,7 +245,9 @@ impl Supervisor {
         let decision = {
             let policy = self.config.recovery().clone();
             let slot = &mut self.slots[slot_index];
-            self.window.decide(now, &policy, &mut slot.history, stable)
+            let rng = &mut self.rng;
+            self.window
+                .decide_with(now, &policy, &mut slot.history, stable, &mut || rng.unit())
         };
         self.slots[slot_index].member = None;
         // A recycle of this slot loses its old worker: the replacement, if any, takes
@@ -271,6 +273,15 @@ impl Supervisor {
             }
             RestartDecision::Replace { after } => {
                 self.tally.restarts[tally::reason_index(reason)] += 1;
+                // Pool-aware: the last slot standing is not held in its grown backoff.
+                let policy = self.config.recovery();
+                let after = if policy.restart_backoff_keep_one()
+                    && self.slots.iter().all(|s| s.member.is_none())
+                {
+                    after.min(policy.restart_backoff_initial())
+                } else {
+                    after
+                };
                 if self.slots[slot_index].member.is_none() {
                     self.slots[slot_index].respawn_at = Some(now + after);
                 }

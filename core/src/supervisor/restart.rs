@@ -9,7 +9,7 @@
 use core::time::Duration;
 use std::collections::VecDeque;
 
-use crate::config::RecoveryPolicy;
+use crate::config::{RecoveryPolicy, RestartJitter};
 use crate::time::Instant;
 
 use super::types::FailureReason;
@@ -29,6 +29,8 @@ pub struct SlotHistory {
     /// The burst this slot's last crash was counted in; a second crash of the same slot
     /// never joins it (that is a loop, not a correlated fault).
     pub burst: Option<u64>,
+    /// The slot's last restart delay, for decorrelated jitter (`None` after a reset).
+    pub last_delay: Option<Duration>,
 }
 
 /// A run of crashes counted as one attempt: its first crash's time and its number.
@@ -62,6 +64,21 @@ impl RestartWindow {
         slot: &mut SlotHistory,
         stable: bool,
     ) -> RestartDecision {
+        self.decide_with(now, policy, slot, stable, &mut || 0.5)
+    }
+
+    /// [`Self::decide`], the delay spread by the policy's `restart_backoff_jitter` with
+    /// `unit` (uniform in [0, 1), from the supervisor's seeded stream). `unit` is called
+    /// once for a restart under a jitter, and never otherwise: without jitter the stream
+    /// is untouched, so every run draws as before the setting existed.
+    pub fn decide_with(
+        &mut self,
+        now: Instant,
+        policy: &RecoveryPolicy,
+        slot: &mut SlotHistory,
+        stable: bool,
+        unit: &mut dyn FnMut() -> f64,
+    ) -> RestartDecision {
         let limit = policy.worker_restart_limit();
         if limit == 0 {
             return RestartDecision::GiveUp(FailureReason::RestartsDisabled);
@@ -76,6 +93,7 @@ impl RestartWindow {
         }
         if stable {
             slot.consecutive = 0;
+            slot.last_delay = None;
         }
         let joins = self.joins_burst(now, policy, slot);
         let window_full = !joins && self.attempts.len() as u64 >= u64::from(limit);
@@ -94,7 +112,7 @@ impl RestartWindow {
         }
         slot.burst = self.burst.map(|b| b.id);
         self.total += 1;
-        let after = backoff(policy, slot.consecutive);
+        let after = jittered(policy, slot, unit);
         slot.consecutive += 1;
         RestartDecision::Replace { after }
     }
@@ -112,6 +130,31 @@ impl RestartWindow {
     pub fn recent(&self) -> usize {
         self.attempts.len()
     }
+}
+
+/// The slot's next restart delay under the policy's jitter; records it for the next.
+fn jittered(
+    policy: &RecoveryPolicy,
+    slot: &mut SlotHistory,
+    unit: &mut dyn FnMut() -> f64,
+) -> Duration {
+    let base = backoff(policy, slot.consecutive);
+    let (initial, max) = (
+        policy.restart_backoff_initial(),
+        policy.restart_backoff_max(),
+    );
+    let after = match policy.restart_backoff_jitter() {
+        RestartJitter::None => base,
+        RestartJitter::Full => base.mul_f64(unit().clamp(0.0, 1.0)),
+        RestartJitter::Decorrelated => {
+            let previous = slot.last_delay.unwrap_or(initial);
+            let high = previous.saturating_mul(3).max(initial);
+            (initial + (high - initial).mul_f64(unit().clamp(0.0, 1.0))).min(max)
+        }
+        RestartJitter::Proportional => base.mul_f64(0.8 + 0.4 * unit().clamp(0.0, 1.0)),
+    };
+    slot.last_delay = Some(after);
+    after
 }
 
 /// `initial * 2^n`, capped at the maximum.
@@ -346,5 +389,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The delays of `n` restarts in a row of one slot under `jitter`, each drawing
+    /// `draws[i]`; returns the delays in ms and how many draws were taken.
+    fn jittered_run(jitter: RestartJitter, draws: &[f64]) -> (Vec<u128>, usize) {
+        let p = policy(|r| {
+            r.recovery.restart_backoff_jitter = jitter;
+            r.recovery.worker_restart_limit = 100;
+        });
+        let mut w = RestartWindow::default();
+        let mut slot = SlotHistory::default();
+        let mut taken = 0;
+        let mut out = Vec::new();
+        for (i, &u) in draws.iter().enumerate() {
+            let mut unit = || {
+                taken += 1;
+                u
+            };
+            let at = Instant::ZERO + Duration::from_secs(3600 * i as u64);
+            match w.decide_with(at, &p, &mut slot, false, &mut unit) {
+                RestartDecision::Replace { after } => out.push(after.as_millis()),
+                d => panic!("{i}: {d:?}"),
+            }
+        }
+        (out, taken)
+    }
+
+    #[test]
+    fn without_jitter_the_delay_is_the_backoff_and_nothing_is_drawn() {
+        let (got, taken) = jittered_run(RestartJitter::None, &[0.9; 9]);
+        assert_eq!(got, [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+        assert_eq!(taken, 0, "no draw: the seeded stream is untouched");
+    }
+
+    #[test]
+    fn full_jitter_scales_the_backoff_by_the_draw() {
+        let (got, taken) = jittered_run(RestartJitter::Full, &[0.5, 0.0, 0.25, 0.999_999]);
+        assert_eq!(got, [125, 0, 250, 1999]);
+        assert_eq!(taken, 4);
+    }
+
+    #[test]
+    fn decorrelated_jitter_spans_initial_to_three_times_the_last_capped() {
+        // 250 + u·(3·prev − 250): 250 + 1·500 = 750, then 250 + 0.5·2000 = 1250,
+        // then 250 + 0·… = 250, then 250 + 1·500 = 750 … and the cap at 30 s.
+        let (got, _) = jittered_run(RestartJitter::Decorrelated, &[1.0, 0.5, 0.0, 1.0]);
+        assert_eq!(got, [750, 1250, 250, 750]);
+        let (got, _) = jittered_run(RestartJitter::Decorrelated, &[1.0; 8]);
+        assert_eq!(got, [750, 2250, 6750, 20250, 30000, 30000, 30000, 30000]);
+        // A stable worker resets the slot: the next range starts at the initial delay.
+        let p = policy(|r| r.recovery.restart_backoff_jitter = RestartJitter::Decorrelated);
+        let mut w = RestartWindow::default();
+        let mut slot = SlotHistory::default();
+        w.decide_with(Instant::ZERO, &p, &mut slot, false, &mut || 1.0);
+        let d = w.decide_with(Instant::ZERO, &p, &mut slot, true, &mut || 1.0);
+        assert_eq!(
+            d,
+            RestartDecision::Replace {
+                after: Duration::from_millis(750)
+            }
+        );
+    }
+
+    #[test]
+    fn proportional_jitter_is_within_twenty_percent_of_the_backoff() {
+        let (got, _) = jittered_run(RestartJitter::Proportional, &[0.0, 1.0, 0.5]);
+        assert_eq!(got, [200, 600, 1000]);
     }
 }

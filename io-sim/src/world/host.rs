@@ -121,6 +121,7 @@ impl ParentIo for SimWorld {
             }
             // No simulated run gives the parent upstreams to judge (the proxy's health is
             // proven by core's tests and the real ones): a probe is the core's mistake.
+            ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(now, reload),
             ParentAction::ProbeUpstream { upstream } => {
                 return self.violation(format!(
                     "the parent probes upstream {upstream}, but this run has no reverse proxy"
@@ -323,6 +324,9 @@ impl ParentIo for SimWorld {
             } => {
                 self.oracle.generation_committed(now, generation.0);
                 self.oracle.answers.committed(generation.0, reload);
+                if let Some(reload) = reload {
+                    self.tls_files_reload_ended(reload.0, None);
+                }
                 if !self.out.generations_committed.is_empty() {
                     self.out.coverage.insert(labels::RELOAD_COMMITTED);
                 }
@@ -351,6 +355,7 @@ impl ParentIo for SimWorld {
                 }
                 self.spawn_failure_given_up(false);
                 self.oracle.reload_rejected(now, reload.0, &message);
+                self.tls_files_reload_ended(reload.0, Some(&message));
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
             }
@@ -505,6 +510,9 @@ impl ParentIo for SimWorld {
         if self.certs.is_some() {
             self.certs_observe(now, parent);
         }
+        if self.spec.workload.tls_files.is_some() {
+            self.tls_files_observe(now, parent);
+        }
         if self.dav_tree.is_some() {
             self.dav_tree_observe(now, parent);
         }
@@ -526,6 +534,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
         ParentAction::KillScriptGroups { worker, .. } => return (22, worker.0),
         ParentAction::ProbeUpstream { upstream } => return (21, u64::from(*upstream)),
+        ParentAction::ReadTlsFiles { reload } => return (23, reload.0),
         ParentAction::Supervisor(action) => action,
     };
     match action {

@@ -1,9 +1,10 @@
 //! Jittered restart delays as published, for `[restart_jitter]` in a policy file.
 //!
-//! servery's supervisor draws no jitter (its delay is `initial · 2ⁿ`, capped), so a policy
-//! with `[restart_jitter]` is refused before anything runs (decision 0069): these are the
-//! delay sequences the supervisor would need, kept with the tests that state each
-//! publication's rule, so that the comparison can run them the day the supervisor can.
+//! The supervisor draws them itself (core's `restart_backoff_jitter`, decision 0105):
+//! `[restart_jitter] kind = "full" | "decorrelated" | "grpc"` sets that field, and `grpc`
+//! also gRPC's 1 s initial delay and 120 s cap unless `[recovery]` gives them. The delay
+//! sequences below are the publications' rules on their own, with the tests that state
+//! each; `supervisor_delays_follow_the_published_rules` holds core's draws to them.
 
 use servery_sim::rng::SimRng;
 
@@ -25,6 +26,39 @@ pub enum JitterKind {
 #[serde(deny_unknown_fields)]
 pub struct RestartJitter {
     pub kind: JitterKind,
+}
+
+impl RestartJitter {
+    /// Set the supervisor's fields this section decides; a field also set in
+    /// `[recovery]` is refused, naming it.
+    pub fn apply(
+        &self,
+        recovery: &mut servery_core::config::RawRecovery,
+        given: &[String],
+    ) -> Result<(), String> {
+        use servery_core::config::RestartJitter as Core;
+        if given.iter().any(|k| k == "restart_backoff_jitter") {
+            return Err(
+                "restart_jitter: recovery.restart_backoff_jitter is set in [recovery] too; \
+                 give it in one place"
+                    .into(),
+            );
+        }
+        recovery.restart_backoff_jitter = match self.kind {
+            JitterKind::Full => Core::Full,
+            JitterKind::Decorrelated => Core::Decorrelated,
+            JitterKind::Grpc => {
+                if !given.iter().any(|k| k == "restart_backoff_initial") {
+                    recovery.restart_backoff_initial = GRPC_INITIAL_S;
+                }
+                if !given.iter().any(|k| k == "restart_backoff_max") {
+                    recovery.restart_backoff_max = GRPC_MAX_S;
+                }
+                Core::Proportional
+            }
+        };
+        Ok(())
+    }
 }
 
 /// gRPC's published constants.
@@ -119,6 +153,43 @@ mod tests {
                 lo < 0.82 * centre && hi > 1.18 * centre,
                 "the whole ±20 % is used"
             );
+        }
+    }
+
+    /// The supervisor's own draws (core's `restart_backoff_jitter`) follow the published
+    /// rules: fed the same uniforms, core's delays are the publication's, to the
+    /// millisecond (full and decorrelated with servery's 0.25 s and 30 s; gRPC's ±20 %
+    /// around servery's doubling).
+    #[test]
+    fn supervisor_delays_follow_the_published_rules() {
+        use servery_core::config::{RawConfig, RestartJitter as Core};
+        use servery_core::supervisor::{RestartDecision, RestartWindow, SlotHistory};
+        use servery_core::time::Instant;
+        for (kind, core_kind) in [
+            (JitterKind::Full, Core::Full),
+            (JitterKind::Decorrelated, Core::Decorrelated),
+        ] {
+            for seed in 0..50 {
+                let mut raw = RawConfig::default();
+                raw.recovery.restart_backoff_jitter = core_kind;
+                raw.recovery.worker_restart_limit = 100;
+                let valid = raw.validate().unwrap_or_else(|e| panic!("{e}"));
+                let policy = valid.recovery();
+                let published = delays(kind, 0.25, 30.0, 12, &mut SimRng::new(seed));
+                let mut rng = SimRng::new(seed);
+                let (mut w, mut slot) = (RestartWindow::default(), SlotHistory::default());
+                for (i, want) in published.iter().enumerate() {
+                    let at = Instant::ZERO + core::time::Duration::from_secs(3600 * i as u64);
+                    let d = w.decide_with(at, policy, &mut slot, false, &mut || rng.unit());
+                    let RestartDecision::Replace { after } = d else {
+                        panic!("{kind:?} {i}: {d:?}")
+                    };
+                    assert!(
+                        (after.as_secs_f64() - want).abs() < 1e-6,
+                        "{kind:?} seed {seed} restart {i}: the supervisor waits {after:?}, the rule {want} s"
+                    );
+                }
+            }
         }
     }
 }

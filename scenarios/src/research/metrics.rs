@@ -118,7 +118,7 @@ pub fn measure(
     // them then, so the rest of the run's offered load is added at the workload's rate.
     let gone_s = o.parent_gone_ms as f64 / 1000.0;
     let unsent = if failed_at.is_some() && gone_s < end {
-        w.request_rate * (end - gone_s)
+        w.offered_between(gone_s, end)
     } else {
         0.0
     };

@@ -85,19 +85,14 @@ fn build(path: &Path, file: PolicyFile) -> Result<Policy, ResearchError> {
         path: path.to_owned(),
         message,
     };
-    if file.restart_jitter.is_some() {
-        return Err(bad(
-            "restart_jitter: servery's supervisor draws no jitter for its restart delay \
-             (initial x 2^n, capped), so it cannot run this policy; the published delay \
-             rules are modelled in the tool but not runnable (decision 0069)"
-                .into(),
-        ));
-    }
     let given: Vec<String> = file.recovery.keys().cloned().collect();
     let mut recovery: RawRecovery = file
         .recovery
         .try_into()
         .map_err(|e: toml::de::Error| bad(format!("recovery: {}", e.message())))?;
+    if let Some(jitter) = &file.restart_jitter {
+        jitter.apply(&mut recovery, &given).map_err(bad)?;
+    }
     let sections = [
         file.gunicorn.map(Published::Gunicorn),
         file.uvicorn.map(Published::Uvicorn),

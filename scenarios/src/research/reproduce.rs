@@ -3,9 +3,10 @@
 
 use crate::research::age::{self, AgeModel};
 use crate::research::huang::{self, Huang};
+use crate::research::reproduce_rejuvenation as rejuvenation;
 
 /// The models `reproduce` knows.
-pub const MODELS: &[&str] = &["huang-1995", "age-replacement"];
+pub const MODELS: &[&str] = &["huang-1995", "age-replacement", "garg-1995", "dohi-2000"];
 
 /// Seeds the CLI uses by default for each model.
 pub const HUANG_SEEDS: u64 = 4000;
@@ -89,7 +90,31 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
                 v["provenance"] = provenance(model, n, grid);
                 return Ok(v.to_string());
             }
-            Ok(age_text(&m, &r, &fine, n))
+            let supervisor =
+                rejuvenation::age_supervisor_text(n.clamp(2, rejuvenation::AGE_SUPERVISOR_SEEDS))?;
+            Ok(format!("{}{supervisor}", age_text(&m, &r, &fine, n)))
+        }
+        "garg-1995" => {
+            let n = seeds.unwrap_or(rejuvenation::GARG_SEEDS);
+            if json {
+                let mut v = rejuvenation::garg_json(n)?;
+                v["provenance"] =
+                    provenance(model, n, format!("{:?}", Huang::example_a().with_r4(0.0)));
+                return Ok(v.to_string());
+            }
+            rejuvenation::garg_text(n)
+        }
+        "dohi-2000" => {
+            let n = seeds.unwrap_or(rejuvenation::DOHI_SEEDS);
+            let path = crate::research::cli::resolve("failure-trace", "workloads");
+            let trace = "workloads/traces/weibull-2-600.txt";
+            let r = rejuvenation::dohi(&path, n)?;
+            if json {
+                let mut v = rejuvenation::dohi_json(&r, trace);
+                v["provenance"] = provenance(model, n, format!("trace {trace}"));
+                return Ok(v.to_string());
+            }
+            Ok(rejuvenation::dohi_text(&r, trace, n))
         }
         _ => Err(format!(
             "unknown model {model:?}: expected one of {}",

@@ -56,6 +56,22 @@ pub enum FaultModel {
         shape: f64,
         scale_s: f64,
     },
+    /// A Markov aging chain: each worker passes through phases of exponential length
+    /// with these means (seconds from the end of its boot) and crashes at the end of the
+    /// last: a hypoexponential lifetime. Huang et al. 1995's robust → failure-probable →
+    /// failed chain is `phase_means_s = [1/r2, 1/λ]`.
+    MarkovAging {
+        phase_means_s: Vec<f64>,
+    },
+    /// Lifetimes resampled from observed failure times: `trace_file` (relative to the
+    /// workload file) holds one failure time in seconds from the end of a boot per line;
+    /// `#` starts a comment. Each worker's lifetime is one of them, drawn uniformly (the
+    /// empirical distribution).
+    FailureTrace {
+        trace_file: String,
+        #[serde(skip)]
+        times_s: Vec<f64>,
+    },
     /// `requests` poison requests at uniform times in `window_s`; each is tried
     /// `retries` more times, `retry_gap_s` apart, and every try kills the worker that
     /// takes it.
@@ -88,6 +104,10 @@ pub struct Workload {
     pub duration_s: f64,
     #[serde(default = "default_rate")]
     pub request_rate: f64,
+    /// Time-varying load: `[from_s, rate]` pairs in time order; from each point on,
+    /// requests arrive at that rate instead of `request_rate` (Poisson throughout).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_steps: Vec<[f64; 2]>,
     /// CPU-seconds one boot costs, for the amplification factor.
     #[serde(default = "default_boot_cost")]
     pub boot_cost_s: f64,
@@ -106,7 +126,18 @@ pub struct Workload {
     /// bound (`served_within_bound`).
     #[serde(default = "default_latency_bound")]
     pub latency_bound_s: f64,
+    /// How long each worker's boot takes (seconds); by default the simulator's 2–20 ms.
+    /// The published rejuvenation models give repair and rejuvenation times a boot
+    /// must take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_s: Option<f64>,
     pub faults: FaultModel,
+    /// Further fault models acting in the same run (`[[also_faults]]` tables, each like
+    /// `[faults]`): their injected faults are merged, and a process's behaviour is the
+    /// worst each model gives it (a crash at boot over a lifetime, the shorter of two
+    /// lifetimes). At most one model may set a worker's lifetime.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_faults: Vec<FaultModel>,
 }
 
 fn default_workers() -> i64 {
@@ -140,6 +171,8 @@ pub struct Draw {
     pub x: Option<f64>,
     /// When the first fault strikes (for the time to give up).
     pub onset_s: f64,
+    /// Each fault model's drawn parameter, `[faults]` first.
+    pub xs: Vec<Option<f64>>,
 }
 
 fn uniform(rng: &mut SimRng, [lo, hi]: [f64; 2]) -> f64 {
@@ -168,10 +201,38 @@ impl Workload {
         }
     }
 
+    /// `[faults]` then each of `[[also_faults]]`.
+    pub fn models(&self) -> impl Iterator<Item = &FaultModel> {
+        core::iter::once(&self.faults).chain(&self.also_faults)
+    }
+
     pub fn draw(&self, seed: u64) -> Draw {
         let mut rng = self.stream(seed, 0xfa17);
         let mut faults = Vec::new();
-        let (x, onset_s) = match &self.faults {
+        let (mut xs, mut onset_s) = (Vec::new(), f64::INFINITY);
+        // `[faults]` draws first, from the same stream as before there were others.
+        for model in self.models() {
+            let (x, onset) = self.draw_one(model, &mut rng, &mut faults);
+            xs.push(x);
+            onset_s = onset_s.min(onset);
+        }
+        faults.sort_by_key(|(at, _)| *at);
+        Draw {
+            faults,
+            x: xs.first().copied().flatten(),
+            onset_s,
+            xs,
+        }
+    }
+
+    fn draw_one(
+        &self,
+        model: &FaultModel,
+        rng: &mut SimRng,
+        faults: &mut Vec<(Duration, Fault)>,
+    ) -> (Option<f64>, f64) {
+        let rng = &mut *rng;
+        match model {
             FaultModel::Steady => (None, self.duration_s),
             FaultModel::CrashStorm { start_s, outage_s } => {
                 for _ in 0..self.workers {
@@ -182,13 +243,15 @@ impl Workload {
                         },
                     ));
                 }
-                (Some(uniform(&mut rng, *outage_s)), *start_s)
+                (Some(uniform(rng, *outage_s)), *start_s)
             }
             FaultModel::BootLoop {
                 start_s,
                 crash_after_s,
-            } => (Some(uniform(&mut rng, *crash_after_s)), *start_s),
-            FaultModel::Aging { .. } => (None, 0.0),
+            } => (Some(uniform(rng, *crash_after_s)), *start_s),
+            FaultModel::Aging { .. }
+            | FaultModel::MarkovAging { .. }
+            | FaultModel::FailureTrace { .. } => (None, 0.0),
             FaultModel::PoisonRequest {
                 requests,
                 window_s,
@@ -197,7 +260,7 @@ impl Workload {
             } => {
                 let mut first = f64::INFINITY;
                 for _ in 0..*requests {
-                    let t = uniform(&mut rng, *window_s);
+                    let t = uniform(rng, *window_s);
                     first = first.min(t);
                     for k in 0..=*retries {
                         let at = t + f64::from(k) * retry_gap_s;
@@ -226,9 +289,7 @@ impl Workload {
                 }
                 (None, first)
             }
-        };
-        faults.sort_by_key(|(at, _)| *at);
-        Draw { faults, x, onset_s }
+        }
     }
 
     /// The simulation of `policy` under this workload for `seed`.
@@ -243,6 +304,11 @@ impl Workload {
             platform,
             workload: SimWorkload {
                 request_rate: self.request_rate,
+                request_rate_steps: self
+                    .load_steps
+                    .iter()
+                    .map(|[from, rate]| (secs(*from), *rate))
+                    .collect(),
                 until: stop,
                 app: (self.memory_growth_mb_per_request > 0.0).then_some(AppModel {
                     memory_base: (self.memory_base_mb * MB) as u64,
@@ -264,38 +330,69 @@ impl Workload {
         }
     }
 
+    /// The request rate at `t` seconds into the run.
+    pub fn rate_at(&self, t: f64) -> f64 {
+        self.load_steps
+            .iter()
+            .rev()
+            .find(|[from, _]| *from <= t)
+            .map_or(self.request_rate, |[_, rate]| *rate)
+    }
+
+    /// Requests offered (expected) from `a` to `b` seconds into the run.
+    pub fn offered_between(&self, a: f64, b: f64) -> f64 {
+        if b <= a {
+            return 0.0;
+        }
+        let mut edges: Vec<f64> = self
+            .load_steps
+            .iter()
+            .map(|[from, _]| *from)
+            .filter(|t| *t > a && *t < b)
+            .collect();
+        edges.insert(0, a);
+        edges.push(b);
+        edges
+            .windows(2)
+            .map(|w| self.rate_at(w[0]) * (w[1] - w[0]))
+            .sum()
+    }
+
+    /// The `index`-th process's lifetime (seconds from the end of its boot) under an
+    /// aging model, the same under every policy; `None` for the other fault models.
+    pub fn lifetime(&self, seed: u64, index: u64) -> Option<f64> {
+        let key = self.stream(seed, 0xbe4a).next_u64();
+        self.models().find_map(|m| lifetime(m, key, index))
+    }
+
     /// How each process behaves: drawn from the seed and the spawn's index and time only.
     fn behavior(&self, seed: u64, draw: &Draw) -> servery_sim::BehaviorFn {
         // The k-th process's lifetime is the same under every policy.
         let key = self.stream(seed, 0xbe4a).next_u64();
-        match self.faults.clone() {
-            FaultModel::CrashStorm { start_s, .. } => {
-                let end = start_s + draw.x.unwrap_or(0.0);
-                Box::new(move |info, _| {
-                    let t = info.now.as_secs_f64();
-                    if t >= start_s && t < end {
-                        Behavior::CrashAtBoot
-                    } else {
-                        Behavior::Healthy
-                    }
-                })
-            }
-            FaultModel::BootLoop { start_s, .. } => {
-                let after = draw.x.unwrap_or(1.0);
-                // A process already running when the fault begins crashes `after` seconds
-                // into it; its boot took a few ms, which this leaves out.
-                Box::new(move |info, _| {
-                    let late = (start_s - info.now.as_secs_f64()).max(0.0);
-                    Behavior::CrashAfter(secs(late + after))
-                })
-            }
-            FaultModel::Aging { shape, scale_s } => Box::new(move |info, _| {
-                let mut per_spawn =
-                    SimRng::new(key ^ info.index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                Behavior::CrashAfter(secs(weibull_from_unit(per_spawn.unit(), shape, scale_s)))
-            }),
-            _ => Box::new(|_, _| Behavior::Healthy),
+        let mut each: Vec<servery_sim::BehaviorFn> = self
+            .models()
+            .enumerate()
+            .filter_map(|(i, m)| behavior_of(m, key, draw.xs.get(i).copied().flatten()))
+            .collect();
+        let boot = self.boot_s.map(secs);
+        if boot.is_none() && each.len() <= 1 {
+            return each
+                .pop()
+                .unwrap_or_else(|| Box::new(|_, _| Behavior::Healthy));
         }
+        Box::new(move |info, rng| {
+            let b = each
+                .iter()
+                .map(|f| f(info, rng))
+                .fold(Behavior::Healthy, worse);
+            match (boot, b) {
+                (Some(boot), Behavior::Healthy) => Behavior::SlowBoot(boot),
+                (Some(boot), Behavior::CrashAfter(lifetime)) => {
+                    Behavior::SlowBootCrashAfter { boot, lifetime }
+                }
+                (_, b) => b,
+            }
+        })
     }
 
     /// Check the parameters (the recovery policy is checked by its own loader).
@@ -308,7 +405,6 @@ impl Workload {
             })
         };
         let positive = |x: f64| x.is_finite() && x > 0.0;
-        let range = |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
         if !(1..=64).contains(&self.workers) {
             return bad("workers", "must be in [1, 64]");
         }
@@ -329,10 +425,56 @@ impl Workload {
         {
             return bad("memory_base_mb", "memory sizes and growth must be >= 0");
         }
+        let steps_ok = self.load_steps.iter().all(|[from, rate]| {
+            from.is_finite() && *from >= 0.0 && rate.is_finite() && *rate >= 0.0
+        }) && self.load_steps.windows(2).all(|w| w[0][0] < w[1][0]);
+        if !steps_ok {
+            return bad(
+                "load_steps",
+                "must be [from_s, rate] pairs with from_s >= 0 rising and rate >= 0",
+            );
+        }
         if !positive(self.latency_bound_s) {
             return bad("latency_bound_s", "must be > 0");
         }
-        match &self.faults {
+        if self.boot_s.is_some_and(|b| !positive(b) || b > 3600.0) {
+            return bad("boot_s", "must be in (0, 3600]");
+        }
+        let lifetimes = self
+            .models()
+            .filter(|m| {
+                matches!(
+                    m,
+                    FaultModel::Aging { .. }
+                        | FaultModel::MarkovAging { .. }
+                        | FaultModel::FailureTrace { .. }
+                        | FaultModel::BootLoop { .. }
+                )
+            })
+            .count();
+        if lifetimes > 1 {
+            return bad(
+                "also_faults",
+                "at most one fault model may set a worker's lifetime (aging, markov-aging, failure-trace, boot-loop)",
+            );
+        }
+        for model in self.models() {
+            self.check_model(path, model)?;
+        }
+        Ok(())
+    }
+
+    fn check_model(&self, path: &Path, model: &FaultModel) -> Result<(), ResearchError> {
+        let bad = |field: &'static str, rule: &str| {
+            Err(ResearchError::InvalidWorkload {
+                path: path.to_owned(),
+                field,
+                rule: rule.to_string(),
+            })
+        };
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        let range = |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
+        match model {
             FaultModel::CrashStorm { outage_s, start_s } if !range(*outage_s) || *start_s < 0.0 => {
                 bad(
                     "faults.outage_s",
@@ -346,6 +488,17 @@ impl Workload {
             }
             FaultModel::Aging { shape, scale_s } if !positive(*shape) || !positive(*scale_s) => {
                 bad("faults.shape", "shape and scale_s must be > 0")
+            }
+            FaultModel::MarkovAging { phase_means_s }
+                if phase_means_s.is_empty() || !phase_means_s.iter().all(|m| positive(*m)) =>
+            {
+                bad(
+                    "faults.phase_means_s",
+                    "must list at least one phase, every mean > 0",
+                )
+            }
+            FaultModel::FailureTrace { times_s, .. } if times_s.len() < 2 => {
+                bad("faults.trace_file", "must hold at least two failure times")
             }
             FaultModel::PoisonRequest {
                 window_s,
@@ -368,13 +521,139 @@ impl Workload {
     }
 }
 
+/// One fault model's behaviour of each process, `None` when it gives none.
+fn behavior_of(model: &FaultModel, key: u64, x: Option<f64>) -> Option<servery_sim::BehaviorFn> {
+    Some(match model.clone() {
+        FaultModel::CrashStorm { start_s, .. } => {
+            let end = start_s + x.unwrap_or(0.0);
+            Box::new(move |info, _| {
+                let t = info.now.as_secs_f64();
+                if t >= start_s && t < end {
+                    Behavior::CrashAtBoot
+                } else {
+                    Behavior::Healthy
+                }
+            })
+        }
+        FaultModel::BootLoop { start_s, .. } => {
+            let after = x.unwrap_or(1.0);
+            // A process already running when the fault begins crashes `after` seconds
+            // into it; its boot took a few ms, which this leaves out.
+            Box::new(move |info, _| {
+                let late = (start_s - info.now.as_secs_f64()).max(0.0);
+                Behavior::CrashAfter(secs(late + after))
+            })
+        }
+        FaultModel::Aging { shape, scale_s } => Box::new(move |info, _| {
+            let mut per_spawn = SimRng::new(key ^ info.index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            Behavior::CrashAfter(secs(weibull_from_unit(per_spawn.unit(), shape, scale_s)))
+        }),
+        faults @ (FaultModel::MarkovAging { .. } | FaultModel::FailureTrace { .. }) => {
+            Box::new(move |info, _| {
+                let life = lifetime(&faults, key, info.index).unwrap_or(f64::INFINITY);
+                Behavior::CrashAfter(secs(life))
+            })
+        }
+        _ => return None,
+    })
+}
+
+/// The worse of two behaviours of one process: a crash at boot over anything, the shorter
+/// of two lifetimes, a slow boot kept with a lifetime.
+fn worse(a: Behavior, b: Behavior) -> Behavior {
+    use Behavior::{CrashAfter, CrashAtBoot, Healthy, SlowBoot, SlowBootCrashAfter};
+    match (a, b) {
+        (Healthy, x) | (x, Healthy) => x,
+        (CrashAtBoot, _) | (_, CrashAtBoot) => CrashAtBoot,
+        (CrashAfter(p), CrashAfter(q)) => CrashAfter(p.min(q)),
+        (SlowBoot(boot), CrashAfter(lifetime)) | (CrashAfter(lifetime), SlowBoot(boot)) => {
+            SlowBootCrashAfter { boot, lifetime }
+        }
+        (SlowBootCrashAfter { boot, lifetime }, CrashAfter(l))
+        | (CrashAfter(l), SlowBootCrashAfter { boot, lifetime }) => SlowBootCrashAfter {
+            boot,
+            lifetime: lifetime.min(l),
+        },
+        (x, _) => x,
+    }
+}
+
+/// A process's lifetime under an aging model, from the workload's key and the spawn's
+/// index alone (the Weibull draw is the one `Aging` always made).
+fn lifetime(faults: &FaultModel, key: u64, index: u64) -> Option<f64> {
+    let mut per_spawn = SimRng::new(key ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    match faults {
+        FaultModel::Aging { shape, scale_s } => {
+            Some(weibull_from_unit(per_spawn.unit(), *shape, *scale_s))
+        }
+        FaultModel::MarkovAging { phase_means_s } => {
+            Some(phase_means_s.iter().map(|m| per_spawn.exp(*m)).sum())
+        }
+        FaultModel::FailureTrace { times_s, .. } if !times_s.is_empty() => {
+            let k = (per_spawn.unit() * times_s.len() as f64) as usize;
+            Some(times_s[k.min(times_s.len() - 1)])
+        }
+        _ => None,
+    }
+}
+
+/// Parse a failure-time trace: one time in seconds per line, `#` comments, blank lines
+/// skipped; every time finite and > 0, at least two of them.
+pub fn parse_trace(path: &Path, text: &str) -> Result<Vec<f64>, ResearchError> {
+    let bad = |rule: String| ResearchError::InvalidWorkload {
+        path: path.to_owned(),
+        field: "faults.trace_file",
+        rule,
+    };
+    let mut times = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let t: f64 = line.parse().map_err(|_| {
+            bad(format!(
+                "line {}: {line:?} is not a number of seconds",
+                n + 1
+            ))
+        })?;
+        if !(t.is_finite() && t > 0.0) {
+            return Err(bad(format!(
+                "line {}: a failure time must be finite and > 0 (got {t})",
+                n + 1
+            )));
+        }
+        times.push(t);
+    }
+    if times.len() < 2 {
+        return Err(bad(format!(
+            "must hold at least two failure times (got {})",
+            times.len()
+        )));
+    }
+    Ok(times)
+}
+
 /// Read and check a workload file.
 pub fn load(path: &Path) -> Result<Workload, ResearchError> {
     from_text(path, &read(path)?)
 }
 
 pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
-    let w: Workload = parse(path, text)?;
+    let mut w: Workload = parse(path, text)?;
+    for model in core::iter::once(&mut w.faults).chain(&mut w.also_faults) {
+        if let FaultModel::FailureTrace {
+            trace_file,
+            times_s,
+        } = model
+        {
+            let file = path
+                .parent()
+                .unwrap_or_else(|| Path::new(""))
+                .join(trace_file.as_str());
+            *times_s = parse_trace(&file, &read(&file)?)?;
+        }
+    }
     w.check(path)?;
     Ok(w)
 }

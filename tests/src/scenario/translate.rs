@@ -46,7 +46,9 @@ pub(super) fn fault_text(b: &Behavior) -> Option<String> {
         // The parent's fork fails: nothing a worker could do to itself.
         Behavior::SpawnFails(_) => panic!("a refused spawn cannot be driven (see NOT_DRIVEN)"),
         // Drawn lifetimes belong to the research workloads; no gate scenario uses them.
-        Behavior::CrashAfter(_) => panic!("a drawn lifetime is no gate scenario's behaviour"),
+        Behavior::CrashAfter(_) | Behavior::SlowBootCrashAfter { .. } => {
+            panic!("a drawn lifetime is no gate scenario's behaviour")
+        }
         // A wedged interpreter needs an application: tests/apps.rs spins one holding the GIL.
         Behavior::AppWedgesAfterRequests(_) => {
             panic!("a wedged application cannot be driven on the file server (see NOT_DRIVEN)")

@@ -446,3 +446,47 @@ fn a_refused_spawn_is_a_startup_failure_that_status_names() {
     assert_eq!(spawns(&h.advance(Duration::from_millis(1))), 1, "after 2 s");
     assert_eq!(h.sup.state(), ServiceState::Ready);
 }
+
+/// `restart_backoff_keep_one`: a crash that leaves no worker running or starting is
+/// replaced after the initial delay, not its slot's grown backoff; off, the slot waits.
+#[test]
+fn pool_aware_backoff_keeps_the_last_slot_out_of_its_grown_delay() {
+    let run = |keep_one: bool| {
+        let mut h = harness(Platform::Posix, |r| {
+            r.recovery.restart_backoff_initial = 1.0;
+            r.recovery.restart_backoff_max = 10.0;
+            r.recovery.restart_backoff_keep_one = keep_one;
+        });
+        let ws = h.start();
+        let crash = |h: &mut Harness, worker| {
+            h.on(Event::Exited {
+                worker,
+                status: ExitStatus::Signal(9),
+            })
+        };
+        // Slot 1 crashes twice in a row (its backoff grows to 2 s, then 4 s) ...
+        crash(&mut h, ws[1]);
+        assert_eq!(spawns(&h.advance(Duration::from_secs(1))), 1);
+        crash(&mut h, WorkerId(3));
+        assert_eq!(
+            spawns(&h.advance(Duration::from_secs(1))),
+            0,
+            "slot 0 still runs: slot 1 waits its grown 2 s (keep-one {keep_one})"
+        );
+        assert_eq!(spawns(&h.advance(Duration::from_secs(1))), 1);
+        // ... then slot 0's worker and slot 1's replacement are lost: nothing runs.
+        crash(&mut h, ws[0]);
+        crash(&mut h, WorkerId(4));
+        spawns(&h.advance(Duration::from_secs(1)))
+    };
+    assert_eq!(
+        run(true),
+        2,
+        "keep-one: both slots come back after the initial 1 s"
+    );
+    assert_eq!(
+        run(false),
+        1,
+        "per slot: slot 1 waits out its 4 s, only slot 0 returns at 1 s"
+    );
+}
