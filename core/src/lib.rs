@@ -11,6 +11,7 @@
 pub mod acme;
 pub mod broker;
 pub mod chunk_flow;
+pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod driver;

@@ -11,6 +11,7 @@
 mod app_startup;
 pub mod certs;
 mod chunks;
+pub mod cluster;
 mod conns;
 mod dav;
 mod dav_tree;

@@ -24,6 +24,7 @@ mod catalog_rollouts;
 mod catalog_startups;
 mod catalog_writes;
 mod checks;
+pub mod cluster;
 pub mod corpus;
 mod goals;
 pub mod research;

@@ -210,6 +210,13 @@ fn main() -> ExitCode {
                     println!("{}", s.name);
                 }
             }
+            for s in servery_scenarios::cluster::CLUSTER_SCENARIOS {
+                if about {
+                    println!("{:<30} {}", s.name, s.about);
+                } else {
+                    println!("{}", s.name);
+                }
+            }
             ExitCode::SUCCESS
         }
         Cmd::Run {
@@ -219,6 +226,9 @@ fn main() -> ExitCode {
             trace,
             swarm,
         } => {
+            if let Some(s) = servery_scenarios::cluster::find_cluster(&name) {
+                return cluster_run(s, seed);
+            }
             let (scenario, platform, mode) = match target(&name, &platform, swarm) {
                 Ok(t) => t,
                 Err(code) => return code,
@@ -235,6 +245,11 @@ fn main() -> ExitCode {
             swarm,
         } => {
             let mode = if swarm { Mode::Swarm } else { Mode::Full };
+            if let Some(name) = &only
+                && servery_scenarios::cluster::find_cluster(name).is_some()
+            {
+                return cluster_sweep(seeds, random, jobs, name);
+            }
             if let Some(name) = &only {
                 let Some(scenario) = find(name) else {
                     eprintln!("unknown scenario {name:?}");
@@ -586,6 +601,71 @@ fn print_json(r: &servery_scenarios::SweepReport, random: Option<&[u64]>) {
         })).collect::<Vec<_>>(),
     });
     println!("{value}");
+}
+
+/// `run` of a cluster scenario: its verdict and what the hosts answered.
+fn cluster_run(s: &servery_scenarios::cluster::ClusterScenario, seed: u64) -> ExitCode {
+    let (o, verdict) = servery_scenarios::cluster::run_cluster(s, seed);
+    println!(
+        "{} seed={seed}: {} publishes, {} fenced, {} busy, {} unavailable, {} reserved, {} saturated, {} leases lost; trace-hash: {:016x}",
+        s.name,
+        o.publishes,
+        o.total(|h| h.fenced),
+        o.total(|h| h.busy),
+        o.total(|h| h.unavailable),
+        o.total(|h| h.reserved),
+        o.total(|h| h.saturated),
+        o.total(|h| h.leases_lost),
+        o.trace_hash
+    );
+    match verdict {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `sweep --only` of a cluster scenario (the cluster world has hosts, not worker
+/// processes, so it has no platform model and no swarm of fault kinds).
+fn cluster_sweep(
+    seeds: Option<(u64, u64)>,
+    random: Option<u64>,
+    jobs: usize,
+    name: &str,
+) -> ExitCode {
+    let seeds: Vec<u64> = match (seeds, random) {
+        (Some((a, b)), _) => (a..b).collect(),
+        (None, Some(n)) => {
+            let seeds = random_seeds(n as usize);
+            println!("{}", random_seeds_line(&seeds));
+            seeds
+        }
+        (None, None) => unreachable!("clap requires --seeds or --random"),
+    };
+    let r = servery_scenarios::cluster::sweep_cluster(&seeds, jobs, Some(name));
+    for (n, seed, e) in r.failures.iter().take(20) {
+        println!("FAILED {n} seed={seed}: {e}\n  replay: servery-scenarios run {n} --seed {seed}");
+    }
+    println!(
+        "{name}: {} runs, {} failed, in {:.1}s; {} publishes, {} fenced, {} busy, {} unavailable, {} saturated, {} leases lost, {} names regained from a dead host",
+        r.runs,
+        r.failures.len(),
+        r.seconds,
+        r.publishes,
+        r.fenced,
+        r.busy,
+        r.unavailable,
+        r.saturated,
+        r.leases_lost,
+        r.regained_after_death
+    );
+    if r.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 #[cfg(test)]
