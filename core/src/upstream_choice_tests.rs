@@ -22,7 +22,11 @@ fn round_robin_takes_each_in_turn_and_skips_the_down() {
     );
     b.set_down(&[1, 2, 3]);
     assert_eq!(b.choose(1..4), None, "every upstream of the group is down");
-    assert_eq!(b.choose(0..1), Some(0), "a group of one ignores the verdict");
+    assert_eq!(
+        b.choose(0..1),
+        Some(0),
+        "a group of one ignores the verdict"
+    );
     b.set_down(&[0]);
     assert_eq!(
         b.choose(0..1),
@@ -82,7 +86,11 @@ fn reports_every_failure_and_one_success_per_recovery() {
     b.choose(0..1);
     assert_eq!(b.finished(0, Some(true)), None, "once");
     b.choose(0..1);
-    assert_eq!(b.finished(0, None), None, "a request never tried says nothing");
+    assert_eq!(
+        b.finished(0, None),
+        None,
+        "a request never tried says nothing"
+    );
     assert_eq!(b.in_flight(0), 0);
     assert!(b.check_invariants().is_ok());
 }
