@@ -156,6 +156,14 @@ fn saturated(refused: &admission::Refused) -> Response<Body> {
     response
 }
 
+/// What an exchange holds until it is over: its admission grant and its count in flight
+/// to its upstream (given back when dropped).
+#[derive(Debug)]
+pub(super) struct Hold {
+    _permit: Option<admission::Permit>,
+    _flight: health::InFlight,
+}
+
 impl Proxy {
     /// The proxy the settings describe; `None` when no route is given. The settings were
     /// checked by the parent ([`ProxyArgs::check`]), so a refusal here is a worker's
@@ -221,7 +229,7 @@ impl Proxy {
             first_byte: secs(args.proxy_first_byte_timeout)?,
             idle: secs(args.proxy_idle_timeout)?,
             admission,
-            health: health::Health::new(health, routes_len),
+            health: health::Health::new(health, routes_len, args.balance()),
         }))
     }
 
@@ -244,12 +252,28 @@ impl Proxy {
         let Some(group) = self.routes.group(req.uri().path()) else {
             return gateway_error(&UpstreamError::Failed("no route".into()));
         };
-        // The next of the prefix's upstreams in turn that the parent has not marked down.
-        let Some((index, route)) = self
-            .health
-            .choose(group.clone())
-            .and_then(|i| Some((i, self.routes.get(i)?)))
-        else {
+        // Admitted before anything of the request is read or sent.
+        let permit = match &self.admission {
+            None => None,
+            Some(admission) => match admission.permit().await {
+                Ok(permit) => Some(permit),
+                Err(refused) => {
+                    let name = self
+                        .routes
+                        .get(group.start)
+                        .map_or("", |r| r.given.as_str());
+                    tracing::info!(route = %name, %refused, "proxy request refused");
+                    return saturated(&refused);
+                }
+            },
+        };
+        // Then the upstream, under the parent's latest verdict (the core's choice,
+        // decision 0100): a verdict that arrived while the request waited for its grant
+        // is followed.
+        let Some((flight, route)) = self.health.choose(group.clone()).and_then(|f| {
+            let route = self.routes.get(f.upstream())?;
+            Some((f, route))
+        }) else {
             let name = self
                 .routes
                 .get(group.start)
@@ -257,18 +281,8 @@ impl Proxy {
             tracing::warn!(route = %name, "every upstream of the route is marked down");
             return gateway_error(&UpstreamError::AllDown);
         };
+        let index = flight.upstream();
         let name = Arc::clone(&self.names[index]);
-        // Admitted before anything of the request is read or sent.
-        let permit = match &self.admission {
-            None => None,
-            Some(admission) => match admission.permit().await {
-                Ok(permit) => Some(permit),
-                Err(refused) => {
-                    tracing::info!(route = %name, %refused, "proxy request refused");
-                    return saturated(&refused);
-                }
-            },
-        };
         // An HTTP/1.1 `Upgrade` (WebSocket) is asked of the upstream as the client asked
         // it, and on its 101 the two connections are joined.
         let upgrade = tunnel::wanted(&req);
@@ -317,12 +331,12 @@ impl Proxy {
         let request = Request::from_parts(parts, outgoing);
         let answer = match self.first_byte(request, &progress).await {
             Ok(answer) => {
-                self.health.answered(index);
+                self.health.answered(&flight);
                 answer
             }
             Err(error) => {
                 tracing::warn!(route = %name, status = error.status().as_u16(), %error, "upstream gave no response");
-                self.health.failed(index);
+                self.health.failed(flight);
                 return gateway_error(&error);
             }
         };
@@ -335,14 +349,22 @@ impl Proxy {
             headers::strip_hop_by_hop(&mut parts.headers);
             tunnel::ask(&mut parts.headers, protocol.clone());
             parts.version = Version::default();
-            tokio::spawn(tunnel::join(client_side, upstream_side, name, permit));
+            let hold = Hold {
+                _permit: permit,
+                _flight: flight,
+            };
+            tokio::spawn(tunnel::join(client_side, upstream_side, name, hold));
             return Response::from_parts(parts, crate::http::body::empty());
         }
         let (mut parts, incoming) = answer.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
         // The client's connection speaks its own version, whatever the upstream spoke.
         parts.version = Version::default();
-        let body = body::Incoming::new(incoming, self.idle, name, permit);
+        let hold = Hold {
+            _permit: permit,
+            _flight: flight,
+        };
+        let body = body::Incoming::new(incoming, self.idle, name, hold);
         Response::from_parts(parts, http_body_util::combinators::BoxBody::new(body))
     }
 
