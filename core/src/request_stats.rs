@@ -322,8 +322,8 @@ mod tests {
         service.add(&worker_b);
 
         let counts = RouteClass::ALL.map(|c| service.duration_count(c));
-        // static, listing, webdav, upload, app, proxy, refused, other
-        assert_eq!(counts, [3, 1, 1, 0, 0, 0, 1, 0]);
+        // static, listing, webdav, upload, app, proxy, cgi, refused, other
+        assert_eq!(counts, [3, 1, 1, 0, 0, 0, 0, 1, 0]);
         let s = RouteClass::Static.index();
         assert_eq!(service.duration_sum_us[s], 1_100);
         assert_eq!(
