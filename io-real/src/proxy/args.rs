@@ -33,8 +33,9 @@ pub const DEFAULT_BALANCE: &str = "round-robin";
 #[command(next_help_heading = "Reverse proxy")]
 pub struct ProxyArgs {
     /// Forward requests whose path starts with PREFIX (a whole segment: `/api` takes
-    /// `/api` and `/api/x`, not `/apix`) to URL: `http://HOST[:PORT][/PATH]` or
-    /// `unix:/PATH.sock`. Repeat for several; the longest matching prefix wins. A URL with
+    /// `/api` and `/api/x`, not `/apix`) to URL: `http://HOST[:PORT][/PATH]`,
+    /// `https://…`, `h2://…` (HTTP/2 over TLS, offered by ALPN), `h2c://…` (HTTP/2 in
+    /// cleartext) or `unix:/PATH.sock`. Repeat for several; the longest matching prefix wins. A URL with
     /// a path replaces the prefix with it (`/api=http://up/v1`: `/api/x` → `/v1/x`);
     /// without one the path goes unchanged. See docs/proxy.md.
     #[arg(
@@ -109,7 +110,9 @@ impl ProxyArgs {
     /// Every problem with the proxy's settings, each naming its flag and rule.
     pub fn check(&self) -> Vec<SiteIssue> {
         let mut issues = Vec::new();
-        if let Err(e) = super::tls::client_config(self.proxy_ca.as_deref()) {
+        if let Err(e) =
+            super::tls::client_config(self.proxy_ca.as_deref(), super::tls::Offer::Http11)
+        {
             issues.push(SiteIssue {
                 flag: "--proxy-ca",
                 message: e,

@@ -1,5 +1,6 @@
 //! The reverse proxy (`--proxy PREFIX=URL`): requests under a prefix are forwarded to an
-//! upstream over hyper's pooled HTTP/1.1 client, bodies streamed both ways a frame at a
+//! upstream over hyper's pooled clients (HTTP/1.1; HTTP/2 for `h2://` and `h2c://`
+//! routes, decision 0102), bodies streamed both ways a frame at a
 //! time (never buffered whole), hop-by-hop fields removed, the forwarding headers set,
 //! and an upstream that cannot be reached or does not answer in time answered 502 or 504
 //! with the reason in the body and the log. `docs/proxy.md` describes it; decision 0075
@@ -40,7 +41,27 @@ type UpstreamBody = UnsyncBoxBody<Bytes, io::Error>;
 /// How long an idle pooled upstream connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
 
-/// One worker's proxy: the routes and the pooled client they share.
+/// The pooled clients the routes share: each keeps its own idle connections per
+/// upstream.
+struct Clients {
+    /// HTTP/1.1 (`http://`, `https://`, `unix:`), with the `Host` servery chose.
+    http11: Client<Connector, UpstreamBody>,
+    /// `h2://`: HTTP/2 where TLS negotiates it by ALPN (one connection carries many
+    /// requests at once), else HTTP/1.1 with the route's host as `Host`.
+    h2: Client<Connector, UpstreamBody>,
+    /// `h2c://`: HTTP/2 with prior knowledge.
+    h2c: Client<Connector, UpstreamBody>,
+}
+
+/// Which of the [`Clients`] a route's requests take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Http11,
+    H2,
+    H2c,
+}
+
+/// One worker's proxy: the routes and the pooled clients they share.
 pub struct Proxy {
     routes: Routes,
     /// The scheme and authority each route's upstream URIs carry (by the routes' order).
@@ -50,7 +71,9 @@ pub struct Proxy {
     /// With `--proxy-upstream-host`: the `Host` each route sends (by the routes' order);
     /// without it the client's goes upstream.
     upstream_hosts: Option<Vec<HeaderValue>>,
-    client: Client<Connector, UpstreamBody>,
+    clients: Clients,
+    /// Each route's kind of client (by the routes' order).
+    kinds: Vec<Kind>,
     trusted: Vec<IpAddr>,
     first_byte: Duration,
     idle: Duration,
@@ -188,14 +211,21 @@ impl Proxy {
         let mut upstream_hosts = Vec::new();
         for route in routes.iter() {
             upstream_hosts.push(match &route.upstream {
-                Upstream::Http { authority } | Upstream::Https { authority } => {
+                Upstream::Http { authority }
+                | Upstream::Https { authority }
+                | Upstream::H2 { authority }
+                | Upstream::H2c { authority } => {
                     HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?
                 }
                 Upstream::Unix { .. } => HeaderValue::from_static("localhost"),
             });
             authorities.push(match &route.upstream {
-                Upstream::Http { authority } => format!("http://{authority}"),
-                Upstream::Https { authority } => format!("https://{authority}"),
+                Upstream::Http { authority } | Upstream::H2c { authority } => {
+                    format!("http://{authority}")
+                }
+                Upstream::Https { authority } | Upstream::H2 { authority } => {
+                    format!("https://{authority}")
+                }
                 Upstream::Unix { path } => {
                     unix.push(path.clone());
                     format!("http://{}", connect::unix_host(unix.len() - 1))
@@ -205,22 +235,48 @@ impl Proxy {
         let names = routes.iter().map(|r| Arc::from(r.given.as_str())).collect();
         let routes_len = routes.len();
         let secs = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| e.to_string());
-        let connector = Connector {
-            unix: Arc::new(unix),
-            timeout: secs(args.proxy_connect_timeout)?,
-            tls: tokio_rustls::TlsConnector::from(tls::client_config(args.proxy_ca.as_deref())?),
+        let connector = |offer| -> Result<Connector, String> {
+            Ok(Connector {
+                unix: Arc::new(unix.clone()),
+                timeout: secs(args.proxy_connect_timeout)?,
+                tls: tokio_rustls::TlsConnector::from(tls::client_config(
+                    args.proxy_ca.as_deref(),
+                    offer,
+                )?),
+            })
         };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(POOL_IDLE)
-            .set_host(false)
-            .build(connector);
+        let builder = |set_host| {
+            let mut b = Client::builder(TokioExecutor::new());
+            b.pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .pool_idle_timeout(POOL_IDLE)
+                .set_host(set_host);
+            b
+        };
+        let clients = Clients {
+            http11: builder(false).build(connector(tls::Offer::Http11)?),
+            // Over HTTP/1.1 (the upstream declined h2) the route's host is the `Host`;
+            // over HTTP/2 it is the `:authority` and no `Host` is sent.
+            h2: builder(true).build(connector(tls::Offer::H2OrHttp11)?),
+            h2c: builder(true)
+                .http2_only(true)
+                .build(connector(tls::Offer::Http11)?),
+        };
+        let kinds = routes
+            .iter()
+            .map(|r| match r.upstream {
+                Upstream::H2 { .. } => Kind::H2,
+                Upstream::H2c { .. } => Kind::H2c,
+                _ => Kind::Http11,
+            })
+            .collect();
         Ok(Some(Proxy {
             routes,
             authorities,
             names,
             upstream_hosts: args.proxy_upstream_host.then_some(upstream_hosts),
-            client,
+            clients,
+            kinds,
             trusted: args
                 .trust_proxy
                 .iter()
@@ -318,8 +374,18 @@ impl Proxy {
             Some(hosts) => hosts.get(index).cloned(),
             None => host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()),
         };
-        if let Some(v) = sent_host {
-            parts.headers.insert(header::HOST, v);
+        let kind = self.kinds.get(index).copied().unwrap_or(Kind::Http11);
+        match sent_host {
+            // HTTP/2 names the host in `:authority`, the route's (RFC 9113 §8.3.1: a
+            // `Host` that differs is malformed); an `h2://` upstream that declines HTTP/2
+            // gets it as `Host` from the client (decision 0102).
+            _ if kind != Kind::Http11 => {
+                parts.headers.remove(header::HOST);
+            }
+            Some(v) => {
+                parts.headers.insert(header::HOST, v);
+            }
+            None => {}
         }
         if let Some(protocol) = &upgrade {
             tunnel::ask(&mut parts.headers, protocol.clone());
@@ -329,7 +395,15 @@ impl Proxy {
         let progress = body::Progress::new();
         let outgoing = body::Outgoing::new(body, Arc::clone(&progress)).boxed_unsync();
         let request = Request::from_parts(parts, outgoing);
-        let answer = match self.first_byte(request, &progress).await {
+        if kind != Kind::Http11 && upgrade.is_some() {
+            let error = UpstreamError::Failed(
+                "an Upgrade cannot be tunnelled to an h2:// or h2c:// upstream (HTTP/2)".into(),
+            );
+            tracing::warn!(route = %name, %error, "upgrade refused");
+            return gateway_error(&error);
+        }
+        let client = self.client(kind);
+        let answer = match self.first_byte(client, request, &progress).await {
             Ok(answer) => {
                 self.health.answered(&flight);
                 answer
@@ -372,10 +446,11 @@ impl Proxy {
     /// request body last moved (a slow upload is not the upstream's delay).
     async fn first_byte(
         &self,
+        client: &Client<Connector, UpstreamBody>,
         request: Request<UpstreamBody>,
         progress: &body::Progress,
     ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
-        let mut sent = std::pin::pin!(self.client.request(request));
+        let mut sent = std::pin::pin!(client.request(request));
         loop {
             let deadline = progress.last() + self.first_byte;
             tokio::select! {
@@ -386,6 +461,14 @@ impl Proxy {
                     }
                 }
             }
+        }
+    }
+
+    fn client(&self, kind: Kind) -> &Client<Connector, UpstreamBody> {
+        match kind {
+            Kind::Http11 => &self.clients.http11,
+            Kind::H2 => &self.clients.h2,
+            Kind::H2c => &self.clients.h2c,
         }
     }
 
@@ -413,7 +496,11 @@ impl Proxy {
         {
             request.headers_mut().insert(header::HOST, host);
         }
-        match tokio::time::timeout(within, self.client.request(request)).await {
+        let kind = self.kinds.get(upstream).copied().unwrap_or(Kind::Http11);
+        if kind != Kind::Http11 {
+            request.headers_mut().remove(header::HOST);
+        }
+        match tokio::time::timeout(within, self.client(kind).request(request)).await {
             Ok(Ok(answer)) => {
                 let status = answer.status();
                 status.is_success() || status.is_redirection()
