@@ -97,7 +97,7 @@ impl Cgi {
     /// failure.
     pub fn from_settings(
         args: &CgiArgs,
-        document_root: Option<PathBuf>,
+        document_root: &std::path::Path,
         admission: Option<Arc<Admission>>,
         groups: Arc<Groups>,
     ) -> Result<Option<Cgi>, String> {
@@ -108,7 +108,7 @@ impl Cgi {
             std::fs::canonicalize(dir).map_err(|e| format!("--cgi {}: {e}", dir.display()))?;
         Ok(Some(Cgi {
             dir,
-            document_root,
+            document_root: std::fs::canonicalize(document_root).ok(),
             prefix: args.cgi_prefix.clone(),
             allowed: env::allowed(&args.cgi_env),
             timeout: Duration::try_from_secs_f64(args.cgi_timeout).map_err(|e| e.to_string())?,

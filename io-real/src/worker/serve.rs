@@ -672,10 +672,9 @@ impl Worker {
             settings.cgi.cgi_max_concurrent,
             workers,
         );
-        let document_root = std::fs::canonicalize(&config.root).ok();
         match crate::cgi::Cgi::from_settings(
             &settings.cgi,
-            document_root,
+            &config.root,
             cgi_admission,
             Arc::clone(&self.cgi_groups),
         ) {
