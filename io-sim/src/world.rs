@@ -185,10 +185,10 @@ impl SimEvent {
             SimEvent::ChunkCopied { worker, conn } => (27, worker.0 << 32 | conn),
             SimEvent::AppShutDown { worker } => (28, worker.0),
             SimEvent::AppStartupStep { worker, stage } => (29, worker.0 << 1 | *stage as u64),
-            SimEvent::UpstreamFlip { flip } => (30, *flip as u64),
-            SimEvent::ProxyArrival { cgi } => (31, u64::from(*cgi)),
-            SimEvent::ProxyDone { worker, conn } => (32, worker.0 << 32 | conn),
-            SimEvent::ProbeAnswered { upstream } => (33, u64::from(*upstream)),
+            SimEvent::UpstreamFlip { flip } => (40, *flip as u64),
+            SimEvent::ProxyArrival { cgi } => (41, u64::from(*cgi)),
+            SimEvent::ProxyDone { worker, conn } => (42, worker.0 << 32 | conn),
+            SimEvent::ProbeAnswered { upstream } => (43, u64::from(*upstream)),
         }
     }
 
