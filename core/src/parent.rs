@@ -67,6 +67,11 @@ pub enum ParentAction {
     ProbeUpstream {
         upstream: u16,
     },
+    /// Read the certificate files again for `reload` and answer with
+    /// [`Event::TlsFilesRead`] (decision 0093).
+    ReadTlsFiles {
+        reload: ReloadId,
+    },
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -116,12 +121,15 @@ pub struct Parent {
     journal: dav_journal::JournalState,
     /// The CGI scripts' process groups each worker reported running.
     scripts: scripts::ScriptGroups,
+    /// Reloads waiting for the certificate files to be read again.
+    tls_files: tls_files::TlsFiles,
 }
 
 mod dav_journal;
 mod intake;
 mod requests;
 mod scripts;
+mod tls_files;
 mod upstreams;
 
 pub use dav_journal::{JOURNAL_RETRY, JournalWrite};
@@ -149,6 +157,7 @@ impl Parent {
             upstreams: None,
             journal: dav_journal::JournalState::default(),
             scripts: scripts::ScriptGroups::default(),
+            tls_files: tls_files::TlsFiles::default(),
         }
         .settled()
     }
@@ -310,6 +319,8 @@ impl Parent {
                 self.answer_reload(&rejected);
                 self.actions.push_back(ParentAction::Supervisor(rejected));
             }
+            Event::Command(Command::Reload { id, config }) => self.reload_or_read(now, id, config),
+            Event::TlsFilesRead { reload, read } => self.tls_files_read(now, reload, read),
             Event::Control { id, request } => self.request(now, id, request),
             // The log's share of a dead worker's final counts is the broker's (the lines it
             // never sent), the request counters the supervisor's.

@@ -25,6 +25,7 @@ mod process;
 mod proxy;
 pub mod rng;
 mod takers;
+pub mod tls_files;
 mod trace;
 pub mod tree;
 mod uploads;
@@ -71,6 +72,9 @@ pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     }
     if let Some((acme, tls)) = world.certs_parent() {
         parent = parent.with_acme(acme);
+        parent.start_tls(tls);
+    } else if let Some(tls) = world.tls_files_parent() {
+        parent = parent.reread_tls_files_on_reload();
         parent.start_tls(tls);
     }
     let end = driver::run(&mut parent, &mut world, servery_core::Instant::ZERO);

@@ -348,6 +348,8 @@ pub struct Outcome {
     pub dav: DavOutcome,
     /// The certificate manager and the workers' identities (with a certificate plan).
     pub certs: crate::certs::CertOutcome,
+    /// The certificate files read on reload (with a certificate-files plan).
+    pub tls_files: crate::tls_files::TlsFilesOutcome,
     /// Coverage labels reached (see [`crate::labels`] and the scenarios' goals).
     pub coverage: BTreeSet<&'static str>,
     pub events: u64,

@@ -193,6 +193,10 @@ pub struct Workload {
     /// TLS with an ACME certificate manager and a simulated CA; `None` (the default)
     /// serves cleartext, and a run draws, schedules and traces what it did before.
     pub certs: Option<crate::certs::CertPlan>,
+    /// TLS from certificate files that each reload reads again, their contents changing
+    /// at the plan's moments; `None` (the default): none, and a run draws, schedules and
+    /// traces what it did before.
+    pub tls_files: Option<crate::tls_files::TlsFilesPlan>,
     /// WebDAV tree requests (MOVE, COPY, DELETE of collections) one at a time, with
     /// workers killed between steps; `None` (the default): none, and a run draws,
     /// schedules and traces what it did before.
@@ -242,6 +246,7 @@ impl Default for Workload {
             until: Duration::from_secs(3600),
             dav: None,
             certs: None,
+            tls_files: None,
             dav_tree: None,
             resumable: None,
             app: None,

@@ -222,6 +222,13 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "reload-tls-files",
+        about: "with certificate files, each reload reads them first (decision 0093): a broken pair refuses the reload with the read's reason and the old identity and generation stay; a good one is served from the reload on",
+        build: control::reload_tls_files,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
         name: "control-answers",
         about: "ctl recycle, reload and stop before the first commit, while serving and while closing: each answered exactly once by the core, as the state requires (decision 0071)",
         build: control::control_answers,

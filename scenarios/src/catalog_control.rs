@@ -134,3 +134,115 @@ pub(crate) fn reload_port_fixed(ctx: &mut Ctx) -> Plan {
     });
     Plan { spec, expect: e }
 }
+
+/// Certificate files read again on reload (decision 0093): their contents change between
+/// reloads, good or broken, and each reload reads what they hold then.
+pub(crate) fn reload_tls_files(ctx: &mut Ctx) -> Plan {
+    use core::time::Duration;
+    use servery_sim::tls_files::{TlsFilesHold, TlsFilesPlan};
+    let config = fast_config(workers(ctx, 1, 3));
+    let mut spec = spec(ctx, config.clone(), 11.0);
+    let mut changes = vec![(Duration::ZERO, TlsFilesHold::Good { serial: 1 })];
+    let mut serving = config.workers as usize;
+    for i in 0..3u64 {
+        // The files change (or not) a moment before each reload.
+        let when = at(ctx, 1.0 + 3.0 * i as f64, 2.0 + 3.0 * i as f64);
+        let holds = match ctx.rng.range(0, 2) {
+            0 => TlsFilesHold::Broken,
+            1 => TlsFilesHold::Good { serial: i + 2 },
+            _ => changes.last().map_or(TlsFilesHold::Broken, |c| c.1),
+        };
+        changes.push((when.saturating_sub(Duration::from_millis(1)), holds));
+        let next = fast_config(workers(ctx, 1, 3));
+        if holds != TlsFilesHold::Broken {
+            serving = next.workers as usize;
+        }
+        spec.commands
+            .push((when, SimCommand::Reload(Box::new(next))));
+    }
+    spec.workload.tls_files = Some(TlsFilesPlan { changes });
+    let mut e = expect(&config, End::Ready);
+    e.workers = serving;
+    e.workers_rule = Some("certificate reread rule");
+    // The generation is judged by the rule below, which names it: one more per good read.
+    e.generation = None;
+    e.zero_failed = true;
+    e.extra = Some(|o, _| {
+        let t = &o.tls_files;
+        let good = t.reads.iter().filter(|r| r.serial.is_some()).count();
+        if o.generations_committed.len() != 1 + good {
+            return Err(format!(
+                "certificate reread rule: {} generations committed, but {good} reloads read good certificate files (one each, after the first)",
+                o.generations_committed.len()
+            ));
+        }
+        for (reload, committed) in &t.reloads {
+            let reads: Vec<_> = t.reads.iter().filter(|r| r.reload == *reload).collect();
+            let [read] = reads[..] else {
+                return Err(format!(
+                    "certificate reread rule: reload {reload} ended after {} reads of the certificate files, not one",
+                    reads.len()
+                ));
+            };
+            match read.serial {
+                None if *committed => {
+                    return Err(format!(
+                        "certificate reread rule: reload {reload} read broken certificate files and committed"
+                    ));
+                }
+                None => {
+                    let message = t.rejections.iter().find(|(r, _)| r == reload);
+                    if !message.is_some_and(|(_, m)| m.contains("were not reloaded")) {
+                        return Err(format!(
+                            "certificate reread rule: reload {reload} read broken files and was refused for another reason: {message:?}"
+                        ));
+                    }
+                }
+                Some(serial) => {
+                    let served = t
+                        .identities
+                        .iter()
+                        .rev()
+                        .find(|(ms, _, _)| *ms <= read.at_ms)
+                        .map(|i| i.2);
+                    let last = t
+                        .identities
+                        .iter()
+                        .take_while(|(ms, _, _)| *ms <= read.at_ms)
+                        .last();
+                    let taken = t
+                        .identities
+                        .iter()
+                        .any(|(ms, _, s)| *s == serial && *ms >= read.at_ms)
+                        || served == Some(serial);
+                    if !taken {
+                        return Err(format!(
+                            "certificate reread rule: reload {reload} read certificate {serial}, which the parent never served (it served {last:?} then)"
+                        ));
+                    }
+                }
+            }
+        }
+        // Every change of identity is a good read's, at its instant or after it.
+        for (ms, generation, serial) in t.identities.iter().skip(1) {
+            if !t
+                .reads
+                .iter()
+                .any(|r| r.serial == Some(*serial) && r.at_ms <= *ms)
+            {
+                return Err(format!(
+                    "certificate reread rule: the parent took identity {generation} (certificate {serial}) at {ms} ms, which no reload read"
+                ));
+            }
+        }
+        if t.reads.iter().any(|r| r.serial.is_none()) {
+            o.coverage
+                .insert("a reload that read broken certificate files refused");
+        }
+        if t.identities.len() > 1 {
+            o.coverage.insert("a reload's certificate files served");
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}

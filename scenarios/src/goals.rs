@@ -108,4 +108,6 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "every control request answered once",
     "a recycle before the first commit refused",
     "a reload that moves a fixed port refused",
+    "a reload that read broken certificate files refused",
+    "a reload's certificate files served",
 ];

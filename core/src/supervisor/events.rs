@@ -107,7 +107,7 @@ impl Supervisor {
             // The parent decides requests and hands on what they carry out as commands.
             Event::Control { .. } => {}
             // The parent's TLS material machine takes these (`crate::parent`).
-            Event::Tls(_) => {}
+            Event::Tls(_) | Event::TlsFilesRead { .. } => {}
             // The parent's upstream health takes these.
             Event::UpstreamProbed { .. } => {}
             Event::ListenersBound {

@@ -388,6 +388,13 @@ pub enum Event {
     /// For the parent's TLS material ([`crate::tls_material`]): a new identity, or the
     /// randomness a ticket key was asked for with.
     Tls(crate::tls_material::TlsInput),
+    /// The answer to [`crate::parent::ParentAction::ReadTlsFiles`]: the identity the
+    /// certificate files hold now, or why they could not be taken (the words a refused
+    /// reload answers with).
+    TlsFilesRead {
+        reload: ReloadId,
+        read: Result<crate::tls_material::TlsInput, String>,
+    },
     /// The parent's probe of a reverse-proxy upstream ([`crate::parent::ParentAction::
     /// ProbeUpstream`]) came back: `ok` when it answered 2xx or 3xx in time.
     UpstreamProbed {

@@ -300,37 +300,19 @@ impl RealIo {
         })
     }
 
-    /// The certificate files are read again with every reload whose configuration is
-    /// valid. A bad pair refuses the reload, so nothing changes; a good one reaches the
-    /// core before the reload, so the new generation starts with it and the old one is
-    /// handed it at once.
-    fn reread_tls(
-        &mut self,
-        raw: Result<Box<RawConfig>, String>,
-    ) -> Result<Box<RawConfig>, String> {
-        let Some(files) = &self.tls_files else {
-            return raw;
-        };
-        if !raw.as_ref().is_ok_and(|raw| raw.validate().is_ok()) {
-            return raw;
-        }
-        match super::tls_material::reread(files) {
-            Ok(identity) => {
-                self.inbox.push_back(Event::Tls(identity));
-                raw
-            }
-            Err(e) => {
-                // The TLS material keeps the reason for its status; the core rejects the
-                // reload (counted, answered, told to systemd).
+    /// The core's [`ParentAction::ReadTlsFiles`]: the certificate files read and checked
+    /// now, answered at once (what the reload does with the answer is the core's,
+    /// decision 0093).
+    fn read_tls_files(&mut self, reload: ReloadId) {
+        let read = match &self.tls_files {
+            Some(files) => super::tls_material::reread(files).map_err(|e| {
                 let reason = super::tls_material::refusal(files, &e);
                 tracing::error!(error = %reason, "reload refused");
-                let refused = servery_core::tls_material::TlsInput::Refused {
-                    reason: reason.clone(),
-                };
-                self.inbox.push_back(Event::Tls(refused));
-                Err(reason)
-            }
-        }
+                reason
+            }),
+            None => Err("no certificate files were given to read again".to_owned()),
+        };
+        self.inbox.push_back(Event::TlsFilesRead { reload, read });
     }
 
     fn perform_spawn(
@@ -587,7 +569,6 @@ impl RealIo {
                     .map(|event| Wakeup::Event(now, event))
             }
             Inbound::Reload(raw) => {
-                let raw = self.reread_tls(raw);
                 let event = self.reload(raw);
                 self.inbox.push_back(event);
                 self.inbox
@@ -598,7 +579,7 @@ impl RealIo {
                 let request = match call {
                     Call::Request(request) => request,
                     Call::Reload(raw) => Request::Reload {
-                        config: self.reread_tls(raw),
+                        config: raw,
                         reload: self.reload_id(),
                     },
                 };
@@ -703,6 +684,7 @@ impl ParentIo for RealIo {
                 }
                 return;
             }
+            ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(reload),
             ParentAction::ProbeUpstream { upstream } => {
                 match &self.prober {
                     Some(prober) => prober.probe(&self.rt, self.poll.sender(), upstream),

@@ -574,6 +574,18 @@ fn serve(
     if let Some(manager) = acme_manager {
         parent = parent.with_acme(manager);
     }
+    let tls_files = match (&args.site.tls_cert, &args.site.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_material::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    // Whether a reload reads them again is the core's rule (decision 0093); that the
+    // identity came from files is the fact only this driver knows.
+    if tls_files.is_some() {
+        parent = parent.reread_tls_files_on_reload();
+    }
     if let Some(identity) = &site.identity {
         let material = tls_material::start(identity, clock.now());
         parent.start_tls(material.map_err(ParentError::TlsMaterial)?);
@@ -614,13 +626,7 @@ fn serve(
         log_writer,
         services,
         tftp_replies,
-        tls_files: match (&args.site.tls_cert, &args.site.tls_key) {
-            (Some(cert), Some(key)) => Some(tls_material::TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            _ => None,
-        },
+        tls_files,
         info: ServiceInfo {
             pid: std::process::id(),
             control_socket: socket_path.display().to_string(),

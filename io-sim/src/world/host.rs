@@ -120,6 +120,7 @@ impl ParentIo for SimWorld {
                 self.kill_script_groups(worker, &pgids);
                 return self.proxy_kill_groups(worker, &pgids);
             }
+            ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(now, reload),
             // Answered by the simulated upstream; without a proxy plan, the core's mistake.
             ParentAction::ProbeUpstream { upstream } => return self.probe_upstream(upstream),
             // The randomness a ticket key is minted from: the simulated host's own.
@@ -325,6 +326,9 @@ impl ParentIo for SimWorld {
             } => {
                 self.oracle.generation_committed(now, generation.0);
                 self.oracle.answers.committed(generation.0, reload);
+                if let Some(reload) = reload {
+                    self.tls_files_reload_ended(reload.0, None);
+                }
                 if !self.out.generations_committed.is_empty() {
                     self.out.coverage.insert(labels::RELOAD_COMMITTED);
                 }
@@ -353,6 +357,7 @@ impl ParentIo for SimWorld {
                 }
                 self.spawn_failure_given_up(false);
                 self.oracle.reload_rejected(now, reload.0, &message);
+                self.tls_files_reload_ended(reload.0, Some(&message));
                 self.out.coverage.insert(labels::RELOAD_REJECTED);
                 self.out.reload_rejections.push(message);
             }
@@ -507,6 +512,9 @@ impl ParentIo for SimWorld {
         if self.certs.is_some() {
             self.certs_observe(now, parent);
         }
+        if self.spec.workload.tls_files.is_some() {
+            self.tls_files_observe(now, parent);
+        }
         if self.dav_tree.is_some() {
             self.dav_tree_observe(now, parent);
         }
@@ -531,6 +539,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
         ParentAction::KillScriptGroups { worker, .. } => return (22, worker.0),
         ParentAction::ProbeUpstream { upstream } => return (21, u64::from(*upstream)),
+        ParentAction::ReadTlsFiles { reload } => return (23, reload.0),
         ParentAction::Supervisor(action) => action,
     };
     match action {

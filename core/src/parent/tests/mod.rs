@@ -4,6 +4,7 @@
 mod final_counts;
 mod intake;
 mod script_groups;
+mod tls_files;
 mod upstreams;
 use super::*;
 use crate::config::RawConfig;
@@ -17,9 +18,21 @@ pub(super) fn actions(p: &mut Parent) -> Vec<ParentAction> {
 }
 
 pub(super) fn started(features: impl FnOnce(&mut RawConfig)) -> (Parent, WorkerId) {
+    started_with(features, |p| p)
+}
+
+/// As [`started`], with what the driver reports before the first event (`build`).
+pub(super) fn started_with(
+    features: impl FnOnce(&mut RawConfig),
+    build: impl FnOnce(Parent) -> Parent,
+) -> (Parent, WorkerId) {
     let mut raw = RawConfig::default();
     features(&mut raw);
-    let mut p = Parent::new(raw.validate().expect("valid"), Platform::Posix, [1; 32]);
+    let mut p = build(Parent::new(
+        raw.validate().expect("valid"),
+        Platform::Posix,
+        [1; 32],
+    ));
     let t = Instant::ZERO;
     p.handle(t, Event::Start);
     let w = WorkerId(1);
