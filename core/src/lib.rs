@@ -30,6 +30,7 @@ pub mod time;
 pub mod tls_material;
 pub mod tree_flow;
 pub mod upload_budget;
+pub mod upstream_choice;
 pub mod upstream_health;
 pub mod worker;
 pub mod write_flow;

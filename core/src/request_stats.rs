@@ -72,6 +72,8 @@ pub enum RouteClass {
     App,
     /// The reverse proxy's upstream.
     Proxy,
+    /// A CGI script (`--cgi`), its local redirects included.
+    Cgi,
     /// Refused before any handler: a malformed or unfinished head, a host this server
     /// does not answer for, no credentials, a cross-site write, a method the site does not
     /// take.
@@ -85,13 +87,14 @@ pub const ROUTE_CLASSES: usize = RouteClass::ALL.len();
 
 impl RouteClass {
     /// Every class, in the order of their index.
-    pub const ALL: [RouteClass; 8] = [
+    pub const ALL: [RouteClass; 9] = [
         RouteClass::Static,
         RouteClass::Listing,
         RouteClass::Webdav,
         RouteClass::Upload,
         RouteClass::App,
         RouteClass::Proxy,
+        RouteClass::Cgi,
         RouteClass::Refused,
         RouteClass::Other,
     ];
@@ -105,6 +108,7 @@ impl RouteClass {
             RouteClass::Upload => "upload",
             RouteClass::App => "app",
             RouteClass::Proxy => "proxy",
+            RouteClass::Cgi => "cgi",
             RouteClass::Refused => "refused",
             RouteClass::Other => "other",
         }
@@ -318,8 +322,8 @@ mod tests {
         service.add(&worker_b);
 
         let counts = RouteClass::ALL.map(|c| service.duration_count(c));
-        // static, listing, webdav, upload, app, proxy, refused, other
-        assert_eq!(counts, [3, 1, 1, 0, 0, 0, 1, 0]);
+        // static, listing, webdav, upload, app, proxy, cgi, refused, other
+        assert_eq!(counts, [3, 1, 1, 0, 0, 0, 0, 1, 0]);
         let s = RouteClass::Static.index();
         assert_eq!(service.duration_sum_us[s], 1_100);
         assert_eq!(

@@ -234,7 +234,33 @@ pub const APP_FIRST_START_FAILED: &str =
 /// its reap): the intake rule's race.
 pub const READY_AND_END_IN_ONE_LOOK: &str = "a READY and another worker's end found in one look";
 
+// The reverse proxy and CGI ([`crate::ProxyPlan`]).
+/// The parent's verdict marked an upstream down.
+pub const UPSTREAM_MARKED_DOWN: &str = "an upstream marked down by the parent";
+/// With probes, the verdict matched the upstreams' state when the plan judged it.
+pub const UPSTREAM_VERDICT_CONVERGED: &str = "the upstream verdict converged to the truth";
+/// A worker sent to a down upstream of several before it learned the verdict (the
+/// failures the health rule allows).
+pub const UPSTREAM_FAILED_BEFORE_VERDICT: &str =
+    "a request went to a down upstream before the verdict";
+/// A request found every upstream of its prefix down and was answered 502.
+pub const EVERY_UPSTREAM_DOWN_ANSWERED: &str = "every upstream down answered 502";
+/// A worker died holding proxy admission grants.
+pub const PROXY_GRANT_HOLDER_KILLED: &str = "a worker killed holding proxy grants";
+/// A worker died with a script running.
+pub const SCRIPT_OUTLIVED_ITS_WORKER: &str = "a worker died with a CGI script running";
+/// The parent killed the script groups a dead worker left.
+pub const SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER: &str =
+    "a dead worker's script groups killed by the parent";
+
 pub const ALL: &[&str] = &[
+    UPSTREAM_MARKED_DOWN,
+    UPSTREAM_VERDICT_CONVERGED,
+    UPSTREAM_FAILED_BEFORE_VERDICT,
+    EVERY_UPSTREAM_DOWN_ANSWERED,
+    PROXY_GRANT_HOLDER_KILLED,
+    SCRIPT_OUTLIVED_ITS_WORKER,
+    SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER,
     READY_AND_END_IN_ONE_LOOK,
     APP_STARTUP_FAILURE_REPORTED,
     APP_IMPORT_FAILED,

@@ -23,6 +23,7 @@ mod outcome;
 mod plan;
 mod proc_table;
 mod process;
+mod proxy;
 pub mod rng;
 mod takers;
 pub mod tls_files;
@@ -50,6 +51,7 @@ pub use plan::{
     DAV_TARGET_BASE, DavClientPlan, DavDraw, DavWorkload, Fault, FaultKind, SimCommand, SimSpec,
     SpawnInfo, Workload,
 };
+pub use proxy::{ProxyOutcome, ProxyPlan};
 pub use world::SimWorld;
 
 use servery_core::driver;
@@ -62,6 +64,13 @@ pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     let mut world = SimWorld::new(spec);
     let seed = world.rng_seed();
     let mut parent = Parent::new(config, platform, seed);
+    if let Some((count, policy)) = world.proxy_health() {
+        parent.watch_upstreams(servery_core::upstream_health::UpstreamHealth::new(
+            count,
+            policy,
+            servery_core::Instant::ZERO,
+        ));
+    }
     if let Some((acme, tls)) = world.certs_parent() {
         parent = parent.with_acme(acme);
         parent.start_tls(tls);

@@ -302,6 +302,8 @@ pub struct Outcome {
     pub dav_tree: crate::dav_tree::TreeOutcome,
     /// Resumable uploads and what the oracle saw ([`crate::ResumablePlan`]).
     pub chunks: crate::chunks::ChunkOutcome,
+    /// What the proxy and CGI oracle saw ([`crate::ProxyPlan`]).
+    pub proxy: crate::proxy::ProxyOutcome,
     pub crash_faults: u64,
     pub hangs_injected: u64,
     /// Workers a hang fault stopped: (worker id, ms of virtual time).

@@ -219,6 +219,9 @@ pub struct Workload {
     /// The workers host an application ([`AppModel`]); `None` (the default): they serve
     /// files, and a run draws, schedules and traces what it did before.
     pub app: Option<AppModel>,
+    /// A reverse-proxied prefix with simulated upstreams, and CGI scripts; `None` (the
+    /// default): neither, and a run draws, schedules and traces what it did before.
+    pub proxy: Option<crate::proxy::ProxyPlan>,
 }
 
 /// What the simulated workers' application does to their lifecycle: its interpreter is
@@ -259,6 +262,7 @@ impl Default for Workload {
             dav_tree: None,
             resumable: None,
             app: None,
+            proxy: None,
         }
     }
 }

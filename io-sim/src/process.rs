@@ -30,6 +30,8 @@ pub(crate) enum Waiting {
     DavTree(u64),
     /// A chunk of a resumable upload on this connection (see `crate::chunks`).
     Chunk(u64),
+    /// Grants for a proxied or CGI request on this connection (see `crate::proxy`).
+    Proxy(u64),
 }
 
 #[derive(Debug)]
@@ -86,6 +88,8 @@ pub(crate) struct Proc {
     pub accept_fails_until: Instant,
     /// Its last delivery from the parent was part of a write still arriving.
     pieces_down: bool,
+    /// Its reverse proxy and CGI (with a proxy plan only).
+    pub(crate) proxy: Option<crate::proxy::WorkerProxy>,
 }
 
 impl Proc {
@@ -129,6 +133,7 @@ impl Proc {
             channel_broken: false,
             accept_fails_until: Instant::ZERO,
             pieces_down: false,
+            proxy: None,
         }
     }
 
@@ -491,6 +496,7 @@ impl SimWorld {
                     self.process_died(worker, ExitStatus::Signal(11));
                     return;
                 }
+                ParentMessage::UpstreamHealth { down } => self.proxy_learned(worker, &down),
                 other => p.life.on_message(now, &other),
             }
             self.pump(worker);
@@ -723,6 +729,7 @@ impl SimWorld {
             ConnKind::Dav { rec } => self.dav_accept(worker, conn, rec),
             ConnKind::DavTree { rec } => self.dav_tree_accept(worker, conn, rec),
             ConnKind::Chunk { rec } => self.chunk_accept(worker, conn, rec),
+            ConnKind::Proxy { cgi, .. } => self.proxy_accept(worker, conn, cgi),
         }
     }
 
@@ -884,6 +891,7 @@ impl SimWorld {
             Waiting::Dav(conn) => self.dav_reply(worker, conn, reply),
             Waiting::DavTree(conn) => self.dav_tree_reply(worker, conn, reply),
             Waiting::Chunk(conn) => self.chunk_reply(worker, conn, reply),
+            Waiting::Proxy(conn) => self.proxy_reply(worker, conn, reply),
         }
     }
 }

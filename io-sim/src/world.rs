@@ -134,6 +134,23 @@ pub(crate) enum SimEvent {
         worker: WorkerId,
         stage: crate::AppStage,
     },
+    /// An upstream goes down or comes back ([`crate::ProxyPlan::flips`]).
+    UpstreamFlip {
+        flip: usize,
+    },
+    /// A proxied request (or a CGI request) arrives.
+    ProxyArrival {
+        cgi: bool,
+    },
+    /// A proxied request's upstream answered or failed; a script ended.
+    ProxyDone {
+        worker: WorkerId,
+        conn: u64,
+    },
+    /// The parent's probe of an upstream comes back.
+    ProbeAnswered {
+        upstream: u16,
+    },
 }
 
 impl SimEvent {
@@ -168,6 +185,10 @@ impl SimEvent {
             SimEvent::ChunkCopied { worker, conn } => (27, worker.0 << 32 | conn),
             SimEvent::AppShutDown { worker } => (28, worker.0),
             SimEvent::AppStartupStep { worker, stage } => (29, worker.0 << 1 | *stage as u64),
+            SimEvent::UpstreamFlip { flip } => (40, *flip as u64),
+            SimEvent::ProxyArrival { cgi } => (41, u64::from(*cgi)),
+            SimEvent::ProxyDone { worker, conn } => (42, worker.0 << 32 | conn),
+            SimEvent::ProbeAnswered { upstream } => (43, u64::from(*upstream)),
         }
     }
 
@@ -183,6 +204,7 @@ impl SimEvent {
             | SimEvent::RequestDone { worker, .. }
             | SimEvent::UploadStep { worker, .. }
             | SimEvent::ChunkCopied { worker, .. }
+            | SimEvent::ProxyDone { worker, .. }
             | SimEvent::AppShutDown { worker }
             | SimEvent::AppStartupStep { worker, .. } => Some(*worker),
             _ => None,
@@ -206,6 +228,8 @@ pub(crate) enum ConnKind {
     DavTree { rec: usize },
     /// A request of a resumable upload: its record in [`crate::Outcome::chunks`].
     Chunk { rec: usize },
+    /// A proxied request, or a CGI request (`cgi`), offered at this point of the run (ns).
+    Proxy { arrived_ns: u64, cgi: bool },
 }
 
 /// What a simulated event wakes the parent's driver for, at the world's `now`: small,
@@ -315,6 +339,8 @@ pub struct SimWorld {
     /// The resumable-upload client and the chunks workers carry out (with a resumable
     /// plan only).
     pub(crate) chunks: Option<crate::chunks::ChunkSim>,
+    /// The upstreams, the scripts and the proxy oracle (with a proxy plan only).
+    pub(crate) proxy: Option<crate::proxy::ProxySim>,
     pub(crate) trace: Trace,
     /// Capacity, backoff and restart-accounting rules, judged from the parent's orders
     /// and reads ([`crate::oracle`]).
@@ -415,6 +441,7 @@ impl SimWorld {
             certs: None,
             dav_tree: None,
             chunks: None,
+            proxy: None,
             trace,
             oracle: crate::oracle::LifecycleOracle::default(),
             out: Outcome {
@@ -462,6 +489,7 @@ impl SimWorld {
         w.certs_start();
         w.dav_tree_start();
         w.chunks_start();
+        w.proxy_start();
         w
     }
 
@@ -689,6 +717,10 @@ impl SimWorld {
             SimEvent::ChunkCopied { worker, conn } => self.chunk_copied(worker, conn),
             SimEvent::AppShutDown { worker } => self.app_shut_down(worker),
             SimEvent::AppStartupStep { worker, stage } => self.app_startup_step(worker, stage),
+            SimEvent::UpstreamFlip { flip } => self.upstream_flip(flip),
+            SimEvent::ProxyArrival { cgi } => self.proxy_arrival(cgi),
+            SimEvent::ProxyDone { worker, conn } => self.proxy_done(worker, conn),
+            SimEvent::ProbeAnswered { upstream } => self.probe_answered(upstream),
         }
         None
     }
@@ -737,6 +769,7 @@ impl SimWorld {
                 | SimEvent::DavClientArrival
                 | SimEvent::DavWriteArrival
                 | SimEvent::DavTreeSend
+                | SimEvent::ProxyArrival { .. }
                 | SimEvent::ChunkSend => {
                     // Clients keep trying; the listener is gone with the parent or
                     // orphaned workers, which must not accept.
@@ -752,6 +785,7 @@ impl SimWorld {
         self.out.temp_files_at_end = self.fs.temp_count();
         self.dav_tree_finish();
         self.chunks_finish();
+        self.proxy_finish();
         self.out.torn_files = self
             .fs
             .files

@@ -21,6 +21,7 @@ use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
 use crate::catalog_listeners as listeners;
 use crate::catalog_pauses as pauses;
+use crate::catalog_proxy as proxy;
 use crate::catalog_rollouts as rollouts;
 use crate::catalog_startups as startups;
 use crate::catalog_writes as writes;
@@ -392,6 +393,27 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "a client uploads files in chunks (Content-Range), resuming from the held range it asks for after a lost answer, and the worker carrying a chunk is killed just before a seeded step of the core's chunk flow (or inside the meta write or the append): the target is never seen half written, every held byte is the client's and the partial never goes back except by a documented discard, a Complete leaves the whole file byte-exact, no grant or temp file outlives its worker's cleanup, every upload completes and nothing is left",
         build: chunks::resumable_chunk_crash_between_steps,
         kinds: &[FaultKind::CrashChunkStep],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "upstream-flapping",
+        about: "a prefix's two to four upstreams go down and come back on a seeded schedule (passive health, or probes from the parent) while workers crash and recycle by age: no worker sends to an upstream after it learned the parent's verdict marking it down, every running worker holds the parent's verdict once it had time to arrive, and with probes the verdict matches the upstreams once they stop changing",
+        build: proxy::upstream_flapping,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "proxy-admission-kill",
+        about: "proxied requests offered far above --proxy-max-inflight while workers holding grants are killed: upstream requests in flight from live workers never pass the bound, saturation answers 503, and after a grant holder's death the service reaches the bound again (its grants came back)",
+        build: proxy::proxy_admission_kill,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "cgi-scripts",
+        about: "CGI requests run simulated scripts, each in its own process group reported to the parent, under --cgi-max-concurrent while workers are killed with scripts running: scripts running service-wide never pass the bound, and no script outlives its worker by more than a second (the parent kills the groups a dead worker reported)",
+        build: proxy::cgi_scripts,
+        kinds: &[FaultKind::CrashWorker],
         no_swarm: None,
     },
     Scenario {

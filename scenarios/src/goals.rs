@@ -7,6 +7,16 @@ use crate::catalog_dav_tree as dav_tree;
 
 /// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
 pub const COVERAGE_GOALS: &[&str] = &[
+    labels::UPSTREAM_MARKED_DOWN,
+    labels::UPSTREAM_VERDICT_CONVERGED,
+    labels::UPSTREAM_FAILED_BEFORE_VERDICT,
+    labels::EVERY_UPSTREAM_DOWN_ANSWERED,
+    labels::PROXY_GRANT_HOLDER_KILLED,
+    labels::SCRIPT_OUTLIVED_ITS_WORKER,
+    labels::SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER,
+    "upstream flapping: every worker followed the parent's verdict",
+    "a worker killed holding proxy grants gave them back to the service",
+    "CGI scripts stayed within the bound and died with their worker",
     "crash loop reached failed",
     "recycle aborted kept the old worker",
     "lease revoked on death",

@@ -20,6 +20,7 @@ mod catalog_dav_tree;
 mod catalog_io_faults;
 mod catalog_listeners;
 mod catalog_pauses;
+mod catalog_proxy;
 mod catalog_rollouts;
 mod catalog_startups;
 mod catalog_writes;

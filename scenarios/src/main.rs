@@ -449,6 +449,29 @@ fn run_one(
         o.max_live_processes,
         o.events,
     );
+    if o.proxy != servery_sim::ProxyOutcome::default() {
+        let x = &o.proxy;
+        println!(
+            "proxy: sent={} answered={} failed={} refused={} all_down={} most_in_flight={} (bound {}, after a grant holder's death {}) killed_holding={:?} verdict_changes={} learned={} probes={}; cgi: scripts={} most={} refused={} killed_by_parent={} at_end={}",
+            x.sent,
+            x.answered,
+            x.failed,
+            x.refused,
+            x.all_down,
+            x.most_in_flight,
+            x.bound,
+            x.most_in_flight_after_kill,
+            x.killed_holding,
+            x.verdict_changes,
+            x.verdicts_learned,
+            x.probes,
+            x.scripts,
+            x.most_scripts,
+            x.cgi_refused,
+            x.scripts_killed,
+            x.scripts_at_end,
+        );
+    }
     if !o.dav.log.is_empty() {
         let mut ends = std::collections::BTreeMap::new();
         for r in &o.dav.log {

@@ -103,6 +103,18 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "an upload workload: the real saturation cases are tests/uploads.rs",
     ),
     (
+        "upstream-flapping",
+        "simulated upstreams that go down and come back on the plan's schedule: the real verdict reaching every worker after one failure each, and probes taking an upstream out and back, are tests/proxy_health.rs",
+    ),
+    (
+        "proxy-admission-kill",
+        "a proxied workload far above the bound: the real service-wide bound measured at the upstream, and a killed worker's grants coming back, are tests/proxy.rs",
+    ),
+    (
+        "cgi-scripts",
+        "simulated scripts: the real bound across two workers and no script outliving a worker killed with SIGKILL are tests/cgi.rs",
+    ),
+    (
         "log-queue-saturation",
         "an access-log workload with a writer stalled on purpose: the real cases (drop and block, a killed worker) are tests/access_log.rs",
     ),

@@ -238,12 +238,32 @@ pub fn uvicorn(tree: &Tree) -> Upstream {
 /// nginx serving `root` on a free port, logging each request's connection serial number
 /// and its position on that connection to `access.log` in its directory.
 pub fn nginx(tree: &Tree, root: &Path) -> Upstream {
-    nginx_with(tree, root, None)
+    nginx_with(tree, root, None, false)
+}
+
+/// nginx serving `root` over HTTP/2 in cleartext with prior knowledge (h2c; nginx's
+/// `listen … http2` without TLS).
+pub fn nginx_h2c(tree: &Tree, root: &Path) -> Upstream {
+    nginx_with(tree, root, None, true)
+}
+
+/// nginx serving `root` over TLS offering HTTP/2 by ALPN (`listen … ssl http2`): the
+/// upstream, and the CA's PEM file.
+pub fn nginx_h2(tree: &Tree, root: &Path) -> (Upstream, PathBuf) {
+    let (cert, key, ca) = localhost_certificate(tree);
+    (nginx_with(tree, root, Some((&cert, &key)), true), ca)
 }
 
 /// nginx serving `root` over TLS with a certificate for `localhost` issued by a CA that
 /// openssl made here: the upstream, and the CA's PEM file (the one to trust).
 pub fn nginx_tls(tree: &Tree, root: &Path) -> (Upstream, PathBuf) {
+    let (cert, key, ca) = localhost_certificate(tree);
+    (nginx_with(tree, root, Some((&cert, &key)), false), ca)
+}
+
+/// A certificate for `localhost` and its key, issued by a CA openssl makes here, and the
+/// CA's PEM file.
+fn localhost_certificate(tree: &Tree) -> (PathBuf, PathBuf, PathBuf) {
     let dir = tree.dir.join("nginx-cert");
     std::fs::create_dir_all(&dir).expect("dir");
     let openssl = |args: &[&str]| {
@@ -296,14 +316,14 @@ pub fn nginx_tls(tree: &Tree, root: &Path) -> (Upstream, PathBuf) {
         "-out",
         "cert.pem",
     ]);
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     (
-        nginx_with(tree, root, Some((&cert, &key))),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
         dir.join("ca.pem"),
     )
 }
 
-fn nginx_with(tree: &Tree, root: &Path, tls: Option<(&Path, &Path)>) -> Upstream {
+fn nginx_with(tree: &Tree, root: &Path, tls: Option<(&Path, &Path)>, http2: bool) -> Upstream {
     let dir = tree.dir.join("nginx");
     std::fs::create_dir_all(&dir).expect("dir");
     let port = crate::free_port();
@@ -316,11 +336,13 @@ fn nginx_with(tree: &Tree, root: &Path, tls: Option<(&Path, &Path)>) -> Upstream
            access_log {d}/access.log conn;\n  client_body_temp_path {d}/body;\n\
            proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
            uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  keepalive_requests 1000;\n\
-           server {{ listen 127.0.0.1:{port}{ssl}; root {root}; }}\n}}\n",
+           server {{ listen 127.0.0.1:{port}{ssl}{h2};{certs} root {root}; }}\n}}\n",
         root = root.display(),
-        ssl = match tls {
+        h2 = if http2 { " http2" } else { "" },
+        ssl = if tls.is_some() { " ssl" } else { "" },
+        certs = match tls {
             Some((cert, key)) => format!(
-                " ssl; ssl_certificate {}; ssl_certificate_key {}",
+                " ssl_certificate {}; ssl_certificate_key {};",
                 cert.display(),
                 key.display()
             ),

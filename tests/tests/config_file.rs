@@ -372,6 +372,7 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("trust_proxy", &["10.0.0.1", "::1"]),
         ("proxy_ca", &["/etc/servery/upstream-ca.pem"]),
         ("proxy_health", &["/healthz"]),
+        ("proxy_balance", &["least-inflight"]),
         ("cgi", &["/srv/cgi-bin"]),
         ("cgi_prefix", &["/scripts"]),
         ("cgi_env", &["GIT_PROJECT_ROOT", "LANG=C.UTF-8"]),

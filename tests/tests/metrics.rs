@@ -61,8 +61,8 @@ fn durations_counted(text: &str) -> f64 {
 }
 
 /// The `class` label's values, as docs/operations.md lists them.
-const ROUTE_CLASSES: [&str; 8] = [
-    "static", "listing", "webdav", "upload", "app", "proxy", "refused", "other",
+const ROUTE_CLASSES: [&str; 9] = [
+    "static", "listing", "webdav", "upload", "app", "proxy", "cgi", "refused", "other",
 ];
 
 fn status_of(addr: SocketAddr, path: &str) -> u16 {

@@ -4,6 +4,7 @@
 use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use http::header::{self, HeaderMap};
 use http::request::Parts;
@@ -78,14 +79,35 @@ fn server_name_and_port(parts: &Parts, tls: bool) -> (String, String) {
     (host, port)
 }
 
+/// What a request's variables are built from besides the request and the script.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Context<'a> {
+    pub(super) peer: Option<SocketAddr>,
+    pub(super) tls: bool,
+    /// The served directory (`PATH_TRANSLATED` maps `PATH_INFO` into it).
+    pub(super) document_root: Option<&'a Path>,
+}
+
+/// `PATH_INFO` mapped as a request for it would be (RFC 3875 §4.1.6): the served
+/// directory and the path, as Apache maps it under its `DocumentRoot`.
+fn path_translated(root: &Path, path_info: &str) -> PathBuf {
+    let mut translated = root.as_os_str().to_owned();
+    translated.push(path_info);
+    PathBuf::from(translated)
+}
+
 /// Every variable of a script's environment.
 pub(super) fn build(
     parts: &Parts,
     script: &Script,
-    peer: Option<SocketAddr>,
-    tls: bool,
+    context: Context<'_>,
     allowed: &[(OsString, OsString)],
 ) -> Vec<(OsString, OsString)> {
+    let Context {
+        peer,
+        tls,
+        document_root,
+    } = context;
     let mut vars: Vec<(OsString, OsString)> = Vec::new();
     let mut set = |name: &str, value: &str| vars.push((name.into(), value.into()));
     let (server_name, server_port) = server_name_and_port(parts, tls);
@@ -128,6 +150,16 @@ pub(super) fn build(
             OsStr::from_bytes(kind.as_bytes()).to_owned(),
         ));
     }
+    if let Some(user) = parts.extensions.get::<super::RemoteUser>() {
+        vars.push(("AUTH_TYPE".into(), "Basic".into()));
+        vars.push(("REMOTE_USER".into(), OsStr::from_bytes(&user.0).to_owned()));
+    }
+    if let Some(root) = document_root.filter(|_| !script.path_info.is_empty()) {
+        vars.push((
+            "PATH_TRANSLATED".into(),
+            path_translated(root, &script.path_info).into_os_string(),
+        ));
+    }
     protocol_variables(&parts.headers, &mut vars);
     if !allowed.iter().any(|(name, _)| name == "PATH") {
         vars.push(("PATH".into(), DEFAULT_PATH.into()));
@@ -152,7 +184,6 @@ pub(super) fn allowed(entries: &[String]) -> Vec<(OsString, OsString)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     fn vars_of(req: http::Request<()>, peer: Option<SocketAddr>) -> Vec<(String, String)> {
         let (parts, ()) = req.into_parts();
@@ -163,7 +194,12 @@ mod tests {
             nph: false,
         };
         let allowed = vec![("LANG".into(), "C".into())];
-        build(&parts, &script, peer, false, &allowed)
+        let context = Context {
+            peer,
+            tls: false,
+            document_root: Some(Path::new("/srv/www")),
+        };
+        build(&parts, &script, context, &allowed)
             .into_iter()
             .map(|(n, v)| {
                 (
@@ -217,6 +253,30 @@ mod tests {
         ] {
             assert_eq!(get(&vars, secret), None, "{secret} must not reach a script");
         }
+    }
+
+    #[test]
+    fn the_authenticated_user_and_the_translated_path() {
+        let mut req = http::Request::get("/cgi-bin/app/a%20b")
+            .header("authorization", "Basic YWxpY2U6c2VjcmV0")
+            .body(())
+            .expect("request");
+        let vars = vars_of(req, None);
+        assert_eq!(get(&vars, "PATH_TRANSLATED"), Some("/srv/www/a b"));
+        assert_eq!(
+            get(&vars, "REMOTE_USER"),
+            None,
+            "REMOTE_USER only when servery's --auth authenticated the request"
+        );
+        assert_eq!(get(&vars, "AUTH_TYPE"), None);
+        req = http::Request::get("/cgi-bin/app/a%20b")
+            .extension(super::super::RemoteUser(b"alice".to_vec()))
+            .body(())
+            .expect("request");
+        let vars = vars_of(req, None);
+        assert_eq!(get(&vars, "REMOTE_USER"), Some("alice"));
+        assert_eq!(get(&vars, "AUTH_TYPE"), Some("Basic"));
+        assert_eq!(get(&vars, "HTTP_AUTHORIZATION"), None);
     }
 
     #[test]

@@ -24,6 +24,11 @@ use http::{Request, Response, StatusCode};
 
 pub use args::CgiArgs;
 
+/// The user servery's `--auth` authenticated for a request, as the request's extension:
+/// a script sees it as `REMOTE_USER`, with `AUTH_TYPE=Basic` (RFC 3875 §4.1.1, §4.1.11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteUser(pub Vec<u8>);
+
 use crate::http::Body;
 use crate::proxy::admission::Admission;
 use groups::Groups;
@@ -36,6 +41,8 @@ use script::Script;
 pub struct Cgi {
     /// The scripts' directory, canonical.
     dir: PathBuf,
+    /// The served directory, which `PATH_TRANSLATED` maps `PATH_INFO` into.
+    document_root: Option<PathBuf>,
     prefix: String,
     allowed: Vec<(OsString, OsString)>,
     timeout: Duration,
@@ -90,6 +97,7 @@ impl Cgi {
     /// failure.
     pub fn from_settings(
         args: &CgiArgs,
+        document_root: &std::path::Path,
         admission: Option<Arc<Admission>>,
         groups: Arc<Groups>,
     ) -> Result<Option<Cgi>, String> {
@@ -100,6 +108,7 @@ impl Cgi {
             std::fs::canonicalize(dir).map_err(|e| format!("--cgi {}: {e}", dir.display()))?;
         Ok(Some(Cgi {
             dir,
+            document_root: std::fs::canonicalize(document_root).ok(),
             prefix: args.cgi_prefix.clone(),
             allowed: env::allowed(&args.cgi_env),
             timeout: Duration::try_from_secs_f64(args.cgi_timeout).map_err(|e| e.to_string())?,
@@ -163,7 +172,16 @@ impl Cgi {
         let mut command = tokio::process::Command::new(&script.file);
         command
             .env_clear()
-            .envs(env::build(&parts, &script, peer, tls, &self.allowed))
+            .envs(env::build(
+                &parts,
+                &script,
+                env::Context {
+                    peer,
+                    tls,
+                    document_root: self.document_root.as_deref(),
+                },
+                &self.allowed,
+            ))
             .current_dir(script.file.parent().unwrap_or(&self.dir))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

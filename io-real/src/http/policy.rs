@@ -122,6 +122,15 @@ pub fn authorized(credentials: &[Credential], headers: &HeaderMap) -> bool {
     ok.into()
 }
 
+/// The user a request authenticated as under `--auth` (checked by [`authorized`]); `None`
+/// without `--auth`, or when the request carries no readable Basic credentials.
+pub fn authenticated_user(credentials: &[Credential], headers: &HeaderMap) -> Option<Vec<u8>> {
+    if credentials.is_empty() {
+        return None;
+    }
+    basic_credentials(headers).map(|(user, _)| user)
+}
+
 /// `Authorization: Basic <base64(user:password)>` (RFC 7617); `None` if absent or malformed.
 /// The halves are bytes: nothing requires them to be UTF-8 to be compared.
 fn basic_credentials(headers: &HeaderMap) -> Option<(Vec<u8>, Vec<u8>)> {

@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use servery_core::upstream_choice::Balance;
+
 use super::route::Routes;
 use crate::parent::site::SiteIssue;
 
@@ -23,13 +25,17 @@ pub const DEFAULT_FAIL_TIMEOUT: f64 = 10.0;
 /// The default time between probes of each upstream with `--proxy-health`.
 pub const DEFAULT_HEALTH_INTERVAL: f64 = 5.0;
 
+/// The default balancing policy among a prefix's upstreams.
+pub const DEFAULT_BALANCE: &str = "round-robin";
+
 /// The reverse proxy.
 #[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
 #[command(next_help_heading = "Reverse proxy")]
 pub struct ProxyArgs {
     /// Forward requests whose path starts with PREFIX (a whole segment: `/api` takes
-    /// `/api` and `/api/x`, not `/apix`) to URL: `http://HOST[:PORT][/PATH]` or
-    /// `unix:/PATH.sock`. Repeat for several; the longest matching prefix wins. A URL with
+    /// `/api` and `/api/x`, not `/apix`) to URL: `http://HOST[:PORT][/PATH]`,
+    /// `https://…`, `h2://…` (HTTP/2 over TLS, offered by ALPN), `h2c://…` (HTTP/2 in
+    /// cleartext) or `unix:/PATH.sock`. Repeat for several; the longest matching prefix wins. A URL with
     /// a path replaces the prefix with it (`/api=http://up/v1`: `/api/x` → `/v1/x`);
     /// without one the path goes unchanged. See docs/proxy.md.
     #[arg(
@@ -89,6 +95,12 @@ pub struct ProxyArgs {
     /// only when a probe passes.
     #[arg(long, value_name = "PATH", env = "SERVERY_PROXY_HEALTH")]
     pub proxy_health: Option<String>,
+    /// How a prefix's requests are spread over its upstreams: `round-robin` (each in
+    /// turn, the default) or `least-inflight` (the one with the fewest requests this
+    /// worker has in flight to it, ties in turn). Upstreams marked down are skipped
+    /// either way.
+    #[arg(long, value_name = "POLICY", env = "SERVERY_PROXY_BALANCE", default_value = DEFAULT_BALANCE)]
+    pub proxy_balance: String,
     /// Seconds between probes of each upstream (`--proxy-health`).
     #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_HEALTH_INTERVAL", default_value_t = DEFAULT_HEALTH_INTERVAL)]
     pub proxy_health_interval: f64,
@@ -98,7 +110,9 @@ impl ProxyArgs {
     /// Every problem with the proxy's settings, each naming its flag and rule.
     pub fn check(&self) -> Vec<SiteIssue> {
         let mut issues = Vec::new();
-        if let Err(e) = super::tls::client_config(self.proxy_ca.as_deref()) {
+        if let Err(e) =
+            super::tls::client_config(self.proxy_ca.as_deref(), super::tls::Offer::Http11)
+        {
             issues.push(SiteIssue {
                 flag: "--proxy-ca",
                 message: e,
@@ -114,6 +128,15 @@ impl ProxyArgs {
             issues.push(SiteIssue {
                 flag: "--proxy-max-fails",
                 message: format!("must be from 1 to 1000, got {}", self.proxy_max_fails),
+            });
+        }
+        if Balance::parse(&self.proxy_balance).is_none() {
+            issues.push(SiteIssue {
+                flag: "--proxy-balance",
+                message: format!(
+                    "must be `round-robin` or `least-inflight`, got `{}`",
+                    self.proxy_balance
+                ),
             });
         }
         if let Some(path) = &self.proxy_health
@@ -149,6 +172,12 @@ impl ProxyArgs {
 }
 
 impl ProxyArgs {
+    /// The balancing policy (the default when the setting is unreadable, which
+    /// [`ProxyArgs::check`] refuses at start).
+    pub fn balance(&self) -> Balance {
+        Balance::parse(&self.proxy_balance).unwrap_or_default()
+    }
+
     /// How the parent judges the upstreams (`None` without routes).
     pub fn health_policy(&self) -> Option<(u16, servery_core::upstream_health::HealthPolicy)> {
         let routes = Routes::parse(&self.proxy).ok().filter(|r| !r.is_empty())?;

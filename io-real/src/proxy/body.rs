@@ -88,8 +88,9 @@ pub(super) struct Incoming {
     idle: Duration,
     silence: Pin<Box<Sleep>>,
     route: Arc<str>,
-    /// The admission grant the exchange holds until its body ends (or is dropped).
-    permit: Option<super::admission::Permit>,
+    /// The admission grant and the count in flight the exchange holds until its body
+    /// ends (or is dropped).
+    permit: Option<super::Hold>,
 }
 
 impl Incoming {
@@ -97,14 +98,14 @@ impl Incoming {
         inner: hyper::body::Incoming,
         idle: Duration,
         route: Arc<str>,
-        permit: Option<super::admission::Permit>,
+        permit: super::Hold,
     ) -> Self {
         Incoming {
             inner,
             idle,
             silence: Box::pin(tokio::time::sleep(idle)),
             route,
-            permit,
+            permit: Some(permit),
         }
     }
 }

@@ -29,8 +29,15 @@ pub(super) enum Stream {
 }
 
 impl Connection for Stream {
+    /// HTTP/2 when TLS negotiated it by ALPN (the client then speaks HTTP/2 on it and
+    /// shares it among requests); an h2c route's client speaks HTTP/2 whatever this says.
     fn connected(&self) -> Connected {
-        Connected::new()
+        match self {
+            Stream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                Connected::new().negotiated_h2()
+            }
+            _ => Connected::new(),
+        }
     }
 }
 

@@ -1,11 +1,10 @@
 //! A worker's side of the upstream health the parent owns (decision 0095): the parent's
-//! down set as last received, the choice among a prefix's upstreams, and the reports of
-//! what this worker saw.
+//! down set as last received, the choice among a prefix's upstreams (the core's
+//! [`Balancer`], decision 0100), and the reports of what this worker saw.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use servery_core::proto::BrokerRequest;
+use servery_core::upstream_choice::{Balance, Balancer};
 
 use crate::worker::broker::BrokerHandle;
 
@@ -37,64 +36,77 @@ pub struct HealthLink {
 #[derive(Debug)]
 pub(super) struct Health {
     link: Option<HealthLink>,
-    /// Upstreams this worker reported failing and has not seen succeed since.
-    failing: Box<[AtomicBool]>,
-    /// Round-robin position per upstream group, by the group's first index.
-    next: Box<[AtomicUsize]>,
+    choice: Arc<Mutex<Balancer>>,
+}
+
+/// A request counted in flight to its upstream until it is over (its response body
+/// ended, its tunnel closed, or it failed).
+#[derive(Debug)]
+pub(super) struct InFlight {
+    choice: Arc<Mutex<Balancer>>,
+    upstream: usize,
+    open: bool,
+}
+
+impl InFlight {
+    pub(super) fn upstream(&self) -> usize {
+        self.upstream
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.open {
+            lock(&self.choice).done(self.upstream);
+        }
+    }
+}
+
+fn lock(choice: &Mutex<Balancer>) -> MutexGuard<'_, Balancer> {
+    choice.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Health {
-    pub(super) fn new(link: Option<HealthLink>, upstreams: usize) -> Self {
+    pub(super) fn new(link: Option<HealthLink>, upstreams: usize, balance: Balance) -> Self {
         Health {
             link,
-            failing: (0..upstreams).map(|_| AtomicBool::new(false)).collect(),
-            next: (0..upstreams).map(|_| AtomicUsize::new(0)).collect(),
+            choice: Arc::new(Mutex::new(Balancer::new(upstreams, balance))),
         }
     }
 
-    /// The upstream of `group` to send to: the next in turn that is not down; `None` when
-    /// every one of them is down. A route with one upstream has nowhere else to send, so
-    /// the verdict does not stop it (nginx ignores `max_fails` for a group of one).
-    pub(super) fn choose(&self, group: std::ops::Range<usize>) -> Option<usize> {
-        let len = group.len();
-        if len == 1 {
-            return Some(group.start);
-        }
-        let turn = self
-            .next
-            .get(group.start)
-            .map_or(0, |n| n.fetch_add(1, Ordering::Relaxed));
+    /// The upstream of `group` to send to, by the core's rule under the parent's latest
+    /// verdict; `None` when every one of them is down.
+    pub(super) fn choose(&self, group: std::ops::Range<usize>) -> Option<InFlight> {
         let down = self.link.as_ref().map(|l| l.down.current());
-        (0..len).map(|k| group.start + (turn + k) % len).find(|&i| {
-            down.as_ref()
-                .is_none_or(|d| !d.iter().any(|&u| usize::from(u) == i))
+        let mut choice = lock(&self.choice);
+        if let Some(down) = down {
+            choice.set_down(&down);
+        }
+        let upstream = choice.choose(group)?;
+        Some(InFlight {
+            choice: Arc::clone(&self.choice),
+            upstream,
+            open: true,
         })
     }
 
-    /// A request with `upstream` could not be completed: the parent hears of it.
-    pub(super) fn failed(&self, upstream: usize) {
-        if let Some(flag) = self.failing.get(upstream) {
-            flag.store(true, Ordering::Relaxed);
-        }
-        self.report(upstream, false);
+    /// The request could not be completed with its upstream: the parent hears of it.
+    pub(super) fn failed(&self, mut flight: InFlight) {
+        flight.open = false;
+        let report = lock(&self.choice).finished(flight.upstream, Some(false));
+        self.report(report);
     }
 
-    /// A response head came from `upstream`: the parent hears of it only when this worker
-    /// had reported it failing (one message per recovery, not per request).
-    pub(super) fn answered(&self, upstream: usize) {
-        if self
-            .failing
-            .get(upstream)
-            .is_some_and(|f| f.swap(false, Ordering::Relaxed))
-        {
-            self.report(upstream, true);
-        }
+    /// A response head came from the upstream: the parent hears of it only when this
+    /// worker had reported it failing (one message per recovery, not per request).
+    pub(super) fn answered(&self, flight: &InFlight) {
+        let report = lock(&self.choice).answered(flight.upstream);
+        self.report(report);
     }
 
-    fn report(&self, upstream: usize, ok: bool) {
-        if let (Some(link), Ok(upstream)) = (&self.link, u16::try_from(upstream)) {
-            link.broker
-                .release(BrokerRequest::UpstreamOutcome { upstream, ok });
+    fn report(&self, report: Option<servery_core::proto::BrokerRequest>) {
+        if let (Some(link), Some(request)) = (&self.link, report) {
+            link.broker.release(request);
         }
     }
 }

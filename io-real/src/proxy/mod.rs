@@ -1,5 +1,6 @@
 //! The reverse proxy (`--proxy PREFIX=URL`): requests under a prefix are forwarded to an
-//! upstream over hyper's pooled HTTP/1.1 client, bodies streamed both ways a frame at a
+//! upstream over hyper's pooled clients (HTTP/1.1; HTTP/2 for `h2://` and `h2c://`
+//! routes, decision 0102), bodies streamed both ways a frame at a
 //! time (never buffered whole), hop-by-hop fields removed, the forwarding headers set,
 //! and an upstream that cannot be reached or does not answer in time answered 502 or 504
 //! with the reason in the body and the log. `docs/proxy.md` describes it; decision 0075
@@ -40,7 +41,27 @@ type UpstreamBody = UnsyncBoxBody<Bytes, io::Error>;
 /// How long an idle pooled upstream connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
 
-/// One worker's proxy: the routes and the pooled client they share.
+/// The pooled clients the routes share: each keeps its own idle connections per
+/// upstream.
+struct Clients {
+    /// HTTP/1.1 (`http://`, `https://`, `unix:`), with the `Host` servery chose.
+    http11: Client<Connector, UpstreamBody>,
+    /// `h2://`: HTTP/2 where TLS negotiates it by ALPN (one connection carries many
+    /// requests at once), else HTTP/1.1 with the route's host as `Host`.
+    h2: Client<Connector, UpstreamBody>,
+    /// `h2c://`: HTTP/2 with prior knowledge.
+    h2c: Client<Connector, UpstreamBody>,
+}
+
+/// Which of the [`Clients`] a route's requests take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Http11,
+    H2,
+    H2c,
+}
+
+/// One worker's proxy: the routes and the pooled clients they share.
 pub struct Proxy {
     routes: Routes,
     /// The scheme and authority each route's upstream URIs carry (by the routes' order).
@@ -50,7 +71,9 @@ pub struct Proxy {
     /// With `--proxy-upstream-host`: the `Host` each route sends (by the routes' order);
     /// without it the client's goes upstream.
     upstream_hosts: Option<Vec<HeaderValue>>,
-    client: Client<Connector, UpstreamBody>,
+    clients: Clients,
+    /// Each route's kind of client (by the routes' order).
+    kinds: Vec<Kind>,
     trusted: Vec<IpAddr>,
     first_byte: Duration,
     idle: Duration,
@@ -156,6 +179,14 @@ fn saturated(refused: &admission::Refused) -> Response<Body> {
     response
 }
 
+/// What an exchange holds until it is over: its admission grant and its count in flight
+/// to its upstream (given back when dropped).
+#[derive(Debug)]
+pub(super) struct Hold {
+    _permit: Option<admission::Permit>,
+    _flight: health::InFlight,
+}
+
 impl Proxy {
     /// The proxy the settings describe; `None` when no route is given. The settings were
     /// checked by the parent ([`ProxyArgs::check`]), so a refusal here is a worker's
@@ -180,14 +211,21 @@ impl Proxy {
         let mut upstream_hosts = Vec::new();
         for route in routes.iter() {
             upstream_hosts.push(match &route.upstream {
-                Upstream::Http { authority } | Upstream::Https { authority } => {
+                Upstream::Http { authority }
+                | Upstream::Https { authority }
+                | Upstream::H2 { authority }
+                | Upstream::H2c { authority } => {
                     HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?
                 }
                 Upstream::Unix { .. } => HeaderValue::from_static("localhost"),
             });
             authorities.push(match &route.upstream {
-                Upstream::Http { authority } => format!("http://{authority}"),
-                Upstream::Https { authority } => format!("https://{authority}"),
+                Upstream::Http { authority } | Upstream::H2c { authority } => {
+                    format!("http://{authority}")
+                }
+                Upstream::Https { authority } | Upstream::H2 { authority } => {
+                    format!("https://{authority}")
+                }
                 Upstream::Unix { path } => {
                     unix.push(path.clone());
                     format!("http://{}", connect::unix_host(unix.len() - 1))
@@ -197,22 +235,48 @@ impl Proxy {
         let names = routes.iter().map(|r| Arc::from(r.given.as_str())).collect();
         let routes_len = routes.len();
         let secs = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| e.to_string());
-        let connector = Connector {
-            unix: Arc::new(unix),
-            timeout: secs(args.proxy_connect_timeout)?,
-            tls: tokio_rustls::TlsConnector::from(tls::client_config(args.proxy_ca.as_deref())?),
+        let connector = |offer| -> Result<Connector, String> {
+            Ok(Connector {
+                unix: Arc::new(unix.clone()),
+                timeout: secs(args.proxy_connect_timeout)?,
+                tls: tokio_rustls::TlsConnector::from(tls::client_config(
+                    args.proxy_ca.as_deref(),
+                    offer,
+                )?),
+            })
         };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(POOL_IDLE)
-            .set_host(false)
-            .build(connector);
+        let builder = |set_host| {
+            let mut b = Client::builder(TokioExecutor::new());
+            b.pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .pool_idle_timeout(POOL_IDLE)
+                .set_host(set_host);
+            b
+        };
+        let clients = Clients {
+            http11: builder(false).build(connector(tls::Offer::Http11)?),
+            // Over HTTP/1.1 (the upstream declined h2) the route's host is the `Host`;
+            // over HTTP/2 it is the `:authority` and no `Host` is sent.
+            h2: builder(true).build(connector(tls::Offer::H2OrHttp11)?),
+            h2c: builder(true)
+                .http2_only(true)
+                .build(connector(tls::Offer::Http11)?),
+        };
+        let kinds = routes
+            .iter()
+            .map(|r| match r.upstream {
+                Upstream::H2 { .. } => Kind::H2,
+                Upstream::H2c { .. } => Kind::H2c,
+                _ => Kind::Http11,
+            })
+            .collect();
         Ok(Some(Proxy {
             routes,
             authorities,
             names,
             upstream_hosts: args.proxy_upstream_host.then_some(upstream_hosts),
-            client,
+            clients,
+            kinds,
             trusted: args
                 .trust_proxy
                 .iter()
@@ -221,7 +285,7 @@ impl Proxy {
             first_byte: secs(args.proxy_first_byte_timeout)?,
             idle: secs(args.proxy_idle_timeout)?,
             admission,
-            health: health::Health::new(health, routes_len),
+            health: health::Health::new(health, routes_len, args.balance()),
         }))
     }
 
@@ -244,12 +308,28 @@ impl Proxy {
         let Some(group) = self.routes.group(req.uri().path()) else {
             return gateway_error(&UpstreamError::Failed("no route".into()));
         };
-        // The next of the prefix's upstreams in turn that the parent has not marked down.
-        let Some((index, route)) = self
-            .health
-            .choose(group.clone())
-            .and_then(|i| Some((i, self.routes.get(i)?)))
-        else {
+        // Admitted before anything of the request is read or sent.
+        let permit = match &self.admission {
+            None => None,
+            Some(admission) => match admission.permit().await {
+                Ok(permit) => Some(permit),
+                Err(refused) => {
+                    let name = self
+                        .routes
+                        .get(group.start)
+                        .map_or("", |r| r.given.as_str());
+                    tracing::info!(route = %name, %refused, "proxy request refused");
+                    return saturated(&refused);
+                }
+            },
+        };
+        // Then the upstream, under the parent's latest verdict (the core's choice,
+        // decision 0100): a verdict that arrived while the request waited for its grant
+        // is followed.
+        let Some((flight, route)) = self.health.choose(group.clone()).and_then(|f| {
+            let route = self.routes.get(f.upstream())?;
+            Some((f, route))
+        }) else {
             let name = self
                 .routes
                 .get(group.start)
@@ -257,18 +337,8 @@ impl Proxy {
             tracing::warn!(route = %name, "every upstream of the route is marked down");
             return gateway_error(&UpstreamError::AllDown);
         };
+        let index = flight.upstream();
         let name = Arc::clone(&self.names[index]);
-        // Admitted before anything of the request is read or sent.
-        let permit = match &self.admission {
-            None => None,
-            Some(admission) => match admission.permit().await {
-                Ok(permit) => Some(permit),
-                Err(refused) => {
-                    tracing::info!(route = %name, %refused, "proxy request refused");
-                    return saturated(&refused);
-                }
-            },
-        };
         // An HTTP/1.1 `Upgrade` (WebSocket) is asked of the upstream as the client asked
         // it, and on its 101 the two connections are joined.
         let upgrade = tunnel::wanted(&req);
@@ -304,8 +374,18 @@ impl Proxy {
             Some(hosts) => hosts.get(index).cloned(),
             None => host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()),
         };
-        if let Some(v) = sent_host {
-            parts.headers.insert(header::HOST, v);
+        let kind = self.kinds.get(index).copied().unwrap_or(Kind::Http11);
+        match sent_host {
+            // HTTP/2 names the host in `:authority`, the route's (RFC 9113 §8.3.1: a
+            // `Host` that differs is malformed); an `h2://` upstream that declines HTTP/2
+            // gets it as `Host` from the client (decision 0102).
+            _ if kind != Kind::Http11 => {
+                parts.headers.remove(header::HOST);
+            }
+            Some(v) => {
+                parts.headers.insert(header::HOST, v);
+            }
+            None => {}
         }
         if let Some(protocol) = &upgrade {
             tunnel::ask(&mut parts.headers, protocol.clone());
@@ -315,14 +395,22 @@ impl Proxy {
         let progress = body::Progress::new();
         let outgoing = body::Outgoing::new(body, Arc::clone(&progress)).boxed_unsync();
         let request = Request::from_parts(parts, outgoing);
-        let answer = match self.first_byte(request, &progress).await {
+        if kind != Kind::Http11 && upgrade.is_some() {
+            let error = UpstreamError::Failed(
+                "an Upgrade cannot be tunnelled to an h2:// or h2c:// upstream (HTTP/2)".into(),
+            );
+            tracing::warn!(route = %name, %error, "upgrade refused");
+            return gateway_error(&error);
+        }
+        let client = self.client(kind);
+        let answer = match self.first_byte(client, request, &progress).await {
             Ok(answer) => {
-                self.health.answered(index);
+                self.health.answered(&flight);
                 answer
             }
             Err(error) => {
                 tracing::warn!(route = %name, status = error.status().as_u16(), %error, "upstream gave no response");
-                self.health.failed(index);
+                self.health.failed(flight);
                 return gateway_error(&error);
             }
         };
@@ -335,14 +423,22 @@ impl Proxy {
             headers::strip_hop_by_hop(&mut parts.headers);
             tunnel::ask(&mut parts.headers, protocol.clone());
             parts.version = Version::default();
-            tokio::spawn(tunnel::join(client_side, upstream_side, name, permit));
+            let hold = Hold {
+                _permit: permit,
+                _flight: flight,
+            };
+            tokio::spawn(tunnel::join(client_side, upstream_side, name, hold));
             return Response::from_parts(parts, crate::http::body::empty());
         }
         let (mut parts, incoming) = answer.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
         // The client's connection speaks its own version, whatever the upstream spoke.
         parts.version = Version::default();
-        let body = body::Incoming::new(incoming, self.idle, name, permit);
+        let hold = Hold {
+            _permit: permit,
+            _flight: flight,
+        };
+        let body = body::Incoming::new(incoming, self.idle, name, hold);
         Response::from_parts(parts, http_body_util::combinators::BoxBody::new(body))
     }
 
@@ -350,10 +446,11 @@ impl Proxy {
     /// request body last moved (a slow upload is not the upstream's delay).
     async fn first_byte(
         &self,
+        client: &Client<Connector, UpstreamBody>,
         request: Request<UpstreamBody>,
         progress: &body::Progress,
     ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
-        let mut sent = std::pin::pin!(self.client.request(request));
+        let mut sent = std::pin::pin!(client.request(request));
         loop {
             let deadline = progress.last() + self.first_byte;
             tokio::select! {
@@ -364,6 +461,14 @@ impl Proxy {
                     }
                 }
             }
+        }
+    }
+
+    fn client(&self, kind: Kind) -> &Client<Connector, UpstreamBody> {
+        match kind {
+            Kind::Http11 => &self.clients.http11,
+            Kind::H2 => &self.clients.h2,
+            Kind::H2c => &self.clients.h2c,
         }
     }
 
@@ -391,7 +496,11 @@ impl Proxy {
         {
             request.headers_mut().insert(header::HOST, host);
         }
-        match tokio::time::timeout(within, self.client.request(request)).await {
+        let kind = self.kinds.get(upstream).copied().unwrap_or(Kind::Http11);
+        if kind != Kind::Http11 {
+            request.headers_mut().remove(header::HOST);
+        }
+        match tokio::time::timeout(within, self.client(kind).request(request)).await {
             Ok(Ok(answer)) => {
                 let status = answer.status();
                 status.is_success() || status.is_redirection()

@@ -8,8 +8,14 @@ use http::uri::Authority;
 pub enum Upstream {
     /// `http://HOST[:PORT]`.
     Http { authority: Authority },
-    /// `https://HOST[:PORT]`: TLS, the certificate verified for HOST.
+    /// `https://HOST[:PORT]`: TLS (HTTP/1.1), the certificate verified for HOST.
     Https { authority: Authority },
+    /// `h2://HOST[:PORT]`: TLS as `https://`, offering HTTP/2 by ALPN (HTTP/1.1 when the
+    /// upstream declines it).
+    H2 { authority: Authority },
+    /// `h2c://HOST[:PORT]`: HTTP/2 over cleartext TCP, with prior knowledge (RFC 9113
+    /// §3.3), as Caddy's `h2c://` upstreams.
+    H2c { authority: Authority },
     /// `unix:/PATH`: HTTP/1.1 over a Unix socket.
     Unix { path: std::path::PathBuf },
 }
@@ -38,7 +44,7 @@ pub enum RouteError {
     )]
     BadPrefix { given: String },
     #[error(
-        "`{given}`: the URL must be http://HOST[:PORT][/PATH], https://HOST[:PORT][/PATH] or unix:/PATH"
+        "`{given}`: the URL must be http://HOST[:PORT][/PATH], https://HOST[:PORT][/PATH], h2://HOST[:PORT][/PATH], h2c://HOST[:PORT][/PATH] or unix:/PATH"
     )]
     BadScheme { given: String },
     #[error("`{given}`: the URL's host is missing or malformed (no user, query or fragment)")]
@@ -79,6 +85,13 @@ fn port_ok(authority: &str) -> bool {
     }
 }
 
+impl Upstream {
+    /// Whether requests go over HTTP/2 (`h2://` when the upstream accepts it by ALPN).
+    pub fn http2(&self) -> bool {
+        matches!(self, Upstream::H2 { .. } | Upstream::H2c { .. })
+    }
+}
+
 impl Route {
     pub fn parse(given: &str) -> Result<Route, RouteError> {
         let owned = || given.to_owned();
@@ -100,10 +113,16 @@ impl Route {
                 given: owned(),
             });
         }
-        let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
-            (Some(rest), _) => (false, rest),
-            (None, Some(rest)) => (true, rest),
-            (None, None) => return Err(RouteError::BadScheme { given: owned() }),
+        let (scheme, rest) = if let Some(rest) = url.strip_prefix("http://") {
+            ("http", rest)
+        } else if let Some(rest) = url.strip_prefix("https://") {
+            ("https", rest)
+        } else if let Some(rest) = url.strip_prefix("h2://") {
+            ("h2", rest)
+        } else if let Some(rest) = url.strip_prefix("h2c://") {
+            ("h2c", rest)
+        } else {
+            return Err(RouteError::BadScheme { given: owned() });
         };
         let (authority, path) = match rest.find('/') {
             Some(at) => (&rest[..at], Some(&rest[at..])),
@@ -126,10 +145,11 @@ impl Route {
         };
         Ok(Route {
             prefix,
-            upstream: if tls {
-                Upstream::Https { authority }
-            } else {
-                Upstream::Http { authority }
+            upstream: match scheme {
+                "https" => Upstream::Https { authority },
+                "h2" => Upstream::H2 { authority },
+                "h2c" => Upstream::H2c { authority },
+                _ => Upstream::Http { authority },
             },
             replace_with,
             given: owned(),
@@ -140,7 +160,10 @@ impl Route {
     /// port, `localhost` for a Unix socket.
     pub fn host_header(&self) -> String {
         match &self.upstream {
-            Upstream::Http { authority } | Upstream::Https { authority } => authority.to_string(),
+            Upstream::Http { authority }
+            | Upstream::Https { authority }
+            | Upstream::H2 { authority }
+            | Upstream::H2c { authority } => authority.to_string(),
             Upstream::Unix { .. } => "localhost".into(),
         }
     }
@@ -300,6 +323,15 @@ mod tests {
         assert!(matches!(
             Route::parse("/a=https://a:8443/x").map(|r| r.upstream),
             Ok(Upstream::Https { .. })
+        ));
+        assert!(matches!(
+            Route::parse("/a=h2c://a:8080/x").map(|r| r.upstream),
+            Ok(Upstream::H2c { .. })
+        ));
+        assert!(matches!(bad("/a=h2c://"), RouteError::BadAuthority { .. }));
+        assert!(matches!(
+            Route::parse("/a=h2://a:8443").map(|r| r.upstream),
+            Ok(Upstream::H2 { .. })
         ));
         assert!(matches!(bad("/a=http://"), RouteError::BadAuthority { .. }));
         assert!(matches!(

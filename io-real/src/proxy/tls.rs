@@ -1,5 +1,6 @@
-//! TLS to `https://` upstreams: rustls on ring, HTTP/1.1 by ALPN, the certificate
-//! verified for the URL's host against the system's roots or `--proxy-ca`.
+//! TLS to `https://` and `h2://` upstreams: rustls on ring, HTTP/1.1 by ALPN (`h2://`
+//! offers HTTP/2 first), the certificate verified for the URL's host against the
+//! system's roots or `--proxy-ca`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,8 +9,17 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 
+/// What a TLS connection to an upstream offers by ALPN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Offer {
+    /// `h2`, then `http/1.1`: the upstream chooses (`h2://`).
+    H2OrHttp11,
+    /// `http/1.1` only (`https://`).
+    Http11,
+}
+
 /// The client configuration for upstream TLS; an error names what is wrong.
-pub(super) fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+pub(super) fn client_config(ca: Option<&Path>, offer: Offer) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     match ca {
         Some(path) => {
@@ -39,6 +49,9 @@ pub(super) fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, Stri
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = match offer {
+        Offer::H2OrHttp11 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        Offer::Http11 => vec![b"http/1.1".to_vec()],
+    };
     Ok(Arc::new(config))
 }

@@ -10,7 +10,6 @@ use http::{Request, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::admission::Permit;
 use crate::http::has_token;
 
 /// The protocol an HTTP/1.1 request asks to upgrade to, if it asks.
@@ -33,7 +32,7 @@ pub(super) async fn join(
     client: OnUpgrade,
     upstream: OnUpgrade,
     route: Arc<str>,
-    permit: Option<Permit>,
+    permit: super::Hold,
 ) {
     let _permit = permit;
     let (client, upstream) = match tokio::join!(client, upstream) {

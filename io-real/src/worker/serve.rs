@@ -674,6 +674,7 @@ impl Worker {
         );
         match crate::cgi::Cgi::from_settings(
             &settings.cgi,
+            &config.root,
             cgi_admission,
             Arc::clone(&self.cgi_groups),
         ) {

@@ -139,8 +139,12 @@ impl SimWorld {
         let mut chunks_lost = Vec::new();
         for (_, kind) in conns {
             match (kind, cause) {
-                (ConnKind::Get { .. }, Some(_)) => self.out.requests.failed_fault += 1,
-                (ConnKind::Get { .. }, None) => self.out.requests.failed_forced += 1,
+                (ConnKind::Get { .. } | ConnKind::Proxy { .. }, Some(_)) => {
+                    self.out.requests.failed_fault += 1
+                }
+                (ConnKind::Get { .. } | ConnKind::Proxy { .. }, None) => {
+                    self.out.requests.failed_forced += 1
+                }
                 (ConnKind::Upload { .. }, Some(_)) => self.out.uploads.failed_fault += 1,
                 (ConnKind::Upload { .. }, None) => self.out.uploads.failed_forced += 1,
                 (ConnKind::DavTree { rec }, cause) => {
@@ -192,6 +196,9 @@ impl SimWorld {
         }
         if self.chunks.is_some() {
             self.chunks_lost(worker, chunks_lost);
+        }
+        if self.proxy.is_some() {
+            self.proxy_worker_died(worker);
         }
         self.out.last_process_exit_ms = self.now.as_nanos() / 1_000_000;
         let code = match status {

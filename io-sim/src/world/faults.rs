@@ -211,6 +211,7 @@ impl SimWorld {
                 | SimEvent::Stop
                 | SimEvent::Liveness
                 | SimEvent::LogWriterDone { .. }
+                | SimEvent::ProbeAnswered { .. }
         ) || matches!(event, SimEvent::Cert(step) if step.for_the_parent())
     }
 

@@ -117,16 +117,12 @@ impl ParentIo for SimWorld {
             ParentAction::Acme(action) => return self.acme_action(now, action),
             ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
             ParentAction::KillScriptGroups { worker, pgids } => {
-                return self.kill_script_groups(worker, &pgids);
+                self.kill_script_groups(worker, &pgids);
+                return self.proxy_kill_groups(worker, &pgids);
             }
-            // No simulated run gives the parent upstreams to judge (the proxy's health is
-            // proven by core's tests and the real ones): a probe is the core's mistake.
             ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(now, reload),
-            ParentAction::ProbeUpstream { upstream } => {
-                return self.violation(format!(
-                    "the parent probes upstream {upstream}, but this run has no reverse proxy"
-                ));
-            }
+            // Answered by the simulated upstream; without a proxy plan, the core's mistake.
+            ParentAction::ProbeUpstream { upstream } => return self.probe_upstream(upstream),
             // The randomness a ticket key is minted from: the simulated host's own.
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
                 let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
@@ -196,6 +192,12 @@ impl ParentIo for SimWorld {
                 self.next_pid += 1;
                 let pid = self.next_pid;
                 let mut proc = Proc::new(worker, pid, behavior, &config);
+                proc.proxy = self
+                    .spec
+                    .workload
+                    .proxy
+                    .as_ref()
+                    .map(|plan| crate::proxy::WorkerProxy::new(plan, &config));
                 proc.slot = key.1;
                 proc.generation = key.0;
                 self.procs.insert(worker, proc);
@@ -518,6 +520,9 @@ impl ParentIo for SimWorld {
         }
         if self.chunks.is_some() {
             self.chunks_observe(now, parent);
+        }
+        if self.proxy.is_some() {
+            self.proxy_observe(now, parent);
         }
     }
 }

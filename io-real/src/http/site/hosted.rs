@@ -119,9 +119,13 @@ impl Site {
     {
         /// Local redirects followed for one request (Apache follows ten).
         const MAX_LOCAL_REDIRECTS: usize = 10;
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         if let Some(answered) = self.before_the_host(&parts).await {
             return answered;
+        }
+        // Authorized: the user `--auth` let in is the script's `REMOTE_USER`.
+        if let Some(user) = policy::authenticated_user(&self.auth, &parts.headers) {
+            parts.extensions.insert(crate::cgi::RemoteUser(user));
         }
         let tls = parts.extensions.get::<Transport>() == Some(&Transport::Tls);
         let mut answer = cgi
@@ -161,6 +165,6 @@ impl Site {
                 HeaderValue::from_static(policy::HSTS),
             );
         }
-        (response, RouteClass::App)
+        (response, RouteClass::Cgi)
     }
 }

@@ -1,0 +1,437 @@
+//! The reverse proxy and CGI in the simulation, opt-in through [`crate::Workload::proxy`]:
+//! simulated upstreams that go down and come back on the plan's schedule, answering the
+//! parent's probes with the truth; proxied requests that workers admit through the
+//! broker's grants ([`servery_core::proxy_admission::GrantPool`], as the real worker) and
+//! send to the upstream the core's [`servery_core::upstream_choice::Balancer`] picks; CGI
+//! requests that take a CGI grant and run a simulated script in its own process group,
+//! reported to the parent as the real worker reports it.
+//!
+//! The oracle records, for the scenarios' predicates ([`ProxyOutcome`]), the first
+//! breaches it saw of the rules issue 40 states:
+//!
+//! - **health rule**: no worker sends a request to an upstream (of a group of several)
+//!   after it learned the parent's verdict marking it down; every running worker holds
+//!   the parent's verdict once it has had time to arrive; with probes, the verdict matches
+//!   the upstreams' truth once the plan stops changing it;
+//! - **admission rule**: upstream requests in flight from live workers never exceed
+//!   `--proxy-max-inflight`; a worker killed holding grants loses them (after its death
+//!   the service reaches the bound again);
+//! - **CGI bound rule**: scripts running service-wide never exceed `--cgi-max-concurrent`;
+//! - **CGI orphan rule**: no script outlives its worker (a script whose worker died runs
+//!   on, as one sleeping in its own process group would, until the parent kills its
+//!   group).
+
+mod worker;
+
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+
+use servery_core::parent::Parent;
+use servery_core::upstream_choice::Balance;
+use servery_core::upstream_health::HealthPolicy;
+use servery_core::{Instant, WorkerId};
+
+use crate::world::{SimEvent, SimWorld};
+
+pub(crate) use worker::WorkerProxy;
+
+/// How long a verdict may take to reach a running worker before the oracle calls it
+/// lost (a channel's latency is under a millisecond).
+const SETTLE: Duration = Duration::from_millis(200);
+/// How long after its worker's death a script may still run (the parent hears of the
+/// death within a channel's latency, and kills the groups in the same step).
+const ORPHAN_BOUND: Duration = Duration::from_secs(1);
+/// Breaches kept per rule.
+const KEEP: usize = 4;
+
+/// The proxy and CGI workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyPlan {
+    /// The upstreams of the one proxied prefix, all up at the start.
+    pub upstreams: u16,
+    pub balance: Balance,
+    pub policy: HealthPolicy,
+    /// Proxied requests per second (Poisson), from `start` until `until`.
+    pub rate: f64,
+    /// A proxied request's answer time from an up upstream (ms, uniform).
+    pub service_ms: (u64, u64),
+    /// How long a request to a down upstream takes to fail (ms, uniform).
+    pub fail_ms: (u64, u64),
+    /// How long a probe takes (ms, uniform); it reports the upstream's state when it ends.
+    pub probe_ms: (u64, u64),
+    /// When an upstream goes down (`false`) or comes back (`true`).
+    pub flips: Vec<(Duration, u16, bool)>,
+    /// CGI requests per second (Poisson), and how long a script runs (ms, uniform).
+    pub cgi_rate: f64,
+    pub script_ms: (u64, u64),
+    pub start: Duration,
+    pub until: Duration,
+    /// With probes: when the parent's verdict must match the upstreams' truth.
+    pub converged_by: Option<Duration>,
+}
+
+/// What the proxy oracle saw, for the predicates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyOutcome {
+    /// Breaches of a rule: when (ms) and what, the message naming the rule.
+    pub breaches: Vec<(u64, String)>,
+    /// Proxied requests sent upstream, answered, failed at the upstream, refused 503 for
+    /// want of a grant, answered 502 with every upstream down.
+    pub sent: u64,
+    pub answered: u64,
+    pub failed: u64,
+    pub refused: u64,
+    pub all_down: u64,
+    /// `--proxy-max-inflight` as the run started (0: none).
+    pub bound: u32,
+    /// The most upstream requests in flight at once from live workers.
+    pub most_in_flight: u32,
+    /// Workers killed holding grants: (worker, when in ms, grants held).
+    pub killed_holding: Vec<(u64, u64, u32)>,
+    /// The most upstream requests in flight at once, from a second after the last such
+    /// death until the requests stopped.
+    pub most_in_flight_after_kill: u32,
+    /// Upstream verdict changes the parent made, and those the workers learned.
+    pub verdict_changes: u64,
+    pub verdicts_learned: u64,
+    /// Probes answered.
+    pub probes: u64,
+    /// Scripts started, the most running at once, groups the parent killed for a dead
+    /// worker, and scripts still running when the run ended.
+    pub scripts: u64,
+    pub most_scripts: u32,
+    pub scripts_killed: u64,
+    pub scripts_at_end: u64,
+    /// CGI requests refused 503 for want of a grant.
+    pub cgi_refused: u64,
+}
+
+/// One simulated script: its worker, and when that worker died (it runs on).
+#[derive(Debug, Clone, Copy)]
+struct Script {
+    worker: WorkerId,
+    orphaned: Option<Instant>,
+}
+
+/// The upstreams, the workers' knowledge and the oracle.
+#[derive(Debug)]
+pub(crate) struct ProxySim {
+    pub(crate) plan: ProxyPlan,
+    /// The truth: which upstreams are up.
+    up: Vec<bool>,
+    /// When an upstream last changed.
+    last_flip: Instant,
+    /// The verdict each worker last received, and when.
+    learned: BTreeMap<WorkerId, (Vec<u16>, Instant)>,
+    /// The parent's verdict, and since when.
+    verdict: Vec<u16>,
+    verdict_since: Instant,
+    /// When each worker was first seen connected.
+    connected_since: BTreeMap<WorkerId, Instant>,
+    /// Upstream requests in flight from live workers, by (worker, connection).
+    in_flight: BTreeMap<(WorkerId, u64), u16>,
+    scripts: BTreeMap<u32, Script>,
+    next_pgid: u32,
+    converged_judged: bool,
+    last_kill: Option<Instant>,
+    breached: BTreeMap<&'static str, usize>,
+}
+
+impl ProxySim {
+    fn new(plan: ProxyPlan) -> Self {
+        ProxySim {
+            up: vec![true; usize::from(plan.upstreams)],
+            plan,
+            last_flip: Instant::ZERO,
+            learned: BTreeMap::new(),
+            verdict: Vec::new(),
+            verdict_since: Instant::ZERO,
+            connected_since: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            scripts: BTreeMap::new(),
+            next_pgid: 50_000,
+            converged_judged: false,
+            last_kill: None,
+            breached: BTreeMap::new(),
+        }
+    }
+
+    fn truth_down(&self) -> Vec<u16> {
+        (0..self.plan.upstreams)
+            .filter(|&u| !self.up[usize::from(u)])
+            .collect()
+    }
+}
+
+fn ms_of(t: Instant) -> u64 {
+    t.as_nanos() / 1_000_000
+}
+
+impl SimWorld {
+    /// The upstreams' schedule and the first arrivals.
+    pub(crate) fn proxy_start(&mut self) {
+        let Some(plan) = self.spec.workload.proxy.clone() else {
+            return;
+        };
+        for (i, &(at, _, _)) in plan.flips.iter().enumerate() {
+            self.schedule_at(crate::world::ms(at), SimEvent::UpstreamFlip { flip: i });
+        }
+        if plan.rate > 0.0 {
+            self.schedule_at(
+                crate::world::ms(plan.start),
+                SimEvent::ProxyArrival { cgi: false },
+            );
+        }
+        if plan.cgi_rate > 0.0 {
+            self.schedule_at(
+                crate::world::ms(plan.start),
+                SimEvent::ProxyArrival { cgi: true },
+            );
+        }
+        self.out.proxy.bound =
+            u32::try_from(self.spec.config.broker.max_proxy_inflight).unwrap_or(0);
+        self.proxy = Some(ProxySim::new(plan));
+    }
+
+    /// The parent's health judge, given the plan's upstreams before the first event (as
+    /// the real parent's driver starts it from the routes).
+    pub(crate) fn proxy_health(&self) -> Option<(u16, HealthPolicy)> {
+        self.proxy
+            .as_ref()
+            .map(|p| (p.plan.upstreams, p.plan.policy))
+    }
+
+    pub(crate) fn breach(&mut self, rule: &'static str, what: String) {
+        let at = ms_of(self.now);
+        let (Some(sim), out) = (self.proxy.as_mut(), &mut self.out.proxy) else {
+            return;
+        };
+        let n = sim.breached.entry(rule).or_default();
+        *n += 1;
+        if *n <= KEEP {
+            out.breaches.push((at, format!("{rule}: {what}")));
+        }
+    }
+
+    pub(crate) fn upstream_flip(&mut self, flip: usize) {
+        let now = self.now;
+        let Some(sim) = self.proxy.as_mut() else {
+            return;
+        };
+        let Some(&(_, upstream, up)) = sim.plan.flips.get(flip) else {
+            return;
+        };
+        if let Some(u) = sim.up.get_mut(usize::from(upstream)) {
+            if *u != up {
+                sim.last_flip = now;
+            }
+            *u = up;
+        }
+    }
+
+    pub(crate) fn proxy_arrival(&mut self, cgi: bool) {
+        let Some(sim) = self.proxy.as_ref() else {
+            return;
+        };
+        let rate = if cgi {
+            sim.plan.cgi_rate
+        } else {
+            sim.plan.rate
+        };
+        let until = sim.plan.until;
+        let now_d = Duration::from_nanos(self.now.as_nanos());
+        if now_d < until {
+            let d = self.rng.exp(1.0 / rate);
+            self.schedule_in(Duration::from_secs_f64(d), SimEvent::ProxyArrival { cgi });
+        }
+        let arrived_ns = self.now.as_nanos();
+        self.arrive(crate::world::ConnKind::Proxy { arrived_ns, cgi });
+    }
+
+    /// The parent asked for a probe of `upstream`: it answers after a while with what the
+    /// upstream is then.
+    pub(crate) fn probe_upstream(&mut self, upstream: u16) {
+        let Some(sim) = self.proxy.as_ref() else {
+            self.violation(format!(
+                "the parent probes upstream {upstream}, but this run has no reverse proxy"
+            ));
+            return;
+        };
+        let (lo, hi) = sim.plan.probe_ms;
+        let d = Duration::from_millis(self.rng.range(lo, hi));
+        self.schedule_in(d, SimEvent::ProbeAnswered { upstream });
+    }
+
+    pub(crate) fn probe_answered(&mut self, upstream: u16) {
+        let Some(sim) = self.proxy.as_ref() else {
+            return;
+        };
+        let ok = sim.up.get(usize::from(upstream)).copied().unwrap_or(false);
+        self.out.proxy.probes += 1;
+        self.inbox
+            .push_back(servery_core::supervisor::Event::UpstreamProbed { upstream, ok });
+    }
+
+    /// The parent's `KillScriptGroups`: each group must be a script of `worker`'s; it is
+    /// killed.
+    pub(crate) fn proxy_kill_groups(&mut self, worker: WorkerId, pgids: &[u32]) {
+        let Some(sim) = self.proxy.as_mut() else {
+            return;
+        };
+        let mut wrong = Vec::new();
+        let mut killed = 0;
+        for pgid in pgids {
+            match sim.scripts.get(pgid) {
+                Some(s) if s.worker == worker => {
+                    sim.scripts.remove(pgid);
+                    killed += 1;
+                }
+                _ => wrong.push(*pgid),
+            }
+        }
+        self.out.proxy.scripts_killed += killed;
+        if killed > 0 {
+            self.out
+                .coverage
+                .insert(crate::labels::SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER);
+        }
+        if !wrong.is_empty() {
+            self.breach(
+                "CGI orphan rule",
+                format!(
+                    "the parent killed groups {wrong:?} for {worker}, which are not its scripts"
+                ),
+            );
+        }
+    }
+
+    /// After every parent step: the verdict reaching every worker, the verdict matching
+    /// the truth, scripts outliving their worker.
+    pub(crate) fn proxy_observe(&mut self, now: Instant, parent: &Parent) {
+        let Some(sim) = self.proxy.as_mut() else {
+            return;
+        };
+        let sup = parent.supervisor();
+        let verdict = parent
+            .upstream_health()
+            .map(|h| h.down())
+            .unwrap_or_default();
+        if verdict != sim.verdict {
+            sim.verdict = verdict;
+            sim.verdict_since = now;
+            self.out.proxy.verdict_changes += 1;
+            if !sim.verdict.is_empty() {
+                self.out
+                    .coverage
+                    .insert(crate::labels::UPSTREAM_MARKED_DOWN);
+            }
+        }
+        sim.connected_since.retain(|w, _| sup.is_connected(*w));
+        let mut lost = Vec::new();
+        for w in sup.connected_workers() {
+            let since = *sim.connected_since.entry(w).or_insert(now);
+            let Some(p) = self.procs.get(&w) else {
+                continue;
+            };
+            if !p.runnable() || p.wedged || p.eof_seen || p.channel_broken {
+                continue;
+            }
+            let settled = now >= sim.verdict_since + SETTLE && now >= since + SETTLE;
+            let believed = sim.learned.get(&w).map_or(&[][..], |(d, _)| d.as_slice());
+            if settled && believed != sim.verdict.as_slice() {
+                lost.push(format!(
+                    "at {} ms {w} believes {believed:?} down, {} ms after the parent's verdict {:?}",
+                    ms_of(now),
+                    (now - sim.verdict_since).as_millis(),
+                    sim.verdict
+                ));
+            }
+        }
+        let mut wrong_verdict = None;
+        if let Some(by) = sim.plan.converged_by
+            && !sim.converged_judged
+            && now >= crate::world::ms(by)
+        {
+            sim.converged_judged = true;
+            let truth = sim.truth_down();
+            if truth != sim.verdict {
+                wrong_verdict = Some(format!(
+                    "at {} ms, {} ms after an upstream last changed, the parent marks {:?} down; the upstreams down are {truth:?}",
+                    ms_of(now),
+                    (now - sim.last_flip).as_millis(),
+                    sim.verdict
+                ));
+            } else {
+                self.out
+                    .coverage
+                    .insert(crate::labels::UPSTREAM_VERDICT_CONVERGED);
+            }
+        }
+        let orphans: Vec<String> = sim
+            .scripts
+            .iter()
+            .filter_map(|(pgid, s)| {
+                let died = s.orphaned?;
+                (now >= died + ORPHAN_BOUND).then(|| {
+                    format!(
+                        "group {pgid} of {}, which died at {} ms, still runs at {} ms",
+                        s.worker,
+                        ms_of(died),
+                        ms_of(now)
+                    )
+                })
+            })
+            .collect();
+        for what in lost {
+            self.breach(
+                "health rule (every worker holds the parent's verdict)",
+                what,
+            );
+        }
+        if let Some(what) = wrong_verdict {
+            self.breach(
+                "health rule (the verdict converges to the upstreams' state)",
+                what,
+            );
+        }
+        for what in orphans {
+            self.breach("CGI orphan rule (no script outlives its worker)", what);
+        }
+    }
+
+    /// At the run's end: scripts still running.
+    pub(crate) fn proxy_finish(&mut self) {
+        let Some(sim) = self.proxy.as_ref() else {
+            return;
+        };
+        let left: Vec<(u32, Script)> = sim.scripts.iter().map(|(p, s)| (*p, *s)).collect();
+        self.out.proxy.scripts_at_end = left.len() as u64;
+        for (pgid, s) in left {
+            self.breach(
+                "CGI orphan rule (no script outlives its worker)",
+                format!("group {pgid} of {} still runs when the run ended", s.worker),
+            );
+        }
+    }
+
+    /// A worker learned the parent's verdict.
+    pub(crate) fn proxy_learned(&mut self, worker: WorkerId, down: &[u16]) {
+        let now = self.now;
+        if let Some(sim) = self.proxy.as_mut() {
+            sim.learned.insert(worker, (down.to_vec(), now));
+            self.out.proxy.verdicts_learned += 1;
+        }
+        if let Some(wp) = self.procs.get_mut(&worker).and_then(|p| p.proxy.as_mut()) {
+            wp.learn(down);
+        }
+    }
+
+    /// Upstreams a worker learned are down.
+    fn learned_down(&self, worker: WorkerId) -> BTreeSet<u16> {
+        self.proxy
+            .as_ref()
+            .and_then(|s| s.learned.get(&worker))
+            .map(|(d, _)| d.iter().copied().collect())
+            .unwrap_or_default()
+    }
+}

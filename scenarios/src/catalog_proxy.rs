@@ -1,0 +1,187 @@
+//! The reverse proxy and CGI (issue 40): upstreams that go down and come back while
+//! workers crash and recycle, admission saturated while a worker holding grants is
+//! killed, CGI scripts bounded across workers and killed with their worker.
+//!
+//! The predicates judge the simulator's proxy oracle (`Outcome::proxy`): the first breach
+//! it saw of a rule, the message naming the rule, and what the plan makes certain.
+
+use servery_core::upstream_choice::Balance;
+use servery_core::upstream_health::HealthPolicy;
+use servery_sim::{Fault, Outcome, ProxyPlan};
+
+use crate::catalog::{at, expect, fault, secs, spec, workers};
+use crate::{Ctx, End, Expect, Plan, fast_config};
+
+/// Upstreams change until this point of the run (s); faults too.
+const CHANGES_UNTIL: f64 = 12.0;
+
+fn plan(ctx: &mut Ctx, upstreams: u16, probes: bool) -> ProxyPlan {
+    let max_fails = ctx.rng.range(1, 3) as u32;
+    let interval = secs(0.2 + ctx.rng.unit() * 0.8);
+    ProxyPlan {
+        upstreams,
+        balance: if ctx.rng.chance(0.5) {
+            Balance::LeastInflight
+        } else {
+            Balance::RoundRobin
+        },
+        policy: HealthPolicy {
+            max_fails,
+            fail_timeout: secs(0.5 + ctx.rng.unit() * 2.5),
+            probe_interval: probes.then_some(interval),
+        },
+        rate: 0.0,
+        service_ms: (5, 50),
+        fail_ms: (1, 20),
+        probe_ms: (1, 50),
+        flips: Vec::new(),
+        cgi_rate: 0.0,
+        script_ms: (200, 800),
+        start: secs(0.5),
+        until: secs(CHANGES_UNTIL + 2.0),
+        converged_by: None,
+    }
+}
+
+/// The first breach the oracle saw, as the scenario's failure.
+pub(crate) fn no_breach(o: &Outcome) -> Result<(), String> {
+    match o.proxy.breaches.first() {
+        Some((at, what)) => Err(format!("at {at} ms {what}")),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn upstream_flapping(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 2, 4));
+    // Workers also recycle by age: a new one must learn the verdict with its first
+    // messages.
+    config.recovery.worker_max_age = 2.0 + ctx.rng.unit() * 4.0;
+    config.broker.max_proxy_inflight = if ctx.rng.chance(0.5) { 0 } else { 16 };
+    let upstreams = ctx.rng.range(2, 4) as u16;
+    let probes = ctx.rng.chance(0.5);
+    let mut p = plan(ctx, upstreams, probes);
+    p.rate = 60.0 + ctx.rng.unit() * 60.0;
+    for u in 0..upstreams {
+        let mut times: Vec<f64> = (0..ctx.rng.range(0, 5))
+            .map(|_| 1.0 + ctx.rng.unit() * (CHANGES_UNTIL - 1.0))
+            .collect();
+        times.sort_by(f64::total_cmp);
+        for (i, t) in times.into_iter().enumerate() {
+            p.flips.push((secs(t), u, i % 2 == 1));
+        }
+    }
+    if let Some(interval) = p.policy.probe_interval {
+        // Failing probes in a row, one more interval, the longest probe, and a margin.
+        let settle = interval.as_secs_f64() * f64::from(p.policy.max_fails + 1) + 0.05 + 0.5;
+        p.converged_by = Some(secs(CHANGES_UNTIL + settle));
+    }
+    let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 3.0);
+    spec.workload.request_rate = 5.0;
+    spec.workload.proxy = Some(p);
+    for _ in 0..ctx.rng.range(1, 4) {
+        let t = at(ctx, 1.0, CHANGES_UNTIL);
+        let pick = ctx.rng.next_u64();
+        fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
+    }
+    let mut e = expect(&config, End::Ready);
+    e.extra = Some(|o, _| {
+        no_breach(o)?;
+        let x = &o.proxy;
+        if x.sent == 0 {
+            return Err("no proxied request was sent".into());
+        }
+        if x.verdict_changes > 0 && x.verdicts_learned == 0 {
+            return Err(
+                "health rule (every worker holds the parent's verdict): the parent changed its verdict and no worker learned it".into(),
+            );
+        }
+        o.coverage
+            .insert("upstream flapping: every worker followed the parent's verdict");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+pub(crate) fn proxy_admission_kill(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 2, 4);
+    let mut config = fast_config(n);
+    // Under four grants per worker none is kept spare (`keep_for`): the bound is exact,
+    // and a saturated service holds every grant in a request.
+    config.broker.max_proxy_inflight = ctx.rng.range(2, 7) as i64;
+    config.recovery.worker_restart_limit = 10;
+    let upstreams = ctx.rng.range(1, 3) as u16;
+    let mut p = plan(ctx, upstreams, false);
+    // Far more offered than the bound: about 30 requests of 100–300 ms at once.
+    p.rate = 150.0;
+    p.service_ms = (100, 300);
+    let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 2.0);
+    spec.workload.request_rate = 5.0;
+    spec.workload.proxy = Some(p);
+    // Killed under load: each holds whatever grants its requests had.
+    for _ in 0..ctx.rng.range(1, 3) {
+        let t = at(ctx, 1.0, CHANGES_UNTIL - 3.0);
+        let pick = ctx.rng.next_u64();
+        fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
+    }
+    let mut e = expect(&config, End::Ready);
+    e.extra = Some(admission_held);
+    Plan { spec, expect: e }
+}
+
+/// The bound never passed; after a worker died holding grants, the service reached the
+/// bound again (its grants came back); saturation answered 503.
+pub(crate) fn admission_held(o: &mut Outcome, _: &Expect) -> Result<(), String> {
+    no_breach(o)?;
+    let x = &o.proxy;
+    let bound = x.bound;
+    if x.refused == 0 {
+        return Err("admission saturated no request (nothing was refused 503)".into());
+    }
+    if let Some(&(w, at, held)) = x.killed_holding.last()
+        && x.most_in_flight_after_kill < bound
+    {
+        return Err(format!(
+            "admission rule (a dead worker's grants return): w{w} died holding {held} grants at {at} ms; afterwards at most {} upstream requests were in flight at once, never the bound {bound}",
+            x.most_in_flight_after_kill
+        ));
+    }
+    if !x.killed_holding.is_empty() {
+        o.coverage
+            .insert("a worker killed holding proxy grants gave them back to the service");
+    }
+    Ok(())
+}
+
+pub(crate) fn cgi_scripts(ctx: &mut Ctx) -> Plan {
+    let mut config = fast_config(workers(ctx, 2, 4));
+    config.broker.max_cgi_concurrent = ctx.rng.range(2, 6) as i64;
+    config.recovery.worker_restart_limit = 10;
+    let mut p = plan(ctx, 1, false);
+    p.cgi_rate = 20.0 + ctx.rng.unit() * 20.0;
+    let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 2.0);
+    spec.workload.request_rate = 5.0;
+    spec.workload.proxy = Some(p);
+    for _ in 0..ctx.rng.range(1, 4) {
+        let t = at(ctx, 1.0, CHANGES_UNTIL);
+        let pick = ctx.rng.next_u64();
+        fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
+    }
+    let mut e = expect(&config, End::Ready);
+    e.extra = Some(|o, _| {
+        no_breach(o)?;
+        let x = &o.proxy;
+        if x.scripts == 0 {
+            return Err("no script ran".into());
+        }
+        if x.scripts_at_end > 0 {
+            return Err(format!(
+                "CGI orphan rule (no script outlives its worker): {} scripts still ran when the run ended",
+                x.scripts_at_end
+            ));
+        }
+        o.coverage
+            .insert("CGI scripts stayed within the bound and died with their worker");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
