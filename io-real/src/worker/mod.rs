@@ -2,6 +2,7 @@
 //! on stdin, then runs [`servery_core::worker::WorkerLifecycle`] in the same tokio runtime
 //! that serves requests, so a wedged runtime stops heartbeating and gets replaced.
 
+mod accepting;
 mod admission;
 pub mod args;
 pub mod broker;

@@ -3,14 +3,12 @@
 //! sees every admission as it happens: when it stops admission no connection can be
 //! half-accepted behind its back, and a draining worker never drops one.
 
-use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::Poll;
 use std::time::Duration;
 
 use servery_core::driver::{WorkerIo, dispatch_worker};
@@ -27,6 +25,10 @@ use tokio::sync::watch;
 
 use super::WorkerArgs;
 use super::WorkerError;
+use super::accepting::{
+    ACCEPTED_INHERIT_NODELAY, ClosedGuard, QUIC_ROOM_RECHECK, accept_any, has_room, listener,
+    next_quic,
+};
 use super::admission::Admission;
 use super::broker::BrokerHandle;
 use super::control_writer::ControlWriter;
@@ -211,35 +213,6 @@ const LOG_DRAIN_BOUND: Duration = Duration::from_secs(5);
 /// connections queued (a closing period is three probe timeouts: milliseconds on a LAN).
 const ENDPOINT_CLOSE_BOUND: Duration = Duration::from_secs(1);
 
-fn listener(listener: std::net::TcpListener) -> io::Result<TcpListener> {
-    TcpListener::from_std(prepare_listener(listener)?)
-}
-
-/// Whether an accepted socket starts with the listener's `TCP_NODELAY` (Linux copies it
-/// from the listening socket), which saves a `setsockopt` per connection.
-const ACCEPTED_INHERIT_NODELAY: bool = cfg!(target_os = "linux");
-
-/// Non-blocking, and with `TCP_NODELAY` for every connection accepted from it: small
-/// responses must not wait for the client's delayed ACK (Nagle's algorithm). Setting it
-/// on the shared listener again is harmless: every worker sets the same value.
-fn prepare_listener(listener: std::net::TcpListener) -> io::Result<std::net::TcpListener> {
-    listener.set_nonblocking(true)?;
-    if ACCEPTED_INHERIT_NODELAY {
-        rustix::net::sockopt::set_tcp_nodelay(&listener, true)?;
-    }
-    Ok(listener)
-}
-
-/// Tells the lifecycle task that a connection has ended, however its task ends, with the
-/// index [`Admission`] holds it under.
-struct ClosedGuard(UnboundedSender<usize>, usize);
-
-impl Drop for ClosedGuard {
-    fn drop(&mut self) {
-        let _ = self.0.send(self.1);
-    }
-}
-
 /// `--http3`: this worker's slot sockets until it starts accepting, the QUIC
 /// configuration, and the connections its endpoints pass to the lifecycle task.
 struct Quic {
@@ -254,66 +227,6 @@ struct Quic {
     incoming: UnboundedReceiver<quinn::Incoming>,
     /// The endpoints' tasks, which the worker lets finish before it exits.
     endpoints: Vec<tokio::task::JoinHandle<()>>,
-}
-
-/// The first connection ready on any listener, and whether that listener is one of the
-/// last `cleartext` ones (the ACME HTTP-01 listeners of a TLS site).
-///
-/// `has_room` is asked on every poll, just before accepting: a connection's request may
-/// have started since the worker last looked, and a full worker that accepted anyway
-/// would serve over its budget what a sibling with room should have taken from the shared
-/// backlog. Saying no leaves the connection there; the worker looks again on its next
-/// pass (a close, a frame or its heartbeat deadline, whichever comes first).
-async fn accept_any(
-    listeners: &[TcpListener],
-    cleartext: usize,
-    has_room: impl Fn() -> bool,
-) -> (io::Result<(TcpStream, SocketAddr)>, bool) {
-    let first_cleartext = listeners.len().saturating_sub(cleartext);
-    poll_fn(|cx| {
-        if !has_room() {
-            return Poll::Pending;
-        }
-        for (i, l) in listeners.iter().enumerate() {
-            if let Poll::Ready(r) = l.poll_accept(cx) {
-                return Poll::Ready((r, i >= first_cleartext));
-            }
-        }
-        Poll::Pending
-    })
-    .await
-}
-
-/// How soon a worker looks again for room for a QUIC connection waiting in its channel.
-const QUIC_ROOM_RECHECK: Duration = Duration::from_millis(50);
-
-/// The next QUIC connection the endpoints handed over, taken only while `has_room` says
-/// so, asked on every poll as [`accept_any`] asks it: a connection whose request started
-/// since the worker last looked may no longer be closed to make room. One not taken waits
-/// in the channel (its client repeats its first flight meanwhile).
-async fn next_quic(
-    incoming: &mut UnboundedReceiver<quinn::Incoming>,
-    has_room: impl Fn() -> bool,
-) -> Option<quinn::Incoming> {
-    poll_fn(|cx| {
-        if !has_room() {
-            return Poll::Pending;
-        }
-        incoming.poll_recv(cx)
-    })
-    .await
-}
-
-/// Whether a worker holding `held` connections may accept another: below the limit (not
-/// counting those already asked to close), or full with one that may be closed to make
-/// room. Read again just before each accept: which connections are idle changes as their
-/// requests start and finish, without the worker's loop hearing of it.
-fn has_room(held: u32, max_connections: u32, admission: &Admission) -> bool {
-    if held < max_connections {
-        return true;
-    }
-    let closing = u32::try_from(admission.closing()).unwrap_or(u32::MAX);
-    held.saturating_sub(closing) < max_connections || admission.can_make_room()
 }
 
 /// This worker's share of a service-wide bound `max` (none when 0 or less): the broker's
@@ -1009,35 +922,4 @@ fn prepare_policy(
 
 fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86_400)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn connections_accepted_from_a_prepared_listener_have_nagle_off() {
-        let listener = prepare_listener(std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-            .expect("prepare");
-        let _client =
-            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        // Non-blocking now: wait for the connection to be ready to accept, bounded.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        let accepted = loop {
-            match listener.accept() {
-                Ok((stream, _)) => break stream,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    assert!(std::time::Instant::now() < deadline, "never accepted");
-                    std::thread::yield_now();
-                }
-                Err(e) => panic!("accept: {e}"),
-            }
-        };
-        if ACCEPTED_INHERIT_NODELAY {
-            assert!(
-                accepted.nodelay().expect("getsockopt"),
-                "TCP_NODELAY not inherited"
-            );
-        }
-    }
 }
