@@ -269,6 +269,14 @@ mod tests {
                 continue;
             }
             let mut raw = RawConfig::default();
+            if matches!(f.key, "restart_backoff_jitter" | "restart_backoff_keep_one") {
+                // Every value of a choice or a switch is valid: a value of the wrong type
+                // is refused when it is set, naming the field.
+                let set = f.set.expect("overridable");
+                let err = set(&mut raw, &serde_json::json!(-5)).expect_err(f.key);
+                assert!(err.starts_with(f.key), "{err}");
+                continue;
+            }
             let bad = if f.key.ends_with("jitter") { 7.0 } else { -5.0 };
             let set = f.set.expect("overridable");
             if set(&mut raw, &serde_json::json!(bad)).is_err() {
