@@ -29,7 +29,7 @@ use servery_core::supervisor::Platform;
 
 use crate::research::age::AgeModel;
 use crate::research::cycles::{self, Cycle, CycleError, Shares};
-use crate::research::workload::{FaultClass, FaultModel, Workload};
+use crate::research::workload::{FaultModel, Workload};
 
 /// The scaled TTT statistics `φ_0 = 0, φ_1, …, φ_n = 1` of `times` (sorted inside).
 pub fn scaled_ttt(times: &[f64]) -> (Vec<f64>, Vec<f64>) {
@@ -75,26 +75,15 @@ pub fn empirical_availability(
 
 /// The supervisor run of a trace: one worker resampling it, recycled at `age`.
 pub fn trace_workload(times: &[f64], rejuvenation_s: f64) -> Workload {
-    Workload {
-        name: "failure-trace".into(),
-        about: "lifetimes resampled from a failure-time trace, one worker".into(),
-        fault_class: FaultClass::Transient,
-        workers: 1,
-        duration_s: 1.0,
-        request_rate: 0.0,
-        load_steps: Vec::new(),
-        boot_cost_s: 0.0,
-        memory_base_mb: 50.0,
-        memory_growth_mb_per_s: 0.0,
-        memory_growth_mb_per_request: 0.0,
-        latency_bound_s: 1.0,
-        boot_s: Some(rejuvenation_s),
-        faults: FaultModel::FailureTrace {
+    Workload::one_aging_worker(
+        "failure-trace",
+        "lifetimes resampled from a failure-time trace, one worker",
+        rejuvenation_s,
+        FaultModel::FailureTrace {
             trace_file: String::new(),
             times_s: times.to_vec(),
         },
-        also_faults: Vec::new(),
-    }
+    )
 }
 
 /// `seeds` cycles of `workload` on the supervisor with age recycling at `age`.

@@ -35,7 +35,7 @@ use crate::research::clock::ModelRun;
 use crate::research::cycles::{self, Cycle, CycleError, Shares};
 use crate::research::huang::Huang;
 use crate::research::policy::Policy;
-use crate::research::workload::{FaultClass, FaultModel, Workload};
+use crate::research::workload::{FaultModel, Workload};
 
 /// Failures below which a row is judged by its failure count alone.
 pub const MIN_FAILURES: u64 = 10;
@@ -104,25 +104,14 @@ impl Garg {
     /// The workload the supervisor runs: one worker aging through the chain.
     pub fn workload(&self) -> Workload {
         let c = &self.chain;
-        Workload {
-            name: "huang-chain".into(),
-            about: "Huang's robust -> failure-probable -> failed chain, one worker".into(),
-            fault_class: FaultClass::Transient,
-            workers: 1,
-            duration_s: 1.0,
-            request_rate: 0.0,
-            load_steps: Vec::new(),
-            boot_cost_s: 0.0,
-            memory_base_mb: 50.0,
-            memory_growth_mb_per_s: 0.0,
-            memory_growth_mb_per_request: 0.0,
-            latency_bound_s: 1.0,
-            boot_s: Some(SCALE_S / c.r3),
-            faults: FaultModel::MarkovAging {
+        Workload::one_aging_worker(
+            "huang-chain",
+            "Huang's robust -> failure-probable -> failed chain, one worker",
+            SCALE_S / c.r3,
+            FaultModel::MarkovAging {
                 phase_means_s: vec![SCALE_S / c.r2, SCALE_S / c.lambda],
             },
-            also_faults: Vec::new(),
-        }
+        )
     }
 
     /// The policy the supervisor runs: age recycling every δ, the repair's remainder as

@@ -184,6 +184,29 @@ fn secs(s: f64) -> Duration {
 }
 
 impl Workload {
+    /// One worker, no requests, whose every boot takes `boot_s` and whose lifetimes
+    /// `faults` draws: how the published rejuvenation models run on the supervisor (a
+    /// boot takes the repair or rejuvenation time, decision 0104).
+    pub fn one_aging_worker(name: &str, about: &str, boot_s: f64, faults: FaultModel) -> Self {
+        Workload {
+            name: name.into(),
+            about: about.into(),
+            fault_class: FaultClass::Transient,
+            workers: 1,
+            duration_s: 1.0,
+            request_rate: 0.0,
+            load_steps: Vec::new(),
+            boot_cost_s: 0.0,
+            memory_base_mb: 50.0,
+            memory_growth_mb_per_s: 0.0,
+            memory_growth_mb_per_request: 0.0,
+            latency_bound_s: 1.0,
+            boot_s: Some(boot_s),
+            faults,
+            also_faults: Vec::new(),
+        }
+    }
+
     /// The seed's own stream for this workload (independent of the policy).
     fn stream(&self, seed: u64, salt: u64) -> SimRng {
         let name = self.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
