@@ -10,6 +10,7 @@
 mod budget;
 mod catalog;
 mod catalog_apps;
+mod catalog_basics;
 mod catalog_bursts;
 mod catalog_certs;
 mod catalog_chaos;
