@@ -35,16 +35,22 @@ def shell_env():
             if not k.startswith(inherited) and k not in exact}
 
 
-def release_executable(*target):
-    """The executable cargo builds for `target` (e.g. "--bin", "servery")."""
+def release_executables(*target):
+    """The executables cargo builds for `target` (e.g. "--bin", "servery", "--example",
+    "request_instructions"), in one cargo run, so their links proceed side by side."""
     out = subprocess.run(
         [*release_command(), "-q", *target, "--message-format=json-render-diagnostics"],
         cwd=ROOT, check=True, capture_output=True, text=True, env=shell_env()).stdout
-    for line in out.splitlines():
-        msg = json.loads(line)
-        if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
-            return msg["executable"]
-    raise SystemExit(f"cargo built no executable for {' '.join(target)}")
+    found = [msg["executable"] for msg in map(json.loads, out.splitlines())
+             if msg.get("reason") == "compiler-artifact" and msg.get("executable")]
+    if not found:
+        raise SystemExit(f"cargo built no executable for {' '.join(target)}")
+    return found
+
+
+def release_executable(*target):
+    """The executable cargo builds for `target` (e.g. "--bin", "servery")."""
+    return release_executables(*target)[0]
 
 
 def release_binary(*extra):
@@ -53,7 +59,8 @@ def release_binary(*extra):
 
 
 if __name__ == "__main__":
-    # scripts/release_binary.py [--example NAME | --bin NAME] [--features F]: print the path.
+    # scripts/release_binary.py [--example NAME | --bin NAME]... [--features F]: print the
+    # path of each executable built, one a line.
     args = sys.argv[1:]
     named = any(a in ("--bin", "--example") for a in args)
-    print(release_executable(*args) if named else release_binary(*args))
+    print("\n".join(release_executables(*args)) if named else release_binary(*args))
