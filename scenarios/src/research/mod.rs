@@ -14,6 +14,7 @@ pub mod garg;
 pub mod heatmap;
 pub mod huang;
 pub mod jitter;
+pub mod memory;
 pub mod metrics;
 pub mod output;
 pub mod plots;
