@@ -17,6 +17,7 @@ pub mod jitter;
 pub mod memory;
 pub mod metrics;
 pub mod output;
+pub mod pdf;
 pub mod plots;
 pub mod policy;
 pub mod provenance;
