@@ -82,11 +82,13 @@ fn age_on_the_supervisor() -> String {
 /// The pool-aware backoff comparison (issue 41's "And use it"): the seed's per-slot
 /// backoff against `restart_backoff_keep_one`, at the seed's restart limit and with the
 /// limit raised out of the way, under the crash workloads; means and the verdict's answer.
-pub const POOL_POLICIES: [&str; 4] = [
+pub const POOL_POLICIES: [&str; 6] = [
     "seed-defaults",
     "seed-defaults-keep-one",
+    "seed-defaults-shared",
     "seed-limit-1000",
     "seed-limit-1000-keep-one",
+    "seed-limit-1000-shared",
 ];
 pub const POOL_WORKLOADS: [&str; 5] = [
     "crash-storm",
