@@ -376,6 +376,11 @@ pub struct RecoveryArgs {
     /// limit still counts it).
     #[arg(long, env = "SERVERY_RESTART_BACKOFF_KEEP_ONE", value_parser = clap::builder::BoolishValueParser::new(), group = LIVE)]
     pub restart_backoff_keep_one: bool,
+    /// Backoff shared across slots: every unstable restart, whichever slot, grows one
+    /// delay for the pool, and a crash waits at least that; a stable worker's crash
+    /// resets it.
+    #[arg(long, env = "SERVERY_RESTART_BACKOFF_SHARED", value_parser = clap::builder::BoolishValueParser::new(), group = LIVE)]
+    pub restart_backoff_shared: bool,
     /// Recycle a worker after this age (0: off).
     #[arg(long, value_name = "SECS", env = "SERVERY_WORKER_MAX_AGE", default_value_t = rec().worker_max_age, allow_negative_numbers = true, group = LIVE)]
     pub worker_max_age: f64,
@@ -479,6 +484,7 @@ crate::knobs::core_fields! {
         restart_burst_window => recovery.restart_burst_window;
         restart_backoff_jitter => recovery.restart_backoff_jitter via Jitter::core;
         restart_backoff_keep_one => recovery.restart_backoff_keep_one;
+        restart_backoff_shared => recovery.restart_backoff_shared;
         worker_max_age => recovery.worker_max_age;
         worker_max_age_jitter => recovery.worker_max_age_jitter;
         max_requests_per_worker => recovery.max_requests_per_worker;

@@ -269,7 +269,10 @@ mod tests {
                 continue;
             }
             let mut raw = RawConfig::default();
-            if matches!(f.key, "restart_backoff_jitter" | "restart_backoff_keep_one") {
+            if matches!(
+                f.key,
+                "restart_backoff_jitter" | "restart_backoff_keep_one" | "restart_backoff_shared"
+            ) {
                 // Every value of a choice or a switch is valid: a value of the wrong type
                 // is refused when it is set, naming the field.
                 let set = f.set.expect("overridable");

@@ -314,6 +314,9 @@ pub struct Outcome {
     /// With an application ([`crate::Workload::app`]): per worker, the most heartbeats
     /// in a row it sent reporting memory above `worker_max_rss`.
     pub memory_streaks: std::collections::BTreeMap<u64, u32>,
+    /// With an application: per worker, the most memory (bytes) it reported in a
+    /// heartbeat, what an RSS limit is judged on.
+    pub memory_peaks: std::collections::BTreeMap<u64, u64>,
     /// Per worker, when it stopped accepting (ms of virtual time): its drain began.
     pub drains_started: std::collections::BTreeMap<u64, u64>,
     /// Each application shutdown a worker started ([`crate::AppModel::shutdown_ms`]).

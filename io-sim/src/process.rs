@@ -412,6 +412,8 @@ impl SimWorld {
             p.life.handle_timeout(now, conns, conns);
             if p.life.beats_sent() > beats {
                 // The oracle: what the parent was told, beat by beat.
+                let peak = self.out.memory_peaks.entry(worker.0).or_insert(0);
+                *peak = (*peak).max(memory);
                 let limit = self.spec.config.recovery.worker_max_rss;
                 if limit > 0 && memory > limit as u64 {
                     p.memory_over_streak += 1;

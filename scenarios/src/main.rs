@@ -104,7 +104,8 @@ enum Cmd {
         seeds: u64,
         #[arg(long, default_value_t = default_jobs())]
         jobs: usize,
-        /// Write runs.csv, summary.csv, verdict.csv, ranks.csv, answer.csv and SVG plots here.
+        /// Write runs.csv, summary.csv, verdict.csv, ranks.csv, answer.csv and the plots
+        /// (each as SVG and PDF) here.
         #[arg(long)]
         out: Option<std::path::PathBuf>,
         /// Print one JSON object: {"policies", "differences", "verdict", "provenance"}.

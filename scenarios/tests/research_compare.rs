@@ -327,6 +327,19 @@ fn out_writes_csv_and_plots_and_the_grid_orders_p_failed_by_the_limit() {
     ] {
         let body = read(svg);
         assert!(body.starts_with("<svg") && body.contains("</svg>"), "{svg}");
+        // The same drawing as PDF, every label set (one text-showing operator each).
+        let name = svg.replace(".svg", ".pdf");
+        let pdf = std::fs::read(dir.join(&name)).unwrap_or_default();
+        let pdf = String::from_utf8_lossy(&pdf);
+        assert!(
+            pdf.starts_with("%PDF-1.4") && pdf.ends_with("%%EOF\n"),
+            "{name} is not a whole PDF"
+        );
+        assert_eq!(
+            pdf.matches(" Tj ET").count(),
+            body.matches("<text").count(),
+            "{name}: every label of {svg} set once"
+        );
     }
     // Four workers crashing at once: a limit of 1 fails every run, 5 none.
     let grid = read("p-failed-grid-crash-storm-short.csv");

@@ -82,11 +82,13 @@ fn age_on_the_supervisor() -> String {
 /// The pool-aware backoff comparison (issue 41's "And use it"): the seed's per-slot
 /// backoff against `restart_backoff_keep_one`, at the seed's restart limit and with the
 /// limit raised out of the way, under the crash workloads; means and the verdict's answer.
-pub const POOL_POLICIES: [&str; 4] = [
+pub const POOL_POLICIES: [&str; 6] = [
     "seed-defaults",
     "seed-defaults-keep-one",
+    "seed-defaults-shared",
     "seed-limit-1000",
     "seed-limit-1000-keep-one",
+    "seed-limit-1000-shared",
 ];
 pub const POOL_WORKLOADS: [&str; 5] = [
     "crash-storm",
@@ -138,6 +140,36 @@ fn pool_aware_backoff() -> String {
     s
 }
 
+/// Recycling on memory (decision 0110): the leak workload against no recycling, a
+/// request limit, an RSS limit and two ages, 20 paired seeds.
+pub const MEMORY_POLICIES: [&str; 4] = [
+    "seed-defaults",
+    "seed-defaults-max-requests",
+    "seed-defaults-max-rss",
+    "sweeps/max-age",
+];
+pub const MEMORY_SEEDS: u64 = 20;
+
+fn recycling_on_memory() -> String {
+    use servery_scenarios::research::{memory, sweep};
+    let policies: Vec<policy::Policy> = MEMORY_POLICIES
+        .iter()
+        .flat_map(|n| {
+            sweep::load_all(&resolve(n, "policies")).unwrap_or_else(|e| panic!("{n}: {e}"))
+        })
+        .collect();
+    let w = workload::load(&resolve("leak", "workloads")).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cells = run_matrix(
+        &policies,
+        std::slice::from_ref(&w),
+        0..MEMORY_SEEDS,
+        jobs,
+        Platform::Posix,
+    );
+    memory::table(&policies, &cells, &w)
+}
+
 #[test]
 fn the_documents_generated_figures_are_the_tools_output() {
     let path = doc_path();
@@ -155,6 +187,7 @@ fn the_documents_generated_figures_are_the_tools_output() {
             }
             "age-replacement on the supervisor" => age_on_the_supervisor(),
             "pool-aware backoff" => pool_aware_backoff(),
+            "recycling on memory" => recycling_on_memory(),
             _ => panic!("no generator for {key}"),
         }
     };
@@ -167,6 +200,7 @@ fn the_documents_generated_figures_are_the_tools_output() {
         "reproduce garg-1995",
         "reproduce dohi-2000",
         "pool-aware backoff",
+        "recycling on memory",
     ] {
         let (range, quoted) = block(&doc, key).unwrap_or_else(|| panic!("no block {key:?}"));
         let fresh = generate(key);

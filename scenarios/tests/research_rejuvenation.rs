@@ -139,6 +139,51 @@ fn dohi_ttt_estimate_from_the_shipped_trace_on_the_supervisor_covers_its_closed_
     // parametric optimum's availability.
     let (_, best, at) = r.parametric;
     assert!(best - at < 1e-3 * best, "{at} vs {best}");
+
+    // The cost criterion (decision 0111): at $1,000/h failed and $40/h rejuvenating a
+    // failure is dear, so the estimate rejuvenates earlier than availability's; the
+    // supervisor's dollars an hour cover the empirical closed form.
+    let c = &r.cost;
+    let cost_age = c.age.unwrap_or(f64::INFINITY);
+    assert!(
+        cost_age < age,
+        "the cost criterion rejuvenates at {cost_age} s, not before {age} s"
+    );
+    assert!(
+        c.supervisor.covers(c.closed) && c.pure.covers(c.closed),
+        "cost criterion at t0 = {cost_age} s: the supervisor's ${:?}/h or the pure model's \
+         ${:?}/h misses the closed form ${}/h",
+        c.supervisor,
+        c.pure,
+        c.closed
+    );
+    // The robust period: the supervisor recycles at mu_0 + t0, and its availability
+    // covers the closed form with alpha = mu_0/mu_f; ignoring the robust period (alpha = 0)
+    // would have chosen a worse age.
+    let b = &r.robust;
+    assert_eq!(
+        b.supervisor_age,
+        b.age.map(|a| rejuvenation::DOHI_ROBUST_S + a),
+        "worker_max_age is the robust period plus t0"
+    );
+    assert!(
+        b.supervisor.covers(b.closed) && b.pure.covers(b.closed),
+        "robust period: the supervisor's availability {:?} or the pure model's {:?} at age \
+         {:?} misses the closed form {}",
+        b.supervisor,
+        b.pure,
+        b.supervisor_age,
+        b.closed
+    );
+    assert!(
+        b.j != r.j && b.closed > r.robust_ignored,
+        "with a robust period the alpha estimate (j* = {}, A = {}) improves on alpha = 0's \
+         (j* = {}, A = {})",
+        b.j,
+        b.closed,
+        r.j,
+        r.robust_ignored
+    );
 }
 
 #[test]
@@ -209,6 +254,21 @@ fn bad_aging_workloads_are_refused_naming_the_field_and_the_rule() {
     .err()
     .unwrap_or_default();
     assert!(e.contains("nope.txt") && e.contains("cannot read"), "{e}");
+    let dir = std::env::temp_dir().join(format!("servery-trace-{}-robust", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join("t.txt"), "10\n20\n").unwrap_or_else(|e| panic!("{e}"));
+    let e = load_text(
+        "robust",
+        &format!(
+            "{head}[faults]\nkind = \"failure-trace\"\ntrace_file = \"t.txt\"\nrobust_s = -1.0\n"
+        ),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(
+        e.contains("faults.robust_s: must be a finite number of seconds >= 0"),
+        "{e}"
+    );
     let bad = workload::parse_trace(Path::new("t.txt"), "# c\n12.5\nabc\n")
         .err()
         .map(|e| e.to_string())

@@ -63,6 +63,10 @@ pub struct RawRecovery {
     /// after `restart_backoff_initial`, not its slot's grown delay (the restart limit
     /// still counts it). Off: each slot backs off on its own.
     pub restart_backoff_keep_one: bool,
+    /// Backoff shared across slots: every unstable restart, whichever slot, grows one
+    /// delay for the pool, and a crash waits at least that (and at least its slot's own
+    /// delay); a stable worker's crash resets it. Off: each slot backs off on its own.
+    pub restart_backoff_shared: bool,
     pub worker_max_age: f64,
     pub worker_max_age_jitter: f64,
     pub max_requests_per_worker: i64,
@@ -93,6 +97,7 @@ impl Default for RawRecovery {
             restart_burst_window: 0.0,
             restart_backoff_jitter: RestartJitter::None,
             restart_backoff_keep_one: false,
+            restart_backoff_shared: false,
             worker_max_age: 0.0,
             worker_max_age_jitter: 0.1,
             max_requests_per_worker: 0,

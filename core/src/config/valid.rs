@@ -18,6 +18,7 @@ pub struct RecoveryPolicy {
     pub(super) restart_burst_window: Duration,
     pub(super) restart_backoff_jitter: RestartJitter,
     pub(super) restart_backoff_keep_one: bool,
+    pub(super) restart_backoff_shared: bool,
     pub(super) worker_max_age: Option<Duration>,
     pub(super) worker_max_age_jitter: f64,
     pub(super) max_requests_per_worker: Option<u64>,
@@ -59,6 +60,10 @@ impl RecoveryPolicy {
     /// Whether a crash that leaves no worker running is replaced after the initial delay.
     pub fn restart_backoff_keep_one(&self) -> bool {
         self.restart_backoff_keep_one
+    }
+    /// Whether one backoff, grown by every slot's unstable restarts, holds the pool.
+    pub fn restart_backoff_shared(&self) -> bool {
+        self.restart_backoff_shared
     }
     /// `None` when age recycling is off.
     pub fn worker_max_age(&self) -> Option<Duration> {

@@ -384,6 +384,7 @@ impl RawConfig {
                 restart_burst_window: burst,
                 restart_backoff_jitter: r.restart_backoff_jitter,
                 restart_backoff_keep_one: r.restart_backoff_keep_one,
+                restart_backoff_shared: r.restart_backoff_shared,
                 worker_max_age: (!max_age.is_zero()).then_some(max_age),
                 worker_max_age_jitter: age_jitter,
                 max_requests_per_worker: (max_requests > 0).then_some(max_requests),

@@ -42,6 +42,7 @@ impl ValidConfig {
                 restart_burst_window: secs(r.restart_burst_window()),
                 restart_backoff_jitter: r.restart_backoff_jitter(),
                 restart_backoff_keep_one: r.restart_backoff_keep_one(),
+                restart_backoff_shared: r.restart_backoff_shared(),
                 worker_max_age: r.worker_max_age().map_or(0.0, secs),
                 worker_max_age_jitter: r.worker_max_age_jitter(),
                 max_requests_per_worker: r.max_requests_per_worker().map_or(0, count),
@@ -155,6 +156,7 @@ mod tests {
         r.restart_burst_window = 0.75;
         r.restart_backoff_jitter = crate::config::RestartJitter::Decorrelated;
         r.restart_backoff_keep_one = true;
+        r.restart_backoff_shared = true;
         r.worker_max_age = 600.0;
         r.worker_max_age_jitter = 0.2;
         r.max_requests_per_worker = 1000;

@@ -273,8 +273,19 @@ impl Supervisor {
             }
             RestartDecision::Replace { after } => {
                 self.tally.restarts[tally::reason_index(reason)] += 1;
-                // Pool-aware: the last slot standing is not held in its grown backoff.
                 let policy = self.config.recovery();
+                // Shared: one backoff for the pool, grown by every unstable restart.
+                let after = if policy.restart_backoff_shared() {
+                    if stable {
+                        self.pool_run = 0;
+                    }
+                    let pool = super::restart::backoff(policy, self.pool_run);
+                    self.pool_run = self.pool_run.saturating_add(1);
+                    after.max(pool)
+                } else {
+                    after
+                };
+                // Pool-aware: the last slot standing is not held in its grown backoff.
                 let after = if policy.restart_backoff_keep_one()
                     && self.slots.iter().all(|s| s.member.is_none())
                 {

@@ -90,6 +90,8 @@ pub struct Supervisor {
     workers: WorkerTable,
     slots: Vec<SlotEntry>,
     window: RestartWindow,
+    /// Unstable restarts in a row across the pool, for `restart_backoff_shared`.
+    pool_run: u32,
     rollout: Option<Rollout>,
     recycle: Option<Recycle>,
     /// Who reads which HTTP/3 socket, and where new connections go (decision 0079).
@@ -129,6 +131,7 @@ impl Supervisor {
             workers: WorkerTable::default(),
             slots: Vec::new(),
             window: RestartWindow::default(),
+            pool_run: 0,
             rollout: None,
             recycle: None,
             quic: quic::QuicSockets::default(),

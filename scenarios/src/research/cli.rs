@@ -193,7 +193,7 @@ pub fn compare(args: &CompareArgs) -> Result<String, ResearchError> {
                 );
                 let csv = grid_prov.csv_header() + &grid.csv();
                 output::write(dir, &format!("p-failed-grid-{}.csv", w.name), &csv)?;
-                output::write(
+                output::write_plot(
                     dir,
                     &format!("p-failed-grid-{}.svg", w.name),
                     &grid.svg(args.seeds),

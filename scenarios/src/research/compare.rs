@@ -140,8 +140,9 @@ pub const SCALARS: &[Scalar] = &[
     ("amplification", |m| {
         Some(m.amplification).filter(|a| a.is_finite())
     }),
-    // Last, so every metric before it keeps its bootstrap stream.
+    // Last, so every metric before them keeps its bootstrap stream.
     ("served_within_bound", |m| Some(m.served_within_bound)),
+    ("peak_worker_rss_mb", |m| m.peak_worker_rss_mb),
 ];
 
 fn mean_of(xs: &[f64]) -> Option<f64> {

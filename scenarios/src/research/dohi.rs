@@ -48,14 +48,72 @@ pub fn scaled_ttt(times: &[f64]) -> (Vec<f64>, Vec<f64>) {
 
 /// Dohi et al.'s estimate: `(j*, t̂₀)`; `t̂₀ = None` when never rejuvenating is best.
 pub fn optimal_age(times: &[f64], repair_s: f64, rejuvenation_s: f64) -> (usize, Option<f64>) {
+    optimal_age_after(times, repair_s, rejuvenation_s, 0.0)
+}
+
+/// Dohi et al.'s estimate with a robust period of `robust_s` before the aging clock:
+/// `j* = argmax (φ_j + α) / (j/n + β)`, `α = μ₀/μ_f`; `t̂₀` is measured from the robust
+/// period's end (a supervisor recycles at the age `robust_s + t̂₀`).
+pub fn optimal_age_after(
+    times: &[f64],
+    repair_s: f64,
+    rejuvenation_s: f64,
+    robust_s: f64,
+) -> (usize, Option<f64>) {
     let (phi, x) = scaled_ttt(times);
     let n = x.len();
+    let mean = x.iter().sum::<f64>() / n as f64;
+    let alpha = robust_s / mean;
     let beta = rejuvenation_s / (repair_s - rejuvenation_s);
-    let score = |j: usize| phi[j] / (j as f64 / n as f64 + beta);
+    let score = |j: usize| (phi[j] + alpha) / (j as f64 / n as f64 + beta);
     let best = (1..=n)
         .max_by(|&a, &b| score(a).total_cmp(&score(b)))
         .unwrap_or(n);
     (best, (best < n).then(|| x[best - 1]))
+}
+
+/// The costs of the cost criterion: dollars an hour the service is down failed (`c_f`,
+/// Dohi et al.'s `c_s`) and rejuvenating (`c_r`, their `c_p`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Costs {
+    pub failed_per_h: f64,
+    pub rejuvenating_per_h: f64,
+}
+
+/// Dohi et al.'s cost criterion estimated from the trace: the `j*` minimising the
+/// expected cost an hour of the empirical distribution, written in the TTT statistics,
+/// `C_j = (c_f μ_a p + c_r μ_c (1 − p)) / (μ₀ + μ_f φ_j + μ_a p + μ_c (1 − p))`,
+/// `p = j/n`; `j* = n` is never rejuvenating (`t̂₀ = None`).
+pub fn cost_optimal_age(
+    times: &[f64],
+    repair_s: f64,
+    rejuvenation_s: f64,
+    robust_s: f64,
+    costs: Costs,
+) -> (usize, Option<f64>) {
+    let (phi, x) = scaled_ttt(times);
+    let n = x.len();
+    let mean = x.iter().sum::<f64>() / n as f64;
+    let cost = |j: usize| {
+        let p = j as f64 / n as f64;
+        (costs.failed_per_h * repair_s * p + costs.rejuvenating_per_h * rejuvenation_s * (1.0 - p))
+            / (robust_s + mean * phi[j] + repair_s * p + rejuvenation_s * (1.0 - p))
+    };
+    let best = (1..=n)
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+        .unwrap_or(n);
+    (best, (best < n).then(|| x[best - 1]))
+}
+
+/// One renewal cycle of age replacement under the empirical distribution of `times`
+/// after a robust period, recycled `age` after it (None: never): (mean up time, the
+/// probability a cycle ends failed).
+fn empirical_cycle(times: &[f64], robust_s: f64, age: Option<f64>) -> (f64, f64) {
+    let n = times.len() as f64;
+    let age = age.unwrap_or(f64::INFINITY);
+    let up: f64 = robust_s + times.iter().map(|x| x.min(age)).sum::<f64>() / n;
+    let failed = times.iter().filter(|x| **x <= age).count() as f64 / n;
+    (up, failed)
 }
 
 /// The closed-form availability of age replacement at `age` (None: never) for the
@@ -66,21 +124,52 @@ pub fn empirical_availability(
     rejuvenation_s: f64,
     age: Option<f64>,
 ) -> f64 {
-    let n = times.len() as f64;
-    let age = age.unwrap_or(f64::INFINITY);
-    let up: f64 = times.iter().map(|x| x.min(age)).sum::<f64>() / n;
-    let failed = times.iter().filter(|x| **x <= age).count() as f64 / n;
+    empirical_availability_after(times, repair_s, rejuvenation_s, 0.0, age)
+}
+
+/// As [`empirical_availability`], after a robust period of `robust_s` (`age` counted
+/// from its end).
+pub fn empirical_availability_after(
+    times: &[f64],
+    repair_s: f64,
+    rejuvenation_s: f64,
+    robust_s: f64,
+    age: Option<f64>,
+) -> f64 {
+    let (up, failed) = empirical_cycle(times, robust_s, age);
     up / (up + repair_s * failed + rejuvenation_s * (1.0 - failed))
+}
+
+/// The closed-form expected cost an hour (dollars) of age replacement at `age` for the
+/// empirical distribution of `times`, after a robust period of `robust_s`.
+pub fn empirical_cost_rate(
+    times: &[f64],
+    repair_s: f64,
+    rejuvenation_s: f64,
+    robust_s: f64,
+    age: Option<f64>,
+    costs: Costs,
+) -> f64 {
+    let (up, failed) = empirical_cycle(times, robust_s, age);
+    let (down_failed, down_rejuvenating) = (repair_s * failed, rejuvenation_s * (1.0 - failed));
+    (costs.failed_per_h * down_failed + costs.rejuvenating_per_h * down_rejuvenating)
+        / (up + down_failed + down_rejuvenating)
 }
 
 /// The supervisor run of a trace: one worker resampling it, recycled at `age`.
 pub fn trace_workload(times: &[f64], rejuvenation_s: f64) -> Workload {
+    trace_workload_after(times, rejuvenation_s, 0.0)
+}
+
+/// As [`trace_workload`], every lifetime `robust_s` longer (the robust period).
+pub fn trace_workload_after(times: &[f64], rejuvenation_s: f64, robust_s: f64) -> Workload {
     Workload::one_aging_worker(
         "failure-trace",
         "lifetimes resampled from a failure-time trace, one worker",
         rejuvenation_s,
         FaultModel::FailureTrace {
             trace_file: String::new(),
+            robust_s,
             times_s: times.to_vec(),
         },
     )
@@ -173,5 +262,99 @@ mod tests {
         }
         assert!(at(None) <= best + 1e-12);
         assert_eq!((j, age), (2, Some(9.0)), "{best}");
+    }
+
+    const TIMES: [f64; 7] = [2.0, 9.0, 9.5, 10.0, 10.5, 11.0, 30.0];
+
+    /// The best of every order statistic and never, by the direct closed form.
+    fn brute_force(f: impl Fn(Option<f64>) -> f64, lowest: bool) -> Option<f64> {
+        let mut ages: Vec<Option<f64>> = TIMES.iter().map(|x| Some(*x)).collect();
+        ages.push(None);
+        let key = |a: &Option<f64>| if lowest { f(*a) } else { -f(*a) };
+        let best = ages.iter().map(key).fold(f64::INFINITY, f64::min);
+        // Never and the last order statistic are the same policy: report never.
+        ages.into_iter()
+            .rev()
+            .find(|a| key(a) <= best + 1e-12)
+            .map(|a| a.filter(|x| *x < 30.0))
+            .unwrap_or(None)
+    }
+
+    #[test]
+    fn a_robust_period_moves_the_ttt_optimum_as_the_direct_closed_form_does() {
+        let (repair, rejuv) = (5.0, 0.5);
+        for robust in [0.0, 3.0, 20.0, 200.0] {
+            let (_, age) = optimal_age_after(&TIMES, repair, rejuv, robust);
+            let direct = brute_force(
+                |a| empirical_availability_after(&TIMES, repair, rejuv, robust, a),
+                false,
+            );
+            let at = |a| empirical_availability_after(&TIMES, repair, rejuv, robust, a);
+            assert!(
+                (at(age) - at(direct)).abs() < 1e-12,
+                "robust {robust} s: the TTT estimate {age:?} (A = {}) is not the direct best \
+                 {direct:?} (A = {})",
+                at(age),
+                at(direct)
+            );
+        }
+        // alpha = 0 is the estimate without a robust period. A long robust period is up
+        // time every rejuvenation renews, so rejuvenating soon after it ends pays.
+        assert_eq!(
+            optimal_age_after(&TIMES, 5.0, 0.5, 0.0),
+            optimal_age(&TIMES, 5.0, 0.5)
+        );
+        let without = optimal_age_after(&TIMES, 5.0, 0.5, 0.0)
+            .1
+            .unwrap_or(f64::INFINITY);
+        let after = optimal_age_after(&TIMES, 5.0, 0.5, 200.0)
+            .1
+            .unwrap_or(f64::INFINITY);
+        assert!(
+            after < without,
+            "a robust period of 200 s: rejuvenate {after} s after it, not before {without} s"
+        );
+    }
+
+    #[test]
+    fn the_cost_criterion_is_the_direct_closed_forms_best_and_equal_costs_are_availability() {
+        let (repair, rejuv) = (5.0, 0.5);
+        for (c_f, c_r) in [(1000.0, 40.0), (100.0, 100.0), (10.0, 400.0)] {
+            let costs = Costs {
+                failed_per_h: c_f,
+                rejuvenating_per_h: c_r,
+            };
+            for robust in [0.0, 20.0] {
+                let (_, age) = cost_optimal_age(&TIMES, repair, rejuv, robust, costs);
+                let at = |a| empirical_cost_rate(&TIMES, repair, rejuv, robust, a, costs);
+                let direct = brute_force(at, true);
+                assert!(
+                    (at(age) - at(direct)).abs() < 1e-9,
+                    "c_f {c_f}, c_r {c_r}, robust {robust}: the TTT cost estimate {age:?} \
+                     (${}/h) is not the direct best {direct:?} (${}/h)",
+                    at(age),
+                    at(direct)
+                );
+            }
+        }
+        // One price for every hour down: the cost an hour is c (1 - A), so the cost
+        // criterion picks availability's age.
+        let same = Costs {
+            failed_per_h: 100.0,
+            rejuvenating_per_h: 100.0,
+        };
+        let a = empirical_availability(&TIMES, repair, rejuv, Some(9.0));
+        let c = empirical_cost_rate(&TIMES, repair, rejuv, 0.0, Some(9.0), same);
+        assert!((c - 100.0 * (1.0 - a)).abs() < 1e-9, "{c} for A = {a}");
+        assert_eq!(
+            cost_optimal_age(&TIMES, repair, rejuv, 0.0, same).1,
+            optimal_age(&TIMES, repair, rejuv).1
+        );
+        // Rejuvenating dearer than failing: never rejuvenate.
+        let dear = Costs {
+            failed_per_h: 10.0,
+            rejuvenating_per_h: 400.0,
+        };
+        assert_eq!(cost_optimal_age(&TIMES, repair, rejuv, 0.0, dear).1, None);
     }
 }

@@ -30,6 +30,12 @@ pub enum ResearchError {
     /// The runs cannot be paired for the verdict (a policy lacks a seed another has).
     #[error("verdict: {0}")]
     Verdict(#[from] crate::research::verdict::VerdictError),
+    /// A plot could not be written as PDF (an SVG element the converter does not know).
+    #[error("{name}: {source}")]
+    Pdf {
+        name: String,
+        source: crate::research::pdf::PdfError,
+    },
     #[error("{path}: cannot write: {source}")]
     Write {
         path: PathBuf,

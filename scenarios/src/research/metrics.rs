@@ -30,6 +30,10 @@ pub struct RunMetrics {
     pub give_up_s: Option<f64>,
     pub peak_processes: f64,
     pub peak_memory_mb: f64,
+    /// The most resident memory one worker reported to the supervisor at a heartbeat
+    /// (MiB): what an RSS limit acts on. Only with the workload's
+    /// `memory_growth_mb_per_request`; `None` otherwise (nothing is reported).
+    pub peak_worker_rss_mb: Option<f64>,
     /// Work including boots over useful work.
     pub amplification: f64,
     /// Ready workers over time, for the plots: (s, ready).
@@ -156,6 +160,9 @@ pub fn measure(
         give_up_s: failed_at.map(|t| (t - draw.onset_s).max(0.0)),
         peak_processes: o.max_live_processes as f64,
         peak_memory_mb: peak_memory(w, o),
+        peak_worker_rss_mb: (w.memory_growth_mb_per_request > 0.0).then(|| {
+            o.memory_peaks.values().copied().max().unwrap_or(0) as f64 / (1024.0 * 1024.0)
+        }),
         amplification,
         ready,
         boot_times: o

@@ -1,4 +1,5 @@
-//! `--out DIR`: the per-run CSV, the summary CSV, the verdict's CSVs and the SVG plots.
+//! `--out DIR`: the per-run CSV, the summary CSV, the verdict's CSVs and the plots (SVG
+//! and PDF).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -16,6 +17,21 @@ pub(crate) fn write(dir: &Path, name: &str, body: &str) -> Result<(), ResearchEr
     // Written whole to a temporary name and renamed: a reader never sees half a file.
     let tmp = dir.join(format!(".{name}.tmp"));
     std::fs::write(&tmp, body)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|source| ResearchError::Write { path, source })
+}
+
+/// A plot as `NAME.svg` and the same drawing as `NAME.pdf` (decision 0112).
+pub(crate) fn write_plot(dir: &Path, svg_name: &str, svg: &str) -> Result<(), ResearchError> {
+    write(dir, svg_name, svg)?;
+    let pdf_name = format!("{}.pdf", svg_name.trim_end_matches(".svg"));
+    let pdf = crate::research::pdf::from_svg(svg).map_err(|source| ResearchError::Pdf {
+        name: pdf_name.clone(),
+        source,
+    })?;
+    let path = dir.join(&pdf_name);
+    let tmp = dir.join(format!(".{pdf_name}.tmp"));
+    std::fs::write(&tmp, pdf)
         .and_then(|()| std::fs::rename(&tmp, &path))
         .map_err(|source| ResearchError::Write { path, source })
 }
@@ -52,7 +68,7 @@ pub fn write_all(
         &(header + &verdict_report::answer_csv(verdicts)),
     )?;
     for (name, svg) in crate::research::plots::all(cells, policies.len(), workloads) {
-        write(dir, &name, &svg)?;
+        write_plot(dir, &name, &svg)?;
     }
     Ok(())
 }

@@ -200,6 +200,7 @@ mod tests {
             give_up_s: None,
             peak_processes: 1.0,
             peak_memory_mb: 0.0,
+            peak_worker_rss_mb: None,
             amplification: 1.0,
             ready: Vec::new(),
             boot_times: Vec::new(),

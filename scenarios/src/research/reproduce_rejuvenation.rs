@@ -167,6 +167,8 @@ pub fn pure_cycle(life: f64, age: Option<f64>, repair: f64, rejuvenation: f64) -
 #[derive(Debug, Clone)]
 pub struct DohiReport {
     pub n: usize,
+    /// The trace's mean failure time, `μ_f` (seconds).
+    pub mean_s: f64,
     pub repair_s: f64,
     pub rejuvenation_s: f64,
     pub j: usize,
@@ -177,7 +179,36 @@ pub struct DohiReport {
     pub pure: Shares,
     /// The trace's source distribution, for the estimator's loss: (T*, A(T*), A(t̂₀)).
     pub parametric: (f64, f64, f64),
+    /// The cost criterion at [`DOHI_COSTS`]: closed form and estimates in dollars an hour.
+    pub cost: DohiCriterion,
+    /// Availability with a robust period of [`DOHI_ROBUST_S`] before the trace's times.
+    pub robust: DohiCriterion,
+    /// With the robust period, availability at the estimate that ignores it (`α = 0`).
+    pub robust_ignored: f64,
 }
+
+/// One more criterion of the Dohi reproduction, on the supervisor and in the pure model.
+#[derive(Debug, Clone)]
+pub struct DohiCriterion {
+    pub j: usize,
+    /// `t̂₀`, from the robust period's end (None: never).
+    pub age: Option<f64>,
+    /// The supervisor's `worker_max_age`: the robust period plus `t̂₀`.
+    pub supervisor_age: Option<f64>,
+    pub closed: f64,
+    pub supervisor: Estimate,
+    pub pure: Estimate,
+}
+
+/// The cost criterion's prices: Huang et al.'s Example A, $1,000 an hour failed and $40
+/// an hour rejuvenating.
+pub const DOHI_COSTS: dohi::Costs = dohi::Costs {
+    failed_per_h: 1000.0,
+    rejuvenating_per_h: 40.0,
+};
+
+/// The robust period of the reproduction's second run (seconds).
+pub const DOHI_ROBUST_S: f64 = 1000.0;
 
 /// Repair and rejuvenation times of the Dohi reproduction: the age model's, ten times.
 pub const DOHI_REPAIR_S: f64 = 20.0;
@@ -198,6 +229,48 @@ pub fn dohi(trace_workload: &Path, seeds: u64) -> Result<DohiReport, String> {
     let pure: Vec<Cycle> = (0..seeds)
         .map(|s| pure_cycle(w.lifetime(s, 0).unwrap_or(0.0), age, repair, rejuv))
         .collect();
+    let run = |robust: f64, age: Option<f64>| -> Result<(Vec<Cycle>, Vec<Cycle>), String> {
+        let w = dohi::trace_workload_after(times_s, rejuv, robust);
+        let supervisor_age = age.map(|a| robust + a);
+        let sup = dohi::on_supervisor(&w, repair, rejuv, supervisor_age, 0..seeds)
+            .map_err(|e| e.to_string())?;
+        let pure = (0..seeds)
+            .map(|s| {
+                pure_cycle(
+                    w.lifetime(s, 0).unwrap_or(0.0),
+                    supervisor_age,
+                    repair,
+                    rejuv,
+                )
+            })
+            .collect();
+        Ok((sup, pure))
+    };
+    let costs = DOHI_COSTS;
+    let (cj, cage) = dohi::cost_optimal_age(times_s, repair, rejuv, 0.0, costs);
+    let (csup, cpure) = run(0.0, cage)?;
+    let dollars =
+        |c: &[Cycle]| cycles::shares(c, costs.failed_per_h, costs.rejuvenating_per_h).cost;
+    let cost = DohiCriterion {
+        j: cj,
+        age: cage,
+        supervisor_age: cage,
+        closed: dohi::empirical_cost_rate(times_s, repair, rejuv, 0.0, cage, costs),
+        supervisor: dollars(&csup),
+        pure: dollars(&cpure),
+    };
+    let robust_s = DOHI_ROBUST_S;
+    let (rj, rage) = dohi::optimal_age_after(times_s, repair, rejuv, robust_s);
+    let (rsup, rpure) = run(robust_s, rage)?;
+    let robust = DohiCriterion {
+        j: rj,
+        age: rage,
+        supervisor_age: rage.map(|a| robust_s + a),
+        closed: dohi::empirical_availability_after(times_s, repair, rejuv, robust_s, rage),
+        supervisor: availability(&dohi::down_share(&rsup).down),
+        pure: availability(&dohi::down_share(&rpure).down),
+    };
+    let robust_ignored = dohi::empirical_availability_after(times_s, repair, rejuv, robust_s, age);
     let weibull = AgeModel {
         shape: 2.0,
         scale_s: 600.0,
@@ -207,6 +280,7 @@ pub fn dohi(trace_workload: &Path, seeds: u64) -> Result<DohiReport, String> {
     let best = weibull.best_age();
     Ok(DohiReport {
         n: times_s.len(),
+        mean_s: times_s.iter().sum::<f64>() / times_s.len() as f64,
         repair_s: repair,
         rejuvenation_s: rejuv,
         j,
@@ -220,6 +294,9 @@ pub fn dohi(trace_workload: &Path, seeds: u64) -> Result<DohiReport, String> {
             weibull.availability(best),
             weibull.availability(age.unwrap_or(f64::INFINITY)),
         ),
+        cost,
+        robust,
+        robust_ignored,
     })
 }
 
@@ -261,7 +338,56 @@ pub fn dohi_text(r: &DohiReport, trace: &str, seeds: u64) -> String {
         r.parametric.1,
         r.parametric.2,
         100.0 * (1.0 - r.parametric.2 / r.parametric.1),
+    ) + &dohi_more_text(r)
+}
+
+fn age_text(a: Option<f64>) -> String {
+    a.map_or("never".to_string(), |a| format!("{a:.1} s"))
+}
+
+/// The cost criterion and the robust period, after the availability criterion.
+fn dohi_more_text(r: &DohiReport) -> String {
+    let (c, b) = (&r.cost, &r.robust);
+    let costs = DOHI_COSTS;
+    let beta_cost = costs.rejuvenating_per_h * r.rejuvenation_s
+        / (costs.failed_per_h * r.repair_s - costs.rejuvenating_per_h * r.rejuvenation_s);
+    format!(
+        "cost criterion at c_f = ${}/h failed, c_r = ${}/h rejuvenating (c_r mu_c / (c_f mu_a - c_r mu_c) = {beta_cost:.4}): \
+         j* = {} of {}, t0 = {}\n\
+         cost at t0, $/h: closed form {:.4}; supervisor {}; pure model {}; covered: {}, {}\n\
+         robust period mu_0 = {DOHI_ROBUST_S} s before the trace's times (alpha = mu_0/mu_f = {:.4}): j* = {} of {}, \
+         t0 = {} after it, worker_max_age = {}\n\
+         availability at it: closed form {:.5}; supervisor {}; pure model {}; covered: {}, {}; \
+         the alpha = 0 estimate with this robust period: {:.5}\n",
+        costs.failed_per_h,
+        costs.rejuvenating_per_h,
+        c.j,
+        r.n,
+        age_text(c.age),
+        c.closed,
+        ci(&c.supervisor, 4),
+        ci(&c.pure, 4),
+        c.supervisor.covers(c.closed),
+        c.pure.covers(c.closed),
+        DOHI_ROBUST_S / r.mean_s,
+        b.j,
+        r.n,
+        age_text(b.age),
+        age_text(b.supervisor_age),
+        b.closed,
+        ci(&b.supervisor, 5),
+        ci(&b.pure, 5),
+        b.supervisor.covers(b.closed),
+        b.pure.covers(b.closed),
+        r.robust_ignored,
     )
+}
+
+fn criterion_json(c: &DohiCriterion) -> serde_json::Value {
+    serde_json::json!({
+        "j": c.j, "age_s": c.age, "worker_max_age_s": c.supervisor_age,
+        "closed_form": c.closed, "supervisor": c.supervisor.json(), "pure_model": c.pure.json(),
+    })
 }
 
 pub fn dohi_json(r: &DohiReport, trace: &str) -> serde_json::Value {
@@ -273,6 +399,8 @@ pub fn dohi_json(r: &DohiReport, trace: &str) -> serde_json::Value {
         "estimate": {"j": r.j, "age_s": r.age},
         "availability": {"closed_form": r.closed, "supervisor": sup.json(), "pure_model": pure.json(), "never_closed_form": r.never_closed},
         "source_weibull": {"best_age_s": r.parametric.0, "best_availability": r.parametric.1, "availability_at_estimate": r.parametric.2},
+        "cost_criterion": {"failed_per_h": DOHI_COSTS.failed_per_h, "rejuvenating_per_h": DOHI_COSTS.rejuvenating_per_h, "dollars_per_h": criterion_json(&r.cost)},
+        "robust_period": {"robust_s": DOHI_ROBUST_S, "availability": criterion_json(&r.robust), "availability_ignoring_it": r.robust_ignored},
     })
 }
 

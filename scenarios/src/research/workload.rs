@@ -69,6 +69,11 @@ pub enum FaultModel {
     /// empirical distribution).
     FailureTrace {
         trace_file: String,
+        /// A robust period before the trace's times (seconds): each lifetime is
+        /// `robust_s` plus a drawn time, the deterministic robust state of Dohi et al.
+        /// 2000 (decision 0111). 0 by default.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        robust_s: f64,
         #[serde(skip)]
         times_s: Vec<f64>,
     },
@@ -523,6 +528,11 @@ impl Workload {
             FaultModel::FailureTrace { times_s, .. } if times_s.len() < 2 => {
                 bad("faults.trace_file", "must hold at least two failure times")
             }
+            FaultModel::FailureTrace { robust_s, .. }
+                if !(robust_s.is_finite() && *robust_s >= 0.0) =>
+            {
+                bad("faults.robust_s", "must be a finite number of seconds >= 0")
+            }
             FaultModel::PoisonRequest {
                 window_s,
                 retry_gap_s,
@@ -612,9 +622,11 @@ fn lifetime(faults: &FaultModel, key: u64, index: u64) -> Option<f64> {
         FaultModel::MarkovAging { phase_means_s } => {
             Some(phase_means_s.iter().map(|m| per_spawn.exp(*m)).sum())
         }
-        FaultModel::FailureTrace { times_s, .. } if !times_s.is_empty() => {
+        FaultModel::FailureTrace {
+            times_s, robust_s, ..
+        } if !times_s.is_empty() => {
             let k = (per_spawn.unit() * times_s.len() as f64) as usize;
-            Some(times_s[k.min(times_s.len() - 1)])
+            Some(robust_s + times_s[k.min(times_s.len() - 1)])
         }
         _ => None,
     }
@@ -668,6 +680,7 @@ pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
         if let FaultModel::FailureTrace {
             trace_file,
             times_s,
+            ..
         } = model
         {
             let file = path
@@ -679,4 +692,8 @@ pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
     }
     w.check(path)?;
     Ok(w)
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }

@@ -490,3 +490,60 @@ fn pool_aware_backoff_keeps_the_last_slot_out_of_its_grown_delay() {
         "per slot: slot 1 waits out its 4 s, only slot 0 returns at 1 s"
     );
 }
+
+/// `restart_backoff_shared`: every unstable restart grows one delay for the pool, so a
+/// slot's first crash after another slot's waits the pool's grown delay; a stable
+/// worker's crash resets it to the initial delay. Off, each slot starts at the initial.
+#[test]
+fn shared_backoff_grows_one_delay_for_the_pool_and_a_stable_crash_resets_it() {
+    let run = |shared: bool| {
+        let mut h = harness(Platform::Posix, |r| {
+            r.recovery.restart_backoff_initial = 1.0;
+            r.recovery.restart_backoff_max = 10.0;
+            r.recovery.restart_stable_period = 30.0;
+            r.recovery.restart_backoff_shared = shared;
+        });
+        let ws = h.start();
+        let crash = |h: &mut Harness, worker| {
+            h.on(Event::Exited {
+                worker,
+                status: ExitStatus::Signal(9),
+            })
+        };
+        // Slot 1's first unstable crash: 1 s either way.
+        crash(&mut h, ws[1]);
+        let acts = h.advance(Duration::from_secs(1));
+        assert_eq!(
+            spawns(&acts),
+            1,
+            "the pool's first restart waits the initial 1 s (shared {shared})"
+        );
+        h.boot(&acts);
+        // Slot 0's first crash: its own delay is 1 s; the pool's has grown to 2 s.
+        crash(&mut h, ws[0]);
+        let first = h.advance(Duration::from_secs(1));
+        h.boot(&first);
+        let second = h.advance(Duration::from_secs(1));
+        h.boot(&second);
+        // Both run past the stable period; then one crashes: a stable worker's crash
+        // starts the pool's delay again.
+        for _ in 0..40 {
+            h.advance(Duration::from_secs(1));
+            h.beat(0);
+        }
+        let member = h.members()[0];
+        crash(&mut h, member);
+        let stable = spawns(&h.advance(Duration::from_secs(1)));
+        (spawns(&first), spawns(&second), stable)
+    };
+    assert_eq!(
+        run(true),
+        (0, 1, 1),
+        "shared: slot 0 waits the pool's 2 s; a stable crash waits the initial 1 s"
+    );
+    assert_eq!(
+        run(false),
+        (1, 0, 1),
+        "per slot: slot 0's first crash waits its own 1 s"
+    );
+}
