@@ -508,6 +508,7 @@ pub(crate) fn expect(config: &RawConfig, end: End) -> Expect {
         workers: config.workers as usize,
         alt_workers: None,
         workers_rule: None,
+        generation_rule: None,
         end_rule: None,
         first_recycle_within: None,
         generation: Some(1),

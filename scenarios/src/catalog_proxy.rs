@@ -208,8 +208,13 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
     let n = workers(ctx, 2, 4);
     let mut config = fast_config(n);
     config.recovery.worker_restart_limit = 10;
-    // One bound for the whole run: the broker's, across every generation's workers.
-    config.broker.max_proxy_inflight = if ctx.rng.chance(0.5) { 0 } else { 12 };
+    // One bound for the whole run: the broker's, across every generation's workers; low
+    // enough that the offered load saturates it while generations overlap.
+    config.broker.max_proxy_inflight = if ctx.rng.chance(0.5) {
+        0
+    } else {
+        ctx.rng.range(2, 4) as i64
+    };
     let probes = ctx.rng.chance(0.5);
     let mut p = plan(ctx, RELOAD_UNIVERSE, probes);
     p.rate = 60.0 + ctx.rng.unit() * 60.0;
@@ -252,6 +257,7 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
     }
     let mut e = expect(&config, End::Ready);
     e.generation = Some(1 + reloads);
+    e.generation_rule = Some("reload rule (every reload that changes the upstream set commits)");
     e.extra = Some(|o, _| {
         no_breach(o)?;
         let x = &o.proxy;

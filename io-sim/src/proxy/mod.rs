@@ -151,8 +151,14 @@ pub(crate) struct ProxySim {
     learned: BTreeMap<WorkerId, (Vec<u16>, Instant)>,
     /// The parent's verdict (the simulated upstreams it marks down), and since when.
     verdict: Vec<u16>,
+    /// The simulated upstreams some live generation (or the committed configuration)
+    /// names, by the oracle's own account: the generations' routes as their spawns carried
+    /// them, and the supervisor's live workers.
+    named: BTreeSet<u16>,
     /// The simulated upstreams the parent's table holds.
     members: BTreeSet<u16>,
+    /// Each generation's upstreams, as its first spawn carried them.
+    spawned_targets: BTreeMap<u64, BTreeSet<u16>>,
     /// Upstreams seen failing (a request or a probe) since they last entered the table.
     failed_since_entered: BTreeSet<u16>,
     /// Each committed generation's upstreams, as its configuration's routes name them.
@@ -177,7 +183,9 @@ impl ProxySim {
             last_flip: Instant::ZERO,
             learned: BTreeMap::new(),
             verdict: Vec::new(),
+            named: BTreeSet::new(),
             members: BTreeSet::new(),
+            spawned_targets: BTreeMap::new(),
             failed_since_entered: BTreeSet::new(),
             generation_targets: BTreeMap::new(),
             verdict_since: Instant::ZERO,
@@ -355,10 +363,22 @@ impl SimWorld {
         let members: BTreeSet<u16> = health
             .map(|h| h.members().filter_map(target_of).collect())
             .unwrap_or_default();
-        // An upstream that enters the table starts with no failure seen.
-        for entered in members.difference(&sim.members) {
+        // An upstream no live generation named before starts with no failure seen.
+        let mut named: BTreeSet<u16> = sup
+            .config()
+            .proxy()
+            .upstreams()
+            .filter_map(target_of)
+            .collect();
+        for g in sup.live_generations() {
+            if let Some(targets) = sim.spawned_targets.get(&g.0) {
+                named.extend(targets.iter().copied());
+            }
+        }
+        for entered in named.difference(&sim.named) {
             sim.failed_since_entered.remove(entered);
         }
+        sim.named = named;
         let left = sim.members.difference(&members).next().is_some();
         sim.members = members;
         let mut verdict: Vec<u16> = health
@@ -510,6 +530,16 @@ impl SimWorld {
         }
     }
 
+    /// A worker of `generation` was spawned: its generation's upstreams are the ones its
+    /// spawn's routes name.
+    pub(crate) fn proxy_spawned(&mut self, generation: u64, wp: &WorkerProxy) {
+        if let Some(sim) = self.proxy.as_mut() {
+            sim.spawned_targets
+                .entry(generation)
+                .or_insert_with(|| wp.targets.iter().copied().collect());
+        }
+    }
+
     /// A worker learned the parent's verdict.
     pub(crate) fn proxy_learned(&mut self, worker: WorkerId, down: &[u16]) {
         let now = self.now;
@@ -527,7 +557,7 @@ impl SimWorld {
                     match targets.get(usize::from(i)) {
                         Some(t) if sim.failed_since_entered.contains(t) => {}
                         Some(&t) => unseen.push(format!(
-                            "{worker} of generation {generation} was told its upstream {i} ({}) is down at {} ms, and no request or probe saw it fail since it entered the parent's table",
+                            "{worker} of generation {generation} was told its upstream {i} ({}) is down at {} ms, and no request or probe saw it fail since a live generation last named it",
                             upstream_url(t),
                             ms_of(now)
                         )),

@@ -200,6 +200,9 @@ impl ParentIo for SimWorld {
                     .proxy
                     .as_ref()
                     .map(|plan| crate::proxy::WorkerProxy::new(plan, &config, key.0));
+                if let Some(wp) = &proc.proxy {
+                    self.proxy_spawned(key.0, wp);
+                }
                 proc.slot = key.1;
                 proc.generation = key.0;
                 self.procs.insert(worker, proc);
