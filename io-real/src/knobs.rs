@@ -285,6 +285,18 @@ mod tests {
                 assert!(err.starts_with(f.key), "{err}");
                 continue;
             }
+            if f.key == "proxy" {
+                // A list of routes: a value that is no route is refused naming the field.
+                let set = f.set.expect("overridable");
+                set(&mut raw, &serde_json::json!(["nonsense"])).expect("a list");
+                let err = raw.validate().expect_err(f.key);
+                assert!(
+                    err.issues().iter().any(|i| f.is(i.field)),
+                    "{}: {err}",
+                    f.key
+                );
+                continue;
+            }
             let bad = if f.key.ends_with("jitter") { 7.0 } else { -5.0 };
             let set = f.set.expect("overridable");
             if set(&mut raw, &serde_json::json!(bad)).is_err() {
