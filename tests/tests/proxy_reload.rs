@@ -150,7 +150,10 @@ fn a_reload_moves_the_routes_to_the_new_upstream_without_a_failed_request() {
     let err = server
         .ctl(&json!({"cmd": "reload"}))
         .expect_err("a broken route is refused");
-    assert!(err.contains("proxy.routes"), "the error names the field: {err}");
+    assert!(
+        err.contains("proxy.routes"),
+        "the error names the field: {err}"
+    );
     assert!(err.contains("ftp://"), "the error names the route: {err}");
     let status = server.status();
     assert_eq!(status["generation"], 2, "{status}");
