@@ -62,10 +62,12 @@ pub enum ParentAction {
         worker: WorkerId,
         pgids: Vec<u32>,
     },
-    /// Probe the reverse proxy's `upstream` (numbered in the routes' order) and report
-    /// [`Event::UpstreamProbed`].
+    /// Probe the reverse proxy's upstream at `url` and report [`Event::UpstreamProbed`]
+    /// with `upstream`, the health table's id for it (decision 0108: the table follows
+    /// the generations' routes, so the driver is told what to probe, not an index).
     ProbeUpstream {
-        upstream: u16,
+        upstream: u32,
+        url: String,
     },
     /// Read the certificate files again for `reload` and answer with
     /// [`Event::TlsFilesRead`] (decision 0093).
@@ -117,6 +119,8 @@ pub struct Parent {
     /// The reverse proxy's upstream health, when the driver has upstreams
     /// ([`Parent::watch_upstreams`]).
     upstreams: Option<crate::upstream_health::UpstreamHealth>,
+    /// Each live generation's upstreams, in its workers' numbering (decision 0108).
+    generation_routes: upstreams::GenerationRoutes,
     /// Which locks the WebDAV journal on disk holds ([`Parent::dav_journal_written`]).
     journal: dav_journal::JournalState,
     /// The CGI scripts' process groups each worker reported running.
@@ -155,6 +159,7 @@ impl Parent {
             awaiting: Vec::new(),
             answers: VecDeque::new(),
             upstreams: None,
+            generation_routes: upstreams::GenerationRoutes::default(),
             journal: dav_journal::JournalState::default(),
             scripts: scripts::ScriptGroups::default(),
             tls_files: tls_files::TlsFiles::default(),
@@ -285,7 +290,7 @@ impl Parent {
                     self.supervisor.is_connected(worker),
                     self.supervisor.worker_generation(worker),
                 ) {
-                    self.upstream_reported(now, &request);
+                    self.upstream_reported(now, worker, &request);
                     self.broker
                         .handle_request(now, Owner { worker, generation }, id, request);
                 }
@@ -432,11 +437,25 @@ impl Parent {
     fn pump(&mut self) {
         self.pump_tls();
         self.pump_upstreams();
+        let mut generations_changed = false;
         while let Some(action) = self.supervisor.poll_action() {
             let spawned = match &action {
                 Action::Spawn { worker, .. } => Some(*worker),
                 _ => None,
             };
+            match &action {
+                // The generation's numbering of its upstreams is its configuration's.
+                Action::Spawn {
+                    generation, config, ..
+                } => {
+                    self.generation_spawned(*generation, config);
+                    generations_changed = true;
+                }
+                Action::WorkerGone { .. } | Action::GenerationCommitted { .. } => {
+                    generations_changed = true;
+                }
+                _ => {}
+            }
             match &action {
                 Action::WorkerGone { worker } => {
                     self.broker.revoke_worker(*worker);
@@ -495,6 +514,11 @@ impl Parent {
             if let Some(config) = self.reloaded_limits() {
                 self.broker.set_limits(config);
             }
+        }
+        // The health table follows the generations with a live worker (decision 0108).
+        if self.generation_routes.live_changed(&self.supervisor) || generations_changed {
+            self.follow_generations();
+            self.pump_upstreams();
         }
         while let Some(action) = self.singletons.poll_action() {
             self.actions.push_back(ParentAction::Singleton(action));

@@ -15,10 +15,17 @@
 //!   passes marks it up.
 //!
 //! Whenever the set of down upstreams changes, [`UpstreamHealth::take_changed`] says so and
-//! the parent sends the new set to every worker; a new worker gets it with its first
-//! messages. Upstreams are numbered in the order the routes list them.
+//! the parent sends each worker the new set in its own generation's numbering; a new
+//! worker gets it with its first messages.
+//!
+//! **Membership** (decision 0108): an upstream is its URL as written. The parent sets the
+//! members ([`UpstreamHealth::follow`]) to the upstreams some live generation names; one
+//! that leaves is forgotten with its verdict, one that enters starts up (and, with probes,
+//! is probed at once). Each member has an id the table never gives another, so a probe
+//! answer that comes back after its upstream left is recognised and dropped.
 
 use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::time::{Instant, earliest};
 
@@ -45,6 +52,8 @@ enum Down {
 /// One upstream's state.
 #[derive(Debug, Clone, Default)]
 struct Upstream {
+    /// Its URL as the routes write it: its identity.
+    url: String,
     /// Failures in a row (reported by workers or probes).
     failures: u32,
     down: Option<Down>,
@@ -56,30 +65,88 @@ struct Upstream {
 #[derive(Debug, Clone)]
 pub struct UpstreamHealth {
     policy: HealthPolicy,
-    upstreams: Vec<Upstream>,
+    /// The members, by id.
+    upstreams: BTreeMap<u32, Upstream>,
+    /// The next id to give (never given twice).
+    next_id: u32,
     changed: bool,
-    probes: Vec<u16>,
+    probes: Vec<u32>,
 }
 
 impl UpstreamHealth {
-    /// `count` upstreams, all up; with probes, each first probed at `now`.
-    pub fn new(count: u16, policy: HealthPolicy, now: Instant) -> Self {
+    /// No upstream yet: the parent names the members ([`UpstreamHealth::follow`]).
+    pub fn new(policy: HealthPolicy) -> Self {
         let policy = HealthPolicy {
             max_fails: policy.max_fails.max(1),
             ..policy
         };
-        let upstreams = (0..count)
-            .map(|_| Upstream {
-                next_probe: policy.probe_interval.map(|_| now),
-                ..Upstream::default()
-            })
-            .collect();
         UpstreamHealth {
             policy,
-            upstreams,
+            upstreams: BTreeMap::new(),
+            next_id: 0,
             changed: false,
             probes: Vec::new(),
         }
+    }
+
+    /// The members become `urls`: an upstream no longer named is forgotten with its
+    /// verdict (and its probe's answer, if one is out, is dropped when it comes); one
+    /// newly named starts up, probed at `now` when probes are on; one named before and
+    /// now keeps its state. New members take ids in the order `urls` gives them.
+    pub fn follow<'u>(&mut self, now: Instant, urls: impl IntoIterator<Item = &'u str>) {
+        let mut wanted: Vec<&str> = Vec::new();
+        for url in urls {
+            if !wanted.contains(&url) {
+                wanted.push(url);
+            }
+        }
+        let keep: BTreeSet<&str> = wanted.iter().copied().collect();
+        let dropped_down = self
+            .upstreams
+            .values()
+            .any(|u| u.down.is_some() && !keep.contains(u.url.as_str()));
+        self.upstreams.retain(|_, u| keep.contains(u.url.as_str()));
+        if dropped_down {
+            self.changed = true;
+        }
+        let probe_at = self.policy.probe_interval.map(|_| now);
+        for url in wanted {
+            if self.id(url).is_none() {
+                let id = self.next_id;
+                self.next_id = self.next_id.wrapping_add(1);
+                self.upstreams.insert(
+                    id,
+                    Upstream {
+                        url: url.to_owned(),
+                        next_probe: probe_at,
+                        ..Upstream::default()
+                    },
+                );
+            }
+        }
+    }
+
+    /// The id of the member whose URL is `url`.
+    pub fn id(&self, url: &str) -> Option<u32> {
+        self.upstreams
+            .iter()
+            .find(|(_, u)| u.url == url)
+            .map(|(id, _)| *id)
+    }
+
+    /// The URL of member `id`.
+    pub fn url(&self, id: u32) -> Option<&str> {
+        self.upstreams.get(&id).map(|u| u.url.as_str())
+    }
+
+    /// Every member's URL, by id.
+    pub fn members(&self) -> impl Iterator<Item = &str> {
+        self.upstreams.values().map(|u| u.url.as_str())
+    }
+
+    /// Whether the upstream at `url` is a member marked down.
+    pub fn is_down_url(&self, url: &str) -> bool {
+        self.id(url).is_some_and(|id| self.is_down(id))
     }
 
     pub fn policy(&self) -> HealthPolicy {
@@ -91,29 +158,29 @@ impl UpstreamHealth {
     }
 
     /// A worker's report: a request with `upstream` failed (`ok == false`) or, after a
-    /// failure it reported, succeeded. An index no route has is ignored.
-    pub fn reported(&mut self, now: Instant, upstream: u16, ok: bool) {
+    /// failure it reported, succeeded. An id no member has is ignored.
+    pub fn reported(&mut self, now: Instant, upstream: u32, ok: bool) {
         self.outcome(now, upstream, ok, false);
     }
 
     /// The parent's probe of `upstream` came back.
-    pub fn probed(&mut self, now: Instant, upstream: u16, ok: bool) {
+    pub fn probed(&mut self, now: Instant, upstream: u32, ok: bool) {
         let interval = self.policy.probe_interval;
-        if let Some(u) = self.upstreams.get_mut(usize::from(upstream)) {
+        if let Some(u) = self.upstreams.get_mut(&upstream) {
             u.probing = false;
             u.next_probe = interval.map(|i| now + i);
         }
         self.outcome(now, upstream, ok, true);
     }
 
-    fn outcome(&mut self, now: Instant, upstream: u16, ok: bool, probe: bool) {
+    fn outcome(&mut self, now: Instant, upstream: u32, ok: bool, probe: bool) {
         let probing = self.probing();
         let HealthPolicy {
             max_fails,
             fail_timeout,
             ..
         } = self.policy;
-        let Some(u) = self.upstreams.get_mut(usize::from(upstream)) else {
+        let Some(u) = self.upstreams.get_mut(&upstream) else {
             return;
         };
         if ok {
@@ -138,17 +205,27 @@ impl UpstreamHealth {
     }
 
     /// Whether `upstream` is marked down.
-    pub fn is_down(&self, upstream: u16) -> bool {
+    pub fn is_down(&self, upstream: u32) -> bool {
         self.upstreams
-            .get(usize::from(upstream))
+            .get(&upstream)
             .is_some_and(|u| u.down.is_some())
     }
 
-    /// The upstreams marked down, in order.
-    pub fn down(&self) -> Vec<u16> {
-        (0..self.upstreams.len())
-            .filter_map(|i| u16::try_from(i).ok())
-            .filter(|&i| self.is_down(i))
+    /// The members marked down, by id.
+    pub fn down(&self) -> Vec<u32> {
+        self.upstreams
+            .iter()
+            .filter(|(_, u)| u.down.is_some())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The URLs of the members marked down, by id.
+    pub fn down_urls(&self) -> Vec<&str> {
+        self.upstreams
+            .values()
+            .filter(|u| u.down.is_some())
+            .map(|u| u.url.as_str())
             .collect()
     }
 
@@ -157,14 +234,18 @@ impl UpstreamHealth {
         core::mem::take(&mut self.changed)
     }
 
-    /// Probes to send now (each upstream at most one in flight).
-    pub fn take_probes(&mut self) -> Vec<u16> {
-        core::mem::take(&mut self.probes)
+    /// Probes to send now (each upstream at most one in flight), by id and URL; a member
+    /// that left before its probe was taken is not probed.
+    pub fn take_probes(&mut self) -> Vec<(u32, String)> {
+        let ids = core::mem::take(&mut self.probes);
+        ids.into_iter()
+            .filter_map(|id| self.url(id).map(|url| (id, url.to_owned())))
+            .collect()
     }
 
     /// The next instant something is due: a probe, or a passive verdict running out.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.upstreams.iter().fold(None, |at, u| {
+        self.upstreams.values().fold(None, |at, u| {
             let expiry = match u.down {
                 Some(Down::Until(t)) => Some(t),
                 _ => None,
@@ -176,18 +257,15 @@ impl UpstreamHealth {
 
     /// What is due at `now`: passive verdicts that ran out, probes to send.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for (i, u) in self.upstreams.iter_mut().enumerate() {
+        for (&id, u) in self.upstreams.iter_mut() {
             if matches!(u.down, Some(Down::Until(t)) if t <= now) {
                 u.down = None;
                 u.failures = 0;
                 self.changed = true;
             }
-            if !u.probing
-                && u.next_probe.is_some_and(|t| t <= now)
-                && let Ok(i) = u16::try_from(i)
-            {
+            if !u.probing && u.next_probe.is_some_and(|t| t <= now) {
                 u.probing = true;
-                self.probes.push(i);
+                self.probes.push(id);
             }
         }
     }

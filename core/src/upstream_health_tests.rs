@@ -4,28 +4,38 @@ fn at(ms: u64) -> Instant {
     Instant::from_nanos(ms * 1_000_000)
 }
 
+/// Members `http://u0`, `http://u1`, ... with ids 0, 1, ...
+fn with_members(count: u32, policy: HealthPolicy) -> UpstreamHealth {
+    let mut h = UpstreamHealth::new(policy);
+    let urls: Vec<String> = (0..count).map(|i| format!("http://u{i}")).collect();
+    h.follow(at(0), urls.iter().map(String::as_str));
+    h
+}
+
 fn passive(max_fails: u32) -> UpstreamHealth {
-    UpstreamHealth::new(
+    with_members(
         3,
         HealthPolicy {
             max_fails,
             fail_timeout: Duration::from_secs(10),
             probe_interval: None,
         },
-        at(0),
     )
 }
 
 fn probed() -> UpstreamHealth {
-    UpstreamHealth::new(
+    with_members(
         2,
         HealthPolicy {
             max_fails: 2,
             fail_timeout: Duration::from_secs(10),
             probe_interval: Some(Duration::from_secs(5)),
         },
-        at(0),
     )
+}
+
+fn ids(probes: Vec<(u32, String)>) -> Vec<u32> {
+    probes.into_iter().map(|(id, _)| id).collect()
 }
 
 #[test]
@@ -85,10 +95,10 @@ fn with_probes_only_a_passing_probe_brings_an_upstream_back() {
     h.handle_timeout(at(0));
     assert_eq!(
         h.take_probes(),
-        vec![0, 1],
-        "every upstream is probed at the start"
+        vec![(0, "http://u0".to_owned()), (1, "http://u1".to_owned())],
+        "every upstream is probed at the start, by its URL"
     );
-    assert_eq!(h.take_probes(), Vec::<u16>::new());
+    assert_eq!(ids(h.take_probes()), Vec::<u32>::new());
     h.probed(at(10), 0, true);
     h.probed(at(10), 1, false);
     assert!(!h.is_down(1), "one failed probe of two allowed");
@@ -108,16 +118,73 @@ fn with_probes_only_a_passing_probe_brings_an_upstream_back() {
         "the next probes are due an interval after the last came back"
     );
     h.handle_timeout(at(5010));
-    assert_eq!(h.take_probes(), vec![0, 1]);
+    assert_eq!(ids(h.take_probes()), vec![0, 1]);
     assert_eq!(h.poll_timeout(), None, "both probes in flight");
     h.probed(at(5020), 1, true);
     assert!(!h.is_down(1), "health rule: a passing probe brings it back");
 }
 
 #[test]
-fn an_index_no_route_has_is_ignored() {
+fn an_id_no_member_has_is_ignored() {
     let mut h = passive(1);
     h.reported(at(0), 7, false);
     h.probed(at(0), 9, false);
     assert!(h.down().is_empty() && !h.take_changed());
+}
+
+#[test]
+fn membership_rule_a_removed_upstream_is_forgotten_with_its_verdict() {
+    let mut h = passive(1);
+    h.reported(at(0), 1, false);
+    assert!(h.is_down_url("http://u1"));
+    h.take_changed();
+    // u1 leaves; u3 enters; u0 and u2 stay.
+    h.follow(at(1), ["http://u0", "http://u2", "http://u3"]);
+    assert!(
+        h.take_changed(),
+        "membership rule: dropping a down upstream changes the down set"
+    );
+    assert!(
+        h.down_urls().is_empty() && h.id("http://u1").is_none(),
+        "membership rule: a removed upstream's verdict is forgotten"
+    );
+    assert_eq!(h.id("http://u3"), Some(3), "a new member takes a new id");
+    // It comes back: a new member again, up, under an id never given before.
+    h.follow(at(2), ["http://u1"]);
+    assert!(
+        !h.is_down_url("http://u1"),
+        "membership rule: an upstream that enters starts up, whatever it was before"
+    );
+    assert_eq!(h.id("http://u1"), Some(4));
+    h.reported(at(3), 1, false);
+    assert!(
+        h.down().is_empty(),
+        "a report under the id it had before it left is ignored"
+    );
+}
+
+#[test]
+fn membership_rule_a_kept_upstream_keeps_its_verdict_and_a_new_one_is_probed_at_once() {
+    let mut h = probed();
+    h.handle_timeout(at(0));
+    h.take_probes();
+    h.probed(at(1), 0, false);
+    h.probed(at(1), 0, false);
+    assert!(h.is_down_url("http://u0"));
+    h.follow(at(2), ["http://u0", "http://new"]);
+    assert!(
+        h.is_down_url("http://u0"),
+        "membership rule: an upstream both sets name keeps its verdict"
+    );
+    h.handle_timeout(at(2));
+    assert_eq!(
+        h.take_probes(),
+        vec![(2, "http://new".to_owned())],
+        "a new member is probed when it enters"
+    );
+    // The answer of a probe of a member that left is dropped.
+    h.follow(at(3), ["http://u0"]);
+    h.probed(at(4), 2, false);
+    h.probed(at(4), 2, false);
+    assert_eq!(h.down_urls(), ["http://u0"]);
 }

@@ -51,6 +51,7 @@ impl CoreField {
 /// of this module reads). Entries:
 ///
 /// - `key => section.field;` the value as parsed (the types agree);
+/// - `key => section.field cloned;` the same, for a value that is not `Copy` (a list);
 /// - `key => section.field via convert;` through `convert` (`Workers::count`);
 /// - `key => section.field = |args| expr;` worked out from the struct (`args` is
 ///   `&self`; not overridable);
@@ -99,6 +100,10 @@ macro_rules! core_fields {
         $raw.$($seg).+ = $derive;
         $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
     };
+    (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+ cloned; $($rest:tt)*) => {
+        $raw.$($seg).+ = $s.$key.clone();
+        $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
+    };
     (@apply $s:ident $raw:ident $key:ident => $($seg:ident).+; $($rest:tt)*) => {
         $raw.$($seg).+ = $s.$key;
         $crate::knobs::core_fields!(@apply $s $raw $($rest)*);
@@ -126,6 +131,9 @@ macro_rules! core_fields {
             set: None,
         }]);
         $crate::knobs::core_fields!(@list $all $($rest)*);
+    };
+    (@list $all:ident $key:ident => $($seg:ident).+ cloned; $($rest:tt)*) => {
+        $crate::knobs::core_fields!(@list $all $key => $($seg).+; $($rest)*);
     };
     (@list $all:ident $key:ident => $($seg:ident).+; $($rest:tt)*) => {
         $all.extend([$crate::knobs::CoreField {
@@ -278,6 +286,18 @@ mod tests {
                 let set = f.set.expect("overridable");
                 let err = set(&mut raw, &serde_json::json!(-5)).expect_err(f.key);
                 assert!(err.starts_with(f.key), "{err}");
+                continue;
+            }
+            if f.key == "proxy" {
+                // A list of routes: a value that is no route is refused naming the field.
+                let set = f.set.expect("overridable");
+                set(&mut raw, &serde_json::json!(["nonsense"])).expect("a list");
+                let err = raw.validate().expect_err(f.key);
+                assert!(
+                    err.issues().iter().any(|i| f.is(i.field)),
+                    "{}: {err}",
+                    f.key
+                );
                 continue;
             }
             let bad = if f.key.ends_with("jitter") { 7.0 } else { -5.0 };

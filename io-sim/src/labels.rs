@@ -253,6 +253,10 @@ pub const SCRIPT_OUTLIVED_ITS_WORKER: &str = "a worker died with a CGI script ru
 pub const SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER: &str =
     "a dead worker's script groups killed by the parent";
 
+/// A reload that changed the proxy's upstreams committed.
+pub const PROXY_ROUTES_RELOADED: &str = "a reload changed the upstream set and committed";
+/// An upstream no live generation names left the parent's health table.
+pub const UPSTREAM_LEFT_THE_TABLE: &str = "an upstream left the parent's health table";
 pub const ALL: &[&str] = &[
     UPSTREAM_MARKED_DOWN,
     UPSTREAM_VERDICT_CONVERGED,
@@ -261,6 +265,8 @@ pub const ALL: &[&str] = &[
     PROXY_GRANT_HOLDER_KILLED,
     SCRIPT_OUTLIVED_ITS_WORKER,
     SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER,
+    PROXY_ROUTES_RELOADED,
+    UPSTREAM_LEFT_THE_TABLE,
     READY_AND_END_IN_ONE_LOOK,
     APP_STARTUP_FAILURE_REPORTED,
     APP_IMPORT_FAILED,

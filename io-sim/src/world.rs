@@ -149,7 +149,9 @@ pub(crate) enum SimEvent {
     },
     /// The parent's probe of an upstream comes back.
     ProbeAnswered {
-        upstream: u16,
+        /// The health table's id, and the simulated upstream the URL names.
+        upstream: u32,
+        target: u16,
     },
 }
 
@@ -188,7 +190,7 @@ impl SimEvent {
             SimEvent::UpstreamFlip { flip } => (40, *flip as u64),
             SimEvent::ProxyArrival { cgi } => (41, u64::from(*cgi)),
             SimEvent::ProxyDone { worker, conn } => (42, worker.0 << 32 | conn),
-            SimEvent::ProbeAnswered { upstream } => (43, u64::from(*upstream)),
+            SimEvent::ProbeAnswered { upstream, .. } => (43, u64::from(*upstream)),
         }
     }
 
@@ -720,7 +722,7 @@ impl SimWorld {
             SimEvent::UpstreamFlip { flip } => self.upstream_flip(flip),
             SimEvent::ProxyArrival { cgi } => self.proxy_arrival(cgi),
             SimEvent::ProxyDone { worker, conn } => self.proxy_done(worker, conn),
-            SimEvent::ProbeAnswered { upstream } => self.probe_answered(upstream),
+            SimEvent::ProbeAnswered { upstream, target } => self.probe_answered(upstream, target),
         }
         None
     }

@@ -402,6 +402,13 @@ pub const SCENARIOS: &[Scenario] = &[
         no_swarm: None,
     },
     Scenario {
+        name: "proxy-reload-upstreams",
+        about: "reloads change the proxy's upstream set (and their numbering) two or three times while upstreams flap and workers crash: every reload commits, a committed generation's worker sends only to its own generation's upstreams, a worker is told an upstream is down only if that upstream was seen failing since it entered the parent's table (a removed upstream's verdict never reaches a later generation), every running worker holds the parent's verdict on its own upstreams, and the admission bound holds across the generations' overlap",
+        build: proxy::proxy_reload_upstreams,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
+    },
+    Scenario {
         name: "proxy-admission-kill",
         about: "proxied requests offered far above --proxy-max-inflight while workers holding grants are killed: upstream requests in flight from live workers never pass the bound, saturation answers 503, and after a grant holder's death the service reaches the bound again (its grants came back)",
         build: proxy::proxy_admission_kill,
@@ -501,6 +508,7 @@ pub(crate) fn expect(config: &RawConfig, end: End) -> Expect {
         workers: config.workers as usize,
         alt_workers: None,
         workers_rule: None,
+        generation_rule: None,
         end_rule: None,
         first_recycle_within: None,
         generation: Some(1),

@@ -7,7 +7,7 @@
 
 use servery_core::upstream_choice::Balance;
 use servery_core::upstream_health::HealthPolicy;
-use servery_sim::{Fault, Outcome, ProxyPlan};
+use servery_sim::{Fault, Outcome, ProxyPlan, SimCommand, proxy_routes};
 
 use crate::catalog::{at, expect, fault, secs, spec, workers};
 use crate::{Ctx, End, Expect, Plan, fast_config};
@@ -60,6 +60,7 @@ pub(crate) fn upstream_flapping(ctx: &mut Ctx) -> Plan {
     let upstreams = ctx.rng.range(2, 4) as u16;
     let probes = ctx.rng.chance(0.5);
     let mut p = plan(ctx, upstreams, probes);
+    config.proxy.routes = proxy_routes(0..upstreams);
     p.rate = 60.0 + ctx.rng.unit() * 60.0;
     for u in 0..upstreams {
         let mut times: Vec<f64> = (0..ctx.rng.range(0, 5))
@@ -111,6 +112,7 @@ pub(crate) fn proxy_admission_kill(ctx: &mut Ctx) -> Plan {
     config.recovery.worker_restart_limit = 10;
     let upstreams = ctx.rng.range(1, 3) as u16;
     let mut p = plan(ctx, upstreams, false);
+    config.proxy.routes = proxy_routes(0..upstreams);
     // Far more offered than the bound: about 30 requests of 100–300 ms at once.
     p.rate = 150.0;
     p.service_ms = (100, 300);
@@ -157,6 +159,7 @@ pub(crate) fn cgi_scripts(ctx: &mut Ctx) -> Plan {
     config.broker.max_cgi_concurrent = ctx.rng.range(2, 6) as i64;
     config.recovery.worker_restart_limit = 10;
     let mut p = plan(ctx, 1, false);
+    config.proxy.routes = proxy_routes(0..1);
     p.cgi_rate = 20.0 + ctx.rng.unit() * 20.0;
     let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 2.0);
     spec.workload.request_rate = 5.0;
@@ -181,6 +184,88 @@ pub(crate) fn cgi_scripts(ctx: &mut Ctx) -> Plan {
         }
         o.coverage
             .insert("CGI scripts stayed within the bound and died with their worker");
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+/// The simulated upstreams a reload picks its routes among.
+const RELOAD_UNIVERSE: u16 = 5;
+
+/// One to three of the universe's upstreams, in a random order (so that an upstream kept
+/// across a reload usually moves to another index).
+fn upstream_set(ctx: &mut Ctx) -> Vec<u16> {
+    let mut all: Vec<u16> = (0..RELOAD_UNIVERSE).collect();
+    for i in (1..all.len()).rev() {
+        let j = ctx.rng.range(0, i as u64) as usize;
+        all.swap(i, j);
+    }
+    all.truncate(ctx.rng.range(1, 3) as usize);
+    all
+}
+
+pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 2, 4);
+    let mut config = fast_config(n);
+    config.recovery.worker_restart_limit = 10;
+    // One bound for the whole run: the broker's, across every generation's workers; low
+    // enough that the offered load saturates it while generations overlap.
+    config.broker.max_proxy_inflight = if ctx.rng.chance(0.5) {
+        0
+    } else {
+        ctx.rng.range(2, 4) as i64
+    };
+    let probes = ctx.rng.chance(0.5);
+    let mut p = plan(ctx, RELOAD_UNIVERSE, probes);
+    p.rate = 60.0 + ctx.rng.unit() * 60.0;
+    config.proxy.routes = proxy_routes(upstream_set(ctx));
+    for u in 0..RELOAD_UNIVERSE {
+        let mut times: Vec<f64> = (0..ctx.rng.range(0, 4))
+            .map(|_| 1.0 + ctx.rng.unit() * (CHANGES_UNTIL - 1.0))
+            .collect();
+        times.sort_by(f64::total_cmp);
+        for (i, t) in times.into_iter().enumerate() {
+            p.flips.push((secs(t), u, i % 2 == 1));
+        }
+    }
+    if let Some(interval) = p.policy.probe_interval {
+        let settle = interval.as_secs_f64() * f64::from(p.policy.max_fails + 1) + 0.05 + 0.5;
+        p.converged_by = Some(secs(CHANGES_UNTIL + settle));
+    }
+    let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 3.0);
+    spec.workload.request_rate = 5.0;
+    spec.workload.proxy = Some(p);
+    // Each reload changes the set (and usually the numbering); each is answered before
+    // the next arrives.
+    let reloads = ctx.rng.range(2, 3);
+    let mut current = config.proxy.routes.clone();
+    for i in 0..reloads {
+        let mut next = config.clone();
+        while next.proxy.routes == current {
+            next.proxy.routes = proxy_routes(upstream_set(ctx));
+        }
+        current = next.proxy.routes.clone();
+        let when = at(ctx, 1.5 + 3.5 * i as f64, 2.0 + 3.5 * i as f64);
+        spec.commands
+            .push((when, SimCommand::Reload(Box::new(next))));
+        // Crashes between reloads: old and new generations' workers alike.
+        if ctx.rng.chance(0.7) {
+            let t = at(ctx, 2.5 + 3.5 * i as f64, 4.5 + 3.5 * i as f64);
+            let pick = ctx.rng.next_u64();
+            fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
+        }
+    }
+    let mut e = expect(&config, End::Ready);
+    e.generation = Some(1 + reloads);
+    e.generation_rule = Some("reload rule (every reload that changes the upstream set commits)");
+    e.extra = Some(|o, _| {
+        no_breach(o)?;
+        let x = &o.proxy;
+        if x.sent == 0 {
+            return Err("no proxied request was sent".into());
+        }
+        o.coverage
+            .insert("reloads changed the upstream set: every generation kept to its own");
         Ok(())
     });
     Plan { spec, expect: e }

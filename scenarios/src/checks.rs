@@ -218,7 +218,10 @@ fn judge_ready(o: &Outcome, e: &Expect) -> Result<(), String> {
     if let Some(g) = e.generation {
         ensure!(
             status.generation.0 == g,
-            "generation {} at the liveness point, expected {g}",
+            "{}generation {} at the liveness point, expected {g}",
+            e.generation_rule
+                .map(|r| format!("{r}: "))
+                .unwrap_or_default(),
             status.generation.0
         );
     }

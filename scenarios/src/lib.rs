@@ -81,6 +81,8 @@ pub struct Expect {
     pub first_recycle_within: Option<(Duration, Duration)>,
     /// Committed generation expected at the liveness point.
     pub generation: Option<u64>,
+    /// The rule a wrong generation breaks, named in the failure (the reloads commit).
+    pub generation_rule: Option<&'static str>,
     /// No request may fail at all (zero-downtime scenarios).
     pub zero_failed: bool,
     /// A healthy draining worker may be killed with work in flight.

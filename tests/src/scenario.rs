@@ -107,6 +107,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "simulated upstreams that go down and come back on the plan's schedule: the real verdict reaching every worker after one failure each, and probes taking an upstream out and back, are tests/proxy_health.rs",
     ),
     (
+        "proxy-reload-upstreams",
+        "simulated upstreams that flap on the plan's schedule under reloads that change the set: the real reload from one upstream to another under load, with no failed request and every request after the commit reaching the new upstream, is tests/proxy_reload.rs",
+    ),
+    (
         "proxy-admission-kill",
         "a proxied workload far above the bound: the real service-wide bound measured at the upstream, and a killed worker's grants coming back, are tests/proxy.rs",
     ),

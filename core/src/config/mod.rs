@@ -7,6 +7,7 @@
 //! rule it breaks.
 
 mod listen;
+mod proxy;
 mod raw;
 mod tftp;
 mod valid;
@@ -14,6 +15,7 @@ mod validate;
 mod written;
 
 pub use listen::Listen;
+pub use proxy::{MAX_ROUTES as MAX_PROXY_ROUTES, ProxyRoute, ProxyRoutes, RawProxy};
 pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
     RawFeatures, RawRecovery, RawUploads, RestartJitter,

@@ -281,6 +281,8 @@ pub struct RawConfig {
     pub tftp: super::RawTftp,
     /// The listener set (the port); see [`super::Listen`].
     pub listen: super::Listen,
+    /// The reverse proxy's routes (reloadable; decision 0108).
+    pub proxy: super::RawProxy,
 }
 
 impl Default for RawConfig {
@@ -295,6 +297,7 @@ impl Default for RawConfig {
             features: RawFeatures::default(),
             tftp: super::RawTftp::default(),
             listen: super::Listen::default(),
+            proxy: super::RawProxy::default(),
         }
     }
 }

@@ -267,6 +267,7 @@ pub struct ValidConfig {
     pub(super) features: Features,
     pub(super) tftp: super::TftpLimits,
     pub(super) listen: super::Listen,
+    pub(super) proxy: super::ProxyRoutes,
     pub(super) aggregate_connection_limit: u64,
     pub(super) aggregate_compression_cache_size: u64,
     pub(super) recycling_overlap_compression_bound: u64,
@@ -281,6 +282,10 @@ impl ValidConfig {
     /// The listener set this generation's workers accept on.
     pub fn listen(&self) -> super::Listen {
         self.listen
+    }
+    /// The reverse proxy's routes this generation's workers serve.
+    pub fn proxy(&self) -> &super::ProxyRoutes {
+        &self.proxy
     }
     pub fn recovery(&self) -> &RecoveryPolicy {
         &self.recovery

@@ -348,6 +348,7 @@ impl RawConfig {
         }
 
         let tftp = self.tftp.check(&mut c);
+        let proxy = self.proxy.check(&mut c);
 
         let aggregate = |per: u64, n: u64, field: &'static str, c: &mut Checker| {
             per.checked_mul(n).unwrap_or_else(|| {
@@ -439,6 +440,7 @@ impl RawConfig {
             features: self.features.clone(),
             tftp,
             listen: self.listen,
+            proxy,
             aggregate_connection_limit: agg_conn,
             aggregate_compression_cache_size: agg_cache,
             recycling_overlap_compression_bound: overlap,

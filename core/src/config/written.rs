@@ -94,6 +94,14 @@ impl ValidConfig {
             // The features are kept as they were written.
             features: self.features().clone(),
             listen: self.listen(),
+            proxy: super::RawProxy {
+                routes: self
+                    .proxy()
+                    .routes()
+                    .iter()
+                    .map(|r| r.given.clone())
+                    .collect(),
+            },
             tftp: RawTftp {
                 max_transfers: count(t.max_transfers()),
                 max_transfer_size: count(t.max_transfer_size()),
@@ -208,6 +216,7 @@ mod tests {
         raw.tftp.retries = 6;
         raw.tftp.timeout = 3.0;
         raw.listen.port = Some(8123);
+        raw.proxy.routes = vec!["/api=http://127.0.0.1:9000".into()];
         raw
     }
 

@@ -191,6 +191,15 @@ impl Supervisor {
             .map(|(id, _)| *id)
     }
 
+    /// The generations of the workers not yet reaped, each once, in order.
+    pub fn live_generations(&self) -> impl Iterator<Item = Generation> + '_ {
+        let mut seen = std::collections::BTreeSet::new();
+        self.workers
+            .values()
+            .map(|w| w.generation)
+            .filter(move |g| seen.insert(*g))
+    }
+
     /// Workers not yet reaped.
     pub fn live_workers(&self) -> usize {
         self.workers.len()

@@ -398,7 +398,7 @@ pub enum Event {
     /// The parent's probe of a reverse-proxy upstream ([`crate::parent::ParentAction::
     /// ProbeUpstream`]) came back: `ok` when it answered 2xx or 3xx in time.
     UpstreamProbed {
-        upstream: u16,
+        upstream: u32,
         ok: bool,
     },
     /// The answer to [`Action::BindListeners`]: the set is bound, or why it is not.

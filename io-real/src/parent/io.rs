@@ -685,10 +685,10 @@ impl ParentIo for RealIo {
                 return;
             }
             ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(reload),
-            ParentAction::ProbeUpstream { upstream } => {
+            ParentAction::ProbeUpstream { upstream, url } => {
                 match &self.prober {
-                    Some(prober) => prober.probe(&self.rt, self.poll.sender(), upstream),
-                    None => tracing::warn!(upstream, "a probe asked for with no prober"),
+                    Some(prober) => prober.probe(&self.rt, self.poll.sender(), upstream, &url),
+                    None => tracing::warn!(upstream = %url, "a probe asked for with no prober"),
                 }
                 return;
             }

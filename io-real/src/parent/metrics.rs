@@ -103,16 +103,7 @@ impl Snapshot {
             worker_pids,
             certificate: parent.tls().map(|tls| tls.status().summary),
             acme: parent.acme().map(|m| (m.status(), m.health(wall))),
-            upstreams: info
-                .upstreams
-                .iter()
-                .enumerate()
-                .map(|(i, given)| {
-                    let down = u16::try_from(i)
-                        .is_ok_and(|i| parent.upstream_health().is_some_and(|h| h.is_down(i)));
-                    (given.clone(), !down)
-                })
-                .collect(),
+            upstreams: super::status::upstream_verdicts(parent),
         }
     }
 

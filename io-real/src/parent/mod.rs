@@ -635,9 +635,6 @@ fn serve(
             services: service_reports,
             settings: started_settings,
             warnings,
-            upstreams: crate::proxy::route::Routes::parse(&args.proxy.proxy)
-                .map(|routes| routes.iter().map(|r| r.given.clone()).collect())
-                .unwrap_or_default(),
         },
         notifier,
         acme: acme_link,

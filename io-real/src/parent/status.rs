@@ -24,9 +24,23 @@ pub struct ServiceInfo {
     /// What the operator must know about how servery runs (TFTP without authentication
     /// beside `--auth`), said at start and kept here.
     pub warnings: Vec<String>,
-    /// The reverse proxy's upstreams as given (`--proxy`), in the order the core numbers
-    /// them.
-    pub upstreams: Vec<String>,
+}
+
+/// The committed generation's routes, each with the parent's verdict on its upstream
+/// (decisions 0095, 0108).
+pub(super) fn upstream_verdicts(parent: &Parent) -> Vec<(String, bool)> {
+    let health = parent.upstream_health();
+    parent
+        .supervisor()
+        .config()
+        .proxy()
+        .routes()
+        .iter()
+        .map(|r| {
+            let down = health.is_some_and(|h| h.is_down_url(&r.url));
+            (r.given.clone(), !down)
+        })
+        .collect()
 }
 
 fn ms(d: Duration) -> u64 {
@@ -77,9 +91,9 @@ pub(super) fn status_json(
         }),
         "tls": super::tls_material::status_json(parent, now),
         // The parent's verdict on each upstream (decision 0095).
-        "proxy_upstreams": info.upstreams.iter().enumerate().map(|(i, given)| json!({
+        "proxy_upstreams": upstream_verdicts(parent).into_iter().map(|(given, up)| json!({
             "upstream": given,
-            "up": !u16::try_from(i).is_ok_and(|i| parent.upstream_health().is_some_and(|h| h.is_down(i))),
+            "up": up,
         })).collect::<Vec<_>>(),
         "warnings": info.warnings,
     });

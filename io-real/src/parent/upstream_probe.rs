@@ -1,8 +1,10 @@
 //! The reverse proxy's upstream health as the real parent carries it out: the core
-//! judges ([`servery_core::upstream_health`]); this starts it with the routes' upstreams
-//! and sends the probes it asks for (`--proxy-health`) from the host runtime.
+//! judges ([`servery_core::upstream_health`]) and names the upstreams (the routes of the
+//! live generations, decision 0108); this starts it and sends the probes it asks for
+//! (`--proxy-health`) from the host runtime, to the URL each probe names.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use servery_core::Instant;
@@ -20,7 +22,11 @@ const PROBE_BOUND: Duration = Duration::from_secs(5);
 /// What sends the probes.
 #[derive(Debug)]
 pub(super) struct Prober {
-    proxy: Arc<Proxy>,
+    /// The settings each upstream's client is built from (the CA, the timeouts).
+    args: ProxyArgs,
+    /// One client per URL probed, kept so its pooled connection serves the next probe
+    /// (as many as the URLs the routes ever named: a handful).
+    clients: Mutex<HashMap<String, Arc<Proxy>>>,
     path: String,
     within: Duration,
 }
@@ -32,33 +38,64 @@ pub(super) fn start(
     args: &ProxyArgs,
     now: Instant,
 ) -> Result<Option<Prober>, String> {
-    let Some((count, policy)) = args.health_policy() else {
+    let _ = now;
+    let Some(policy) = args.health_policy() else {
         return Ok(None);
     };
-    parent.watch_upstreams(UpstreamHealth::new(count, policy, now));
+    parent.watch_upstreams(UpstreamHealth::new(policy));
     let (Some(path), Some(interval)) = (&args.proxy_health, policy.probe_interval) else {
         return Ok(None);
     };
-    let Some(proxy) = Proxy::from_settings(args, None, None)? else {
-        return Ok(None);
-    };
+    // The settings build a client (the CA is read here, so a bad one fails at start).
+    probe_client(args, "http://localhost")?;
     Ok(Some(Prober {
-        proxy: Arc::new(proxy),
+        args: args.clone(),
+        clients: Mutex::new(HashMap::new()),
         path: path.clone(),
         within: interval.min(PROBE_BOUND),
     }))
 }
 
+/// A client of one route to `url` under the proxy's settings.
+fn probe_client(args: &ProxyArgs, url: &str) -> Result<Proxy, String> {
+    let one = ProxyArgs {
+        proxy: vec![format!("/={url}")],
+        ..args.clone()
+    };
+    Proxy::from_settings(&one, None, None)?.ok_or_else(|| format!("no route to {url}"))
+}
+
 impl Prober {
-    /// Probe `upstream` on the host runtime; the result comes back as an event.
-    pub(super) fn probe(&self, rt: &Handle, tx: InboundTx, upstream: u16) {
-        let proxy = Arc::clone(&self.proxy);
+    /// Probe the upstream at `url` (the health table's `upstream`) on the host runtime;
+    /// the result comes back as an event.
+    pub(super) fn probe(&self, rt: &Handle, tx: InboundTx, upstream: u32, url: &str) {
+        let client = {
+            let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+            match clients.get(url) {
+                Some(c) => Some(Arc::clone(c)),
+                None => match probe_client(&self.args, url) {
+                    Ok(c) => {
+                        let c = Arc::new(c);
+                        clients.insert(url.to_owned(), Arc::clone(&c));
+                        Some(c)
+                    }
+                    Err(e) => {
+                        tracing::warn!(url, error = %e, "no client to probe an upstream with");
+                        None
+                    }
+                },
+            }
+        };
         let path = self.path.clone();
         let within = self.within;
+        let url = url.to_owned();
         rt.spawn(async move {
-            let ok = proxy.probe(usize::from(upstream), &path, within).await;
+            let ok = match client {
+                Some(c) => c.probe(0, &path, within).await,
+                None => false,
+            };
             if !ok {
-                tracing::info!(upstream, path = %path, "an upstream failed its probe");
+                tracing::info!(upstream = %url, path = %path, "an upstream failed its probe");
             }
             let _ = tx.send(Inbound::Event(Event::UpstreamProbed { upstream, ok }));
         });

@@ -1,5 +1,9 @@
-//! `--proxy` and the settings of the reverse proxy (fixed for the parent's life: the
-//! routes are read once at start, like the served directory).
+//! `--proxy` and the settings of the reverse proxy. The routes and `--proxy-max-inflight`
+//! are reloadable (decision 0108): each generation's workers serve the routes of their
+//! configuration, and the parent's health table follows the upstreams the live
+//! generations name. The rest is fixed while servery runs: the health policy is the
+//! parent's judge (read once), and the clients' settings (CA, timeouts, host, balance)
+//! are kept alike across generations so that a reload changes where requests go, not how.
 
 use std::net::IpAddr;
 
@@ -37,12 +41,14 @@ pub struct ProxyArgs {
     /// `https://…`, `h2://…` (HTTP/2 over TLS, offered by ALPN), `h2c://…` (HTTP/2 in
     /// cleartext) or `unix:/PATH.sock`. Repeat for several; the longest matching prefix wins. A URL with
     /// a path replaces the prefix with it (`/api=http://up/v1`: `/api/x` → `/v1/x`);
-    /// without one the path goes unchanged. See docs/proxy.md.
+    /// without one the path goes unchanged. A reload may change the routes: the new
+    /// generation serves the new ones, the old drains with its own. See docs/proxy.md.
     #[arg(
         long,
         value_name = "PREFIX=URL",
         env = "SERVERY_PROXY",
-        value_delimiter = '\n'
+        value_delimiter = '\n',
+        group = crate::settings::LIVE
     )]
     pub proxy: Vec<String>,
     /// Verify `https://` upstreams against the certificates in this PEM file instead of
@@ -178,27 +184,25 @@ impl ProxyArgs {
         Balance::parse(&self.proxy_balance).unwrap_or_default()
     }
 
-    /// How the parent judges the upstreams (`None` without routes).
-    pub fn health_policy(&self) -> Option<(u16, servery_core::upstream_health::HealthPolicy)> {
-        let routes = Routes::parse(&self.proxy).ok().filter(|r| !r.is_empty())?;
-        let count = u16::try_from(routes.len()).ok()?;
+    /// How the parent judges the upstreams (`None` for settings [`ProxyArgs::check`]
+    /// refuses). Given even with no route at start: a reload may add some, and the table's
+    /// members follow the generations' routes (decision 0108).
+    pub fn health_policy(&self) -> Option<servery_core::upstream_health::HealthPolicy> {
         let secs = |s: f64| std::time::Duration::try_from_secs_f64(s).ok();
-        Some((
-            count,
-            servery_core::upstream_health::HealthPolicy {
-                max_fails: self.proxy_max_fails,
-                fail_timeout: secs(self.proxy_fail_timeout)?,
-                probe_interval: match &self.proxy_health {
-                    Some(_) => Some(secs(self.proxy_health_interval)?),
-                    None => None,
-                },
+        Some(servery_core::upstream_health::HealthPolicy {
+            max_fails: self.proxy_max_fails,
+            fail_timeout: secs(self.proxy_fail_timeout)?,
+            probe_interval: match &self.proxy_health {
+                Some(_) => Some(secs(self.proxy_health_interval)?),
+                None => None,
             },
-        ))
+        })
     }
 }
 
 crate::knobs::core_fields! {
     impl ProxyArgs {
+        proxy => proxy.routes cloned;
         proxy_max_inflight => broker.max_proxy_inflight;
     }
 }

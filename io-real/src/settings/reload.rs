@@ -16,8 +16,10 @@ impl Loaded {
         let now = load(&self.argv).map_err(|e| e.to_string())?;
         let mut problems: Vec<String> = now.file_errors().to_vec();
         problems.extend(fixed_changes(&self.effective, &now.effective));
+        let raw = now.cli.serve.raw_config();
+        problems.extend(route_problems(&raw));
         if problems.is_empty() {
-            Ok(now.cli.serve.raw_config())
+            Ok(raw)
         } else {
             Err(problems.join("; "))
         }
@@ -49,5 +51,23 @@ fn shown(e: &Effective) -> String {
         Given::Values(_) if e.setting.secret => "<not shown>".into(),
         Given::Values(v) if v.is_empty() => "unset".into(),
         Given::Values(v) => v.join(","),
+    }
+}
+
+/// What the workers' own reading of the routes refuses that the core's validation let
+/// through (a host the `http` crate cannot read): a reload the new generation could not
+/// start with is refused here, naming the field, and the old routes keep serving.
+fn route_problems(raw: &RawConfig) -> Vec<String> {
+    const FIELD: &str = "proxy.routes";
+    let core_named = raw
+        .validate()
+        .err()
+        .is_some_and(|e| e.issues().iter().any(|i| i.field == FIELD));
+    match crate::proxy::route::Routes::parse(&raw.proxy.routes) {
+        Err(errors) if !core_named => errors
+            .iter()
+            .map(|e| format!("{FIELD} (--proxy): {e}"))
+            .collect(),
+        _ => Vec::new(),
     }
 }

@@ -13,6 +13,12 @@
 //!   after it learned the parent's verdict marking it down; every running worker holds
 //!   the parent's verdict once it has had time to arrive; with probes, the verdict matches
 //!   the upstreams' truth once the plan stops changing it;
+//! - **route rule**: a worker of a committed generation sends only to the upstreams its
+//!   generation's routes name (decision 0108: routes are reloadable);
+//! - **health rule (a verdict is about the upstream it names)**: a worker is told an
+//!   upstream is down only if that upstream (by its URL, whatever index it has in the
+//!   worker's generation) was seen failing since it last entered the parent's table — a
+//!   removed upstream's verdict never reaches a later generation under another's index;
 //! - **admission rule**: upstream requests in flight from live workers never exceed
 //!   `--proxy-max-inflight`; a worker killed holding grants loses them (after its death
 //!   the service reaches the bound again);
@@ -47,7 +53,9 @@ const KEEP: usize = 4;
 /// The proxy and CGI workload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProxyPlan {
-    /// The upstreams of the one proxied prefix, all up at the start.
+    /// The simulated upstreams, all up at the start: `http://up0`, `http://up1`, ...
+    /// ([`upstream_url`]). Which of them a generation sends to is its configuration's
+    /// routes ([`proxy_routes`]), which a reload may change.
     pub upstreams: u16,
     pub balance: Balance,
     pub policy: HealthPolicy,
@@ -106,6 +114,24 @@ pub struct ProxyOutcome {
     pub cgi_refused: u64,
 }
 
+/// The URL of simulated upstream `target`.
+pub fn upstream_url(target: u16) -> String {
+    format!("http://up{target}")
+}
+
+/// Routes under `/api` to each of `targets` (a configuration's `proxy.routes`).
+pub fn proxy_routes(targets: impl IntoIterator<Item = u16>) -> Vec<String> {
+    targets
+        .into_iter()
+        .map(|t| format!("/api={}", upstream_url(t)))
+        .collect()
+}
+
+/// The simulated upstream a URL names.
+pub(crate) fn target_of(url: &str) -> Option<u16> {
+    url.strip_prefix("http://up")?.parse().ok()
+}
+
 /// One simulated script: its worker, and when that worker died (it runs on).
 #[derive(Debug, Clone, Copy)]
 struct Script {
@@ -123,8 +149,20 @@ pub(crate) struct ProxySim {
     last_flip: Instant,
     /// The verdict each worker last received, and when.
     learned: BTreeMap<WorkerId, (Vec<u16>, Instant)>,
-    /// The parent's verdict, and since when.
+    /// The parent's verdict (the simulated upstreams it marks down), and since when.
     verdict: Vec<u16>,
+    /// The simulated upstreams some live generation (or the committed configuration)
+    /// names, by the oracle's own account: the generations' routes as their spawns carried
+    /// them, and the supervisor's live workers.
+    named: BTreeSet<u16>,
+    /// The simulated upstreams the parent's table holds.
+    members: BTreeSet<u16>,
+    /// Each generation's upstreams, as its first spawn carried them.
+    spawned_targets: BTreeMap<u64, BTreeSet<u16>>,
+    /// Upstreams seen failing (a request or a probe) since they last entered the table.
+    failed_since_entered: BTreeSet<u16>,
+    /// Each committed generation's upstreams, as its configuration's routes name them.
+    generation_targets: BTreeMap<u64, BTreeSet<u16>>,
     verdict_since: Instant,
     /// When each worker was first seen connected.
     connected_since: BTreeMap<WorkerId, Instant>,
@@ -145,6 +183,11 @@ impl ProxySim {
             last_flip: Instant::ZERO,
             learned: BTreeMap::new(),
             verdict: Vec::new(),
+            named: BTreeSet::new(),
+            members: BTreeSet::new(),
+            spawned_targets: BTreeMap::new(),
+            failed_since_entered: BTreeSet::new(),
+            generation_targets: BTreeMap::new(),
             verdict_since: Instant::ZERO,
             connected_since: BTreeMap::new(),
             in_flight: BTreeMap::new(),
@@ -156,9 +199,12 @@ impl ProxySim {
         }
     }
 
+    /// The members of the parent's table that are down.
     fn truth_down(&self) -> Vec<u16> {
-        (0..self.plan.upstreams)
-            .filter(|&u| !self.up[usize::from(u)])
+        self.members
+            .iter()
+            .copied()
+            .filter(|&u| !self.up.get(usize::from(u)).copied().unwrap_or(true))
             .collect()
     }
 }
@@ -195,10 +241,8 @@ impl SimWorld {
 
     /// The parent's health judge, given the plan's upstreams before the first event (as
     /// the real parent's driver starts it from the routes).
-    pub(crate) fn proxy_health(&self) -> Option<(u16, HealthPolicy)> {
-        self.proxy
-            .as_ref()
-            .map(|p| (p.plan.upstreams, p.plan.policy))
+    pub(crate) fn proxy_health(&self) -> Option<HealthPolicy> {
+        self.proxy.as_ref().map(|p| p.plan.policy)
     }
 
     pub(crate) fn breach(&mut self, rule: &'static str, what: String) {
@@ -248,25 +292,28 @@ impl SimWorld {
         self.arrive(crate::world::ConnKind::Proxy { arrived_ns, cgi });
     }
 
-    /// The parent asked for a probe of `upstream`: it answers after a while with what the
-    /// upstream is then.
-    pub(crate) fn probe_upstream(&mut self, upstream: u16) {
-        let Some(sim) = self.proxy.as_ref() else {
+    /// The parent asked for a probe of the upstream at `url` (its table's `upstream`): it
+    /// answers after a while with what the upstream is then.
+    pub(crate) fn probe_upstream(&mut self, upstream: u32, url: &str) {
+        let (Some(sim), Some(target)) = (self.proxy.as_ref(), target_of(url)) else {
             self.violation(format!(
-                "the parent probes upstream {upstream}, but this run has no reverse proxy"
+                "the parent probes {url}, but this run has no reverse proxy or no such upstream"
             ));
             return;
         };
         let (lo, hi) = sim.plan.probe_ms;
         let d = Duration::from_millis(self.rng.range(lo, hi));
-        self.schedule_in(d, SimEvent::ProbeAnswered { upstream });
+        self.schedule_in(d, SimEvent::ProbeAnswered { upstream, target });
     }
 
-    pub(crate) fn probe_answered(&mut self, upstream: u16) {
-        let Some(sim) = self.proxy.as_ref() else {
+    pub(crate) fn probe_answered(&mut self, upstream: u32, target: u16) {
+        let Some(sim) = self.proxy.as_mut() else {
             return;
         };
-        let ok = sim.up.get(usize::from(upstream)).copied().unwrap_or(false);
+        let ok = sim.up.get(usize::from(target)).copied().unwrap_or(false);
+        if !ok {
+            sim.failed_since_entered.insert(target);
+        }
         self.out.proxy.probes += 1;
         self.inbox
             .push_back(servery_core::supervisor::Event::UpstreamProbed { upstream, ok });
@@ -312,10 +359,57 @@ impl SimWorld {
             return;
         };
         let sup = parent.supervisor();
-        let verdict = parent
-            .upstream_health()
-            .map(|h| h.down())
+        let health = parent.upstream_health();
+        let members: BTreeSet<u16> = health
+            .map(|h| h.members().filter_map(target_of).collect())
             .unwrap_or_default();
+        // An upstream no live generation named before starts with no failure seen.
+        let mut named: BTreeSet<u16> = sup
+            .config()
+            .proxy()
+            .upstreams()
+            .filter_map(target_of)
+            .collect();
+        for g in sup.live_generations() {
+            if let Some(targets) = sim.spawned_targets.get(&g.0) {
+                named.extend(targets.iter().copied());
+            }
+        }
+        for entered in named.difference(&sim.named) {
+            sim.failed_since_entered.remove(entered);
+        }
+        sim.named = named;
+        let left = sim.members.difference(&members).next().is_some();
+        sim.members = members;
+        let mut verdict: Vec<u16> = health
+            .map(|h| h.down_urls().into_iter().filter_map(target_of).collect())
+            .unwrap_or_default();
+        verdict.sort_unstable();
+        let committed = sup.generation().0;
+        let mut moved = false;
+        if committed > 0 && !sim.generation_targets.contains_key(&committed) {
+            let targets: BTreeSet<u16> = sup
+                .config()
+                .proxy()
+                .upstreams()
+                .filter_map(target_of)
+                .collect();
+            moved = sim
+                .generation_targets
+                .last_key_value()
+                .is_some_and(|(_, before)| *before != targets);
+            sim.generation_targets.insert(committed, targets);
+        }
+        if moved {
+            self.out
+                .coverage
+                .insert(crate::labels::PROXY_ROUTES_RELOADED);
+        }
+        if left {
+            self.out
+                .coverage
+                .insert(crate::labels::UPSTREAM_LEFT_THE_TABLE);
+        }
         if verdict != sim.verdict {
             sim.verdict = verdict;
             sim.verdict_since = now;
@@ -337,13 +431,35 @@ impl SimWorld {
                 continue;
             }
             let settled = now >= sim.verdict_since + SETTLE && now >= since + SETTLE;
-            let believed = sim.learned.get(&w).map_or(&[][..], |(d, _)| d.as_slice());
-            if settled && believed != sim.verdict.as_slice() {
+            let Some(targets) = p.proxy.as_ref().map(|wp| &wp.targets) else {
+                continue;
+            };
+            // What it believes and what the parent holds, about its own upstreams.
+            let believed: BTreeSet<u16> = sim
+                .learned
+                .get(&w)
+                .map(|(d, _)| {
+                    d.iter()
+                        .filter_map(|&i| targets.get(usize::from(i)).copied())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let held: BTreeSet<u16> = sim
+                .verdict
+                .iter()
+                .copied()
+                .filter(|t| targets.contains(t))
+                .collect();
+            if settled && believed != held {
                 lost.push(format!(
-                    "at {} ms {w} believes {believed:?} down, {} ms after the parent's verdict {:?}",
+                    "at {} ms {w} believes {:?} down, {} ms after the parent's verdict {:?}",
                     ms_of(now),
+                    believed
+                        .iter()
+                        .map(|&t| upstream_url(t))
+                        .collect::<Vec<_>>(),
                     (now - sim.verdict_since).as_millis(),
-                    sim.verdict
+                    held.iter().map(|&t| upstream_url(t)).collect::<Vec<_>>()
                 ));
             }
         }
@@ -414,12 +530,51 @@ impl SimWorld {
         }
     }
 
+    /// A worker of `generation` was spawned: its generation's upstreams are the ones its
+    /// spawn's routes name.
+    pub(crate) fn proxy_spawned(&mut self, generation: u64, wp: &WorkerProxy) {
+        if let Some(sim) = self.proxy.as_mut() {
+            sim.spawned_targets
+                .entry(generation)
+                .or_insert_with(|| wp.targets.iter().copied().collect());
+        }
+    }
+
     /// A worker learned the parent's verdict.
     pub(crate) fn proxy_learned(&mut self, worker: WorkerId, down: &[u16]) {
         let now = self.now;
+        let targets = self
+            .procs
+            .get(&worker)
+            .and_then(|p| p.proxy.as_ref())
+            .map(|wp| (wp.targets.clone(), wp.generation));
+        let mut unseen = Vec::new();
         if let Some(sim) = self.proxy.as_mut() {
             sim.learned.insert(worker, (down.to_vec(), now));
             self.out.proxy.verdicts_learned += 1;
+            if let Some((targets, generation)) = &targets {
+                for &i in down {
+                    match targets.get(usize::from(i)) {
+                        Some(t) if sim.failed_since_entered.contains(t) => {}
+                        Some(&t) => unseen.push(format!(
+                            "{worker} of generation {generation} was told its upstream {i} ({}) is down at {} ms, and no request or probe saw it fail since a live generation last named it",
+                            upstream_url(t),
+                            ms_of(now)
+                        )),
+                        None => unseen.push(format!(
+                            "{worker} of generation {generation} was told its upstream {i} is down at {} ms; it has {} upstreams",
+                            ms_of(now),
+                            targets.len()
+                        )),
+                    }
+                }
+            }
+        }
+        for what in unseen {
+            self.breach(
+                "health rule (a verdict reaches only the upstream it is about)",
+                what,
+            );
         }
         if let Some(wp) = self.procs.get_mut(&worker).and_then(|p| p.proxy.as_mut()) {
             wp.learn(down);

@@ -20,8 +20,13 @@ use crate::world::{SimEvent, SimWorld};
 enum Req {
     /// Waiting for the broker's grants.
     Asking { cgi: bool },
-    /// Sent to an upstream; whether it will answer.
-    Upstream { upstream: usize, ok: bool },
+    /// Sent to an upstream (by this worker's index, and the simulated upstream it names);
+    /// whether it will answer.
+    Upstream {
+        upstream: usize,
+        target: u16,
+        ok: bool,
+    },
     /// A script running in its group.
     Script { pgid: u32 },
 }
@@ -30,7 +35,11 @@ enum Req {
 #[derive(Debug, Clone)]
 pub(crate) struct WorkerProxy {
     balancer: Balancer,
-    upstreams: usize,
+    /// The simulated upstream each of its indices names: its generation's routes, in the
+    /// order the core numbers them.
+    pub(super) targets: Vec<u16>,
+    /// The generation it was spawned for.
+    pub(super) generation: u64,
     max: u32,
     cgi_max: u32,
     pool: GrantPool,
@@ -41,13 +50,19 @@ pub(crate) struct WorkerProxy {
 impl WorkerProxy {
     /// Under the bounds its spawn's configuration carries, shared as the real worker
     /// shares them.
-    pub(crate) fn new(plan: &ProxyPlan, config: &ValidConfig) -> Self {
+    pub(crate) fn new(plan: &ProxyPlan, config: &ValidConfig, generation: u64) -> Self {
         let b = config.broker();
         let workers = config.workers();
         let (max, cgi_max) = (b.max_proxy_inflight(), b.max_cgi_concurrent());
+        let targets: Vec<u16> = config
+            .proxy()
+            .upstreams()
+            .filter_map(super::target_of)
+            .collect();
         WorkerProxy {
-            balancer: Balancer::new(usize::from(plan.upstreams), plan.balance),
-            upstreams: usize::from(plan.upstreams),
+            balancer: Balancer::new(targets.len(), plan.balance),
+            targets,
+            generation,
             max,
             cgi_max,
             pool: GrantPool::new(keep_for(max, workers)),
@@ -210,7 +225,7 @@ impl SimWorld {
         let Some(wp) = self.proxy_of(worker) else {
             return;
         };
-        let Some(upstream) = wp.balancer.choose(0..wp.upstreams) else {
+        let Some(upstream) = wp.balancer.choose(0..wp.targets.len()) else {
             // Every upstream down: 502, and the grant back.
             self.out.proxy.all_down += 1;
             self.out
@@ -219,13 +234,22 @@ impl SimWorld {
             self.proxy_release_grant(worker, false);
             return self.proxy_close(worker, conn);
         };
-        let several = wp.upstreams > 1;
+        let several = wp.targets.len() > 1;
         let max = wp.max;
+        let generation = wp.generation;
+        let Some(&target) = wp.targets.get(upstream) else {
+            return;
+        };
         let Some(sim) = self.proxy.as_mut() else {
             return;
         };
-        let ok = sim.up.get(upstream).copied().unwrap_or(false);
-        sim.in_flight.insert((worker, conn), upstream as u16);
+        let ok = sim.up.get(usize::from(target)).copied().unwrap_or(false);
+        let outside = sim
+            .generation_targets
+            .get(&generation)
+            .filter(|set| !set.contains(&target))
+            .cloned();
+        sim.in_flight.insert((worker, conn), target);
         let count = sim.in_flight.len() as u32;
         let after_kill = sim
             .last_kill
@@ -254,6 +278,17 @@ impl SimWorld {
                 .coverage
                 .insert(labels::UPSTREAM_FAILED_BEFORE_VERDICT);
         }
+        if let Some(set) = outside {
+            self.breach(
+                "route rule (a committed generation's worker sends only to its generation's upstreams)",
+                format!(
+                    "{worker} of generation {generation} sent a request to {} at {} ms; generation {generation}'s upstreams are {:?}",
+                    super::upstream_url(target),
+                    ms_of(now),
+                    set.iter().map(|&t| super::upstream_url(t)).collect::<Vec<_>>()
+                ),
+            );
+        }
         if max > 0 && count > max {
             self.breach(
                 "admission rule (--proxy-max-inflight is service-wide)",
@@ -261,7 +296,14 @@ impl SimWorld {
             );
         }
         if let Some(wp) = self.proxy_of(worker) {
-            wp.reqs.insert(conn, Req::Upstream { upstream, ok });
+            wp.reqs.insert(
+                conn,
+                Req::Upstream {
+                    upstream,
+                    target,
+                    ok,
+                },
+            );
         }
         let d = Duration::from_millis(self.rng.range(lo, hi));
         self.schedule_in(d, SimEvent::ProxyDone { worker, conn });
@@ -295,12 +337,20 @@ impl SimWorld {
             return;
         };
         match wp.reqs.remove(&conn) {
-            Some(Req::Upstream { upstream, ok }) => {
+            Some(Req::Upstream {
+                upstream,
+                target,
+                ok,
+            }) => {
                 if let Some(report) = wp.balancer.finished(upstream, Some(ok)) {
                     p.client.release(now, report);
                 }
                 if let Some(sim) = self.proxy.as_mut() {
                     sim.in_flight.remove(&(worker, conn));
+                    if !ok {
+                        // Seen failing: a verdict marking it down may follow.
+                        sim.failed_since_entered.insert(target);
+                    }
                 }
                 if ok {
                     self.out.proxy.answered += 1;

@@ -122,7 +122,9 @@ impl ParentIo for SimWorld {
             }
             ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(now, reload),
             // Answered by the simulated upstream; without a proxy plan, the core's mistake.
-            ParentAction::ProbeUpstream { upstream } => return self.probe_upstream(upstream),
+            ParentAction::ProbeUpstream { upstream, url } => {
+                return self.probe_upstream(upstream, &url);
+            }
             // The randomness a ticket key is minted from: the simulated host's own.
             ParentAction::Tls(servery_core::tls_material::TlsAction::MintTicketKey) => {
                 let mut bytes = [0u8; servery_core::tls_material::TICKET_ENTROPY_LEN];
@@ -197,7 +199,10 @@ impl ParentIo for SimWorld {
                     .workload
                     .proxy
                     .as_ref()
-                    .map(|plan| crate::proxy::WorkerProxy::new(plan, &config));
+                    .map(|plan| crate::proxy::WorkerProxy::new(plan, &config, key.0));
+                if let Some(wp) = &proc.proxy {
+                    self.proxy_spawned(key.0, wp);
+                }
                 proc.slot = key.1;
                 proc.generation = key.0;
                 self.procs.insert(worker, proc);
@@ -538,7 +543,7 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         // Never traced (see `perform`).
         ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
         ParentAction::KillScriptGroups { worker, .. } => return (22, worker.0),
-        ParentAction::ProbeUpstream { upstream } => return (21, u64::from(*upstream)),
+        ParentAction::ProbeUpstream { upstream, .. } => return (21, u64::from(*upstream)),
         ParentAction::ReadTlsFiles { reload } => return (23, reload.0),
         ParentAction::Supervisor(action) => action,
     };

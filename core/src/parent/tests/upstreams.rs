@@ -4,6 +4,19 @@ use super::*;
 use crate::proto::BrokerReply;
 use crate::upstream_health::{HealthPolicy, UpstreamHealth};
 
+/// Routes under `/api` to each URL.
+fn routes(raw: &mut RawConfig, urls: &[&str]) {
+    raw.proxy.routes = urls.iter().map(|u| format!("/api={u}")).collect();
+}
+
+fn policy(fail_timeout_secs: u64, probe_interval: Option<Duration>) -> HealthPolicy {
+    HealthPolicy {
+        max_fails: 1,
+        fail_timeout: Duration::from_secs(fail_timeout_secs),
+        probe_interval,
+    }
+}
+
 fn health_sent(acts: &[ParentAction]) -> Vec<(WorkerId, Vec<u16>)> {
     acts.iter()
         .filter_map(|a| match a {
@@ -31,16 +44,11 @@ fn report(p: &mut Parent, w: WorkerId, now: Instant, upstream: u16, ok: bool) {
 
 #[test]
 fn health_rule_a_workers_failure_reaches_every_worker_and_the_report_is_answered() {
-    let (mut p, w) = started(|r| r.workers = 1);
-    p.watch_upstreams(UpstreamHealth::new(
-        2,
-        HealthPolicy {
-            max_fails: 1,
-            fail_timeout: Duration::from_secs(10),
-            probe_interval: None,
-        },
-        Instant::ZERO,
-    ));
+    let (mut p, w) = started(|r| {
+        r.workers = 1;
+        routes(r, &["http://a", "http://b"]);
+    });
+    p.watch_upstreams(UpstreamHealth::new(policy(10, None)));
     report(&mut p, w, Instant::ZERO, 1, false);
     let acts = actions(&mut p);
     assert_eq!(
@@ -68,16 +76,11 @@ fn health_rule_a_workers_failure_reaches_every_worker_and_the_report_is_answered
 
 #[test]
 fn health_rule_a_new_worker_hears_the_down_set_right_after_its_hello() {
-    let (mut p, w) = started(|r| r.workers = 1);
-    p.watch_upstreams(UpstreamHealth::new(
-        1,
-        HealthPolicy {
-            max_fails: 1,
-            fail_timeout: Duration::from_secs(60),
-            probe_interval: None,
-        },
-        Instant::ZERO,
-    ));
+    let (mut p, w) = started(|r| {
+        r.workers = 1;
+        routes(r, &["http://a"]);
+    });
+    p.watch_upstreams(UpstreamHealth::new(policy(60, None)));
     report(&mut p, w, Instant::ZERO, 0, false);
     actions(&mut p);
     // The worker crashes; its replacement is spawned after the backoff.
@@ -118,20 +121,19 @@ fn health_rule_a_new_worker_hears_the_down_set_right_after_its_hello() {
 
 #[test]
 fn health_rule_probes_are_the_parents_and_their_verdicts_reach_the_workers() {
-    let (mut p, w) = started(|r| r.workers = 1);
-    p.watch_upstreams(UpstreamHealth::new(
-        1,
-        HealthPolicy {
-            max_fails: 1,
-            fail_timeout: Duration::from_secs(10),
-            probe_interval: Some(Duration::from_secs(2)),
-        },
-        Instant::ZERO,
-    ));
+    let (mut p, w) = started(|r| {
+        r.workers = 1;
+        routes(r, &["http://a"]);
+    });
+    p.watch_upstreams(UpstreamHealth::new(policy(
+        10,
+        Some(Duration::from_secs(2)),
+    )));
     let acts = run_until(&mut p, Instant::ZERO);
     assert!(
-        acts.iter()
-            .any(|a| matches!(a, ParentAction::ProbeUpstream { upstream: 0 })),
+        acts.iter().any(
+            |a| matches!(a, ParentAction::ProbeUpstream { upstream: 0, url } if url == "http://a")
+        ),
         "the first probe goes out at the start: {acts:?}"
     );
     p.handle(
@@ -155,4 +157,116 @@ fn health_rule_probes_are_the_parents_and_their_verdicts_reach_the_workers() {
         },
     );
     assert_eq!(health_sent(&actions(&mut p)), vec![(w, vec![])]);
+}
+
+fn message(p: &mut Parent, worker: WorkerId, message: WorkerMessage) -> Vec<ParentAction> {
+    p.handle(Instant::ZERO, Event::Message { worker, message });
+    actions(p)
+}
+
+/// Reload to `urls`; the candidate (worker 2) becomes ready and is committed.
+fn reload_to(p: &mut Parent, urls: &[&str]) -> WorkerId {
+    let mut next = RawConfig {
+        workers: 1,
+        ..RawConfig::default()
+    };
+    routes(&mut next, urls);
+    p.handle(
+        Instant::ZERO,
+        Event::Command(Command::Reload {
+            id: ReloadId(1),
+            config: Box::new(next),
+        }),
+    );
+    actions(p);
+    let candidate = WorkerId(2);
+    message(p, candidate, WorkerMessage::Prepared);
+    message(p, candidate, WorkerMessage::Ready);
+    assert_eq!(
+        p.supervisor().generation(),
+        Generation(2),
+        "the reload commits"
+    );
+    candidate
+}
+
+#[test]
+fn membership_rule_each_generation_hears_the_verdict_in_its_own_numbering() {
+    let (mut p, old) = started(|r| {
+        r.workers = 1;
+        routes(r, &["http://a", "http://b"]);
+    });
+    p.watch_upstreams(UpstreamHealth::new(policy(60, None)));
+    // b (index 1 of generation 1) is down before the reload.
+    report(&mut p, old, Instant::ZERO, 1, false);
+    actions(&mut p);
+    let new = reload_to(&mut p, &["http://c", "http://a"]);
+    assert_eq!(
+        p.generation_upstreams(Generation(2)),
+        ["http://c", "http://a"]
+    );
+    // The new generation's index 1 is a: its failure is a's, whoever numbers it.
+    report(&mut p, new, Instant::ZERO, 1, false);
+    let sent = health_sent(&actions(&mut p));
+    assert!(
+        sent.contains(&(new, vec![1])),
+        "membership rule: the new generation hears a (its index 1) down, and never b's verdict under c's index 0: {sent:?}"
+    );
+    assert!(
+        sent.contains(&(old, vec![0, 1])),
+        "membership rule: the draining generation hears a and b down in its own numbering: {sent:?}"
+    );
+    // The old worker is reaped: b leaves the table with its verdict.
+    p.handle(Instant::ZERO, Event::ChannelClosed { worker: old });
+    p.handle(
+        Instant::ZERO,
+        Event::Exited {
+            worker: old,
+            status: ExitStatus::Code(0),
+        },
+    );
+    actions(&mut p);
+    let members: Vec<&str> = p.upstream_health().expect("watched").members().collect();
+    assert_eq!(
+        members,
+        ["http://a", "http://c"],
+        "membership rule: an upstream no live generation names is dropped"
+    );
+    assert_eq!(
+        p.upstream_health().expect("watched").down_urls(),
+        ["http://a"]
+    );
+}
+
+#[test]
+fn membership_rule_a_removed_upstream_that_comes_back_starts_up() {
+    let (mut p, old) = started(|r| {
+        r.workers = 1;
+        routes(r, &["http://a", "http://b"]);
+    });
+    p.watch_upstreams(UpstreamHealth::new(policy(600, None)));
+    report(&mut p, old, Instant::ZERO, 0, false);
+    actions(&mut p);
+    let new = reload_to(&mut p, &["http://b"]);
+    p.handle(Instant::ZERO, Event::ChannelClosed { worker: old });
+    p.handle(
+        Instant::ZERO,
+        Event::Exited {
+            worker: old,
+            status: ExitStatus::Code(0),
+        },
+    );
+    actions(&mut p);
+    assert!(
+        p.upstream_health()
+            .expect("watched")
+            .id("http://a")
+            .is_none()
+    );
+    // The new generation's index 0 is b, which never failed.
+    let told: Vec<_> = health_sent(&actions(&mut p));
+    assert!(
+        told.iter().all(|(w, down)| *w != new || down.is_empty()),
+        "membership rule: a's verdict never reaches the generation that dropped it: {told:?}"
+    );
 }

@@ -1,0 +1,241 @@
+//! The reverse proxy's routes (`--proxy PREFIX=URL`), as written and as validated
+//! (decision 0108). They are reloadable: each generation's workers serve the routes of
+//! the configuration they were spawned under, and the parent's upstream health follows
+//! the upstreams the live generations name ([`crate::parent::Parent`]).
+//!
+//! An upstream is its URL as written: two routes naming the same URL (under two
+//! prefixes, or in two generations) name one upstream, judged once. The upstreams of a
+//! generation are numbered in the order its workers number them: longest prefix first, a
+//! prefix's URLs in the order given — the order the worker's messages use.
+
+use super::validate::Checker;
+
+/// The most routes one configuration may give (each one upstream of its prefix).
+pub const MAX_ROUTES: usize = 1000;
+
+/// The field validation names.
+const FIELD: &str = "proxy.routes";
+
+/// As written.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct RawProxy {
+    /// `PREFIX=URL` values, in the order given.
+    pub routes: Vec<String>,
+}
+
+/// One route, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyRoute {
+    /// The value as given.
+    pub given: String,
+    /// The prefix without a trailing `/` (the root is `""`).
+    pub prefix: String,
+    /// The upstream's URL as written: its identity for the parent's health.
+    pub url: String,
+}
+
+/// The routes, validated and in the workers' order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProxyRoutes {
+    routes: Vec<ProxyRoute>,
+}
+
+impl ProxyRoutes {
+    /// Every route, longest prefix first.
+    pub fn routes(&self) -> &[ProxyRoute] {
+        &self.routes
+    }
+
+    /// The upstream each index of this configuration's workers names (its URL).
+    pub fn upstreams(&self) -> impl Iterator<Item = &str> {
+        self.routes.iter().map(|r| r.url.as_str())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+}
+
+fn clean_path(path: &str) -> bool {
+    path.starts_with('/')
+        && !path
+            .bytes()
+            .any(|b| b == b'?' || b == b'#' || b.is_ascii_whitespace() || b.is_ascii_control())
+        && !path.split('/').any(|s| s == "." || s == "..")
+}
+
+/// A host and optional port: no user, query or fragment, a port from 1 to 65535.
+fn authority_ok(authority: &str) -> bool {
+    if authority.is_empty()
+        || authority.bytes().any(|b| {
+            matches!(b, b'@' | b'?' | b'#' | b'/')
+                || b.is_ascii_whitespace()
+                || b.is_ascii_control()
+        })
+    {
+        return false;
+    }
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => {
+            if port.parse::<u16>().map_or(true, |p| p == 0) {
+                return false;
+            }
+            host
+        }
+        _ => authority,
+    };
+    !host.is_empty()
+}
+
+/// Why one value is refused, or its route.
+fn parse(given: &str) -> Result<ProxyRoute, String> {
+    let Some((prefix, url)) = given.split_once('=') else {
+        return Err(format!(
+            "`{given}`: expected PREFIX=URL (`/api=http://127.0.0.1:9000`)"
+        ));
+    };
+    if !clean_path(prefix) || prefix.contains('%') {
+        return Err(format!(
+            "`{given}`: the prefix must start with `/` and hold no `?`, `#`, `%`, spaces or `.`/`..` segments"
+        ));
+    }
+    let route = ProxyRoute {
+        given: given.to_string(),
+        prefix: prefix.trim_end_matches('/').to_string(),
+        url: url.to_string(),
+    };
+    if let Some(path) = url.strip_prefix("unix:") {
+        if !path.starts_with('/') || path.bytes().any(|b| b.is_ascii_control()) {
+            return Err(format!("`{given}`: the Unix socket path must be absolute"));
+        }
+        return Ok(route);
+    }
+    let Some(rest) = ["http://", "https://", "h2://", "h2c://"]
+        .iter()
+        .find_map(|scheme| url.strip_prefix(scheme))
+    else {
+        return Err(format!(
+            "`{given}`: the URL must be http://HOST[:PORT][/PATH], https://…, h2://…, h2c://… or unix:/PATH"
+        ));
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(at) => (&rest[..at], Some(&rest[at..])),
+        None => (rest, None),
+    };
+    if !authority_ok(authority) {
+        return Err(format!(
+            "`{given}`: the URL's host is missing or malformed (no user, query or fragment)"
+        ));
+    }
+    if path.is_some_and(|p| !clean_path(p)) {
+        return Err(format!(
+            "`{given}`: the URL's path must hold no `?`, `#`, spaces or `.`/`..` segments"
+        ));
+    }
+    Ok(route)
+}
+
+impl RawProxy {
+    pub(super) fn check(&self, c: &mut Checker) -> ProxyRoutes {
+        let mut routes: Vec<ProxyRoute> = Vec::new();
+        for given in &self.routes {
+            match parse(given) {
+                Ok(route)
+                    if routes
+                        .iter()
+                        .any(|r| r.prefix == route.prefix && r.url == route.url) =>
+                {
+                    c.fail(
+                        FIELD,
+                        format!(
+                            "`{given}`: prefix `{}` is already routed to this URL",
+                            if route.prefix.is_empty() {
+                                "/"
+                            } else {
+                                &route.prefix
+                            }
+                        ),
+                    );
+                }
+                Ok(route) => routes.push(route),
+                Err(rule) => c.fail(FIELD, rule),
+            }
+        }
+        if self.routes.len() > MAX_ROUTES {
+            c.fail(
+                FIELD,
+                format!("at most {MAX_ROUTES} routes, got {}", self.routes.len()),
+            );
+        }
+        // Stable: a prefix's upstreams keep the order they were given in (the workers'
+        // numbering, which their messages to the parent use).
+        routes.sort_by(|a, b| {
+            b.prefix
+                .len()
+                .cmp(&a.prefix.len())
+                .then_with(|| a.prefix.cmp(&b.prefix))
+        });
+        ProxyRoutes { routes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::validate::tests::fields;
+    use crate::RawConfig;
+
+    fn with(routes: &[&str]) -> RawConfig {
+        let mut raw = RawConfig::default();
+        raw.proxy.routes = routes.iter().map(|s| s.to_string()).collect();
+        raw
+    }
+
+    #[test]
+    fn upstreams_are_numbered_longest_prefix_first_in_the_order_given() {
+        let v = with(&[
+            "/=http://a:1",
+            "/api=http://b:2",
+            "/api=h2c://c:3/v1",
+            "/api/v2/=unix:/run/d.sock",
+        ])
+        .validate()
+        .expect("valid");
+        let urls: Vec<&str> = v.proxy().upstreams().collect();
+        assert_eq!(
+            urls,
+            [
+                "unix:/run/d.sock",
+                "http://b:2",
+                "h2c://c:3/v1",
+                "http://a:1"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_broken_route_names_the_field() {
+        let raw = with(&[
+            "api=http://a",
+            "/a",
+            "/a=ftp://a",
+            "/a=http://u@a",
+            "/a=http://a:0",
+            "/a=http://a/../x",
+            "/a=unix:rel.sock",
+            "/b=http://a",
+            "/b=http://a",
+        ]);
+        assert_eq!(fields(&raw), vec!["proxy.routes"; 8]);
+        assert!(fields(&with(&["/b=http://a", "/c=http://a"])).is_empty());
+    }
+
+    #[test]
+    fn too_many_routes_are_refused() {
+        let mut raw = RawConfig::default();
+        raw.proxy.routes = (0..=super::MAX_ROUTES)
+            .map(|i| format!("/r{i}=http://a"))
+            .collect();
+        assert_eq!(fields(&raw), ["proxy.routes"]);
+    }
+}
