@@ -151,6 +151,24 @@ pub enum Fault {
     CrashDavGranter,
     /// From now on another program holds `port`: binding it fails (`EADDRINUSE`).
     PortBusy { port: u16 },
+    /// For `duration`, every control channel delays what crosses it, both ways, by up to
+    /// `max` more than its usual latency, drawn per write: a stream socket keeps each
+    /// channel's order, but what crosses two channels (two workers' frames, one worker's
+    /// frames and another's exit) arrives in any order the delays give. The parent finds
+    /// what arrived meanwhile in one look, as a busy parent's next poll does; a worker's
+    /// exit still comes after its last frames, which the reap reads out first (decision
+    /// 0094). `max` stays below `heartbeat_timeout - heartbeat_interval`: a beat held
+    /// longer is a hang by definition.
+    ChannelDelay { duration: Duration, max: Duration },
+    /// A live worker's clock (picked among live workers) runs at `rate_ppm` parts per
+    /// million off the true rate (positive: fast) for `duration`, then true again: its
+    /// beats, its drain deadline and its broker timeouts come early or late by that
+    /// much. The parent's monotonic clock decides every deadline that ends a worker.
+    ClockDrift {
+        pick: u64,
+        rate_ppm: i32,
+        duration: Duration,
+    },
 }
 
 /// Operator commands at moments of the run.
@@ -436,10 +454,14 @@ pub enum FaultKind {
     AppWedge,
     /// An application fails its import or lifespan startup ([`Behavior::AppStartup`]).
     AppStartupFails,
+    /// Control channels delay and cross-reorder what they carry ([`Fault::ChannelDelay`]).
+    ChannelDelay,
+    /// A worker's clock runs fast or slow ([`Fault::ClockDrift`]).
+    ClockDrift,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 29] = [
+    pub const ALL: [FaultKind; 31] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -469,6 +491,8 @@ impl FaultKind {
         FaultKind::PortBusy,
         FaultKind::AppWedge,
         FaultKind::AppStartupFails,
+        FaultKind::ChannelDelay,
+        FaultKind::ClockDrift,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -507,6 +531,8 @@ impl FaultKind {
             FaultKind::PortBusy => "port-busy",
             FaultKind::AppWedge => "app-wedge",
             FaultKind::AppStartupFails => "app-startup-fails",
+            FaultKind::ChannelDelay => "channel-delay",
+            FaultKind::ClockDrift => "clock-drift",
         }
     }
 
@@ -571,6 +597,8 @@ impl FaultKind {
             FaultKind::PortBusy => l::PORT_BUSY_RELOAD_REJECTED,
             FaultKind::AppWedge => l::APP_WEDGE_REPLACED,
             FaultKind::AppStartupFails => l::APP_STARTUP_FAILURE_REPORTED,
+            FaultKind::ChannelDelay => l::DELAYED_FRAME_OVERTAKEN,
+            FaultKind::ClockDrift => l::DRIFTING_WORKER_KEPT,
         }
     }
 }
@@ -620,6 +648,8 @@ impl Fault {
             Fault::RenameFails(_) => FaultKind::RenameFails,
             Fault::CrashDavGranter => FaultKind::CrashDavGranter,
             Fault::PortBusy { .. } => FaultKind::PortBusy,
+            Fault::ChannelDelay { .. } => FaultKind::ChannelDelay,
+            Fault::ClockDrift { .. } => FaultKind::ClockDrift,
         }
     }
 }

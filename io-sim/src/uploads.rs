@@ -135,7 +135,7 @@ impl SimWorld {
                         },
                         None => BrokerRequest::AcquireLease { key },
                     };
-                    match p.client.request(now, request) {
+                    match p.client.request(p.clock.own(now), request) {
                         Ok(rid) => {
                             u.leasing = true;
                             p.waiting.insert(rid, Waiting::Upload(conn));
@@ -223,7 +223,8 @@ impl SimWorld {
                     {
                         self.holders.remove(&target);
                     }
-                    p.client.release(now, BrokerRequest::ReleaseLease { id });
+                    p.client
+                        .release(p.clock.own(now), BrokerRequest::ReleaseLease { id });
                     continue;
                 }
                 WriteAction::ReleaseReservation(id) => {
@@ -335,7 +336,7 @@ impl SimWorld {
         // The flow gave back the lease and the reservation before its Finish.
         // Replies to releases need no one waiting; the client drops them.
         let (_, had_no_room) = p.unserve(conn);
-        p.life.connection_closed(now);
+        p.life.connection_closed(p.clock.own(now));
         if had_no_room {
             self.takers.changed();
         }

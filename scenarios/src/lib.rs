@@ -20,6 +20,7 @@ mod catalog_dav;
 mod catalog_dav_tree;
 mod catalog_io_faults;
 mod catalog_listeners;
+mod catalog_network;
 mod catalog_pauses;
 mod catalog_proxy;
 mod catalog_rollouts;
@@ -132,7 +133,7 @@ impl Scenario {
 
 /// A set of [`FaultKind`]s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Kinds(u32);
+pub struct Kinds(u64);
 
 impl Kinds {
     pub const ALL: Kinds = Kinds((1 << FaultKind::ALL.len()) - 1);
@@ -192,7 +193,7 @@ impl Mode {
 /// scenario, so adding a kind to one scenario leaves every other subset as it was.
 pub fn swarm_kinds(scenario: &Scenario, seed: u64) -> Kinds {
     let mask = SimRng::new(seed ^ 0x5a7a_12d0_c0de_f00d).next_u64();
-    Kinds::of(scenario.kinds).and(Kinds(mask as u32))
+    Kinds::of(scenario.kinds).and(Kinds(mask))
 }
 
 impl core::fmt::Debug for Scenario {

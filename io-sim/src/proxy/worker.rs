@@ -99,7 +99,7 @@ impl SimWorld {
         } else {
             BrokerRequest::AcquireProxyGrants { want }
         };
-        match p.client.request(now, request) {
+        match p.client.request(p.clock.own(now), request) {
             Ok(id) => {
                 p.waiting.insert(id, Waiting::Proxy(conn));
                 wp.reqs.insert(conn, Req::Asking { cgi });
@@ -148,7 +148,7 @@ impl SimWorld {
         } else {
             BrokerRequest::ReturnProxyGrants { count }
         };
-        p.client.release(now, request);
+        p.client.release(p.clock.own(now), request);
         self.pump(worker);
     }
 
@@ -297,7 +297,7 @@ impl SimWorld {
         match wp.reqs.remove(&conn) {
             Some(Req::Upstream { upstream, ok }) => {
                 if let Some(report) = wp.balancer.finished(upstream, Some(ok)) {
-                    p.client.release(now, report);
+                    p.client.release(p.clock.own(now), report);
                 }
                 if let Some(sim) = self.proxy.as_mut() {
                     sim.in_flight.remove(&(worker, conn));

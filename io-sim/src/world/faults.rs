@@ -59,7 +59,9 @@ impl SimWorld {
         | Fault::AcceptFails { duration: d, .. }
         | Fault::ClockJump(d)
         | Fault::DiskFull(d)
-        | Fault::RenameFails(d) = fault
+        | Fault::RenameFails(d)
+        | Fault::ChannelDelay { duration: d, .. }
+        | Fault::ClockDrift { duration: d, .. } = fault
         {
             let from = self.now.as_nanos() / 1_000_000;
             let until = (self.now + d).as_nanos() / 1_000_000;
@@ -195,6 +197,19 @@ impl SimWorld {
             Fault::PortBusy { port } => {
                 self.injected(FaultKind::PortBusy, None);
                 self.listeners.busy.push(port);
+            }
+            Fault::ChannelDelay { duration, max } => {
+                self.injected(FaultKind::ChannelDelay, None);
+                self.delays.start(self.now, duration, max);
+            }
+            Fault::ClockDrift {
+                pick,
+                rate_ppm,
+                duration,
+            } => {
+                if let Some(w) = self.pick_live(pick, false) {
+                    self.drift(w, rate_ppm, duration);
+                }
             }
         }
     }
