@@ -30,6 +30,7 @@ mod checks;
 pub mod cluster;
 pub mod corpus;
 mod goals;
+mod heal;
 pub mod research;
 mod sweep;
 
@@ -42,6 +43,7 @@ use servery_sim::{FaultKind, Outcome, SimSpec};
 
 pub use budget::{BudgetEnd, RestartBudget, crashing_boots};
 pub use catalog::{BENCH, COVERAGE_GOALS, SCENARIOS};
+pub use heal::heal_bound;
 pub use sweep::{KindStats, SweepReport, bench, sweep, sweep_seeds};
 
 /// How the run must end its liveness phase.
@@ -259,6 +261,7 @@ pub fn run_in(
     plan.spec.platform = platform;
     plan.spec.trace = trace;
     let spec_stop = plan.spec.stop_at;
+    let heal = heal::HealPlan::of(&plan.spec);
     match servery_sim::simulate(plan.spec) {
         Err(e) => RunResult {
             outcome: Outcome::default(),
@@ -266,7 +269,11 @@ pub fn run_in(
             kinds,
         },
         Ok(mut outcome) => {
-            let verdict = checks::judge(&mut outcome, &plan.expect, spec_stop);
+            let mut verdict = checks::judge(&mut outcome, &plan.expect, spec_stop);
+            // Only simulated runs: a real run's boots take what the machine gives them.
+            if verdict.is_ok() && outcome.failure.is_none() && plan.expect.end != End::ParentDied {
+                verdict = heal::judge(&outcome, &plan.expect, &heal);
+            }
             RunResult {
                 outcome,
                 verdict,
