@@ -38,16 +38,23 @@ pub(crate) fn channel_delay(ctx: &mut Ctx) -> Plan {
     let config = fast_config(n);
     let mut spec = spec(ctx, config.clone(), 15.0);
     spec.workload.request_rate = 40.0;
-    // Around the first rollout half the time: READYs, and a candidate's end, delayed
-    // past one another.
-    if ctx.rng.chance(0.5) {
-        let max = delay_max(ctx);
+    // Half the time a first-generation candidate dies around the first rollout, through
+    // a delay: its EOF and exit, and the others' PREPAREDs and READYs, cross one another
+    // and are found together, so a READY that completes the generation may be read in one
+    // look with its end (the intake rule judges which came first).
+    let victim = ctx.rng.chance(0.5).then(|| ctx.rng.range(0, n as u64 - 1));
+    let first_max = Duration::from_millis(ctx.rng.range(20, MAX_CHANNEL_DELAY.as_millis() as u64));
+    let lifetime = Duration::from_micros(ctx.rng.range(1_000, 3 * first_max.as_micros() as u64));
+    if victim.is_some() || ctx.rng.chance(0.5) {
         let duration = at(ctx, 0.5, 2.0);
         fault(
             ctx.kinds,
             &mut spec,
             Duration::ZERO,
-            Fault::ChannelDelay { duration, max },
+            Fault::ChannelDelay {
+                duration,
+                max: first_max,
+            },
         );
     }
     for _ in 0..ctx.rng.range(2, 4) {
@@ -61,8 +68,6 @@ pub(crate) fn channel_delay(ctx: &mut Ctx) -> Plan {
             Fault::ChannelDelay { duration, max },
         );
     }
-    let victim = ctx.rng.chance(0.5).then(|| ctx.rng.range(0, n as u64 - 1));
-    let lifetime = Duration::from_micros(ctx.rng.range(1_000, 60_000));
     spec.behavior = behave(ctx.kinds, move |info, _| {
         if victim == Some(info.index) && info.generation.0 == 1 {
             Behavior::CrashAfter(lifetime)
@@ -89,6 +94,9 @@ pub(crate) fn channel_delay(ctx: &mut Ctx) -> Plan {
     // A crash that hits a reload candidate may refuse the reload (generation 1) or be
     // replaced inside it (generation 2); without crashes it commits.
     e.generation = (crashes == 0).then_some(2);
+    e.end_rule = Some(
+        "delay rule (a channel delay of at most 250 ms is no missed beat: the service stays up and heals)",
+    );
     e.extra = Some(no_worker_judged_unwell);
     Plan { spec, expect: e }
 }
@@ -147,6 +155,9 @@ pub(crate) fn clock_drift(ctx: &mut Ctx) -> Plan {
         .push((at(ctx, 1.0, 12.0), SimCommand::Recycle));
     let mut e = expect(&config, End::Ready);
     e.zero_failed = true;
+    e.end_rule = Some(
+        "drift rule (a worker whose clock runs at most 20 % off is judged on the parent's clock and kept)",
+    );
     e.extra = Some(no_worker_judged_unwell);
     Plan { spec, expect: e }
 }

@@ -5,8 +5,8 @@
 //! channel (the `up_clock` and `down_clock` of each process). What the kernel does not
 //! promise is any order between channels, nor when a busy parent next looks: while the
 //! fault lasts each write is held up to `max` more than the usual latency, drawn per
-//! write, and deliveries to the parent land on the parent's next poll (a tick of
-//! [`POLL_TICK`]), where one look finds everything that arrived since — two workers'
+//! write, and deliveries to the parent land on the parent's next poll (every quarter of
+//! `max`, at least every 2 ms), where one look finds everything that arrived since — two workers'
 //! frames in either order, one worker's last frames with another's exit.
 //!
 //! The extra delays come from a random stream of their own: a run without the fault
@@ -14,8 +14,9 @@
 
 use super::*;
 
-/// How often a parent busy under delayed channels looks at them.
-pub(crate) const POLL_TICK: Duration = Duration::from_millis(2);
+/// How often, at least, a parent busy under delayed channels looks at them; at most a
+/// quarter of the fault's `max`.
+const MIN_POLL_TICK: Duration = Duration::from_millis(2);
 
 pub(crate) struct ChannelDelays {
     rng: SimRng,
@@ -23,6 +24,8 @@ pub(crate) struct ChannelDelays {
     until: Instant,
     /// The longest extra delay of the current fault.
     max: Duration,
+    /// How often the parent looks while the fault lasts.
+    tick: Duration,
 }
 
 impl ChannelDelays {
@@ -32,12 +35,14 @@ impl ChannelDelays {
             rng: SimRng::new(seed ^ 0x6a09_e667_f3bc_c909),
             until: Instant::ZERO,
             max: Duration::ZERO,
+            tick: MIN_POLL_TICK,
         }
     }
 
     pub(crate) fn start(&mut self, now: Instant, duration: Duration, max: Duration) {
         self.until = self.until.max(now + duration);
         self.max = self.max.max(max);
+        self.tick = MIN_POLL_TICK.max(self.max / 2);
     }
 
     pub(crate) fn active(&self, now: Instant) -> bool {
@@ -46,7 +51,7 @@ impl ChannelDelays {
 
     /// Whether deliveries the fault delayed may still be arriving.
     fn gathering(&self, now: Instant) -> bool {
-        self.until > Instant::ZERO && now < self.until + self.max + POLL_TICK
+        self.until > Instant::ZERO && now < self.until + self.max + self.tick
     }
 
     /// The extra delay of a write made now: none (and no draw) outside the fault.
@@ -63,7 +68,7 @@ impl ChannelDelays {
         if !self.active(now) {
             return at;
         }
-        let tick = POLL_TICK.as_nanos() as u64;
+        let tick = self.tick.as_nanos() as u64;
         Instant::from_nanos(at.as_nanos().div_ceil(tick) * tick)
     }
 }
