@@ -2,19 +2,21 @@
 //! ready has its workers ready again within a stated bound — liveness judged from the
 //! moment the last fault ended, not only at the liveness point.
 //!
-//! The quiet point is the latest of: the end of every planned fault (its window, a pause,
-//! a stall, a drift, a channel delay and the deliveries it still holds back), every
-//! operator command that changes the workers (reload, resize, recycle), every worker the
-//! parent lost or ended as unwell (any end but a clean exit or a recycle), and every
-//! spawn of a process that was to misbehave. From there the committed generation must
-//! count the expected ready workers within [`heal_bound`] — by the liveness point at the
-//! latest, where the liveness rule takes over.
+//! The quiet point is the latest of: every fault as it took effect (a kill, a stop, a
+//! worker killed between a write's steps), the end of every fault that lasts, as it ran (a
+//! window, a pause, a stall, a drift, a channel delay and the deliveries it still holds
+//! back), every operator command that changes the workers (reload, resize, recycle), and
+//! every process drawn to misbehave when it ended unwell (any end but a clean exit or a
+//! recycle), or at its spawn when the host refused it. A planned hang counts from the
+//! stop, so the time the parent takes to notice it is part of healing. From the quiet
+//! point + [`heal_bound`] to the liveness point, the committed generation must count the
+//! expected ready workers at every moment.
 
 use core::time::Duration;
 
 use servery_core::config::RawConfig;
 use servery_core::supervisor::ExitReason;
-use servery_sim::{Fault, Outcome, SimCommand, SimSpec};
+use servery_sim::{Outcome, SimCommand, SimSpec};
 
 use crate::Expect;
 
@@ -29,27 +31,13 @@ pub fn heal_bound(c: &RawConfig) -> Duration {
 /// What the heal rule needs from the plan: when its planned faults and commands stop.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HealPlan {
-    planned_quiet: Duration,
+    last_command: Duration,
     liveness_at: Duration,
     bound: Duration,
 }
 
 impl HealPlan {
     pub(crate) fn of(spec: &SimSpec) -> Self {
-        let fault_end = |t: Duration, f: &Fault| match f {
-            Fault::ShortWrites(d)
-            | Fault::AcceptFails { duration: d, .. }
-            | Fault::ClockJump(d)
-            | Fault::DiskFull(d)
-            | Fault::RenameFails(d)
-            | Fault::StallParent(d)
-            | Fault::PauseWorker { duration: d, .. }
-            | Fault::ClockDrift { duration: d, .. } => t + *d,
-            // What the fault delayed may arrive up to `max` after it.
-            Fault::ChannelDelay { duration, max } => t + *duration + *max,
-            _ => t,
-        };
-        let faults = spec.faults.iter().map(|(t, f)| fault_end(*t, f));
         let commands = spec
             .commands
             .iter()
@@ -61,7 +49,7 @@ impl HealPlan {
             })
             .map(|(t, _)| *t);
         HealPlan {
-            planned_quiet: faults.chain(commands).max().unwrap_or(Duration::ZERO),
+            last_command: commands.max().unwrap_or(Duration::ZERO),
             liveness_at: spec.liveness_at,
             bound: heal_bound(&spec.config),
         }
@@ -85,19 +73,28 @@ fn lost(reason: Option<ExitReason>) -> bool {
 /// The heal rule, for a run that ended ready.
 pub(crate) fn judge(o: &Outcome, e: &Expect, plan: &HealPlan) -> Result<(), String> {
     let live = plan.liveness_at.as_millis() as u64;
-    let exits = o
-        .exits
+    // Faults count from when they took effect, as they ran (a clock jump moves what was
+    // planned inside it to its end): a lasting one until its window closed. How long the
+    // parent takes to notice (a hang's heartbeat deadline) is part of healing.
+    let injected = o
+        .injected
         .iter()
-        .filter(|x| x.at_ms <= live && lost(x.reason))
-        .map(|x| x.at_ms);
-    let misbehaving = o
-        .misbehaving
-        .iter()
-        .filter_map(|(index, _)| o.spawn_times_ms.get(*index as usize).copied())
-        .filter(|&t| t <= live);
-    let quiet = exits
+        .map(|i| i.at_ms)
+        .chain(o.fault_windows.iter().map(|&(_, _, until)| until));
+    // A process drawn to misbehave does so when it ends unwell (its crash, its failed
+    // start), or at its spawn when the host refused it.
+    let misbehaving = o.misbehaving.iter().filter_map(|&(index, _)| {
+        let worker = index + 1;
+        o.exits
+            .iter()
+            .find(|x| x.worker == worker && lost(x.reason))
+            .map(|x| x.at_ms)
+            .or_else(|| o.spawn_times_ms.get(index as usize).copied())
+    });
+    let quiet = injected
         .chain(misbehaving)
-        .chain([plan.planned_quiet.as_millis() as u64])
+        .filter(|&t| t <= live)
+        .chain([plan.last_command.as_millis() as u64])
         .max()
         .unwrap_or(0);
     if quiet >= live {
@@ -105,30 +102,32 @@ pub(crate) fn judge(o: &Outcome, e: &Expect, plan: &HealPlan) -> Result<(), Stri
         return Ok(());
     }
     let want = e.alt_workers.map_or(e.workers, |alt| alt.min(e.workers)) as u32;
-    let ready_at_quiet = o
+    let bound = plan.bound.as_millis() as u64;
+    let from = quiet + bound;
+    if from > live {
+        // The liveness point comes first; the liveness rule judges it.
+        return Ok(());
+    }
+    // The ready count at `from`, then every change of it up to the liveness point.
+    let at_from = o
         .ready_changes
         .iter()
-        .take_while(|(ms, _)| *ms <= quiet)
+        .take_while(|(ms, _)| *ms <= from)
         .last()
-        .map_or(0, |c| c.1);
-    let healed = if ready_at_quiet >= want {
-        Some(quiet)
-    } else {
-        o.ready_changes
-            .iter()
-            .find(|(ms, ready)| *ms > quiet && *ready >= want)
-            .map(|c| c.0)
-    };
-    let bound = plan.bound.as_millis() as u64;
-    let deadline = (quiet + bound).min(live);
-    match healed {
-        Some(at) if at <= deadline => Ok(()),
-        healed => Err(format!(
-            "heal rule: after the last fault at {quiet} ms the service must count {want} ready workers within {bound} ms (by {deadline} ms); {}",
-            healed.map_or_else(
-                || "it never did".to_string(),
-                |at| format!("it did at {at} ms, {} ms after the fault", at - quiet)
-            )
+        .map_or((from, 0), |&(_, ready)| (from, ready));
+    let later = o
+        .ready_changes
+        .iter()
+        .copied()
+        .filter(|(ms, _)| *ms > from && *ms <= live);
+    match [at_from]
+        .into_iter()
+        .chain(later)
+        .find(|(_, ready)| *ready < want)
+    {
+        None => Ok(()),
+        Some((at, ready)) => Err(format!(
+            "heal rule: after the last fault at {quiet} ms the service must count {want} ready workers within {bound} ms and keep them, from {from} ms to the liveness point at {live} ms; at {at} ms it counted {ready}"
         )),
     }
 }

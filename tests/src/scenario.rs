@@ -163,6 +163,14 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "mixes malformed frames and lease-holder crashes into its fault plan",
     ),
     (
+        "channel-delay",
+        "a kernel's Unix socket cannot be made to hold a frame for milliseconds from outside the two processes, nor a poll made to find chosen channels together; the order the parent takes a poll's finds in is the core's (core/src/parent/tests/intake.rs drives every order a poll allows)",
+    ),
+    (
+        "clock-drift",
+        "one process's monotonic clock cannot be slowed or sped up from outside it: on one host every process reads the same CLOCK_MONOTONIC, and nothing a worker sends carries a time",
+    ),
+    (
         "spawn-failure",
         "a refused fork is per spawn here; the real OS refuses by a per-user process limit: tests/io_faults.rs lowers RLIMIT_NPROC under a throwaway user",
     ),

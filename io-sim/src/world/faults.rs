@@ -60,11 +60,18 @@ impl SimWorld {
         | Fault::ClockJump(d)
         | Fault::DiskFull(d)
         | Fault::RenameFails(d)
-        | Fault::ChannelDelay { duration: d, .. }
+        | Fault::StallParent(d)
+        | Fault::PauseWorker { duration: d, .. }
         | Fault::ClockDrift { duration: d, .. } = fault
         {
             let from = self.now.as_nanos() / 1_000_000;
             let until = (self.now + d).as_nanos() / 1_000_000;
+            self.out.fault_windows.push((fault.kind(), from, until));
+        }
+        if let Fault::ChannelDelay { duration, max } = fault {
+            // Until the last write it delayed has arrived.
+            let from = self.now.as_nanos() / 1_000_000;
+            let until = (self.now + duration + max).as_nanos() / 1_000_000;
             self.out.fault_windows.push((fault.kind(), from, until));
         }
         match fault {
