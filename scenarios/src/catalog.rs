@@ -39,9 +39,9 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "crash",
-        about: "kill -9 of workers under load: replaced after the reap and backoff",
+        about: "kill -9 of workers under load, half the time with the control channels delayed around a crash: replaced after the reap and backoff",
         build: basics::crash,
-        kinds: &[FaultKind::CrashWorker],
+        kinds: &[FaultKind::CrashWorker, FaultKind::ChannelDelay],
         no_swarm: None,
     },
     Scenario {
@@ -81,9 +81,9 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "hang",
-        about: "SIGSTOP of workers: heartbeat timeout, terminate, kill, reap, replace",
+        about: "SIGSTOP of workers, other workers' clocks drifting meanwhile: heartbeat timeout on the parent's clock, terminate, kill, reap, replace",
         build: basics::hang,
-        kinds: &[FaultKind::HangWorker],
+        kinds: &[FaultKind::HangWorker, FaultKind::ClockDrift],
         no_swarm: None,
     },
     Scenario {
