@@ -68,6 +68,9 @@ pub const DELAYED_FRAME_OVERTAKEN: &str =
 /// A worker whose clock drifted ran through its drift, beating on its own clock, and the
 /// parent, judging on its own clock, did not end it ([`crate::Fault::ClockDrift`]).
 pub const DRIFTING_WORKER_KEPT: &str = "a worker whose clock drifted was kept";
+/// The fsync of an upload's temp file failed (EIO); the target was untouched and the temp
+/// file gone ([`crate::Fault::FsyncFails`]).
+pub const FSYNC_FAILED_CLEANED: &str = "a failed fsync published nothing and left no temp file";
 
 // Path facts.
 /// While control channels were delayed, a worker's exit reached the parent before a
@@ -272,6 +275,7 @@ pub const SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER: &str =
 pub const ALL: &[&str] = &[
     DELAYED_FRAME_OVERTAKEN,
     DRIFTING_WORKER_KEPT,
+    FSYNC_FAILED_CLEANED,
     EXIT_OVERTOOK_DELAYED_FRAME,
     DELAYED_LOOK_GATHERED,
     DRIFTING_WORKER_DRAINED,

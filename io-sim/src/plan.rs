@@ -169,6 +169,9 @@ pub enum Fault {
         rate_ppm: i32,
         duration: Duration,
     },
+    /// For this long, the fsync of an upload's temp file before its publish fails (EIO):
+    /// nothing is published, the temp file goes, the client gets a 500.
+    FsyncFails(Duration),
 }
 
 /// Operator commands at moments of the run.
@@ -458,10 +461,12 @@ pub enum FaultKind {
     ChannelDelay,
     /// A worker's clock runs fast or slow ([`Fault::ClockDrift`]).
     ClockDrift,
+    /// An upload's fsync fails ([`Fault::FsyncFails`]).
+    FsyncFails,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 31] = [
+    pub const ALL: [FaultKind; 32] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -493,6 +498,7 @@ impl FaultKind {
         FaultKind::AppStartupFails,
         FaultKind::ChannelDelay,
         FaultKind::ClockDrift,
+        FaultKind::FsyncFails,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -533,6 +539,7 @@ impl FaultKind {
             FaultKind::AppStartupFails => "app-startup-fails",
             FaultKind::ChannelDelay => "channel-delay",
             FaultKind::ClockDrift => "clock-drift",
+            FaultKind::FsyncFails => "fsync-fails",
         }
     }
 
@@ -599,6 +606,7 @@ impl FaultKind {
             FaultKind::AppStartupFails => l::APP_STARTUP_FAILURE_REPORTED,
             FaultKind::ChannelDelay => l::DELAYED_FRAME_OVERTAKEN,
             FaultKind::ClockDrift => l::DRIFTING_WORKER_KEPT,
+            FaultKind::FsyncFails => l::FSYNC_FAILED_CLEANED,
         }
     }
 }
@@ -650,6 +658,7 @@ impl Fault {
             Fault::PortBusy { .. } => FaultKind::PortBusy,
             Fault::ChannelDelay { .. } => FaultKind::ChannelDelay,
             Fault::ClockDrift { .. } => FaultKind::ClockDrift,
+            Fault::FsyncFails(_) => FaultKind::FsyncFails,
         }
     }
 }

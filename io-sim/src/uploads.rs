@@ -278,6 +278,22 @@ impl SimWorld {
         let Some(temp) = u.temp else {
             return;
         };
+        if u.chunks_left == 0 && self.now < self.fsync_fails_until {
+            // fsync(2) of the temp file before its publish: EIO. Nothing is published, the
+            // temp file goes, the client gets a 500 and every grant is given back.
+            let target = u.target;
+            let before = self.fs.files.get(&target).cloned();
+            u.flow.handle(WriteEvent::Failed(WriteFailure::Io));
+            self.drive_upload(worker, conn);
+            if !self.fs.has_temp(temp) && self.fs.files.get(&target) == before.as_ref() {
+                self.out.coverage.insert(labels::FSYNC_FAILED_CLEANED);
+            } else {
+                self.violation(format!(
+                    "fsync rule: {worker}'s upload to target {target} failed its fsync, yet its temp file is still there or the target changed (a write that is not on disk publishes nothing and leaves nothing)"
+                ));
+            }
+            return;
+        }
         if u.chunks_left == 0 {
             let target = u.target;
             let before = self.fs.files.get(&target).cloned();

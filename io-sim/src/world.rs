@@ -315,6 +315,8 @@ pub struct SimWorld {
     short_writes_until: Instant,
     pub(crate) disk_full_until: Instant,
     pub(crate) rename_fails_until: Instant,
+    /// Until when an upload's fsync before its publish fails.
+    pub(crate) fsync_fails_until: Instant,
     /// With `features.dav_persistent_locks`: the locks the simulated disk's lock journal
     /// holds, with the expiry it gives each (its writes fail while the disk is full),
     /// against which the table is judged.
@@ -431,6 +433,7 @@ impl SimWorld {
             short_writes_until: Instant::ZERO,
             disk_full_until: Instant::ZERO,
             rename_fails_until: Instant::ZERO,
+            fsync_fails_until: Instant::ZERO,
             journal: spec
                 .config
                 .features

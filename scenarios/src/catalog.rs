@@ -348,9 +348,13 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "upload-io-faults",
-        about: "uploads on a full file system (ENOSPC) and with a failing publish rename: 507 / 500, nothing torn or partial visible, temp files gone, grants released, later uploads succeed",
+        about: "uploads on a full file system (ENOSPC), with a failing fsync before the publish (EIO) and with a failing publish rename: 507 / 500, nothing torn or partial visible, temp files gone, grants released, later uploads succeed",
         build: io::upload_io_faults,
-        kinds: &[FaultKind::DiskFull, FaultKind::RenameFails],
+        kinds: &[
+            FaultKind::DiskFull,
+            FaultKind::RenameFails,
+            FaultKind::FsyncFails,
+        ],
         no_swarm: None,
     },
     Scenario {

@@ -28,6 +28,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     labels::EXIT_OVERTOOK_DELAYED_FRAME,
     labels::DELAYED_LOOK_GATHERED,
     labels::DRIFTING_WORKER_KEPT,
+    labels::FSYNC_FAILED_CLEANED,
     labels::DRIFTING_WORKER_DRAINED,
     "reload rejected kept the old generation",
     "malformed frame replaced worker",

@@ -60,6 +60,7 @@ impl SimWorld {
         | Fault::ClockJump(d)
         | Fault::DiskFull(d)
         | Fault::RenameFails(d)
+        | Fault::FsyncFails(d)
         | Fault::StallParent(d)
         | Fault::PauseWorker { duration: d, .. }
         | Fault::ClockDrift { duration: d, .. } = fault
@@ -204,6 +205,10 @@ impl SimWorld {
             Fault::PortBusy { port } => {
                 self.injected(FaultKind::PortBusy, None);
                 self.listeners.busy.push(port);
+            }
+            Fault::FsyncFails(d) => {
+                self.injected(FaultKind::FsyncFails, None);
+                self.fsync_fails_until = self.fsync_fails_until.max(self.now + d);
             }
             Fault::ChannelDelay { duration, max } => {
                 self.injected(FaultKind::ChannelDelay, None);
