@@ -100,11 +100,11 @@ impl SimWorld {
             AppStage::Lifespan => {
                 // The application started: its interpreter is probed from now on, and the
                 // worker is prepared (the real worker's order).
-                p.life.watch_app(now);
+                p.life.watch_app(p.clock.own(now));
                 if has_shutdown {
                     p.life.app_has_shutdown();
                 }
-                p.life.prepared(now);
+                p.life.prepared(p.clock.own(now));
                 let took = (startup.import + startup.lifespan).as_secs_f64();
                 if took > start_timeout / 2.0 {
                     self.out.coverage.insert(labels::APP_SLOW_START_FINISHED);

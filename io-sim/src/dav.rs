@@ -501,7 +501,7 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return;
         };
-        match p.client.request(now, request) {
+        match p.client.request(p.clock.own(now), request) {
             Ok(id) => {
                 p.waiting.insert(id, Waiting::Dav(conn));
                 if let Some(r) = self.out.dav.log.get_mut(rec)

@@ -61,8 +61,27 @@ pub const RENAME_FAILED_CLEANED: &str = "a failed rename published nothing and l
 /// The worker that answered a granted WebDAV LOCK was killed, its grants were revoked,
 /// and the lock was still in the broker's table.
 pub const DAV_LOCK_OUTLIVED_GRANTER: &str = "a dav lock outlived the worker that granted it";
+/// While control channels were delayed, a frame reached the parent after one another
+/// worker wrote later ([`crate::Fault::ChannelDelay`]).
+pub const DELAYED_FRAME_OVERTAKEN: &str =
+    "a delayed frame was overtaken by a later one on another channel";
+/// A worker whose clock drifted ran through its drift, beating on its own clock, and the
+/// parent, judging on its own clock, did not end it ([`crate::Fault::ClockDrift`]).
+pub const DRIFTING_WORKER_KEPT: &str = "a worker whose clock drifted was kept";
+/// The fsync of an upload's temp file failed (EIO); the target was untouched and the temp
+/// file gone ([`crate::Fault::FsyncFails`]).
+pub const FSYNC_FAILED_CLEANED: &str = "a failed fsync published nothing and left no temp file";
 
 // Path facts.
+/// While control channels were delayed, a worker's exit reached the parent before a
+/// frame another worker wrote earlier.
+pub const EXIT_OVERTOOK_DELAYED_FRAME: &str =
+    "a worker's exit overtook a frame another worker wrote earlier";
+/// While control channels were delayed, one look found what several channels carried.
+pub const DELAYED_LOOK_GATHERED: &str = "one look gathered what several delayed channels carried";
+/// A worker whose clock ran slow, or fast, was told to drain and exited on its own
+/// clock before the parent's deadline ended it.
+pub const DRIFTING_WORKER_DRAINED: &str = "a worker whose clock drifted drained and exited";
 /// A worker meant to die between PREPARED and COMMIT received the COMMIT first.
 pub const COMMIT_REACHED_DOOMED_WORKER: &str = "commit reached a worker about to crash";
 /// A worker died while its PREPARED was still on the way to the parent.
@@ -258,6 +277,12 @@ pub const PROXY_ROUTES_RELOADED: &str = "a reload changed the upstream set and c
 /// An upstream no live generation names left the parent's health table.
 pub const UPSTREAM_LEFT_THE_TABLE: &str = "an upstream left the parent's health table";
 pub const ALL: &[&str] = &[
+    DELAYED_FRAME_OVERTAKEN,
+    DRIFTING_WORKER_KEPT,
+    FSYNC_FAILED_CLEANED,
+    EXIT_OVERTOOK_DELAYED_FRAME,
+    DELAYED_LOOK_GATHERED,
+    DRIFTING_WORKER_DRAINED,
     UPSTREAM_MARKED_DOWN,
     UPSTREAM_VERDICT_CONVERGED,
     UPSTREAM_FAILED_BEFORE_VERDICT,

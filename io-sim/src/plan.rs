@@ -151,6 +151,27 @@ pub enum Fault {
     CrashDavGranter,
     /// From now on another program holds `port`: binding it fails (`EADDRINUSE`).
     PortBusy { port: u16 },
+    /// For `duration`, every control channel delays what crosses it, both ways, by up to
+    /// `max` more than its usual latency, drawn per write: a stream socket keeps each
+    /// channel's order, but what crosses two channels (two workers' frames, one worker's
+    /// frames and another's exit) arrives in any order the delays give. The parent finds
+    /// what arrived meanwhile in one look, as a busy parent's next poll does; a worker's
+    /// exit still comes after its last frames, which the reap reads out first (decision
+    /// 0094). `max` stays below `heartbeat_timeout - heartbeat_interval`: a beat held
+    /// longer is a hang by definition.
+    ChannelDelay { duration: Duration, max: Duration },
+    /// A live worker's clock (picked among live workers) runs at `rate_ppm` parts per
+    /// million off the true rate (positive: fast) for `duration`, then true again: its
+    /// beats, its drain deadline and its broker timeouts come early or late by that
+    /// much. The parent's monotonic clock decides every deadline that ends a worker.
+    ClockDrift {
+        pick: u64,
+        rate_ppm: i32,
+        duration: Duration,
+    },
+    /// For this long, the fsync of an upload's temp file before its publish fails (EIO):
+    /// nothing is published, the temp file goes, the client gets a 500.
+    FsyncFails(Duration),
 }
 
 /// Operator commands at moments of the run.
@@ -436,10 +457,16 @@ pub enum FaultKind {
     AppWedge,
     /// An application fails its import or lifespan startup ([`Behavior::AppStartup`]).
     AppStartupFails,
+    /// Control channels delay and cross-reorder what they carry ([`Fault::ChannelDelay`]).
+    ChannelDelay,
+    /// A worker's clock runs fast or slow ([`Fault::ClockDrift`]).
+    ClockDrift,
+    /// An upload's fsync fails ([`Fault::FsyncFails`]).
+    FsyncFails,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 29] = [
+    pub const ALL: [FaultKind; 32] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -469,6 +496,9 @@ impl FaultKind {
         FaultKind::PortBusy,
         FaultKind::AppWedge,
         FaultKind::AppStartupFails,
+        FaultKind::ChannelDelay,
+        FaultKind::ClockDrift,
+        FaultKind::FsyncFails,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -507,6 +537,9 @@ impl FaultKind {
             FaultKind::PortBusy => "port-busy",
             FaultKind::AppWedge => "app-wedge",
             FaultKind::AppStartupFails => "app-startup-fails",
+            FaultKind::ChannelDelay => "channel-delay",
+            FaultKind::ClockDrift => "clock-drift",
+            FaultKind::FsyncFails => "fsync-fails",
         }
     }
 
@@ -571,6 +604,9 @@ impl FaultKind {
             FaultKind::PortBusy => l::PORT_BUSY_RELOAD_REJECTED,
             FaultKind::AppWedge => l::APP_WEDGE_REPLACED,
             FaultKind::AppStartupFails => l::APP_STARTUP_FAILURE_REPORTED,
+            FaultKind::ChannelDelay => l::DELAYED_FRAME_OVERTAKEN,
+            FaultKind::ClockDrift => l::DRIFTING_WORKER_KEPT,
+            FaultKind::FsyncFails => l::FSYNC_FAILED_CLEANED,
         }
     }
 }
@@ -620,6 +656,9 @@ impl Fault {
             Fault::RenameFails(_) => FaultKind::RenameFails,
             Fault::CrashDavGranter => FaultKind::CrashDavGranter,
             Fault::PortBusy { .. } => FaultKind::PortBusy,
+            Fault::ChannelDelay { .. } => FaultKind::ChannelDelay,
+            Fault::ClockDrift { .. } => FaultKind::ClockDrift,
+            Fault::FsyncFails(_) => FaultKind::FsyncFails,
         }
     }
 }

@@ -69,6 +69,9 @@ pub(crate) struct Proc {
     pub log_produced: u64,
     timer_token: u64,
     timer_at: Option<Instant>,
+    /// Its own clock ([`crate::Fault::ClockDrift`]): what its lifecycle and broker
+    /// client are told the time is, and when their deadlines come.
+    pub(crate) clock: crate::world::WorkerClock,
     pub up_clock: Instant,
     pub down_clock: Instant,
     max_connections: usize,
@@ -121,6 +124,7 @@ impl Proc {
             log_produced: 0,
             timer_token: 0,
             timer_at: None,
+            clock: crate::world::WorkerClock::default(),
             up_clock: Instant::ZERO,
             down_clock: Instant::ZERO,
             max_connections: config.budgets().max_connections() as usize,
@@ -202,7 +206,7 @@ impl WorkerIo for SimWorker<'_> {
             .and_then(|a| a.shutdown_ms);
         let Some((lo, hi)) = shutdown else {
             if let Some(p) = self.proc() {
-                p.life.app_shut_down(now);
+                p.life.app_shut_down(p.clock.own(now));
             }
             return;
         };
@@ -336,6 +340,9 @@ impl SimWorld {
                 return;
             };
             if let Some(code) = exit {
+                if p.clock.rate_ppm() != 0 {
+                    self.out.coverage.insert(labels::DRIFTING_WORKER_DRAINED);
+                }
                 if p.eof_seen {
                     self.out.parent_eof_exits += 1;
                     if self.out.parent_crashed {
@@ -381,9 +388,20 @@ impl SimWorld {
             p.timer_token += 1;
             let token = p.timer_token;
             if let Some(at) = next {
+                // Due when the worker's own clock reaches it.
+                let at = p.clock.host(at);
                 self.schedule_at(at.max(self.now), SimEvent::WorkerTimer { worker, token });
             }
         }
+    }
+
+    /// Re-arms `worker`'s timer after its clock changed rate: its deadlines, in its own
+    /// time, fall at other host times.
+    pub(crate) fn rearm_timer(&mut self, worker: WorkerId) {
+        if let Some(p) = self.procs.get_mut(&worker) {
+            p.timer_at = None;
+        }
+        self.arm_timer(worker);
     }
 
     pub(crate) fn worker_timer(&mut self, worker: WorkerId, token: u64) {
@@ -401,7 +419,7 @@ impl SimWorld {
             // The driver's observations of its application: the probe's answer (none
             // while wedged) and the memory, with a passing peak now and then.
             if !p.app_wedged {
-                p.life.app_alive(now);
+                p.life.app_alive(p.clock.own(now));
             }
             let peak = self.rng.unit() < app.peak_chance;
             let memory = app.memory_base
@@ -409,7 +427,7 @@ impl SimWorld {
                 + if peak { app.peak_bytes } else { 0 };
             p.life.set_memory(memory);
             let beats = p.life.beats_sent();
-            p.life.handle_timeout(now, conns, conns);
+            p.life.handle_timeout(p.clock.own(now), conns, conns);
             if p.life.beats_sent() > beats {
                 // The oracle: what the parent was told, beat by beat.
                 let peak = self.out.memory_peaks.entry(worker.0).or_insert(0);
@@ -427,9 +445,9 @@ impl SimWorld {
                 }
             }
         } else {
-            p.life.handle_timeout(now, conns, conns);
+            p.life.handle_timeout(p.clock.own(now), conns, conns);
         }
-        if p.life.poll_timeout().is_some_and(|t| t <= now) {
+        if p.life.poll_timeout().is_some_and(|t| t <= p.clock.own(now)) {
             // A deadline the lifecycle judged and left due would fire again at once,
             // forever, at this instant: the run could never move on.
             self.violation(format!(
@@ -437,7 +455,7 @@ impl SimWorld {
             ));
             return;
         }
-        let failed = p.client.handle_timeout(now);
+        let failed = p.client.handle_timeout(p.clock.own(now));
         for c in failed {
             self.completion(worker, c);
         }
@@ -483,7 +501,7 @@ impl SimWorld {
             };
             match m {
                 ParentMessage::Broker { id, reply } => {
-                    if let Some(c) = p.client.on_reply(now, id, reply) {
+                    if let Some(c) = p.client.on_reply(p.clock.own(now), id, reply) {
                         self.completion(worker, c);
                     }
                 }
@@ -499,7 +517,7 @@ impl SimWorld {
                     return;
                 }
                 ParentMessage::UpstreamHealth { down } => self.proxy_learned(worker, &down),
-                other => p.life.on_message(now, &other),
+                other => p.life.on_message(p.clock.own(now), &other),
             }
             self.pump(worker);
         }
@@ -515,7 +533,7 @@ impl SimWorld {
         }
         p.eof_seen = true;
         let failed = p.client.channel_closed();
-        p.life.channel_closed(now);
+        p.life.channel_closed(p.clock.own(now));
         // Broker-dependent work fails closed: nothing is published without the parent.
         let uploads: Vec<u64> = p.uploads.keys().copied().collect();
         for c in failed {
@@ -528,7 +546,7 @@ impl SimWorld {
             let lost = p.log_backlog.len();
             p.log_backlog.clear();
             for _ in 0..lost {
-                p.life.connection_closed(now);
+                p.life.connection_closed(p.clock.own(now));
             }
             self.out.log.lost_with_worker += lost as u64;
         }
@@ -549,7 +567,7 @@ impl SimWorld {
         if !p.runnable() || p.wedged || p.behavior == Behavior::WedgedDrain {
             return;
         }
-        p.life.terminate(now);
+        p.life.terminate(p.clock.own(now));
         self.pump(worker);
     }
 
@@ -562,7 +580,7 @@ impl SimWorld {
         if !p.runnable() {
             return;
         }
-        p.life.app_shut_down(now);
+        p.life.app_shut_down(p.clock.own(now));
         self.pump(worker);
     }
 
@@ -576,7 +594,7 @@ impl SimWorld {
         }
         if let Some(app) = &self.spec.workload.app {
             // The application imported: its interpreter is probed from now on.
-            p.life.watch_app(now);
+            p.life.watch_app(p.clock.own(now));
             if app.shutdown_ms.is_some() {
                 p.life.app_has_shutdown();
             }
@@ -587,19 +605,19 @@ impl SimWorld {
                 self.out.coverage.insert(labels::STARTUP_ERROR_REPORTED);
             }
             Behavior::SlowBoot(_) => {
-                p.life.prepared(now);
+                p.life.prepared(p.clock.own(now));
                 self.out.coverage.insert(labels::SLOW_BOOT_FINISHED);
             }
             Behavior::CrashBetweenPrepareAndCommit => {
-                p.life.prepared(now);
+                p.life.prepared(p.clock.own(now));
                 let d = Duration::from_micros(self.rng.range(1, 400));
                 self.schedule_in(d, SimEvent::Crash { worker });
             }
             Behavior::CrashAfter(lifetime) | Behavior::SlowBootCrashAfter { lifetime, .. } => {
-                p.life.prepared(now);
+                p.life.prepared(p.clock.own(now));
                 self.schedule_in(lifetime, SimEvent::Crash { worker });
             }
-            _ => p.life.prepared(now),
+            _ => p.life.prepared(p.clock.own(now)),
         }
         self.pump(worker);
     }
@@ -744,7 +762,7 @@ impl SimWorld {
         };
         let (served, had_no_room) = p.unserve(conn);
         if served.is_some() {
-            p.life.connection_closed(now);
+            p.life.connection_closed(p.clock.own(now));
         }
         if had_no_room {
             self.takers.changed();
@@ -770,7 +788,7 @@ impl SimWorld {
             self.takers.changed();
         }
         p.life.request_served();
-        p.life.connection_closed(now);
+        p.life.connection_closed(p.clock.own(now));
         let crash_after = match p.behavior {
             Behavior::CrashAfterRequests(n) => p.life.requests() >= n,
             _ => false,
@@ -829,7 +847,7 @@ impl SimWorld {
             return;
         }
         match p.client.request(
-            now,
+            p.clock.own(now),
             BrokerRequest::AppendLog {
                 record: record.clone(),
             },
@@ -858,7 +876,10 @@ impl SimWorld {
             return;
         };
         while let Some(record) = p.log_backlog.front().cloned() {
-            match p.client.request(now, BrokerRequest::AppendLog { record }) {
+            match p
+                .client
+                .request(p.clock.own(now), BrokerRequest::AppendLog { record })
+            {
                 Ok(id) => {
                     p.log_backlog.pop_front();
                     p.waiting.insert(id, Waiting::Log);
@@ -885,7 +906,7 @@ impl SimWorld {
                     self.out.log.lost_with_worker += 1;
                 }
                 let now = self.now;
-                p.life.connection_closed(now);
+                p.life.connection_closed(p.clock.own(now));
                 self.flush_log_backlog(worker);
                 self.pump(worker);
             }

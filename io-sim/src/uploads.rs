@@ -135,7 +135,7 @@ impl SimWorld {
                         },
                         None => BrokerRequest::AcquireLease { key },
                     };
-                    match p.client.request(now, request) {
+                    match p.client.request(p.clock.own(now), request) {
                         Ok(rid) => {
                             u.leasing = true;
                             p.waiting.insert(rid, Waiting::Upload(conn));
@@ -223,7 +223,8 @@ impl SimWorld {
                     {
                         self.holders.remove(&target);
                     }
-                    p.client.release(now, BrokerRequest::ReleaseLease { id });
+                    p.client
+                        .release(p.clock.own(now), BrokerRequest::ReleaseLease { id });
                     continue;
                 }
                 WriteAction::ReleaseReservation(id) => {
@@ -277,6 +278,22 @@ impl SimWorld {
         let Some(temp) = u.temp else {
             return;
         };
+        if u.chunks_left == 0 && self.now < self.fsync_fails_until {
+            // fsync(2) of the temp file before its publish: EIO. Nothing is published, the
+            // temp file goes, the client gets a 500 and every grant is given back.
+            let target = u.target;
+            let before = self.fs.files.get(&target).cloned();
+            u.flow.handle(WriteEvent::Failed(WriteFailure::Io));
+            self.drive_upload(worker, conn);
+            if !self.fs.has_temp(temp) && self.fs.files.get(&target) == before.as_ref() {
+                self.out.coverage.insert(labels::FSYNC_FAILED_CLEANED);
+            } else {
+                self.violation(format!(
+                    "fsync rule: {worker}'s upload to target {target} failed its fsync, yet its temp file is still there or the target changed (a write that is not on disk publishes nothing and leaves nothing)"
+                ));
+            }
+            return;
+        }
         if u.chunks_left == 0 {
             let target = u.target;
             let before = self.fs.files.get(&target).cloned();
@@ -335,7 +352,7 @@ impl SimWorld {
         // The flow gave back the lease and the reservation before its Finish.
         // Replies to releases need no one waiting; the client drops them.
         let (_, had_no_room) = p.unserve(conn);
-        p.life.connection_closed(now);
+        p.life.connection_closed(p.clock.own(now));
         if had_no_room {
             self.takers.changed();
         }

@@ -27,6 +27,8 @@ use crate::rng::SimRng;
 use crate::trace::Trace;
 
 mod channels;
+mod delays;
+mod drift;
 mod faults;
 mod host;
 mod journal;
@@ -34,6 +36,7 @@ mod looks;
 mod pause;
 mod queue;
 
+pub(crate) use drift::WorkerClock;
 use queue::EventQueue;
 
 /// Something that happens at a point of virtual time.
@@ -153,6 +156,10 @@ pub(crate) enum SimEvent {
         upstream: u32,
         target: u16,
     },
+    /// A worker's clock runs true again ([`crate::Fault::ClockDrift`]).
+    DriftEnds {
+        worker: WorkerId,
+    },
 }
 
 impl SimEvent {
@@ -191,6 +198,7 @@ impl SimEvent {
             SimEvent::ProxyArrival { cgi } => (41, u64::from(*cgi)),
             SimEvent::ProxyDone { worker, conn } => (42, worker.0 << 32 | conn),
             SimEvent::ProbeAnswered { upstream, .. } => (43, u64::from(*upstream)),
+            SimEvent::DriftEnds { worker } => (44, worker.0),
         }
     }
 
@@ -261,6 +269,8 @@ pub struct SimWorld {
     pub(crate) inbox: VecDeque<Event>,
     /// How each look hands the inbox to the parent.
     looks: looks::Looks,
+    /// Delays on the control channels ([`crate::Fault::ChannelDelay`]).
+    delays: delays::ChannelDelays,
     pub(crate) procs: ProcTable,
     /// The parent's read end of each worker's channel, by worker id (small sequence
     /// numbers: an index, not a tree search per frame); made at the first frame and
@@ -307,6 +317,8 @@ pub struct SimWorld {
     short_writes_until: Instant,
     pub(crate) disk_full_until: Instant,
     pub(crate) rename_fails_until: Instant,
+    /// Until when an upload's fsync before its publish fails.
+    pub(crate) fsync_fails_until: Instant,
     /// With `features.dav_persistent_locks`: the locks the simulated disk's lock journal
     /// holds, with the expiry it gives each (its writes fail while the disk is full),
     /// against which the table is judged.
@@ -395,6 +407,7 @@ impl SimWorld {
             queue: EventQueue::default(),
             inbox: VecDeque::new(),
             looks: looks::Looks::new(spec.seed),
+            delays: delays::ChannelDelays::new(spec.seed),
             procs: ProcTable::default(),
             decoders: Vec::new(),
             next_pid: 1000,
@@ -422,6 +435,7 @@ impl SimWorld {
             short_writes_until: Instant::ZERO,
             disk_full_until: Instant::ZERO,
             rename_fails_until: Instant::ZERO,
+            fsync_fails_until: Instant::ZERO,
             journal: spec
                 .config
                 .features
@@ -536,8 +550,11 @@ impl SimWorld {
         if p.channel_broken {
             return None;
         }
-        let at = (self.now + lat).max(p.up_clock);
-        p.up_clock = at;
+        let after = p.up_clock;
+        let at = self.up_arrival(worker, lat, after);
+        if let Some(p) = self.procs.get_mut(&worker) {
+            p.up_clock = at;
+        }
         if self.short_write_now(&bytes) {
             let last = self.write_in_pieces(at, bytes, |bytes, piece| SimEvent::ToParent {
                 worker,
@@ -723,6 +740,7 @@ impl SimWorld {
             SimEvent::ProxyArrival { cgi } => self.proxy_arrival(cgi),
             SimEvent::ProxyDone { worker, conn } => self.proxy_done(worker, conn),
             SimEvent::ProbeAnswered { upstream, target } => self.probe_answered(upstream, target),
+            SimEvent::DriftEnds { worker } => self.drift_ends(worker),
         }
         None
     }

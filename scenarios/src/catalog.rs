@@ -19,6 +19,7 @@ use crate::catalog_dav as dav;
 use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
 use crate::catalog_listeners as listeners;
+use crate::catalog_network as network;
 use crate::catalog_pauses as pauses;
 use crate::catalog_proxy as proxy;
 use crate::catalog_rollouts as rollouts;
@@ -38,9 +39,9 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "crash",
-        about: "kill -9 of workers under load: replaced after the reap and backoff",
+        about: "kill -9 of workers under load, half the time with the control channels delayed around a crash: replaced after the reap and backoff",
         build: basics::crash,
-        kinds: &[FaultKind::CrashWorker],
+        kinds: &[FaultKind::CrashWorker, FaultKind::ChannelDelay],
         no_swarm: None,
     },
     Scenario {
@@ -80,9 +81,9 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "hang",
-        about: "SIGSTOP of workers: heartbeat timeout, terminate, kill, reap, replace",
+        about: "SIGSTOP of workers, other workers' clocks drifting meanwhile: heartbeat timeout on the parent's clock, terminate, kill, reap, replace",
         build: basics::hang,
-        kinds: &[FaultKind::HangWorker],
+        kinds: &[FaultKind::HangWorker, FaultKind::ClockDrift],
         no_swarm: None,
     },
     Scenario {
@@ -347,9 +348,13 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "upload-io-faults",
-        about: "uploads on a full file system (ENOSPC) and with a failing publish rename: 507 / 500, nothing torn or partial visible, temp files gone, grants released, later uploads succeed",
+        about: "uploads on a full file system (ENOSPC), with a failing fsync before the publish (EIO) and with a failing publish rename: 507 / 500, nothing torn or partial visible, temp files gone, grants released, later uploads succeed",
         build: io::upload_io_faults,
-        kinds: &[FaultKind::DiskFull, FaultKind::RenameFails],
+        kinds: &[
+            FaultKind::DiskFull,
+            FaultKind::RenameFails,
+            FaultKind::FsyncFails,
+        ],
         no_swarm: None,
     },
     Scenario {
@@ -469,6 +474,24 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "every worker killed at once and every replacement crashing, with restart_burst_window on and a window the capped backoff cannot fill: the per-slot run of unstable restarts still fails the service",
         build: bursts::burst_window_still_halts_a_loop,
         kinds: &[FaultKind::CrashWorker, FaultKind::CrashAfterRequests],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "channel-delay",
+        about: "control channels delay what they carry by up to 250 ms for seconds at a time, both ways, each channel in order but channels past one another, and a busy parent finds what arrived in one look: through the first rollout (a candidate dying around its READY), crashes, a recycle and a reload the parent judges the intake rule, capacity, backoff and restart accounting as without delays, and ends no worker for a late beat",
+        build: network::channel_delay,
+        kinds: &[
+            FaultKind::ChannelDelay,
+            FaultKind::CrashWorker,
+            FaultKind::CrashAfterUptime,
+        ],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "clock-drift",
+        about: "workers' clocks run up to 20 % fast or slow for seconds while they are recycled by age and by ctl recycle: their beats, drains and exits follow their own clocks, the parent decides every deadline on its own, and no worker is ended as unwell or fails a request",
+        build: network::clock_drift,
+        kinds: &[FaultKind::ClockDrift],
         no_swarm: None,
     },
 ];

@@ -1,6 +1,8 @@
 //! The basic lifecycle scenarios' builders: steady load, crashes, hangs, crash loops,
 //! backoff, shutdown deadlines, the parent's death and stalls, singletons.
 
+use core::time::Duration;
+
 use servery_core::config::RawConfig;
 use servery_core::supervisor::{ExitReason, FailureReason};
 use servery_sim::{Behavior, Fault, FaultKind, Outcome, SimCommand, SimSpec};
@@ -28,10 +30,25 @@ pub(crate) fn crash(ctx: &mut Ctx) -> Plan {
         fast_config(n)
     };
     let mut spec = spec(ctx, config.clone(), 20.0);
+    let mut crashes = Vec::new();
     for _ in 0..ctx.rng.range(1, 3) {
         let t = at(ctx, 1.0, 20.0);
         let pick = ctx.rng.next_u64();
         fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
+        crashes.push(t);
+    }
+    // Half the time the channels are delayed around a crash (drawn after everything
+    // else, so the rest of the plan is what it was before the kind existed).
+    if ctx.rng.chance(0.5) {
+        let t = crashes[0].saturating_sub(secs(0.2));
+        let max = Duration::from_millis(ctx.rng.range(5, 250));
+        let duration = secs(0.5 + ctx.rng.unit() * 2.0);
+        fault(
+            ctx.kinds,
+            &mut spec,
+            t,
+            Fault::ChannelDelay { duration, max },
+        );
     }
     Plan {
         spec,
@@ -46,6 +63,25 @@ pub(crate) fn hang(ctx: &mut Ctx) -> Plan {
         let t = at(ctx, 1.0, 15.0);
         let pick = ctx.rng.next_u64();
         fault(ctx.kinds, &mut spec, t, Fault::HangWorker { pick });
+    }
+    // The other workers' clocks may drift meanwhile: the hung one is still found by the
+    // parent's clock, and no drifting one is taken for hung.
+    for _ in 0..ctx.rng.range(0, 2) {
+        let t = at(ctx, 0.5, 15.0);
+        let pick = ctx.rng.next_u64();
+        let off = ctx.rng.range(10_000, 200_000) as i32;
+        let rate_ppm = if ctx.rng.chance(0.5) { off } else { -off };
+        let duration = at(ctx, 1.0, 8.0);
+        fault(
+            ctx.kinds,
+            &mut spec,
+            t,
+            Fault::ClockDrift {
+                pick,
+                rate_ppm,
+                duration,
+            },
+        );
     }
     let mut e = expect(&config, End::Ready);
     e.extra = Some(|o, _| {

@@ -387,6 +387,12 @@ pub(crate) fn upload_io_faults(ctx: &mut Ctx) -> Plan {
         };
         fault(ctx.kinds, &mut spec, t, f);
     }
+    // Drawn after the rest, so the plan's older faults stay as they were.
+    if ctx.rng.chance(0.6) {
+        let t = at(ctx, 1.0, 7.0);
+        let d = secs(0.3 + ctx.rng.unit() * 2.7);
+        fault(ctx.kinds, &mut spec, t, Fault::FsyncFails(d));
+    }
     let mut e = expect(&config, End::Ready);
     e.zero_failed = true;
     e.extra = Some(|o, _| {
@@ -394,7 +400,12 @@ pub(crate) fn upload_io_faults(ctx: &mut Ctx) -> Plan {
         let last = o
             .fault_windows
             .iter()
-            .filter(|(k, _, _)| matches!(k, FaultKind::DiskFull | FaultKind::RenameFails))
+            .filter(|(k, _, _)| {
+                matches!(
+                    k,
+                    FaultKind::DiskFull | FaultKind::RenameFails | FaultKind::FsyncFails
+                )
+            })
             .map(|&(_, _, until)| until)
             .max()
             .unwrap_or(0);

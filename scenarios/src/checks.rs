@@ -64,17 +64,12 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
     }
     match e.end {
         End::ParentDied => judge_parent_death(o, e)?,
-        End::Ready => judge_ready(o, e)?,
+        End::Ready => judge_ready(o, e).map_err(|why| with_end_rule(e, why))?,
         End::ReadyOrFailed(reason) => match o.failure {
             Some(_) => judge_failed(o, reason)?,
-            None => judge_ready(o, e)?,
+            None => judge_ready(o, e).map_err(|why| with_end_rule(e, why))?,
         },
-        End::Failed(reason) => judge_failed(o, reason).map_err(|why| {
-            format!(
-                "{}{why}",
-                e.end_rule.map(|r| format!("{r}: ")).unwrap_or_default()
-            )
-        })?,
+        End::Failed(reason) => judge_failed(o, reason).map_err(|why| with_end_rule(e, why))?,
         End::Budget(budget) => {
             let crashing_boots = crashing_boots(o);
             match budget.end(crashing_boots) {
@@ -155,6 +150,14 @@ pub(crate) fn judge(o: &mut Outcome, e: &Expect, stop_at: Duration) -> Result<()
         extra(o, e)?;
     }
     Ok(())
+}
+
+/// `why` the run did not end as expected, after the rule that end keeps, when named.
+fn with_end_rule(e: &Expect, why: String) -> String {
+    format!(
+        "{}{why}",
+        e.end_rule.map(|r| format!("{r}: ")).unwrap_or_default()
+    )
 }
 
 /// Every request or upload that failed on a misbehaving worker is charged to that

@@ -20,6 +20,7 @@ mod catalog_dav;
 mod catalog_dav_tree;
 mod catalog_io_faults;
 mod catalog_listeners;
+mod catalog_network;
 mod catalog_pauses;
 mod catalog_proxy;
 mod catalog_rollouts;
@@ -29,6 +30,7 @@ mod checks;
 pub mod cluster;
 pub mod corpus;
 mod goals;
+mod heal;
 pub mod research;
 mod sweep;
 
@@ -41,6 +43,7 @@ use servery_sim::{FaultKind, Outcome, SimSpec};
 
 pub use budget::{BudgetEnd, RestartBudget, crashing_boots};
 pub use catalog::{BENCH, COVERAGE_GOALS, SCENARIOS};
+pub use heal::heal_bound;
 pub use sweep::{KindStats, SweepReport, bench, sweep, sweep_seeds};
 
 /// How the run must end its liveness phase.
@@ -134,7 +137,7 @@ impl Scenario {
 
 /// A set of [`FaultKind`]s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Kinds(u32);
+pub struct Kinds(u64);
 
 impl Kinds {
     pub const ALL: Kinds = Kinds((1 << FaultKind::ALL.len()) - 1);
@@ -194,7 +197,7 @@ impl Mode {
 /// scenario, so adding a kind to one scenario leaves every other subset as it was.
 pub fn swarm_kinds(scenario: &Scenario, seed: u64) -> Kinds {
     let mask = SimRng::new(seed ^ 0x5a7a_12d0_c0de_f00d).next_u64();
-    Kinds::of(scenario.kinds).and(Kinds(mask as u32))
+    Kinds::of(scenario.kinds).and(Kinds(mask))
 }
 
 impl core::fmt::Debug for Scenario {
@@ -260,6 +263,7 @@ pub fn run_in(
     plan.spec.platform = platform;
     plan.spec.trace = trace;
     let spec_stop = plan.spec.stop_at;
+    let heal = heal::HealPlan::of(&plan.spec);
     match servery_sim::simulate(plan.spec) {
         Err(e) => RunResult {
             outcome: Outcome::default(),
@@ -267,7 +271,11 @@ pub fn run_in(
             kinds,
         },
         Ok(mut outcome) => {
-            let verdict = checks::judge(&mut outcome, &plan.expect, spec_stop);
+            let mut verdict = checks::judge(&mut outcome, &plan.expect, spec_stop);
+            // Only simulated runs: a real run's boots take what the machine gives them.
+            if verdict.is_ok() && outcome.failure.is_none() && plan.expect.end != End::ParentDied {
+                verdict = heal::judge(&outcome, &plan.expect, &heal);
+            }
             RunResult {
                 outcome,
                 verdict,

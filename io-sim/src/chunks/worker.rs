@@ -148,7 +148,7 @@ impl SimWorld {
         let Some(p) = self.procs.get_mut(&worker) else {
             return false;
         };
-        let Ok(id) = p.client.request(now, request) else {
+        let Ok(id) = p.client.request(p.clock.own(now), request) else {
             return false;
         };
         p.waiting.insert(id, Waiting::Chunk(conn));
@@ -166,7 +166,7 @@ impl SimWorld {
     fn chunk_release(&mut self, worker: WorkerId, request: BrokerRequest) {
         let now = self.now;
         if let Some(p) = self.procs.get_mut(&worker) {
-            p.client.release(now, request);
+            p.client.release(p.clock.own(now), request);
         }
     }
 

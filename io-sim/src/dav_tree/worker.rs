@@ -144,7 +144,7 @@ impl SimWorld {
                     let request = BrokerRequest::AcquireLease {
                         key: tree_key(path),
                     };
-                    match p.client.request(now, request) {
+                    match p.client.request(p.clock.own(now), request) {
                         Ok(id) => {
                             p.waiting.insert(id, Waiting::DavTree(conn));
                             self.pump(worker);
@@ -243,7 +243,8 @@ impl SimWorld {
                 TreeAction::ReleaseLease(id) => {
                     run.leases.retain(|l| *l != id);
                     if let Some(p) = self.procs.get_mut(&worker) {
-                        p.client.release(now, BrokerRequest::ReleaseLease { id });
+                        p.client
+                            .release(p.clock.own(now), BrokerRequest::ReleaseLease { id });
                     }
                     continue;
                 }

@@ -426,7 +426,11 @@ impl LifecycleOracle {
         let Some(w) = self.workers.remove(&id.0) else {
             return;
         };
-        if self.over || self.committed != Some(w.generation) || w.drained {
+        if self.over
+            || self.committed != Some(w.generation)
+            || w.drained
+            || self.superseded(w.generation)
+        {
             return;
         }
         match self.other_unretired(id.0, w.generation, w.slot) {
@@ -439,6 +443,24 @@ impl LifecycleOracle {
             }
             other => self.member_lost(now, id, &w, other.is_none()),
         }
+    }
+
+    /// Whether a newer generation has had every READY read: the core commits it at the
+    /// last of them, ahead of any end found in the same look (decision 0094), though the
+    /// commit is carried out, and seen here, only once the look is taken in. A worker of
+    /// the older generation whose exit that look also found is then a retiring worker's,
+    /// no member lost.
+    fn superseded(&self, generation: u64) -> bool {
+        self.generations
+            .range(generation + 1..)
+            .any(|(&newer, &(workers, _))| {
+                let ready = self
+                    .workers
+                    .values()
+                    .filter(|w| w.generation == newer && w.ready_at.is_some() && !w.ended)
+                    .count();
+                workers > 0 && ready >= workers as usize
+            })
     }
 
     fn member_lost(&mut self, now: Instant, id: WorkerId, w: &Tracked, empty: bool) {

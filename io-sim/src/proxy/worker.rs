@@ -114,7 +114,7 @@ impl SimWorld {
         } else {
             BrokerRequest::AcquireProxyGrants { want }
         };
-        match p.client.request(now, request) {
+        match p.client.request(p.clock.own(now), request) {
             Ok(id) => {
                 p.waiting.insert(id, Waiting::Proxy(conn));
                 wp.reqs.insert(conn, Req::Asking { cgi });
@@ -163,7 +163,7 @@ impl SimWorld {
         } else {
             BrokerRequest::ReturnProxyGrants { count }
         };
-        p.client.release(now, request);
+        p.client.release(p.clock.own(now), request);
         self.pump(worker);
     }
 
@@ -343,7 +343,7 @@ impl SimWorld {
                 ok,
             }) => {
                 if let Some(report) = wp.balancer.finished(upstream, Some(ok)) {
-                    p.client.release(now, report);
+                    p.client.release(p.clock.own(now), report);
                 }
                 if let Some(sim) = self.proxy.as_mut() {
                     sim.in_flight.remove(&(worker, conn));

@@ -45,8 +45,11 @@ impl SimWorld {
                 "the parent cannot frame a message to {worker}: {e}"
             ));
         }
-        let at = (self.now + lat).max(p.down_clock);
-        p.down_clock = at;
+        let after = p.down_clock;
+        let at = self.down_arrival(lat, after);
+        if let Some(p) = self.procs.get_mut(&worker) {
+            p.down_clock = at;
+        }
         if self.short_write_now(&bytes) {
             let last = self.write_in_pieces(at, bytes, |bytes, piece| SimEvent::ToWorker {
                 worker,
@@ -131,8 +134,11 @@ impl SimWorld {
         p.uploads.clear();
         let lost_logs = p.log_backlog.len() as u64;
         p.log_backlog.clear();
-        let eof_at = (self.now + lat).max(p.up_clock);
-        p.up_clock = eof_at;
+        let after = p.up_clock;
+        let eof_at = self.up_arrival(worker, lat, after);
+        if let Some(p) = self.procs.get_mut(&worker) {
+            p.up_clock = eof_at;
+        }
         self.out.log.lost_with_worker += lost_logs;
         let mut dav_lost = Vec::new();
         let mut tree_lost = Vec::new();
@@ -211,7 +217,8 @@ impl SimWorld {
             });
         if self.parent_alive {
             self.schedule_at(eof_at, SimEvent::ToParentEof { worker });
-            let reap = eof_at + Duration::from_micros(self.rng.range(50, 2000));
+            let gap = Duration::from_micros(self.rng.range(50, 2000));
+            let reap = self.reap_arrival(worker, eof_at, gap);
             self.schedule_at(reap, SimEvent::Reaped { worker, status });
         }
         self.dispatch();

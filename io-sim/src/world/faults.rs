@@ -59,10 +59,20 @@ impl SimWorld {
         | Fault::AcceptFails { duration: d, .. }
         | Fault::ClockJump(d)
         | Fault::DiskFull(d)
-        | Fault::RenameFails(d) = fault
+        | Fault::RenameFails(d)
+        | Fault::FsyncFails(d)
+        | Fault::StallParent(d)
+        | Fault::PauseWorker { duration: d, .. }
+        | Fault::ClockDrift { duration: d, .. } = fault
         {
             let from = self.now.as_nanos() / 1_000_000;
             let until = (self.now + d).as_nanos() / 1_000_000;
+            self.out.fault_windows.push((fault.kind(), from, until));
+        }
+        if let Fault::ChannelDelay { duration, max } = fault {
+            // Until the last write it delayed has arrived.
+            let from = self.now.as_nanos() / 1_000_000;
+            let until = (self.now + duration + max).as_nanos() / 1_000_000;
             self.out.fault_windows.push((fault.kind(), from, until));
         }
         match fault {
@@ -195,6 +205,23 @@ impl SimWorld {
             Fault::PortBusy { port } => {
                 self.injected(FaultKind::PortBusy, None);
                 self.listeners.busy.push(port);
+            }
+            Fault::FsyncFails(d) => {
+                self.injected(FaultKind::FsyncFails, None);
+                self.fsync_fails_until = self.fsync_fails_until.max(self.now + d);
+            }
+            Fault::ChannelDelay { duration, max } => {
+                self.injected(FaultKind::ChannelDelay, None);
+                self.delays.start(self.now, duration, max);
+            }
+            Fault::ClockDrift {
+                pick,
+                rate_ppm,
+                duration,
+            } => {
+                if let Some(w) = self.pick_live(pick, false) {
+                    self.drift(w, rate_ppm, duration);
+                }
             }
         }
     }

@@ -75,6 +75,7 @@ impl ParentIo for SimWorld {
             if let Some(wake) = self.step(event) {
                 return wake.at(self.now);
             }
+            self.gather_arrivals();
         }
     }
 

@@ -43,6 +43,11 @@ impl EventQueue {
             .map(|((at, _), _)| Instant::from_nanos(*at))
     }
 
+    /// The next event, left in the queue.
+    pub(crate) fn peek(&self) -> Option<&SimEvent> {
+        self.pending.last().map(|(_, event)| event)
+    }
+
     /// The next event, when its time is known already ([`Self::peek_at`]).
     #[inline(always)]
     pub(crate) fn pop_event(&mut self) -> Option<SimEvent> {
