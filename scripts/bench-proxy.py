@@ -56,15 +56,28 @@ http {{ access_log off; tcp_nodelay on; keepalive_requests 1000000;
   upstream up {{ server 127.0.0.1:{up_port}; keepalive 64; keepalive_requests 1000000; }}
   server {{ listen 127.0.0.1:{port};
     location / {{ proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_buffering off; proxy_buffer_size 64k; }} }} }}
+      proxy_buffering off; proxy_buffers 4 64k; proxy_buffer_size 64k; }} }} }}
 """)
     return bench.Server("nginx proxy_pass (2 workers, keepalive 64)", ["nginx", "-c", conf], port)
 
 
-def caddy_proxy(up_port, port):
+def caddy_proxy(up_port, port, tmp):
+    """Caddy's `reverse_proxy` from a Caddyfile: plain HTTP on loopback (`auto_https off`;
+    `caddy reverse-proxy --from http://...` still sets up TLS for an IP address), any Host,
+    no admin endpoint."""
+    conf = os.path.join(tmp, "Caddyfile")
+    with open(conf, "w") as f:
+        f.write(f"""{{
+	admin off
+	auto_https off
+}}
+:{port} {{
+	bind 127.0.0.1
+	reverse_proxy 127.0.0.1:{up_port}
+}}
+""")
     return bench.Server("caddy reverse_proxy",
-                        ["caddy", "reverse-proxy", "--from", f"http://127.0.0.1:{port}",
-                         "--to", f"127.0.0.1:{up_port}"], port)
+                        ["caddy", "run", "--config", conf, "--adapter", "caddyfile"], port)
 
 
 def measure(srv, s):
@@ -104,7 +117,7 @@ def main():
                                  "--proxy", f"/=http://127.0.0.1:{up_port}"], p))
     proxies.append(nginx_proxy(up_port, bench.free_port(), tmp))
     if shutil.which("caddy"):
-        proxies.append(caddy_proxy(up_port, bench.free_port()))
+        proxies.append(caddy_proxy(up_port, bench.free_port(), tmp))
     else:
         print("caddy: skipped (not installed)", flush=True)
     s = args.seconds
