@@ -133,13 +133,18 @@ impl Conn {
 
     fn fill(&mut self) -> Result<(), String> {
         let mut chunk = [0u8; 16 * 1024];
-        match self.stream.read(&mut chunk) {
-            Ok(0) => Err("connection closed".into()),
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                Ok(())
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err("connection closed".into()),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(());
+                }
+                // A signal to this test process (a child's end, a timer) interrupts the
+                // read; nothing was read, so it is read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("read: {e}")),
             }
-            Err(e) => Err(format!("read: {e}")),
         }
     }
 }
