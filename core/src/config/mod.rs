@@ -15,7 +15,10 @@ mod validate;
 mod written;
 
 pub use listen::Listen;
-pub use proxy::{MAX_ROUTES as MAX_PROXY_ROUTES, ProxyRoute, ProxyRoutes, RawProxy};
+pub use proxy::{
+    MAX_ROUTES as MAX_PROXY_ROUTES, ProxyRoute, ProxyRoutes, RawProxy,
+    clean_path as clean_route_path,
+};
 pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
     RawFeatures, RawRecovery, RawUploads, RestartJitter,

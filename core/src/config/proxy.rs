@@ -57,7 +57,9 @@ impl ProxyRoutes {
     }
 }
 
-fn clean_path(path: &str) -> bool {
+/// Whether a route's prefix or URL path is a clean absolute path: no query, fragment,
+/// whitespace, control byte, `.` or `..` segment. The workers' route parser uses it too.
+pub fn clean_path(path: &str) -> bool {
     path.starts_with('/')
         && !path
             .bytes()

@@ -2,6 +2,7 @@
 //! longest-prefix match on whole path segments.
 
 use http::uri::Authority;
+use servery_core::config::clean_route_path;
 
 /// Where one route's requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,14 +70,6 @@ pub struct Routes {
     routes: Vec<Route>,
 }
 
-fn clean_path(path: &str) -> bool {
-    path.starts_with('/')
-        && !path
-            .bytes()
-            .any(|b| b == b'?' || b == b'#' || b.is_ascii_whitespace() || b.is_ascii_control())
-        && !path.split('/').any(|s| s == "." || s == "..")
-}
-
 /// Whether an authority's port, if it has one, is a port (1 to 65535).
 fn port_ok(authority: &str) -> bool {
     match authority.rsplit_once(':') {
@@ -98,7 +91,7 @@ impl Route {
         let (prefix, url) = given
             .split_once('=')
             .ok_or(RouteError::NoEquals { given: owned() })?;
-        if !clean_path(prefix) || prefix.contains('%') {
+        if !clean_route_path(prefix) || prefix.contains('%') {
             return Err(RouteError::BadPrefix { given: owned() });
         }
         let prefix = prefix.trim_end_matches('/').to_owned();
@@ -140,7 +133,7 @@ impl Route {
             .ok_or(RouteError::BadAuthority { given: owned() })?;
         let replace_with = match path {
             None => None,
-            Some(p) if clean_path(p) => Some(p.trim_end_matches('/').to_owned()),
+            Some(p) if clean_route_path(p) => Some(p.trim_end_matches('/').to_owned()),
             Some(_) => return Err(RouteError::BadPath { given: owned() }),
         };
         Ok(Route {
