@@ -12,8 +12,9 @@
 //! flight that can no longer finish.
 //!
 //! The structure is runtime-agnostic (a plain future and `Waker`s, no tokio) and takes its
-//! locks from the private `sync` shim module, so loom can check it exhaustively:
-//! `cargo test -p servery --lib --features loom single_flight` (see the `sync` module).
+//! locks from its parent's `sync` module, so loom can check it exhaustively: the test
+//! `io-real/tests/single_flight_loom.rs` compiles this file again with loom's locks in
+//! that place (`cargo test -p servery --test single_flight_loom`).
 //!
 //! Lock order: the map lock is never held while taking a flight's lock, and vice versa.
 
@@ -238,7 +239,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
-#[cfg(all(test, not(feature = "loom")))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -315,82 +316,5 @@ mod tests {
         );
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(sf.in_flight(), 0);
-    }
-}
-
-/// Model checks: every interleaving of concurrent callers, as loom explores them.
-#[cfg(all(test, feature = "loom"))]
-mod loom_tests {
-    use super::*;
-    use loom::sync::atomic::{AtomicUsize, Ordering};
-    use loom::{future::block_on, thread};
-
-    #[test]
-    fn single_flight_concurrent_callers_agree_and_leave_nothing() {
-        loom::model(|| {
-            let sf = Arc::new(SingleFlight::<u8, usize>::new());
-            let work = Arc::new(AtomicUsize::new(0));
-            let spawn = |sf: Arc<SingleFlight<u8, usize>>, work: Arc<AtomicUsize>| {
-                thread::spawn(move || {
-                    block_on(sf.run(
-                        1,
-                        || async move { work.fetch_add(1, Ordering::SeqCst) + 100 },
-                    ))
-                })
-            };
-            let other = spawn(Arc::clone(&sf), Arc::clone(&work));
-            let mine = block_on(sf.run(1, || {
-                let work = Arc::clone(&work);
-                async move { work.fetch_add(1, Ordering::SeqCst) + 100 }
-            }));
-            let theirs = other.join().expect("thread");
-            let runs = work.load(Ordering::SeqCst);
-            // Either they overlapped (one run, shared result) or not (two runs).
-            assert!(runs == 1 || runs == 2);
-            if runs == 1 {
-                assert_eq!(mine, theirs);
-            }
-            assert_eq!(sf.in_flight(), 0);
-        });
-    }
-
-    #[test]
-    fn single_flight_abandoned_leader_hands_over() {
-        loom::model(|| {
-            let sf = Arc::new(SingleFlight::<u8, usize>::new());
-            let Join::Leader(leader) = sf.join(1) else {
-                panic!("first caller leads");
-            };
-            let follower = {
-                let sf = Arc::clone(&sf);
-                thread::spawn(move || block_on(sf.run(1, || async { 5 })))
-            };
-            // The leader gives up (its request was cancelled) at some point in the
-            // follower's life; the follower must still finish with a value.
-            drop(leader);
-            assert_eq!(follower.join().expect("thread"), 5);
-            assert_eq!(sf.in_flight(), 0);
-        });
-    }
-
-    #[test]
-    fn single_flight_completion_wakes_a_waiting_follower() {
-        loom::model(|| {
-            let sf = Arc::new(SingleFlight::<u8, usize>::new());
-            let Join::Leader(leader) = sf.join(1) else {
-                panic!("first caller leads");
-            };
-            let follower = {
-                let sf = Arc::clone(&sf);
-                thread::spawn(move || match sf.join(1) {
-                    Join::Follower(f) => block_on(f),
-                    // The leader already finished: a fresh flight, nothing to wait for.
-                    Join::Leader(l) => Some(l.complete(3)),
-                })
-            };
-            leader.complete(3);
-            assert_eq!(follower.join().expect("thread"), Some(3));
-            assert_eq!(sf.in_flight(), 0);
-        });
     }
 }

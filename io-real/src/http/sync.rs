@@ -1,10 +1,7 @@
-//! The synchronization primitives [`super::single_flight`] uses: `std`'s, or loom's when the
-//! crate is built with the `loom` feature so loom can explore every interleaving. A feature,
-//! not the customary `--cfg loom`: tokio also reacts to that cfg (it compiles out `net` and
-//! `signal`, which the rest of this crate needs), and a RUSTFLAGS cfg rebuilds every
-//! dependency.
+//! The synchronization primitives [`super::single_flight`] uses. They are named through
+//! this module so that the model check (`io-real/tests/single_flight_loom.rs`) can compile
+//! the same source file beside a `sync` module of loom's primitives instead: loom then
+//! explores every interleaving without this crate, or any dependency, being rebuilt for it
+//! (a `--cfg loom` would also change tokio, which compiles out `net` and `signal` under it).
 
-#[cfg(feature = "loom")]
-pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
-#[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
