@@ -146,6 +146,22 @@ fn a_depth_infinity_lock_above_applies_and_a_depth_zero_one_does_not() {
 }
 
 #[test]
+fn a_lock_below_the_resource_is_not_its_lock() {
+    // The broker's query answers the locks below a resource too (a tree write needs
+    // them); the `If` header's state tokens are only those that apply to it.
+    let world = World {
+        locks: vec![lock(7, "/d/a/b", DavDepth::Infinity)],
+        etags: vec![],
+    };
+    let (_, done, _) = world.check_if("/d/a", Some(&format!("(<{}>)", uri(7))));
+    assert_eq!(
+        done,
+        IfStep::Done(Err(DavRefusal::IfFailed)),
+        "rule: a lock below the resource does not make the If header's token hold (412)"
+    );
+}
+
+#[test]
 fn a_stale_token_fails_the_if_header_with_412() {
     let world = World {
         locks: vec![lock(7, "/a", DavDepth::Zero)],
@@ -335,7 +351,11 @@ fn lock_requests() {
 #[test]
 fn broker_refusals() {
     let busy = refusal_of(BrokerCall::Lock("/a"), Rejection::Busy);
-    assert_eq!(busy, DavRefusal::ConflictingLock(vec!["/a".into()]));
+    assert_eq!(
+        busy,
+        DavRefusal::ConflictingLock(vec!["/a".into()]),
+        "rule: a LOCK the broker finds in conflict is a 423 no-conflicting-lock naming it"
+    );
     assert_eq!(
         refusal_of(BrokerCall::Lock("/a"), Rejection::TooLarge),
         DavRefusal::OwnerTooLarge
