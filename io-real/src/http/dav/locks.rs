@@ -2,85 +2,21 @@
 //! survives this worker), and the worker asks the broker which locks apply before it
 //! writes, and what to report in `lockdiscovery`.
 //!
-//! A write is allowed when, for every lock that protects what it changes, the client
-//! submitted that lock's token in its `If` header (RFC 4918 §6.3, §7.4): one token per
-//! lock root is enough, so one holder of a shared lock may write. What a write changes:
-//! the resource itself, and for writes that create or remove a member, the membership of
-//! its parent collection (a depth-0 lock on the parent protects that too); for a
-//! collection deleted or moved, every lock below it.
+//! Which locks protect a write, which lock a refresh or an UNLOCK names, and what each
+//! broker refusal means are the core's decisions (`servery_core::dav_lock`, which the
+//! simulator drives too); this module performs the broker calls they ask for.
 
 use servery_core::LeaseId;
-use servery_core::proto::{BrokerReply, BrokerRequest, DavDepth, DavLockInfo, Rejection};
+use servery_core::dav_lock::{self, BrokerCall, DavRefusal, LockViews, Needs};
+use servery_core::proto::{BrokerReply, BrokerRequest, DavDepth, DavLockInfo, DavReach};
 
 use super::super::error::HttpError;
-use super::DavError;
 use super::resource::{DavPath, covers};
 use super::xml::ActiveLock;
 use crate::worker::broker::BrokerHandle;
 use crate::write::WriteError;
 
-/// The URI scheme of servery's lock tokens (RFC 4918 Appendix C).
-const TOKEN_SCHEME: &str = "opaquelocktoken:";
-
-/// A lock token as clients see it: `opaquelocktoken:` and the broker's 128 random bits
-/// in UUID form.
-pub fn token_uri(id: LeaseId) -> String {
-    let h = format!("{:032x}", id.0);
-    format!(
-        "{TOKEN_SCHEME}{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// The broker's ID in a token URI; `None` for anything servery did not issue.
-pub fn parse_token(uri: &str) -> Option<LeaseId> {
-    let uuid = uri.strip_prefix(TOKEN_SCHEME)?;
-    let hex: String = uuid.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 || uuid.len() != 36 {
-        return None;
-    }
-    u128::from_str_radix(&hex, 16).ok().map(LeaseId)
-}
-
-/// Whether `lock` applies to `resource`: it is rooted there, or above with depth infinity.
-pub fn applies(lock: &DavLockInfo, resource: &str) -> bool {
-    lock.resource == resource
-        || (lock.depth == DavDepth::Infinity && covers(&lock.resource, resource))
-}
-
-/// What a write changes, for [`Locks::require`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reach {
-    /// It adds or removes `path` as a member of its parent collection.
-    pub membership: bool,
-    /// It changes everything below `path` (DELETE or MOVE of a collection, an overwrite).
-    pub tree: bool,
-}
-
-impl Reach {
-    pub const CONTENT: Reach = Reach {
-        membership: false,
-        tree: false,
-    };
-    pub const MEMBER: Reach = Reach {
-        membership: true,
-        tree: false,
-    };
-    pub const TREE: Reach = Reach {
-        membership: true,
-        tree: true,
-    };
-    /// Writes somewhere inside a collection, members not known in advance (a multipart
-    /// POST names its files in its body): every lock on the collection or below it.
-    pub const INSIDE: Reach = Reach {
-        membership: false,
-        tree: true,
-    };
-}
+pub use servery_core::dav_lock::{applies, timeout_ms, token_uri};
 
 /// The broker's lock table, through this worker's client.
 #[derive(Debug, Clone)]
@@ -97,17 +33,8 @@ fn unexpected(reply: &BrokerReply) -> HttpError {
     HttpError::Internal(std::io::Error::other("unexpected broker reply"))
 }
 
-fn rejected(r: Rejection) -> HttpError {
-    match r {
-        Rejection::Saturated => HttpError::Write(WriteError::Saturated),
-        // A query whose answer would not fit one message: fail closed.
-        Rejection::TooLarge => HttpError::Unavailable,
-        Rejection::Busy => HttpError::Dav(DavError::ConflictingLock(Vec::new())),
-        Rejection::NotFound | Rejection::NotOwner | Rejection::Revoked => {
-            HttpError::Dav(DavError::NoSuchLock)
-        }
-        Rejection::Locked => HttpError::Dav(DavError::Locked(Vec::new())),
-    }
+fn rejected(call: BrokerCall<'_>, r: servery_core::proto::Rejection) -> HttpError {
+    HttpError::from(dav_lock::refusal_of(call, r))
 }
 
 impl Locks {
@@ -119,7 +46,7 @@ impl Locks {
     pub fn seen(&self) -> Seen<'_> {
         Seen {
             locks: self,
-            answers: Vec::new(),
+            views: LockViews::default(),
         }
     }
 
@@ -134,7 +61,7 @@ impl Locks {
             .map_err(broker_error)?;
         match reply {
             BrokerReply::Locks(locks) => Ok(locks),
-            BrokerReply::Rejected(r) => Err(rejected(r)),
+            BrokerReply::Rejected(r) => Err(rejected(BrokerCall::Query, r)),
             other => Err(unexpected(&other)),
         }
     }
@@ -161,15 +88,7 @@ impl Locks {
             .map_err(broker_error)?;
         match reply {
             BrokerReply::Granted { id, expires_in_ms } => Ok((id, expires_in_ms)),
-            BrokerReply::Rejected(Rejection::Busy) => {
-                Err(HttpError::Dav(DavError::ConflictingLock(vec![
-                    path.resource(),
-                ])))
-            }
-            BrokerReply::Rejected(Rejection::TooLarge) => {
-                Err(HttpError::Dav(DavError::OwnerTooLarge))
-            }
-            BrokerReply::Rejected(r) => Err(rejected(r)),
+            BrokerReply::Rejected(r) => Err(rejected(BrokerCall::Lock(&path.resource()), r)),
             other => Err(unexpected(&other)),
         }
     }
@@ -183,7 +102,7 @@ impl Locks {
             .map_err(broker_error)?;
         match reply {
             BrokerReply::Granted { expires_in_ms, .. } => Ok(expires_in_ms),
-            BrokerReply::Rejected(r) => Err(rejected(r)),
+            BrokerReply::Rejected(r) => Err(rejected(BrokerCall::Refresh, r)),
             other => Err(unexpected(&other)),
         }
     }
@@ -196,7 +115,7 @@ impl Locks {
             .map_err(broker_error)?;
         match reply {
             BrokerReply::Released => Ok(()),
-            BrokerReply::Rejected(r) => Err(rejected(r)),
+            BrokerReply::Rejected(r) => Err(rejected(BrokerCall::Unlock, r)),
             other => Err(unexpected(&other)),
         }
     }
@@ -235,87 +154,69 @@ impl Locks {
     }
 }
 
-/// The lock table as one request sees it: a resource asked about twice (by the `If`
-/// header's evaluation and by the lock check of the write) costs one broker round trip,
-/// and both judge the same answer.
+/// The lock table as one request sees it: the core's [`LockViews`] of this request,
+/// filled by asking the broker what the core's machines need.
 #[derive(Debug)]
 pub struct Seen<'a> {
     locks: &'a Locks,
-    answers: Vec<(String, Vec<DavLockInfo>)>,
+    views: LockViews,
 }
 
 impl Seen<'_> {
+    /// The broker answers the request has collected.
+    pub fn views_mut(&mut self) -> &mut LockViews {
+        &mut self.views
+    }
+
     /// [`Locks::around`], asked once per resource and request.
     pub async fn around(&mut self, resource: &str) -> Result<Vec<DavLockInfo>, HttpError> {
-        if let Some((_, locks)) = self.answers.iter().find(|(r, _)| r == resource) {
-            return Ok(locks.clone());
+        if let Some(locks) = self.views.around(resource) {
+            return Ok(locks.to_vec());
         }
         let locks = self.locks.around(resource).await?;
-        self.answers.push((resource.to_owned(), locks.clone()));
+        self.views.answer(resource.to_owned(), locks.clone());
         Ok(locks)
     }
 
-    /// Fails with 423 unless every lock protecting what the write reaches had its token
-    /// submitted.
+    /// The core's lock check ([`LockViews::require`]): 423 unless every lock protecting
+    /// what the write reaches had its token submitted.
     pub async fn require(
         &mut self,
         path: &DavPath,
-        reach: Reach,
+        reach: DavReach,
         submitted: &[LeaseId],
     ) -> Result<(), HttpError> {
         let resource = path.resource();
-        let mut protecting: Vec<DavLockInfo> = self
-            .around(&resource)
-            .await?
-            .into_iter()
-            .filter(|l| applies(l, &resource) || (reach.tree && covers(&resource, &l.resource)))
-            .collect();
-        if reach.membership
-            && let Some(parent) = path.parent()
-        {
-            let parent = parent.resource();
-            protecting.extend(
-                self.around(&parent)
-                    .await?
-                    .into_iter()
-                    .filter(|l| l.resource == parent),
-            );
-        }
-        let mut unsatisfied: Vec<String> = Vec::new();
-        for lock in &protecting {
-            let satisfied = protecting
-                .iter()
-                .any(|l| l.resource == lock.resource && submitted.contains(&l.token));
-            if !satisfied && !unsatisfied.contains(&lock.resource) {
-                unsatisfied.push(lock.resource.clone());
+        loop {
+            match self.views.require(&resource, reach, submitted) {
+                Needs::Query(key) => {
+                    self.around(&key).await?;
+                }
+                Needs::Decided(result) => return result.map_err(HttpError::from),
             }
-        }
-        if unsatisfied.is_empty() {
-            Ok(())
-        } else {
-            Err(HttpError::Dav(DavError::Locked(unsatisfied)))
         }
     }
 }
 
-/// `Timeout: Second-N, Infinite` (RFC 4918 §10.7): the first value servery understands,
-/// in milliseconds; 0 (the broker's maximum) for `Infinite`, none, or nothing usable. The
-/// broker caps every value at `--dav-lock-timeout-max`.
-pub fn timeout_ms(value: Option<&str>) -> u64 {
-    let Some(value) = value else { return 0 };
-    for item in value.split(',').map(str::trim) {
-        if item.eq_ignore_ascii_case("Infinite") {
-            return 0;
-        }
-        if let Some(secs) = item
-            .get(..7)
-            .filter(|p| p.eq_ignore_ascii_case("Second-"))
-            .and_then(|_| item[7..].parse::<u64>().ok())
-        {
-            return secs.saturating_mul(1000).max(1000);
+impl From<DavRefusal> for HttpError {
+    fn from(refusal: DavRefusal) -> HttpError {
+        use super::DavError;
+        match refusal {
+            DavRefusal::Saturated => HttpError::Write(WriteError::Saturated),
+            DavRefusal::TooLarge => HttpError::Unavailable,
+            DavRefusal::NoLockToken => HttpError::BadRequest("UNLOCK needs a Lock-Token"),
+            DavRefusal::BadIf(e) => HttpError::Dav(DavError::If(e)),
+            DavRefusal::IfFailed => HttpError::Dav(DavError::IfFailed),
+            DavRefusal::Locked(roots) => HttpError::Dav(DavError::Locked(roots)),
+            DavRefusal::ConflictingLock(roots) => HttpError::Dav(DavError::ConflictingLock(roots)),
+            DavRefusal::NoSuchLock => HttpError::Dav(DavError::NoSuchLock),
+            DavRefusal::OwnerTooLarge => HttpError::Dav(DavError::OwnerTooLarge),
+            DavRefusal::Depth => HttpError::Dav(DavError::Depth),
+            DavRefusal::ReadOnly => HttpError::Dav(DavError::ReadOnly),
+            // A refusal the core adds later: fail closed.
+            _ => HttpError::Unavailable,
         }
     }
-    0
 }
 
 /// The `activelock` of a broker lock, for `lockdiscovery`.
@@ -338,53 +239,9 @@ pub fn key_href(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use servery_core::Generation;
 
     #[test]
-    fn tokens_round_trip_and_foreign_ones_are_refused() {
-        for id in [0, 1, u128::MAX, 0x0123_4567_89ab_cdef_0011_2233_4455_6677] {
-            let uri = token_uri(LeaseId(id));
-            assert_eq!(uri.len(), TOKEN_SCHEME.len() + 36);
-            assert_eq!(parse_token(&uri), Some(LeaseId(id)), "{uri}");
-        }
-        assert_eq!(parse_token("opaquelocktoken:not-a-uuid"), None);
-        assert_eq!(
-            parse_token("urn:uuid:00000000-0000-0000-0000-000000000000"),
-            None
-        );
-        assert_eq!(
-            parse_token("opaquelocktoken:0000000000000000000000000000000000-0"),
-            None
-        );
-    }
-
-    #[test]
-    fn timeouts() {
-        assert_eq!(timeout_ms(None), 0);
-        assert_eq!(timeout_ms(Some("Infinite")), 0);
-        assert_eq!(timeout_ms(Some("Second-3600")), 3_600_000);
-        assert_eq!(timeout_ms(Some("second-0")), 1000, "at least a second");
-        assert_eq!(timeout_ms(Some("Extended, Second-5")), 5000);
-        assert_eq!(timeout_ms(Some("Second-x")), 0);
-        assert_eq!(timeout_ms(Some("Second-99999999999999999999")), 0);
-    }
-
-    #[test]
-    fn which_locks_apply() {
-        let lock = |resource: &str, depth| DavLockInfo {
-            token: LeaseId(1),
-            resource: resource.into(),
-            depth,
-            owner: String::new(),
-            exclusive: true,
-            expires_in_ms: 1,
-            generation: Generation(1),
-        };
-        assert!(applies(&lock("/a", DavDepth::Zero), "/a"));
-        assert!(!applies(&lock("/a", DavDepth::Zero), "/a/b"));
-        assert!(applies(&lock("/a", DavDepth::Infinity), "/a/b"));
-        assert!(applies(&lock("/", DavDepth::Infinity), "/x"));
-        assert!(!applies(&lock("/a/b", DavDepth::Infinity), "/a"));
+    fn lock_roots_as_hrefs() {
         assert_eq!(key_href("/a/b c"), "/a/b%20c");
         assert_eq!(key_href("/"), "/");
     }

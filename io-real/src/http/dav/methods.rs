@@ -5,13 +5,14 @@ use std::io;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode, header};
+use servery_core::dav_lock::{self, reach};
 use servery_core::proto::DavDepth;
 
 use super::super::body::{self, Body};
 use super::super::conditional::{self, Validators};
 use super::super::error::HttpError;
 use super::super::path::RequestPath;
-use super::locks::{self, Reach};
+use super::locks;
 use super::resource::{self, DavPath};
 use super::xml;
 use super::{Dav, DavError, blocking, single, uri_authority, uri_path, xml_response};
@@ -140,20 +141,13 @@ impl Dav {
             return refreshed;
         }
         let info = xml::parse_lockinfo(body).map_err(DavError::Xml)?;
-        let depth = match single(&parts.headers, "depth").as_deref() {
-            None => DavDepth::Infinity,
-            Some(v) if v.eq_ignore_ascii_case("infinity") => DavDepth::Infinity,
-            Some("0") => DavDepth::Zero,
-            Some(_) => return Err(HttpError::Dav(DavError::Depth)),
-        };
+        let depth = dav_lock::lock_depth(single(&parts.headers, "depth").as_deref())?;
         let exists = self.kind(path).await?.is_some();
-        if !exists && self.writer.is_none() {
-            // Locking an unmapped URL creates a resource: a write.
-            return Err(HttpError::Dav(DavError::ReadOnly));
-        }
         if !exists {
-            // Creating a member needs the tokens of locks on the collection.
-            seen.require(path, Reach::MEMBER, &submitted).await?;
+            // Locking an unmapped URL creates a resource: a write, which needs the
+            // tokens of the locks on the collection it joins.
+            let creating = dav_lock::new_resource_lock(self.writer.is_some())?;
+            seen.require(path, creating, &submitted).await?;
         }
         // An existing resource's preconditions hold until the lock is granted; a new
         // one's are judged by the write that creates it, under its lease.
@@ -207,12 +201,7 @@ impl Dav {
     ) -> Result<Response<Body>, HttpError> {
         let key = path.resource();
         let held = self.locks.around(&key).await?;
-        let Some(lock) = held
-            .iter()
-            .find(|l| locks::applies(l, &key) && submitted.contains(&l.token))
-        else {
-            return Err(HttpError::Dav(DavError::IfFailed));
-        };
+        let lock = dav_lock::refresh_target(&key, &held, submitted)?;
         let granted = self.locks.refresh(lock.token, timeout).await?;
         let mut refreshed = lock.clone();
         refreshed.expires_in_ms = granted;
@@ -261,20 +250,12 @@ impl Dav {
         parts: &Parts,
         path: &DavPath,
     ) -> Result<Response<Body>, HttpError> {
-        let token = single(&parts.headers, "lock-token")
-            .as_deref()
-            .and_then(super::if_header::parse_lock_token_header)
-            .map(str::to_owned)
-            .ok_or(HttpError::BadRequest("UNLOCK needs a Lock-Token"))?;
+        let header = single(&parts.headers, "lock-token");
+        let token = dav_lock::unlock_token(header.as_deref())?;
         let key = path.resource();
         let held = self.locks.around(&key).await?;
-        let Some(lock) = locks::parse_token(&token).and_then(|id| {
-            held.iter()
-                .find(|l| l.token == id && locks::applies(l, &key))
-        }) else {
-            return Err(HttpError::Dav(DavError::NoSuchLock));
-        };
-        self.locks.unlock(lock.token).await?;
+        let lock = dav_lock::unlock_target(&key, token, &held)?;
+        self.locks.unlock(lock).await?;
         let mut response = Response::new(body::empty());
         *response.status_mut() = StatusCode::NO_CONTENT;
         Ok(response)
@@ -298,7 +279,7 @@ impl Dav {
         if self.kind(path).await?.is_some() {
             return Err(HttpError::Dav(DavError::Exists));
         }
-        seen.require(path, Reach::MEMBER, &submitted).await?;
+        seen.require(path, reach::MEMBER, &submitted).await?;
         let conditions = conditional::conditions(&parts.headers);
         self.run_tree(
             writer,
@@ -329,7 +310,7 @@ impl Dav {
         if !writer.settings.allow_overwrite {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
-        seen.require(path, Reach::TREE, &submitted).await?;
+        seen.require(path, reach::TREE, &submitted).await?;
         let conditions = conditional::conditions(&parts.headers);
         self.run_tree(writer, TreeOp::Delete, Some(path), None, true, &conditions)
             .await?;
@@ -383,9 +364,9 @@ impl Dav {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
         if moving {
-            seen.require(from, Reach::TREE, &submitted).await?;
+            seen.require(from, reach::TREE, &submitted).await?;
         }
-        seen.require(&to, Reach::TREE, &submitted).await?;
+        seen.require(&to, reach::TREE, &submitted).await?;
         let op = if moving {
             TreeOp::Move
         } else {

@@ -8,7 +8,6 @@
 //! ([`tree`]). Dead properties are kept beside their resource ([`props`]).
 
 pub mod args;
-pub mod if_header;
 pub mod locks;
 mod methods;
 pub mod propfind;
@@ -38,10 +37,10 @@ use super::path::RequestPath;
 use super::upload::{Uploads, WORKER_HEADER};
 use crate::worker::broker::BrokerHandle;
 use crate::write::{LockCheck, WriteError, Writer};
-use if_header::{IfHeader, ResourceState};
 use locks::Locks;
 use resource::DavPath;
-use servery_core::proto::{DavReach, MAX_SUBMITTED_TOKENS};
+use servery_core::dav_lock::{self, IfCheck, IfStep, Subject, reach};
+use servery_core::proto::MAX_SUBMITTED_TOKENS;
 
 /// Every method a WebDAV share answers, for `Allow`.
 pub const ALLOW: &str =
@@ -80,7 +79,7 @@ pub enum DavError {
     Xml(#[from] xml::XmlError),
     /// The `If` header does not parse: 400.
     #[error("bad If header: {0}")]
-    If(#[from] if_header::IfError),
+    If(#[from] dav_lock::IfError),
     /// The `If` header evaluated false: 412.
     #[error("the If header's condition is false")]
     IfFailed,
@@ -257,30 +256,26 @@ impl Dav {
                             // The lock check rides on the target lease: one round trip.
                             let check = LockCheck {
                                 resource: path.resource(),
-                                reach: DavReach {
-                                    membership: true,
-                                    tree: false,
-                                },
+                                reach: reach::MEMBER,
                                 submitted: submitted.clone(),
                             };
                             return match uploads.put_checked(parts, body, &check).await {
                                 Ok(response) => Ok(response),
                                 // Refused: one query more names the locks for the 423.
-                                Err(_) => match seen
-                                    .require(&path, locks::Reach::MEMBER, &submitted)
-                                    .await
-                                {
-                                    Err(e) => Err(e),
-                                    Ok(()) => Err(HttpError::Dav(DavError::Locked(Vec::new()))),
-                                },
+                                Err(_) => {
+                                    match seen.require(&path, reach::MEMBER, &submitted).await {
+                                        Err(e) => Err(e),
+                                        Ok(()) => Err(HttpError::Dav(DavError::Locked(Vec::new()))),
+                                    }
+                                }
                             };
                         }
                         let reach = if method == "PUT" {
-                            locks::Reach::MEMBER
+                            reach::MEMBER
                         } else {
                             // A form writes members of the collection it is posted to,
                             // named only in its body: every lock in there counts.
-                            locks::Reach::INSIDE
+                            reach::INSIDE
                         };
                         seen.require(&path, reach, &submitted).await?;
                         Ok(uploads.handle(parts, body).await)
@@ -353,107 +348,51 @@ impl Dav {
         Ok(!self.read_xml(body).await?.is_empty())
     }
 
-    /// Evaluates the `If` header (412 when false) and returns the lock tokens it submits.
+    /// Runs the core's `If` check (400 when malformed, 412 when false) and returns the
+    /// lock tokens the header submits; the broker answers it got stay in `seen` for the
+    /// lock check that follows.
     async fn preconditions(
         &self,
         parts: &Parts,
         path: &DavPath,
         seen: &mut locks::Seen<'_>,
     ) -> Result<Vec<LeaseId>, HttpError> {
-        let Some(value) = joined(&parts.headers, "if") else {
-            return Ok(Vec::new());
-        };
-        let header = if_header::parse(&value).map_err(|e| HttpError::Dav(DavError::If(e)))?;
-        let state = self.if_state(&header, path, seen).await?;
-        if !header.evaluate(&state) {
-            return Err(HttpError::Dav(DavError::IfFailed));
-        }
-        Ok(header
-            .submitted_tokens()
-            .into_iter()
-            .filter_map(locks::parse_token)
-            .collect())
-    }
-
-    /// What the `If` header's resources are now: ETag and lock tokens of each.
-    async fn if_state(
-        &self,
-        header: &IfHeader,
-        path: &DavPath,
-        seen: &mut locks::Seen<'_>,
-    ) -> Result<IfState, HttpError> {
-        let mut state = IfState::default();
-        state
-            .entries
-            .push((None, self.state_of(Some(path), seen).await?));
-        for list in &header.lists {
-            let Some(tag) = &list.resource else { continue };
-            if state.entries.iter().any(|(t, _)| t.as_ref() == Some(tag)) {
-                continue;
+        let value = joined(&parts.headers, "if");
+        let views = std::mem::take(seen.views_mut());
+        let mut check = IfCheck::new(value.as_deref()).with_views(views);
+        let result = loop {
+            match check.next_step() {
+                IfStep::Inspect(Subject::Request) => {
+                    let etag = self.etag_of(path).await?;
+                    check.inspected(Some(path.resource()), etag);
+                }
+                IfStep::Inspect(Subject::Tag(tag)) => match tag_path(&tag, self.show_hidden) {
+                    Some(tagged) => {
+                        let etag = self.etag_of(&tagged).await?;
+                        check.inspected(Some(tagged.resource()), etag);
+                    }
+                    None => check.inspected(None, None),
+                },
+                IfStep::Query(key) => {
+                    let locks = self.locks.around(&key).await?;
+                    check.answered(key, locks);
+                }
+                IfStep::Done(result) => break result,
             }
-            let tagged = tag_path(tag, self.show_hidden);
-            let entry = self.state_of(tagged.as_ref(), seen).await?;
-            state.entries.push((Some(tag.clone()), entry));
-        }
-        Ok(state)
+        };
+        *seen.views_mut() = check.into_views();
+        result.map_err(HttpError::from)
     }
 
-    async fn state_of(
-        &self,
-        path: Option<&DavPath>,
-        seen: &mut locks::Seen<'_>,
-    ) -> Result<Resource, HttpError> {
-        let Some(path) = path else {
-            return Ok(Resource::default());
-        };
+    /// The current ETag of what is at `path`, as responses send it; `None` when nothing is.
+    async fn etag_of(&self, path: &DavPath) -> Result<Option<String>, HttpError> {
         let root = self.root.dir();
         let rel = path.rel();
-        let etag = blocking(move || resource::stat_opt(&root, &rel).map_err(HttpError::Internal))
-            .await?
-            .map(|meta| {
-                String::from_utf8_lossy(resource::validators(&meta).etag().as_bytes()).into_owned()
-            });
-        let key = path.resource();
-        let tokens = seen
-            .around(&key)
-            .await?
-            .iter()
-            .filter(|l| locks::applies(l, &key))
-            .map(|l| locks::token_uri(l.token))
-            .collect();
-        Ok(Resource { etag, tokens })
-    }
-}
-
-/// The resources an `If` header names, as they are now.
-#[derive(Debug, Default)]
-struct IfState {
-    entries: Vec<(Option<String>, Resource)>,
-}
-
-#[derive(Debug, Default)]
-struct Resource {
-    etag: Option<String>,
-    tokens: Vec<String>,
-}
-
-impl IfState {
-    fn get(&self, tag: Option<&str>) -> Option<&Resource> {
-        self.entries
-            .iter()
-            .find(|(t, _)| t.as_deref() == tag)
-            .map(|(_, r)| r)
-    }
-}
-
-impl ResourceState for IfState {
-    fn etag(&self, resource: Option<&str>) -> Option<String> {
-        self.get(resource).and_then(|r| r.etag.clone())
-    }
-
-    fn is_locked_with(&self, resource: Option<&str>, token: &str) -> bool {
-        self.get(resource)
-            .is_some_and(|r| r.tokens.iter().any(|t| t == token))
+        let meta =
+            blocking(move || resource::stat_opt(&root, &rel).map_err(HttpError::Internal)).await?;
+        Ok(meta.map(|meta| {
+            String::from_utf8_lossy(resource::validators(&meta).etag().as_bytes()).into_owned()
+        }))
     }
 }
 

@@ -13,7 +13,7 @@ use super::super::compress;
 use super::super::error::HttpError;
 use super::super::long_work;
 use super::super::mime;
-use super::locks::{self, Reach};
+use super::locks;
 use super::propfind_stream::{self, Listing};
 use super::props::{self, Stored};
 use super::resource::{self, DavPath};
@@ -21,6 +21,7 @@ use super::xml::{self, DAV_NS, Multistatus, Name, PatchOp, PropOut, Propfind};
 use super::{Dav, DavError, blocking, encoded_multistatus, multistatus, single};
 use crate::http::site::joined_values;
 use crate::write::{Grant, Writer, target};
+use servery_core::dav_lock::reach;
 
 /// The live properties servery computes, in the order allprop lists them. The quota
 /// properties are only sent when asked for by name (RFC 4331 §3).
@@ -329,7 +330,7 @@ impl Dav {
             blocking(move || resource::stat(&root, &rel).map_err(HttpError::from_io)).await?;
         let mut seen = self.locks.seen();
         let submitted = self.preconditions(parts, path, &mut seen).await?;
-        seen.require(path, Reach::CONTENT, &submitted).await?;
+        seen.require(path, reach::CONTENT, &submitted).await?;
         // `If-Match` and the like are judged under the resource's own lease, held until
         // the properties are written.
         let _held = self.hold_if_conditional(parts, path).await?;

@@ -1,71 +1,58 @@
 //! WebDAV in the simulation, opt-in through [`crate::Workload::dav`]: lock clients and
-//! writers on the client side; on the worker side LOCK, refresh, UNLOCK and PUT decided as
-//! the real worker decides them (`io-real/src/http/dav/`): every lock lives in the
-//! parent's broker, a worker learns which locks apply by `DavQuery`, and a PUT that passes
-//! goes through the write flow (reservation, target lease, temp file, rename) like an
-//! upload; and an oracle that watches the broker's lock table after every step and every
-//! DAV answer on the control channels.
+//! writers on the client side; on the worker side LOCK, refresh, UNLOCK and PUT, whose
+//! lock decisions are the core's (`servery_core::dav_lock`), the same machines the real
+//! worker drives: every lock lives in the parent's broker, a worker learns which locks
+//! apply by `DavQuery` when a core machine asks for it, and a PUT that passes goes through
+//! the write flow (reservation, target lease, temp file, rename) like an upload; and an
+//! oracle that watches the broker's lock table after every step and every DAV answer on
+//! the control channels.
 //!
-//! What a worker decides, as `io-real` does:
+//! What the simulation's requests carry, and how their steps are performed:
 //!
-//! - LOCK: one `DavLock`; granted → 200 with the token, `Busy` → 423, `Saturated` → 503.
-//!   Every locked path exists (LOCK of an unmapped URL, which creates a file, is not
-//!   modelled).
-//! - refresh (LOCK without a body, the token in `If`): `DavQuery` of the path; the `If`
-//!   holds when a lock that applies there has the token (else 412); then `DavRefresh`
-//!   (`NotFound` → 409).
-//! - UNLOCK: `DavQuery` of the path; a lock that applies there with the token, else 409;
-//!   then `DavUnlock`.
-//! - PUT: a token is submitted in a tagged `If` naming its lock's root, which holds when
-//!   a lock that applies to the root has it: `DavQuery` of the root, else 412. Then the
-//!   write flow (reservation, target lease, temp file, rename) with the lock check in its
-//!   lease request (`DavWriteLease`, one request, decision 0029): the broker grants the
-//!   lease only if every lock the PUT would break (`Reach::MEMBER`: the file's, and
-//!   those rooted at its collection) has its token submitted. A refusal (`Locked`) is
-//!   answered 423 after `DavQuery` of the file and of its collection, which name the
-//!   locks in the real worker's answer. A PUT without a token asks nothing before its
-//!   write flow.
+//! - LOCK: one `DavLock` of an existing file or collection (LOCK of an unmapped URL,
+//!   which creates a file, is not modelled); its refusals mean what the core says.
+//! - refresh (LOCK without a body): `If: <root> (<token>)`, evaluated by the core's
+//!   `IfCheck`; then a fresh `DavQuery` of the path and the core's `refresh_target`, then
+//!   `DavRefresh`.
+//! - UNLOCK: `Lock-Token: <token>`; `DavQuery` of the path and the core's
+//!   `unlock_target`, then `DavUnlock`.
+//! - PUT: with a token, `If: <root> (<token>)` naming its lock's root, evaluated by the
+//!   core's `IfCheck`. Then the write flow with the lock check in its lease request
+//!   (`DavWriteLease`, one request, decision 0029). A refusal (`Locked`) is answered 423
+//!   once the core's lock check (`LockViews::require`, reach `MEMBER`) has named the
+//!   locks, with the answers the `If` check already got.
+//!
+//! The simulated files carry no entity tags (no request's `If` has an ETag condition):
+//! an inspection answers the resource's key and no ETag, at once.
+
+mod oracle;
 
 use core::time::Duration;
 use std::collections::BTreeMap;
 
 use servery_core::broker::ClientError;
-use servery_core::parent::Parent;
+use servery_core::dav_lock::{
+    self, BrokerCall, DavRefusal, IfCheck, IfStep, LockViews, Needs, Subject, reach,
+};
 use servery_core::proto::{
-    BrokerReply, BrokerRequest, DavDepth, DavLockInfo, DavReach, DavWriteCheck, Rejection,
-    WorkerMessage,
+    BrokerReply, BrokerRequest, DavDepth, DavWriteCheck, Rejection, WorkerMessage,
 };
 use servery_core::{Instant, LeaseId, WorkerId};
 
 use crate::labels;
-use crate::outcome::{DavAnswer, DavEnd, DavLockDecision, DavLockRecord, DavOp, DavRecord};
+use crate::outcome::{DavEnd, DavOp, DavRecord};
 use crate::plan::{DAV_FILES, DAV_TARGET_BASE, DavClientPlan};
 use crate::process::Waiting;
 use crate::world::{ConnKind, SimEvent, SimWorld};
 
-/// Whether `a` is `b` or one of its ancestors (canonical paths, root `/`).
-pub(crate) fn covers(a: &str, b: &str) -> bool {
-    a == b || a == "/" || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
-}
-
-/// The collection `path` is a member of.
-pub(crate) fn parent_of(path: &str) -> &str {
-    match path.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &path[..i],
-    }
-}
-
 /// Whether a lock rooted at `root` protects a PUT of `file`: it applies to the file
 /// (rooted there, or above with depth infinity) or is rooted at the file's collection,
-/// whose membership a PUT may change.
+/// whose membership a PUT may change. The clients use it to choose what to write under
+/// their lock; the workers judge with the core.
 pub(crate) fn protects(root: &str, depth_infinity: bool, file: &str) -> bool {
-    file == root || (depth_infinity && covers(root, file)) || parent_of(file) == root
-}
-
-fn applies(lock: &DavLockInfo, resource: &str) -> bool {
-    lock.resource == resource
-        || (lock.depth == DavDepth::Infinity && covers(&lock.resource, resource))
+    file == root
+        || (depth_infinity && dav_lock::covers(root, file))
+        || dav_lock::parent_of(file) == Some(root)
 }
 
 fn ns(t: Instant) -> u64 {
@@ -81,22 +68,37 @@ struct Client {
     done: bool,
 }
 
-/// Where a worker is with one DAV request.
+/// Where a worker is with one DAV request: waiting for the broker's answer to one call a
+/// core machine asked for.
 #[derive(Debug)]
 enum Stage {
-    /// Asking which locks apply to each path of `ask`, in order; answers in `got`.
-    Querying {
-        ask: Vec<String>,
-        got: Vec<(String, Vec<DavLockInfo>)>,
+    /// The `If` check asked which locks are around `key`.
+    If {
+        check: IfCheck,
+        key: String,
+        submitted_by: Then,
+    },
+    /// A refresh's or UNLOCK's fresh query of the request's resource.
+    Target {
+        submitted: Vec<LeaseId>,
     },
     Locking,
     Refreshing,
     Unlocking,
-    /// A PUT the broker refused for a lock: asking which locks apply to each path of
-    /// `ask`, to name them in the 423.
+    /// A PUT the broker refused for a lock: the core's lock check asked about `key`, to
+    /// name the locks in the 423.
     Naming {
-        ask: Vec<String>,
+        views: LockViews,
+        key: String,
+        submitted: Vec<LeaseId>,
     },
+}
+
+/// What follows a request's `If` check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Refresh,
+    Write,
 }
 
 #[derive(Debug)]
@@ -143,6 +145,9 @@ pub(crate) struct DavSim {
     last_granter: Option<(WorkerId, LeaseId)>,
     /// Granters a fault killed, until the parent has let them go.
     killed: Vec<(WorkerId, LeaseId)>,
+    /// A PUT in its write flow: the broker answers its `If` check got and the tokens it
+    /// submitted, for the lock check that names the locks of a refusal.
+    writing: BTreeMap<usize, (LockViews, Vec<LeaseId>)>,
 }
 
 impl DavSim {
@@ -401,6 +406,9 @@ impl SimWorld {
         }
         r.end = Some(end);
         r.ended_ns = now;
+        if let Some(dav) = self.dav.as_mut() {
+            dav.writing.remove(&rec);
+        }
         let (worker, token) = (r.worker, r.token);
         match end {
             DavEnd::PreconditionFailed if token.is_some() => {
@@ -443,14 +451,22 @@ impl SimWorld {
         };
         r.worker = Some(worker.0);
         r.generation = generation;
-        let (op, resource, client) = (r.op, r.resource.clone(), r.client);
-        let (request, stage) = match op {
+        let (op, resource, client, token) = (r.op, r.resource.clone(), r.client, r.token);
+        // The `If` header the client sends: its lock's root, tagged, with the token.
+        let if_value = match (r.lock_root, token) {
+            (Some(root), Some(token)) => Some(format!(
+                "<{root}> (<{}>)",
+                dav_lock::token_uri(LeaseId(token))
+            )),
+            _ => None,
+        };
+        match op {
             DavOp::Lock {
                 depth_infinity,
                 exclusive,
                 timeout_ms,
-            } => (
-                BrokerRequest::DavLock {
+            } => {
+                let request = BrokerRequest::DavLock {
                     resource,
                     depth: if depth_infinity {
                         DavDepth::Infinity
@@ -460,33 +476,74 @@ impl SimWorld {
                     owner: format!("client-{}", client.unwrap_or_default()),
                     exclusive,
                     timeout_ms,
-                },
-                Stage::Locking,
-            ),
-            DavOp::Refresh { .. } | DavOp::Unlock => (
-                BrokerRequest::DavQuery {
-                    resource: resource.clone(),
-                },
-                Stage::Querying {
-                    ask: vec![resource],
-                    got: Vec::new(),
-                },
-            ),
-            DavOp::Put => match (r.lock_root, r.token) {
-                // The `If` names a lock root: is it locked with that token?
-                (Some(root), Some(_)) => (
-                    BrokerRequest::DavQuery {
-                        resource: root.to_owned(),
-                    },
-                    Stage::Querying {
-                        ask: vec![root.to_owned()],
-                        got: Vec::new(),
-                    },
-                ),
-                _ => return self.dav_start_write(worker, conn, rec, Vec::new()),
-            },
+                };
+                self.dav_ask(worker, conn, rec, request, Stage::Locking);
+            }
+            DavOp::Refresh { .. } => {
+                let check = IfCheck::new(if_value.as_deref());
+                self.dav_if(worker, conn, rec, check, Then::Refresh);
+            }
+            DavOp::Put => {
+                let check = IfCheck::new(if_value.as_deref());
+                self.dav_if(worker, conn, rec, check, Then::Write);
+            }
+            DavOp::Unlock => {
+                let header = token.map(|t| format!("<{}>", dav_lock::token_uri(LeaseId(t))));
+                if let Err(refusal) = dav_lock::unlock_token(header.as_deref()) {
+                    return self.dav_refused(worker, conn, rec, &refusal);
+                }
+                let request = BrokerRequest::DavQuery { resource };
+                let stage = Stage::Target {
+                    submitted: Vec::new(),
+                };
+                self.dav_ask(worker, conn, rec, request, stage);
+            }
+        }
+    }
+
+    /// Runs the core's `If` check until it needs the broker, or has decided.
+    fn dav_if(&mut self, worker: WorkerId, conn: u64, rec: usize, mut check: IfCheck, then: Then) {
+        let Some(resource) = self.out.dav.log.get(rec).map(|r| r.resource.clone()) else {
+            return;
         };
-        self.dav_ask(worker, conn, rec, request, stage);
+        let submitted = loop {
+            match check.next_step() {
+                IfStep::Inspect(Subject::Request) => check.inspected(Some(resource.clone()), None),
+                // Tags are the lock roots the clients name: absolute paths, lock-table keys.
+                IfStep::Inspect(Subject::Tag(tag)) => {
+                    let key = tag.starts_with('/').then_some(tag);
+                    check.inspected(key, None);
+                }
+                IfStep::Query(key) => {
+                    let request = BrokerRequest::DavQuery {
+                        resource: key.clone(),
+                    };
+                    let stage = Stage::If {
+                        check,
+                        key,
+                        submitted_by: then,
+                    };
+                    return self.dav_ask(worker, conn, rec, request, stage);
+                }
+                IfStep::Done(Ok(submitted)) => break (submitted, check.into_views()),
+                IfStep::Done(Err(refusal)) => {
+                    if then == Then::Write
+                        && let Some(r) = self.out.dav.log.get_mut(rec)
+                    {
+                        r.allowed = Some(false);
+                    }
+                    return self.dav_refused(worker, conn, rec, &refusal);
+                }
+            }
+        };
+        let (submitted, views) = submitted;
+        match then {
+            Then::Refresh => {
+                let request = BrokerRequest::DavQuery { resource };
+                self.dav_ask(worker, conn, rec, request, Stage::Target { submitted });
+            }
+            Then::Write => self.dav_start_write(worker, conn, rec, views, submitted),
+        }
     }
 
     fn dav_ask(
@@ -538,28 +595,47 @@ impl SimWorld {
         {
             r.answered_ns = ns(self.now);
         }
+        let call = match &stage {
+            Stage::If { .. } | Stage::Target { .. } | Stage::Naming { .. } => BrokerCall::Query,
+            Stage::Locking => BrokerCall::Lock(""),
+            Stage::Refreshing => BrokerCall::Refresh,
+            Stage::Unlocking => BrokerCall::Unlock,
+        };
+        if let Stage::Naming { .. } = stage
+            && !matches!(reply, BrokerReply::Locks(_))
+        {
+            // The PUT was refused for a lock already; only naming the locks failed.
+            return self.dav_answer(worker, conn, rec, DavEnd::Locked);
+        }
+        if let BrokerReply::Rejected(rejection) = reply {
+            let refusal = dav_lock::refusal_of(call, rejection);
+            return self.dav_refused(worker, conn, rec, &refusal);
+        }
         let end = match (stage, reply) {
-            (Stage::Naming { mut ask }, BrokerReply::Locks(_)) => {
-                ask.remove(0);
-                if let Some(next) = ask.first().cloned() {
-                    let request = BrokerRequest::DavQuery { resource: next };
-                    return self.dav_ask(worker, conn, rec, request, Stage::Naming { ask });
-                }
-                DavEnd::Locked
+            (
+                Stage::If {
+                    mut check,
+                    key,
+                    submitted_by,
+                },
+                BrokerReply::Locks(locks),
+            ) => {
+                check.answered(key, locks);
+                return self.dav_if(worker, conn, rec, check, submitted_by);
             }
-            (Stage::Naming { .. }, _) => DavEnd::Locked,
-            (Stage::Querying { mut ask, mut got }, BrokerReply::Locks(locks)) => {
-                let path = ask.remove(0);
-                got.push((path, locks));
-                if let Some(next) = ask.first().cloned() {
-                    let request = BrokerRequest::DavQuery { resource: next };
-                    return self.dav_ask(worker, conn, rec, request, Stage::Querying { ask, got });
-                }
-                return self.dav_decide(worker, conn, rec, &got);
+            (Stage::Target { submitted }, BrokerReply::Locks(locks)) => {
+                return self.dav_target(worker, conn, rec, &locks, &submitted);
             }
-            // A list the channel could not carry: the real worker answers 503.
-            (Stage::Querying { .. }, BrokerReply::Rejected(Rejection::TooLarge)) => {
-                DavEnd::ClientBusy
+            (
+                Stage::Naming {
+                    mut views,
+                    key,
+                    submitted,
+                },
+                BrokerReply::Locks(locks),
+            ) => {
+                views.answer(key, locks);
+                return self.dav_name_locks(worker, conn, rec, views, submitted);
             }
             (Stage::Locking, BrokerReply::Granted { id, .. }) => {
                 if let Some(r) = self.out.dav.log.get_mut(rec) {
@@ -570,13 +646,8 @@ impl SimWorld {
                 }
                 DavEnd::Granted
             }
-            (Stage::Locking, BrokerReply::Rejected(Rejection::Busy)) => DavEnd::Conflict,
-            (Stage::Locking, BrokerReply::Rejected(Rejection::Saturated)) => DavEnd::Saturated,
             (Stage::Refreshing, BrokerReply::Granted { .. }) => DavEnd::Refreshed,
             (Stage::Unlocking, BrokerReply::Released) => DavEnd::Unlocked,
-            (Stage::Locking | Stage::Refreshing | Stage::Unlocking, BrokerReply::Rejected(_)) => {
-                DavEnd::NoSuchLock
-            }
             (_, other) => {
                 self.violation(format!(
                     "{worker} got an unexpected broker answer for a DAV request: {other:?}"
@@ -587,64 +658,61 @@ impl SimWorld {
         self.dav_answer(worker, conn, rec, end);
     }
 
-    /// Every query answered: decide the request as the real worker does.
-    fn dav_decide(
+    /// A refresh's or UNLOCK's query answered: the core names the lock it acts on.
+    fn dav_target(
         &mut self,
         worker: WorkerId,
         conn: u64,
         rec: usize,
-        got: &[(String, Vec<DavLockInfo>)],
+        around: &[servery_core::proto::DavLockInfo],
+        submitted: &[LeaseId],
     ) {
         let Some(r) = self.out.dav.log.get(rec) else {
             return;
         };
-        let (op, resource, token, root) = (r.op, r.resource.clone(), r.token, r.lock_root);
-        let on = |path: &str| -> Vec<&DavLockInfo> {
-            got.iter()
-                .filter(|(p, _)| p == path)
-                .flat_map(|(_, locks)| locks.iter())
-                .collect()
-        };
-        // `If: <root> (<token>)`: the root is locked with that token.
-        let if_holds = |root: &str, token: u128| {
-            on(root)
-                .iter()
-                .any(|l| applies(l, root) && l.token.0 == token)
-        };
-        match op {
+        let (op, resource, token) = (r.op, r.resource.clone(), r.token);
+        let (request, stage) = match op {
             DavOp::Refresh { timeout_ms } => {
-                let Some(token) = token.filter(|t| if_holds(&resource, *t)) else {
-                    return self.dav_answer(worker, conn, rec, DavEnd::PreconditionFailed);
-                };
-                let request = BrokerRequest::DavRefresh {
-                    token: LeaseId(token),
-                    timeout_ms,
-                };
-                self.dav_ask(worker, conn, rec, request, Stage::Refreshing);
-            }
-            DavOp::Unlock => {
-                let Some(token) = token.filter(|t| if_holds(&resource, *t)) else {
-                    return self.dav_answer(worker, conn, rec, DavEnd::NoSuchLock);
-                };
-                let request = BrokerRequest::DavUnlock {
-                    token: LeaseId(token),
-                };
-                self.dav_ask(worker, conn, rec, request, Stage::Unlocking);
-            }
-            DavOp::Put => {
-                let if_fails =
-                    matches!((root, token), (Some(root), Some(token)) if !if_holds(root, token));
-                if if_fails {
-                    if let Some(r) = self.out.dav.log.get_mut(rec) {
-                        r.allowed = Some(false);
-                    }
-                    return self.dav_answer(worker, conn, rec, DavEnd::PreconditionFailed);
+                match dav_lock::refresh_target(&resource, around, submitted) {
+                    Ok(lock) => (
+                        BrokerRequest::DavRefresh {
+                            token: lock.token,
+                            timeout_ms,
+                        },
+                        Stage::Refreshing,
+                    ),
+                    Err(refusal) => return self.dav_refused(worker, conn, rec, &refusal),
                 }
-                let submitted = token.map(LeaseId).into_iter().collect();
-                self.dav_start_write(worker, conn, rec, submitted);
             }
-            DavOp::Lock { .. } => {}
-        }
+            _ => {
+                let uri = token.map(|t| dav_lock::token_uri(LeaseId(t)));
+                match dav_lock::unlock_target(&resource, uri.as_deref().unwrap_or(""), around) {
+                    Ok(token) => (BrokerRequest::DavUnlock { token }, Stage::Unlocking),
+                    Err(refusal) => return self.dav_refused(worker, conn, rec, &refusal),
+                }
+            }
+        };
+        self.dav_ask(worker, conn, rec, request, stage);
+    }
+
+    /// The core refused the request: the client hears the status the real worker sends.
+    fn dav_refused(&mut self, worker: WorkerId, conn: u64, rec: usize, refusal: &DavRefusal) {
+        let end = match refusal {
+            DavRefusal::IfFailed => DavEnd::PreconditionFailed,
+            DavRefusal::Locked(_) => DavEnd::Locked,
+            DavRefusal::ConflictingLock(_) => DavEnd::Conflict,
+            DavRefusal::NoSuchLock => DavEnd::NoSuchLock,
+            DavRefusal::Saturated => DavEnd::Saturated,
+            // A list the channel could not carry: the real worker answers 503.
+            DavRefusal::TooLarge => DavEnd::ClientBusy,
+            other => {
+                self.violation(format!(
+                    "{worker} refused a simulated DAV request, which is well-formed: {other}"
+                ));
+                DavEnd::FailedClosed
+            }
+        };
+        self.dav_answer(worker, conn, rec, end);
     }
 
     /// A PUT whose `If` holds (or that has none): the write flow, its lease request
@@ -654,6 +722,7 @@ impl SimWorld {
         worker: WorkerId,
         conn: u64,
         rec: usize,
+        views: LockViews,
         submitted: Vec<LeaseId>,
     ) {
         let Some(r) = self.out.dav.log.get(rec) else {
@@ -666,12 +735,12 @@ impl SimWorld {
         };
         let check = DavWriteCheck {
             resource,
-            reach: DavReach {
-                membership: true,
-                tree: false,
-            },
-            submitted,
+            reach: reach::MEMBER,
+            submitted: submitted.clone(),
         };
+        if let Some(dav) = self.dav.as_mut() {
+            dav.writing.insert(rec, (views, submitted));
+        }
         self.next_conn += 1;
         let writer = self.next_conn;
         let arrived_ms = r.arrived_ns / 1_000_000;
@@ -705,16 +774,41 @@ impl SimWorld {
         r.allowed = Some(allowed);
     }
 
-    /// The broker refused a PUT's lease for a lock: the worker asks which locks apply to
-    /// the file and its collection, to name them in its 423.
+    /// The broker refused a PUT's lease for a lock: the core's lock check, with what the
+    /// `If` check already knows, asks which locks apply to the file and its collection,
+    /// to name them in the 423.
     pub(crate) fn dav_write_locked(&mut self, worker: WorkerId, conn: u64, rec: usize) {
-        let Some(r) = self.out.dav.log.get(rec) else {
+        let kept = self.dav.as_mut().and_then(|d| d.writing.remove(&rec));
+        let (views, submitted) = kept.unwrap_or_default();
+        self.dav_name_locks(worker, conn, rec, views, submitted);
+    }
+
+    fn dav_name_locks(
+        &mut self,
+        worker: WorkerId,
+        conn: u64,
+        rec: usize,
+        views: LockViews,
+        submitted: Vec<LeaseId>,
+    ) {
+        let Some(resource) = self.out.dav.log.get(rec).map(|r| r.resource.clone()) else {
             return;
         };
-        let resource = r.resource.clone();
-        let ask = vec![resource.clone(), parent_of(&resource).to_owned()];
-        let request = BrokerRequest::DavQuery { resource };
-        self.dav_ask(worker, conn, rec, request, Stage::Naming { ask });
+        match views.require(&resource, reach::MEMBER, &submitted) {
+            Needs::Query(key) => {
+                let request = BrokerRequest::DavQuery {
+                    resource: key.clone(),
+                };
+                let stage = Stage::Naming {
+                    views,
+                    key,
+                    submitted,
+                };
+                self.dav_ask(worker, conn, rec, request, stage);
+            }
+            // Refused by the broker, whatever the table says now: 423.
+            Needs::Decided(_) => self.dav_answer(worker, conn, rec, DavEnd::Locked),
+        }
     }
 
     /// Answer the client and close the connection.
@@ -760,145 +854,6 @@ impl SimWorld {
         self.out.dav.granters_killed.push((worker.0, token.0));
         Some((worker, token))
     }
-
-    // ----- the oracle ------------------------------------------------------------------
-
-    /// The parent sends `reply` to `worker`'s request `id`: what it decided about a DAV
-    /// request it read.
-    pub(crate) fn dav_wiretap_reply(
-        &mut self,
-        now: Instant,
-        worker: WorkerId,
-        id: u64,
-        reply: &BrokerReply,
-    ) {
-        let Some(dav) = self.dav.as_mut() else {
-            return;
-        };
-        let Some(wire) = dav.wire.remove(&(worker, id)) else {
-            return;
-        };
-        let at = ns(now);
-        let out = &mut self.out;
-        match wire {
-            Wire::Lock {
-                resource,
-                depth_infinity,
-                exclusive,
-            } => {
-                let table_len = usize::try_from(dav.table_len as isize + dav.delta).unwrap_or(0);
-                let answer = match reply {
-                    BrokerReply::Granted { .. } => DavAnswer::Granted,
-                    BrokerReply::Rejected(Rejection::Busy) => DavAnswer::Busy,
-                    BrokerReply::Rejected(Rejection::Saturated) => DavAnswer::Saturated,
-                    _ => DavAnswer::Other,
-                };
-                out.dav.decisions.push(DavLockDecision {
-                    at_ns: at,
-                    table_len,
-                    limit: dav.limit,
-                    answer,
-                });
-                match reply {
-                    &BrokerReply::Granted { id, expires_in_ms } => {
-                        dav.delta += 1;
-                        out.dav.locks.push(DavLockRecord {
-                            token: id.0,
-                            resource,
-                            depth_infinity,
-                            exclusive,
-                            granted_to: worker.0,
-                            granted_ns: at,
-                            promised_end_ns: at + expires_in_ms * 1_000_000,
-                            refreshes: 0,
-                            unlocked_ns: None,
-                            last_seen_ns: at,
-                            gone_ns: None,
-                        });
-                        let i = out.dav.locks.len() - 1;
-                        dav.all.insert(id, i);
-                        dav.live.insert(id, i);
-                    }
-                    BrokerReply::Rejected(Rejection::Busy) => {
-                        out.coverage.insert(labels::DAV_LOCK_CONFLICT);
-                    }
-                    BrokerReply::Rejected(Rejection::Saturated) => {
-                        out.coverage.insert(labels::DAV_TABLE_SATURATED);
-                    }
-                    _ => {}
-                }
-            }
-            Wire::Refresh { token } => {
-                if let (&BrokerReply::Granted { expires_in_ms, .. }, Some(&i)) =
-                    (reply, dav.all.get(&token))
-                {
-                    let l = &mut out.dav.locks[i];
-                    l.promised_end_ns = at + expires_in_ms * 1_000_000;
-                    l.refreshes += 1;
-                    out.coverage.insert(labels::DAV_LOCK_REFRESHED);
-                }
-            }
-            Wire::Unlock { token } => {
-                // An UNLOCK removes a lock the table held, answered `Released` — or
-                // `NotFound` when its time was up but its expiry not yet handled.
-                if dav.live.contains_key(&token) && !dav.unlocked.contains(&token) {
-                    dav.unlocked.push(token);
-                    dav.delta -= 1;
-                }
-                if *reply == BrokerReply::Released
-                    && let Some(&i) = dav.all.get(&token)
-                {
-                    out.dav.locks[i].unlocked_ns.get_or_insert(at);
-                }
-            }
-        }
-    }
-
-    /// After every step: which granted locks the broker's table still holds.
-    pub(crate) fn dav_observe(&mut self, now: Instant, parent: &Parent) {
-        let Some(dav) = self.dav.as_mut() else {
-            return;
-        };
-        let broker = parent.broker();
-        let table = broker.dav();
-        let at = ns(now);
-        dav.limit = broker.limits().max_dav_locks() as usize;
-        dav.table_len = table.len();
-        dav.delta = 0;
-        dav.unlocked.clear();
-        let out = &mut self.out;
-        out.dav.table_max = out.dav.table_max.max(table.len());
-        let mut held = 0;
-        dav.live.retain(|token, &mut i| {
-            let l = &mut out.dav.locks[i];
-            if table.contains(*token) {
-                held += 1;
-                l.last_seen_ns = at;
-                return true;
-            }
-            l.gone_ns = Some(at);
-            if l.unlocked_ns.is_some() {
-                out.coverage.insert(labels::DAV_LOCK_UNLOCKED);
-            } else if at >= l.promised_end_ns {
-                out.coverage.insert(labels::DAV_LOCK_EXPIRED);
-            }
-            false
-        });
-        if held != table.len() && out.dav.untracked.len() < 8 {
-            out.dav.untracked.push((at, table.len(), held));
-        }
-        let sup = parent.supervisor();
-        dav.killed.retain(|&(worker, token)| {
-            if sup.is_connected(worker) {
-                return true;
-            }
-            // Let go (its grants revoked): the lock is the client's, still held.
-            if table.contains(token) {
-                out.coverage.insert(labels::DAV_LOCK_OUTLIVED_GRANTER);
-            }
-            false
-        });
-    }
 }
 
 #[cfg(test)]
@@ -907,9 +862,6 @@ mod tests {
 
     #[test]
     fn what_a_lock_protects() {
-        assert_eq!(parent_of("/d/a"), "/d");
-        assert_eq!(parent_of("/e"), "/");
-        assert!(covers("/d", "/d/a") && covers("/", "/e") && !covers("/d", "/dd"));
         // Rooted at the file, above it with depth infinity, or at its collection (a PUT
         // may add the member): a depth-0 lock on /d protects /d/a by membership.
         assert!(protects("/d/a", false, "/d/a"));

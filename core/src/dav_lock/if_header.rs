@@ -454,7 +454,6 @@ mod tests {
     use super::*;
     use proptest::collection::vec;
     use proptest::prelude::*;
-    use std::time::{Duration, Instant};
 
     const U1: &str = "urn:uuid:181d4fae-7d8c-11d0-a765-00a0c91e6bf2";
     const U2: &str = "urn:uuid:58f202ac-22cf-11d1-b12d-002035b29092";
@@ -737,13 +736,10 @@ mod tests {
         }
     }
 
-    /// Whatever the input, parsing ends promptly, an accepted header round-trips, and a
-    /// rejection points inside the input at a char boundary.
+    /// Whatever the input, parsing ends (without a panic), an accepted header round-trips,
+    /// and a rejection points inside the input at a char boundary.
     fn check_any(value: &str) -> Result<(), TestCaseError> {
-        let started = Instant::now();
-        let parsed = parse(value);
-        prop_assert!(started.elapsed() < Duration::from_secs(1));
-        match parsed {
+        match parse(value) {
             Ok(h) => prop_assert_eq!(parse(&h.to_header_value()), Ok(h)),
             Err(e) => {
                 let offset = offset_of(&e).unwrap_or_default();
