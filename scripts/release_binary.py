@@ -30,7 +30,10 @@ def shell_env():
     them, and a build started from a test would otherwise rebuild ring and everything
     above it, and the next build from a shell would rebuild it all back."""
     inherited = ("CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_")
-    exact = ("CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR")
+    exact = ("CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR",
+             # The test command's debug builds lint through clippy's driver; the release
+             # build is compiled by rustc itself (the driver turns MIR optimizations off).
+             "RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS")
     return {k: v for k, v in os.environ.items()
             if not k.startswith(inherited) and k not in exact}
 
