@@ -29,9 +29,10 @@ fn concurrent_callers_agree_and_leave_nothing() {
         let work = Arc::new(AtomicUsize::new(0));
         let spawn = |sf: Arc<SingleFlight<u8, usize>>, work: Arc<AtomicUsize>| {
             thread::spawn(move || {
-                block_on(sf.run(1, || async move {
-                    work.fetch_add(1, Ordering::SeqCst) + 100
-                }))
+                block_on(sf.run(
+                    1,
+                    || async move { work.fetch_add(1, Ordering::SeqCst) + 100 },
+                ))
             })
         };
         let other = spawn(Arc::clone(&sf), Arc::clone(&work));
@@ -46,7 +47,11 @@ fn concurrent_callers_agree_and_leave_nothing() {
         if runs == 1 {
             assert_eq!(mine, theirs, "callers of one run share its result");
         }
-        assert_eq!(sf.in_flight(), 0, "an entry retained after every caller ended");
+        assert_eq!(
+            sf.in_flight(),
+            0,
+            "an entry retained after every caller ended"
+        );
     });
 }
 
@@ -64,7 +69,11 @@ fn abandoned_leader_hands_over() {
         // follower's life; the follower must still finish with a value.
         drop(leader);
         assert_eq!(follower.join().expect("thread"), 5);
-        assert_eq!(sf.in_flight(), 0, "an entry retained after every caller ended");
+        assert_eq!(
+            sf.in_flight(),
+            0,
+            "an entry retained after every caller ended"
+        );
     });
 }
 
@@ -84,15 +93,28 @@ fn completion_wakes_a_waiting_follower() {
         };
         leader.complete(3);
         assert_eq!(follower.join().expect("thread"), Some(3));
-        assert_eq!(sf.in_flight(), 0, "an entry retained after every caller ended");
+        assert_eq!(
+            sf.in_flight(),
+            0,
+            "an entry retained after every caller ended"
+        );
     });
 }
 
 fn main() {
     let models: [(&str, fn()); 3] = [
-        ("concurrent callers agree and leave nothing", concurrent_callers_agree_and_leave_nothing),
-        ("an abandoned leader hands over", abandoned_leader_hands_over),
-        ("completion wakes a waiting follower", completion_wakes_a_waiting_follower),
+        (
+            "concurrent callers agree and leave nothing",
+            concurrent_callers_agree_and_leave_nothing,
+        ),
+        (
+            "an abandoned leader hands over",
+            abandoned_leader_hands_over,
+        ),
+        (
+            "completion wakes a waiting follower",
+            completion_wakes_a_waiting_follower,
+        ),
     ];
     for (name, model) in models {
         model();
