@@ -32,6 +32,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 mod call;
+mod deliveries;
 mod outbox;
 
 use super::describe;
@@ -101,6 +102,8 @@ pub(super) struct Bridge {
     next: AtomicU64,
     /// Strings the scopes repeat, used on the loop's thread only.
     pub(super) repeated: Repeated,
+    /// The loop's wakes of the connections' tasks.
+    deliveries: deliveries::Deliveries,
 }
 
 #[derive(Default)]
@@ -452,7 +455,9 @@ impl Asgi {
             wake,
             next: AtomicU64::new(1),
             repeated: Repeated::default(),
+            deliveries: deliveries::Deliveries::default(),
         });
+        runtime.spawn(deliveries::dispatch(Arc::clone(&bridge)));
         let (event_loop, lifespan_obj) = Python::attach(|py| -> Result<_, String> {
             let app = super::load_app(py, spec)?;
             let source = CString::new(SUPPORT_SOURCE).map_err(|e| e.to_string())?;

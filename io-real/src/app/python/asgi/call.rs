@@ -242,7 +242,12 @@ impl HttpCall {
             // Marked before trying, so a slot freed in between still wakes the sender.
             exchange.send_waits.store(true, Ordering::Release);
             match exchange.out.try_send(event) {
-                Ok(()) => exchange.send_waits.store(false, Ordering::Release),
+                Ok(reader) => {
+                    exchange.send_waits.store(false, Ordering::Release);
+                    if let Some(reader) = reader {
+                        exchange.bridge.deliveries.wake(reader);
+                    }
+                }
                 Err(Refused::Closed) => {
                     exchange.send_waits.store(false, Ordering::Release);
                     self.pending.clear();
@@ -278,7 +283,9 @@ impl HttpCall {
         // the full queue did not take is dropped, the failure ends the response anyway.
         let head = self.held.is_some().then(|| self.after_head(None));
         self.pending.clear();
-        exchange.out.send_last(head.into_iter().chain([Out::Fail]));
+        if let Some(reader) = exchange.out.send_last(head.into_iter().chain([Out::Fail])) {
+            exchange.bridge.deliveries.wake(reader);
+        }
     }
 }
 
@@ -364,6 +371,7 @@ mod tests {
             wake,
             next: AtomicU64::new(1),
             repeated: Default::default(),
+            deliveries: Default::default(),
         });
         let (parts, ()) = http::Request::get("/x")
             .body(())

@@ -38,8 +38,9 @@ impl Outbox {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `event` while fewer than [`RESPONSE_QUEUE`] wait, and wakes the reader.
-    pub(super) fn try_send(&self, event: Out) -> Result<(), Refused> {
+    /// Queues `event` while fewer than [`RESPONSE_QUEUE`] wait: the reader to wake, if it
+    /// waits.
+    pub(super) fn try_send(&self, event: Out) -> Result<Option<Waker>, Refused> {
         let mut state = self.lock();
         if state.closed {
             return Err(Refused::Closed);
@@ -48,27 +49,19 @@ impl Outbox {
             return Err(Refused::Full(event));
         }
         state.events.push_back(event);
-        let reader = state.reader.take();
-        drop(state);
-        if let Some(reader) = reader {
-            reader.wake();
-        }
-        Ok(())
+        Ok(state.reader.take())
     }
 
     /// Queues the last events of a call whatever the bound (at most a held head and the
-    /// failure that cuts the response: nothing can follow them).
-    pub(super) fn send_last(&self, events: impl IntoIterator<Item = Out>) {
+    /// failure that cuts the response: nothing can follow them): the reader to wake, if
+    /// it waits.
+    pub(super) fn send_last(&self, events: impl IntoIterator<Item = Out>) -> Option<Waker> {
         let mut state = self.lock();
         if state.closed {
-            return;
+            return None;
         }
         state.events.extend(events);
-        let reader = state.reader.take();
-        drop(state);
-        if let Some(reader) = reader {
-            reader.wake();
-        }
+        state.reader.take()
     }
 
     /// The next event, or the reader's waker kept until one comes.
@@ -145,7 +138,11 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         assert!(outbox.poll_recv(&mut cx).is_pending());
         for n in 0..RESPONSE_QUEUE as u8 {
-            assert!(outbox.try_send(chunk(n)).is_ok(), "room for event {n}");
+            match outbox.try_send(chunk(n)) {
+                Ok(Some(reader)) => reader.wake(),
+                Ok(None) => {}
+                Err(_) => panic!("no room for event {n}"),
+            }
         }
         assert_eq!(
             woken.0.load(Ordering::SeqCst),
