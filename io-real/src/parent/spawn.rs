@@ -51,9 +51,22 @@ pub(super) enum SpawnError {
 /// Async threads per worker: the CPUs shared out among the workers, at least one. The
 /// workers are the parallelism; more async threads than a worker's share of the CPUs only
 /// adds cross-thread wake-ups (measured in docs/benchmarks.md) and memory.
-pub(super) fn runtime_threads(config: &ValidConfig) -> u32 {
+pub(super) fn runtime_threads(config: &ValidConfig, hosts_app: bool) -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    cpus.div_ceil(config.workers().max(1)).max(1)
+    threads_for(cpus, config.workers(), hosts_app)
+}
+
+/// A worker's share of `cpus`, less the one its interpreter keeps busy when it hosts a
+/// Python application (the ASGI loop's thread, or the WSGI calls, which run one at a time
+/// under the interpreter's lock): an async thread more would only wake and steal work
+/// from its sibling and preempt the interpreter (decision 0115). At least one.
+fn threads_for(cpus: u32, workers: u32, hosts_app: bool) -> u32 {
+    let share = cpus.div_ceil(workers.max(1)).max(1);
+    if hosts_app {
+        share.saturating_sub(1).max(1)
+    } else {
+        share
+    }
 }
 
 /// The parent's side of one running worker.
@@ -210,7 +223,7 @@ impl Launcher {
         }
         let setup = Setup {
             root: self.root.clone(),
-            runtime_threads: runtime_threads(config),
+            runtime_threads: runtime_threads(config, self.serve.app.target().is_some()),
             partial_ttl: config.broker().partial_ttl(),
             facts,
             settings: self
@@ -285,4 +298,34 @@ async fn reap(
         status,
         counts,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_for;
+
+    #[test]
+    fn a_python_worker_leaves_one_of_its_cpus_to_the_interpreter() {
+        // Files only: the worker's whole share.
+        assert_eq!(
+            threads_for(2, 1, false),
+            2,
+            "a file server's worker lost a CPU"
+        );
+        assert_eq!(threads_for(8, 3, false), 3);
+        // An application: one fewer, never none.
+        assert_eq!(
+            threads_for(2, 1, true),
+            1,
+            "a Python worker must leave one CPU to its interpreter (decision 0115)"
+        );
+        assert_eq!(threads_for(8, 1, true), 7);
+        assert_eq!(
+            threads_for(2, 2, true),
+            1,
+            "a worker needs one async thread"
+        );
+        assert_eq!(threads_for(1, 4, true), 1);
+        assert_eq!(threads_for(4, 0, false), 4, "no workers is read as one");
+    }
 }

@@ -26,11 +26,14 @@ use hyper::body::Frame;
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyCFunction, PyDict, PyList, PyModule, PyString, PyTuple};
 use tokio::runtime::Handle;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
 mod call;
+mod deliveries;
+mod outbox;
 
 use super::describe;
 use super::environ::LastAddr;
@@ -39,6 +42,7 @@ use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
 use crate::http::body::Body;
 use call::HttpCall;
+use outbox::Outbox;
 
 /// Request-body chunks queued ahead of the application's `receive()`.
 const BODY_QUEUE: usize = 2;
@@ -98,6 +102,8 @@ pub(super) struct Bridge {
     next: AtomicU64,
     /// Strings the scopes repeat, used on the loop's thread only.
     pub(super) repeated: Repeated,
+    /// The loop's wakes of the connections' tasks.
+    deliveries: deliveries::Deliveries,
 }
 
 #[derive(Default)]
@@ -142,7 +148,7 @@ struct Exchange {
     input: Mutex<Input>,
     /// The loop took a chunk: the body pump may read the next.
     room: Notify,
-    out: mpsc::Sender<Out>,
+    out: Outbox,
     /// `send` waits for room in `out`.
     send_waits: AtomicBool,
     bridge: Arc<Bridge>,
@@ -243,13 +249,14 @@ impl AsgiHead {
         repeated: &Repeated,
     ) -> PyResult<Bound<'py, PyDict>> {
         let parts = &self.parts;
-        // Keys interned once per process: a request's scope is a dozen small inserts.
-        let scope = PyDict::new(py);
-        scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
-        let asgi = PyDict::new(py);
-        asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
-        asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.3"))?;
-        scope.set_item(intern!(py, "asgi"), asgi)?;
+        // A copy of the template: every key already in place (in this order), so each
+        // request's values replace placeholders instead of growing a new dict insert by
+        // insert; the nested dicts are the request's own.
+        let template = repeated
+            .template
+            .get_or_try_init(py, || ScopeTemplate::new(py))?;
+        let scope = template.scope.bind(py).copy()?;
+        scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
         let version = match parts.version {
             Version::HTTP_10 => intern!(py, "1.0"),
             Version::HTTP_2 => intern!(py, "2"),
@@ -290,10 +297,9 @@ impl AsgiHead {
             intern!(py, "query_string"),
             PyBytes::new(py, query.as_bytes()),
         )?;
-        scope.set_item(intern!(py, "root_path"), intern!(py, ""))?;
         // Starlette's FileResponse then hands its file to the server instead of reading
         // it through the loop; an application holding a descriptor hands that over.
-        let extensions = PyDict::new(py);
+        let extensions = template.extensions.bind(py).copy()?;
         extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
         extensions.set_item(intern!(py, "http.response.zerocopysend"), PyDict::new(py))?;
         scope.set_item(intern!(py, "extensions"), extensions)?;
@@ -323,11 +329,76 @@ impl AsgiHead {
 }
 
 /// The loop's last client address and server, as Python objects: usually the same from
-/// one request to the next (see [`LastAddr`], [`LastServer`]).
-#[derive(Debug, Default)]
+/// one request to the next (see [`LastAddr`], [`LastServer`]); and the scope's template.
 pub(super) struct Repeated {
     client: LastAddr,
     server: LastServer,
+    template: PyOnceLock<ScopeTemplate>,
+}
+
+impl Default for Repeated {
+    fn default() -> Repeated {
+        Repeated {
+            client: LastAddr::default(),
+            server: LastServer::default(),
+            template: PyOnceLock::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Repeated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repeated")
+            .field("client", &self.client)
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every HTTP scope starts as: its keys in order, the values that never change set,
+/// the rest `None` until the request's replace them; and the `asgi` and `extensions`
+/// dicts to copy for each request (an application may change its own).
+struct ScopeTemplate {
+    scope: Py<PyDict>,
+    asgi: Py<PyDict>,
+    extensions: Py<PyDict>,
+}
+
+impl ScopeTemplate {
+    fn new(py: Python<'_>) -> PyResult<ScopeTemplate> {
+        let scope = PyDict::new(py);
+        let none = py.None();
+        for key in [
+            intern!(py, "type"),
+            intern!(py, "asgi"),
+            intern!(py, "http_version"),
+            intern!(py, "method"),
+            intern!(py, "scheme"),
+            intern!(py, "path"),
+            intern!(py, "raw_path"),
+            intern!(py, "query_string"),
+            intern!(py, "root_path"),
+            intern!(py, "extensions"),
+            intern!(py, "headers"),
+            intern!(py, "client"),
+            intern!(py, "server"),
+        ] {
+            scope.set_item(key, &none)?;
+        }
+        scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
+        scope.set_item(intern!(py, "root_path"), intern!(py, ""))?;
+        let asgi = PyDict::new(py);
+        asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
+        asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.3"))?;
+        let extensions = PyDict::new(py);
+        extensions.set_item(intern!(py, "http.response.pathsend"), &none)?;
+        extensions.set_item(intern!(py, "http.response.zerocopysend"), &none)?;
+        Ok(ScopeTemplate {
+            scope: scope.unbind(),
+            asgi: asgi.unbind(),
+            extensions: extensions.unbind(),
+        })
+    }
 }
 
 /// The last `server` of a scope as its Python tuple, given again while the name and port
@@ -384,7 +455,9 @@ impl Asgi {
             wake,
             next: AtomicU64::new(1),
             repeated: Repeated::default(),
+            deliveries: deliveries::Deliveries::default(),
         });
+        runtime.spawn(deliveries::dispatch(Arc::clone(&bridge)));
         let (event_loop, lifespan_obj) = Python::attach(|py| -> Result<_, String> {
             let app = super::load_app(py, spec)?;
             let source = CString::new(SUPPORT_SOURCE).map_err(|e| e.to_string())?;
@@ -492,13 +565,12 @@ impl Asgi {
         if let Some(tunnel) = super::websocket::wanted(&parts) {
             return super::websocket::handle(&self.bridge, parts, caller, tunnel).await;
         }
-        let (out, mut events) = mpsc::channel(RESPONSE_QUEUE);
         let exchange = Arc::new(Exchange {
             id: self.bridge.next_id(),
             head: AsgiHead::of(parts, caller),
             input: Mutex::new(Input::default()),
             room: Notify::new(),
-            out,
+            out: Outbox::default(),
             send_waits: AtomicBool::new(false),
             bridge: Arc::clone(&self.bridge),
             runtime: self.runtime.clone(),
@@ -514,8 +586,9 @@ impl Asgi {
         self.bridge
             .notify(|inbox| inbox.new.push(Arc::clone(&exchange)));
         let guard = GoneGuard(Arc::clone(&exchange));
-        match events.recv().await {
-            Some(Out::Head(head)) => {
+        let first = exchange.out.recv().await;
+        match first {
+            Out::Head(head) => {
                 let Head {
                     status,
                     headers,
@@ -523,7 +596,6 @@ impl Asgi {
                 } = *head;
                 let mut r =
                     Response::new(http_body_util::combinators::BoxBody::new(ResponseBody {
-                        events,
                         exchange: guard,
                         done: false,
                         file: None,
@@ -560,12 +632,14 @@ fn new_event_loop<'py>(py: Python<'py>, kind: &str) -> Result<Bound<'py, PyAny>,
 }
 
 /// Tells the loop the request is over (complete, or its client gone) when the response
-/// is dropped, so a `receive()` waiting for the disconnect returns.
+/// is dropped, so a `receive()` waiting for the disconnect returns and a `send()` is told
+/// nobody reads.
 struct GoneGuard(Arc<Exchange>);
 
 impl Drop for GoneGuard {
     fn drop(&mut self) {
         self.0.gone();
+        self.0.out.close();
     }
 }
 
@@ -606,7 +680,6 @@ async fn pump(exchange: Arc<Exchange>, mut body: UnsyncBoxBody<Bytes, io::Error>
 
 /// The response body: the events the loop sends, until the last chunk.
 struct ResponseBody {
-    events: mpsc::Receiver<Out>,
     exchange: GoneGuard,
     done: bool,
     /// The file being sent (`http.response.pathsend` or `zerocopysend`), and whether
@@ -644,9 +717,9 @@ impl hyper::body::Body for ResponseBody {
                 continue;
             }
             let event = if let Some(first) = self.first.take() {
-                Some(first)
+                first
             } else {
-                let event = match self.events.poll_recv(cx) {
+                let event = match self.exchange.0.out.poll_recv(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(event) => event,
                 };
@@ -657,7 +730,7 @@ impl hyper::body::Body for ResponseBody {
                 event
             };
             match event {
-                Some(Out::Chunk(data, last)) => {
+                Out::Chunk(data, last) => {
                     if last {
                         self.done = true;
                         self.exchange.0.gone();
@@ -667,13 +740,13 @@ impl hyper::body::Body for ResponseBody {
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Out::File(part)) => {
+                Out::File(part) => {
                     let runtime = self.exchange.0.runtime.clone();
                     let body = crate::http::body::file(part.file, part.start, part.len, runtime);
                     self.file = Some((body, part.last));
                 }
-                Some(Out::Head(..)) => continue,
-                Some(Out::Fail) | None => {
+                Out::Head(..) => continue,
+                Out::Fail => {
                     self.done = true;
                     return Poll::Ready(Some(Err(io::Error::other(
                         "the application failed during its response",
@@ -739,4 +812,85 @@ fn take_fn<'py>(py: Python<'py>, bridge: &Arc<Bridge>) -> PyResult<Bound<'py, Py
             .unbind())
         },
     )
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use pyo3::prelude::*;
+    use pyo3::types::PyDict;
+
+    use super::{AsgiHead, Repeated};
+    use crate::app::Caller;
+
+    fn scope<'py>(py: Python<'py>, repeated: &Repeated, uri: &str) -> Bound<'py, PyDict> {
+        let (parts, ()) = http::Request::get(uri)
+            .header("host", "example.org:8000")
+            .header("x-one", "1")
+            .body(())
+            .expect("request")
+            .into_parts();
+        let caller = Caller {
+            peer: Some("192.0.2.7:5000".parse().expect("address")),
+            tls: true,
+        };
+        AsgiHead::of(parts, caller)
+            .scope(py, repeated)
+            .expect("scope")
+    }
+
+    #[test]
+    fn each_scope_is_the_requests_own_with_every_key_in_order() {
+        Python::initialize();
+        Python::attach(|py| {
+            let repeated = Repeated::default();
+            let first = scope(py, &repeated, "/a%20b?q=1");
+            let keys: Vec<String> = first.keys().extract().expect("keys");
+            assert_eq!(
+                keys,
+                [
+                    "type",
+                    "asgi",
+                    "http_version",
+                    "method",
+                    "scheme",
+                    "path",
+                    "raw_path",
+                    "query_string",
+                    "root_path",
+                    "extensions",
+                    "headers",
+                    "client",
+                    "server"
+                ]
+            );
+            let check = |script: &std::ffi::CStr, scope: &Bound<'_, PyDict>| {
+                let locals = PyDict::new(py);
+                locals.set_item("s", scope).expect("local");
+                py.run(script, None, Some(&locals))
+                    .unwrap_or_else(|e| panic!("{e}"));
+            };
+            check(
+                c"assert s['type'] == 'http' and s['asgi'] == {'version': '3.0', 'spec_version': '2.3'}, s
+assert (s['method'], s['scheme'], s['path'], s['raw_path'], s['query_string']) == ('GET', 'https', '/a b', b'/a%20b', b'q=1'), s
+assert s['root_path'] == '' and s['client'] == ('192.0.2.7', 5000) and s['server'] == ('example.org', 8000), s
+assert s['headers'] == [(b'host', b'example.org:8000'), (b'x-one', b'1')], s
+assert s['extensions'] == {'http.response.pathsend': {}, 'http.response.zerocopysend': {}}, s
+s['asgi']['mine'] = 1
+s['extensions']['http.response.pathsend']['mine'] = 1
+s['extensions']['mine'] = {}
+s['mine'] = 1",
+                &first,
+            );
+            // What one request's application changed in its scope is not in the next's.
+            let second = scope(py, &repeated, "/");
+            check(
+                c"assert 'mine' not in s, 'a scope shares the previous request\\'s dict: ' + repr(s)
+assert 'mine' not in s['asgi'], 'the scope\\'s asgi dict is shared between requests'
+assert 'mine' not in s['extensions'], 'the scope\\'s extensions dict is shared between requests'
+assert s['extensions']['http.response.pathsend'] == {}, 'an extension\\'s dict is shared between requests'
+assert s['path'] == '/' and s['query_string'] == b'', s",
+                &second,
+            );
+        });
+    }
 }

@@ -16,8 +16,8 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyModule};
-use tokio::sync::mpsc;
 
+use super::outbox::Refused;
 use super::{CHUNK, Exchange, FilePart, GONE, Head, LAST, Out, PENDING};
 use crate::app::python::describe;
 
@@ -242,13 +242,18 @@ impl HttpCall {
             // Marked before trying, so a slot freed in between still wakes the sender.
             exchange.send_waits.store(true, Ordering::Release);
             match exchange.out.try_send(event) {
-                Ok(()) => exchange.send_waits.store(false, Ordering::Release),
-                Err(mpsc::error::TrySendError::Closed(_)) => {
+                Ok(reader) => {
+                    exchange.send_waits.store(false, Ordering::Release);
+                    if let Some(reader) = reader {
+                        exchange.bridge.deliveries.wake(reader);
+                    }
+                }
+                Err(Refused::Closed) => {
                     exchange.send_waits.store(false, Ordering::Release);
                     self.pending.clear();
                     return true;
                 }
-                Err(mpsc::error::TrySendError::Full(event)) => {
+                Err(Refused::Full(event)) => {
                     self.pending.push_front(event);
                     return false;
                 }
@@ -276,26 +281,10 @@ impl HttpCall {
         }
         // A held head goes first (the response then is cut), then the failure; whatever
         // the full queue did not take is dropped, the failure ends the response anyway.
-        let mut events = Vec::with_capacity(2);
-        if self.held.is_some() {
-            events.push(self.after_head(None));
-        }
+        let head = self.held.is_some().then(|| self.after_head(None));
         self.pending.clear();
-        events.push(Out::Fail);
-        let out = exchange.out.clone();
-        let mut rest = events.into_iter();
-        for event in rest.by_ref() {
-            if let Err(mpsc::error::TrySendError::Full(event)) = out.try_send(event) {
-                let later: Vec<Out> = std::iter::once(event).chain(rest).collect();
-                exchange.runtime.spawn(async move {
-                    for event in later {
-                        if out.send(event).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                return;
-            }
+        if let Some(reader) = exchange.out.send_last(head.into_iter().chain([Out::Fail])) {
+            exchange.bridge.deliveries.wake(reader);
         }
     }
 }
@@ -375,19 +364,19 @@ mod tests {
     use crate::app::python::asgi::{AsgiHead, Bridge, Inbox, Input};
 
     /// A call on a fresh exchange, and the receiving end of its response queue.
-    fn call(runtime: &tokio::runtime::Runtime) -> (HttpCall, mpsc::Receiver<Out>) {
+    fn call(runtime: &tokio::runtime::Runtime) -> (HttpCall, Arc<Exchange>) {
         let (_, wake) = UnixStream::pair().expect("socket pair");
         let bridge = Arc::new(Bridge {
             inbox: Mutex::new(Inbox::default()),
             wake,
             next: AtomicU64::new(1),
             repeated: Default::default(),
+            deliveries: Default::default(),
         });
         let (parts, ()) = http::Request::get("/x")
             .body(())
             .expect("request")
             .into_parts();
-        let (out, events) = mpsc::channel(super::super::RESPONSE_QUEUE);
         let exchange = Arc::new(Exchange {
             id: 1,
             head: AsgiHead::of(
@@ -403,12 +392,12 @@ mod tests {
                 ..Input::default()
             }),
             room: Notify::new(),
-            out,
+            out: Default::default(),
             send_waits: AtomicBool::new(false),
             bridge,
             runtime: runtime.handle().clone(),
         });
-        (HttpCall::new(exchange), events)
+        (HttpCall::new(Arc::clone(&exchange)), exchange)
     }
 
     /// Runs `script` with `call` bound to a fresh call: its result, and the events the
@@ -418,7 +407,7 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
-        let (call, mut events) = call(&runtime);
+        let (call, exchange) = call(&runtime);
         let result = Python::attach(|py| {
             let globals = pyo3::types::PyDict::new(py);
             globals.set_item("call", Bound::new(py, call)?)?;
@@ -426,7 +415,7 @@ mod tests {
             py.run(&code, Some(&globals), None)
         });
         let mut got = Vec::new();
-        while let Ok(event) = events.try_recv() {
+        while let Some(event) = exchange.out.try_recv() {
             got.push(event);
         }
         (result, got)
