@@ -219,7 +219,11 @@ mod tests {
         ]);
         strip_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
-        assert_eq!(left, ["content-type", "x-kept"]);
+        assert_eq!(
+            left,
+            ["content-type", "x-kept"],
+            "hop-by-hop rule (RFC 9110 §7.6.1): the hop-by-hop fields and those `Connection` names are removed"
+        );
     }
 
     #[test]
@@ -238,7 +242,10 @@ mod tests {
             host: Some("example.org:8000"),
         };
         set_forwarded(&mut h, client);
-        assert_eq!(h["x-forwarded-for"], "10.0.0.7");
+        assert_eq!(
+            h["x-forwarded-for"], "10.0.0.7",
+            "forwarding rule: an untrusted peer's X-Forwarded-For is replaced by its address"
+        );
         assert_eq!(h["x-forwarded-host"], "example.org:8000");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(

@@ -113,9 +113,10 @@ impl Route {
 
     /// One value read on its own (the core's rules, then the worker's form).
     pub fn parse(given: &str) -> Result<Route, RouteError> {
-        let mut routes =
-            Routes::parse(&[given.to_owned()]).map_err(|mut errors| errors.remove(0))?;
-        Ok(routes.routes.remove(0))
+        let nothing = || RouteError::Invalid(format!("`{given}`: no route"));
+        let routes = Routes::parse(&[given.to_owned()])
+            .map_err(|errors| errors.into_iter().next().unwrap_or_else(nothing))?;
+        routes.routes.into_iter().next().ok_or_else(nothing)
     }
 
     /// The `Host` a request made by servery itself (a probe) names: the URL's host and
@@ -259,7 +260,12 @@ mod tests {
 
     #[test]
     fn broken_values_are_refused_by_the_cores_rules_naming_the_route() {
-        let bad = |s: &str| Route::parse(s).expect_err(s).to_string();
+        let bad = |s: &str| match Route::parse(s) {
+            Ok(route) => panic!(
+                "route rule: `{s}` was accepted ({route:?}); the core's validation of proxy.routes refuses it"
+            ),
+            Err(e) => e.to_string(),
+        };
         for (value, rule) in [
             ("/api", "expected PREFIX=URL"),
             ("api=http://a", "the prefix must start with `/`"),
@@ -276,7 +282,7 @@ mod tests {
             let message = bad(value);
             assert!(
                 message.contains(value) && message.contains(rule),
-                "{value}: {message}"
+                "route rule: `{value}` must be refused by the core's rule for proxy.routes ({rule}), got: {message}"
             );
         }
         for (value, scheme) in [
@@ -342,7 +348,9 @@ mod tests {
         let many: Vec<String> = (0..=servery_core::config::MAX_PROXY_ROUTES)
             .map(|i| format!("/p{i}=http://h:1"))
             .collect();
-        let refused = Routes::parse(&many).expect_err("too many");
+        let Err(refused) = Routes::parse(&many) else {
+            panic!("route rule: at most 1000 routes (proxy.routes), yet 1001 were taken");
+        };
         assert!(refused[0].to_string().contains("at most 1000 routes"));
     }
 
