@@ -712,3 +712,79 @@ fn an_https_upstream_is_verified() {
     assert_eq!(refused.status, 502, "{text}");
     assert!(text.contains("certificate"), "{text}");
 }
+
+/// An upstream that sends its head and part of its body, more of it 0.7 s later, and then
+/// nothing: with `--proxy-idle-timeout 1` the response is cut off a second after the
+/// last piece (the idle timer counts from the last frame, not from the head), and said so
+/// in the log.
+#[test]
+fn an_upstream_silent_in_its_body_is_cut_off_after_the_idle_timeout() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let up = listener.local_addr().expect("addr");
+    // The upstream holds its connection open (silent) until the test ends.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789");
+            std::thread::sleep(Duration::from_millis(700));
+            let _ = stream.write_all(b"abcdefghij");
+            held.push(stream);
+        }
+    });
+    let tree = Tree::new("proxy-idle");
+    let server = Server::start(
+        &tree,
+        1,
+        &[
+            "--proxy",
+            &format!("/slow=http://{up}"),
+            "--proxy-idle-timeout",
+            "1",
+        ],
+        &[],
+    );
+    let mut client = std::net::TcpStream::connect(server.addr).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let started = Instant::now();
+    client
+        .write_all(b"GET /slow/x HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let ended = loop {
+        match client.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    let took = started.elapsed();
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        ended,
+        "idle rule: the response was not cut off within 20 s: {text}"
+    );
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("0123456789abcdefghij"), "{text}");
+    assert!(
+        took >= Duration::from_millis(1600),
+        "idle rule: cut off after {took:?}, before a second of silence after the last piece (0.7 s)"
+    );
+    wait_until(Duration::from_secs(5), "the cut-off in the log", || {
+        server
+            .stderr()
+            .contains("upstream silent in its response body")
+            .then_some(())
+    });
+}

@@ -139,6 +139,20 @@ fn parse(given: &str) -> Result<ProxyRoute, String> {
 }
 
 impl RawProxy {
+    /// The routes alone, validated as [`crate::RawConfig::validate`] validates them: the
+    /// one reading of `--proxy` values, which the workers' route table is built from.
+    /// Every broken rule at once (each naming the route) when any is.
+    pub fn validated(&self) -> Result<ProxyRoutes, Vec<String>> {
+        let mut c = Checker::new();
+        let routes = self.check(&mut c);
+        let rules = c.into_rules();
+        if rules.is_empty() {
+            Ok(routes)
+        } else {
+            Err(rules)
+        }
+    }
+
     pub(super) fn check(&self, c: &mut Checker) -> ProxyRoutes {
         let mut routes: Vec<ProxyRoute> = Vec::new();
         for given in &self.routes {

@@ -22,6 +22,15 @@ pub(super) struct Checker {
 }
 
 impl Checker {
+    pub(super) fn new() -> Checker {
+        Checker { issues: Vec::new() }
+    }
+
+    /// The rules broken so far, in the order found.
+    pub(super) fn into_rules(self) -> Vec<String> {
+        self.issues.into_iter().map(|i| i.rule).collect()
+    }
+
     pub(super) fn fail(&mut self, field: &'static str, rule: impl Into<String>) {
         self.issues.push(ConfigIssue {
             field,
@@ -84,7 +93,7 @@ impl Checker {
 impl RawConfig {
     /// Validate everything, reporting every broken rule with its field.
     pub fn validate(&self) -> Result<ValidConfig, ConfigError> {
-        let mut c = Checker { issues: Vec::new() };
+        let mut c = Checker::new();
         let r = &self.recovery;
 
         let workers = c.count("workers", self.workers, 1, MAX_WORKERS) as u32;

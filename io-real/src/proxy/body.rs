@@ -86,7 +86,12 @@ where
 pub(super) struct Incoming {
     inner: hyper::body::Incoming,
     idle: Duration,
-    silence: Pin<Box<Sleep>>,
+    /// The idle timer, made the first time the upstream has nothing ready (a small body
+    /// that arrives with its head never needs one), and set again from the first wait
+    /// after each frame: the silence counted is the time spent waiting.
+    silence: Option<Pin<Box<Sleep>>>,
+    /// A frame passed since the timer was last set.
+    moved: bool,
     route: Arc<str>,
     /// The admission grant and the count in flight the exchange holds until its body
     /// ends (or is dropped).
@@ -103,10 +108,29 @@ impl Incoming {
         Incoming {
             inner,
             idle,
-            silence: Box::pin(tokio::time::sleep(idle)),
+            silence: None,
+            moved: false,
             route,
             permit: Some(permit),
         }
+    }
+}
+
+impl Incoming {
+    /// The idle timer, running from now if a frame passed since it was set; made on the
+    /// first wait.
+    fn silence(&mut self) -> Pin<&mut Sleep> {
+        let moved = std::mem::take(&mut self.moved);
+        let idle = self.idle;
+        let mut fresh = false;
+        let sleep = self.silence.get_or_insert_with(|| {
+            fresh = true;
+            Box::pin(tokio::time::sleep(idle))
+        });
+        if moved && !fresh {
+            sleep.as_mut().reset(Instant::now() + idle);
+        }
+        sleep.as_mut()
     }
 }
 
@@ -126,8 +150,7 @@ impl Body for Incoming {
                     // drops the body.
                     this.permit = None;
                 }
-                let deadline = Instant::now() + this.idle;
-                this.silence.as_mut().reset(deadline);
+                this.moved = true;
                 Poll::Ready(frame.map(|f| {
                     f.map_err(|e| {
                         tracing::warn!(route = %this.route, error = %e, "upstream response body failed");
@@ -135,7 +158,7 @@ impl Body for Incoming {
                     })
                 }))
             }
-            Poll::Pending => match this.silence.as_mut().poll(cx) {
+            Poll::Pending => match this.silence().poll(cx) {
                 Poll::Ready(()) => {
                     tracing::warn!(route = %this.route, idle = ?this.idle, "upstream silent in its response body: cut off");
                     Poll::Ready(Some(Err(io::Error::new(

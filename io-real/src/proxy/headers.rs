@@ -8,16 +8,17 @@ use std::net::{IpAddr, SocketAddr};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// The fields that describe one hop, not the message (RFC 9110 §7.6.1), plus the
-/// non-standard `Proxy-Connection` clients still send.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "transfer-encoding",
-    "upgrade",
-    "trailer",
-    "proxy-authorization",
+/// non-standard `Proxy-Connection` clients still send. As names, not text: removing by
+/// text would read each name again on every request.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::TRAILER,
+    header::PROXY_AUTHORIZATION,
 ];
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -25,20 +26,42 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
+/// Which of `names` (at most 32) `headers` holds, a bit for each by its index: one pass
+/// over the few fields a message has, where removing every name would look each up.
+fn held(headers: &HeaderMap, names: &[HeaderName]) -> u32 {
+    headers
+        .keys()
+        .filter_map(|k| names.iter().position(|n| n == k))
+        .fold(0, |bits, i| bits | (1 << i))
+}
+
 /// Removes the hop-by-hop fields, and every field the `Connection` fields name.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
+    let present = held(headers, &HOP_BY_HOP);
+    if present == 0 {
+        return;
     }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
+    // `Connection` is the first of them.
+    if present & 1 != 0 {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            // Hop-by-hop fields themselves go below; `keep-alive` is the option
+            // nearly every HTTP/1.1 message names.
+            .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("upgrade"))
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for (i, name) in HOP_BY_HOP.into_iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
     }
 }
 
@@ -53,71 +76,123 @@ pub struct Client<'a> {
     pub host: Option<&'a str>,
 }
 
-fn forwarded_node(ip: IpAddr) -> String {
+/// `ip` as text: an IPv4 address by its four numbers (the formatter's general machinery
+/// costs more than the rest of the header), an IPv6 one by the formatter.
+fn push_ip(out: &mut String, ip: IpAddr) {
     match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        // RFC 7239 §6: an IPv6 node is bracketed, and so must be quoted.
-        IpAddr::V6(v6) => format!("\"[{v6}]\""),
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 
-fn quoted(value: &str) -> String {
-    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
-    format!("\"{escaped}\"")
+/// An RFC 7239 node for the address written `text`: an IPv6 address is bracketed, and
+/// so must be quoted (§6).
+fn push_forwarded_node(out: &mut String, ip: IpAddr, text: &str) {
+    match ip {
+        IpAddr::V4(_) => out.push_str(text),
+        IpAddr::V6(_) => {
+            out.push_str("\"[");
+            out.push_str(text);
+            out.push_str("]\"");
+        }
+    }
+}
+
+/// `value` as an RFC 7239 quoted-string.
+fn push_quoted(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        if c == '\\' || c == '"' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
+/// A field value made from text built for it (checked, not copied again).
+fn value_of(text: String) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
 }
 
 /// Sets `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` for `client`.
 pub fn set_forwarded(headers: &mut HeaderMap, client: Client<'_>) {
-    if !client.trusted {
-        for name in [
-            X_FORWARDED_FOR,
-            X_FORWARDED_PROTO,
-            X_FORWARDED_HOST,
-            X_REAL_IP,
-        ] {
-            headers.remove(name);
+    let forwarding = [
+        X_FORWARDED_FOR,
+        X_FORWARDED_PROTO,
+        X_FORWARDED_HOST,
+        X_REAL_IP,
+        header::FORWARDED,
+    ];
+    // Those of an untrusted peer go (and then none is left to keep).
+    let untrusted = !client.trusted;
+    if untrusted {
+        let present = held(headers, &forwarding);
+        for (i, name) in forwarding.into_iter().enumerate() {
+            if present & (1 << i) != 0 {
+                headers.remove(name);
+            }
         }
-        headers.remove(header::FORWARDED);
     }
     let proto = if client.tls { "https" } else { "http" };
-    if let Some(ip) = client.peer.map(|p| p.ip().to_canonical()) {
-        let earlier: Vec<String> = headers
+    let peer_ip = client.peer.map(|p| p.ip().to_canonical());
+    // The address written once, for both fields.
+    let mut ip_text = String::new();
+    if let Some(ip) = peer_ip {
+        push_ip(&mut ip_text, ip);
+        let mut chain = String::with_capacity(48);
+        for earlier in headers
             .get_all(X_FORWARDED_FOR)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .collect();
-        let mut chain = earlier.join(", ");
-        if !chain.is_empty() {
+        {
+            chain.push_str(earlier);
             chain.push_str(", ");
         }
-        chain.push_str(&ip.to_string());
-        if let Ok(v) = HeaderValue::from_str(&chain) {
+        chain.push_str(&ip_text);
+        if let Some(v) = value_of(chain) {
             headers.insert(X_FORWARDED_FOR, v);
         }
     }
-    if !headers.contains_key(X_FORWARDED_PROTO) {
+    if untrusted || !headers.contains_key(X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     }
-    if !headers.contains_key(X_FORWARDED_HOST)
+    if (untrusted || !headers.contains_key(X_FORWARDED_HOST))
         && let Some(v) = client.host.and_then(|h| HeaderValue::from_str(h).ok())
     {
         headers.insert(X_FORWARDED_HOST, v);
     }
-    let mut element = String::new();
-    if let Some(peer) = client.peer {
+    let mut element = String::with_capacity(64 + client.host.map_or(0, str::len));
+    if let Some(ip) = peer_ip {
         element.push_str("for=");
-        element.push_str(&forwarded_node(peer.ip().to_canonical()));
+        push_forwarded_node(&mut element, ip, &ip_text);
         element.push(';');
     }
     if let Some(host) = client.host {
         element.push_str("host=");
-        element.push_str(&quoted(host));
+        push_quoted(&mut element, host);
         element.push(';');
     }
     element.push_str("proto=");
     element.push_str(proto);
-    if let Ok(v) = HeaderValue::from_str(&element) {
+    if let Some(v) = value_of(element) {
         headers.append(header::FORWARDED, v);
     }
 }
@@ -154,7 +229,11 @@ mod tests {
         ]);
         strip_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
-        assert_eq!(left, ["content-type", "x-kept"]);
+        assert_eq!(
+            left,
+            ["content-type", "x-kept"],
+            "hop-by-hop rule (RFC 9110 §7.6.1): the hop-by-hop fields and those `Connection` names are removed"
+        );
     }
 
     #[test]
@@ -173,7 +252,10 @@ mod tests {
             host: Some("example.org:8000"),
         };
         set_forwarded(&mut h, client);
-        assert_eq!(h["x-forwarded-for"], "10.0.0.7");
+        assert_eq!(
+            h["x-forwarded-for"], "10.0.0.7",
+            "forwarding rule: an untrusted peer's X-Forwarded-For is replaced by its address"
+        );
         assert_eq!(h["x-forwarded-host"], "example.org:8000");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(
@@ -203,6 +285,18 @@ mod tests {
             h.get_all("forwarded").iter().collect::<Vec<_>>(),
             ["for=1.2.3.4;proto=https", "for=\"[::1]\";proto=http"]
         );
+    }
+
+    proptest! {
+        /// An address is written as the standard formatter writes it.
+        #[test]
+        fn addresses_are_written_as_the_formatter_writes_them(bits in any::<u32>(), v6 in any::<u128>()) {
+            for ip in [IpAddr::V4(bits.into()), IpAddr::V6(v6.into())] {
+                let mut text = String::new();
+                push_ip(&mut text, ip);
+                prop_assert_eq!(text, ip.to_string());
+            }
+        }
     }
 
     fn header_name() -> impl Strategy<Value = String> {

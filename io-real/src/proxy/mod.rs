@@ -66,6 +66,9 @@ pub struct Proxy {
     routes: Routes,
     /// The scheme and authority each route's upstream URIs carry (by the routes' order).
     authorities: Vec<String>,
+    /// The same, read once: a request's URI is built from them and its own path, not
+    /// formatted and read again.
+    bases: Vec<(http::uri::Scheme, http::uri::Authority)>,
     /// Each route's `given` text, for logs.
     names: Vec<Arc<str>>,
     /// With `--proxy-upstream-host`: the `Host` each route sends (by the routes' order);
@@ -232,6 +235,17 @@ impl Proxy {
                 }
             });
         }
+        let bases = authorities
+            .iter()
+            .map(|a| {
+                let uri: Uri = a.parse().map_err(|e| format!("upstream URI `{a}`: {e}"))?;
+                let parts = uri.into_parts();
+                match (parts.scheme, parts.authority) {
+                    (Some(scheme), Some(authority)) => Ok((scheme, authority)),
+                    _ => Err(format!("upstream URI `{a}`: no scheme or host")),
+                }
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         let names = routes.iter().map(|r| Arc::from(r.given.as_str())).collect();
         let routes_len = routes.len();
         let secs = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| e.to_string());
@@ -273,6 +287,7 @@ impl Proxy {
         Ok(Some(Proxy {
             routes,
             authorities,
+            bases,
             names,
             upstream_hosts: args.proxy_upstream_host.then_some(upstream_hosts),
             clients,
@@ -344,19 +359,21 @@ impl Proxy {
         let upgrade = tunnel::wanted(&req);
         let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        let target = route.upstream_target(parts.uri.path(), parts.uri.query());
-        let uri: Uri = match format!("{}{target}", self.authorities[index]).parse() {
+        let uri = match self.upstream_uri(index, route, &parts.uri) {
             Ok(uri) => uri,
             Err(e) => return gateway_error(&UpstreamError::Failed(format!("upstream URI: {e}"))),
         };
         // The client's Host goes upstream unchanged (decision 0075); an HTTP/2 request
-        // carries it as its authority.
-        let host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+        // carries it as its authority. Held as the field value it came in (a shared
+        // buffer, not a copy).
+        let host_value = match parts.headers.get(header::HOST) {
+            Some(h) if h.to_str().is_ok() => Some(h.clone()),
+            _ => parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+        };
+        let host = host_value.as_ref().and_then(|h| h.to_str().ok());
         headers::strip_hop_by_hop(&mut parts.headers);
         // hyper's client does not wait for 100 Continue; the body is read when sent.
         parts.headers.remove(header::EXPECT);
@@ -367,12 +384,12 @@ impl Proxy {
                 peer,
                 trusted,
                 tls,
-                host: host.as_deref(),
+                host,
             },
         );
         let sent_host = match &self.upstream_hosts {
             Some(hosts) => hosts.get(index).cloned(),
-            None => host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()),
+            None => host_value.clone(),
         };
         let kind = self.kinds.get(index).copied().unwrap_or(Kind::Http11);
         match sent_host {
@@ -440,6 +457,30 @@ impl Proxy {
         };
         let body = body::Incoming::new(incoming, self.idle, name, hold);
         Response::from_parts(parts, http_body_util::combinators::BoxBody::new(body))
+    }
+
+    /// The URI a request for `client_uri` is sent to on upstream `index` (`route`): the
+    /// upstream's scheme and authority, read once, and the target the route makes.
+    fn upstream_uri(
+        &self,
+        index: usize,
+        route: &route::Route,
+        client_uri: &Uri,
+    ) -> Result<Uri, http::Error> {
+        let target = route.upstream_target(client_uri.path(), client_uri.query());
+        let (scheme, authority) = self.bases.get(index).cloned().unwrap_or_else(|| {
+            (
+                http::uri::Scheme::HTTP,
+                http::uri::Authority::from_static("invalid"),
+            )
+        });
+        Uri::builder()
+            .scheme(scheme)
+            .authority(authority)
+            .path_and_query(http::uri::PathAndQuery::from_maybe_shared(Bytes::from(
+                target,
+            ))?)
+            .build()
     }
 
     /// The upstream's response head, within the first-byte timeout counted from when the

@@ -1,8 +1,10 @@
-//! `--proxy PREFIX=URL`: parsing (every broken rule reported, naming the route) and the
-//! longest-prefix match on whole path segments.
+//! `--proxy PREFIX=URL`: the workers' form of the routes the core validated
+//! ([`servery_core::config::RawProxy::validated`], the one reading of the values: every
+//! broken rule reported there, naming the route), and the longest-prefix match on whole
+//! path segments.
 
 use http::uri::Authority;
-use servery_core::config::clean_route_path;
+use servery_core::config::{ProxyRoute, RawProxy};
 
 /// Where one route's requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,44 +40,19 @@ pub struct Route {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RouteError {
-    #[error("`{given}`: expected PREFIX=URL (`/api=http://127.0.0.1:9000`)")]
-    NoEquals { given: String },
-    #[error(
-        "`{given}`: the prefix must start with `/` and hold no `?`, `#`, `%`, spaces or `.`/`..` segments"
-    )]
-    BadPrefix { given: String },
-    #[error(
-        "`{given}`: the URL must be http://HOST[:PORT][/PATH], https://HOST[:PORT][/PATH], h2://HOST[:PORT][/PATH], h2c://HOST[:PORT][/PATH] or unix:/PATH"
-    )]
-    BadScheme { given: String },
+    /// A rule of the core's validation (`proxy.routes`), in its words.
+    #[error("{0}")]
+    Invalid(String),
+    /// A host the core's rules let through that the `http` crate cannot read.
     #[error("`{given}`: the URL's host is missing or malformed (no user, query or fragment)")]
     BadAuthority { given: String },
-    #[error("`{given}`: the URL's path must hold no `?`, `#`, spaces or `.`/`..` segments")]
-    BadPath { given: String },
-    #[error("`{given}`: the Unix socket path must be absolute")]
-    BadSocket { given: String },
-    #[error("`{given}`: prefix `{prefix}` is already routed to this URL")]
-    Duplicate { given: String, prefix: String },
-    #[error("at most {MAX_UPSTREAMS} upstreams, got {count}")]
-    TooMany { count: usize },
 }
-
-/// The most `--proxy` values (each one upstream, numbered for the parent's health).
-pub const MAX_UPSTREAMS: usize = 1000;
 
 /// Every route, longest prefix first; the routes of one prefix (its upstreams, balanced
 /// between) next to each other in the order given.
 #[derive(Debug, Clone, Default)]
 pub struct Routes {
     routes: Vec<Route>,
-}
-
-/// Whether an authority's port, if it has one, is a port (1 to 65535).
-fn port_ok(authority: &str) -> bool {
-    match authority.rsplit_once(':') {
-        Some((_, port)) if !port.contains(']') => port.parse::<u16>().is_ok_and(|p| p != 0),
-        _ => true,
-    }
 }
 
 impl Upstream {
@@ -86,36 +63,24 @@ impl Upstream {
 }
 
 impl Route {
-    pub fn parse(given: &str) -> Result<Route, RouteError> {
-        let owned = || given.to_owned();
-        let (prefix, url) = given
-            .split_once('=')
-            .ok_or(RouteError::NoEquals { given: owned() })?;
-        if !clean_route_path(prefix) || prefix.contains('%') {
-            return Err(RouteError::BadPrefix { given: owned() });
-        }
-        let prefix = prefix.trim_end_matches('/').to_owned();
+    /// The worker's form of one route the core validated: only what the core keeps as
+    /// text (the scheme, the host read by the `http` crate, the path) is read here.
+    pub fn from_validated(route: &ProxyRoute) -> Result<Route, RouteError> {
+        let given = || route.given.clone();
+        let url = route.url.as_str();
         if let Some(path) = url.strip_prefix("unix:") {
-            if !path.starts_with('/') || path.bytes().any(|b| b.is_ascii_control()) {
-                return Err(RouteError::BadSocket { given: owned() });
-            }
             return Ok(Route {
-                prefix,
+                prefix: route.prefix.clone(),
                 upstream: Upstream::Unix { path: path.into() },
                 replace_with: None,
-                given: owned(),
+                given: given(),
             });
         }
-        let (scheme, rest) = if let Some(rest) = url.strip_prefix("http://") {
-            ("http", rest)
-        } else if let Some(rest) = url.strip_prefix("https://") {
-            ("https", rest)
-        } else if let Some(rest) = url.strip_prefix("h2://") {
-            ("h2", rest)
-        } else if let Some(rest) = url.strip_prefix("h2c://") {
-            ("h2c", rest)
-        } else {
-            return Err(RouteError::BadScheme { given: owned() });
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(RouteError::Invalid(format!(
+                "`{}`: the URL has no scheme",
+                route.given
+            )));
         };
         let (authority, path) = match rest.find('/') {
             Some(at) => (&rest[..at], Some(&rest[at..])),
@@ -124,29 +89,34 @@ impl Route {
         let authority: Authority = authority
             .parse()
             .ok()
-            .filter(|a: &Authority| {
-                !a.as_str().contains('@')
-                    && !a.host().is_empty()
-                    && !a.as_str().contains(['?', '#'])
-                    && port_ok(a.as_str())
-            })
-            .ok_or(RouteError::BadAuthority { given: owned() })?;
-        let replace_with = match path {
-            None => None,
-            Some(p) if clean_route_path(p) => Some(p.trim_end_matches('/').to_owned()),
-            Some(_) => return Err(RouteError::BadPath { given: owned() }),
+            .filter(|a: &Authority| !a.host().is_empty())
+            .ok_or(RouteError::BadAuthority { given: given() })?;
+        let upstream = match scheme {
+            "http" => Upstream::Http { authority },
+            "https" => Upstream::Https { authority },
+            "h2" => Upstream::H2 { authority },
+            "h2c" => Upstream::H2c { authority },
+            _ => {
+                return Err(RouteError::Invalid(format!(
+                    "`{}`: unknown scheme `{scheme}`",
+                    route.given
+                )));
+            }
         };
         Ok(Route {
-            prefix,
-            upstream: match scheme {
-                "https" => Upstream::Https { authority },
-                "h2" => Upstream::H2 { authority },
-                "h2c" => Upstream::H2c { authority },
-                _ => Upstream::Http { authority },
-            },
-            replace_with,
-            given: owned(),
+            prefix: route.prefix.clone(),
+            upstream,
+            replace_with: path.map(|p| p.trim_end_matches('/').to_owned()),
+            given: given(),
         })
+    }
+
+    /// One value read on its own (the core's rules, then the worker's form).
+    pub fn parse(given: &str) -> Result<Route, RouteError> {
+        let nothing = || RouteError::Invalid(format!("`{given}`: no route"));
+        let routes = Routes::parse(&[given.to_owned()])
+            .map_err(|errors| errors.into_iter().next().unwrap_or_else(nothing))?;
+        routes.routes.into_iter().next().ok_or_else(nothing)
     }
 
     /// The `Host` a request made by servery itself (a probe) names: the URL's host and
@@ -187,45 +157,31 @@ impl Route {
 }
 
 impl Routes {
-    /// Every value parsed; all the broken ones reported at once.
+    /// Every value read by the core's rules, then each route in the worker's form; all the
+    /// broken ones reported at once.
     pub fn parse(values: &[String]) -> Result<Routes, Vec<RouteError>> {
-        let mut routes: Vec<Route> = Vec::new();
+        let validated = RawProxy {
+            routes: values.to_vec(),
+        }
+        .validated()
+        .map_err(|rules| {
+            rules
+                .into_iter()
+                .map(RouteError::Invalid)
+                .collect::<Vec<_>>()
+        })?;
+        let mut routes = Vec::with_capacity(validated.routes().len());
         let mut errors = Vec::new();
-        for given in values {
-            match Route::parse(given) {
-                Ok(route)
-                    if routes
-                        .iter()
-                        .any(|r| r.prefix == route.prefix && r.upstream == route.upstream) =>
-                {
-                    errors.push(RouteError::Duplicate {
-                        given: given.clone(),
-                        prefix: if route.prefix.is_empty() {
-                            "/".into()
-                        } else {
-                            route.prefix
-                        },
-                    });
-                }
+        for route in validated.routes() {
+            match Route::from_validated(route) {
                 Ok(route) => routes.push(route),
                 Err(e) => errors.push(e),
             }
         }
-        if routes.len() > MAX_UPSTREAMS {
-            errors.push(RouteError::TooMany {
-                count: routes.len(),
-            });
-        }
         if !errors.is_empty() {
             return Err(errors);
         }
-        // Stable: a prefix's upstreams keep the order they were given in.
-        routes.sort_by(|a, b| {
-            b.prefix
-                .len()
-                .cmp(&a.prefix.len())
-                .then_with(|| a.prefix.cmp(&b.prefix))
-        });
+        // The core's order: longest prefix first, a prefix's upstreams as given.
         Ok(Routes { routes })
     }
 
@@ -303,47 +259,65 @@ mod tests {
     }
 
     #[test]
-    fn broken_values_name_their_rule() {
-        let bad = |s: &str| Route::parse(s).expect_err(s);
-        assert!(matches!(bad("/api"), RouteError::NoEquals { .. }));
-        assert!(matches!(bad("api=http://a"), RouteError::BadPrefix { .. }));
-        assert!(matches!(
-            bad("/a/../b=http://a"),
-            RouteError::BadPrefix { .. }
-        ));
-        assert!(matches!(bad("/a=ftp://a"), RouteError::BadScheme { .. }));
-        assert!(matches!(bad("/a=htps://a"), RouteError::BadScheme { .. }));
-        assert!(matches!(
-            Route::parse("/a=https://a:8443/x").map(|r| r.upstream),
-            Ok(Upstream::Https { .. })
-        ));
-        assert!(matches!(
-            Route::parse("/a=h2c://a:8080/x").map(|r| r.upstream),
-            Ok(Upstream::H2c { .. })
-        ));
-        assert!(matches!(bad("/a=h2c://"), RouteError::BadAuthority { .. }));
-        assert!(matches!(
-            Route::parse("/a=h2://a:8443").map(|r| r.upstream),
-            Ok(Upstream::H2 { .. })
-        ));
-        assert!(matches!(bad("/a=http://"), RouteError::BadAuthority { .. }));
-        assert!(matches!(
-            bad("/a=http://u@h"),
-            RouteError::BadAuthority { .. }
-        ));
-        assert!(matches!(
-            bad("/a=http://h:99999"),
-            RouteError::BadAuthority { .. }
-        ));
-        assert!(matches!(bad("/a=http://h/x?y"), RouteError::BadPath { .. }));
-        assert!(matches!(
-            bad("/a=unix:run.sock"),
-            RouteError::BadSocket { .. }
-        ));
+    fn broken_values_are_refused_by_the_cores_rules_naming_the_route() {
+        let bad = |s: &str| match Route::parse(s) {
+            Ok(route) => panic!(
+                "route rule: `{s}` was accepted ({route:?}); the core's validation of proxy.routes refuses it"
+            ),
+            Err(e) => e.to_string(),
+        };
+        for (value, rule) in [
+            ("/api", "expected PREFIX=URL"),
+            ("api=http://a", "the prefix must start with `/`"),
+            ("/a/../b=http://a", "the prefix must start with `/`"),
+            ("/a=ftp://a", "the URL must be"),
+            ("/a=htps://a", "the URL must be"),
+            ("/a=h2c://", "host is missing or malformed"),
+            ("/a=http://", "host is missing or malformed"),
+            ("/a=http://u@h", "host is missing or malformed"),
+            ("/a=http://h:99999", "host is missing or malformed"),
+            ("/a=http://h/x?y", "the URL's path must hold no"),
+            ("/a=unix:run.sock", "must be absolute"),
+        ] {
+            let message = bad(value);
+            assert!(
+                message.contains(value) && message.contains(rule),
+                "route rule: `{value}` must be refused by the core's rule for proxy.routes ({rule}), got: {message}"
+            );
+        }
+        for (value, scheme) in [
+            ("/a=https://a:8443/x", "https"),
+            ("/a=h2c://a:8080/x", "h2c"),
+            ("/a=h2://a:8443", "h2"),
+        ] {
+            let upstream = Route::parse(value).expect(value).upstream;
+            let found = match upstream {
+                Upstream::Https { .. } => "https",
+                Upstream::H2c { .. } => "h2c",
+                Upstream::H2 { .. } => "h2",
+                _ => "other",
+            };
+            assert_eq!(found, scheme, "{value}");
+        }
         let twice = Routes::parse(&["/a=http://h".into(), "/a/=http://h".into(), "x".into()])
             .expect_err("duplicate");
         assert_eq!(twice.len(), 2, "{twice:?}");
-        assert!(twice[0].to_string().contains("already routed"));
+        assert!(
+            twice
+                .iter()
+                .any(|e| e.to_string().contains("already routed"))
+        );
+    }
+
+    /// A host the core's rules accept but the `http` crate cannot read is refused by the
+    /// worker's form, naming the route (what a reload checks before its workers start).
+    #[test]
+    fn a_host_the_http_crate_cannot_read_is_refused_naming_the_route() {
+        let refused = Routes::parse(&["/a=http://h<st:80".into()]).expect_err("unreadable host");
+        assert!(
+            matches!(&refused[..], [RouteError::BadAuthority { given }] if given == "/a=http://h<st:80"),
+            "{refused:?}"
+        );
     }
 
     #[test]
@@ -371,11 +345,13 @@ mod tests {
         );
         assert_eq!(r.group("/b").map(|g| g.len()), Some(1));
         assert_eq!(r.group("/other").map(|g| g.len()), Some(1));
-        let many: Vec<String> = (0..=MAX_UPSTREAMS)
+        let many: Vec<String> = (0..=servery_core::config::MAX_PROXY_ROUTES)
             .map(|i| format!("/p{i}=http://h:1"))
             .collect();
-        let refused = Routes::parse(&many).expect_err("too many");
-        assert!(refused[0].to_string().contains("at most 1000 upstreams"));
+        let Err(refused) = Routes::parse(&many) else {
+            panic!("route rule: at most 1000 routes (proxy.routes), yet 1001 were taken");
+        };
+        assert!(refused[0].to_string().contains("at most 1000 routes"));
     }
 
     proptest! {
