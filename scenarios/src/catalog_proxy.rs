@@ -7,7 +7,8 @@
 
 use servery_core::upstream_choice::Balance;
 use servery_core::upstream_health::HealthPolicy;
-use servery_sim::{Fault, Outcome, ProxyPlan, SimCommand, proxy_routes};
+use servery_core::RawConfig;
+use servery_sim::{Fault, Outcome, ProxyPlan, SimCommand, judged_by, proxy_routes};
 
 use crate::catalog::{at, expect, fault, secs, spec, workers};
 use crate::{Ctx, End, Expect, Plan, fast_config};
@@ -15,10 +16,11 @@ use crate::{Ctx, End, Expect, Plan, fast_config};
 /// Upstreams change until this point of the run (s); faults too.
 const CHANGES_UNTIL: f64 = 12.0;
 
-fn plan(ctx: &mut Ctx, upstreams: u16, probes: bool) -> ProxyPlan {
+/// The plan, its health policy written into `config` (the parent judges by it).
+fn plan(ctx: &mut Ctx, config: &mut RawConfig, upstreams: u16, probes: bool) -> ProxyPlan {
     let max_fails = ctx.rng.range(1, 3) as u32;
     let interval = secs(0.2 + ctx.rng.unit() * 0.8);
-    ProxyPlan {
+    let plan = ProxyPlan {
         upstreams,
         balance: if ctx.rng.chance(0.5) {
             Balance::LeastInflight
@@ -40,7 +42,9 @@ fn plan(ctx: &mut Ctx, upstreams: u16, probes: bool) -> ProxyPlan {
         start: secs(0.5),
         until: secs(CHANGES_UNTIL + 2.0),
         converged_by: None,
-    }
+    };
+    judged_by(&mut config.proxy, &plan.policy);
+    plan
 }
 
 /// The first breach the oracle saw, as the scenario's failure.
@@ -59,7 +63,7 @@ pub(crate) fn upstream_flapping(ctx: &mut Ctx) -> Plan {
     config.broker.max_proxy_inflight = if ctx.rng.chance(0.5) { 0 } else { 16 };
     let upstreams = ctx.rng.range(2, 4) as u16;
     let probes = ctx.rng.chance(0.5);
-    let mut p = plan(ctx, upstreams, probes);
+    let mut p = plan(ctx, &mut config, upstreams, probes);
     config.proxy.routes = proxy_routes(0..upstreams);
     p.rate = 60.0 + ctx.rng.unit() * 60.0;
     for u in 0..upstreams {
@@ -111,7 +115,7 @@ pub(crate) fn proxy_admission_kill(ctx: &mut Ctx) -> Plan {
     config.broker.max_proxy_inflight = ctx.rng.range(2, 7) as i64;
     config.recovery.worker_restart_limit = 10;
     let upstreams = ctx.rng.range(1, 3) as u16;
-    let mut p = plan(ctx, upstreams, false);
+    let mut p = plan(ctx, &mut config, upstreams, false);
     config.proxy.routes = proxy_routes(0..upstreams);
     // Far more offered than the bound: about 30 requests of 100–300 ms at once.
     p.rate = 150.0;
@@ -158,7 +162,7 @@ pub(crate) fn cgi_scripts(ctx: &mut Ctx) -> Plan {
     let mut config = fast_config(workers(ctx, 2, 4));
     config.broker.max_cgi_concurrent = ctx.rng.range(2, 6) as i64;
     config.recovery.worker_restart_limit = 10;
-    let mut p = plan(ctx, 1, false);
+    let mut p = plan(ctx, &mut config, 1, false);
     config.proxy.routes = proxy_routes(0..1);
     p.cgi_rate = 20.0 + ctx.rng.unit() * 20.0;
     let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 2.0);
@@ -216,7 +220,7 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
         ctx.rng.range(2, 4) as i64
     };
     let probes = ctx.rng.chance(0.5);
-    let mut p = plan(ctx, RELOAD_UNIVERSE, probes);
+    let mut p = plan(ctx, &mut config, RELOAD_UNIVERSE, probes);
     p.rate = 60.0 + ctx.rng.unit() * 60.0;
     config.proxy.routes = proxy_routes(upstream_set(ctx));
     for u in 0..RELOAD_UNIVERSE {

@@ -58,6 +58,8 @@ pub struct ProxyPlan {
     /// routes ([`proxy_routes`]), which a reload may change.
     pub upstreams: u16,
     pub balance: Balance,
+    /// The health policy the run starts with. The parent judges by the configuration's
+    /// (`proxy.max_fails`, ...), which [`judged_by`] writes from this.
     pub policy: HealthPolicy,
     /// Proxied requests per second (Poisson), from `start` until `until`.
     pub rate: f64,
@@ -125,6 +127,17 @@ pub fn proxy_routes(targets: impl IntoIterator<Item = u16>) -> Vec<String> {
         .into_iter()
         .map(|t| format!("/api={}", upstream_url(t)))
         .collect()
+}
+
+/// The configuration's health policy becomes `policy` (probes on `/health` when it
+/// probes).
+pub fn judged_by(proxy: &mut servery_core::config::RawProxy, policy: &HealthPolicy) {
+    proxy.max_fails = i64::from(policy.max_fails);
+    proxy.fail_timeout = policy.fail_timeout.as_secs_f64();
+    proxy.health = policy.probe_interval.map(|_| "/health".to_owned());
+    if let Some(interval) = policy.probe_interval {
+        proxy.health_interval = interval.as_secs_f64();
+    }
 }
 
 /// The simulated upstream a URL names.
@@ -241,8 +254,8 @@ impl SimWorld {
 
     /// The parent's health judge, given the plan's upstreams before the first event (as
     /// the real parent's driver starts it from the routes).
-    pub(crate) fn proxy_health(&self) -> Option<HealthPolicy> {
-        self.proxy.as_ref().map(|p| p.plan.policy)
+    pub(crate) fn judges_upstreams(&self) -> bool {
+        self.proxy.is_some()
     }
 
     pub(crate) fn breach(&mut self, rule: &'static str, what: String) {
