@@ -282,10 +282,7 @@ fn policy_rule_probes_turned_on_probe_every_member_at_once_and_hold_the_down() {
         "policy rule: with probes, a worker's success does not bring it back"
     );
     h.probed(at(20_002), 0, true);
-    assert!(
-        !h.is_down(0),
-        "policy rule: a passing probe brings it back"
-    );
+    assert!(!h.is_down(0), "policy rule: a passing probe brings it back");
 }
 
 #[test]

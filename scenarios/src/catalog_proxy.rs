@@ -5,9 +5,9 @@
 //! The predicates judge the simulator's proxy oracle (`Outcome::proxy`): the first breach
 //! it saw of a rule, the message naming the rule, and what the plan makes certain.
 
+use servery_core::RawConfig;
 use servery_core::upstream_choice::Balance;
 use servery_core::upstream_health::HealthPolicy;
-use servery_core::RawConfig;
 use servery_sim::{Fault, Outcome, ProxyPlan, SimCommand, judged_by, proxy_routes};
 
 use crate::catalog::{at, expect, fault, secs, spec, workers};
@@ -232,23 +232,34 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
             p.flips.push((secs(t), u, i % 2 == 1));
         }
     }
-    if let Some(interval) = p.policy.probe_interval {
-        let settle = interval.as_secs_f64() * f64::from(p.policy.max_fails + 1) + 0.05 + 0.5;
-        p.converged_by = Some(secs(CHANGES_UNTIL + settle));
-    }
     let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 3.0);
     spec.workload.request_rate = 5.0;
-    spec.workload.proxy = Some(p);
     // Each reload changes the set (and usually the numbering); each is answered before
     // the next arrives.
     let reloads = ctx.rng.range(2, 3);
     let mut current = config.proxy.routes.clone();
+    // The health policy in force at the end (a reload may change it: decision 0118).
+    let mut last_policy = p.policy;
     for i in 0..reloads {
         let mut next = config.clone();
         while next.proxy.routes == current {
             next.proxy.routes = proxy_routes(upstream_set(ctx));
         }
         current = next.proxy.routes.clone();
+        if ctx.rng.chance(0.6) {
+            // Another threshold and fail timeout; probes turned on or off at times.
+            let probes = if ctx.rng.chance(0.3) {
+                last_policy.probe_interval.is_none()
+            } else {
+                last_policy.probe_interval.is_some()
+            };
+            last_policy = HealthPolicy {
+                max_fails: ctx.rng.range(1, 3) as u32,
+                fail_timeout: secs(0.3 + ctx.rng.unit() * 2.7),
+                probe_interval: probes.then(|| secs(0.2 + ctx.rng.unit() * 0.8)),
+            };
+        }
+        judged_by(&mut next.proxy, &last_policy);
         let when = at(ctx, 1.5 + 3.5 * i as f64, 2.0 + 3.5 * i as f64);
         spec.commands
             .push((when, SimCommand::Reload(Box::new(next))));
@@ -259,6 +270,12 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
             fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
         }
     }
+    // With probes at the end, the verdict matches the upstreams once they stop changing.
+    if let Some(interval) = last_policy.probe_interval {
+        let settle = interval.as_secs_f64() * f64::from(last_policy.max_fails + 1) + 0.05 + 0.5;
+        p.converged_by = Some(secs(CHANGES_UNTIL + settle));
+    }
+    spec.workload.proxy = Some(p);
     let mut e = expect(&config, End::Ready);
     e.generation = Some(1 + reloads);
     e.generation_rule = Some("reload rule (every reload that changes the upstream set commits)");

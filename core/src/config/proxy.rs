@@ -424,7 +424,10 @@ mod tests {
         let valid = raw.validate().expect("valid");
         assert_eq!(valid.as_written().proxy, raw.proxy);
         let s = valid.proxy().settings();
-        assert_eq!(s.health.probe_interval, Some(core::time::Duration::from_millis(500)));
+        assert_eq!(
+            s.health.probe_interval,
+            Some(core::time::Duration::from_millis(500))
+        );
         assert_eq!(s.probe_within(), core::time::Duration::from_millis(500));
     }
 }

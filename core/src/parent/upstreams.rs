@@ -158,7 +158,10 @@ impl Parent {
             return;
         };
         let settings = self.supervisor.config().proxy().settings();
-        let path = settings.probe_path.clone().unwrap_or_else(|| "/".to_owned());
+        let path = settings
+            .probe_path
+            .clone()
+            .unwrap_or_else(|| "/".to_owned());
         let within = settings.probe_within();
         for (upstream, url) in health.take_probes() {
             self.actions.push_back(ParentAction::ProbeUpstream {

@@ -136,10 +136,7 @@ fn health_rule_probes_are_the_parents_and_their_verdicts_reach_the_workers() {
     let (mut p, w) = started(|r| {
         r.workers = 1;
         routes(r, &["http://a"]);
-        judged(r, policy(
-        10,
-        Some(Duration::from_secs(2)),
-    ));
+        judged(r, policy(10, Some(Duration::from_secs(2))));
     });
     p.watch_upstreams();
     let acts = run_until(&mut p, Instant::ZERO);
