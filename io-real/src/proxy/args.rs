@@ -72,7 +72,8 @@ pub struct ProxyArgs {
     /// in `X-Forwarded-Host` and `Forwarded`.
     #[arg(long, env = "SERVERY_PROXY_UPSTREAM_HOST", group = crate::settings::LIVE)]
     pub proxy_upstream_host: bool,
-    /// Seconds to wait for a connection to an upstream (then 504).
+    /// Seconds to wait for a connection to an upstream (then 504). A reload may change the
+    /// timeouts, `Host` and balance: the new generation's workers use the new values.
     #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_CONNECT_TIMEOUT", default_value_t = DEFAULT_CONNECT_TIMEOUT, group = crate::settings::LIVE)]
     pub proxy_connect_timeout: f64,
     /// Seconds to wait for the upstream's response head once the request is sent, or
@@ -90,7 +91,9 @@ pub struct ProxyArgs {
     pub proxy_max_inflight: i64,
     /// Failures in a row, seen by any worker (refused, unreachable, timed out, broken
     /// before the response head) or by `--proxy-health` probes, that mark an upstream
-    /// down for every worker; a prefix given several URLs sends to those not down.
+    /// down for every worker; a prefix given several URLs sends to those not down. A
+    /// reload may change the health settings: the verdicts given are kept and take the
+    /// new terms from the commit (docs/proxy.md).
     #[arg(long, value_name = "N", env = "SERVERY_PROXY_MAX_FAILS", default_value_t = DEFAULT_MAX_FAILS, group = crate::settings::LIVE)]
     pub proxy_max_fails: u32,
     /// Seconds an upstream marked down stays down before it is tried again (without
