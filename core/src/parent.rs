@@ -68,6 +68,10 @@ pub enum ParentAction {
     ProbeUpstream {
         upstream: u32,
         url: String,
+        /// `GET` this path (the committed configuration's `proxy.health`).
+        path: String,
+        /// A probe not answered 2xx or 3xx within this failed.
+        within: core::time::Duration,
     },
     /// Read the certificate files again for `reload` and answer with
     /// [`Event::TlsFilesRead`] (decision 0093).
@@ -465,6 +469,7 @@ impl Parent {
                 Action::GenerationCommitted { generation, .. } if self.pending_exit.is_none() => {
                     self.singletons
                         .committed(*generation, self.supervisor.config().listen());
+                    self.health_policy_committed();
                 }
                 // Nothing is accepted from here on: what advertises the service goes now,
                 // not after the drain (decision 0020).

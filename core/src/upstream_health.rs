@@ -23,6 +23,10 @@
 //! that leaves is forgotten with its verdict, one that enters starts up (and, with probes,
 //! is probed at once). Each member has an id the table never gives another, so a probe
 //! answer that comes back after its upstream left is recognised and dropped.
+//!
+//! **Policy** (decision 0118): the policy is reloadable; the parent hands the committed
+//! generation's policy to [`UpstreamHealth::set_policy`] when a reload commits. Verdicts
+//! already given are kept, and carried into the new policy's terms (see there).
 
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +61,8 @@ struct Upstream {
     /// Failures in a row (reported by workers or probes).
     failures: u32,
     down: Option<Down>,
+    /// When it was last marked down (a new fail timeout counts from here).
+    down_since: Option<Instant>,
     next_probe: Option<Instant>,
     probing: bool,
 }
@@ -153,6 +159,45 @@ impl UpstreamHealth {
         self.policy
     }
 
+    /// The committed configuration's policy, from `now` (a reload committed). Verdicts
+    /// are kept; what follows from them takes the new policy's terms:
+    /// - a run of failures is compared with the new `max_fails` at its next failure;
+    /// - without probes before and after, an upstream down is down until its marking plus
+    ///   the new `fail_timeout` (at once up, at the next timeout, if that has passed);
+    /// - probes turned on: every member is probed at `now`, and an upstream down stays
+    ///   down until a probe passes;
+    /// - probes turned off: an upstream down is down for the `fail_timeout` from `now`
+    ///   (it was waiting for a probe, not for a time);
+    /// - a shorter probe interval brings a later scheduled probe forward to `now` plus it.
+    pub fn set_policy(&mut self, now: Instant, policy: HealthPolicy) {
+        let policy = HealthPolicy {
+            max_fails: policy.max_fails.max(1),
+            ..policy
+        };
+        let was_probing = self.probing();
+        self.policy = policy;
+        for u in self.upstreams.values_mut() {
+            u.down = match (u.down, policy.probe_interval) {
+                (None, _) => None,
+                (Some(_), Some(_)) => Some(Down::UntilAProbePasses),
+                (Some(Down::Until(_)), None) => Some(Down::Until(
+                    u.down_since.unwrap_or(now) + policy.fail_timeout,
+                )),
+                (Some(Down::UntilAProbePasses), None) => {
+                    Some(Down::Until(now + policy.fail_timeout))
+                }
+            };
+            u.next_probe = match policy.probe_interval {
+                None => None,
+                Some(_) if !was_probing => Some(now),
+                Some(interval) => Some(match u.next_probe {
+                    Some(t) if t <= now + interval => t,
+                    _ => now + interval,
+                }),
+            };
+        }
+    }
+
     fn probing(&self) -> bool {
         self.policy.probe_interval.is_some()
     }
@@ -195,6 +240,7 @@ impl UpstreamHealth {
         }
         u.failures = u.failures.saturating_add(1);
         if u.failures >= max_fails && u.down.is_none() {
+            u.down_since = Some(now);
             u.down = Some(if probing {
                 Down::UntilAProbePasses
             } else {

@@ -274,6 +274,9 @@ pub const SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER: &str =
 
 /// A reload that changed the proxy's upstreams committed.
 pub const PROXY_ROUTES_RELOADED: &str = "a reload changed the upstream set and committed";
+/// A reload that changed the upstream health policy committed (decision 0118).
+pub const UPSTREAM_POLICY_RELOADED: &str =
+    "a reload changed the upstream health policy and committed";
 /// An upstream no live generation names left the parent's health table.
 pub const UPSTREAM_LEFT_THE_TABLE: &str = "an upstream left the parent's health table";
 pub const ALL: &[&str] = &[
@@ -291,6 +294,7 @@ pub const ALL: &[&str] = &[
     SCRIPT_OUTLIVED_ITS_WORKER,
     SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER,
     PROXY_ROUTES_RELOADED,
+    UPSTREAM_POLICY_RELOADED,
     UPSTREAM_LEFT_THE_TABLE,
     READY_AND_END_IN_ONE_LOOK,
     APP_STARTUP_FAILURE_REPORTED,

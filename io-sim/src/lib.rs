@@ -51,7 +51,7 @@ pub use plan::{
     DAV_TARGET_BASE, DavClientPlan, DavDraw, DavWorkload, Fault, FaultKind, SimCommand, SimSpec,
     SpawnInfo, Workload,
 };
-pub use proxy::{ProxyOutcome, ProxyPlan, proxy_routes, upstream_url};
+pub use proxy::{ProxyOutcome, ProxyPlan, judged_by, proxy_routes, upstream_url};
 pub use world::SimWorld;
 
 use servery_core::driver;
@@ -64,8 +64,8 @@ pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     let mut world = SimWorld::new(spec);
     let seed = world.rng_seed();
     let mut parent = Parent::new(config, platform, seed);
-    if let Some(policy) = world.proxy_health() {
-        parent.watch_upstreams(servery_core::upstream_health::UpstreamHealth::new(policy));
+    if world.judges_upstreams() {
+        parent.watch_upstreams();
     }
     if let Some((acme, tls)) = world.certs_parent() {
         parent = parent.with_acme(acme);

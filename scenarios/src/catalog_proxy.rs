@@ -5,9 +5,10 @@
 //! The predicates judge the simulator's proxy oracle (`Outcome::proxy`): the first breach
 //! it saw of a rule, the message naming the rule, and what the plan makes certain.
 
+use servery_core::RawConfig;
 use servery_core::upstream_choice::Balance;
 use servery_core::upstream_health::HealthPolicy;
-use servery_sim::{Fault, Outcome, ProxyPlan, SimCommand, proxy_routes};
+use servery_sim::{Fault, Outcome, ProxyPlan, SimCommand, judged_by, proxy_routes};
 
 use crate::catalog::{at, expect, fault, secs, spec, workers};
 use crate::{Ctx, End, Expect, Plan, fast_config};
@@ -15,10 +16,11 @@ use crate::{Ctx, End, Expect, Plan, fast_config};
 /// Upstreams change until this point of the run (s); faults too.
 const CHANGES_UNTIL: f64 = 12.0;
 
-fn plan(ctx: &mut Ctx, upstreams: u16, probes: bool) -> ProxyPlan {
+/// The plan, its health policy written into `config` (the parent judges by it).
+fn plan(ctx: &mut Ctx, config: &mut RawConfig, upstreams: u16, probes: bool) -> ProxyPlan {
     let max_fails = ctx.rng.range(1, 3) as u32;
     let interval = secs(0.2 + ctx.rng.unit() * 0.8);
-    ProxyPlan {
+    let plan = ProxyPlan {
         upstreams,
         balance: if ctx.rng.chance(0.5) {
             Balance::LeastInflight
@@ -40,7 +42,9 @@ fn plan(ctx: &mut Ctx, upstreams: u16, probes: bool) -> ProxyPlan {
         start: secs(0.5),
         until: secs(CHANGES_UNTIL + 2.0),
         converged_by: None,
-    }
+    };
+    judged_by(&mut config.proxy, &plan.policy);
+    plan
 }
 
 /// The first breach the oracle saw, as the scenario's failure.
@@ -59,7 +63,7 @@ pub(crate) fn upstream_flapping(ctx: &mut Ctx) -> Plan {
     config.broker.max_proxy_inflight = if ctx.rng.chance(0.5) { 0 } else { 16 };
     let upstreams = ctx.rng.range(2, 4) as u16;
     let probes = ctx.rng.chance(0.5);
-    let mut p = plan(ctx, upstreams, probes);
+    let mut p = plan(ctx, &mut config, upstreams, probes);
     config.proxy.routes = proxy_routes(0..upstreams);
     p.rate = 60.0 + ctx.rng.unit() * 60.0;
     for u in 0..upstreams {
@@ -111,7 +115,7 @@ pub(crate) fn proxy_admission_kill(ctx: &mut Ctx) -> Plan {
     config.broker.max_proxy_inflight = ctx.rng.range(2, 7) as i64;
     config.recovery.worker_restart_limit = 10;
     let upstreams = ctx.rng.range(1, 3) as u16;
-    let mut p = plan(ctx, upstreams, false);
+    let mut p = plan(ctx, &mut config, upstreams, false);
     config.proxy.routes = proxy_routes(0..upstreams);
     // Far more offered than the bound: about 30 requests of 100–300 ms at once.
     p.rate = 150.0;
@@ -158,7 +162,7 @@ pub(crate) fn cgi_scripts(ctx: &mut Ctx) -> Plan {
     let mut config = fast_config(workers(ctx, 2, 4));
     config.broker.max_cgi_concurrent = ctx.rng.range(2, 6) as i64;
     config.recovery.worker_restart_limit = 10;
-    let mut p = plan(ctx, 1, false);
+    let mut p = plan(ctx, &mut config, 1, false);
     config.proxy.routes = proxy_routes(0..1);
     p.cgi_rate = 20.0 + ctx.rng.unit() * 20.0;
     let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 2.0);
@@ -216,7 +220,7 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
         ctx.rng.range(2, 4) as i64
     };
     let probes = ctx.rng.chance(0.5);
-    let mut p = plan(ctx, RELOAD_UNIVERSE, probes);
+    let mut p = plan(ctx, &mut config, RELOAD_UNIVERSE, probes);
     p.rate = 60.0 + ctx.rng.unit() * 60.0;
     config.proxy.routes = proxy_routes(upstream_set(ctx));
     for u in 0..RELOAD_UNIVERSE {
@@ -228,23 +232,34 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
             p.flips.push((secs(t), u, i % 2 == 1));
         }
     }
-    if let Some(interval) = p.policy.probe_interval {
-        let settle = interval.as_secs_f64() * f64::from(p.policy.max_fails + 1) + 0.05 + 0.5;
-        p.converged_by = Some(secs(CHANGES_UNTIL + settle));
-    }
     let mut spec = spec(ctx, config.clone(), CHANGES_UNTIL + 3.0);
     spec.workload.request_rate = 5.0;
-    spec.workload.proxy = Some(p);
     // Each reload changes the set (and usually the numbering); each is answered before
     // the next arrives.
     let reloads = ctx.rng.range(2, 3);
     let mut current = config.proxy.routes.clone();
+    // The health policy in force at the end (a reload may change it: decision 0118).
+    let mut last_policy = p.policy;
     for i in 0..reloads {
         let mut next = config.clone();
         while next.proxy.routes == current {
             next.proxy.routes = proxy_routes(upstream_set(ctx));
         }
         current = next.proxy.routes.clone();
+        if ctx.rng.chance(0.6) {
+            // Another threshold and fail timeout; probes turned on or off at times.
+            let probes = if ctx.rng.chance(0.3) {
+                last_policy.probe_interval.is_none()
+            } else {
+                last_policy.probe_interval.is_some()
+            };
+            last_policy = HealthPolicy {
+                max_fails: ctx.rng.range(1, 3) as u32,
+                fail_timeout: secs(0.3 + ctx.rng.unit() * 2.7),
+                probe_interval: probes.then(|| secs(0.2 + ctx.rng.unit() * 0.8)),
+            };
+        }
+        judged_by(&mut next.proxy, &last_policy);
         let when = at(ctx, 1.5 + 3.5 * i as f64, 2.0 + 3.5 * i as f64);
         spec.commands
             .push((when, SimCommand::Reload(Box::new(next))));
@@ -255,6 +270,12 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
             fault(ctx.kinds, &mut spec, t, Fault::CrashWorker { pick });
         }
     }
+    // With probes at the end, the verdict matches the upstreams once they stop changing.
+    if let Some(interval) = last_policy.probe_interval {
+        let settle = interval.as_secs_f64() * f64::from(last_policy.max_fails + 1) + 0.05 + 0.5;
+        p.converged_by = Some(secs(CHANGES_UNTIL + settle));
+    }
+    spec.workload.proxy = Some(p);
     let mut e = expect(&config, End::Ready);
     e.generation = Some(1 + reloads);
     e.generation_rule = Some("reload rule (every reload that changes the upstream set commits)");

@@ -18,6 +18,7 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "a worker killed holding proxy grants gave them back to the service",
     "CGI scripts stayed within the bound and died with their worker",
     labels::PROXY_ROUTES_RELOADED,
+    labels::UPSTREAM_POLICY_RELOADED,
     labels::UPSTREAM_LEFT_THE_TABLE,
     "reloads changed the upstream set: every generation kept to its own",
     "crash loop reached failed",

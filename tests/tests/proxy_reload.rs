@@ -163,3 +163,90 @@ fn a_reload_moves_the_routes_to_the_new_upstream_without_a_failed_request() {
         "the routes in force keep serving after a refused reload"
     );
 }
+
+/// A Python HTTP server that answers every GET after `delay` seconds.
+const SLOW: &str = r#"
+import http.server, sys, time
+port, delay = int(sys.argv[1]), float(sys.argv[2])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        time.sleep(delay)
+        body = b"late"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+#[test]
+fn a_reload_changes_the_first_byte_timeout_and_the_new_generation_answers_504_at_the_new_bound() {
+    if !tool_present("python3", &["--version"]) {
+        return;
+    }
+    let tree = Tree::new("proxy-reload-timeout");
+    let port = free_port();
+    let child = Command::new("python3")
+        .args(["-c", SLOW, &port.to_string(), "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start python3");
+    let _slow = Named(child);
+    wait_until(BOUND, "the upstream to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    let path = tree.dir.join("proxy.toml");
+    let write = |first_byte: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "proxy = [\"/up=http://127.0.0.1:{port}\"]\nproxy_first_byte_timeout = {first_byte}\n"
+            ),
+        )
+        .expect("write config");
+    };
+    write("10.0");
+    let server = Server::start(&tree, 1, &["--config", path.to_str().expect("utf-8")], &[]);
+    server.wait_ready(1, BOUND);
+    // Under a 10 s bound the 3 s upstream answers.
+    assert_eq!(
+        http_get(server.addr, "/up/x").expect("answered"),
+        (200, b"late".to_vec()),
+        "under the started 10 s first-byte timeout the slow upstream answers"
+    );
+
+    write("0.5");
+    let answer = server.ctl(&json!({"cmd": "reload"})).expect("reload");
+    assert_eq!(answer["generation"], 2, "{answer}");
+    let status = server.status();
+    assert_eq!(
+        status["config"]["proxy"]["first_byte_timeout"], 0.5,
+        "the committed configuration holds the new bound: {status}"
+    );
+    let begun = Instant::now();
+    let (code, _) = http_get(server.addr, "/up/x").expect("answered");
+    let took = begun.elapsed();
+    assert_eq!(
+        code, 504,
+        "clients' settings rule: the new generation waits the new 0.5 s for the first byte, then 504"
+    );
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(2500),
+        "clients' settings rule: 504 at the new bound (0.5 s), not the old (10 s) nor the upstream's 3 s; took {took:?}"
+    );
+
+    // A bound no number of seconds: refused naming the field, the new bound stays.
+    write("0");
+    let err = server
+        .ctl(&json!({"cmd": "reload"}))
+        .expect_err("a zero timeout is refused");
+    assert!(
+        err.contains("proxy.first_byte_timeout"),
+        "the error names the field: {err}"
+    );
+    assert_eq!(server.status()["generation"], 2);
+}

@@ -16,7 +16,7 @@ mod written;
 
 pub use listen::Listen;
 pub use proxy::{
-    MAX_ROUTES as MAX_PROXY_ROUTES, ProxyRoute, ProxyRoutes, RawProxy,
+    MAX_ROUTES as MAX_PROXY_ROUTES, PROBE_BOUND, ProxyRoute, ProxyRoutes, ProxySettings, RawProxy,
     clean_path as clean_route_path,
 };
 pub use raw::{

@@ -8,7 +8,11 @@
 //! generation are numbered in the order its workers number them: longest prefix first, a
 //! prefix's URLs in the order given — the order the worker's messages use.
 
+use core::time::Duration;
+
 use super::validate::Checker;
+use crate::upstream_choice::Balance;
+use crate::upstream_health::HealthPolicy;
 
 /// The most routes one configuration may give (each one upstream of its prefix).
 pub const MAX_ROUTES: usize = 1000;
@@ -16,12 +20,74 @@ pub const MAX_ROUTES: usize = 1000;
 /// The field validation names.
 const FIELD: &str = "proxy.routes";
 
-/// As written.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// As written. Every field is reloadable (decisions 0108 and 0118).
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawProxy {
     /// `PREFIX=URL` values, in the order given.
     pub routes: Vec<String>,
+    /// Failures in a row that mark an upstream down (1 to 1000).
+    pub max_fails: i64,
+    /// Seconds an upstream marked down stays down without probes.
+    pub fail_timeout: f64,
+    /// The path the parent probes every upstream with; none: no probes.
+    pub health: Option<String>,
+    /// Seconds between probes of each upstream.
+    pub health_interval: f64,
+    /// Seconds to wait for a connection to an upstream.
+    pub connect_timeout: f64,
+    /// Seconds to wait for an upstream's response head.
+    pub first_byte_timeout: f64,
+    /// Seconds an upstream may stay silent in its response body.
+    pub idle_timeout: f64,
+    /// Whether the upstream's host is sent as `Host` instead of the client's.
+    pub upstream_host: bool,
+    /// How a prefix's requests are spread over its upstreams (`round-robin`,
+    /// `least-inflight`).
+    pub balance: String,
+}
+
+impl Default for RawProxy {
+    fn default() -> Self {
+        RawProxy {
+            routes: Vec::new(),
+            max_fails: 1,
+            fail_timeout: 10.0,
+            health: None,
+            health_interval: 5.0,
+            connect_timeout: 5.0,
+            first_byte_timeout: 60.0,
+            idle_timeout: 60.0,
+            upstream_host: false,
+            balance: Balance::default().name().to_owned(),
+        }
+    }
+}
+
+/// The longest a probe may take, whatever the interval (a probe answered later failed).
+pub const PROBE_BOUND: Duration = Duration::from_secs(5);
+
+/// The proxy's settings besides the routes, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxySettings {
+    /// How the parent judges upstreams.
+    pub health: HealthPolicy,
+    /// The probe path (with probes on).
+    pub probe_path: Option<String>,
+    /// The probe interval as written (also when probes are off).
+    pub health_interval: Duration,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub upstream_host: bool,
+    pub balance: Balance,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        let mut c = Checker::new();
+        RawProxy::default().check_settings(&mut c)
+    }
 }
 
 /// One route, validated.
@@ -39,9 +105,15 @@ pub struct ProxyRoute {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProxyRoutes {
     routes: Vec<ProxyRoute>,
+    settings: ProxySettings,
 }
 
 impl ProxyRoutes {
+    /// The health policy, probe path, timeouts and balance of this configuration.
+    pub fn settings(&self) -> &ProxySettings {
+        &self.settings
+    }
+
     /// Every route, longest prefix first.
     pub fn routes(&self) -> &[ProxyRoute] {
         &self.routes
@@ -192,8 +264,66 @@ impl RawProxy {
                 .cmp(&a.prefix.len())
                 .then_with(|| a.prefix.cmp(&b.prefix))
         });
-        ProxyRoutes { routes }
+        let settings = self.check_settings(c);
+        ProxyRoutes { routes, settings }
     }
+
+    fn check_settings(&self, c: &mut Checker) -> ProxySettings {
+        let max_fails = c.count("proxy.max_fails", self.max_fails, 1, 1000);
+        let fail_timeout = c.seconds("proxy.fail_timeout", self.fail_timeout, false);
+        let health_interval = c.seconds("proxy.health_interval", self.health_interval, false);
+        if let Some(path) = &self.health
+            && !clean_probe_path(path)
+        {
+            c.fail(
+                "proxy.health",
+                format!("must be a path starting with `/`, got `{path}`"),
+            );
+        }
+        let balance = Balance::parse(&self.balance).unwrap_or_else(|| {
+            c.fail(
+                "proxy.balance",
+                format!(
+                    "must be `round-robin` or `least-inflight`, got `{}`",
+                    self.balance
+                ),
+            );
+            Balance::default()
+        });
+        ProxySettings {
+            health: HealthPolicy {
+                max_fails: u32::try_from(max_fails).unwrap_or(1).max(1),
+                fail_timeout,
+                probe_interval: self.health.as_ref().map(|_| health_interval),
+            },
+            probe_path: self.health.clone(),
+            health_interval,
+            connect_timeout: c.seconds("proxy.connect_timeout", self.connect_timeout, false),
+            first_byte_timeout: c.seconds(
+                "proxy.first_byte_timeout",
+                self.first_byte_timeout,
+                false,
+            ),
+            idle_timeout: c.seconds("proxy.idle_timeout", self.idle_timeout, false),
+            upstream_host: self.upstream_host,
+            balance,
+        }
+    }
+}
+
+impl ProxySettings {
+    /// The longest one probe may take: the interval, at most [`PROBE_BOUND`].
+    pub fn probe_within(&self) -> Duration {
+        self.health_interval.min(PROBE_BOUND)
+    }
+}
+
+/// A probe path: absolute, printable, no spaces or fragment.
+fn clean_probe_path(path: &str) -> bool {
+    path.starts_with('/')
+        && !path
+            .bytes()
+            .any(|b| b == b'#' || b.is_ascii_whitespace() || !b.is_ascii_graphic())
 }
 
 #[cfg(test)]
@@ -253,5 +383,51 @@ mod tests {
             .map(|i| format!("/r{i}=http://a"))
             .collect();
         assert_eq!(fields(&raw), ["proxy.routes"]);
+    }
+
+    #[test]
+    fn every_broken_proxy_setting_names_its_field() {
+        let mut raw = RawConfig::default();
+        raw.proxy.max_fails = 0;
+        raw.proxy.fail_timeout = 0.0;
+        raw.proxy.health = Some("health".into());
+        raw.proxy.health_interval = f64::NAN;
+        raw.proxy.connect_timeout = -1.0;
+        raw.proxy.first_byte_timeout = f64::INFINITY;
+        raw.proxy.idle_timeout = 0.0;
+        raw.proxy.balance = "random".into();
+        assert_eq!(
+            fields(&raw),
+            [
+                "proxy.max_fails",
+                "proxy.fail_timeout",
+                "proxy.health_interval",
+                "proxy.health",
+                "proxy.balance",
+                "proxy.connect_timeout",
+                "proxy.first_byte_timeout",
+                "proxy.idle_timeout",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_settings_round_trip_through_the_written_form() {
+        let mut raw = RawConfig::default();
+        raw.proxy.max_fails = 4;
+        raw.proxy.fail_timeout = 2.5;
+        raw.proxy.health = Some("/up?full=1".into());
+        raw.proxy.health_interval = 0.5;
+        raw.proxy.first_byte_timeout = 1.25;
+        raw.proxy.upstream_host = true;
+        raw.proxy.balance = "least-inflight".into();
+        let valid = raw.validate().expect("valid");
+        assert_eq!(valid.as_written().proxy, raw.proxy);
+        let s = valid.proxy().settings();
+        assert_eq!(
+            s.health.probe_interval,
+            Some(core::time::Duration::from_millis(500))
+        );
+        assert_eq!(s.probe_within(), core::time::Duration::from_millis(500));
     }
 }

@@ -94,13 +94,25 @@ impl ValidConfig {
             // The features are kept as they were written.
             features: self.features().clone(),
             listen: self.listen(),
-            proxy: super::RawProxy {
-                routes: self
-                    .proxy()
-                    .routes()
-                    .iter()
-                    .map(|r| r.given.clone())
-                    .collect(),
+            proxy: {
+                let p = self.proxy().settings();
+                super::RawProxy {
+                    routes: self
+                        .proxy()
+                        .routes()
+                        .iter()
+                        .map(|r| r.given.clone())
+                        .collect(),
+                    max_fails: count(p.health.max_fails),
+                    fail_timeout: secs(p.health.fail_timeout),
+                    health: p.probe_path.clone(),
+                    health_interval: secs(p.health_interval),
+                    connect_timeout: secs(p.connect_timeout),
+                    first_byte_timeout: secs(p.first_byte_timeout),
+                    idle_timeout: secs(p.idle_timeout),
+                    upstream_host: p.upstream_host,
+                    balance: p.balance.name().to_owned(),
+                }
             },
             tftp: RawTftp {
                 max_transfers: count(t.max_transfers()),
@@ -217,6 +229,16 @@ mod tests {
         raw.tftp.timeout = 3.0;
         raw.listen.port = Some(8123);
         raw.proxy.routes = vec!["/api=http://127.0.0.1:9000".into()];
+        let x = &mut raw.proxy;
+        x.max_fails = 3;
+        x.fail_timeout = 7.5;
+        x.health = Some("/healthz".into());
+        x.health_interval = 2.5;
+        x.connect_timeout = 1.5;
+        x.first_byte_timeout = 9.0;
+        x.idle_timeout = 11.0;
+        x.upstream_host = true;
+        x.balance = "least-inflight".into();
         raw
     }
 

@@ -39,12 +39,26 @@ impl GenerationRoutes {
 }
 
 impl Parent {
-    /// Judge the reverse proxy's upstreams, before the first event: the members are the
-    /// upstreams the generations' routes name, from now on.
-    pub fn watch_upstreams(&mut self, health: UpstreamHealth) {
-        self.upstreams = Some(health);
+    /// Judge the reverse proxy's upstreams, before the first event, under the
+    /// configuration's health policy: the members are the upstreams the generations'
+    /// routes name, from now on.
+    pub fn watch_upstreams(&mut self) {
+        let policy = self.supervisor.config().proxy().settings().health;
+        self.upstreams = Some(UpstreamHealth::new(policy));
         self.follow_generations();
         self.settle();
+    }
+
+    /// A reload committed: the judge takes the committed configuration's policy
+    /// (decision 0118), keeping its verdicts.
+    pub(super) fn health_policy_committed(&mut self) {
+        let now = self.last_step.unwrap_or(Instant::ZERO);
+        let policy = self.supervisor.config().proxy().settings().health;
+        if let Some(health) = &mut self.upstreams
+            && health.policy() != policy
+        {
+            health.set_policy(now, policy);
+        }
     }
 
     pub fn upstream_health(&self) -> Option<&UpstreamHealth> {
@@ -143,9 +157,19 @@ impl Parent {
         let Some(health) = &mut self.upstreams else {
             return;
         };
+        let settings = self.supervisor.config().proxy().settings();
+        let path = settings
+            .probe_path
+            .clone()
+            .unwrap_or_else(|| "/".to_owned());
+        let within = settings.probe_within();
         for (upstream, url) in health.take_probes() {
-            self.actions
-                .push_back(ParentAction::ProbeUpstream { upstream, url });
+            self.actions.push_back(ParentAction::ProbeUpstream {
+                upstream,
+                url,
+                path: path.clone(),
+                within,
+            });
         }
         if health.take_changed() {
             let workers: Vec<WorkerId> = self.supervisor.connected_workers().collect();

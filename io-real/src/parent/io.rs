@@ -685,9 +685,20 @@ impl ParentIo for RealIo {
                 return;
             }
             ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(reload),
-            ParentAction::ProbeUpstream { upstream, url } => {
+            ParentAction::ProbeUpstream {
+                upstream,
+                url,
+                path,
+                within,
+            } => {
+                let probe = super::upstream_probe::Probe {
+                    upstream,
+                    url: &url,
+                    path: &path,
+                    within,
+                };
                 match &self.prober {
-                    Some(prober) => prober.probe(&self.rt, self.poll.sender(), upstream, &url),
+                    Some(prober) => prober.probe(&self.rt, self.poll.sender(), probe),
                     None => tracing::warn!(upstream = %url, "a probe asked for with no prober"),
                 }
                 return;

@@ -590,8 +590,7 @@ fn serve(
         let material = tls_material::start(identity, clock.now());
         parent.start_tls(material.map_err(ParentError::TlsMaterial)?);
     }
-    let prober =
-        upstream_probe::start(&mut parent, &args.proxy, clock.now()).map_err(ParentError::Proxy)?;
+    let prober = Some(upstream_probe::start(&mut parent, &args.proxy).map_err(ParentError::Proxy)?);
     let journal = journal.map(|(journal, loaded)| {
         let report = parent.restore_dav_locks(clock.now(), loaded.take());
         if report.over_table_limit + report.timeout_capped + report.skipped > 0 {

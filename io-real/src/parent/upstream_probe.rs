@@ -1,23 +1,19 @@
 //! The reverse proxy's upstream health as the real parent carries it out: the core
 //! judges ([`servery_core::upstream_health`]) and names the upstreams (the routes of the
-//! live generations, decision 0108); this starts it and sends the probes it asks for
-//! (`--proxy-health`) from the host runtime, to the URL each probe names.
+//! live generations, decision 0108) and picks the policy (the committed configuration's,
+//! decision 0118); this starts it and sends the probes it asks for from the host runtime,
+//! to the URL, on the path and within the bound each probe names.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use servery_core::Instant;
 use servery_core::parent::Parent;
 use servery_core::supervisor::Event;
-use servery_core::upstream_health::UpstreamHealth;
 use tokio::runtime::Handle;
 
 use super::io::{Inbound, InboundTx};
 use crate::proxy::{Proxy, ProxyArgs};
-
-/// The longest a probe may take, whatever the interval (a probe answered later failed).
-const PROBE_BOUND: Duration = Duration::from_secs(5);
 
 /// What sends the probes.
 #[derive(Debug)]
@@ -27,33 +23,28 @@ pub(super) struct Prober {
     /// One client per URL probed, kept so its pooled connection serves the next probe
     /// (as many as the URLs the routes ever named: a handful).
     clients: Mutex<HashMap<String, Arc<Proxy>>>,
-    path: String,
-    within: Duration,
 }
 
-/// Hand the core the upstreams to judge, before the first event; the prober when the
-/// settings ask for probes.
-pub(super) fn start(
-    parent: &mut Parent,
-    args: &ProxyArgs,
-    now: Instant,
-) -> Result<Option<Prober>, String> {
-    let _ = now;
-    let Some(policy) = args.health_policy() else {
-        return Ok(None);
-    };
-    parent.watch_upstreams(UpstreamHealth::new(policy));
-    let (Some(path), Some(interval)) = (&args.proxy_health, policy.probe_interval) else {
-        return Ok(None);
-    };
-    // The settings build a client (the CA is read here, so a bad one fails at start).
-    probe_client(args, "http://localhost")?;
-    Ok(Some(Prober {
+/// Hand the core the upstreams to judge, before the first event, and the prober that
+/// sends the probes it asks for (a reload may turn probes on).
+pub(super) fn start(parent: &mut Parent, args: &ProxyArgs) -> Result<Prober, String> {
+    parent.watch_upstreams();
+    if args.proxy_health.is_some() {
+        // The settings build a client (the CA is read here, so a bad one fails at start).
+        probe_client(args, "http://localhost")?;
+    }
+    Ok(Prober {
         args: args.clone(),
         clients: Mutex::new(HashMap::new()),
-        path: path.clone(),
-        within: interval.min(PROBE_BOUND),
-    }))
+    })
+}
+
+/// One probe the core asked for: the table's id, the URL, the path, the bound.
+pub(super) struct Probe<'a> {
+    pub upstream: u32,
+    pub url: &'a str,
+    pub path: &'a str,
+    pub within: Duration,
 }
 
 /// A client of one route to `url` under the proxy's settings.
@@ -68,7 +59,13 @@ fn probe_client(args: &ProxyArgs, url: &str) -> Result<Proxy, String> {
 impl Prober {
     /// Probe the upstream at `url` (the health table's `upstream`) on the host runtime;
     /// the result comes back as an event.
-    pub(super) fn probe(&self, rt: &Handle, tx: InboundTx, upstream: u32, url: &str) {
+    pub(super) fn probe(&self, rt: &Handle, tx: InboundTx, probe: Probe<'_>) {
+        let Probe {
+            upstream,
+            url,
+            path,
+            within,
+        } = probe;
         let client = {
             let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
             match clients.get(url) {
@@ -86,8 +83,7 @@ impl Prober {
                 },
             }
         };
-        let path = self.path.clone();
-        let within = self.within;
+        let path = path.to_owned();
         let url = url.to_owned();
         rt.spawn(async move {
             let ok = match client {

@@ -1,9 +1,10 @@
 //! `--proxy` and the settings of the reverse proxy. The routes and `--proxy-max-inflight`
 //! are reloadable (decision 0108): each generation's workers serve the routes of their
 //! configuration, and the parent's health table follows the upstreams the live
-//! generations name. The rest is fixed while servery runs: the health policy is the
-//! parent's judge (read once), and the clients' settings (CA, timeouts, host, balance)
-//! are kept alike across generations so that a reload changes where requests go, not how.
+//! generations name. The health policy and the clients' timeouts, `Host` and balance are
+//! reloadable too (decision 0118): core settings (`proxy.*`), so the parent's judge takes
+//! the committed policy and each generation's workers their own clients' settings. The
+//! CA and `--trust-proxy` stay fixed while servery runs.
 
 use std::net::IpAddr;
 
@@ -69,18 +70,19 @@ pub struct ProxyArgs {
     /// `unix:` route) as `Host` instead of the client's, as nginx does by default: for an
     /// upstream that answers only to its own name. The client's host is still passed on
     /// in `X-Forwarded-Host` and `Forwarded`.
-    #[arg(long, env = "SERVERY_PROXY_UPSTREAM_HOST")]
+    #[arg(long, env = "SERVERY_PROXY_UPSTREAM_HOST", group = crate::settings::LIVE)]
     pub proxy_upstream_host: bool,
-    /// Seconds to wait for a connection to an upstream (then 504).
-    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_CONNECT_TIMEOUT", default_value_t = DEFAULT_CONNECT_TIMEOUT)]
+    /// Seconds to wait for a connection to an upstream (then 504). A reload may change the
+    /// timeouts, `Host` and balance: the new generation's workers use the new values.
+    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_CONNECT_TIMEOUT", default_value_t = DEFAULT_CONNECT_TIMEOUT, group = crate::settings::LIVE)]
     pub proxy_connect_timeout: f64,
     /// Seconds to wait for the upstream's response head once the request is sent, or
     /// since the request body last moved (then 504).
-    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_FIRST_BYTE_TIMEOUT", default_value_t = DEFAULT_FIRST_BYTE_TIMEOUT)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_FIRST_BYTE_TIMEOUT", default_value_t = DEFAULT_FIRST_BYTE_TIMEOUT, group = crate::settings::LIVE)]
     pub proxy_first_byte_timeout: f64,
     /// Seconds an upstream may stay silent in the middle of its response body before the
     /// response is cut off.
-    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_IDLE_TIMEOUT", default_value_t = DEFAULT_IDLE_TIMEOUT)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_IDLE_TIMEOUT", default_value_t = DEFAULT_IDLE_TIMEOUT, group = crate::settings::LIVE)]
     pub proxy_idle_timeout: f64,
     /// Upstream requests in flight at once across all workers (0: no bound). Workers take
     /// grants from the parent's broker (in small blocks under a large bound); a request
@@ -89,26 +91,28 @@ pub struct ProxyArgs {
     pub proxy_max_inflight: i64,
     /// Failures in a row, seen by any worker (refused, unreachable, timed out, broken
     /// before the response head) or by `--proxy-health` probes, that mark an upstream
-    /// down for every worker; a prefix given several URLs sends to those not down.
-    #[arg(long, value_name = "N", env = "SERVERY_PROXY_MAX_FAILS", default_value_t = DEFAULT_MAX_FAILS)]
+    /// down for every worker; a prefix given several URLs sends to those not down. A
+    /// reload may change the health settings: the verdicts given are kept and take the
+    /// new terms from the commit (docs/proxy.md).
+    #[arg(long, value_name = "N", env = "SERVERY_PROXY_MAX_FAILS", default_value_t = DEFAULT_MAX_FAILS, group = crate::settings::LIVE)]
     pub proxy_max_fails: u32,
     /// Seconds an upstream marked down stays down before it is tried again (without
     /// `--proxy-health`; with it, until a probe passes).
-    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_FAIL_TIMEOUT", default_value_t = DEFAULT_FAIL_TIMEOUT)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_FAIL_TIMEOUT", default_value_t = DEFAULT_FAIL_TIMEOUT, group = crate::settings::LIVE)]
     pub proxy_fail_timeout: f64,
     /// Probe every upstream with `GET PATH` from the parent: an answer 2xx or 3xx within
     /// the interval (at most 5 s) passes, anything else fails. A down upstream comes back
     /// only when a probe passes.
-    #[arg(long, value_name = "PATH", env = "SERVERY_PROXY_HEALTH")]
+    #[arg(long, value_name = "PATH", env = "SERVERY_PROXY_HEALTH", group = crate::settings::LIVE)]
     pub proxy_health: Option<String>,
     /// How a prefix's requests are spread over its upstreams: `round-robin` (each in
     /// turn, the default) or `least-inflight` (the one with the fewest requests this
     /// worker has in flight to it, ties in turn). Upstreams marked down are skipped
     /// either way.
-    #[arg(long, value_name = "POLICY", env = "SERVERY_PROXY_BALANCE", default_value = DEFAULT_BALANCE)]
+    #[arg(long, value_name = "POLICY", env = "SERVERY_PROXY_BALANCE", default_value = DEFAULT_BALANCE, group = crate::settings::LIVE)]
     pub proxy_balance: String,
     /// Seconds between probes of each upstream (`--proxy-health`).
-    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_HEALTH_INTERVAL", default_value_t = DEFAULT_HEALTH_INTERVAL)]
+    #[arg(long, value_name = "SECS", env = "SERVERY_PROXY_HEALTH_INTERVAL", default_value_t = DEFAULT_HEALTH_INTERVAL, group = crate::settings::LIVE)]
     pub proxy_health_interval: f64,
 }
 
@@ -183,26 +187,25 @@ impl ProxyArgs {
     pub fn balance(&self) -> Balance {
         Balance::parse(&self.proxy_balance).unwrap_or_default()
     }
+}
 
-    /// How the parent judges the upstreams (`None` for settings [`ProxyArgs::check`]
-    /// refuses). Given even with no route at start: a reload may add some, and the table's
-    /// members follow the generations' routes (decision 0108).
-    pub fn health_policy(&self) -> Option<servery_core::upstream_health::HealthPolicy> {
-        let secs = |s: f64| std::time::Duration::try_from_secs_f64(s).ok();
-        Some(servery_core::upstream_health::HealthPolicy {
-            max_fails: self.proxy_max_fails,
-            fail_timeout: secs(self.proxy_fail_timeout)?,
-            probe_interval: match &self.proxy_health {
-                Some(_) => Some(secs(self.proxy_health_interval)?),
-                None => None,
-            },
-        })
-    }
+/// A count as the core's configuration writes it.
+fn count_as_written(n: u32) -> i64 {
+    i64::from(n)
 }
 
 crate::knobs::core_fields! {
     impl ProxyArgs {
         proxy => proxy.routes cloned;
         proxy_max_inflight => broker.max_proxy_inflight;
+        proxy_max_fails => proxy.max_fails via count_as_written;
+        proxy_fail_timeout => proxy.fail_timeout;
+        proxy_health => proxy.health cloned;
+        proxy_health_interval => proxy.health_interval;
+        proxy_connect_timeout => proxy.connect_timeout;
+        proxy_first_byte_timeout => proxy.first_byte_timeout;
+        proxy_idle_timeout => proxy.idle_timeout;
+        proxy_upstream_host => proxy.upstream_host;
+        proxy_balance => proxy.balance cloned;
     }
 }

@@ -162,6 +162,7 @@ impl Routes {
     pub fn parse(values: &[String]) -> Result<Routes, Vec<RouteError>> {
         let validated = RawProxy {
             routes: values.to_vec(),
+            ..RawProxy::default()
         }
         .validated()
         .map_err(|rules| {

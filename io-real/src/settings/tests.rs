@@ -223,6 +223,10 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
     let mut raw = started.cli.serve.raw_config();
     raw.budgets.max_connections = 7;
     raw.recovery.drain_timeout = 3.5;
+    // The proxy's clients' settings and health policy are reloadable (decision 0118).
+    raw.proxy.first_byte_timeout = 0.5;
+    raw.proxy.max_fails = 3;
+    raw.proxy.balance = "least-inflight".into();
     let generation = raw.validate().expect("valid");
     let committed = crate::parent::config_json(&generation);
     let worker = LiveFields::of_table()
@@ -230,6 +234,15 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
         .expect("the worker's settings");
     assert_eq!(worker.budgets.max_connections, 7);
     assert_eq!(worker.recovery.drain_timeout, 3.5);
+    assert_eq!(
+        (
+            worker.proxy.proxy_first_byte_timeout,
+            worker.proxy.proxy_max_fails,
+            worker.proxy.proxy_balance.as_str()
+        ),
+        (0.5, 3, "least-inflight"),
+        "a generation's workers get its proxy settings"
+    );
     assert!(worker.site.cors);
     assert_eq!(worker.site.cache, Some(60));
     let got = as_map(&worker).expect("a map");

@@ -19,6 +19,10 @@
 //!   upstream is down only if that upstream (by its URL, whatever index it has in the
 //!   worker's generation) was seen failing since it last entered the parent's table — a
 //!   removed upstream's verdict never reaches a later generation under another's index;
+//! - **policy rule** (decision 0118): once a reload commits, the parent judges by the
+//!   committed configuration's health policy; without probes no upstream stays down
+//!   past its fail timeout, counted from its marking or from the commit that changed
+//!   the policy, whichever is later;
 //! - **admission rule**: upstream requests in flight from live workers never exceed
 //!   `--proxy-max-inflight`; a worker killed holding grants loses them (after its death
 //!   the service reaches the bound again);
@@ -58,6 +62,8 @@ pub struct ProxyPlan {
     /// routes ([`proxy_routes`]), which a reload may change.
     pub upstreams: u16,
     pub balance: Balance,
+    /// The health policy the run starts with. The parent judges by the configuration's
+    /// (`proxy.max_fails`, ...), which [`judged_by`] writes from this.
     pub policy: HealthPolicy,
     /// Proxied requests per second (Poisson), from `start` until `until`.
     pub rate: f64,
@@ -127,6 +133,17 @@ pub fn proxy_routes(targets: impl IntoIterator<Item = u16>) -> Vec<String> {
         .collect()
 }
 
+/// The configuration's health policy becomes `policy` (probes on `/health` when it
+/// probes).
+pub fn judged_by(proxy: &mut servery_core::config::RawProxy, policy: &HealthPolicy) {
+    proxy.max_fails = i64::from(policy.max_fails);
+    proxy.fail_timeout = policy.fail_timeout.as_secs_f64();
+    proxy.health = policy.probe_interval.map(|_| "/health".to_owned());
+    if let Some(interval) = policy.probe_interval {
+        proxy.health_interval = interval.as_secs_f64();
+    }
+}
+
 /// The simulated upstream a URL names.
 pub(crate) fn target_of(url: &str) -> Option<u16> {
     url.strip_prefix("http://up")?.parse().ok()
@@ -164,6 +181,11 @@ pub(crate) struct ProxySim {
     /// Each committed generation's upstreams, as its configuration's routes name them.
     generation_targets: BTreeMap<u64, BTreeSet<u16>>,
     verdict_since: Instant,
+    /// The committed configuration's health policy, and since when (the policy rule).
+    policy: Option<HealthPolicy>,
+    policy_since: Instant,
+    /// When each simulated upstream in the parent's verdict was marked down.
+    down_since: BTreeMap<u16, Instant>,
     /// When each worker was first seen connected.
     connected_since: BTreeMap<WorkerId, Instant>,
     /// Upstream requests in flight from live workers, by (worker, connection).
@@ -189,6 +211,9 @@ impl ProxySim {
             failed_since_entered: BTreeSet::new(),
             generation_targets: BTreeMap::new(),
             verdict_since: Instant::ZERO,
+            policy: None,
+            policy_since: Instant::ZERO,
+            down_since: BTreeMap::new(),
             connected_since: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             scripts: BTreeMap::new(),
@@ -241,8 +266,8 @@ impl SimWorld {
 
     /// The parent's health judge, given the plan's upstreams before the first event (as
     /// the real parent's driver starts it from the routes).
-    pub(crate) fn proxy_health(&self) -> Option<HealthPolicy> {
-        self.proxy.as_ref().map(|p| p.plan.policy)
+    pub(crate) fn judges_upstreams(&self) -> bool {
+        self.proxy.is_some()
     }
 
     pub(crate) fn breach(&mut self, rule: &'static str, what: String) {
@@ -410,6 +435,46 @@ impl SimWorld {
                 .coverage
                 .insert(crate::labels::UPSTREAM_LEFT_THE_TABLE);
         }
+        // The policy rule: the judge holds the committed configuration's policy once the
+        // step that committed it ends, and without probes no upstream stays down past
+        // its fail timeout (from its marking, or from the commit that changed the policy).
+        let committed_policy = sup.config().proxy().settings().health;
+        let mut policy_breaches = Vec::new();
+        let mut policy_changed = false;
+        if sim.policy != Some(committed_policy) {
+            if sim.policy.is_some() {
+                sim.policy_since = now;
+                policy_changed = true;
+            }
+            sim.policy = Some(committed_policy);
+        }
+        if let Some(judged) = health.map(|h| h.policy())
+            && judged != committed_policy
+        {
+            policy_breaches.push(format!(
+                "the parent judges by {judged:?}, not the committed generation {}'s {committed_policy:?}",
+                sup.generation().0
+            ));
+        }
+        sim.down_since.retain(|t, _| verdict.contains(t));
+        for &t in &verdict {
+            sim.down_since.entry(t).or_insert(now);
+        }
+        if committed_policy.probe_interval.is_none() {
+            for (&t, &since) in &sim.down_since {
+                let due = since.max(sim.policy_since) + committed_policy.fail_timeout + SETTLE;
+                if now > due {
+                    policy_breaches.push(format!(
+                        "{} is still down at {} ms: marked at {} ms, policy committed at {} ms, fail timeout {:?}",
+                        upstream_url(t),
+                        ms_of(now),
+                        ms_of(since),
+                        ms_of(sim.policy_since),
+                        committed_policy.fail_timeout
+                    ));
+                }
+            }
+        }
         if verdict != sim.verdict {
             sim.verdict = verdict;
             sim.verdict_since = now;
@@ -501,6 +566,17 @@ impl SimWorld {
         for what in lost {
             self.breach(
                 "health rule (every worker holds the parent's verdict)",
+                what,
+            );
+        }
+        if policy_changed {
+            self.out
+                .coverage
+                .insert(crate::labels::UPSTREAM_POLICY_RELOADED);
+        }
+        for what in policy_breaches {
+            self.breach(
+                "policy rule (the parent judges by the committed generation's health policy)",
                 what,
             );
         }

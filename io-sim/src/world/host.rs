@@ -123,7 +123,7 @@ impl ParentIo for SimWorld {
             }
             ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(now, reload),
             // Answered by the simulated upstream; without a proxy plan, the core's mistake.
-            ParentAction::ProbeUpstream { upstream, url } => {
+            ParentAction::ProbeUpstream { upstream, url, .. } => {
                 return self.probe_upstream(upstream, &url);
             }
             // The randomness a ticket key is minted from: the simulated host's own.

@@ -17,6 +17,16 @@ fn policy(fail_timeout_secs: u64, probe_interval: Option<Duration>) -> HealthPol
     }
 }
 
+/// The configuration's health policy is `policy` (probing `/health` when it probes).
+fn judged(raw: &mut RawConfig, policy: HealthPolicy) {
+    raw.proxy.max_fails = i64::from(policy.max_fails);
+    raw.proxy.fail_timeout = policy.fail_timeout.as_secs_f64();
+    raw.proxy.health = policy.probe_interval.map(|_| "/health".to_owned());
+    if let Some(interval) = policy.probe_interval {
+        raw.proxy.health_interval = interval.as_secs_f64();
+    }
+}
+
 fn health_sent(acts: &[ParentAction]) -> Vec<(WorkerId, Vec<u16>)> {
     acts.iter()
         .filter_map(|a| match a {
@@ -47,8 +57,9 @@ fn health_rule_a_workers_failure_reaches_every_worker_and_the_report_is_answered
     let (mut p, w) = started(|r| {
         r.workers = 1;
         routes(r, &["http://a", "http://b"]);
+        judged(r, policy(10, None));
     });
-    p.watch_upstreams(UpstreamHealth::new(policy(10, None)));
+    p.watch_upstreams();
     report(&mut p, w, Instant::ZERO, 1, false);
     let acts = actions(&mut p);
     assert_eq!(
@@ -79,8 +90,9 @@ fn health_rule_a_new_worker_hears_the_down_set_right_after_its_hello() {
     let (mut p, w) = started(|r| {
         r.workers = 1;
         routes(r, &["http://a"]);
+        judged(r, policy(60, None));
     });
-    p.watch_upstreams(UpstreamHealth::new(policy(60, None)));
+    p.watch_upstreams();
     report(&mut p, w, Instant::ZERO, 0, false);
     actions(&mut p);
     // The worker crashes; its replacement is spawned after the backoff.
@@ -124,15 +136,13 @@ fn health_rule_probes_are_the_parents_and_their_verdicts_reach_the_workers() {
     let (mut p, w) = started(|r| {
         r.workers = 1;
         routes(r, &["http://a"]);
+        judged(r, policy(10, Some(Duration::from_secs(2))));
     });
-    p.watch_upstreams(UpstreamHealth::new(policy(
-        10,
-        Some(Duration::from_secs(2)),
-    )));
+    p.watch_upstreams();
     let acts = run_until(&mut p, Instant::ZERO);
     assert!(
         acts.iter().any(
-            |a| matches!(a, ParentAction::ProbeUpstream { upstream: 0, url } if url == "http://a")
+            |a| matches!(a, ParentAction::ProbeUpstream { upstream: 0, url, path, within } if url == "http://a" && path == "/health" && *within == Duration::from_secs(2))
         ),
         "the first probe goes out at the start: {acts:?}"
     );
@@ -166,11 +176,14 @@ fn message(p: &mut Parent, worker: WorkerId, message: WorkerMessage) -> Vec<Pare
 
 /// Reload to `urls`; the candidate (worker 2) becomes ready and is committed.
 fn reload_to(p: &mut Parent, urls: &[&str]) -> WorkerId {
-    let mut next = RawConfig {
-        workers: 1,
-        ..RawConfig::default()
-    };
-    routes(&mut next, urls);
+    reload_with(p, |next| routes(next, urls))
+}
+
+/// Reload to the committed configuration changed by `change` (one worker), and commit.
+fn reload_with(p: &mut Parent, change: impl FnOnce(&mut RawConfig)) -> WorkerId {
+    let mut next = p.supervisor().config().as_written();
+    next.workers = 1;
+    change(&mut next);
     p.handle(
         Instant::ZERO,
         Event::Command(Command::Reload {
@@ -195,8 +208,9 @@ fn membership_rule_each_generation_hears_the_verdict_in_its_own_numbering() {
     let (mut p, old) = started(|r| {
         r.workers = 1;
         routes(r, &["http://a", "http://b"]);
+        judged(r, policy(60, None));
     });
-    p.watch_upstreams(UpstreamHealth::new(policy(60, None)));
+    p.watch_upstreams();
     // b (index 1 of generation 1) is down before the reload.
     report(&mut p, old, Instant::ZERO, 1, false);
     actions(&mut p);
@@ -243,8 +257,9 @@ fn membership_rule_a_removed_upstream_that_comes_back_starts_up() {
     let (mut p, old) = started(|r| {
         r.workers = 1;
         routes(r, &["http://a", "http://b"]);
+        judged(r, policy(600, None));
     });
-    p.watch_upstreams(UpstreamHealth::new(policy(600, None)));
+    p.watch_upstreams();
     report(&mut p, old, Instant::ZERO, 0, false);
     actions(&mut p);
     let new = reload_to(&mut p, &["http://b"]);
@@ -268,5 +283,76 @@ fn membership_rule_a_removed_upstream_that_comes_back_starts_up() {
     assert!(
         told.iter().all(|(w, down)| *w != new || down.is_empty()),
         "membership rule: a's verdict never reaches the generation that dropped it: {told:?}"
+    );
+}
+
+#[test]
+fn policy_rule_the_judge_takes_the_committed_policy_and_keeps_its_verdicts() {
+    let (mut p, old) = started(|r| {
+        r.workers = 1;
+        routes(r, &["http://a", "http://b"]);
+        judged(r, policy(600, None));
+    });
+    p.watch_upstreams();
+    report(&mut p, old, Instant::ZERO, 1, false);
+    actions(&mut p);
+    let new = reload_with(&mut p, |next| {
+        judged(
+            next,
+            HealthPolicy {
+                max_fails: 3,
+                ..policy(5, None)
+            },
+        );
+    });
+    let judge = p.upstream_health().expect("judged");
+    assert_eq!(
+        (judge.policy().max_fails, judge.policy().fail_timeout),
+        (3, Duration::from_secs(5)),
+        "policy rule: the judge takes the committed configuration's policy"
+    );
+    assert_eq!(
+        judge.down_urls(),
+        ["http://b"],
+        "policy rule: a reload keeps the verdicts given"
+    );
+    assert_eq!(
+        judge.poll_timeout(),
+        Some(Instant::ZERO + Duration::from_secs(5)),
+        "policy rule: the new fail timeout counts from when b was marked down"
+    );
+    // Two failures of a under max_fails 3 mark nothing; the third does.
+    report(&mut p, new, Instant::ZERO, 0, false);
+    report(&mut p, new, Instant::ZERO, 0, false);
+    assert!(!p.upstream_health().expect("judged").is_down_url("http://a"));
+    report(&mut p, new, Instant::ZERO, 0, false);
+    assert!(
+        p.upstream_health().expect("judged").is_down_url("http://a"),
+        "policy rule: the third failure in a row meets the new max_fails"
+    );
+}
+
+#[test]
+fn policy_rule_probes_turned_on_by_a_reload_go_out_with_the_new_path() {
+    let (mut p, _old) = started(|r| {
+        r.workers = 1;
+        routes(r, &["http://a"]);
+        judged(r, policy(10, None));
+    });
+    p.watch_upstreams();
+    actions(&mut p);
+    reload_with(&mut p, |next| {
+        next.proxy.health = Some("/ready".to_owned());
+        next.proxy.health_interval = 1.0;
+    });
+    p.handle_timeout(Instant::ZERO);
+    let acts = actions(&mut p);
+    assert!(
+        acts.iter().any(|a| matches!(
+            a,
+            ParentAction::ProbeUpstream { url, path, within, .. }
+                if url == "http://a" && path == "/ready" && *within == Duration::from_secs(1)
+        )),
+        "policy rule: probes turned on by a reload go out at once, on the committed path: {acts:?}"
     );
 }
