@@ -28,7 +28,7 @@ use crate::app::pool::Pool;
 use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
 use crate::http::body::{self, Body};
-use outbox::{Outbox, Refused};
+use outbox::{Outbox, Sent};
 
 mod outbox;
 
@@ -491,17 +491,17 @@ impl Outlet {
     /// client has gone.
     fn queue(&self, py: Python<'_>, event: Out) -> bool {
         let sent = match self.out.try_send(event) {
-            Err(Refused::Full(event)) => py.detach(|| self.out.send_waiting(event)),
+            Sent::Full(event) => py.detach(|| self.out.send_waiting(event)),
             other => other,
         };
         match sent {
-            Ok(reader) => {
+            Sent::Queued(reader) => {
                 if let Some(reader) = reader {
                     self.deliveries.wake(reader);
                 }
                 true
             }
-            Err(_) => false,
+            Sent::Full(_) | Sent::Closed => false,
         }
     }
 }

@@ -64,8 +64,10 @@ impl Ring {
     }
 }
 
-/// Why an event was not queued.
-pub(super) enum Refused {
+/// What became of an event offered to the queue.
+pub(super) enum Sent {
+    /// Queued: the reader to wake, if it waits.
+    Queued(Option<Waker>),
     /// [`RESPONSE_QUEUE`] events wait already: the event, to offer again.
     Full(Out),
     /// Nobody reads (or the call already ended): the event is dropped.
@@ -79,30 +81,29 @@ impl Outbox {
 
     /// Queues `event` while fewer than [`RESPONSE_QUEUE`] wait: the reader to wake, if it
     /// waits.
-    pub(super) fn try_send(&self, event: Out) -> Result<Option<Waker>, Refused> {
+    pub(super) fn try_send(&self, event: Out) -> Sent {
         let mut state = self.lock();
         if state.closed || state.ended {
-            return Err(Refused::Closed);
+            return Sent::Closed;
         }
         if state.events.is_full() {
-            return Err(Refused::Full(event));
+            return Sent::Full(event);
         }
         state.events.push(event);
-        Ok(state.reader.take())
+        Sent::Queued(state.reader.take())
     }
 
-    /// Queues `event`, waiting (blocking the thread) for room: the reader to wake, if it
-    /// waits; `None` when nobody reads any more.
-    pub(super) fn send_waiting(&self, event: Out) -> Result<Option<Waker>, Refused> {
+    /// Queues `event`, waiting (blocking the thread) for room: never [`Sent::Full`].
+    pub(super) fn send_waiting(&self, event: Out) -> Sent {
         let mut state = self.lock();
         loop {
             if state.closed || state.ended {
-                return Err(Refused::Closed);
+                return Sent::Closed;
             }
             if !state.events.is_full() {
                 state.events.push(event);
                 state.writer_waits = false;
-                return Ok(state.reader.take());
+                return Sent::Queued(state.reader.take());
             }
             state.writer_waits = true;
             state = self
@@ -210,13 +211,13 @@ mod tests {
         for round in 0..3u8 {
             for n in 0..RESPONSE_QUEUE as u8 {
                 match outbox.try_send(chunk(round * 10 + n)) {
-                    Ok(Some(reader)) => reader.wake(),
-                    Ok(None) => {}
-                    Err(_) => panic!("no room for event {n}"),
+                    Sent::Queued(Some(reader)) => reader.wake(),
+                    Sent::Queued(None) => {}
+                    _ => panic!("no room for event {n}"),
                 }
             }
             match outbox.try_send(chunk(99)) {
-                Err(Refused::Full(event)) => assert_eq!(number(event), 99, "the event comes back"),
+                Sent::Full(event) => assert_eq!(number(event), 99, "the event comes back"),
                 _ => panic!(
                     "a response queue past {RESPONSE_QUEUE} events takes more: no back-pressure on the application's yield"
                 ),
@@ -236,10 +237,13 @@ mod tests {
             3,
             "the waiting reader is woken once per batch"
         );
-        assert!(outbox.try_send(chunk(7)).is_ok(), "room again once read");
+        assert!(
+            matches!(outbox.try_send(chunk(7)), Sent::Queued(_)),
+            "room again once read"
+        );
         let _ = outbox.end();
         assert!(
-            matches!(outbox.try_send(chunk(8)), Err(Refused::Closed)),
+            matches!(outbox.try_send(chunk(8)), Sent::Closed),
             "an event after the call ended is taken"
         );
         assert!(matches!(outbox.poll_recv(&mut cx), Poll::Ready(Some(_))));
@@ -254,11 +258,13 @@ mod tests {
         for reader_goes in [false, true] {
             let outbox = Arc::new(Outbox::default());
             for n in 0..RESPONSE_QUEUE as u8 {
-                assert!(outbox.try_send(chunk(n)).is_ok());
+                assert!(matches!(outbox.try_send(chunk(n)), Sent::Queued(_)));
             }
             let writer = {
                 let outbox = Arc::clone(&outbox);
-                std::thread::spawn(move || outbox.send_waiting(chunk(42)).is_ok())
+                std::thread::spawn(move || {
+                    matches!(outbox.send_waiting(chunk(42)), Sent::Queued(_))
+                })
             };
             // The writer must be asleep on the full queue before the reader acts.
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -296,18 +302,18 @@ mod tests {
     #[test]
     fn a_closed_outbox_drops_what_waits_and_refuses_more() {
         let outbox = Outbox::default();
-        assert!(outbox.try_send(chunk(1)).is_ok());
+        assert!(matches!(outbox.try_send(chunk(1)), Sent::Queued(_)));
         outbox.close();
         assert!(
             outbox.try_recv().is_none(),
             "events queued for a reader that has gone are kept (a file held open)"
         );
         assert!(
-            matches!(outbox.try_send(chunk(2)), Err(Refused::Closed)),
+            matches!(outbox.try_send(chunk(2)), Sent::Closed),
             "a send after the client went is taken: the application is never told"
         );
         assert!(
-            matches!(outbox.send_waiting(chunk(3)), Err(Refused::Closed)),
+            matches!(outbox.send_waiting(chunk(3)), Sent::Closed),
             "a waiting send after the client went is taken"
         );
     }
