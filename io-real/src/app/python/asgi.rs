@@ -32,9 +32,9 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 mod call;
-mod deliveries;
 mod outbox;
 
+use super::deliveries::{self, Deliveries};
 use super::describe;
 use super::environ::LastAddr;
 use super::websocket::Socket;
@@ -103,7 +103,7 @@ pub(super) struct Bridge {
     /// Strings the scopes repeat, used on the loop's thread only.
     pub(super) repeated: Repeated,
     /// The loop's wakes of the connections' tasks.
-    deliveries: deliveries::Deliveries,
+    deliveries: Arc<Deliveries>,
 }
 
 #[derive(Default)]
@@ -455,9 +455,9 @@ impl Asgi {
             wake,
             next: AtomicU64::new(1),
             repeated: Repeated::default(),
-            deliveries: deliveries::Deliveries::default(),
+            deliveries: Arc::default(),
         });
-        runtime.spawn(deliveries::dispatch(Arc::clone(&bridge)));
+        runtime.spawn(deliveries::dispatch(Arc::clone(&bridge.deliveries)));
         let (event_loop, lifespan_obj) = Python::attach(|py| -> Result<_, String> {
             let app = super::load_app(py, spec)?;
             let source = CString::new(SUPPORT_SOURCE).map_err(|e| e.to_string())?;

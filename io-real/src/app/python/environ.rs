@@ -17,6 +17,23 @@ use pyo3::types::{PyDict, PyString};
 
 use crate::app::Caller;
 
+/// The keys every request's environ has, in the order the template holds them (the
+/// worker's template has them without a value; [`RequestHead::environ`] sets each, except
+/// `wsgi.input`, which the call sets, and the remote address's two, which it removes when
+/// the request has no peer address).
+pub(super) const PER_REQUEST: [&str; 10] = [
+    "REQUEST_METHOD",
+    "PATH_INFO",
+    "QUERY_STRING",
+    "SERVER_PROTOCOL",
+    "SERVER_NAME",
+    "SERVER_PORT",
+    "wsgi.url_scheme",
+    "wsgi.input",
+    "REMOTE_ADDR",
+    "REMOTE_PORT",
+];
+
 /// What the environ is made of: the request's head as hyper parsed it, moved here rather
 /// than copied (no allocation per field on the async thread to be freed on the pool's).
 #[derive(Debug)]
@@ -44,7 +61,8 @@ impl RequestHead {
         percent_encoding::percent_decode_str(self.parts.uri.path()).into()
     }
 
-    /// The environ: the worker's constant keys, then this request's. The keys, and the
+    /// The environ: a copy of the worker's template (its constant keys, then this
+    /// request's without values), every per-request key then set. The keys, and the
     /// values that repeat from request to request, are strings made once per worker
     /// (interned, or kept from the last request), not once per request.
     pub(super) fn environ<'py>(
@@ -97,6 +115,10 @@ impl RequestHead {
                 repeated.remote_addr.get(py, peer.ip()),
             )?;
             environ.set_item(intern!(py, "REMOTE_PORT"), peer.port().to_string())?;
+        } else {
+            // The template's keys without a value: no address to give.
+            environ.del_item(intern!(py, "REMOTE_ADDR"))?;
+            environ.del_item(intern!(py, "REMOTE_PORT"))?;
         }
         if let Some(v) = parts.headers.get(header::CONTENT_TYPE) {
             environ.set_item(intern!(py, "CONTENT_TYPE"), text(v.as_bytes()))?;
@@ -385,5 +407,42 @@ mod tests {
         );
         assert_eq!(&*head.path_info(), b"/a b/c");
         assert_eq!(head.parts.uri.query(), Some("x=1&y=%2F"));
+    }
+
+    #[test]
+    fn every_key_of_the_template_gets_the_requests_value() {
+        Python::initialize();
+        Python::attach(|py| {
+            let template = PyDict::new(py);
+            for key in PER_REQUEST {
+                template
+                    .set_item(PyString::intern(py, key), py.None())
+                    .expect("key");
+            }
+            for peer in [Some("127.0.0.1:4000".parse().expect("address")), None] {
+                let head = RequestHead::of(parts(Some("h:8"), &[]), Caller { peer, tls: false });
+                let environ = head
+                    .environ(py, &template, &Repeated::default())
+                    .expect("environ");
+                for (key, value) in environ.iter() {
+                    let key: String = key.extract().expect("str key");
+                    if key != "wsgi.input" {
+                        assert!(
+                            value.is_instance_of::<PyString>(),
+                            "{key} kept the template's None: a per-request key not set"
+                        );
+                    }
+                }
+                assert_eq!(
+                    environ.contains("REMOTE_PORT").expect("lookup"),
+                    peer.is_some(),
+                    "REMOTE_PORT without a peer address (or missing with one)"
+                );
+                assert!(
+                    !environ.contains("REMOTE_ADDR").expect("lookup") || peer.is_some(),
+                    "REMOTE_ADDR without a peer address"
+                );
+            }
+        });
     }
 }

@@ -2,6 +2,7 @@
 //! the worker prepares, the liveness probe, and the WSGI calls ([`wsgi`]).
 
 mod asgi;
+mod deliveries;
 mod environ;
 mod websocket;
 mod wsgi;
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyCFunction, PyDict, PyList, PyModule, PyTuple};
+use pyo3::types::{PyCFunction, PyDict, PyList, PyModule, PyString, PyTuple};
 
 use super::pool::{Pool, Scopes};
 use super::{AppError, AppSpec};
@@ -151,7 +152,8 @@ fn support_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
     PyModule::from_code(py, &source, c"servery_wsgi.py", c"servery_wsgi")
 }
 
-/// The keys every request's environ starts with.
+/// The keys every request's environ starts with: the worker's constants, then the keys
+/// each request sets ([`environ::PER_REQUEST`]).
 fn base_environ<'py>(
     py: Python<'py>,
     spec: &AppSpec,
@@ -168,6 +170,12 @@ fn base_environ<'py>(
     let errors = support.getattr("Errors")?.call1((log,))?;
     environ.set_item("wsgi.errors", errors)?;
     environ.set_item("wsgi.file_wrapper", support.getattr("FileWrapper")?)?;
+    // Every request's own keys too, with no value yet: a request's copy then has room for
+    // them and for its headers, and setting one replaces a value instead of inserting a
+    // key into a dict that grows on the way.
+    for key in environ::PER_REQUEST {
+        environ.set_item(PyString::intern(py, key), py.None())?;
+    }
     Ok(environ)
 }
 

@@ -1,7 +1,7 @@
 //! One WSGI call per request, on the application's pool. The async side and the pool
-//! thread talk through two bounded channels, so back-pressure runs both ways: a client
+//! thread talk through two bounded queues, so back-pressure runs both ways: a client
 //! that sends slowly makes `wsgi.input.read()` wait (without the interpreter's lock), and
-//! one that reads slowly makes the application's next `yield` wait.
+//! one that reads slowly makes the application's next `yield` wait ([`outbox`]).
 
 use std::borrow::Cow;
 use std::io;
@@ -20,14 +20,17 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use tokio::runtime::Handle;
-use tokio::sync::mpsc;
 
+use super::deliveries::{self, Deliveries};
 use super::environ::RequestHead;
 use super::{Loaded, load, pool};
 use crate::app::pool::Pool;
 use crate::app::{AppError, AppSpec, Caller};
 use crate::clock::Clock;
 use crate::http::body::{self, Body};
+use outbox::{Outbox, Sent};
+
+mod outbox;
 
 /// Response events queued ahead of the client: enough to overlap the application's next
 /// chunk with the socket's write, few enough that a slow reader holds little memory.
@@ -57,6 +60,8 @@ pub(crate) struct Wsgi {
     runtime: Handle,
     alive: Arc<AtomicU64>,
     body_timeout: Duration,
+    /// The pool threads' wakes of the connections' tasks.
+    deliveries: Arc<Deliveries>,
 }
 
 impl std::fmt::Debug for Wsgi {
@@ -84,12 +89,15 @@ impl Wsgi {
     pub(crate) fn load(spec: &AppSpec, runtime: Handle, clock: Clock) -> Result<Wsgi, AppError> {
         let alive = Arc::new(AtomicU64::new(0));
         let loaded = load(spec, clock, &alive)?;
+        let deliveries = Arc::new(Deliveries::default());
+        runtime.spawn(deliveries::dispatch(Arc::clone(&deliveries)));
         Ok(Wsgi {
             loaded: Arc::new(loaded),
             pool: pool(spec),
             runtime,
             alive,
             body_timeout: spec.body_timeout,
+            deliveries,
         })
     }
 
@@ -112,13 +120,14 @@ impl Wsgi {
             body.map_err(|e| io::Error::other(e.to_string()))
                 .boxed_unsync()
         });
-        let (out, mut events) = mpsc::channel(RESPONSE_QUEUE);
+        let events = Reader(Arc::new(Outbox::default()));
         let call = Call {
             loaded: Arc::clone(&self.loaded),
             head,
             channel: Channel {
                 outlet: Outlet {
-                    out,
+                    out: Arc::clone(&events.0),
+                    deliveries: Arc::clone(&self.deliveries),
                     head_sent: AtomicBool::new(false),
                     finished: AtomicBool::new(false),
                 },
@@ -128,7 +137,7 @@ impl Wsgi {
             },
         };
         self.pool.run(move || call.run());
-        match events.recv().await {
+        match events.0.recv().await {
             Some(Out::Head(status, headers)) => {
                 response(status, headers, BoxedEvents::body(events))
             }
@@ -152,14 +161,24 @@ fn response(status: StatusCode, headers: HeaderMap, body: Body) -> Response<Body
     r
 }
 
+/// The reading end of a call's response queue: closed when dropped (the response ended,
+/// or its client went), which tells the application's next send that nobody reads.
+struct Reader(Arc<Outbox>);
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// The response body: the chunks the pool thread sends, until `End`.
 struct BoxedEvents {
-    events: mpsc::Receiver<Out>,
+    events: Reader,
     done: bool,
 }
 
 impl BoxedEvents {
-    fn body(events: mpsc::Receiver<Out>) -> Body {
+    fn body(events: Reader) -> Body {
         http_body_util::combinators::BoxBody::new(BoxedEvents {
             events,
             done: false,
@@ -178,7 +197,7 @@ impl hyper::body::Body for BoxedEvents {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.events.poll_recv(cx) {
+        match self.events.0.poll_recv(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Out::Chunk(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
             Poll::Ready(Some(Out::End)) => {
@@ -217,6 +236,12 @@ impl Call {
             head,
             channel,
         } = self;
+        // However the call ends (a panic of ours included), the task is told it did: with
+        // nothing sent, it answers 500.
+        let _end = EndGuard {
+            out: Arc::clone(&channel.outlet.out),
+            deliveries: Arc::clone(&channel.outlet.deliveries),
+        };
         Python::attach(|py| {
             let channel = match Py::new(py, channel) {
                 Ok(c) => c,
@@ -234,7 +259,8 @@ impl Call {
                 Err(e) => {
                     log_raised(py, &head, &e);
                     if !outlet.head_sent.load(Ordering::Acquire) {
-                        // Before the head: dropping the sender tells the task to answer 500.
+                        // Before the head: the end with nothing sent tells the task to
+                        // answer 500.
                         return;
                     }
                     Out::Abort
@@ -242,6 +268,20 @@ impl Call {
             };
             outlet.queue(py, last);
         });
+    }
+}
+
+/// Ends a call's response queue when dropped.
+struct EndGuard {
+    out: Arc<Outbox>,
+    deliveries: Arc<Deliveries>,
+}
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        if let Some(reader) = self.out.end() {
+            self.deliveries.wake(reader);
+        }
     }
 }
 
@@ -426,7 +466,9 @@ fn shared_or_copied(data: &Bound<'_, PyBytes>) -> PyResult<Bytes> {
 /// exception after it cuts the response instead of answering 500), and whether the call
 /// is over (whatever the application kept of its channel sends nothing then).
 struct Outlet {
-    out: mpsc::Sender<Out>,
+    out: Arc<Outbox>,
+    /// Where the reader's wake goes: to the runtime in a batch.
+    deliveries: Arc<Deliveries>,
     head_sent: AtomicBool,
     finished: AtomicBool,
 }
@@ -448,12 +490,18 @@ impl Outlet {
     /// thread is let in between for nothing), waiting for room without it; false when the
     /// client has gone.
     fn queue(&self, py: Python<'_>, event: Out) -> bool {
-        match self.out.try_send(event) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-            Err(mpsc::error::TrySendError::Full(event)) => {
-                py.detach(|| self.out.blocking_send(event).is_ok())
+        let sent = match self.out.try_send(event) {
+            Sent::Full(event) => py.detach(|| self.out.send_waiting(event)),
+            other => other,
+        };
+        match sent {
+            Sent::Queued(reader) => {
+                if let Some(reader) = reader {
+                    self.deliveries.wake(reader);
+                }
+                true
             }
+            Sent::Full(_) | Sent::Closed => false,
         }
     }
 }

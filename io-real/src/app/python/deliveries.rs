@@ -1,11 +1,12 @@
-//! The loop's wakes of the connections' tasks, delivered in batches: the loop queues a
-//! task's waker here, and only the first of a batch wakes the one dispatcher task on the
-//! worker's runtime, which then wakes the rest from there.
+//! Wakes of the connections' tasks from the interpreter's threads (the ASGI loop's, the
+//! WSGI pool's), delivered in batches: such a thread queues a task's waker here, and only
+//! the first of a batch wakes the one dispatcher task on the worker's runtime, which then
+//! wakes the rest from there.
 //!
 //! A task woken from a thread outside the runtime costs a write to the runtime's event
 //! descriptor each time (the current-thread runtime does not ask whether its thread is
-//! parked); woken from the dispatcher, it is a push on the runtime's own queue. The other
-//! direction already works so ([`super::Bridge::notify`]: one byte per batch).
+//! parked); woken from the dispatcher, it is a push on the runtime's own queue. The ASGI
+//! loop's other direction already works so (`asgi::Bridge::notify`: one byte per batch).
 
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -66,9 +67,9 @@ impl Deliveries {
 }
 
 /// The dispatcher: a task of the worker's runtime for as long as the worker lives.
-pub(super) async fn dispatch(deliveries: Arc<super::Bridge>) {
+pub(super) async fn dispatch(deliveries: Arc<Deliveries>) {
     let mut batch = Vec::new();
-    poll_fn(|cx| deliveries.deliveries.poll_dispatch(cx, &mut batch)).await
+    poll_fn(|cx| deliveries.poll_dispatch(cx, &mut batch)).await
 }
 
 #[cfg(test)]
