@@ -43,7 +43,8 @@ def release_executables(*target):
     "request_instructions"), in one cargo run, so their links proceed side by side."""
     out = subprocess.run(
         [*release_command(), "-q", *target, "--message-format=json-render-diagnostics"],
-        cwd=ROOT, check=True, capture_output=True, text=True, env=shell_env()).stdout
+        # cargo's own messages (warnings, errors) pass through to stderr.
+        cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True, env=shell_env()).stdout
     found = [msg["executable"] for msg in map(json.loads, out.splitlines())
              if msg.get("reason") == "compiler-artifact" and msg.get("executable")]
     if not found:
