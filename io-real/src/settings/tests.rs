@@ -170,6 +170,20 @@ fn a_reload_whose_ca_file_does_not_parse_is_refused_naming_the_field() {
         reload::worker_problems(&raw).is_empty(),
         "no CA: nothing to read"
     );
+    // A CA that parses is taken.
+    let good = dir.join("good.pem");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("self-signed");
+    std::fs::write(&good, cert.pem()).expect("write");
+    raw.proxy.ca = Some(good.clone());
+    assert_eq!(
+        reload::worker_problems(&raw),
+        Vec::<String>::new(),
+        "CA rule: a reload naming a CA file that parses is not refused"
+    );
     for (path, what) in [
         (&bad, "a certificate that does not parse"),
         (&empty, "no certificate"),
