@@ -486,3 +486,55 @@ fn reload_with_actions(
     );
     candidate
 }
+
+#[test]
+fn probe_client_rule_a_reload_that_does_not_commit_builds_nothing() {
+    let (mut p, _w) = started(|r| {
+        r.workers = 1;
+        routes(r, &["https://a"]);
+    });
+    p.watch_upstreams();
+    actions(&mut p);
+    let mut next = p.supervisor().config().as_written();
+    next.proxy.ca = Some("/etc/new-ca.pem".into());
+    next.proxy.connect_timeout = 0.5;
+    p.handle(
+        Instant::ZERO,
+        Event::Command(Command::Reload {
+            id: ReloadId(7),
+            config: Box::new(next),
+        }),
+    );
+    let mut acts = actions(&mut p);
+    let candidate = acts
+        .iter()
+        .find_map(|a| match a {
+            ParentAction::Supervisor(Action::Spawn { worker, .. }) => Some(*worker),
+            _ => None,
+        })
+        .expect("a candidate is spawned");
+    // The candidate dies before it is ready: the reload fails, the generation stays.
+    p.handle(Instant::ZERO, Event::ChannelClosed { worker: candidate });
+    p.handle(
+        Instant::ZERO,
+        Event::Exited {
+            worker: candidate,
+            status: ExitStatus::Code(1),
+        },
+    );
+    acts.extend(run_until(&mut p, Instant::from_nanos(2_000_000_000)));
+    assert_eq!(
+        p.supervisor().generation(),
+        Generation(1),
+        "the reload does not commit"
+    );
+    assert!(
+        probe_clients_built(&acts).is_empty(),
+        "probe client rule: the probes' clients follow the committed configuration only, not a reload that failed: {acts:?}"
+    );
+    assert_eq!(
+        p.probe_clients().map(|c| (c.ca.clone(), c.connect_timeout)),
+        Some((None, Duration::from_secs(5))),
+        "probe client rule: the clients stay as the committed configuration gives them"
+    );
+}
