@@ -4,7 +4,8 @@
 //! - a reload that adds `proxy_ca` makes an `https://` upstream whose certificate that CA
 //!   issued reachable (nginx with a certificate openssl made here), and the parent's
 //!   probes, built again with the new CA, pass; a reload naming a CA file that does not
-//!   parse is refused naming `proxy.ca`, and the running generation keeps serving;
+//!   parse, in the file or in an override of `ctl reload`, is refused naming `proxy.ca`,
+//!   and the running generation keeps serving;
 //! - a reload that changes `trust_proxy` changes whether a client's `X-Forwarded-For`
 //!   reaches the upstream (a Python upstream that answers with the field it got).
 
@@ -94,6 +95,17 @@ fn a_reload_that_adds_a_ca_makes_an_https_upstream_reachable_and_its_probes_pass
     assert!(
         err.contains("proxy.ca"),
         "CA rule: the refusal names the field: {err}"
+    );
+    assert_eq!(server.status()["generation"], 2);
+    // The same CA named by an override of `ctl reload`: held to the same reading.
+    std::fs::write(&path, format!("{base}proxy_ca = \"{}\"\n", ca.display()))
+        .expect("write config");
+    let err = server
+        .ctl(&json!({"cmd": "reload", "set": {"proxy_ca": bad.display().to_string()}}))
+        .expect_err("a CA override that does not parse is refused");
+    assert!(
+        err.contains("proxy.ca"),
+        "CA rule: the refusal of an override names the field: {err}"
     );
     assert_eq!(server.status()["generation"], 2);
     let got = curl(server.addr, "/s/hello.txt", &[]);
