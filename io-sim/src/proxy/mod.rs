@@ -792,7 +792,11 @@ impl SimWorld {
                     None => believed_up.is_empty(),
                     Some(c) => believed_up.contains(&c) && Some(flying[c]) == fewest,
                 };
-                (kept, format!("one with the fewest in flight ({fewest:?})"))
+                let fewest = fewest.map_or_else(|| "none".to_owned(), |n| n.to_string());
+                (
+                    kept,
+                    format!("one with the fewest of its requests in flight ({fewest})"),
+                )
             }
             _ => {
                 let first = believed_up.first().copied();
