@@ -78,6 +78,13 @@ pub enum ParentAction {
     ReadTlsFiles {
         reload: ReloadId,
     },
+    /// Build the clients that send [`ParentAction::ProbeUpstream`]s anew under these
+    /// settings, dropping the ones built before (and their pooled connections): asked
+    /// for when the upstreams are first watched, and at the commit of a generation whose
+    /// CA, connect timeout or `Host` choice differs from the clients', or that names a
+    /// CA file at all (its contents may have been replaced; the generation's workers read
+    /// it again too). Decision 0118, addendum.
+    BuildProbeClients(crate::config::ProbeClients),
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -125,6 +132,9 @@ pub struct Parent {
     upstreams: Option<crate::upstream_health::UpstreamHealth>,
     /// Each live generation's upstreams, in its workers' numbering (decision 0108).
     generation_routes: upstreams::GenerationRoutes,
+    /// What the driver's probe clients were last built from
+    /// ([`ParentAction::BuildProbeClients`]).
+    probe_clients: Option<crate::config::ProbeClients>,
     /// Which locks the WebDAV journal on disk holds ([`Parent::dav_journal_written`]).
     journal: dav_journal::JournalState,
     /// The CGI scripts' process groups each worker reported running.
@@ -164,6 +174,7 @@ impl Parent {
             answers: VecDeque::new(),
             upstreams: None,
             generation_routes: upstreams::GenerationRoutes::default(),
+            probe_clients: None,
             journal: dav_journal::JournalState::default(),
             scripts: scripts::ScriptGroups::default(),
             tls_files: tls_files::TlsFiles::default(),
@@ -469,7 +480,7 @@ impl Parent {
                 Action::GenerationCommitted { generation, .. } if self.pending_exit.is_none() => {
                     self.singletons
                         .committed(*generation, self.supervisor.config().listen());
-                    self.health_policy_committed();
+                    self.proxy_settings_committed();
                 }
                 // Nothing is accepted from here on: what advertises the service goes now,
                 // not after the drain (decision 0020).

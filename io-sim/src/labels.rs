@@ -277,6 +277,12 @@ pub const PROXY_ROUTES_RELOADED: &str = "a reload changed the upstream set and c
 /// A reload that changed the upstream health policy committed (decision 0118).
 pub const UPSTREAM_POLICY_RELOADED: &str =
     "a reload changed the upstream health policy and committed";
+/// A reload that changed the balance committed, and a worker of the new generation
+/// chose an upstream under it (decision 0118).
+pub const PROXY_BALANCE_RELOADED: &str =
+    "a reload changed the balance and the new generation balanced by it";
+/// An upstream request ended at a timeout a reload had changed (decision 0118).
+pub const PROXY_TIMEOUT_RELOADED: &str = "an upstream request timed out by a reloaded timeout";
 /// An upstream no live generation names left the parent's health table.
 pub const UPSTREAM_LEFT_THE_TABLE: &str = "an upstream left the parent's health table";
 pub const ALL: &[&str] = &[
@@ -295,6 +301,8 @@ pub const ALL: &[&str] = &[
     SCRIPT_GROUP_KILLED_FOR_DEAD_WORKER,
     PROXY_ROUTES_RELOADED,
     UPSTREAM_POLICY_RELOADED,
+    PROXY_BALANCE_RELOADED,
+    PROXY_TIMEOUT_RELOADED,
     UPSTREAM_LEFT_THE_TABLE,
     READY_AND_END_IN_ONE_LOOK,
     APP_STARTUP_FAILURE_REPORTED,

@@ -51,7 +51,7 @@ pub use plan::{
     DAV_TARGET_BASE, DavClientPlan, DavDraw, DavWorkload, Fault, FaultKind, SimCommand, SimSpec,
     SpawnInfo, Workload,
 };
-pub use proxy::{ProxyOutcome, ProxyPlan, judged_by, proxy_routes, upstream_url};
+pub use proxy::{DownManner, ProxyOutcome, ProxyPlan, judged_by, proxy_routes, upstream_url};
 pub use world::SimWorld;
 
 use servery_core::driver;

@@ -8,7 +8,7 @@
 use servery_core::RawConfig;
 use servery_core::upstream_choice::Balance;
 use servery_core::upstream_health::HealthPolicy;
-use servery_sim::{Fault, Outcome, ProxyPlan, SimCommand, judged_by, proxy_routes};
+use servery_sim::{DownManner, Fault, Outcome, ProxyPlan, SimCommand, judged_by, proxy_routes};
 
 use crate::catalog::{at, expect, fault, secs, spec, workers};
 use crate::{Ctx, End, Expect, Plan, fast_config};
@@ -20,13 +20,15 @@ const CHANGES_UNTIL: f64 = 12.0;
 fn plan(ctx: &mut Ctx, config: &mut RawConfig, upstreams: u16, probes: bool) -> ProxyPlan {
     let max_fails = ctx.rng.range(1, 3) as u32;
     let interval = secs(0.2 + ctx.rng.unit() * 0.8);
+    let balance = if ctx.rng.chance(0.5) {
+        Balance::LeastInflight
+    } else {
+        Balance::RoundRobin
+    };
+    config.proxy.balance = balance.name().to_owned();
     let plan = ProxyPlan {
         upstreams,
-        balance: if ctx.rng.chance(0.5) {
-            Balance::LeastInflight
-        } else {
-            Balance::RoundRobin
-        },
+        down_manners: Vec::new(),
         policy: HealthPolicy {
             max_fails,
             fail_timeout: secs(0.5 + ctx.rng.unit() * 2.5),
@@ -208,6 +210,38 @@ fn upstream_set(ctx: &mut Ctx) -> Vec<u16> {
     all
 }
 
+/// A generation's balance and timeouts, drawn.
+#[derive(Debug, Clone, Copy)]
+struct Clients {
+    balance: Balance,
+    /// Seconds: short enough that a request to an upstream that never finishes its
+    /// connection, or never answers, ends well within the run.
+    connect_timeout: f64,
+    first_byte_timeout: f64,
+}
+
+impl Clients {
+    fn write(self, proxy: &mut servery_core::config::RawProxy) {
+        proxy.balance = self.balance.name().to_owned();
+        proxy.connect_timeout = self.connect_timeout;
+        proxy.first_byte_timeout = self.first_byte_timeout;
+    }
+}
+
+/// The first-byte timeout is above the longest answer of an up upstream (`service_ms`),
+/// so only an upstream that is down times out.
+fn clients(ctx: &mut Ctx) -> Clients {
+    Clients {
+        balance: if ctx.rng.chance(0.5) {
+            Balance::LeastInflight
+        } else {
+            Balance::RoundRobin
+        },
+        connect_timeout: 0.05 + ctx.rng.unit() * 0.35,
+        first_byte_timeout: 0.1 + ctx.rng.unit() * 0.5,
+    }
+}
+
 pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
     let n = workers(ctx, 2, 4);
     let mut config = fast_config(n);
@@ -223,6 +257,17 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
     let mut p = plan(ctx, &mut config, RELOAD_UNIVERSE, probes);
     p.rate = 60.0 + ctx.rng.unit() * 60.0;
     config.proxy.routes = proxy_routes(upstream_set(ctx));
+    // A down upstream refuses, never finishes its connection, or never answers: the
+    // latter two end at the workers' timeouts.
+    p.down_manners = (0..RELOAD_UNIVERSE)
+        .map(|_| match ctx.rng.range(0, 2) {
+            0 => DownManner::Refuses,
+            1 => DownManner::Unreachable,
+            _ => DownManner::Silent,
+        })
+        .collect();
+    let mut last_clients = clients(ctx);
+    last_clients.write(&mut config.proxy);
     for u in 0..RELOAD_UNIVERSE {
         let mut times: Vec<f64> = (0..ctx.rng.range(0, 4))
             .map(|_| 1.0 + ctx.rng.unit() * (CHANGES_UNTIL - 1.0))
@@ -260,6 +305,12 @@ pub(crate) fn proxy_reload_upstreams(ctx: &mut Ctx) -> Plan {
             };
         }
         judged_by(&mut next.proxy, &last_policy);
+        // The balance and the timeouts change too at times (decision 0118): the new
+        // generation's workers balance and give up by its values.
+        if ctx.rng.chance(0.5) {
+            last_clients = clients(ctx);
+        }
+        last_clients.write(&mut next.proxy);
         let when = at(ctx, 1.5 + 3.5 * i as f64, 2.0 + 3.5 * i as f64);
         spec.commands
             .push((when, SimCommand::Reload(Box::new(next))));

@@ -19,6 +19,8 @@ pub const COVERAGE_GOALS: &[&str] = &[
     "CGI scripts stayed within the bound and died with their worker",
     labels::PROXY_ROUTES_RELOADED,
     labels::UPSTREAM_POLICY_RELOADED,
+    labels::PROXY_BALANCE_RELOADED,
+    labels::PROXY_TIMEOUT_RELOADED,
     labels::UPSTREAM_LEFT_THE_TABLE,
     "reloads changed the upstream set: every generation kept to its own",
     "crash loop reached failed",

@@ -16,8 +16,8 @@ mod written;
 
 pub use listen::Listen;
 pub use proxy::{
-    MAX_ROUTES as MAX_PROXY_ROUTES, PROBE_BOUND, ProxyRoute, ProxyRoutes, ProxySettings, RawProxy,
-    clean_path as clean_route_path,
+    MAX_ROUTES as MAX_PROXY_ROUTES, MAX_TRUSTED_PEERS, PROBE_BOUND, ProbeClients, ProxyRoute,
+    ProxyRoutes, ProxySettings, RawProxy, clean_path as clean_route_path,
 };
 pub use raw::{
     DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,

@@ -9,6 +9,8 @@
 //! prefix's URLs in the order given — the order the worker's messages use.
 
 use core::time::Duration;
+use std::net::IpAddr;
+use std::path::PathBuf;
 
 use super::validate::Checker;
 use crate::upstream_choice::Balance;
@@ -45,6 +47,12 @@ pub struct RawProxy {
     /// How a prefix's requests are spread over its upstreams (`round-robin`,
     /// `least-inflight`).
     pub balance: String,
+    /// The PEM file `https://` and `h2://` upstreams are verified against; none: the
+    /// system's roots. The core does not read it (the drivers do, and a reload whose file
+    /// does not parse is refused naming this field).
+    pub ca: Option<PathBuf>,
+    /// Peers whose forwarding headers are believed and extended.
+    pub trust_proxy: Vec<IpAddr>,
 }
 
 impl Default for RawProxy {
@@ -60,9 +68,14 @@ impl Default for RawProxy {
             idle_timeout: 60.0,
             upstream_host: false,
             balance: Balance::default().name().to_owned(),
+            ca: None,
+            trust_proxy: Vec::new(),
         }
     }
 }
+
+/// The most trusted peers one configuration may name.
+pub const MAX_TRUSTED_PEERS: usize = 1000;
 
 /// The longest a probe may take, whatever the interval (a probe answered later failed).
 pub const PROBE_BOUND: Duration = Duration::from_secs(5);
@@ -81,6 +94,20 @@ pub struct ProxySettings {
     pub idle_timeout: Duration,
     pub upstream_host: bool,
     pub balance: Balance,
+    /// The CA file upstreams are verified against (none: the system's roots).
+    pub ca: Option<PathBuf>,
+    /// Peers whose forwarding headers are believed, as written.
+    pub trust_proxy: Vec<IpAddr>,
+}
+
+/// What the parent's probe clients are built from (decision 0118, addendum): the
+/// committed configuration's CA, connect timeout and `Host` choice. The parent says when
+/// to build them again ([`crate::parent::ParentAction::BuildProbeClients`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeClients {
+    pub ca: Option<PathBuf>,
+    pub connect_timeout: Duration,
+    pub upstream_host: bool,
 }
 
 impl Default for ProxySettings {
@@ -307,11 +334,48 @@ impl RawProxy {
             idle_timeout: c.seconds("proxy.idle_timeout", self.idle_timeout, false),
             upstream_host: self.upstream_host,
             balance,
+            ca: self.checked_ca(c),
+            trust_proxy: self.checked_trust(c),
         }
+    }
+
+    fn checked_ca(&self, c: &mut Checker) -> Option<PathBuf> {
+        let path = self.ca.as_ref()?;
+        let text = path.as_os_str().as_encoded_bytes();
+        if text.is_empty() || text.contains(&0) {
+            c.fail(
+                "proxy.ca",
+                format!("must name a PEM file, got `{}`", path.display()),
+            );
+            return None;
+        }
+        Some(path.clone())
+    }
+
+    fn checked_trust(&self, c: &mut Checker) -> Vec<IpAddr> {
+        if self.trust_proxy.len() > MAX_TRUSTED_PEERS {
+            c.fail(
+                "proxy.trust_proxy",
+                format!(
+                    "at most {MAX_TRUSTED_PEERS} peers, got {}",
+                    self.trust_proxy.len()
+                ),
+            );
+        }
+        self.trust_proxy.clone()
     }
 }
 
 impl ProxySettings {
+    /// What the parent's probe clients are built from under these settings.
+    pub fn probe_clients(&self) -> ProbeClients {
+        ProbeClients {
+            ca: self.ca.clone(),
+            connect_timeout: self.connect_timeout,
+            upstream_host: self.upstream_host,
+        }
+    }
+
     /// The longest one probe may take: the interval, at most [`PROBE_BOUND`].
     pub fn probe_within(&self) -> Duration {
         self.health_interval.min(PROBE_BOUND)
@@ -396,6 +460,9 @@ mod tests {
         raw.proxy.first_byte_timeout = f64::INFINITY;
         raw.proxy.idle_timeout = 0.0;
         raw.proxy.balance = "random".into();
+        raw.proxy.ca = Some("".into());
+        raw.proxy.trust_proxy =
+            vec![std::net::IpAddr::from([127, 0, 0, 1]); super::MAX_TRUSTED_PEERS + 1];
         assert_eq!(
             fields(&raw),
             [
@@ -407,6 +474,8 @@ mod tests {
                 "proxy.connect_timeout",
                 "proxy.first_byte_timeout",
                 "proxy.idle_timeout",
+                "proxy.ca",
+                "proxy.trust_proxy",
             ]
         );
     }
@@ -421,6 +490,8 @@ mod tests {
         raw.proxy.first_byte_timeout = 1.25;
         raw.proxy.upstream_host = true;
         raw.proxy.balance = "least-inflight".into();
+        raw.proxy.ca = Some("/etc/servery/upstream-ca.pem".into());
+        raw.proxy.trust_proxy = vec![[10, 0, 0, 1].into(), "::1".parse().expect("v6")];
         let valid = raw.validate().expect("valid");
         assert_eq!(valid.as_written().proxy, raw.proxy);
         let s = valid.proxy().settings();

@@ -112,6 +112,8 @@ impl ValidConfig {
                     idle_timeout: secs(p.idle_timeout),
                     upstream_host: p.upstream_host,
                     balance: p.balance.name().to_owned(),
+                    ca: p.ca.clone(),
+                    trust_proxy: p.trust_proxy.clone(),
                 }
             },
             tftp: RawTftp {
@@ -239,6 +241,8 @@ mod tests {
         x.idle_timeout = 11.0;
         x.upstream_host = true;
         x.balance = "least-inflight".into();
+        x.ca = Some("/etc/servery/upstream-ca.pem".into());
+        x.trust_proxy = vec![[192, 0, 2, 7].into()];
         raw
     }
 

@@ -43,22 +43,43 @@ impl Parent {
     /// configuration's health policy: the members are the upstreams the generations'
     /// routes name, from now on.
     pub fn watch_upstreams(&mut self) {
-        let policy = self.supervisor.config().proxy().settings().health;
-        self.upstreams = Some(UpstreamHealth::new(policy));
+        let settings = self.supervisor.config().proxy().settings();
+        self.upstreams = Some(UpstreamHealth::new(settings.health));
+        let clients = settings.probe_clients();
+        self.build_probe_clients(clients);
         self.follow_generations();
         self.settle();
     }
 
     /// A reload committed: the judge takes the committed configuration's policy
-    /// (decision 0118), keeping its verdicts.
-    pub(super) fn health_policy_committed(&mut self) {
+    /// (decision 0118), keeping its verdicts, and the probes' clients are built again
+    /// when the committed CA, connect timeout or `Host` choice is not theirs, or a CA
+    /// file is named (the file may hold other certificates now).
+    pub(super) fn proxy_settings_committed(&mut self) {
         let now = self.last_step.unwrap_or(Instant::ZERO);
-        let policy = self.supervisor.config().proxy().settings().health;
-        if let Some(health) = &mut self.upstreams
-            && health.policy() != policy
-        {
+        let settings = self.supervisor.config().proxy().settings();
+        let policy = settings.health;
+        let clients = settings.probe_clients();
+        let Some(health) = &mut self.upstreams else {
+            return;
+        };
+        if health.policy() != policy {
             health.set_policy(now, policy);
         }
+        if clients.ca.is_some() || self.probe_clients.as_ref() != Some(&clients) {
+            self.build_probe_clients(clients);
+        }
+    }
+
+    /// What the probes' clients are built from, from now on.
+    pub fn probe_clients(&self) -> Option<&crate::config::ProbeClients> {
+        self.probe_clients.as_ref()
+    }
+
+    fn build_probe_clients(&mut self, clients: crate::config::ProbeClients) {
+        self.probe_clients = Some(clients.clone());
+        self.actions
+            .push_back(ParentAction::BuildProbeClients(clients));
     }
 
     pub fn upstream_health(&self) -> Option<&UpstreamHealth> {

@@ -399,6 +399,16 @@ fn reload(request: &Value, ctx: &ControlContext) -> Result<Call, Value> {
             .map_err(|errors| refuse(format!("invalid overrides: {}", errors.join("; "))))?,
         (Some(other), _) => return Err(refuse(format!("`set` must be an object, got {other}"))),
     }
+    // What the overrides gave is held to what the new workers could start with, as the
+    // configuration read again was.
+    if request.get("set").is_some_and(Value::is_object)
+        && let Ok(config) = &raw
+    {
+        let problems = crate::settings::worker_problems(config);
+        if !problems.is_empty() {
+            raw = Err(problems.join("; "));
+        }
+    }
     Ok(Call::Reload(raw))
 }
 

@@ -685,6 +685,13 @@ impl ParentIo for RealIo {
                 return;
             }
             ParentAction::ReadTlsFiles { reload } => return self.read_tls_files(reload),
+            ParentAction::BuildProbeClients(settings) => {
+                match &self.prober {
+                    Some(prober) => prober.build_clients(settings),
+                    None => tracing::warn!("probe clients asked for with no prober"),
+                }
+                return;
+            }
             ParentAction::ProbeUpstream {
                 upstream,
                 url,

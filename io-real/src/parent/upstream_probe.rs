@@ -1,13 +1,16 @@
 //! The reverse proxy's upstream health as the real parent carries it out: the core
 //! judges ([`servery_core::upstream_health`]) and names the upstreams (the routes of the
-//! live generations, decision 0108) and picks the policy (the committed configuration's,
-//! decision 0118); this starts it and sends the probes it asks for from the host runtime,
-//! to the URL, on the path and within the bound each probe names.
+//! live generations, decision 0108), picks the policy (the committed configuration's,
+//! decision 0118) and says what the probes' clients are built from and when to build
+//! them again (the committed CA, connect timeout and `Host` choice, decision 0118's
+//! addendum); this starts it and sends the probes it asks for from the host runtime, to
+//! the URL, on the path and within the bound each probe names.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use servery_core::config::ProbeClients;
 use servery_core::parent::Parent;
 use servery_core::supervisor::Event;
 use tokio::runtime::Handle;
@@ -18,11 +21,19 @@ use crate::proxy::{Proxy, ProxyArgs};
 /// What sends the probes.
 #[derive(Debug)]
 pub(super) struct Prober {
-    /// The settings each upstream's client is built from (the CA, the timeouts).
+    clients: Mutex<Clients>,
+}
+
+/// The probes' clients and the settings they are built from.
+#[derive(Debug)]
+struct Clients {
+    /// The settings each upstream's client is built from: the started ones, with the
+    /// CA, connect timeout and `Host` choice the core last gave.
     args: ProxyArgs,
     /// One client per URL probed, kept so its pooled connection serves the next probe
-    /// (as many as the URLs the routes ever named: a handful).
-    clients: Mutex<HashMap<String, Arc<Proxy>>>,
+    /// (as many as the URLs the routes ever named: a handful); emptied when the core
+    /// asks for the clients to be built again.
+    by_url: HashMap<String, Arc<Proxy>>,
 }
 
 /// Hand the core the upstreams to judge, before the first event, and the prober that
@@ -34,8 +45,10 @@ pub(super) fn start(parent: &mut Parent, args: &ProxyArgs) -> Result<Prober, Str
         probe_client(args, "http://localhost")?;
     }
     Ok(Prober {
-        args: args.clone(),
-        clients: Mutex::new(HashMap::new()),
+        clients: Mutex::new(Clients {
+            args: args.clone(),
+            by_url: HashMap::new(),
+        }),
     })
 }
 
@@ -57,6 +70,18 @@ fn probe_client(args: &ProxyArgs, url: &str) -> Result<Proxy, String> {
 }
 
 impl Prober {
+    /// The core's [`servery_core::parent::ParentAction::BuildProbeClients`]: the clients
+    /// built so far are dropped, the next probe of each URL builds its client from
+    /// `settings` (reading the CA file then).
+    pub(super) fn build_clients(&self, settings: ProbeClients) {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let args = &mut clients.args;
+        args.proxy_ca = settings.ca;
+        args.proxy_connect_timeout = settings.connect_timeout.as_secs_f64();
+        args.proxy_upstream_host = settings.upstream_host;
+        clients.by_url.clear();
+    }
+
     /// Probe the upstream at `url` (the health table's `upstream`) on the host runtime;
     /// the result comes back as an event.
     pub(super) fn probe(&self, rt: &Handle, tx: InboundTx, probe: Probe<'_>) {
@@ -68,12 +93,12 @@ impl Prober {
         } = probe;
         let client = {
             let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-            match clients.get(url) {
+            match clients.by_url.get(url) {
                 Some(c) => Some(Arc::clone(c)),
-                None => match probe_client(&self.args, url) {
+                None => match probe_client(&clients.args, url) {
                     Ok(c) => {
                         let c = Arc::new(c);
-                        clients.insert(url.to_owned(), Arc::clone(&c));
+                        clients.by_url.insert(url.to_owned(), Arc::clone(&c));
                         Some(c)
                     }
                     Err(e) => {

@@ -3,8 +3,10 @@
 //! configuration, and the parent's health table follows the upstreams the live
 //! generations name. The health policy and the clients' timeouts, `Host` and balance are
 //! reloadable too (decision 0118): core settings (`proxy.*`), so the parent's judge takes
-//! the committed policy and each generation's workers their own clients' settings. The
-//! CA and `--trust-proxy` stay fixed while servery runs.
+//! the committed policy and each generation's workers their own clients' settings. So
+//! are the CA and `--trust-proxy` (decision 0118, addendum): a generation's workers read
+//! its CA file and believe its peers, the parent's probes are built again with the
+//! committed CA, and a reload whose CA file does not parse is refused naming `proxy.ca`.
 
 use std::net::IpAddr;
 
@@ -52,18 +54,22 @@ pub struct ProxyArgs {
         group = crate::settings::LIVE
     )]
     pub proxy: Vec<String>,
-    /// Verify `https://` upstreams against the certificates in this PEM file instead of
-    /// the system's roots.
-    #[arg(long, value_name = "FILE", env = "SERVERY_PROXY_CA", value_hint = clap::ValueHint::AnyPath)]
+    /// Verify `https://` and `h2://` upstreams against the certificates in this PEM file
+    /// instead of the system's roots. A reload reads the file again (a new generation's
+    /// workers and the parent's probes use what it holds then); a reload whose file does
+    /// not parse is refused and the running generation keeps its CA.
+    #[arg(long, value_name = "FILE", env = "SERVERY_PROXY_CA", value_hint = clap::ValueHint::AnyPath, group = crate::settings::LIVE)]
     pub proxy_ca: Option<std::path::PathBuf>,
     /// A peer whose `X-Forwarded-*` and `Forwarded` headers are believed and extended
     /// (a load balancer in front of servery); repeat for several. From any other peer
-    /// they are removed before the request is forwarded.
+    /// they are removed before the request is forwarded. A reload may change the list:
+    /// the new generation's workers believe the new peers.
     #[arg(
         long,
         value_name = "ADDR",
         env = "SERVERY_TRUST_PROXY",
-        value_delimiter = ','
+        value_delimiter = ',',
+        group = crate::settings::LIVE
     )]
     pub trust_proxy: Vec<IpAddr>,
     /// Send each route's upstream host (the host and port of its URL; `localhost` for a
@@ -181,6 +187,12 @@ impl ProxyArgs {
     }
 }
 
+/// Why the CA file at `ca` cannot verify upstreams (unreadable, no certificate, a
+/// certificate that does not parse), if it cannot: the reading a worker makes at start.
+pub fn ca_problem(ca: &std::path::Path) -> Option<String> {
+    super::tls::client_config(Some(ca), super::tls::Offer::Http11).err()
+}
+
 impl ProxyArgs {
     /// The balancing policy (the default when the setting is unreadable, which
     /// [`ProxyArgs::check`] refuses at start).
@@ -207,5 +219,7 @@ crate::knobs::core_fields! {
         proxy_idle_timeout => proxy.idle_timeout;
         proxy_upstream_host => proxy.upstream_host;
         proxy_balance => proxy.balance cloned;
+        proxy_ca => proxy.ca cloned;
+        trust_proxy => proxy.trust_proxy cloned;
     }
 }

@@ -29,6 +29,7 @@ use clap::{Arg, ArgAction, ArgGroup, CommandFactory};
 pub use file::FileRead;
 pub use load::{Effective, LoadError, Loaded, Source, load};
 pub use print::print_toml;
+pub use reload::worker_problems;
 pub use status::settings_json;
 pub use worker::{LiveFields, as_map};
 

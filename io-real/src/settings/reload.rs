@@ -17,7 +17,7 @@ impl Loaded {
         let mut problems: Vec<String> = now.file_errors().to_vec();
         problems.extend(fixed_changes(&self.effective, &now.effective));
         let raw = now.cli.serve.raw_config();
-        problems.extend(route_problems(&raw));
+        problems.extend(worker_problems(&raw));
         if problems.is_empty() {
             Ok(raw)
         } else {
@@ -52,6 +52,25 @@ fn shown(e: &Effective) -> String {
         Given::Values(v) if v.is_empty() => "unset".into(),
         Given::Values(v) => v.join(","),
     }
+}
+
+/// What the new generation's workers would fail to start with although the core's
+/// validation let it through: a route the `http` crate cannot read, a CA file that does
+/// not parse. A reload with one is refused naming the field, and the running generation
+/// keeps serving. Also checked after `ctl reload --set` overrides.
+pub fn worker_problems(raw: &RawConfig) -> Vec<String> {
+    let mut problems = route_problems(raw);
+    problems.extend(ca_problems(raw));
+    problems
+}
+
+/// The CA file a reload names, read as a worker reads it at start (decision 0118,
+/// addendum): one that does not parse is refused here rather than failing every worker
+/// of the new generation.
+fn ca_problems(raw: &RawConfig) -> Option<String> {
+    let ca = raw.proxy.ca.as_deref()?;
+    let e = crate::proxy::args::ca_problem(ca)?;
+    Some(format!("proxy.ca (--proxy-ca): {e}"))
 }
 
 /// What the workers' own reading of the routes refuses that the core's validation let

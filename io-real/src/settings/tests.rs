@@ -134,6 +134,73 @@ fn a_reload_refuses_changes_to_fixed_settings_only() {
         "{changes:?}"
     );
     assert!(changes[1].starts_with("cors "), "{changes:?}");
+    // The CA and the trusted peers are reloadable (decision 0118, addendum).
+    let proxy = load(&argv(&[
+        "--bind",
+        "127.0.0.1",
+        "--max-connections",
+        "5",
+        "--proxy-ca",
+        "/etc/ca.pem",
+        "--trust-proxy",
+        "10.0.0.1",
+    ]))
+    .expect("loads");
+    assert_eq!(
+        reload::fixed_changes(&started.effective, &proxy.effective),
+        Vec::<String>::new(),
+        "a reload may change --proxy-ca and --trust-proxy"
+    );
+}
+
+#[test]
+fn a_reload_whose_ca_file_does_not_parse_is_refused_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("sv-reload-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bad = dir.join("bad.pem");
+    std::fs::write(
+        &bad,
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n",
+    )
+    .expect("write");
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, "").expect("write");
+    let mut raw = servery_core::RawConfig::default();
+    assert!(
+        reload::worker_problems(&raw).is_empty(),
+        "no CA: nothing to read"
+    );
+    // A CA that parses is taken.
+    let good = dir.join("good.pem");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("self-signed");
+    std::fs::write(&good, cert.pem()).expect("write");
+    raw.proxy.ca = Some(good.clone());
+    assert_eq!(
+        reload::worker_problems(&raw),
+        Vec::<String>::new(),
+        "CA rule: a reload naming a CA file that parses is not refused"
+    );
+    for (path, what) in [
+        (&bad, "a certificate that does not parse"),
+        (&empty, "no certificate"),
+        (&dir.join("missing.pem"), "a missing file"),
+    ] {
+        raw.proxy.ca = Some(path.clone());
+        let problems = reload::worker_problems(&raw);
+        assert!(
+            problems.len() == 1 && problems[0].starts_with("proxy.ca (--proxy-ca): "),
+            "CA rule: a reload naming {what} as the CA is refused naming proxy.ca: {problems:?}"
+        );
+        assert!(
+            problems[0].contains(&path.display().to_string()),
+            "the refusal names the file: {problems:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -227,6 +294,9 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
     raw.proxy.first_byte_timeout = 0.5;
     raw.proxy.max_fails = 3;
     raw.proxy.balance = "least-inflight".into();
+    // And the CA and the trusted peers (decision 0118, addendum).
+    raw.proxy.ca = Some("/etc/servery/upstream-ca.pem".into());
+    raw.proxy.trust_proxy = vec!["10.0.0.1".parse().expect("ip"), "::1".parse().expect("ip")];
     let generation = raw.validate().expect("valid");
     let committed = crate::parent::config_json(&generation);
     let worker = LiveFields::of_table()
@@ -242,6 +312,17 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
         ),
         (0.5, 3, "least-inflight"),
         "a generation's workers get its proxy settings"
+    );
+    assert_eq!(
+        (
+            worker.proxy.proxy_ca.as_deref(),
+            worker.proxy.trust_proxy.as_slice()
+        ),
+        (
+            Some(std::path::Path::new("/etc/servery/upstream-ca.pem")),
+            raw.proxy.trust_proxy.as_slice()
+        ),
+        "a generation's workers get its CA and trusted peers"
     );
     assert!(worker.site.cors);
     assert_eq!(worker.site.cache, Some(60));

@@ -23,6 +23,13 @@
 //!   committed configuration's health policy; without probes no upstream stays down
 //!   past its fail timeout, counted from its marking or from the commit that changed
 //!   the policy, whichever is later;
+//! - **balance rule** (decision 0118): a worker of a committed generation picks among
+//!   its upstreams by that generation's `proxy.balance`: round robin takes the first
+//!   upstream it does not believe down in its turn, least in flight one with the fewest
+//!   of its requests in flight;
+//! - **timeout rule** (decision 0118): a worker of a committed generation gives up on an
+//!   upstream by that generation's `proxy.connect_timeout` (a connection that does not
+//!   finish) and `proxy.first_byte_timeout` (a response head that does not come);
 //! - **admission rule**: upstream requests in flight from live workers never exceed
 //!   `--proxy-max-inflight`; a worker killed holding grants loses them (after its death
 //!   the service reaches the bound again);
@@ -36,6 +43,7 @@ mod worker;
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
+use servery_core::ValidConfig;
 use servery_core::parent::Parent;
 use servery_core::upstream_choice::Balance;
 use servery_core::upstream_health::HealthPolicy;
@@ -61,7 +69,9 @@ pub struct ProxyPlan {
     /// ([`upstream_url`]). Which of them a generation sends to is its configuration's
     /// routes ([`proxy_routes`]), which a reload may change.
     pub upstreams: u16,
-    pub balance: Balance,
+    /// How each simulated upstream fails a request while it is down, by upstream
+    /// ([`DownManner::Refuses`] for one not listed).
+    pub down_manners: Vec<DownManner>,
     /// The health policy the run starts with. The parent judges by the configuration's
     /// (`proxy.max_fails`, ...), which [`judged_by`] writes from this.
     pub policy: HealthPolicy,
@@ -82,6 +92,75 @@ pub struct ProxyPlan {
     pub until: Duration,
     /// With probes: when the parent's verdict must match the upstreams' truth.
     pub converged_by: Option<Duration>,
+}
+
+/// How a simulated upstream that is down fails a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DownManner {
+    /// It refuses the connection, after [`ProxyPlan::fail_ms`].
+    #[default]
+    Refuses,
+    /// Its connection never finishes (a host gone from the network): the worker gives
+    /// up at its connect timeout.
+    Unreachable,
+    /// It accepts the connection and never answers: the worker gives up at its
+    /// first-byte timeout.
+    Silent,
+}
+
+/// What a simulated upstream does with one request, decided when it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exchange {
+    /// Its response head comes after this long.
+    Answers(Duration),
+    /// Down: its connection is refused after this long.
+    Refused(Duration),
+    /// Down: the connection never finishes.
+    Unreachable,
+    /// Down: connected, never answered.
+    Silent,
+}
+
+impl Exchange {
+    /// When a worker with these timeouts is done with it, and whether a response head
+    /// came back.
+    pub(crate) fn ends(self, connect: Duration, first_byte: Duration) -> (Duration, bool) {
+        match self {
+            Exchange::Answers(d) if d <= first_byte => (d, true),
+            Exchange::Answers(_) | Exchange::Silent => (first_byte, false),
+            Exchange::Refused(d) => (d.min(connect), false),
+            Exchange::Unreachable => (connect, false),
+        }
+    }
+}
+
+/// The settings of a committed generation's clients the oracle judges its workers by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Clients {
+    balance: Balance,
+    connect: Duration,
+    first_byte: Duration,
+}
+
+impl Clients {
+    fn of(config: &ValidConfig) -> Self {
+        let s = config.proxy().settings();
+        Clients {
+            balance: s.balance,
+            connect: s.connect_timeout,
+            first_byte: s.first_byte_timeout,
+        }
+    }
+}
+
+/// One upstream request in flight, as the oracle saw it sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Flight {
+    target: u16,
+    /// Its index in the worker's numbering.
+    upstream: usize,
+    sent: Instant,
+    exchange: Exchange,
 }
 
 /// What the proxy oracle saw, for the predicates.
@@ -180,6 +259,10 @@ pub(crate) struct ProxySim {
     failed_since_entered: BTreeSet<u16>,
     /// Each committed generation's upstreams, as its configuration's routes name them.
     generation_targets: BTreeMap<u64, BTreeSet<u16>>,
+    /// Each committed generation's balance and timeouts, as its configuration gives them.
+    generation_clients: BTreeMap<u64, Clients>,
+    /// Each worker's choices among several upstreams so far (its round-robin turn).
+    turns: BTreeMap<WorkerId, usize>,
     verdict_since: Instant,
     /// The committed configuration's health policy, and since when (the policy rule).
     policy: Option<HealthPolicy>,
@@ -189,7 +272,7 @@ pub(crate) struct ProxySim {
     /// When each worker was first seen connected.
     connected_since: BTreeMap<WorkerId, Instant>,
     /// Upstream requests in flight from live workers, by (worker, connection).
-    in_flight: BTreeMap<(WorkerId, u64), u16>,
+    in_flight: BTreeMap<(WorkerId, u64), Flight>,
     scripts: BTreeMap<u32, Script>,
     next_pgid: u32,
     converged_judged: bool,
@@ -210,6 +293,8 @@ impl ProxySim {
             spawned_targets: BTreeMap::new(),
             failed_since_entered: BTreeSet::new(),
             generation_targets: BTreeMap::new(),
+            generation_clients: BTreeMap::new(),
+            turns: BTreeMap::new(),
             verdict_since: Instant::ZERO,
             policy: None,
             policy_since: Instant::ZERO,
@@ -424,6 +509,8 @@ impl SimWorld {
                 .last_key_value()
                 .is_some_and(|(_, before)| *before != targets);
             sim.generation_targets.insert(committed, targets);
+            sim.generation_clients
+                .insert(committed, Clients::of(sup.config()));
         }
         if moved {
             self.out
@@ -654,6 +741,137 @@ impl SimWorld {
         }
         if let Some(wp) = self.procs.get_mut(&worker).and_then(|p| p.proxy.as_mut()) {
             wp.learn(down);
+        }
+    }
+
+    /// The balance rule, for one choice of `worker` (of `generation`, `len` upstreams,
+    /// believing `learned` down): the choice its committed generation's balance makes.
+    /// Every choice among several counts for the worker's turn; those of a generation
+    /// not yet committed are not judged.
+    pub(crate) fn judge_choice(
+        &mut self,
+        worker: WorkerId,
+        generation: u64,
+        len: usize,
+        learned: &BTreeSet<u16>,
+        choice: Option<usize>,
+    ) {
+        let now = self.now;
+        let Some(sim) = self.proxy.as_mut() else {
+            return;
+        };
+        if len < 2 {
+            return;
+        }
+        let turn = sim.turns.entry(worker).or_default();
+        let mine = *turn;
+        *turn += 1;
+        let Some(clients) = sim.generation_clients.get(&generation).copied() else {
+            return;
+        };
+        let mut flying = vec![0u32; len];
+        for f in sim
+            .in_flight
+            .iter()
+            .filter(|((w, _), _)| *w == worker)
+            .map(|(_, f)| f)
+        {
+            if let Some(n) = flying.get_mut(f.upstream) {
+                *n += 1;
+            }
+        }
+        // Its upstreams it does not believe down, in its turn's order.
+        let believed_up: Vec<usize> = (0..len)
+            .map(|k| (mine + k) % len)
+            .filter(|&i| u16::try_from(i).is_ok_and(|i| !learned.contains(&i)))
+            .collect();
+        let (kept, expected) = match clients.balance {
+            Balance::LeastInflight => {
+                let fewest = believed_up.iter().map(|&i| flying[i]).min();
+                let kept = match choice {
+                    None => believed_up.is_empty(),
+                    Some(c) => believed_up.contains(&c) && Some(flying[c]) == fewest,
+                };
+                let fewest = fewest.map_or_else(|| "none".to_owned(), |n| n.to_string());
+                (
+                    kept,
+                    format!("one with the fewest of its requests in flight ({fewest})"),
+                )
+            }
+            _ => {
+                let first = believed_up.first().copied();
+                (choice == first, format!("{first:?}"))
+            }
+        };
+        let reloaded = sim
+            .generation_clients
+            .range(..generation)
+            .next_back()
+            .is_some_and(|(_, before)| before.balance != clients.balance);
+        if !kept {
+            self.breach(
+                "balance rule (a committed generation's workers balance by its proxy.balance)",
+                format!(
+                    "{worker} of generation {generation} chose upstream {choice:?} at {} ms; by {} it takes {expected} (turn {mine}, believed down {learned:?}, its requests in flight {flying:?})",
+                    ms_of(now),
+                    clients.balance.name()
+                ),
+            );
+        } else if reloaded {
+            self.out
+                .coverage
+                .insert(crate::labels::PROXY_BALANCE_RELOADED);
+        }
+    }
+
+    /// The timeout rule, for one upstream request of `worker` that just ended (`ok`:
+    /// the worker got a response head): it ends when its committed generation's
+    /// timeouts say, given what the upstream did.
+    pub(crate) fn judge_exchange(&mut self, worker: WorkerId, flight: Flight, ok: bool) {
+        let now = self.now;
+        let Some(generation) = self
+            .procs
+            .get(&worker)
+            .and_then(|p| p.proxy.as_ref())
+            .map(|wp| wp.generation)
+        else {
+            return;
+        };
+        let Some(sim) = self.proxy.as_ref() else {
+            return;
+        };
+        let Some(clients) = sim.generation_clients.get(&generation).copied() else {
+            return;
+        };
+        let (due, answered) = flight.exchange.ends(clients.connect, clients.first_byte);
+        let took = now.saturating_since(flight.sent);
+        let timed_out =
+            !answered && !matches!(flight.exchange, Exchange::Refused(d) if d < clients.connect);
+        let reloaded = sim
+            .generation_clients
+            .range(..generation)
+            .next_back()
+            .is_some_and(|(_, before)| {
+                (before.connect, before.first_byte) != (clients.connect, clients.first_byte)
+            });
+        if took != due || ok != answered {
+            self.breach(
+                "timeout rule (a committed generation's workers time out by its proxy.connect_timeout and proxy.first_byte_timeout)",
+                format!(
+                    "{worker} of generation {generation} was done with {} after {took:?} ({}) at {} ms; the upstream {:?}, and generation {generation}'s connect timeout {:?} and first-byte timeout {:?} end it after {due:?} ({})",
+                    upstream_url(flight.target),
+                    if ok { "answered" } else { "failed" },
+                    ms_of(now),
+                    flight.exchange,
+                    clients.connect,
+                    clients.first_byte,
+                    if answered { "answered" } else { "failed" },
+                ),
+            );
+        } else if timed_out && reloaded {
+            self.out
+                .coverage
+                .insert(crate::labels::PROXY_TIMEOUT_RELOADED);
         }
     }
 

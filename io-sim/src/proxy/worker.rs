@@ -10,7 +10,7 @@ use servery_core::proxy_admission::{Admit, GrantPool, keep_for};
 use servery_core::upstream_choice::Balancer;
 use servery_core::{ValidConfig, WorkerId};
 
-use super::{ProxyPlan, Script, ms_of};
+use super::{DownManner, Exchange, Flight, Script, ms_of};
 use crate::labels;
 use crate::process::Waiting;
 use crate::world::{SimEvent, SimWorld};
@@ -34,7 +34,11 @@ enum Req {
 /// One worker's proxy and CGI: the core's balancer and grant pools, its requests.
 #[derive(Debug, Clone)]
 pub(crate) struct WorkerProxy {
+    /// Under its spawn's `proxy.balance` (a reload may change it: decision 0118).
     balancer: Balancer,
+    /// Its spawn's `proxy.connect_timeout` and `proxy.first_byte_timeout`.
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
     /// The simulated upstream each of its indices names: its generation's routes, in the
     /// order the core numbers them.
     pub(super) targets: Vec<u16>,
@@ -48,10 +52,11 @@ pub(crate) struct WorkerProxy {
 }
 
 impl WorkerProxy {
-    /// Under the bounds its spawn's configuration carries, shared as the real worker
-    /// shares them.
-    pub(crate) fn new(plan: &ProxyPlan, config: &ValidConfig, generation: u64) -> Self {
+    /// Under the bounds, balance and timeouts its spawn's configuration carries, the
+    /// bounds shared as the real worker shares them.
+    pub(crate) fn new(config: &ValidConfig, generation: u64) -> Self {
         let b = config.broker();
+        let settings = config.proxy().settings();
         let workers = config.workers();
         let (max, cgi_max) = (b.max_proxy_inflight(), b.max_cgi_concurrent());
         let targets: Vec<u16> = config
@@ -60,7 +65,9 @@ impl WorkerProxy {
             .filter_map(super::target_of)
             .collect();
         WorkerProxy {
-            balancer: Balancer::new(targets.len(), plan.balance),
+            balancer: Balancer::new(targets.len(), settings.balance),
+            connect_timeout: settings.connect_timeout,
+            first_byte_timeout: settings.first_byte_timeout,
             targets,
             generation,
             max,
@@ -225,7 +232,10 @@ impl SimWorld {
         let Some(wp) = self.proxy_of(worker) else {
             return;
         };
-        let Some(upstream) = wp.balancer.choose(0..wp.targets.len()) else {
+        let choice = wp.balancer.choose(0..wp.targets.len());
+        let (generation, len) = (wp.generation, wp.targets.len());
+        self.judge_choice(worker, generation, len, &learned, choice);
+        let Some(upstream) = choice else {
             // Every upstream down: 502, and the grant back.
             self.out.proxy.all_down += 1;
             self.out
@@ -234,31 +244,68 @@ impl SimWorld {
             self.proxy_release_grant(worker, false);
             return self.proxy_close(worker, conn);
         };
-        let several = wp.targets.len() > 1;
+        let Some(wp) = self.proxy_of(worker) else {
+            return;
+        };
+        let several = len > 1;
         let max = wp.max;
-        let generation = wp.generation;
         let Some(&target) = wp.targets.get(upstream) else {
             return;
         };
         let Some(sim) = self.proxy.as_mut() else {
             return;
         };
-        let ok = sim.up.get(usize::from(target)).copied().unwrap_or(false);
+        let up = sim.up.get(usize::from(target)).copied().unwrap_or(false);
         let outside = sim
             .generation_targets
             .get(&generation)
             .filter(|set| !set.contains(&target))
             .cloned();
-        sim.in_flight.insert((worker, conn), target);
-        let count = sim.in_flight.len() as u32;
+        // What the upstream does with it (its answer or failure time drawn as before).
+        let manner = sim
+            .plan
+            .down_manners
+            .get(usize::from(target))
+            .copied()
+            .unwrap_or_default();
+        let draw = match (up, manner) {
+            (true, _) => Some(sim.plan.service_ms),
+            (false, DownManner::Refuses) => Some(sim.plan.fail_ms),
+            (false, _) => None,
+        };
+        let count = sim.in_flight.len() as u32 + 1;
         let after_kill = sim
             .last_kill
             .is_some_and(|k| now >= k + Duration::from_secs(1));
-        let (lo, hi) = if ok {
-            sim.plan.service_ms
-        } else {
-            sim.plan.fail_ms
+        let exchange = match (draw, manner) {
+            (Some((lo, hi)), _) => {
+                let d = Duration::from_millis(self.rng.range(lo, hi));
+                if up {
+                    Exchange::Answers(d)
+                } else {
+                    Exchange::Refused(d)
+                }
+            }
+            (None, DownManner::Silent) => Exchange::Silent,
+            (None, _) => Exchange::Unreachable,
         };
+        // The worker gives up by its own generation's timeouts.
+        let Some(wp) = self.proxy_of(worker) else {
+            return;
+        };
+        let (d, ok) = exchange.ends(wp.connect_timeout, wp.first_byte_timeout);
+        let Some(sim) = self.proxy.as_mut() else {
+            return;
+        };
+        sim.in_flight.insert(
+            (worker, conn),
+            Flight {
+                target,
+                upstream,
+                sent: now,
+                exchange,
+            },
+        );
         let out = &mut self.out.proxy;
         out.sent += 1;
         out.most_in_flight = out.most_in_flight.max(count);
@@ -305,7 +352,6 @@ impl SimWorld {
                 },
             );
         }
-        let d = Duration::from_millis(self.rng.range(lo, hi));
         self.schedule_in(d, SimEvent::ProxyDone { worker, conn });
     }
 
@@ -345,12 +391,16 @@ impl SimWorld {
                 if let Some(report) = wp.balancer.finished(upstream, Some(ok)) {
                     p.client.release(p.clock.own(now), report);
                 }
+                let mut flight = None;
                 if let Some(sim) = self.proxy.as_mut() {
-                    sim.in_flight.remove(&(worker, conn));
+                    flight = sim.in_flight.remove(&(worker, conn));
                     if !ok {
                         // Seen failing: a verdict marking it down may follow.
                         sim.failed_since_entered.insert(target);
                     }
+                }
+                if let Some(flight) = flight {
+                    self.judge_exchange(worker, flight, ok);
                 }
                 if ok {
                     self.out.proxy.answered += 1;

@@ -105,6 +105,9 @@ impl ParentIo for SimWorld {
             }
             // The simulated host's access log has no file to reopen.
             ParentAction::ReopenAccessLog => return,
+            // The simulated upstreams' probes need no client (they answer with the
+            // truth); left out of the trace, which pins the other machines' steps.
+            ParentAction::BuildProbeClients(_) => return,
             _ => {}
         }
         let (code, arg) = action_code(&action);
@@ -116,7 +119,9 @@ impl ParentIo for SimWorld {
             // Handed to `persist_dav_locks` by the loop, never here.
             ParentAction::PersistDavLocks(_) => return,
             ParentAction::Acme(action) => return self.acme_action(now, action),
-            ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return,
+            ParentAction::Answer { .. }
+            | ParentAction::ReopenAccessLog
+            | ParentAction::BuildProbeClients(_) => return,
             ParentAction::KillScriptGroups { worker, pgids } => {
                 self.kill_script_groups(worker, &pgids);
                 return self.proxy_kill_groups(worker, &pgids);
@@ -200,7 +205,7 @@ impl ParentIo for SimWorld {
                     .workload
                     .proxy
                     .as_ref()
-                    .map(|plan| crate::proxy::WorkerProxy::new(plan, &config, key.0));
+                    .map(|_| crate::proxy::WorkerProxy::new(&config, key.0));
                 if let Some(wp) = &proc.proxy {
                     self.proxy_spawned(key.0, wp);
                 }
@@ -542,7 +547,9 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         ParentAction::Acme(_) => return (17, 0),
         ParentAction::Tls(_) => return (15, 0),
         // Never traced (see `perform`).
-        ParentAction::Answer { .. } | ParentAction::ReopenAccessLog => return (20, 0),
+        ParentAction::Answer { .. }
+        | ParentAction::ReopenAccessLog
+        | ParentAction::BuildProbeClients(_) => return (20, 0),
         ParentAction::KillScriptGroups { worker, .. } => return (22, worker.0),
         ParentAction::ProbeUpstream { upstream, .. } => return (21, u64::from(*upstream)),
         ParentAction::ReadTlsFiles { reload } => return (23, reload.0),

@@ -356,3 +356,185 @@ fn policy_rule_probes_turned_on_by_a_reload_go_out_with_the_new_path() {
         "policy rule: probes turned on by a reload go out at once, on the committed path: {acts:?}"
     );
 }
+
+fn probe_clients_built(acts: &[ParentAction]) -> Vec<crate::config::ProbeClients> {
+    acts.iter()
+        .filter_map(|a| match a {
+            ParentAction::BuildProbeClients(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn probe_client_rule_the_clients_are_built_from_the_configuration_at_the_start() {
+    let (mut p, _w) = started(|r| {
+        r.workers = 1;
+        routes(r, &["https://a"]);
+        r.proxy.connect_timeout = 2.0;
+    });
+    p.watch_upstreams();
+    let built = probe_clients_built(&actions(&mut p));
+    assert_eq!(
+        built,
+        [crate::config::ProbeClients {
+            ca: None,
+            connect_timeout: Duration::from_secs(2),
+            upstream_host: false,
+        }],
+        "probe client rule: the probes' clients are built once, from the started configuration"
+    );
+}
+
+#[test]
+fn probe_client_rule_a_commit_with_a_new_ca_or_connect_timeout_builds_the_clients_again() {
+    let (mut p, _w) = started(|r| {
+        r.workers = 1;
+        routes(r, &["https://a"]);
+    });
+    p.watch_upstreams();
+    actions(&mut p);
+    // A reload that changes only the routes' health threshold: the clients stay.
+    let mut acts = Vec::new();
+    let _ = reload_with_actions(&mut p, &mut acts, |next| next.proxy.max_fails = 2);
+    assert!(
+        probe_clients_built(&acts).is_empty(),
+        "probe client rule: a commit that changes neither the CA, the connect timeout nor Host builds nothing: {acts:?}"
+    );
+    // A CA given: built again with it, in the commit's step.
+    let mut acts = Vec::new();
+    reload_with_actions(&mut p, &mut acts, |next| {
+        next.proxy.ca = Some("/etc/ca.pem".into());
+    });
+    assert_eq!(
+        probe_clients_built(&acts)
+            .iter()
+            .map(|c| c.ca.clone())
+            .collect::<Vec<_>>(),
+        [Some("/etc/ca.pem".into())],
+        "probe client rule: the commit of a generation with a new CA builds the probes' clients with it"
+    );
+    // The same CA file named again: read again (its contents may have been replaced).
+    let mut acts = Vec::new();
+    reload_with_actions(&mut p, &mut acts, |next| next.proxy.max_fails = 3);
+    assert_eq!(
+        probe_clients_built(&acts).len(),
+        1,
+        "probe client rule: a CA file named at a commit is read again for the probes: {acts:?}"
+    );
+    // Another connect timeout, no CA.
+    let mut acts = Vec::new();
+    reload_with_actions(&mut p, &mut acts, |next| {
+        next.proxy.ca = None;
+        next.proxy.connect_timeout = 0.25;
+    });
+    assert_eq!(
+        probe_clients_built(&acts),
+        [crate::config::ProbeClients {
+            ca: None,
+            connect_timeout: Duration::from_millis(250),
+            upstream_host: false,
+        }],
+        "probe client rule: the commit of a generation with a new connect timeout builds the probes' clients with it"
+    );
+    assert_eq!(
+        p.probe_clients().map(|c| c.connect_timeout),
+        Some(Duration::from_millis(250))
+    );
+}
+
+/// As [`reload_with`] (each reload's candidate is the next worker id), keeping every
+/// action of the reload's steps in `acts`.
+fn reload_with_actions(
+    p: &mut Parent,
+    acts: &mut Vec<ParentAction>,
+    change: impl FnOnce(&mut RawConfig),
+) -> WorkerId {
+    let mut next = p.supervisor().config().as_written();
+    next.workers = 1;
+    change(&mut next);
+    let before = p.supervisor().generation();
+    p.handle(
+        Instant::ZERO,
+        Event::Command(Command::Reload {
+            id: ReloadId(before.0 + 10),
+            config: Box::new(next),
+        }),
+    );
+    acts.extend(actions(p));
+    let candidate = acts
+        .iter()
+        .find_map(|a| match a {
+            ParentAction::Supervisor(Action::Spawn { worker, .. }) => Some(*worker),
+            _ => None,
+        })
+        .expect("a candidate is spawned");
+    for m in [WorkerMessage::Prepared, WorkerMessage::Ready] {
+        p.handle(
+            Instant::ZERO,
+            Event::Message {
+                worker: candidate,
+                message: m,
+            },
+        );
+        acts.extend(actions(p));
+    }
+    assert_eq!(
+        p.supervisor().generation(),
+        Generation(before.0 + 1),
+        "the reload commits"
+    );
+    candidate
+}
+
+#[test]
+fn probe_client_rule_a_reload_that_does_not_commit_builds_nothing() {
+    let (mut p, _w) = started(|r| {
+        r.workers = 1;
+        routes(r, &["https://a"]);
+    });
+    p.watch_upstreams();
+    actions(&mut p);
+    let mut next = p.supervisor().config().as_written();
+    next.proxy.ca = Some("/etc/new-ca.pem".into());
+    next.proxy.connect_timeout = 0.5;
+    p.handle(
+        Instant::ZERO,
+        Event::Command(Command::Reload {
+            id: ReloadId(7),
+            config: Box::new(next),
+        }),
+    );
+    let mut acts = actions(&mut p);
+    let candidate = acts
+        .iter()
+        .find_map(|a| match a {
+            ParentAction::Supervisor(Action::Spawn { worker, .. }) => Some(*worker),
+            _ => None,
+        })
+        .expect("a candidate is spawned");
+    // The candidate dies before it is ready: the reload fails, the generation stays.
+    p.handle(Instant::ZERO, Event::ChannelClosed { worker: candidate });
+    p.handle(
+        Instant::ZERO,
+        Event::Exited {
+            worker: candidate,
+            status: ExitStatus::Code(1),
+        },
+    );
+    acts.extend(run_until(&mut p, Instant::from_nanos(2_000_000_000)));
+    assert_eq!(
+        p.supervisor().generation(),
+        Generation(1),
+        "the reload does not commit"
+    );
+    assert!(
+        probe_clients_built(&acts).is_empty(),
+        "probe client rule: the probes' clients follow the committed configuration only, not a reload that failed: {acts:?}"
+    );
+    assert_eq!(
+        p.probe_clients().map(|c| (c.ca.clone(), c.connect_timeout)),
+        Some((None, Duration::from_secs(5))),
+        "probe client rule: the clients stay as the committed configuration gives them"
+    );
+}
