@@ -523,8 +523,8 @@ crate::knobs::core_fields! {
 // The serving options reach workers whole; none is a core field.
 crate::knobs::core_fields! {
     impl SiteArgs {
-        // The parent owns the QUIC sockets across generations, as a singleton (status
-        // shows it); workers serve the connections.
+        // The parent holds the QUIC sockets across generations and the core says which
+        // worker reads which (decisions 0079 and 0119); workers serve the connections.
         http3 => features.http3;
     }
 }

@@ -103,6 +103,11 @@ pub const PORT_BUSY_RELOAD_REJECTED: &str = "a reload to a busy port rejected wi
 /// A reload moved the listeners: its generation committed on the new set and the parent
 /// released the old one.
 pub const LISTENERS_MOVED: &str = "a reload moved the listeners and released the old set";
+/// A steering closed HTTP/3 sockets at the groups' end (their readers were reaped).
+pub const QUIC_TRAILING_SOCKETS_CLOSED: &str = "trailing HTTP/3 sockets closed";
+/// A steering kept a socket read by a worker the parent had let go but not yet reaped.
+pub const QUIC_SOCKET_KEPT_UNTIL_REAPED: &str =
+    "an HTTP/3 socket stayed its reader's after its channel went, until the reap";
 /// A later generation's HELLO carried a heartbeat interval other than the previous
 /// generation's.
 pub const CANDIDATE_OWN_TIMINGS: &str = "a reload candidate got its own heartbeat timings";
@@ -357,6 +362,8 @@ pub const ALL: &[&str] = &[
     CRASH_HIT_RELOAD_CANDIDATE,
     RELOAD_REJECTED,
     RELOAD_COMMITTED,
+    QUIC_TRAILING_SOCKETS_CLOSED,
+    QUIC_SOCKET_KEPT_UNTIL_REAPED,
     PORT_BUSY_RELOAD_REJECTED,
     LISTENERS_MOVED,
     CANDIDATE_OWN_TIMINGS,

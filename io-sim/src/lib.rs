@@ -24,6 +24,7 @@ mod plan;
 mod proc_table;
 mod process;
 mod proxy;
+mod quic_sockets;
 pub mod rng;
 mod takers;
 pub mod tls_files;
@@ -61,9 +62,14 @@ use servery_core::parent::Parent;
 pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     let config = spec.config.validate()?;
     let platform = spec.platform;
+    let from_service_manager = spec.listeners_from_service_manager;
     let mut world = SimWorld::new(spec);
     let seed = world.rng_seed();
     let mut parent = Parent::new(config, platform, seed);
+    // The one fact of reload admission only the driver knows (decision 0072).
+    if from_service_manager {
+        parent = parent.with_listeners_from_service_manager();
+    }
     if world.judges_upstreams() {
         parent.watch_upstreams();
     }

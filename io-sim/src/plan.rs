@@ -404,6 +404,10 @@ pub struct SimSpec {
     /// Hard bound on virtual time: reaching it is a failure (something hung).
     pub end_by: Duration,
     pub trace: bool,
+    /// The host's fact that the serving listeners came from the service manager (socket
+    /// activation): the simulated driver reports it to the core before the first event,
+    /// as the real one does, and the core's reload admission judges by it (decision 0072).
+    pub listeners_from_service_manager: bool,
 }
 
 impl core::fmt::Debug for SimSpec {

@@ -281,6 +281,8 @@ pub struct SimWorld {
     pub(crate) listener_open: bool,
     /// The listener sets the parent holds, as the core's actions opened and closed them.
     pub(crate) listeners: crate::listen_sets::ListenSets,
+    /// The parent's HTTP/3 sockets, as the core's steering opened and closed them.
+    pub(crate) quic_sockets: crate::quic_sockets::QuicSockets,
     pub(crate) backlog: VecDeque<(u64, ConnKind)>,
     /// The workers that can take a connection, kept between connections.
     pub(crate) takers: crate::takers::Takers,
@@ -414,6 +416,7 @@ impl SimWorld {
             spawn_index: 0,
             listener_open: true,
             listeners: crate::listen_sets::ListenSets::bound_at_start(spec.config.listen),
+            quic_sockets: crate::quic_sockets::QuicSockets::default(),
             backlog: VecDeque::new(),
             takers: crate::takers::Takers::new(),
             spare_frames: Vec::new(),

@@ -55,6 +55,7 @@ fn run(seed: u64, platform: Platform, pause: f64, force_timeout: f64) -> Outcome
         stop_at: stop,
         end_by: stop + Duration::from_secs(40),
         trace: false,
+        listeners_from_service_manager: false,
     };
     simulate(spec).unwrap_or_else(|e| panic!("configuration: {e}"))
 }

@@ -216,7 +216,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "reload-port-fixed",
-        about: "with --http3 the port is fixed (decision 0072): a reload that moves it is refused by the core with the reason, one that keeps it commits",
+        about: "with --http3, --acme or the service manager's sockets the port is fixed (decision 0072): a reload that moves it is refused by the core with the reason of the fact that fixes it, one that keeps it commits",
         build: control::reload_port_fixed,
         kinds: &[],
         no_swarm: None,
@@ -521,6 +521,7 @@ pub(crate) fn spec(ctx: &mut Ctx, config: RawConfig, fault_phase: f64) -> SimSpe
         stop_at: stop,
         end_by: end,
         trace: false,
+        listeners_from_service_manager: false,
     }
 }
 
@@ -539,6 +540,7 @@ pub(crate) fn expect(config: &RawConfig, end: End) -> Expect {
         allow_forced: false,
         exit_within: secs(r.drain_timeout + r.force_timeout + 1.0),
         extra: None,
+        port_fixed_by: None,
     }
 }
 

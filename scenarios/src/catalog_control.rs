@@ -4,6 +4,7 @@
 
 use servery_core::config::Listen;
 use servery_core::control::{Answer, Refusal};
+use servery_core::supervisor::PortFixedBy;
 use servery_sim::SimCommand;
 
 use crate::catalog::{at, expect, spec, workers};
@@ -84,10 +85,26 @@ const ELSEWHERE: Listen = Listen { port: Some(8444) };
 pub(crate) fn reload_port_fixed(ctx: &mut Ctx) -> Plan {
     let mut config = fast_config(workers(ctx, 1, 3));
     config.listen = STARTED;
-    // What fixes the port in the simulator's model: HTTP/3 (a service manager's sockets
-    // and ACME fix it by the same rule; the core's unit test covers all three).
-    config.features.http3 = true;
+    // What fixes the port: HTTP/3, ACME, the service manager's sockets (a fact the
+    // simulated driver reports to the core, as the real one does), or the service
+    // manager's sockets under HTTP/3 (whose reason comes first).
+    let (fixed_by, from_service_manager) = match ctx.rng.range(0, 3) {
+        0 => {
+            config.features.http3 = true;
+            (PortFixedBy::Http3, false)
+        }
+        1 => {
+            config.features.acme = true;
+            (PortFixedBy::Acme, false)
+        }
+        2 => (PortFixedBy::ServiceManager, true),
+        _ => {
+            config.features.http3 = true;
+            (PortFixedBy::ServiceManager, true)
+        }
+    };
     let mut spec = spec(ctx, config.clone(), 11.0);
+    spec.listeners_from_service_manager = from_service_manager;
     let (mut generation, mut serving) = (1, config.workers as usize);
     for i in 0..3 {
         let mut next = fast_config(workers(ctx, 1, 3));
@@ -106,18 +123,20 @@ pub(crate) fn reload_port_fixed(ctx: &mut Ctx) -> Plan {
     e.workers = serving;
     e.generation = Some(generation);
     e.zero_failed = true;
-    e.extra = Some(|o, _| {
-        let want = "port cannot change on reload with --http3";
-        if let Some(other) = o.reload_rejections.iter().find(|m| !m.starts_with(want)) {
+    e.port_fixed_by = Some(fixed_by);
+    e.extra = Some(|o, e| {
+        let fixed_by = e.port_fixed_by.unwrap_or(PortFixedBy::Http3);
+        let want = format!("port cannot change on reload {}", fixed_by.reason());
+        if let Some(other) = o.reload_rejections.iter().find(|m| !m.starts_with(&want)) {
             return Err(format!(
-                "fixed-port rule: a reload was rejected for another reason: {other}"
+                "fixed-port rule: a reload was rejected for another reason than `{want}`: {other}"
             ));
         }
         let refused = o
             .answers
             .iter()
             .filter(
-                |(_, a)| matches!(a, Answer::Refused(Refusal::Reload(m)) if m.starts_with(want)),
+                |(_, a)| matches!(a, Answer::Refused(Refusal::Reload(m)) if m.starts_with(&want)),
             )
             .count();
         if refused != o.reload_rejections.len() {
@@ -127,8 +146,13 @@ pub(crate) fn reload_port_fixed(ctx: &mut Ctx) -> Plan {
             ));
         }
         if refused > 0 {
-            o.coverage
-                .insert("a reload that moves a fixed port refused");
+            o.coverage.insert(match fixed_by {
+                PortFixedBy::Http3 => "a reload that moves a port --http3 fixes refused",
+                PortFixedBy::Acme => "a reload that moves a port --acme fixes refused",
+                PortFixedBy::ServiceManager => {
+                    "a reload that moves a service manager's port refused"
+                }
+            });
         }
         Ok(())
     });

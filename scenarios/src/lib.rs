@@ -93,6 +93,9 @@ pub struct Expect {
     /// The parent must exit within this long after the stop (or failure).
     pub exit_within: Duration,
     pub extra: Option<ExtraCheck>,
+    /// What fixes the port in this plan, when it draws it (reload admission): the reason
+    /// a refused move must give.
+    pub port_fixed_by: Option<servery_core::supervisor::PortFixedBy>,
 }
 
 /// A run ready to go: the simulation spec and its expectations.

@@ -91,14 +91,15 @@ impl Supervisor {
         self.actions.push_back(Action::Kill { worker: id });
     }
 
-    /// Revoke what the worker holds: its channel is closed or untrusted.
+    /// Revoke what the worker holds: its channel is closed or untrusted. Its HTTP/3
+    /// socket stays its own until the reap: the process may still read it (decision
+    /// 0119).
     pub(super) fn gone(&mut self, id: WorkerId) {
         if let Some(w) = self.workers.get_mut(&id)
             && !w.gone
         {
             w.gone = true;
             self.actions.push_back(Action::WorkerGone { worker: id });
-            self.quic.release(id);
             self.steer_quic();
         }
     }
@@ -154,7 +155,12 @@ impl Supervisor {
     }
 
     pub(super) fn reaped(&mut self, now: Instant, id: WorkerId, status: Option<ExitStatus>) {
+        // The process is gone, and with it its copy of its HTTP/3 socket: the socket is
+        // free for the next worker, and leaves the groups if it is at their end, before a
+        // replacement below takes one (decision 0119).
+        self.quic.release(id);
         self.gone(id);
+        self.steer_quic();
         let Some(mut w) = self.workers.remove(&id) else {
             return;
         };

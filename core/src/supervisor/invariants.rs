@@ -106,7 +106,8 @@ impl Supervisor {
         if self.stopping.is_some() && (self.rollout.is_some() || self.recycle.is_some()) {
             return Err("stopping with a rollout or recycle in flight".into());
         }
-        Ok(())
+        self.quic
+            .check(self.workers.len(), |w| self.workers.contains_key(&w))
     }
 
     /// What is wrong with `w` on its own, if anything (told in words only for the first

@@ -8,6 +8,16 @@
 //! replaces, and both serve at once: the draining one its open connections, whose
 //! connection IDs name its socket, the new one every new connection.
 //!
+//! A socket is its reader's from the worker's spawn until the parent reaps it (decision
+//! 0119), not only until its channel closes: a process whose channel is gone (a garbage
+//! frame, a closed pipe) may still read its copy of the socket until it dies, and a
+//! socket leaves the kernel's group only when its last copy closes. Handing it on
+//! earlier would give one socket two readers; closing the parent's copy of a trailing
+//! one earlier would leave it in the group, so the next socket opened at the end would
+//! take the index after it and the steering's indices would name the wrong sockets.
+//! Once reaped, the socket is free: the lowest free index goes to the next worker, and
+//! trailing sockets nobody reads are closed (index 0 stays, keeping the port).
+//!
 //! New connections (a client's first packets, which name no socket) go only to the
 //! sockets of workers that serve and are not draining, [`QuicSteering::accepting`]. The
 //! supervisor works the steering out again at every step that changes it, and emits it
@@ -111,9 +121,10 @@ impl QuicSockets {
         u32::try_from(index).unwrap_or(u32::MAX)
     }
 
-    /// `worker` reads its socket no more. Trailing sockets nobody reads leave the groups
-    /// (index 0 stays, keeping the port); one before a socket still read stays, unread
-    /// and never steered to, as closing it would move the last socket into its index.
+    /// `worker` was reaped: it reads its socket no more. Trailing sockets nobody reads
+    /// leave the groups (index 0 stays, keeping the port); one before a socket still read
+    /// stays, unread and never steered to, as closing it would move the last socket into
+    /// its index.
     pub(super) fn release(&mut self, worker: WorkerId) {
         for reader in &mut self.readers {
             if *reader == Some(worker) {
@@ -123,6 +134,49 @@ impl QuicSockets {
         while self.readers.len() > 1 && self.readers.last().is_some_and(Option::is_none) {
             self.readers.pop();
         }
+    }
+
+    /// The **HTTP/3 ownership rule** on the record, under `--http3`: every worker not yet
+    /// reaped (`tracked`, counted by `workers`) reads exactly one socket, nobody else
+    /// reads one, and the groups end with a socket somebody reads (or are socket 0
+    /// alone).
+    pub(super) fn check(
+        &self,
+        workers: usize,
+        tracked: impl Fn(WorkerId) -> bool,
+    ) -> Result<(), String> {
+        if !self.in_use() {
+            return Ok(());
+        }
+        let mut read = 0usize;
+        for (i, reader) in self.readers.iter().enumerate() {
+            let Some(w) = *reader else { continue };
+            read += 1;
+            if !tracked(w) {
+                return Err(format!(
+                    "HTTP/3 ownership rule: socket {i} is still read by {w}, which was reaped"
+                ));
+            }
+            if let Some(j) = self.readers[..i].iter().position(|r| *r == Some(w)) {
+                return Err(format!(
+                    "HTTP/3 ownership rule: {w} reads sockets {j} and {i} (a worker reads one)"
+                ));
+            }
+        }
+        if read != workers {
+            return Err(format!(
+                "HTTP/3 ownership rule: {workers} workers not yet reaped, {read} sockets read \
+                 (each worker reads its own from its spawn to its reap)"
+            ));
+        }
+        if self.readers.len() > 1 && self.readers.last().is_some_and(Option::is_none) {
+            return Err(format!(
+                "HTTP/3 ownership rule: socket {} at the groups' end is read by nobody \
+                 (trailing sockets nobody reads are closed)",
+                self.readers.len() - 1
+            ));
+        }
+        Ok(())
     }
 
     /// The steering now, `accepts` saying which readers take new connections; `Some` only

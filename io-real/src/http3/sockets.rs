@@ -17,11 +17,16 @@
 //! socket's index is written into its lock's memfd, so the worker that reads it issues IDs
 //! naming it.
 //!
-//! Why a lock still: the core gives a socket to a new worker once its previous reader's
-//! channel has closed, which may be a moment before that process is gone. The reader
-//! holds an exclusive `flock` on the socket's memfd (through an open file description of
-//! its own) while it reads, and a new reader starts only once it has the lock; the kernel
-//! releases it when the holder dies, `kill -9` included.
+//! Who reads which socket, and when one is opened or closed, is the core's alone
+//! (`servery_core::supervisor::QuicSteering`, decision 0119): this file opens and closes
+//! sockets at the groups' end to the count it is given and hands each worker the socket
+//! at its index. The core frees a socket only once its reader was reaped, so no process
+//! still holds a socket the parent closes or hands on.
+//!
+//! Why a lock still: a second guard under that rule. The reader holds an exclusive
+//! `flock` on the socket's memfd (through an open file description of its own) while it
+//! reads, and a new reader starts only once it has the lock; the kernel releases it when
+//! the holder dies, `kill -9` included.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};

@@ -121,6 +121,7 @@ impl SimWorld {
         p.alive = false;
         p.accepting = false;
         self.takers.changed();
+        self.quic_sockets.died(worker);
         if p.prepared_arrives > self.now {
             self.out
                 .coverage

@@ -212,6 +212,12 @@ impl ParentIo for SimWorld {
                 proc.slot = key.1;
                 proc.generation = key.0;
                 self.procs.insert(worker, proc);
+                // Its HTTP/3 socket goes with it, as a descriptor the process holds.
+                let mut broken = Vec::new();
+                self.quic_sockets.hand(worker, &mut broken);
+                for v in broken {
+                    self.violation(v);
+                }
                 self.takers.changed();
                 self.inbox.push_back(Event::Spawned { worker, pid });
                 let live = self.live_count();
@@ -279,12 +285,23 @@ impl ParentIo for SimWorld {
                 if self.listeners.is_open(listen) || self.listeners.all_closed {
                     self.violation(format!("{listen} bound while held or after the close"));
                 }
-                // HTTP/3's UDP sockets and ACME's ports are bound once: a host
-                // running them cannot move the port (decision 0072).
+                // HTTP/3's UDP sockets and ACME's ports are bound once, and a service
+                // manager's sockets are its own: a host running them cannot move the
+                // port (decision 0072).
                 let features = &self.spec.config.features;
-                if features.http3 || features.acme {
+                let fixed_by = [
+                    (
+                        self.spec.listeners_from_service_manager,
+                        "sockets from the service manager",
+                    ),
+                    (features.http3, "--http3"),
+                    (features.acme, "--acme"),
+                ]
+                .into_iter()
+                .find_map(|(on, what)| on.then_some(what));
+                if let Some(what) = fixed_by {
                     self.violation(format!(
-                        "fixed-port rule: the parent asked to bind {listen} for reload {} while --http3 or --acme fixes the port",
+                        "fixed-port rule: the parent asked to bind {listen} for reload {} while {what} fixes the port",
                         reload.0
                     ));
                 }
@@ -318,7 +335,26 @@ impl ParentIo for SimWorld {
                     }
                 }
             }
-            Action::QuicSteering(steering) => self.oracle.quic.steered(&steering),
+            Action::QuicSteering(steering) => {
+                self.oracle.quic.steered(&steering);
+                let mut broken = Vec::new();
+                let procs = &self.procs;
+                let gone = |w: WorkerId| procs.get(&w).is_some_and(|p| p.parent_closed);
+                let applied = self.quic_sockets.apply(&steering, gone, &mut broken);
+                for v in broken {
+                    self.violation(v);
+                }
+                if applied.closed > 0 {
+                    self.out
+                        .coverage
+                        .insert(labels::QUIC_TRAILING_SOCKETS_CLOSED);
+                }
+                if applied.kept_for_unreaped {
+                    self.out
+                        .coverage
+                        .insert(labels::QUIC_SOCKET_KEPT_UNTIL_REAPED);
+                }
+            }
             Action::WorkerGone { worker } => {
                 self.fs.remove_temps_of(worker);
                 self.oracle.quic.gone(worker);

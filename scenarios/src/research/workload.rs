@@ -354,6 +354,7 @@ impl Workload {
             stop_at: stop + secs(0.001),
             end_by,
             trace: false,
+            listeners_from_service_manager: false,
             config,
         }
     }

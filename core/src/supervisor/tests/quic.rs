@@ -186,3 +186,131 @@ fn a_crashed_worker_takes_no_new_connections_and_its_replacement_reads_its_socke
     // The same socket: it answers its predecessor's connections with stateless resets.
     assert_eq!(s.socket_of(rep), Some(1));
 }
+
+/// The spawns among `acts`.
+fn spawned(acts: &[Action]) -> Vec<WorkerId> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::Spawn { worker, .. } => Some(*worker),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_worker_whose_channel_is_gone_keeps_its_socket_until_it_is_reaped() {
+    let mut h = harness(Platform::Posix, http3);
+    let acts = h.on(Event::Start);
+    let s = check_order(None, &acts);
+    let booted = h.boot(&acts);
+    let s = check_order(s, &booted);
+    let ws = h.members();
+    // A garbage frame: the parent lets the channel go and kills the process, which reads
+    // its socket (the last of the groups) until it dies.
+    let acts = h.on(Event::ProtocolViolation {
+        worker: ws[1],
+        error: crate::proto::ProtoError::EmptyFrame,
+    });
+    let s = check_order(s, &acts).expect("steering");
+    assert_eq!(s.accepting, vec![0], "it takes no new connections");
+    assert_eq!(
+        (s.sockets(), s.socket_of(ws[1])),
+        (2, Some(1)),
+        "HTTP/3 ownership rule: a worker's socket is its own until the parent reaps it \
+         (closed or handed on while the process still reads it)"
+    );
+    let mut acts = h.on(Event::Exited {
+        worker: ws[1],
+        status: ExitStatus::Signal(9),
+    });
+    acts.extend(h.advance(Duration::from_secs(5)));
+    let s = check_order(Some(s), &acts).expect("steering");
+    let rep = *spawned(&acts).first().expect("a replacement");
+    assert_eq!(
+        s.socket_of(rep),
+        Some(1),
+        "HTTP/3 ownership rule: once reaped, the socket is free for the next worker"
+    );
+    assert_eq!(s.sockets(), 2);
+}
+
+#[test]
+fn trailing_sockets_close_once_a_reload_to_fewer_workers_has_reaped_their_readers() {
+    let mut h = harness(Platform::Posix, |raw| {
+        raw.workers = 3;
+        http3(raw);
+    });
+    let acts = h.on(Event::Start);
+    let s = check_order(None, &acts);
+    let booted = h.boot(&acts);
+    let mut s = check_order(s, &booted);
+    let old = h.members();
+    let mut raw = RawConfig {
+        workers: 1,
+        ..RawConfig::default()
+    };
+    raw.recovery.drain_timeout = 3.0;
+    raw.recovery.force_timeout = 0.5;
+    http3(&mut raw);
+    let acts = h.on(Event::Command(Command::Reload {
+        id: ReloadId(1),
+        config: Box::new(raw),
+    }));
+    s = check_order(s, &acts);
+    let acts = h.boot(&acts);
+    s = check_order(s, &acts);
+    for w in old {
+        let acts = h.on(Event::Exited {
+            worker: w,
+            status: ExitStatus::Code(0),
+        });
+        s = check_order(s, &acts);
+    }
+    let kept = s.clone().expect("steering");
+    assert_eq!(
+        kept.sockets(),
+        4,
+        "the new worker reads socket 3: the unread ones before it stay"
+    );
+    // A recycle: the replacement takes the lowest free socket, and when the old worker
+    // is reaped every socket after it goes.
+    let acts = h.on(Event::Command(Command::Recycle));
+    s = check_order(s, &acts);
+    let acts = h.boot(&acts);
+    s = check_order(s, &acts);
+    let drained = drains(&acts);
+    assert_eq!(drained.len(), 1);
+    let acts = h.on(Event::Exited {
+        worker: drained[0],
+        status: ExitStatus::Code(0),
+    });
+    let s = check_order(s, &acts).expect("steering");
+    assert_eq!(
+        s.sockets(),
+        1,
+        "HTTP/3 ownership rule: trailing sockets nobody reads are closed: {s:?}"
+    );
+    assert_eq!(s.read().collect::<Vec<_>>(), vec![0]);
+}
+
+#[test]
+fn the_ownership_rule_is_a_supervisor_invariant() {
+    let mut s = crate::supervisor::quic::QuicSockets::default();
+    let (a, b) = (WorkerId(1), WorkerId(2));
+    s.take(a);
+    s.take(b);
+    let tracked = |w: WorkerId| w == a || w == b;
+    assert_eq!(s.check(2, tracked), Ok(()));
+    let err = s.check(2, |w| w == a).expect_err("b was reaped");
+    assert!(err.starts_with("HTTP/3 ownership rule"), "{err}");
+    assert!(err.contains("reaped"), "{err}");
+    let err = s.check(3, tracked).expect_err("a worker without a socket");
+    assert!(err.starts_with("HTTP/3 ownership rule"), "{err}");
+    s.release(b);
+    s.release(a);
+    assert_eq!(
+        s.check(0, |_| false),
+        Ok(()),
+        "socket 0 alone, read by nobody"
+    );
+}
