@@ -322,9 +322,8 @@ fn judge_write(
                 continue;
             }
             match live(l, from, to) {
-                Live::Yes => {
-                    blocking.get_or_insert((l, at));
-                }
+                Live::Yes if blocking.is_none() => blocking = Some((l, at)),
+                Live::Yes => {}
                 Live::Unsure => unsure = true,
                 Live::No => {}
             }

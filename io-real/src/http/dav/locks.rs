@@ -186,7 +186,8 @@ impl Seen<'_> {
         reach: DavReach,
         submitted: &[LeaseId],
     ) -> Result<(), HttpError> {
-        self.require_key(&path.resource(), reach, submitted).await
+        let resource = path.resource();
+        self.require_key(&resource, reach, submitted).await
     }
 
     /// The lock check of every resource `write` covers, in the order the core gives
