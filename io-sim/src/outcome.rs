@@ -55,13 +55,6 @@ pub enum UploadEnd {
     Saturated,
     /// The broker could not be asked (parent gone, no answer in time).
     FailedClosed,
-    /// 400: the `If` header does not parse.
-    BadIf,
-    /// 403: a write (or a LOCK that would create a resource) on a read-only share.
-    ReadOnly,
-    /// The lock check passed; the simulation does not perform the write itself (DELETE,
-    /// COPY, MOVE, MKCOL, PROPPATCH), nor the PROPFIND's answer.
-    Passed,
     /// In flight on a worker that died.
     Lost,
     /// A temp-file write failed with ENOSPC: 507.
