@@ -142,9 +142,11 @@ fn exercised(o: &mut Outcome) -> Result<(), String> {
 
 /// The read-only share refused a LOCK of an unmapped URL.
 fn read_only_exercised(o: &mut Outcome) -> Result<(), String> {
-    let refused = o.dav.log.iter().any(|r| {
-        matches!(r.op, DavOp::Lock { .. }) && r.end == Some(DavEnd::ReadOnly)
-    });
+    let refused = o
+        .dav
+        .log
+        .iter()
+        .any(|r| matches!(r.op, DavOp::Lock { .. }) && r.end == Some(DavEnd::ReadOnly));
     if !refused {
         return Err(format!(
             "no LOCK of an unmapped URL was refused on the read-only share ({} requests)",

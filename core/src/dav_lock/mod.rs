@@ -261,12 +261,21 @@ pub enum Write<'a> {
     Mkcol(&'a str),
     Delete(&'a str),
     /// COPY changes only the destination.
-    Copy { from: &'a str, to: &'a str },
+    Copy {
+        from: &'a str,
+        to: &'a str,
+    },
     /// MOVE removes the source and changes the destination.
-    Move { from: &'a str, to: &'a str },
+    Move {
+        from: &'a str,
+        to: &'a str,
+    },
     Proppatch(&'a str),
     /// A LOCK of an unmapped URL, which creates the resource ([`new_resource_lock`]).
-    CreatingLock { resource: &'a str, writable: bool },
+    CreatingLock {
+        resource: &'a str,
+        writable: bool,
+    },
 }
 
 /// What a write's lock check covers, in the order the worker asks (RFC 4918 §7.4, §9):

@@ -125,7 +125,11 @@ pub(super) fn under_lock(
 }
 
 /// The `DavLock` a LOCK request sends.
-pub(super) fn lock_request(op: DavOp, resource: String, client: Option<u64>) -> Option<BrokerRequest> {
+pub(super) fn lock_request(
+    op: DavOp,
+    resource: String,
+    client: Option<u64>,
+) -> Option<BrokerRequest> {
     let DavOp::Lock {
         depth_infinity,
         exclusive,

@@ -98,8 +98,7 @@ fn live(l: &DavLockRecord, from: u64, to: u64) -> Live {
     let gone_before = l.gone_ns.is_some_and(|g| g < from);
     if l.granted_ns > to || gone_before || l.promised_end_ns + MARGIN_NS <= from {
         Live::No
-    } else if l.granted_ns <= from && l.last_seen_ns >= to && l.promised_end_ns > to + MARGIN_NS
-    {
+    } else if l.granted_ns <= from && l.last_seen_ns >= to && l.promised_end_ns > to + MARGIN_NS {
         Live::Yes
     } else {
         Live::Unsure
@@ -155,7 +154,8 @@ fn describe(r: &DavRecord, locks: &[DavLockRecord]) -> String {
         (None, _) => "without a token".to_owned(),
     };
     format!(
-        "a {} of {}{target} {token} through w{} (generation {}), asked at {} ms",
+        "{} {} of {}{target} {token} through w{} (generation {}), asked at {} ms",
+        if r.op == DavOp::Unlock { "an" } else { "a" },
         method(r.op),
         r.resource,
         r.worker.unwrap_or_default(),
@@ -183,10 +183,7 @@ fn reaches(r: &DavRecord) -> Option<Vec<(&str, Reach)>> {
 
 /// Every breach of a lock rule in the run's WebDAV requests.
 pub(super) fn lock_rule_breaches(dav: &DavOutcome) -> Vec<String> {
-    dav.log
-        .iter()
-        .filter_map(|r| judge(dav, r).err())
-        .collect()
+    dav.log.iter().filter_map(|r| judge(dav, r).err()).collect()
 }
 
 fn judge(dav: &DavOutcome, r: &DavRecord) -> Result<(), String> {
@@ -253,7 +250,10 @@ fn if_holds(dav: &DavOutcome, r: &DavRecord) -> (Live, String) {
         DavIf::Tagged => r.lock_root.unwrap_or(r.resource.as_str()),
         DavIf::Untagged => r.resource.as_str(),
     };
-    let Some(l) = r.token.and_then(|t| dav.locks.iter().find(|l| l.token == t)) else {
+    let Some(l) = r
+        .token
+        .and_then(|t| dav.locks.iter().find(|l| l.token == t))
+    else {
         return (Live::No, "its token is no lock's".to_owned());
     };
     if !lock_applies(&l.resource, l.depth_infinity, about) {
@@ -261,7 +261,14 @@ fn if_holds(dav: &DavOutcome, r: &DavRecord) -> (Live, String) {
         return (Live::No, why);
     }
     let state = live(l, r.asked_ns, r.answered_ns);
-    (state, format!("{} was {}live", lock_name(l), if state == Live::No { "not " } else { "" }))
+    (
+        state,
+        format!(
+            "{} was {}live",
+            lock_name(l),
+            if state == Live::No { "not " } else { "" }
+        ),
+    )
 }
 
 /// A write's lock decision: refused (412) when its `If` is false; else refused (423)
@@ -302,9 +309,9 @@ fn judge_write(
     }
     let submitted = match r.if_header {
         DavIf::None | DavIf::Malformed => None,
-        DavIf::Tagged | DavIf::Untagged => {
-            r.token.and_then(|t| dav.locks.iter().find(|l| l.token == t))
-        }
+        DavIf::Tagged | DavIf::Untagged => r
+            .token
+            .and_then(|t| dav.locks.iter().find(|l| l.token == t)),
     };
     let mut blocking = None;
     let mut unsure = false;
@@ -364,7 +371,9 @@ fn what_of(dav: &DavOutcome, r: &DavRecord) -> String {
 /// that lock applies to the resource (RFC 4918 §9.10.2).
 fn judge_refresh(dav: &DavOutcome, r: &DavRecord, end: DavEnd) -> Result<(), String> {
     if end == DavEnd::Refreshed && r.acted_on != r.token {
-        let other = r.acted_on.and_then(|t| dav.locks.iter().find(|l| l.token == t));
+        let other = r
+            .acted_on
+            .and_then(|t| dav.locks.iter().find(|l| l.token == t));
         return Err(format!(
             "refresh rule (RFC 4918 §9.10.2): {} extended {}, not the lock whose token it \
              submitted",
@@ -393,8 +402,12 @@ fn judge_unlock(dav: &DavOutcome, r: &DavRecord, end: DavEnd) -> Result<(), Stri
     if end != DavEnd::Unlocked {
         return Ok(());
     }
-    let named = r.token.and_then(|t| dav.locks.iter().find(|l| l.token == t));
-    let removed = r.acted_on.and_then(|t| dav.locks.iter().find(|l| l.token == t));
+    let named = r
+        .token
+        .and_then(|t| dav.locks.iter().find(|l| l.token == t));
+    let removed = r
+        .acted_on
+        .and_then(|t| dav.locks.iter().find(|l| l.token == t));
     match (named, removed) {
         (Some(named), Some(removed)) if named.token != removed.token => Err(format!(
             "UNLOCK rule (RFC 4918 §9.11): {} removed {}, not {}, whose token it names",

@@ -98,9 +98,15 @@ fn a_tree_write_through_a_live_lock_below_without_its_token_breaks_the_lock_rule
     let refused = allowed(request(DavOp::Delete, "/d", DavEnd::Locked), false);
     assert_eq!(breaches(locks(), vec![refused]), Vec::<String>::new());
     // MOVE's destination is its tree too; COPY's source is not.
-    let onto = allowed(request(DavOp::Move { to: "/d" }, "/e", DavEnd::Passed), true);
+    let onto = allowed(
+        request(DavOp::Move { to: "/d" }, "/e", DavEnd::Passed),
+        true,
+    );
     one_breach(locks(), onto, "lock rule (RFC 4918 §7.4)");
-    let from = allowed(request(DavOp::Copy { to: "/g" }, "/d", DavEnd::Passed), true);
+    let from = allowed(
+        request(DavOp::Copy { to: "/g" }, "/d", DavEnd::Passed),
+        true,
+    );
     assert_eq!(breaches(locks(), vec![from]), Vec::<String>::new());
 }
 
@@ -147,7 +153,11 @@ fn an_unlock_where_its_lock_does_not_apply_breaks_the_unlock_rule() {
         DavIf::None,
     );
     r.acted_on = Some(7);
-    one_breach(vec![lock(7, "/d/a", false)], r, "UNLOCK rule (RFC 4918 §9.11)");
+    one_breach(
+        vec![lock(7, "/d/a", false)],
+        r,
+        "UNLOCK rule (RFC 4918 §9.11)",
+    );
 }
 
 #[test]
@@ -224,7 +234,10 @@ fn a_lock_that_began_or_ended_while_asked_is_judged_neither_way() {
     let mut l = lock(7, "/d/a", false);
     l.granted_ns = 1_005 * MS;
     let let_through = allowed(request(DavOp::Delete, "/d", DavEnd::Passed), true);
-    assert_eq!(breaches(vec![l.clone()], vec![let_through]), Vec::<String>::new());
+    assert_eq!(
+        breaches(vec![l.clone()], vec![let_through]),
+        Vec::<String>::new()
+    );
     let refused = allowed(request(DavOp::Delete, "/d", DavEnd::Locked), false);
     assert_eq!(breaches(vec![l], vec![refused]), Vec::<String>::new());
 }

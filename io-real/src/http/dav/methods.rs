@@ -284,7 +284,8 @@ impl Dav {
             return Err(HttpError::Dav(DavError::Exists));
         }
         let resource = path.resource();
-        seen.require_all(Write::Mkcol(&resource), &submitted).await?;
+        seen.require_all(Write::Mkcol(&resource), &submitted)
+            .await?;
         let conditions = conditional::conditions(&parts.headers);
         self.run_tree(
             writer,
@@ -316,7 +317,8 @@ impl Dav {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
         let resource = path.resource();
-        seen.require_all(Write::Delete(&resource), &submitted).await?;
+        seen.require_all(Write::Delete(&resource), &submitted)
+            .await?;
         let conditions = conditional::conditions(&parts.headers);
         self.run_tree(writer, TreeOp::Delete, Some(path), None, true, &conditions)
             .await?;
