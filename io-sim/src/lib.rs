@@ -43,14 +43,14 @@ pub use dav_tree::{
     TreeStepFails,
 };
 pub use outcome::{
-    DavAnswer, DavEnd, DavLockDecision, DavLockRecord, DavOp, DavOutcome, DavRecord, Injected,
-    LogStats, Outcome, RequestStats, StatusAnswer, UploadEnd, UploadRecord, UploadStats,
+    DavAnswer, DavEnd, DavIf, DavLockDecision, DavLockRecord, DavOp, DavOutcome, DavRecord,
+    Injected, LogStats, Outcome, RequestStats, StatusAnswer, UploadEnd, UploadRecord, UploadStats,
     WorkerExit,
 };
 pub use plan::{
     AppModel, AppStage, AppStartup, Behavior, BehaviorFn, DAV_COLLECTIONS, DAV_FILES,
-    DAV_TARGET_BASE, DavClientPlan, DavDraw, DavWorkload, Fault, FaultKind, SimCommand, SimSpec,
-    SpawnInfo, Workload,
+    DAV_TARGET_BASE, DAV_UNMAPPED, DavClientPlan, DavDraw, DavWorkload, DavWriteKind, Fault,
+    FaultKind, SimCommand, SimSpec, SpawnInfo, Workload,
 };
 pub use proxy::{DownManner, ProxyOutcome, ProxyPlan, judged_by, proxy_routes, upstream_url};
 pub use world::SimWorld;

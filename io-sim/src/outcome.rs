@@ -87,6 +87,31 @@ pub enum DavOp {
     Unlock,
     /// PUT; with a token, in a tagged `If` naming its lock's root.
     Put,
+    /// DELETE: the lock check of its tree and its collection's membership.
+    Delete,
+    /// COPY onto `to`: the lock check of the destination's tree.
+    Copy { to: &'static str },
+    /// MOVE to `to`: the lock checks of the source's tree, then the destination's.
+    Move { to: &'static str },
+    /// MKCOL: the lock check of its collection's membership.
+    Mkcol,
+    /// PROPPATCH: the lock check of the resource's own locks.
+    Proppatch,
+    /// PROPFIND Depth 1 of a collection: which locks `lockdiscovery` shows per member.
+    Propfind,
+}
+
+/// What a WebDAV request's `If` header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DavIf {
+    /// No `If` header.
+    None,
+    /// `If: <lock root> (<token>)`: the token, tagged with its lock's root.
+    Tagged,
+    /// `If: (<token>)`: the token, about the request's own resource.
+    Untagged,
+    /// A header that does not parse.
+    Malformed,
 }
 
 /// How a WebDAV request ended, as the real worker answers it.
@@ -118,6 +143,13 @@ pub enum DavEnd {
     WriteFailed(UploadEnd),
     /// The broker could not be asked (parent gone, no answer in time).
     FailedClosed,
+    /// 400: the `If` header does not parse.
+    BadIf,
+    /// 403: a write (or a LOCK that would create a resource) on a read-only share.
+    ReadOnly,
+    /// The lock check passed; the simulation does not perform the write itself (DELETE,
+    /// COPY, MOVE, MKCOL, PROPPATCH), nor the PROPFIND's answer.
+    Passed,
     /// In flight on a worker that died.
     Lost,
     /// Arrived after the listeners closed.
@@ -136,6 +168,8 @@ pub struct DavRecord {
     pub token: Option<u128>,
     /// The root of the lock whose token it carries (what its `If` names).
     pub lock_root: Option<&'static str>,
+    /// What its `If` header says.
+    pub if_header: DavIf,
     /// The worker that took it and that worker's generation.
     pub worker: Option<u64>,
     pub generation: u64,
@@ -145,8 +179,14 @@ pub struct DavRecord {
     /// between.
     pub asked_ns: u64,
     pub answered_ns: u64,
-    /// A PUT's lock check (with its `If`): passed (on to the write flow) or refused.
+    /// A write's lock check (with its `If`): passed (on to the write) or refused.
     pub allowed: Option<bool>,
+    /// The broker's answer to its `DavLock`, as the parent sent it.
+    pub lock_answer: Option<DavAnswer>,
+    /// The lock its `DavRefresh` or `DavUnlock` named, as the parent read it.
+    pub acted_on: Option<u128>,
+    /// A PROPFIND's `lockdiscovery`: each member listed and the tokens shown for it.
+    pub discovered: Vec<(String, Vec<u128>)>,
     pub ended_ns: u64,
     /// `None` while in flight (at the end of the run: never answered).
     pub end: Option<DavEnd>,
@@ -211,6 +251,8 @@ pub struct DavOutcome {
     pub untracked: Vec<(u64, usize, usize)>,
     /// Workers a [`crate::Fault::CrashDavGranter`] killed, with the lock they granted.
     pub granters_killed: Vec<(u64, u128)>,
+    /// The share takes no writes (`features.uploads` off).
+    pub read_only: bool,
 }
 
 /// A fault that took effect: when, what, and on which worker.

@@ -295,13 +295,47 @@ impl Default for Workload {
 pub const DAV_COLLECTIONS: [&str; 1] = ["/d"];
 pub const DAV_FILES: [&str; 4] = ["/d/a", "/d/b", "/e", "/f"];
 pub const DAV_TARGET_BASE: u8 = 200;
+/// URLs the share does not map (their collections do exist): a LOCK of one creates an
+/// empty file (RFC 4918 §7.3), a MKCOL a collection, a COPY or MOVE may land there.
+/// The simulation keeps them unmapped: the lock-checked writes of [`DavWriteKind`] are
+/// judged, not performed.
+pub const DAV_UNMAPPED: [&str; 2] = ["/d/n", "/g"];
+
+/// What a writer without a lock sends ([`DavWorkload::write_mix`]), each through the
+/// worker's lock decisions in the core. Every kind but `Put` stops once its lock check
+/// has decided: the simulated share's files do not change (the tree requests themselves
+/// are the `dav_tree` workload's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DavWriteKind {
+    /// PUT of one of [`DavWorkload::write_paths`], through the write flow.
+    Put,
+    /// DELETE of a mapped resource (reach: its tree and its collection's membership).
+    Delete,
+    /// COPY onto a destination (reach: the destination's tree).
+    Copy,
+    /// MOVE (reach: the source's tree and the destination's).
+    Move,
+    /// MKCOL of an unmapped URL (reach: its collection's membership).
+    Mkcol,
+    /// PROPPATCH of a mapped resource (reach: its content).
+    Proppatch,
+    /// LOCK of an unmapped URL (a write that creates the resource).
+    LockUnmapped,
+    /// A PUT whose `If` header does not parse (400).
+    BadIf,
+    /// PROPFIND Depth 1 of a collection: the locks its `lockdiscovery` shows per member.
+    Propfind,
+}
 
 /// WebDAV clients ([`Workload::dav`]). A lock client sends LOCK through whichever worker
 /// the listener gives it, keeps the token it is granted, then makes `steps` requests —
 /// each a PUT with the token (in a tagged `If` naming the lock root) to a file the lock
-/// protects, or a refresh (LOCK without a body) — and finally UNLOCK, or walks away and
-/// lets the lock time out. Writers PUT without any token. Every request is a connection
-/// of its own, so consecutive requests of one client land on any worker.
+/// protects, a lock-checked write with it ([`DavClientPlan::write_chance`]), a refresh
+/// (LOCK without a body), or the token sent where it does not apply
+/// ([`DavClientPlan::stray_chance`]) — and finally UNLOCK, or walks away and lets the lock
+/// time out. Writers send what [`DavWorkload::write_mix`] draws, without any token. Every
+/// request is a connection of its own, so consecutive requests of one client land on any
+/// worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DavWorkload {
     /// Lock clients with set parameters, each starting at its time.
@@ -315,6 +349,8 @@ pub struct DavWorkload {
     /// (uniformly; every path must be one of [`DAV_FILES`]).
     pub write_rate: f64,
     pub write_paths: Vec<&'static str>,
+    /// What each writer sends, drawn uniformly (one kind: no draw).
+    pub write_mix: Vec<DavWriteKind>,
     /// No client or writer starts after this point (nor after [`Workload::until`]).
     pub until: Duration,
 }
@@ -332,6 +368,14 @@ pub struct DavClientPlan {
     pub step_ms: (u64, u64),
     /// The chance that a step is a refresh rather than a PUT.
     pub refresh_chance: f64,
+    /// The chance that a step (not a refresh) is a lock-checked write under the lock with
+    /// its token (DELETE, COPY, MOVE, MKCOL or PROPPATCH of what the lock protects)
+    /// rather than a PUT.
+    pub write_chance: f64,
+    /// The chance that a step names the token where its lock does not apply: an UNLOCK
+    /// sent to the lock root's collection (409), or a PROPPATCH of that collection with
+    /// the token in an untagged `If` (412).
+    pub stray_chance: f64,
     /// UNLOCK after the last step; otherwise the lock ends at its timeout.
     pub unlock: bool,
 }
@@ -346,6 +390,8 @@ pub struct DavDraw {
     pub steps: (u64, u64),
     pub step_ms: (u64, u64),
     pub refresh_chance: f64,
+    pub write_chance: f64,
+    pub stray_chance: f64,
     pub unlock_chance: f64,
 }
 
@@ -359,6 +405,8 @@ impl Default for DavDraw {
             steps: (0, 3),
             step_ms: (50, 500),
             refresh_chance: 0.3,
+            write_chance: 0.0,
+            stray_chance: 0.0,
             unlock_chance: 0.7,
         }
     }
@@ -373,6 +421,7 @@ impl Default for DavWorkload {
             draw: DavDraw::default(),
             write_rate: 0.0,
             write_paths: DAV_FILES.to_vec(),
+            write_mix: vec![DavWriteKind::Put],
             until: Duration::from_secs(3600),
         }
     }

@@ -807,6 +807,7 @@ impl SimWorld {
         self.out.requests.stranded += self.backlog.len() as u64;
         self.out.temp_files_at_end = self.fs.temp_count();
         self.dav_tree_finish();
+        self.dav_judge();
         self.chunks_finish();
         self.proxy_finish();
         self.out.torn_files = self

@@ -16,6 +16,7 @@ use crate::catalog_chaos as chaos_;
 use crate::catalog_chunks as chunks;
 use crate::catalog_control as control;
 use crate::catalog_dav as dav;
+use crate::catalog_dav_checks as dav_checks;
 use crate::catalog_dav_tree as dav_tree;
 use crate::catalog_io_faults as io;
 use crate::catalog_listeners as listeners;
@@ -383,6 +384,20 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "locks refreshed and unlocked while the disk under the journal is full, and nothing after: a refresh the journal cannot hold is refused and keeps the disk's time, and the journal's retry brings the UNLOCKs to the disk within a second of it having room (decision 0091)",
         build: dav::journal_full_quiet,
         kinds: &[FaultKind::DiskFull],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "dav-lock-checks",
+        about: "every WebDAV method's lock decision through the core's machines, on a writable share with a recycle: lock clients write under their lock with its token (PUT, DELETE, COPY, MOVE, MKCOL, PROPPATCH), refresh, send it where it does not apply and UNLOCK, while writers without a lock send every write, LOCKs of unmapped URLs, malformed If headers and PROPFINDs; the oracle judges each decision against the broker's lock table (let through only when every live lock protecting what it changes had its token submitted, If held or failed against its lock, a refresh or UNLOCK acting only on the lock named where it applies, lockdiscovery showing exactly the locks that apply)",
+        build: dav_checks::lock_checks,
+        kinds: &[],
+        no_swarm: None,
+    },
+    Scenario {
+        name: "dav-lock-checks-read-only",
+        about: "the same clients on a read-only share: LOCK, refresh and UNLOCK as anywhere, every write refused with 403 before any lock decision, a LOCK of an unmapped URL (which would create it) included",
+        build: dav_checks::lock_checks_read_only,
+        kinds: &[],
         no_swarm: None,
     },
     Scenario {

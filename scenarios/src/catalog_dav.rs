@@ -93,6 +93,8 @@ pub(crate) fn lock_survives_recycle(ctx: &mut Ctx) -> Plan {
                 steps: (timeout_ms + 3_000) / 500,
                 step_ms: (300, 700),
                 refresh_chance: 0.0,
+                write_chance: 0.0,
+                stray_chance: 0.0,
                 unlock: false,
             },
         )],
@@ -380,6 +382,8 @@ pub(crate) fn lock_table_saturation(ctx: &mut Ctx) -> Plan {
                     steps: 1,
                     step_ms: (200, 300),
                     refresh_chance: 0.0,
+                    write_chance: 0.0,
+                    stray_chance: 0.0,
                     unlock: i % 2 == 0,
                 },
             )
@@ -665,6 +669,8 @@ pub(crate) fn journal_full_quiet(ctx: &mut Ctx) -> Plan {
                     steps: 2,
                     step_ms: (500, 700),
                     refresh_chance: 0.5,
+                    write_chance: 0.0,
+                    stray_chance: 0.0,
                     unlock: true,
                 },
             )

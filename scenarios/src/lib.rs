@@ -17,6 +17,7 @@ mod catalog_chaos;
 mod catalog_chunks;
 mod catalog_control;
 mod catalog_dav;
+mod catalog_dav_checks;
 mod catalog_dav_tree;
 mod catalog_io_faults;
 mod catalog_listeners;

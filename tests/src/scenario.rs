@@ -143,6 +143,14 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "refreshes and UNLOCKs on a simulated disk that fills and then has room again with nothing else changing: the rules are the core's (core/src/parent/dav_journal.rs, whose unit tests drive the refusal and the one-second retry), and the real journal's writes are tests/state_dir.rs on an 8 KiB tmpfs; emptying a real full disk at a chosen moment under a quiet share is not driven here",
     ),
     (
+        "dav-lock-checks",
+        "a WebDAV workload of every method under drawn locks, judged per request against the simulator's record of the broker's lock table: the real counterparts are tests/webdav.rs (every_write_that_would_break_a_lock_is_423_until_the_token_is_submitted and a_move_over_a_locked_file_by_its_holder_keeps_the_holders_lock, and litmus's locks suite in litmus_passes_every_suite_with_four_workers)",
+    ),
+    (
+        "dav-lock-checks-read-only",
+        "the same WebDAV workload on a read-only share: the real refusals of writes and of a LOCK of an unmapped URL on a share without --upload are tests/webdav.rs, a_read_only_share_answers_dav_reads_and_refuses_writes",
+    ),
+    (
         "dav-move-crash-between-steps",
         "a tree-request workload whose client picks requests from the simulated tree: the real counterpart is tests/webdav_tree_crash.rs, which kills a real worker before six chosen steps of MOVE, COPY and DELETE (SERVERY_TEST_FAULT=kill-before-tree-step) and checks the tree, the cleanup, the broker's leases and the retry",
     ),

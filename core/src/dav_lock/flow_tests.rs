@@ -420,3 +420,49 @@ fn which_locks_apply_and_paths() {
     assert_eq!(parent_of("/e"), Some("/"));
     assert_eq!(parent_of("/"), None);
 }
+
+#[test]
+fn each_write_checks_what_it_changes_in_the_workers_order() {
+    let checks = |w| lock_checks(w).expect("writable");
+    assert_eq!(
+        checks(Write::Move {
+            from: "/a",
+            to: "/b"
+        }),
+        vec![("/a", reach::TREE), ("/b", reach::TREE)],
+        "rule: a MOVE checks its source's tree, then its destination's"
+    );
+    assert_eq!(
+        checks(Write::Copy {
+            from: "/a",
+            to: "/b"
+        }),
+        vec![("/b", reach::TREE)],
+        "rule: a COPY leaves its source alone and checks its destination's tree"
+    );
+    assert_eq!(
+        checks(Write::Delete("/a")),
+        vec![("/a", reach::TREE)],
+        "rule: a DELETE checks its tree"
+    );
+    assert_eq!(checks(Write::Put("/a")), vec![("/a", reach::MEMBER)]);
+    assert_eq!(checks(Write::Mkcol("/a")), vec![("/a", reach::MEMBER)]);
+    assert_eq!(checks(Write::Post("/d")), vec![("/d", reach::INSIDE)]);
+    assert_eq!(
+        checks(Write::Proppatch("/a")),
+        vec![("/a", reach::CONTENT)],
+        "rule: a PROPPATCH changes only the resource's own properties"
+    );
+    let creating = |writable| {
+        lock_checks(Write::CreatingLock {
+            resource: "/n",
+            writable,
+        })
+    };
+    assert_eq!(creating(true), Ok(vec![("/n", reach::MEMBER)]));
+    assert_eq!(
+        creating(false),
+        Err(DavRefusal::ReadOnly),
+        "rule: a LOCK that would create a resource on a read-only share is a 403"
+    );
+}

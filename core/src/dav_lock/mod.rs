@@ -13,6 +13,8 @@
 //!   the resource, for writes that add or remove a member the locks rooted at its parent
 //!   collection too, for writes that change a whole tree every lock below it; one
 //!   submitted token per lock root satisfies it (423 otherwise);
+//! - what each method's lock check covers, in the order it is asked ([`lock_checks`]: a
+//!   MOVE its source's tree before its destination's, a COPY only its destination's);
 //! - which lock a refresh extends and an UNLOCK removes ([`refresh_target`],
 //!   [`unlock_target`]): one that applies to the request's resource, whose token the
 //!   request names (412 for a refresh, 409 for an UNLOCK otherwise);
@@ -246,6 +248,52 @@ pub fn new_resource_lock(writable: bool) -> Result<DavReach, DavRefusal> {
     } else {
         Err(DavRefusal::ReadOnly)
     }
+}
+
+/// A write, as its lock check sees it: the method and the resources it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Write<'a> {
+    /// PUT of a whole resource.
+    Put(&'a str),
+    /// A multipart POST into a collection (its files named only in its body).
+    Post(&'a str),
+    Mkcol(&'a str),
+    Delete(&'a str),
+    /// COPY changes only the destination.
+    Copy {
+        from: &'a str,
+        to: &'a str,
+    },
+    /// MOVE removes the source and changes the destination.
+    Move {
+        from: &'a str,
+        to: &'a str,
+    },
+    Proppatch(&'a str),
+    /// A LOCK of an unmapped URL, which creates the resource ([`new_resource_lock`]).
+    CreatingLock {
+        resource: &'a str,
+        writable: bool,
+    },
+}
+
+/// What a write's lock check covers, in the order the worker asks (RFC 4918 §7.4, §9):
+/// each resource with its reach, for [`LockViews::require`] — a MOVE its source's tree
+/// before its destination's, a COPY only its destination's. A LOCK of an unmapped URL on
+/// a read-only share is refused (403).
+pub fn lock_checks(write: Write<'_>) -> Result<Vec<(&str, DavReach)>, DavRefusal> {
+    Ok(match write {
+        Write::Put(r) | Write::Mkcol(r) => vec![(r, reach::MEMBER)],
+        Write::Post(r) => vec![(r, reach::INSIDE)],
+        Write::Delete(r) => vec![(r, reach::TREE)],
+        Write::Copy { to, .. } => vec![(to, reach::TREE)],
+        Write::Move { from, to } => vec![(from, reach::TREE), (to, reach::TREE)],
+        Write::Proppatch(r) => vec![(r, reach::CONTENT)],
+        Write::CreatingLock { resource, writable } => {
+            vec![(resource, new_resource_lock(writable)?)]
+        }
+    })
 }
 
 /// `Timeout: Second-N, Infinite` (RFC 4918 §10.7): the first value servery understands,

@@ -1,16 +1,19 @@
 //! WebDAV in the simulation, opt-in through [`crate::Workload::dav`]: lock clients and
-//! writers on the client side; on the worker side LOCK, refresh, UNLOCK and PUT, whose
-//! lock decisions are the core's (`servery_core::dav_lock`), the same machines the real
-//! worker drives: every lock lives in the parent's broker, a worker learns which locks
-//! apply by `DavQuery` when a core machine asks for it, and a PUT that passes goes through
-//! the write flow (reservation, target lease, temp file, rename) like an upload; and an
-//! oracle that watches the broker's lock table after every step and every DAV answer on
-//! the control channels.
+//! writers on the client side; on the worker side every method's lock decisions, which are
+//! the core's (`servery_core::dav_lock`), the same machines the real worker drives, in the
+//! real worker's order: every lock lives in the parent's broker, a worker learns which
+//! locks apply by `DavQuery` when a core machine asks for it, and a PUT that passes goes
+//! through the write flow (reservation, target lease, temp file, rename) like an upload;
+//! and an oracle that watches the broker's lock table after every step and every DAV
+//! answer on the control channels, and judges every request's decision against that
+//! record at the end of the run.
 //!
 //! What the simulation's requests carry, and how their steps are performed:
 //!
-//! - LOCK: one `DavLock` of an existing file or collection (LOCK of an unmapped URL,
-//!   which creates a file, is not modelled); its refusals mean what the core says.
+//! - LOCK of an existing file or collection: one `DavLock`; its refusals mean what the
+//!   core says. LOCK of an unmapped URL (which creates a file): its `If`, then the core's
+//!   `new_resource_lock` (403 on a read-only share) and lock check (`LockViews::require`),
+//!   then `DavLock`; the empty file is not created ([`checked`]).
 //! - refresh (LOCK without a body): `If: <root> (<token>)`, evaluated by the core's
 //!   `IfCheck`; then a fresh `DavQuery` of the path and the core's `refresh_target`, then
 //!   `DavRefresh`.
@@ -21,11 +24,22 @@
 //!   (`DavWriteLease`, one request, decision 0029). A refusal (`Locked`) is answered 423
 //!   once the core's lock check (`LockViews::require`, reach `MEMBER`) has named the
 //!   locks, with the answers the `If` check already got.
+//! - DELETE, COPY, MOVE, MKCOL, PROPPATCH: the `If` (tagged, untagged about the request's
+//!   resource, or one that does not parse), then the core's lock check of each part the
+//!   write reaches, in the real worker's order, every question a `DavQuery`; a write that
+//!   passes ends there, not performed ([`checked`]). On a read-only share every write is
+//!   refused (403) before anything is asked.
+//! - PROPFIND Depth 1: one `DavQuery` of the collection, and the core's `applies` picks
+//!   the locks each listed member's `lockdiscovery` shows.
 //!
 //! The simulated files carry no entity tags (no request's `If` has an ETag condition):
 //! an inspection answers the resource's key and no ETag, at once.
 
+mod checked;
+mod client;
 mod oracle;
+#[cfg(test)]
+mod oracle_tests;
 
 use core::time::Duration;
 use std::collections::BTreeMap;
@@ -39,20 +53,17 @@ use servery_core::proto::{
 };
 use servery_core::{Instant, LeaseId, WorkerId};
 
-use crate::labels;
-use crate::outcome::{DavEnd, DavOp, DavRecord};
+use crate::outcome::{DavEnd, DavIf, DavOp};
 use crate::plan::{DAV_FILES, DAV_TARGET_BASE, DavClientPlan};
 use crate::process::Waiting;
-use crate::world::{ConnKind, SimEvent, SimWorld};
+use crate::world::{SimEvent, SimWorld};
 
 /// Whether a lock rooted at `root` protects a PUT of `file`: it applies to the file
 /// (rooted there, or above with depth infinity) or is rooted at the file's collection,
 /// whose membership a PUT may change. The clients use it to choose what to write under
 /// their lock; the workers judge with the core.
 pub(crate) fn protects(root: &str, depth_infinity: bool, file: &str) -> bool {
-    file == root
-        || (depth_infinity && dav_lock::covers(root, file))
-        || dav_lock::parent_of(file) == Some(root)
+    oracle::guards(root, depth_infinity, file, oracle::MEMBER)
 }
 
 fn ns(t: Instant) -> u64 {
@@ -85,6 +96,14 @@ enum Stage {
     Locking,
     Refreshing,
     Unlocking,
+    /// A lock-checked write's lock check asked which locks are around `key`.
+    Check {
+        views: LockViews,
+        key: String,
+        submitted: Vec<LeaseId>,
+    },
+    /// A PROPFIND's one question: the locks around its collection.
+    Discover,
     /// A PUT the broker refused for a lock: the core's lock check asked about `key`, to
     /// name the locks in the 423.
     Naming {
@@ -98,7 +117,10 @@ enum Stage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Then {
     Refresh,
+    /// A PUT: the write flow, its lock check riding on its lease request.
     Write,
+    /// Any other write: the core's lock check, asked of the broker step by step.
+    Check,
 }
 
 #[derive(Debug)]
@@ -114,12 +136,15 @@ enum Wire {
         resource: String,
         depth_infinity: bool,
         exclusive: bool,
+        rec: Option<usize>,
     },
     Refresh {
         token: LeaseId,
+        rec: Option<usize>,
     },
     Unlock {
         token: LeaseId,
+        rec: Option<usize>,
     },
 }
 
@@ -148,6 +173,9 @@ pub(crate) struct DavSim {
     /// A PUT in its write flow: the broker answers its `If` check got and the tokens it
     /// submitted, for the lock check that names the locks of a refusal.
     writing: BTreeMap<usize, (LockViews, Vec<LeaseId>)>,
+    /// The request each DAV broker call was made for, by worker and call ID, until the
+    /// parent reads it.
+    asked: BTreeMap<(WorkerId, u64), usize>,
 }
 
 impl DavSim {
@@ -156,6 +184,7 @@ impl DavSim {
         let WorkerMessage::Broker { id, request } = message else {
             return;
         };
+        let rec = self.asked.remove(&(worker, *id));
         let wire = match request {
             BrokerRequest::DavLock {
                 resource,
@@ -166,9 +195,10 @@ impl DavSim {
                 resource: resource.clone(),
                 depth_infinity: *depth == DavDepth::Infinity,
                 exclusive: *exclusive,
+                rec,
             },
-            BrokerRequest::DavRefresh { token, .. } => Wire::Refresh { token: *token },
-            BrokerRequest::DavUnlock { token } => Wire::Unlock { token: *token },
+            BrokerRequest::DavRefresh { token, .. } => Wire::Refresh { token: *token, rec },
+            BrokerRequest::DavUnlock { token } => Wire::Unlock { token: *token, rec },
             _ => return,
         };
         self.wire.insert((worker, *id), wire);
@@ -187,6 +217,7 @@ impl SimWorld {
             return;
         };
         let mut dav = DavSim::default();
+        self.out.dav.read_only = !self.spec.config.features.uploads;
         for (at, plan) in &w.clients {
             let client = dav.clients.len();
             dav.clients.push(Client {
@@ -212,235 +243,6 @@ impl SimWorld {
         }
     }
 
-    // ----- clients --------------------------------------------------------------------
-
-    /// A lock client with drawn parameters arrives.
-    pub(crate) fn dav_client_arrival(&mut self) {
-        let Some(w) = self.spec.workload.dav.clone() else {
-            return;
-        };
-        let now = Duration::from_nanos(ns(self.now));
-        let rate = w.client_rate_at(now);
-        if now < self.dav_until() && rate > 0.0 {
-            let d = self.rng.exp(1.0 / rate);
-            self.schedule_in(Duration::from_secs_f64(d), SimEvent::DavClientArrival);
-        }
-        let d = &w.draw;
-        if d.resources.is_empty() {
-            return;
-        }
-        let resource = d.resources[self.rng.range(0, d.resources.len() as u64 - 1) as usize];
-        let plan = DavClientPlan {
-            resource,
-            depth_infinity: self.rng.chance(d.infinity_chance),
-            exclusive: self.rng.chance(d.exclusive_chance),
-            timeout_ms: self.rng.range(d.timeout_ms.0, d.timeout_ms.1),
-            steps: self.rng.range(d.steps.0, d.steps.1),
-            step_ms: d.step_ms,
-            refresh_chance: d.refresh_chance,
-            unlock: self.rng.chance(d.unlock_chance),
-        };
-        let Some(dav) = self.dav.as_mut() else {
-            return;
-        };
-        let client = dav.clients.len();
-        dav.clients.push(Client {
-            steps_left: plan.steps,
-            plan,
-            token: None,
-            done: false,
-        });
-        self.dav_client_step(client);
-    }
-
-    /// A writer without a lock PUTs one file.
-    pub(crate) fn dav_write_arrival(&mut self) {
-        let Some(w) = self.spec.workload.dav.as_ref() else {
-            return;
-        };
-        let (rate, paths) = (w.write_rate, w.write_paths.clone());
-        let now = Duration::from_nanos(ns(self.now));
-        if now < self.dav_until() && rate > 0.0 {
-            let d = self.rng.exp(1.0 / rate);
-            self.schedule_in(Duration::from_secs_f64(d), SimEvent::DavWriteArrival);
-        }
-        if paths.is_empty() {
-            return;
-        }
-        let path = paths[self.rng.range(0, paths.len() as u64 - 1) as usize];
-        let rec = self.dav_record(None, DavOp::Put, path, None, None);
-        self.arrive(ConnKind::Dav { rec });
-    }
-
-    fn dav_record(
-        &mut self,
-        client: Option<usize>,
-        op: DavOp,
-        resource: &str,
-        token: Option<LeaseId>,
-        lock_root: Option<&'static str>,
-    ) -> usize {
-        self.out.dav.log.push(DavRecord {
-            client: client.map(|c| c as u64),
-            op,
-            resource: resource.to_owned(),
-            token: token.map(|t| t.0),
-            lock_root,
-            worker: None,
-            generation: 0,
-            arrived_ns: ns(self.now),
-            asked_ns: 0,
-            answered_ns: 0,
-            allowed: None,
-            ended_ns: 0,
-            end: None,
-        });
-        self.out.dav.log.len() - 1
-    }
-
-    /// A lock client's next request: LOCK, then its steps, then UNLOCK (or nothing).
-    pub(crate) fn dav_client_step(&mut self, client: usize) {
-        let now = Duration::from_nanos(ns(self.now));
-        let until = self.dav_until();
-        let Some(c) = self.dav.as_mut().and_then(|d| d.clients.get_mut(client)) else {
-            return;
-        };
-        if c.done {
-            return;
-        }
-        if now >= until {
-            c.done = true;
-            return;
-        }
-        let plan = c.plan.clone();
-        let (op, resource, token, root) = match c.token {
-            None => (
-                DavOp::Lock {
-                    depth_infinity: plan.depth_infinity,
-                    exclusive: plan.exclusive,
-                    timeout_ms: plan.timeout_ms,
-                },
-                plan.resource,
-                None,
-                None,
-            ),
-            Some(token) if c.steps_left > 0 => {
-                c.steps_left -= 1;
-                let files: Vec<&'static str> = DAV_FILES
-                    .iter()
-                    .copied()
-                    .filter(|f| protects(plan.resource, plan.depth_infinity, f))
-                    .collect();
-                if files.is_empty() || self.rng.chance(plan.refresh_chance) {
-                    (
-                        DavOp::Refresh {
-                            timeout_ms: plan.timeout_ms,
-                        },
-                        plan.resource,
-                        Some(token),
-                        Some(plan.resource),
-                    )
-                } else {
-                    let file = files[self.rng.range(0, files.len() as u64 - 1) as usize];
-                    (DavOp::Put, file, Some(token), Some(plan.resource))
-                }
-            }
-            Some(token) if plan.unlock => {
-                c.done = true;
-                (
-                    DavOp::Unlock,
-                    plan.resource,
-                    Some(token),
-                    Some(plan.resource),
-                )
-            }
-            Some(_) => {
-                c.done = true;
-                return;
-            }
-        };
-        let rec = self.dav_record(Some(client), op, resource, token, root);
-        self.arrive(ConnKind::Dav { rec });
-    }
-
-    /// The client hears how its request ended, and goes on.
-    fn dav_client_heard(&mut self, rec: usize) {
-        let r = &self.out.dav.log[rec];
-        let (Some(client), op, end, token) = (r.client, r.op, r.end, r.token) else {
-            return;
-        };
-        let Some(c) = self
-            .dav
-            .as_mut()
-            .and_then(|d| d.clients.get_mut(client as usize))
-        else {
-            return;
-        };
-        if let DavOp::Lock { .. } = op {
-            match (end, token) {
-                (Some(DavEnd::Granted), Some(t)) => c.token = Some(LeaseId(t)),
-                _ => c.done = true,
-            }
-        }
-        if c.done {
-            return;
-        }
-        let (lo, hi) = c.plan.step_ms;
-        let d = Duration::from_micros(self.rng.range(lo * 1000, hi * 1000));
-        self.schedule_in(
-            d,
-            SimEvent::DavClientStep {
-                client: client as usize,
-            },
-        );
-    }
-
-    /// The request ends so: the record says how, the client hears it.
-    pub(crate) fn dav_record_end(&mut self, rec: usize, end: DavEnd) {
-        let now = ns(self.now);
-        let Some(r) = self.out.dav.log.get_mut(rec) else {
-            return;
-        };
-        if r.end.is_some() {
-            return;
-        }
-        r.end = Some(end);
-        r.ended_ns = now;
-        if let Some(dav) = self.dav.as_mut() {
-            dav.writing.remove(&rec);
-        }
-        let (worker, token) = (r.worker, r.token);
-        match end {
-            DavEnd::PreconditionFailed if token.is_some() => {
-                self.out.coverage.insert(labels::DAV_STALE_TOKEN_REFUSED);
-            }
-            DavEnd::Locked => {
-                let granted_here = self
-                    .out
-                    .dav
-                    .locks
-                    .iter()
-                    .any(|l| l.gone_ns.is_none() && Some(l.granted_to) == worker);
-                if !granted_here {
-                    self.out.coverage.insert(labels::DAV_REFUSED_ELSEWHERE);
-                }
-            }
-            DavEnd::Written if token.is_some() => {
-                let elsewhere = self
-                    .out
-                    .dav
-                    .locks
-                    .iter()
-                    .any(|l| Some(l.token) == token && Some(l.granted_to) != worker);
-                if elsewhere {
-                    self.out.coverage.insert(labels::DAV_TOKEN_WRITE_ELSEWHERE);
-                }
-            }
-            _ => {}
-        }
-        self.dav_client_heard(rec);
-    }
-
     // ----- the worker's side ----------------------------------------------------------
 
     /// `worker` took the connection of DAV request `rec`.
@@ -452,32 +254,47 @@ impl SimWorld {
         r.worker = Some(worker.0);
         r.generation = generation;
         let (op, resource, client, token) = (r.op, r.resource.clone(), r.client, r.token);
-        // The `If` header the client sends: its lock's root, tagged, with the token.
-        let if_value = match (r.lock_root, token) {
-            (Some(root), Some(token)) => Some(format!(
-                "<{root}> (<{}>)",
-                dav_lock::token_uri(LeaseId(token))
-            )),
+        // The `If` header the client sends: its token, tagged with its lock's root or
+        // about the request's resource; or one that does not parse.
+        let uri = token.map(|t| dav_lock::token_uri(LeaseId(t)));
+        let if_value = match (r.if_header, r.lock_root, uri) {
+            (DavIf::Tagged, Some(root), Some(uri)) => Some(format!("<{root}> (<{uri}>)")),
+            (DavIf::Untagged, _, Some(uri)) => Some(format!("(<{uri}>)")),
+            (DavIf::Malformed, _, _) => Some("(<opaquelocktoken:".to_owned()),
             _ => None,
         };
+        let writes = !matches!(
+            op,
+            DavOp::Lock { .. } | DavOp::Refresh { .. } | DavOp::Unlock | DavOp::Propfind
+        );
+        if writes && self.out.dav.read_only {
+            // The worker refuses every write on a read-only share before anything else.
+            return self.dav_refused(worker, conn, rec, &DavRefusal::ReadOnly);
+        }
         match op {
-            DavOp::Lock {
-                depth_infinity,
-                exclusive,
-                timeout_ms,
-            } => {
-                let request = BrokerRequest::DavLock {
-                    resource,
-                    depth: if depth_infinity {
-                        DavDepth::Infinity
-                    } else {
-                        DavDepth::Zero
-                    },
-                    owner: format!("client-{}", client.unwrap_or_default()),
-                    exclusive,
-                    timeout_ms,
+            // A LOCK of an unmapped URL creates a resource: a write, with its `If` and its
+            // lock check first.
+            DavOp::Lock { .. } if !checked::mapped(&resource) => {
+                let check = IfCheck::new(if_value.as_deref());
+                self.dav_if(worker, conn, rec, check, Then::Check);
+            }
+            DavOp::Lock { .. } => {
+                let Some(request) = checked::lock_request(op, resource, client) else {
+                    return;
                 };
                 self.dav_ask(worker, conn, rec, request, Stage::Locking);
+            }
+            DavOp::Delete
+            | DavOp::Copy { .. }
+            | DavOp::Move { .. }
+            | DavOp::Mkcol
+            | DavOp::Proppatch => {
+                let check = IfCheck::new(if_value.as_deref());
+                self.dav_if(worker, conn, rec, check, Then::Check);
+            }
+            DavOp::Propfind => {
+                let request = BrokerRequest::DavQuery { resource };
+                self.dav_ask(worker, conn, rec, request, Stage::Discover);
             }
             DavOp::Refresh { .. } => {
                 let check = IfCheck::new(if_value.as_deref());
@@ -527,7 +344,7 @@ impl SimWorld {
                 }
                 IfStep::Done(Ok(submitted)) => break (submitted, check.into_views()),
                 IfStep::Done(Err(refusal)) => {
-                    if then == Then::Write
+                    if then != Then::Refresh
                         && let Some(r) = self.out.dav.log.get_mut(rec)
                     {
                         r.allowed = Some(false);
@@ -543,6 +360,7 @@ impl SimWorld {
                 self.dav_ask(worker, conn, rec, request, Stage::Target { submitted });
             }
             Then::Write => self.dav_start_write(worker, conn, rec, views, submitted),
+            Then::Check => self.dav_check(worker, conn, rec, views, submitted),
         }
     }
 
@@ -561,6 +379,9 @@ impl SimWorld {
         match p.client.request(p.clock.own(now), request) {
             Ok(id) => {
                 p.waiting.insert(id, Waiting::Dav(conn));
+                if let Some(dav) = self.dav.as_mut() {
+                    dav.asked.insert((worker, id), rec);
+                }
                 if let Some(r) = self.out.dav.log.get_mut(rec)
                     && r.asked_ns == 0
                 {
@@ -596,7 +417,11 @@ impl SimWorld {
             r.answered_ns = ns(self.now);
         }
         let call = match &stage {
-            Stage::If { .. } | Stage::Target { .. } | Stage::Naming { .. } => BrokerCall::Query,
+            Stage::If { .. }
+            | Stage::Target { .. }
+            | Stage::Naming { .. }
+            | Stage::Check { .. }
+            | Stage::Discover => BrokerCall::Query,
             Stage::Locking => BrokerCall::Lock(""),
             Stage::Refreshing => BrokerCall::Refresh,
             Stage::Unlocking => BrokerCall::Unlock,
@@ -625,6 +450,20 @@ impl SimWorld {
             }
             (Stage::Target { submitted }, BrokerReply::Locks(locks)) => {
                 return self.dav_target(worker, conn, rec, &locks, &submitted);
+            }
+            (
+                Stage::Check {
+                    mut views,
+                    key,
+                    submitted,
+                },
+                BrokerReply::Locks(locks),
+            ) => {
+                views.answer(key, locks);
+                return self.dav_check(worker, conn, rec, views, submitted);
+            }
+            (Stage::Discover, BrokerReply::Locks(locks)) => {
+                return self.dav_discovered(worker, conn, rec, &locks);
             }
             (
                 Stage::Naming {
@@ -705,6 +544,12 @@ impl SimWorld {
             DavRefusal::Saturated => DavEnd::Saturated,
             // A list the channel could not carry: the real worker answers 503.
             DavRefusal::TooLarge => DavEnd::ClientBusy,
+            DavRefusal::ReadOnly => DavEnd::ReadOnly,
+            DavRefusal::BadIf(_)
+                if self.out.dav.log.get(rec).map(|r| r.if_header) == Some(DavIf::Malformed) =>
+            {
+                DavEnd::BadIf
+            }
             other => {
                 self.violation(format!(
                     "{worker} refused a simulated DAV request, which is well-formed: {other}"

@@ -7,7 +7,7 @@
 //! simulator drives too); this module performs the broker calls they ask for.
 
 use servery_core::LeaseId;
-use servery_core::dav_lock::{self, BrokerCall, DavRefusal, LockViews, Needs};
+use servery_core::dav_lock::{self, BrokerCall, DavRefusal, LockViews, Needs, Write};
 use servery_core::proto::{BrokerReply, BrokerRequest, DavDepth, DavLockInfo, DavReach};
 
 use super::super::error::HttpError;
@@ -187,8 +187,30 @@ impl Seen<'_> {
         submitted: &[LeaseId],
     ) -> Result<(), HttpError> {
         let resource = path.resource();
+        self.require_key(&resource, reach, submitted).await
+    }
+
+    /// The lock check of every resource `write` covers, in the order the core gives
+    /// ([`dav_lock::lock_checks`]).
+    pub async fn require_all(
+        &mut self,
+        write: Write<'_>,
+        submitted: &[LeaseId],
+    ) -> Result<(), HttpError> {
+        for (key, reach) in dav_lock::lock_checks(write)? {
+            self.require_key(key, reach, submitted).await?;
+        }
+        Ok(())
+    }
+
+    async fn require_key(
+        &mut self,
+        resource: &str,
+        reach: DavReach,
+        submitted: &[LeaseId],
+    ) -> Result<(), HttpError> {
         loop {
-            match self.views.require(&resource, reach, submitted) {
+            match self.views.require(resource, reach, submitted) {
                 Needs::Query(key) => {
                     self.around(&key).await?;
                 }

@@ -5,7 +5,7 @@ use std::io;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode, header};
-use servery_core::dav_lock::{self, reach};
+use servery_core::dav_lock::{self, Write};
 use servery_core::proto::DavDepth;
 
 use super::super::body::{self, Body};
@@ -146,8 +146,12 @@ impl Dav {
         if !exists {
             // Locking an unmapped URL creates a resource: a write, which needs the
             // tokens of the locks on the collection it joins.
-            let creating = dav_lock::new_resource_lock(self.writer.is_some())?;
-            seen.require(path, creating, &submitted).await?;
+            let resource = path.resource();
+            let creating = Write::CreatingLock {
+                resource: &resource,
+                writable: self.writer.is_some(),
+            };
+            seen.require_all(creating, &submitted).await?;
         }
         // An existing resource's preconditions hold until the lock is granted; a new
         // one's are judged by the write that creates it, under its lease.
@@ -279,7 +283,9 @@ impl Dav {
         if self.kind(path).await?.is_some() {
             return Err(HttpError::Dav(DavError::Exists));
         }
-        seen.require(path, reach::MEMBER, &submitted).await?;
+        let resource = path.resource();
+        seen.require_all(Write::Mkcol(&resource), &submitted)
+            .await?;
         let conditions = conditional::conditions(&parts.headers);
         self.run_tree(
             writer,
@@ -310,7 +316,9 @@ impl Dav {
         if !writer.settings.allow_overwrite {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
-        seen.require(path, reach::TREE, &submitted).await?;
+        let resource = path.resource();
+        seen.require_all(Write::Delete(&resource), &submitted)
+            .await?;
         let conditions = conditional::conditions(&parts.headers);
         self.run_tree(writer, TreeOp::Delete, Some(path), None, true, &conditions)
             .await?;
@@ -363,10 +371,19 @@ impl Dav {
         if exists && !writer.settings.allow_overwrite {
             return Err(HttpError::Dav(DavError::OverwriteOff));
         }
-        if moving {
-            seen.require(from, reach::TREE, &submitted).await?;
-        }
-        seen.require(&to, reach::TREE, &submitted).await?;
+        let (source, destination) = (from.resource(), to.resource());
+        let write = if moving {
+            Write::Move {
+                from: &source,
+                to: &destination,
+            }
+        } else {
+            Write::Copy {
+                from: &source,
+                to: &destination,
+            }
+        };
+        seen.require_all(write, &submitted).await?;
         let op = if moving {
             TreeOp::Move
         } else {

@@ -39,7 +39,7 @@ use crate::worker::broker::BrokerHandle;
 use crate::write::{LockCheck, WriteError, Writer};
 use locks::Locks;
 use resource::DavPath;
-use servery_core::dav_lock::{self, IfCheck, IfStep, Subject, reach};
+use servery_core::dav_lock::{self, IfCheck, IfStep, Subject, Write, reach};
 use servery_core::proto::MAX_SUBMITTED_TOKENS;
 
 /// Every method a WebDAV share answers, for `Allow`.
@@ -270,14 +270,15 @@ impl Dav {
                                 }
                             };
                         }
-                        let reach = if method == "PUT" {
-                            reach::MEMBER
+                        let resource = path.resource();
+                        let write = if method == "PUT" {
+                            Write::Put(&resource)
                         } else {
                             // A form writes members of the collection it is posted to,
                             // named only in its body: every lock in there counts.
-                            reach::INSIDE
+                            Write::Post(&resource)
                         };
-                        seen.require(&path, reach, &submitted).await?;
+                        seen.require_all(write, &submitted).await?;
                         Ok(uploads.handle(parts, body).await)
                     }
                     "PROPPATCH" => {

@@ -21,7 +21,7 @@ use super::xml::{self, DAV_NS, Multistatus, Name, PatchOp, PropOut, Propfind};
 use super::{Dav, DavError, blocking, encoded_multistatus, multistatus, single};
 use crate::http::site::joined_values;
 use crate::write::{Grant, Writer, target};
-use servery_core::dav_lock::reach;
+use servery_core::dav_lock::Write;
 
 /// The live properties servery computes, in the order allprop lists them. The quota
 /// properties are only sent when asked for by name (RFC 4331 §3).
@@ -330,7 +330,9 @@ impl Dav {
             blocking(move || resource::stat(&root, &rel).map_err(HttpError::from_io)).await?;
         let mut seen = self.locks.seen();
         let submitted = self.preconditions(parts, path, &mut seen).await?;
-        seen.require(path, reach::CONTENT, &submitted).await?;
+        let resource = path.resource();
+        seen.require_all(Write::Proppatch(&resource), &submitted)
+            .await?;
         // `If-Match` and the like are judged under the resource's own lease, held until
         // the properties are written.
         let _held = self.hold_if_conditional(parts, path).await?;
