@@ -56,8 +56,11 @@ pub enum Precondition {
 pub struct Current<'a> {
     /// The entity tag's opaque part, without quotes. Servery's own tags are strong.
     pub opaque: &'a [u8],
-    /// `Last-Modified`, in whole seconds since the epoch.
-    pub modified_secs: u64,
+    /// `Last-Modified`, in whole seconds since the epoch; `None` for a representation
+    /// that has no modification date (a generated directory listing), whose date
+    /// conditions are then ignored (RFC 9110 §13.1.3, §13.1.4) and whose `If-Range` must
+    /// name its tag.
+    pub modified_secs: Option<u64>,
 }
 
 /// The field lines of `If-Match` or `If-None-Match`, as received: a list split over
@@ -147,7 +150,7 @@ pub fn evaluate(
     current: Option<Current<'_>>,
 ) -> Precondition {
     let safe = method != MethodKind::Other;
-    let modified = current.map(|c| c.modified_secs);
+    let modified = current.and_then(|c| c.modified_secs);
 
     if let Some(field) = &conditions.if_match {
         if !field.matches(current, Compare::Strong) {
@@ -252,7 +255,7 @@ fn if_range_matches(if_range: Option<IfRange<'_>>, current: Option<Current<'_>>)
             }
             _ => false,
         },
-        IfRange::Date(date) => date == current.modified_secs,
+        IfRange::Date(date) => current.modified_secs == Some(date),
         IfRange::Invalid => false,
     }
 }

@@ -230,7 +230,7 @@ proptest! {
         };
         let current = state.map(|(etag, modified)| Current {
             opaque: etag.as_bytes(),
-            modified_secs: modified,
+            modified_secs: Some(modified),
         });
         prop_assert_eq!(evaluate(req.method, &conditions, current), model(&req, state));
     }
@@ -245,7 +245,7 @@ proptest! {
             }
         }
         let field = TagField::new(&text);
-        let current = Current { opaque: b"a", modified_secs: 0 };
+        let current = Current { opaque: b"a", modified_secs: Some(0) };
         for method in [MethodKind::Get, MethodKind::Other] {
             let c = Conditions { if_match: Some(field.clone()), ..Conditions::default() };
             let _ = evaluate(method, &c, Some(current));
@@ -267,7 +267,7 @@ proptest! {
 fn current(opaque: &str, modified_secs: u64) -> Option<Current<'_>> {
     Some(Current {
         opaque: opaque.as_bytes(),
-        modified_secs,
+        modified_secs: Some(modified_secs),
     })
 }
 
@@ -325,5 +325,60 @@ fn a_missing_representation() {
     assert_eq!(
         evaluate(MethodKind::Other, &dated, current("a", 1)),
         Precondition::Failed
+    );
+}
+
+/// A representation without a modification date (a directory listing): its tag decides,
+/// and every date condition is ignored, whatever date the client sends.
+#[test]
+fn a_representation_without_a_date_is_judged_by_its_tag_alone() {
+    let listing = Some(Current {
+        opaque: b"l1",
+        modified_secs: None,
+    });
+    for since in [0, u64::MAX] {
+        let modified = Conditions {
+            if_modified_since: Some(since),
+            ..Conditions::default()
+        };
+        assert_eq!(
+            evaluate(MethodKind::Get, &modified, listing),
+            Precondition::Proceed {
+                range_applies: true
+            },
+            "no Last-Modified: If-Modified-Since {since} is ignored, never a 304"
+        );
+        let unmodified = Conditions {
+            if_unmodified_since: Some(since),
+            ..Conditions::default()
+        };
+        assert!(
+            matches!(
+                evaluate(MethodKind::Get, &unmodified, listing),
+                Precondition::Proceed { .. }
+            ),
+            "no Last-Modified: If-Unmodified-Since {since} is ignored, never a 412"
+        );
+        let ranged = Conditions {
+            range: true,
+            if_range: Some(IfRange::Date(since)),
+            ..Conditions::default()
+        };
+        assert_eq!(
+            evaluate(MethodKind::Get, &ranged, listing),
+            Precondition::Proceed {
+                range_applies: false
+            },
+            "no Last-Modified: an If-Range date {since} never matches"
+        );
+    }
+    let tagged = Conditions {
+        if_none_match: Some(TagField::new("\"l1\"")),
+        if_modified_since: Some(0),
+        ..Conditions::default()
+    };
+    assert_eq!(
+        evaluate(MethodKind::Get, &tagged, listing),
+        Precondition::NotModified
     );
 }

@@ -15,8 +15,11 @@
 //! shape), so `get-1k hyper` over `floor hyper` is servery's cost per request as a
 //! multiple of the stack's, counted rather than timed.
 //!
-//! Usage: `request_instructions [--requests K] [--only CLASS]`; it prints one line per
-//! measurement, in the order of its dumps: `measure CLASS PATH K`.
+//! Usage: `request_instructions [--requests K] [--only CLASS] [--listed-files N]`; it
+//! prints one line per measurement, in the order of its dumps: `measure CLASS PATH K`.
+//! `--listed-files` sets how many files the listed folder holds (default 20, the committed
+//! baseline's; `--only listing --listed-files 10000 --requests 5` counts a large folder's
+//! page).
 #![forbid(unsafe_code)]
 
 use std::path::Path;
@@ -42,7 +45,7 @@ const WARM_UP: u32 = 20;
 /// Files in the listed (and PROPFIND) directory: a folder as people keep them, small
 /// enough that one request stays well under a millisecond.
 const LISTED_FILES: usize = 20;
-const USAGE: &str = "usage: request_instructions [--requests K] [--only CLASS]";
+const USAGE: &str = "usage: request_instructions [--requests K] [--only CLASS] [--listed-files N]";
 
 /// The request classes, in the order they are measured.
 const CLASSES: [&str; 6] = [
@@ -65,6 +68,7 @@ const PROPFIND_BODY: &str = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\
 fn main() -> std::io::Result<()> {
     let mut requests = 100u32;
     let mut only: Option<String> = None;
+    let mut listed = LISTED_FILES;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match (arg.as_str(), args.next()) {
@@ -72,6 +76,9 @@ fn main() -> std::io::Result<()> {
                 requests = n.parse().map_err(|_| std::io::Error::other(USAGE))?;
             }
             ("--only", Some(class)) if CLASSES.contains(&class.as_str()) => only = Some(class),
+            ("--listed-files", Some(n)) => {
+                listed = n.parse().map_err(|_| std::io::Error::other(USAGE))?;
+            }
             _ => return Err(std::io::Error::other(USAGE)),
         }
     }
@@ -79,24 +86,24 @@ fn main() -> std::io::Result<()> {
     // length from run to run, and so does every allocation that holds one.
     let root =
         std::env::temp_dir().join(format!("servery-instructions-{:010}", std::process::id()));
-    let result = make_tree(&root).and_then(|()| run(&root, requests, only.as_deref()));
+    let result = make_tree(&root, listed).and_then(|()| run(&root, requests, only.as_deref()));
     let _ = std::fs::remove_dir_all(&root);
     result
 }
 
-/// `1k.bin` and `dir/` with [`LISTED_FILES`] files, every modification time the same
+/// `1k.bin` and `dir/` with `listed` files, every modification time the same
 /// whole second in the past (the ETags and the page print it, and their length must not
 /// change from run to run with the nanoseconds of the clock), and then a wait until their change times have settled: the file cache keeps only
 /// files that have not changed for [`FILE_CACHE_SETTLE`], and a measurement that began
 /// before that would count uncached requests first and cached ones later, depending on
 /// how fast the machine got there.
-fn make_tree(root: &Path) -> std::io::Result<()> {
+fn make_tree(root: &Path, listed: usize) -> std::io::Result<()> {
     // 2026-01-01T00:00:00Z.
     let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600);
     let dir = root.join("dir");
     std::fs::create_dir_all(&dir)?;
     let mut files = vec![(root.join("1k.bin"), 1024)];
-    files.extend((0..LISTED_FILES).map(|i| (dir.join(format!("file-{i:02}.txt")), 100 + i)));
+    files.extend((0..listed).map(|i| (dir.join(format!("file-{i:02}.txt")), 100 + i)));
     for (path, len) in files {
         std::fs::write(&path, vec![b'x'; len])?;
         std::fs::File::options()

@@ -139,7 +139,7 @@ impl Validators {
     fn current(&self) -> Current<'_> {
         Current {
             opaque: self.opaque(),
-            modified_secs: self.modified_secs,
+            modified_secs: Some(self.modified_secs),
         }
     }
 }
@@ -148,6 +148,17 @@ impl Validators {
 /// on an existing representation.
 pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators) -> Precondition {
     ladder::evaluate(kind(method), &conditions(headers), Some(v.current()))
+}
+
+/// Evaluates the ladder for a GET or HEAD of a representation known by its tag alone
+/// (`opaque`, without quotes): a generated listing, which has no modification date, so
+/// date conditions are ignored.
+pub fn evaluate_tag(method: &Method, headers: &HeaderMap, opaque: &[u8]) -> Precondition {
+    let current = Current {
+        opaque,
+        modified_secs: None,
+    };
+    ladder::evaluate(kind(method), &conditions(headers), Some(current))
 }
 
 /// Whether a write may go ahead: `If-Match`, `If-None-Match` and `If-Unmodified-Since`

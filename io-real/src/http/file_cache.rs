@@ -68,6 +68,19 @@ impl FileIdentity {
         }
     }
 
+    /// The identity cap-std's metadata gives (a listed entry's `statx`).
+    pub(super) fn of_cap_metadata(meta: &cap_std::fs::Metadata) -> Self {
+        use cap_std::fs::MetadataExt as _;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            mode: meta.mode(),
+            size: meta.size(),
+            mtime: (meta.mtime(), nanos(meta.mtime_nsec())),
+            ctime: (meta.ctime(), nanos(meta.ctime_nsec())),
+        }
+    }
+
     fn of_statx(stat: &Statx) -> Self {
         let time = |t: &StatxTimestamp| (t.tv_sec, t.tv_nsec);
         Self {

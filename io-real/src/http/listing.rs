@@ -6,10 +6,14 @@ use std::cmp::Ordering;
 use serde::Serialize;
 
 /// One listed entry. `mtime` is seconds since the Unix epoch.
+///
+/// A listing holds every entry of its folder at once (it is sorted before its first row
+/// is written), so an entry is kept small: 64 bytes and its name, the name and the link
+/// without spare capacity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Entry {
     /// File name (one segment, never hidden unless `show_hidden`).
-    pub name: String,
+    pub name: Box<str>,
     /// Whether the entry is a directory (symlinks are described by their target).
     pub is_dir: bool,
     /// Size in bytes (0 for directories).
@@ -20,12 +24,12 @@ pub struct Entry {
     /// UTF-8: then `name` shows U+FFFD where its bytes are not text, and only this names
     /// the file in a URL.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub href: Option<String>,
+    pub href: Option<Box<str>>,
     /// A folder's entries that the listing would show, when counted: at most
     /// [`ITEMS_COUNTED`], then `ITEMS_COUNTED + 1` for "more". Not counted (absent) for
     /// files, and for folders past the listing's counting budget.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub items: Option<u64>,
+    pub items: Option<u32>,
 }
 
 /// The most entries counted in one folder for its item count.
@@ -39,8 +43,8 @@ impl Entry {
     /// The entry's name as one percent-encoded URL segment.
     pub fn url_segment(&self) -> String {
         self.href
-            .clone()
-            .unwrap_or_else(|| super::path::encode_segment(&self.name))
+            .as_deref()
+            .map_or_else(|| super::path::encode_segment(&self.name), str::to_owned)
     }
 }
 
@@ -140,20 +144,24 @@ fn accepts_json_over_html(accept: &str) -> bool {
 }
 
 /// Sorts directories first, then by the key; ties fall back to the name (in
-/// [`natural_cmp`] order) so the order is total and stable across requests.
+/// [`natural_cmp`] order), and names that read the same (two names that are not UTF-8
+/// and differ only where they are not text) to their links, so the order is total and
+/// the same on every request. Being total, it is sorted in place (no buffer of half the
+/// entries, as a stable sort takes: a folder of 100,000 holds 3 MB less).
 pub fn sort(entries: &mut [Entry], key: SortKey, order: Order) {
-    entries.sort_by(|a, b| {
-        let by_name = || natural_cmp(&a.name, &b.name);
-        let by_key = match key {
-            SortKey::Name => by_name(),
-            SortKey::Size => a.size.cmp(&b.size).then_with(by_name),
-            SortKey::Mtime => a.mtime.cmp(&b.mtime).then_with(by_name),
-        };
-        let by_key = match order {
-            Order::Asc => by_key,
-            Order::Desc => by_key.reverse(),
-        };
-        b.is_dir.cmp(&a.is_dir).then(by_key)
+    entries.sort_unstable_by(|a, b| {
+        b.is_dir.cmp(&a.is_dir).then_with(|| {
+            let by_name = || natural_cmp(&a.name, &b.name).then_with(|| a.href.cmp(&b.href));
+            let by_key = match key {
+                SortKey::Name => by_name(),
+                SortKey::Size => a.size.cmp(&b.size).then_with(by_name),
+                SortKey::Mtime => a.mtime.cmp(&b.mtime).then_with(by_name),
+            };
+            match order {
+                Order::Asc => by_key,
+                Order::Desc => by_key.reverse(),
+            }
+        })
     });
 }
 
@@ -166,13 +174,24 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
 }
 
 fn loose_cmp(a: &str, b: &str) -> Ordering {
-    let (mut i, mut j) = (0, 0);
+    let (ab, bb) = (a.as_bytes(), b.as_bytes());
+    // The bytes both names start with read the same however they are read, so they are
+    // skipped (names in one folder often share most of their length: `photo-00017.jpg`),
+    // back to where the run of digits or the character they end in began.
+    let mut same = ab.iter().zip(bb).take_while(|(x, y)| x == y).count();
+    while same > 0 && ab[same - 1].is_ascii_digit() {
+        same -= 1;
+    }
+    while !a.is_char_boundary(same) {
+        same -= 1;
+    }
+    let (mut i, mut j) = (same, same);
     loop {
-        let (Some(c), Some(d)) = (a[i..].chars().next(), b[j..].chars().next()) else {
+        let (Some(&x), Some(&y)) = (ab.get(i), bb.get(j)) else {
             // A name that is where the other one starts comes first.
             return (i < a.len()).cmp(&(j < b.len()));
         };
-        if c.is_ascii_digit() && d.is_ascii_digit() {
+        if x.is_ascii_digit() && y.is_ascii_digit() {
             let end_a = i + digits(&a[i..]);
             let end_b = j + digits(&b[j..]);
             let (x, y) = (
@@ -185,7 +204,20 @@ fn loose_cmp(a: &str, b: &str) -> Ordering {
                 return by_value;
             }
             (i, j) = (end_a, end_b);
+        } else if x.is_ascii() && y.is_ascii() {
+            // Most names are ASCII: their case is folded without decoding a character
+            // (sorting 10,000 names compares about 140,000 pairs).
+            let by_byte = x.to_ascii_lowercase().cmp(&y.to_ascii_lowercase());
+            if by_byte != Ordering::Equal {
+                return by_byte;
+            }
+            (i, j) = (i + 1, j + 1);
         } else {
+            // `i` and `j` are at character boundaries: every step above is one whole
+            // ASCII character or a run of them.
+            let (Some(c), Some(d)) = (a[i..].chars().next(), b[j..].chars().next()) else {
+                return (i < a.len()).cmp(&(j < b.len()));
+            };
             let by_char = c.to_lowercase().cmp(d.to_lowercase());
             if by_char != Ordering::Equal {
                 return by_char;
@@ -201,8 +233,73 @@ fn digits(text: &str) -> usize {
 }
 
 /// Renders the JSON listing: `[{"name","is_dir","size","mtime"}]`.
-pub fn render_json(entries: &[Entry]) -> Result<String, serde_json::Error> {
-    serde_json::to_string(entries)
+pub fn render_json(entries: &[Entry]) -> String {
+    let mut out = String::with_capacity(2 + entries.len() * 80);
+    out.push('[');
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json(&mut out, e);
+    }
+    out.push(']');
+    out
+}
+
+/// Appends one entry as a JSON object, byte for byte what serde_json writes for it (the
+/// fields in their order, `href` and `items` only when present), without a string of its
+/// own: a large folder's listing writes one per entry.
+pub fn push_json(out: &mut String, e: &Entry) {
+    out.push_str("{\"name\":");
+    push_json_string(out, &e.name);
+    out.push_str(",\"is_dir\":");
+    out.push_str(if e.is_dir { "true" } else { "false" });
+    out.push_str(",\"size\":");
+    super::page::text::push_u64(out, e.size);
+    out.push_str(",\"mtime\":");
+    super::page::text::push_u64(out, e.mtime);
+    if let Some(href) = &e.href {
+        out.push_str(",\"href\":");
+        push_json_string(out, href);
+    }
+    if let Some(items) = e.items {
+        out.push_str(",\"items\":");
+        super::page::text::push_u64(out, u64::from(items));
+    }
+    out.push('}');
+}
+
+/// A JSON string as serde_json escapes it: the quote, the backslash and the control
+/// characters below U+0020 (`\b \t \n \f \r` short, the others as `\u00XX`), nothing
+/// else.
+fn push_json_string(out: &mut String, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    let mut plain = 0;
+    for (at, b) in text.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x09 => "\\t",
+            0x0a => "\\n",
+            0x0c => "\\f",
+            0x0d => "\\r",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&text[plain..at]);
+        if escape.is_empty() {
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        } else {
+            out.push_str(escape);
+        }
+        plain = at + 1;
+    }
+    out.push_str(&text[plain..]);
+    out.push('"');
 }
 
 #[cfg(test)]
@@ -222,7 +319,7 @@ mod tests {
 
     #[test]
     fn json_shape() {
-        let json = render_json(&[entry("a\"b", true, 0, 5)]).expect("json");
+        let json = render_json(&[entry("a\"b", true, 0, 5)]);
         assert_eq!(
             json,
             r#"[{"name":"a\"b","is_dir":true,"size":0,"mtime":5}]"#
@@ -237,7 +334,7 @@ mod tests {
             entry("z", true, 0, 20),
             entry("c", false, 2, 20),
         ];
-        let names = |v: &[Entry]| v.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+        let names = |v: &[Entry]| v.iter().map(|e| e.name.to_string()).collect::<Vec<_>>();
         sort(&mut v, SortKey::Name, Order::Asc);
         assert_eq!(names(&v), ["z", "a", "b", "c"]);
         sort(&mut v, SortKey::Name, Order::Desc);
@@ -272,7 +369,7 @@ mod tests {
         v.push(entry("Zeta", true, 0, 0));
         v.push(entry("alpha", true, 0, 0));
         sort(&mut v, SortKey::Name, Order::Asc);
-        let names: Vec<&str> = v.iter().map(|e| e.name.as_str()).collect();
+        let names: Vec<&str> = v.iter().map(|e| &*e.name).collect();
         assert_eq!(
             names,
             [
@@ -301,7 +398,73 @@ mod tests {
         );
     }
 
+    /// The order as it was first written, a character at a time: the oracle of the
+    /// byte-wise fast path.
+    fn loose_cmp_by_chars(a: &str, b: &str) -> Ordering {
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let (Some(c), Some(d)) = (a[i..].chars().next(), b[j..].chars().next()) else {
+                return (i < a.len()).cmp(&(j < b.len()));
+            };
+            if c.is_ascii_digit() && d.is_ascii_digit() {
+                let end_a = i + digits(&a[i..]);
+                let end_b = j + digits(&b[j..]);
+                let (x, y) = (
+                    a[i..end_a].trim_start_matches('0'),
+                    b[j..end_b].trim_start_matches('0'),
+                );
+                let by_value = x.len().cmp(&y.len()).then_with(|| x.cmp(y));
+                if by_value != Ordering::Equal {
+                    return by_value;
+                }
+                (i, j) = (end_a, end_b);
+            } else {
+                let by_char = c.to_lowercase().cmp(d.to_lowercase());
+                if by_char != Ordering::Equal {
+                    return by_char;
+                }
+                (i, j) = (i + c.len_utf8(), j + d.len_utf8());
+            }
+        }
+    }
+
     proptest::proptest! {
+        /// The byte-wise comparison orders every pair as the character-wise one did,
+        /// ASCII or not (`K`, the Kelvin sign, folds to an ASCII `k`; `İ` to two
+        /// characters).
+        #[test]
+        fn natural_order_is_the_character_order(
+            a in "[aAbBkK0-9é\u{212a}\u{130}i._-]{0,8}",
+            b in "[aAbBkK0-9é\u{212a}\u{130}i._-]{0,8}",
+            prefix in "[a0-9é\u{130}-]{0,5}",
+        ) {
+            proptest::prop_assert_eq!(loose_cmp(&a, &b), loose_cmp_by_chars(&a, &b), "{:?} {:?}", a, b);
+            let (a, b) = (format!("{prefix}{a}"), format!("{prefix}{b}"));
+            proptest::prop_assert_eq!(loose_cmp(&a, &b), loose_cmp_by_chars(&a, &b), "{:?} {:?}", a, b);
+        }
+
+        /// The JSON written by hand is serde_json's, for any name, link and count.
+        #[test]
+        fn json_is_what_serde_writes(
+            name in "\\PC{0,12}|[\"\\\\\u{0}-\u{1f}\u{7f}a\u{2028}]{0,12}",
+            href in proptest::option::of("[%A-F0-9a-z\"\\\\]{0,8}"),
+            items in proptest::option::of(proptest::prelude::any::<u32>()),
+            is_dir in proptest::prelude::any::<bool>(),
+            size in proptest::prelude::any::<u64>(),
+            mtime in proptest::prelude::any::<u64>(),
+        ) {
+            let e = Entry {
+                name: name.into(),
+                is_dir,
+                size,
+                mtime,
+                href: href.map(Into::into),
+                items,
+            };
+            let serde = serde_json::to_string(&[&e, &e]).expect("serde_json");
+            proptest::prop_assert_eq!(render_json(&[e.clone(), e]), serde);
+        }
+
         /// A total order: antisymmetric, transitive, equal only for equal names, so
         /// `sort_by` is well defined and a listing's order never depends on the input's.
         #[test]

@@ -23,6 +23,7 @@ use super::conditional::Validators;
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::HttpError;
 use super::file_cache::{FileCache, FileIdentity};
+use super::item_counts::{Counted, ItemCounts};
 use super::listing::{Entry, ITEMS_BUDGET, ITEMS_COUNTED};
 use super::mime;
 use super::path::{RequestPath, is_hidden};
@@ -419,16 +420,31 @@ impl OpenFile {
 /// links, links that escape) and entries that are neither files nor directories are left
 /// out, since they could not be served anyway. A name that is not UTF-8 is listed with
 /// U+FFFD for what is not text and linked by its exact bytes.
-pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entry>, HttpError> {
+///
+/// The folder is opened once, and each entry costs one `statx` by its name relative to
+/// it, not following links: the size and time the page shows need it, and a resolution
+/// beneath the root per entry (an `openat2`, an `fstat`, a `close`) cost three system
+/// calls where one does. Only a symbolic link is resolved beneath the root, since its
+/// target may be anywhere inside the root and nowhere outside it.
+pub(super) fn list(
+    root: &Dir,
+    rel: &Path,
+    show_hidden: bool,
+    counts: &ItemCounts,
+) -> Result<Vec<Entry>, HttpError> {
+    let dir = root.open_dir(rel).map_err(HttpError::from_io)?;
     let mut entries = Vec::new();
-    for dir_entry in root.read_dir(rel).map_err(HttpError::from_io)? {
+    // Each folder's place among the entries and its identity, for its item count.
+    let mut folders = Vec::new();
+    for dir_entry in dir.entries().map_err(HttpError::from_io)? {
         let dir_entry = dir_entry.map_err(HttpError::Internal)?;
-        let os_name = dir_entry.file_name();
-        let (name, href) = match os_name.to_str() {
-            Some(text) => (text.to_owned(), None),
-            None => (
-                os_name.to_string_lossy().into_owned(),
-                Some(super::path::encode_os_name(&os_name)),
+        // A UTF-8 name becomes the entry's name without a copy; `raw` keeps any other.
+        let (name, href, raw) = match dir_entry.file_name().into_string() {
+            Ok(text) => (text, None, None),
+            Err(raw) => (
+                raw.to_string_lossy().into_owned(),
+                Some(super::path::encode_os_name(&raw)),
+                Some(raw),
             ),
         };
         if (!show_hidden && is_hidden(&name))
@@ -437,9 +453,16 @@ pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entr
         {
             continue;
         }
-        let Ok(meta) = root.metadata(rel.join(&os_name)) else {
+        let Ok(mut meta) = dir_entry.metadata() else {
             continue;
         };
+        if meta.file_type().is_symlink() {
+            let exact = raw.as_deref().unwrap_or(std::ffi::OsStr::new(&name));
+            let Ok(target) = root.metadata(rel.join(exact)) else {
+                continue;
+            };
+            meta = target;
+        }
         if !(meta.is_dir() || meta.is_file()) {
             continue;
         }
@@ -448,48 +471,109 @@ pub(super) fn list(root: &Dir, rel: &Path, show_hidden: bool) -> Result<Vec<Entr
             .ok()
             .and_then(|t| t.into_std().duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
+        if meta.is_dir() && href.is_none() {
+            folders.push((entries.len(), Some(FileIdentity::of_cap_metadata(&meta))));
+        }
         entries.push(Entry {
-            name,
+            name: name.into_boxed_str(),
             is_dir: meta.is_dir(),
             size: if meta.is_dir() { 0 } else { meta.len() },
             mtime,
-            href,
+            href: href.map(String::into_boxed_str),
             items: None,
         });
     }
-    count_items(root, rel, show_hidden, &mut entries, ITEMS_BUDGET);
+    let counting = Counting {
+        root,
+        rel,
+        listed: Some(&dir),
+        show_hidden,
+        counts,
+    };
+    counting.count(&mut entries, &folders, ITEMS_BUDGET);
     Ok(entries)
 }
 
-/// Counts each folder's entries as its own listing would show them (by name: hidden and
-/// private names left out), up to [`ITEMS_COUNTED`] a folder and `budget` entries read in
-/// all ([`ITEMS_BUDGET`]); a folder that cannot be read, or past the budget, is left
-/// uncounted.
-fn count_items(root: &Dir, rel: &Path, show_hidden: bool, entries: &mut [Entry], budget: u64) {
-    let mut budget = budget;
-    for e in entries.iter_mut().filter(|e| e.is_dir && e.href.is_none()) {
-        if budget == 0 {
-            break;
-        }
-        let Ok(members) = root.read_dir(rel.join(&e.name)) else {
-            continue;
-        };
-        let mut n = 0;
-        for member in members {
-            if n > ITEMS_COUNTED || budget == 0 {
+/// What counting a listing's folders' items needs.
+struct Counting<'a> {
+    root: &'a Dir,
+    rel: &'a Path,
+    /// The listed folder, opened: each folder is opened by its name relative to it.
+    listed: Option<&'a Dir>,
+    show_hidden: bool,
+    counts: &'a ItemCounts,
+}
+
+impl Counting<'_> {
+    /// Counts each folder's entries as its own listing would show them (by name: hidden
+    /// and private names left out), up to [`ITEMS_COUNTED`] a folder and `budget`
+    /// entries read in all ([`ITEMS_BUDGET`]); a folder that cannot be read, or past the
+    /// budget, is left uncounted. `folders` are the folders' places among `entries`, in
+    /// the order they are counted, with the identity their count is remembered under
+    /// ([`ItemCounts`]; `None`: not remembered). A folder is opened by its name relative
+    /// to the listed one (beneath it); one that cannot be opened so (a link to elsewhere
+    /// in the root) is opened beneath the root.
+    fn count(&self, entries: &mut [Entry], folders: &[(usize, Option<FileIdentity>)], budget: u64) {
+        let mut budget = budget;
+        let now = SystemTime::now();
+        for &(at, identity) in folders {
+            if budget == 0 {
                 break;
             }
-            budget -= 1;
-            let Ok(member) = member else { continue };
-            let name = member.file_name();
-            let name = name.to_string_lossy();
-            if (show_hidden || !is_hidden(&name)) && !crate::write::is_private(&name) {
-                n += 1;
+            let Some(e) = entries.get_mut(at) else {
+                continue;
+            };
+            // A remembered count stands for a read of the same folder: charged and judged
+            // as that read would be, so the page is the same either way.
+            let remembered = identity.and_then(|id| self.counts.get(&id));
+            let counted = match remembered {
+                Some(counted) if counted.read <= budget => counted,
+                _ => {
+                    let Some((counted, complete)) = self.read(&e.name, budget) else {
+                        continue;
+                    };
+                    if let Some(id) = identity.filter(|_| complete) {
+                        self.counts.insert(id, counted, now);
+                    }
+                    counted
+                }
+            };
+            budget -= counted.read;
+            if budget > 0 || counted.items > ITEMS_COUNTED {
+                e.items = u32::try_from(counted.items.min(ITEMS_COUNTED + 1)).ok();
             }
         }
-        if budget > 0 || n > ITEMS_COUNTED {
-            e.items = Some(n.min(ITEMS_COUNTED + 1));
+    }
+
+    /// Reads the folder `name` of the listed one, at most `budget` entries: its count,
+    /// and whether the count is the whole folder's (not cut by the budget, no entry that
+    /// could not be read). `None` when it cannot be opened.
+    fn read(&self, name: &str, budget: u64) -> Option<(Counted, bool)> {
+        let members = self
+            .listed
+            .and_then(|dir| dir.read_dir(name).ok())
+            .or_else(|| self.root.read_dir(self.rel.join(name)).ok())?;
+        let (mut items, mut read, mut complete) = (0, 0, true);
+        for member in members {
+            if items > ITEMS_COUNTED {
+                break;
+            }
+            if read == budget {
+                complete = false;
+                break;
+            }
+            read += 1;
+            let Ok(member) = member else {
+                complete = false;
+                continue;
+            };
+            let name = member.file_name();
+            let name = name.to_string_lossy();
+            if (self.show_hidden || !is_hidden(&name)) && !crate::write::is_private(&name) {
+                items += 1;
+            }
         }
+        Some((Counted { items, read }, complete))
     }
 }
 
@@ -522,16 +606,23 @@ mod item_count_tests {
         fill(&path.join("b"), &[]);
         fill(&path.join("c"), &["1", "2", "3", "4", "5", "6"]);
         std::fs::write(path.join("file"), b"x").expect("write");
+        let off = ItemCounts::new(0);
         let items = |budget: u64, show_hidden: bool| {
-            let mut entries = list(&root, Path::new("."), show_hidden).expect("list");
+            let mut entries = list(&root, Path::new("."), show_hidden, &off).expect("list");
             for e in &mut entries {
                 e.items = None;
             }
             entries.sort_by(|a, b| a.name.cmp(&b.name));
-            count_items(&root, Path::new("."), show_hidden, &mut entries, budget);
+            let folders: Vec<(usize, Option<FileIdentity>)> = entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.is_dir)
+                .map(|(at, _)| (at, None))
+                .collect();
+            counting(&root, show_hidden, &off).count(&mut entries, &folders, budget);
             entries
                 .iter()
-                .map(|e| (e.name.clone(), e.items))
+                .map(|e| (e.name.to_string(), e.items))
                 .collect::<Vec<_>>()
         };
         let all = items(ITEMS_BUDGET, false);
@@ -556,6 +647,80 @@ mod item_count_tests {
         assert_eq!(cut[0].1, Some(3));
         assert_eq!(cut[1].1, Some(0));
         assert_eq!(cut[2].1, None, "a folder the budget cut is not counted");
+        let _ = std::fs::remove_dir_all(&path);
+    }
+
+    fn counting<'a>(root: &'a Dir, show_hidden: bool, counts: &'a ItemCounts) -> Counting<'a> {
+        Counting {
+            root,
+            rel: Path::new("."),
+            listed: None,
+            show_hidden,
+            counts,
+        }
+    }
+
+    fn folder(name: &str) -> Entry {
+        Entry {
+            name: name.into(),
+            is_dir: true,
+            size: 0,
+            mtime: 0,
+            href: None,
+            items: None,
+        }
+    }
+
+    /// A count remembered under a settled folder's identity is used while the identity
+    /// holds, charged to the budget as the read it stands for; a new identity (the folder
+    /// changed) is read again, and an unsettled one is not remembered.
+    #[test]
+    fn a_remembered_count_is_the_count_a_read_would_give() {
+        let (path, root) = tree("remember");
+        fill(&path.join("a"), &["1", "2", "3"]);
+        fill(&path.join("b"), &[]);
+        fill(&path.join("c"), &["1", "2", "3", "4", "5", "6"]);
+        let identity =
+            |name: &str| FileIdentity::of_cap_metadata(&root.metadata(name).expect("metadata"));
+        let settled = ["a", "b", "c"].map(|n| Some(identity(n).changed_earlier(10)));
+        let counts = ItemCounts::new(crate::http::item_counts::ITEM_COUNTS_BYTES);
+        let run = |budget: u64, identities: &[Option<FileIdentity>; 3]| {
+            let mut entries = vec![folder("a"), folder("b"), folder("c")];
+            let folders: Vec<_> = identities.iter().copied().enumerate().collect();
+            counting(&root, false, &counts).count(&mut entries, &folders, budget);
+            entries.iter().map(|e| e.items).collect::<Vec<_>>()
+        };
+        assert_eq!(run(ITEMS_BUDGET, &settled), [Some(3), Some(0), Some(6)]);
+        assert_eq!(counts.len(), 3, "settled folders are remembered");
+
+        std::fs::remove_file(path.join("c/6")).expect("remove");
+        assert_eq!(
+            run(ITEMS_BUDGET, &settled),
+            [Some(3), Some(0), Some(6)],
+            "the identity given is unchanged, so the remembered count is used (not read)"
+        );
+        // A budget of 7: `a` (3) and `b` (0) remembered, `c` remembered as 6 reads when
+        // 4 are left, so read again and cut: uncounted, as a read would leave it.
+        assert_eq!(
+            run(7, &settled),
+            [Some(3), Some(0), None],
+            "item counts: a remembered count is charged the entries its read took"
+        );
+        let fresh = [
+            Some(identity("a")),
+            Some(identity("b")),
+            Some(identity("c")),
+        ];
+        assert_eq!(
+            run(ITEMS_BUDGET, &fresh),
+            [Some(3), Some(0), Some(5)],
+            "a changed folder (another identity) is read again"
+        );
+        assert_eq!(
+            counts.len(),
+            3,
+            "folders changed just now are not remembered"
+        );
         let _ = std::fs::remove_dir_all(&path);
     }
 }

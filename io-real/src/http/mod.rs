@@ -24,6 +24,7 @@ pub mod error;
 mod file_cache;
 mod head_line;
 pub mod host;
+mod item_counts;
 mod length_overflow;
 pub mod listing;
 pub mod long_work;

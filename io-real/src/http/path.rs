@@ -78,6 +78,12 @@ pub fn encode_segment(name: &str) -> String {
     encode_segment_bytes(name.as_bytes())
 }
 
+/// Appends `name` percent-encoded as [`encode_segment`] writes it, without a string of
+/// its own (a listing writes one per entry).
+pub fn push_encoded_segment(out: &mut String, name: &str) {
+    out.extend(percent_encode(name.as_bytes(), SEGMENT));
+}
+
 /// Percent-encodes a file name's exact bytes, UTF-8 or not, for use in a URL.
 pub fn encode_segment_bytes(name: &[u8]) -> String {
     percent_encode(name, SEGMENT).to_string()

@@ -25,12 +25,12 @@ const NAMES: [&str; 3] = ["README.md", "readme.md", "Readme.md"];
 pub fn load(root: &Dir, rel: &Path, entries: &[Entry]) -> Option<String> {
     let entry = NAMES
         .iter()
-        .find_map(|name| entries.iter().find(|e| !e.is_dir && e.name == *name))?;
+        .find_map(|name| entries.iter().find(|e| !e.is_dir && &*e.name == *name))?;
     if entry.size > MAX_README {
         return None;
     }
     let mut text = String::new();
-    root.open(rel.join(&entry.name))
+    root.open(rel.join(&*entry.name))
         .ok()?
         .take(MAX_README)
         .read_to_string(&mut text)

@@ -2,14 +2,21 @@
 //! Content-Security-Policy, and compressed like every other text response when the
 //! client accepts it (a folder of 10,000 entries is about 2.7 MB of HTML and 100 KB
 //! gzipped).
+//!
+//! A listing carries an entity tag made from what it shows ([`listing_tag`]), distinct
+//! per coding as a file's is, so a browser revalidating a folder (`Cache-Control:
+//! no-cache`) gets a 304 without the page being rendered or encoded.
+
+use std::hash::{Hash as _, Hasher as _};
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 
 use super::render::Features;
 use crate::http::body::{self, Body};
 use crate::http::compress::{self, Coding, Level};
+use crate::http::conditional::{self, Precondition};
 use crate::http::error::HttpError;
 use crate::http::listing::{self, Entry, ListingQuery};
 use crate::http::mime;
@@ -30,6 +37,12 @@ pub(crate) struct PageRequest {
     /// `Accept-Encoding`, whatever this request accepted).
     pub compress: bool,
     pub want_body: bool,
+    /// GET or HEAD: what a matching `If-None-Match` turns into a 304.
+    pub method: Method,
+    /// The request's `If-Match` and `If-None-Match` lines, the only preconditions a
+    /// listing heeds: it has no modification date (so no date conditions) and is not
+    /// served in ranges.
+    pub conditions: HeaderMap,
 }
 
 impl PageRequest {
@@ -41,11 +54,19 @@ impl PageRequest {
         } else {
             Vec::new()
         };
+        let mut conditions = HeaderMap::new();
+        for name in [header::IF_MATCH, header::IF_NONE_MATCH] {
+            for value in parts.headers.get_all(&name) {
+                conditions.append(name.clone(), value.clone());
+            }
+        }
         PageRequest {
             query: listing::parse_query(parts.uri.query(), accept.as_deref()),
             codings,
             compress,
             want_body,
+            method: parts.method.clone(),
+            conditions,
         }
     }
 }
@@ -68,40 +89,170 @@ pub(crate) fn listing(
 ) -> Result<Response<Body>, HttpError> {
     let query = request.query;
     listing::sort(&mut entries, query.sort, query.order);
-    let (content_type, text, csp) = if query.json {
-        if entries.len() >= STREAMED_FROM {
-            let rows = Rows::new(String::from("["), entries, String::from("]"), json_row);
-            return streamed(request, rows, "application/json", mime::GENERATED_PAGE_CSP);
-        }
-        (
-            "application/json",
-            listing::render_json(&entries).map_err(internal)?,
-            mime::GENERATED_PAGE_CSP,
-        )
-    } else {
-        let rendered = super::render::Page {
-            dir: page.path,
-            entries: &entries,
-            query: &query,
-            features: page.features,
-            readme: page.readme,
-            qr_base: page.qr_base,
-        };
-        if entries.len() >= STREAMED_FROM {
-            let head = super::render::render_head(&rendered);
-            let tail = super::render::render_tail(&rendered);
-            let rows = Rows::new(head, entries, tail, html_row);
-            return streamed(request, rows, "text/html; charset=utf-8", super::PAGE_CSP);
-        }
-        let html = super::render::render(&rendered);
-        ("text/html; charset=utf-8", html, super::PAGE_CSP)
-    };
+    let tag = listing_tag(&query, &page, &entries);
     let vary = if request.compress {
         "Accept, Accept-Encoding"
     } else {
         "Accept"
     };
-    respond(request, content_type, text, csp, Some(vary))
+    let (content_type, csp) = if query.json {
+        ("application/json", mime::GENERATED_PAGE_CSP)
+    } else {
+        ("text/html; charset=utf-8", super::PAGE_CSP)
+    };
+    let head = ListingHead {
+        content_type,
+        csp,
+        vary,
+        tag,
+    };
+    let streamed = entries.len() >= STREAMED_FROM;
+    if streamed {
+        // The coding is known before anything is rendered, and so is the tag.
+        if let Some(response) = head.unchanged(request, request.codings.first().copied())? {
+            return Ok(response);
+        }
+        let rows = if query.json {
+            Rows::new(String::from("["), entries, String::from("]"), json_row)
+        } else {
+            let rendered = render_page(&page, &query, &entries);
+            let (first, last) = (
+                super::render::render_head(&rendered),
+                super::render::render_tail(&rendered),
+            );
+            Rows::new(first, entries, last, html_row)
+        };
+        return streamed_listing(request, rows, &head);
+    }
+    let text = if query.json {
+        listing::render_json(&entries)
+    } else {
+        super::render::render(&render_page(&page, &query, &entries))
+    };
+    // A page too short to gain is sent as it is, whatever was accepted.
+    let planned = request
+        .codings
+        .first()
+        .copied()
+        .filter(|_| text.len() as u64 >= compress::MIN_COMPRESS_SIZE);
+    if let Some(response) = head.unchanged(request, planned)? {
+        return Ok(response);
+    }
+    let (coding, bytes) = encode(text, &request.codings);
+    let mut builder = head
+        .builder(StatusCode::OK, coding)
+        .header(header::CONTENT_LENGTH, bytes.len());
+    if let Some(coding) = coding {
+        builder = builder.header(header::CONTENT_ENCODING, coding.token());
+    }
+    builder
+        .body(if request.want_body {
+            body::full(bytes)
+        } else {
+            body::empty()
+        })
+        .map_err(internal)
+}
+
+fn render_page<'a>(
+    page: &ListingPage<'a>,
+    query: &'a ListingQuery,
+    entries: &'a [Entry],
+) -> super::render::Page<'a> {
+    super::render::Page {
+        dir: page.path,
+        entries,
+        query,
+        features: page.features,
+        readme: page.readme,
+        qr_base: page.qr_base,
+    }
+}
+
+/// The fields every answer about one listing carries, its 304 included.
+struct ListingHead {
+    content_type: &'static str,
+    csp: &'static str,
+    vary: &'static str,
+    /// [`listing_tag`].
+    tag: u64,
+}
+
+impl ListingHead {
+    /// The entity tag of the listing in `coding` (`None`: as it is), quoted:
+    /// `"ls-<hash>"`, and `"ls-<hash>-gz"` and so on for each coding, as a file's tag is
+    /// suffixed, so a client holding one coding never revalidates another.
+    fn etag(&self, coding: Option<Coding>) -> String {
+        match coding {
+            Some(coding) => format!("\"ls-{:016x}-{}\"", self.tag, coding.extension()),
+            None => format!("\"ls-{:016x}\"", self.tag),
+        }
+    }
+
+    fn builder(&self, status: StatusCode, coding: Option<Coding>) -> http::response::Builder {
+        let builder = Response::builder()
+            .status(status)
+            .header(header::CACHE_CONTROL, "no-cache")
+            .header(header::CONTENT_SECURITY_POLICY, self.csp)
+            .header(header::VARY, self.vary);
+        let builder = match HeaderValue::from_str(&self.etag(coding)) {
+            Ok(etag) => builder.header(header::ETAG, etag),
+            Err(_) => builder,
+        };
+        if status == StatusCode::NOT_MODIFIED {
+            builder
+        } else {
+            builder.header(header::CONTENT_TYPE, self.content_type)
+        }
+    }
+
+    /// The 304 (or 412) the request's `If-None-Match` (or `If-Match`) asks for against
+    /// the listing in `coding`, or `None` to send it.
+    fn unchanged(
+        &self,
+        request: &PageRequest,
+        coding: Option<Coding>,
+    ) -> Result<Option<Response<Body>>, HttpError> {
+        if request.conditions.is_empty() {
+            return Ok(None);
+        }
+        let etag = self.etag(coding);
+        let opaque = etag.trim_matches('"').as_bytes();
+        match conditional::evaluate_tag(&request.method, &request.conditions, opaque) {
+            Precondition::Proceed { .. } => Ok(None),
+            Precondition::Failed => Err(HttpError::PreconditionFailed),
+            Precondition::NotModified => self
+                .builder(StatusCode::NOT_MODIFIED, coding)
+                .body(body::empty())
+                .map(Some)
+                .map_err(internal),
+        }
+    }
+}
+
+/// A hash of everything a listing shows, in the order it shows it: the build (its page
+/// and its assets), the format and sort asked for, the folder, the page's switches, its
+/// README and QR address, and every entry's name, link, kind, size, time and item count.
+/// Two requests get the same tag exactly when they would get the same bytes. Hashing
+/// 10,000 entries costs a fraction of rendering them, and a revalidation that matches
+/// renders nothing.
+///
+/// SipHash with the standard library's fixed keys: every worker of one build computes
+/// the same tag for the same listing, so a client may revalidate on any of them.
+fn listing_tag(query: &ListingQuery, page: &ListingPage<'_>, entries: &[Entry]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    crate::build_info::SHORT.hash(&mut h);
+    crate::build_info::FEATURES.hash(&mut h);
+    (query.json, query.sort.as_str(), query.order.as_str()).hash(&mut h);
+    page.path.dir_href().hash(&mut h);
+    (page.features, page.readme, page.qr_base).hash(&mut h);
+    entries.len().hash(&mut h);
+    for e in entries {
+        e.name.hash(&mut h);
+        e.href.hash(&mut h);
+        (e.is_dir, e.size, e.mtime, e.items).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Folders of at least this many entries get their page a piece at a time: a page of
@@ -144,15 +295,12 @@ fn html_row(out: &mut String, e: &Entry, _first: bool) {
     super::render::push_row(out, e);
 }
 
-/// One entry of the JSON array, as `render_json` writes it (an entry that cannot be
-/// written is left out rather than breaking the array).
+/// One entry of the JSON array, as `render_json` writes it.
 fn json_row(out: &mut String, e: &Entry, first: bool) {
-    if let Ok(text) = serde_json::to_string(e) {
-        if !first {
-            out.push(',');
-        }
-        out.push_str(&text);
+    if !first {
+        out.push(',');
     }
+    listing::push_json(out, e);
 }
 
 impl Pieces for Rows {
@@ -181,11 +329,10 @@ impl Pieces for Rows {
 
 /// A large folder's listing, sent as it is rendered (chunked, no length), encoded as the
 /// client accepts.
-fn streamed(
+fn streamed_listing(
     request: &PageRequest,
     rows: Rows,
-    content_type: &'static str,
-    csp: &'static str,
+    head: &ListingHead,
 ) -> Result<Response<Body>, HttpError> {
     let (body, coding) = if request.want_body {
         crate::http::pieces::stream(
@@ -197,19 +344,7 @@ fn streamed(
     } else {
         (body::empty(), request.codings.first().copied())
     };
-    let mut builder = Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, content_type)
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header(header::CONTENT_SECURITY_POLICY, csp)
-        .header(
-            header::VARY,
-            if request.compress {
-                "Accept, Accept-Encoding"
-            } else {
-                "Accept"
-            },
-        );
+    let mut builder = head.builder(StatusCode::OK, coding);
     if let Some(coding) = coding {
         builder = builder.header(header::CONTENT_ENCODING, coding.token());
     }
@@ -296,7 +431,7 @@ mod tests {
     fn entries(n: usize) -> Vec<Entry> {
         (0..n)
             .map(|i| Entry {
-                name: format!("photo-{i:05}-holiday.jpg"),
+                name: format!("photo-{i:05}-holiday.jpg").into(),
                 is_dir: false,
                 size: 1_000_000 + (i as u64 * 7919) % 3_000_000,
                 mtime: 1_700_000_000 + i as u64 / 300,
@@ -380,6 +515,103 @@ mod tests {
         assert!(!refused.headers().contains_key(header::CONTENT_ENCODING));
         let (coding, bytes) = encode("<p>hi</p>".into(), &[Coding::Gzip]);
         assert_eq!((coding, &bytes[..]), (None, &b"<p>hi</p>"[..]));
+    }
+
+    fn etag_of(response: &Response<Body>) -> String {
+        response.headers()[header::ETAG]
+            .to_str()
+            .expect("ASCII")
+            .to_owned()
+    }
+
+    #[test]
+    fn listings_are_tagged_per_coding_and_format_and_revalidate() {
+        // A streamed page's pieces are rendered on the runtime's blocking pool.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let _runtime = rt.enter();
+        // Whole (with a length) and streamed (chunked): the same rules.
+        for n in [100, STREAMED_FROM + 1] {
+            let plain = page_of(&request(&[], true), n);
+            let identity = etag_of(&plain);
+            assert!(identity.starts_with("\"ls-"), "{identity}");
+            let gz = page_of(&request(&[("accept-encoding", "gzip")], true), n);
+            assert_eq!(
+                etag_of(&gz),
+                format!("{}-gz\"", identity.trim_end_matches('"')),
+                "{n} entries: the gzip page's tag is the identity's, suffixed"
+            );
+            let json = page_of(&request(&[("accept", "application/json")], true), n);
+            assert_ne!(etag_of(&json), identity, "{n}: JSON and HTML differ");
+            assert_eq!(
+                etag_of(&page_of(&request(&[], true), n)),
+                identity,
+                "{n}: the same listing, the same tag"
+            );
+            assert_ne!(etag_of(&page_of(&request(&[], true), n + 1)), identity);
+            let path = RequestPath::parse_any("/d/", true).expect("path");
+            let at = |entries: Vec<Entry>| {
+                let page = ListingPage {
+                    path: &path,
+                    readme: None,
+                    features: Features::default(),
+                    qr_base: None,
+                };
+                etag_of(&listing(&request(&[], true), page, entries).expect("listing"))
+            };
+            let changed: [fn(&mut Entry); 5] = [
+                |e: &mut Entry| e.size += 1,
+                |e: &mut Entry| e.mtime += 1,
+                |e: &mut Entry| e.items = Some(1),
+                |e: &mut Entry| e.href = Some("x%FF".into()),
+                |e: &mut Entry| e.is_dir = true,
+            ];
+            for (i, change) in changed.iter().enumerate() {
+                let mut entries = entries(n);
+                change(&mut entries[n / 2]);
+                assert_ne!(
+                    at(entries),
+                    identity,
+                    "listing tag rule: change {i} to one of {n} entries changes the page, so its tag"
+                );
+            }
+
+            let revalidated = page_of(&request(&[("if-none-match", identity.as_str())], true), n);
+            assert_eq!(revalidated.status(), StatusCode::NOT_MODIFIED, "{n}");
+            assert_eq!(etag_of(&revalidated), identity);
+            assert!(!revalidated.headers().contains_key(header::CONTENT_LENGTH));
+            assert!(body_bytes(revalidated).is_empty());
+            let other_coding = page_of(
+                &request(
+                    &[
+                        ("if-none-match", identity.as_str()),
+                        ("accept-encoding", "gzip"),
+                    ],
+                    true,
+                ),
+                n,
+            );
+            assert_eq!(
+                other_coding.status(),
+                StatusCode::OK,
+                "{n}: the identity's tag does not revalidate the gzip page"
+            );
+            let mismatch = listing(
+                &request(&[("if-match", "\"ls-0\"")], true),
+                ListingPage {
+                    path: &RequestPath::parse_any("/d/", true).expect("path"),
+                    readme: None,
+                    features: Features::default(),
+                    qr_base: None,
+                },
+                entries(n),
+            );
+            assert!(
+                matches!(mismatch, Err(HttpError::PreconditionFailed)),
+                "{n}: If-Match naming another tag is a 412"
+            );
+        }
     }
 
     #[test]

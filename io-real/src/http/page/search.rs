@@ -154,11 +154,11 @@ pub fn search(
                     path: below,
                     href,
                     entry: Entry {
-                        name,
+                        name: name.into_boxed_str(),
                         is_dir: meta.is_dir(),
                         size: if meta.is_file() { meta.len() } else { 0 },
                         mtime,
-                        href: exact,
+                        href: exact.map(String::into_boxed_str),
                         items: None,
                     },
                 });

@@ -1,12 +1,21 @@
 //! Human-readable sizes, dates and kinds for the directory page.
 
-use std::fmt::Write as _;
-
 /// Bytes in binary units: `999 B`, `1.5 KiB`, `12 MiB` (one decimal below ten).
 pub fn human_size(bytes: u64) -> String {
+    let mut out = String::with_capacity(10);
+    push_human_size(&mut out, bytes);
+    out
+}
+
+/// Appends [`human_size`]'s text. The value is rounded in floating point as before, but
+/// its digits are written as integers: a listing writes one per file, and formatting a
+/// float with a precision was most of a row's cost.
+pub fn push_human_size(out: &mut String, bytes: u64) {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 1024 {
-        return format!("{bytes} B");
+        push_u64(out, bytes);
+        out.push_str(" B");
+        return;
     }
     let mut value = bytes as f64 / 1024.0;
     let mut unit = 0;
@@ -14,14 +23,49 @@ pub fn human_size(bytes: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if value < 10.0 {
-        // Rounding up to 10.0 shows as "10", like any value at or above ten.
-        let rounded = (value * 10.0).round() / 10.0;
-        if rounded < 10.0 {
-            return format!("{rounded:.1} {}", UNITS[unit]);
+    // Tenths below ten (rounding up to 10.0 shows as "10", like any value at or above
+    // ten), whole units otherwise; both are small whole numbers, exact as floats.
+    let tenths = (value * 10.0).round();
+    if value < 10.0 && tenths < 100.0 {
+        let tenths = tenths as u64;
+        push_u64(out, tenths / 10);
+        out.push('.');
+        push_u64(out, tenths % 10);
+    } else {
+        push_u64(out, value.round() as u64);
+    }
+    out.push(' ');
+    out.push_str(UNITS[unit]);
+}
+
+/// Appends `n` in decimal, as `{}` writes it.
+pub fn push_u64(out: &mut String, n: u64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
         }
     }
-    format!("{:.0} {}", value.round(), UNITS[unit])
+    out.extend(buf[at..].iter().map(|&b| char::from(b)));
+}
+
+/// Appends `n` with at least `width` digits, zeros in front.
+fn push_padded(out: &mut String, n: u64, width: usize) {
+    let mut digits = 1;
+    let mut rest = n / 10;
+    while rest > 0 {
+        digits += 1;
+        rest /= 10;
+    }
+    for _ in digits..width {
+        out.push('0');
+    }
+    push_u64(out, n);
 }
 
 /// The civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
@@ -49,18 +93,55 @@ pub fn civil(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
 
 /// `2023-11-14 22:13` in UTC, or with seconds and the zone when `exact`.
 pub fn utc_date(secs: u64, exact: bool) -> String {
-    let (y, m, d, hh, mm, ss) = civil(secs);
-    let mut out = format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}");
-    if exact {
-        let _ = write!(out, ":{ss:02} UTC");
-    }
+    let mut out = String::with_capacity(24);
+    push_utc_date(&mut out, civil(secs), exact);
     out
 }
 
 /// RFC 3339 in UTC, for `<time datetime>`.
 pub fn utc_iso(secs: u64) -> String {
-    let (y, m, d, hh, mm, ss) = civil(secs);
-    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z")
+    let mut out = String::with_capacity(20);
+    push_utc_iso(&mut out, civil(secs));
+    out
+}
+
+/// A time as [`civil`] gives it.
+pub type Civil = (i64, u32, u32, u64, u64, u64);
+
+/// Appends [`utc_date`]'s text for a time already split by [`civil`] (a row shows one
+/// time three ways and splits it once).
+pub fn push_utc_date(out: &mut String, (y, m, d, hh, mm, ss): Civil, exact: bool) {
+    push_day(out, y, m, d);
+    out.push(' ');
+    push_padded(out, hh, 2);
+    out.push(':');
+    push_padded(out, mm, 2);
+    if exact {
+        out.push(':');
+        push_padded(out, ss, 2);
+        out.push_str(" UTC");
+    }
+}
+
+/// Appends [`utc_iso`]'s text for a time already split by [`civil`].
+pub fn push_utc_iso(out: &mut String, (y, m, d, hh, mm, ss): Civil) {
+    push_day(out, y, m, d);
+    out.push('T');
+    push_padded(out, hh, 2);
+    out.push(':');
+    push_padded(out, mm, 2);
+    out.push(':');
+    push_padded(out, ss, 2);
+    out.push('Z');
+}
+
+/// `YYYY-MM-DD`; a year is never negative here (the seconds are unsigned).
+fn push_day(out: &mut String, y: i64, m: u32, d: u32) {
+    push_padded(out, y.unsigned_abs(), 4);
+    out.push('-');
+    push_padded(out, u64::from(m), 2);
+    out.push('-');
+    push_padded(out, u64::from(d), 2);
 }
 
 /// The icon class of a file, from its extension.
@@ -68,18 +149,25 @@ pub fn kind_of(name: &str) -> &'static str {
     let Some((_, ext)) = name.rsplit_once('.') else {
         return "file";
     };
-    match ext.to_ascii_lowercase().as_str() {
-        "png" | "jpg" | "jpeg" | "gif" | "webp" | "avif" | "svg" | "bmp" | "ico" | "heic"
-        | "tif" | "tiff" => "image",
-        "mp3" | "flac" | "ogg" | "opus" | "wav" | "m4a" | "aac" => "audio",
-        "mp4" | "mkv" | "webm" | "mov" | "avi" | "m4v" => "video",
-        "zip" | "tar" | "gz" | "tgz" | "bz2" | "xz" | "zst" | "7z" | "rar" | "deb" | "rpm"
-        | "iso" => "archive",
-        "pdf" => "pdf",
-        "txt" | "md" | "markdown" | "rst" | "csv" | "log" | "org" | "adoc" => "text",
-        "rs" | "c" | "h" | "cc" | "cpp" | "hpp" | "go" | "py" | "js" | "mjs" | "ts" | "java"
-        | "kt" | "rb" | "php" | "sh" | "html" | "htm" | "css" | "json" | "toml" | "yaml"
-        | "yml" | "xml" | "sql" | "lua" | "swift" => "code",
+    // Lower-cased on the stack: no extension below is longer than eight bytes.
+    let mut lower = [0u8; 8];
+    let Some(lower) = lower.get_mut(..ext.len()) else {
+        return "file";
+    };
+    lower.copy_from_slice(ext.as_bytes());
+    lower.make_ascii_lowercase();
+    match &*lower {
+        b"png" | b"jpg" | b"jpeg" | b"gif" | b"webp" | b"avif" | b"svg" | b"bmp" | b"ico"
+        | b"heic" | b"tif" | b"tiff" => "image",
+        b"mp3" | b"flac" | b"ogg" | b"opus" | b"wav" | b"m4a" | b"aac" => "audio",
+        b"mp4" | b"mkv" | b"webm" | b"mov" | b"avi" | b"m4v" => "video",
+        b"zip" | b"tar" | b"gz" | b"tgz" | b"bz2" | b"xz" | b"zst" | b"7z" | b"rar" | b"deb"
+        | b"rpm" | b"iso" => "archive",
+        b"pdf" => "pdf",
+        b"txt" | b"md" | b"markdown" | b"rst" | b"csv" | b"log" | b"org" | b"adoc" => "text",
+        b"rs" | b"c" | b"h" | b"cc" | b"cpp" | b"hpp" | b"go" | b"py" | b"js" | b"mjs" | b"ts"
+        | b"java" | b"kt" | b"rb" | b"php" | b"sh" | b"html" | b"htm" | b"css" | b"json"
+        | b"toml" | b"yaml" | b"yml" | b"xml" | b"sql" | b"lua" | b"swift" => "code",
         _ => "file",
     }
 }
@@ -132,11 +220,50 @@ mod tests {
             prop_assert!(http.contains(&format!("{d} {month} {y} {}", &iso[11..19])), "{http} vs {iso}");
         }
 
+        /// The integer writing says what formatting the rounded float said.
+        #[test]
+        fn sizes_read_as_the_float_formatting_wrote_them(bytes in any::<u64>(), small in 0u64..20_000_000) {
+            for n in [bytes, small, bytes >> (bytes % 64)] {
+                prop_assert_eq!(human_size(n), formatted_size(n), "{}", n);
+            }
+        }
+
+        /// The dates written digit by digit read as `format!` wrote them.
+        #[test]
+        fn dates_read_as_formatting_wrote_them(secs in 0u64..253_402_300_799) {
+            let (y, m, d, hh, mm, ss) = civil(secs);
+            prop_assert_eq!(utc_iso(secs), format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z"));
+            prop_assert_eq!(utc_date(secs, true), format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02} UTC"));
+            prop_assert_eq!(utc_date(secs, false), format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}"));
+        }
+
         #[test]
         fn sizes_never_panic_and_keep_their_unit(bytes in any::<u64>()) {
             let shown = human_size(bytes);
             prop_assert!(shown.ends_with('B'));
         }
+    }
+
+    /// The size text as it was first written, with float formatting: the oracle of
+    /// [`push_human_size`].
+    fn formatted_size(bytes: u64) -> String {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        if bytes < 1024 {
+            return format!("{bytes} B");
+        }
+        let mut value = bytes as f64 / 1024.0;
+        let mut unit = 0;
+        while value.round() >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        if value < 10.0 {
+            let rounded = (value * 10.0).round() / 10.0;
+            if rounded < 10.0 {
+                return format!("{rounded:.1} {}", UNITS[unit]);
+            }
+        }
+        format!("{:.0} {}", value.round(), UNITS[unit])
     }
 
     #[test]
@@ -146,5 +273,11 @@ mod tests {
         assert_eq!(kind_of("README"), "file");
         assert_eq!(kind_of("main.rs"), "code");
         assert_eq!(kind_of(".hidden"), "file");
+        assert_eq!(kind_of("notes.MarkDown"), "text");
+        assert_eq!(
+            kind_of("x.markdowns"),
+            "file",
+            "longer than any kind's extension"
+        );
     }
 }

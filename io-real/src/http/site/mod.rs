@@ -29,6 +29,7 @@ use super::digest::{self, DigestAlg};
 use super::encoded_cache::{CacheKey, EncodedCache};
 use super::error::{ALLOW, HttpError, error_response};
 use super::file_cache::FileCache;
+use super::item_counts::{ITEM_COUNTS_BYTES, ItemCounts};
 use super::lookup::{
     CompressSettings, Content, Found, FoundFile, Lookup, Negotiation, OpenFile, Repr, encode_whole,
     key_path, list as list_directory,
@@ -178,6 +179,8 @@ pub struct Site {
     compress: Option<CompressSettings>,
     cache: Arc<EncodedCache>,
     files: FileCache,
+    /// Listed folders' item counts, by the folders' identities.
+    item_counts: Arc<ItemCounts>,
     /// Types of files without a telling name, as their first bytes showed them.
     sniffed: super::sniff::SniffedTypes,
     /// In-flight encodings of cache misses, coalesced per cache key.
@@ -238,6 +241,7 @@ impl Site {
             }),
             cache: Arc::new(EncodedCache::new(config.compression_cache_size)),
             files: FileCache::new(config.file_cache_size),
+            item_counts: Arc::new(ItemCounts::new(ITEM_COUNTS_BYTES)),
             sniffed: super::sniff::SniffedTypes::default(),
             encodings: SingleFlight::new(),
             digests: SingleFlight::new(),
@@ -509,8 +513,9 @@ impl Site {
                     .await;
                 }
                 let qr_base = self.qr_url.clone();
+                let item_counts = Arc::clone(&self.item_counts);
                 blocking(&runtime, move || {
-                    let entries = list_directory(&root, &rel, show_hidden)?;
+                    let entries = list_directory(&root, &rel, show_hidden, &item_counts)?;
                     let readme = html
                         .then(|| page::readme::load(&root, &rel, &entries))
                         .flatten();
