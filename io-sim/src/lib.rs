@@ -63,7 +63,7 @@ pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     let platform = spec.platform;
     let mut world = SimWorld::new(spec);
     let seed = world.rng_seed();
-    let mut parent = Parent::new(config, platform, seed);
+    let mut parent = Parent::new(config, platform, seed).with_host_cpus(world.host_cpus());
     if world.judges_upstreams() {
         parent.watch_upstreams();
     }

@@ -227,6 +227,8 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
     raw.proxy.first_byte_timeout = 0.5;
     raw.proxy.max_fails = 3;
     raw.proxy.balance = "least-inflight".into();
+    // A choice: its value reaches workers as the flag's value (decision 0122).
+    raw.worker_cpu_affinity = servery_core::config::CpuAffinity::Off;
     let generation = raw.validate().expect("valid");
     let committed = crate::parent::config_json(&generation);
     let worker = LiveFields::of_table()
@@ -242,6 +244,11 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
         ),
         (0.5, 3, "least-inflight"),
         "a generation's workers get its proxy settings"
+    );
+    assert_eq!(
+        worker.worker_cpu_affinity,
+        crate::cli::Affinity::Off,
+        "a generation's workers get its CPU affinity"
     );
     assert!(worker.site.cors);
     assert_eq!(worker.site.cache, Some(60));
