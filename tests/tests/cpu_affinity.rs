@@ -240,3 +240,44 @@ fn check_config_prints_each_slots_cpus() {
         "{off}"
     );
 }
+
+#[test]
+fn a_bad_value_is_refused_naming_the_flag_or_the_key() {
+    // Needs no interpreter: the value is refused before anything is bound or started.
+    let tree = Tree::new("cpu-affinity-bad");
+    let root = tree.root();
+    let root = root.to_str().expect("utf-8");
+    let run = run_servery(
+        &[root, "--worker-cpu-affinity", "sometimes", "--port", "0"],
+        &[],
+        BOUND,
+    );
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    assert!(
+        run.stderr.contains("'sometimes'") && run.stderr.contains("--worker-cpu-affinity"),
+        "the error names the flag and the value: {}",
+        run.stderr
+    );
+
+    let file = tree.dir.join("bad.toml");
+    std::fs::write(&file, "worker_cpu_affinity = \"pinned\"\n").expect("write");
+    let run = run_servery(
+        &[
+            root,
+            "--config",
+            file.to_str().expect("utf-8"),
+            "--port",
+            "0",
+        ],
+        &[],
+        BOUND,
+    );
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    assert!(
+        run.stderr
+            .contains(&format!("{}:1: worker_cpu_affinity: ", file.display()))
+            && run.stderr.contains("'pinned'"),
+        "the error names the file's key and the value: {}",
+        run.stderr
+    );
+}

@@ -22,9 +22,7 @@ use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{JournalWrite, Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, encode_parent};
 use servery_core::supervisor::{Action, Command, Event, ExitStatus, FinalCounts};
-use servery_core::{
-    Generation, Instant, RawConfig, ReloadId, RequestId, Slot, ValidConfig, WorkerId,
-};
+use servery_core::{Instant, RawConfig, ReloadId, RequestId, WorkerId};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
