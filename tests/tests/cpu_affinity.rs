@@ -118,7 +118,8 @@ fn two_application_workers_keep_to_disjoint_shares_and_a_replacement_to_its_slot
         assert_eq!(
             shown.as_ref(),
             Some(&actual),
-            "ctl status shows worker {pid}'s CPUs as the kernel has them: {status}"
+            "ctl status shows worker {pid}'s CPUs as the kernel has them: {}",
+            status["workers"]
         );
         assert!(
             actual.is_subset(&parent) && !actual.is_empty(),
@@ -176,7 +177,11 @@ fn under_off_and_for_files_every_worker_keeps_the_parents_cpus() {
         return;
     };
     for (_, pid, shown) in workers(&status) {
-        assert_eq!(shown, None, "off: nobody pinned, says ctl status: {status}");
+        assert_eq!(
+            shown, None,
+            "off: nobody pinned, says ctl status: {}",
+            status["workers"]
+        );
         assert_eq!(
             process_cpus(pid),
             parent,
@@ -189,7 +194,11 @@ fn under_off_and_for_files_every_worker_keeps_the_parents_cpus() {
     let server = Server::start(&tree, 2, FAST, &[]);
     let (status, _) = server.wait_ready(2, BOUND);
     for (_, pid, shown) in workers(&status) {
-        assert_eq!(shown, None, "file-serving workers are not pinned: {status}");
+        assert_eq!(
+            shown, None,
+            "file-serving workers are not pinned: {}",
+            status["workers"]
+        );
         assert_eq!(
             process_cpus(pid),
             parent,
