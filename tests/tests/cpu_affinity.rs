@@ -161,7 +161,8 @@ fn two_application_workers_keep_to_disjoint_shares_and_a_replacement_to_its_slot
         assert_eq!(
             shown,
             Some(actual),
-            "ctl status after the recycle: {status}"
+            "ctl status after the recycle: {}",
+            status["workers"]
         );
     }
 }
