@@ -14,6 +14,7 @@ pub mod chunk_flow;
 pub mod cluster;
 pub mod config;
 pub mod control;
+pub mod cpu_affinity;
 pub mod dav_lock;
 pub mod driver;
 pub mod ids;

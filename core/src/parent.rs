@@ -196,6 +196,14 @@ impl Parent {
         self
     }
 
+    /// The driver's report, before the first event: the CPUs the parent may run on, which
+    /// `worker_cpu_affinity = auto` shares out among the application workers' slots
+    /// (decision 0122). Without it nobody is pinned.
+    pub fn with_host_cpus(mut self, cpus: crate::cpu_affinity::CpuSet) -> Self {
+        self.supervisor.set_host_cpus(cpus);
+        self
+    }
+
     pub fn tls(&self) -> Option<&TlsState> {
         self.tls.as_ref()
     }

@@ -167,6 +167,15 @@ crate::knobs::settings_struct! {
         #[arg(long, value_name = "N|auto", env = "SERVERY_WORKERS", default_value = "1", value_parser = parse_workers, allow_negative_numbers = true, group = LIVE)]
         pub workers: Workers,
 
+        /// Which CPUs the workers run on. `auto`: workers hosting an application (--wsgi,
+        /// --asgi) share out the CPUs this process may run on (as taskset or the cgroup's
+        /// cpuset leave them, read at start), each worker slot its own, so a request's
+        /// hand-over between a worker's threads stays on one CPU; a replacement gets its
+        /// slot's CPUs, with more workers than CPUs each gets one in turn. File-serving
+        /// workers are not pinned. `off`: no worker is pinned.
+        #[arg(long, value_enum, value_name = "auto|off", env = "SERVERY_WORKER_CPU_AFFINITY", default_value = "auto", group = LIVE)]
+        pub worker_cpu_affinity: Affinity,
+
         /// Serve and list dot-files, and accept them as upload names. Always on with
         /// --dav --upload: WebDAV clients (rclone, davfs2, Finder) store dot-files and
         /// must find them again. servery's own `.servery-*` files are never served,
@@ -213,6 +222,7 @@ crate::knobs::settings_struct! {
     }
     core_fields {
         workers => workers via Workers::count;
+        worker_cpu_affinity => worker_cpu_affinity via Affinity::core;
         port => listen.port;
     }
 }
@@ -334,6 +344,26 @@ impl Jitter {
             Jitter::Full => J::Full,
             Jitter::Decorrelated => J::Decorrelated,
             Jitter::Proportional => J::Proportional,
+        }
+    }
+}
+
+/// `--worker-cpu-affinity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Affinity {
+    /// Application workers share out the CPUs, each slot its own.
+    Auto,
+    /// No worker is pinned.
+    Off,
+}
+
+impl Affinity {
+    pub fn core(self) -> servery_core::config::CpuAffinity {
+        use servery_core::config::CpuAffinity as A;
+        match self {
+            Affinity::Auto => A::Auto,
+            Affinity::Off => A::Off,
         }
     }
 }

@@ -279,7 +279,10 @@ mod tests {
             let mut raw = RawConfig::default();
             if matches!(
                 f.key,
-                "restart_backoff_jitter" | "restart_backoff_keep_one" | "restart_backoff_shared"
+                "restart_backoff_jitter"
+                    | "restart_backoff_keep_one"
+                    | "restart_backoff_shared"
+                    | "worker_cpu_affinity"
             ) {
                 // Every value of a choice or a switch is valid: a value of the wrong type
                 // is refused when it is set, naming the field.

@@ -1,4 +1,5 @@
-//! The one module that calls the OS directly, for what neither std nor rustix offers.
+//! The one module that calls the OS directly, for what neither std nor rustix offers (and
+//! the few calls through rustix that belong with them, such as the CPU affinity).
 //! Every `unsafe` block here says why it is sound; the rest of the crate denies `unsafe`.
 #![allow(unsafe_code)]
 
@@ -215,6 +216,54 @@ pub fn inherited_listeners() -> io::Result<Vec<InheritedListener>> {
         });
     }
     Ok(listeners)
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`): what `taskset` and the
+/// cgroup's cpuset leave it, which `worker_cpu_affinity = auto` shares out among the
+/// application workers (decision 0122). Through rustix: no `unsafe` here.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn allowed_cpus() -> io::Result<servery_core::cpu_affinity::CpuSet> {
+    let set = rustix::thread::sched_getaffinity(None)?;
+    let max = rustix::thread::CpuSet::MAX_CPU.min(servery_core::cpu_affinity::MAX_CPUS as usize);
+    Ok(servery_core::cpu_affinity::CpuSet::new(
+        (0..max)
+            .filter(|&cpu| set.is_set(cpu))
+            .filter_map(|cpu| u32::try_from(cpu).ok()),
+    ))
+}
+
+/// Elsewhere the CPUs are not known, and no worker is pinned.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn allowed_cpus() -> io::Result<servery_core::cpu_affinity::CpuSet> {
+    Ok(servery_core::cpu_affinity::CpuSet::default())
+}
+
+/// Keep the calling thread, and every thread it starts from now on, to `cpus`
+/// (`sched_setaffinity` of the caller; threads inherit it). A worker calls it before its
+/// runtime or its interpreter starts a thread, so the whole process is held to them.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn pin_to_cpus(cpus: &servery_core::cpu_affinity::CpuSet) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &cpu in cpus.as_slice() {
+        let cpu = usize::try_from(cpu).unwrap_or(usize::MAX);
+        if cpu >= rustix::thread::CpuSet::MAX_CPU {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "CPU {cpu} is beyond the {} a set holds",
+                    rustix::thread::CpuSet::MAX_CPU
+                ),
+            ));
+        }
+        set.set(cpu);
+    }
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
+}
+
+/// Elsewhere a worker runs where the system puts it.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn pin_to_cpus(_cpus: &servery_core::cpu_affinity::CpuSet) -> io::Result<()> {
+    Ok(())
 }
 
 /// Give the allocator's free pages back to the system: glibc keeps memory a burst of

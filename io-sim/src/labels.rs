@@ -290,7 +290,16 @@ pub const PROXY_BALANCE_RELOADED: &str =
 pub const PROXY_TIMEOUT_RELOADED: &str = "an upstream request timed out by a reloaded timeout";
 /// An upstream no live generation names left the parent's health table.
 pub const UPSTREAM_LEFT_THE_TABLE: &str = "an upstream left the parent's health table";
+/// A later worker of a pinned slot (a crash or recycle replacement) started on the
+/// slot's CPUs (decision 0122).
+pub const PINNED_SLOT_REPLACED: &str = "a pinned slot's replacement started on its CPUs";
+/// A generation of another worker count than the last pinned one shared the CPUs out
+/// again (decision 0122).
+pub const CPUS_SHARED_OUT_AGAIN: &str =
+    "a reload to another worker count shared the CPUs out again";
 pub const ALL: &[&str] = &[
+    PINNED_SLOT_REPLACED,
+    CPUS_SHARED_OUT_AGAIN,
     DELAYED_FRAME_OVERTAKEN,
     DRIFTING_WORKER_KEPT,
     FSYNC_FAILED_CLEANED,

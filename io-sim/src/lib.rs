@@ -65,7 +65,7 @@ pub fn simulate(spec: SimSpec) -> Result<Outcome, servery_core::ConfigError> {
     let from_service_manager = spec.listeners_from_service_manager;
     let mut world = SimWorld::new(spec);
     let seed = world.rng_seed();
-    let mut parent = Parent::new(config, platform, seed);
+    let mut parent = Parent::new(config, platform, seed).with_host_cpus(world.host_cpus());
     // The one fact of reload admission only the driver knows (decision 0072).
     if from_service_manager {
         parent = parent.with_listeners_from_service_manager();

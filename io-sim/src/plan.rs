@@ -446,6 +446,9 @@ pub struct SimSpec {
     pub behavior: BehaviorFn,
     pub faults: Vec<(Duration, Fault)>,
     pub commands: Vec<(Duration, SimCommand)>,
+    /// The CPUs the simulated parent may run on, which `worker_cpu_affinity` shares out
+    /// among application workers (decision 0122); empty: unknown, nobody is pinned.
+    pub host_cpus: servery_core::cpu_affinity::CpuSet,
     /// When the fault phase ends and liveness is judged (status snapshot taken).
     pub liveness_at: Duration,
     /// When the graceful stop is issued (if the service still runs).

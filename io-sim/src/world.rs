@@ -462,7 +462,7 @@ impl SimWorld {
             chunks: None,
             proxy: None,
             trace,
-            oracle: crate::oracle::LifecycleOracle::default(),
+            oracle: crate::oracle::LifecycleOracle::on_host(spec.host_cpus.clone()),
             out: Outcome {
                 seed: spec.seed,
                 ..Outcome::default()

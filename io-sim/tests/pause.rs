@@ -51,6 +51,7 @@ fn run(seed: u64, platform: Platform, pause: f64, force_timeout: f64) -> Outcome
             },
         )],
         commands: Vec::new(),
+        host_cpus: servery_core::cpu_affinity::CpuSet::default(),
         liveness_at: stop,
         stop_at: stop,
         end_by: stop + Duration::from_secs(40),

@@ -171,6 +171,13 @@ pub const SCENARIOS: &[Scenario] = &[
         ),
     },
     Scenario {
+        name: "cpu-affinity",
+        about: "application workers under worker_cpu_affinity = auto on a host with a drawn set of CPUs: a crash, ctl recycle, a reload to another worker count and sometimes one to off; each generation's slots get disjoint shares covering the CPUs (one CPU each when they outnumber them), a replacement its slot's share, and nobody is pinned under off",
+        build: apps::cpu_affinity,
+        kinds: &[FaultKind::CrashWorker],
+        no_swarm: None,
+    },
+    Scenario {
         name: "manual-recycle",
         about: "ctl recycle under load (with --http3): every worker replaced once, one at a time, zero failed requests, no new QUIC connection steered to a draining worker",
         build: rollouts::manual_recycle,
@@ -532,6 +539,8 @@ pub(crate) fn spec(ctx: &mut Ctx, config: RawConfig, fault_phase: f64) -> SimSpe
         behavior: Box::new(|_, _| Behavior::Healthy),
         faults: Vec::new(),
         commands: Vec::new(),
+        // Four CPUs: application workers are pinned to shares of them (decision 0122).
+        host_cpus: servery_core::cpu_affinity::CpuSet::new(0..4),
         liveness_at: liveness,
         stop_at: stop,
         end_by: end,

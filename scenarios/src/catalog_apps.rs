@@ -9,12 +9,14 @@ use core::time::Duration;
 
 use servery_sim::rng::SimRng;
 use servery_sim::{
-    AppModel, AppStage, AppStartup, Behavior, Outcome, SimCommand, lifespan_timeout_reason,
+    AppModel, AppStage, AppStartup, Behavior, Fault, Outcome, SimCommand, lifespan_timeout_reason,
 };
 
-use crate::catalog::{at, behave, expect, secs, spec, workers};
+use crate::catalog::{at, behave, expect, fault, secs, spec, workers};
 use crate::{Ctx, End, Plan, fast_config};
+use servery_core::config::CpuAffinity;
 use servery_core::control::{Answer, Refusal};
+use servery_core::cpu_affinity::CpuSet;
 use servery_core::supervisor::{ExitReason, FailureReason, Role, WorkerState};
 use servery_sim::labels;
 
@@ -498,6 +500,61 @@ pub(crate) fn app_first_start_failure(ctx: &mut Ctx) -> Plan {
             ));
         }
         o.coverage.insert(labels::APP_FIRST_START_FAILED);
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
+/// Application workers pinned to CPUs (decision 0122): a host whose parent may run on a
+/// drawn set of CPUs (with holes, as `taskset -c` or a cgroup's cpuset leaves them), one
+/// to five workers, a crash, `ctl recycle`, a reload to another worker count and, half the
+/// time, one more to `worker_cpu_affinity = off`. The oracle's CPU affinity rule judges
+/// every spawn; the run must show a replacement on its slot's CPUs and a reload that
+/// shared them out again.
+pub(crate) fn cpu_affinity(ctx: &mut Ctx) -> Plan {
+    let n = workers(ctx, 1, 5);
+    let mut next_n = workers(ctx, 1, 6);
+    if next_n == n {
+        next_n = n % 6 + 1;
+    }
+    let cpus = ctx.rng.range(1, 6);
+    let mut pool: Vec<u32> = (0..16).collect();
+    let mut host = Vec::new();
+    for _ in 0..cpus {
+        let i = ctx.rng.range(0, pool.len() as u64 - 1) as usize;
+        host.push(pool.swap_remove(i));
+    }
+    let mut config = fast_config(n);
+    config.features.application = true;
+    config.worker_cpu_affinity = CpuAffinity::Auto;
+    let mut spec = spec(ctx, config.clone(), 14.0);
+    spec.host_cpus = CpuSet::new(host);
+    let crash = at(ctx, 0.5, 3.0);
+    let pick = ctx.rng.next_u64();
+    fault(ctx.kinds, &mut spec, crash, Fault::CrashWorker { pick });
+    spec.commands.push((at(ctx, 1.0, 4.0), SimCommand::Recycle));
+    let mut next = config.clone();
+    next.workers = next_n;
+    spec.commands.push((
+        at(ctx, 5.0, 8.0),
+        SimCommand::Reload(Box::new(next.clone())),
+    ));
+    let mut e = expect(&config, End::Ready);
+    e.workers = next_n as usize;
+    e.generation = Some(2);
+    if ctx.rng.chance(0.5) {
+        next.worker_cpu_affinity = CpuAffinity::Off;
+        spec.commands
+            .push((at(ctx, 10.0, 12.0), SimCommand::Reload(Box::new(next))));
+        e.generation = Some(3);
+    }
+    e.generation_rule = Some("reload rule (every valid reload commits its generation)");
+    e.extra = Some(|o, _| {
+        for goal in [labels::PINNED_SLOT_REPLACED, labels::CPUS_SHARED_OUT_AGAIN] {
+            if !o.coverage.contains(goal) {
+                return Err(format!("CPU affinity rule: never reached `{goal}`"));
+            }
+        }
         Ok(())
     });
     Plan { spec, expect: e }

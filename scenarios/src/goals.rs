@@ -7,6 +7,8 @@ use crate::catalog_dav_tree as dav_tree;
 
 /// Goals a sweep must reach: each proves that a gate's interesting branch really ran.
 pub const COVERAGE_GOALS: &[&str] = &[
+    labels::PINNED_SLOT_REPLACED,
+    labels::CPUS_SHARED_OUT_AGAIN,
     labels::UPSTREAM_MARKED_DOWN,
     labels::UPSTREAM_VERDICT_CONVERGED,
     labels::UPSTREAM_FAILED_BEFORE_VERDICT,

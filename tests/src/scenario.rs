@@ -83,6 +83,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "an application's import and lifespan startup: the real first generation failing its lifespan with the application's traceback is tests/apps_asgi.rs",
     ),
     (
+        "cpu-affinity",
+        "pinning is for application workers on a drawn set of the host's CPUs: the real application workers' CPUs read from /proc after a start, a recycle and with `off` are tests/cpu_affinity.rs",
+    ),
+    (
         "app-wedge",
         "an application's interpreter wedged: the real request spinning in C while holding the GIL is tests/apps.rs",
     ),

@@ -20,8 +20,8 @@ pub use proxy::{
     ProxyRoutes, ProxySettings, RawProxy, clean_path as clean_route_path,
 };
 pub use raw::{
-    DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig, RawConnections,
-    RawFeatures, RawRecovery, RawUploads, RestartJitter,
+    CpuAffinity, DEFAULT_MAX_UPLOAD_SIZE, LogPolicy, RawBroker, RawBudgets, RawConfig,
+    RawConnections, RawFeatures, RawRecovery, RawUploads, RestartJitter,
 };
 pub use tftp::{MAX_TRANSFERS as MAX_TFTP_TRANSFERS, RawTftp, TftpLimits};
 pub use valid::{

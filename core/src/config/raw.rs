@@ -40,6 +40,32 @@ pub enum RestartJitter {
     Proportional,
 }
 
+/// Which CPUs the workers run on (`worker_cpu_affinity`, decision 0122).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize, serde::Serialize),
+    serde(rename_all = "lowercase")
+)]
+pub enum CpuAffinity {
+    /// Workers that host an application share out the CPUs the parent may run on, each
+    /// slot its own (see [`crate::cpu_affinity::slot_share`]); file-serving workers run
+    /// where the parent may.
+    #[default]
+    Auto,
+    /// No worker is pinned.
+    Off,
+}
+
+impl CpuAffinity {
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuAffinity::Auto => "auto",
+            CpuAffinity::Off => "off",
+        }
+    }
+}
+
 /// Recovery policy as written. Defaults are the seed document's.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(
@@ -265,6 +291,9 @@ pub struct RawFeatures {
     pub tftp_write: bool,
     pub acme: bool,
     pub http3: bool,
+    /// The workers host an application (`--wsgi`, `--asgi`): under
+    /// `worker_cpu_affinity = auto` they are pinned to their slot's CPUs.
+    pub application: bool,
 }
 
 /// A whole configuration as written.
@@ -272,6 +301,9 @@ pub struct RawFeatures {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RawConfig {
     pub workers: i64,
+    /// Which CPUs the workers run on (reloadable: a reload's generation is pinned by its
+    /// own value and worker count).
+    pub worker_cpu_affinity: CpuAffinity,
     pub recovery: RawRecovery,
     pub budgets: RawBudgets,
     pub broker: RawBroker,
@@ -289,6 +321,7 @@ impl Default for RawConfig {
     fn default() -> Self {
         RawConfig {
             workers: 1,
+            worker_cpu_affinity: CpuAffinity::Auto,
             recovery: RawRecovery::default(),
             budgets: RawBudgets::default(),
             broker: RawBroker::default(),

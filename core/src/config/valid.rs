@@ -259,6 +259,7 @@ pub type Features = super::RawFeatures;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidConfig {
     pub(super) workers: NonZeroU32,
+    pub(super) worker_cpu_affinity: super::CpuAffinity,
     pub(super) recovery: RecoveryPolicy,
     pub(super) budgets: Budgets,
     pub(super) broker: BrokerLimits,
@@ -278,6 +279,11 @@ pub struct ValidConfig {
 impl ValidConfig {
     pub fn workers(&self) -> u32 {
         self.workers.get()
+    }
+    /// Whether the workers of this generation are pinned to CPUs (with the host's CPUs,
+    /// [`crate::cpu_affinity::worker_cpus`] says which).
+    pub fn worker_cpu_affinity(&self) -> super::CpuAffinity {
+        self.worker_cpu_affinity
     }
     /// The listener set this generation's workers accept on.
     pub fn listen(&self) -> super::Listen {

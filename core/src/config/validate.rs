@@ -385,6 +385,7 @@ impl RawConfig {
         };
         Ok(ValidConfig {
             workers,
+            worker_cpu_affinity: self.worker_cpu_affinity,
             recovery: RecoveryPolicy {
                 restart_backoff_initial: initial,
                 restart_backoff_max: max,

@@ -33,6 +33,7 @@ impl ValidConfig {
         let t = self.tftp();
         RawConfig {
             workers: count(self.workers()),
+            worker_cpu_affinity: self.worker_cpu_affinity(),
             recovery: RawRecovery {
                 restart_backoff_initial: secs(r.restart_backoff_initial()),
                 restart_backoff_max: secs(r.restart_backoff_max()),
@@ -167,6 +168,7 @@ mod tests {
     fn unusual() -> RawConfig {
         let mut raw = RawConfig {
             workers: 3,
+            worker_cpu_affinity: crate::config::CpuAffinity::Off,
             ..RawConfig::default()
         };
         let r = &mut raw.recovery;
@@ -224,7 +226,7 @@ mod tests {
         let f = &mut raw.features;
         (f.uploads, f.webdav, f.dav_persistent_locks, f.access_log) = (true, true, true, true);
         (f.mdns, f.qr, f.tftp, f.tftp_write) = (true, true, true, true);
-        (f.acme, f.http3) = (true, true);
+        (f.acme, f.http3, f.application) = (true, true, true);
         raw.tftp.max_transfers = 17;
         raw.tftp.max_transfer_size = 1 << 29;
         raw.tftp.retries = 6;

@@ -82,6 +82,9 @@ struct Recycle {
 pub struct Supervisor {
     config: ValidConfig,
     platform: Platform,
+    /// The CPUs the parent may run on, as the driver found them at start: what
+    /// `worker_cpu_affinity` shares out among the slots (empty: unknown, nobody pinned).
+    host_cpus: crate::cpu_affinity::CpuSet,
     rng: CoreRng,
     state: ServiceState,
     failure: Option<(FailureReason, String)>,
@@ -123,6 +126,7 @@ impl Supervisor {
         Supervisor {
             config,
             platform,
+            host_cpus: crate::cpu_affinity::CpuSet::default(),
             rng,
             state: ServiceState::Idle,
             failure: None,
@@ -153,6 +157,17 @@ impl Supervisor {
 
     pub fn state(&self) -> ServiceState {
         self.state
+    }
+
+    /// The driver's report, before the first event: the CPUs the parent may run on
+    /// (read once at start; decision 0122).
+    pub fn set_host_cpus(&mut self, cpus: crate::cpu_affinity::CpuSet) {
+        self.host_cpus = cpus;
+    }
+
+    /// The CPUs the parent may run on, as the driver reported them.
+    pub fn host_cpus(&self) -> &crate::cpu_affinity::CpuSet {
+        &self.host_cpus
     }
 
     /// A stop has begun (asked for, or after a failure): the listeners are closed.

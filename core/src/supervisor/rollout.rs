@@ -29,6 +29,8 @@ impl Supervisor {
         self.next_worker += 1;
         let policy = config.recovery();
         let mut worker = Worker::new(id, slot, generation, role, now);
+        let cpus = crate::cpu_affinity::worker_cpus(config, slot, &self.host_cpus);
+        worker.cpus.clone_from(&cpus);
         worker.heartbeat_interval = policy.heartbeat_interval();
         worker.heartbeat_timeout = policy.heartbeat_timeout();
         worker.start_timeout = policy.worker_start_timeout();
@@ -43,6 +45,7 @@ impl Supervisor {
             slot,
             generation,
             config: Box::new(config.clone()),
+            cpus,
         });
         self.actions.push_back(Action::Send {
             worker: id,

@@ -34,6 +34,8 @@ pub struct WorkerStatus {
     pub id: WorkerId,
     pub slot: Slot,
     pub pid: Option<u32>,
+    /// The CPUs it runs on; `None`: not pinned (decision 0122).
+    pub cpus: Option<crate::cpu_affinity::CpuSet>,
     pub generation: Generation,
     pub state: WorkerState,
     pub role: Role,
@@ -153,6 +155,7 @@ impl super::Supervisor {
                     id: w.id,
                     slot: w.slot,
                     pid: w.pid,
+                    cpus: w.cpus.clone(),
                     generation: w.generation,
                     state: w.state,
                     role: w.role,

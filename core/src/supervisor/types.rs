@@ -420,6 +420,10 @@ pub enum Action {
         slot: Slot,
         generation: Generation,
         config: Box<ValidConfig>,
+        /// The CPUs the process and all its threads are to run on, set before it starts
+        /// a thread; `None`: wherever the parent may (decision 0122). Its slot's share
+        /// under `config` ([`crate::cpu_affinity::worker_cpus`]).
+        cpus: Option<crate::cpu_affinity::CpuSet>,
     },
     Send {
         worker: WorkerId,

@@ -50,6 +50,8 @@ pub(super) struct Worker {
     pub role: Role,
     pub state: WorkerState,
     pub pid: Option<u32>,
+    /// The CPUs it was started on; `None`: not pinned.
+    pub cpus: Option<crate::cpu_affinity::CpuSet>,
     pub spawned_at: Instant,
     pub ready_at: Option<Instant>,
     pub last_beat: Instant,
@@ -112,6 +114,7 @@ impl Worker {
             role,
             state: WorkerState::Spawning,
             pid: None,
+            cpus: None,
             spawned_at: now,
             ready_at: None,
             last_beat: now,

@@ -136,6 +136,10 @@ impl AppArgs {
     }
 }
 
+// Which application is served is fixed for the parent's life; that there is one decides
+// whether `worker_cpu_affinity = auto` pins the workers (decision 0122).
 crate::knobs::core_fields! {
-    impl AppArgs {}
+    impl AppArgs {
+        wsgi => features.application = |a| a.enabled();
+    }
 }

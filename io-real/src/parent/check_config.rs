@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use servery_core::ValidConfig;
+use servery_core::config::CpuAffinity;
+use servery_core::cpu_affinity::CpuSet;
 
 use super::listeners::{DEFAULT_PORT, PORT_SCAN};
 use super::site::PreparedSite;
@@ -22,6 +24,7 @@ pub(super) fn report(
     root: &Path,
     config: &ValidConfig,
     site: &PreparedSite,
+    cpus: &CpuSet,
 ) -> String {
     let mut out = String::from("servery: configuration is valid\n");
     out.push_str(crate::settings::print_toml(effective).trim_end());
@@ -29,8 +32,43 @@ pub(super) fn report(
     for (key, value) in derived(args, root, site) {
         let _ = writeln!(out, "{key} = {value}");
     }
+    let _ = writeln!(out, "worker_cpus = {}", cpu_plan(config, cpus));
     out.push_str(&config_text(config));
     out
+}
+
+/// Where each worker slot runs (decision 0122), from the core's plan and the CPUs this
+/// process may run on: `slot 0: 0-1, slot 1: 2-3`, or why nobody is pinned.
+fn cpu_plan(config: &ValidConfig, cpus: &CpuSet) -> String {
+    let plan = servery_core::cpu_affinity::plan(config, cpus);
+    if plan.iter().all(Option::is_some) {
+        let slots: Vec<String> = plan
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(slot, set)| format!("slot {slot}: {set}"))
+            .collect();
+        return format!("\"{}\"", slots.join(", "));
+    }
+    let why = if config.worker_cpu_affinity() == CpuAffinity::Off {
+        "worker_cpu_affinity is off".to_owned()
+    } else if !config.features().application {
+        "file-serving workers are not pinned".to_owned()
+    } else {
+        "the CPUs this process may run on are unknown".to_owned()
+    };
+    format!(
+        "\"not pinned ({why}); this process may run on {}\"",
+        show(cpus)
+    )
+}
+
+fn show(cpus: &CpuSet) -> String {
+    if cpus.is_empty() {
+        "any CPU".into()
+    } else {
+        format!("CPUs {cpus}")
+    }
 }
 
 /// What preparing the settings worked out, that no setting states (never a secret).
@@ -110,7 +148,8 @@ mod tests {
                     );
                 }
             }
-            let report = report(&loaded.effective, serve, root, &config, &site);
+            let cpus = CpuSet::new([0, 1]);
+            let report = report(&loaded.effective, serve, root, &config, &site, &cpus);
             let validated = report
                 .split_once("# Validated, with the aggregates\n")
                 .expect("two parts")
@@ -125,6 +164,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_cpu_plan_names_each_slots_cpus_or_why_nobody_is_pinned() {
+        let plan = |args: &[&str]| {
+            let config = loaded(args)
+                .cli
+                .serve
+                .raw_config()
+                .validate()
+                .expect("valid");
+            cpu_plan(&config, &CpuSet::new([0, 1, 2]))
+        };
+        assert_eq!(
+            plan(&["--wsgi", "app:app", "--workers", "2"]),
+            "\"slot 0: 0-1, slot 1: 2\""
+        );
+        assert_eq!(
+            plan(&[
+                "--asgi",
+                "app:app",
+                "--workers",
+                "2",
+                "--worker-cpu-affinity",
+                "off"
+            ]),
+            "\"not pinned (worker_cpu_affinity is off); this process may run on CPUs 0-2\""
+        );
+        assert_eq!(
+            plan(&["--workers", "2"]),
+            "\"not pinned (file-serving workers are not pinned); this process may run on CPUs 0-2\""
+        );
     }
 
     #[test]

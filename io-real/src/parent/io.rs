@@ -22,9 +22,7 @@ use servery_core::driver::{ParentIo, Wakeup};
 use servery_core::parent::{JournalWrite, Parent, ParentAction};
 use servery_core::proto::{FrameDecoder, MAX_FRAME_DEFAULT, encode_parent};
 use servery_core::supervisor::{Action, Command, Event, ExitStatus, FinalCounts};
-use servery_core::{
-    Generation, Instant, RawConfig, ReloadId, RequestId, Slot, ValidConfig, WorkerId,
-};
+use servery_core::{Instant, RawConfig, ReloadId, RequestId, WorkerId};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -315,25 +313,17 @@ impl RealIo {
         self.inbox.push_back(Event::TlsFilesRead { reload, read });
     }
 
-    fn perform_spawn(
-        &mut self,
-        worker: WorkerId,
-        slot: Slot,
-        generation: Generation,
-        config: &ValidConfig,
-    ) {
+    fn perform_spawn(&mut self, start: WorkerStart<'_>) {
+        let WorkerStart {
+            worker, generation, ..
+        } = start;
         let launched = self
             .launcher
             .launch(
                 &self.rt,
                 &self.poll.sender(),
-                WorkerStart {
-                    worker,
-                    slot,
-                    generation,
-                    config,
-                },
-                self.listeners.get(config.listen()),
+                start,
+                self.listeners.get(start.config.listen()),
             )
             .and_then(|launched| {
                 let mut stream = UnixStream::from_std(launched.channel);
@@ -739,7 +729,14 @@ impl ParentIo for RealIo {
                 slot,
                 generation,
                 config,
-            } => self.perform_spawn(worker, slot, generation, &config),
+                cpus,
+            } => self.perform_spawn(WorkerStart {
+                worker,
+                slot,
+                generation,
+                config: &config,
+                cpus: cpus.as_ref(),
+            }),
             Action::Send { worker, message } if worker == servery_core::parent::PARENT_CLIENT => {
                 self.tftp_replies.deliver(message)
             }

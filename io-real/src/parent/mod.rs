@@ -209,7 +209,8 @@ pub fn run(loaded: Loaded) -> i32 {
         }
     };
     if args.check_config {
-        let report = check_config::report(&loaded.effective, &args, &root, &config, &site);
+        let cpus = host_cpus();
+        let report = check_config::report(&loaded.effective, &args, &root, &config, &site, &cpus);
         say!("{}", report.trim_end());
         return 0;
     }
@@ -220,6 +221,16 @@ pub fn run(loaded: Loaded) -> i32 {
             EXIT_RUNTIME
         }
     }
+}
+
+/// The CPUs this parent may run on, read once at start (decision 0122): a later change
+/// of the parent's affinity or of its cgroup's cpuset is not followed. Unknown (nobody
+/// pinned) when the system will not say.
+fn host_cpus() -> servery_core::cpu_affinity::CpuSet {
+    crate::os::allowed_cpus().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read the CPUs this process may run on: no worker is pinned");
+        servery_core::cpu_affinity::CpuSet::default()
+    })
 }
 
 fn report_config_error(e: &ConfigError) {
@@ -565,7 +576,8 @@ fn serve(
         &servery_core::singletons::SingletonKind::enabled_by(config.features()),
         ready_services,
     );
-    let mut parent = Parent::new(config, Platform::Posix, seed);
+    // Which worker runs where is the core's choice; the CPUs there are is this host's.
+    let mut parent = Parent::new(config, Platform::Posix, seed).with_host_cpus(host_cpus());
     // What fixes the port for the run is the core's rule (decision 0072); where the
     // listeners came from is the one fact only this driver knows.
     if inherited_given {

@@ -51,7 +51,15 @@ pub(super) enum SpawnError {
 /// Async threads per worker: the CPUs shared out among the workers, at least one. The
 /// workers are the parallelism; more async threads than a worker's share of the CPUs only
 /// adds cross-thread wake-ups (measured in docs/benchmarks.md) and memory.
-pub(super) fn runtime_threads(config: &ValidConfig, hosts_app: bool) -> u32 {
+/// A pinned worker's share is its own CPUs (decision 0122).
+pub(super) fn runtime_threads(
+    config: &ValidConfig,
+    pinned: Option<&servery_core::cpu_affinity::CpuSet>,
+    hosts_app: bool,
+) -> u32 {
+    if let Some(set) = pinned.filter(|s| !s.is_empty()) {
+        return threads_for(u32::try_from(set.len()).unwrap_or(u32::MAX), 1, hosts_app);
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     threads_for(cpus, config.workers(), hosts_app)
 }
@@ -86,6 +94,8 @@ pub(super) struct WorkerStart<'a> {
     pub slot: Slot,
     pub generation: Generation,
     pub config: &'a ValidConfig,
+    /// The CPUs the core chose for it; `None`: not pinned.
+    pub cpus: Option<&'a servery_core::cpu_affinity::CpuSet>,
 }
 
 /// How workers are started.
@@ -175,6 +185,7 @@ impl Launcher {
             slot,
             generation,
             config,
+            cpus,
         } = start;
         if listeners.is_empty() {
             return Err(SpawnError::ListenersClosed);
@@ -223,7 +234,8 @@ impl Launcher {
         }
         let setup = Setup {
             root: self.root.clone(),
-            runtime_threads: runtime_threads(config, self.serve.app.target().is_some()),
+            runtime_threads: runtime_threads(config, cpus, self.serve.app.target().is_some()),
+            cpus: cpus.map(|set| set.as_slice().to_vec()),
             partial_ttl: config.broker().partial_ttl(),
             facts,
             settings: self
@@ -302,7 +314,30 @@ async fn reap(
 
 #[cfg(test)]
 mod tests {
-    use super::threads_for;
+    use super::{runtime_threads, threads_for};
+    use servery_core::cpu_affinity::CpuSet;
+
+    #[test]
+    fn a_pinned_worker_has_its_own_cpus_threads() {
+        let config = servery_core::RawConfig {
+            workers: 2,
+            ..servery_core::RawConfig::default()
+        }
+        .validate()
+        .expect("valid");
+        let three = CpuSet::new([4, 5, 6]);
+        assert_eq!(
+            runtime_threads(&config, Some(&three), false),
+            3,
+            "a worker pinned to three CPUs runs three async threads"
+        );
+        assert_eq!(
+            runtime_threads(&config, Some(&three), true),
+            2,
+            "and one fewer beside an interpreter (decision 0115)"
+        );
+        assert_eq!(runtime_threads(&config, Some(&CpuSet::new([1])), true), 1);
+    }
 
     #[test]
     fn a_python_worker_leaves_one_of_its_cpus_to_the_interpreter() {

@@ -184,6 +184,8 @@ fn core_status_json(s: &Status) -> Value {
             "id": w.id.0,
             "slot": w.slot.0,
             "pid": w.pid,
+            // The CPUs it runs on, in the kernel's list form; null: not pinned.
+            "cpus": w.cpus.as_ref().map(ToString::to_string),
             "generation": w.generation.0,
             "state": w.state.name(),
             "role": w.role.name(),
@@ -312,10 +314,11 @@ pub fn status_text(v: &Value) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>6} {:>9} {:>9}",
+        "{:<6} {:<5} {:<8} {:<7} {:<4} {:<9} {:<12} {:>9} {:>5} {:>6} {:>9} {:>9}",
         "worker",
         "slot",
         "pid",
+        "cpus",
         "gen",
         "state",
         "role",
@@ -341,10 +344,12 @@ pub fn status_text(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<6} {:<5} {:<8} {:<4} {:<9} {:<12} {:>9} {:>5} {:>6} {:>9} {:>8.1}s",
+            "{:<6} {:<5} {:<8} {:<7} {:<4} {:<9} {:<12} {:>9} {:>5} {:>6} {:>9} {:>8.1}s",
             format!("w{}", f("id")),
             f("slot"),
             f("pid"),
+            // Not pinned: wherever the parent may run.
+            w.get("cpus").and_then(Value::as_str).unwrap_or("any"),
             f("generation"),
             f("state"),
             f("role"),

@@ -297,6 +297,8 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
     // And the CA and the trusted peers (decision 0118, addendum).
     raw.proxy.ca = Some("/etc/servery/upstream-ca.pem".into());
     raw.proxy.trust_proxy = vec!["10.0.0.1".parse().expect("ip"), "::1".parse().expect("ip")];
+    // A choice: its value reaches workers as the flag's value (decision 0122).
+    raw.worker_cpu_affinity = servery_core::config::CpuAffinity::Off;
     let generation = raw.validate().expect("valid");
     let committed = crate::parent::config_json(&generation);
     let worker = LiveFields::of_table()
@@ -323,6 +325,11 @@ fn every_setting_reaches_every_worker_with_its_generations_value() {
             raw.proxy.trust_proxy.as_slice()
         ),
         "a generation's workers get its CA and trusted peers"
+    );
+    assert_eq!(
+        worker.worker_cpu_affinity,
+        crate::cli::Affinity::Off,
+        "a generation's workers get its CPU affinity"
     );
     assert!(worker.site.cors);
     assert_eq!(worker.site.cache, Some(60));

@@ -86,6 +86,18 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
         .is_some_and(|fd| rustix::net::sockopt::socket_type(fd) == Err(rustix::io::Errno::NOTSOCK))
         .then(|| fds.remove(0));
     let setup = setup::Setup::read_from(&control)?;
+    // Before the runtime and the interpreter start a thread: every thread they start
+    // inherits it (decision 0122). Pinning is a gain, not a condition: a worker whose
+    // CPUs were taken away since the parent read them serves unpinned.
+    if let Some(cpus) = &setup.cpus {
+        let set = servery_core::cpu_affinity::CpuSet::new(cpus.iter().copied());
+        match crate::os::pin_to_cpus(&set) {
+            Ok(()) => tracing::debug!(cpus = %set, "pinned to its CPUs"),
+            Err(e) => {
+                tracing::warn!(cpus = %set, error = %e, "cannot keep to its CPUs: it runs where the system puts it")
+            }
+        }
+    }
     let threads = match setup.runtime_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
         n => n as usize,

@@ -55,6 +55,10 @@ pub struct Setup {
     pub root: PathBuf,
     /// Async runtime threads: the CPUs shared out among the generation's workers.
     pub runtime_threads: u32,
+    /// The CPUs the worker keeps to, set before it starts a thread (decision 0122);
+    /// `None`: wherever the parent may run.
+    #[serde(default)]
+    pub cpus: Option<Vec<u32>>,
     /// How long a resumable upload's partial file is kept (the core's, not a setting).
     pub partial_ttl: Duration,
     pub facts: SiteFacts,
@@ -68,6 +72,7 @@ impl std::fmt::Debug for Setup {
         f.debug_struct("Setup")
             .field("root", &self.root)
             .field("runtime_threads", &self.runtime_threads)
+            .field("cpus", &self.cpus)
             .field("facts", &self.facts)
             .field("auth_entries", &self.settings.site.auth.len())
             .finish_non_exhaustive()
@@ -124,6 +129,7 @@ mod tests {
         Setup {
             root: "/srv".into(),
             runtime_threads: 1,
+            cpus: Some(vec![1, 3]),
             partial_ttl: Duration::from_secs(60),
             facts: SiteFacts::default(),
             settings: cli.serve,
@@ -140,6 +146,7 @@ mod tests {
         assert_eq!(back.settings.site.auth, ["a:K"]);
         assert_eq!(back.settings.site.cache, Some(60));
         assert_eq!(back.settings.workers, crate::cli::Workers::Auto);
+        assert_eq!(back.cpus, Some(vec![1, 3]), "the CPUs reach the worker");
         assert_eq!(r, b"HELLO");
         assert!(!format!("{setup:?}").contains('K'), "Debug hides secrets");
     }

@@ -26,6 +26,9 @@
 //!   as the service's state requires.
 //! - **HTTP/3 steering rule** ([`quic`]): new QUIC connections never go to a worker told to
 //!   drain, and every worker under `--http3` reads a socket of its own.
+//! - **CPU affinity rule** ([`affinity`]): application workers under `auto` get disjoint
+//!   shares of the host's CPUs that cover them (one CPU each when they outnumber the
+//!   CPUs), a replacement its slot's share; nobody else is pinned.
 //! - **reload rejection rule**: a reload rejected because a worker of its generation was
 //!   lost carries that worker's startup failure (an application's reason) when the parent
 //!   read one, and no worker of the rejected generation that was never committed is left
@@ -42,6 +45,7 @@
 //! (The **startup rule** — no connection reaches a worker before it reported PREPARED —
 //! is judged where the simulated listener hands connections out.)
 
+mod affinity;
 mod answers;
 mod intake;
 mod quic;
@@ -117,6 +121,8 @@ pub(crate) struct LifecycleOracle {
     pub(crate) answers: answers::AnswerBook,
     /// Where the parent steers HTTP/3 datagrams.
     pub(crate) quic: quic::QuicOracle,
+    /// Which CPUs the parent starts each worker on.
+    pub(crate) cpus: affinity::CpuOracle,
     /// The looks the host gave the parent, for the intake rule.
     pub(crate) intake: intake::IntakeOracle,
     /// Startup failures the parent read from workers of a generation not committed:
@@ -137,11 +143,20 @@ fn ms(t: Instant) -> u64 {
 }
 
 impl LifecycleOracle {
+    /// An oracle for a host whose parent may run on `host_cpus`.
+    pub(crate) fn on_host(host_cpus: servery_core::cpu_affinity::CpuSet) -> Self {
+        LifecycleOracle {
+            cpus: affinity::CpuOracle::new(host_cpus),
+            ..LifecycleOracle::default()
+        }
+    }
+
     /// Breaches found since the last call.
     pub(crate) fn take_violations(&mut self) -> Vec<String> {
         let mut all = core::mem::take(&mut self.violations);
         all.extend(self.answers.take_violations());
         all.extend(self.quic.take_violations());
+        all.extend(self.cpus.take_violations());
         all
     }
 

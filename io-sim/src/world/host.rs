@@ -150,6 +150,7 @@ impl ParentIo for SimWorld {
                 slot,
                 generation,
                 config,
+                cpus,
             } => {
                 let info = SpawnInfo {
                     index: self.spawn_index,
@@ -163,6 +164,19 @@ impl ParentIo for SimWorld {
                 self.oracle
                     .spawned(now, worker, u64::from(slot.0), generation.0, &config);
                 self.oracle.quic.spawned(worker, config.features().http3);
+                let pinning = self.oracle.cpus.spawned(
+                    worker,
+                    u64::from(slot.0),
+                    generation.0,
+                    &config,
+                    cpus.as_ref(),
+                );
+                if pinning.replaced_pinned {
+                    self.out.coverage.insert(labels::PINNED_SLOT_REPLACED);
+                }
+                if pinning.repartitioned {
+                    self.out.coverage.insert(labels::CPUS_SHARED_OUT_AGAIN);
+                }
                 if !self.listeners.is_open(config.listen()) {
                     self.violation(format!(
                         "{worker} started on {}, which the parent does not hold",
@@ -763,5 +777,10 @@ impl SimWorld {
     /// The seed for the parent's ChaCha generator, drawn from the run's stream.
     pub fn rng_seed(&mut self) -> [u8; 32] {
         self.rng.seed32()
+    }
+
+    /// The CPUs the simulated parent may run on (decision 0122).
+    pub fn host_cpus(&self) -> servery_core::cpu_affinity::CpuSet {
+        self.spec.host_cpus.clone()
     }
 }

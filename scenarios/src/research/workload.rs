@@ -350,6 +350,7 @@ impl Workload {
             behavior,
             faults: draw.faults.clone(),
             commands: Vec::new(),
+            host_cpus: servery_core::cpu_affinity::CpuSet::default(),
             liveness_at: stop,
             stop_at: stop + secs(0.001),
             end_by,

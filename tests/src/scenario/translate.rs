@@ -216,6 +216,9 @@ pub fn status_of(s: &Value) -> Option<Status> {
                 id: WorkerId(w["id"].as_u64()?),
                 slot: Slot(w["slot"].as_u64()? as u32),
                 pid: w["pid"].as_u64().map(|p| p as u32),
+                cpus: w["cpus"]
+                    .as_str()
+                    .and_then(|l| servery_core::cpu_affinity::CpuSet::parse_list(l).ok()),
                 generation: Generation(w["generation"].as_u64()?),
                 state: WorkerState::from_name(&name(&w["state"]))?,
                 role: Role::from_name(&name(&w["role"]))?,

@@ -165,6 +165,7 @@ fn drains(acts: &[Action]) -> Vec<WorkerId> {
         .collect()
 }
 
+mod affinity;
 mod hangs;
 mod lifecycle;
 mod listeners;

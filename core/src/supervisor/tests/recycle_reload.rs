@@ -269,6 +269,7 @@ fn a_reload_during_a_recycle_waits_for_it() {
         slot: Slot(0),
         generation: Generation(1),
         config: Box::new(h.sup.config().clone()),
+        cpus: None,
     }]);
     let acts = h.on(Event::Exited {
         worker: ws[0],
