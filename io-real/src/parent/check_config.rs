@@ -209,11 +209,13 @@ mod tests {
             "7",
             "--port",
             "8123",
-            // A probe path, so the one optional core field is shown with a value.
+            // A probe path and a CA, so the optional core fields are shown with a value.
             "--proxy",
             "/api=http://127.0.0.1:9",
             "--proxy-health",
             "/healthz",
+            "--proxy-ca",
+            "/etc/servery/upstream-ca.pem",
         ]);
         let config = loaded.cli.serve.raw_config().validate().expect("valid");
         let json = super::super::config_json(&config);
