@@ -388,8 +388,11 @@ def main():
         pick = wait(driver, "the file input", lambda d: d.find_element(By.ID, "up-files"))
         pick.send_keys("\n".join(f"{work}/pick/{n}" for n in uploads))
         driver.find_element(By.ID, "up-dir").send_keys(f"{work}/album")
+        # The folder's files are enumerated by the browser after the three picked ones may
+        # have finished: the batch is done when all five are queued and none is left.
         wait(driver, "every upload finished",
-             lambda d: d.find_element(By.ID, "up-all-t").text.endswith("finished"), 40)
+             lambda d: len(d.find_elements(By.CSS_SELECTOR, "#queue li")) == 5
+             and d.find_element(By.ID, "up-all-t").text.endswith("finished"), 40)
         bars = driver.execute_script(
             "return [...document.querySelectorAll('#queue li')].map(li => "
             "[li.querySelector('.what').textContent, li.querySelector('progress').value,"
