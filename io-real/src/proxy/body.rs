@@ -96,6 +96,9 @@ pub(super) struct Incoming {
     /// The admission grant and the count in flight the exchange holds until its body
     /// ends (or is dropped).
     permit: Option<super::Hold>,
+    /// The pooled connection (HTTP/1.1 routes): given back when the body ends cleanly,
+    /// dropped (closed) when it fails or is dropped before its end.
+    lease: Option<super::pool::Lease>,
 }
 
 impl Incoming {
@@ -104,6 +107,7 @@ impl Incoming {
         idle: Duration,
         route: Arc<str>,
         permit: super::Hold,
+        lease: Option<super::pool::Lease>,
     ) -> Self {
         Incoming {
             inner,
@@ -112,6 +116,7 @@ impl Incoming {
             moved: false,
             route,
             permit: Some(permit),
+            lease,
         }
     }
 }
@@ -145,10 +150,18 @@ impl Body for Incoming {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                if frame.is_none() {
-                    // The exchange is over: its grant goes back now, not when hyper
-                    // drops the body.
-                    this.permit = None;
+                match &frame {
+                    None => {
+                        // The exchange is over: its connection and its grant go back
+                        // now, not when hyper drops the body.
+                        if let Some(lease) = this.lease.take() {
+                            lease.give_back();
+                        }
+                        this.permit = None;
+                    }
+                    // A connection that failed is never reused.
+                    Some(Err(_)) => this.lease = None,
+                    Some(Ok(_)) => {}
                 }
                 this.moved = true;
                 Poll::Ready(frame.map(|f| {
@@ -160,6 +173,7 @@ impl Body for Incoming {
             }
             Poll::Pending => match this.silence().poll(cx) {
                 Poll::Ready(()) => {
+                    this.lease = None;
                     tracing::warn!(route = %this.route, idle = ?this.idle, "upstream silent in its response body: cut off");
                     Poll::Ready(Some(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
