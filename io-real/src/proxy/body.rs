@@ -109,19 +109,36 @@ impl Incoming {
         permit: super::Hold,
         lease: Option<super::pool::Lease>,
     ) -> Self {
-        Incoming {
+        let mut incoming = Incoming {
             inner,
             idle,
             silence: None,
             moved: false,
             route,
             permit: Some(permit),
-            lease,
+            lease: None,
+        };
+        // A body that is over before it is read (none, or its length 0) is never
+        // polled by hyper's server.
+        if incoming.inner.is_end_stream() {
+            if let Some(lease) = lease {
+                lease.give_back();
+            }
+        } else {
+            incoming.lease = lease;
         }
+        incoming
     }
 }
 
 impl Incoming {
+    /// The upstream's body has ended cleanly: its connection goes back to the pool.
+    fn give_back(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.give_back();
+        }
+    }
+
     /// The idle timer, running from now if a frame passed since it was set; made on the
     /// first wait.
     fn silence(&mut self) -> Pin<&mut Sleep> {
@@ -152,16 +169,20 @@ impl Body for Incoming {
             Poll::Ready(frame) => {
                 match &frame {
                     None => {
-                        // The exchange is over: its connection and its grant go back
-                        // now, not when hyper drops the body.
-                        if let Some(lease) = this.lease.take() {
-                            lease.give_back();
-                        }
+                        // The exchange is over: its grant goes back now, not when
+                        // hyper drops the body.
+                        this.give_back();
                         this.permit = None;
                     }
                     // A connection that failed is never reused.
                     Some(Err(_)) => this.lease = None,
-                    Some(Ok(_)) => {}
+                    // hyper's server stops polling a body that says it has ended, so
+                    // the last frame gives the connection back.
+                    Some(Ok(_)) => {
+                        if this.inner.is_end_stream() {
+                            this.give_back();
+                        }
+                    }
                 }
                 this.moved = true;
                 Poll::Ready(frame.map(|f| {
