@@ -182,11 +182,12 @@ impl Pool {
 
     fn put(self: Arc<Self>, sender: SendRequest<UpstreamBody>) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.put(sender, Instant::now()) && !idle.reaping {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                idle.reaping = true;
-                runtime.spawn(reap(Arc::downgrade(&self)));
-            }
+        if idle.put(sender, Instant::now())
+            && !idle.reaping
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            idle.reaping = true;
+            runtime.spawn(reap(Arc::downgrade(&self)));
         }
     }
 

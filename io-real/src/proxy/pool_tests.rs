@@ -171,19 +171,27 @@ fn a_connection_the_upstream_closes_is_not_kept() {
         !keeps_alive(Version::HTTP_10, &headers),
         "HTTP/1.0 closes by default"
     );
-    headers.insert(header::CONNECTION, "Keep-Alive".parse().unwrap());
+    headers.insert(
+        header::CONNECTION,
+        "Keep-Alive".parse().expect("test setup"),
+    );
     assert!(keeps_alive(Version::HTTP_10, &headers));
-    headers.insert(header::CONNECTION, "keep-alive, Close".parse().unwrap());
+    headers.insert(
+        header::CONNECTION,
+        "keep-alive, Close".parse().expect("test setup"),
+    );
     assert!(!keeps_alive(Version::HTTP_11, &headers), "close wins");
-    headers.insert(header::CONNECTION, "close".parse().unwrap());
+    headers.insert(header::CONNECTION, "close".parse().expect("test setup"));
     assert!(!keeps_alive(Version::HTTP_11, &headers));
 }
 
 /// An upstream answering every request on a connection with `ok` (and `Connection:
 /// close` when `close`); the connections it accepted are counted.
 async fn upstream(close: bool) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("test setup");
+    let addr = listener.local_addr().expect("test setup");
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&accepted);
     tokio::spawn(async move {
@@ -217,7 +225,8 @@ fn pool_to(addr: std::net::SocketAddr) -> Arc<Pool> {
         unix: Arc::new(Vec::new()),
         timeout: Duration::from_secs(5),
         tls: tokio_rustls::TlsConnector::from(
-            super::super::tls::client_config(None, super::super::tls::Offer::Http11).unwrap(),
+            super::super::tls::client_config(None, super::super::tls::Offer::Http11)
+                .expect("test setup"),
         ),
     };
     Arc::new(Pool::new(
@@ -236,7 +245,7 @@ fn get() -> Request<UpstreamBody> {
     *request.uri_mut() = http::Uri::from_static("/");
     request
         .headers_mut()
-        .insert(header::HOST, "up".parse().unwrap());
+        .insert(header::HOST, "up".parse().expect("test setup"));
     request
 }
 
@@ -244,7 +253,12 @@ fn get() -> Request<UpstreamBody> {
 /// proxy's response body does; whether there was a lease to give back.
 async fn exchange(pool: &Arc<Pool>) -> bool {
     let (response, lease) = pool.send(get()).await.expect("answered");
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("test setup")
+        .to_bytes();
     assert_eq!(&body[..], b"ok");
     let leased = lease.is_some();
     if let Some(lease) = lease {
