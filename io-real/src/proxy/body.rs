@@ -96,6 +96,9 @@ pub(super) struct Incoming {
     /// The admission grant and the count in flight the exchange holds until its body
     /// ends (or is dropped).
     permit: Option<super::Hold>,
+    /// The pooled connection (HTTP/1.1 routes): given back when the body ends cleanly,
+    /// dropped (closed) when it fails or is dropped before its end.
+    lease: Option<super::pool::Lease>,
 }
 
 impl Incoming {
@@ -104,19 +107,38 @@ impl Incoming {
         idle: Duration,
         route: Arc<str>,
         permit: super::Hold,
+        lease: Option<super::pool::Lease>,
     ) -> Self {
-        Incoming {
+        let mut incoming = Incoming {
             inner,
             idle,
             silence: None,
             moved: false,
             route,
             permit: Some(permit),
+            lease: None,
+        };
+        // A body that is over before it is read (none, or its length 0) is never
+        // polled by hyper's server.
+        if incoming.inner.is_end_stream() {
+            if let Some(lease) = lease {
+                lease.give_back();
+            }
+        } else {
+            incoming.lease = lease;
         }
+        incoming
     }
 }
 
 impl Incoming {
+    /// The upstream's body has ended cleanly: its connection goes back to the pool.
+    fn give_back(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.give_back();
+        }
+    }
+
     /// The idle timer, running from now if a frame passed since it was set; made on the
     /// first wait.
     fn silence(&mut self) -> Pin<&mut Sleep> {
@@ -145,10 +167,22 @@ impl Body for Incoming {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                if frame.is_none() {
-                    // The exchange is over: its grant goes back now, not when hyper
-                    // drops the body.
-                    this.permit = None;
+                match &frame {
+                    None => {
+                        // The exchange is over: its grant goes back now, not when
+                        // hyper drops the body.
+                        this.give_back();
+                        this.permit = None;
+                    }
+                    // A connection that failed is never reused.
+                    Some(Err(_)) => this.lease = None,
+                    // hyper's server stops polling a body that says it has ended, so
+                    // the last frame gives the connection back.
+                    Some(Ok(_)) => {
+                        if this.inner.is_end_stream() {
+                            this.give_back();
+                        }
+                    }
                 }
                 this.moved = true;
                 Poll::Ready(frame.map(|f| {
@@ -160,6 +194,7 @@ impl Body for Incoming {
             }
             Poll::Pending => match this.silence().poll(cx) {
                 Poll::Ready(()) => {
+                    this.lease = None;
                     tracing::warn!(route = %this.route, idle = ?this.idle, "upstream silent in its response body: cut off");
                     Poll::Ready(Some(Err(io::Error::new(
                         io::ErrorKind::TimedOut,

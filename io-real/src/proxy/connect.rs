@@ -1,6 +1,7 @@
-//! The connector of the upstream client: TCP (with `TCP_NODELAY`) or a Unix socket, each
-//! under the connect timeout. Unix routes are addressed as `http://unix-N.invalid`, so the
-//! client's pool keeps one set of idle connections per socket, as per host.
+//! Connecting to an upstream: TCP (with `TCP_NODELAY`), TLS over TCP, or a Unix socket,
+//! each under the connect timeout. The HTTP/1.1 pools (`pool.rs`) dial a route's
+//! [`Target`], read once; hyper-util's client (HTTP/2 routes) dials a URI, a Unix route
+//! addressed as `http://unix-N.invalid`.
 
 use std::future::Future;
 use std::io;
@@ -112,6 +113,79 @@ pub enum ConnectError {
     Failed(#[source] io::Error),
 }
 
+/// Where one upstream is dialled: read once from its route, so a pooled connection is made
+/// without reading a URI again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Target {
+    Tcp { host: String, port: u16 },
+    Tls { host: String, port: u16 },
+    Unix(PathBuf),
+}
+
+impl Target {
+    /// The target a URI names (`http` or `https`, or a Unix route's `unix-N.invalid`).
+    fn of_uri(uri: &Uri, unix: &[PathBuf]) -> Result<Target, io::Error> {
+        let host = uri.host().unwrap_or_default();
+        if let Some(index) = host
+            .strip_prefix("unix-")
+            .and_then(|h| h.strip_suffix(".invalid"))
+            .and_then(|i| i.parse::<usize>().ok())
+        {
+            let path = unix
+                .get(index)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such unix route"))?;
+            return Ok(Target::Unix(path.clone()));
+        }
+        let https = uri.scheme_str() == Some("https");
+        Ok(Target::tcp(
+            host,
+            uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            https,
+        ))
+    }
+
+    /// A TCP target, over TLS when `tls`; an IPv6 host loses its brackets.
+    pub(super) fn tcp(host: &str, port: u16, tls: bool) -> Target {
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        if tls {
+            Target::Tls { host, port }
+        } else {
+            Target::Tcp { host, port }
+        }
+    }
+}
+
+impl Connector {
+    /// A connection to `target`, within the connect timeout.
+    pub(super) async fn dial(&self, target: &Target) -> Result<Stream, ConnectError> {
+        let dial = async {
+            let (host, port, tls) = match target {
+                Target::Unix(path) => return UnixStream::connect(path).await.map(Stream::Unix),
+                Target::Tcp { host, port } => (host, *port, false),
+                Target::Tls { host, port } => (host, *port, true),
+            };
+            let stream = TcpStream::connect((host.as_str(), port)).await?;
+            stream.set_nodelay(true)?;
+            if !tls {
+                return Ok(Stream::Tcp(stream));
+            }
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let stream = self.tls.connect(name, stream).await?;
+            Ok(Stream::Tls(Box::new(stream)))
+        };
+        match tokio::time::timeout(self.timeout, dial).await {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(e)) => Err(ConnectError::Failed(e)),
+            Err(_) => Err(ConnectError::TimedOut(self.timeout)),
+        }
+    }
+}
+
+/// hyper-util's pooled client (the `h2://` and `h2c://` routes) dials through this.
 impl tower_service::Service<Uri> for Connector {
     type Response = TokioIo<Stream>;
     type Error = ConnectError;
@@ -122,38 +196,10 @@ impl tower_service::Service<Uri> for Connector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let (unix, timeout, tls) = (Arc::clone(&self.unix), self.timeout, self.tls.clone());
+        let connector = self.clone();
         Box::pin(async move {
-            let host = uri.host().unwrap_or_default().to_owned();
-            let dial = async {
-                if let Some(index) = host
-                    .strip_prefix("unix-")
-                    .and_then(|h| h.strip_suffix(".invalid"))
-                    .and_then(|i| i.parse::<usize>().ok())
-                {
-                    let path = unix.get(index).ok_or_else(|| {
-                        io::Error::new(io::ErrorKind::NotFound, "no such unix route")
-                    })?;
-                    return UnixStream::connect(path).await.map(Stream::Unix);
-                }
-                let https = uri.scheme_str() == Some("https");
-                let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                let stream = TcpStream::connect((host, port)).await?;
-                stream.set_nodelay(true)?;
-                if !https {
-                    return Ok(Stream::Tcp(stream));
-                }
-                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                let stream = tls.connect(name, stream).await?;
-                Ok(Stream::Tls(Box::new(stream)))
-            };
-            match tokio::time::timeout(timeout, dial).await {
-                Ok(Ok(stream)) => Ok(TokioIo::new(stream)),
-                Ok(Err(e)) => Err(ConnectError::Failed(e)),
-                Err(_) => Err(ConnectError::TimedOut(timeout)),
-            }
+            let target = Target::of_uri(&uri, &connector.unix).map_err(ConnectError::Failed)?;
+            connector.dial(&target).await.map(TokioIo::new)
         })
     }
 }

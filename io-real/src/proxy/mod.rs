@@ -1,6 +1,7 @@
 //! The reverse proxy (`--proxy PREFIX=URL`): requests under a prefix are forwarded to an
-//! upstream over hyper's pooled clients (HTTP/1.1; HTTP/2 for `h2://` and `h2c://`
-//! routes, decision 0102), bodies streamed both ways a frame at a
+//! upstream over a pool of hyper's HTTP/1.1 connections per upstream (`pool.rs`,
+//! decision 0123), or hyper-util's pooled client for `h2://` and `h2c://` routes
+//! (decision 0102), bodies streamed both ways a frame at a
 //! time (never buffered whole), hop-by-hop fields removed, the forwarding headers set,
 //! and an upstream that cannot be reached or does not answer in time answered 502 or 504
 //! with the reason in the body and the log. `docs/proxy.md` describes it; decision 0075
@@ -12,6 +13,7 @@ mod body;
 mod connect;
 pub mod headers;
 mod health;
+mod pool;
 pub mod route;
 mod tls;
 mod tunnel;
@@ -30,7 +32,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 pub use args::ProxyArgs;
-use connect::{ConnectError, Connector};
+use connect::{ConnectError, Connector, Target};
 pub use health::{DownSet, HealthLink};
 use route::{Routes, Upstream};
 
@@ -41,11 +43,9 @@ type UpstreamBody = UnsyncBoxBody<Bytes, io::Error>;
 /// How long an idle pooled upstream connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
 
-/// The pooled clients the routes share: each keeps its own idle connections per
-/// upstream.
+/// hyper-util's pooled clients of the HTTP/2 routes (the HTTP/1.1 routes have a
+/// [`pool::Pool`] each).
 struct Clients {
-    /// HTTP/1.1 (`http://`, `https://`, `unix:`), with the `Host` servery chose.
-    http11: Client<Connector, UpstreamBody>,
     /// `h2://`: HTTP/2 where TLS negotiates it by ALPN (one connection carries many
     /// requests at once), else HTTP/1.1 with the route's host as `Host`.
     h2: Client<Connector, UpstreamBody>,
@@ -75,6 +75,9 @@ pub struct Proxy {
     /// without it the client's goes upstream.
     upstream_hosts: Option<Vec<HeaderValue>>,
     clients: Clients,
+    /// Each HTTP/1.1 route's pool of connections (by the routes' order; `None` for the
+    /// HTTP/2 routes).
+    pools: Vec<Option<Arc<pool::Pool>>>,
     /// Each route's kind of client (by the routes' order).
     kinds: Vec<Kind>,
     trusted: Vec<IpAddr>,
@@ -267,8 +270,25 @@ impl Proxy {
                 .set_host(set_host);
             b
         };
+        let http11 = Arc::new(connector(tls::Offer::Http11)?);
+        let idle = POOL_IDLE;
+        let pools = routes
+            .iter()
+            .map(|route| {
+                let target = match &route.upstream {
+                    Upstream::Http { authority } => {
+                        Target::tcp(authority.host(), authority.port_u16().unwrap_or(80), false)
+                    }
+                    Upstream::Https { authority } => {
+                        Target::tcp(authority.host(), authority.port_u16().unwrap_or(443), true)
+                    }
+                    Upstream::Unix { path } => Target::Unix(path.clone()),
+                    Upstream::H2 { .. } | Upstream::H2c { .. } => return None,
+                };
+                Some(Arc::new(pool::Pool::new(target, Arc::clone(&http11), idle)))
+            })
+            .collect();
         let clients = Clients {
-            http11: builder(false).build(connector(tls::Offer::Http11)?),
             // Over HTTP/1.1 (the upstream declined h2) the route's host is the `Host`;
             // over HTTP/2 it is the `:authority` and no `Host` is sent.
             h2: builder(true).build(connector(tls::Offer::H2OrHttp11)?),
@@ -291,6 +311,7 @@ impl Proxy {
             names,
             upstream_hosts: args.proxy_upstream_host.then_some(upstream_hosts),
             clients,
+            pools,
             kinds,
             trusted: args
                 .trust_proxy
@@ -359,7 +380,8 @@ impl Proxy {
         let upgrade = tunnel::wanted(&req);
         let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        let uri = match self.upstream_uri(index, route, &parts.uri) {
+        let kind = self.kinds.get(index).copied().unwrap_or(Kind::Http11);
+        let uri = match self.upstream_uri(index, kind, route, &parts.uri) {
             Ok(uri) => uri,
             Err(e) => return gateway_error(&UpstreamError::Failed(format!("upstream URI: {e}"))),
         };
@@ -391,7 +413,6 @@ impl Proxy {
             Some(hosts) => hosts.get(index).cloned(),
             None => host_value.clone(),
         };
-        let kind = self.kinds.get(index).copied().unwrap_or(Kind::Http11);
         match sent_host {
             // HTTP/2 names the host in `:authority`, the route's (RFC 9113 §8.3.1: a
             // `Host` that differs is malformed); an `h2://` upstream that declines HTTP/2
@@ -419,11 +440,11 @@ impl Proxy {
             tracing::warn!(route = %name, %error, "upgrade refused");
             return gateway_error(&error);
         }
-        let client = self.client(kind);
-        let answer = match self.first_byte(client, request, &progress).await {
-            Ok(answer) => {
+        let pool = self.pools.get(index).and_then(Option::as_ref);
+        let sent = match self.first_byte(pool, kind, request, &progress).await {
+            Ok(sent) => {
                 self.health.answered(&flight);
-                answer
+                sent
             }
             Err(error) => {
                 tracing::warn!(route = %name, status = error.status().as_u16(), %error, "upstream gave no response");
@@ -431,7 +452,7 @@ impl Proxy {
                 return gateway_error(&error);
             }
         };
-        let mut answer = answer;
+        let (mut answer, lease) = sent;
         if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side), Some(protocol)) =
             (answer.status(), client_side, &upgrade)
         {
@@ -444,6 +465,8 @@ impl Proxy {
                 _permit: permit,
                 _flight: flight,
             };
+            // The connection is the tunnel's now, never the pool's.
+            drop(lease);
             tokio::spawn(tunnel::join(client_side, upstream_side, name, hold));
             return Response::from_parts(parts, crate::http::body::empty());
         }
@@ -455,19 +478,26 @@ impl Proxy {
             _permit: permit,
             _flight: flight,
         };
-        let body = body::Incoming::new(incoming, self.idle, name, hold);
+        let body = body::Incoming::new(incoming, self.idle, name, hold, lease);
         Response::from_parts(parts, http_body_util::combinators::BoxBody::new(body))
     }
 
     /// The URI a request for `client_uri` is sent to on upstream `index` (`route`): the
-    /// upstream's scheme and authority, read once, and the target the route makes.
+    /// target the route makes, in origin form on an HTTP/1.1 connection of the pool;
+    /// for hyper-util's client (HTTP/2 routes), after the upstream's scheme and
+    /// authority, read once.
     fn upstream_uri(
         &self,
         index: usize,
+        kind: Kind,
         route: &route::Route,
         client_uri: &Uri,
     ) -> Result<Uri, http::Error> {
         let target = route.upstream_target(client_uri.path(), client_uri.query());
+        if kind == Kind::Http11 {
+            let target = http::uri::PathAndQuery::from_maybe_shared(Bytes::from(target))?;
+            return Ok(Uri::from(target));
+        }
         let (scheme, authority) = self.bases.get(index).cloned().unwrap_or_else(|| {
             (
                 http::uri::Scheme::HTTP,
@@ -487,15 +517,16 @@ impl Proxy {
     /// request body last moved (a slow upload is not the upstream's delay).
     async fn first_byte(
         &self,
-        client: &Client<Connector, UpstreamBody>,
+        pool: Option<&Arc<pool::Pool>>,
+        kind: Kind,
         request: Request<UpstreamBody>,
         progress: &body::Progress,
-    ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
-        let mut sent = std::pin::pin!(client.request(request));
+    ) -> Result<(Response<hyper::body::Incoming>, Option<pool::Lease>), UpstreamError> {
+        let mut sent = std::pin::pin!(self.send(pool, kind, request));
         loop {
             let deadline = progress.last() + self.first_byte;
             tokio::select! {
-                answer = &mut sent => return answer.map_err(|e| describe(&e)),
+                answer = &mut sent => return answer,
                 () = tokio::time::sleep_until(deadline) => {
                     if progress.last() + self.first_byte <= tokio::time::Instant::now() {
                         return Err(UpstreamError::FirstByte(self.first_byte));
@@ -505,11 +536,25 @@ impl Proxy {
         }
     }
 
-    fn client(&self, kind: Kind) -> &Client<Connector, UpstreamBody> {
-        match kind {
-            Kind::Http11 => &self.clients.http11,
-            Kind::H2 => &self.clients.h2,
-            Kind::H2c => &self.clients.h2c,
+    /// Sends `request` on the route's pool (HTTP/1.1) or hyper-util's client (HTTP/2
+    /// routes); the pool's lease of the connection comes with the response head.
+    async fn send(
+        &self,
+        pool: Option<&Arc<pool::Pool>>,
+        kind: Kind,
+        request: Request<UpstreamBody>,
+    ) -> Result<(Response<hyper::body::Incoming>, Option<pool::Lease>), UpstreamError> {
+        let client = match (kind, pool) {
+            (Kind::Http11, Some(pool)) => return pool.send(request).await,
+            (Kind::Http11, None) => {
+                return Err(UpstreamError::Failed("no pool for the route".into()));
+            }
+            (Kind::H2, _) => &self.clients.h2,
+            (Kind::H2c, _) => &self.clients.h2c,
+        };
+        match client.request(request).await {
+            Ok(answer) => Ok((answer, None)),
+            Err(e) => Err(describe(&e)),
         }
     }
 
@@ -519,7 +564,13 @@ impl Proxy {
         let Some(authority) = self.authorities.get(upstream) else {
             return false;
         };
-        let Ok(uri) = format!("{authority}{path}").parse::<Uri>() else {
+        let kind = self.kinds.get(upstream).copied().unwrap_or(Kind::Http11);
+        // Origin form on the pool's HTTP/1.1 connections; absolute for hyper-util's client.
+        let uri = match kind {
+            Kind::Http11 => path.parse::<Uri>(),
+            _ => format!("{authority}{path}").parse::<Uri>(),
+        };
+        let Ok(uri) = uri else {
             return false;
         };
         let mut request = Request::new(
@@ -537,12 +588,12 @@ impl Proxy {
         {
             request.headers_mut().insert(header::HOST, host);
         }
-        let kind = self.kinds.get(upstream).copied().unwrap_or(Kind::Http11);
         if kind != Kind::Http11 {
             request.headers_mut().remove(header::HOST);
         }
-        match tokio::time::timeout(within, self.client(kind).request(request)).await {
-            Ok(Ok(answer)) => {
+        let pool = self.pools.get(upstream).and_then(Option::as_ref);
+        match tokio::time::timeout(within, self.send(pool, kind, request)).await {
+            Ok(Ok((answer, _))) => {
                 let status = answer.status();
                 status.is_success() || status.is_redirection()
             }
