@@ -10,8 +10,12 @@ every wait bounded).
     `accepting` log line (wall-clock timestamps on both sides), minus the configured
     restart backoff, median of --runs. --restart-stable-period is short and each kill waits
     it out, so every kill meets the initial backoff, not a doubled one.
-(c) idle RSS per worker next to an idle nginx worker (2 workers each) started in the same
-    run: VmRSS, RssAnon and Pss (smaps_rollup; shared pages split between sharers).
+(c) RSS per worker next to an nginx worker (2 workers each) started in the same run, idle
+    (after 20 requests) and again after load (wrk on the loopback for --load-seconds, 64
+    connections, then two seconds idle): VmRSS, RssFile, RssAnon and Pss (smaps_rollup;
+    shared pages split between sharers), and each worker's resident memory by mapping
+    (`smaps`: the executable's text, its read-only data, the pages its relocation or its
+    writes made private, the heap, the stacks, other anonymous maps, libraries).
 (d) --recycles consecutive recycles under load (--max-requests-per-worker 20) with a
     threaded client opening a new connection per request (Connection: close) and checking
     every status and body length; recycles counted from the worker ids the control
@@ -147,6 +151,53 @@ def mem(pid):
     return out
 
 
+def by_mapping(pid):
+    """Resident KiB of `pid` by kind of mapping: (Rss, Pss) of each kind."""
+    kinds, kind = {}, None
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(None, 5)
+                if re.match(r"^[0-9a-f]+-[0-9a-f]+$", head[0]):
+                    perms = head[1]
+                    name = head[5].strip() if len(head) > 5 else ""
+                    if name == exe:
+                        kind = "exe text" if "x" in perms else "exe data"
+                    elif name == "[heap]":
+                        kind = "heap"
+                    elif name == "[stack]":
+                        kind = "main stack"
+                    elif name.startswith("/"):
+                        kind = "libraries"
+                    elif name:
+                        kind = name
+                    else:
+                        kind = "anonymous maps"
+                    continue
+                key, _, value = line.partition(":")
+                if key not in ("Rss", "Pss", "Private_Dirty"):
+                    continue
+                kb = int(value.split()[0])
+                if kind == "exe data" and key == "Private_Dirty":
+                    # Written pages of the file's data (relocated, or .data/.bss):
+                    # private to this process, unlike its clean read-only pages.
+                    moved = kinds.setdefault("exe data written", [0, 0])
+                    moved[0] += kb
+                    moved[1] += kb
+                    clean = kinds.setdefault("exe data", [0, 0])
+                    clean[0] -= kb
+                    clean[1] -= kb
+                    continue
+                if key == "Private_Dirty":
+                    continue
+                entry = kinds.setdefault(kind, [0, 0])
+                entry[0 if key == "Rss" else 1] += kb
+    except OSError:
+        pass
+    return {k: tuple(v) for k, v in sorted(kinds.items()) if v[0]}
+
+
 def children(pid):
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -232,7 +283,24 @@ def http_ok(port, path="/1k.bin", expect=1024):
     return head.startswith(b"HTTP/1.1 200") and len(body) == expect
 
 
-def bench_rss(binary, root, tmp, extra=()):
+def measure(pids):
+    """Each process's figures and its resident memory by mapping."""
+    return [dict(mem(p), mappings=by_mapping(p)) for p in pids]
+
+
+def load(port, seconds):
+    """wrk on the loopback for `seconds` (bounded), then two seconds for the workers'
+    heartbeats to see their connections closed and give back what they freed."""
+    if not shutil.which("wrk") or seconds <= 0:
+        return None
+    out = subprocess.run(["wrk", "-t2", "-c64", f"-d{seconds}s", f"http://127.0.0.1:{port}/1k.bin"],
+                         capture_output=True, text=True, timeout=seconds + 30).stdout
+    time.sleep(2.0)
+    reqs = re.search(r"(\d+) requests in", out)
+    return int(reqs.group(1)) if reqs else None
+
+
+def bench_rss(binary, root, tmp, extra=(), load_seconds=5):
     res = {}
     s = Servery(binary, root, 2, list(extra))
     try:
@@ -241,9 +309,11 @@ def bench_rss(binary, root, tmp, extra=()):
         for _ in range(20):
             http_ok(s.port)
         time.sleep(1.0)
-        st = s.status()
-        res["servery_workers"] = [mem(w["pid"]) for w in st["workers"]]
+        pids = [w["pid"] for w in s.status()["workers"]]
+        res["servery_workers"] = measure(pids)
         res["servery_parent"] = mem(s.proc.pid)
+        if load(s.port, load_seconds) is not None:
+            res["servery_workers_loaded"] = measure(pids)
     finally:
         s.stop()
     proc, port = nginx_workers(root, tmp)
@@ -254,8 +324,11 @@ def bench_rss(binary, root, tmp, extra=()):
             for _ in range(20):
                 http_ok(port)
             time.sleep(1.0)
-            res["nginx_workers"] = [mem(p) for p in children(proc.pid)]
+            pids = children(proc.pid)
+            res["nginx_workers"] = measure(pids)
             res["nginx_master"] = mem(proc.pid)
+            if load(port, load_seconds) is not None:
+                res["nginx_workers_loaded"] = measure(pids)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=10)
@@ -359,6 +432,8 @@ def main():
     ap.add_argument("--recycles", type=int, default=1000)
     ap.add_argument("--only", default="start,kill,rss,recycle")
     ap.add_argument("--extra", default="", help="extra servery flags for the RSS run")
+    ap.add_argument("--load-seconds", type=int, default=5,
+                    help="wrk's run before the loaded RSS (0: idle figures only)")
     args = ap.parse_args()
     args.servery = args.servery or release_binary()
     only = set(args.only.split(","))
@@ -378,9 +453,16 @@ def main():
                   f"min {min(t) * 1000:.1f}, max {max(t) * 1000:.1f} ({len(t)} kills, restarts {restarts})",
                   flush=True)
         if "rss" in only:
-            r = bench_rss(args.servery, root, tmp, args.extra.split())
+            r = bench_rss(args.servery, root, tmp, args.extra.split(), args.load_seconds)
             for k, v in r.items():
-                print(f"(c) {k}: {v}", flush=True)
+                if k.endswith(("workers", "loaded")):
+                    for i, w in enumerate(v):
+                        maps = w.pop("mappings")
+                        print(f"(c) {k}[{i}]: {w}", flush=True)
+                        print("      by mapping (Rss/Pss KiB): " + ", ".join(
+                            f"{name} {rss}/{pss}" for name, (rss, pss) in maps.items()), flush=True)
+                else:
+                    print(f"(c) {k}: {v}", flush=True)
         if "recycle" in only:
             r = bench_recycle(args.servery, root, args.recycles)
             print(f"(d) recycles under load: {r}", flush=True)

@@ -374,3 +374,45 @@ fn serving_options_reach_every_worker() {
         assert_eq!((code, body.as_slice()), (200, &b"<p>app</p>"[..]), "{head}");
     }
 }
+
+/// The names of `pid`'s threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
+/// A file worker whose share of the CPUs is one runs one thread when idle (decision
+/// 0124): nothing at start-up takes a thread of the blocking pool, which would then sit
+/// out its keep-alive with its stack and its own malloc arena, and small files the page
+/// cache holds are served on the runtime thread.
+#[test]
+fn an_idle_file_worker_with_one_cpu_is_one_thread() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cfg!(not(target_os = "linux")) || cpus > 8 {
+        skipped(format!(
+            "needs /proc and a worker per CPU ({cpus} CPUs here)"
+        ));
+        return;
+    }
+    let tree = Tree::new("one_thread");
+    let mut server = Server::start(&tree, cpus as u32, FAST, &[]);
+    server.wait_stdout("servery: ready", Duration::from_secs(30));
+    let (status, _) = server.wait_ready(cpus, Duration::from_secs(10));
+    for _ in 0..10 {
+        let (code, body) = http_get(server.addr, "/hello.txt").expect("GET hello");
+        assert_eq!((code, body.as_slice()), (200, HELLO));
+    }
+    for pid in worker_pids(&status) {
+        let names = thread_names(pid);
+        assert_eq!(
+            names.len(),
+            1,
+            "worker {pid} runs the threads {names:?}: an idle file worker with one CPU's share runs one"
+        );
+    }
+}

@@ -594,8 +594,12 @@ impl Worker {
             Ok(cgi) => config.cgi = cgi.map(Arc::new),
             Err(message) => return self.life.startup_failed(message),
         }
-        match tokio::task::spawn_blocking(move || Site::open(config)).await {
-            Ok(Ok(site)) => {
+        // On this thread: opening the site is one `open` and one `statx` of the root,
+        // what every request does here too. A blocking thread for it would be the
+        // worker's only one, made at start-up and kept idle for its keep-alive, with its
+        // stack and its own malloc arena (decision 0124).
+        match Site::open(config) {
+            Ok(site) => {
                 self.site = Some(Arc::new(site));
                 self.life.prepared(self.clock.now());
                 #[cfg(feature = "test-hooks")]
@@ -607,12 +611,9 @@ impl Worker {
                     crash();
                 }
             }
-            Ok(Err(e)) => self
-                .life
-                .startup_failed(format!("cannot serve the directory: {e}")),
             Err(e) => self
                 .life
-                .startup_failed(format!("preparing the site failed: {e}")),
+                .startup_failed(format!("cannot serve the directory: {e}")),
         }
     }
 

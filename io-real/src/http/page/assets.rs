@@ -1,9 +1,14 @@
 //! The page's stylesheet and script, compiled into the binary and served under names
 //! that carry a hash of their bytes (`/.servery/app-<hash>.css`), so a browser may keep
-//! them forever (`immutable`) and a new build can never be served a stale copy. The hash
-//! and the compressed forms are computed once per process, on first use.
+//! them forever (`immutable`) and a new build can never be served a stale copy.
+//!
+//! Nothing of them is computed before it is needed (decision 0124): the hash when a page
+//! first links to them, each coding's bytes when a request first accepts that coding (on
+//! the blocking pool, once per process). A worker that serves no page — an application, a
+//! proxy, files fetched by name — never runs the encoders nor reads the assets' bytes,
+//! which at start-up cost every worker the encoders' code and tables and a heap arena.
 
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -17,98 +22,130 @@ use crate::http::compress::{self, Coding, Level};
 /// *and* one of the hashed names, which nothing on disk can predict.
 pub const PREFIX: &str = "/.servery/";
 
-/// One embedded asset and its precomputed representations.
+/// One embedded asset; its name and its encodings are made on first use.
 #[derive(Debug)]
 pub struct Asset {
+    stem: &'static str,
+    ext: &'static str,
+    content_type: &'static str,
+    identity: &'static [u8],
+    named: OnceLock<Named>,
+    /// Each coding's bytes, in [`Coding::ALL`] order, once asked for (`None`: the
+    /// encoder failed, and identity is sent).
+    encoded: [OnceLock<Option<Bytes>>; Coding::ALL.len()],
+}
+
+/// What the hash of an asset's bytes names.
+#[derive(Debug)]
+struct Named {
     href: String,
     etag: HeaderValue,
-    content_type: &'static str,
-    identity: Bytes,
-    /// Each coding's bytes, in [`Coding::ALL`] order, when encoding succeeded.
-    encoded: Vec<(Coding, Bytes)>,
 }
 
 impl Asset {
-    fn new(stem: &str, ext: &str, content_type: &'static str, bytes: &'static [u8]) -> Asset {
-        let digest = Sha256::digest(bytes);
-        let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        let encoded = Coding::ALL
-            .into_iter()
-            .filter_map(|coding| {
-                compress::encode_all(coding, Level::Cached, bytes)
-                    .inspect_err(|e| tracing::warn!(error = %e, "cannot encode a page asset"))
-                    .ok()
-                    .map(|b| (coding, Bytes::from(b)))
-            })
-            .collect();
+    const fn new(
+        stem: &'static str,
+        ext: &'static str,
+        content_type: &'static str,
+        identity: &'static [u8],
+    ) -> Asset {
         Asset {
-            href: format!("{PREFIX}{stem}-{hash}.{ext}"),
-            etag: HeaderValue::from_str(&format!("\"{hash}\""))
-                .unwrap_or_else(|_| HeaderValue::from_static("\"asset\"")),
+            stem,
+            ext,
             content_type,
-            identity: Bytes::from_static(bytes),
-            encoded,
+            identity,
+            named: OnceLock::new(),
+            encoded: [OnceLock::new(), OnceLock::new(), OnceLock::new()],
         }
+    }
+
+    fn named(&self) -> &Named {
+        self.named.get_or_init(|| {
+            let digest = Sha256::digest(self.identity);
+            let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            Named {
+                href: format!("{PREFIX}{}-{hash}.{}", self.stem, self.ext),
+                etag: HeaderValue::from_str(&format!("\"{hash}\""))
+                    .unwrap_or_else(|_| HeaderValue::from_static("\"asset\"")),
+            }
+        })
     }
 
     /// The path the page links to.
     pub fn href(&self) -> &str {
-        &self.href
+        &self.named().href
     }
 
-    /// The bytes sent for `coding` (identity when `None`).
-    pub fn bytes(&self, coding: Option<Coding>) -> Option<&Bytes> {
-        match coding {
-            None => Some(&self.identity),
-            Some(c) => self.encoded.iter().find(|(e, _)| *e == c).map(|(_, b)| b),
+    fn slot(&self, coding: Coding) -> &OnceLock<Option<Bytes>> {
+        let rank = Coding::ALL.iter().position(|&c| c == coding).unwrap_or(0);
+        &self.encoded[rank]
+    }
+
+    /// `coding`'s bytes, encoded now if no request asked for them before.
+    fn encode(&self, coding: Coding) -> Option<&Bytes> {
+        self.slot(coding)
+            .get_or_init(|| {
+                compress::encode_all(coding, Level::Cached, self.identity)
+                    .inspect_err(|e| tracing::warn!(error = %e, "cannot encode a page asset"))
+                    .ok()
+                    .map(Bytes::from)
+            })
+            .as_ref()
+    }
+
+    /// `coding`'s bytes, encoded on the blocking pool if no request asked for them
+    /// before (a runtime thread never runs an encoder); in place without a runtime.
+    async fn encoded(&'static self, coding: Coding) -> Option<&'static Bytes> {
+        if let Some(done) = self.slot(coding).get() {
+            return done.as_ref();
         }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // A failed task leaves the slot empty: it is encoded in place below.
+            let _ = runtime
+                .spawn_blocking(move || {
+                    self.encode(coding);
+                })
+                .await;
+        }
+        self.encode(coding)
     }
 }
 
 /// The stylesheet.
-pub static STYLE: LazyLock<Asset> = LazyLock::new(|| {
-    Asset::new(
-        "app",
-        "css",
-        "text/css; charset=utf-8",
-        include_bytes!("../../../assets/app.css"),
-    )
-});
+pub static STYLE: Asset = Asset::new(
+    "app",
+    "css",
+    "text/css; charset=utf-8",
+    include_bytes!("../../../assets/app.css"),
+);
 
 /// The script.
-pub static SCRIPT: LazyLock<Asset> = LazyLock::new(|| {
-    Asset::new(
-        "app",
-        "js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../../../assets/app.js"),
-    )
-});
-
-/// Computes every asset's hash and encodings now, so no request pays for it.
-pub fn warm() {
-    LazyLock::force(&STYLE);
-    LazyLock::force(&SCRIPT);
-}
+pub static SCRIPT: Asset = Asset::new(
+    "app",
+    "js",
+    "text/javascript; charset=utf-8",
+    include_bytes!("../../../assets/app.js"),
+);
 
 /// The asset `path` names, if any.
 fn find(path: &str) -> Option<&'static Asset> {
-    [&*STYLE, &*SCRIPT]
+    [&STYLE, &SCRIPT]
         .into_iter()
-        .find(|asset| asset.href == path)
+        .find(|asset| asset.href() == path)
 }
 
 /// The response for a request of an asset's path, or `None` when the path is no asset's
 /// (the request then goes on to the file system like any other).
-pub fn respond(parts: &Parts, compress: bool) -> Option<Response<Body>> {
+pub async fn respond(parts: &Parts, compress: bool) -> Option<Response<Body>> {
     let asset = find(parts.uri.path())?;
+    let etag = &asset.named().etag;
     let mut response = Response::new(body::empty());
     let headers = response.headers_mut();
     headers.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=31536000, immutable"),
     );
-    headers.insert(header::ETAG, asset.etag.clone());
+    headers.insert(header::ETAG, etag.clone());
     if compress {
         headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
     }
@@ -118,7 +155,7 @@ pub fn respond(parts: &Parts, compress: bool) -> Option<Response<Body>> {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|tag| tag.trim().trim_start_matches("W/") == asset.etag);
+        .any(|tag| tag.trim().trim_start_matches("W/") == etag);
     if matches {
         *response.status_mut() = StatusCode::NOT_MODIFIED;
         return Some(response);
@@ -134,23 +171,30 @@ pub fn respond(parts: &Parts, compress: bool) -> Option<Response<Body>> {
     } else {
         Vec::new()
     };
-    let (coding, bytes) = accepted
-        .into_iter()
-        .find_map(|c| asset.bytes(Some(c)).map(|b| (Some(c), b)))
-        .unwrap_or((None, &asset.identity));
+    let mut chosen = None;
+    for coding in accepted {
+        if let Some(bytes) = asset.encoded(coding).await {
+            chosen = Some((coding, bytes.clone()));
+            break;
+        }
+    }
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(asset.content_type),
     );
-    if let Some(coding) = coding {
-        headers.insert(
-            header::CONTENT_ENCODING,
-            HeaderValue::from_static(coding.token()),
-        );
-    }
+    let bytes = match chosen {
+        Some((coding, bytes)) => {
+            headers.insert(
+                header::CONTENT_ENCODING,
+                HeaderValue::from_static(coding.token()),
+            );
+            bytes
+        }
+        None => Bytes::from_static(asset.identity),
+    };
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-    *response.body_mut() = body::full(bytes.clone());
+    *response.body_mut() = body::full(bytes);
     Some(response)
 }
 
@@ -187,10 +231,11 @@ mod tests {
         assert_ne!(STYLE.href(), SCRIPT.href());
     }
 
-    #[test]
-    fn served_immutable_and_compressed_when_accepted() {
-        let response =
-            respond(&parts(SCRIPT.href(), &[("accept-encoding", "gzip")]), true).expect("asset");
+    #[tokio::test]
+    async fn served_immutable_and_compressed_when_accepted() {
+        let response = respond(&parts(SCRIPT.href(), &[("accept-encoding", "gzip")]), true)
+            .await
+            .expect("asset");
         assert_eq!(response.status(), StatusCode::OK);
         let h = response.headers();
         assert_eq!(
@@ -199,7 +244,9 @@ mod tests {
         );
         assert_eq!(h[header::CONTENT_ENCODING], "gzip");
         assert_eq!(h[header::CONTENT_TYPE], "text/javascript; charset=utf-8");
-        let plain = respond(&parts(STYLE.href(), &[]), true).expect("asset");
+        let plain = respond(&parts(STYLE.href(), &[]), true)
+            .await
+            .expect("asset");
         assert!(!plain.headers().contains_key(header::CONTENT_ENCODING));
         assert_eq!(
             plain.headers()[header::CONTENT_LENGTH],
@@ -212,21 +259,63 @@ mod tests {
             .to_str()
             .expect("etag")
             .to_owned();
-        let again = respond(&parts(STYLE.href(), &[("if-none-match", &etag)]), true);
+        let again = respond(&parts(STYLE.href(), &[("if-none-match", &etag)]), true).await;
         assert_eq!(again.map(|r| r.status()), Some(StatusCode::NOT_MODIFIED));
     }
 
-    #[test]
-    fn other_paths_are_not_assets() {
-        assert!(respond(&parts("/.servery/app.css", &[]), true).is_none());
-        assert!(respond(&parts("/.servery/app-0000000000000000.js", &[]), true).is_none());
-        assert!(respond(&parts("/", &[]), true).is_none());
+    #[tokio::test]
+    async fn other_paths_are_not_assets() {
+        assert!(
+            respond(&parts("/.servery/app.css", &[]), true)
+                .await
+                .is_none()
+        );
+        assert!(
+            respond(&parts("/.servery/app-0000000000000000.js", &[]), true)
+                .await
+                .is_none()
+        );
+        assert!(respond(&parts("/", &[]), true).await.is_none());
+    }
+
+    /// Memory a feature needs appears when it is used (decision 0124): naming an asset
+    /// encodes nothing, and a request encodes the one coding it accepts.
+    #[tokio::test]
+    async fn encodings_are_made_when_first_accepted_and_only_those() {
+        static FRESH: Asset = Asset::new(
+            "fresh",
+            "css",
+            "text/css; charset=utf-8",
+            include_bytes!("../../../assets/app.css"),
+        );
+        let made = |coding| FRESH.slot(coding).get().is_some();
+        assert!(FRESH.href().starts_with("/.servery/fresh-"));
+        assert!(
+            Coding::ALL.into_iter().all(|c| !made(c)),
+            "naming the asset encoded it"
+        );
+        let bytes = FRESH.encoded(Coding::Brotli).await.expect("encoded");
+        assert_eq!(
+            decode_brotli(bytes),
+            include_bytes!("../../../assets/app.css")
+        );
+        assert!(made(Coding::Brotli), "the accepted coding is kept");
+        assert!(
+            !made(Coding::Gzip) && !made(Coding::Zstd),
+            "a coding no request accepted was encoded"
+        );
+    }
+
+    fn decode_brotli(bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        brotli::BrotliDecompress(&mut &bytes[..], &mut out).expect("brotli");
+        out
     }
 
     /// The page's weight budget: both assets together, compressed, stay well below 30 KiB.
     #[test]
     fn assets_stay_small() {
-        let gz = |a: &Asset| a.bytes(Some(Coding::Gzip)).map_or(usize::MAX, Bytes::len);
+        let gz = |a: &Asset| a.encode(Coding::Gzip).map_or(usize::MAX, Bytes::len);
         let total = gz(&STYLE) + gz(&SCRIPT);
         assert!(total < 24 * 1024, "assets weigh {total} bytes gzipped");
     }

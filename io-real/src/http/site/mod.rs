@@ -218,7 +218,6 @@ impl Site {
             source,
         })?;
         let root = Arc::new(root);
-        assets::warm();
         let uploads = config
             .uploads
             .map(|u| Uploads::new(Arc::clone(&root), u, config.show_hidden));
@@ -448,7 +447,7 @@ impl Site {
             }
         }
         if parts.uri.path().starts_with(assets::PREFIX)
-            && let Some(response) = assets::respond(parts, self.compress.is_some())
+            && let Some(response) = assets::respond(parts, self.compress.is_some()).await
         {
             return Ok(response);
         }
