@@ -18,9 +18,10 @@ A mutant caught in either pass is caught; one left after both is missed. Results
 `target/mutants/results.json` (merged across runs, one entry per file, the names of the
 survivors kept) and the summary rows are printed in the format of
 docs/mutation-testing.md. Installs cargo-mutants if it is missing. Run from anywhere in
-the workspace with a clean `core/src` (mutants are applied in place, one at a time, so the
-build reuses the target directory; the file is restored even when interrupted). Builds
-run under `nice -n 10`, one job.
+the workspace with a clean `core/src`: mutants are applied in place, one at a time (one
+job), so the build reuses the target directory; cargo-mutants restores each file, and a
+run killed outright may leave one mutant applied, which the next run refuses (`git
+checkout core/src`). Builds run under `nice -n 10`.
 """
 
 import argparse
@@ -106,7 +107,6 @@ def run_pass(
         "--file", file,
         "--in-place",
         "--baseline", "skip",
-        "--jobs", "1",
         "--timeout", str(timeout),
         "--build-timeout", "1200",
         "--no-shuffle",
@@ -159,7 +159,7 @@ def campaign(args) -> None:
         print(f"== {file}: core tests {tests or 'all'}", flush=True)
         first = run_pass(
             tool, file, OUT / slug / "core", "servery-core", tests,
-            args.timeout, None, dict(os.environ),
+            args.timeout, args.re, dict(os.environ),
         )
         missed = first["missed"]
         second = None
@@ -231,6 +231,9 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="list the files and their checks")
     parser.add_argument("--table", action="store_true",
                         help="print the table of target/mutants/results.json and stop")
+    parser.add_argument("--re", help="only the mutants whose names match (cargo-mutants --re), "
+                        "e.g. a file's survivors again once a test is in; the file's row is then "
+                        "of those mutants alone")
     parser.add_argument("--no-scenarios", action="store_true",
                         help="the first pass only (core unit tests)")
     parser.add_argument("--timeout", type=int, default=60,
