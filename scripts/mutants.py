@@ -115,7 +115,9 @@ def run_pass(
     if regex:
         cmd += ["--re", regex]
     if packages == "servery-core":
-        cmd += ["--cargo-test-arg=--lib"]
+        # The unit tests alone, built alone: without `--lib` on the build too, every
+        # mutant compiles the core twice (the library for the doc tests as well).
+        cmd += ["--cargo-arg=--lib"]
     # The test binaries run the tests whose names contain any filter.
     cmd += ["--", "--"] + filters
     started = time.monotonic()
@@ -179,6 +181,21 @@ def campaign(args) -> None:
         caught = len(first["caught"]) + (len(second["caught"]) if second else 0)
         timeouts = len(first["timeout"]) + (len(second["timeout"]) if second else 0)
         unviable = len(first["unviable"]) + (len(second["unviable"]) if second else 0)
+        if args.re and file in results:
+            # A rerun of some of the file's mutants (its survivors, once a test is in):
+            # those it caught leave the file's survivors; the rest of its row stands.
+            kept = results[file]
+            killed = [m for m in kept["survivors"] if m not in missed
+                      and (m in first["caught"] or m in first["timeout"]
+                           or (second and (m in second["caught"] or m in second["timeout"])))]
+            kept["survivors"] = [m for m in kept["survivors"] if m not in killed]
+            kept["missed"] -= len(killed)
+            kept["caught"] += len(killed)
+            kept.setdefault("killed_later", []).extend(killed)
+            RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+            print(f"{len(killed)} survivors of {file} now caught")
+            print(row(file, kept), flush=True)
+            continue
         results[file] = {
             "mutants": caught + timeouts + len(missed) + unviable,
             "caught": caught,
