@@ -283,4 +283,42 @@ mod tests {
             assert_ne!(x, y, "{x} is left at its default");
         }
     }
+
+    /// The aggregates rule: each bound validation works out is shown under its own name
+    /// with the value its getter gives (the status and `--check-config` print these).
+    #[test]
+    fn each_aggregate_is_named_and_valued_as_its_getter_says() {
+        let valid = unusual().validate().expect("valid");
+        let expected = [
+            (
+                "aggregate_connection_limit",
+                valid.aggregate_connection_limit(),
+            ),
+            (
+                "aggregate_compression_cache_size",
+                valid.aggregate_compression_cache_size(),
+            ),
+            (
+                "recycling_overlap_compression_bound",
+                valid.recycling_overlap_compression_bound(),
+            ),
+            (
+                "aggregate_file_cache_size",
+                valid.aggregate_file_cache_size(),
+            ),
+            (
+                "recycling_overlap_file_cache_bound",
+                valid.recycling_overlap_file_cache_bound(),
+            ),
+            (
+                "recycling_overlap_memory_bound",
+                valid.recycling_overlap_memory_bound(),
+            ),
+        ];
+        assert_eq!(valid.aggregates(), expected, "aggregates rule");
+        assert!(
+            expected.iter().all(|(_, v)| *v > 1),
+            "aggregates rule: a bound of 0 or 1 would not tell a constant apart: {expected:?}"
+        );
+    }
 }

@@ -265,3 +265,38 @@ fn the_rule_refuses_nothing_it_need_not() {
         }
     }
 }
+
+/// The answer rule as an operator reads it: `ok` is true for every answer but a refusal
+/// (the control protocol's `"ok"`), and each answer prints what happened, a refusal its
+/// reason.
+#[test]
+fn an_answer_says_whether_it_was_carried_out_and_why_not() {
+    let generation = crate::ids::Generation(3);
+    let cases = [
+        (Answer::Accepted, true, "accepted".to_string()),
+        (
+            Answer::AlreadyStopping,
+            true,
+            "already stopping".to_string(),
+        ),
+        (
+            Answer::Committed { generation },
+            true,
+            "committed as generation 3".to_string(),
+        ),
+        (
+            refused(Refusal::NoAcme),
+            false,
+            format!("refused: {}", Refusal::NoAcme),
+        ),
+    ];
+    for (answer, ok, text) in cases {
+        assert_eq!(
+            answer.ok(),
+            ok,
+            "answer rule: {answer:?} is ok only if not refused"
+        );
+        assert_eq!(answer.to_string(), text, "answer rule: {answer:?} printed");
+    }
+    assert!(refused(Refusal::NoAcme).to_string().contains("--acme"));
+}
