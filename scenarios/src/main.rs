@@ -529,14 +529,7 @@ fn print_text(r: &servery_scenarios::SweepReport) {
         );
     }
     for f in &r.failures {
-        println!(
-            "FAILED {} {} seed={}: {}",
-            f.scenario,
-            f.platform.name(),
-            f.seed,
-            f.reason
-        );
-        println!("  replay: {}", f.replay());
+        println!("{f}");
     }
     println!(
         "fault kinds ({}, then runs that reached the kind's goal):",

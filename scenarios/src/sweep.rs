@@ -26,6 +26,22 @@ impl Failure {
     }
 }
 
+/// A failure as every sweep prints it: the scenario, platform, seed and reason, then the
+/// command that replays it.
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "FAILED {} {} seed={}: {}\n  replay: {}",
+            self.scenario,
+            self.platform.name(),
+            self.seed,
+            self.reason,
+            self.replay()
+        )
+    }
+}
+
 /// How one fault kind fared over a sweep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KindStats {

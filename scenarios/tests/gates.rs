@@ -11,14 +11,7 @@ use servery_sim::FaultKind;
 fn every_scenario_holds_on_both_platforms_for_a_bounded_sweep() {
     let report = sweep(0..60, 2, None);
     for f in &report.failures {
-        eprintln!(
-            "FAILED {} {} seed={}: {}\n  replay: {}",
-            f.scenario,
-            f.platform.name(),
-            f.seed,
-            f.reason,
-            f.replay()
-        );
+        eprintln!("{f}");
     }
     assert_eq!(report.failed, 0, "scenario failures");
     assert_eq!(report.runs, 60 * SCENARIOS.len() as u64 * 2);
@@ -203,14 +196,7 @@ fn a_swarm_sweep_holds_and_no_disabled_kind_is_reached() {
     let seeds: Vec<u64> = (0..40).collect();
     let report = sweep_seeds(&seeds, 2, None, Mode::Swarm);
     for f in &report.failures {
-        eprintln!(
-            "FAILED {} {} seed={}: {}\n  replay: {}",
-            f.scenario,
-            f.platform.name(),
-            f.seed,
-            f.reason,
-            f.replay()
-        );
+        eprintln!("{f}");
     }
     assert_eq!(report.failed, 0, "swarm failures");
     assert!(report.leaked_kinds().is_empty(), "{:?}", report.kinds);

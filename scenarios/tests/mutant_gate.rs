@@ -28,14 +28,7 @@ fn the_scenarios_mapped_to_a_mutated_file_hold() {
         }
         let report = sweep(0..seeds, jobs, filter);
         for f in &report.failures {
-            eprintln!(
-                "FAILED {} {} seed={}: {}\n  replay: {}",
-                f.scenario,
-                f.platform.name(),
-                f.seed,
-                f.reason,
-                f.replay()
-            );
+            eprintln!("{f}");
         }
         assert!(report.runs > 0, "{filter:?} ran nothing");
         assert_eq!(report.failed, 0, "scenario failures in {filter:?}");
