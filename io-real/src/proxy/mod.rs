@@ -140,17 +140,20 @@ fn describe(e: &hyper_util::client::legacy::Error) -> UpstreamError {
         Some(ConnectError::Failed(io)) => UpstreamError::Connect(ConnectError::Failed(
             io::Error::new(io.kind(), io.to_string()),
         )),
-        None => {
-            let mut text = e.to_string();
-            let mut cause = std::error::Error::source(e);
-            while let Some(c) = cause {
-                text.push_str(": ");
-                text.push_str(&c.to_string());
-                cause = c.source();
-            }
-            UpstreamError::Failed(text)
-        }
+        None => UpstreamError::Failed(with_causes(e)),
     }
+}
+
+/// An error and its chain of causes, as one line of a 502's reason.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 fn gateway_error(error: &UpstreamError) -> Response<Body> {

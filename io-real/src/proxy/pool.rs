@@ -250,14 +250,7 @@ impl Pool {
 
 /// A hyper error with its causes, as the 502's reason.
 fn failed(error: &hyper::Error) -> UpstreamError {
-    let mut text = error.to_string();
-    let mut cause = std::error::Error::source(error);
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    UpstreamError::Failed(text)
+    UpstreamError::Failed(super::with_causes(error))
 }
 
 /// Closes `pool`'s connections as they pass the idle timeout, until it holds none (or
