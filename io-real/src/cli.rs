@@ -176,6 +176,17 @@ crate::knobs::settings_struct! {
         #[arg(long, value_enum, value_name = "auto|off", env = "SERVERY_WORKER_CPU_AFFINITY", default_value = "auto", group = LIVE)]
         pub worker_cpu_affinity: Affinity,
 
+        /// How the kernel schedules the workers' threads. `batch` (SCHED_BATCH): a
+        /// worker's thread that wakes does not preempt the one running on its CPU, so the
+        /// hand-over of a request between a worker's threads (its I/O thread and its
+        /// application thread) is taken at the next natural switch instead of costing two
+        /// switches a request; the wait is bounded by the scheduler's tick. `normal`
+        /// (SCHED_OTHER): every wake-up may preempt. Nice values are unchanged either
+        /// way; the parent always runs `normal`; CGI scripts inherit their worker's. Fixed
+        /// for the parent's life.
+        #[arg(long, value_enum, value_name = "batch|normal", env = "SERVERY_WORKER_SCHEDULING", default_value = "batch")]
+        pub worker_scheduling: Scheduling,
+
         /// Serve and list dot-files, and accept them as upload names. Always on with
         /// --dav --upload: WebDAV clients (rclone, davfs2, Finder) store dot-files and
         /// must find them again. servery's own `.servery-*` files are never served,
@@ -346,6 +357,16 @@ impl Jitter {
             Jitter::Proportional => J::Proportional,
         }
     }
+}
+
+/// `--worker-scheduling` (decision 0129).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheduling {
+    /// SCHED_BATCH: a waking thread does not preempt the running one.
+    Batch,
+    /// SCHED_OTHER, the system's default.
+    Normal,
 }
 
 /// `--worker-cpu-affinity`.

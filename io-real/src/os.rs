@@ -266,6 +266,29 @@ pub fn pin_to_cpus(_cpus: &servery_core::cpu_affinity::CpuSet) -> io::Result<()>
     Ok(())
 }
 
+/// Schedule the calling thread, and every thread it starts from now on, as SCHED_BATCH:
+/// woken, it does not preempt the thread running on its CPU (decision 0129). A worker
+/// calls it before its runtime or its interpreter starts a thread. No privilege is
+/// needed: the policy only lowers the thread's claim, and its nice value is kept.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn schedule_as_batch() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 names the calling thread; `param` is a live `sched_param` the kernel
+    // only reads during the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &raw const param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere the system's scheduling stays as it is.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn schedule_as_batch() -> io::Result<()> {
+    Ok(())
+}
+
 /// Give the allocator's free pages back to the system: glibc keeps memory a burst of
 /// connections freed (in every thread's arena, and in the middle of a heap, where its own
 /// trimming at the top never reaches), so a worker's resident set stays at its peak. Only

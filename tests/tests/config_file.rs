@@ -378,6 +378,7 @@ fn sample(setting: &servery::settings::Setting) -> Option<Vec<String>> {
         ("cgi_env", &["GIT_PROJECT_ROOT", "LANG=C.UTF-8"]),
         ("restart_backoff_jitter", &["decorrelated"]),
         ("worker_cpu_affinity", &["off"]),
+        ("worker_scheduling", &["normal"]),
     ];
     if let Some((_, values)) = SAMPLES.iter().find(|(k, _)| *k == setting.key) {
         return Some(values.iter().map(|v| (*v).to_owned()).collect());

@@ -3,7 +3,10 @@
 //! thread of the process): two workers hosting a WSGI application keep to disjoint
 //! shares that together cover the parent's CPUs, as `ctl status` says; a `ctl recycle`
 //! replacement keeps to its slot's share; under `off`, and for file-serving workers,
-//! every worker keeps the parent's CPUs.
+//! every worker keeps the parent's CPUs. The workers' scheduling policy
+//! (`--worker-scheduling`, decision 0129) read the same way (`/proc/PID/task/TID/stat`):
+//! every thread of every worker SCHED_BATCH by default, a replacement too, the parent's
+//! threads SCHED_OTHER; under `normal` every worker's thread SCHED_OTHER.
 //!
 //! The application is plain Python (no framework): each test says SKIPPED and passes
 //! when the binary's interpreter is missing, or when the machine gives the tests one CPU
@@ -290,4 +293,107 @@ fn a_bad_value_is_refused_naming_the_flag_or_the_key() {
         "the error names the file's key and the value: {}",
         run.stderr
     );
+}
+
+/// The kernel's `SCHED_OTHER` and `SCHED_BATCH` (`sched(7)`).
+const SCHED_OTHER: u32 = 0;
+const SCHED_BATCH: u32 = 3;
+
+/// The scheduling policy of every thread of `pid`: the one they all share, or a panic
+/// naming the thread that differs (a thread started before the worker set its policy).
+fn process_policy(pid: u32) -> u32 {
+    // Field 41 of `stat`; the command name (field 2) may hold spaces, so count from the
+    // parenthesis that closes it: the state (field 3) is the first field after it.
+    let policy_of = |file: &str| -> Option<u32> {
+        let text = std::fs::read_to_string(file).ok()?;
+        let (_, rest) = text.rsplit_once(')')?;
+        let field = rest.split_whitespace().nth(41 - 3)?;
+        Some(
+            field
+                .parse()
+                .unwrap_or_else(|e| panic!("{file}: {field}: {e}")),
+        )
+    };
+    let main = policy_of(&format!("/proc/{pid}/stat")).unwrap_or_else(|| panic!("pid {pid}"));
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    for task in tasks.flatten() {
+        if let Some(policy) = policy_of(&format!("{}/stat", task.path().display())) {
+            assert_eq!(
+                policy,
+                main,
+                "thread {} of process {pid} has policy {policy}, its main thread {main}: every thread of a worker is scheduled alike",
+                task.file_name().to_string_lossy()
+            );
+        }
+    }
+    main
+}
+
+#[test]
+fn workers_run_as_a_batch_by_default_and_the_parent_does_not() {
+    let tree = Tree::new("sched-batch");
+    let server = Server::start(&tree, 2, FAST, &[]);
+    let (status, _) = server.wait_ready(2, BOUND);
+    let parent = status["pid"].as_u64().expect("the parent's pid") as u32;
+    assert_eq!(
+        process_policy(parent),
+        SCHED_OTHER,
+        "scheduling rule: the parent (supervisor, broker) keeps the system's policy"
+    );
+    let before = worker_pids(&status);
+    for &pid in &before {
+        assert_eq!(
+            process_policy(pid),
+            SCHED_BATCH,
+            "scheduling rule: worker {pid}'s threads run as SCHED_BATCH under the default"
+        );
+    }
+    server.ctl(&json!({"cmd": "recycle"})).expect("recycle");
+    let (status, _) = wait_until(BOUND, "both workers recycled", || {
+        let s = server.status();
+        let pids = worker_pids(&s);
+        let ready = s["workers"]
+            .as_array()
+            .is_some_and(|ws| ws.iter().all(|w| w["state"] == "ready"));
+        (ready && pids.len() == 2 && pids.iter().all(|p| !before.contains(p))).then_some(s)
+    });
+    for pid in worker_pids(&status) {
+        assert_eq!(
+            process_policy(pid),
+            SCHED_BATCH,
+            "scheduling rule: replacement {pid} runs as SCHED_BATCH"
+        );
+    }
+}
+
+#[test]
+fn an_application_workers_threads_run_as_a_batch_and_normal_turns_it_off() {
+    if !python_here() {
+        return;
+    }
+    let (_tree, server) = app_server("sched-app", &[]);
+    let (status, _) = server.wait_ready(2, BOUND);
+    // The application's threads start with the first request.
+    let (code, _) = http_get(server.addr, "/").expect("GET");
+    assert_eq!(code, 200);
+    for pid in worker_pids(&status) {
+        assert_eq!(
+            process_policy(pid),
+            SCHED_BATCH,
+            "scheduling rule: application worker {pid}'s threads (the interpreter's too) run as SCHED_BATCH"
+        );
+    }
+    drop(server);
+
+    let (_tree, server) = app_server("sched-normal", &["--worker-scheduling", "normal"]);
+    let (status, _) = server.wait_ready(2, BOUND);
+    let (code, _) = http_get(server.addr, "/").expect("GET");
+    assert_eq!(code, 200);
+    for pid in worker_pids(&status) {
+        assert_eq!(
+            process_policy(pid),
+            SCHED_OTHER,
+            "normal rule: worker {pid}'s threads keep the system's policy"
+        );
+    }
 }

@@ -98,6 +98,13 @@ fn start(args: WorkerArgs) -> Result<i32, WorkerError> {
             }
         }
     }
+    // Likewise before any thread starts: they inherit the policy (decision 0129). Also a
+    // gain, not a condition.
+    if setup.settings.worker_scheduling == crate::cli::Scheduling::Batch
+        && let Err(e) = crate::os::schedule_as_batch()
+    {
+        tracing::warn!(error = %e, "cannot schedule as a batch: every wake-up may preempt");
+    }
     let threads = match setup.runtime_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
         n => n as usize,
