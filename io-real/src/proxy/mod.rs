@@ -604,3 +604,7 @@ impl Proxy {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "exchange_tests.rs"]
+mod exchange_tests;
