@@ -153,7 +153,7 @@ fn in_flight(proxy: &Proxy) -> u32 {
 
 fn get() -> Request<http_body_util::Empty<Bytes>> {
     Request::builder()
-        .uri("/x")
+        .uri("/x?q=1")
         .header(header::HOST, "site")
         .body(http_body_util::Empty::new())
         .expect("test setup")
@@ -257,7 +257,11 @@ async fn a_request_given_back_unwritten_by_a_reused_connection_is_sent_on_a_new_
         assert_eq!(&body_of(response).await[..], b"ok");
         assert_eq!(in_flight(&proxy), 0);
         let (_second, head) = serving.await.expect("the upstream answered");
-        assert!(head.starts_with(b"GET /x HTTP/1.1\r\n"), "the same request");
+        assert!(
+            head.starts_with(b"GET /x?q=1 HTTP/1.1\r\n"),
+            "the same request, its target as the client sent it: {:?}",
+            String::from_utf8_lossy(&head)
+        );
         assert_eq!(
             outcomes(&frames),
             [],
