@@ -41,8 +41,14 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present == 0 {
         return;
     }
-    // `Connection` is the first of them.
-    if present & 1 != 0 {
+    // `Connection` is the first of them. Nearly every message's says only `keep-alive`,
+    // which names no field: seen whole, without splitting it into names.
+    if present & 1 != 0
+        && !headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .all(|v| v.as_bytes().eq_ignore_ascii_case(b"keep-alive"))
+    {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
             .iter()
@@ -234,6 +240,27 @@ mod tests {
             ["content-type", "x-kept"],
             "hop-by-hop rule (RFC 9110 §7.6.1): the hop-by-hop fields and those `Connection` names are removed"
         );
+    }
+
+    #[test]
+    fn a_field_named_beside_a_keep_alive_connection_field_goes() {
+        let mut h = map(&[
+            ("connection", "keep-alive"),
+            ("connection", "X-Secret"),
+            ("x-secret", "1"),
+            ("x-kept", "1"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(
+            left,
+            ["x-kept"],
+            "hop-by-hop rule (RFC 9110 §7.6.1): a field a second `Connection` field names is removed"
+        );
+        let mut h = map(&[("connection", "Keep-Alive"), ("x-kept", "1")]);
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-kept"], "`Connection: keep-alive` itself goes");
     }
 
     #[test]

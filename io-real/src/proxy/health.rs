@@ -104,6 +104,12 @@ impl Health {
         self.report(report);
     }
 
+    /// Requests in flight from this worker to `upstream`.
+    #[cfg(test)]
+    pub(super) fn in_flight(&self, upstream: usize) -> u32 {
+        lock(&self.choice).in_flight(upstream)
+    }
+
     fn report(&self, report: Option<servery_core::proto::BrokerRequest>) {
         if let (Some(link), Some(request)) = (&self.link, report) {
             link.broker.release(request);

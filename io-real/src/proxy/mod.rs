@@ -496,6 +496,15 @@ impl Proxy {
         route: &route::Route,
         client_uri: &Uri,
     ) -> Result<Uri, http::Error> {
+        if kind == Kind::Http11
+            && route.replace_with.is_none()
+            && let Some(target) = client_uri.path_and_query()
+            && !target.path().is_empty()
+        {
+            // A route without a path of its own sends the client's target as it came:
+            // the one hyper parsed is shared, not written out and parsed again.
+            return Ok(Uri::from(target.clone()));
+        }
         let target = route.upstream_target(client_uri.path(), client_uri.query());
         if kind == Kind::Http11 {
             let target = http::uri::PathAndQuery::from_maybe_shared(Bytes::from(target))?;
@@ -604,3 +613,7 @@ impl Proxy {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "exchange_tests.rs"]
+mod exchange_tests;

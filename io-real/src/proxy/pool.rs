@@ -248,6 +248,27 @@ impl Pool {
     }
 }
 
+/// What the tests look at: the idle connections and the reaper.
+#[cfg(test)]
+impl Pool {
+    /// How many connections the pool holds idle, and how many of them hyper has open
+    /// and ready for a request (the ones the next request would take).
+    pub(super) fn idle_counts(&self) -> (usize, usize) {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let ready = idle
+            .entries
+            .iter()
+            .filter(|(handle, _)| !handle.is_closed() && handle.is_ready())
+            .count();
+        (idle.entries.len(), ready)
+    }
+
+    /// Whether the reaper task is running.
+    pub(super) fn is_reaping(&self) -> bool {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).reaping
+    }
+}
+
 /// A hyper error with its causes, as the 502's reason.
 fn failed(error: &hyper::Error) -> UpstreamError {
     UpstreamError::Failed(super::with_causes(error))

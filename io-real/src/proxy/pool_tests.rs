@@ -186,24 +186,37 @@ fn a_connection_the_upstream_closes_is_not_kept() {
 }
 
 /// An upstream answering every request on a connection with `ok` (and `Connection:
-/// close` when `close`); the connections it accepted are counted.
-async fn upstream(close: bool) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+/// close` when `close`): the connections it accepted are counted, and each one the proxy
+/// closes is told on the receiver.
+async fn upstream(
+    close: bool,
+) -> (
+    std::net::SocketAddr,
+    Arc<AtomicUsize>,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("test setup");
     let addr = listener.local_addr().expect("test setup");
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&accepted);
+    let (closes, closed) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
             count.fetch_add(1, Ordering::SeqCst);
+            let closes = closes.clone();
             tokio::spawn(async move {
                 let mut seen = Vec::new();
                 let mut buf = [0u8; 1024];
                 loop {
                     while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
                         match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
+                            Ok(0) => {
+                                let _ = closes.send(());
+                                return;
+                            }
+                            Err(_) => return,
                             Ok(n) => seen.extend_from_slice(&buf[..n]),
                         }
                     }
@@ -217,10 +230,10 @@ async fn upstream(close: bool) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
             });
         }
     });
-    (addr, accepted)
+    (addr, accepted, closed)
 }
 
-fn pool_to(addr: std::net::SocketAddr) -> Arc<Pool> {
+fn pool_to(addr: std::net::SocketAddr, idle_timeout: Duration) -> Arc<Pool> {
     let connector = Connector {
         unix: Arc::new(Vec::new()),
         timeout: Duration::from_secs(5),
@@ -232,7 +245,7 @@ fn pool_to(addr: std::net::SocketAddr) -> Arc<Pool> {
     Arc::new(Pool::new(
         Target::tcp("127.0.0.1", addr.port(), false),
         Arc::new(connector),
-        TIMEOUT,
+        idle_timeout,
     ))
 }
 
@@ -269,8 +282,8 @@ async fn exchange(pool: &Arc<Pool>) -> bool {
 
 #[tokio::test]
 async fn requests_in_turn_share_one_connection() {
-    let (addr, accepted) = upstream(false).await;
-    let pool = pool_to(addr);
+    let (addr, accepted, _closed) = upstream(false).await;
+    let pool = pool_to(addr, TIMEOUT);
     for _ in 0..3 {
         assert!(exchange(&pool).await);
     }
@@ -279,8 +292,8 @@ async fn requests_in_turn_share_one_connection() {
 
 #[tokio::test]
 async fn a_connection_the_upstream_said_it_closes_is_not_reused() {
-    let (addr, accepted) = upstream(true).await;
-    let pool = pool_to(addr);
+    let (addr, accepted, _closed) = upstream(true).await;
+    let pool = pool_to(addr, TIMEOUT);
     for _ in 0..3 {
         assert!(!exchange(&pool).await, "no lease after `Connection: close`");
     }
@@ -288,5 +301,59 @@ async fn a_connection_the_upstream_said_it_closes_is_not_reused() {
         accepted.load(Ordering::SeqCst),
         3,
         "a new connection each time"
+    );
+}
+
+/// The reaper in real time: a connection left idle is closed when its idle timeout
+/// passes, not before (the upstream sees the close), and the reaper's task ends once the
+/// pool holds no idle connection.
+#[tokio::test]
+async fn the_reaper_closes_an_idle_connection_at_its_timeout_then_ends() {
+    let short = Duration::from_millis(200);
+    let (addr, accepted, mut closed) = upstream(false).await;
+    let pool = pool_to(addr, short);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    // The upstream's accept loop.
+    let tasks_before = metrics.num_alive_tasks();
+    let start = Instant::now();
+    assert!(exchange(&pool).await);
+    assert_eq!(
+        pool.idle_counts().0,
+        1,
+        "reuse: the connection is kept idle"
+    );
+    assert!(
+        pool.is_reaping(),
+        "idle timeout: a connection given back starts the reaper"
+    );
+    // A bound on the wait for the exact event, so that a reaper that never closes fails
+    // the test instead of hanging it.
+    let bound = short * 50;
+    let seen = tokio::time::timeout(bound, closed.recv()).await;
+    assert!(
+        matches!(seen, Ok(Some(()))),
+        "idle timeout: the reaper closes an idle connection once its timeout passes (the upstream saw no close within {bound:?})"
+    );
+    let after = start.elapsed();
+    assert!(
+        after >= short,
+        "idle timeout: the reaper closed an idle connection {after:?} after it was given back, before its timeout of {short:?}"
+    );
+    assert_eq!(pool.idle_counts(), (0, 0), "the closed connection is gone");
+    assert!(
+        !pool.is_reaping(),
+        "idle timeout: the reaper stops when the pool holds no idle connection"
+    );
+    assert_eq!(
+        metrics.num_alive_tasks(),
+        tasks_before,
+        "idle timeout: the reaper's task (and the closed connection's) ended once the pool held none"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    // A connection given back later starts it again.
+    assert!(exchange(&pool).await);
+    assert!(
+        pool.is_reaping(),
+        "the next connection given back starts the reaper again"
     );
 }
