@@ -366,33 +366,33 @@ fn workers_run_as_a_batch_by_default_and_the_parent_does_not() {
     }
 }
 
+/// Each application worker's pid and policy, once a request has started the
+/// application's threads.
+fn application_policies(name: &str, extra: &[&str]) -> Vec<(u32, u32)> {
+    let (_tree, server) = app_server(name, extra);
+    let (status, _) = server.wait_ready(2, BOUND);
+    let (code, _) = http_get(server.addr, "/").expect("GET");
+    assert_eq!(code, 200);
+    worker_pids(&status)
+        .into_iter()
+        .map(|pid| (pid, process_policy(pid)))
+        .collect()
+}
+
 #[test]
 fn an_application_workers_threads_run_as_a_batch_and_normal_turns_it_off() {
     if !python_here() {
         return;
     }
-    let (_tree, server) = app_server("sched-app", &[]);
-    let (status, _) = server.wait_ready(2, BOUND);
-    // The application's threads start with the first request.
-    let (code, _) = http_get(server.addr, "/").expect("GET");
-    assert_eq!(code, 200);
-    for pid in worker_pids(&status) {
+    for (pid, policy) in application_policies("sched-app", &[]) {
         assert_eq!(
-            process_policy(pid),
-            SCHED_BATCH,
+            policy, SCHED_BATCH,
             "scheduling rule: application worker {pid}'s threads (the interpreter's too) run as SCHED_BATCH"
         );
     }
-    drop(server);
-
-    let (_tree, server) = app_server("sched-normal", &["--worker-scheduling", "normal"]);
-    let (status, _) = server.wait_ready(2, BOUND);
-    let (code, _) = http_get(server.addr, "/").expect("GET");
-    assert_eq!(code, 200);
-    for pid in worker_pids(&status) {
+    for (pid, policy) in application_policies("sched-normal", &["--worker-scheduling", "normal"]) {
         assert_eq!(
-            process_policy(pid),
-            SCHED_OTHER,
+            policy, SCHED_OTHER,
             "normal rule: worker {pid}'s threads keep the system's policy"
         );
     }
