@@ -8,7 +8,10 @@ every wait bounded).
     `servery: ready (generation 1)` (every worker of generation 1 READY), median of --runs.
 (b) kill -9 of a worker -> its replacement READY: the kill time against the replacement's
     `accepting` log line (wall-clock timestamps on both sides), minus the configured
-    restart backoff, median of --runs. --restart-stable-period is short and each kill waits
+    restart backoff, median of --runs; and each phase from the parent's own log (kill ->
+    exit seen, the backoff, spawn -> PREPARED, PREPARED -> READY, kill -> READY minus the
+    backoff), once for each feature set in KILL_FEATURES (files; TLS; TLS and HTTP/3;
+    WebDAV and uploads). --restart-stable-period is short and each kill waits
     it out, so every kill meets the initial backoff, not a doubled one.
 (c) RSS per worker next to an nginx worker (2 workers each) started in the same run, idle
     (after 20 requests) and again after load (wrk on the loopback for --load-seconds, 64
@@ -219,10 +222,25 @@ def bench_start(binary, root, runs):
 
 
 # ------------------------------------------------------------------------------- (b)
-def bench_kill(binary, root, runs, backoff=0.25, stable=0.3):
+# The parent's log line of each step of a replacement, as (event, worker id, timestamp).
+EVENT = re.compile(r'^(\S+)\s+\S+\s.*\bevent="(worker_exit|spawn|prepared|ready)" worker=(\d+)')
+
+# The feature sets (b) is run with: what a worker sets up before it reports PREPARED.
+KILL_FEATURES = {
+    "files": [],
+    "tls": ["--tls-self-signed"],
+    "tls+http3": ["--tls-self-signed", "--http3"],
+    "dav+upload": ["--dav", "--upload"],
+}
+
+
+def bench_kill(binary, root, runs, backoff=0.25, stable=0.3, extra=()):
+    """Per kill: (kill -> the replacement's `accepting` line minus the backoff, and the
+    phases from the parent's log: kill -> exit seen, exit -> spawn (the backoff), spawn ->
+    PREPARED, PREPARED -> READY, kill -> READY minus the backoff), with the restarts."""
     s = Servery(binary, root, 4, ["--restart-backoff-initial", str(backoff),
                                   "--restart-stable-period", str(stable),
-                                  "--worker-restart-limit", "1000"])
+                                  "--worker-restart-limit", "1000", *extra])
     out = []
     try:
         s.wait_ready()
@@ -234,8 +252,26 @@ def bench_kill(binary, root, runs, backoff=0.25, stable=0.3):
             os.kill(victim["pid"], signal.SIGKILL)
             entry = s.wait_line(lambda l: (m := ACCEPTING.match(l)) and int(m.group(2)) > seen,
                                 source="err", bound=10)
-            stamp = ACCEPTING.match(entry[2]).group(1)
-            out.append(log_time(stamp) - killed - backoff)
+            new = int(ACCEPTING.match(entry[2]).group(2))
+            accepting = log_time(ACCEPTING.match(entry[2]).group(1))
+            s.wait_line(lambda l: (m := EVENT.match(l)) and m.group(2) == "ready"
+                        and int(m.group(3)) == new, source="err", bound=10)
+            at = {}
+            with s.cond:
+                for _, _, line in s.errs:
+                    m = EVENT.match(line)
+                    # The victim's exit; the replacement's spawn, PREPARED and READY.
+                    whose = victim["id"] if m and m.group(2) == "worker_exit" else new
+                    if m and int(m.group(3)) == whose:
+                        at.setdefault(m.group(2), log_time(m.group(1)))
+            out.append({
+                "accepting": accepting - killed - backoff,
+                "reaped": at["worker_exit"] - killed,
+                "backoff": at["spawn"] - at["worker_exit"],
+                "prepared": at["prepared"] - at["spawn"],
+                "ready": at["ready"] - at["prepared"],
+                "total": at["ready"] - killed - backoff,
+            })
             # Let the replacement become stable so the next kill meets the initial backoff.
             wait_for(lambda: sum(w["state"] == "ready" for w in s.status()["workers"]) == 4, 10, "4 ready")
             time.sleep(stable + 0.1)
@@ -448,10 +484,15 @@ def main():
             print(f"(a) start -> READY, 4 workers: median {med(t) * 1000:.1f} ms, "
                   f"min {min(t) * 1000:.1f}, max {max(t) * 1000:.1f} ({len(t)} runs)", flush=True)
         if "kill" in only:
-            t, restarts = bench_kill(args.servery, root, args.runs)
-            print(f"(b) kill -9 -> replacement READY minus 250 ms backoff: median {med(t) * 1000:.1f} ms, "
-                  f"min {min(t) * 1000:.1f}, max {max(t) * 1000:.1f} ({len(t)} kills, restarts {restarts})",
-                  flush=True)
+            for name, extra in KILL_FEATURES.items():
+                kills, restarts = bench_kill(args.servery, root, args.runs, extra=extra)
+                t = [k["accepting"] for k in kills]
+                print(f"(b) {name}: kill -9 -> replacement accepting minus 250 ms backoff: "
+                      f"median {med(t) * 1000:.1f} ms, min {min(t) * 1000:.1f}, "
+                      f"max {max(t) * 1000:.1f} ({len(t)} kills, restarts {restarts})", flush=True)
+                print(f"    {name}, medians per phase (ms): " + ", ".join(
+                    f"{phase} {med([k[phase] for k in kills]) * 1000:.1f}"
+                    for phase in ("reaped", "backoff", "prepared", "ready", "total")), flush=True)
         if "rss" in only:
             r = bench_rss(args.servery, root, tmp, args.extra.split(), args.load_seconds)
             for k, v in r.items():
