@@ -136,6 +136,12 @@ enum Cmd {
         #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
         seeds: Option<u64>,
     },
+    /// The figures and checked claims of docs/policy-research.md's "Findings", as the
+    /// document quotes them (every block, each under its key).
+    Findings {
+        #[arg(long, default_value_t = default_jobs())]
+        jobs: usize,
+    },
 }
 
 fn default_jobs() -> usize {
@@ -191,6 +197,16 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Findings { jobs } => match servery_scenarios::research::findings::print(jobs) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Reproduce { model, json, seeds } => {
             match servery_scenarios::research::reproduce::reproduce(&model, seeds, json) {
                 Ok(report) => {

@@ -2,6 +2,8 @@
 //! own output: each block between `<!-- generated: KEY -->` and `<!-- end generated:
 //! KEY -->` is made again here and must match. After a change that moves a figure, run
 //! with `SERVERY_UPDATE_DOCS=1` to rewrite the blocks, and read the prose around them.
+//! The findings' blocks also print the claims their prose makes, each checked; one that
+//! no longer holds fails the test whatever the document says.
 
 use std::path::PathBuf;
 
@@ -9,7 +11,7 @@ use servery_core::supervisor::Platform;
 use servery_scenarios::research::age::AgeModel;
 use servery_scenarios::research::cli::resolve;
 use servery_scenarios::research::compare::{run_matrix, summarize};
-use servery_scenarios::research::{policy, reproduce, workload};
+use servery_scenarios::research::{findings, policy, reproduce, workload};
 
 fn doc_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/policy-research.md")
@@ -174,7 +176,27 @@ fn recycling_on_memory() -> String {
 fn the_documents_generated_figures_are_the_tools_output() {
     let path = doc_path();
     let mut doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // The findings' blocks, made together: they share their runs.
+    let findings = findings::generate(jobs).unwrap_or_else(|e| panic!("{e}"));
+    let broken: Vec<String> = findings
+        .iter()
+        .flat_map(|(key, text)| {
+            text.lines()
+                .filter(|l| l.starts_with(findings::BROKEN_CLAIM))
+                .map(move |l| format!("{key}: {l}"))
+        })
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "a claim of docs/policy-research.md's findings no longer holds (the prose says \
+         it; rewrite the finding and its check):\n{}",
+        broken.join("\n")
+    );
     let generate = |key: &str| -> String {
+        if let Some((_, text)) = findings.iter().find(|(k, _)| k == key) {
+            return text.clone();
+        }
         match key {
             "reproduce huang-1995"
             | "reproduce age-replacement"
@@ -193,7 +215,7 @@ fn the_documents_generated_figures_are_the_tools_output() {
     };
     let update = std::env::var_os("SERVERY_UPDATE_DOCS").is_some();
     let mut stale = Vec::new();
-    for key in [
+    let keys = [
         "reproduce huang-1995",
         "reproduce age-replacement",
         "age-replacement on the supervisor",
@@ -201,7 +223,10 @@ fn the_documents_generated_figures_are_the_tools_output() {
         "reproduce dohi-2000",
         "pool-aware backoff",
         "recycling on memory",
-    ] {
+    ]
+    .into_iter()
+    .chain(findings.iter().map(|(k, _)| k.as_str()));
+    for key in keys {
         let (range, quoted) = block(&doc, key).unwrap_or_else(|| panic!("no block {key:?}"));
         let fresh = generate(key);
         if quoted != fresh {

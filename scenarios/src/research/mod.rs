@@ -10,6 +10,8 @@ pub mod compare;
 pub mod cycles;
 pub mod dohi;
 pub mod error;
+pub mod findings;
+pub mod findings_tables;
 pub mod garg;
 pub mod heatmap;
 pub mod huang;
