@@ -461,3 +461,55 @@ fn the_verdict_ranks_with_corrected_intervals_and_answers_per_workload() {
         "{text}"
     );
 }
+
+#[test]
+fn a_workload_sweep_runs_every_point_and_more_pauses_cost_more_restarts() {
+    let args = CompareArgs {
+        policies: vec!["seed-defaults".into()],
+        workloads: vec!["sweeps/hang-rate".into()],
+        seeds: 4,
+        jobs: 2,
+        out: None,
+        json: false,
+        platform: Platform::Posix,
+        grid: None,
+    };
+    let (policies, workloads) =
+        servery_scenarios::research::cli::load_inputs(&args).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = workloads.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "hang faults.rate_per_s=0.01 faults.pause_mean_s=5.0",
+            "hang faults.rate_per_s=0.01 faults.pause_mean_s=20.0",
+            "hang faults.rate_per_s=0.0333 faults.pause_mean_s=5.0",
+            "hang faults.rate_per_s=0.0333 faults.pause_mean_s=20.0",
+            "hang faults.rate_per_s=0.1 faults.pause_mean_s=5.0",
+            "hang faults.rate_per_s=0.1 faults.pause_mean_s=20.0",
+        ],
+        "workload sweep rule: one workload per point, named by its values"
+    );
+    // The same point's faults at a tenth of the rate: fewer pauses, fewer workers ended.
+    let (slow, fast) = (&workloads[1], &workloads[5]);
+    let shorten = |w: &workload::Workload| {
+        let mut w = w.clone();
+        w.duration_s = 150.0;
+        w.request_rate = 2.0;
+        w
+    };
+    let cells = run_matrix(
+        &policies,
+        &[shorten(slow), shorten(fast)],
+        0..4,
+        2,
+        Platform::Posix,
+    );
+    let restarts = |i: usize| cells[i].runs.iter().map(|r| r.restarts).sum::<f64>();
+    assert!(
+        restarts(0) < restarts(1),
+        "workload sweep rule: the swept rate reaches the run (restarts over 4 seeds at \
+         0.01/s: {}, at 0.1/s: {})",
+        restarts(0),
+        restarts(1)
+    );
+}

@@ -20,7 +20,7 @@ use crate::research::error::ResearchError;
 use crate::research::findings_tables as tables;
 use crate::research::policy::Policy;
 use crate::research::sweep;
-use crate::research::workload::{self, Workload};
+use crate::research::workload::Workload;
 
 /// What a claim that no longer holds prints; the test fails on it.
 pub const BROKEN_CLAIM: &str = "DOES NOT HOLD:";
@@ -100,10 +100,11 @@ impl Lab {
     }
 
     pub fn workloads(&self, names: &[&str]) -> Result<Vec<Workload>, ResearchError> {
-        names
-            .iter()
-            .map(|n| workload::load(&resolve(n, "workloads")))
-            .collect()
+        let mut out = Vec::new();
+        for n in names {
+            out.extend(sweep::load_workloads(&resolve(n, "workloads"))?);
+        }
+        Ok(out)
     }
 
     /// The cells of `policies` × `workloads` over seeds `0..seeds`, in `run_matrix`'s

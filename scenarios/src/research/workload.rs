@@ -677,7 +677,22 @@ pub fn load(path: &Path) -> Result<Workload, ResearchError> {
 }
 
 pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
-    let mut w: Workload = parse(path, text)?;
+    finish(path, parse(path, text)?)
+}
+
+/// Read and check a workload given as a TOML table (a sweep's point), as its file would be.
+pub(crate) fn from_table(path: &Path, table: toml::Table) -> Result<Workload, ResearchError> {
+    let w: Workload = table
+        .try_into()
+        .map_err(|e: toml::de::Error| ResearchError::Parse {
+            path: path.to_owned(),
+            message: e.message().to_string(),
+        })?;
+    finish(path, w)
+}
+
+/// A parsed workload's trace files read (relative to `path`) and its rules checked.
+fn finish(path: &Path, mut w: Workload) -> Result<Workload, ResearchError> {
     for model in core::iter::once(&mut w.faults).chain(&mut w.also_faults) {
         if let FaultModel::FailureTrace {
             trace_file,
