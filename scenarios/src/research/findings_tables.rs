@@ -701,7 +701,11 @@ mod tests {
             run(5.0, true),
             run(7.0, false),
         ]);
-        assert_eq!(threshold(&c), (Some(5.0), Some(7.0)));
+        assert_eq!(
+            threshold(&c),
+            (Some(5.0), Some(7.0)),
+            "threshold rule: the slowest failed run's b, then the fastest survivor's"
+        );
         assert!(
             clean_threshold(&c),
             "threshold rule: failed below survivors is clean"
