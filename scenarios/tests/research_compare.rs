@@ -79,6 +79,25 @@ fn a_bad_workload_names_its_field() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(e.contains("speed"), "{e}");
+    // The kernel's limit acts on the per-request leak, above the base memory.
+    let steady = "name = \"x\"\nfault_class = \"none\"\nduration_s = 60.0\n";
+    for (fields, why) in [
+        ("oom_limit_mb = 200.0\n", "memory_growth_mb_per_request"),
+        (
+            "memory_growth_mb_per_request = 0.05\noom_limit_mb = 40.0\n",
+            "above memory_base_mb",
+        ),
+    ] {
+        let text = format!("{steady}{fields}[faults]\nkind = \"steady\"\n");
+        let e = workload::from_text(Path::new("w.toml"), &text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("oom_limit_mb") && e.contains(why),
+            "OOM limit rule: {fields:?} is refused naming oom_limit_mb and {why:?}: {e}"
+        );
+    }
 }
 
 #[test]
