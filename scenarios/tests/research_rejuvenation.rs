@@ -8,7 +8,7 @@ use std::path::Path;
 
 use servery_scenarios::research::age::AgeModel;
 use servery_scenarios::research::cli::resolve;
-use servery_scenarios::research::garg::{Garg, Row, SCALE_S};
+use servery_scenarios::research::garg::{self, Garg, Row, SCALE_S};
 use servery_scenarios::research::reproduce_rejuvenation as rejuvenation;
 use servery_scenarios::research::workload::{self, FaultModel};
 use servery_scenarios::research::{cycles, dohi};
@@ -454,5 +454,27 @@ fn time_varying_load_offers_each_steps_rate() {
     assert!(
         bad.contains("load_steps: must be [from_s, rate] pairs with from_s >= 0 rising"),
         "{bad}"
+    );
+}
+
+/// Rejuvenating weekly on the supervisor pays only above a cost of failure: the closed
+/// form's threshold (where weekly costs what never does) lies within the bounds the
+/// supervisor's measured shares give, and above Example A's $1,000/h, so never is best.
+#[test]
+fn weekly_rejuvenation_on_the_supervisor_pays_only_above_its_closed_form_threshold() {
+    let never =
+        garg::Row::run(Garg::example_a(f64::INFINITY), 0..SEEDS).unwrap_or_else(|e| panic!("{e}"));
+    let weekly = garg::Row::run(Garg::example_a(168.0), 0..SEEDS).unwrap_or_else(|e| panic!("{e}"));
+    let closed = weekly
+        .model
+        .pays_above()
+        .unwrap_or_else(|| panic!("weekly rejuvenation shortens the time failed"));
+    let c_r = weekly.model.chain.cost_rejuvenating_per_hour;
+    let measured = garg::pays_above_measured(&weekly.supervisor, &never.supervisor, c_r)
+        .unwrap_or_else(|| panic!("the supervisor failed less with weekly rejuvenation"));
+    assert!(
+        measured.covers(closed) && closed > 1_000.0,
+        "threshold rule: weekly rejuvenation pays above c_f = ${closed:.2}/h (closed form), \
+         above Example A's $1,000/h; the supervisor's shares give {measured:?}"
     );
 }

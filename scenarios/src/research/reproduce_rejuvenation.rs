@@ -8,7 +8,8 @@ use std::path::Path;
 use crate::research::age::AgeModel;
 use crate::research::cycles::{self, Cycle, Shares};
 use crate::research::dohi;
-use crate::research::garg::{Garg, MIN_FAILURES, Row, SCALE_S};
+use crate::research::garg::{self, Garg, MIN_FAILURES, Row, SCALE_S};
+use crate::research::huang::Huang;
 use crate::research::stats::Estimate;
 use crate::research::workload::{self, FaultModel};
 
@@ -103,6 +104,7 @@ pub fn garg_text(seeds: u64) -> Result<String, String> {
             ci(&pdown, 3),
         );
     }
+    s.push_str(&garg_thresholds(&rows, &g));
     let (best, cost) = garg_best(&g);
     let _ = writeln!(
         s,
@@ -120,6 +122,45 @@ pub fn garg_text(seeds: u64) -> Result<String, String> {
         },
     );
     Ok(s)
+}
+
+/// Where rejuvenating at each interval starts to pay: the cost of an hour failed at which
+/// it costs what never rejuvenating does, in closed form and from the supervisor's
+/// measured shares (the never row as the baseline), beside Huang's one threshold.
+fn garg_thresholds(rows: &[Row], g: &Garg) -> String {
+    let c_r = g.chain.cost_rejuvenating_per_hour;
+    let never = rows
+        .iter()
+        .find(|r| r.model.delta_h.is_infinite())
+        .map(|r| r.supervisor);
+    let mut s = String::from(
+        "rejuvenation pays only above c_f ($/h failed; where its cost meets never rejuvenating's):\n\
+         interval   closed form  supervisor [from its shares' 95 % intervals]  covered\n",
+    );
+    for row in rows.iter().filter(|r| r.model.delta_h.is_finite()) {
+        let Some(closed) = row.model.pays_above() else {
+            continue;
+        };
+        let measured = never.and_then(|n| garg::pays_above_measured(&row.supervisor, &n, c_r));
+        let (text, covered) = match measured {
+            Some(e) => (
+                format!("{:.0} [{:.0}, {:.0}]", e.mean, e.lo, e.hi),
+                e.covers(closed),
+            ),
+            None => ("-".into(), false),
+        };
+        let _ = writeln!(
+            s,
+            "{:<10} {closed:>11.2}  {text:<44}  {covered}",
+            interval_label(row.model.delta_h)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Huang's exponential form (r4 a rate out of the failure-probable state): ${:.2}/h at every rate",
+        Huang::example_a().rejuvenation_pays_above()
+    );
+    s
 }
 
 pub fn garg_json(seeds: u64) -> Result<serde_json::Value, String> {
