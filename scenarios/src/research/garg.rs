@@ -292,6 +292,41 @@ mod tests {
     }
 
     #[test]
+    fn the_measured_threshold_is_the_same_ratio_of_the_measured_shares() {
+        let share = |mean: f64, half: f64| Estimate {
+            mean,
+            lo: mean - half,
+            hi: mean + half,
+        };
+        let shares = |failed: Estimate, rejuvenating: Estimate| Shares {
+            failed,
+            rejuvenating,
+            down: failed,
+            cost: failed,
+            cycles: 1,
+            recycled: 0,
+        };
+        // Exact shares: the closed form's ratio, with no spread.
+        let at = shares(share(0.01, 0.0), share(0.02, 0.0));
+        let never = shares(share(0.05, 0.0), share(0.0, 0.0));
+        let e = pays_above_measured(&at, &never, 40.0).unwrap_or_else(|| panic!("no gain"));
+        assert!(
+            (e.mean - 40.0 * 0.02 / 0.04).abs() < 1e-9 && e.lo == e.mean && e.hi == e.mean,
+            "threshold rule: c_r r / (f_never - f) of the measured shares, got {e:?}"
+        );
+        // Spread: the bounds hold the point, and a gain the intervals cannot rule out
+        // leaves the upper bound open.
+        let at = shares(share(0.01, 0.005), share(0.02, 0.001));
+        let never = shares(share(0.05, 0.038), share(0.0, 0.0));
+        let e = pays_above_measured(&at, &never, 40.0).unwrap_or_else(|| panic!("no gain"));
+        assert!(
+            e.lo < e.mean && e.hi == f64::INFINITY,
+            "threshold rule: bounds from the intervals' extremes, got {e:?}"
+        );
+        assert!(pays_above_measured(&never, &at, 40.0).is_none());
+    }
+
+    #[test]
     fn never_rejuvenating_is_huangs_chain_at_r4_zero() {
         let g = Garg::example_a(f64::INFINITY);
         let (down, cost) = g.closed_form();
