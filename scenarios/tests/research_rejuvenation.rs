@@ -478,3 +478,20 @@ fn weekly_rejuvenation_on_the_supervisor_pays_only_above_its_closed_form_thresho
          above Example A's $1,000/h; the supervisor's shares give {measured:?}"
     );
 }
+
+/// `reproduce dohi-2000 --out DIR` draws the TTT plot and its tangent, as SVG and PDF;
+/// a model without a plot refuses `--out`.
+#[test]
+fn the_ttt_plot_is_written_as_svg_and_pdf() {
+    let dir = std::env::temp_dir().join(format!("servery-ttt-{}", std::process::id()));
+    servery_scenarios::research::reproduce::write_plots("dohi-2000", &dir)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let svg = std::fs::read_to_string(dir.join("ttt-plot.svg")).unwrap_or_else(|e| panic!("{e}"));
+    let pdf = std::fs::read(dir.join("ttt-plot.pdf")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        svg.contains("j* = 3 of 50") && pdf.starts_with(b"%PDF"),
+        "the plot names the estimate the text reports (j* = 3 of 50) and has its PDF"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(servery_scenarios::research::reproduce::write_plots("huang-1995", &dir).is_err());
+}

@@ -30,6 +30,7 @@ pub mod reproduce;
 pub mod reproduce_rejuvenation;
 pub mod stats;
 pub mod sweep;
+pub mod ttt_plot;
 pub mod verdict;
 pub mod verdict_report;
 pub mod workload;

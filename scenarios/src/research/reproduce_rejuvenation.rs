@@ -11,6 +11,7 @@ use crate::research::dohi;
 use crate::research::garg::{self, Garg, MIN_FAILURES, Row, SCALE_S};
 use crate::research::huang::Huang;
 use crate::research::stats::Estimate;
+use crate::research::ttt_plot::Tangent;
 use crate::research::workload::{self, FaultModel};
 
 /// Seeds (one regenerative cycle each) per row by default.
@@ -226,6 +227,14 @@ pub struct DohiReport {
     pub robust: DohiCriterion,
     /// With the robust period, availability at the estimate that ignores it (`α = 0`).
     pub robust_ignored: f64,
+    /// The availability estimate's graphical construction (`α = 0`).
+    pub tangent: Tangent,
+}
+
+/// The TTT plot and its tangent for the availability criterion of a trace (`α = 0`).
+pub fn dohi_tangent(times_s: &[f64]) -> Tangent {
+    let beta = DOHI_REJUVENATION_S / (DOHI_REPAIR_S - DOHI_REJUVENATION_S);
+    Tangent::construct(times_s, 0.0, beta)
 }
 
 /// One more criterion of the Dohi reproduction, on the supervisor and in the pure model.
@@ -338,6 +347,7 @@ pub fn dohi(trace_workload: &Path, seeds: u64) -> Result<DohiReport, String> {
         cost,
         robust,
         robust_ignored,
+        tangent: dohi_tangent(times_s),
     })
 }
 
@@ -399,7 +409,10 @@ fn dohi_more_text(r: &DohiReport) -> String {
          robust period mu_0 = {DOHI_ROBUST_S} s before the trace's times (alpha = mu_0/mu_f = {:.4}): j* = {} of {}, \
          t0 = {} after it, worker_max_age = {}\n\
          availability at it: closed form {:.5}; supervisor {}; pure model {}; covered: {}, {}; \
-         the alpha = 0 estimate with this robust period: {:.5}\n",
+         the alpha = 0 estimate with this robust period: {:.5}\n\
+         graphical construction (--out DIR draws ttt-plot.svg and .pdf): the line from (-beta, -alpha) = \
+         ({:.4}, {:.4}) tangent to the scaled TTT plot touches it at (j/n, phi_j) = ({:.3}, {:.4}), slope {:.4}; \
+         no point above it: {}; the same j* as the estimate: {}\n",
         costs.failed_per_h,
         costs.rejuvenating_per_h,
         c.j,
@@ -421,6 +434,14 @@ fn dohi_more_text(r: &DohiReport) -> String {
         b.supervisor.covers(b.closed),
         b.pure.covers(b.closed),
         r.robust_ignored,
+        -r.tangent.beta,
+        // + 0.0: α = 0 prints as 0, not -0.
+        -r.tangent.alpha + 0.0,
+        r.tangent.j as f64 / r.n as f64,
+        r.tangent.phi[r.tangent.j],
+        r.tangent.slope,
+        r.tangent.supports_the_plot(),
+        r.tangent.j == r.j,
     )
 }
 
