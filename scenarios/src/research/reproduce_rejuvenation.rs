@@ -169,6 +169,10 @@ pub fn garg_json(seeds: u64) -> Result<serde_json::Value, String> {
     let y = rows
         .first()
         .map_or(8640.0, |r| r.model.chain.hours_per_year);
+    let never = rows
+        .iter()
+        .find(|r| r.model.delta_h.is_infinite())
+        .map(|r| r.supervisor);
     Ok(serde_json::json!({
         "model": "garg-1995",
         "parameters": format!("{:?}", Garg::example_a(f64::INFINITY).chain),
@@ -181,6 +185,14 @@ pub fn garg_json(seeds: u64) -> Result<serde_json::Value, String> {
                 "closed_form": {"downtime_hours_per_year": r.closed.0, "cost_per_year": r.closed.1},
                 "supervisor": {"downtime_hours_per_year": down.json(), "cost_per_year": cost.json(), "cycles": r.supervisor.cycles, "recycled": r.supervisor.recycled},
                 "pure_model": {"downtime_hours_per_year": pdown.json(), "cost_per_year": pcost.json()},
+                // Where rejuvenating at this interval starts to pay ($/h failed; an open
+                // upper bound is null).
+                "pays_above_cost_failed_per_hour": {
+                    "closed_form": r.model.pays_above(),
+                    "supervisor": never
+                        .and_then(|n| garg::pays_above_measured(&r.supervisor, &n, r.model.chain.cost_rejuvenating_per_hour))
+                        .map(|e| e.json()),
+                },
             })
         }).collect::<Vec<_>>(),
     }))
@@ -463,6 +475,7 @@ pub fn dohi_json(r: &DohiReport, trace: &str) -> serde_json::Value {
         "source_weibull": {"best_age_s": r.parametric.0, "best_availability": r.parametric.1, "availability_at_estimate": r.parametric.2},
         "cost_criterion": {"failed_per_h": DOHI_COSTS.failed_per_h, "rejuvenating_per_h": DOHI_COSTS.rejuvenating_per_h, "dollars_per_h": criterion_json(&r.cost)},
         "robust_period": {"robust_s": DOHI_ROBUST_S, "availability": criterion_json(&r.robust), "availability_ignoring_it": r.robust_ignored},
+        "graphical_construction": {"from": [-r.tangent.beta, -r.tangent.alpha + 0.0], "j": r.tangent.j, "slope": r.tangent.slope, "no_point_above": r.tangent.supports_the_plot()},
     })
 }
 
