@@ -130,6 +130,8 @@ fn a_shared_backoff_staggers_a_burst_of_unstable_restarts() {
         let s = server.status();
         fresh_ready(&s, &first).map(|_| s)
     });
-    eprintln!("MEASURED shared backoff: four replacements ready in {took:?} ({checked} early statuses checked)");
+    eprintln!(
+        "MEASURED shared backoff: four replacements ready in {took:?} ({checked} early statuses checked)"
+    );
     assert_eq!(status["restarts"], 4, "{status}");
 }
