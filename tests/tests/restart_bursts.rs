@@ -121,8 +121,12 @@ fn a_shared_backoff_staggers_a_burst_of_unstable_restarts() {
         assert!(
             spawned_since(&s, &first) < WORKERS,
             "shared backoff rule: the fourth replacement waits the pool's 0.8 s, but a \
-             status {:?} after the kills shows {WORKERS} new workers: {s}",
-            killed_at.elapsed()
+             status {:?} after the kills shows {WORKERS} new workers: {:?}",
+            killed_at.elapsed(),
+            s["workers"].as_array().map(|ws| ws
+                .iter()
+                .map(|w| (w["slot"].clone(), w["state"].clone(), w["age_ms"].clone()))
+                .collect::<Vec<_>>())
         );
     }
     let bound = fourth_not_before + START_MARGIN * 2;
