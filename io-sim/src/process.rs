@@ -836,7 +836,9 @@ impl SimWorld {
             return;
         }
         if out_of_memory {
-            self.out.oom_kills.push((worker.0, now.as_nanos() / 1_000_000));
+            self.out
+                .oom_kills
+                .push((worker.0, now.as_nanos() / 1_000_000));
             self.process_died(worker, ExitStatus::Signal(9));
             return;
         }
