@@ -356,6 +356,8 @@ pub struct Outcome {
     /// With an application ([`crate::Workload::app`]): per worker, the most heartbeats
     /// in a row it sent reporting memory above `worker_max_rss`.
     pub memory_streaks: std::collections::BTreeMap<u64, u32>,
+    /// Workers the modelled OOM killer ended (`AppModel::oom_limit`), with when (ms).
+    pub oom_kills: Vec<(u64, u64)>,
     /// With an application: per worker, the most memory (bytes) it reported in a
     /// heartbeat, what an RSS limit is judged on.
     pub memory_peaks: std::collections::BTreeMap<u64, u64>,

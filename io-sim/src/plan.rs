@@ -261,6 +261,11 @@ pub struct AppModel {
     /// The application has a shutdown (ASGI lifespan) that takes this long (ms, uniform);
     /// `None`: none.
     pub shutdown_ms: Option<(u64, u64)>,
+    /// The kernel's memory limit (a cgroup's `memory.max`, or what the machine has): the
+    /// request that takes a worker's resident bytes past it gets the worker killed by the
+    /// OOM killer (`SIGKILL`), a crash its supervisor sees. Passing peaks are not counted
+    /// (they are reported, not allocated for good). `None`: no limit.
+    pub oom_limit: Option<u64>,
 }
 
 impl Default for Workload {

@@ -793,6 +793,13 @@ impl SimWorld {
             Behavior::CrashAfterRequests(n) => p.life.requests() >= n,
             _ => false,
         };
+        // The kernel kills a worker whose leak passes its memory limit, whatever the
+        // supervisor's rules: the allocation for this request is the one refused.
+        let out_of_memory = self.spec.workload.app.as_ref().is_some_and(|app| {
+            app.oom_limit.is_some_and(|limit| {
+                app.memory_base + app.memory_per_request * p.life.requests() > limit
+            })
+        });
         if let Behavior::AppWedgesAfterRequests(n) = p.behavior
             && p.life.requests() >= n
             && !p.app_wedged
@@ -826,6 +833,13 @@ impl SimWorld {
             }
             self.out.coverage.insert(labels::CRASHED_AFTER_REQUESTS);
             self.process_died(worker, ExitStatus::Signal(11));
+            return;
+        }
+        if out_of_memory {
+            self.out
+                .oom_kills
+                .push((worker.0, now.as_nanos() / 1_000_000));
+            self.process_died(worker, ExitStatus::Signal(9));
             return;
         }
         self.pump(worker);

@@ -46,6 +46,7 @@ pub(crate) fn memory_recycle(ctx: &mut Ctx) -> Plan {
         memory_per_request: per_request.max(1),
         peak_chance: 0.05 + ctx.rng.unit() * 0.15,
         peak_bytes: MEMORY_LIMIT,
+        oom_limit: None,
         shutdown_ms: None,
     });
     let mut e = expect(&config, End::Ready);
@@ -115,6 +116,7 @@ pub(crate) fn app_wedge(ctx: &mut Ctx) -> Plan {
         memory_per_request: 0,
         peak_chance: 0.0,
         peak_bytes: 0,
+        oom_limit: None,
         shutdown_ms: None,
     });
     let after = ctx.rng.range(3, 40);
@@ -177,6 +179,7 @@ pub(crate) fn app_shutdown(ctx: &mut Ctx) -> Plan {
         memory_per_request: 0,
         peak_chance: 0.0,
         peak_bytes: 0,
+        oom_limit: None,
         shutdown_ms: Some((10, 2 * DRAIN_MS)),
     });
     for _ in 0..ctx.rng.range(1, 2) {
@@ -337,6 +340,7 @@ fn asgi_app(ctx: &mut Ctx) -> AppModel {
         memory_per_request: 0,
         peak_chance: 0.0,
         peak_bytes: 0,
+        oom_limit: None,
         shutdown_ms: ctx.rng.chance(0.5).then_some((5, 200)),
     }
 }

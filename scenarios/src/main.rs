@@ -135,6 +135,16 @@ enum Cmd {
         /// dohi-2000).
         #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
         seeds: Option<u64>,
+        /// Write the model's plots here, each as SVG and PDF (dohi-2000: the TTT plot
+        /// and the tangent that picks the estimate, `ttt-plot.svg`).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// The figures and checked claims of docs/policy-research.md's "Findings", as the
+    /// document quotes them (every block, each under its key).
+    Findings {
+        #[arg(long, default_value_t = default_jobs())]
+        jobs: usize,
     },
 }
 
@@ -191,7 +201,28 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Reproduce { model, json, seeds } => {
+        Cmd::Findings { jobs } => match servery_scenarios::research::findings::print(jobs) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+        Cmd::Reproduce {
+            model,
+            json,
+            seeds,
+            out,
+        } => {
+            if let Some(dir) = &out
+                && let Err(e) = servery_scenarios::research::reproduce::write_plots(&model, dir)
+            {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
             match servery_scenarios::research::reproduce::reproduce(&model, seeds, json) {
                 Ok(report) => {
                     println!("{report}");

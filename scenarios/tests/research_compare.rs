@@ -79,6 +79,25 @@ fn a_bad_workload_names_its_field() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(e.contains("speed"), "{e}");
+    // The kernel's limit acts on the per-request leak, above the base memory.
+    let steady = "name = \"x\"\nfault_class = \"none\"\nduration_s = 60.0\n";
+    for (fields, why) in [
+        ("oom_limit_mb = 200.0\n", "memory_growth_mb_per_request"),
+        (
+            "memory_growth_mb_per_request = 0.05\noom_limit_mb = 40.0\n",
+            "above memory_base_mb",
+        ),
+    ] {
+        let text = format!("{steady}{fields}[faults]\nkind = \"steady\"\n");
+        let e = workload::from_text(Path::new("w.toml"), &text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("oom_limit_mb") && e.contains(why),
+            "OOM limit rule: {fields:?} is refused naming oom_limit_mb and {why:?}: {e}"
+        );
+    }
 }
 
 #[test]
@@ -459,5 +478,57 @@ fn the_verdict_ranks_with_corrected_intervals_and_answers_per_workload() {
         row.contains("none (trade-off)")
             && row.contains("kubernetes-kep4603  seed-defaults, kubernetes-kep4603"),
         "{text}"
+    );
+}
+
+#[test]
+fn a_workload_sweep_runs_every_point_and_more_pauses_cost_more_restarts() {
+    let args = CompareArgs {
+        policies: vec!["seed-defaults".into()],
+        workloads: vec!["sweeps/hang-rate".into()],
+        seeds: 4,
+        jobs: 2,
+        out: None,
+        json: false,
+        platform: Platform::Posix,
+        grid: None,
+    };
+    let (policies, workloads) =
+        servery_scenarios::research::cli::load_inputs(&args).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = workloads.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "hang faults.rate_per_s=0.01 faults.pause_mean_s=5.0",
+            "hang faults.rate_per_s=0.01 faults.pause_mean_s=20.0",
+            "hang faults.rate_per_s=0.0333 faults.pause_mean_s=5.0",
+            "hang faults.rate_per_s=0.0333 faults.pause_mean_s=20.0",
+            "hang faults.rate_per_s=0.1 faults.pause_mean_s=5.0",
+            "hang faults.rate_per_s=0.1 faults.pause_mean_s=20.0",
+        ],
+        "workload sweep rule: one workload per point, named by its values"
+    );
+    // The same point's faults at a tenth of the rate: fewer pauses, fewer workers ended.
+    let (slow, fast) = (&workloads[1], &workloads[5]);
+    let shorten = |w: &workload::Workload| {
+        let mut w = w.clone();
+        w.duration_s = 150.0;
+        w.request_rate = 2.0;
+        w
+    };
+    let cells = run_matrix(
+        &policies,
+        &[shorten(slow), shorten(fast)],
+        0..4,
+        2,
+        Platform::Posix,
+    );
+    let restarts = |i: usize| cells[i].runs.iter().map(|r| r.restarts).sum::<f64>();
+    assert!(
+        restarts(0) < restarts(1),
+        "workload sweep rule: the swept rate reaches the run (restarts over 4 seeds at \
+         0.01/s: {}, at 0.1/s: {})",
+        restarts(0),
+        restarts(1)
     );
 }

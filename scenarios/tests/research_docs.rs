@@ -2,6 +2,8 @@
 //! own output: each block between `<!-- generated: KEY -->` and `<!-- end generated:
 //! KEY -->` is made again here and must match. After a change that moves a figure, run
 //! with `SERVERY_UPDATE_DOCS=1` to rewrite the blocks, and read the prose around them.
+//! The findings' blocks also print the claims their prose makes, each checked; one that
+//! no longer holds fails the test whatever the document says.
 
 use std::path::PathBuf;
 
@@ -9,7 +11,7 @@ use servery_core::supervisor::Platform;
 use servery_scenarios::research::age::AgeModel;
 use servery_scenarios::research::cli::resolve;
 use servery_scenarios::research::compare::{run_matrix, summarize};
-use servery_scenarios::research::{policy, reproduce, workload};
+use servery_scenarios::research::{findings, policy, reproduce, workload};
 
 fn doc_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/policy-research.md")
@@ -170,11 +172,73 @@ fn recycling_on_memory() -> String {
     memory::table(&policies, &cells, &w)
 }
 
+/// The kernel's OOM kill against RSS recycling (`leak-oom`): the seed defaults without a
+/// memory rule, and with an RSS limit under the kernel's, 20 paired seeds.
+fn oom_or_rss() -> String {
+    let policies: Vec<policy::Policy> = ["seed-defaults", "seed-defaults-max-rss"]
+        .iter()
+        .map(|n| policy::load(&resolve(n, "policies")).unwrap_or_else(|e| panic!("{n}: {e}")))
+        .collect();
+    let w = workload::load(&resolve("leak-oom", "workloads")).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cells = run_matrix(
+        &policies,
+        std::slice::from_ref(&w),
+        0..MEMORY_SEEDS,
+        jobs,
+        Platform::Posix,
+    );
+    let mut s = String::from(
+        "policy                 OOM kills  recycles  availability  within 1 s  capacity s lost  peak worker RSS MiB\n",
+    );
+    for cell in &cells {
+        let sm = summarize(cell);
+        let get = |metric: &str| {
+            sm.metrics
+                .iter()
+                .find(|(n, _)| *n == metric)
+                .map(|(_, e)| e.mean)
+                .unwrap_or(f64::NAN)
+        };
+        s.push_str(&format!(
+            "{:<22} {:>9.1}  {:>8.1}  {:.4}        {:.4}      {:>15.1}  {:.1}\n",
+            cell.policy,
+            get("restarts"),
+            get("recycles"),
+            get("availability"),
+            get("served_within_bound"),
+            get("capacity_seconds_lost"),
+            get("peak_worker_rss_mb"),
+        ));
+    }
+    s
+}
+
 #[test]
 fn the_documents_generated_figures_are_the_tools_output() {
     let path = doc_path();
     let mut doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // The findings' blocks, made together: they share their runs.
+    let findings = findings::generate(jobs).unwrap_or_else(|e| panic!("{e}"));
+    let broken: Vec<String> = findings
+        .iter()
+        .flat_map(|(key, text)| {
+            text.lines()
+                .filter(|l| l.starts_with(findings::BROKEN_CLAIM))
+                .map(move |l| format!("{key}: {l}"))
+        })
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "a claim of docs/policy-research.md's findings no longer holds (the prose says \
+         it; rewrite the finding and its check):\n{}",
+        broken.join("\n")
+    );
     let generate = |key: &str| -> String {
+        if let Some((_, text)) = findings.iter().find(|(k, _)| k == key) {
+            return text.clone();
+        }
         match key {
             "reproduce huang-1995"
             | "reproduce age-replacement"
@@ -188,12 +252,13 @@ fn the_documents_generated_figures_are_the_tools_output() {
             "age-replacement on the supervisor" => age_on_the_supervisor(),
             "pool-aware backoff" => pool_aware_backoff(),
             "recycling on memory" => recycling_on_memory(),
+            "recycling or the OOM killer" => oom_or_rss(),
             _ => panic!("no generator for {key}"),
         }
     };
     let update = std::env::var_os("SERVERY_UPDATE_DOCS").is_some();
     let mut stale = Vec::new();
-    for key in [
+    let keys = [
         "reproduce huang-1995",
         "reproduce age-replacement",
         "age-replacement on the supervisor",
@@ -201,7 +266,11 @@ fn the_documents_generated_figures_are_the_tools_output() {
         "reproduce dohi-2000",
         "pool-aware backoff",
         "recycling on memory",
-    ] {
+        "recycling or the OOM killer",
+    ]
+    .into_iter()
+    .chain(findings.iter().map(|(k, _)| k.as_str()));
+    for key in keys {
         let (range, quoted) = block(&doc, key).unwrap_or_else(|| panic!("no block {key:?}"));
         let fresh = generate(key);
         if quoted != fresh {

@@ -113,3 +113,41 @@ fn without_a_per_request_leak_no_rss_is_reported() {
     );
     assert_eq!(m.recycles, 0.0, "no memory reported, no RSS recycle");
 }
+
+/// The kernel's limit (`oom_limit_mb`): without a memory rule the leaking workers are
+/// killed by it, a crash the supervisor restarts; an RSS limit below it recycles them
+/// first, and the kernel kills none.
+#[test]
+fn without_a_memory_rule_the_kernel_kills_the_leaking_workers_and_an_rss_limit_forestalls_it() {
+    let w = workload::load(&resolve("leak-oom", "workloads"))
+        .unwrap_or_else(|e| panic!("leak-oom: {e}"));
+    let limit = w
+        .oom_limit_mb
+        .unwrap_or_else(|| panic!("leak-oom has no limit"));
+    for seed in SEEDS {
+        let none = &load("seed-defaults")[0];
+        let m = run_one(none, &w, seed, Platform::Posix).unwrap_or_else(|e| panic!("{e}"));
+        let rss = m.peak_worker_rss_mb.unwrap_or_default();
+        assert!(
+            m.restarts >= 4.0 && m.recycles == 0.0 && rss <= limit,
+            "OOM rule: without recycling every worker is killed at the {limit} MiB limit \
+             and restarted (seed {seed}: {} restarts, {} recycles, peak reported {rss:.1} MiB)",
+            m.restarts,
+            m.recycles
+        );
+        let by_rss = &load("seed-defaults-max-rss")[0];
+        let m = run_one(by_rss, &w, seed, Platform::Posix).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            m.restarts == 0.0 && m.recycles > 0.0 && !m.failed,
+            "OOM rule: an RSS limit under the kernel's recycles before it kills (seed \
+             {seed}: {} restarts, {} recycles)",
+            m.restarts,
+            m.recycles
+        );
+    }
+    let mut unlimited = w.clone();
+    unlimited.oom_limit_mb = None;
+    let m = run_one(&load("seed-defaults")[0], &unlimited, 0, Platform::Posix)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.restarts, 0.0, "OOM rule: no limit, no kill");
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use servery_scenarios::research::age::AgeModel;
 use servery_scenarios::research::cli::resolve;
-use servery_scenarios::research::garg::{Garg, Row, SCALE_S};
+use servery_scenarios::research::garg::{self, Garg, Row, SCALE_S};
 use servery_scenarios::research::reproduce_rejuvenation as rejuvenation;
 use servery_scenarios::research::workload::{self, FaultModel};
 use servery_scenarios::research::{cycles, dohi};
@@ -455,4 +455,43 @@ fn time_varying_load_offers_each_steps_rate() {
         bad.contains("load_steps: must be [from_s, rate] pairs with from_s >= 0 rising"),
         "{bad}"
     );
+}
+
+/// Rejuvenating weekly on the supervisor pays only above a cost of failure: the closed
+/// form's threshold (where weekly costs what never does) lies within the bounds the
+/// supervisor's measured shares give, and above Example A's $1,000/h, so never is best.
+#[test]
+fn weekly_rejuvenation_on_the_supervisor_pays_only_above_its_closed_form_threshold() {
+    let never =
+        garg::Row::run(Garg::example_a(f64::INFINITY), 0..SEEDS).unwrap_or_else(|e| panic!("{e}"));
+    let weekly = garg::Row::run(Garg::example_a(168.0), 0..SEEDS).unwrap_or_else(|e| panic!("{e}"));
+    let closed = weekly
+        .model
+        .pays_above()
+        .unwrap_or_else(|| panic!("weekly rejuvenation shortens the time failed"));
+    let c_r = weekly.model.chain.cost_rejuvenating_per_hour;
+    let measured = garg::pays_above_measured(&weekly.supervisor, &never.supervisor, c_r)
+        .unwrap_or_else(|| panic!("the supervisor failed less with weekly rejuvenation"));
+    assert!(
+        measured.covers(closed) && closed > 1_000.0,
+        "threshold rule: weekly rejuvenation pays above c_f = ${closed:.2}/h (closed form), \
+         above Example A's $1,000/h; the supervisor's shares give {measured:?}"
+    );
+}
+
+/// `reproduce dohi-2000 --out DIR` draws the TTT plot and its tangent, as SVG and PDF;
+/// a model without a plot refuses `--out`.
+#[test]
+fn the_ttt_plot_is_written_as_svg_and_pdf() {
+    let dir = std::env::temp_dir().join(format!("servery-ttt-{}", std::process::id()));
+    servery_scenarios::research::reproduce::write_plots("dohi-2000", &dir)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let svg = std::fs::read_to_string(dir.join("ttt-plot.svg")).unwrap_or_else(|e| panic!("{e}"));
+    let pdf = std::fs::read(dir.join("ttt-plot.pdf")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        svg.contains("j* = 3 of 50") && pdf.starts_with(b"%PDF"),
+        "the plot names the estimate the text reports (j* = 3 of 50) and has its PDF"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(servery_scenarios::research::reproduce::write_plots("huang-1995", &dir).is_err());
 }

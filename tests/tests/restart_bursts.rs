@@ -76,3 +76,66 @@ fn without_a_burst_window_the_second_wave_exceeds_the_restart_limit() {
         server.stderr()
     );
 }
+
+/// Pids in `status` that are not in `gone`: the replacements spawned so far.
+fn spawned_since(status: &serde_json::Value, gone: &[u32]) -> usize {
+    worker_pids(status)
+        .iter()
+        .filter(|p| !gone.contains(p))
+        .count()
+}
+
+/// `--restart-backoff-shared` on real processes (decision 0107): four workers killed
+/// at once, none of them stable, grow one backoff for the pool, so the k-th replacement
+/// waits 2^(k−1) × the initial delay after its crash (0.1, 0.2, 0.4, 0.8 s) instead of
+/// all four waiting 0.1 s. Each crash is seen after the kills, so no status answered
+/// sooner than 0.8 s after the first kill can show the fourth replacement: a bound the
+/// rule guarantees, whatever the machine's load, checked on every status that came
+/// back in time; then the four replacements are waited for.
+#[test]
+fn a_shared_backoff_staggers_a_burst_of_unstable_restarts() {
+    let tree = Tree::new("backoff-shared");
+    let server = Server::start(
+        &tree,
+        WORKERS as u32,
+        &[FAST, &["--restart-backoff-shared"]].concat(),
+        &[],
+    );
+    let (status, _) = server.wait_ready(WORKERS, Duration::from_secs(20));
+    assert_eq!(
+        status["config"]["recovery"]["restart_backoff_shared"], true,
+        "{status}"
+    );
+    let first = worker_pids(&status);
+    assert_eq!(first.len(), WORKERS, "{status}");
+    let killed_at = std::time::Instant::now();
+    kill_all(&first);
+    let fourth_not_before = BACKOFF_INITIAL * 8;
+    let mut checked = 0;
+    loop {
+        let s = server.status();
+        if killed_at.elapsed() >= fourth_not_before {
+            break;
+        }
+        checked += 1;
+        assert!(
+            spawned_since(&s, &first) < WORKERS,
+            "shared backoff rule: the fourth replacement waits the pool's 0.8 s, but a \
+             status {:?} after the kills shows {WORKERS} new workers: {:?}",
+            killed_at.elapsed(),
+            s["workers"].as_array().map(|ws| ws
+                .iter()
+                .map(|w| (w["slot"].clone(), w["state"].clone(), w["age_ms"].clone()))
+                .collect::<Vec<_>>())
+        );
+    }
+    let bound = fourth_not_before + START_MARGIN * 2;
+    let (status, took) = wait_until(bound, "four replacements ready", || {
+        let s = server.status();
+        fresh_ready(&s, &first).map(|_| s)
+    });
+    eprintln!(
+        "MEASURED shared backoff: four replacements ready in {took:?} ({checked} early statuses checked)"
+    );
+    assert_eq!(status["restarts"], 4, "{status}");
+}

@@ -9,7 +9,7 @@ use crate::research::error::ResearchError;
 use crate::research::policy::Policy;
 use crate::research::provenance::{self, Provenance, shell_word};
 use crate::research::sweep;
-use crate::research::workload::{self, Workload};
+use crate::research::workload::Workload;
 use crate::research::{heatmap, output, ranking, report, verdict_report};
 
 /// Seeds the verdict's bootstrap: fixed, so a comparison's verdict replays exactly.
@@ -54,11 +54,11 @@ pub fn load_inputs(args: &CompareArgs) -> Result<(Vec<Policy>, Vec<Workload>), R
             paths.push(path.clone());
         }
     }
-    let workloads = args
-        .workloads
-        .iter()
-        .map(|w| workload::load(&resolve(w, "workloads")))
-        .collect::<Result<Vec<_>, _>>()?;
+    // A workload file with `[[vary]]` tables likewise stands for one workload a point.
+    let mut workloads = Vec::new();
+    for arg in &args.workloads {
+        workloads.extend(sweep::load_workloads(&resolve(arg, "workloads"))?);
+    }
     for names in [
         policies.iter().map(|p| &p.name).collect::<Vec<_>>(),
         workloads.iter().map(|w| &w.name).collect(),

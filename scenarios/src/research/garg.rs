@@ -35,6 +35,7 @@ use crate::research::clock::ModelRun;
 use crate::research::cycles::{self, Cycle, CycleError, Shares};
 use crate::research::huang::Huang;
 use crate::research::policy::Policy;
+use crate::research::stats::Estimate;
 use crate::research::workload::{FaultModel, Workload};
 
 /// Failures below which a row is judged by its failure count alone.
@@ -89,6 +90,23 @@ impl Garg {
         let rejuvenating = survive / self.chain.r3;
         let cycle = self.mean_life_before(self.delta_h) + failed + rejuvenating;
         (failed / cycle, rejuvenating / cycle)
+    }
+
+    /// The cost of an hour failed above which rejuvenating every `delta_h` costs less
+    /// than never rejuvenating: both costs are linear in `c_f` and meet at
+    /// `c_r · r(δ) / (f(∞) − f(δ))`, with `f` and `r` the shares of time failed and
+    /// rejuvenating. Huang's exponential form has one such threshold for every rate
+    /// ([`Huang::rejuvenation_pays_above`]); at fixed intervals it depends on the interval.
+    /// `None` when rejuvenating does not shorten the time failed (never, or no aging).
+    pub fn pays_above(&self) -> Option<f64> {
+        let (failed, rejuvenating) = self.steady_state();
+        let never = Garg {
+            delta_h: f64::INFINITY,
+            ..*self
+        };
+        let (failed_never, _) = never.steady_state();
+        (failed_never > failed)
+            .then(|| self.chain.cost_rejuvenating_per_hour * rejuvenating / (failed_never - failed))
     }
 
     /// Closed form: (downtime hours a year, cost a year).
@@ -174,6 +192,23 @@ impl Garg {
     }
 }
 
+/// [`Garg::pays_above`] from measured shares (the supervisor's or the pure model's) at an
+/// interval and at never: the point estimate and bounds from the shares' 95 % intervals
+/// taken at their extremes (conservative: the box of three intervals, not a joint 95 %).
+/// `None` when the measured time failed is not shorter than never's.
+pub fn pays_above_measured(at: &Shares, never: &Shares, c_r: f64) -> Option<Estimate> {
+    let gain = |f_never: f64, f: f64| f_never - f;
+    (gain(never.failed.mean, at.failed.mean) > 0.0).then(|| Estimate {
+        mean: c_r * at.rejuvenating.mean / gain(never.failed.mean, at.failed.mean),
+        lo: c_r * at.rejuvenating.lo / gain(never.failed.hi, at.failed.lo),
+        hi: if gain(never.failed.lo, at.failed.hi) > 0.0 {
+            c_r * at.rejuvenating.hi / gain(never.failed.lo, at.failed.hi)
+        } else {
+            f64::INFINITY
+        },
+    })
+}
+
 /// One row of the supervisor reproduction: δ, closed form, supervisor and pure model.
 #[derive(Debug, Clone, Copy)]
 pub struct Row {
@@ -229,6 +264,67 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_the_threshold_an_interval_costs_what_never_does_and_above_it_less() {
+        for delta in [8640.0, 720.0, 168.0, 24.0] {
+            let g = Garg::example_a(delta);
+            let c_f = g
+                .pays_above()
+                .unwrap_or_else(|| panic!("{delta} h shortens nothing"));
+            let cost = |c_f: f64, delta_h: f64| {
+                let mut m = Garg::example_a(delta_h);
+                m.chain.cost_failed_per_hour = c_f;
+                m.closed_form().1
+            };
+            let (at, never) = (cost(c_f, delta), cost(c_f, f64::INFINITY));
+            assert!(
+                (at - never).abs() < 1e-6 * never,
+                "threshold rule: at c_f = {c_f} every {delta} h costs {at}, never {never}"
+            );
+            assert!(
+                cost(1.01 * c_f, delta) < cost(1.01 * c_f, f64::INFINITY)
+                    && cost(0.99 * c_f, delta) > cost(0.99 * c_f, f64::INFINITY),
+                "threshold rule: above c_f = {c_f} rejuvenating every {delta} h pays, below not"
+            );
+        }
+        assert_eq!(Garg::example_a(f64::INFINITY).pays_above(), None);
+    }
+
+    #[test]
+    fn the_measured_threshold_is_the_same_ratio_of_the_measured_shares() {
+        let share = |mean: f64, half: f64| Estimate {
+            mean,
+            lo: mean - half,
+            hi: mean + half,
+        };
+        let shares = |failed: Estimate, rejuvenating: Estimate| Shares {
+            failed,
+            rejuvenating,
+            down: failed,
+            cost: failed,
+            cycles: 1,
+            recycled: 0,
+        };
+        // Exact shares: the closed form's ratio, with no spread.
+        let at = shares(share(0.01, 0.0), share(0.02, 0.0));
+        let never = shares(share(0.05, 0.0), share(0.0, 0.0));
+        let e = pays_above_measured(&at, &never, 40.0).unwrap_or_else(|| panic!("no gain"));
+        assert!(
+            (e.mean - 40.0 * 0.02 / 0.04).abs() < 1e-9 && e.lo == e.mean && e.hi == e.mean,
+            "threshold rule: c_r r / (f_never - f) of the measured shares, got {e:?}"
+        );
+        // Spread: the bounds hold the point, and a gain the intervals cannot rule out
+        // leaves the upper bound open.
+        let at = shares(share(0.01, 0.005), share(0.02, 0.001));
+        let never = shares(share(0.05, 0.038), share(0.0, 0.0));
+        let e = pays_above_measured(&at, &never, 40.0).unwrap_or_else(|| panic!("no gain"));
+        assert!(
+            e.lo < e.mean && e.hi == f64::INFINITY,
+            "threshold rule: bounds from the intervals' extremes, got {e:?}"
+        );
+        assert!(pays_above_measured(&never, &at, 40.0).is_none());
+    }
 
     #[test]
     fn never_rejuvenating_is_huangs_chain_at_r4_zero() {

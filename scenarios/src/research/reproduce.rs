@@ -123,6 +123,26 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
     }
 }
 
+/// `reproduce MODEL --out DIR`: the model's plots, each as SVG and PDF. Only dohi-2000
+/// draws one: the TTT plot and the tangent that picks the estimate (`ttt-plot`).
+pub fn write_plots(model: &str, dir: &std::path::Path) -> Result<(), String> {
+    if model != "dohi-2000" {
+        return Err(format!("{model} draws no plot: --out is for dohi-2000"));
+    }
+    let path = crate::research::cli::resolve("failure-trace", "workloads");
+    let w = crate::research::workload::load(&path).map_err(|e| e.to_string())?;
+    let crate::research::workload::FaultModel::FailureTrace { times_s, .. } = &w.faults else {
+        return Err(format!("{}: not a failure trace", path.display()));
+    };
+    let t = rejuvenation::dohi_tangent(times_s);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let svg = t.svg(&format!(
+        "Scaled TTT plot of the shipped trace (n = {}) and the tangent from (-beta, -alpha)",
+        t.n()
+    ));
+    crate::research::output::write_plot(dir, "ttt-plot.svg", &svg).map_err(|e| e.to_string())
+}
+
 /// Cost and downtime against the rejuvenation interval, the best rate and the cost
 /// threshold above which rejuvenating pays (closed form).
 fn huang_optimum(m: &Huang) -> String {

@@ -8,8 +8,10 @@ use std::path::Path;
 use crate::research::age::AgeModel;
 use crate::research::cycles::{self, Cycle, Shares};
 use crate::research::dohi;
-use crate::research::garg::{Garg, MIN_FAILURES, Row, SCALE_S};
+use crate::research::garg::{self, Garg, MIN_FAILURES, Row, SCALE_S};
+use crate::research::huang::Huang;
 use crate::research::stats::Estimate;
+use crate::research::ttt_plot::Tangent;
 use crate::research::workload::{self, FaultModel};
 
 /// Seeds (one regenerative cycle each) per row by default.
@@ -103,6 +105,7 @@ pub fn garg_text(seeds: u64) -> Result<String, String> {
             ci(&pdown, 3),
         );
     }
+    s.push_str(&garg_thresholds(&rows, &g));
     let (best, cost) = garg_best(&g);
     let _ = writeln!(
         s,
@@ -122,11 +125,54 @@ pub fn garg_text(seeds: u64) -> Result<String, String> {
     Ok(s)
 }
 
+/// Where rejuvenating at each interval starts to pay: the cost of an hour failed at which
+/// it costs what never rejuvenating does, in closed form and from the supervisor's
+/// measured shares (the never row as the baseline), beside Huang's one threshold.
+fn garg_thresholds(rows: &[Row], g: &Garg) -> String {
+    let c_r = g.chain.cost_rejuvenating_per_hour;
+    let never = rows
+        .iter()
+        .find(|r| r.model.delta_h.is_infinite())
+        .map(|r| r.supervisor);
+    let mut s = String::from(
+        "rejuvenation pays only above c_f ($/h failed; where its cost meets never rejuvenating's):\n\
+         interval   closed form  supervisor [from its shares' 95 % intervals]  covered\n",
+    );
+    for row in rows.iter().filter(|r| r.model.delta_h.is_finite()) {
+        let Some(closed) = row.model.pays_above() else {
+            continue;
+        };
+        let measured = never.and_then(|n| garg::pays_above_measured(&row.supervisor, &n, c_r));
+        let (text, covered) = match measured {
+            Some(e) => (
+                format!("{:.0} [{:.0}, {:.0}]", e.mean, e.lo, e.hi),
+                e.covers(closed),
+            ),
+            None => ("-".into(), false),
+        };
+        let _ = writeln!(
+            s,
+            "{:<10} {closed:>11.2}  {text:<44}  {covered}",
+            interval_label(row.model.delta_h)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Huang's exponential form (r4 a rate out of the failure-probable state): ${:.2}/h at every rate",
+        Huang::example_a().rejuvenation_pays_above()
+    );
+    s
+}
+
 pub fn garg_json(seeds: u64) -> Result<serde_json::Value, String> {
     let rows = garg_rows(seeds)?;
     let y = rows
         .first()
         .map_or(8640.0, |r| r.model.chain.hours_per_year);
+    let never = rows
+        .iter()
+        .find(|r| r.model.delta_h.is_infinite())
+        .map(|r| r.supervisor);
     Ok(serde_json::json!({
         "model": "garg-1995",
         "parameters": format!("{:?}", Garg::example_a(f64::INFINITY).chain),
@@ -139,6 +185,14 @@ pub fn garg_json(seeds: u64) -> Result<serde_json::Value, String> {
                 "closed_form": {"downtime_hours_per_year": r.closed.0, "cost_per_year": r.closed.1},
                 "supervisor": {"downtime_hours_per_year": down.json(), "cost_per_year": cost.json(), "cycles": r.supervisor.cycles, "recycled": r.supervisor.recycled},
                 "pure_model": {"downtime_hours_per_year": pdown.json(), "cost_per_year": pcost.json()},
+                // Where rejuvenating at this interval starts to pay ($/h failed; an open
+                // upper bound is null).
+                "pays_above_cost_failed_per_hour": {
+                    "closed_form": r.model.pays_above(),
+                    "supervisor": never
+                        .and_then(|n| garg::pays_above_measured(&r.supervisor, &n, r.model.chain.cost_rejuvenating_per_hour))
+                        .map(|e| e.json()),
+                },
             })
         }).collect::<Vec<_>>(),
     }))
@@ -185,6 +239,14 @@ pub struct DohiReport {
     pub robust: DohiCriterion,
     /// With the robust period, availability at the estimate that ignores it (`α = 0`).
     pub robust_ignored: f64,
+    /// The availability estimate's graphical construction (`α = 0`).
+    pub tangent: Tangent,
+}
+
+/// The TTT plot and its tangent for the availability criterion of a trace (`α = 0`).
+pub fn dohi_tangent(times_s: &[f64]) -> Tangent {
+    let beta = DOHI_REJUVENATION_S / (DOHI_REPAIR_S - DOHI_REJUVENATION_S);
+    Tangent::construct(times_s, 0.0, beta)
 }
 
 /// One more criterion of the Dohi reproduction, on the supervisor and in the pure model.
@@ -297,6 +359,7 @@ pub fn dohi(trace_workload: &Path, seeds: u64) -> Result<DohiReport, String> {
         cost,
         robust,
         robust_ignored,
+        tangent: dohi_tangent(times_s),
     })
 }
 
@@ -358,7 +421,10 @@ fn dohi_more_text(r: &DohiReport) -> String {
          robust period mu_0 = {DOHI_ROBUST_S} s before the trace's times (alpha = mu_0/mu_f = {:.4}): j* = {} of {}, \
          t0 = {} after it, worker_max_age = {}\n\
          availability at it: closed form {:.5}; supervisor {}; pure model {}; covered: {}, {}; \
-         the alpha = 0 estimate with this robust period: {:.5}\n",
+         the alpha = 0 estimate with this robust period: {:.5}\n\
+         graphical construction (--out DIR draws ttt-plot.svg and .pdf): the line from (-beta, -alpha) = \
+         ({:.4}, {:.4}) tangent to the scaled TTT plot touches it at (j/n, phi_j) = ({:.3}, {:.4}), slope {:.4}; \
+         no point above it: {}; the same j* as the estimate: {}\n",
         costs.failed_per_h,
         costs.rejuvenating_per_h,
         c.j,
@@ -380,6 +446,14 @@ fn dohi_more_text(r: &DohiReport) -> String {
         b.supervisor.covers(b.closed),
         b.pure.covers(b.closed),
         r.robust_ignored,
+        -r.tangent.beta,
+        // + 0.0: α = 0 prints as 0, not -0.
+        -r.tangent.alpha + 0.0,
+        r.tangent.j as f64 / r.n as f64,
+        r.tangent.phi[r.tangent.j],
+        r.tangent.slope,
+        r.tangent.supports_the_plot(),
+        r.tangent.j == r.j,
     )
 }
 
@@ -401,6 +475,7 @@ pub fn dohi_json(r: &DohiReport, trace: &str) -> serde_json::Value {
         "source_weibull": {"best_age_s": r.parametric.0, "best_availability": r.parametric.1, "availability_at_estimate": r.parametric.2},
         "cost_criterion": {"failed_per_h": DOHI_COSTS.failed_per_h, "rejuvenating_per_h": DOHI_COSTS.rejuvenating_per_h, "dollars_per_h": criterion_json(&r.cost)},
         "robust_period": {"robust_s": DOHI_ROBUST_S, "availability": criterion_json(&r.robust), "availability_ignoring_it": r.robust_ignored},
+        "graphical_construction": {"from": [-r.tangent.beta, -r.tangent.alpha + 0.0], "j": r.tangent.j, "slope": r.tangent.slope, "no_point_above": r.tangent.supports_the_plot()},
     })
 }
 

@@ -127,6 +127,11 @@ pub struct Workload {
     /// `workers_max_rss`) acts on it; 0: the supervisor is told nothing.
     #[serde(default)]
     pub memory_growth_mb_per_request: f64,
+    /// The kernel's memory limit a worker is killed at (MiB; the OOM killer, a crash the
+    /// supervisor sees), checked against `memory_base_mb` + the per-request leak; only
+    /// with `memory_growth_mb_per_request`. `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_limit_mb: Option<f64>,
     /// A request answered within this long of its arrival counts as served within the
     /// bound (`served_within_bound`).
     #[serde(default = "default_latency_bound")]
@@ -205,6 +210,7 @@ impl Workload {
             memory_base_mb: 50.0,
             memory_growth_mb_per_s: 0.0,
             memory_growth_mb_per_request: 0.0,
+            oom_limit_mb: None,
             latency_bound_s: 1.0,
             boot_s: Some(boot_s),
             faults,
@@ -344,6 +350,7 @@ impl Workload {
                     peak_chance: 0.0,
                     peak_bytes: 0,
                     shutdown_ms: None,
+                    oom_limit: self.oom_limit_mb.map(|limit| (limit * MB) as u64),
                 }),
                 ..SimWorkload::default()
             },
@@ -454,6 +461,17 @@ impl Workload {
             && self.memory_growth_mb_per_request.is_finite())
         {
             return bad("memory_base_mb", "memory sizes and growth must be >= 0");
+        }
+        if let Some(limit) = self.oom_limit_mb {
+            if !(limit.is_finite() && limit > self.memory_base_mb) {
+                return bad("oom_limit_mb", "must be above memory_base_mb");
+            }
+            if self.memory_growth_mb_per_request <= 0.0 {
+                return bad(
+                    "oom_limit_mb",
+                    "acts on the per-request leak: set memory_growth_mb_per_request",
+                );
+            }
         }
         let steps_ok = self.load_steps.iter().all(|[from, rate]| {
             from.is_finite() && *from >= 0.0 && rate.is_finite() && *rate >= 0.0
@@ -677,7 +695,22 @@ pub fn load(path: &Path) -> Result<Workload, ResearchError> {
 }
 
 pub fn from_text(path: &Path, text: &str) -> Result<Workload, ResearchError> {
-    let mut w: Workload = parse(path, text)?;
+    finish(path, parse(path, text)?)
+}
+
+/// Read and check a workload given as a TOML table (a sweep's point), as its file would be.
+pub(crate) fn from_table(path: &Path, table: toml::Table) -> Result<Workload, ResearchError> {
+    let w: Workload = table
+        .try_into()
+        .map_err(|e: toml::de::Error| ResearchError::Parse {
+            path: path.to_owned(),
+            message: e.message().to_string(),
+        })?;
+    finish(path, w)
+}
+
+/// A parsed workload's trace files read (relative to `path`) and its rules checked.
+fn finish(path: &Path, mut w: Workload) -> Result<Workload, ResearchError> {
     for model in core::iter::once(&mut w.faults).chain(&mut w.also_faults) {
         if let FaultModel::FailureTrace {
             trace_file,
