@@ -139,3 +139,96 @@ fn a_shared_backoff_staggers_a_burst_of_unstable_restarts() {
     );
     assert_eq!(status["restarts"], 4, "{status}");
 }
+
+/// Seconds of the day of a log line's timestamp (`2026-12-07T19:51:26.699074Z …`).
+fn log_seconds(line: &str) -> Option<f64> {
+    let stamp = line.split_whitespace().next()?;
+    let time = stamp.split_once('T')?.1.strip_suffix('Z')?;
+    let mut parts = time.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+}
+
+/// For each worker exit in the parent's log, the wait until the next worker's spawn.
+fn waits_after_exits(log: &str) -> Vec<f64> {
+    let mut waits = Vec::new();
+    let mut exited: Option<f64> = None;
+    for line in log.lines() {
+        if line.contains("event=\"worker_exit\"") {
+            exited = log_seconds(line);
+        } else if line.contains("event=\"spawn\"")
+            && let (Some(at), Some(spawned)) = (exited.take(), log_seconds(line))
+        {
+            // Across midnight the clock's seconds start again.
+            waits.push((spawned - at).rem_euclid(86_400.0));
+        }
+    }
+    waits
+}
+
+/// `--restart-backoff-keep-one` on real processes (decision 0107): the lone worker of a
+/// pool killed again and again, never stable, would wait its slot's doubling delay (0.1,
+/// 0.2, 0.4, 0.8, 1.6, 3.2 s); with the option each crash that leaves no worker is
+/// replaced after the initial 0.1 s. The waits are read from the parent's own log (the
+/// exit, then the replacement's spawn), so the time a debug build takes to start does
+/// not count; the bound, half of what the slot's delay would be, is 16 times the rule's
+/// wait.
+#[test]
+fn keep_one_replaces_the_last_worker_after_the_initial_delay() {
+    const KILLS: usize = 6;
+    let tree = Tree::new("backoff-keep-one");
+    let args = [
+        FAST,
+        &[
+            "--restart-backoff-keep-one",
+            "--restart-stable-period",
+            "60",
+            "--restart-backoff-max",
+            "30",
+            "--worker-restart-limit",
+            "100",
+        ],
+    ]
+    .concat();
+    let server = Server::start(&tree, 1, &args, &[]);
+    let (status, _) = server.wait_ready(1, Duration::from_secs(20));
+    assert_eq!(
+        status["config"]["recovery"]["restart_backoff_keep_one"], true,
+        "{status}"
+    );
+    let mut gone = Vec::new();
+    for kill in 1..=KILLS {
+        let (status, _) = wait_until(START_MARGIN * 2, "a fresh worker ready", || {
+            let s = server.status();
+            let ready: Vec<u32> = s["workers"]
+                .as_array()?
+                .iter()
+                .filter(|w| w["state"] == "ready")
+                .filter_map(|w| w["pid"].as_u64().map(|p| p as u32))
+                .filter(|p| !gone.contains(p))
+                .collect();
+            (ready.len() == 1).then_some(s)
+        });
+        let pid = worker_pids(&status)[0];
+        signal_pid(pid, Sig::KILL);
+        gone.push(pid);
+        eprintln!("kill {kill} of {KILLS}: worker {pid}");
+    }
+    wait_until(START_MARGIN * 2, "the last replacement spawned", || {
+        (waits_after_exits(&server.stderr()).len() == KILLS).then_some(())
+    });
+    let waits = waits_after_exits(&server.stderr());
+    eprintln!("MEASURED keep-one: waits after each crash {waits:?} s");
+    let slot_delay = BACKOFF_INITIAL.as_secs_f64() * f64::from(1 << (KILLS - 1));
+    let last = waits[KILLS - 1];
+    assert!(
+        last >= BACKOFF_INITIAL.as_secs_f64() - 0.005,
+        "keep-one rule: the last worker's replacement still waits the initial delay, not {last} s"
+    );
+    assert!(
+        last < slot_delay / 2.0,
+        "keep-one rule: the pool's last worker is replaced after the initial {:?}, not its \
+         slot's grown delay ({slot_delay} s): waited {last} s (waits {waits:?})",
+        BACKOFF_INITIAL
+    );
+}
