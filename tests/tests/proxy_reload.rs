@@ -61,8 +61,34 @@ fn write_routes(path: &Path, routes: &[String]) {
     std::fs::write(path, format!("proxy = [{}]\n", list.join(", "))).expect("write config");
 }
 
-/// Each request: when it was begun, and what answered it.
-type Answers = Vec<(Instant, Result<(u16, Vec<u8>), String>)>;
+/// Each request: when it was begun (by this process's clock and by the wall clock the
+/// server's log lines are stamped with), and what answered it.
+type Answers = Vec<(Instant, f64, Result<(u16, Vec<u8>), String>)>;
+
+/// Seconds since the Unix epoch, now.
+fn wall_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+/// The wall-clock second (since the epoch, to the microsecond) of a log line stamped
+/// `2026-12-07T19:51:26.699074Z …`, taken from `now`'s day (the run is seconds long).
+fn log_wall_seconds(line: &str, now: f64) -> Option<f64> {
+    let time = line.split_whitespace().next()?.split_once('T')?.1;
+    let mut parts = time.strip_suffix('Z')?.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    let of_day =
+        h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?;
+    let day = (now / 86_400.0).floor() * 86_400.0;
+    // A line from just before midnight read just after it.
+    Some(if day + of_day > now + 43_200.0 {
+        day - 86_400.0 + of_day
+    } else {
+        day + of_day
+    })
+}
 
 /// One client asking `/up/who` one request after another (each on a new connection)
 /// until told to stop, at most 3,000 requests.
@@ -71,7 +97,7 @@ fn load(addr: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinH
         let mut answers = Vec::new();
         while !stop.load(Ordering::Relaxed) && answers.len() < 3000 {
             let begun = Instant::now();
-            answers.push((begun, http_get(addr, "/up/who")));
+            answers.push((begun, wall_seconds(), http_get(addr, "/up/who")));
         }
         answers
     })
@@ -89,7 +115,8 @@ fn a_reload_moves_the_routes_to_the_new_upstream_without_a_failed_request() {
     let path = tree.dir.join("routes.toml");
     write_routes(&path, &[format!("/up=http://127.0.0.1:{port_a}")]);
     let server = Server::start(&tree, 2, &["--config", path.to_str().expect("utf-8")], &[]);
-    server.wait_ready(2, BOUND);
+    let (status, _) = server.wait_ready(2, BOUND);
+    let old_workers = worker_ids(&status);
     assert_eq!(
         http_get(server.addr, "/up/who").expect("answered"),
         (200, b"a".to_vec())
@@ -111,7 +138,7 @@ fn a_reload_moves_the_routes_to_the_new_upstream_without_a_failed_request() {
 
     let failed: Vec<_> = answers
         .iter()
-        .filter(|(_, r)| !matches!(r, Ok((200, _))))
+        .filter(|(_, _, r)| !matches!(r, Ok((200, _))))
         .collect();
     assert!(
         failed.is_empty(),
@@ -120,11 +147,26 @@ fn a_reload_moves_the_routes_to_the_new_upstream_without_a_failed_request() {
         answers.len(),
         failed.first()
     );
-    let before = answers.iter().filter(|(t, _)| *t < committed).count();
+    let before = answers.iter().filter(|(t, _, _)| *t < committed).count();
+    // The commit tells the old workers to drain; each stops accepting when it handles
+    // that (its `draining` line), which a worker scheduled as a batch (decision 0129)
+    // may do up to a scheduler tick after the answer reached this test. A connection
+    // begun after the last of those lines can only reach a new worker.
+    let now = wall_seconds();
+    let log = server.stderr();
+    let drained = old_workers
+        .iter()
+        .map(|id| {
+            log.lines()
+                .filter(|l| l.contains(" draining ") && l.contains(&format!("worker={id} ")))
+                .find_map(|l| log_wall_seconds(l, now))
+                .unwrap_or_else(|| panic!("no draining line of old worker {id}"))
+        })
+        .fold(f64::MIN, f64::max);
     let after: Vec<&[u8]> = answers
         .iter()
-        .filter(|(t, _)| *t >= committed)
-        .filter_map(|(_, r)| r.as_ref().ok().map(|(_, body)| body.as_slice()))
+        .filter(|(t, wall, _)| *t >= committed && *wall > drained)
+        .filter_map(|(_, _, r)| r.as_ref().ok().map(|(_, body)| body.as_slice()))
         .collect();
     assert!(
         before > 0 && after.len() > 10,
@@ -135,7 +177,7 @@ fn a_reload_moves_the_routes_to_the_new_upstream_without_a_failed_request() {
     assert_eq!(
         strays,
         0,
-        "route rule: every request begun after the reload's commit reaches the new upstream; {strays} of {} did not",
+        "route rule: every request begun after the old workers stopped accepting reaches the new upstream; {strays} of {} did not",
         after.len()
     );
     let status = server.status();
