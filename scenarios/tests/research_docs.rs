@@ -52,13 +52,7 @@ fn age_on_the_supervisor() -> String {
     );
     for (name, cell) in names.iter().zip(&cells) {
         let sm = summarize(cell);
-        let get = |metric: &str| {
-            sm.metrics
-                .iter()
-                .find(|(n, _)| *n == metric)
-                .map(|(_, e)| *e)
-                .unwrap_or_else(|| panic!("{metric}"))
-        };
+        let get = |metric: &str| sm.estimate(metric).unwrap_or_else(|| panic!("{metric}"));
         let lost = get("capacity_seconds_lost");
         let a = |x: f64| 1.0 - x / w.duration_s;
         let age = name.parse::<f64>().unwrap_or(f64::INFINITY);
@@ -118,13 +112,7 @@ fn pool_aware_backoff() -> String {
     );
     for cell in &cells {
         let sm = summarize(cell);
-        let get = |metric: &str| {
-            sm.metrics
-                .iter()
-                .find(|(n, _)| *n == metric)
-                .map(|(_, e)| e.mean)
-                .unwrap_or(f64::NAN)
-        };
+        let get = |metric: &str| sm.estimate(metric).map_or(f64::NAN, |e| e.mean);
         let failed = cell.runs.iter().filter(|r| r.failed).count() as f64 / cell.runs.len() as f64;
         s.push_str(&format!(
             "{:<18} {:<27} {:.4}        {:.2}      {:>7.1}   {:>9.1}\n",
@@ -193,13 +181,7 @@ fn oom_or_rss() -> String {
     );
     for cell in &cells {
         let sm = summarize(cell);
-        let get = |metric: &str| {
-            sm.metrics
-                .iter()
-                .find(|(n, _)| *n == metric)
-                .map(|(_, e)| e.mean)
-                .unwrap_or(f64::NAN)
-        };
+        let get = |metric: &str| sm.estimate(metric).map_or(f64::NAN, |e| e.mean);
         s.push_str(&format!(
             "{:<22} {:>9.1}  {:>8.1}  {:.4}        {:.4}      {:>15.1}  {:.1}\n",
             cell.policy,

@@ -159,6 +159,16 @@ pub struct Summary {
     pub recover_q: [f64; 3],
 }
 
+impl Summary {
+    /// The estimate of the metric named `name`, if the summary has one.
+    pub fn estimate(&self, name: &str) -> Option<Estimate> {
+        self.metrics
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, e)| *e)
+    }
+}
+
 pub fn summarize(cell: &Cell) -> Summary {
     let metrics = SCALARS
         .iter()

@@ -38,10 +38,7 @@ const FIVE_SECOND: [&str; 6] = [
 ];
 
 fn metric(s: &Summary, name: &str) -> Estimate {
-    s.metrics
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, e)| *e)
+    s.estimate(name)
         .unwrap_or_else(|| panic!("no metric {name}"))
 }
 

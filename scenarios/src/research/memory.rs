@@ -90,15 +90,11 @@ pub fn table(policies: &[Policy], cells: &[Cell], w: &Workload) -> String {
     for (p, cell) in policies.iter().zip(cells) {
         let sm = summarize(cell);
         let get = |metric: &str| -> Estimate {
-            sm.metrics
-                .iter()
-                .find(|(n, _)| *n == metric)
-                .map(|(_, e)| *e)
-                .unwrap_or(Estimate {
-                    mean: f64::NAN,
-                    lo: f64::NAN,
-                    hi: f64::NAN,
-                })
+            sm.estimate(metric).unwrap_or(Estimate {
+                mean: f64::NAN,
+                lo: f64::NAN,
+                hi: f64::NAN,
+            })
         };
         let (recycles, rss) = (get("recycles"), get("peak_worker_rss_mb"));
         let (closed, bound) = match rule(p, w) {
