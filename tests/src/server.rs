@@ -219,8 +219,17 @@ impl Server {
                 return Some(Some((l, *at)));
             }
             drop(lines);
+            if exited.is_some() {
+                // Looked once more after the pipes drained: the line never came.
+                return Some(None);
+            }
             exited = self.child.try_wait().ok().flatten();
-            exited.map(|_| None)
+            if exited.is_some() {
+                // What it printed before exiting may still be in the pipe on its way to
+                // the reader: look again once the readers have drained it.
+                drain(&self.readers);
+            }
+            None
         });
         match found {
             (Some((line, at)), _) => (line, at.duration_since(self.spawned)),
@@ -323,13 +332,18 @@ impl Server {
         });
         self.exit = Some(status);
         let exited = self.spawned.elapsed();
-        // What it printed up to its exit: the readers reach the end of the pipes once no
-        // process holds them, which a worker outliving a killed parent may still do.
-        let until = Instant::now() + Duration::from_secs(2);
-        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        drain(&self.readers);
         (status, exited)
+    }
+}
+
+/// Once the parent has exited, let `readers` take what it printed up to its exit: they
+/// reach the end of the pipes once no process holds them, which a worker outliving a
+/// killed parent may still do for a while (so at most two seconds).
+fn drain(readers: &[std::thread::JoinHandle<()>]) {
+    let until = Instant::now() + Duration::from_secs(2);
+    while readers.iter().any(|r| !r.is_finished()) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
