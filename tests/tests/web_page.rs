@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use servery_tests::{FAST, Server, Tree};
+use servery_tests::{FAST, Server, Tree, wait_until};
 
 #[path = "support/http_client.rs"]
 mod http_client;
@@ -77,6 +77,81 @@ fn page_assets_are_immutable_and_the_page_has_a_strict_policy() {
     // The JSON listing for scripts is unchanged.
     let json = get(server.addr, "/?format=json");
     assert!(String::from_utf8_lossy(&json.body).contains("\"name\":\"hello.txt\""));
+}
+
+/// The page's assets are encoded in a worker only when a request first accepts a coding,
+/// once per coding (decision 0124): nothing at start-up, nothing for a file fetched by
+/// name or for a page that only links to them. Read from the worker's debug line for each
+/// encoding; the last one asked for is awaited, so every earlier line is in by then (one
+/// worker writes them in order).
+#[test]
+fn page_assets_are_encoded_only_when_a_request_first_accepts_a_coding() {
+    let tree = Tree::new("asset-encoding");
+    let server = Server::start(
+        &tree,
+        1,
+        FAST,
+        &[("SERVERY_LOG", "info,servery::http::page::assets=debug")],
+    );
+    server.wait_ready(1, Duration::from_secs(30));
+    let encodings = |server: &Server| -> Vec<String> {
+        server
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("encoded a page asset"))
+            .map(|l| {
+                let field = |name: &str| {
+                    l.split(&format!("{name}=\""))
+                        .nth(1)
+                        .and_then(|rest| rest.split('"').next())
+                        .unwrap_or("?")
+                        .to_owned()
+                };
+                format!("{}.{} {}", field("asset"), field("ext"), field("coding"))
+            })
+            .collect()
+    };
+    assert_eq!(get(server.addr, "/hello.txt").status, 200);
+    let page = get(server.addr, "/");
+    assert_eq!(page.status, 200);
+    let assets = asset_paths(&String::from_utf8_lossy(&page.body));
+    let asset = |ext: &str| {
+        assets
+            .iter()
+            .find(|a| a.ends_with(ext))
+            .unwrap_or_else(|| panic!("no {ext} asset in {assets:?}"))
+    };
+    for (path, coding) in [
+        (asset(".css"), "br"),
+        (asset(".css"), "br"),
+        (asset(".js"), "gzip"),
+    ] {
+        let r = request(
+            server.addr,
+            "GET",
+            path,
+            b"",
+            &[("Accept-Encoding", coding)],
+        );
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.header("content-encoding"), Some(coding), "{path}");
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the script's gzip encoding logged",
+        || {
+            encodings(&server)
+                .iter()
+                .any(|e| e == "app.js gz")
+                .then_some(())
+        },
+    );
+    assert_eq!(
+        encodings(&server),
+        ["app.css br", "app.js gz"],
+        "asset rule (decision 0124): a worker encodes an asset's coding when a request \
+         first accepts it, once, and nothing before"
+    );
 }
 
 #[test]

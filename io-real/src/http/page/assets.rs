@@ -85,10 +85,22 @@ impl Asset {
     fn encode(&self, coding: Coding) -> Option<&Bytes> {
         self.slot(coding)
             .get_or_init(|| {
-                compress::encode_all(coding, Level::Cached, self.identity)
+                let bytes = compress::encode_all(coding, Level::Cached, self.identity)
                     .inspect_err(|e| tracing::warn!(error = %e, "cannot encode a page asset"))
                     .ok()
-                    .map(Bytes::from)
+                    .map(Bytes::from);
+                // Once per asset, coding and process: what shows (at debug) that a worker
+                // encodes only what a request asked for, and nothing at start-up.
+                if let Some(b) = &bytes {
+                    tracing::debug!(
+                        asset = self.stem,
+                        ext = self.ext,
+                        coding = coding.extension(),
+                        bytes = b.len(),
+                        "encoded a page asset"
+                    );
+                }
+                bytes
             })
             .as_ref()
     }
