@@ -11,19 +11,21 @@ use servery_scenarios::research::provenance::csv_rows;
 use servery_scenarios::research::workload::FaultClass;
 use servery_scenarios::research::{policy, workload};
 
-const POLICIES: &[&str] = &[
-    "seed-defaults",
-    "systemd-defaults",
-    "systemd-restartsteps",
-    "kubernetes-classic",
-    "kubernetes-kep4603",
-    "erlang-1-5",
-    "erlang-5-30",
-    "docker",
-    "gunicorn-recycling",
-    "uvicorn",
-    "granian",
-];
+/// Every policy file shipped at the top of `policies/` (the sweeps' and the age
+/// replacement's folders hold their own), by name.
+fn shipped_policies() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".toml")?.to_owned())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 const WORKLOADS: &[&str] = &[
     "steady",
     "crash-storm",
@@ -52,7 +54,9 @@ fn short(name: &str) -> workload::Workload {
 
 #[test]
 fn every_shipped_policy_and_workload_loads_and_validates() {
-    for p in POLICIES {
+    let policies = shipped_policies();
+    assert!(policies.len() >= 11, "{policies:?}");
+    for p in &policies {
         let policy = load_policy(p);
         assert_eq!(&policy.name, p, "a file's name field matches its file name");
         for w in WORKLOADS {

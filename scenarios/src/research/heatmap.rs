@@ -85,17 +85,13 @@ impl Grid {
         let (nx, ny) = (self.windows.len().max(1), self.limits.len().max(1));
         let (left, top, width, height) = (110.0, 56.0, 500.0, 340.0);
         let (cw, ch) = (width / nx as f64, height / ny as f64);
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"480\" \
-             viewBox=\"0 0 760 480\" font-family=\"sans-serif\">\n\
-             <rect width=\"760\" height=\"480\" fill=\"white\"/>\n\
-             <text x=\"380\" y=\"28\" text-anchor=\"middle\" font-size=\"17\">{}</text>\n",
-            xml(&format!(
+        let mut s = svg_open(
+            (760, 480),
+            17,
+            &format!(
                 "{}: P(failed) over restart limit and window ({seeds} seeds a cell)",
                 self.workload
-            ))
+            ),
         );
         for (i, row) in self.cells.iter().enumerate() {
             // Limits grow upwards: row i's centre.
@@ -208,6 +204,19 @@ pub fn viridis(p: f64) -> String {
         mix(a.0, b.0),
         mix(a.1, b.1),
         mix(a.2, b.2)
+    )
+}
+
+/// The opening of a plot: an SVG document of `size` (width, height) on white, with
+/// `title` centred above at `font_size`; the caller appends the plot and `</svg>`.
+pub fn svg_open((width, height): (u32, u32), font_size: u32, title: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\">\n\
+         <rect width=\"{width}\" height=\"{height}\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"28\" text-anchor=\"middle\" font-size=\"{font_size}\">{}</text>\n",
+        width / 2,
+        xml(title)
     )
 }
 

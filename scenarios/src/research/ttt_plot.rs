@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use crate::research::dohi::scaled_ttt;
-use crate::research::heatmap::xml;
+use crate::research::heatmap::{svg_open, xml};
 
 /// The tangent from `(−β, −α)` to the scaled TTT plot of a trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,15 +77,7 @@ impl Tangent {
         let px = |u: f64| left + (u - x0) / (x1 - x0) * width;
         let py = |v: f64| top + height - (v - y0) / (y1 - y0) * height;
         let n = self.n() as f64;
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"480\" \
-             viewBox=\"0 0 720 480\" font-family=\"sans-serif\">\n\
-             <rect width=\"720\" height=\"480\" fill=\"white\"/>\n\
-             <text x=\"360\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">{}</text>\n",
-            xml(title)
-        );
+        let mut s = svg_open((720, 480), 16, title);
         // Axes through the origin, ticks at 0, 0.5 and 1.
         let _ = write!(
             s,
