@@ -323,6 +323,19 @@ async fn a_request_partly_written_on_a_reused_connection_is_not_sent_again() {
     .expect("the exchange finished");
 }
 
+/// A GET through `proxy` that `upstream` answers with half of the body it promises (5
+/// bytes of 10), then silence: the response, and the upstream's side of its connection.
+async fn half_a_body(proxy: &Proxy, upstream: &Upstream) -> (Response<Body>, UnixStream) {
+    tokio::join!(proxy.handle(get(), None, false), async {
+        let mut side = upstream.accept().await;
+        read_until(&mut side, b"\r\n\r\n").await;
+        side.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello")
+            .await
+            .expect("test setup");
+        side
+    })
+}
+
 /// No reuse after a failed response body: a body cut off by the idle timeout (the one
 /// failure that finds hyper's connection still open) closes its connection rather than
 /// giving it back, and the next request takes a new one.
@@ -332,15 +345,7 @@ async fn a_connection_whose_response_body_failed_is_not_given_back() {
         let upstream = Upstream::bind();
         let (proxy, _frames) = proxy_to(&upstream.path, 0.2);
         let pool = pool_of(&proxy);
-        let (response, mut first) = tokio::join!(proxy.handle(get(), None, false), async {
-            let mut side = upstream.accept().await;
-            read_until(&mut side, b"\r\n\r\n").await;
-            // Half of what it promised, then silence.
-            side.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello")
-                .await
-                .expect("test setup");
-            side
-        });
+        let (response, mut first) = half_a_body(&proxy, &upstream).await;
         assert_eq!(response.status(), StatusCode::OK);
         let mut body = response.into_body();
         let mut got = Vec::new();
@@ -383,14 +388,7 @@ async fn a_connection_whose_response_body_the_client_dropped_is_closed() {
         let upstream = Upstream::bind();
         let (proxy, _frames) = proxy_to(&upstream.path, 60.0);
         let pool = pool_of(&proxy);
-        let (response, mut first) = tokio::join!(proxy.handle(get(), None, false), async {
-            let mut side = upstream.accept().await;
-            read_until(&mut side, b"\r\n\r\n").await;
-            side.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello")
-                .await
-                .expect("test setup");
-            side
-        });
+        let (response, mut first) = half_a_body(&proxy, &upstream).await;
         let mut body = response.into_body();
         let frame = body.frame().await.expect("a frame").expect("data");
         assert_eq!(&frame.into_data().unwrap_or_default()[..], b"hello");
