@@ -59,6 +59,7 @@ mod tests {
         assert_eq!(t.len(), 0);
         t.publish(vec![challenge("a"), challenge("b")]);
         assert_eq!(t.len(), 2);
+        assert!(!t.is_empty(), "a published order is not empty");
         assert_eq!(t.answer("a"), Some("a.thumb"));
         t.publish(vec![challenge("c")]);
         assert_eq!(

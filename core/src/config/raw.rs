@@ -57,15 +57,6 @@ pub enum CpuAffinity {
     Off,
 }
 
-impl CpuAffinity {
-    pub fn name(self) -> &'static str {
-        match self {
-            CpuAffinity::Auto => "auto",
-            CpuAffinity::Off => "off",
-        }
-    }
-}
-
 /// Recovery policy as written. Defaults are the seed document's.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(

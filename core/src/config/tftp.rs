@@ -95,6 +95,7 @@ impl RawTftp {
 #[cfg(test)]
 mod tests {
     use super::super::validate::tests::fields;
+    use super::MAX_TIMEOUT_SECS;
     use crate::RawConfig;
 
     #[test]
@@ -123,6 +124,11 @@ mod tests {
         raw = RawConfig::default();
         raw.tftp.timeout = 300.0;
         assert_eq!(fields(&raw), ["tftp.timeout"]);
+        raw.tftp.timeout = MAX_TIMEOUT_SECS;
+        assert!(
+            fields(&raw).is_empty(),
+            "timeout rule: 255 s, the most the option carries, is allowed"
+        );
     }
 
     #[test]

@@ -71,6 +71,11 @@ mod tests {
         s.started(WorkerId(2), 200);
         s.started(WorkerId(1), 1);
         s.started(WorkerId(1), 0);
+        assert_eq!(
+            s.workers().collect::<Vec<_>>(),
+            [WorkerId(1), WorkerId(2)],
+            "the workers with groups recorded"
+        );
         s.ended(WorkerId(1), 101);
         assert_eq!(
             s.gone(WorkerId(1)),
@@ -79,5 +84,19 @@ mod tests {
         );
         assert_eq!(s.gone(WorkerId(1)), Vec::<u32>::new(), "given once");
         assert_eq!(s.of(WorkerId(2)), 1, "another worker's groups stay");
+    }
+
+    #[test]
+    fn no_more_groups_than_the_cap_are_recorded_for_a_worker() {
+        let mut s = ScriptGroups::default();
+        let cap = MAX_GROUPS_PER_WORKER as u32;
+        for pgid in 2..cap + 12 {
+            s.started(WorkerId(1), pgid);
+        }
+        assert_eq!(
+            s.of(WorkerId(1)),
+            MAX_GROUPS_PER_WORKER,
+            "cap rule: at most MAX_GROUPS_PER_WORKER groups for one worker"
+        );
     }
 }

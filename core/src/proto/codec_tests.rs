@@ -304,3 +304,53 @@ fn unchanged_counters_decode_to_the_table_already_decoded() {
     dec.push(&frame);
     assert_eq!(dec.next_worker_message(), Err(ProtoError::TrailingBytes(1)));
 }
+
+/// TLS material crosses whole with as many ticket keys as a message may hold (newest
+/// first), and a frame with more is malformed: the bound is `MAX_TICKET_KEYS` itself.
+#[test]
+fn tls_material_with_the_most_ticket_keys_crosses_and_one_more_is_refused() {
+    use crate::tls_material::{
+        IdentityPem, MAX_TICKET_KEYS, STATELESS_RESET_KEY_LEN, StatelessResetKey,
+        TICKET_KEY_NAME_LEN, TICKET_SECRET_LEN, TicketKey, TlsMaterial,
+    };
+    let material = |keys: usize| TlsMaterial {
+        identity: IdentityPem {
+            generation: 3,
+            cert_pem: "cert".into(),
+            key_pem: "key".into(),
+        },
+        ticket_keys: (0..keys as u64)
+            .rev()
+            .map(|g| TicketKey {
+                generation: g + 1,
+                name: [g as u8; TICKET_KEY_NAME_LEN],
+                secret: [7; TICKET_SECRET_LEN],
+            })
+            .collect(),
+        ticket_lifetime_secs: 3600,
+        stateless_reset_key: StatelessResetKey([1; STATELESS_RESET_KEY_LEN]),
+    };
+    let decode = |keys: usize| {
+        let mut bytes = Vec::new();
+        encode_parent(
+            &ParentMessage::TlsMaterial(Box::new(material(keys))),
+            &mut bytes,
+        )
+        .expect("the material fits a frame");
+        let mut dec = FrameDecoder::new(MAX_FRAME_DEFAULT);
+        dec.push(&bytes);
+        dec.next_parent_message()
+    };
+    match decode(MAX_TICKET_KEYS) {
+        Ok(Some(ParentMessage::TlsMaterial(got))) => assert_eq!(
+            got.ticket_keys.len(),
+            MAX_TICKET_KEYS,
+            "ticket key bound: the most a message may hold crosses"
+        ),
+        other => panic!("ticket key bound: {MAX_TICKET_KEYS} keys refused: {other:?}"),
+    }
+    assert!(
+        decode(MAX_TICKET_KEYS + 1).is_err(),
+        "ticket key bound: one more than MAX_TICKET_KEYS is malformed"
+    );
+}

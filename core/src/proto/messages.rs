@@ -293,3 +293,31 @@ pub enum BrokerReply {
         granted: u32,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Rejection;
+
+    /// Each refusal's code is the `reason` label of the broker's rejection counter: one
+    /// distinct snake_case name per kind, so no two kinds share a series and none is
+    /// unlabelled.
+    #[test]
+    fn each_rejection_has_its_own_metric_name() {
+        let codes: Vec<&str> = Rejection::ALL.iter().map(|r| r.code()).collect();
+        for code in &codes {
+            assert!(
+                !code.is_empty() && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "rejection code rule: {code:?} is a snake_case label value"
+            );
+        }
+        let mut distinct = codes.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            codes.len(),
+            "rejection code rule: each kind its own name: {codes:?}"
+        );
+        assert_eq!(Rejection::Locked.code(), "locked");
+    }
+}
