@@ -248,12 +248,7 @@ impl Parent {
         op: crate::cluster::OpId,
         reply: crate::cluster::StoreReply,
     ) {
-        self.step_begins(now);
-        if let Some(gate) = &mut self.cluster {
-            gate.store_replied(now, op, reply);
-        }
-        self.pump();
-        self.settle();
+        self.handle(now, Event::StoreReplied { op, reply });
     }
 
     /// A broker request from `owner`: through the cluster first when it needs the shared
@@ -383,6 +378,11 @@ impl Parent {
                 message: WorkerMessage::ScriptEnded { pgid },
             } => self.scripts.ended(worker, pgid),
             Event::UpstreamProbed { upstream, ok } => self.upstream_probed(now, upstream, ok),
+            Event::StoreReplied { op, reply } => {
+                if let Some(gate) = &mut self.cluster {
+                    gate.store_replied(now, op, reply);
+                }
+            }
             Event::Acme { wall, event } => {
                 if let Some(acme) = &mut self.acme {
                     acme.handle(now, wall, *event);
