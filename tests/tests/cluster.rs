@@ -1,0 +1,150 @@
+//! Two servery hosts on one directory sharing their DAV locks and upload budget through a
+//! real etcd (`--cluster`, decisions 0096 and 0130): a LOCK taken through one host is
+//! refused (423) through the other; the upload budget is the service's; with etcd stopped
+//! a write is answered 503 with Retry-After while reads are served; with etcd back,
+//! writes succeed again without a restart. Skipped, saying so, without `etcd`.
+
+use std::time::{Duration, Instant};
+
+use servery_tests::{Etcd, FAST, Launch, Server, Tree, etcd_installed, skipped, wait_until};
+
+#[path = "support/http_client.rs"]
+mod http_client;
+use http_client::{Conn, head, request};
+
+const CLUSTER: &str = "cluster-test";
+
+const LOCKINFO: &str = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\
+    <D:lockinfo xmlns:D=\"DAV:\"><D:lockscope><D:exclusive/></D:lockscope>\
+    <D:locktype><D:write/></D:locktype><D:owner><D:href>mailto:a@example.com</D:href></D:owner>\
+    </D:lockinfo>";
+
+fn host(tree: &Tree, etcd: &Etcd, id: &str, alongside: bool) -> Server {
+    let endpoint = format!("etcd://{}", etcd.client);
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend_from_slice(&[
+        "--dav",
+        "--upload",
+        "--allow-overwrite",
+        "--max-active-uploads",
+        "1",
+        "--cluster",
+        &endpoint,
+        "--cluster-name",
+        CLUSTER,
+        "--cluster-host-id",
+        id,
+    ]);
+    let launch = Launch {
+        alongside,
+        ..Launch::default()
+    };
+    let server = Server::launch(tree, 1, &args, &[], &launch);
+    server.wait_ready(1, Duration::from_secs(30));
+    server
+}
+
+fn lock(server: &Server, path: &str) -> u16 {
+    request(
+        server.addr,
+        "LOCK",
+        path,
+        LOCKINFO.as_bytes(),
+        &[("Timeout", "Second-600"), ("Depth", "0")],
+    )
+    .status
+}
+
+#[test]
+fn two_hosts_share_locks_and_the_upload_budget_and_refuse_writes_while_etcd_is_away() {
+    if !etcd_installed() {
+        skipped("etcd is not installed (Debian: apt-get install etcd-server)");
+        return;
+    }
+    let tree = Tree::new("cluster-a");
+    let other = Tree::new("cluster-b");
+    // Both hosts serve one directory (as two machines would one NFS export).
+    std::fs::remove_dir_all(other.root()).expect("b's own root goes");
+    std::os::unix::fs::symlink(tree.root(), other.root()).expect("b serves a's root");
+    std::fs::write(tree.root().join("doc.txt"), b"draft 1").expect("a file");
+    let mut etcd = Etcd::start(tree.dir.join("etcd"));
+    let a = host(&tree, &etcd, "a", false);
+    let b = host(&other, &etcd, "b", true);
+    let prefix = format!("/servery/{CLUSTER}/");
+    wait_until(Duration::from_secs(20), "both hosts in etcd", || {
+        (etcd.get(&format!("{prefix}hosts/a")).is_some()
+            && etcd.get(&format!("{prefix}hosts/b")).is_some())
+        .then_some(())
+    });
+
+    // A lock through a is refused through b, and is in etcd under a's name.
+    assert_eq!(lock(&a, "/doc.txt"), 200, "a LOCK through host a");
+    let held = etcd.get(&format!("{prefix}locks/doc.txt"));
+    assert!(
+        held.as_deref().is_some_and(|v| v.starts_with("a ")),
+        "the lock's shared name is a's in etcd: {held:?}"
+    );
+    assert_eq!(
+        lock(&b, "/doc.txt"),
+        423,
+        "a LOCK through host b on what host a locked"
+    );
+
+    // The upload budget (one upload in the service) is taken through a by an upload
+    // still sending its body ...
+    let body = vec![b'x'; 64 * 1024];
+    let mut slow = Conn::open(a.addr);
+    let mut bytes = head("PUT", "/slow.bin", body.len(), &[]);
+    bytes.extend_from_slice(&body[..1024]);
+    slow.send(&bytes).expect("the upload's start");
+    let share = format!("{prefix}budget/uploads/a");
+    wait_until(Duration::from_secs(10), "a's share of the budget", || {
+        (etcd.get(&share).as_deref() == Some(&format!("1 {}", body.len()))).then_some(())
+    });
+    // ... so an upload through b is refused for a full budget ...
+    let refused = request(b.addr, "PUT", "/other.bin", b"small", &[]);
+    assert_eq!(refused.status, 503, "the service's only upload slot is a's");
+    // ... until a's upload is done and its share given back.
+    slow.send(&body[1024..]).expect("the upload's rest");
+    let done = slow.response().expect("the upload's answer");
+    assert_eq!(done.status, 201, "{done:?}");
+    wait_until(Duration::from_secs(10), "a's share given back", || {
+        (etcd.get(&share).as_deref() == Some("0 0")).then_some(())
+    });
+    assert_eq!(
+        request(b.addr, "PUT", "/other.bin", b"small", &[]).status,
+        201
+    );
+
+    // etcd away: a write is answered 503 with Retry-After within the operation time-out
+    // (2 s, plus the worker's side of it), and reads are served.
+    etcd.stop();
+    let asked = Instant::now();
+    let refused = request(a.addr, "PUT", "/while-away.txt", b"x", &[]);
+    let took = asked.elapsed();
+    assert_eq!(refused.status, 503, "a write with etcd away: {refused:?}");
+    assert!(
+        refused.header("retry-after").is_some(),
+        "a 503 says when to retry: {refused:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "answered within the stated bound, took {took:?}"
+    );
+    assert_eq!(request(a.addr, "GET", "/doc.txt", b"", &[]).status, 200);
+    assert_eq!(request(b.addr, "GET", "/hello.txt", b"", &[]).status, 200);
+
+    // etcd back: writes resume, on both hosts, with no restart.
+    etcd.resume();
+    let (_, recovered) = wait_until(Duration::from_secs(30), "a write through a", || {
+        (request(a.addr, "PUT", "/after.txt", b"back", &[]).status == 201).then_some(())
+    });
+    assert_eq!(
+        std::fs::read(tree.root().join("after.txt")).expect("published"),
+        b"back"
+    );
+    eprintln!("writes resumed {recovered:?} after etcd answered again");
+    wait_until(Duration::from_secs(30), "a write through b", || {
+        (request(b.addr, "PUT", "/after-b.txt", b"back", &[]).status == 201).then_some(())
+    });
+}
