@@ -141,6 +141,24 @@ impl Etcd {
         serde_json::from_str(&body[start..=end]).map_err(|e| e.to_string())
     }
 
+    /// Runs `etcdctl ARGS` against this etcd and returns what it printed; panics naming
+    /// that when it fails.
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.client))
+            .args(args)
+            .output()
+            .expect("etcdctl runs");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The value of `key`, if etcd has it.
     pub fn get(&self, key: &str) -> Option<String> {
         let v = self

@@ -20,8 +20,13 @@ const LOCKINFO: &str = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\
     </D:lockinfo>";
 
 fn host(tree: &Tree, etcd: &Etcd, id: &str, alongside: bool) -> Server {
+    host_with(tree, etcd, id, alongside, &[])
+}
+
+fn host_with(tree: &Tree, etcd: &Etcd, id: &str, alongside: bool, more: &[&str]) -> Server {
     let endpoint = format!("etcd://{}", etcd.client);
     let mut args: Vec<&str> = FAST.to_vec();
+    args.extend_from_slice(more);
     args.extend_from_slice(&[
         "--dav",
         "--upload",
@@ -147,4 +152,46 @@ fn two_hosts_share_locks_and_the_upload_budget_and_refuse_writes_while_etcd_is_a
     wait_until(Duration::from_secs(30), "a write through b", || {
         (request(b.addr, "PUT", "/after-b.txt", b"back", &[]).status == 201).then_some(())
     });
+}
+
+#[test]
+fn a_host_signs_in_with_etcds_user_and_password() {
+    if !etcd_installed() {
+        skipped("etcd is not installed (Debian: apt-get install etcd-server etcd-client)");
+        return;
+    }
+    let tree = Tree::new("cluster-auth");
+    std::fs::write(tree.root().join("doc.txt"), b"draft 1").expect("a file");
+    let etcd = Etcd::start(tree.dir.join("etcd"));
+    // etcd's password authentication, as its operators turn it on.
+    etcd.etcdctl(&["user", "add", "root:s3cret"]);
+    etcd.etcdctl(&["role", "add", "root"]);
+    etcd.etcdctl(&["user", "grant-role", "root", "root"]);
+    etcd.etcdctl(&["auth", "enable"]);
+    let password = tree.dir.join("etcd-password");
+    std::fs::write(&password, "s3cret\n").expect("the password file");
+    let password = password.display().to_string();
+    let a = host_with(
+        &tree,
+        &etcd,
+        "a",
+        false,
+        &[
+            "--cluster-user",
+            "root",
+            "--cluster-password-file",
+            &password,
+        ],
+    );
+    // Granted only once the host holds an etcd lease and its transactions pass etcd's
+    // permission check (refused ones are 503).
+    wait_until(Duration::from_secs(20), "a LOCK through the host", || {
+        (lock(&a, "/doc.txt") == 200).then_some(())
+    });
+    let key = format!("/servery/{CLUSTER}/locks/doc.txt");
+    let got = etcd.etcdctl(&["--user", "root:s3cret", "get", &key]);
+    assert!(
+        got.lines().nth(1).is_some_and(|v| v.starts_with("a ")),
+        "the lock's name is the host's in etcd: {got:?}"
+    );
 }
