@@ -330,3 +330,44 @@ fn a_lost_etcd_lease_takes_this_hosts_locks_with_it() {
         "cluster: a lock whose shared name went with the lease must not stay granted here"
     );
 }
+
+#[test]
+fn a_reservation_answered_after_its_worker_went_is_given_back_not_granted() {
+    let t = Instant::ZERO;
+    let mut store = Store::default();
+    let (mut a, wa) = clustered("a", t);
+    settle(&mut a, &mut store, t);
+    dav(
+        &mut a,
+        wa,
+        t,
+        1,
+        BrokerRequest::ReserveUpload { bytes: 100 },
+    );
+    // The reservation's store calls are held while the worker's channel ends.
+    let held: Vec<_> = actions(&mut a)
+        .into_iter()
+        .filter_map(|act| match act {
+            ParentAction::Store { op, call } => Some((op, call)),
+            _ => None,
+        })
+        .collect();
+    assert!(!held.is_empty(), "the reservation asks the store");
+    a.handle(t, Event::ChannelClosed { worker: wa });
+    for (op, call) in held {
+        if let Some(reply) = store.call(&call) {
+            a.store_replied(t, op, reply);
+        }
+    }
+    settle(&mut a, &mut store, t);
+    a.check_invariants().expect(
+        "cluster: a reservation the store granted after its worker went is not the broker's",
+    );
+    assert_eq!(a.broker().reservation_count(), 0);
+    assert_eq!(
+        a.cluster()
+            .map(|h| h.budget_share(crate::cluster::Budget::Uploads)),
+        Some((0, 0)),
+        "cluster: the share taken for a gone worker is given back"
+    );
+}
