@@ -29,6 +29,18 @@ pub struct Etcd {
     pub client: SocketAddr,
     peer: u16,
     dir: PathBuf,
+    tls: Option<EtcdTls>,
+}
+
+/// PEM files for an etcd that serves its clients over TLS and asks for their
+/// certificates (`--client-cert-auth`); the client's pair is etcdctl's.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -72,15 +84,25 @@ fn unb64(s: &str) -> String {
 impl Etcd {
     /// Starts etcd with its data under `dir` (created), and waits until it answers.
     pub fn start(dir: PathBuf) -> Etcd {
+        Etcd::start_with(dir, None)
+    }
+
+    /// [`Etcd::start`], serving clients over TLS with these files when given.
+    pub fn start_with(dir: PathBuf, tls: Option<EtcdTls>) -> Etcd {
         std::fs::create_dir_all(&dir).expect("etcd's directory");
         let mut etcd = Etcd {
             child: None,
             client: SocketAddr::from(([127, 0, 0, 1], free_port())),
             peer: free_port(),
             dir,
+            tls,
         };
         etcd.resume();
         etcd
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
     }
 
     /// Starts the same member again (same ports, same data), and waits until it answers.
@@ -88,12 +110,27 @@ impl Etcd {
         assert!(self.child.is_none(), "etcd is running already");
         let (client, peer) = (self.client.port(), self.peer);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("etcd's log");
-        let child = Command::new("etcd")
+        let scheme = self.scheme();
+        let mut cmd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--data-dir")
             .arg(self.dir.join("data"))
             .args(["--name", "servery-test"])
-            .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
-            .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!(
+                "--listen-client-urls={scheme}://127.0.0.1:{client}"
+            ))
+            .arg(format!(
+                "--advertise-client-urls={scheme}://127.0.0.1:{client}"
+            ))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
             .arg(format!(
                 "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
@@ -107,7 +144,13 @@ impl Etcd {
             .expect("etcd starts");
         self.child = Some(child);
         wait_until(Duration::from_secs(30), "etcd to answer", || {
-            self.post("/v3/kv/range", &json!({ "key": b64("x") })).ok()
+            if self.tls.is_some() {
+                self.try_etcdctl(&["endpoint", "health"]).ok().map(|_| ())
+            } else {
+                self.post("/v3/kv/range", &json!({ "key": b64("x") }))
+                    .ok()
+                    .map(|_| ())
+            }
         });
     }
 
@@ -144,19 +187,32 @@ impl Etcd {
     /// Runs `etcdctl ARGS` against this etcd and returns what it printed; panics naming
     /// that when it fails.
     pub fn etcdctl(&self, args: &[&str]) -> String {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.client))
-            .args(args)
-            .output()
-            .expect("etcdctl runs");
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.try_etcdctl(args)
+            .unwrap_or_else(|e| panic!("etcdctl {args:?}: {e}"))
+    }
+
+    fn try_etcdctl(&self, args: &[&str]) -> Result<String, String> {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}://{}", self.scheme(), self.client));
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.client_cert)
+                .arg("--key")
+                .arg(&tls.client_key);
+        }
+        let out = cmd.args(args).output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
     }
 
     /// The value of `key`, if etcd has it.

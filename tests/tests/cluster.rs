@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use servery_tests::{Etcd, FAST, Launch, Server, Tree, etcd_installed, skipped, wait_until};
+use servery_tests::{
+    Etcd, EtcdTls, FAST, Launch, Server, Tree, etcd_installed, skipped, wait_until, wait_until_or,
+};
 
 #[path = "support/http_client.rs"]
 mod http_client;
@@ -24,6 +26,7 @@ fn host(tree: &Tree, etcd: &Etcd, id: &str, alongside: bool) -> Server {
 }
 
 fn host_with(tree: &Tree, etcd: &Etcd, id: &str, alongside: bool, more: &[&str]) -> Server {
+    // The scheme of --cluster alone never turns TLS on here: the CA option does.
     let endpoint = format!("etcd://{}", etcd.client);
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend_from_slice(more);
@@ -190,6 +193,95 @@ fn a_host_signs_in_with_etcds_user_and_password() {
     });
     let key = format!("/servery/{CLUSTER}/locks/doc.txt");
     let got = etcd.etcdctl(&["--user", "root:s3cret", "get", &key]);
+    assert!(
+        got.lines().nth(1).is_some_and(|v| v.starts_with("a ")),
+        "the lock's name is the host's in etcd: {got:?}"
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, written as PEM
+/// files under `dir`.
+fn certificates(dir: &std::path::Path) -> EtcdTls {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+        KeyPair, KeyUsagePurpose,
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("CA");
+    let leaf = |names: Vec<String>, usages: Vec<ExtendedKeyUsagePurpose>| {
+        let mut params = CertificateParams::new(names).expect("params");
+        params.extended_key_usages = usages;
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca).expect("signed");
+        (cert.pem(), key.serialize_pem())
+    };
+    // etcd's JSON gateway reaches etcd's own gRPC service with the server's certificate
+    // as a client certificate: with --client-cert-auth that certificate must be good for
+    // client authentication too, or every gateway call fails ("connection closed").
+    let (server, server_key) = leaf(
+        vec!["127.0.0.1".into(), "localhost".into()],
+        vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ],
+    );
+    let (client, client_key) = leaf(
+        vec!["servery".into()],
+        vec![ExtendedKeyUsagePurpose::ClientAuth],
+    );
+    std::fs::create_dir_all(dir).expect("the certificates' directory");
+    let write = |name: &str, pem: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("a PEM file");
+        path
+    };
+    EtcdTls {
+        ca: write("ca.pem", &ca.pem()),
+        cert: write("server.pem", &server),
+        key: write("server-key.pem", &server_key),
+        client_cert: write("client.pem", &client),
+        client_key: write("client-key.pem", &client_key),
+    }
+}
+
+#[test]
+fn a_host_reaches_etcd_over_tls_with_a_client_certificate() {
+    if !etcd_installed() {
+        skipped("etcd is not installed (Debian: apt-get install etcd-server etcd-client)");
+        return;
+    }
+    let tree = Tree::new("cluster-tls");
+    std::fs::write(tree.root().join("doc.txt"), b"draft 1").expect("a file");
+    let tls = certificates(&tree.dir.join("pki"));
+    let etcd = Etcd::start_with(tree.dir.join("etcd"), Some(tls.clone()));
+    let (ca, cert, key) = (
+        tls.ca.display().to_string(),
+        tls.client_cert.display().to_string(),
+        tls.client_key.display().to_string(),
+    );
+    let a = host_with(
+        &tree,
+        &etcd,
+        "a",
+        false,
+        &[
+            "--cluster-cacert",
+            &ca,
+            "--cluster-cert",
+            &cert,
+            "--cluster-key",
+            &key,
+        ],
+    );
+    wait_until_or(
+        Duration::from_secs(20),
+        || (lock(&a, "/doc.txt") == 200).then_some(()),
+        || format!("for a LOCK through the host; its log:\n{}", a.stderr()),
+    );
+    let key = format!("/servery/{CLUSTER}/locks/doc.txt");
+    let got = etcd.etcdctl(&["get", &key]);
     assert!(
         got.lines().nth(1).is_some_and(|v| v.starts_with("a ")),
         "the lock's name is the host's in etcd: {got:?}"

@@ -77,9 +77,21 @@ pub(super) fn tls_config(
 /// Why a POST got no answer.
 enum Transport {
     /// The connection was not made: nothing was sent, the next endpoint may be tried.
-    NotSent,
+    NotSent(String),
     /// Sent, and no answer: the outcome is unknown.
-    Lost,
+    Lost(String),
+}
+
+/// The error and the errors it wraps, for the log (hyper's own says only "client error").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 pub(super) struct Gateway {
@@ -176,21 +188,22 @@ impl Gateway {
         }
         let request = request
             .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|_| Transport::NotSent)?;
+            .map_err(|e| Transport::NotSent(e.to_string()))?;
         let response = self.client.request(request).await.map_err(|e| {
             if e.is_connect() {
-                Transport::NotSent
+                Transport::NotSent(chain(&e))
             } else {
-                Transport::Lost
+                Transport::Lost(chain(&e))
             }
         })?;
         let bytes = response
             .into_body()
             .collect()
             .await
-            .map_err(|_| Transport::Lost)?
+            .map_err(|e| Transport::Lost(chain(&e)))?
             .to_bytes();
-        json::first_value(&bytes).ok_or(Transport::Lost)
+        json::first_value(&bytes)
+            .ok_or_else(|| Transport::Lost("an answer that is not JSON".into()))
     }
 
     /// A fresh token from etcd's password authentication.
@@ -217,7 +230,7 @@ impl Gateway {
     /// held, and once again when etcd says the token expired.
     async fn call_on(&self, endpoint: &Endpoint, call: &StoreCall) -> Result<Value, Transport> {
         let Some(request) = json::request(call) else {
-            return Err(Transport::NotSent);
+            return Err(Transport::NotSent(format!("no etcd request for {call:?}")));
         };
         let mut token = self.token();
         if self.auth.is_some() && token.is_none() {
@@ -242,13 +255,23 @@ impl Gateway {
         let first = self.current.load(Ordering::Relaxed);
         for k in 0..n {
             let i = (first + k) % n;
-            match self.call_on(&self.endpoints[i], call).await {
+            let endpoint = &self.endpoints[i];
+            match self.call_on(endpoint, call).await {
                 Ok(answer) => {
                     self.current.store(i, Ordering::Relaxed);
-                    return json::reply(call, &answer);
+                    let reply = json::reply(call, &answer);
+                    if reply.is_none() {
+                        tracing::warn!(host = %endpoint.host, port = endpoint.port, %answer, "etcd answered an error");
+                    }
+                    return reply;
                 }
-                Err(Transport::NotSent) => continue,
-                Err(Transport::Lost) => return None,
+                Err(Transport::NotSent(why)) => {
+                    tracing::warn!(host = %endpoint.host, port = endpoint.port, error = %why, "cannot reach etcd");
+                }
+                Err(Transport::Lost(why)) => {
+                    tracing::warn!(host = %endpoint.host, port = endpoint.port, error = %why, "an etcd call got no answer");
+                    return None;
+                }
             }
         }
         None
