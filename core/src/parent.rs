@@ -597,6 +597,9 @@ impl Parent {
                 self.upstreams_to_new_worker(worker);
             }
             if let Some(config) = self.reloaded_limits() {
+                if let Some(gate) = &mut self.cluster {
+                    gate.set_limits(&config);
+                }
                 self.broker.set_limits(config);
             }
         }

@@ -81,6 +81,12 @@ impl ClusterGate {
         &self.host
     }
 
+    /// The broker's limits changed (a reload): the service-wide budgets follow.
+    pub(super) fn set_limits(&mut self, limits: &crate::config::BrokerLimits) {
+        self.host
+            .set_budget_limits(crate::cluster::BudgetLimits::service_wide(limits));
+    }
+
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
         self.host.poll_timeout()
     }

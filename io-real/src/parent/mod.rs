@@ -299,15 +299,7 @@ fn start_cluster(
 ) -> Result<crate::cluster::StoreDriver, ParentError> {
     use servery_core::cluster::{BudgetLimits, ClusterHost, ClusterTiming, KeyLayout};
     let timing = ClusterTiming::default();
-    let limits = parent.broker().limits();
-    let uploads = BudgetLimits {
-        max_count: u64::from(limits.max_active_uploads()),
-        max_bytes: limits.max_upload_bytes(),
-    };
-    let partials = BudgetLimits {
-        max_count: u64::from(limits.max_partial_uploads()),
-        max_bytes: limits.max_upload_bytes(),
-    };
+    let limits = BudgetLimits::service_wide(parent.broker().limits());
     let answered: crate::cluster::Answered = Arc::new(move |op, reply| {
         // A closed channel means the driver is gone, and the parent with it.
         let _ = events.send(io::Inbound::Event(
@@ -320,7 +312,7 @@ fn start_cluster(
     let host = ClusterHost::new(
         KeyLayout::new(&settings.cluster, &settings.host_id),
         timing,
-        [uploads, partials],
+        limits,
     );
     tracing::info!(
         cluster = settings.cluster.as_str(),

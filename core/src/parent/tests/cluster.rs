@@ -113,10 +113,7 @@ fn clustered(name: &str, now: Instant) -> (Parent, WorkerId) {
             &ClusterName::new(name).expect("a name"),
         ),
         ClusterTiming::default(),
-        [BudgetLimits {
-            max_count: 1,
-            max_bytes: 1 << 20,
-        }; 2],
+        BudgetLimits::service_wide(p.broker().limits()),
     );
     p.start_cluster(now, host);
     (p, w)
@@ -369,5 +366,43 @@ fn a_reservation_answered_after_its_worker_went_is_given_back_not_granted() {
             .map(|h| h.budget_share(crate::cluster::Budget::Uploads)),
         Some((0, 0)),
         "cluster: the share taken for a gone worker is given back"
+    );
+}
+
+#[test]
+fn a_reload_of_the_upload_limits_moves_the_service_wide_budget() {
+    let t = Instant::ZERO;
+    let mut store = Store::default();
+    let (mut a, _) = clustered("a", t);
+    settle(&mut a, &mut store, t);
+    let mut next = a.supervisor().config().as_written();
+    next.workers = 1;
+    next.broker.max_active_uploads = 2;
+    a.handle(
+        t,
+        Event::Command(Command::Reload {
+            id: ReloadId(1),
+            config: Box::new(next),
+        }),
+    );
+    settle(&mut a, &mut store, t);
+    let w = WorkerId(2);
+    for message in [WorkerMessage::Prepared, WorkerMessage::Ready] {
+        a.handle(t, Event::Message { worker: w, message });
+    }
+    settle(&mut a, &mut store, t);
+    assert_eq!(
+        a.supervisor().generation(),
+        Generation(2),
+        "the reload commits"
+    );
+    let reserve = BrokerRequest::ReserveUpload { bytes: 100 };
+    granted_token(ask(&mut a, w, &mut store, t, 1, reserve.clone()));
+    assert!(
+        matches!(
+            ask(&mut a, w, &mut store, t, 2, reserve),
+            Some(BrokerReply::Granted { .. })
+        ),
+        "cluster: two uploads in the service after a reload to --max-active-uploads 2"
     );
 }
