@@ -89,6 +89,16 @@ fn two_hosts_share_locks_and_the_upload_budget_and_refuse_writes_while_etcd_is_a
             && etcd.get(&format!("{prefix}hosts/b")).is_some())
         .then_some(())
     });
+    // What `ctl status` says of the cluster.
+    let status = a.status();
+    assert_eq!(status["cluster"]["host_id"], "a", "{}", status["cluster"]);
+    assert_eq!(status["cluster"]["prefix"], prefix.as_str());
+    assert_eq!(
+        status["cluster"]["may_grant"], true,
+        "{}",
+        status["cluster"]
+    );
+    assert_eq!(status["broker"]["dav_locks_persistent"], false);
 
     // A lock through a is refused through b, and is in etcd under a's name.
     assert_eq!(lock(&a, "/doc.txt"), 200, "a LOCK through host a");
