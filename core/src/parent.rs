@@ -19,7 +19,7 @@ use crate::broker::{Broker, Owner};
 use crate::config::ValidConfig;
 use crate::control::{Answer, RequestId};
 use crate::ids::{ReloadId, WorkerId};
-use crate::proto::{ParentMessage, WorkerMessage};
+use crate::proto::{BrokerRequest, ParentMessage, WorkerMessage};
 use crate::rng::CoreRng;
 use crate::singletons::{SingletonAction, SingletonKind, Singletons};
 use crate::supervisor::{Action, Command, Event, Platform, Supervisor};
@@ -85,6 +85,13 @@ pub enum ParentAction {
     /// CA file at all (its contents may have been replaced; the generation's workers read
     /// it again too). Decision 0118, addendum.
     BuildProbeClients(crate::config::ProbeClients),
+    /// Carry this call to the cluster's store and hand its answer back with
+    /// [`Parent::store_replied`] (only with [`Parent::start_cluster`]). A call that gets
+    /// no answer is not reported: the cluster machine's own deadline ends it.
+    Store {
+        op: crate::cluster::OpId,
+        call: crate::cluster::StoreCall,
+    },
 }
 
 /// The broker client the parent itself runs (its TFTP service's writes), under an id no
@@ -141,8 +148,11 @@ pub struct Parent {
     scripts: scripts::ScriptGroups,
     /// Reloads waiting for the certificate files to be read again.
     tls_files: tls_files::TlsFiles,
+    /// The shared tables in etcd, with `--cluster` ([`Parent::start_cluster`]).
+    cluster: Option<cluster::ClusterGate>,
 }
 
+mod cluster;
 mod dav_journal;
 mod intake;
 mod requests;
@@ -178,6 +188,7 @@ impl Parent {
             journal: dav_journal::JournalState::default(),
             scripts: scripts::ScriptGroups::default(),
             tls_files: tls_files::TlsFiles::default(),
+            cluster: None,
         }
         .settled()
     }
@@ -214,6 +225,43 @@ impl Parent {
 
     pub fn broker(&self) -> &Broker {
         &self.broker
+    }
+
+    /// Back the broker's DAV locks and upload budget with the cluster's shared tables
+    /// (decision 0130): `host` is granted its etcd lease from `now` on, and its store
+    /// calls leave as [`ParentAction::Store`].
+    pub fn start_cluster(&mut self, now: Instant, host: crate::cluster::ClusterHost) {
+        self.cluster = Some(cluster::ClusterGate::start(now, host));
+        self.pump();
+        self.settle();
+    }
+
+    /// This host's cluster machine, with `--cluster`.
+    pub fn cluster(&self) -> Option<&crate::cluster::ClusterHost> {
+        self.cluster.as_ref().map(cluster::ClusterGate::host)
+    }
+
+    /// The store's answer to [`ParentAction::Store`] `op`.
+    pub fn store_replied(
+        &mut self,
+        now: Instant,
+        op: crate::cluster::OpId,
+        reply: crate::cluster::StoreReply,
+    ) {
+        self.handle(now, Event::StoreReplied { op, reply });
+    }
+
+    /// A broker request from `owner`: through the cluster first when it needs the shared
+    /// tables, to the broker alone otherwise.
+    fn broker_request(&mut self, now: Instant, owner: Owner, id: u64, request: BrokerRequest) {
+        let request = match &mut self.cluster {
+            Some(gate) => match gate.gate(now, &self.broker, owner, id, request) {
+                cluster::Gated::ToBroker(request) => request,
+                cluster::Gated::Held => return,
+            },
+            None => request,
+        };
+        self.broker.handle_request(now, owner, id, request);
     }
 
     pub fn singletons(&self) -> &Singletons {
@@ -301,8 +349,7 @@ impl Parent {
             Event::Message { worker, message } if worker == PARENT_CLIENT => {
                 if let WorkerMessage::Broker { id, request } = message {
                     let generation = self.supervisor.generation();
-                    self.broker
-                        .handle_request(now, Owner { worker, generation }, id, request);
+                    self.broker_request(now, Owner { worker, generation }, id, request);
                 }
             }
             Event::Message {
@@ -314,8 +361,7 @@ impl Parent {
                     self.supervisor.worker_generation(worker),
                 ) {
                     self.upstream_reported(now, worker, &request);
-                    self.broker
-                        .handle_request(now, Owner { worker, generation }, id, request);
+                    self.broker_request(now, Owner { worker, generation }, id, request);
                 }
             }
             // A script's group is recorded only from a worker whose channel is trusted.
@@ -332,6 +378,11 @@ impl Parent {
                 message: WorkerMessage::ScriptEnded { pgid },
             } => self.scripts.ended(worker, pgid),
             Event::UpstreamProbed { upstream, ok } => self.upstream_probed(now, upstream, ok),
+            Event::StoreReplied { op, reply } => {
+                if let Some(gate) = &mut self.cluster {
+                    gate.store_replied(now, op, reply);
+                }
+            }
             Event::Acme { wall, event } => {
                 if let Some(acme) = &mut self.acme {
                     acme.handle(now, wall, *event);
@@ -380,6 +431,9 @@ impl Parent {
             tls.handle_timeout(now);
         }
         self.journal.handle_timeout(now);
+        if let Some(gate) = &mut self.cluster {
+            gate.handle_timeout(now);
+        }
         if let Some(upstreams) = &mut self.upstreams {
             upstreams.handle_timeout(now);
         }
@@ -417,9 +471,16 @@ impl Parent {
             .upstreams
             .as_ref()
             .and_then(crate::upstream_health::UpstreamHealth::poll_timeout);
+        let cluster = self
+            .cluster
+            .as_ref()
+            .and_then(cluster::ClusterGate::poll_timeout);
         earliest(
             earliest(earliest(self.broker.poll_timeout(), watch), upstreams),
-            earliest(earliest(acme, tls), self.journal.poll_timeout()),
+            earliest(
+                earliest(acme, tls),
+                earliest(self.journal.poll_timeout(), cluster),
+            ),
         )
     }
 
@@ -536,6 +597,9 @@ impl Parent {
                 self.upstreams_to_new_worker(worker);
             }
             if let Some(config) = self.reloaded_limits() {
+                if let Some(gate) = &mut self.cluster {
+                    gate.set_limits(&config);
+                }
                 self.broker.set_limits(config);
             }
         }
@@ -563,7 +627,11 @@ impl Parent {
         // After a failed write, also when its retry is due with nothing changed.
         let changed = self.broker.take_dav_changed();
         let retry = self.journal.take_retry_due();
-        if (changed || retry) && self.supervisor.config().features().dav_persistent_locks {
+        // In a cluster etcd is the locks' durable copy: no journal (decision 0096).
+        if (changed || retry)
+            && self.supervisor.config().features().dav_persistent_locks
+            && self.cluster.is_none()
+        {
             let now = self.last_step.unwrap_or(Instant::ZERO);
             let dav = self.broker.dav();
             let locks = dav.snapshot(now);
@@ -573,6 +641,18 @@ impl Parent {
                     .filter_map(|l| dav.expiry(l.token).map(|at| (l.token, at))),
             );
             self.actions.push_back(ParentAction::PersistDavLocks(locks));
+        }
+        if let Some(gate) = &mut self.cluster {
+            let now = self.last_step.unwrap_or(Instant::ZERO);
+            let supervisor = &self.supervisor;
+            gate.pump(now, &mut self.broker, |o: Owner| {
+                o.worker == PARENT_CLIENT
+                    || (supervisor.is_connected(o.worker)
+                        && supervisor.worker_generation(o.worker) == Some(o.generation))
+            });
+            for (op, call) in gate.take_calls() {
+                self.actions.push_back(ParentAction::Store { op, call });
+            }
         }
         while let Some((worker, id, reply)) = self.broker.poll_reply() {
             self.actions
@@ -644,6 +724,9 @@ impl Parent {
         }
         if let Some(tls) = &self.tls {
             tls.check_invariants()?;
+        }
+        if let Some(gate) = &self.cluster {
+            gate.check_invariants()?;
         }
         // A gone worker's groups were handed to the driver to kill, not kept.
         for worker in self.scripts.workers() {

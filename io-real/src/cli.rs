@@ -230,6 +230,7 @@ crate::knobs::settings_struct! {
         app: crate::app::args::AppArgs,
         proxy: crate::proxy::ProxyArgs,
         cgi: crate::cgi::CgiArgs,
+        cluster: crate::cluster::ClusterArgs,
     }
     core_fields {
         workers => workers via Workers::count;

@@ -27,6 +27,7 @@ pub mod cgi;
 pub mod civil_time;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod ctl;
 pub mod entry;
 pub mod fdpass;

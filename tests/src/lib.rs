@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod binary;
+mod etcd;
 mod http;
 pub mod instructions;
 pub mod netns;
@@ -25,6 +26,7 @@ mod wrk;
 use std::time::Duration;
 
 pub use binary::*;
+pub use etcd::*;
 pub use http::*;
 pub use other_user::*;
 pub use procs::*;

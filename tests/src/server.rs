@@ -45,6 +45,9 @@ pub struct Launch {
     /// Start servery with this open-file limit, (soft, hard), through `prlimit`, which
     /// execs it.
     pub open_files: Option<(u64, u64)>,
+    /// A second server of the same test, started while the first runs (the cluster's
+    /// hosts): it does not wait for the one-server-at-a-time turn the first holds.
+    pub alongside: bool,
 }
 
 /// A running `servery` parent. Dropping it kills its process group and every worker it
@@ -63,7 +66,7 @@ pub struct Server {
     readers: Vec<std::thread::JoinHandle<()>>,
     pids: Mutex<BTreeSet<u32>>,
     exit: Option<ExitStatus>,
-    _serial: MutexGuard<'static, ()>,
+    _serial: Option<MutexGuard<'static, ()>>,
 }
 
 impl Server {
@@ -81,7 +84,7 @@ impl Server {
         env: &[(&str, &str)],
         launch: &Launch,
     ) -> Server {
-        let serial = serial();
+        let serial = (!launch.alongside).then(serial);
         let socket = tree.socket();
         let mut cmd = match (launch.umask, launch.user) {
             (None, None) if launch.netns.is_some() => launch

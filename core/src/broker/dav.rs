@@ -76,6 +76,22 @@ impl DavTable {
         Some(std::mem::replace(&mut l.expires_at, at))
     }
 
+    /// Whether a lock whose time is not up is on exactly `resource`.
+    pub fn locked_on(&self, now: Instant, resource: &str) -> bool {
+        self.tokens_on(resource)
+            .iter()
+            .any(|t| self.locks.get(t).is_some_and(|l| l.expires_at > now))
+    }
+
+    /// Every lock on exactly `resource`, live or not.
+    pub fn tokens_on(&self, resource: &str) -> Vec<LeaseId> {
+        self.by_resource
+            .range((resource.to_owned(), LeaseId(0))..)
+            .take_while(|(r, _)| r == resource)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+
     pub fn get(&self, token: LeaseId) -> Option<&DavLock> {
         self.locks.get(&token)
     }

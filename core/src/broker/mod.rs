@@ -340,6 +340,12 @@ impl Broker {
         self.replies.push_back((owner.worker, id, reply));
     }
 
+    /// Answers request `id` of `owner` with `reply`, decided outside the broker's own
+    /// tables (the cluster's refusals, decision 0130).
+    pub fn answer(&mut self, owner: Owner, id: u64, reply: BrokerReply) {
+        self.reply(owner, id, reply);
+    }
+
     fn owned(&mut self, owner: Owner, id: LeaseId) {
         self.by_owner.entry(owner.worker).or_default().insert(id);
     }

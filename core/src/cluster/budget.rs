@@ -19,6 +19,24 @@ pub struct BudgetLimits {
     pub max_bytes: u64,
 }
 
+impl BudgetLimits {
+    /// The service-wide budgets of the broker's limits: uploads (`max_active_uploads`,
+    /// `max_upload_bytes`) and partial uploads (`max_partial_uploads`, the same bytes),
+    /// indexed as [`Budget::ALL`].
+    pub fn service_wide(limits: &crate::config::BrokerLimits) -> [BudgetLimits; 2] {
+        [
+            BudgetLimits {
+                max_count: u64::from(limits.max_active_uploads()),
+                max_bytes: limits.max_upload_bytes(),
+            },
+            BudgetLimits {
+                max_count: u64::from(limits.max_partial_uploads()),
+                max_bytes: limits.max_upload_bytes(),
+            },
+        ]
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum BudgetJob {
     Reserve {
@@ -156,6 +174,12 @@ impl ClusterHost {
         own.bytes = own.bytes.saturating_sub(bytes);
         self.budgets.queue(budget, BudgetJob::Sync);
         self.pump_budgets(now);
+    }
+
+    /// New limits (a reload): they apply to reservations asked for from now on; what is
+    /// held stays held.
+    pub fn set_budget_limits(&mut self, limits: [BudgetLimits; 2]) {
+        self.budgets.limits = limits;
     }
 
     /// This host's share of `budget`: (reservations, bytes).

@@ -168,6 +168,12 @@ impl ClusterHost {
         }
     }
 
+    /// Whether this host still counts `name` at `fence` among its grants, whatever its
+    /// grant deadline: false once released, fenced, or gone with a lost lease.
+    pub fn holds_name(&self, name: &SharedName, fence: Revision) -> bool {
+        self.held.get(&self.layout.name(name)) == Some(&fence)
+    }
+
     /// Whether this host holds `name` at `fence` and may still act on it.
     pub fn holds(&self, now: Instant, name: &SharedName, fence: Revision) -> bool {
         self.may_grant(now) && self.held.get(&self.layout.name(name)) == Some(&fence)

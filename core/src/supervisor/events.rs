@@ -108,8 +108,9 @@ impl Supervisor {
             Event::Control { .. } => {}
             // The parent's TLS material machine takes these (`crate::parent`).
             Event::Tls(_) | Event::TlsFilesRead { .. } => {}
-            // The parent's upstream health takes these.
-            Event::UpstreamProbed { .. } => {}
+            // The parent's upstream health takes these, and its cluster gate the store's
+            // answers.
+            Event::UpstreamProbed { .. } | Event::StoreReplied { .. } => {}
             Event::ListenersBound {
                 reload,
                 listen,

@@ -401,6 +401,11 @@ pub enum Event {
         upstream: u32,
         ok: bool,
     },
+    /// The cluster's store answered [`crate::parent::ParentAction::Store`] `op`.
+    StoreReplied {
+        op: crate::cluster::OpId,
+        reply: crate::cluster::StoreReply,
+    },
     /// The answer to [`Action::BindListeners`]: the set is bound, or why it is not.
     ListenersBound {
         reload: ReloadId,

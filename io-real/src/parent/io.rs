@@ -140,6 +140,7 @@ struct Channel {
 pub(super) struct RealIo {
     clock: Clock,
     rt: Handle,
+    store: Option<crate::cluster::StoreDriver>,
     /// `--proxy-health`: sends the probes the core asks for.
     prober: Option<super::upstream_probe::Prober>,
     poll: DriverPoll,
@@ -192,6 +193,8 @@ const NOT_RUNNING_WORTH_A_LINE: core::time::Duration = core::time::Duration::fro
 pub(super) struct RealIoParts {
     pub clock: Clock,
     pub rt: Handle,
+    /// With `--cluster`: carries the core's store calls to etcd.
+    pub store: Option<crate::cluster::StoreDriver>,
     pub prober: Option<super::upstream_probe::Prober>,
     pub poll: DriverPoll,
     pub listeners: super::listener_sets::ListenerSets,
@@ -219,6 +222,7 @@ impl RealIo {
         RealIo {
             clock: p.clock,
             rt: p.rt,
+            store: p.store,
             prober: p.prober,
             poll: p.poll,
             ready: mio::Events::with_capacity(64),
@@ -717,6 +721,13 @@ impl ParentIo for RealIo {
                     }
                     // The current key keeps sealing; the core asks again.
                     Err(_) => tracing::error!("cannot read OS randomness for a ticket key"),
+                }
+                return;
+            }
+            ParentAction::Store { op, call } => {
+                match &self.store {
+                    Some(store) => store.perform(op, call),
+                    None => tracing::warn!("a store call asked for with no --cluster"),
                 }
                 return;
             }

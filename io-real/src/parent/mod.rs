@@ -79,6 +79,8 @@ pub enum ParentError {
     Quic(#[from] crate::http3::sockets::QuicBindError),
     #[error("cannot prepare the upstream probes: {0}")]
     Proxy(String),
+    #[error("cannot prepare the cluster's etcd client: {0}")]
+    Cluster(String),
 }
 
 /// How long the exit waits for the singleton services to finish their stops (an mDNS
@@ -136,6 +138,10 @@ pub fn run(loaded: Loaded) -> i32 {
     let mut app_and_proxy = args.app.check();
     app_and_proxy.extend(args.proxy.check());
     app_and_proxy.extend(args.cgi.check());
+    let cluster = args.cluster.check().unwrap_or_else(|issues| {
+        app_and_proxy.extend(issues);
+        None
+    });
     let site = match (site, app_and_proxy) {
         (site, app) if app.is_empty() => site,
         (Ok(_), app) => Err(app),
@@ -214,7 +220,9 @@ pub fn run(loaded: Loaded) -> i32 {
         say!("{}", report.trim_end());
         return 0;
     }
-    match serve(&args, loaded, config, root, site, journal, access_log, acme) {
+    match serve(
+        &args, loaded, config, root, site, journal, access_log, acme, cluster,
+    ) {
         Ok(code) => code,
         Err(e) => {
             tell!("servery: {e}");
@@ -280,6 +288,43 @@ fn resolve_root(dir: Option<&Path>) -> Result<PathBuf, String> {
     Ok(root)
 }
 
+/// Backs the broker's shared tables with etcd (decision 0130): the cluster machine with
+/// decision 0096's timing and the service's budgets, and the driver for its store calls.
+fn start_cluster(
+    parent: &mut Parent,
+    settings: &crate::cluster::ClusterSettings,
+    rt: &tokio::runtime::Handle,
+    events: io::InboundTx,
+    now: servery_core::Instant,
+) -> Result<crate::cluster::StoreDriver, ParentError> {
+    use servery_core::cluster::{BudgetLimits, ClusterHost, ClusterTiming, KeyLayout};
+    let timing = ClusterTiming::default();
+    let limits = BudgetLimits::service_wide(parent.broker().limits());
+    let answered: crate::cluster::Answered = Arc::new(move |op, reply| {
+        // A closed channel means the driver is gone, and the parent with it.
+        let _ = events.send(io::Inbound::Event(
+            servery_core::supervisor::Event::StoreReplied { op, reply },
+        ));
+    });
+    let driver =
+        crate::cluster::StoreDriver::new(settings, rt.clone(), timing.op_timeout, answered)
+            .map_err(ParentError::Cluster)?;
+    let host = ClusterHost::new(
+        KeyLayout::new(&settings.cluster, &settings.host_id),
+        timing,
+        limits,
+    );
+    tracing::info!(
+        cluster = settings.cluster.as_str(),
+        host_id = settings.host_id.as_str(),
+        endpoints = ?settings.endpoints,
+        tls = settings.tls,
+        "sharing DAV locks and the upload budget through etcd"
+    );
+    parent.start_cluster(now, host);
+    Ok(driver)
+}
+
 fn entropy() -> std::io::Result<[u8; 32]> {
     let mut seed = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
@@ -296,6 +341,7 @@ fn serve(
     journal: Option<(dav_journal::Journal, dav_journal::Loaded)>,
     access_log: Option<std::fs::File>,
     acme: Option<services::acme::args::AcmeSettings>,
+    cluster: Option<crate::cluster::ClusterSettings>,
 ) -> Result<i32, ParentError> {
     warn_of_open_file_limit(args.budgets.max_connections);
     // Both read (and clear) the environment, before any thread exists.
@@ -625,9 +671,20 @@ fn serve(
         parent.supervisor().config().listen(),
         listeners,
     );
+    let store = match &cluster {
+        Some(settings) => Some(start_cluster(
+            &mut parent,
+            settings,
+            host.handle(),
+            events_tx.clone(),
+            clock.now(),
+        )?),
+        None => None,
+    };
     let mut real = RealIo::new(RealIoParts {
         clock,
         rt: host.handle().clone(),
+        store,
         prober,
         poll,
         listeners,

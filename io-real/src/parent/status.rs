@@ -84,6 +84,7 @@ pub(super) fn status_json(
             })
         }),
         "broker": broker_json(parent, now),
+        "cluster": cluster_json(parent, now),
         "singletons": singletons_json(parent, &info.services),
         "acme": parent.acme().map(|m| {
             let wall = super::services::acme::facts::wall_now();
@@ -141,6 +142,31 @@ fn singletons_json(parent: &Parent, services: &super::services::Reports) -> Valu
 
 /// The broker's tables: every lease with its holder and age (what an operator looks at
 /// when a write is refused as busy), and the sizes of the rest.
+/// This host's side of the cluster (`--cluster`): whether it may grant now and until
+/// when, what it holds in etcd, and its counters. `null` without a cluster.
+fn cluster_json(parent: &Parent, now: Instant) -> Value {
+    let Some(host) = parent.cluster() else {
+        return Value::Null;
+    };
+    let stats = host.stats();
+    let (uploads, upload_bytes) = host.budget_share(servery_core::cluster::Budget::Uploads);
+    json!({
+        "host_id": host.layout().host(),
+        "prefix": host.layout().prefix(),
+        "may_grant": host.may_grant(now),
+        "grant_deadline_in_ms": host.grant_deadline().map(|d| ms(d.saturating_since(now))),
+        "names_held": host.held().count(),
+        "upload_share": { "count": uploads, "bytes": upload_bytes },
+        "granted": stats.granted,
+        "busy": stats.busy,
+        "unavailable": stats.unavailable,
+        "reserved": stats.reserved,
+        "saturated": stats.saturated,
+        "leases_lost": stats.leases_lost,
+        "ops_timed_out": stats.ops_timed_out,
+    })
+}
+
 fn broker_json(parent: &Parent, now: Instant) -> Value {
     let broker = parent.broker();
     json!({
@@ -160,8 +186,10 @@ fn broker_json(parent: &Parent, now: Instant) -> Value {
         },
         "partials": broker.partial_count(),
         "dav_locks": broker.dav().len(),
-        // Whether the lock table outlives this parent (`--state-dir`).
-        "dav_locks_persistent": parent.supervisor().config().features().dav_persistent_locks,
+        // Whether the lock table outlives this parent (`--state-dir`; never in a cluster,
+        // where etcd holds the locks' names and they live as long as this host's lease).
+        "dav_locks_persistent": parent.supervisor().config().features().dav_persistent_locks
+            && parent.cluster().is_none(),
         "log_queue": broker.log().len(),
         // Grants of --proxy-max-inflight held by workers (in use or spare).
         "proxy_grants": broker.proxy_grants().total(),

@@ -23,7 +23,7 @@ pub(super) fn unix_host(index: usize) -> String {
 
 /// A connection to an upstream, either kind.
 #[derive(Debug)]
-pub(super) enum Stream {
+pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
@@ -84,9 +84,9 @@ impl tokio::io::AsyncWrite for Stream {
     }
 }
 
-/// Dials what a request's URI names.
+/// Dials what a request's URI names (also the cluster's etcd client, `crate::cluster`).
 #[derive(Clone)]
-pub(super) struct Connector {
+pub(crate) struct Connector {
     /// The socket of each Unix route, by the index in its host name.
     pub unix: Arc<Vec<PathBuf>>,
     pub timeout: Duration,

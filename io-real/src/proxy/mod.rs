@@ -10,7 +10,7 @@
 pub mod admission;
 pub mod args;
 mod body;
-mod connect;
+pub(crate) mod connect;
 pub mod headers;
 mod health;
 mod pool;

@@ -108,6 +108,9 @@ impl ParentIo for SimWorld {
             // The simulated upstreams' probes need no client (they answer with the
             // truth); left out of the trace, which pins the other machines' steps.
             ParentAction::BuildProbeClients(_) => return,
+            // The simulated parents run as one host each (the cluster is simulated on
+            // its own, `crate::cluster`): no store calls.
+            ParentAction::Store { .. } => return,
             _ => {}
         }
         let (code, arg) = action_code(&action);
@@ -121,7 +124,8 @@ impl ParentIo for SimWorld {
             ParentAction::Acme(action) => return self.acme_action(now, action),
             ParentAction::Answer { .. }
             | ParentAction::ReopenAccessLog
-            | ParentAction::BuildProbeClients(_) => return,
+            | ParentAction::BuildProbeClients(_)
+            | ParentAction::Store { .. } => return,
             ParentAction::KillScriptGroups { worker, pgids } => {
                 self.kill_script_groups(worker, &pgids);
                 return self.proxy_kill_groups(worker, &pgids);
@@ -599,7 +603,8 @@ pub(super) fn action_code(action: &ParentAction) -> (u64, u64) {
         // Never traced (see `perform`).
         ParentAction::Answer { .. }
         | ParentAction::ReopenAccessLog
-        | ParentAction::BuildProbeClients(_) => return (20, 0),
+        | ParentAction::BuildProbeClients(_)
+        | ParentAction::Store { .. } => return (20, 0),
         ParentAction::KillScriptGroups { worker, .. } => return (22, worker.0),
         ParentAction::ProbeUpstream { upstream, .. } => return (21, u64::from(*upstream)),
         ParentAction::ReadTlsFiles { reload } => return (23, reload.0),

@@ -1,6 +1,7 @@
 //! The parent's unit tests: the routing between its machines, and (in the files
 //! beside this one) its rules one by one.
 
+mod cluster;
 mod final_counts;
 mod intake;
 mod script_groups;
