@@ -108,6 +108,11 @@ impl SimFs {
         }
     }
 
+    /// Whether the temp file's bytes are all durable.
+    pub(crate) fn temp_synced(&self, temp: u64) -> bool {
+        self.temps.get(&temp).is_some_and(|t| t.synced)
+    }
+
     /// fsync of a temp file.
     pub(crate) fn sync_temp(&mut self, temp: u64) -> bool {
         match self.temps.get_mut(&temp) {

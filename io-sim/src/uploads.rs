@@ -228,6 +228,15 @@ impl SimWorld {
                         WriteEvent::Failed(WriteFailure::Io)
                     } else {
                         let replaced = self.fs.files.contains_key(&target);
+                        if let Some(temp) = temp
+                            && !self.fs.temp_synced(temp)
+                        {
+                            self.violation(format!(
+                                "torn-rename rule: {worker} renamed its upload into target \
+                                 {target} before its bytes were made durable (a crash before \
+                                 the directory's fsync could show part of it)"
+                            ));
+                        }
                         if let Some(temp) = temp {
                             self.fs.rename(temp);
                         }

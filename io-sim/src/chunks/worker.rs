@@ -355,6 +355,13 @@ impl SimWorld {
                             // One rename: the target shows the old file or the new one.
                             let durable =
                                 self.fs.partials.get(&TARGET).is_some_and(|p| p.data_synced);
+                            if !durable {
+                                self.violation(format!(
+                                    "torn-rename rule: {worker} renamed the partial file into \
+                                     place before its bytes were made durable (a crash before \
+                                     the directory's fsync could show part of it)"
+                                ));
+                            }
                             self.fs.publish(TARGET, 0, data, durable);
                             self.chunk_check_files(step, true);
                             ChunkEvent::Published { replaced: exists }

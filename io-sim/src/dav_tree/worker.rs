@@ -138,6 +138,8 @@ impl SimWorld {
                 _ => (r.from.as_str(), r.to.as_deref()),
             };
             let tree = &mut t.tree;
+            // A staging copy renamed into place before it was made durable.
+            let mut placed_unsynced = false;
             let event = match action {
                 TreeAction::Lease(side) => {
                     let path = match side {
@@ -263,6 +265,7 @@ impl SimWorld {
                         Placing::Staging => match run.staging.take() {
                             Some(staging) => {
                                 run.placed_durable = Some(run.staging_synced);
+                                placed_unsynced = !run.staging_synced;
                                 tree.rename(&staging, to)
                             }
                             None => Err(RenameError::NotFound),
@@ -312,6 +315,13 @@ impl SimWorld {
                     return self.dav_tree_answer(worker, conn, rec, end);
                 }
             };
+            if placed_unsynced {
+                self.violation(format!(
+                    "torn-rename rule: {} renamed its staging copy into place before it was \
+                     made durable (a crash before the directory's fsync could show part of it)",
+                    r.describe()
+                ));
+            }
             self.dav_tree_snapshot(rec);
             self.dav_tree_event(worker, conn, event);
         }
