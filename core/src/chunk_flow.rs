@@ -12,9 +12,17 @@
 //! 3. take the broker's partial reservation for the target (adopt it, take it over from
 //!    an idle live owner, or reserve it again) and record it in the meta file;
 //! 4. append the new bytes at the held length, make them durable;
-//! 5. with the last byte: confirm the lease, publish the partial file, remove the
-//!    partial's files; otherwise keep the partial reservation for the next chunk;
+//! 5. with the last byte: confirm the lease, publish the partial file, make the rename
+//!    durable (fsync of the directory), remove the partial's files; otherwise keep the
+//!    partial reservation for the next chunk;
 //! 6. release the lease and the reservation, then answer.
+//!
+//! Storage faults (decision 0131): ENOSPC part-way through the append keeps the bytes
+//! that reached the file, made durable, and resumable (507); an fsync of the appended
+//! bytes that fails discards the partial's files, since bytes the disk may not hold are
+//! nothing to resume from (507 or 500, and the client starts again from byte 0); an fsync
+//! of the directory that fails after the publishing rename answers 500 with the whole file
+//! under its name, as a whole-file write does.
 
 use std::collections::VecDeque;
 
@@ -118,6 +126,8 @@ pub enum ChunkAction {
     ConfirmLease,
     /// Revalidate and rename the partial file into place: [`ChunkEvent::Published`].
     Publish { overwrite: bool },
+    /// Make the rename durable (fsync of the target's directory): [`ChunkEvent::Synced`].
+    SyncDirectory,
     /// Remove the partial's files: [`ChunkEvent::Removed`].
     RemovePartial,
     /// Leave the partial reservation in the broker for the next chunk. Nothing to report.
@@ -175,7 +185,11 @@ enum Stage {
     Syncing,
     Confirming,
     Reopening,
+    /// Syncing the whole file before its publishing rename (its bytes may come from a
+    /// chunk whose worker died before its own sync).
+    SyncingWhole,
     Publishing,
+    SyncingDirectory,
     Removing,
     Done,
 }
@@ -204,6 +218,8 @@ pub struct ChunkFlow {
     copy_failure: Option<WriteFailure>,
     /// What publishing answered, for after the partial's files are removed.
     outcome: Option<ChunkAnswer>,
+    /// What the publishing rename did, answered once it is durable.
+    published: Option<Published>,
     actions: VecDeque<ChunkAction>,
 }
 
@@ -220,6 +236,7 @@ impl ChunkFlow {
             have: 0,
             copy_failure: None,
             outcome: None,
+            published: None,
             actions: VecDeque::from([ChunkAction::Reserve { bytes }]),
         }
     }
@@ -332,20 +349,35 @@ impl ChunkFlow {
                 }
             }
             (Stage::Syncing, E::Synced) => self.copied(),
+            (Stage::Syncing | Stage::SyncingWhole, E::Failed(f)) => {
+                // The appended bytes may not be on the disk: nothing to resume from.
+                self.copy_failure = None;
+                self.remove(Err(ChunkFailure::Write(f)));
+            }
             (Stage::Confirming, E::Granted(id)) if Some(id) == self.lease => {
                 self.go(Stage::Reopening, ChunkAction::OpenAt { at: o.total });
             }
-            (Stage::Reopening, E::Opened) => {
+            (Stage::Reopening, E::Opened) => self.go(Stage::SyncingWhole, ChunkAction::Sync),
+            (Stage::SyncingWhole, E::Synced) => {
                 let overwrite = o.overwrite && !o.create_only;
                 self.go(Stage::Publishing, ChunkAction::Publish { overwrite });
             }
             (Stage::Publishing, E::Published { replaced }) => {
-                let published = if replaced {
+                self.published = Some(if replaced {
                     Published::Replaced
                 } else {
                     Published::Created
-                };
-                self.remove(Ok(ChunkDone::Complete(published)));
+                });
+                self.go(Stage::SyncingDirectory, ChunkAction::SyncDirectory);
+            }
+            (Stage::SyncingDirectory, E::Synced) => match self.published.take() {
+                Some(published) => self.remove(Ok(ChunkDone::Complete(published))),
+                None => self.remove(Err(ChunkFailure::Write(WriteFailure::Io))),
+            },
+            (Stage::SyncingDirectory, E::Failed(f)) => {
+                // The whole file is under its name, but the rename may not survive a
+                // crash: not answered as complete. The meta file goes all the same.
+                self.remove(Err(ChunkFailure::Write(f)));
             }
             (
                 Stage::Publishing,

@@ -89,6 +89,8 @@ fn run(
     let mut taken = 0;
     // The lease was confirmed after the last byte was written.
     let mut confirmed = false;
+    // Every byte of the open partial file is durable (no write since its last fsync).
+    let mut durable = false;
     while let Some(action) = flow.next_action() {
         let crash = crash_after == Some(taken);
         taken += 1;
@@ -158,10 +160,14 @@ fn run(
                 let mut data = fs.data.take().unwrap_or_default();
                 data.resize(at as usize, 0);
                 fs.data = Some(data);
+                // A file opened by this worker may hold bytes another wrote and never
+                // synced (it died before its sync).
+                durable = false;
                 ChunkEvent::Opened
             }
             ChunkAction::Copy { skip } => {
                 assert!(!broker.leases.is_empty(), "appending without the lease");
+                durable = false;
                 let sent = &upload()[send.start as usize..=send.end as usize];
                 let arrived = send
                     .cut
@@ -187,7 +193,11 @@ fn run(
                     },
                 }
             }
-            ChunkAction::Sync => ChunkEvent::Synced,
+            ChunkAction::Sync => {
+                durable = true;
+                ChunkEvent::Synced
+            }
+            ChunkAction::SyncDirectory => ChunkEvent::Synced,
             ChunkAction::ConfirmLease => {
                 confirmed = true;
                 ChunkEvent::Granted(broker.leases[0])
@@ -195,6 +205,10 @@ fn run(
             ChunkAction::Publish { overwrite } => {
                 assert!(!broker.leases.is_empty(), "published without the lease");
                 assert!(confirmed, "published without confirming the lease");
+                assert!(
+                    durable,
+                    "torn-rename rule: renamed into place before its bytes were made durable"
+                );
                 if fs.target.is_some() && !overwrite {
                     ChunkEvent::Failed(WriteFailure::Exists)
                 } else {
@@ -424,7 +438,7 @@ proptest! {
                     file: pick % 3 != 0,
                     result: if pick % 4 == 0 { Err(WriteFailure::Source) } else { Ok(()) },
                 },
-                ChunkAction::Sync => ChunkEvent::Synced,
+                ChunkAction::Sync | ChunkAction::SyncDirectory => ChunkEvent::Synced,
                 ChunkAction::Publish { .. } => ChunkEvent::Published { replaced: pick % 2 == 0 },
                 ChunkAction::RemovePartial => ChunkEvent::Removed,
                 ChunkAction::KeepPartial(id)
@@ -506,10 +520,12 @@ fn the_last_chunk_in_order() {
         (ChunkAction::Sync, Some(ChunkEvent::Synced)),
         (ChunkAction::ConfirmLease, Some(ChunkEvent::Granted(l))),
         (ChunkAction::OpenAt { at: TOTAL }, Some(ChunkEvent::Opened)),
+        (ChunkAction::Sync, Some(ChunkEvent::Synced)),
         (
             ChunkAction::Publish { overwrite: false },
             Some(ChunkEvent::Published { replaced: false }),
         ),
+        (ChunkAction::SyncDirectory, Some(ChunkEvent::Synced)),
         (ChunkAction::RemovePartial, Some(ChunkEvent::Removed)),
         (ChunkAction::ReleasePartial(p), None),
         (ChunkAction::ReleaseLease(l), None),
@@ -713,6 +729,7 @@ fn failures_keep_the_partial_only_where_its_bytes_are_resumable() {
     assert!(!fate(|a| *a == ChunkAction::Sync));
     assert!(!fate(|a| *a == ChunkAction::OpenAt { at: TOTAL }));
     assert!(!fate(|a| *a == ChunkAction::RemovePartial));
+    assert!(!fate(|a| *a == ChunkAction::SyncDirectory));
     assert!(fate(|a| *a == ChunkAction::ConfirmLease));
     assert!(fate(|a| matches!(a, ChunkAction::Publish { .. })));
 }
@@ -782,9 +799,75 @@ fn success(a: &ChunkAction) -> Option<ChunkEvent> {
             file: true,
             result: Ok(()),
         },
-        ChunkAction::Sync => ChunkEvent::Synced,
+        ChunkAction::Sync | ChunkAction::SyncDirectory => ChunkEvent::Synced,
         ChunkAction::Publish { .. } => ChunkEvent::Published { replaced: false },
         ChunkAction::RemovePartial => ChunkEvent::Removed,
         _ => return None,
     })
+}
+
+/// Runs one whole first chunk with `fail` failing the first action it names.
+fn run_failing(fail: ChunkAction, failure: WriteFailure) -> Vec<ChunkAction> {
+    let mut flow = ChunkFlow::new(ChunkOptions {
+        start: 0,
+        end: TOTAL - 1,
+        total: TOTAL,
+        overwrite: false,
+        create_only: false,
+    });
+    let mut taken = Vec::new();
+    while let Some(a) = flow.next_action() {
+        taken.push(a);
+        let event = if a == fail {
+            ChunkEvent::Failed(failure)
+        } else {
+            let Some(event) = success(&a) else { continue };
+            event
+        };
+        flow.handle(event);
+    }
+    taken
+}
+
+/// An fsync of the appended bytes that fails leaves nothing to resume from: the partial's
+/// files go, and so does its reservation (decision 0131).
+#[test]
+fn a_failed_fsync_of_a_chunk_discards_what_it_could_not_make_durable() {
+    for failure in [WriteFailure::Io, WriteFailure::NoSpace] {
+        let taken = run_failing(ChunkAction::Sync, failure);
+        assert_eq!(
+            &taken[taken.len() - 5..],
+            &[
+                ChunkAction::RemovePartial,
+                ChunkAction::ReleasePartial(LeaseId(3)),
+                ChunkAction::ReleaseLease(LeaseId(2)),
+                ChunkAction::ReleaseReservation(LeaseId(1)),
+                ChunkAction::Finish(Err(ChunkFailure::Write(failure))),
+            ],
+            "chunk-fsync rule: bytes the disk may not hold are discarded, not resumed"
+        );
+        assert!(
+            !taken
+                .iter()
+                .any(|a| matches!(a, ChunkAction::Publish { .. }))
+        );
+    }
+}
+
+/// A directory fsync that fails after the publishing rename is not answered as complete.
+#[test]
+fn a_failed_fsync_of_the_directory_after_the_last_chunk_is_a_failure() {
+    let taken = run_failing(ChunkAction::SyncDirectory, WriteFailure::Io);
+    assert_eq!(
+        &taken[taken.len() - 6..],
+        &[
+            ChunkAction::SyncDirectory,
+            ChunkAction::RemovePartial,
+            ChunkAction::ReleasePartial(LeaseId(3)),
+            ChunkAction::ReleaseLease(LeaseId(2)),
+            ChunkAction::ReleaseReservation(LeaseId(1)),
+            ChunkAction::Finish(Err(ChunkFailure::Write(WriteFailure::Io))),
+        ],
+        "directory-fsync rule: a rename not made durable is answered 500, not complete"
+    );
 }

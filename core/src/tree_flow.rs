@@ -8,16 +8,23 @@
 //! 1. lease the resources the operation changes (source and destination, in the global
 //!    order the driver gives, so two opposite MOVEs cannot deadlock);
 //! 2. look at both under the leases;
-//! 3. build a copy under a private staging name (COPY, and MOVE across file systems);
+//! 3. build a copy under a private staging name (COPY, and MOVE across file systems), and
+//!    make it durable (fsync of every file and directory in it);
 //! 4. confirm the leases, move a directory-involved destination away to a private trash
 //!    name, then place the result with one rename (a file over a file is replaced by that
-//!    rename alone); a DELETE renames its resource away to trash;
+//!    rename alone), and make the rename durable (fsync of the destination's directory);
+//!    a DELETE renames its resource away to trash;
 //! 5. carry the dead properties along, remove the trash, give the leases back.
 //!
 //! A worker that dies between two steps leaves only private names (staging, trash) behind,
 //! which nothing serves and the parent's cleanup of that worker sweeps; its leases die with
 //! it in the broker. What a client sees after a crash at each step is listed in the WebDAV
 //! guide: never a half-built tree, never the source lost.
+//!
+//! Storage faults (decision 0131): ENOSPC or EIO while filling or syncing the copy places
+//! nothing (507 or 500) and the staging copy goes; a directory fsync that fails after
+//! placing answers 500 with the result in place (it is whole: it was made durable before
+//! the rename), because the rename may not survive a crash.
 
 use std::collections::VecDeque;
 
@@ -87,6 +94,9 @@ pub enum TreeAction {
     /// Copy the source's content (and members, when `infinity`) into the staging name:
     /// [`TreeEvent::Filled`].
     FillStaging { infinity: bool },
+    /// Make the staging copy durable (fsync of each file and directory in it), so that a
+    /// crash after it is placed never shows part of it: [`TreeEvent::Synced`].
+    SyncStaging,
     /// Make sure every lease is still ours (renewing those whose time runs short):
     /// [`TreeEvent::Confirmed`] or a refusal.
     ConfirmLeases,
@@ -98,6 +108,9 @@ pub enum TreeAction {
     /// Revalidate the destination's directory and rename into place:
     /// [`TreeEvent::Placed`] (or [`TreeEvent::CrossDevice`] for `Placing::Source`).
     Place(Placing),
+    /// Make the placing rename durable (fsync of the destination's directory):
+    /// [`TreeEvent::Synced`].
+    SyncDirectory,
     /// The dead properties follow (copied, moved or removed): [`TreeEvent::PropertiesDone`].
     Properties,
     /// Put the trashed destination back (the operation failed before placing). Nothing to
@@ -115,15 +128,17 @@ pub enum TreeAction {
 
 /// The stable name of each kind of [`TreeAction`], in the flow's order: what logs and
 /// test faults call a step.
-pub const STEPS: [&str; 14] = [
+pub const STEPS: [&str; 16] = [
     "lease",
     "inspect",
     "create-staging",
     "fill-staging",
+    "sync-staging",
     "confirm-leases",
     "trash-destination",
     "trash-source",
     "place",
+    "sync-directory",
     "properties",
     "untrash",
     "remove-trash",
@@ -140,16 +155,18 @@ impl TreeAction {
             TreeAction::Inspect => 1,
             TreeAction::CreateStaging => 2,
             TreeAction::FillStaging { .. } => 3,
-            TreeAction::ConfirmLeases => 4,
-            TreeAction::TrashDestination => 5,
-            TreeAction::TrashSource => 6,
-            TreeAction::Place(_) => 7,
-            TreeAction::Properties => 8,
-            TreeAction::Untrash => 9,
-            TreeAction::RemoveTrash => 10,
-            TreeAction::RemoveStaging => 11,
-            TreeAction::ReleaseLease(_) => 12,
-            TreeAction::Finish(_) => 13,
+            TreeAction::SyncStaging => 4,
+            TreeAction::ConfirmLeases => 5,
+            TreeAction::TrashDestination => 6,
+            TreeAction::TrashSource => 7,
+            TreeAction::Place(_) => 8,
+            TreeAction::SyncDirectory => 9,
+            TreeAction::Properties => 10,
+            TreeAction::Untrash => 11,
+            TreeAction::RemoveTrash => 12,
+            TreeAction::RemoveStaging => 13,
+            TreeAction::ReleaseLease(_) => 14,
+            TreeAction::Finish(_) => 15,
         };
         STEPS[i]
     }
@@ -168,6 +185,9 @@ pub enum TreeEvent {
     },
     Staged,
     Filled,
+    /// The fsync asked for (of the staging copy, or of the destination's directory)
+    /// succeeded.
+    Synced,
     Confirmed,
     Trashed,
     Placed,
@@ -183,9 +203,11 @@ enum Stage {
     Inspecting,
     Creating,
     Filling,
+    SyncingStaging,
     Confirming,
     TrashingDestination,
     Placing(Placing),
+    SyncingDirectory,
     TrashingSource,
     Properties,
     Done,
@@ -283,7 +305,10 @@ impl TreeFlow {
                 let infinity = !matches!(self.options.op, TreeOp::Copy { infinity: false });
                 self.go(Stage::Filling, TreeAction::FillStaging { infinity });
             }
-            (Stage::Filling, E::Filled) => self.go(Stage::Confirming, TreeAction::ConfirmLeases),
+            (Stage::Filling, E::Filled) => self.go(Stage::SyncingStaging, TreeAction::SyncStaging),
+            (Stage::SyncingStaging, E::Synced) => {
+                self.go(Stage::Confirming, TreeAction::ConfirmLeases)
+            }
             (Stage::Confirming, E::Confirmed) => self.confirmed(),
             (Stage::TrashingDestination, E::Trashed) => {
                 self.trashed_destination = true;
@@ -294,6 +319,11 @@ impl TreeFlow {
                 if placing == Placing::Staging {
                     self.staging = false;
                 }
+                self.go(Stage::SyncingDirectory, TreeAction::SyncDirectory);
+            }
+            // A failed directory fsync (through `fail` below) leaves what was placed: it
+            // is whole, and nothing can be put back durably where the fsync just failed.
+            (Stage::SyncingDirectory, E::Synced) => {
                 if self.crossed {
                     // The copy is in place; now the source goes.
                     self.go(Stage::TrashingSource, TreeAction::TrashSource);

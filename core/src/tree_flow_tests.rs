@@ -7,6 +7,8 @@ enum Tree {
     Complete(char),
     /// Created but not yet filled: a half-built copy.
     Partial(char),
+    /// Filled but not yet made durable: whole until the power goes, then part of it.
+    Volatile(char),
 }
 
 /// The model file system: the two visible names, and the private ones a crash leaves to
@@ -106,9 +108,17 @@ fn run(
                 let Some(Tree::Partial(c)) = fs.staging else {
                     panic!("filling no staging");
                 };
-                fs.staging = Some(Tree::Complete(c));
+                fs.staging = Some(Tree::Volatile(c));
                 TreeEvent::Filled
             }
+            TreeAction::SyncStaging => {
+                let Some(Tree::Volatile(c)) = fs.staging else {
+                    panic!("syncing no filled staging");
+                };
+                fs.staging = Some(Tree::Complete(c));
+                TreeEvent::Synced
+            }
+            TreeAction::SyncDirectory => TreeEvent::Synced,
             TreeAction::ConfirmLeases => TreeEvent::Confirmed,
             TreeAction::TrashDestination => {
                 must_hold(&held);
@@ -176,6 +186,22 @@ fn swept(mut fs: Fs) -> Fs {
     fs
 }
 
+/// What a power loss does: what was written and not made durable is only partly there.
+fn power_lost(mut fs: Fs) -> Fs {
+    for t in [
+        &mut fs.source,
+        &mut fs.destination,
+        &mut fs.staging,
+        &mut fs.trash_destination,
+        &mut fs.trash_source,
+    ] {
+        if let Some(Tree::Volatile(c)) = *t {
+            *t = Some(Tree::Partial(c));
+        }
+    }
+    fs
+}
+
 /// The visible states a client may find after a crash: before, after, and for an
 /// operation that must move a collection-involved destination out of the way first, the
 /// destination gone with the source untouched (the replaced destination was given up).
@@ -232,6 +258,28 @@ proptest! {
         );
     }
 
+    /// The machine loses power between any two steps (a torn rename: after the placing
+    /// rename, before the directory's fsync, included): what a client sees after the
+    /// restart and the sweep is whole, never a copy only partly on the disk.
+    #[test]
+    fn a_power_loss_at_any_step_shows_no_half_tree(
+        op in ops(),
+        collections in any::<bool>(),
+        destination_exists in any::<bool>(),
+        cross_device in any::<bool>(),
+        crash_after in 0usize..30,
+    ) {
+        let w = World { collections, destination_exists, cross_device };
+        let (fs, _, _) = run(op, w, crash_after);
+        let fs = swept(power_lost(fs));
+        let visible = (fs.source, fs.destination);
+        prop_assert!(
+            allowed(op, w).contains(&visible),
+            "torn-rename rule: {op:?} {w:?} power lost after {crash_after}: visible {visible:?} \
+             (a copy placed before it was made durable)"
+        );
+    }
+
     /// Run to the end: the operation's result is there, nothing private is left, every
     /// lease is back.
     #[test]
@@ -277,6 +325,7 @@ fn a_move_in_order() {
         TreeEvent::Confirmed,
         TreeEvent::Trashed,
         TreeEvent::Placed,
+        TreeEvent::Synced,
         TreeEvent::PropertiesDone,
     ] {
         taken.push(flow.next_action().expect("an action"));
@@ -294,6 +343,7 @@ fn a_move_in_order() {
             TreeAction::ConfirmLeases,
             TreeAction::TrashDestination,
             TreeAction::Place(Placing::Source),
+            TreeAction::SyncDirectory,
             TreeAction::Properties,
             TreeAction::RemoveTrash,
             TreeAction::ReleaseLease(LeaseId(2)),
@@ -319,6 +369,7 @@ fn a_failed_placing_puts_the_destination_back() {
         },
         TreeEvent::Staged,
         TreeEvent::Filled,
+        TreeEvent::Synced,
         TreeEvent::Confirmed,
         TreeEvent::Trashed,
     ] {
@@ -381,5 +432,73 @@ fn refusals_and_missing_sources_end_with_the_leases_back() {
     assert_eq!(
         flow.next_action(),
         Some(TreeAction::Finish(Err(WriteFailure::NotFound)))
+    );
+}
+
+/// Drives a COPY of a collection over an existing file to the step `failing`, which fails
+/// with `failure`; returns the rest of the actions.
+fn copy_failing_at(failing: TreeAction, failure: WriteFailure) -> Vec<TreeAction> {
+    let mut flow = TreeFlow::new(TreeOptions {
+        op: TreeOp::Copy { infinity: true },
+        overwrite: true,
+        source_first: true,
+    });
+    let mut leases = 0u128;
+    while let Some(action) = flow.next_action() {
+        if action == failing {
+            flow.handle(TreeEvent::Failed(failure));
+            return std::iter::from_fn(|| flow.next_action()).collect();
+        }
+        let event = match action {
+            TreeAction::Lease(_) => {
+                leases += 1;
+                TreeEvent::Leased(LeaseId(leases))
+            }
+            TreeAction::Inspect => TreeEvent::Found {
+                source: Existing::Directory,
+                destination: Existing::File,
+            },
+            TreeAction::CreateStaging => TreeEvent::Staged,
+            TreeAction::FillStaging { .. } => TreeEvent::Filled,
+            TreeAction::SyncStaging | TreeAction::SyncDirectory => TreeEvent::Synced,
+            TreeAction::ConfirmLeases => TreeEvent::Confirmed,
+            TreeAction::TrashDestination | TreeAction::TrashSource => TreeEvent::Trashed,
+            TreeAction::Place(_) => TreeEvent::Placed,
+            TreeAction::Properties => TreeEvent::PropertiesDone,
+            _ => continue,
+        };
+        flow.handle(event);
+    }
+    panic!("{failing:?} never came");
+}
+
+#[test]
+fn a_copy_that_cannot_be_made_durable_places_nothing() {
+    for failure in [WriteFailure::NoSpace, WriteFailure::Io] {
+        assert_eq!(
+            copy_failing_at(TreeAction::SyncStaging, failure),
+            vec![
+                TreeAction::RemoveStaging,
+                TreeAction::ReleaseLease(LeaseId(2)),
+                TreeAction::ReleaseLease(LeaseId(1)),
+                TreeAction::Finish(Err(failure)),
+            ],
+            "fsync rule: a copy whose fsync failed is never placed, and goes"
+        );
+    }
+}
+
+#[test]
+fn a_placing_rename_not_made_durable_is_answered_as_a_failure() {
+    assert_eq!(
+        copy_failing_at(TreeAction::SyncDirectory, WriteFailure::Io),
+        vec![
+            TreeAction::RemoveTrash,
+            TreeAction::ReleaseLease(LeaseId(2)),
+            TreeAction::ReleaseLease(LeaseId(1)),
+            TreeAction::Finish(Err(WriteFailure::Io)),
+        ],
+        "directory-fsync rule: the placed copy stays (it is whole), the replaced \
+         destination goes, and the answer is 500"
     );
 }

@@ -9,9 +9,19 @@
 //! 1. resolve the target (the driver, before the flow starts: it needs the key);
 //! 2. reserve upload budget (unless the caller holds a reservation for several files),
 //!    then take the target lease;
-//! 3. look at the target, create a private temporary file, stream into it;
-//! 4. confirm the lease, revalidate and publish atomically;
+//! 3. look at the target, create a private temporary file, stream into it, make its bytes
+//!    durable (fsync);
+//! 4. confirm the lease, revalidate and publish atomically (rename), then make the rename
+//!    durable (fsync of the directory);
 //! 5. release the lease and the reservation; on failure, remove the temporary file too.
+//!
+//! Storage faults end the write the same way in both drivers (decision 0131): ENOSPC while
+//! streaming or syncing is `NoSpace` (507), EIO is `Io` (500), and the temporary file goes.
+//! A directory fsync that fails after the rename answers 500 too: the whole file is under
+//! its name (its bytes were made durable before the rename, so a crash shows the old file
+//! or the whole new one, never part of it), but the rename itself may not survive a crash,
+//! and the client must not be told it did. Nothing is undone then: the rename replaced
+//! what was there, and an undo would need the same directory fsync that just failed.
 
 use std::collections::VecDeque;
 
@@ -96,11 +106,16 @@ pub enum WriteAction {
     CreateTemp,
     /// Copy the content into it, bounded by the reservation: [`WriteEvent::Streamed`].
     Stream,
+    /// Make the temporary file's bytes durable (fsync), so that the name it is renamed to
+    /// never shows part of them after a crash: [`WriteEvent::Synced`].
+    SyncTemp,
     /// Make sure the lease is still ours (renew it if its time is running out):
     /// [`WriteEvent::Leased`] again, or a refusal.
     ConfirmLease,
     /// Revalidate containment and rename into place: [`WriteEvent::Published`].
     Publish { overwrite: bool },
+    /// Make the rename durable (fsync of the target's directory): [`WriteEvent::Synced`].
+    SyncDirectory,
     /// Remove the temporary file. Nothing to report.
     RemoveTemp,
     /// Give the target lease back. Nothing to report.
@@ -122,6 +137,8 @@ pub enum WriteEvent {
     Target(Existing),
     TempCreated,
     Streamed,
+    /// The fsync asked for (of the temporary file, or of the directory) succeeded.
+    Synced,
     Published {
         replaced: bool,
     },
@@ -147,8 +164,10 @@ enum Stage {
     Inspecting,
     Creating,
     Streaming,
+    SyncingTemp,
     Confirming,
     Publishing,
+    SyncingDirectory,
     Done,
 }
 
@@ -160,6 +179,8 @@ pub struct WriteFlow {
     reservation: Option<LeaseId>,
     lease: Option<LeaseId>,
     temp: bool,
+    /// What the rename did, answered once it is durable.
+    published: Option<Published>,
     actions: VecDeque<WriteAction>,
 }
 
@@ -175,6 +196,7 @@ impl WriteFlow {
             reservation: None,
             lease: None,
             temp: false,
+            published: None,
             actions: VecDeque::from([first]),
         }
     }
@@ -231,7 +253,8 @@ impl WriteFlow {
                 self.temp = true;
                 self.go(Stage::Streaming, WriteAction::Stream);
             }
-            (Stage::Streaming, E::Streamed) => {
+            (Stage::Streaming, E::Streamed) => self.go(Stage::SyncingTemp, WriteAction::SyncTemp),
+            (Stage::SyncingTemp, E::Synced) => {
                 self.go(Stage::Confirming, WriteAction::ConfirmLease)
             }
             (Stage::Confirming, E::Leased(id)) if Some(id) == self.lease => {
@@ -241,12 +264,20 @@ impl WriteFlow {
             (Stage::Publishing, E::Published { replaced }) => {
                 // Renamed into place: the temporary name is gone.
                 self.temp = false;
-                self.finish(Ok(if replaced {
+                self.published = Some(if replaced {
                     Published::Replaced
                 } else {
                     Published::Created
-                }));
+                });
+                self.go(Stage::SyncingDirectory, WriteAction::SyncDirectory);
             }
+            (Stage::SyncingDirectory, E::Synced) => match self.published.take() {
+                Some(published) => self.finish(Ok(published)),
+                None => self.fail(WriteFailure::Io),
+            },
+            // A failed directory fsync (below, through `fail`) finds no temporary file to
+            // remove: the whole file stays under its name, and the answer says the write
+            // is not known to be durable.
             (_, E::Refused(r)) => self.fail(WriteFailure::of_rejection(r)),
             (_, E::NoAnswer) => self.fail(WriteFailure::BrokerUnavailable),
             (_, E::Failed(f)) => self.fail(f),

@@ -35,6 +35,7 @@ fn happy(action: &WriteAction) -> Option<WriteEvent> {
         WriteAction::Inspect => WriteEvent::Target(Existing::File),
         WriteAction::CreateTemp => WriteEvent::TempCreated,
         WriteAction::Stream => WriteEvent::Streamed,
+        WriteAction::SyncTemp | WriteAction::SyncDirectory => WriteEvent::Synced,
         WriteAction::Publish { .. } => WriteEvent::Published { replaced: true },
         WriteAction::RemoveTemp
         | WriteAction::ReleaseLease(_)
@@ -54,8 +55,10 @@ fn the_five_steps_in_order() {
             WriteAction::Inspect,
             WriteAction::CreateTemp,
             WriteAction::Stream,
+            WriteAction::SyncTemp,
             WriteAction::ConfirmLease,
             WriteAction::Publish { overwrite: true },
+            WriteAction::SyncDirectory,
             WriteAction::ReleaseLease(LeaseId(2)),
             WriteAction::ReleaseReservation(LeaseId(1)),
             WriteAction::Finish(Ok(Published::Replaced)),
@@ -152,6 +155,51 @@ fn a_failed_stream_removes_the_temporary_file_and_gives_everything_back() {
     );
 }
 
+#[test]
+fn a_failed_fsync_of_the_file_publishes_nothing_and_removes_it() {
+    for failure in [WriteFailure::Io, WriteFailure::NoSpace] {
+        let taken = run(opts(Some(9), true, false), |a| match a {
+            WriteAction::SyncTemp => Some(WriteEvent::Failed(failure)),
+            a => happy(a),
+        });
+        assert!(
+            !taken
+                .iter()
+                .any(|a| matches!(a, WriteAction::Publish { .. })),
+            "fsync rule: nothing is renamed into place before its bytes are durable"
+        );
+        assert_eq!(
+            &taken[taken.len() - 4..],
+            &[
+                WriteAction::RemoveTemp,
+                WriteAction::ReleaseLease(LeaseId(2)),
+                WriteAction::ReleaseReservation(LeaseId(1)),
+                WriteAction::Finish(Err(failure)),
+            ]
+        );
+    }
+}
+
+#[test]
+fn a_failed_fsync_of_the_directory_is_answered_as_a_failure() {
+    let taken = run(opts(Some(9), true, false), |a| match a {
+        WriteAction::SyncDirectory => Some(WriteEvent::Failed(WriteFailure::Io)),
+        a => happy(a),
+    });
+    // The rename happened: there is no temporary file left to remove, and the client
+    // hears that the write is not known to be durable, with every grant given back.
+    assert_eq!(
+        &taken[taken.len() - 4..],
+        &[
+            WriteAction::SyncDirectory,
+            WriteAction::ReleaseLease(LeaseId(2)),
+            WriteAction::ReleaseReservation(LeaseId(1)),
+            WriteAction::Finish(Err(WriteFailure::Io)),
+        ],
+        "directory-fsync rule: a rename not made durable is answered 500, not 201"
+    );
+}
+
 /// A driver's answer to a reporting action: the success it asked for (with a fresh grant
 /// id where one is granted, or what is at the target), or one of the ways it can fail.
 fn any_answer() -> impl Strategy<Value = Option<WriteEvent>> {
@@ -162,6 +210,7 @@ fn any_answer() -> impl Strategy<Value = Option<WriteEvent>> {
         1 => Just(Some(WriteEvent::Refused(Rejection::Revoked))),
         1 => Just(Some(WriteEvent::NoAnswer)),
         1 => Just(Some(WriteEvent::Failed(WriteFailure::Io))),
+        1 => Just(Some(WriteEvent::Failed(WriteFailure::NoSpace))),
         1 => Just(Some(WriteEvent::Failed(WriteFailure::Source))),
         1 => Just(Some(WriteEvent::Failed(WriteFailure::Abandoned))),
         // A driver bug: an answer to a question not asked.
@@ -186,6 +235,7 @@ proptest! {
         let mut next_id = 10u128;
         let (mut granted, mut released) = (Vec::new(), Vec::new());
         let (mut temp, mut lease, mut confirmed) = (false, None, false);
+        let (mut synced, mut renamed, mut dir_synced) = (false, false, false);
         let mut finished = 0;
         while let Some(action) = flow.next_action() {
             let success = match &action {
@@ -201,8 +251,14 @@ proptest! {
                 WriteAction::Inspect => Some(WriteEvent::Target(existing)),
                 WriteAction::CreateTemp => Some(WriteEvent::TempCreated),
                 WriteAction::Stream => Some(WriteEvent::Streamed),
+                WriteAction::SyncTemp => Some(WriteEvent::Synced),
+                WriteAction::SyncDirectory => {
+                    prop_assert!(renamed, "a directory fsync with nothing renamed");
+                    Some(WriteEvent::Synced)
+                }
                 WriteAction::Publish { overwrite: o } => {
                     prop_assert!(lease.is_some() && confirmed, "published without a confirmed lease");
+                    prop_assert!(synced, "renamed into place before its bytes were durable");
                     prop_assert!(!o || (overwrite && !create_only));
                     Some(WriteEvent::Published { replaced: existing == Existing::File })
                 }
@@ -224,8 +280,7 @@ proptest! {
                     finished += 1;
                     prop_assert_eq!(flow.next_action(), None, "Finish is last");
                     if result.is_ok() {
-                        prop_assert!(temp, "published a temporary file that was never made");
-                        temp = false;
+                        prop_assert!(renamed && dir_synced, "answered a success not yet durable");
                     }
                     break;
                 }
@@ -241,6 +296,13 @@ proptest! {
                     }
                     (WriteAction::ConfirmLease, _) => confirmed = true,
                     (WriteAction::CreateTemp, _) => temp = true,
+                    (WriteAction::SyncTemp, _) => synced = true,
+                    (WriteAction::SyncDirectory, _) => dir_synced = true,
+                    (WriteAction::Publish { .. }, _) => {
+                        prop_assert!(temp, "published a temporary file that was never made");
+                        temp = false;
+                        renamed = true;
+                    }
                     _ => {}
                 }
             }

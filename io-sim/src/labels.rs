@@ -71,6 +71,21 @@ pub const DRIFTING_WORKER_KEPT: &str = "a worker whose clock drifted was kept";
 /// The fsync of an upload's temp file failed (EIO); the target was untouched and the temp
 /// file gone ([`crate::Fault::FsyncFails`]).
 pub const FSYNC_FAILED_CLEANED: &str = "a failed fsync published nothing and left no temp file";
+/// The fsync of a directory after a publishing rename failed (EIO), and the write was
+/// answered as failed, every grant back ([`crate::Fault::DirSyncFails`]).
+pub const DIR_SYNC_FAILED_ANSWERED: &str =
+    "a rename whose directory fsync failed was answered as a failure";
+/// The power went between a publishing rename and its directory's fsync, and the name
+/// showed the old file or the whole new one ([`crate::Fault::TornRename`]).
+pub const TORN_RENAME_WHOLE: &str = "a torn rename showed the old file or the whole new one";
+/// A resumable chunk met ENOSPC part-way through its append: what reached the file was
+/// kept, made durable, and the chunk answered 507.
+pub const CHUNK_ENOSPC_KEPT: &str = "a chunk hit ENOSPC part-way and kept what it wrote";
+/// The fsync of a resumable chunk failed: the partial's files were discarded.
+pub const CHUNK_FSYNC_DISCARDED: &str = "a chunk whose fsync failed discarded the partial";
+/// A WebDAV COPY's staging copy met ENOSPC or a failing fsync: nothing was placed.
+pub const DAV_COPY_STORAGE_FAULT_PLACED_NOTHING: &str =
+    "a dav copy that could not be written or synced placed nothing";
 
 // Path facts.
 /// While control channels were delayed, a worker's exit reached the parent before a
@@ -159,15 +174,17 @@ pub const DAV_STALE_TOKEN_REFUSED: &str =
 /// the parent and its leases revoked (the goal of `FaultKind::CrashDavTreeStep`).
 pub const DAV_TREE_KILL_SWEPT: &str = "a worker killed mid tree request was swept";
 /// A worker was killed just before this step of a tree request (by `TreeStep` order).
-pub const DAV_TREE_KILLED_BEFORE: [&str; 14] = [
+pub const DAV_TREE_KILLED_BEFORE: [&str; 16] = [
     "dav tree: killed before a lease",
     "dav tree: killed before looking",
     "dav tree: killed before staging a copy",
     "dav tree: killed before filling the copy",
+    "dav tree: killed before syncing the copy",
     "dav tree: killed before confirming the leases",
     "dav tree: killed before moving the destination aside",
     "dav tree: killed before moving the source aside",
     "dav tree: killed before placing",
+    "dav tree: killed before syncing the directory",
     "dav tree: killed before the properties",
     "dav tree: killed before putting the destination back",
     "dav tree: killed before removing the trash",
@@ -186,7 +203,7 @@ pub const CHUNK_STALE_DISCARDED: &str = "a stale partial upload was discarded";
 /// A chunk took the partial reservation over from another live worker idle on it.
 pub const CHUNK_TAKEN_OVER: &str = "a chunk took the partial reservation over";
 /// A worker was killed just before this step of a chunk (by `ChunkStep` order).
-pub const CHUNK_KILLED_BEFORE: [&str; 21] = [
+pub const CHUNK_KILLED_BEFORE: [&str; 22] = [
     "chunk: killed before reserving",
     "chunk: killed before the lease",
     "chunk: killed before looking at the target",
@@ -202,6 +219,7 @@ pub const CHUNK_KILLED_BEFORE: [&str; 21] = [
     "chunk: killed before syncing",
     "chunk: killed before confirming the lease",
     "chunk: killed before publishing",
+    "chunk: killed before syncing the directory",
     "chunk: killed before removing the partial",
     "chunk: killed before keeping the partial reservation",
     "chunk: killed before giving the partial reservation back",
@@ -303,6 +321,11 @@ pub const ALL: &[&str] = &[
     DELAYED_FRAME_OVERTAKEN,
     DRIFTING_WORKER_KEPT,
     FSYNC_FAILED_CLEANED,
+    DIR_SYNC_FAILED_ANSWERED,
+    TORN_RENAME_WHOLE,
+    CHUNK_ENOSPC_KEPT,
+    CHUNK_FSYNC_DISCARDED,
+    DAV_COPY_STORAGE_FAULT_PLACED_NOTHING,
     EXIT_OVERTOOK_DELAYED_FRAME,
     DELAYED_LOOK_GATHERED,
     DRIFTING_WORKER_DRAINED,
@@ -410,6 +433,8 @@ pub const ALL: &[&str] = &[
     DAV_TREE_KILLED_BEFORE[11],
     DAV_TREE_KILLED_BEFORE[12],
     DAV_TREE_KILLED_BEFORE[13],
+    DAV_TREE_KILLED_BEFORE[14],
+    DAV_TREE_KILLED_BEFORE[15],
     CHUNK_KILL_SWEPT,
     CHUNK_STALE_DISCARDED,
     CHUNK_TAKEN_OVER,
@@ -434,4 +459,5 @@ pub const ALL: &[&str] = &[
     CHUNK_KILLED_BEFORE[18],
     CHUNK_KILLED_BEFORE[19],
     CHUNK_KILLED_BEFORE[20],
+    CHUNK_KILLED_BEFORE[21],
 ];

@@ -44,8 +44,8 @@ pub use dav_tree::{
 };
 pub use outcome::{
     DavAnswer, DavEnd, DavIf, DavLockDecision, DavLockRecord, DavOp, DavOutcome, DavRecord,
-    Injected, LogStats, Outcome, RequestStats, StatusAnswer, UploadEnd, UploadRecord, UploadStats,
-    WorkerExit,
+    Injected, LogStats, Outcome, RequestStats, StatusAnswer, TornRenames, UploadEnd, UploadRecord,
+    UploadStats, WorkerExit,
 };
 pub use plan::{
     AppModel, AppStage, AppStartup, Behavior, BehaviorFn, DAV_COLLECTIONS, DAV_FILES,

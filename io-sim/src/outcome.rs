@@ -287,6 +287,13 @@ pub struct WorkerExit {
     pub at_ms: u64,
 }
 
+/// What the power losses of torn renames did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TornRenames {
+    pub kept: u64,
+    pub undone: u64,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
     pub seed: u64,
@@ -327,6 +334,13 @@ pub struct Outcome {
     pub last_process_exit_ms: u64,
     pub temp_files_at_end: usize,
     pub torn_files: usize,
+    /// Torn renames met ([`crate::Fault::TornRename`]): how many renames the power loss
+    /// kept, how many it undid.
+    pub torn_renames: TornRenames,
+    /// Writes answered as failed because the fsync of their directory after the
+    /// publishing rename failed ([`crate::Fault::DirSyncFails`]): the whole file is in
+    /// place, its durability unknown.
+    pub unsynced_renames: u64,
     pub leases_at_exit: usize,
     pub reload_rejections: Vec<String>,
     /// Each control-socket request's answer as relayed, by the request's place in the

@@ -170,8 +170,20 @@ pub enum Fault {
         duration: Duration,
     },
     /// For this long, the fsync of an upload's temp file before its publish fails (EIO):
-    /// nothing is published, the temp file goes, the client gets a 500.
+    /// nothing is published, the temp file goes, the client gets a 500. The same window
+    /// fails the fsync of a resumable chunk's appended bytes and of a WebDAV COPY's
+    /// staging copy.
     FsyncFails(Duration),
+    /// For this long, the fsync of a directory after a publishing rename (an upload's, a
+    /// resumable upload's last chunk's, a WebDAV COPY's or MOVE's placing) fails (EIO):
+    /// the whole file is under its name, and the client is answered 500.
+    DirSyncFails(Duration),
+    /// The next write that has renamed into place loses the machine's power before the
+    /// fsync of its directory: its worker dies there, and the rename survives the crash
+    /// or not, as the seed draws (a torn rename). What was made durable before the rename
+    /// is what the name shows if it survives; what was not is gone. The simulated parent
+    /// goes on: what is judged is what the file system shows the restarted workers.
+    TornRename,
 }
 
 /// Operator commands at moments of the run.
@@ -524,10 +536,14 @@ pub enum FaultKind {
     ClockDrift,
     /// An upload's fsync fails ([`Fault::FsyncFails`]).
     FsyncFails,
+    /// A directory's fsync after a publishing rename fails ([`Fault::DirSyncFails`]).
+    DirSyncFails,
+    /// The power goes between a rename and its directory's fsync ([`Fault::TornRename`]).
+    TornRename,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 32] = [
+    pub const ALL: [FaultKind; 34] = [
         FaultKind::CrashWorker,
         FaultKind::HangWorker,
         FaultKind::MalformedFrame,
@@ -560,6 +576,8 @@ impl FaultKind {
         FaultKind::ChannelDelay,
         FaultKind::ClockDrift,
         FaultKind::FsyncFails,
+        FaultKind::DirSyncFails,
+        FaultKind::TornRename,
     ];
 
     /// A stable index (its place in [`FaultKind::ALL`]).
@@ -601,6 +619,8 @@ impl FaultKind {
             FaultKind::ChannelDelay => "channel-delay",
             FaultKind::ClockDrift => "clock-drift",
             FaultKind::FsyncFails => "fsync-fails",
+            FaultKind::DirSyncFails => "dir-sync-fails",
+            FaultKind::TornRename => "torn-rename",
         }
     }
 
@@ -628,6 +648,7 @@ impl FaultKind {
                 | FaultKind::CrashDavTreeStep
                 | FaultKind::CrashChunkStep
                 | FaultKind::AppWedge
+                | FaultKind::TornRename
         )
     }
 
@@ -668,6 +689,8 @@ impl FaultKind {
             FaultKind::ChannelDelay => l::DELAYED_FRAME_OVERTAKEN,
             FaultKind::ClockDrift => l::DRIFTING_WORKER_KEPT,
             FaultKind::FsyncFails => l::FSYNC_FAILED_CLEANED,
+            FaultKind::DirSyncFails => l::DIR_SYNC_FAILED_ANSWERED,
+            FaultKind::TornRename => l::TORN_RENAME_WHOLE,
         }
     }
 }
@@ -720,6 +743,8 @@ impl Fault {
             Fault::ChannelDelay { .. } => FaultKind::ChannelDelay,
             Fault::ClockDrift { .. } => FaultKind::ClockDrift,
             Fault::FsyncFails(_) => FaultKind::FsyncFails,
+            Fault::DirSyncFails(_) => FaultKind::DirSyncFails,
+            Fault::TornRename => FaultKind::TornRename,
         }
     }
 }

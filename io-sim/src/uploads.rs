@@ -31,6 +31,9 @@ pub(crate) struct Upload {
     dav: Option<(usize, DavWriteCheck)>,
     /// The lease request is the one awaiting an answer.
     leasing: bool,
+    /// The fsync of the directory after the publishing rename failed: the answer must
+    /// say so.
+    dir_sync_failed: bool,
 }
 
 impl SimWorld {
@@ -65,6 +68,7 @@ impl SimWorld {
                 chunks_left: 0,
                 dav,
                 leasing: false,
+                dir_sync_failed: false,
             },
         );
         self.drive_upload(worker, conn);
@@ -176,6 +180,35 @@ impl SimWorld {
                     self.schedule_in(d, SimEvent::UploadStep { worker, conn });
                     return;
                 }
+                WriteAction::SyncTemp => {
+                    if self.now < self.fsync_fails_until {
+                        // fsync(2) of the temp file: EIO.
+                        WriteEvent::Failed(WriteFailure::Io)
+                    } else {
+                        if let Some(temp) = u.temp {
+                            self.fs.sync_temp(temp);
+                        }
+                        WriteEvent::Synced
+                    }
+                }
+                WriteAction::SyncDirectory => {
+                    let target = u.target;
+                    if self.power_lost(worker, target).is_some() {
+                        return;
+                    }
+                    if self.now < self.dir_sync_fails_until {
+                        // fsync(2) of the directory after the rename: EIO. The whole file
+                        // is in place; its rename may not survive a crash.
+                        self.out.unsynced_renames += 1;
+                        if let Some(u) = self.upload_mut(worker, conn) {
+                            u.dir_sync_failed = true;
+                        }
+                        WriteEvent::Failed(WriteFailure::Io)
+                    } else {
+                        self.fs.sync_dir(target);
+                        WriteEvent::Synced
+                    }
+                }
                 // The simulated lease has no renewal to make: it is the one granted.
                 WriteAction::ConfirmLease => match u.flow.lease() {
                     Some(id) => WriteEvent::Leased(id),
@@ -195,6 +228,15 @@ impl SimWorld {
                         WriteEvent::Failed(WriteFailure::Io)
                     } else {
                         let replaced = self.fs.files.contains_key(&target);
+                        if let Some(temp) = temp
+                            && !self.fs.temp_synced(temp)
+                        {
+                            self.violation(format!(
+                                "torn-rename rule: {worker} renamed its upload into target \
+                                 {target} before its bytes were made durable (a crash before \
+                                 the directory's fsync could show part of it)"
+                            ));
+                        }
                         if let Some(temp) = temp {
                             self.fs.rename(temp);
                         }
@@ -241,6 +283,18 @@ impl SimWorld {
                     return;
                 }
                 WriteAction::Finish(result) => {
+                    let (dir_sync_failed, target) = (u.dir_sync_failed, u.target);
+                    if dir_sync_failed {
+                        if result.is_ok() {
+                            self.violation(format!(
+                                "directory-fsync rule: {worker}'s write to target {target} was \
+                                 answered a success though the fsync of its directory after \
+                                 the rename failed (the rename may not survive a crash)"
+                            ));
+                        } else {
+                            self.out.coverage.insert(labels::DIR_SYNC_FAILED_ANSWERED);
+                        }
+                    }
                     let end = match result {
                         Ok(_) => UploadEnd::Ok,
                         Err(WriteFailure::Busy) => UploadEnd::Conflict,
@@ -278,32 +332,24 @@ impl SimWorld {
         let Some(temp) = u.temp else {
             return;
         };
-        if u.chunks_left == 0 && self.now < self.fsync_fails_until {
-            // fsync(2) of the temp file before its publish: EIO. Nothing is published, the
-            // temp file goes, the client gets a 500 and every grant is given back.
-            let target = u.target;
-            let before = self.fs.files.get(&target).cloned();
-            u.flow.handle(WriteEvent::Failed(WriteFailure::Io));
-            self.drive_upload(worker, conn);
-            if !self.fs.has_temp(temp) && self.fs.files.get(&target) == before.as_ref() {
-                self.out.coverage.insert(labels::FSYNC_FAILED_CLEANED);
-            } else {
-                self.violation(format!(
-                    "fsync rule: {worker}'s upload to target {target} failed its fsync, yet its temp file is still there or the target changed (a write that is not on disk publishes nothing and leaves nothing)"
-                ));
-            }
-            return;
-        }
         if u.chunks_left == 0 {
             let target = u.target;
             let before = self.fs.files.get(&target).cloned();
+            let fsync_fails = self.now < self.fsync_fails_until;
             u.flow.handle(WriteEvent::Streamed);
             self.drive_upload(worker, conn);
-            // A rename that failed published nothing and left no temporary file.
-            if self.fs.has_temp(temp) || self.fs.files.get(&target) != before.as_ref() {
-                return;
-            }
-            if self.now < self.rename_fails_until {
+            // A failed fsync or rename published nothing and left no temporary file.
+            let untouched =
+                !self.fs.has_temp(temp) && self.fs.files.get(&target) == before.as_ref();
+            if fsync_fails {
+                if untouched {
+                    self.out.coverage.insert(labels::FSYNC_FAILED_CLEANED);
+                } else {
+                    self.violation(format!(
+                        "fsync rule: {worker}'s upload to target {target} failed its fsync, yet its temp file is still there or the target changed (a write that is not on disk publishes nothing and leaves nothing)"
+                    ));
+                }
+            } else if untouched && self.now < self.rename_fails_until {
                 self.out.coverage.insert(labels::RENAME_FAILED_CLEANED);
             }
             return;

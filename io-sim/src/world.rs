@@ -321,6 +321,11 @@ pub struct SimWorld {
     pub(crate) rename_fails_until: Instant,
     /// Until when an upload's fsync before its publish fails.
     pub(crate) fsync_fails_until: Instant,
+    /// Until then, the fsync of a directory after a publishing rename fails (EIO).
+    pub(crate) dir_sync_fails_until: Instant,
+    /// Torn renames planned and not yet met: the next writes to reach their directory's
+    /// fsync lose the power there.
+    pub(crate) torn_renames_armed: u32,
     /// With `features.dav_persistent_locks`: the locks the simulated disk's lock journal
     /// holds, with the expiry it gives each (its writes fail while the disk is full),
     /// against which the table is judged.
@@ -439,6 +444,8 @@ impl SimWorld {
             disk_full_until: Instant::ZERO,
             rename_fails_until: Instant::ZERO,
             fsync_fails_until: Instant::ZERO,
+            dir_sync_fails_until: Instant::ZERO,
+            torn_renames_armed: 0,
             journal: spec
                 .config
                 .features

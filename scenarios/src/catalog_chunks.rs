@@ -10,9 +10,9 @@
 //! listed for a worker the parent had let go or held while the client was idle, the
 //! private temp files of let-go workers, and what was left when the run ended.
 
-use servery_sim::{ChunkOutcome, ChunkStep, FaultKind, Outcome, ResumablePlan};
+use servery_sim::{ChunkOutcome, ChunkStep, Fault, FaultKind, Outcome, ResumablePlan, SimSpec};
 
-use crate::catalog::{expect, secs, spec, workers};
+use crate::catalog::{at, expect, fault, secs, spec, workers};
 use crate::{Ctx, End, Plan, fast_config};
 
 /// The chance a chunk's worker is killed before a step.
@@ -49,6 +49,7 @@ pub(crate) fn resumable_chunk_crash_between_steps(ctx: &mut Ctx) -> Plan {
         idle_grace: secs(0.1),
         max_requests: 60,
     });
+    storage_faults(ctx, &mut spec, FAULTS_UNTIL);
     let mut e = expect(&config, End::Ready);
     e.extra = Some(|o, _| {
         chunks_held(o)?;
@@ -57,6 +58,27 @@ pub(crate) fn resumable_chunk_crash_between_steps(ctx: &mut Ctx) -> Plan {
         Ok(())
     });
     Plan { spec, expect: e }
+}
+
+/// Storage faults on the write path (decision 0131), drawn after everything else so a
+/// seed's older plan stays as it was, all before `until` (s): a full file system, failing
+/// fsyncs of the written bytes and of the directory after a rename, each for a while, and
+/// a torn rename (the power lost between a rename and its directory's fsync).
+pub(crate) fn storage_faults(ctx: &mut Ctx, spec: &mut SimSpec, until: f64) {
+    for _ in 0..ctx.rng.range(0, 2) {
+        let t = at(ctx, 0.5, until * 0.8);
+        let d = secs(0.2 + ctx.rng.unit() * 1.3);
+        let f = match ctx.rng.range(0, 2) {
+            0 => Fault::DiskFull(d),
+            1 => Fault::FsyncFails(d),
+            _ => Fault::DirSyncFails(d),
+        };
+        fault(ctx.kinds, spec, t, f);
+    }
+    if ctx.rng.chance(0.3) {
+        let t = at(ctx, 0.5, until * 0.8);
+        fault(ctx.kinds, spec, t, Fault::TornRename);
+    }
 }
 
 /// Every upload completes byte-exact; no breach of the file predicates was seen; every

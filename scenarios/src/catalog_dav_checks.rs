@@ -75,6 +75,50 @@ pub(crate) fn lock_checks(ctx: &mut Ctx) -> Plan {
     Plan { spec, expect: e }
 }
 
+/// DAV PUTs (lock clients with their tokens, writers without locks) while the file system
+/// fills part-way through a body, an fsync of the written file or of the directory after
+/// the rename fails, or the power goes between that rename and its fsync (decision 0131):
+/// the upload driver's `fsync rule:`, `directory-fsync rule:` and `torn-rename rule:`
+/// judge each write, every grant comes back, and PUTs are written again once the faults
+/// end.
+pub(crate) fn put_storage_faults(ctx: &mut Ctx) -> Plan {
+    let config = dav_config(workers(ctx, 2, 3));
+    let mut spec = spec(ctx, config.clone(), BUSY_SECS + 1.0);
+    spec.workload.dav = Some(DavWorkload {
+        // Few locks: most PUTs are let through to the file system.
+        client_rate: 1.0,
+        ..workload(&[
+            DavWriteKind::Put,
+            DavWriteKind::Put,
+            DavWriteKind::Put,
+            DavWriteKind::Propfind,
+        ])
+    });
+    crate::catalog_chunks::storage_faults(ctx, &mut spec, BUSY_SECS * 0.7);
+    let mut e = expect(&config, End::Ready);
+    e.extra = Some(|o, _| {
+        crate::catalog_io_faults::storage_faults_answered(o)?;
+        let last = o
+            .fault_windows
+            .iter()
+            .map(|&(_, _, until)| until)
+            .chain(o.injected.iter().map(|i| i.at_ms))
+            .max()
+            .unwrap_or(0);
+        let written_after = o.dav.log.iter().any(|r| {
+            r.op == DavOp::Put && r.end == Some(DavEnd::Written) && r.arrived_ns / 1_000_000 > last
+        });
+        if !written_after {
+            return Err(format!(
+                "no DAV PUT was written after the storage faults ended at {last} ms (a lease \
+                 or reservation not given back?)"
+            ));
+        }
+        Ok(())
+    });
+    Plan { spec, expect: e }
+}
+
 /// A read-only share (`features.uploads` off): LOCKs, refreshes and UNLOCKs as anywhere,
 /// and every write refused with 403 before any lock decision, a LOCK of an unmapped URL
 /// (which would create it) included.

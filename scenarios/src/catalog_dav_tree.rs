@@ -76,6 +76,7 @@ pub(crate) fn move_crash_between_steps(ctx: &mut Ctx) -> Plan {
         retry_lost: true,
         idle_grace: secs(0.1),
     });
+    crate::catalog_chunks::storage_faults(ctx, &mut spec, 5.0);
     let mut e = expect(&config, End::Ready);
     e.extra = Some(|o, _| {
         tree_held(o)?;
@@ -236,6 +237,13 @@ pub(crate) fn tree_held(o: &mut Outcome) -> Result<(), String> {
             state = s.visible.clone();
         }
         let want = match r.end {
+            Some(TreeEnd::Done(_)) if r.unsynced => {
+                return Err(format!(
+                    "directory-fsync rule: {} was answered a success though the fsync of its \
+                     directory after placing failed (the rename may not survive a crash)",
+                    r.describe()
+                ));
+            }
             Some(TreeEnd::Done(done)) => {
                 let after = states.get(1).unwrap_or(&before);
                 let created = subtree(&before, destination(r)).is_none();
@@ -249,6 +257,19 @@ pub(crate) fn tree_held(o: &mut Outcome) -> Result<(), String> {
                     return Err(format!("{} was answered {done:?}", r.describe()));
                 }
                 Some((after, "answered success (201/204)"))
+            }
+            // The directory's fsync failed after placing (decision 0131): the whole result
+            // is in place and the answer is 500, never a success.
+            Some(TreeEnd::Failed(_)) if r.unsynced => {
+                if state == before && !states[1..].contains(&before) {
+                    return Err(format!(
+                        "directory-fsync rule: {} failed the fsync of its directory after \
+                         placing, and clients then saw the tree before it (the placed result \
+                         was undone)",
+                        r.describe()
+                    ));
+                }
+                None
             }
             Some(TreeEnd::Failed(_)) => Some((&before, "answered with an error")),
             _ => None,

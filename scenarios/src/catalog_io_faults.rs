@@ -368,9 +368,12 @@ pub(crate) fn clock_jump(ctx: &mut Ctx) -> Plan {
 }
 
 /// Uploads while the file system is full (temp-file writes fail with ENOSPC: 507) or the
-/// publishing rename fails (500). No torn or partial file is ever visible, no temp file
-/// is left, and every grant comes back: after the faults, uploads to every target succeed
-/// again under a budget a leaked reservation would exhaust.
+/// publishing rename fails (500), the temp file's fsync fails (500), the directory's fsync
+/// after the rename fails (500, the whole file in place), or the power goes between the
+/// rename and that fsync (a torn rename: the name shows the old file or the whole new
+/// one). No torn or partial file is ever visible, no temp file is left, and every grant
+/// comes back: after the faults, uploads to every target succeed again under a budget a
+/// leaked reservation would exhaust.
 pub(crate) fn upload_io_faults(ctx: &mut Ctx) -> Plan {
     let mut config = fast_config(workers(ctx, 2, 3));
     config.broker.max_active_uploads = 4;
@@ -393,20 +396,40 @@ pub(crate) fn upload_io_faults(ctx: &mut Ctx) -> Plan {
         let d = secs(0.3 + ctx.rng.unit() * 2.7);
         fault(ctx.kinds, &mut spec, t, Fault::FsyncFails(d));
     }
+    if ctx.rng.chance(0.6) {
+        let t = at(ctx, 1.0, 7.0);
+        let d = secs(0.3 + ctx.rng.unit() * 2.7);
+        fault(ctx.kinds, &mut spec, t, Fault::DirSyncFails(d));
+    }
+    let mut torn = false;
+    if ctx.rng.chance(0.5) {
+        let t = at(ctx, 1.0, 6.0);
+        torn = fault(ctx.kinds, &mut spec, t, Fault::TornRename);
+    }
     let mut e = expect(&config, End::Ready);
-    e.zero_failed = true;
+    // A torn rename takes its worker (and what it served) with it.
+    e.zero_failed = !torn;
     e.extra = Some(|o, _| {
-        no_restarts(o)?;
+        storage_faults_answered(o)?;
         let last = o
             .fault_windows
             .iter()
             .filter(|(k, _, _)| {
                 matches!(
                     k,
-                    FaultKind::DiskFull | FaultKind::RenameFails | FaultKind::FsyncFails
+                    FaultKind::DiskFull
+                        | FaultKind::RenameFails
+                        | FaultKind::FsyncFails
+                        | FaultKind::DirSyncFails
                 )
             })
             .map(|&(_, _, until)| until)
+            .chain(
+                o.injected
+                    .iter()
+                    .filter(|i| i.kind == FaultKind::TornRename)
+                    .map(|i| i.at_ms),
+            )
             .max()
             .unwrap_or(0);
         for target in 0..2u8 {
@@ -423,6 +446,34 @@ pub(crate) fn upload_io_faults(ctx: &mut Ctx) -> Plan {
         Ok(())
     });
     Plan { spec, expect: e }
+}
+
+/// What every plan with storage faults on the write path checks besides the simulator's
+/// own rules (`fsync rule:`, `directory-fsync rule:`, `torn-rename rule:`): no worker was
+/// replaced but those a torn rename took, and every directory fsync that failed was
+/// answered as a failure (the loss counted where an operator looks: a 500).
+pub(crate) fn storage_faults_answered(o: &Outcome) -> Result<(), String> {
+    let torn = o
+        .injected
+        .iter()
+        .filter(|i| i.kind == FaultKind::TornRename)
+        .count() as u64;
+    match &o.liveness {
+        Some(s) if s.restarts <= torn => {}
+        Some(s) => {
+            return Err(format!(
+                "{} restarts and {torn} torn renames: a healthy worker was replaced ({:?})",
+                s.restarts, s.last_failure
+            ));
+        }
+        None => return Err("no liveness snapshot".into()),
+    }
+    ensure!(
+        torn == o.torn_renames.kept + o.torn_renames.undone,
+        "torn-rename rule: {torn} torn renames injected, {} judged",
+        o.torn_renames.kept + o.torn_renames.undone
+    );
+    Ok(())
 }
 
 /// The host faults chaos takes on top of its own, drawn after everything it drew before

@@ -328,6 +328,8 @@ pub fn plan_digest(spec: &SimSpec) -> String {
                 | Fault::ClockJump(d)
                 | Fault::DiskFull(d)
                 | Fault::RenameFails(d)
+                | Fault::FsyncFails(d)
+                | Fault::DirSyncFails(d)
                 | Fault::AcceptFails { duration: d, .. } => {
                     format!("{}({})@{}", f.kind().name(), ms(*d), ms(*t))
                 }

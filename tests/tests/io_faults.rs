@@ -1,5 +1,8 @@
 //! Real I/O faults the OS lets a test make, against the real binary: a file system that
-//! fills up during an upload (a small tmpfs, mounted by the test when it runs as root),
+//! fills up during an upload, a WebDAV PUT, a resumable chunk or a COPY of a tree (a small
+//! tmpfs, mounted by the test when it runs as root; decision 0131 — a failing fsync has no
+//! such test: the OS makes one only under a faulty block device, which the simulator's
+//! `FsyncFails`, `DirSyncFails` and `TornRename` stand in for),
 //! a worker out of file descriptors (its limit lowered with `prlimit`), a parent the OS
 //! refuses new processes (`RLIMIT_NPROC`, under a throwaway user since root is exempt),
 //! and a whole service frozen past the heartbeat timeout (every process stopped, then
@@ -15,11 +18,27 @@ use std::time::Duration;
 use servery_tests::*;
 
 fn put(addr: std::net::SocketAddr, path: &str, body: &[u8]) -> u16 {
+    send(addr, "PUT", path, &[], body)
+}
+
+/// One request on its own connection; its status. The body may be cut short by the
+/// server's answer (a full disk): what it sent is judged, not the write.
+fn send(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> u16 {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let head = format!(
-        "PUT {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).expect("head");
@@ -73,6 +92,181 @@ fn an_upload_that_fills_the_disk_is_507_and_leaves_nothing() {
     assert_eq!(
         std::fs::read(root.join("small.bin")).expect("small").len(),
         1024
+    );
+}
+
+/// Every file under `root` (relative paths), private ones included.
+fn all_files(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).expect("ls").flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                dirs.push(path.clone());
+            }
+            out.push(
+                path.strip_prefix(root)
+                    .expect("under root")
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A small file system under a WebDAV share, or why not (the test is then skipped).
+fn full_share(name: &str, size: &str) -> Option<(Tree, Tmpfs)> {
+    let tree = Tree::new(name);
+    match Tmpfs::mount(&tree.root(), size) {
+        Ok(fs) => Some((tree, fs)),
+        Err(why) => {
+            servery_tests::skipped(why);
+            None
+        }
+    }
+}
+
+/// A WebDAV PUT that fills the file system: 507 (decision 0131), nothing under the name
+/// or a private one, and a later PUT is written once there is room.
+#[test]
+fn a_dav_put_that_fills_the_disk_is_507_and_leaves_nothing() {
+    let Some((tree, _fs)) = full_share("dav-enospc", "1m") else {
+        return;
+    };
+    let root = tree.root();
+    let server = Server::start(&tree, 1, &["--dav", "--upload"], &[]);
+    let big = vec![b'x'; 2 << 20];
+    assert_eq!(send(server.addr, "PUT", "/big.bin", &[], &big), 507);
+    assert!(!root.join("big.bin").exists(), "nothing published");
+    wait_until(
+        Duration::from_secs(10),
+        "the temporary file removed",
+        || private_files(&root).is_empty().then_some(()),
+    );
+    assert_eq!(
+        send(server.addr, "PUT", "/small.bin", &[], &[b'y'; 1024]),
+        201
+    );
+    assert_eq!(
+        std::fs::read(root.join("small.bin")).expect("small").len(),
+        1024
+    );
+}
+
+/// A resumable chunk that fills the file system: 507, nothing under the public name, and
+/// what reached the partial file is kept (decision 0131): once space is freed, the client
+/// asks what is held and sends the rest, and the whole file is published.
+#[test]
+fn a_resumable_chunk_that_fills_the_disk_is_507_and_resumes_once_there_is_room() {
+    let Some((tree, _fs)) = full_share("chunk-enospc", "4m") else {
+        return;
+    };
+    let root = tree.root();
+    // Most of the file system, taken by something else, freed later.
+    let filler = root.join("filler.bin");
+    std::fs::write(&filler, vec![b'f'; 5 << 19]).expect("filler");
+    let server = Server::start(&tree, 1, &["--upload"], &[]);
+    let content: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    let total = content.len();
+    let all = format!("bytes 0-{}/{total}", total - 1);
+    assert_eq!(
+        send(
+            server.addr,
+            "PUT",
+            "/big.bin",
+            &[("Content-Range", &all)],
+            &content
+        ),
+        507
+    );
+    assert!(
+        !root.join("big.bin").exists(),
+        "nothing under the public name"
+    );
+    std::fs::remove_file(&filler).expect("free the space");
+    let held = held(server.addr, "/big.bin", total);
+    assert!(held < total as u64, "held {held} of {total}");
+    let rest = format!("bytes {held}-{}/{total}", total - 1);
+    let r = send(
+        server.addr,
+        "PUT",
+        "/big.bin",
+        &[("Content-Range", &rest)],
+        &content[held as usize..],
+    );
+    assert!(
+        r == 201 || r == 204,
+        "the rest publishes the whole file: {r}"
+    );
+    assert!(
+        std::fs::read(root.join("big.bin")).expect("published") == content,
+        "the published file is the client's, byte for byte"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the partial's files removed",
+        || private_files(&root).is_empty().then_some(()),
+    );
+}
+
+/// `bytes */total`: the bytes held, from the 308's `Range` (0 when none).
+fn held(addr: std::net::SocketAddr, path: &str, total: usize) -> u64 {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nContent-Range: bytes */{total}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).expect("head");
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 308"), "{text:?}");
+    text.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("range").then(|| v.trim().to_owned())
+        })
+        .map_or(0, |v| {
+            v.trim_start_matches("bytes=0-")
+                .parse::<u64>()
+                .expect("range")
+                + 1
+        })
+}
+
+/// A COPY of a tree that does not fit: 507, the destination never appears (not even part
+/// of it), no staging copy is left, and a COPY that fits succeeds afterwards.
+#[test]
+fn a_copy_of_a_tree_that_does_not_fit_is_507_and_places_nothing() {
+    let Some((tree, _fs)) = full_share("copy-enospc", "2m") else {
+        return;
+    };
+    let root = tree.root();
+    std::fs::create_dir(root.join("src")).expect("mkdir");
+    for i in 0..3 {
+        std::fs::write(root.join(format!("src/{i}.bin")), vec![b'a'; 400 << 10]).expect("w");
+    }
+    std::fs::create_dir(root.join("small")).expect("mkdir");
+    std::fs::write(root.join("small/a.txt"), b"a").expect("w");
+    let before = all_files(&root);
+    let server = Server::start(&tree, 1, &["--dav", "--upload"], &[]);
+    let copy = |from: &str, to: &str| send(server.addr, "COPY", from, &[("Destination", to)], b"");
+    assert_eq!(copy("/src", "/dst"), 507);
+    assert!(
+        !root.join("dst").exists(),
+        "no part of the copy under the public name"
+    );
+    wait_until(Duration::from_secs(10), "the staging copy removed", || {
+        (all_files(&root) == before).then_some(())
+    });
+    assert_eq!(copy("/small", "/small2"), 201);
+    assert_eq!(
+        std::fs::read(root.join("small2/a.txt")).expect("copied"),
+        b"a"
     );
 }
 

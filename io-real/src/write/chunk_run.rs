@@ -15,7 +15,7 @@ use servery_core::write_flow::Existing as FlowExisting;
 
 use super::file::{error_of, failure};
 use super::partial::{discard, look, open_data, record};
-use super::publish::{Published, publish};
+use super::publish::{Published, publish, sync_directory};
 use super::stream::{ChunkSource, RESUMABLE_BATCH, copy};
 use super::target::{Existing, Target};
 use super::{Grant, WriteError, Writer, blocking};
@@ -198,8 +198,12 @@ pub async fn chunk<S: ChunkSource>(
                 let Some(f) = file.take() else {
                     return Err(WriteError::Io(std::io::Error::other("no partial file")));
                 };
-                match blocking(move || Ok(f.sync_data()?)).await {
-                    Ok(()) => ChunkEvent::Synced,
+                // The file is kept: the last chunk's publishing rename follows a sync.
+                match blocking(move || f.sync_data().map(|()| f).map_err(WriteError::Io)).await {
+                    Ok(f) => {
+                        file = Some(f);
+                        ChunkEvent::Synced
+                    }
                     Err(e) => fail(e, &mut error),
                 }
             }
@@ -233,6 +237,13 @@ pub async fn chunk<S: ChunkSource>(
                             Err(e) => fail(e, &mut error),
                         }
                     }
+                    Err(e) => fail(e, &mut error),
+                }
+            }
+            ChunkAction::SyncDirectory => {
+                let dir = Arc::clone(&target.dir);
+                match blocking(move || Ok(sync_directory(&dir)?)).await {
+                    Ok(()) => ChunkEvent::Synced,
                     Err(e) => fail(e, &mut error),
                 }
             }

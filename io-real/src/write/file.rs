@@ -12,7 +12,7 @@ use servery_core::write_flow::{
     Existing as FlowExisting, WriteAction, WriteEvent, WriteFailure, WriteFlow, WriteOptions,
 };
 
-use super::publish::{Published, Stored, publish};
+use super::publish::{Published, Stored, publish, sync_directory};
 use super::stream::{BATCH, ChunkSource, copy};
 use super::target::{Existing, Target};
 use super::temp::TempFile;
@@ -150,6 +150,25 @@ pub async fn write_file<S: ChunkSource>(
                         WriteError::Io(std::io::Error::other("upload file lost")),
                         &mut error,
                     ),
+                    Err(e) => fail(e, &mut error),
+                }
+            }
+            WriteAction::SyncTemp => {
+                let Some(f) = file.take() else {
+                    return Err(WriteError::Io(std::io::Error::other("no temporary file")));
+                };
+                match blocking(move || f.sync_all().map(|()| f).map_err(WriteError::Io)).await {
+                    Ok(f) => {
+                        file = Some(f);
+                        WriteEvent::Synced
+                    }
+                    Err(e) => fail(e, &mut error),
+                }
+            }
+            WriteAction::SyncDirectory => {
+                let dir = Arc::clone(&target.dir);
+                match blocking(move || Ok(sync_directory(&dir)?)).await {
+                    Ok(()) => WriteEvent::Synced,
                     Err(e) => fail(e, &mut error),
                 }
             }

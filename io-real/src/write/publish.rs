@@ -30,10 +30,12 @@ pub struct Stored {
     pub meta: Option<std::fs::Metadata>,
 }
 
-/// Makes `from` (a private name in `target.dir`) the target. Flushes the data first, checks
-/// containment again, then renames within the held directory: with `RENAME_NOREPLACE`
-/// unless `overwrite`, so a file that appeared meanwhile (created by anything, not only
-/// servery) is never clobbered. Blocking.
+/// Makes `from` (a private name in `target.dir`) the target: checks containment again,
+/// then renames within the held directory, with `RENAME_NOREPLACE` unless `overwrite`, so
+/// a file that appeared meanwhile (created by anything, not only servery) is never
+/// clobbered. The flows make the file's bytes durable before (`SyncTemp`, a chunk's
+/// `Sync`) and the rename durable after ([`sync_directory`]), and decide what a failure of
+/// either means. Blocking.
 pub fn publish(
     root: &Dir,
     target: &Target,
@@ -41,7 +43,6 @@ pub fn publish(
     from: &str,
     overwrite: bool,
 ) -> Result<Published, WriteError> {
-    file.sync_all()?;
     rustix::fs::fchmod(file, Mode::from_raw_mode(PUBLISHED_MODE)).map_err(io::Error::from)?;
     target.revalidate(root)?;
     let existed = match target.existing()? {
@@ -54,11 +55,6 @@ pub fn publish(
         rustix::fs::renameat(dir, from, dir, &target.name).map_err(rename_error)?;
     } else {
         no_replace(dir, from, &target.name)?;
-    }
-    // The rename is durable once the directory is; a failure here loses nothing already
-    // answered, so it is logged rather than reported.
-    if let Err(e) = sync_dir(dir) {
-        tracing::warn!(error = %e, "cannot fsync the upload's directory");
     }
     Ok(if existed {
         Published::Replaced
@@ -90,9 +86,10 @@ fn no_replace(dir: &Dir, from: &str, to: &str) -> Result<(), WriteError> {
     }
 }
 
-/// fsync of a directory. The held handle is path-only (cap-std opens directories with
-/// `O_PATH`), which fsync refuses (EBADF): sync a readable descriptor of the same directory.
-fn sync_dir(dir: &Dir) -> io::Result<()> {
+/// fsync of a directory, which makes a rename in it durable. The held handle is path-only
+/// (cap-std opens directories with `O_PATH`), which fsync refuses (EBADF): sync a readable
+/// descriptor of the same directory. Blocking.
+pub fn sync_directory(dir: &Dir) -> io::Result<()> {
     let readable = rustix::fs::openat(
         dir,
         ".",

@@ -32,7 +32,7 @@ pub(crate) struct ChunkSim {
     /// documents (a stale partial, a publication) has happened since.
     told: u64,
     /// What a GET of the target shows (`None`: nothing yet).
-    visible: Option<Vec<u8>>,
+    pub(super) visible: Option<Vec<u8>>,
     requests_this_upload: u32,
     /// The last request was lost or refused: ask what is held before the next chunk.
     ask_next: bool,

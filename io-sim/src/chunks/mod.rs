@@ -52,6 +52,7 @@ pub enum ChunkStep {
     Sync,
     ConfirmLease,
     Publish,
+    SyncDirectory,
     RemovePartial,
     KeepPartial,
     ReleasePartial,
@@ -61,7 +62,7 @@ pub enum ChunkStep {
 }
 
 impl ChunkStep {
-    pub const ALL: [ChunkStep; 21] = [
+    pub const ALL: [ChunkStep; 22] = [
         ChunkStep::Reserve,
         ChunkStep::Lease,
         ChunkStep::InspectTarget,
@@ -77,6 +78,7 @@ impl ChunkStep {
         ChunkStep::Sync,
         ChunkStep::ConfirmLease,
         ChunkStep::Publish,
+        ChunkStep::SyncDirectory,
         ChunkStep::RemovePartial,
         ChunkStep::KeepPartial,
         ChunkStep::ReleasePartial,
@@ -100,6 +102,7 @@ impl ChunkStep {
             ChunkAction::Sync => ChunkStep::Sync,
             ChunkAction::ConfirmLease => ChunkStep::ConfirmLease,
             ChunkAction::Publish { .. } => ChunkStep::Publish,
+            ChunkAction::SyncDirectory => ChunkStep::SyncDirectory,
             ChunkAction::RemovePartial => ChunkStep::RemovePartial,
             ChunkAction::KeepPartial(_) => ChunkStep::KeepPartial,
             ChunkAction::ReleasePartial(_) => ChunkStep::ReleasePartial,
@@ -118,7 +121,10 @@ impl ChunkStep {
     pub fn last_chunk_only(self) -> bool {
         matches!(
             self,
-            ChunkStep::ConfirmLease | ChunkStep::Publish | ChunkStep::RemovePartial
+            ChunkStep::ConfirmLease
+                | ChunkStep::Publish
+                | ChunkStep::SyncDirectory
+                | ChunkStep::RemovePartial
         )
     }
 }

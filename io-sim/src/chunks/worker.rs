@@ -38,6 +38,17 @@ pub(crate) struct ChunkRun {
     lease: Option<LeaseId>,
     /// The chunk's bytes on their way to the partial file.
     arriving: Option<Vec<u8>>,
+    /// The storage fault this chunk met (ENOSPC in the append, a failed fsync of the
+    /// appended bytes or of the directory), judged at its answer.
+    storage_fault: Option<StorageFault>,
+}
+
+/// A storage fault a chunk met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StorageFault {
+    NoSpace,
+    Sync,
+    DirectorySync,
 }
 
 impl SimWorld {
@@ -76,6 +87,7 @@ impl SimWorld {
                 adopting: false,
                 lease: None,
                 arriving: None,
+                storage_fault: None,
             },
         );
         self.chunk_drive(worker, conn);
@@ -280,10 +292,14 @@ impl SimWorld {
                         meta_touched: now,
                         data: None,
                         data_touched: now,
+                        data_synced: false,
                     });
                     // As `open_data`: created if missing, cut (or zero-filled) to `at`.
                     let data = p.data.get_or_insert_with(Vec::new);
-                    data.resize(at as usize, 0);
+                    if data.len() != at as usize {
+                        data.resize(at as usize, 0);
+                        p.data_synced = false;
+                    }
                     p.data_touched = now;
                     self.chunk_check_files(step, false);
                     ChunkEvent::Opened
@@ -309,7 +325,17 @@ impl SimWorld {
                     self.schedule_in(d, SimEvent::ChunkCopied { worker, conn });
                     return;
                 }
-                ChunkAction::Sync => ChunkEvent::Synced,
+                ChunkAction::Sync if now < self.fsync_fails_until => {
+                    // fsync(2) of the partial file: EIO.
+                    run.storage_fault = Some(StorageFault::Sync);
+                    ChunkEvent::Failed(WriteFailure::Io)
+                }
+                ChunkAction::Sync => {
+                    if let Some(p) = self.fs.partials.get_mut(&TARGET) {
+                        p.data_synced = true;
+                    }
+                    ChunkEvent::Synced
+                }
                 // The simulated lease has no renewal to make: it is the one granted.
                 ChunkAction::ConfirmLease => match run.lease {
                     Some(id) => ChunkEvent::Granted(id),
@@ -327,11 +353,63 @@ impl SimWorld {
                         None => ChunkEvent::Failed(WriteFailure::Io),
                         Some(data) => {
                             // One rename: the target shows the old file or the new one.
-                            self.fs.files.insert(TARGET, (0, data));
-                            self.fs.renames += 1;
+                            let durable =
+                                self.fs.partials.get(&TARGET).is_some_and(|p| p.data_synced);
+                            if !durable {
+                                self.violation(format!(
+                                    "torn-rename rule: {worker} renamed the partial file into \
+                                     place before its bytes were made durable (a crash before \
+                                     the directory's fsync could show part of it)"
+                                ));
+                            }
+                            self.fs.publish(TARGET, 0, data, durable);
                             self.chunk_check_files(step, true);
                             ChunkEvent::Published { replaced: exists }
                         }
+                    }
+                }
+                ChunkAction::SyncDirectory => {
+                    let published = self.fs.files.get(&TARGET).map(|(_, b)| b.clone());
+                    match self.power_lost(worker, TARGET) {
+                        Some(crate::fs::AfterPowerLoss::Undone) => {
+                            // The rename is undone: the partial file holds the upload again.
+                            let p = self.fs.partials.entry(TARGET).or_insert(PartialFiles {
+                                meta: None,
+                                meta_touched: now,
+                                data: None,
+                                data_touched: now,
+                                data_synced: true,
+                            });
+                            p.data = published;
+                            // The target went back to what it showed before the rename:
+                            // the client sees it there again (no breach: nothing torn).
+                            let shown = self.fs.files.get(&TARGET).map(|(_, b)| b.clone());
+                            if let Some(c) = self.chunks.as_mut() {
+                                c.visible = shown;
+                            }
+                            self.chunk_check_files(step, false);
+                            return;
+                        }
+                        Some(_) => {
+                            self.chunk_check_files(step, false);
+                            return;
+                        }
+                        None => {}
+                    }
+                    if now < self.dir_sync_fails_until {
+                        // fsync(2) of the directory after the rename: EIO.
+                        self.out.unsynced_renames += 1;
+                        if let Some(run) = self
+                            .chunks
+                            .as_mut()
+                            .and_then(|c| c.serving.get_mut(&(worker, conn)))
+                        {
+                            run.storage_fault = Some(StorageFault::DirectorySync);
+                        }
+                        ChunkEvent::Failed(WriteFailure::Io)
+                    } else {
+                        self.fs.sync_dir(TARGET);
+                        ChunkEvent::Synced
                     }
                 }
                 ChunkAction::RemovePartial => {
@@ -360,6 +438,8 @@ impl SimWorld {
                     continue;
                 }
                 ChunkAction::Finish(answer) => {
+                    let fault = run.storage_fault;
+                    self.chunk_storage_fault_answered(worker, fault, &answer);
                     let end = match answer {
                         Ok(done) => ChunkEnd::Done(done),
                         Err(f) => ChunkEnd::Failed(f),
@@ -384,6 +464,60 @@ impl SimWorld {
         {
             d.extend_from_slice(bytes);
             p.data_touched = now;
+            p.data_synced = false;
+        }
+    }
+
+    /// A chunk that met a storage fault ends the way the core decides: 507 or 500, never
+    /// Complete; after a failed fsync of its bytes nothing is left to resume from.
+    fn chunk_storage_fault_answered(
+        &mut self,
+        worker: WorkerId,
+        fault: Option<StorageFault>,
+        answer: &servery_core::chunk_flow::ChunkAnswer,
+    ) {
+        use servery_core::chunk_flow::ChunkFailure;
+        let Some(fault) = fault else {
+            return;
+        };
+        let want = match fault {
+            StorageFault::NoSpace => WriteFailure::NoSpace,
+            StorageFault::Sync | StorageFault::DirectorySync => WriteFailure::Io,
+        };
+        if *answer != Err(ChunkFailure::Write(want)) {
+            let rule = match fault {
+                StorageFault::NoSpace => "no-space rule: a chunk that met ENOSPC is answered 507",
+                StorageFault::Sync => "fsync rule: a chunk whose fsync failed is answered 500",
+                StorageFault::DirectorySync => {
+                    "directory-fsync rule: a last chunk whose directory fsync failed after the \
+                     rename is answered 500, not Complete"
+                }
+            };
+            return self.violation(format!("{rule}; {worker}'s chunk was answered {answer:?}"));
+        }
+        let held = self
+            .fs
+            .partials
+            .get(&TARGET)
+            .is_some_and(|p| p.data.is_some());
+        match fault {
+            StorageFault::Sync if held => self.violation(format!(
+                "chunk-fsync rule: {worker}'s chunk failed its fsync and the partial file \
+                 is still held (bytes the disk may not hold would be resumed from)"
+            )),
+            StorageFault::Sync => {
+                self.out
+                    .coverage
+                    .insert(crate::labels::CHUNK_FSYNC_DISCARDED);
+            }
+            StorageFault::NoSpace => {
+                self.out.coverage.insert(crate::labels::CHUNK_ENOSPC_KEPT);
+            }
+            StorageFault::DirectorySync => {
+                self.out
+                    .coverage
+                    .insert(crate::labels::DIR_SYNC_FAILED_ANSWERED);
+            }
         }
     }
 
@@ -405,6 +539,13 @@ impl SimWorld {
             .partials
             .get(&TARGET)
             .is_some_and(|p| p.data.is_some());
+        // A full file system takes part of the chunk, then refuses the rest (ENOSPC).
+        let no_space = file && self.now < self.disk_full_until;
+        let bytes = if no_space {
+            bytes[..bytes.len() / 2].to_vec()
+        } else {
+            bytes
+        };
         if file {
             self.chunk_append(&bytes);
             self.chunk_check_files(ChunkStep::Copy, false);
@@ -412,8 +553,22 @@ impl SimWorld {
         let event = ChunkEvent::Copied {
             written: if file { bytes.len() as u64 } else { 0 },
             file,
-            result: if file { Ok(()) } else { Err(WriteFailure::Io) },
+            result: if no_space {
+                Err(WriteFailure::NoSpace)
+            } else if file {
+                Ok(())
+            } else {
+                Err(WriteFailure::Io)
+            },
         };
+        if no_space
+            && let Some(run) = self
+                .chunks
+                .as_mut()
+                .and_then(|c| c.serving.get_mut(&(worker, conn)))
+        {
+            run.storage_fault = Some(StorageFault::NoSpace);
+        }
         if let Some(run) = self
             .chunks
             .as_mut()

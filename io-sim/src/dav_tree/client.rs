@@ -95,6 +95,7 @@ impl SimWorld {
                 killed_before: None,
                 worker: None,
                 end: None,
+                unsynced: false,
                 ..r.clone()
             },
             None => {
@@ -138,7 +139,12 @@ impl SimWorld {
         let mut overwrite = op.overwrite;
         let mut wants_destination = false;
         match step {
-            Some(TreeStep::CreateStaging | TreeStep::FillStaging | TreeStep::RemoveStaging) => {
+            Some(
+                TreeStep::CreateStaging
+                | TreeStep::FillStaging
+                | TreeStep::SyncStaging
+                | TreeStep::RemoveStaging,
+            ) => {
                 if matches!(method, TreeMethod::Delete | TreeMethod::Mkcol) {
                     method = TreeMethod::Copy;
                 }
@@ -163,6 +169,10 @@ impl SimWorld {
                 if method == TreeMethod::Move {
                     cross_device = true;
                 }
+            }
+            // Everything but a DELETE places something.
+            Some(TreeStep::SyncDirectory) if method == TreeMethod::Delete => {
+                method = TreeMethod::Copy;
             }
             // A MKCOL has no properties to carry and nothing to move aside.
             Some(TreeStep::Properties) if method == TreeMethod::Mkcol => {
@@ -218,6 +228,7 @@ impl SimWorld {
             ended_ns: 0,
             end: None,
             killed_before: None,
+            unsynced: false,
         }
     }
 

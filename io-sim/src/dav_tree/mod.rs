@@ -30,10 +30,12 @@ pub enum TreeStep {
     Inspect,
     CreateStaging,
     FillStaging,
+    SyncStaging,
     ConfirmLeases,
     TrashDestination,
     TrashSource,
     Place,
+    SyncDirectory,
     Properties,
     Untrash,
     RemoveTrash,
@@ -43,15 +45,17 @@ pub enum TreeStep {
 }
 
 impl TreeStep {
-    pub const ALL: [TreeStep; 14] = [
+    pub const ALL: [TreeStep; 16] = [
         TreeStep::Lease,
         TreeStep::Inspect,
         TreeStep::CreateStaging,
         TreeStep::FillStaging,
+        TreeStep::SyncStaging,
         TreeStep::ConfirmLeases,
         TreeStep::TrashDestination,
         TreeStep::TrashSource,
         TreeStep::Place,
+        TreeStep::SyncDirectory,
         TreeStep::Properties,
         TreeStep::Untrash,
         TreeStep::RemoveTrash,
@@ -66,10 +70,12 @@ impl TreeStep {
             TreeAction::Inspect => TreeStep::Inspect,
             TreeAction::CreateStaging => TreeStep::CreateStaging,
             TreeAction::FillStaging { .. } => TreeStep::FillStaging,
+            TreeAction::SyncStaging => TreeStep::SyncStaging,
             TreeAction::ConfirmLeases => TreeStep::ConfirmLeases,
             TreeAction::TrashDestination => TreeStep::TrashDestination,
             TreeAction::TrashSource => TreeStep::TrashSource,
             TreeAction::Place(_) => TreeStep::Place,
+            TreeAction::SyncDirectory => TreeStep::SyncDirectory,
             TreeAction::Properties => TreeStep::Properties,
             TreeAction::Untrash => TreeStep::Untrash,
             TreeAction::RemoveTrash => TreeStep::RemoveTrash,
@@ -170,6 +176,9 @@ pub struct TreeRecord {
     pub end: Option<TreeEnd>,
     /// Where its worker was killed.
     pub killed_before: Option<TreeStep>,
+    /// The fsync of the destination's directory after placing failed (or the power went
+    /// before it): the result is in place, and the answer may not be a success.
+    pub unsynced: bool,
 }
 
 impl TreeRecord {

@@ -32,6 +32,10 @@ pub(crate) struct TreeRun {
     taken: [u32; TreeStep::ALL.len()],
     leases: Vec<LeaseId>,
     staging: Option<String>,
+    /// The staging copy was made durable (fsynced) since it was filled.
+    staging_synced: bool,
+    /// What was placed came from a staging copy: whether that copy was durable.
+    placed_durable: Option<bool>,
     trash_destination: Option<String>,
     trash_source: Option<String>,
 }
@@ -68,6 +72,8 @@ impl SimWorld {
                 taken: [0; TreeStep::ALL.len()],
                 leases: Vec::new(),
                 staging: None,
+                staging_synced: false,
+                placed_durable: None,
                 trash_destination: None,
                 trash_source: None,
             },
@@ -132,6 +138,8 @@ impl SimWorld {
                 _ => (r.from.as_str(), r.to.as_deref()),
             };
             let tree = &mut t.tree;
+            // A staging copy renamed into place before it was made durable.
+            let mut placed_unsynced = false;
             let event = match action {
                 TreeAction::Lease(side) => {
                     let path = match side {
@@ -172,9 +180,56 @@ impl SimWorld {
                     _ if r.fails == Some(TreeStepFails::Fill) => {
                         TreeEvent::Failed(WriteFailure::NoSpace)
                     }
+                    // The file system fills part-way through the copy (ENOSPC).
+                    Some(staging) if now < self.disk_full_until => {
+                        tree.fill(from, staging, false);
+                        self.out
+                            .coverage
+                            .insert(crate::labels::DAV_COPY_STORAGE_FAULT_PLACED_NOTHING);
+                        TreeEvent::Failed(WriteFailure::NoSpace)
+                    }
                     Some(staging) if tree.fill(from, staging, infinity) => TreeEvent::Filled,
                     _ => TreeEvent::Failed(WriteFailure::Io),
                 },
+                TreeAction::SyncStaging if now < self.fsync_fails_until => {
+                    // fsync(2) of a file of the copy: EIO.
+                    self.out
+                        .coverage
+                        .insert(crate::labels::DAV_COPY_STORAGE_FAULT_PLACED_NOTHING);
+                    TreeEvent::Failed(WriteFailure::Io)
+                }
+                TreeAction::SyncStaging => {
+                    run.staging_synced = run.staging.is_some();
+                    TreeEvent::Synced
+                }
+                TreeAction::SyncDirectory => {
+                    if let Some(durable) = self.dav_tree_power_lost(worker, conn, rec) {
+                        if !durable {
+                            self.violation(format!(
+                                "torn-rename rule: the power went between the placing rename \
+                                 of {} and its directory's fsync, and the copy placed was \
+                                 never made durable (part of it under the public name)",
+                                r.describe()
+                            ));
+                        }
+                        self.dav_tree_snapshot(rec);
+                        return;
+                    }
+                    if now < self.dir_sync_fails_until {
+                        // fsync(2) of the destination's directory: EIO.
+                        self.out.unsynced_renames += 1;
+                        if let Some(r) = self.out.dav_tree.ops.get_mut(rec) {
+                            r.unsynced = true;
+                        }
+                        // Its answer is judged by the scenario (`directory-fsync rule:`).
+                        self.out
+                            .coverage
+                            .insert(crate::labels::DIR_SYNC_FAILED_ANSWERED);
+                        TreeEvent::Failed(WriteFailure::Io)
+                    } else {
+                        TreeEvent::Synced
+                    }
+                }
                 TreeAction::ConfirmLeases => TreeEvent::Confirmed,
                 TreeAction::TrashDestination | TreeAction::TrashSource => {
                     let (path, side) = match action {
@@ -208,7 +263,11 @@ impl SimWorld {
                         }
                         Placing::Source => tree.rename(from, to),
                         Placing::Staging => match run.staging.take() {
-                            Some(staging) => tree.rename(&staging, to),
+                            Some(staging) => {
+                                run.placed_durable = Some(run.staging_synced);
+                                placed_unsynced = !run.staging_synced;
+                                tree.rename(&staging, to)
+                            }
                             None => Err(RenameError::NotFound),
                         },
                     };
@@ -256,6 +315,13 @@ impl SimWorld {
                     return self.dav_tree_answer(worker, conn, rec, end);
                 }
             };
+            if placed_unsynced {
+                self.violation(format!(
+                    "torn-rename rule: {} renamed its staging copy into place before it was \
+                     made durable (a crash before the directory's fsync could show part of it)",
+                    r.describe()
+                ));
+            }
             self.dav_tree_snapshot(rec);
             self.dav_tree_event(worker, conn, event);
         }
@@ -269,6 +335,34 @@ impl SimWorld {
         {
             run.flow.handle(event);
         }
+    }
+
+    /// A torn rename armed: the power goes after `worker`'s placing rename, before the
+    /// directory's fsync. The worker dies; the rename is kept (the simulated tree has no
+    /// undo: a kept rename is the case that can show a copy not on the disk). Whether
+    /// what was placed was durable, when the power went (`None`: it did not).
+    fn dav_tree_power_lost(&mut self, worker: WorkerId, conn: u64, rec: usize) -> Option<bool> {
+        if self.torn_renames_armed == 0 {
+            return None;
+        }
+        self.torn_renames_armed -= 1;
+        let durable = self
+            .dav_tree
+            .as_ref()
+            .and_then(|t| t.serving.get(&(worker, conn)))
+            .and_then(|run| run.placed_durable)
+            .unwrap_or(true);
+        if let Some(r) = self.out.dav_tree.ops.get_mut(rec) {
+            r.unsynced = true;
+        }
+        self.out.torn_renames.kept += 1;
+        if durable {
+            self.out.coverage.insert(crate::labels::TORN_RENAME_WHOLE);
+        }
+        self.out.crash_faults += 1;
+        self.injected(FaultKind::TornRename, Some(worker));
+        self.process_died(worker, servery_core::supervisor::ExitStatus::Signal(9));
+        Some(durable)
     }
 
     /// The plan's fault: `kill -9` of the worker just before `step`.

@@ -33,6 +33,44 @@ impl SimWorld {
         self.process_died(worker, ExitStatus::Signal(9));
     }
 
+    /// A write of `worker` renamed `target` into place and is about to fsync the directory:
+    /// if a torn rename is armed, the power goes here. The worker dies, and the rename
+    /// survives or not as the seed draws; what the name shows is judged at once (never
+    /// part of a file: the flow made its bytes durable before the rename). What the power
+    /// loss did when the worker died (`None`: no power loss here).
+    pub(crate) fn power_lost(
+        &mut self,
+        worker: WorkerId,
+        target: u8,
+    ) -> Option<crate::fs::AfterPowerLoss> {
+        if self.torn_renames_armed == 0 {
+            return None;
+        }
+        self.torn_renames_armed -= 1;
+        let keep = self.rng.chance(0.5);
+        let after = self.fs.power_loss(target, keep);
+        match &after {
+            Some(crate::fs::AfterPowerLoss::Torn { len, of }) => self.violation(format!(
+                "torn-rename rule: the power went between {worker}'s rename into target \
+                 {target} and its directory's fsync, and the name kept shows {len} of the \
+                 {of} bytes renamed there (renamed before its bytes were made durable)"
+            )),
+            Some(crate::fs::AfterPowerLoss::Kept) => {
+                self.out.torn_renames.kept += 1;
+                self.out.coverage.insert(labels::TORN_RENAME_WHOLE);
+            }
+            Some(crate::fs::AfterPowerLoss::Undone) => {
+                self.out.torn_renames.undone += 1;
+                self.out.coverage.insert(labels::TORN_RENAME_WHOLE);
+            }
+            None => {}
+        }
+        self.out.crash_faults += 1;
+        self.injected(FaultKind::TornRename, Some(worker));
+        self.process_died(worker, ExitStatus::Signal(9));
+        Some(after.unwrap_or(crate::fs::AfterPowerLoss::Kept))
+    }
+
     /// A planned fault took effect on `worker` (`None`: on the parent).
     pub(crate) fn injected(&mut self, kind: FaultKind, worker: Option<WorkerId>) {
         let targets = worker.map_or_else(Vec::new, |w| {
@@ -61,6 +99,7 @@ impl SimWorld {
         | Fault::DiskFull(d)
         | Fault::RenameFails(d)
         | Fault::FsyncFails(d)
+        | Fault::DirSyncFails(d)
         | Fault::StallParent(d)
         | Fault::PauseWorker { duration: d, .. }
         | Fault::ClockDrift { duration: d, .. } = fault
@@ -210,6 +249,12 @@ impl SimWorld {
                 self.injected(FaultKind::FsyncFails, None);
                 self.fsync_fails_until = self.fsync_fails_until.max(self.now + d);
             }
+            Fault::DirSyncFails(d) => {
+                self.injected(FaultKind::DirSyncFails, None);
+                self.dir_sync_fails_until = self.dir_sync_fails_until.max(self.now + d);
+            }
+            // Injected (with its worker) where a write meets it (`power_lost`).
+            Fault::TornRename => self.torn_renames_armed += 1,
             Fault::ChannelDelay { duration, max } => {
                 self.injected(FaultKind::ChannelDelay, None);
                 self.delays.start(self.now, duration, max);

@@ -46,9 +46,8 @@ fn created_or_replaced(outcome: TreeDone) -> Response<Body> {
 pub(super) fn io_error(e: io::Error) -> HttpError {
     match e.kind() {
         io::ErrorKind::AlreadyExists => HttpError::Dav(DavError::Exists),
-        _ if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
-            HttpError::Write(WriteError::Io(e))
-        }
+        // One mapping of a full file system (507), the write path's.
+        _ if crate::write::is_out_of_space(&e) => HttpError::Write(WriteError::Io(e)),
         _ => HttpError::from_io(e),
     }
 }

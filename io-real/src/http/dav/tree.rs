@@ -110,6 +110,42 @@ pub fn fill_staging(
     Ok(())
 }
 
+/// Makes the staging copy durable before it is placed: an fsync of every file and
+/// directory in it, deepest first, so that a crash after the placing rename never shows
+/// part of the copy under the public name. The destination's directory, which gets the
+/// placing rename, is synced after it (`publish::sync_directory`).
+pub fn sync_staging(dest: &Placed, staging: &str) -> io::Result<()> {
+    sync_entry(&dest.dir, OsStr::new(staging), 0)
+}
+
+fn sync_entry(dir: &Dir, name: &OsStr, depth: usize) -> io::Result<()> {
+    let meta = dir.symlink_metadata(name)?;
+    if meta.is_file() {
+        return dir.open(name)?.sync_all();
+    }
+    if !meta.is_dir() {
+        // A symbolic link is made with its directory entry: the directory's fsync.
+        return Ok(());
+    }
+    if depth >= MAX_DEPTH {
+        return Err(io::Error::other("collection nested too deep to sync"));
+    }
+    let sub = dir.open_dir(name)?;
+    for entry in sub.entries()? {
+        sync_entry(&sub, &entry?.file_name(), depth + 1)?;
+    }
+    // cap-std's directory handles are path-only (`O_PATH`), which fsync refuses.
+    use rustix::fs::{Mode, OFlags};
+    let readable = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::fs::fsync(&readable)?;
+    Ok(())
+}
+
 /// Renames `placed` away to a private trash name in its directory, in one step. `None`
 /// when there was nothing there.
 pub fn trash(placed: &Placed, worker: u64) -> io::Result<Option<String>> {

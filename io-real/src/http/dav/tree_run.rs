@@ -233,6 +233,21 @@ impl Run<'_> {
         }
     }
 
+    /// The fsync that makes the placing rename durable: of the destination's directory.
+    async fn sync_destination_directory(&mut self) -> TreeEvent {
+        let Some(dest) = self.side(Side::Destination) else {
+            return self.fail(HttpError::Forbidden);
+        };
+        let synced = blocking(move || {
+            crate::write::publish::sync_directory(&dest.dir).map_err(super::methods::io_error)
+        })
+        .await;
+        match synced {
+            Ok(()) => TreeEvent::Synced,
+            Err(e) => self.fail(e),
+        }
+    }
+
     async fn properties(&mut self) -> TreeEvent {
         let (root, worker, op) = (self.dav.root.dir(), self.worker(), self.op);
         let (from, to) = (self.from.cloned(), self.to.cloned());
@@ -379,6 +394,16 @@ impl Dav {
                         Err(event) => event,
                     }
                 }
+                TreeAction::SyncStaging => {
+                    let Some(staging) = run.staging.clone() else {
+                        return Err(HttpError::Internal(std::io::Error::other("no staging")));
+                    };
+                    match run.fs(move |_, d| tree::sync_staging(d, &staging)).await {
+                        Ok(()) => TreeEvent::Synced,
+                        Err(event) => event,
+                    }
+                }
+                TreeAction::SyncDirectory => run.sync_destination_directory().await,
                 TreeAction::ConfirmLeases => {
                     let mut event = TreeEvent::Confirmed;
                     for grant in &mut run.leases {
