@@ -147,4 +147,18 @@ mod tests {
         assert!(n.oack.is_empty());
         assert_eq!(n.params.blksize, 512);
     }
+
+    /// RFC 7440: a window of 0 blocks is no window, left out of the OACK; RFC 2349: a
+    /// timeout of 1 to 255 s is accepted as the client asked and echoed.
+    #[test]
+    fn a_zero_window_is_refused_and_a_timeout_in_range_taken_as_asked() {
+        let n = negotiate(&[opt("windowsize", "0"), opt("timeout", "5")], ALLOWED);
+        assert_eq!(n.params.windowsize, 1, "windowsize rule: 0 is refused");
+        assert_eq!(
+            n.params.timeout,
+            Duration::from_secs(5),
+            "timeout rule: a timeout in 1..=255 s is taken as asked"
+        );
+        assert_eq!(n.oack, vec![opt("timeout", "5")]);
+    }
 }
