@@ -469,7 +469,17 @@ impl ParentIo for SimWorld {
         JournalWrite::Written
     }
 
-    fn dav_locks_refused(&mut self, _now: Instant, _refused: &[servery_core::LeaseId]) {
+    fn dav_locks_refused(&mut self, _now: Instant, refused: &[servery_core::LeaseId]) {
+        if refused.is_empty() {
+            // The driver is told only of locks the journal's failure dropped: a report
+            // without one would have an operator read of refusals that never were.
+            self.violation(
+                "journal rule: the driver was told of WebDAV locks the journal refused, \
+                 but none was refused"
+                    .to_owned(),
+            );
+            return;
+        }
         self.out.coverage.insert(labels::DAV_JOURNAL_REFUSED);
     }
 
