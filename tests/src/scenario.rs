@@ -199,6 +199,10 @@ pub const NOT_DRIVEN: &[(&str, &str)] = &[
         "EMFILE is made for real in tests/io_faults.rs (a worker's descriptor limit lowered with prlimit)",
     ),
     (
+        "dav-put-storage-faults",
+        "WebDAV PUTs under storage faults: a disk filled by a DAV PUT, a resumable chunk and a COPY is tests/io_faults.rs (a small tmpfs); a failing fsync, a failing directory fsync and a power loss between a rename and its directory fsync cannot be made from outside without a faulty block device (decision 0131)",
+    ),
+    (
         "upload-io-faults",
         "an upload workload: a full tmpfs is tests/io_faults.rs; a failing rename cannot be made from outside",
     ),
