@@ -96,4 +96,11 @@ mod tests {
         }
         assert_eq!(Instant(max - 1) + Duration::from_nanos(5), Instant(max));
     }
+
+    /// Traces and predicate messages print instants as seconds with microseconds.
+    #[test]
+    fn an_instant_prints_as_seconds_with_microseconds() {
+        assert_eq!(Instant(1_234_567_891).to_string(), "1.234567s");
+        assert_eq!(Instant::ZERO.to_string(), "0.000000s");
+    }
 }
