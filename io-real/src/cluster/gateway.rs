@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::PrivateKeyDer;
 use rustls::{ClientConfig, RootCertStore};
 use serde_json::{Value, json};
 use servery_core::cluster::{StoreCall, StoreReply};
@@ -20,20 +20,10 @@ use servery_core::cluster::{StoreCall, StoreReply};
 use super::args::{ClusterSettings, Endpoint};
 use super::json;
 use crate::proxy::connect::Connector;
+use crate::proxy::pem_certs;
 
 /// How long a connection to an endpoint may take before the next one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-fn pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no certificate in the file", path.display()));
-    }
-    Ok(certs)
-}
 
 /// The TLS client configuration for etcd: its server verified against `ca` (or the
 /// system's roots), this host's certificate offered when given. An error names the flag.

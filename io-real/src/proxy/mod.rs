@@ -35,6 +35,7 @@ pub use args::ProxyArgs;
 use connect::{ConnectError, Connector, Target};
 pub use health::{DownSet, HealthLink};
 use route::{Routes, Upstream};
+pub(crate) use tls::pem_certs;
 
 use crate::http::Body;
 

@@ -18,19 +18,24 @@ pub(super) enum Offer {
     Http11,
 }
 
+/// The certificates of a PEM file, at least one; an error names the file.
+pub(crate) fn pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate in the file", path.display()));
+    }
+    Ok(certs)
+}
+
 /// The client configuration for upstream TLS; an error names what is wrong.
 pub(super) fn client_config(ca: Option<&Path>, offer: Offer) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     match ca {
         Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            if certs.is_empty() {
-                return Err(format!("{}: no certificate in the file", path.display()));
-            }
-            for cert in certs {
+            for cert in pem_certs(path)? {
                 roots
                     .add(cert)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
