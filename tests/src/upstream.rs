@@ -162,7 +162,13 @@ fn wait_listening(addr: SocketAddr, log: &Path) {
 /// gunicorn serving [`ECHO_APP`] (threads enough for the admission tests) on a free TCP
 /// port, or on `socket` when given.
 pub fn gunicorn(tree: &Tree, socket: Option<&Path>) -> Upstream {
-    let dir = tree.dir.join("gunicorn");
+    // A folder per instance: a test may run two (TCP and a Unix socket), and each keeps
+    // its own working directory and log.
+    let dir = tree.dir.join(if socket.is_some() {
+        "gunicorn-unix"
+    } else {
+        "gunicorn"
+    });
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("echo.py"), ECHO_APP).expect("app");
     let port = crate::free_port();
@@ -191,7 +197,7 @@ pub fn gunicorn(tree: &Tree, socket: Option<&Path>) -> Upstream {
         "30",
         "echo:app",
     ]);
-    let child = spawn(cmd, &dir);
+    let mut child = spawn(cmd, &dir);
     match socket {
         Some(s) => {
             wait_until(Duration::from_secs(20), "gunicorn's socket", || {
@@ -199,6 +205,14 @@ pub fn gunicorn(tree: &Tree, socket: Option<&Path>) -> Upstream {
             });
         }
         None => wait_listening(addr, &dir.join("upstream.log")),
+    }
+    // Something answering on the port is not enough: another process may have taken the
+    // free port first (gunicorn then exits with "Address already in use").
+    if let Ok(Some(status)) = child.try_wait() {
+        panic!(
+            "gunicorn exited ({status}) instead of serving on {bind}: {}",
+            std::fs::read_to_string(dir.join("upstream.log")).unwrap_or_default()
+        );
     }
     Upstream {
         child,
