@@ -40,6 +40,18 @@ pub mod unheard {
     pub const TLS_HANDSHAKE: usize = 2;
 }
 
+/// Why a write was refused by the file system under it (decision 0133): it was full (or
+/// the user's quota was: 507), or it failed the write, the fsync or the rename (EIO and
+/// the like: 500). The client's answer says so, and the operator sees the count:
+/// `servery_storage_faults_total{kind}`.
+pub const STORAGE_FAULTS: [&str; 2] = ["no_space", "io"];
+
+/// The index in [`STORAGE_FAULTS`] of each kind.
+pub mod storage_fault {
+    pub const NO_SPACE: usize = 0;
+    pub const IO: usize = 1;
+}
+
 /// Upper bounds of the duration histogram's buckets, in microseconds (the last bucket,
 /// past these, is `+Inf`).
 pub const DURATION_BOUNDS_US: [u64; 14] = [
@@ -168,6 +180,8 @@ pub struct RequestStats {
     pub duration_sum_us: [u64; ROUTE_CLASSES],
     /// Connections closed before they brought a request, by [`UNHEARD`] index.
     pub closed_unheard: [u64; UNHEARD.len()],
+    /// Writes the file system refused, by [`STORAGE_FAULTS`] index.
+    pub storage_faults: [u64; STORAGE_FAULTS.len()],
 }
 
 impl RequestStats {
@@ -202,6 +216,9 @@ impl RequestStats {
             *a = f(*a, *b);
         }
         for (a, b) in self.closed_unheard.iter_mut().zip(&other.closed_unheard) {
+            *a = f(*a, *b);
+        }
+        for (a, b) in self.storage_faults.iter_mut().zip(&other.storage_faults) {
             *a = f(*a, *b);
         }
     }

@@ -74,7 +74,8 @@ fn an_upload_that_fills_the_disk_is_507_and_leaves_nothing() {
         }
     };
     std::fs::write(root.join("hello.txt"), HELLO).expect("write");
-    let server = Server::start(&tree, 1, &["--upload"], &[]);
+    let mut server = Server::start(&tree, 1, &["--upload", "--admin", "127.0.0.1:0"], &[]);
+    let admin = server.admin_addr(Duration::from_secs(10));
     let big = vec![b'x'; 2 << 20];
     assert_eq!(
         put(server.addr, "/big.bin", &big),
@@ -82,6 +83,7 @@ fn an_upload_that_fills_the_disk_is_507_and_leaves_nothing() {
         "a full file system"
     );
     assert!(!root.join("big.bin").exists(), "nothing published");
+    wait_for_storage_faults(admin, 1);
     wait_until(
         Duration::from_secs(10),
         "the temporary file removed",
@@ -92,6 +94,26 @@ fn an_upload_that_fills_the_disk_is_507_and_leaves_nothing() {
     assert_eq!(
         std::fs::read(root.join("small.bin")).expect("small").len(),
         1024
+    );
+}
+
+const NO_SPACE_FAULTS: &str = "servery_storage_faults_total{kind=\"no_space\"}";
+
+/// Waits until the parent's metrics count `n` writes refused for a full file system (the
+/// worker's counts reach the parent with its heartbeats): loss is counted where an
+/// operator looks.
+fn wait_for_storage_faults(admin: std::net::SocketAddr, n: u64) {
+    wait_until(
+        Duration::from_secs(10),
+        "the refused write counted in servery_storage_faults_total",
+        || {
+            let (status, body) = http_get(admin, "/metrics").ok()?;
+            let text = String::from_utf8(body).ok()?;
+            let counted = text
+                .lines()
+                .find_map(|l| l.strip_prefix(NO_SPACE_FAULTS)?.trim().parse::<u64>().ok());
+            (status == 200 && counted == Some(n)).then_some(())
+        },
     );
 }
 
@@ -253,9 +275,16 @@ fn a_copy_of_a_tree_that_does_not_fit_is_507_and_places_nothing() {
     std::fs::create_dir(root.join("small")).expect("mkdir");
     std::fs::write(root.join("small/a.txt"), b"a").expect("w");
     let before = all_files(&root);
-    let server = Server::start(&tree, 1, &["--dav", "--upload"], &[]);
+    let mut server = Server::start(
+        &tree,
+        1,
+        &["--dav", "--upload", "--admin", "127.0.0.1:0"],
+        &[],
+    );
+    let admin = server.admin_addr(Duration::from_secs(10));
     let copy = |from: &str, to: &str| send(server.addr, "COPY", from, &[("Destination", to)], b"");
     assert_eq!(copy("/src", "/dst"), 507);
+    wait_for_storage_faults(admin, 1);
     assert!(
         !root.join("dst").exists(),
         "no part of the copy under the public name"

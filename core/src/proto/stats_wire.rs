@@ -1,13 +1,14 @@
 //! A heartbeat's request counters on the wire: only the counters that are not zero, each
 //! with its index, in ascending order. A worker that served a few kinds of request sends a
 //! few dozen bytes, and the largest encoding (every counter set, every route class's
-//! histogram full) is under 2 KiB ([`MAX_STATS_LEN`]), so a heartbeat always fits a frame. The decoder accepts exactly what the encoder writes:
+//! histogram full) is about 2 KiB ([`MAX_STATS_LEN`]), so a heartbeat always fits a frame
+//! ([`super::MAX_FRAME_DEFAULT`]). The decoder accepts exactly what the encoder writes:
 //! an index out of range, out of order or repeated is a malformed frame.
 
 use super::ProtoError;
 use super::wire::{Reader, Writer};
 use crate::request_stats::{
-    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, STATUS_CLASSES, UNHEARD,
+    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, STATUS_CLASSES, STORAGE_FAULTS, UNHEARD,
 };
 
 /// How many request cells there are (method × status class).
@@ -18,9 +19,18 @@ const CELLS: usize = METHODS.len() * STATUS_CLASSES.len();
 const BUCKETS: usize = ROUTE_CLASSES * DURATION_BUCKETS;
 const _: () = assert!(BUCKETS <= u8::MAX as usize, "a bucket's index is one byte");
 
-/// The most bytes [`put_stats`] writes: 1,941 with 8 route classes.
-pub const MAX_STATS_LEN: usize =
-    1 + CELLS * 10 + 8 + 1 + BUCKETS * 9 + 1 + ROUTE_CLASSES * 9 + 1 + UNHEARD.len() * 9;
+/// The most bytes [`put_stats`] writes: 2,104 with 9 route classes.
+pub const MAX_STATS_LEN: usize = 1
+    + CELLS * 10
+    + 8
+    + 1
+    + BUCKETS * 9
+    + 1
+    + ROUTE_CLASSES * 9
+    + 1
+    + UNHEARD.len() * 9
+    + 1
+    + STORAGE_FAULTS.len() * 9;
 
 pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
     // Every heartbeat carries these, and most counters are zero: the scans stop at the
@@ -77,9 +87,15 @@ pub(super) fn put_stats(w: &mut Writer<'_>, s: &RequestStats) {
             w.u64(n);
         }
     }
-    let unheard = s.closed_unheard.iter().filter(|n| **n > 0).count();
-    w.u8(unheard as u8);
-    for (i, &n) in s.closed_unheard.iter().enumerate() {
+    put_listed(w, &s.closed_unheard);
+    put_listed(w, &s.storage_faults);
+}
+
+/// A short table: how many of its counters are set, then each set one with its index.
+fn put_listed(w: &mut Writer<'_>, table: &[u64]) {
+    let set = table.iter().filter(|n| **n > 0).count();
+    w.u8(set as u8);
+    for (i, &n) in table.iter().enumerate() {
         if n > 0 {
             w.u8(i as u8);
             w.u64(n);
@@ -145,18 +161,28 @@ pub(super) fn get_stats_into(r: &mut Reader<'_>, s: &mut RequestStats) -> Result
         next = i + 1;
         s.duration_sum_us[i] = nonzero(r.u64()?)?;
     }
-    let unheard = usize::from(r.u8()?);
-    if unheard > UNHEARD.len() {
-        return Err(invalid("unheard reasons", unheard as u64));
+    get_listed(r, &mut s.closed_unheard, "unheard reason")?;
+    get_listed(r, &mut s.storage_faults, "storage fault")
+}
+
+/// Reads what [`put_listed`] writes into `table`, which is all zero.
+fn get_listed(
+    r: &mut Reader<'_>,
+    table: &mut [u64],
+    field: &'static str,
+) -> Result<(), ProtoError> {
+    let set = usize::from(r.u8()?);
+    if set > table.len() {
+        return Err(invalid(field, set as u64));
     }
     let mut next = 0usize;
-    for _ in 0..unheard {
+    for _ in 0..set {
         let i = usize::from(r.u8()?);
-        if i >= UNHEARD.len() || i < next {
-            return Err(invalid("unheard reason", i as u64));
+        if i >= table.len() || i < next {
+            return Err(invalid(field, i as u64));
         }
         next = i + 1;
-        s.closed_unheard[i] = nonzero(r.u64()?)?;
+        table[i] = nonzero(r.u64()?)?;
     }
     Ok(())
 }

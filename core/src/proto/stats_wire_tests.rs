@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use super::wire::{Reader, Writer};
 use super::{MAX_STATS_LEN, stats_wire};
 use crate::request_stats::{
-    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, STATUS_CLASSES, UNHEARD,
+    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, STATUS_CLASSES, STORAGE_FAULTS, UNHEARD,
 };
 
 /// Counters with some cells set (most are zero, as in a real worker's).
@@ -18,9 +18,10 @@ pub(crate) fn stats() -> impl Strategy<Value = RequestStats> {
         any::<u64>(),
         proptest::collection::vec(cell.clone(), ROUTE_CLASSES * DURATION_BUCKETS),
         proptest::collection::vec(cell.clone(), ROUTE_CLASSES),
-        proptest::collection::vec(cell, UNHEARD.len()),
+        proptest::collection::vec(cell.clone(), UNHEARD.len()),
+        proptest::collection::vec(cell, STORAGE_FAULTS.len()),
     )
-        .prop_map(|(cells, bytes_sent, buckets, sums, unheard)| {
+        .prop_map(|(cells, bytes_sent, buckets, sums, unheard, faults)| {
             let mut s = RequestStats {
                 bytes_sent,
                 ..RequestStats::default()
@@ -33,12 +34,13 @@ pub(crate) fn stats() -> impl Strategy<Value = RequestStats> {
                 .copy_from_slice(&buckets);
             s.duration_sum_us.copy_from_slice(&sums);
             s.closed_unheard.copy_from_slice(&unheard);
+            s.storage_faults.copy_from_slice(&faults);
             s
         })
 }
 
 /// Every counter set, every class's histogram full: the largest heartbeat a worker can
-/// send is exactly the bound (which `stats_wire` holds under 2 KiB at compile time).
+/// send is exactly the bound.
 #[test]
 fn the_fullest_counters_fit_their_bound() {
     let full = RequestStats {
@@ -47,6 +49,7 @@ fn the_fullest_counters_fit_their_bound() {
         duration_buckets: [[u64::MAX; DURATION_BUCKETS]; ROUTE_CLASSES],
         duration_sum_us: [u64::MAX; ROUTE_CLASSES],
         closed_unheard: [u64::MAX; UNHEARD.len()],
+        storage_faults: [u64::MAX; STORAGE_FAULTS.len()],
     };
     let bytes = encode(&full);
     assert_eq!(bytes.len(), MAX_STATS_LEN);
@@ -94,10 +97,9 @@ proptest! {
             bytes.extend(n.to_be_bytes());
         }
         bytes.extend([0u8; 8]);
-        // No duration bucket, no duration sum, no connection closed unheard.
-        bytes.push(0);
-        bytes.push(0);
-        bytes.push(0);
+        // No duration bucket, no duration sum, no connection closed unheard, no storage
+        // fault.
+        bytes.extend([0u8; 4]);
         let mut r = Reader { buf: &bytes };
         let decoded = stats_wire::get_stats(&mut r);
         let canonical = raw.windows(2).all(|w| {

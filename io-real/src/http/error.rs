@@ -212,7 +212,30 @@ pub fn error_response(err: &HttpError) -> Response<Body> {
         }
         _ => {}
     }
+    if let Some(fault) = StorageFault::of(err) {
+        response.extensions_mut().insert(fault);
+    }
     response
+}
+
+/// A write the file system refused, marked on its answer so the request's counting (one
+/// place for every protocol, `super::pipeline`) counts it where an operator looks
+/// (`servery_storage_faults_total`, decision 0133): the status alone cannot tell a full
+/// disk's 507 from a quota's, or a failed fsync's 500 from any other 500.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StorageFault(pub(crate) usize);
+
+impl StorageFault {
+    fn of(err: &HttpError) -> Option<StorageFault> {
+        use servery_core::request_stats::storage_fault::{IO, NO_SPACE};
+        match err {
+            HttpError::Write(WriteError::Io(e)) if crate::write::is_out_of_space(e) => {
+                Some(StorageFault(NO_SPACE))
+            }
+            HttpError::Write(WriteError::Io(_)) => Some(StorageFault(IO)),
+            _ => None,
+        }
+    }
 }
 
 /// The one-line body of an error's response.
@@ -406,6 +429,38 @@ mod tests {
             .0,
             500
         );
+    }
+
+    #[test]
+    fn what_the_file_system_refused_is_marked_as_a_storage_fault_by_kind() {
+        use servery_core::request_stats::storage_fault::{IO, NO_SPACE};
+        let errno = |e: rustix::io::Errno| io::Error::from_raw_os_error(e.raw_os_error());
+        let fault = |err: HttpError| {
+            error_response(&err)
+                .extensions()
+                .get::<StorageFault>()
+                .copied()
+        };
+        assert_eq!(
+            fault(HttpError::Write(WriteError::Io(errno(
+                rustix::io::Errno::NOSPC
+            )))),
+            Some(StorageFault(NO_SPACE)),
+            "storage-fault rule: a full file system is counted as no_space"
+        );
+        assert_eq!(
+            fault(HttpError::Write(WriteError::Io(errno(
+                rustix::io::Errno::IO
+            )))),
+            Some(StorageFault(IO)),
+            "storage-fault rule: a failed write or fsync is counted as io"
+        );
+        assert_eq!(
+            fault(HttpError::Internal(errno(rustix::io::Errno::IO))),
+            None,
+            "storage-fault rule: a failed read is no storage fault"
+        );
+        assert_eq!(fault(HttpError::Write(WriteError::Busy)), None);
     }
 
     #[test]

@@ -11,16 +11,17 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use servery_core::request_stats::{
-    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, RouteClass, STATUS_CLASSES, UNHEARD,
-    duration_bucket, status_class,
+    DURATION_BUCKETS, METHODS, ROUTE_CLASSES, RequestStats, RouteClass, STATUS_CLASSES,
+    STORAGE_FAULTS, UNHEARD, duration_bucket, status_class,
 };
 use servery_core::supervisor::FinalCounts;
 
 use crate::os::SharedCounters;
 
 /// Where each counter is in the scoreboard: requests by method and status class, bytes,
-/// the duration buckets by route class, their sums, connections closed unheard, then the
-/// access log's lines produced and dropped by the worker itself.
+/// the duration buckets by route class, their sums, connections closed unheard, the
+/// access log's lines produced and dropped by the worker itself, then the writes the
+/// file system refused.
 const REQUESTS: usize = 0;
 const BYTES_SENT: usize = REQUESTS + METHODS.len() * STATUS_CLASSES.len();
 const DURATIONS: usize = BYTES_SENT + 1;
@@ -28,8 +29,9 @@ const DURATION_SUMS: usize = DURATIONS + ROUTE_CLASSES * DURATION_BUCKETS;
 const CLOSED_UNHEARD: usize = DURATION_SUMS + ROUTE_CLASSES;
 const LOG_LINES: usize = CLOSED_UNHEARD + UNHEARD.len();
 const LOG_DROPPED: usize = LOG_LINES + 1;
-/// How many counters a scoreboard holds (209: 1,672 bytes, one page).
-pub const SCOREBOARD_COUNTERS: usize = LOG_DROPPED + 1;
+const STORAGE: usize = LOG_DROPPED + 1;
+/// How many counters a scoreboard holds (227: 1,816 bytes, one page).
+pub const SCOREBOARD_COUNTERS: usize = STORAGE + STORAGE_FAULTS.len();
 
 /// A worker's counters: in the scoreboard the parent shares with it, or in its own memory
 /// when it was given none.
@@ -113,6 +115,13 @@ impl RequestMeter {
         }
     }
 
+    /// Count a write the file system refused (`kind` is a [`STORAGE_FAULTS`] index).
+    pub fn storage_fault(&self, kind: usize) {
+        if kind < STORAGE_FAULTS.len() {
+            self.at(STORAGE + kind).fetch_add(1, Relaxed);
+        }
+    }
+
     /// An access-log line was put in the worker's buffer to send (so the parent can tell,
     /// when the worker is gone, how many never arrived).
     pub fn log_line_produced(&self) {
@@ -133,6 +142,7 @@ impl RequestMeter {
             duration_buckets: from_fn(|c| from_fn(|b| n(DURATIONS + c * DURATION_BUCKETS + b))),
             duration_sum_us: from_fn(|c| n(DURATION_SUMS + c)),
             closed_unheard: from_fn(|i| n(CLOSED_UNHEARD + i)),
+            storage_faults: from_fn(|i| n(STORAGE + i)),
         }
     }
 
@@ -203,6 +213,7 @@ mod tests {
             Duration::from_micros(1),
         );
         worker.closed_unheard(2);
+        worker.storage_fault(STORAGE_FAULTS.len() - 1);
         worker.log_line_produced();
         worker.log_line_produced();
         worker.log_line_dropped();
@@ -221,6 +232,7 @@ mod tests {
         );
         assert_eq!(last.stats.duration_sum_us[ROUTE_CLASSES - 1], 60_000_000);
         assert_eq!(last.stats.closed_unheard, [0, 0, 1]);
+        assert_eq!(last.stats.storage_faults, [0, 1]);
         assert_eq!((last.log_lines, last.log_dropped), (2, 1));
         assert_eq!(last.stats.total(), ROUTE_CLASSES as u64 + 1);
     }

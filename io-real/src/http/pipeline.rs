@@ -7,7 +7,7 @@ use http::{Method, Request, Response, Version};
 use servery_core::request_stats::RouteClass;
 
 use super::body::Body;
-use super::error::{HttpError, error_response};
+use super::error::{HttpError, StorageFault, error_response};
 use super::site::Site;
 use super::validate;
 use super::watchdog::Activity;
@@ -69,6 +69,9 @@ impl Arrival {
             let bytes = hyper::body::Body::size_hint(response.body()).exact();
             let status = response.status().as_u16();
             meter.record(method, route, status, bytes.unwrap_or(0), started.elapsed());
+            if let Some(fault) = response.extensions().get::<StorageFault>() {
+                meter.storage_fault(fault.0);
+            }
         }
         response
     }

@@ -19,7 +19,7 @@ use servery_core::broker::BrokerStats;
 use servery_core::parent::Parent;
 use servery_core::proto::Rejection;
 use servery_core::request_stats::{
-    DURATION_BOUNDS_US, METHODS, RequestStats, RouteClass, STATUS_CLASSES, UNHEARD,
+    DURATION_BOUNDS_US, METHODS, RequestStats, RouteClass, STATUS_CLASSES, STORAGE_FAULTS, UNHEARD,
 };
 use servery_core::supervisor::{ExitReason, Readiness, ServiceState, Tally, WorkerState};
 
@@ -367,6 +367,15 @@ impl Snapshot {
             "connections_closed_unheard",
             "Connections closed before they brought a request (no access-log line: nothing to log), by reason",
             unheard,
+        );
+        let faults = labelled_counter();
+        for (kind, n) in STORAGE_FAULTS.iter().zip(self.requests.storage_faults) {
+            faults.get_or_create(&vec![("kind", *kind)]).inc_by(n);
+        }
+        r.register(
+            "storage_faults",
+            "Writes (uploads and WebDAV's) the file system refused, by kind: no_space (answered 507) or io (a failed write, fsync or rename, answered 500); nothing of them was published",
+            faults,
         );
         r.register_with_unit(
             "http_response_body",

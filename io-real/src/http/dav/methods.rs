@@ -43,12 +43,16 @@ fn created_or_replaced(outcome: TreeDone) -> Response<Body> {
     response
 }
 
+/// The answer to a tree operation's (MKCOL, DELETE, COPY, MOVE) failed step.
 pub(super) fn io_error(e: io::Error) -> HttpError {
     match e.kind() {
         io::ErrorKind::AlreadyExists => HttpError::Dav(DavError::Exists),
-        // One mapping of a full file system (507), the write path's.
-        _ if crate::write::is_out_of_space(&e) => HttpError::Write(WriteError::Io(e)),
-        _ => HttpError::from_io(e),
+        // The write path's mapping of what the file system refused (507 for a full one,
+        // else 500), counted as a storage fault as an upload's is.
+        _ => match HttpError::from_io(e) {
+            HttpError::Internal(e) => HttpError::Write(WriteError::Io(e)),
+            other => other,
+        },
     }
 }
 

@@ -517,6 +517,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_tree_operations_failed_step_is_a_storage_fault() {
+        use crate::http::error::{StorageFault, error_response};
+        use servery_core::request_stats::storage_fault::IO;
+        let eio = std::io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error());
+        let response = error_response(&methods::io_error(eio));
+        assert_eq!(response.status(), 500);
+        assert_eq!(
+            response.extensions().get::<StorageFault>(),
+            Some(&StorageFault(IO)),
+            "storage-fault rule: a WebDAV tree operation's failed step (MKCOL, COPY, MOVE, DELETE) is counted as io"
+        );
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(error_response(&methods::io_error(missing)).status(), 404);
+    }
+
+    #[test]
     fn uris_and_paths() {
         assert_eq!(uri_path("http://h:1/a/b?q#f"), Some("/a/b"));
         assert_eq!(uri_path("/a%20b"), Some("/a%20b"));
