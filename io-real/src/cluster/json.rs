@@ -10,9 +10,9 @@ use servery_core::cluster::{CompareTarget, KeyValue, StoreCall, StoreReply, TxnO
 
 /// One gateway request: its path and JSON body.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Request {
-    pub(super) path: &'static str,
-    pub(super) body: Value,
+pub struct Request {
+    pub path: &'static str,
+    pub body: Value,
 }
 
 fn b64(s: &str) -> String {
@@ -52,7 +52,7 @@ fn op(op: &TxnOp) -> Value {
 }
 
 /// The request for `call`.
-pub(super) fn request(call: &StoreCall) -> Option<Request> {
+pub fn request(call: &StoreCall) -> Option<Request> {
     Some(match call {
         StoreCall::LeaseGrant { ttl_secs } => Request {
             path: "/v3/lease/grant",
@@ -129,7 +129,7 @@ fn error_message(body: &Value) -> Option<&str> {
 
 /// The reply to `call` from the gateway's answer `body`; `None` when the outcome is
 /// unknown (see [`refusal`]).
-pub(super) fn reply(call: &StoreCall, body: &Value) -> Option<StoreReply> {
+pub fn reply(call: &StoreCall, body: &Value) -> Option<StoreReply> {
     if let Some(message) = error_message(body) {
         return refusal(call, message);
     }

@@ -6,7 +6,10 @@
 
 pub mod args;
 mod gateway;
-mod json;
+/// The store calls as etcd's JSON gateway spells them; public for the conformance test
+/// (`tests/tests/etcd_conformance.rs`), which checks the simulator's model against a real
+/// etcd through this very mapping.
+pub mod json;
 
 use std::sync::Arc;
 use std::time::Duration;
