@@ -1,6 +1,7 @@
 //! Two servery hosts on one directory sharing their DAV locks and upload budget through a
 //! real etcd (`--cluster`, decisions 0096 and 0130): a LOCK taken through one host is
-//! refused (423) through the other; the upload budget is the service's; with etcd stopped
+//! refused (423) through the other; the upload budget and the partial uploads' are the
+//! service's; with etcd stopped
 //! a write is answered 503 with Retry-After while reads are served; with etcd back,
 //! writes succeed again without a restart; a host reaches etcd over TLS with a client
 //! certificate, and with etcd's password authentication; every host is given a dead
@@ -40,6 +41,8 @@ fn host_with(tree: &Tree, etcd: &Etcd, id: &str, alongside: bool, more: &[&str])
         "--upload",
         "--allow-overwrite",
         "--max-active-uploads",
+        "1",
+        "--max-partial-uploads",
         "1",
         "--cluster",
         &endpoint,
@@ -138,6 +141,47 @@ fn two_hosts_share_locks_and_the_upload_budget_and_refuse_writes_while_etcd_is_a
         request(b.addr, "PUT", "/other.bin", b"small", &[]).status,
         201
     );
+
+    // A resumable upload left part-way through host a holds the service's only partial
+    // slot (`--max-partial-uploads 1`) ...
+    let content = vec![b'p'; 30_000];
+    let chunk = |server: &Server, path: &str, from: usize, to: usize| {
+        let range = format!("bytes {from}-{}/{}", to - 1, content.len());
+        request(
+            server.addr,
+            "PUT",
+            path,
+            &content[from..to],
+            &[("Content-Range", &range)],
+        )
+        .status
+    };
+    assert_eq!(chunk(&a, "/resumed.bin", 0, 10_000), 308, "a's first chunk");
+    let partials = format!("{prefix}budget/partials/a");
+    wait_until(Duration::from_secs(10), "a's share of the partials", || {
+        etcd.get(&partials)
+            .is_some_and(|v| v.starts_with("1 "))
+            .then_some(())
+    });
+    // ... so one started through b is refused, while a's is resumed through a ...
+    assert_eq!(
+        chunk(&b, "/elsewhere.bin", 0, 10_000),
+        503,
+        "the service's only partial upload is a's"
+    );
+    assert_eq!(chunk(&a, "/resumed.bin", 10_000, 20_000), 308);
+    assert_eq!(chunk(&a, "/resumed.bin", 20_000, 30_000), 201);
+    assert_eq!(
+        std::fs::read(tree.root().join("resumed.bin")).expect("published"),
+        content
+    );
+    // ... and once it is finished the slot is the service's again.
+    wait_until(
+        Duration::from_secs(10),
+        "a's partial share given back",
+        || (etcd.get(&partials).as_deref() == Some("0 0")).then_some(()),
+    );
+    assert_eq!(chunk(&b, "/elsewhere.bin", 0, 10_000), 308);
 
     // etcd away: a write is answered 503 with Retry-After within the operation time-out
     // (2 s, plus the worker's side of it), and reads are served.

@@ -20,9 +20,11 @@ pub struct BudgetLimits {
 }
 
 impl BudgetLimits {
-    /// The service-wide budgets of the broker's limits: uploads (`max_active_uploads`,
-    /// `max_upload_bytes`) and partial uploads (`max_partial_uploads`, the same bytes),
-    /// indexed as [`Budget::ALL`].
+    /// The service-wide budgets of the broker's limits, indexed as [`Budget::ALL`]:
+    /// uploads (`max_active_uploads` reservations of `max_upload_bytes` in all) and
+    /// partial uploads (`max_partial_uploads`). A partial's size is bounded one by one,
+    /// as on one host (the broker refuses one larger than `max_upload_bytes`), not as a
+    /// sum: its bytes are counted in the share but never limit it.
     pub fn service_wide(limits: &crate::config::BrokerLimits) -> [BudgetLimits; 2] {
         [
             BudgetLimits {
@@ -31,7 +33,7 @@ impl BudgetLimits {
             },
             BudgetLimits {
                 max_count: u64::from(limits.max_partial_uploads()),
-                max_bytes: limits.max_upload_bytes(),
+                max_bytes: u64::MAX,
             },
         ]
     }

@@ -10,6 +10,12 @@
 //! - An upload reservation is first reserved from the service-wide budget
 //!   (`budget/uploads/`), then made by the broker; the share is given back when the
 //!   broker's reservation goes (release, expiry, a revoked worker).
+//! - A new partial upload (a resumable upload's first chunk) is counted the same way in
+//!   `budget/partials/`, and given back when the broker's partial goes (finished,
+//!   expired). A partial this host's broker already has (the same upload resumed here)
+//!   takes no second share. One resumed through another host is new there: its first
+//!   host's share stays until that host's partial expires (`partial_ttl`), or the host's
+//!   etcd lease does.
 //! - The store unreachable, or the host past its grant deadline: the request is answered
 //!   `Saturated`, which a worker answers 503 with `Retry-After`, without any change to the
 //!   worker ↔ parent protocol. Every other request is the broker's alone, as before.
@@ -40,6 +46,8 @@ enum Purpose {
     Lock { resource: String },
     /// One upload reservation of `bytes` from the service's budget.
     Upload { bytes: u64 },
+    /// One new partial upload of `bytes` from the service's partial budget.
+    Partial { bytes: u64 },
 }
 
 /// What the gate did with a request.
@@ -60,6 +68,8 @@ pub(super) struct ClusterGate {
     locks: BTreeMap<String, (SharedName, Revision)>,
     /// The broker's upload reservations counted in this host's share: id → bytes.
     uploads: BTreeMap<LeaseId, u64>,
+    /// The broker's partial uploads counted in this host's share: id → bytes.
+    partials: BTreeMap<LeaseId, u64>,
     /// Store calls for the driver, in order.
     calls: Vec<(OpId, StoreCall)>,
 }
@@ -73,6 +83,7 @@ impl ClusterGate {
             waiting: BTreeMap::new(),
             locks: BTreeMap::new(),
             uploads: BTreeMap::new(),
+            partials: BTreeMap::new(),
             calls: Vec::new(),
         }
     }
@@ -117,6 +128,14 @@ impl ClusterGate {
             {
                 Purpose::Upload { bytes: *bytes }
             }
+            // A new partial only: resuming one this broker has takes no second share,
+            // and one larger than an upload may be is the broker's `TooLarge`.
+            BrokerRequest::ReservePartial { key, bytes }
+                if *bytes <= broker.limits().max_upload_bytes()
+                    && !broker.partials().any(|(_, p)| p.key == *key) =>
+            {
+                Purpose::Partial { bytes: *bytes }
+            }
             _ => return Gated::ToBroker(request),
         };
         let asked = self.next();
@@ -127,6 +146,7 @@ impl ClusterGate {
                 Err(_) => return Gated::ToBroker(request),
             },
             Purpose::Upload { bytes } => self.host.reserve(now, asked, Budget::Uploads, *bytes),
+            Purpose::Partial { bytes } => self.host.reserve(now, asked, Budget::Partials, *bytes),
         }
         self.waiting.insert(
             asked,
@@ -227,6 +247,25 @@ impl ClusterGate {
                 }
                 return;
             }
+            (Purpose::Partial { bytes }, _) => {
+                let before: Vec<LeaseId> = broker.partials().map(|(id, _)| *id).collect();
+                if connected(w.owner) {
+                    broker.handle_request(now, w.owner, w.id, w.request);
+                }
+                let made = broker
+                    .partials()
+                    .map(|(id, _)| *id)
+                    .find(|id| !before.contains(id));
+                match made {
+                    Some(id) => {
+                        self.partials.insert(id, *bytes);
+                    }
+                    // Refused by the broker, made meanwhile by another request for the
+                    // same upload, or nobody to grant: the share goes back.
+                    None => self.host.give_back(now, Budget::Partials, *bytes),
+                }
+                return;
+            }
             _ => {}
         }
         if connected(w.owner) {
@@ -268,19 +307,31 @@ impl ClusterGate {
             self.uploads.remove(&id);
             self.host.give_back(now, Budget::Uploads, bytes);
         }
+        let gone: Vec<(LeaseId, u64)> = self
+            .partials
+            .iter()
+            .filter(|(id, _)| !broker.partials().any(|(p, _)| p == *id))
+            .map(|(id, b)| (*id, *b))
+            .collect();
+        for (id, bytes) in gone {
+            self.partials.remove(&id);
+            self.host.give_back(now, Budget::Partials, bytes);
+        }
     }
 
     pub(super) fn check_invariants(&self) -> Result<(), String> {
         self.host.check_invariants()?;
-        let (count, bytes) = self.host.budget_share(Budget::Uploads);
-        let (ours, our_bytes) = (
-            self.uploads.len() as u64,
-            self.uploads.values().sum::<u64>(),
-        );
-        if count < ours || bytes < our_bytes {
-            return Err(format!(
-                "cluster: the broker holds {ours} upload reservations ({our_bytes} bytes) but this host's share counts {count} ({bytes} bytes)"
-            ));
+        for (budget, held, what) in [
+            (Budget::Uploads, &self.uploads, "upload reservations"),
+            (Budget::Partials, &self.partials, "partial uploads"),
+        ] {
+            let (count, bytes) = self.host.budget_share(budget);
+            let (ours, our_bytes) = (held.len() as u64, held.values().sum::<u64>());
+            if count < ours || bytes < our_bytes {
+                return Err(format!(
+                    "cluster: the broker holds {ours} {what} ({our_bytes} bytes) but this host's share counts {count} ({bytes} bytes)"
+                ));
+            }
         }
         Ok(())
     }

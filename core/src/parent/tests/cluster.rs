@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::cluster::{
-    BudgetLimits, ClusterHost, ClusterName, ClusterTiming, CompareTarget, KeyLayout, KeyValue,
-    StoreCall, StoreReply, TxnOp,
+    Budget, BudgetLimits, ClusterHost, ClusterName, ClusterTiming, CompareTarget, KeyLayout,
+    KeyValue, StoreCall, StoreReply, TxnOp,
 };
 use crate::ids::LeaseId;
 use crate::proto::{BrokerReply, ParentMessage, Rejection};
@@ -106,6 +106,7 @@ impl Store {
 fn clustered(name: &str, now: Instant) -> (Parent, WorkerId) {
     let (mut p, w) = started(|raw| {
         raw.broker.max_active_uploads = 1;
+        raw.broker.max_partial_uploads = 2;
     });
     let host = ClusterHost::new(
         KeyLayout::new(
@@ -235,6 +236,85 @@ fn the_upload_budget_is_the_services_not_each_hosts() {
             Some(BrokerReply::Granted { .. })
         ),
         "cluster: a released reservation must give its share back"
+    );
+    a.check_invariants().expect("a's invariants");
+    b.check_invariants().expect("b's invariants");
+}
+
+fn partial(name: &str, bytes: u64) -> BrokerRequest {
+    BrokerRequest::ReservePartial {
+        key: crate::proto::TargetKey {
+            dir_device: 1,
+            dir_inode: 1,
+            name: name.into(),
+        },
+        bytes,
+    }
+}
+
+#[test]
+fn the_partial_upload_budget_is_the_services_and_a_resume_takes_no_second_share() {
+    let t = Instant::ZERO;
+    let mut store = Store::default();
+    let (mut a, wa) = clustered("a", t);
+    let (mut b, wb) = clustered("b", t);
+    settle(&mut a, &mut store, t);
+    settle(&mut b, &mut store, t);
+    // Two partial uploads in the service, each as large as an upload may be: sizes are
+    // bounded one by one, as on one host, not summed.
+    let max = a.broker().limits().max_upload_bytes();
+    let id = granted_token(ask(&mut a, wa, &mut store, t, 1, partial("big.iso", max)));
+    // The same upload resumed through a: the broker's own partial, no second share.
+    assert_eq!(
+        granted_token(ask(&mut a, wa, &mut store, t, 2, partial("big.iso", max))),
+        id,
+        "cluster: a partial resumed through the host that holds it is the same partial"
+    );
+    assert_eq!(
+        a.cluster().map(|h| h.budget_share(Budget::Partials)),
+        Some((1, max)),
+        "cluster: a partial resumed through the host that holds it takes no second share"
+    );
+    assert!(
+        matches!(
+            ask(&mut b, wb, &mut store, t, 3, partial("other.iso", max)),
+            Some(BrokerReply::Granted { .. })
+        ),
+        "cluster: the partial budget's bytes are not summed (two of max_upload_bytes fit)"
+    );
+    assert_eq!(
+        ask(&mut b, wb, &mut store, t, 4, partial("third.iso", 10)),
+        Some(BrokerReply::Rejected(Rejection::Saturated)),
+        "cluster: two partial uploads in the service, one through each host"
+    );
+    // The service full, the upload held through a still resumes there.
+    let resumed = ask(&mut a, wa, &mut store, t, 7, partial("big.iso", max));
+    assert!(
+        matches!(resumed, Some(BrokerReply::Granted { id: again, .. }) if again == id),
+        "cluster: a partial resumed through the host that holds it is not refused for a full service: {resumed:?}"
+    );
+    assert_eq!(
+        ask(
+            &mut a,
+            wa,
+            &mut store,
+            t,
+            5,
+            BrokerRequest::ReleasePartial { id }
+        ),
+        Some(BrokerReply::Released)
+    );
+    assert_eq!(
+        a.cluster().map(|h| h.budget_share(Budget::Partials)),
+        Some((0, 0)),
+        "cluster: a finished partial must give its share back"
+    );
+    assert!(
+        matches!(
+            ask(&mut b, wb, &mut store, t, 6, partial("third.iso", 10)),
+            Some(BrokerReply::Granted { .. })
+        ),
+        "cluster: a finished partial's slot is the service's again"
     );
     a.check_invariants().expect("a's invariants");
     b.check_invariants().expect("b's invariants");
