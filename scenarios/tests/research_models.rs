@@ -163,3 +163,36 @@ fn huang_rejuvenation_pays_only_above_the_cost_threshold() {
         assert_eq!(m.best_r4().is_infinite(), pays);
     }
 }
+
+/// The report states what it was computed from and what it found: Example A's
+/// parameters, cost and downtime against the rejuvenation interval, the best rate and
+/// the threshold above which rejuvenating pays.
+#[test]
+fn huang_1995_report_names_its_parameters_and_its_optimum() {
+    let text =
+        reproduce::reproduce("huang-1995", Some(50), false).unwrap_or_else(|e| panic!("{e}"));
+    for line in [
+        "parameters: robust Exp(1/r2 = 168 h), failure-probable Exp(1/lambda = 8640 h), \
+         repair 1/r1 = 0.50 h, rejuvenation 1/r3 = 0.333 h every 1/r4 = 168 h from failure-probable, \
+         c_f = $1000/h, c_r = $40/h, 8640 h a year",
+        "7 days                           8.728       586.56",
+        "never                            0.490       490.44",
+        "best rate never at $1000/h failed; rejuvenating pays only above c_f = $1395.41/h failed",
+    ] {
+        assert!(
+            text.contains(line),
+            "report rule: the output states {line:?}:\n{text}"
+        );
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &reproduce::reproduce("huang-1995", Some(50), true).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(json["optimum"]["best_rejuvenation_rate_per_hour"], 0.0);
+    assert!(
+        json["provenance"]["parameters"]
+            .as_str()
+            .is_some_and(|p| p.contains("cost_failed_per_hour: 1000.0")),
+        "{json}"
+    );
+}

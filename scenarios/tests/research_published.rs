@@ -129,7 +129,7 @@ fn uvicorn_health_check_detects_a_hang_at_its_timeout_and_kills_at_once() {
 }
 
 #[test]
-fn a_policy_written_for_two_servers_or_with_jitter_is_refused_with_the_reason() {
+fn a_policy_for_two_servers_or_setting_a_field_twice_is_refused_and_jitter_is_the_supervisors() {
     let p = Path::new("p.toml");
     let two = policy::from_text(
         p,

@@ -40,10 +40,12 @@ pub fn reproduce(model: &str, seeds: Option<u64>, json: bool) -> Result<String, 
             let at_once = Huang::example_a().with_r4(f64::INFINITY).closed_form();
             Ok(format!(
                 "huang-1995 (Example A, {n} simulated years)\n\
+                 {}\n\
                  closed form: {:.3} h downtime, ${:.2} a year (never rejuvenating: {:.3} h, ${:.2}; at once: {:.2} h, ${:.2})\n\
                  simulated:   {:.3} h [{:.3}, {:.3}], ${:.2} [{:.2}, {:.2}] (95 % intervals)\n\
                  covered: downtime {}, cost {}\n\
                  {}",
+                huang_parameters(&Huang::example_a()),
                 r.downtime_closed,
                 r.cost_closed,
                 never.0,
@@ -141,6 +143,24 @@ pub fn write_plots(model: &str, dir: &std::path::Path) -> Result<(), String> {
         t.n()
     ));
     crate::research::output::write_plot(dir, "ttt-plot.svg", &svg).map_err(|e| e.to_string())
+}
+
+/// The model's parameters as the paper states them (means in hours, costs an hour), so
+/// the output says what it was computed from.
+fn huang_parameters(m: &Huang) -> String {
+    format!(
+        "parameters: robust Exp(1/r2 = {:.0} h), failure-probable Exp(1/lambda = {:.0} h), \
+         repair 1/r1 = {:.2} h, rejuvenation 1/r3 = {:.3} h every 1/r4 = {:.0} h from failure-probable, \
+         c_f = ${}/h, c_r = ${}/h, {} h a year",
+        1.0 / m.r2,
+        1.0 / m.lambda,
+        1.0 / m.r1,
+        1.0 / m.r3,
+        1.0 / m.r4,
+        m.cost_failed_per_hour,
+        m.cost_rejuvenating_per_hour,
+        m.hours_per_year
+    )
 }
 
 /// Cost and downtime against the rejuvenation interval, the best rate and the cost
