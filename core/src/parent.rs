@@ -258,6 +258,11 @@ impl Parent {
             Some(gate) => match gate.gate(now, &self.broker, owner, id, request) {
                 cluster::Gated::ToBroker(request) => request,
                 cluster::Gated::Held => return,
+                cluster::Gated::Refused(rejection) => {
+                    self.broker
+                        .answer(owner, id, crate::proto::BrokerReply::Rejected(rejection));
+                    return;
+                }
             },
             None => request,
         };

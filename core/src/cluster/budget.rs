@@ -45,6 +45,8 @@ pub(super) enum BudgetJob {
         request: ClusterRequest,
         /// When the request must have its answer (asked + the operation time-out).
         answer_by: Instant,
+        /// Reservations it adds: 1 for a new one, 0 for the growth of one held.
+        count: u64,
         bytes: u64,
         tries: u8,
         /// The view was read fresh for this reservation already.
@@ -150,6 +152,24 @@ fn parse_share(v: &str) -> Share {
 impl ClusterHost {
     /// Reserves one upload (or partial upload) of `bytes` against the service's budget.
     pub fn reserve(&mut self, now: Instant, request: ClusterRequest, budget: Budget, bytes: u64) {
+        self.reserve_share(now, request, budget, 1, bytes);
+    }
+
+    /// Grows a reservation this host holds by `bytes` (an upload of unknown length that
+    /// reached what it holds): the service's bytes must have room, its count does not
+    /// change.
+    pub fn grow(&mut self, now: Instant, request: ClusterRequest, budget: Budget, bytes: u64) {
+        self.reserve_share(now, request, budget, 0, bytes);
+    }
+
+    fn reserve_share(
+        &mut self,
+        now: Instant,
+        request: ClusterRequest,
+        budget: Budget,
+        count: u64,
+        bytes: u64,
+    ) {
         if !self.may_grant(now) {
             let a = self.unavailable();
             return self.answer(request, a);
@@ -159,6 +179,7 @@ impl ClusterHost {
             BudgetJob::Reserve {
                 request,
                 answer_by: now + self.timing.op_timeout,
+                count,
                 bytes,
                 tries: 0,
                 refreshed: false,
@@ -171,8 +192,18 @@ impl ClusterHost {
     /// Gives back one reservation of `bytes`: this host's share shrinks at once, and is
     /// written when the store can be reached.
     pub fn give_back(&mut self, now: Instant, budget: Budget, bytes: u64) {
+        self.give_back_share(now, budget, 1, bytes);
+    }
+
+    /// Gives back `bytes` of a growth that did not happen (the reservation keeps its
+    /// count).
+    pub fn give_back_growth(&mut self, now: Instant, budget: Budget, bytes: u64) {
+        self.give_back_share(now, budget, 0, bytes);
+    }
+
+    fn give_back_share(&mut self, now: Instant, budget: Budget, count: u64, bytes: u64) {
         let own = &mut self.budgets.states[budget.index()].own;
-        own.count = own.count.saturating_sub(1);
+        own.count = own.count.saturating_sub(count);
         own.bytes = own.bytes.saturating_sub(bytes);
         self.budgets.queue(budget, BudgetJob::Sync);
         self.pump_budgets(now);
@@ -243,6 +274,7 @@ impl ClusterHost {
                 BudgetJob::Reserve {
                     request,
                     answer_by,
+                    count: adds,
                     bytes,
                     tries,
                     refreshed,
@@ -255,12 +287,13 @@ impl ClusterHost {
                     }
                     let count: u64 = s.others.values().map(|o| o.count).sum::<u64>() + s.own.count;
                     let held: u64 = s.others.values().map(|o| o.bytes).sum::<u64>() + s.own.bytes;
-                    let fits =
-                        count < limits.max_count && held.saturating_add(bytes) <= limits.max_bytes;
+                    // A growth adds bytes only: the count it was reserved under holds.
+                    let fits = (adds == 0 || count < limits.max_count)
+                        && held.saturating_add(bytes) <= limits.max_bytes;
                     if fits {
                         let put = TxnOp::Put {
                             key: share_key,
-                            value: format!("{} {}", s.own.count + 1, s.own.bytes + bytes),
+                            value: format!("{} {}", s.own.count + adds, s.own.bytes + bytes),
                             lease,
                         };
                         let call = Txn {
@@ -271,6 +304,7 @@ impl ClusterHost {
                         let job = BudgetJob::Reserve {
                             request,
                             answer_by,
+                            count: adds,
                             bytes,
                             tries,
                             refreshed,
@@ -287,6 +321,7 @@ impl ClusterHost {
                         let job = BudgetJob::Reserve {
                             request,
                             answer_by,
+                            count: adds,
                             bytes,
                             tries,
                             refreshed: true,
@@ -354,6 +389,7 @@ impl ClusterHost {
                 BudgetJob::Reserve {
                     request,
                     answer_by,
+                    count,
                     bytes,
                     tries,
                     refreshed,
@@ -367,13 +403,13 @@ impl ClusterHost {
             ) => {
                 if succeeded && !reading {
                     let s = &mut self.budgets.states[i];
-                    s.own.count += 1;
+                    s.own.count += count;
                     s.own.bytes += bytes;
                     s.view = revision;
                     if self.may_grant(now) {
                         self.answer(request, ClusterAnswer::Reserved);
                     } else {
-                        self.give_back(now, budget, bytes);
+                        self.give_back_share(now, budget, count, bytes);
                         let a = self.unavailable();
                         self.answer(request, a);
                     }
@@ -387,6 +423,7 @@ impl ClusterHost {
                         self.budgets.states[i].queue.push_front(BudgetJob::Reserve {
                             request,
                             answer_by,
+                            count,
                             bytes,
                             tries,
                             refreshed,

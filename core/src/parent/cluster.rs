@@ -10,6 +10,9 @@
 //! - An upload reservation is first reserved from the service-wide budget
 //!   (`budget/uploads/`), then made by the broker; the share is given back when the
 //!   broker's reservation goes (release, expiry, a revoked worker).
+//! - An upload of unknown length that reaches what it reserved grows its reservation:
+//!   the bytes it adds are reserved from the service's budget first (its count is
+//!   unchanged), and given back with the reservation.
 //! - A new partial upload (a resumable upload's first chunk) is counted the same way in
 //!   `budget/partials/`, and given back when the broker's partial goes (finished,
 //!   expired). A partial this host's broker already has (the same upload resumed here)
@@ -48,6 +51,8 @@ enum Purpose {
     Upload { bytes: u64 },
     /// One new partial upload of `bytes` from the service's partial budget.
     Partial { bytes: u64 },
+    /// Upload reservation `id`, held in this host's share at `from` bytes, grown to `to`.
+    Grow { id: LeaseId, from: u64, to: u64 },
 }
 
 /// What the gate did with a request.
@@ -57,6 +62,8 @@ pub(super) enum Gated {
     ToBroker(BrokerRequest),
     /// Held until the cluster answers.
     Held,
+    /// Refused at once, with this answer.
+    Refused(Rejection),
 }
 
 #[derive(Debug, Clone)]
@@ -128,6 +135,23 @@ impl ClusterGate {
             {
                 Purpose::Upload { bytes: *bytes }
             }
+            // Growth of a reservation counted here: only the bytes it adds.
+            // A second growth of one reservation while the first waits would be counted
+            // from the same size: refused as a full budget (the worker's upload fails
+            // as when the budget has no room; a worker grows one at a time anyway).
+            BrokerRequest::GrowReservation { id, .. } if self.growing(*id) => {
+                return Gated::Refused(Rejection::Saturated);
+            }
+            BrokerRequest::GrowReservation { id, bytes }
+                if self.uploads.get(id).is_some_and(|held| held < bytes)
+                    && *bytes <= broker.limits().max_upload_bytes() =>
+            {
+                Purpose::Grow {
+                    id: *id,
+                    from: self.uploads[id],
+                    to: *bytes,
+                }
+            }
             // A new partial only: resuming one this broker has takes no second share,
             // and one larger than an upload may be is the broker's `TooLarge`.
             BrokerRequest::ReservePartial { key, bytes }
@@ -147,6 +171,9 @@ impl ClusterGate {
             },
             Purpose::Upload { bytes } => self.host.reserve(now, asked, Budget::Uploads, *bytes),
             Purpose::Partial { bytes } => self.host.reserve(now, asked, Budget::Partials, *bytes),
+            Purpose::Grow { from, to, .. } => {
+                self.host.grow(now, asked, Budget::Uploads, to - from)
+            }
         }
         self.waiting.insert(
             asked,
@@ -158,6 +185,14 @@ impl ClusterGate {
             },
         );
         Gated::Held
+    }
+
+    /// Whether a growth of reservation `id` is waiting for the cluster (one at a time: a
+    /// second would be counted from the same size).
+    fn growing(&self, id: LeaseId) -> bool {
+        self.waiting
+            .values()
+            .any(|w| matches!(w.purpose, Purpose::Grow { id: g, .. } if g == id))
     }
 
     pub(super) fn store_replied(&mut self, now: Instant, op: OpId, reply: StoreReply) {
@@ -244,6 +279,22 @@ impl ClusterGate {
                     }
                     // Refused by the broker (or nobody to grant): the share goes back.
                     None => self.host.give_back(now, Budget::Uploads, *bytes),
+                }
+                return;
+            }
+            (Purpose::Grow { id, from, to }, _) => {
+                if connected(w.owner) {
+                    broker.handle_request(now, w.owner, w.id, w.request);
+                }
+                let grown = broker
+                    .reservations()
+                    .any(|(r, held)| r == id && held.bytes >= *to);
+                if grown && self.uploads.contains_key(id) {
+                    self.uploads.insert(*id, *to);
+                } else {
+                    // Refused by the broker, or the reservation went meanwhile: the
+                    // bytes go back (a gone reservation's own share goes with it).
+                    self.host.give_back_growth(now, Budget::Uploads, to - from);
                 }
                 return;
             }

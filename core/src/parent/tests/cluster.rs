@@ -104,10 +104,18 @@ impl Store {
 }
 
 fn clustered(name: &str, now: Instant) -> (Parent, WorkerId) {
-    let (mut p, w) = started(|raw| {
+    clustered_with(name, now, |raw| {
         raw.broker.max_active_uploads = 1;
         raw.broker.max_partial_uploads = 2;
-    });
+    })
+}
+
+fn clustered_with(
+    name: &str,
+    now: Instant,
+    limits: impl FnOnce(&mut RawConfig),
+) -> (Parent, WorkerId) {
+    let (mut p, w) = started(limits);
     let host = ClusterHost::new(
         KeyLayout::new(
             &ClusterName::new("office").expect("a name"),
@@ -318,6 +326,106 @@ fn the_partial_upload_budget_is_the_services_and_a_resume_takes_no_second_share(
     );
     a.check_invariants().expect("a's invariants");
     b.check_invariants().expect("b's invariants");
+}
+
+#[test]
+fn an_uploads_growth_takes_the_services_bytes_not_only_this_hosts() {
+    let t = Instant::ZERO;
+    let mut store = Store::default();
+    let limits = |raw: &mut RawConfig| {
+        raw.broker.max_active_uploads = 2;
+        raw.broker.max_upload_bytes = 1_000;
+    };
+    let (mut a, wa) = clustered_with("a", t, limits);
+    let (mut b, wb) = clustered_with("b", t, limits);
+    settle(&mut a, &mut store, t);
+    settle(&mut b, &mut store, t);
+    let reserve = BrokerRequest::ReserveUpload { bytes: 400 };
+    let ra = granted_token(ask(&mut a, wa, &mut store, t, 1, reserve.clone()));
+    let rb = granted_token(ask(&mut b, wb, &mut store, t, 2, reserve));
+    let grow = |id, bytes| BrokerRequest::GrowReservation { id, bytes };
+    assert!(
+        matches!(
+            ask(&mut a, wa, &mut store, t, 3, grow(ra, 600)),
+            Some(BrokerReply::Granted { .. })
+        ),
+        "cluster: a growth the service's bytes have room for is granted"
+    );
+    assert_eq!(
+        a.cluster().map(|h| h.budget_share(Budget::Uploads)),
+        Some((1, 600)),
+        "cluster: a growth adds its bytes to the host's share, not a reservation"
+    );
+    assert_eq!(
+        ask(&mut b, wb, &mut store, t, 4, grow(rb, 500)),
+        Some(BrokerReply::Rejected(Rejection::Saturated)),
+        "cluster: an upload's growth past the service's bytes (600 + 500 > 1,000) is refused, though this host's own bytes had room"
+    );
+    assert_eq!(
+        b.cluster().map(|h| h.budget_share(Budget::Uploads)),
+        Some((1, 400)),
+        "cluster: a refused growth leaves the share as it was"
+    );
+    assert_eq!(
+        ask(
+            &mut a,
+            wa,
+            &mut store,
+            t,
+            5,
+            BrokerRequest::ReleaseReservation { id: ra }
+        ),
+        Some(BrokerReply::Released)
+    );
+    assert_eq!(
+        a.cluster().map(|h| h.budget_share(Budget::Uploads)),
+        Some((0, 0)),
+        "cluster: a grown reservation gives back all its bytes"
+    );
+    assert!(
+        matches!(
+            ask(&mut b, wb, &mut store, t, 6, grow(rb, 500)),
+            Some(BrokerReply::Granted { .. })
+        ),
+        "cluster: the growth fits once the other host's upload is done"
+    );
+    a.check_invariants().expect("a's invariants");
+    b.check_invariants().expect("b's invariants");
+}
+
+#[test]
+fn a_growth_whose_reservation_went_meanwhile_gives_its_bytes_back() {
+    let t = Instant::ZERO;
+    let mut store = Store::default();
+    let (mut a, wa) = clustered_with("a", t, |raw| {
+        raw.broker.max_upload_bytes = 1_000;
+    });
+    settle(&mut a, &mut store, t);
+    let id = granted_token(ask(
+        &mut a,
+        wa,
+        &mut store,
+        t,
+        1,
+        BrokerRequest::ReserveUpload { bytes: 400 },
+    ));
+    // The growth waits for the store while the upload ends and releases its reservation.
+    dav(
+        &mut a,
+        wa,
+        t,
+        2,
+        BrokerRequest::GrowReservation { id, bytes: 700 },
+    );
+    dav(&mut a, wa, t, 3, BrokerRequest::ReleaseReservation { id });
+    let answers = settle(&mut a, &mut store, t);
+    assert_eq!(answers.get(&3), Some(&BrokerReply::Released));
+    assert_eq!(
+        a.cluster().map(|h| h.budget_share(Budget::Uploads)),
+        Some((0, 0)),
+        "cluster: a growth granted for a reservation that went must give its bytes back"
+    );
+    a.check_invariants().expect("a's invariants");
 }
 
 #[test]
