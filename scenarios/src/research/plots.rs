@@ -282,3 +282,80 @@ pub fn all(cells: &[Cell], policies: usize, workloads: &[Workload]) -> Vec<(Stri
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `<polyline>` of `svg`: its stroke colour (lower case) and its points.
+    fn polylines(svg: &str) -> Vec<(String, Vec<(f64, f64)>)> {
+        svg.split("<polyline")
+            .skip(1)
+            .map(|rest| {
+                let attr = |name: &str| {
+                    rest.split(&format!("{name}=\""))
+                        .nth(1)
+                        .and_then(|v| v.split('"').next())
+                        .unwrap_or_default()
+                        .to_ascii_lowercase()
+                };
+                let points = attr("points")
+                    .split_whitespace()
+                    .filter_map(|p| {
+                        let (x, y) = p.split_once(',')?;
+                        Some((x.parse().ok()?, y.parse().ok()?))
+                    })
+                    .collect();
+                (attr("stroke"), points)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_binned_series_is_drawn_as_steps_in_the_colour_blind_safe_palette_with_named_axes() {
+        let bins = |shift: f64| -> Vec<Bin> {
+            (0..4)
+                .map(|b| {
+                    let (from, to) = (b as f64, b as f64 + 1.0);
+                    let mean = 0.2 * b as f64 + shift;
+                    (from, to, mean, mean - 0.05, mean + 0.05)
+                })
+                .collect()
+        };
+        let series = [banded("first", bins(0.0)), banded("second", bins(0.1))];
+        let svg = chart(
+            "title",
+            "crash delay (seconds)",
+            "availability (share)",
+            &series,
+        );
+        assert!(
+            svg.contains("crash delay (seconds)") && svg.contains("availability (share)"),
+            "plot rule: both axes are named, with their units"
+        );
+        let palette: Vec<String> = OKABE_ITO
+            .iter()
+            .map(|c| format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2))
+            .collect();
+        let drawn: Vec<_> = polylines(&svg)
+            .into_iter()
+            .filter(|(_, points)| points.len() > 2)
+            .collect();
+        assert_eq!(drawn.len(), 2, "one line a series: {svg}");
+        for (i, (stroke, points)) in drawn.iter().enumerate() {
+            assert_eq!(
+                stroke, &palette[i],
+                "plot rule: series {i} is drawn in Okabe and Ito's colour-blind-safe palette"
+            );
+            // A step: each segment is flat (one bin's mean across its width) or upright
+            // (the jump to the next bin's), never a slope joining two bins' centres.
+            for w in points.windows(2) {
+                let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+                assert!(
+                    (x0 - x1).abs() < 0.5 || (y0 - y1).abs() < 0.5,
+                    "plot rule: a binned series is drawn as steps, not lines between bins: {points:?}"
+                );
+            }
+        }
+    }
+}
