@@ -265,22 +265,8 @@ impl ClusterGate {
                 }
             }
             (Purpose::Upload { bytes }, _) => {
-                let before: Vec<LeaseId> = broker.reservations().map(|(id, _)| *id).collect();
-                if connected(w.owner) {
-                    broker.handle_request(now, w.owner, w.id, w.request);
-                }
-                let made = broker
-                    .reservations()
-                    .map(|(id, _)| *id)
-                    .find(|id| !before.contains(id));
-                match made {
-                    Some(id) => {
-                        self.uploads.insert(id, *bytes);
-                    }
-                    // Refused by the broker (or nobody to grant): the share goes back.
-                    None => self.host.give_back(now, Budget::Uploads, *bytes),
-                }
-                return;
+                let bytes = *bytes;
+                return self.hand_over(now, broker, w, connected, Budget::Uploads, bytes);
             }
             (Purpose::Grow { id, from, to }, _) => {
                 if connected(w.owner) {
@@ -299,23 +285,8 @@ impl ClusterGate {
                 return;
             }
             (Purpose::Partial { bytes }, _) => {
-                let before: Vec<LeaseId> = broker.partials().map(|(id, _)| *id).collect();
-                if connected(w.owner) {
-                    broker.handle_request(now, w.owner, w.id, w.request);
-                }
-                let made = broker
-                    .partials()
-                    .map(|(id, _)| *id)
-                    .find(|id| !before.contains(id));
-                match made {
-                    Some(id) => {
-                        self.partials.insert(id, *bytes);
-                    }
-                    // Refused by the broker, made meanwhile by another request for the
-                    // same upload, or nobody to grant: the share goes back.
-                    None => self.host.give_back(now, Budget::Partials, *bytes),
-                }
-                return;
+                let bytes = *bytes;
+                return self.hand_over(now, broker, w, connected, Budget::Partials, bytes);
             }
             _ => {}
         }
@@ -348,25 +319,55 @@ impl ClusterGate {
                 self.host.release(now, &name, fence);
             }
         }
-        let gone: Vec<(LeaseId, u64)> = self
-            .uploads
-            .iter()
-            .filter(|(id, _)| !broker.reservations().any(|(r, _)| r == *id))
-            .map(|(id, b)| (*id, *b))
-            .collect();
-        for (id, bytes) in gone {
-            self.uploads.remove(&id);
-            self.host.give_back(now, Budget::Uploads, bytes);
+        for budget in Budget::ALL {
+            let live = broker_ids(broker, budget);
+            let held = self.held_mut(budget);
+            let gone: Vec<LeaseId> = held
+                .keys()
+                .filter(|id| !live.contains(id))
+                .copied()
+                .collect();
+            for id in gone {
+                if let Some(bytes) = self.held_mut(budget).remove(&id) {
+                    self.host.give_back(now, budget, bytes);
+                }
+            }
         }
-        let gone: Vec<(LeaseId, u64)> = self
-            .partials
-            .iter()
-            .filter(|(id, _)| !broker.partials().any(|(p, _)| p == *id))
-            .map(|(id, b)| (*id, *b))
-            .collect();
-        for (id, bytes) in gone {
-            self.partials.remove(&id);
-            self.host.give_back(now, Budget::Partials, bytes);
+    }
+
+    /// What this host's share of `budget` counts: the broker's ids, with their bytes.
+    fn held_mut(&mut self, budget: Budget) -> &mut BTreeMap<LeaseId, u64> {
+        match budget {
+            Budget::Uploads => &mut self.uploads,
+            Budget::Partials => &mut self.partials,
+        }
+    }
+
+    /// Hands a request the cluster reserved `bytes` of `budget` for to the broker, and
+    /// counts what the broker made in this host's share; refused by the broker (or made
+    /// meanwhile by another request for the same upload, or nobody left to grant), the
+    /// share goes back.
+    fn hand_over(
+        &mut self,
+        now: Instant,
+        broker: &mut Broker,
+        w: Waiting,
+        connected: &impl Fn(Owner) -> bool,
+        budget: Budget,
+        bytes: u64,
+    ) {
+        let before = broker_ids(broker, budget);
+        if connected(w.owner) {
+            broker.handle_request(now, w.owner, w.id, w.request);
+        }
+        let made = broker_ids(broker, budget)
+            .into_iter()
+            .find(|id| !before.contains(id));
+        match made {
+            Some(id) => {
+                self.held_mut(budget).insert(id, bytes);
+            }
+            None => self.host.give_back(now, budget, bytes),
         }
     }
 
@@ -385,5 +386,13 @@ impl ClusterGate {
             }
         }
         Ok(())
+    }
+}
+
+/// The broker's grants that `budget` counts: upload reservations or partial uploads.
+fn broker_ids(broker: &Broker, budget: Budget) -> Vec<LeaseId> {
+    match budget {
+        Budget::Uploads => broker.reservations().map(|(id, _)| *id).collect(),
+        Budget::Partials => broker.partials().map(|(id, _)| *id).collect(),
     }
 }
