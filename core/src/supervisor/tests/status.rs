@@ -240,3 +240,13 @@ fn readiness_follows_the_ready_workers_against_the_configured_and_the_minimum() 
         );
     }
 }
+
+#[test]
+fn each_readiness_is_printed_by_its_own_name() {
+    let names: Vec<&str> = Readiness::ALL.iter().map(|r| r.name()).collect();
+    assert_eq!(
+        names,
+        ["ready", "degraded", "unready"],
+        "readiness name rule: `/status` and the readiness metric's label print these names"
+    );
+}
