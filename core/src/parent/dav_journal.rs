@@ -293,6 +293,26 @@ mod tests {
             Some(BrokerReply::Granted { .. })
         ));
         assert_eq!(p.broker().dav().len(), 1);
+        // The disk holds the second journal's `/b` now: the next failed write refuses
+        // only what is new since, and `/b` stays granted.
+        dav(&mut p, w, t, 3, lock_request("/c", 60_000));
+        let done = carry_out(&mut p, JournalWrite::Failed);
+        assert_eq!(
+            reply_to(&done, 3),
+            Some(BrokerReply::Rejected(Rejection::Saturated))
+        );
+        let table: Vec<String> = p
+            .broker()
+            .dav()
+            .snapshot(t)
+            .into_iter()
+            .map(|l| l.resource)
+            .collect();
+        assert_eq!(
+            table,
+            ["/b"],
+            "journal rule: a later journal, once written, is what the disk holds (less the locks refused before it)"
+        );
     }
 
     /// A refresh whose journal cannot be written promised a time the disk does not hold:

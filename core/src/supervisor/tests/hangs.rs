@@ -278,3 +278,83 @@ fn a_drain_hang_keeps_its_reason_through_a_later_fault() {
         Some(ExitReason::DrainHang)
     );
 }
+
+// ----- time the parent did not run (decision 0017) ------------------------------------
+
+/// The parent froze for `late` and woke at `h.now + late`.
+fn freeze(h: &mut Harness, late: Duration) {
+    h.now = h.now + late;
+    h.sup.not_running(h.now, late);
+}
+
+#[test]
+fn a_freeze_moves_the_drain_and_the_term_to_kill_deadlines_on_by_its_length() {
+    // The harness's drain_timeout 3 s and force_timeout 0.5 s; heartbeats judged at 5 s.
+    let mut h = harness(Platform::Posix, |r| r.workers = 1);
+    let ws = h.start();
+    h.on(Event::Command(Command::Stop));
+    h.advance(Duration::from_secs(1));
+    beat_one(&mut h, ws[0]);
+    // Drain deadline at 3 s; the parent does not run from 1 s to 11 s.
+    freeze(&mut h, Duration::from_secs(10));
+    beat_one(&mut h, ws[0]);
+    let mut acts = h.advance(Duration::ZERO);
+    for _ in 0..2 {
+        beat_one(&mut h, ws[0]);
+        acts.extend(h.advance(Duration::from_millis(999)));
+    }
+    assert!(
+        terms(&acts).is_empty() && kills(&acts).is_empty(),
+        "freeze rule: the drain deadline (3 s) moves on by the 10 s the parent did not run: {acts:?}"
+    );
+    beat_one(&mut h, ws[0]);
+    let acts = h.advance(Duration::from_millis(2));
+    assert_eq!(
+        terms(&acts),
+        vec![ws[0]],
+        "freeze rule: the drain deadline is 13 s"
+    );
+    // TERM at 13 s, KILL due at 13.5 s; the parent does not run from 13 s to 18 s.
+    freeze(&mut h, Duration::from_secs(5));
+    let acts = h.advance(Duration::from_millis(499));
+    assert!(
+        kills(&acts).is_empty(),
+        "freeze rule: the KILL after TERM (13.5 s) moves on by the 5 s the parent did not run"
+    );
+    let acts = h.advance(Duration::from_millis(1));
+    assert_eq!(
+        kills(&acts),
+        vec![ws[0]],
+        "freeze rule: the KILL is due at 18.5 s"
+    );
+}
+
+#[test]
+fn a_freeze_while_a_worker_starts_moves_its_start_deadline_on() {
+    // worker_start_timeout 30 s (the default): the first worker never prepares; the
+    // parent does not run from 10 s to 50 s.
+    let mut h = harness(Platform::Posix, |r| r.workers = 1);
+    h.on(Event::Start);
+    let w = WorkerId(1);
+    h.on(Event::Spawned {
+        worker: w,
+        pid: 101,
+    });
+    h.advance(Duration::from_secs(10));
+    freeze(&mut h, Duration::from_secs(40));
+    let acts = h.advance(Duration::from_millis(19_999));
+    assert!(
+        kills(&acts).is_empty() && h.sup.last_failure().is_none(),
+        "freeze rule: the start deadline (30 s) moves on by the 40 s the parent did not run: {acts:?}"
+    );
+    let acts = h.advance(Duration::from_millis(1));
+    assert_eq!(
+        kills(&acts),
+        vec![w],
+        "freeze rule: the start deadline is 70 s"
+    );
+    assert_eq!(
+        h.sup.last_failure().map(|f| f.reason),
+        Some(ExitReason::StartupFailure)
+    );
+}

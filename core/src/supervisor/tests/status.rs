@@ -240,3 +240,34 @@ fn readiness_follows_the_ready_workers_against_the_configured_and_the_minimum() 
         );
     }
 }
+
+#[test]
+fn each_readiness_is_printed_by_its_own_name() {
+    let names: Vec<&str> = Readiness::ALL.iter().map(|r| r.name()).collect();
+    assert_eq!(
+        names,
+        ["ready", "degraded", "unready"],
+        "readiness name rule: `/status` and the readiness metric's label print these names"
+    );
+}
+
+#[test]
+fn only_an_unready_service_is_refused_traffic() {
+    let takes: Vec<bool> = Readiness::ALL.iter().map(|r| r.takes_traffic()).collect();
+    assert_eq!(
+        takes,
+        [true, true, false],
+        "readyz rule: ready and degraded answer 200, unready 503"
+    );
+}
+
+#[test]
+fn a_starting_worker_adds_nothing_to_the_capacity() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.on(Event::Start);
+    assert_eq!(
+        h.sup.capacity().ready,
+        0,
+        "capacity rule: only a ready worker that nothing is ending counts (both are spawning)"
+    );
+}

@@ -205,3 +205,31 @@ fn requests_in_progress_are_the_latest_beats_of_the_workers_alive() {
         "a reaped worker's requests are gone with it"
     );
 }
+
+#[test]
+fn each_exit_reason_is_counted_in_its_own_place() {
+    for (i, reason) in ExitReason::ALL.into_iter().enumerate() {
+        assert_eq!(
+            super::super::tally::reason_index(reason),
+            i,
+            "tally rule: {reason:?} is counted at its place in ExitReason::ALL (the metrics read the counters by it)"
+        );
+    }
+}
+
+#[test]
+fn live_workers_are_counted_by_their_state() {
+    let mut h = harness(Platform::Posix, |_| {});
+    h.start();
+    let mut want = [0; WorkerState::ALL.len()];
+    let ready = WorkerState::ALL
+        .iter()
+        .position(|s| *s == WorkerState::Ready)
+        .expect("listed");
+    want[ready] = 2;
+    assert_eq!(
+        h.sup.workers_by_state(),
+        want,
+        "state count rule: the two ready workers, at Ready's place in WorkerState::ALL"
+    );
+}
