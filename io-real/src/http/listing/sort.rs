@@ -7,8 +7,6 @@
 //! A name that is not ASCII has no key and is compared by [`natural_cmp`], so the order
 //! is the one [`natural_cmp`] gives for every pair.
 
-use std::cmp::Ordering;
-
 use super::{Entry, Order, SortKey, natural_cmp};
 
 /// Where a run of digits begins in a key. Compared with any other byte of a key it orders
@@ -193,6 +191,8 @@ pub(super) fn by_comparison(entries: &mut [Entry], key: SortKey, order: Order) {
 
 #[cfg(test)]
 mod tests {
+    use std::cmp::Ordering;
+
     use super::*;
 
     fn key(name: &str) -> Option<Vec<u8>> {

@@ -292,7 +292,7 @@ impl Rows {
 }
 
 fn html_row(out: &mut String, e: &Entry, _first: bool) {
-    super::render::push_row(out, e);
+    super::row::push_row(out, e);
 }
 
 /// One entry of the JSON array, as `render_json` writes it.
