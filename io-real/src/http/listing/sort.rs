@@ -59,9 +59,11 @@ fn push_key(keys: &mut Vec<u8>, name: &str) -> bool {
 
 /// One entry as the sort sees it: what decides its place, and where it came from.
 struct Keyed {
-    /// The key's first eight bytes, big-endian, zeros past its end: compared as a number
-    /// they order two keys as their bytes do whenever they differ (a key that ends where
-    /// the other has bytes is the lesser either way), so most pairs stop here.
+    /// Eight bytes of the key from where the keys of the listing first differ (past the
+    /// start they all share: `file-0` in a folder of `file-1.txt` … `file-9999.txt`),
+    /// big-endian, zeros past its end. Compared as a number they order two keys as their
+    /// bytes do whenever they differ (a key that ends where the other has bytes is the
+    /// lesser either way), so nearly every pair stops here.
     head: u64,
     /// The size or the time when sorting by one, else 0.
     primary: u64,
@@ -79,20 +81,26 @@ const NO_KEY: u32 = u32::MAX;
 /// [`super::sort`]'s order, reached through keys (see the module): the same total order,
 /// so the same listing.
 pub(super) fn sort(entries: &mut [Entry], key: SortKey, order: Order) {
-    let Some((keys, mut keyed)) = keyed(entries, key) else {
+    let Some(Keys {
+        keys,
+        mut keyed,
+        shared,
+    }) = keyed(entries, key)
+    else {
         // More entries, or more bytes of keys, than a key's place can name: never a
         // folder, but the order is the same without keys.
         return by_comparison(entries, key, order);
     };
-    let key_of = |k: &Keyed| {
+    // Past the start every key shares: what is left to compare once the heads are equal.
+    let rest_of = |k: &Keyed| {
         (k.key_len != NO_KEY).then(|| {
             let start = k.key_start as usize;
-            &keys[start..start + k.key_len as usize]
+            &keys[start + shared..start + k.key_len as usize]
         })
     };
     let by_name = |a: &Keyed, b: &Keyed| {
         let (x, y) = (&entries[a.at as usize], &entries[b.at as usize]);
-        let loose = match (key_of(a), key_of(b)) {
+        let loose = match (rest_of(a), rest_of(b)) {
             (Some(ka), Some(kb)) => a.head.cmp(&b.head).then_with(|| ka.cmp(kb)),
             _ => return natural_cmp(&x.name, &y.name).then_with(|| x.href.cmp(&y.href)),
         };
@@ -113,28 +121,42 @@ pub(super) fn sort(entries: &mut [Entry], key: SortKey, order: Order) {
     permute(entries, places);
 }
 
-/// The keys of every entry's name, one buffer, and each entry's [`Keyed`]; `None` when a
-/// place does not fit in a `u32`.
-fn keyed(entries: &[Entry], key: SortKey) -> Option<(Vec<u8>, Vec<Keyed>)> {
+/// The keys of a listing's names, made for one sort.
+struct Keys {
+    /// Every key, one after the other.
+    keys: Vec<u8>,
+    keyed: Vec<Keyed>,
+    /// How many bytes every key starts with alike (0 when no name has a key).
+    shared: usize,
+}
+
+/// The keys of every entry's name and each entry's [`Keyed`]; `None` when a place does
+/// not fit in a `u32`.
+fn keyed(entries: &[Entry], key: SortKey) -> Option<Keys> {
     u32::try_from(entries.len()).ok()?;
     let name_bytes: usize = entries.iter().map(|e| e.name.len()).sum();
     // A run's length byte and its marker add two bytes a run; a quarter more is room
     // for names full of numbers without growing.
     let mut keys = Vec::with_capacity(name_bytes + name_bytes / 4);
     let mut keyed = Vec::with_capacity(entries.len());
+    let mut first_key: Option<(usize, usize)> = None;
+    let mut shared = usize::MAX;
     for (at, e) in entries.iter().enumerate() {
         let start = keys.len();
         let key_len = if push_key(&mut keys, &e.name) {
+            let (first, len) = *first_key.get_or_insert((start, keys.len() - start));
+            let alike = keys[first..first + len.min(shared)]
+                .iter()
+                .zip(&keys[start..])
+                .take_while(|(x, y)| x == y)
+                .count();
+            shared = shared.min(alike);
             u32::try_from(keys.len() - start).ok()?
         } else {
             NO_KEY
         };
-        let mut head = [0u8; 8];
-        let first = &keys[start..];
-        let n = first.len().min(8);
-        head[..n].copy_from_slice(&first[..n]);
         keyed.push(Keyed {
-            head: u64::from_be_bytes(head),
+            head: 0,
             primary: match key {
                 SortKey::Name => 0,
                 SortKey::Size => e.size,
@@ -146,7 +168,20 @@ fn keyed(entries: &[Entry], key: SortKey) -> Option<(Vec<u8>, Vec<Keyed>)> {
             is_dir: e.is_dir,
         });
     }
-    Some((keys, keyed))
+    let shared = if first_key.is_some() { shared } else { 0 };
+    for k in keyed.iter_mut().filter(|k| k.key_len != NO_KEY) {
+        let start = k.key_start as usize + shared;
+        let rest = &keys[start..k.key_start as usize + k.key_len as usize];
+        let mut head = [0u8; 8];
+        let n = rest.len().min(8);
+        head[..n].copy_from_slice(&rest[..n]);
+        k.head = u64::from_be_bytes(head);
+    }
+    Some(Keys {
+        keys,
+        keyed,
+        shared,
+    })
 }
 
 /// Puts `entries[places[i]]` at `i` for every `i`, in place: each cycle of the
@@ -224,6 +259,18 @@ mod tests {
     }
 
     #[test]
+    fn heads_start_past_what_every_key_shares() {
+        let v: Vec<Entry> = ["file-1.txt", "file-22.txt", "File-3", "é"]
+            .iter()
+            .map(|n| entry(n, false, 0, None))
+            .collect();
+        let keys = keyed(&v, SortKey::Name).expect("keys");
+        assert_eq!(keys.shared, b"file-0".len());
+        assert_eq!(keys.keyed[1].head, u64::from_be_bytes(*b"\x0222.txt\0"));
+        assert_eq!(keys.keyed[3].key_len, NO_KEY);
+    }
+
+    #[test]
     fn a_permutation_is_applied_in_place() {
         let mut v: Vec<Entry> = ["a", "b", "c", "d", "e"]
             .iter()
@@ -262,7 +309,8 @@ mod tests {
 
         /// A listing sorted through keys is the listing sorted by comparing its entries,
         /// for every key and order, with names ASCII or not, equal but for case or zeros,
-        /// and told apart only by their links.
+        /// told apart only by their links, and all starting alike (so the heads are
+        /// taken past a shared start).
         #[test]
         fn keyed_order_is_the_compared_order(
             names in proptest::collection::vec(
@@ -270,6 +318,7 @@ mod tests {
                  proptest::option::of("%[0-9A-F]{2}")),
                 0..40,
             ),
+            prefix in "[aA0-9-]{0,10}",
             by in 0usize..3,
             desc in proptest::prelude::any::<bool>(),
         ) {
@@ -277,7 +326,9 @@ mod tests {
             let order = if desc { Order::Desc } else { Order::Asc };
             let entries: Vec<Entry> = names
                 .iter()
-                .map(|(n, dir, size, href)| entry(n, *dir, *size, href.as_deref()))
+                .map(|(n, dir, size, href)| {
+                    entry(&format!("{prefix}{n}"), *dir, *size, href.as_deref())
+                })
                 .collect();
             let (mut keyed, mut compared) = (entries.clone(), entries);
             sort(&mut keyed, key, order);
