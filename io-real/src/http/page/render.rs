@@ -72,7 +72,7 @@ fn push_escaped(out: &mut String, text: &str) {
 /// Whether `text` reads the same escaped as an attribute, as text and as a shown name:
 /// printable ASCII without the five characters markup gives meaning to. Most file names
 /// are, and a listing then copies each name as it is instead of escaping it twice.
-fn is_plain(text: &str) -> bool {
+pub(super) fn is_plain(text: &str) -> bool {
     text.bytes()
         .all(|b| (b' '..=b'~').contains(&b) && !matches!(b, b'&' | b'<' | b'>' | b'"' | b'\''))
 }

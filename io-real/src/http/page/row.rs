@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::render::{push_attr_escaped, push_display_name};
+use super::render::{is_plain, push_attr_escaped, push_display_name};
 use super::text::{Ascii, civil, kind_of, push_utc_date, push_utc_iso, put_human_size};
 use crate::http::listing::Entry;
 
@@ -39,12 +39,23 @@ fn push_row_with(html: &mut String, e: &Entry, href: impl FnOnce(&mut String), l
     html.push_str("<tr class=\"k-");
     html.push_str(kind);
     html.push_str("\" data-name=\"");
-    push_attr_escaped(html, &e.name);
+    // Most names need no escaping at all, the same as an attribute and as text: asked
+    // once, not once for each.
+    let plain = is_plain(&e.name);
+    if plain {
+        html.push_str(&e.name);
+    } else {
+        push_attr_escaped(html, &e.name);
+    }
     html.push_str("\"><td class=\"name\"><a href=\"");
     href(html);
     html.push_str(slash);
     html.push_str("\">");
-    push_display_name(html, label);
+    if plain && std::ptr::eq(label, &*e.name) {
+        html.push_str(label);
+    } else {
+        push_display_name(html, label);
+    }
     html.push_str(slash);
     html.push_str("</a></td>");
     if e.is_dir {
