@@ -93,19 +93,26 @@ pub(super) fn sort(entries: &mut [Entry], key: SortKey, order: Order) {
     };
     // Past the start every key shares: what is left to compare once the heads are equal.
     let rest_of = |k: &Keyed| {
-        (k.key_len != NO_KEY).then(|| {
-            let start = k.key_start as usize;
-            &keys[start + shared..start + k.key_len as usize]
-        })
+        let start = k.key_start as usize;
+        &keys[start + shared..start + k.key_len as usize]
     };
-    let by_name = |a: &Keyed, b: &Keyed| {
+    // The exact text, then the links: what `natural_cmp` and the listing's order fall
+    // back to for names that read the same.
+    let exactly = |a: &Keyed, b: &Keyed| {
         let (x, y) = (&entries[a.at as usize], &entries[b.at as usize]);
-        let loose = match (rest_of(a), rest_of(b)) {
-            (Some(ka), Some(kb)) => a.head.cmp(&b.head).then_with(|| ka.cmp(kb)),
-            _ => return natural_cmp(&x.name, &y.name).then_with(|| x.href.cmp(&y.href)),
-        };
-        // Keys equal: the names read the same; as `natural_cmp`, their exact text decides.
-        loose.then_with(|| x.name.cmp(&y.name).then_with(|| x.href.cmp(&y.href)))
+        x.name.cmp(&y.name).then_with(|| x.href.cmp(&y.href))
+    };
+    // The heads first, and nothing else looked up while they differ (nearly always).
+    let by_name = |a: &Keyed, b: &Keyed| {
+        if a.key_len == NO_KEY || b.key_len == NO_KEY {
+            let (x, y) = (&entries[a.at as usize], &entries[b.at as usize]);
+            return natural_cmp(&x.name, &y.name).then_with(|| x.href.cmp(&y.href));
+        }
+        a.head
+            .cmp(&b.head)
+            .then_with(|| rest_of(a).cmp(rest_of(b)))
+            // Keys equal: the names read the same; as `natural_cmp`, their exact text decides.
+            .then_with(|| exactly(a, b))
     };
     keyed.sort_unstable_by(|a, b| {
         b.is_dir.cmp(&a.is_dir).then_with(|| {
