@@ -255,7 +255,10 @@ mod tests {
 
     #[test]
     fn keys_hold_runs_of_digits_by_value() {
-        assert_eq!(key("File-007.TXT").as_deref(), Some(&b"file-0\x017.txt"[..]));
+        assert_eq!(
+            key("File-007.TXT").as_deref(),
+            Some(&b"file-0\x017.txt"[..])
+        );
         assert_eq!(key("a0").as_deref(), Some(&b"a0\x00"[..]));
         assert_eq!(key("é"), None);
         let long = "1".repeat(300);

@@ -38,7 +38,12 @@ pub(super) enum Kind {
 /// it, for the fallback), not following a link. `None` when it cannot be read (gone
 /// since the folder was read, or not ours to see).
 pub(super) fn stat(dir: &Dir, name: &CStr, exact: &OsStr) -> Option<Listed> {
-    match rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BASIC_STATS) {
+    match rustix::fs::statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS,
+    ) {
         Ok(stat) => {
             let mtime = if stat.stx_mask & StatxFlags::MTIME.bits() != 0 {
                 u64::try_from(stat.stx_mtime.tv_sec).unwrap_or(0)

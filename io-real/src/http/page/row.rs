@@ -266,7 +266,10 @@ mod tests {
             push_time_cell_by_parts(&mut by_parts, civil(u64::MAX));
             by_parts
         });
-        assert!(html.contains("title=\"584554051223-11-09 07:00:15 UTC\""), "{html}");
+        assert!(
+            html.contains("title=\"584554051223-11-09 07:00:15 UTC\""),
+            "{html}"
+        );
     }
 
     proptest! {
