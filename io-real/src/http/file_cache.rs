@@ -81,7 +81,7 @@ impl FileIdentity {
         }
     }
 
-    fn of_statx(stat: &Statx) -> Self {
+    pub(super) fn of_statx(stat: &Statx) -> Self {
         let time = |t: &StatxTimestamp| (t.tv_sec, t.tv_nsec);
         Self {
             dev: rustix::fs::makedev(stat.stx_dev_major, stat.stx_dev_minor),

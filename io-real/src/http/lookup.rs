@@ -16,6 +16,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use cap_std::fs::{Dir, OpenOptions};
+use rustix::fs::{Mode, OFlags};
 
 use super::cached_read::fill_cached;
 use super::compress::{self, Candidates, Coding, Level};
@@ -27,6 +28,8 @@ use super::item_counts::{Counted, ItemCounts};
 use super::listing::{Entry, ITEMS_BUDGET, ITEMS_COUNTED};
 use super::mime;
 use super::path::{RequestPath, is_hidden};
+
+mod listed;
 use super::site::{ENCODE_IN_MEMORY_MAX, SMALL_FILE_MAX};
 
 /// The compression part of [`super::site::SiteConfig`], present when compression is on.
@@ -433,18 +436,33 @@ pub(super) fn list(
     counts: &ItemCounts,
 ) -> Result<Vec<Entry>, HttpError> {
     let dir = root.open_dir(rel).map_err(HttpError::from_io)?;
+    // Read through a descriptor of its own, opened for reading (cap-std's may be a path
+    // descriptor, which cannot be read).
+    let stream = rustix::fs::openat(
+        &dir,
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(rustix::fs::Dir::new)
+    .map_err(|e| HttpError::from_io(e.into()))?;
     let mut entries = Vec::new();
     // Each folder's place among the entries and its identity, for its item count.
     let mut folders = Vec::new();
-    for dir_entry in dir.entries().map_err(HttpError::from_io)? {
-        let dir_entry = dir_entry.map_err(HttpError::Internal)?;
-        // A UTF-8 name becomes the entry's name without a copy; `raw` keeps any other.
-        let (name, href, raw) = match dir_entry.file_name().into_string() {
-            Ok(text) => (text, None, None),
-            Err(raw) => (
-                raw.to_string_lossy().into_owned(),
-                Some(super::path::encode_os_name(&raw)),
-                Some(raw),
+    for dir_entry in stream {
+        let dir_entry = dir_entry.map_err(|e| HttpError::Internal(e.into()))?;
+        let c_name = dir_entry.file_name();
+        let bytes = c_name.to_bytes();
+        if bytes == b"." || bytes == b".." {
+            continue;
+        }
+        let exact = std::os::unix::ffi::OsStrExt::from_bytes(bytes);
+        // A name that is not UTF-8 is shown with U+FFFD and linked by its exact bytes.
+        let (name, href) = match std::str::from_utf8(bytes) {
+            Ok(text) => (text.to_owned(), None),
+            Err(_) => (
+                String::from_utf8_lossy(bytes).into_owned(),
+                Some(super::path::encode_os_name(exact)),
             ),
         };
         if (!show_hidden && is_hidden(&name))
@@ -453,32 +471,28 @@ pub(super) fn list(
         {
             continue;
         }
-        let Ok(mut meta) = dir_entry.metadata() else {
+        let Some(mut meta) = listed::stat(&dir, c_name, exact) else {
             continue;
         };
-        if meta.file_type().is_symlink() {
-            let exact = raw.as_deref().unwrap_or(std::ffi::OsStr::new(&name));
+        if meta.kind == listed::Kind::Symlink {
             let Ok(target) = root.metadata(rel.join(exact)) else {
                 continue;
             };
-            meta = target;
+            meta = listed::of_metadata(&target);
         }
-        if !(meta.is_dir() || meta.is_file()) {
-            continue;
-        }
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.into_std().duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs());
-        if meta.is_dir() && href.is_none() {
-            folders.push((entries.len(), Some(FileIdentity::of_cap_metadata(&meta))));
+        let is_dir = match meta.kind {
+            listed::Kind::Dir => true,
+            listed::Kind::File => false,
+            listed::Kind::Symlink | listed::Kind::Other => continue,
+        };
+        if is_dir && href.is_none() {
+            folders.push((entries.len(), Some(meta.identity)));
         }
         entries.push(Entry {
             name: name.into_boxed_str(),
-            is_dir: meta.is_dir(),
-            size: if meta.is_dir() { 0 } else { meta.len() },
-            mtime,
+            is_dir,
+            size: if is_dir { 0 } else { meta.size },
+            mtime: meta.mtime,
             href: href.map(String::into_boxed_str),
             items: None,
         });

@@ -14,6 +14,7 @@ pub mod qr;
 pub mod readme;
 pub mod render;
 pub(crate) mod response;
+pub mod row;
 pub mod search;
 pub mod text;
 

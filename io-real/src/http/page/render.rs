@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 
 use super::assets;
-use super::text::{civil, kind_of, push_human_size, push_u64, push_utc_date, push_utc_iso};
+use super::row::{push_row, push_row_at};
 use crate::http::listing::{Entry, ListingQuery, Order, SortKey};
 use crate::http::path::RequestPath;
 
@@ -72,7 +72,7 @@ fn push_escaped(out: &mut String, text: &str) {
 /// Whether `text` reads the same escaped as an attribute, as text and as a shown name:
 /// printable ASCII without the five characters markup gives meaning to. Most file names
 /// are, and a listing then copies each name as it is instead of escaping it twice.
-fn is_plain(text: &str) -> bool {
+pub(super) fn is_plain(text: &str) -> bool {
     text.bytes()
         .all(|b| (b' '..=b'~').contains(&b) && !matches!(b, b'&' | b'<' | b'>' | b'"' | b'\''))
 }
@@ -86,7 +86,7 @@ pub fn attr_escape(text: &str) -> String {
     out
 }
 
-fn push_attr_escaped(out: &mut String, text: &str) {
+pub(super) fn push_attr_escaped(out: &mut String, text: &str) {
     if is_plain(text) {
         out.push_str(text);
         return;
@@ -126,7 +126,7 @@ pub fn display_name(name: &str) -> String {
     out
 }
 
-fn push_display_name(out: &mut String, name: &str) {
+pub(super) fn push_display_name(out: &mut String, name: &str) {
     if is_plain(name) {
         out.push_str(name);
         return;
@@ -385,109 +385,6 @@ fn push_upload(html: &mut String, features: Features) {
     html.push_str("</section>\n");
 }
 
-/// One table row. The name cell links to the entry; the size and time cells show human
-/// values with the exact ones in `title`. Written straight into the page: a folder of
-/// 10,000 entries writes 10,000 rows per request, so a row makes no string of its own.
-pub fn push_row(html: &mut String, e: &Entry) {
-    push_row_with(
-        html,
-        e,
-        |html| {
-            html.push_str("./");
-            match &e.href {
-                Some(href) => html.push_str(href),
-                None => crate::http::path::push_encoded_segment(html, &e.name),
-            }
-        },
-        &e.name,
-    );
-}
-
-/// A row linking to `href` (already encoded, without the directory's trailing slash) and
-/// labelled `label` (the search results show the path below the searched folder).
-pub fn push_row_at(html: &mut String, e: &Entry, href: &str, label: &str) {
-    push_row_with(html, e, |html| html.push_str(href), label);
-}
-
-fn push_row_with(html: &mut String, e: &Entry, href: impl FnOnce(&mut String), label: &str) {
-    let slash = if e.is_dir { "/" } else { "" };
-    let kind = if e.is_dir { "dir" } else { kind_of(&e.name) };
-    html.push_str("<tr class=\"k-");
-    html.push_str(kind);
-    html.push_str("\" data-name=\"");
-    push_attr_escaped(html, &e.name);
-    html.push_str("\"><td class=\"name\"><a href=\"");
-    href(html);
-    html.push_str(slash);
-    html.push_str("\">");
-    push_display_name(html, label);
-    html.push_str(slash);
-    html.push_str("</a></td>");
-    if e.is_dir {
-        match e.items.map(u64::from) {
-            Some(n) => {
-                // A phone's narrow column shows the count short ("10k"); the title says
-                // it whole.
-                let text = items_text(n);
-                let _ = write!(
-                    html,
-                    "<td class=\"size items\" title=\"{text}\"><span class=\"full\">{text}</span><span class=\"short\">{}</span></td>",
-                    items_short(n)
-                );
-            }
-            None => html.push_str("<td class=\"size\">—</td>"),
-        }
-    } else {
-        html.push_str("<td class=\"size\" title=\"");
-        push_u64(html, e.size);
-        html.push_str(" bytes\">");
-        push_human_size(html, e.size);
-        html.push_str("</td>");
-    }
-    let time = civil(e.mtime);
-    html.push_str("<td class=\"time\"><time datetime=\"");
-    push_utc_iso(html, time);
-    html.push_str("\" title=\"");
-    push_utc_date(html, time, true);
-    html.push_str("\">");
-    push_utc_date(html, time, false);
-    html.push_str("</time></td></tr>\n");
-}
-
-/// A folder's item count as the size column shows it: "1 item", "12 items", and past
-/// what is counted "10,000+ items".
-fn items_text(n: u64) -> String {
-    use crate::http::listing::ITEMS_COUNTED;
-    let grouped = |n: u64| {
-        let digits = n.to_string();
-        let mut out = String::new();
-        for (i, d) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                out.push(',');
-            }
-            out.push(d);
-        }
-        out
-    };
-    match n {
-        1 => "1 item".to_owned(),
-        n if n > ITEMS_COUNTED => format!("{}+ items", grouped(ITEMS_COUNTED)),
-        n => format!("{} items", grouped(n)),
-    }
-}
-
-/// A folder's item count in at most four characters, for a phone's narrow column: "7",
-/// "999", "1.2k", "10k", "10k+".
-fn items_short(n: u64) -> String {
-    use crate::http::listing::ITEMS_COUNTED;
-    match n {
-        n if n > ITEMS_COUNTED => format!("{}k+", ITEMS_COUNTED / 1000),
-        n if n < 1000 => n.to_string(),
-        n if n < 10_000 => format!("{}.{}k", n / 1000, n % 1000 / 100),
-        n => format!("{}k", n / 1000),
-    }
-}
-
 /// A column header linking to this column's sort, toggling direction when already active.
 fn header_cell(label: &str, class: &str, key: SortKey, q: &ListingQuery) -> String {
     let active = q.sort == key;
@@ -512,30 +409,6 @@ fn header_cell(label: &str, class: &str, key: SortKey, q: &ListingQuery) -> Stri
 mod tests {
     use super::*;
     use crate::http::path::encode_segment;
-
-    #[test]
-    fn folder_item_counts_read_as_words() {
-        assert_eq!(items_text(0), "0 items");
-        assert_eq!(items_text(1), "1 item");
-        assert_eq!(items_text(999), "999 items");
-        assert_eq!(items_text(1_234), "1,234 items");
-        assert_eq!(items_text(10_000), "10,000 items");
-        assert_eq!(items_text(10_001), "10,000+ items");
-        let mut html = String::new();
-        let mut folder = entry("photos", true, 0, 0);
-        folder.items = Some(3);
-        push_row(&mut html, &folder);
-        assert!(
-            html.contains("title=\"3 items\"><span class=\"full\">3 items</span><span class=\"short\">3</span></td>"),
-            "{html}"
-        );
-        assert_eq!(
-            [7, 999, 1_234, 10_000, 10_001].map(items_short),
-            ["7", "999", "1.2k", "10k", "10k+"].map(String::from)
-        );
-        push_row(&mut html, &entry("uncounted", true, 0, 0));
-        assert!(html.contains("<td class=\"size\">—</td>"), "{html}");
-    }
 
     fn entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
         Entry {

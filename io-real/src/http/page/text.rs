@@ -11,10 +11,17 @@ pub fn human_size(bytes: u64) -> String {
 /// its digits are written as integers: a listing writes one per file, and formatting a
 /// float with a precision was most of a row's cost.
 pub fn push_human_size(out: &mut String, bytes: u64) {
+    let mut text = Ascii::<16>::new();
+    put_human_size(&mut text, bytes);
+    out.push_str(text.as_str());
+}
+
+/// Puts [`human_size`]'s text (at most 8 bytes: `1023 KiB`).
+pub(crate) fn put_human_size<const N: usize>(out: &mut Ascii<N>, bytes: u64) {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 1024 {
-        push_u64(out, bytes);
-        out.push_str(" B");
+        out.put_u64(bytes);
+        out.put(" B");
         return;
     }
     let mut value = bytes as f64 / 1024.0;
@@ -28,30 +35,78 @@ pub fn push_human_size(out: &mut String, bytes: u64) {
     let tenths = (value * 10.0).round();
     if value < 10.0 && tenths < 100.0 {
         let tenths = tenths as u64;
-        push_u64(out, tenths / 10);
-        out.push('.');
-        push_u64(out, tenths % 10);
+        out.put_u64(tenths / 10);
+        out.put(".");
+        out.put_u64(tenths % 10);
     } else {
-        push_u64(out, value.round() as u64);
+        out.put_u64(value.round() as u64);
     }
-    out.push(' ');
-    out.push_str(UNITS[unit]);
+    out.put(" ");
+    out.put(UNITS[unit]);
 }
 
 /// Appends `n` in decimal, as `{}` writes it.
 pub fn push_u64(out: &mut String, n: u64) {
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
+    let mut text = Ascii::<20>::new();
+    text.put_u64(n);
+    out.push_str(text.as_str());
+}
+
+/// Text of at most `N` bytes made on the stack and appended to a page in one piece. A
+/// page's `String` takes only text, so what is built byte by byte is checked once as a
+/// whole (aligned, eight bytes a step) rather than pushed a character at a time.
+#[derive(Debug)]
+#[repr(C, align(8))]
+pub(crate) struct Ascii<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Ascii<N> {
+    pub(crate) fn new() -> Self {
+        Ascii {
+            bytes: [0; N],
+            len: 0,
         }
     }
-    out.extend(buf[at..].iter().map(|&b| char::from(b)));
+
+    /// Appends `text`; text that would not fit is left out whole (the callers size `N`
+    /// for the longest text they put, so it never is).
+    pub(crate) fn put(&mut self, text: &str) {
+        let end = self.len + text.len();
+        if let Some(room) = self.bytes.get_mut(self.len..end) {
+            room.copy_from_slice(text.as_bytes());
+            self.len = end;
+        }
+        debug_assert!(end <= N, "{N} bytes cannot hold {end}");
+    }
+
+    /// Appends `n` in decimal, as `{}` writes it.
+    pub(crate) fn put_u64(&mut self, n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let digits = &digits[at..];
+        let end = self.len + digits.len();
+        if let Some(room) = self.bytes.get_mut(self.len..end) {
+            room.copy_from_slice(digits);
+            self.len = end;
+        }
+        debug_assert!(end <= N, "{N} bytes cannot hold {end}");
+    }
+
+    /// What was put. Only text and ASCII digits are ever put, whole, so it is text.
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
 }
 
 /// Appends `n` with at least `width` digits, zeros in front.
@@ -146,15 +201,17 @@ fn push_day(out: &mut String, y: i64, m: u32, d: u32) {
 
 /// The icon class of a file, from its extension.
 pub fn kind_of(name: &str) -> &'static str {
-    let Some((_, ext)) = name.rsplit_once('.') else {
+    // The bytes after the last dot ('.' is ASCII, so never inside a character).
+    let Some(dot) = name.bytes().rposition(|b| b == b'.') else {
         return "file";
     };
+    let ext = &name.as_bytes()[dot + 1..];
     // Lower-cased on the stack: no extension below is longer than eight bytes.
     let mut lower = [0u8; 8];
     let Some(lower) = lower.get_mut(..ext.len()) else {
         return "file";
     };
-    lower.copy_from_slice(ext.as_bytes());
+    lower.copy_from_slice(ext);
     lower.make_ascii_lowercase();
     match &*lower {
         b"png" | b"jpg" | b"jpeg" | b"gif" | b"webp" | b"avif" | b"svg" | b"bmp" | b"ico"
