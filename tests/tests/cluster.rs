@@ -1,7 +1,7 @@
 //! Two servery hosts on one directory sharing their DAV locks and upload budget through a
 //! real etcd (`--cluster`, decisions 0096 and 0130): a LOCK taken through one host is
-//! refused (423) through the other; the upload budget and the partial uploads' are the
-//! service's; with etcd stopped
+//! refused (423) through the other; the upload budget (an upload's growth included) and
+//! the partial uploads' are the service's; with etcd stopped
 //! a write is answered 503 with Retry-After while reads are served; with etcd back,
 //! writes succeed again without a restart; a host reaches etcd over TLS with a client
 //! certificate, and with etcd's password authentication; every host is given a dead
@@ -36,12 +36,13 @@ fn host_with(tree: &Tree, etcd: &Etcd, id: &str, alongside: bool, more: &[&str])
     let endpoint = format!("etcd://127.0.0.1:{},{}", free_port(), etcd.client);
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend_from_slice(more);
+    if !more.contains(&"--max-active-uploads") {
+        args.extend_from_slice(&["--max-active-uploads", "1"]);
+    }
     args.extend_from_slice(&[
         "--dav",
         "--upload",
         "--allow-overwrite",
-        "--max-active-uploads",
-        "1",
         "--max-partial-uploads",
         "1",
         "--cluster",
@@ -214,6 +215,87 @@ fn two_hosts_share_locks_and_the_upload_budget_and_refuse_writes_while_etcd_is_a
     wait_until(Duration::from_secs(30), "a write through b", || {
         (request(b.addr, "PUT", "/after-b.txt", b"back", &[]).status == 201).then_some(())
     });
+}
+
+/// An upload of unknown length grows its reservation as its body arrives (decision 0064);
+/// through the cluster the bytes it adds are the service's (decision 0130's addendum): a
+/// growth that only this host's own uploads would leave room for is refused while an
+/// upload through the other host holds the rest.
+#[test]
+fn an_uploads_growth_is_refused_while_another_hosts_upload_holds_the_bytes() {
+    if !etcd_installed() {
+        skipped("etcd is not installed (Debian: apt-get install etcd-server)");
+        return;
+    }
+    const MIB: usize = 1 << 20;
+    let tree = Tree::new("cluster-grow-a");
+    let other = Tree::new("cluster-grow-b");
+    std::fs::remove_dir_all(other.root()).expect("b's own root goes");
+    std::os::unix::fs::symlink(tree.root(), other.root()).expect("b serves a's root");
+    let etcd = Etcd::start(tree.dir.join("etcd"));
+    // 12 MiB in the service; an upload of unknown length first reserves 8 MiB.
+    let limits = [
+        "--max-active-uploads",
+        "2",
+        "--max-upload-bytes",
+        "12582912",
+        "--max-upload-size",
+        "12582912",
+    ];
+    let a = host_with(&tree, &etcd, "a", false, &limits);
+    let b = host_with(&other, &etcd, "b", true, &limits);
+    let prefix = format!("/servery/{CLUSTER}/");
+    let share = |host: &str| etcd.get(&format!("{prefix}budget/uploads/{host}"));
+    let chunk = |bytes: &[u8]| {
+        let mut out = format!("{:x}\r\n", bytes.len()).into_bytes();
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(b"\r\n");
+        out
+    };
+    // Through a: an upload of unknown length, 1 MiB in, holding its first 8 MiB.
+    let mut growing = Conn::open(a.addr);
+    let mut start =
+        b"PUT /grows.bin HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    start.extend(chunk(&vec![b'g'; MIB]));
+    growing.send(&start).expect("the growing upload's start");
+    wait_until(Duration::from_secs(10), "a's first 8 MiB", || {
+        (share("a").as_deref() == Some(&format!("1 {}", 8 * MIB))).then_some(())
+    });
+    // Through b: 3 MiB of known length, still sending its body.
+    let held = vec![b'h'; 3 * MIB];
+    let mut holding = Conn::open(b.addr);
+    let mut bytes = head("PUT", "/holds.bin", held.len(), &[]);
+    bytes.extend_from_slice(&held[..1024]);
+    holding.send(&bytes).expect("b's upload's start");
+    wait_until(Duration::from_secs(10), "b's 3 MiB", || {
+        (share("b").as_deref() == Some(&format!("1 {}", 3 * MIB))).then_some(())
+    });
+    // a's upload passes its 8 MiB: by 11 MiB it needs more than the 12 MiB in the service
+    // less b's 3 leave, though its own host alone, holding 8 of 12, would grow it.
+    for _ in 1..11 {
+        if growing.send(&chunk(&vec![b'g'; MIB])).is_err() {
+            break;
+        }
+    }
+    let _ = growing.send(b"0\r\n\r\n");
+    let refused = growing.response().expect("the growing upload's answer");
+    assert_eq!(
+        refused.status, 503,
+        "cluster: a growth past the service's bytes is refused though a's own had room: {refused:?}"
+    );
+    assert!(!tree.root().join("grows.bin").exists(), "nothing published");
+    wait_until(Duration::from_secs(10), "a's share given back", || {
+        (share("a").as_deref() == Some("0 0")).then_some(())
+    });
+    // b's upload is whole.
+    holding.send(&held[1024..]).expect("b's upload's rest");
+    let done = holding.response().expect("b's answer");
+    assert_eq!(done.status, 201, "{done:?}");
+    assert_eq!(
+        std::fs::read(tree.root().join("holds.bin")).expect("published"),
+        held
+    );
 }
 
 #[test]
