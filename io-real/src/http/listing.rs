@@ -292,20 +292,25 @@ fn push_json_string(out: &mut String, text: &str) {
     out.push('"');
 }
 
+/// A listed entry with no link of its own and no item count: the shape the rendering
+/// modules' tests build their listings from.
+#[cfg(test)]
+pub(crate) fn test_entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
+    Entry {
+        name: name.into(),
+        is_dir,
+        size,
+        mtime,
+        href: None,
+        items: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
-        Entry {
-            name: name.into(),
-            is_dir,
-            size,
-            mtime,
-            href: None,
-            items: None,
-        }
-    }
+    use super::test_entry as entry;
 
     #[test]
     fn json_shape() {

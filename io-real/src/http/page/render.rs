@@ -410,16 +410,7 @@ mod tests {
     use super::*;
     use crate::http::path::encode_segment;
 
-    fn entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
-        Entry {
-            name: name.into(),
-            is_dir,
-            size,
-            mtime,
-            href: None,
-            items: None,
-        }
-    }
+    use crate::http::listing::test_entry as entry;
 
     /// The request path of a directory with these (decoded) segments.
     fn dir_of(segments: &[String]) -> RequestPath {

@@ -210,16 +210,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn entry(name: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
-        Entry {
-            name: name.into(),
-            is_dir,
-            size,
-            mtime,
-            href: None,
-            items: None,
-        }
-    }
+    use crate::http::listing::test_entry as entry;
 
     #[test]
     fn folder_item_counts_read_as_words() {
