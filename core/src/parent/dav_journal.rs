@@ -178,6 +178,16 @@ mod tests {
 
     /// Carries the queued actions out as the driver loop does, the journal's writes going
     /// as `outcome` says; returns what else was carried out.
+    /// The resources the broker's lock table holds at `now`.
+    fn locked_resources(p: &Parent, now: Instant) -> Vec<String> {
+        p.broker()
+            .dav()
+            .snapshot(now)
+            .into_iter()
+            .map(|l| l.resource)
+            .collect()
+    }
+
     fn carry_out(p: &mut Parent, outcome: JournalWrite) -> Vec<ParentAction> {
         let mut done = Vec::new();
         while let Some(action) = p.poll_action() {
@@ -210,13 +220,7 @@ mod tests {
             Some(BrokerReply::Rejected(Rejection::Saturated)),
             "journal rule: a lock the journal could not hold was granted: {done:?}"
         );
-        let table: Vec<String> = p
-            .broker()
-            .dav()
-            .snapshot(t)
-            .into_iter()
-            .map(|l| l.resource)
-            .collect();
+        let table = locked_resources(&p, t);
         assert_eq!(
             table,
             ["/kept"],
@@ -301,13 +305,7 @@ mod tests {
             reply_to(&done, 3),
             Some(BrokerReply::Rejected(Rejection::Saturated))
         );
-        let table: Vec<String> = p
-            .broker()
-            .dav()
-            .snapshot(t)
-            .into_iter()
-            .map(|l| l.resource)
-            .collect();
+        let table = locked_resources(&p, t);
         assert_eq!(
             table,
             ["/b"],
